@@ -1,0 +1,247 @@
+// dtrain/dnn/backend.hpp — the small compute-backend interface behind every layer.
+//
+// A Backend owns memory on one device and creates *ops*: objects built once for one shape (oneDNN
+// primitives / cuDNN descriptors + algorithm choice + workspace) and then executed every step with
+// no allocation. Layers hold ops; the model never calls a library directly. Implementations:
+// CpuBackend (oneDNN, src/dnn/onednn) and CudaBackend (cuDNN + cuBLAS, src/dnn/cuda).
+//
+// Conventions for every op:
+// - Pointers are device pointers of the backend that made the op (host pointers for the CPU backend),
+//   fp32 unless stated, NCHW (see tensor/shape.hpp). Ops never take ownership.
+// - backward() *overwrites* parameter gradients (dW, db) — no accumulation — and overwrites dx.
+// - Calls are asynchronous with respect to the host on the CUDA backend (one stream per backend);
+//   synchronize() waits. The CPU backend is synchronous.
+// - Errors: dtrain::InputError for impossible shapes at creation, dtrain::LibraryError on a failed
+//   library call. Ops are not thread-safe; one backend is used by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtrain/tensor/shape.hpp"
+
+namespace dtrain {
+
+enum class Device { cpu, cuda };
+
+/// 2-D convolution y = conv(x, w) + b, cross-correlation as in cuDNN/oneDNN/PyTorch.
+/// x: N×C×H×W, w: K×C×R×S, b: K, y: N×K×P×Q with P = (H + 2·pad − R)/stride + 1.
+struct ConvDesc {
+  Shape input;           ///< N×C×H×W
+  int out_channels = 0;  ///< K
+  int kernel = 3;        ///< R = S
+  int stride = 1;
+  int pad = 0;
+  /// Output shape; throws InputError when the kernel does not fit the (padded) input.
+  [[nodiscard]] Shape output() const;
+};
+
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  /// y = conv(x, w) + b.
+  virtual void forward(const float* x, const float* w, const float* b, float* y) = 0;
+  /// dx = conv_bwd_data(dy, w) (skipped when dx == nullptr), dw = conv_bwd_filter(x, dy), db = Σ dy.
+  virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                        float* db) = 0;
+};
+
+enum class PoolKind { max, avg };
+
+/// 2-D pooling, square window; avg excludes padding (as PyTorch's count_include_pad=False).
+struct PoolDesc {
+  Shape input;  ///< N×C×H×W
+  PoolKind kind = PoolKind::max;
+  int kernel = 2;
+  int stride = 2;
+  int pad = 0;
+  /// N×C×P×Q; throws InputError when the window does not fit.
+  [[nodiscard]] Shape output() const;
+};
+
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  /// training=true keeps what backward needs (max indices / workspace) inside the op.
+  virtual void forward(const float* x, float* y, bool training) = 0;
+  /// dx from dy; must follow a forward(training=true) on the same x.
+  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+};
+
+enum class ActKind { relu, sigmoid };
+
+class ActivationOp {
+ public:
+  virtual ~ActivationOp() = default;
+  /// y = f(x), elementwise over shape.count() elements (x == y allowed).
+  virtual void forward(const float* x, float* y) = 0;
+  /// dx = f'(x) · dy; uses x for relu and y for sigmoid.
+  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+};
+
+/// Spatial batch normalization over N, H, W per channel (Ioffe & Szegedy 2015), with learned
+/// scale γ and shift β (each C floats) and running mean/variance (each C floats).
+struct BatchNormDesc {
+  Shape input;             ///< N×C×H×W
+  float epsilon = 1e-5f;
+  float momentum = 0.1f;   ///< running = (1−momentum)·running + momentum·batch (PyTorch convention)
+};
+
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  /// Training: normalizes with batch statistics, saves them for backward, and updates
+  /// running_mean/running_var in place (running_var uses the unbiased batch variance).
+  /// Inference: normalizes with running_mean/running_var.
+  virtual void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
+                       float* running_var, float* y, bool training) = 0;
+  /// dx, dgamma, dbeta from dy, using the statistics saved by the last training forward.
+  virtual void backward(const float* x, const float* gamma, const float* dy, float* dx,
+                        float* dgamma, float* dbeta) = 0;
+};
+
+/// Fully connected y = x·Wᵀ + b. x: N×I (any N×C×H×W with C·H·W = I), W: O×I, b: O, y: N×O.
+struct DenseDesc {
+  int batch = 0;    ///< N
+  int inputs = 0;   ///< I
+  int outputs = 0;  ///< O
+};
+
+class DenseOp {
+ public:
+  virtual ~DenseOp() = default;
+  virtual void forward(const float* x, const float* w, const float* b, float* y) = 0;
+  /// dx = dy·W (skipped when dx == nullptr), dW = dyᵀ·x, db = Σₙ dy.
+  virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                        float* db) = 0;
+};
+
+/// Inverted dropout (Srivastava et al. 2014): y = x·mask/(1−p) in training, y = x in inference.
+class DropoutOp {
+ public:
+  virtual ~DropoutOp() = default;
+  /// The mask is drawn from a counter-based generator keyed by `seed` (so a resumed run draws the
+  /// same masks as an uninterrupted one); the op keeps the mask for backward.
+  virtual void forward(const float* x, float* y, bool training, std::uint64_t seed) = 0;
+  virtual void backward(const float* dy, float* dx) = 0;
+};
+
+/// Softmax cross-entropy over `classes` logits per sample.
+class SoftmaxXentOp {
+ public:
+  virtual ~SoftmaxXentOp() = default;
+  /// logits: n×classes, labels: n int32 in [0, classes) (device). Adds Σ loss and the number of
+  /// correct argmax predictions to stats[0] and stats[1] (device floats, not cleared here).
+  /// If dlogits != nullptr, writes dlogits = (softmax − onehot) · grad_scale, n×classes.
+  /// n may be smaller than the batch the op was made for (last partial batch).
+  virtual void forward_backward(const float* logits, const std::int32_t* labels, int n,
+                                float grad_scale, float* dlogits, float* stats) = 0;
+};
+
+/// Hyper-parameters of one optimizer update over a flat range of parameters.
+enum class OptimizerKind { sgd, momentum, adam };
+struct OptimizerUpdate {
+  OptimizerKind kind = OptimizerKind::sgd;
+  float lr = 0.01f;            ///< learning rate of this step (schedule already applied)
+  float momentum = 0.9f;       ///< momentum: v = μ·v + g
+  bool nesterov = false;       ///< Nesterov: p −= lr·(g + μ·v)
+  float beta1 = 0.9f;          ///< Adam (Kingma & Ba 2015)
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;   ///< L2: g += wd·p (coupled, as torch.optim.SGD/Adam)
+  std::int64_t step = 1;       ///< 1-based update count, for Adam's bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual Device device() const = 0;
+  /// "cpu (oneDNN 2.6)" or "cuda:0 (NVIDIA H100, cuDNN 9.x)".
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  /// Device memory, 64-byte aligned; zero-filled. Throws LibraryError when out of memory.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  /// Host memory for staging transfers to/from this device (pinned on CUDA, 64-byte aligned
+  /// malloc on CPU); zero-filled. Used for MPI traffic (Debian's Open MPI is not CUDA-aware).
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void deallocate_host(void* p) noexcept = 0;
+  /// Copies between host and this device (bytes). Host buffers may be pageable or pinned.
+  virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_device(void* dst, const void* src, std::size_t bytes) = 0;
+  /// p[i] = value for i < n.
+  virtual void fill(float* p, float value, std::size_t n) = 0;
+  /// p[i] *= alpha for i < n.
+  virtual void scale(float* p, float alpha, std::size_t n) = 0;
+  /// Returns true when every p[i], i < n, is finite.
+  virtual bool all_finite(const float* p, std::size_t n) = 0;
+  /// Waits for all work queued on this backend.
+  virtual void synchronize() = 0;
+
+  virtual std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) = 0;
+  virtual std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) = 0;
+  virtual std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) = 0;
+  virtual std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) = 0;
+  virtual std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) = 0;
+  virtual std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) = 0;
+  virtual std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) = 0;
+
+  /// One optimizer step over n parameters: p, g, and state m, v (each n floats; m unused by sgd,
+  /// v used only by adam; may be nullptr when unused). g is not modified.
+  virtual void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
+                                float* v, std::size_t n) = 0;
+};
+
+/// The oneDNN CPU backend (always available).
+std::unique_ptr<Backend> make_cpu_backend();
+
+/// True when dtrain was built with CUDA and at least one GPU is visible.
+bool cuda_available();
+/// Number of visible GPUs (0 when built without CUDA or no driver).
+int cuda_device_count();
+/// The cuDNN/cuBLAS backend on GPU `device`. Throws Error when built without CUDA.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+/// RAII owner of a backend allocation of `count` elements of T (non-copyable, movable).
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, std::size_t count)
+      : be_(&be), count_(count),
+        ptr_(count ? static_cast<T*>(be.allocate(count * sizeof(T))) : nullptr) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      swap(o);
+    }
+    return *this;
+  }
+  void reset() noexcept {
+    if (ptr_ && be_) be_->deallocate(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+  [[nodiscard]] T* data() const { return ptr_; }
+  [[nodiscard]] std::size_t size() const { return count_; }
+  [[nodiscard]] std::size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(be_, o.be_);
+    std::swap(count_, o.count_);
+    std::swap(ptr_, o.ptr_);
+  }
+  Backend* be_ = nullptr;
+  std::size_t count_ = 0;
+  T* ptr_ = nullptr;
+};
+
+}  // namespace dtrain

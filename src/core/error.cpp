@@ -1,0 +1,33 @@
+// dtrain/core/error.cpp — error context and formatting.
+#include "dtrain/core/error.hpp"
+
+#include <mutex>
+
+namespace dtrain {
+namespace {
+std::mutex g_mu;
+std::string g_context;
+}  // namespace
+
+int exit_code(const std::exception& e) noexcept {
+  if (dynamic_cast<const InputError*>(&e)) return kExitInput;
+  if (dynamic_cast<const LibraryError*>(&e)) return kExitLibrary;
+  if (dynamic_cast<const RuntimeFault*>(&e)) return kExitFault;
+  return kExitInternal;
+}
+
+void set_error_context(const std::string& context) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_context = context;
+}
+
+std::string error_prefix() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_context.empty() ? std::string() : "[" + g_context + "] ";
+}
+
+std::string format_error(const std::string& what, const char* file, int line) {
+  return error_prefix() + what + " (" + file + ":" + std::to_string(line) + ")";
+}
+
+}  // namespace dtrain

@@ -1,0 +1,38 @@
+// dtrain/core/log.cpp — line-buffered, thread-safe logging.
+#include "dtrain/core/log.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+namespace {
+std::mutex g_log_mu;
+}
+
+void log_info(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void log_error(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(stderr, "dtrain: error: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+void log_warn(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(stderr, "dtrain: warning: %s%s\n", error_prefix().c_str(), line.c_str());
+  std::fflush(stderr);
+}
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,1 @@
+// Keeps dtrain_test_common non-empty.
