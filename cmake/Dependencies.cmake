@@ -21,6 +21,7 @@ target_compile_definitions(dtrain_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DE
 find_package(Boost REQUIRED COMPONENTS program_options)
 find_package(dnnl CONFIG REQUIRED)   # Debian's config needs ocl-icd-opencl-dev
 find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(GTest)
 
 set(DTRAIN_HAVE_CUDA OFF)

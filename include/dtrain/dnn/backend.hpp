@@ -205,6 +205,15 @@ int cuda_device_count();
 /// The cuDNN/cuBLAS backend on GPU `device`. Throws Error when built without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
+/// The GPU a rank should use, from its node-local rank (MPI_COMM_TYPE_SHARED rank) and the number
+/// of ranks on its node: local_rank % G, with G = cuda_device_count(). Several ranks per GPU are
+/// allowed only with `allow_sharing` (`--allow-gpu-sharing`; such runs must use `--allreduce mpi`,
+/// since NCCL rejects two ranks on one GPU).
+/// Throws Error when built without CUDA or when no GPU is visible, and InputError
+/// "N ranks on this node but only G GPUs; pass --allow-gpu-sharing" when local_size > G and
+/// !allow_sharing.
+int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing);
+
 /// RAII owner of a backend allocation of `count` elements of T (non-copyable, movable).
 template <typename T>
 class DeviceBuffer {

@@ -73,6 +73,7 @@ class Model {
  private:
   struct Stack;
   Stack& stack_for(int n);
+  void bind(Stack& s);
   void run_forward(Stack& s, const float* x, const StepContext& ctx);
 
   Backend& backend_;

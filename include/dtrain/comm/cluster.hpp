@@ -1,0 +1,76 @@
+// dtrain/comm/cluster.hpp — roles from a computed split of MPI_COMM_WORLD (no host:port lists).
+//
+// Placement rule (documented in the README): nodes are found with
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) and numbered by their lowest world rank. Parameter server
+// k (k = 0..K−1) goes to node k mod #nodes, on that node's highest-numbered world rank not yet
+// taken; so ps ranks spread over nodes before any node gets a second one, and with ranks packed by
+// node the ps sit at the end of each node. Every other rank is a worker; workers are numbered by
+// world rank and worker 0 is the chief. MPI_Comm_split(world, is_ps, world_rank) yields the ps and
+// worker communicators.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+enum class Role { ps, worker };
+
+struct RankInfo {
+  int rank = 0;        ///< world rank
+  int node = 0;        ///< node index (0-based, by lowest world rank on the node)
+  std::string host;    ///< MPI_Get_processor_name
+  int local_rank = 0;  ///< rank within the node
+  int local_size = 1;  ///< ranks on the node
+  Role role = Role::worker;
+  int index = 0;       ///< ps index or worker index
+  std::string device = "cpu";  ///< filled in by the trainer (e.g. "cuda:1")
+};
+
+/// Pure placement: node_of_rank[r] is the node of world rank r. Returns one RankInfo per rank
+/// (host/local fields left default). Throws InputError when num_ps < 0 or num_ps >= world size
+/// (at least one worker is needed).
+std::vector<RankInfo> compute_layout(const std::vector<int>& node_of_rank, int num_ps);
+
+/// The MPI world split into roles. Construction is collective over `world`.
+class Cluster {
+ public:
+  Cluster(MPI_Comm world, int num_ps);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  [[nodiscard]] MPI_Comm world() const { return world_; }
+  /// Communicator of this rank's role (ps ranks among themselves, workers among themselves).
+  [[nodiscard]] MPI_Comm role_comm() const { return role_comm_; }
+  [[nodiscard]] int world_rank() const { return rank_; }
+  [[nodiscard]] int world_size() const { return static_cast<int>(ranks_.size()); }
+  [[nodiscard]] const RankInfo& me() const { return ranks_[rank_]; }
+  [[nodiscard]] bool is_ps() const { return me().role == Role::ps; }
+  [[nodiscard]] bool is_worker() const { return me().role == Role::worker; }
+  [[nodiscard]] bool is_chief() const { return is_worker() && me().index == 0; }
+  [[nodiscard]] int num_ps() const { return num_ps_; }
+  [[nodiscard]] int num_workers() const { return world_size() - num_ps_; }
+  [[nodiscard]] int num_nodes() const { return num_nodes_; }
+  /// World rank of ps k / worker w.
+  [[nodiscard]] int ps_rank(int k) const { return ps_ranks_.at(k); }
+  [[nodiscard]] int worker_rank(int w) const { return worker_ranks_.at(w); }
+  [[nodiscard]] const std::vector<RankInfo>& ranks() const { return ranks_; }
+  /// Records this rank's device and shares all devices (collective over world).
+  void set_devices(const std::string& my_device);
+  /// The role table: one line per rank (rank, node, host, role, index, device).
+  [[nodiscard]] std::string role_table() const;
+
+ private:
+  MPI_Comm world_;
+  MPI_Comm role_comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int num_ps_ = 0;
+  int num_nodes_ = 1;
+  std::vector<RankInfo> ranks_;
+  std::vector<int> ps_ranks_, worker_ranks_;
+};
+
+}  // namespace dtrain

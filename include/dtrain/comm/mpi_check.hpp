@@ -1,0 +1,45 @@
+// dtrain/comm/mpi_check.hpp — DT_CHECK_MPI and deadline-aware waits on MPI requests.
+//
+// Every blocking wait in dtrain goes through wait_all()/wait_any(): they poll with MPI_Test*,
+// back off with short sleeps (so an oversubscribed ps or worker does not steal the compute core),
+// and past the deadline throw RuntimeFault naming this rank and the operation it waits in —
+// the "stall inspector" of Horovod, per operation.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+/// Formats an MPI error code with MPI_Error_string.
+std::string mpi_error_string(int code);
+
+/// Waits until every request completes. `what` names the operation (e.g. "push to ps 1").
+/// Throws RuntimeFault after timeout_s seconds, LibraryError if a request fails.
+void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what);
+/// Same for one request.
+void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
+              MPI_Status* status = nullptr);
+/// Waits until one of the requests completes and returns its index (MPI_UNDEFINED if all are
+/// inactive). Throws RuntimeFault after timeout_s seconds.
+int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
+             MPI_Status* status);
+
+/// Process-wide default for the waits (set from --timeout).
+void set_comm_timeout(double seconds);
+double comm_timeout();
+
+}  // namespace dtrain
+
+#define DT_CHECK_MPI(call)                                                                \
+  do {                                                                                    \
+    const int dt_mpi_rc_ = (call);                                                        \
+    if (dt_mpi_rc_ != MPI_SUCCESS)                                                        \
+      throw ::dtrain::LibraryError(::dtrain::format_error(                                \
+          std::string(#call) + " failed: " + ::dtrain::mpi_error_string(dt_mpi_rc_),      \
+          __FILE__, __LINE__));                                                           \
+  } while (0)

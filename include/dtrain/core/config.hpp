@@ -1,0 +1,76 @@
+// dtrain/core/config.hpp — the effective configuration of a run: one options table (Boost.Program_
+// options) serves the command line, INI job files and --help.
+//
+// Job files are INI; sections are for readability only: `[optimizer]\nlr = 0.1` sets `--lr`.
+// The command line overrides the job file. Unknown keys and invalid values raise InputError naming
+// the file or option and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+struct Config {
+  // data
+  std::string train_data;         ///< HDF5 file (see docs/data.md)
+  std::string test_data;          ///< HDF5 file; empty = no evaluation
+  // model
+  std::vector<std::string> layers;  ///< one `layer =` line each (see layers/layer.hpp)
+  // training
+  std::string mode = "async";     ///< async | sync
+  int epochs = 1;
+  std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
+  int batch_size = 64;            ///< per worker
+  int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
+  std::uint64_t seed = 1;
+  int log_every = 50;             ///< chief log line every N local steps
+  bool shuffle = true;
+  // optimizer
+  std::string optimizer = "momentum";  ///< sgd | momentum | adam
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  std::string lr_schedule = "constant";  ///< constant | step | cosine
+  std::int64_t warmup_steps = 0;
+  std::int64_t lr_step_size = 1000;  ///< step schedule: decay every N global steps
+  float lr_gamma = 0.1f;             ///< step schedule factor
+  std::int64_t lr_decay_steps = 0;   ///< cosine: steps to reach lr_min (0 = the run's total steps)
+  float lr_min = 0.0f;
+  // cluster
+  int num_ps = 1;
+  std::string device = "cpu";     ///< cpu | cuda | auto
+  bool allow_gpu_sharing = false;
+  std::string allreduce = "auto";  ///< auto | mpi | nccl
+  int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  // checkpoints and output
+  std::string run_dir = "runs/default";
+  std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)
+  int keep_checkpoints = 3;
+  bool resume = false;
+  // faults
+  double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
+  bool skip_nonfinite = false;
+
+  std::string config_file;        ///< the job file read, if any
+  std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
+};
+
+/// Result of parsing: either a Config, or help text to print (exit 0).
+struct ParseResult {
+  Config config;
+  bool help = false;
+  std::string help_text;
+};
+
+/// Parses argv (and the job file named by --config). Validates every value.
+/// Throws InputError naming the option (and file) and what was expected.
+ParseResult parse_config(int argc, const char* const* argv);
+
+/// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
+void validate_config(const Config& c);
+
+}  // namespace dtrain

@@ -1,0 +1,69 @@
+// dtrain/io/checkpoint.hpp — atomic, checksummed, resumable HDF5 checkpoints.
+//
+// File `<run_dir>/ckpt-<global_step, 10 digits>.h5`, written by the chief alone (in async mode the
+// chief first gathers every ps's shard with a SNAPSHOT request: "gathered to one writer"). Protocol:
+// write `<name>.tmp`, H5Fflush + fsync, close, rename to `<name>`, fsync the directory; so a crash
+// leaves either the previous checkpoint or a `.tmp` that --resume never picks. Every dataset carries
+// HDF5's Fletcher32 checksum, verified on read. The newest `keep` checkpoints are kept.
+//
+// Layout: /params (P floats), /optimizer/m, /optimizer/v (P floats or empty), /model_state
+// (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
+// global_step, epoch, step_in_epoch, seed, num_workers, mode, model_signature, config, wall_seconds.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointState {
+  int format_version = kCheckpointFormatVersion;
+  std::int64_t global_step = 0;
+  std::int64_t epoch = 0;          ///< epoch in progress (0-based)
+  std::int64_t step_in_epoch = 0;  ///< local steps of that epoch already done (data cursor)
+  std::uint64_t seed = 0;          ///< data order and dropout are pure functions of seed + counters
+  int num_workers = 1;
+  std::string mode;                ///< "sync" | "async"
+  std::string model_signature;     ///< Model::signature()
+  std::string config;              ///< effective configuration (INI)
+  double wall_seconds = 0;         ///< training time before this checkpoint
+  std::vector<float> params;       ///< P floats
+  std::vector<float> m, v;         ///< optimizer state: P floats each, or empty
+  std::vector<float> model_state;  ///< state_rows × S floats
+  int state_rows = 1;
+};
+
+/// Path of the checkpoint of `global_step` in run_dir.
+std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step);
+
+/// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints.
+/// Throws LibraryError / Error on I/O failure; the previous checkpoints are untouched then.
+void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep);
+
+/// Reads and verifies one checkpoint. Throws InputError naming the file when it is not a dtrain
+/// checkpoint, has a newer format version, or fails its checksums / is truncated.
+CheckpointState read_checkpoint(const std::string& path);
+
+/// Complete checkpoints in run_dir, newest (highest global_step) first; `.tmp` files excluded.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+
+/// Reads the newest checkpoint that verifies. A corrupt newer one is reported with log_warn
+/// (loudly, naming the file and why) and the previous one is used. std::nullopt when run_dir holds
+/// no readable checkpoint.
+std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir);
+
+/// Throws InputError naming `path` when the checkpoint does not fit this run: another model
+/// signature (the first differing layer is quoted), another mode, or a parameter count mismatch.
+void check_checkpoint_compatible(const CheckpointState& s, const std::string& path,
+                                 const std::string& model_signature, const std::string& mode,
+                                 std::size_t param_count);
+
+/// Makes sure run_dir exists (creating it) and is a writable directory; throws InputError naming
+/// it otherwise (a regular file, no permission).
+void prepare_run_dir(const std::string& run_dir);
+
+}  // namespace dtrain

@@ -1,0 +1,150 @@
+// dtrain/io/dataset.hpp — image-classification datasets in HDF5: schema validation, per-epoch
+// sharding of sample indices over workers, and a prefetching batch reader.
+//
+// Schema (docs/data.md): one HDF5 file per split with
+//   images  uint8 or float32, rank 4, N×C×H×W
+//   labels  any integer type, rank 1, N
+//   root attributes (optional): mean, std (float, 1 or C values, in units after the /255 scaling of
+//   uint8 images), num_classes (int), class_names (strings).
+// Normalization of one pixel of channel c:  v = raw; if uint8: v /= 255; if mean/std: v = (v−mean[c])/std[c].
+//
+// Sharding follows the usual distributed-sampler shape (PyTorch's DistributedSampler, llm.c's
+// dataloader): every rank draws the same permutation from (seed, epoch) and takes its contiguous
+// block, so the workers together see each sample exactly once per epoch without communication.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/tensor/shape.hpp"
+
+namespace dtrain {
+
+/// What open_dataset_info() learned about one split file. Plain data: copyable, thread-safe to read.
+struct DatasetInfo {
+  std::string path;             ///< the file
+  std::int64_t num_samples = 0; ///< N (> 0)
+  Shape sample;                 ///< 1×C×H×W
+  int num_classes = 0;          ///< attribute `num_classes`, else max(label)+1
+  bool is_uint8 = false;        ///< images stored as uint8 (else float32)
+  std::vector<float> mean;      ///< per channel (C values; a 1-value attribute is broadcast), or empty
+  std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
+  std::vector<std::string> class_names;  ///< num_classes names, or empty
+};
+
+/// Opens `path`, validates it against the schema and returns its description. Reads every label
+/// (they are small) but no images. Thread-safe (locks hdf5_mutex()).
+///
+/// expected_classes > 0 (pass the training file's num_classes when opening the test file): labels
+/// must also be < expected_classes, and a `num_classes` attribute must equal it.
+///
+/// Throws InputError naming the file, the dataset or attribute, and what was expected, for: a
+/// missing file, a non-HDF5 file, a truncated/unreadable file, missing `images` or `labels`, wrong
+/// rank, wrong dtype (images uint8/float32; labels integer), differing N, zero samples, a label < 0
+/// or ≥ num_classes (or ≥ expected_classes), num_classes < 1, mean without std (or the reverse),
+/// mean/std not of 1 or C values, non-finite mean/std, std ≤ 0, class_names not strings or not
+/// num_classes of them.
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0);
+
+/// Number of samples worker `worker` of `workers` gets from n per epoch: the n samples are cut into
+/// `workers` contiguous blocks, the first n % workers of them one longer. Throws InputError for
+/// n < 0, workers < 1 or worker ∉ [0, workers).
+std::int64_t shard_size(std::int64_t n, int worker, int workers);
+
+/// This worker's sample indices for an epoch: a permutation of [0, n) drawn from (seed, epoch) —
+/// identical on every rank and every platform (std::mt19937_64 + a written-out Fisher–Yates with
+/// unbiased bounded draws; no std::shuffle / std::uniform_int_distribution) — cut into blocks as
+/// in shard_size(); returns block `worker`. shuffle = false gives the identity permutation (eval).
+/// Together the workers cover each sample exactly once per epoch. Throws InputError as shard_size()
+/// and for epoch < 0. O(n) time and memory.
+std::vector<std::int64_t> epoch_shard(std::int64_t n, std::uint64_t seed, int epoch, int worker,
+                                      int workers, bool shuffle = true);
+
+/// Checks that every worker gets at least one full batch: throws InputError
+/// "<file>: fewer samples (N) than workers × batch size (W × B)" otherwise (also for workers < 1 or
+/// batch_size < 1). Returns the number of full batches the smallest shard holds,
+/// floor(floor(N / W) / B) — the step count per epoch every worker can take in lock step (sync
+/// training must not let workers with one more sample take one more step).
+std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_size);
+
+/// One batch on the host: x is n×C×H×W float32 normalized, y is n int32 labels in [0, num_classes).
+/// Vectors keep their capacity across next() calls (BatchReader swaps buffers; no allocation in
+/// steady state).
+struct HostBatch {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  int n = 0;
+};
+
+/// Reads batches of the given sample indices, in order, through a prefetch thread that keeps up to
+/// `depth` batches ready. Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one
+/// may be partial). Only the selected rows are read (hyperslab unions of sorted, merged runs), never
+/// the whole images dataset. The thread does all HDF5 work under hdf5_mutex(), so checkpoint writes
+/// on other threads are safe. Buffers are allocated once (a ring of `depth` batches).
+///
+/// Use from one thread (next(), skip() and batches() are not safe to call concurrently). Errors in
+/// the reader thread (I/O failure, non-finite float pixel: InputError naming file, `images` and the
+/// sample index; a label out of range) are rethrown by next() once the batches before it are taken.
+class BatchReader {
+ public:
+  /// info: from open_dataset_info(). indices: sample indices in [0, N) (InputError otherwise).
+  /// batch_size ≥ 1, depth ≥ 1 (InputError otherwise). start_batch ∈ [0, batches()]: begin there
+  /// (resume mid-epoch); equivalent to skip(start_batch). The thread starts at once.
+  BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
+              int depth = 2, std::int64_t start_batch = 0);
+  /// Stops and joins the reader thread; never throws.
+  ~BatchReader();
+  BatchReader(const BatchReader&) = delete;
+  BatchReader& operator=(const BatchReader&) = delete;
+  BatchReader(BatchReader&&) = delete;
+  BatchReader& operator=(BatchReader&&) = delete;
+
+  /// Swaps the next batch into out (out's old buffers go back to the ring) and returns true, or
+  /// returns false when all batches were delivered. Blocks until the batch is ready. Rethrows the
+  /// reader thread's error (then every later call rethrows it too).
+  bool next(HostBatch& out);
+  /// ceil(indices.size() / batch_size), counting batches skipped at the start.
+  [[nodiscard]] std::int64_t batches() const;
+  /// Batches delivered or skipped so far (the data cursor to store in a checkpoint).
+  [[nodiscard]] std::int64_t position() const;
+  /// Skips the next `batches` batches; only before the first next() (InputError otherwise or when
+  /// skipping past the end). Restarts the reader thread at the new position.
+  void skip(std::int64_t batches);
+
+ private:
+  struct Slot {
+    HostBatch batch;
+    std::int64_t index = 0;  ///< batch number
+  };
+  void start();
+  void stop() noexcept;
+  void run() noexcept;
+  void read_batch(std::int64_t k, HostBatch& out);
+
+  DatasetInfo info_;
+  std::vector<std::int64_t> indices_;
+  int batch_size_;
+  int depth_;
+  std::int64_t num_batches_;
+  std::int64_t next_batch_ = 0;     ///< next batch the consumer gets
+  bool consumed_ = false;           ///< next() was called
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> ring_;          ///< depth_ slots, reused
+  std::vector<int> free_, ready_;   ///< slot numbers; ready_ in batch order
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+
+  struct Reader;                    ///< HDF5 handles and staging buffers, owned by the thread
+  std::unique_ptr<Reader> reader_;
+};
+
+}  // namespace dtrain

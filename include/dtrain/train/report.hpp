@@ -1,0 +1,41 @@
+// dtrain/train/report.hpp — the chief's outputs in the run dir: metrics.csv (appended, one row per
+// log interval and per evaluation) and results.json (written atomically at the end).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+#include <variant>
+
+namespace dtrain {
+
+/// One metrics.csv row. kind = "train" (log interval) or "test" (evaluation after an epoch).
+struct MetricsRow {
+  std::string kind;
+  std::int64_t global_step = 0;
+  int epoch = 0;
+  double wall_seconds = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double samples_per_sec = 0;  ///< all workers together; 0 for test rows
+  double lr = 0;
+  double staleness = 0;        ///< mean staleness of this worker's pushes (async), else 0
+};
+
+class MetricsWriter {
+ public:
+  /// Opens <run_dir>/metrics.csv for appending; writes the header when the file is new.
+  explicit MetricsWriter(const std::string& run_dir);
+  void write(const MetricsRow& r);
+
+ private:
+  std::ofstream out_;
+};
+
+/// A flat JSON object of numbers and strings, written as <run_dir>/results.json via a temporary
+/// file and rename.
+using JsonValue = std::variant<double, std::int64_t, std::string>;
+void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
+
+}  // namespace dtrain

@@ -1,0 +1,124 @@
+// dtrain/comm/cluster.cpp — role placement and the MPI_Comm_split into ps and workers.
+#include "dtrain/comm/cluster.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+std::vector<RankInfo> compute_layout(const std::vector<int>& node_of_rank, int num_ps) {
+  const int world = static_cast<int>(node_of_rank.size());
+  DT_REQUIRE(num_ps >= 0, "option --num-ps: must be >= 0, got " + std::to_string(num_ps));
+  DT_REQUIRE(num_ps < world, "option --num-ps: " + std::to_string(num_ps) +
+                                 " parameter servers leave no worker among " +
+                                 std::to_string(world) + " MPI ranks (need num-ps < ranks)");
+  std::vector<RankInfo> ranks(world);
+  std::map<int, std::vector<int>> by_node;  // node -> world ranks, ascending
+  for (int r = 0; r < world; ++r) {
+    ranks[r].rank = r;
+    ranks[r].node = node_of_rank[r];
+    by_node[node_of_rank[r]].push_back(r);
+  }
+  std::vector<int> nodes;
+  for (const auto& [node, members] : by_node) nodes.push_back(node);
+  std::vector<bool> is_ps(world, false);
+  int placed = 0;
+  for (int k = 0; placed < num_ps; ++k) {
+    auto& members = by_node[nodes[k % nodes.size()]];
+    for (auto it = members.rbegin(); it != members.rend(); ++it) {
+      if (!is_ps[*it]) {
+        is_ps[*it] = true;
+        ++placed;
+        break;
+      }
+    }
+  }
+  int ps_index = 0, worker_index = 0;
+  for (int r = 0; r < world; ++r) {
+    ranks[r].role = is_ps[r] ? Role::ps : Role::worker;
+    ranks[r].index = is_ps[r] ? ps_index++ : worker_index++;
+  }
+  return ranks;
+}
+
+Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
+  int size = 0;
+  DT_CHECK_MPI(MPI_Comm_rank(world, &rank_));
+  DT_CHECK_MPI(MPI_Comm_size(world, &size));
+
+  // Nodes: the lowest world rank on each shared-memory node names the node.
+  MPI_Comm local = MPI_COMM_NULL;
+  DT_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  int local_rank = 0, local_size = 1, leader = rank_;
+  DT_CHECK_MPI(MPI_Comm_rank(local, &local_rank));
+  DT_CHECK_MPI(MPI_Comm_size(local, &local_size));
+  DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, local));
+  MPI_Comm_free(&local);
+
+  struct Info {
+    int leader, local_rank, local_size;
+    char host[MPI_MAX_PROCESSOR_NAME];
+  } mine{};
+  mine.leader = leader;
+  mine.local_rank = local_rank;
+  mine.local_size = local_size;
+  int len = 0;
+  MPI_Get_processor_name(mine.host, &len);
+  std::vector<Info> all(size);
+  DT_CHECK_MPI(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
+                             world));
+  std::vector<int> leaders;
+  for (const auto& i : all) leaders.push_back(i.leader);
+  std::vector<int> sorted = leaders;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  num_nodes_ = static_cast<int>(sorted.size());
+  std::vector<int> node_of_rank(size);
+  for (int r = 0; r < size; ++r)
+    node_of_rank[r] = static_cast<int>(
+        std::lower_bound(sorted.begin(), sorted.end(), leaders[r]) - sorted.begin());
+
+  ranks_ = compute_layout(node_of_rank, num_ps);
+  for (int r = 0; r < size; ++r) {
+    ranks_[r].host = all[r].host;
+    ranks_[r].local_rank = all[r].local_rank;
+    ranks_[r].local_size = all[r].local_size;
+    (ranks_[r].role == Role::ps ? ps_ranks_ : worker_ranks_).push_back(r);
+  }
+  DT_CHECK_MPI(MPI_Comm_split(world, is_ps() ? 1 : 0, rank_, &role_comm_));
+}
+
+Cluster::~Cluster() {
+  if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
+}
+
+void Cluster::set_devices(const std::string& my_device) {
+  constexpr int kLen = 32;
+  char mine[kLen] = {};
+  std::strncpy(mine, my_device.c_str(), kLen - 1);
+  std::vector<char> all(static_cast<std::size_t>(kLen) * ranks_.size());
+  DT_CHECK_MPI(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, world_));
+  for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].device = std::string(&all[r * kLen]);
+}
+
+std::string Cluster::role_table() const {
+  std::ostringstream os;
+  os << "# " << world_size() << " ranks on " << num_nodes_ << " node(s): " << num_ps_
+     << " ps, " << num_workers() << " workers\n";
+  os << "# rank  node  host                  role    index  device\n";
+  for (const auto& r : ranks_) {
+    char line[160];
+    std::snprintf(line, sizeof line, "# %4d  %4d  %-20s  %-6s  %5d  %s%s\n", r.rank, r.node,
+                  r.host.c_str(), r.role == Role::ps ? "ps" : "worker", r.index, r.device.c_str(),
+                  (r.role == Role::worker && r.index == 0) ? "  (chief)" : "");
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,77 @@
+// dtrain/comm/mpi_check.cpp — MPI error strings and polling waits with deadlines.
+#include "dtrain/comm/mpi_check.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "dtrain/core/log.hpp"
+
+namespace dtrain {
+namespace {
+std::atomic<double> g_timeout{300.0};
+
+/// Polls `test` until it returns true; spins briefly, then sleeps 50 µs between polls.
+template <typename Test>
+void poll_until(Test test, double timeout_s, const std::string& what) {
+  const double deadline = now_seconds() + timeout_s;
+  for (int i = 0;; ++i) {
+    if (test()) return;
+    if (i > 64) {
+      if (now_seconds() > deadline)
+        throw RuntimeFault(error_prefix() + "timed out after " + std::to_string(timeout_s) +
+                           " s waiting in: " + what +
+                           " (a peer rank is stuck or died; see --timeout)");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, len);
+}
+
+void set_comm_timeout(double seconds) { g_timeout = seconds; }
+double comm_timeout() { return g_timeout; }
+
+void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
+  if (reqs.empty()) return;
+  poll_until(
+      [&] {
+        int done = 0;
+        DT_CHECK_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
+                                 MPI_STATUSES_IGNORE));
+        return done != 0;
+      },
+      timeout_s, what);
+}
+
+void wait_one(MPI_Request& req, double timeout_s, const std::string& what, MPI_Status* status) {
+  poll_until(
+      [&] {
+        int done = 0;
+        DT_CHECK_MPI(MPI_Test(&req, &done, status ? status : MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      timeout_s, what);
+}
+
+int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
+             MPI_Status* status) {
+  int index = MPI_UNDEFINED;
+  poll_until(
+      [&] {
+        int done = 0;
+        DT_CHECK_MPI(MPI_Testany(static_cast<int>(reqs.size()), reqs.data(), &index, &done,
+                                 status ? status : MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      timeout_s, what);
+  return index;
+}
+
+}  // namespace dtrain

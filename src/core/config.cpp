@@ -1,0 +1,261 @@
+// dtrain/core/config.cpp — one Boost.Program_options table for the command line, INI job files and
+// --help. Job-file sections are dropped from key names ("[optimizer] lr" is "--lr").
+#include "dtrain/core/config.hpp"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace dtrain {
+namespace {
+
+template <typename T>
+std::string to_text(const T& v) {
+  std::ostringstream os;
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (v ? "true" : "false");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    os << std::setprecision(9) << v;
+  } else {
+    os << v;
+  }
+  return os.str();
+}
+
+/// The options table: each entry registers the option with Boost and remembers how to print its
+/// current value (for the effective configuration).
+class Table {
+ public:
+  struct Entry {
+    std::string section, name;
+    std::function<std::string()> value;
+  };
+
+  po::options_description& group(const std::string& title, const std::string& section) {
+    groups_.emplace_back(std::make_unique<po::options_description>(title));
+    section_ = section;
+    return *groups_.back();
+  }
+
+  template <typename T>
+  void add(const char* name, T* field, const char* help) {
+    auto* v = po::value<T>(field)->default_value(*field, to_text(*field));
+    if constexpr (std::is_same_v<T, bool>) v->implicit_value(true, "true");
+    groups_.back()->add_options()(name, v, help);
+    entries_.push_back({section_, name, [field] { return to_text(*field); }});
+  }
+
+  void add_list(const char* name, std::vector<std::string>* field, const char* help) {
+    groups_.back()->add_options()(name, po::value<std::vector<std::string>>(field), help);
+    entries_.push_back({section_, name, [field] {
+                          std::string s;
+                          for (std::size_t i = 0; i < field->size(); ++i)
+                            s += (i ? "\nlayer = " : "") + (*field)[i];
+                          return s;
+                        }});
+  }
+
+  po::options_description all() const {
+    po::options_description d("dtrain options (job file keys use the same names; the command "
+                              "line overrides the job file)");
+    for (const auto& g : groups_) d.add(*g);
+    return d;
+  }
+
+  std::string effective_ini() const {
+    std::ostringstream os;
+    std::string section;
+    for (const auto& e : entries_) {
+      if (e.section != section) {
+        section = e.section;
+        os << "\n[" << section << "]\n";
+      }
+      os << e.name << " = " << e.value() << "\n";
+    }
+    return os.str();
+  }
+
+ private:
+  std::vector<std::unique_ptr<po::options_description>> groups_;
+  std::vector<Entry> entries_;
+  std::string section_;
+};
+
+void build_table(Table& t, Config& c) {
+  t.group("Data", "data");
+  t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
+  t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
+  t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
+  t.group("Model", "model");
+  t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
+  t.group("Training", "train");
+  t.add("mode", &c.mode, "async (parameter servers, Downpour SGD) | sync (allreduce)");
+  t.add("epochs", &c.epochs, "passes over the training set");
+  t.add("max-steps", &c.max_steps, "stop after this many global steps (0: no limit)");
+  t.add("batch-size", &c.batch_size, "samples per worker per step");
+  t.add("global-batch-size", &c.global_batch_size,
+        "if > 0, samples per global step, split over the workers (strong scaling)");
+  t.add("seed", &c.seed, "seed of initialisation, data order and dropout");
+  t.add("log-every", &c.log_every, "chief log line every N steps");
+  t.group("Optimizer", "optimizer");
+  t.add("optimizer", &c.optimizer, "sgd | momentum | adam");
+  t.add("lr", &c.lr, "base learning rate");
+  t.add("momentum", &c.momentum, "momentum coefficient (momentum optimizer)");
+  t.add("nesterov", &c.nesterov, "Nesterov momentum");
+  t.add("beta1", &c.beta1, "Adam β1");
+  t.add("beta2", &c.beta2, "Adam β2");
+  t.add("adam-epsilon", &c.adam_epsilon, "Adam ε");
+  t.add("weight-decay", &c.weight_decay, "L2 weight decay added to the gradient");
+  t.add("lr-schedule", &c.lr_schedule, "constant | step | cosine (after warm-up)");
+  t.add("warmup-steps", &c.warmup_steps, "linear warm-up over this many global steps");
+  t.add("lr-step-size", &c.lr_step_size, "step schedule: multiply by --lr-gamma every N steps");
+  t.add("lr-gamma", &c.lr_gamma, "step schedule factor");
+  t.add("lr-decay-steps", &c.lr_decay_steps, "cosine schedule length (0: the whole run)");
+  t.add("lr-min", &c.lr_min, "cosine schedule final learning rate");
+  t.group("Cluster", "cluster");
+  t.add("num-ps", &c.num_ps, "parameter-server ranks (async); the other ranks are workers");
+  t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
+  t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
+  t.add("allreduce", &c.allreduce, "sync gradient exchange: auto | mpi | nccl");
+  t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
+  t.group("Checkpoints and output", "checkpoint");
+  t.add("run-dir", &c.run_dir, "directory for checkpoints, metrics.csv and results.json");
+  t.add("checkpoint-every", &c.checkpoint_every,
+        "checkpoint every N global steps (0: only at epoch ends and the end)");
+  t.add("keep-checkpoints", &c.keep_checkpoints, "how many newest checkpoints to keep");
+  t.add("resume", &c.resume, "continue from the newest valid checkpoint in --run-dir");
+  t.group("Faults", "faults");
+  t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
+  t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
+}
+
+/// Reads the job file, dropping "section." from keys. Unknown keys are errors naming the file.
+po::parsed_options parse_job_file(const std::string& path, const po::options_description& desc) {
+  namespace fs = std::filesystem;
+  DT_REQUIRE(fs::exists(path), "job file '" + path + "' does not exist");
+  DT_REQUIRE(fs::is_regular_file(path), "job file '" + path + "' is not a regular file");
+  std::ifstream in(path);
+  DT_REQUIRE(in.good(), "job file '" + path + "' cannot be read");
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    throw InputError("job file '" + path + "': " + e.what());
+  }
+  for (auto& o : parsed.options) {
+    const std::string full = o.string_key;
+    const auto dot = full.rfind('.');
+    o.string_key = dot == std::string::npos ? full : full.substr(dot + 1);
+    if (!desc.find_nothrow(o.string_key, false) || o.string_key == "config" ||
+        o.string_key == "help")
+      throw InputError("job file '" + path + "': unknown key '" + full +
+                       "' (see dtrain --help for the valid keys)");
+    o.unregistered = false;
+  }
+  return parsed;
+}
+
+}  // namespace
+
+ParseResult parse_config(int argc, const char* const* argv) {
+  ParseResult r;
+  Config& c = r.config;
+  Table table;
+  build_table(table, c);
+  po::options_description desc = table.all();
+  po::options_description general("General");
+  general.add_options()("help,h", "print this help and exit")(
+      "config", po::value<std::string>(&c.config_file), "INI job file (see jobs/)");
+  po::options_description cli;
+  cli.add(general).add(desc);
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(cli).run(), vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << "usage: mpirun -np N dtrain --config JOB.ini [--option value ...]\n\n" << cli;
+    r.help = true;
+    r.help_text = os.str();
+    return r;
+  }
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    try {
+      po::store(parse_job_file(path, desc), vm);
+    } catch (const po::error& e) {
+      throw InputError("job file '" + path + "': " + e.what());
+    }
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("options: ") + e.what());
+  }
+  validate_config(c);
+  c.effective_ini = "# effective dtrain configuration\n" + table.effective_ini();
+  return r;
+}
+
+void validate_config(const Config& c) {
+  auto one_of = [](const std::string& opt, const std::string& v, std::set<std::string> ok) {
+    if (!ok.count(v)) {
+      std::string list;
+      for (const auto& s : ok) list += (list.empty() ? "" : " | ") + s;
+      throw InputError("option --" + opt + ": invalid value '" + v + "' (expected " + list + ")");
+    }
+  };
+  auto positive = [](const std::string& opt, double v) {
+    if (!(v > 0))
+      throw InputError("option --" + opt + ": must be > 0, got " + to_text(v));
+  };
+  auto non_negative = [](const std::string& opt, double v) {
+    if (!(v >= 0))
+      throw InputError("option --" + opt + ": must be >= 0, got " + to_text(v));
+  };
+  DT_REQUIRE(!c.train_data.empty(), "option --train-data: no training set given");
+  DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
+  one_of("mode", c.mode, {"async", "sync"});
+  one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
+  one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
+  one_of("device", c.device, {"cpu", "cuda", "auto"});
+  one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
+  positive("epochs", c.epochs);
+  positive("batch-size", c.batch_size);
+  non_negative("global-batch-size", c.global_batch_size);
+  non_negative("max-steps", static_cast<double>(c.max_steps));
+  positive("log-every", c.log_every);
+  positive("lr", c.lr);
+  non_negative("momentum", c.momentum);
+  non_negative("weight-decay", c.weight_decay);
+  non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
+  positive("lr-step-size", static_cast<double>(c.lr_step_size));
+  positive("lr-gamma", c.lr_gamma);
+  non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
+  non_negative("lr-min", c.lr_min);
+  DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
+  DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
+  positive("adam-epsilon", c.adam_epsilon);
+  non_negative("num-ps", c.num_ps);
+  non_negative("threads", c.threads);
+  non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
+  positive("keep-checkpoints", c.keep_checkpoints);
+  positive("timeout", c.timeout);
+  DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
+  DT_REQUIRE(!(c.mode == "async" && c.num_ps == 0),
+             "option --num-ps: async mode needs at least one parameter server (got 0); use "
+             "--mode sync for allreduce without ps");
+}
+
+}  // namespace dtrain

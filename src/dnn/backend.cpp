@@ -1,0 +1,72 @@
+// src/dnn/backend.cpp — shape arithmetic of the backend descriptors (ConvDesc, PoolDesc) and, in
+// builds without CUDA, the stubs of the CUDA entry points.
+//
+// Output sizes follow the cuDNN/oneDNN/PyTorch convention P = ⌊(H + 2·pad − R)/stride⌋ + 1.
+#include "dtrain/dnn/backend.hpp"
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+namespace {
+
+/// Checks the window arithmetic shared by convolution and pooling and returns the output size.
+int window_output(const char* what, const Shape& in, int kernel, int stride, int pad, int dim,
+                  const char* axis) {
+  DT_REQUIRE(kernel >= 1,
+             std::string(what) + ": kernel must be >= 1, got " + std::to_string(kernel));
+  DT_REQUIRE(stride >= 1,
+             std::string(what) + ": stride must be >= 1, got " + std::to_string(stride));
+  DT_REQUIRE(pad >= 0, std::string(what) + ": pad must be >= 0, got " + std::to_string(pad));
+  DT_REQUIRE(kernel <= dim + 2 * pad, std::string(what) + ": kernel " + std::to_string(kernel) +
+                                          " is larger than the " + axis + " of the padded input (" +
+                                          std::to_string(dim) + " + 2*" + std::to_string(pad) +
+                                          " = " + std::to_string(dim + 2 * pad) + ") for input " +
+                                          in.str());
+  return (dim + 2 * pad - kernel) / stride + 1;
+}
+
+void require_input(const char* what, const Shape& in) {
+  DT_REQUIRE(in.n >= 1 && in.c >= 1 && in.h >= 1 && in.w >= 1,
+             std::string(what) + ": input shape must be positive (NxCxHxW), got " + in.str());
+}
+
+}  // namespace
+
+Shape ConvDesc::output() const {
+  require_input("conv", input);
+  DT_REQUIRE(out_channels >= 1,
+             "conv: out_channels (filters) must be >= 1, got " + std::to_string(out_channels));
+  const int p = window_output("conv", input, kernel, stride, pad, input.h, "height");
+  const int q = window_output("conv", input, kernel, stride, pad, input.w, "width");
+  return Shape{input.n, out_channels, p, q};
+}
+
+Shape PoolDesc::output() const {
+  const char* what = kind == PoolKind::max ? "maxpool" : "avgpool";
+  require_input(what, input);
+  // Every window must hold at least one real element (PyTorch's rule pad <= kernel/2).
+  DT_REQUIRE(2 * pad <= kernel, std::string(what) + ": pad " + std::to_string(pad) +
+                                    " must be at most half the kernel " + std::to_string(kernel));
+  const int p = window_output(what, input, kernel, stride, pad, input.h, "height");
+  const int q = window_output(what, input, kernel, stride, pad, input.w, "width");
+  return Shape{input.n, input.c, p, q};
+}
+
+#if !defined(DTRAIN_HAVE_CUDA)
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  throw Error(
+      format_error("cannot use GPU " + std::to_string(device) + ": dtrain was built without CUDA",
+                   __FILE__, __LINE__));
+}
+int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing) {
+  (void)local_size;
+  (void)allow_sharing;
+  throw Error(format_error("cannot pick a GPU for local rank " + std::to_string(local_rank) +
+                               ": dtrain was built without CUDA",
+                           __FILE__, __LINE__));
+}
+#endif
+
+}  // namespace dtrain

@@ -1,0 +1,206 @@
+// src/dnn/cuda/cuda_backend.cpp — CudaBackend (see cuda_backend.hpp): memory, copies, element-wise
+// helpers and optimizer on one stream; the CUDA-build versions of cuda_available(),
+// cuda_device_count(), make_cuda_backend() and select_gpu_for_local_rank() declared in
+// dtrain/dnn/backend.hpp. Follows the CUDA runtime API (stream-ordered cudaMemcpyAsync /
+// cudaMemsetAsync) and cuDNN's / cuBLAS's handle-per-stream model.
+#include "cuda_backend.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels.hpp"
+
+namespace dtrain {
+
+int cuda_device_count() {
+  int count = 0;
+  // No driver / no device: cudaGetDeviceCount returns an error and we report 0 GPUs.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+bool cuda_available() { return cuda_device_count() > 0; }
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing) {
+  DT_REQUIRE(local_rank >= 0 && local_rank < local_size,
+             "invalid node-local rank " + std::to_string(local_rank) + " of " +
+                 std::to_string(local_size));
+  const int gpus = cuda_device_count();
+  if (gpus == 0)
+    throw Error(format_error("no CUDA device visible to local rank " +
+                                 std::to_string(local_rank) +
+                                 " (check CUDA_VISIBLE_DEVICES, the driver, and --gpus-per-task)",
+                             __FILE__, __LINE__));
+  if (local_size > gpus && !allow_sharing)
+    throw InputError(format_error(std::to_string(local_size) + " ranks on this node but only " +
+                                      std::to_string(gpus) +
+                                      " GPUs; pass --allow-gpu-sharing",
+                                  __FILE__, __LINE__));
+  return local_rank % gpus;
+}
+
+namespace cuda {
+
+CudaBackend::CudaBackend(int device) : gpu_(device) {
+  const int count = cuda_device_count();
+  DT_REQUIRE(count > 0, "--device cuda: no CUDA device is visible (driver missing, or "
+                        "CUDA_VISIBLE_DEVICES empty)");
+  DT_REQUIRE(device >= 0 && device < count,
+             "GPU index " + std::to_string(device) + " out of range: " + std::to_string(count) +
+                 " visible");
+  DT_CHECK_CUDA(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  DT_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  const std::size_t v = cudnnGetVersion();
+  name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ", cuDNN " +
+          std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+          std::to_string(v % 100) + ")";
+  stream_ = Stream::create();
+  cudnn_ = CudnnHandle::create(stream_);
+  cublas_ = CublasHandle::create(stream_);
+  flag_ = DeviceMemory::create(sizeof(int));
+  flag_host_ = PinnedMemory::create(sizeof(int));
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) DT_CHECK_CUDA_NOTHROW(cudaStreamSynchronize(stream_));
+}
+
+void* CudaBackend::allocate(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw LibraryError(format_error("cudaMalloc of " + std::to_string(bytes) + " bytes on " +
+                                        name_ + " failed: " + cudaGetErrorString(e),
+                                    __FILE__, __LINE__));
+  }
+  DeviceMemory owner(p);  // freed if the memset fails
+  DT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return owner.release();
+}
+
+void CudaBackend::deallocate(void* p) noexcept {
+  if (p) DT_CHECK_CUDA_NOTHROW(cudaFree(p));
+}
+
+void* CudaBackend::allocate_host(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  PinnedMemory owner = PinnedMemory::create(bytes);
+  std::memset(owner.get(), 0, bytes);
+  return owner.release();
+}
+
+void CudaBackend::deallocate_host(void* p) noexcept {
+  if (p) DT_CHECK_CUDA_NOTHROW(cudaFreeHost(p));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  DT_CHECK_CUDA(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  // The caller may overwrite host_src as soon as we return (pinned sources are read by DMA later).
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  DT_CHECK_CUDA(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  DT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill(float* p, float value, std::size_t n) {
+  launch_fill(stream_, p, value, n);
+}
+
+void CudaBackend::scale(float* p, float alpha, std::size_t n) {
+  launch_scale(stream_, p, alpha, n);
+}
+
+bool CudaBackend::all_finite(const float* p, std::size_t n) {
+  if (n == 0) return true;
+  DT_CHECK_CUDA(cudaMemsetAsync(flag_.get(), 0, sizeof(int), stream_));
+  launch_nonfinite_flag(stream_, p, n, flag_.as<int>());
+  DT_CHECK_CUDA(cudaMemcpyAsync(flag_host_.get(), flag_.get(), sizeof(int),
+                                cudaMemcpyDeviceToHost, stream_));
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return *flag_host_.as<int>() == 0;
+}
+
+void CudaBackend::synchronize() { DT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
+                                   float* v, std::size_t n) {
+  OptimizerParams k;
+  switch (u.kind) {
+    case OptimizerKind::sgd: k.kind = 0; break;
+    case OptimizerKind::momentum: k.kind = 1; break;
+    case OptimizerKind::adam: k.kind = 2; break;
+  }
+  DT_ASSERT(k.kind == 0 || m != nullptr, "optimizer_update: momentum/adam need state m");
+  DT_ASSERT(k.kind != 2 || v != nullptr, "optimizer_update: adam needs state v");
+  k.lr = u.lr;
+  k.momentum = u.momentum;
+  k.nesterov = u.nesterov ? 1 : 0;
+  k.beta1 = u.beta1;
+  k.beta2 = u.beta2;
+  k.epsilon = u.epsilon;
+  k.weight_decay = u.weight_decay;
+  if (k.kind == 2) {
+    DT_REQUIRE(u.step >= 1, "adam: step must be >= 1, got " + std::to_string(u.step));
+    const double t = static_cast<double>(u.step);
+    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(u.beta1), t));
+    k.step_size = u.lr / bc1;
+    k.inv_sqrt_bc2 =
+        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(u.beta2), t)));
+  }
+  launch_optimizer_update(stream_, k, p, g, m, v, n);
+}
+
+std::unique_ptr<ConvOp> CudaBackend::make_conv(const ConvDesc& d) {
+  return make_cuda_conv(*this, d);
+}
+std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolDesc& d) {
+  return make_cuda_pool(*this, d);
+}
+std::unique_ptr<ActivationOp> CudaBackend::make_activation(ActKind kind, const Shape& shape) {
+  return make_cuda_activation(*this, kind, shape);
+}
+std::unique_ptr<BatchNormOp> CudaBackend::make_batchnorm(const BatchNormDesc& d) {
+  return make_cuda_batchnorm(*this, d);
+}
+std::unique_ptr<DenseOp> CudaBackend::make_dense(const DenseDesc& d) {
+  return make_cuda_dense(*this, d);
+}
+std::unique_ptr<DropoutOp> CudaBackend::make_dropout(const Shape& shape, float p) {
+  return make_cuda_dropout(*this, shape, p);
+}
+std::unique_ptr<SoftmaxXentOp> CudaBackend::make_softmax_xent(int batch, int classes) {
+  return make_cuda_softmax_xent(*this, batch, classes);
+}
+
+CudaBackend& as_cuda_backend(Backend& backend) {
+  auto* cb = dynamic_cast<CudaBackend*>(&backend);
+  if (cb == nullptr)
+    throw Error(format_error("the NCCL allreduce needs the CUDA backend, but the backend is " +
+                                 backend.name() + " (use --device cuda, or --allreduce mpi)",
+                             __FILE__, __LINE__));
+  return *cb;
+}
+
+}  // namespace cuda
+}  // namespace dtrain

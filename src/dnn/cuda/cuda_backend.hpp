@@ -1,0 +1,93 @@
+// src/dnn/cuda/cuda_backend.hpp — the CUDA backend class (private to src/dnn/cuda): one GPU, one
+// non-blocking stream, one cuDNN and one cuBLAS handle bound to it. Implements dtrain::Backend
+// (dtrain/dnn/backend.hpp) with cuDNN 9 legacy (cudnn_ops.h / cudnn_cnn.h) calls, cuBLAS and the
+// kernels of kernels.cu. Code that needs the stream (the NCCL allreduce) reaches it with
+// as_cuda_backend().
+//
+// Memory and synchronization rules of this backend:
+// - allocate(): cudaMalloc + cudaMemsetAsync(0) + stream sync (allocation happens at setup).
+// - copy_to_device() returns once host_src may be reused (it waits for the stream), copy_to_host()
+//   once host_dst holds the data; copy_device(), fill(), scale(), ops and optimizer_update() are
+//   asynchronous. all_finite() synchronizes to read its flag.
+// - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "cuda_raii.hpp"
+#include "dtrain/dnn/backend.hpp"
+
+namespace dtrain::cuda {
+
+/// Upper bound of the cuDNN convolution workspace one op may use (bytes).
+inline constexpr std::size_t kConvWorkspaceLimit = std::size_t(512) << 20;
+
+class CudaBackend final : public Backend {
+ public:
+  /// Binds the calling thread to GPU `device` (cudaSetDevice) and creates stream and handles.
+  /// Throws InputError for a device index outside [0, cuda_device_count()), LibraryError otherwise.
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  [[nodiscard]] Device device() const override { return Device::cuda; }
+  [[nodiscard]] std::string name() const override { return name_; }
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  void* allocate_host(std::size_t bytes) override;
+  void deallocate_host(void* p) noexcept override;
+  void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
+  void copy_device(void* dst, const void* src, std::size_t bytes) override;
+  void fill(float* p, float value, std::size_t n) override;
+  void scale(float* p, float alpha, std::size_t n) override;
+  bool all_finite(const float* p, std::size_t n) override;
+  void synchronize() override;
+
+  std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override;
+  std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override;
+  std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override;
+  std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override;
+  std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) override;
+  std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) override;
+  std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override;
+
+  void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+                        std::size_t n) override;
+
+  /// The GPU index this backend runs on.
+  [[nodiscard]] int gpu() const noexcept { return gpu_; }
+  /// The one stream every call of this backend is queued on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
+  [[nodiscard]] cudnnHandle_t cudnn() const noexcept { return cudnn_.get(); }
+  [[nodiscard]] cublasHandle_t cublas() const noexcept { return cublas_.get(); }
+
+ private:
+  int gpu_ = 0;
+  std::string name_;
+  Stream stream_;
+  CudnnHandle cudnn_;
+  CublasHandle cublas_;
+  DeviceMemory flag_;         ///< one int for all_finite()
+  PinnedMemory flag_host_;    ///< its host copy
+};
+
+/// Returns `backend` as a CudaBackend; throws dtrain::Error naming the backend when it is not one
+/// (e.g. `--allreduce nccl` with `--device cpu`).
+CudaBackend& as_cuda_backend(Backend& backend);
+
+// Op factories (one translation unit each family); they read handles and stream from `be`.
+std::unique_ptr<ConvOp> make_cuda_conv(CudaBackend& be, const ConvDesc& d);
+std::unique_ptr<PoolOp> make_cuda_pool(CudaBackend& be, const PoolDesc& d);
+std::unique_ptr<ActivationOp> make_cuda_activation(CudaBackend& be, ActKind kind,
+                                                   const Shape& shape);
+std::unique_ptr<BatchNormOp> make_cuda_batchnorm(CudaBackend& be, const BatchNormDesc& d);
+std::unique_ptr<DenseOp> make_cuda_dense(CudaBackend& be, const DenseDesc& d);
+std::unique_ptr<DropoutOp> make_cuda_dropout(CudaBackend& be, const Shape& shape, float p);
+std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes);
+
+}  // namespace dtrain::cuda

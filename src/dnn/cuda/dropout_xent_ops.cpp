@@ -1,0 +1,80 @@
+// src/dnn/cuda/dropout_xent_ops.cpp — inverted dropout (Srivastava et al. 2014) with the stateless
+// counter-based generator of dtrain/dnn/counter_rng.hpp (so GPU masks equal the CPU backend's and a
+// resumed run draws the same masks), and softmax cross-entropy with a warp-per-sample kernel.
+// Both ops wrap kernels.cu; the dropout mask lives on the device inside the op.
+#include <string>
+
+#include "cuda_backend.hpp"
+#include "kernels.hpp"
+
+namespace dtrain::cuda {
+namespace {
+
+class CudaDropoutOp final : public DropoutOp {
+ public:
+  CudaDropoutOp(CudaBackend& be, const Shape& shape, float p)
+      : be_(be), n_(shape.count()), p_(p) {
+    DT_REQUIRE(p >= 0.0f && p < 1.0f, "dropout: rate must be in [0, 1), got " + std::to_string(p));
+    DT_REQUIRE(n_ > 0, "dropout: empty shape " + shape.str());
+    mask_ = DeviceMemory::create(n_ * sizeof(float));
+  }
+
+  void forward(const float* x, float* y, bool training, std::uint64_t seed) override {
+    trained_ = training;
+    if (training) {
+      launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, seed, n_);
+    } else if (x != y) {
+      DT_CHECK_CUDA(cudaMemcpyAsync(y, x, n_ * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    be_.stream()));
+    }
+  }
+
+  void backward(const float* dy, float* dx) override {
+    if (trained_) {
+      launch_dropout_backward(be_.stream(), dy, mask_.as<float>(), dx, n_);
+    } else if (dy != dx) {  // after an inference forward dropout is the identity
+      DT_CHECK_CUDA(cudaMemcpyAsync(dx, dy, n_ * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    be_.stream()));
+    }
+  }
+
+ private:
+  CudaBackend& be_;
+  std::size_t n_;
+  float p_;
+  bool trained_ = false;
+  DeviceMemory mask_;  ///< 0 or 1/(1−p) per element, from the last training forward
+};
+
+class CudaSoftmaxXentOp final : public SoftmaxXentOp {
+ public:
+  CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes)
+      : be_(be), batch_(batch), classes_(classes) {
+    DT_REQUIRE(batch >= 1 && classes >= 1, "softmax cross-entropy: batch and classes must be >= 1, got " +
+                                               std::to_string(batch) + ", " + std::to_string(classes));
+  }
+
+  void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
+                        float* dlogits, float* stats) override {
+    DT_ASSERT(n >= 0 && n <= batch_, "softmax cross-entropy: n = " + std::to_string(n) +
+                                         " exceeds the batch " + std::to_string(batch_));
+    launch_softmax_xent(be_.stream(), logits, labels, n, classes_, grad_scale, dlogits, stats);
+  }
+
+ private:
+  CudaBackend& be_;
+  int batch_;
+  int classes_;
+};
+
+}  // namespace
+
+std::unique_ptr<DropoutOp> make_cuda_dropout(CudaBackend& be, const Shape& shape, float p) {
+  return std::make_unique<CudaDropoutOp>(be, shape, p);
+}
+
+std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes) {
+  return std::make_unique<CudaSoftmaxXentOp>(be, batch, classes);
+}
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,56 @@
+// src/dnn/cuda/kernels.hpp — host-side launchers of dtrain's own CUDA kernels (kernels.cu).
+//
+// Plain C++ declarations so that the g++-compiled op files can call them. Every launcher enqueues
+// on `stream`, checks the launch (LibraryError on failure) and returns without synchronizing.
+// n == 0 is a no-op. Pointers are device pointers unless stated. kernels.cu is compiled as C++17
+// by nvcc, so this header must not include the C++20 public headers (backend.hpp, shape.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+
+namespace dtrain::cuda {
+
+/// p[i] = value, i < n.
+void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n);
+/// p[i] *= alpha, i < n.
+void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n);
+/// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
+void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
+/// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).
+struct OptimizerParams {
+  int kind = 0;                  ///< 0 sgd, 1 momentum, 2 adam (OptimizerKind order)
+  float lr = 0.0f;
+  float momentum = 0.0f;
+  int nesterov = 0;
+  float beta1 = 0.0f, beta2 = 0.0f, epsilon = 0.0f;
+  float weight_decay = 0.0f;
+  float step_size = 0.0f;         ///< adam: lr / (1 − beta1^step)
+  float inv_sqrt_bc2 = 1.0f;      ///< adam: 1 / sqrt(1 − beta2^step)
+};
+/// One optimizer step over n parameters, elementwise with g' = g + wd·p:
+/// sgd p −= lr·g'; momentum m = μ·m + g', p −= lr·(nesterov ? g' + μ·m : m);
+/// adam m = β1·m + (1−β1)·g', v = β2·v + (1−β2)·g'², p −= step_size·m/(sqrt(v)·inv_sqrt_bc2 + ε)
+/// (torch.optim.Adam's arrangement, identical to the CPU backend's loop).
+void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
+                             const float* g, float* m, float* v, std::size_t n);
+/// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer).
+void launch_add_row_bias(cudaStream_t stream, float* y, const float* b, int rows, int cols);
+/// Inverted dropout forward: element i is kept iff counter_uniform(seed, i) >= p (the CPU backend's
+/// rule), mask[i] = kept ? 1/(1 − p) : 0, y[i] = x[i]·mask[i] (x == y allowed).
+void launch_dropout_forward(cudaStream_t stream, const float* x, float* y, float* mask, float p,
+                            std::uint64_t seed, std::size_t n);
+/// dx[i] = dy[i]·mask[i].
+void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* mask, float* dx,
+                             std::size_t n);
+/// Softmax cross-entropy, one warp per sample (log-sum-exp): stats[0] += Σ loss, stats[1] +=
+/// number of samples whose first maximal logit is at the label; when dlogits != nullptr,
+/// dlogits = (softmax − onehot)·grad_scale. A label outside [0, classes) adds NaN to the loss (so the
+/// trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
+void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
+                         int n, int classes, float grad_scale, float* dlogits, float* stats);
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,158 @@
+// src/dnn/cuda/nccl_allreduce.cpp — make_nccl_allreduce() of dtrain/sync/allreduce.hpp: in-place
+// ncclAllReduce(sum, float) over the ranks of an MPI communicator, Horovod / PyTorch-DDP style.
+//
+// Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`; every
+// rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both calls are
+// collective over `comm`, so every rank must construct the object at the same point. Each
+// allreduce_sum() runs on the object's own stream after an event recorded on the backend's stream
+// (so the gradients computed there are complete), and the host then waits for the NCCL stream with a
+// deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is aborted
+// (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no rank stays
+// blocked inside NCCL.
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "cuda_backend.hpp"
+#include "dtrain/sync/allreduce.hpp"
+
+namespace dtrain {
+namespace {
+
+using cuda::CudaBackend;
+
+/// How long allreduce_sum() waits for NCCL before aborting (a dead or diverged peer).
+constexpr std::chrono::seconds kNcclTimeout{600};
+
+/// ncclGetLastError() as a string ("" when NCCL has nothing to add).
+std::string nccl_last_error(ncclComm_t comm) {
+  const char* e = ncclGetLastError(comm);
+  return e != nullptr ? std::string(e) : std::string();
+}
+
+/// Owner of an NCCL communicator: destroy on normal exit, abort after an error.
+class NcclComm {
+ public:
+  NcclComm() = default;
+  ~NcclComm() {
+    if (comm_ == nullptr) return;
+    if (aborted_) return;
+    DT_CHECK_NCCL_NOTHROW(ncclCommDestroy(comm_));
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  /// Collective over the `size` ranks sharing `id`.
+  void init(int size, const ncclUniqueId& id, int rank) {
+    const ncclResult_t r = ncclCommInitRank(&comm_, size, id, rank);
+    if (r != ncclSuccess) {
+      comm_ = nullptr;
+      throw LibraryError(format_error(
+          std::string("ncclCommInitRank failed: ") + ncclGetErrorString(r) + " — " +
+              nccl_last_error(nullptr) +
+              " (NCCL needs a distinct GPU per rank; ranks sharing a GPU must use --allreduce mpi)",
+          __FILE__, __LINE__));
+    }
+  }
+  /// Aborts the communicator (pending operations are cancelled); idempotent, never throws.
+  void abort() noexcept {
+    if (comm_ != nullptr && !aborted_) {
+      DT_CHECK_NCCL_NOTHROW(ncclCommAbort(comm_));
+      aborted_ = true;
+    }
+  }
+  [[nodiscard]] ncclComm_t get() const noexcept { return comm_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+class NcclAllreduce final : public GradientAllreduce {
+ public:
+  NcclAllreduce(MPI_Comm comm, CudaBackend& be) : be_(be) {
+    int rank = 0, size = 0;
+    check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    ncclUniqueId id{};
+    if (rank == 0) DT_CHECK_NCCL(ncclGetUniqueId(&id));
+    check_mpi(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, comm), "MPI_Bcast of the NCCL unique id");
+    DT_CHECK_CUDA(cudaSetDevice(be.gpu()));
+    stream_ = cuda::Stream::create();
+    ready_ = cuda::Event::create();
+    comm_.init(size, id, rank);
+  }
+
+  ~NcclAllreduce() override {
+    if (stream_) DT_CHECK_CUDA_NOTHROW(cudaStreamSynchronize(stream_));
+  }
+
+  void allreduce_sum(float* data, std::size_t n) override {
+    if (n == 0) return;
+    DT_CHECK_CUDA(cudaEventRecord(ready_, be_.stream()));
+    DT_CHECK_CUDA(cudaStreamWaitEvent(stream_, ready_, 0));
+    check_nccl(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_.get(), stream_),
+               "ncclAllReduce");
+    wait_with_deadline(n);
+  }
+
+  [[nodiscard]] std::string name() const override { return "nccl"; }
+
+ private:
+  static void check_mpi(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw LibraryError(format_error(std::string(what) + " failed: " + std::string(msg, len),
+                                    __FILE__, __LINE__));
+  }
+
+  void check_nccl(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    const std::string detail = nccl_last_error(comm_.get());
+    comm_.abort();
+    throw LibraryError(format_error(std::string(what) + " failed: " + ncclGetErrorString(r) +
+                                        (detail.empty() ? "" : " — " + detail),
+                                    __FILE__, __LINE__));
+  }
+
+  // Polls the NCCL stream so that an asynchronous NCCL error or a hung peer ends in an exception.
+  void wait_with_deadline(std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + kNcclTimeout;
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) {
+        comm_.abort();
+        DT_CHECK_CUDA(q);
+      }
+      ncclResult_t async = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_.get(), &async), "ncclCommGetAsyncError");
+      check_nccl(async, "ncclAllReduce (asynchronous error)");
+      if (std::chrono::steady_clock::now() > deadline) {
+        comm_.abort();
+        throw LibraryError(format_error(
+            "ncclAllReduce of " + std::to_string(n) + " floats did not finish within " +
+                std::to_string(kNcclTimeout.count()) +
+                " s (a peer died or ranks called allreduce a different number of times); "
+                "communicator aborted",
+            __FILE__, __LINE__));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  CudaBackend& be_;
+  cuda::Stream stream_;
+  cuda::Event ready_;
+  NcclComm comm_;  // declared last: destroyed first, while the stream still exists
+};
+
+}  // namespace
+
+std::unique_ptr<GradientAllreduce> make_nccl_allreduce(MPI_Comm comm, Backend& backend) {
+  return std::make_unique<NcclAllreduce>(comm, cuda::as_cuda_backend(backend));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,151 @@
+// src/dnn/cuda/pool_act_bn_ops.cpp — pooling, activation and batch normalization on cuDNN's legacy
+// API (cudnn_ops.h, cuDNN 9): cudnnPoolingForward/Backward (max; average excluding padding =
+// CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
+// cudnnActivationForward/Backward (relu, sigmoid), and spatial batch normalization
+// (Ioffe & Szegedy 2015) with cudnnBatchNormalizationForwardTraining / ForwardInference / Backward
+// in CUDNN_BATCHNORM_SPATIAL mode. cuDNN's exponentialAverageFactor is PyTorch's momentum and cuDNN
+// stores the unbiased batch variance in the running variance, as BatchNormDesc documents.
+#include <string>
+
+#include "cuda_backend.hpp"
+
+namespace dtrain::cuda {
+namespace {
+
+TensorDesc desc_of(const Shape& s) { return TensorDesc::nchw(s.n, s.c, s.h, s.w); }
+
+class CudaPoolOp final : public PoolOp {
+ public:
+  CudaPoolOp(CudaBackend& be, const PoolDesc& d) : be_(be) {
+    const Shape out = d.output();  // InputError for impossible windows
+    x_desc_ = desc_of(d.input);
+    y_desc_ = desc_of(out);
+    pool_desc_ = PoolingDesc::create(d.kind == PoolKind::max
+                                         ? CUDNN_POOLING_MAX
+                                         : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                                     d.kernel, d.pad, d.stride);
+    int n = 0, c = 0, h = 0, w = 0;
+    DT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(pool_desc_, x_desc_, &n, &c, &h, &w));
+    DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
+              "cuDNN pooling output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
+  }
+
+  void forward(const float* x, float* y, bool /*training: cuDNN recomputes from x and y*/) override {
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnPoolingForward(be_.cudnn(), pool_desc_, &one, x_desc_, x, &zero, y_desc_, y));
+  }
+
+  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnPoolingBackward(be_.cudnn(), pool_desc_, &one, y_desc_, y, y_desc_, dy,
+                                        x_desc_, x, &zero, x_desc_, dx));
+  }
+
+ private:
+  CudaBackend& be_;
+  TensorDesc x_desc_, y_desc_;
+  PoolingDesc pool_desc_;
+};
+
+class CudaActivationOp final : public ActivationOp {
+ public:
+  CudaActivationOp(CudaBackend& be, ActKind kind, const Shape& shape) : be_(be) {
+    DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
+    desc_ = desc_of(shape);
+    act_ = ActivationDesc::create(kind == ActKind::relu ? CUDNN_ACTIVATION_RELU
+                                                        : CUDNN_ACTIVATION_SIGMOID);
+  }
+
+  void forward(const float* x, float* y) override {
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnActivationForward(be_.cudnn(), act_, &one, desc_, x, &zero, desc_, y));
+  }
+
+  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnActivationBackward(be_.cudnn(), act_, &one, desc_, y, desc_, dy, desc_, x,
+                                           &zero, desc_, dx));
+  }
+
+ private:
+  CudaBackend& be_;
+  TensorDesc desc_;
+  ActivationDesc act_;
+};
+
+class CudaBatchNormOp final : public BatchNormOp {
+ public:
+  CudaBatchNormOp(CudaBackend& be, const BatchNormDesc& d) : be_(be), d_(d) {
+    const Shape& s = d.input;
+    DT_REQUIRE(s.n >= 1 && s.c >= 1 && s.h >= 1 && s.w >= 1,
+               "batchnorm: input shape must be positive, got " + s.str());
+    DT_REQUIRE(d.epsilon >= CUDNN_BN_MIN_EPSILON && d.epsilon > 0.0f,
+               "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
+    DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
+               "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
+    x_desc_ = desc_of(s);
+    cudnnTensorDescriptor_t raw = nullptr;
+    DT_CHECK_CUDNN(cudnnCreateTensorDescriptor(&raw));
+    param_desc_ = TensorDesc(raw);
+    DT_CHECK_CUDNN(cudnnDeriveBNTensorDescriptor(param_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
+    const auto c = static_cast<std::size_t>(s.c);
+    saved_mean_ = DeviceMemory::create(c * sizeof(float));
+    saved_inv_var_ = DeviceMemory::create(c * sizeof(float));
+    // Zero so that a backward without a training forward reads defined (if meaningless) values.
+    DT_CHECK_CUDA(cudaMemsetAsync(saved_mean_.get(), 0, c * sizeof(float), be.stream()));
+    DT_CHECK_CUDA(cudaMemsetAsync(saved_inv_var_.get(), 0, c * sizeof(float), be.stream()));
+  }
+
+  void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, float* y, bool training) override {
+    const float one = 1.0f, zero = 0.0f;
+    if (training) {
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
+          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
+          gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
+          static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get()));
+    } else {
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
+          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
+          gamma, beta, running_mean, running_var, static_cast<double>(d_.epsilon)));
+    }
+  }
+
+  void backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                float* dbeta) override {
+    if (dx == nullptr) {
+      // cuDNN always writes dx; a first-layer batchnorm gets a scratch buffer, made once.
+      if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * sizeof(float));
+      dx = scratch_dx_.as<float>();
+    }
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
+        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
+        x_desc_, dx, param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon),
+        saved_mean_.get(), saved_inv_var_.get()));
+  }
+
+ private:
+  CudaBackend& be_;
+  BatchNormDesc d_;
+  TensorDesc x_desc_, param_desc_;
+  DeviceMemory saved_mean_, saved_inv_var_;  ///< batch statistics of the last training forward
+  DeviceMemory scratch_dx_;
+};
+
+}  // namespace
+
+std::unique_ptr<PoolOp> make_cuda_pool(CudaBackend& be, const PoolDesc& d) {
+  return std::make_unique<CudaPoolOp>(be, d);
+}
+
+std::unique_ptr<ActivationOp> make_cuda_activation(CudaBackend& be, ActKind kind,
+                                                   const Shape& shape) {
+  return std::make_unique<CudaActivationOp>(be, kind, shape);
+}
+
+std::unique_ptr<BatchNormOp> make_cuda_batchnorm(CudaBackend& be, const BatchNormDesc& d) {
+  return std::make_unique<CudaBatchNormOp>(be, d);
+}
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,165 @@
+// src/dnn/onednn/conv_pool.cpp — oneDNN convolution and pooling ops of the CPU backend.
+//
+// Follows the oneDNN 2.6 C++ API: convolution_forward (+bias), convolution_backward_data,
+// convolution_backward_weights (weights + bias), pooling_forward / pooling_backward (max keeps its
+// workspace between a training forward and backward; avg = pooling_avg_exclude_padding, as
+// PyTorch's count_include_pad=False). Plain nchw / oihw layouts, primitives built once per shape.
+#include "dtrain/core/error.hpp"
+#include "onednn_common.hpp"
+
+namespace dtrain::onednn {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+
+std::string window_str(const Shape& in, const Shape& out, int kernel, int stride, int pad) {
+  return in.str() + " -> " + out.str() + " kernel " + std::to_string(kernel) + " stride " +
+         std::to_string(stride) + " pad " + std::to_string(pad);
+}
+
+class OneDnnConv final : public ConvOp {
+ public:
+  OneDnnConv(const Context& ctx, const ConvDesc& d) : out_(d.output()) {
+    const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
+    dnnl_guard("convolution", shape, [&] { build(ctx, d, shape); });
+  }
+
+  void forward(const float* x, const float* w, const float* b, float* y) override {
+    fwd_.set(DNNL_ARG_SRC, x);
+    fwd_.set(DNNL_ARG_WEIGHTS, w);
+    fwd_.set(DNNL_ARG_BIAS, b);
+    fwd_.set(DNNL_ARG_DST, y);
+    fwd_.run();
+  }
+
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db) override {
+    if (dx != nullptr) {
+      bwd_data_.set(DNNL_ARG_DIFF_DST, dy);
+      bwd_data_.set(DNNL_ARG_WEIGHTS, w);
+      bwd_data_.set(DNNL_ARG_DIFF_SRC, dx);
+      bwd_data_.run();
+    }
+    bwd_weights_.set(DNNL_ARG_SRC, x);
+    bwd_weights_.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_weights_.set(DNNL_ARG_DIFF_WEIGHTS, dw);
+    bwd_weights_.set(DNNL_ARG_DIFF_BIAS, db);
+    bwd_weights_.run();
+  }
+
+ private:
+  void build(const Context& ctx, const ConvDesc& d, const std::string& shape) {
+    const memory::desc src = md_nchw(d.input);
+    const memory::desc dst = md_nchw(out_);
+    const memory::desc wei({d.out_channels, d.input.c, d.kernel, d.kernel}, memory::data_type::f32,
+                           memory::format_tag::oihw);
+    const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
+    const memory::dims strides{d.stride, d.stride};
+    const memory::dims pad{d.pad, d.pad};
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+
+    const dnnl::convolution_forward::desc fd(prop_kind::forward_training,
+                                             algorithm::convolution_direct, src, wei, bias, dst,
+                                             strides, pad, pad);
+    const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    fwd_ = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
+    fwd_.user_arg(DNNL_ARG_SRC, src);
+    fwd_.user_arg(DNNL_ARG_WEIGHTS, wei);
+    fwd_.user_arg(DNNL_ARG_BIAS, bias);
+    fwd_.user_arg(DNNL_ARG_DST, dst);
+
+    const dnnl::convolution_backward_data::desc bdd(algorithm::convolution_direct, src, wei, dst,
+                                                    strides, pad, pad);
+    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
+    bwd_data_ =
+        Prim::make<dnnl::convolution_backward_data>(ctx, bdpd, "convolution_backward_data", shape);
+    bwd_data_.user_arg(DNNL_ARG_DIFF_DST, dst);
+    bwd_data_.user_arg(DNNL_ARG_WEIGHTS, wei);
+    bwd_data_.user_arg(DNNL_ARG_DIFF_SRC, src);
+
+    const dnnl::convolution_backward_weights::desc bwd(algorithm::convolution_direct, src, wei,
+                                                       bias, dst, strides, pad, pad);
+    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
+    bwd_weights_ = Prim::make<dnnl::convolution_backward_weights>(
+        ctx, bwpd, "convolution_backward_weights", shape);
+    bwd_weights_.user_arg(DNNL_ARG_SRC, src);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_DST, dst);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+  }
+
+  Shape out_;
+  Prim fwd_, bwd_data_, bwd_weights_;
+};
+
+class OneDnnPool final : public PoolOp {
+ public:
+  OneDnnPool(const Context& ctx, const PoolDesc& d) : out_(d.output()) {
+    const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
+    dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
+               [&] { build(ctx, d, shape); });
+  }
+
+  // One forward_training primitive serves both modes: for max pooling it also writes the
+  // workspace (cheap), so a later backward always finds what it needs.
+  void forward(const float* x, float* y, bool /*training*/) override {
+    fwd_.set(DNNL_ARG_SRC, x);
+    fwd_.set(DNNL_ARG_DST, y);
+    fwd_.run();
+  }
+
+  void backward(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+    bwd_.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_.set(DNNL_ARG_DIFF_SRC, dx);
+    bwd_.run();
+  }
+
+ private:
+  void build(const Context& ctx, const PoolDesc& d, const std::string& shape) {
+    const memory::desc src = md_nchw(d.input);
+    const memory::desc dst = md_nchw(out_);
+    const memory::dims strides{d.stride, d.stride};
+    const memory::dims kernel{d.kernel, d.kernel};
+    const memory::dims pad{d.pad, d.pad};
+    const algorithm alg =
+        d.kind == PoolKind::max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+
+    const dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, src, dst, strides,
+                                         kernel, pad, pad);
+    const dnnl::pooling_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    fwd_ = Prim::make<dnnl::pooling_forward>(ctx, fpd, "pooling_forward", shape);
+    fwd_.user_arg(DNNL_ARG_SRC, src);
+    fwd_.user_arg(DNNL_ARG_DST, dst);
+
+    const dnnl::pooling_backward::desc bd(alg, src, dst, strides, kernel, pad, pad);
+    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
+    bwd_ = Prim::make<dnnl::pooling_backward>(ctx, bpd, "pooling_backward", shape);
+    bwd_.user_arg(DNNL_ARG_DIFF_DST, dst);
+    bwd_.user_arg(DNNL_ARG_DIFF_SRC, src);
+
+    const memory::desc ws = fpd.workspace_desc();
+    if (ws.get_size() > 0) {
+      const memory workspace(ws, ctx.engine);  // allocated once, shared by fwd and bwd
+      fwd_.owned_arg(DNNL_ARG_WORKSPACE, workspace);
+      bwd_.owned_arg(DNNL_ARG_WORKSPACE, workspace);
+    }
+  }
+
+  Shape out_;
+  Prim fwd_, bwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d) {
+  return std::make_unique<OneDnnConv>(ctx, d);
+}
+
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d) {
+  return std::make_unique<OneDnnPool>(ctx, d);
+}
+
+}  // namespace dtrain::onednn

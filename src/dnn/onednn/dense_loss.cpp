@@ -1,0 +1,189 @@
+// src/dnn/onednn/dense_loss.cpp — the CPU backend's dense (oneDNN inner product), dropout and
+// softmax cross-entropy ops.
+//
+// Dense follows the oneDNN 2.6 C++ API (inner_product_forward / backward_data / backward_weights,
+// layouts nc and oi). Dropout is inverted dropout (Srivastava et al. 2014) with the mask drawn
+// from counter_uniform(seed, i), the same stream the CUDA backend uses, so masks are identical.
+// Softmax cross-entropy is a plain loop with the log-sum-exp shift for numerical stability.
+#include <algorithm>
+#include <cmath>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/dnn/counter_rng.hpp"
+#include "onednn_common.hpp"
+
+namespace dtrain::onednn {
+namespace {
+
+using dnnl::memory;
+using dnnl::prop_kind;
+
+class OneDnnDense final : public DenseOp {
+ public:
+  OneDnnDense(const Context& ctx, const DenseDesc& d) {
+    const std::string shape = "x " + std::to_string(d.batch) + "x" + std::to_string(d.inputs) +
+                              ", W " + std::to_string(d.outputs) + "x" + std::to_string(d.inputs);
+    DT_REQUIRE(d.batch >= 1 && d.inputs >= 1 && d.outputs >= 1,
+               "dense: batch, inputs and outputs must be >= 1, got " + shape);
+    dnnl_guard("inner_product", shape, [&] { build(ctx, d, shape); });
+  }
+
+  void forward(const float* x, const float* w, const float* b, float* y) override {
+    fwd_.set(DNNL_ARG_SRC, x);
+    fwd_.set(DNNL_ARG_WEIGHTS, w);
+    fwd_.set(DNNL_ARG_BIAS, b);
+    fwd_.set(DNNL_ARG_DST, y);
+    fwd_.run();
+  }
+
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db) override {
+    if (dx != nullptr) {
+      bwd_data_.set(DNNL_ARG_DIFF_DST, dy);
+      bwd_data_.set(DNNL_ARG_WEIGHTS, w);
+      bwd_data_.set(DNNL_ARG_DIFF_SRC, dx);
+      bwd_data_.run();
+    }
+    bwd_weights_.set(DNNL_ARG_SRC, x);
+    bwd_weights_.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_weights_.set(DNNL_ARG_DIFF_WEIGHTS, dw);
+    bwd_weights_.set(DNNL_ARG_DIFF_BIAS, db);
+    bwd_weights_.run();
+  }
+
+ private:
+  void build(const Context& ctx, const DenseDesc& d, const std::string& shape) {
+    const memory::desc src = md_nc(d.batch, d.inputs);
+    const memory::desc dst = md_nc(d.batch, d.outputs);
+    const memory::desc wei({d.outputs, d.inputs}, memory::data_type::f32, memory::format_tag::oi);
+    const memory::desc bias = md_x(static_cast<std::size_t>(d.outputs));
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+
+    const dnnl::inner_product_forward::desc fd(prop_kind::forward_training, src, wei, bias, dst);
+    const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    fwd_ = Prim::make<dnnl::inner_product_forward>(ctx, fpd, "inner_product_forward", shape);
+    fwd_.user_arg(DNNL_ARG_SRC, src);
+    fwd_.user_arg(DNNL_ARG_WEIGHTS, wei);
+    fwd_.user_arg(DNNL_ARG_BIAS, bias);
+    fwd_.user_arg(DNNL_ARG_DST, dst);
+
+    const dnnl::inner_product_backward_data::desc bdd(src, wei, dst);
+    const dnnl::inner_product_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
+    bwd_data_ = Prim::make<dnnl::inner_product_backward_data>(ctx, bdpd,
+                                                              "inner_product_backward_data", shape);
+    bwd_data_.user_arg(DNNL_ARG_DIFF_DST, dst);
+    bwd_data_.user_arg(DNNL_ARG_WEIGHTS, wei);
+    bwd_data_.user_arg(DNNL_ARG_DIFF_SRC, src);
+
+    const dnnl::inner_product_backward_weights::desc bwd(src, wei, bias, dst);
+    const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
+    bwd_weights_ = Prim::make<dnnl::inner_product_backward_weights>(
+        ctx, bwpd, "inner_product_backward_weights", shape);
+    bwd_weights_.user_arg(DNNL_ARG_SRC, src);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_DST, dst);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
+    bwd_weights_.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+  }
+
+  Prim fwd_, bwd_data_, bwd_weights_;
+};
+
+class CpuDropout final : public DropoutOp {
+ public:
+  CpuDropout(const Shape& shape, float p) : p_(p), mask_(shape.count()) {
+    DT_REQUIRE(p >= 0.0f && p < 1.0f, "dropout: rate must be in [0, 1), got " + std::to_string(p));
+    DT_REQUIRE(shape.count() > 0, "dropout: empty shape " + shape.str());
+  }
+
+  /// Training: mask[i] = (counter_uniform(seed, i) < p) ? 0 : 1/(1−p); y = x·mask.
+  /// Inference: y = x (the mask is left as it was).
+  void forward(const float* x, float* y, bool training, std::uint64_t seed) override {
+    const std::size_t n = mask_.size();
+    if (!training) {
+      if (x != y) std::copy(x, x + n, y);
+      return;
+    }
+    const float keep_scale = 1.0f / (1.0f - p_);
+    float* __restrict mask = mask_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      mask[i] = counter_uniform(seed, i) < p_ ? 0.0f : keep_scale;
+    }
+    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * mask[i];
+  }
+
+  /// dx = dy · mask of the last training forward.
+  void backward(const float* dy, float* dx) override {
+    const float* __restrict mask = mask_.data();
+    for (std::size_t i = 0; i < mask_.size(); ++i) dx[i] = dy[i] * mask[i];
+  }
+
+ private:
+  float p_;
+  HostArray mask_;
+};
+
+class CpuSoftmaxXent final : public SoftmaxXentOp {
+ public:
+  CpuSoftmaxXent(int batch, int classes) : batch_(batch), classes_(classes) {
+    DT_REQUIRE(batch >= 1 && classes >= 1,
+               "softmax cross-entropy: batch and classes must be >= 1, got " +
+                   std::to_string(batch) + " and " + std::to_string(classes));
+  }
+
+  void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
+                        float* dlogits, float* stats) override {
+    DT_REQUIRE(n >= 0 && n <= batch_, "softmax cross-entropy: n = " + std::to_string(n) +
+                                          " outside [0, " + std::to_string(batch_) + "]");
+    const std::size_t k = static_cast<std::size_t>(classes_);
+    double loss_sum = 0.0;
+    int correct = 0;
+    for (int s = 0; s < n; ++s) {
+      const float* l = logits + static_cast<std::size_t>(s) * k;
+      const std::int32_t label = labels[s];
+      DT_REQUIRE(label >= 0 && label < classes_,
+                 "softmax cross-entropy: label " + std::to_string(label) + " of sample " +
+                     std::to_string(s) + " outside [0, " + std::to_string(classes_) + ")");
+      std::size_t argmax = 0;
+      for (std::size_t j = 1; j < k; ++j) {
+        if (l[j] > l[argmax]) argmax = j;
+      }
+      const float mx = l[argmax];
+      double sum = 0.0;
+      for (std::size_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(l[j] - mx));
+      const double lse = static_cast<double>(mx) + std::log(sum);
+      loss_sum += lse - static_cast<double>(l[label]);
+      correct += argmax == static_cast<std::size_t>(label) ? 1 : 0;
+      if (dlogits != nullptr) {
+        float* d = dlogits + static_cast<std::size_t>(s) * k;
+        const double inv_sum = 1.0 / sum;
+        for (std::size_t j = 0; j < k; ++j) {
+          const double prob = std::exp(static_cast<double>(l[j] - mx)) * inv_sum;
+          d[j] = static_cast<float>((prob - (j == static_cast<std::size_t>(label) ? 1.0 : 0.0)) *
+                                    grad_scale);
+        }
+      }
+    }
+    stats[0] += static_cast<float>(loss_sum);
+    stats[1] += static_cast<float>(correct);
+  }
+
+ private:
+  int batch_;
+  int classes_;
+};
+
+}  // namespace
+
+std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d) {
+  return std::make_unique<OneDnnDense>(ctx, d);
+}
+
+std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p) {
+  return std::make_unique<CpuDropout>(shape, p);
+}
+
+std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes) {
+  return std::make_unique<CpuSoftmaxXent>(batch, classes);
+}
+
+}  // namespace dtrain::onednn

@@ -1,0 +1,199 @@
+// src/dnn/onednn/norm_act.cpp — oneDNN activation (eltwise) and batch-normalization ops of the
+// CPU backend.
+//
+// Follows the oneDNN 2.6 C++ API: eltwise_forward/backward (relu; sigmoid as
+// eltwise_logistic_use_dst_for_bwd, whose backward reads y), batch_normalization_forward
+// (training with use_scale|use_shift, saving the batch mean/variance; inference with
+// use_global_stats) and batch_normalization_backward (diff scale/shift). Running statistics are
+// updated here with the PyTorch convention: running = (1−m)·running + m·batch, the variance term
+// being the unbiased batch variance (Ioffe & Szegedy 2015).
+#include "dtrain/core/error.hpp"
+#include "onednn_common.hpp"
+
+namespace dtrain::onednn {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+
+class OneDnnActivation final : public ActivationOp {
+ public:
+  OneDnnActivation(const Context& ctx, ActKind kind, const Shape& shape) : kind_(kind) {
+    DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
+    dnnl_guard(kind == ActKind::relu ? "eltwise relu" : "eltwise logistic", shape.str(),
+               [&] { build(ctx, shape.str(), shape.count()); });
+  }
+
+  void forward(const float* x, float* y) override {
+    fwd_.set(DNNL_ARG_SRC, x);
+    fwd_.set(DNNL_ARG_DST, y);
+    fwd_.run();
+  }
+
+  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+    // relu's derivative reads x; the use-dst logistic variant reads y.
+    bwd_.set(kind_ == ActKind::relu ? DNNL_ARG_SRC : DNNL_ARG_DST, kind_ == ActKind::relu ? x : y);
+    bwd_.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_.set(DNNL_ARG_DIFF_SRC, dx);
+    bwd_.run();
+  }
+
+ private:
+  void build(const Context& ctx, const std::string& shape, std::size_t count) {
+    const memory::desc md = md_x(count);
+    const algorithm alg = kind_ == ActKind::relu ? algorithm::eltwise_relu
+                                                 : algorithm::eltwise_logistic_use_dst_for_bwd;
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const dnnl::eltwise_forward::desc fd(prop_kind::forward_training, alg, md, 0.0f, 0.0f);
+    const dnnl::eltwise_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    fwd_ = Prim::make<dnnl::eltwise_forward>(ctx, fpd, "eltwise_forward", shape);
+    fwd_.user_arg(DNNL_ARG_SRC, md);
+    fwd_.user_arg(DNNL_ARG_DST, md);
+
+    const dnnl::eltwise_backward::desc bd(alg, md, md, 0.0f, 0.0f);
+    const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
+    bwd_ = Prim::make<dnnl::eltwise_backward>(ctx, bpd, "eltwise_backward", shape);
+    bwd_.user_arg(kind_ == ActKind::relu ? DNNL_ARG_SRC : DNNL_ARG_DST, md);
+    bwd_.user_arg(DNNL_ARG_DIFF_DST, md);
+    bwd_.user_arg(DNNL_ARG_DIFF_SRC, md);
+  }
+
+  ActKind kind_;
+  Prim fwd_, bwd_;
+};
+
+class OneDnnBatchNorm final : public BatchNormOp {
+ public:
+  OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d)
+      : ctx_(ctx),
+        d_(d),
+        mean_(static_cast<std::size_t>(d.input.c)),
+        var_(static_cast<std::size_t>(d.input.c)),
+        unused_shift_(static_cast<std::size_t>(d.input.c)) {
+    const Shape& s = d.input;
+    DT_REQUIRE(s.n >= 1 && s.c >= 1 && s.h >= 1 && s.w >= 1,
+               "batchnorm: input shape must be positive, got " + s.str());
+    DT_REQUIRE(d.epsilon > 0.0f,
+               "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
+    DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
+               "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
+    dnnl_guard("batch_normalization", s.str(), [&] { build(s.str()); });
+  }
+
+  void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, float* y, bool training) override {
+    Prim& p = training ? train_ : infer_;
+    p.set(DNNL_ARG_SRC, x);
+    p.set(DNNL_ARG_SCALE, gamma);
+    p.set(DNNL_ARG_SHIFT, beta);
+    p.set(DNNL_ARG_DST, y);
+    if (!training) {
+      p.set(DNNL_ARG_MEAN, running_mean);
+      p.set(DNNL_ARG_VARIANCE, running_var);
+      p.run();
+      return;
+    }
+    p.run();
+    update_running(running_mean, running_var);
+  }
+
+  void backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                float* dbeta) override {
+    if (dx == nullptr) {  // first layer of the net: dx is not wanted but oneDNN must write it
+      if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());
+      dx = dx_scratch_.data();
+    }
+    bwd_.set(DNNL_ARG_SRC, x);
+    bwd_.set(DNNL_ARG_SCALE, gamma);
+    bwd_.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_.set(DNNL_ARG_DIFF_SRC, dx);
+    bwd_.set(DNNL_ARG_DIFF_SCALE, dgamma);
+    bwd_.set(DNNL_ARG_DIFF_SHIFT, dbeta);
+    bwd_.run();
+  }
+
+ private:
+  void build(const std::string& shape) {
+    using dnnl::normalization_flags;
+    const memory::desc md = md_nchw(d_.input);
+    const memory::desc cmd = md_x(static_cast<std::size_t>(d_.input.c));
+    const normalization_flags ss = normalization_flags::use_scale | normalization_flags::use_shift;
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const memory mean(cmd, ctx_.engine, mean_.data());
+    const memory var(cmd, ctx_.engine, var_.data());
+
+    const dnnl::batch_normalization_forward::desc td(prop_kind::forward_training, md, d_.epsilon,
+                                                     ss);
+    const dnnl::batch_normalization_forward::primitive_desc tpd(td, attr, ctx_.engine);
+    train_ =
+        Prim::make<dnnl::batch_normalization_forward>(ctx_, tpd, "bnorm_forward_training", shape);
+    declare_io(train_, md, cmd, DNNL_ARG_SRC, DNNL_ARG_DST);
+    train_.user_arg(DNNL_ARG_SHIFT, cmd);
+    train_.owned_arg(DNNL_ARG_MEAN, mean);
+    train_.owned_arg(DNNL_ARG_VARIANCE, var);
+
+    const dnnl::batch_normalization_forward::desc id(prop_kind::forward_inference, md, d_.epsilon,
+                                                     ss | normalization_flags::use_global_stats);
+    const dnnl::batch_normalization_forward::primitive_desc ipd(id, attr, ctx_.engine);
+    infer_ =
+        Prim::make<dnnl::batch_normalization_forward>(ctx_, ipd, "bnorm_forward_inference", shape);
+    declare_io(infer_, md, cmd, DNNL_ARG_SRC, DNNL_ARG_DST);
+    infer_.user_arg(DNNL_ARG_SHIFT, cmd);
+    infer_.user_arg(DNNL_ARG_MEAN, cmd);
+    infer_.user_arg(DNNL_ARG_VARIANCE, cmd);
+
+    const dnnl::batch_normalization_backward::desc bd(prop_kind::backward, md, md, d_.epsilon, ss);
+    const dnnl::batch_normalization_backward::primitive_desc bpd(bd, attr, ctx_.engine, tpd);
+    bwd_ = Prim::make<dnnl::batch_normalization_backward>(ctx_, bpd, "bnorm_backward", shape);
+    declare_io(bwd_, md, cmd, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC);
+    bwd_.user_arg(DNNL_ARG_SRC, md);
+    bwd_.owned_arg(DNNL_ARG_MEAN, mean);
+    bwd_.owned_arg(DNNL_ARG_VARIANCE, var);
+    // oneDNN 2.6 asks for the shift in backward although dx, dγ, dβ do not depend on it.
+    bwd_.owned_arg(DNNL_ARG_SHIFT, memory(cmd, ctx_.engine, unused_shift_.data()));
+    bwd_.user_arg(DNNL_ARG_DIFF_SCALE, cmd);
+    bwd_.user_arg(DNNL_ARG_DIFF_SHIFT, cmd);
+  }
+
+  /// Declares a data input, a data output (both N×C×H×W) and the scale (C) of one primitive.
+  static void declare_io(Prim& p, const memory::desc& md, const memory::desc& cmd, int in,
+                         int out) {
+    p.user_arg(in, md);
+    p.user_arg(out, md);
+    p.user_arg(DNNL_ARG_SCALE, cmd);
+  }
+
+  void update_running(float* __restrict rm, float* __restrict rv) const {
+    const std::size_t m = static_cast<std::size_t>(d_.input.n) * d_.input.h * d_.input.w;
+    // Unbiased variance; with a single value per channel there is none, so keep the biased one.
+    const float unbias = m > 1 ? static_cast<float>(m) / static_cast<float>(m - 1) : 1.0f;
+    const float mom = d_.momentum;
+    const float* __restrict mean = mean_.data();
+    const float* __restrict var = var_.data();
+    for (int c = 0; c < d_.input.c; ++c) {
+      rm[c] = (1.0f - mom) * rm[c] + mom * mean[c];
+      rv[c] = (1.0f - mom) * rv[c] + mom * var[c] * unbias;
+    }
+  }
+
+  const Context& ctx_;
+  BatchNormDesc d_;
+  HostArray mean_, var_;    // batch statistics of the last training forward (biased variance)
+  HostArray unused_shift_;  // zeros bound to backward's DNNL_ARG_SHIFT
+  HostArray dx_scratch_;    // only for backward(dx == nullptr), made on first use
+  Prim train_, infer_, bwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kind,
+                                                 const Shape& shape) {
+  return std::make_unique<OneDnnActivation>(ctx, kind, shape);
+}
+
+std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d) {
+  return std::make_unique<OneDnnBatchNorm>(ctx, d);
+}
+
+}  // namespace dtrain::onednn

@@ -1,0 +1,113 @@
+// src/dnn/onednn/onednn_common.hpp — private helpers shared by the oneDNN CPU backend's ops.
+//
+// Follows the oneDNN 2.6 C++ API (op::desc + op::primitive_desc(desc, engine[, attr][, hint])).
+// Every op builds its primitives once; a `Prim` bundles one primitive with the dnnl::memory
+// objects of its arguments (plain layouts wrapped around user pointers, rebound per call with
+// set_data_handle) and a user-mode scratchpad allocated once, so executing allocates nothing.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+
+#include "dtrain/dnn/backend.hpp"
+
+namespace dtrain::onednn {
+
+/// The engine and stream a CpuBackend owns; ops keep a reference (the backend outlives its ops).
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  mutable dnnl::stream stream{engine};  // wait() is non-const in the C++ API
+};
+
+/// Throws LibraryError "oneDNN <what> [<shape>]: <message> (status N)".
+[[noreturn]] void throw_dnnl(const std::string& what, const std::string& shape,
+                             const dnnl::error& e);
+
+/// Runs f(), turning a dnnl::error into LibraryError naming the primitive and shape.
+template <typename F>
+decltype(auto) dnnl_guard(const std::string& what, const std::string& shape, F&& f) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw_dnnl(what, shape, e);
+  }
+}
+
+/// Plain fp32 memory descriptors.
+dnnl::memory::desc md_nchw(const Shape& s);
+dnnl::memory::desc md_nc(int n, int c);
+dnnl::memory::desc md_x(std::size_t n);
+
+/// Primitive attributes with a user-managed scratchpad (so execution never allocates).
+dnnl::primitive_attr user_scratchpad_attr();
+
+/// One primitive, its argument memories and its scratchpad.
+class Prim {
+ public:
+  Prim() = default;
+  /// `pd` must have been created with user_scratchpad_attr(). Engine-owned scratchpad is
+  /// allocated here, once. `what` and `shape` name the primitive in error messages.
+  template <typename PrimT, typename PD>
+  static Prim make(const Context& ctx, const PD& pd, std::string what, std::string shape) {
+    Prim p;
+    p.ctx_ = &ctx;
+    p.what_ = std::move(what);
+    p.shape_ = std::move(shape);
+    p.prim_ = PrimT(pd);
+    const auto sd = pd.scratchpad_desc();
+    if (sd.get_size() > 0) p.args_[DNNL_ARG_SCRATCHPAD] = dnnl::memory(sd, ctx.engine);
+    return p;
+  }
+  /// Declares argument `arg` as a user pointer of layout `md` (bound later with set()).
+  void user_arg(int arg, const dnnl::memory::desc& md);
+  /// Declares argument `arg` as a memory the op owns or shares (e.g. a pooling workspace).
+  void owned_arg(int arg, const dnnl::memory& m) { args_[arg] = m; }
+  /// Binds a user pointer to a declared argument.
+  void set(int arg, const void* p) { args_.at(arg).set_data_handle(const_cast<void*>(p)); }
+  /// Executes on the context's stream and waits (the CPU backend is synchronous).
+  void run();
+  [[nodiscard]] bool valid() const { return ctx_ != nullptr; }
+
+ private:
+  const Context* ctx_ = nullptr;
+  std::string what_, shape_;  // primitive name and problem shape, for error messages
+  dnnl::primitive prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+/// 64-byte aligned, zero-filled host allocation (bytes rounded up to 64); throws LibraryError.
+void* aligned_zeroed_alloc(std::size_t bytes);
+void aligned_free(void* p) noexcept;
+
+/// A fixed-size, 64-byte aligned float array owned by an op (e.g. a dropout mask).
+class HostArray {
+ public:
+  HostArray() = default;
+  explicit HostArray(std::size_t n)
+      : n_(n), p_(static_cast<float*>(aligned_zeroed_alloc(n * sizeof(float))), &aligned_free) {}
+  [[nodiscard]] float* data() const { return p_.get(); }
+  [[nodiscard]] std::size_t size() const { return n_; }
+
+ private:
+  std::size_t n_ = 0;
+  std::unique_ptr<float, void (*)(void*)> p_{nullptr, &aligned_free};
+};
+
+// Op factories (one translation unit per family); each throws InputError for a bad shape and
+// LibraryError when oneDNN cannot create the primitive.
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d);
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d);
+std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kind,
+                                                 const Shape& shape);
+std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d);
+std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d);
+std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
+std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes);
+/// Plain-loop optimizer step (see OptimizerUpdate).
+void optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+                    std::size_t n);
+
+}  // namespace dtrain::onednn

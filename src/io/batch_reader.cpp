@@ -1,0 +1,257 @@
+// dtrain/io/batch_reader.cpp — BatchReader of io/dataset.hpp: a prefetch thread that reads each
+// batch's rows with one hyperslab-union H5Dread (sorted indices, consecutive runs merged into one
+// block, H5S_SELECT_OR), then places the rows back in the requested order and normalizes them.
+//
+// Threads: the consumer (next/skip) and one reader thread share ring_, free_, ready_, stop_ and
+// error_ under mu_. A slot is owned by the reader while in neither list, by the consumer queue while
+// in ready_. Reader state (HDF5 handles, staging buffers) is touched only by the reader thread while
+// it runs, and by the constructor/destructor when it does not.
+#include <algorithm>
+#include <cmath>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/io/dataset.hpp"
+#include "dtrain/io/hdf5.hpp"
+#include "input_fail.hpp"
+
+namespace dtrain {
+
+/// HDF5 handles and reused staging buffers of one reader.
+struct BatchReader::Reader {
+  H5File file;
+  H5Dataset images, labels;
+  H5Dataspace image_space, label_space;  ///< file dataspaces, re-selected per batch
+  std::vector<float> lut;                ///< uint8: 256 normalized values per channel
+  std::vector<std::pair<std::int64_t, int>> order;  ///< (sample, position in batch), sorted
+  std::vector<std::int64_t> rows;        ///< unique sorted samples of the batch
+  std::vector<int> row_of;               ///< position in batch → index into rows
+  std::vector<unsigned char> staging;    ///< rows.size() samples, raw file dtype
+  std::vector<std::int64_t> label_staging;
+};
+
+BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
+                         int depth, std::int64_t start_batch)
+    : info_(info), indices_(std::move(indices)), batch_size_(batch_size), depth_(depth) {
+  DT_REQUIRE(batch_size_ >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size_));
+  DT_REQUIRE(depth_ >= 1, "prefetch depth must be ≥ 1, got " + std::to_string(depth_));
+  for (std::size_t i = 0; i < indices_.size(); ++i)
+    DT_REQUIRE(indices_[i] >= 0 && indices_[i] < info_.num_samples,
+               info_.path + ": sample index " + std::to_string(indices_[i]) + " (entry " +
+                   std::to_string(i) + ") not in [0, " + std::to_string(info_.num_samples) + ")");
+  num_batches_ = (static_cast<std::int64_t>(indices_.size()) + batch_size_ - 1) / batch_size_;
+  DT_REQUIRE(start_batch >= 0 && start_batch <= num_batches_,
+             "start batch " + std::to_string(start_batch) + " not in [0, " +
+                 std::to_string(num_batches_) + "]");
+  next_batch_ = start_batch;
+
+  reader_ = std::make_unique<Reader>();
+  Reader& r = *reader_;
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    r.file = open_file_read(info_.path);
+    r.images = open_dataset(r.file.get(), "images", info_.path);
+    r.labels = open_dataset(r.file.get(), "labels", info_.path);
+    r.image_space = H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.images.get()), info_.path + " `images`"));
+    r.label_space = H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.labels.get()), info_.path + " `labels`"));
+  }
+  const std::vector<hsize_t> dims = dataset_dims(r.images.get());
+  DT_REQUIRE(dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
+                 static_cast<int>(dims[1]) == info_.sample.c && static_cast<int>(dims[2]) == info_.sample.h &&
+                 static_cast<int>(dims[3]) == info_.sample.w,
+             info_.path + ": dataset `images` changed since it was validated");
+  const bool norm = !info_.mean.empty();
+  DT_REQUIRE(!norm || (static_cast<int>(info_.mean.size()) == info_.sample.c &&
+                       static_cast<int>(info_.stddev.size()) == info_.sample.c),
+             "DatasetInfo mean/std must have C values");
+  if (info_.is_uint8) {  // exactly the per-pixel formula, tabulated
+    r.lut.resize(static_cast<std::size_t>(info_.sample.c) * 256);
+    for (int c = 0; c < info_.sample.c; ++c)
+      for (int b = 0; b < 256; ++b) {
+        float v = static_cast<float>(b);
+        v /= 255.0f;
+        if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
+        r.lut[static_cast<std::size_t>(c) * 256 + b] = v;
+      }
+  }
+  ring_.resize(static_cast<std::size_t>(depth_));
+  start();
+}
+
+BatchReader::~BatchReader() { stop(); }
+
+void BatchReader::start() {
+  free_.clear();
+  ready_.clear();
+  for (int s = depth_ - 1; s >= 0; --s) free_.push_back(s);
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void BatchReader::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void BatchReader::run() noexcept {
+  std::int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    k = next_batch_;
+  }
+  try {
+    for (; k < num_batches_; ++k) {
+      int slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !free_.empty(); });
+        if (stop_) return;
+        slot = free_.back();
+        free_.pop_back();
+      }
+      read_batch(k, ring_[static_cast<std::size_t>(slot)].batch);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ring_[static_cast<std::size_t>(slot)].index = k;
+        ready_.push_back(slot);
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+    }
+    cv_.notify_all();
+  }
+}
+
+void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
+  Reader& r = *reader_;
+  const std::int64_t begin = k * batch_size_;
+  const int m = static_cast<int>(std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
+  const std::size_t sample = info_.sample.sample_count();
+  const std::size_t elem = info_.is_uint8 ? 1 : sizeof(float);
+
+  // Sorted unique rows, and where each batch position finds its row.
+  r.order.resize(static_cast<std::size_t>(m));
+  for (int p = 0; p < m; ++p) r.order[static_cast<std::size_t>(p)] = {indices_[static_cast<std::size_t>(begin + p)], p};
+  std::sort(r.order.begin(), r.order.end());
+  r.rows.clear();
+  r.row_of.resize(static_cast<std::size_t>(m));
+  for (const auto& [sample_index, pos] : r.order) {
+    if (r.rows.empty() || r.rows.back() != sample_index) r.rows.push_back(sample_index);
+    r.row_of[static_cast<std::size_t>(pos)] = static_cast<int>(r.rows.size()) - 1;
+  }
+  const std::size_t u = r.rows.size();
+  r.staging.resize(u * sample * elem);
+  r.label_staging.resize(u);
+
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    const std::string where = info_.path + " `images`";
+    // One block per run of consecutive rows; the first run SETs the selection, the others OR.
+    H5S_seloper_t op = H5S_SELECT_SET;
+    for (std::size_t i = 0; i < u;) {
+      std::size_t j = i + 1;
+      while (j < u && r.rows[j] == r.rows[j - 1] + 1) ++j;
+      const hsize_t start4[4] = {static_cast<hsize_t>(r.rows[i]), 0, 0, 0};
+      const hsize_t block4[4] = {static_cast<hsize_t>(j - i), static_cast<hsize_t>(info_.sample.c),
+                                 static_cast<hsize_t>(info_.sample.h), static_cast<hsize_t>(info_.sample.w)};
+      const hsize_t ones[4] = {1, 1, 1, 1};
+      DT_CHECK_HDF5(H5Sselect_hyperslab(r.image_space.get(), op, start4, nullptr, ones, block4), where);
+      DT_CHECK_HDF5(H5Sselect_hyperslab(r.label_space.get(), op, start4, nullptr, ones, block4),
+                    info_.path + " `labels`");
+      op = H5S_SELECT_OR;
+      i = j;
+    }
+    const hsize_t mdims[4] = {u, static_cast<hsize_t>(info_.sample.c), static_cast<hsize_t>(info_.sample.h),
+                              static_cast<hsize_t>(info_.sample.w)};
+    H5Dataspace mspace(DT_CHECK_HDF5(H5Screate_simple(4, mdims, nullptr), where));
+    H5Dataspace lspace(DT_CHECK_HDF5(H5Screate_simple(1, mdims, nullptr), where));
+    const hid_t mtype = info_.is_uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+    DT_CHECK_HDF5(H5Dread(r.images.get(), mtype, mspace.get(), r.image_space.get(), H5P_DEFAULT,
+                          r.staging.data()),
+                  where);
+    DT_CHECK_HDF5(H5Dread(r.labels.get(), H5T_NATIVE_INT64, lspace.get(), r.label_space.get(),
+                          H5P_DEFAULT, r.label_staging.data()),
+                  info_.path + " `labels`");
+  }
+
+  // Place rows in the requested order, normalized.
+  out.n = m;
+  out.x.resize(static_cast<std::size_t>(m) * sample);
+  out.y.resize(static_cast<std::size_t>(m));
+  const std::size_t hw = static_cast<std::size_t>(info_.sample.h) * info_.sample.w;
+  const bool norm = !info_.mean.empty();
+  for (int p = 0; p < m; ++p) {
+    const std::size_t row = static_cast<std::size_t>(r.row_of[static_cast<std::size_t>(p)]);
+    float* dst = out.x.data() + static_cast<std::size_t>(p) * sample;
+    if (info_.is_uint8) {
+      const unsigned char* src = r.staging.data() + row * sample;
+      for (int c = 0; c < info_.sample.c; ++c) {
+        const float* lut = r.lut.data() + static_cast<std::size_t>(c) * 256;
+        for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) dst[j] = lut[src[j]];
+      }
+    } else {
+      const float* src = reinterpret_cast<const float*>(r.staging.data()) + row * sample;
+      for (int c = 0; c < info_.sample.c; ++c)
+        for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) {
+          float v = src[j];
+          if (!std::isfinite(v))
+            DT_INPUT_FAIL(info_.path + ": dataset `images` has a non-finite value (" + std::to_string(v) +
+                          ") in sample " + std::to_string(r.rows[row]) + " (channel " +
+                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) + ")");
+          if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
+          dst[j] = v;
+        }
+    }
+    const std::int64_t label = r.label_staging[row];
+    if (label < 0 || label >= info_.num_classes)
+      DT_INPUT_FAIL(info_.path + ": dataset `labels` has label " + std::to_string(label) + " at sample " +
+                    std::to_string(r.rows[row]) + ", expected [0, " + std::to_string(info_.num_classes) + ")");
+    out.y[static_cast<std::size_t>(p)] = static_cast<std::int32_t>(label);
+  }
+}
+
+bool BatchReader::next(HostBatch& out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  consumed_ = true;
+  if (next_batch_ >= num_batches_) return false;
+  cv_.wait(lock, [this] { return !ready_.empty() || error_; });
+  if (ready_.empty()) std::rethrow_exception(error_);
+  const int slot = ready_.front();
+  ready_.erase(ready_.begin());
+  Slot& s = ring_[static_cast<std::size_t>(slot)];
+  DT_ASSERT(s.index == next_batch_, "batch reader delivered batches out of order");
+  std::swap(out, s.batch);
+  free_.push_back(slot);
+  ++next_batch_;
+  lock.unlock();
+  cv_.notify_all();
+  return true;
+}
+
+std::int64_t BatchReader::batches() const { return num_batches_; }
+
+std::int64_t BatchReader::position() const { return next_batch_; }
+
+void BatchReader::skip(std::int64_t batches) {
+  DT_REQUIRE(!consumed_, "BatchReader::skip() is only allowed before the first next()");
+  DT_REQUIRE(batches >= 0 && next_batch_ + batches <= num_batches_,
+             "cannot skip " + std::to_string(batches) + " batches: " +
+                 std::to_string(num_batches_ - next_batch_) + " remain");
+  if (batches == 0) return;
+  stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_batch_ += batches;
+    error_ = nullptr;  // an error in a skipped batch does not matter
+  }
+  start();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,188 @@
+// dtrain/io/checkpoint.cpp — HDF5 checkpoints: temporary file + fsync + rename (the protocol of
+// llm.c / TF's checkpoint manager), Fletcher32 checksums, keep-last-N pruning.
+#include "dtrain/io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/io/hdf5.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain {
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw Error("cannot open '" + path + "' to fsync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error("fsync of '" + path + "' failed");
+}
+
+void write_floats(hid_t loc, const std::string& name, const std::vector<float>& v,
+                  std::vector<hsize_t> dims) {
+  write_dataset_floats(loc, name, dims, v.data());
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt-%010lld.h5", static_cast<long long>(global_step));
+  return (fs::path(run_dir) / name).string();
+}
+
+void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep) {
+  const std::string final_path = checkpoint_path(run_dir, s.global_step);
+  const std::string tmp = final_path + ".tmp";
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    H5File f = create_file(tmp);
+    const hid_t root = f.get();
+    const hsize_t P = s.params.size();
+    write_floats(root, "params", s.params, {P});
+    H5Group opt = create_group(root, "optimizer");
+    write_floats(opt.get(), "m", s.m, {static_cast<hsize_t>(s.m.size())});
+    write_floats(opt.get(), "v", s.v, {static_cast<hsize_t>(s.v.size())});
+    const hsize_t rows = static_cast<hsize_t>(std::max(s.state_rows, 1));
+    write_floats(root, "model_state", s.model_state,
+                 {rows, static_cast<hsize_t>(s.model_state.size() / rows)});
+    write_attr_int(root, "format_version", s.format_version);
+    write_attr_int(root, "global_step", s.global_step);
+    write_attr_int(root, "epoch", s.epoch);
+    write_attr_int(root, "step_in_epoch", s.step_in_epoch);
+    write_attr_int(root, "seed", static_cast<std::int64_t>(s.seed));
+    write_attr_int(root, "num_workers", s.num_workers);
+    write_attr_string(root, "mode", s.mode);
+    write_attr_string(root, "model_signature", s.model_signature);
+    write_attr_string(root, "config", s.config);
+    write_attr_double(root, "wall_seconds", s.wall_seconds);
+    flush_file(root, tmp);
+  }
+  fsync_path(tmp, false);
+  fs::rename(tmp, final_path);
+  fsync_path(run_dir, true);
+
+  const auto all = list_checkpoints(run_dir);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i], ec);
+  }
+}
+
+CheckpointState read_checkpoint(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  const std::string where = "checkpoint '" + path + "'";
+  try {
+    H5File f = open_file_read(path);
+    const hid_t root = f.get();
+    DT_REQUIRE(has_attribute(root, "format_version"),
+               where + ": not a dtrain checkpoint (no format_version attribute)");
+    CheckpointState s;
+    s.format_version = static_cast<int>(read_attr_int(root, "format_version", where));
+    DT_REQUIRE(s.format_version <= kCheckpointFormatVersion,
+               where + ": format version " + std::to_string(s.format_version) +
+                   " is newer than this dtrain understands (" +
+                   std::to_string(kCheckpointFormatVersion) + "); use a newer dtrain");
+    s.global_step = read_attr_int(root, "global_step", where);
+    s.epoch = read_attr_int(root, "epoch", where);
+    s.step_in_epoch = read_attr_int(root, "step_in_epoch", where);
+    s.seed = static_cast<std::uint64_t>(read_attr_int(root, "seed", where));
+    s.num_workers = static_cast<int>(read_attr_int(root, "num_workers", where));
+    s.mode = read_attr_string(root, "mode", where);
+    s.model_signature = read_attr_string(root, "model_signature", where);
+    s.config = read_attr_string(root, "config", where);
+    s.wall_seconds = read_attr_double(root, "wall_seconds", where);
+    s.params = read_dataset_floats(root, "params", where);
+    s.m = read_dataset_floats(root, "optimizer/m", where);
+    s.v = read_dataset_floats(root, "optimizer/v", where);
+    std::vector<hsize_t> dims;
+    s.model_state = read_dataset_floats(root, "model_state", where, &dims);
+    s.state_rows = dims.empty() ? 1 : static_cast<int>(dims[0]);
+    return s;
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(where + " is corrupt or truncated: " + e.what());
+  }
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return {};
+  static const std::regex pattern(R"(ckpt-(\d{10})\.h5)");
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && std::regex_match(name, m, pattern))
+      found.emplace_back(std::stoll(m[1].str()), e.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir) {
+  for (const auto& path : list_checkpoints(run_dir)) {
+    try {
+      return read_checkpoint(path);
+    } catch (const InputError& e) {
+      log_warn("CORRUPT CHECKPOINT SKIPPED: " + std::string(e.what()) +
+               " — falling back to the previous checkpoint");
+    }
+  }
+  return std::nullopt;
+}
+
+void check_checkpoint_compatible(const CheckpointState& s, const std::string& path,
+                                 const std::string& model_signature, const std::string& mode,
+                                 std::size_t param_count) {
+  const std::string where = "checkpoint '" + path + "'";
+  if (s.model_signature != model_signature) {
+    std::istringstream a(s.model_signature), b(model_signature);
+    std::string la, lb;
+    int line = 0;
+    while (true) {
+      const bool ga = static_cast<bool>(std::getline(a, la));
+      const bool gb = static_cast<bool>(std::getline(b, lb));
+      if (!ga || !gb || la != lb) {
+        throw InputError(where + " was written by another model: at line " +
+                         std::to_string(line) + " it has '" + (ga ? la : "<end>") +
+                         "' where this job's model has '" + (gb ? lb : "<end>") + "'");
+      }
+      ++line;
+    }
+  }
+  DT_REQUIRE(s.mode == mode, where + " was written in --mode " + s.mode + ", this run uses --mode " +
+                                 mode + " (start a new --run-dir or use the same mode)");
+  DT_REQUIRE(s.params.size() == param_count,
+             where + ": holds " + std::to_string(s.params.size()) + " parameters, the model has " +
+                 std::to_string(param_count));
+  DT_REQUIRE(s.m.empty() || s.m.size() == param_count, where + ": optimizer state size mismatch");
+}
+
+void prepare_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  if (fs::exists(run_dir, ec)) {
+    DT_REQUIRE(fs::is_directory(run_dir, ec),
+               "option --run-dir: '" + run_dir + "' exists and is not a directory");
+  } else {
+    fs::create_directories(run_dir, ec);
+    DT_REQUIRE(!ec, "option --run-dir: cannot create '" + run_dir + "': " + ec.message());
+  }
+  DT_REQUIRE(::access(run_dir.c_str(), W_OK | X_OK) == 0,
+             "option --run-dir: '" + run_dir + "' is not writable");
+}
+
+}  // namespace dtrain

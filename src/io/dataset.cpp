@@ -1,0 +1,195 @@
+// dtrain/io/dataset.cpp — schema validation (open_dataset_info) and per-epoch sharding
+// (epoch_shard, shard_size, check_dataset_fits) of io/dataset.hpp. The batch reader is in
+// batch_reader.cpp.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/io/dataset.hpp"
+#include "dtrain/io/hdf5.hpp"
+#include "input_fail.hpp"
+
+namespace dtrain {
+namespace {
+
+std::string dims_str(const std::vector<hsize_t>& dims) {
+  std::string s;
+  for (hsize_t d : dims) s += (s.empty() ? "" : "×") + std::to_string(d);
+  return dims.empty() ? "scalar" : s;
+}
+
+/// Reads mean or std: 1 or C finite values, broadcast to C. Empty when the attribute is absent.
+std::vector<float> read_channel_attr(hid_t file, const std::string& name, const std::string& path,
+                                     int channels) {
+  if (!has_attribute(file, name)) return {};
+  std::vector<float> v = read_attr_floats(file, name, path);
+  if (v.size() != 1 && v.size() != static_cast<std::size_t>(channels))
+    DT_INPUT_FAIL(path + ": attribute `" + name + "` has " + std::to_string(v.size()) +
+                  " values, expected 1 or C = " + std::to_string(channels));
+  for (float x : v)
+    if (!std::isfinite(x)) DT_INPUT_FAIL(path + ": attribute `" + name + "` has a non-finite value");
+  if (v.size() == 1) v.assign(static_cast<std::size_t>(channels), v[0]);
+  return v;
+}
+
+/// SplitMix64 finalizer: mixes (seed, epoch) into a well-spread 64-bit seed.
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/// Unbiased draw in [0, range) from the raw 64-bit stream (rejection of the short last interval).
+/// Deterministic across platforms, unlike std::uniform_int_distribution.
+std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t range) {
+  const std::uint64_t threshold = (0 - range) % range;  // 2^64 mod range
+  for (;;) {
+    const std::uint64_t r = rng();
+    if (r >= threshold) return r % range;
+  }
+}
+
+void check_workers(std::int64_t n, int worker, int workers) {
+  DT_REQUIRE(n >= 0, "dataset size must be ≥ 0, got " + std::to_string(n));
+  DT_REQUIRE(workers >= 1, "number of workers must be ≥ 1, got " + std::to_string(workers));
+  DT_REQUIRE(worker >= 0 && worker < workers,
+             "worker index " + std::to_string(worker) + " not in [0, " + std::to_string(workers) + ")");
+}
+
+/// First index of worker's block.
+std::int64_t shard_begin(std::int64_t n, int worker, int workers) {
+  const std::int64_t base = n / workers, rem = n % workers;
+  return worker * base + std::min<std::int64_t>(worker, rem);
+}
+
+}  // namespace
+
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  DatasetInfo info;
+  info.path = path;
+  H5File file = open_file_read(path);
+
+  // images: rank 4, uint8 or float32.
+  H5Dataset images = open_dataset(file.get(), "images", path);
+  const std::vector<hsize_t> idims = dataset_dims(images.get());
+  if (idims.size() != 4)
+    DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
+                  dims_str(idims) + "), expected rank 4 (N×C×H×W)");
+  const H5TypeInfo itype = dataset_type(images.get());
+  const bool is_u8 = itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed;
+  const bool is_f32 = itype.cls == H5T_FLOAT && itype.size == 4;
+  if (!is_u8 && !is_f32)
+    DT_INPUT_FAIL(path + ": dataset `images` has dtype " + itype.str() + ", expected uint8 or float32");
+  for (int d = 1; d < 4; ++d)
+    if (idims[d] < 1 || idims[d] > static_cast<hsize_t>(INT_MAX))
+      DT_INPUT_FAIL(path + ": dataset `images` has shape " + dims_str(idims) +
+                    ", expected C, H, W in [1, 2^31)");
+  info.is_uint8 = is_u8;
+  info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
+
+  // labels: rank 1, integer, N entries.
+  H5Dataset labels_ds = open_dataset(file.get(), "labels", path);
+  const std::vector<hsize_t> ldims = dataset_dims(labels_ds.get());
+  if (ldims.size() != 1)
+    DT_INPUT_FAIL(path + ": dataset `labels` has rank " + std::to_string(ldims.size()) + " (" +
+                  dims_str(ldims) + "), expected rank 1 (N)");
+  const H5TypeInfo ltype = dataset_type(labels_ds.get());
+  if (!ltype.is_integer())
+    DT_INPUT_FAIL(path + ": dataset `labels` has dtype " + ltype.str() + ", expected an integer type");
+  if (ldims[0] != idims[0])
+    DT_INPUT_FAIL(path + ": dataset `images` has N = " + std::to_string(idims[0]) +
+                  " samples but dataset `labels` has " + std::to_string(ldims[0]) + ", expected equal");
+  if (idims[0] == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
+  info.num_samples = static_cast<std::int64_t>(idims[0]);
+
+  const std::vector<std::int64_t> labels = read_dataset_int64s(file.get(), "labels", path);
+  const auto [min_it, max_it] = std::minmax_element(labels.begin(), labels.end());
+  if (*min_it < 0)
+    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*min_it) + " at sample " +
+                  std::to_string(min_it - labels.begin()) + ", expected labels ≥ 0");
+
+  // num_classes: attribute, else max(label)+1.
+  if (has_attribute(file.get(), "num_classes")) {
+    const std::int64_t k = read_attr_int(file.get(), "num_classes", path);
+    if (k < 1 || k > INT_MAX)
+      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
+    info.num_classes = static_cast<int>(k);
+    if (expected_classes > 0 && k != expected_classes)
+      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) +
+                    " but the training set has " + std::to_string(expected_classes) + " classes");
+  } else {
+    if (*max_it >= INT_MAX) DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + ", too large");
+    info.num_classes = static_cast<int>(*max_it + 1);
+  }
+  if (*max_it >= info.num_classes)
+    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                  std::to_string(max_it - labels.begin()) + ", expected < num_classes = " +
+                  std::to_string(info.num_classes));
+  if (expected_classes > 0 && *max_it >= expected_classes)
+    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                  std::to_string(max_it - labels.begin()) + ", but the training set has only " +
+                  std::to_string(expected_classes) + " classes");
+
+  // mean / std: both or neither; 1 or C values; std > 0.
+  const int channels = info.sample.c;
+  info.mean = read_channel_attr(file.get(), "mean", path, channels);
+  info.stddev = read_channel_attr(file.get(), "std", path, channels);
+  if (info.mean.empty() != info.stddev.empty())
+    DT_INPUT_FAIL(path + ": has attribute `" + std::string(info.mean.empty() ? "std" : "mean") +
+                  "` but not `" + (info.mean.empty() ? "mean" : "std") + "`, expected both or neither");
+  for (float s : info.stddev)
+    if (!(s > 0.0f)) DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
+
+  if (has_attribute(file.get(), "class_names")) {
+    info.class_names = read_attr_strings(file.get(), "class_names", path);
+    if (info.class_names.size() != static_cast<std::size_t>(info.num_classes))
+      DT_INPUT_FAIL(path + ": attribute `class_names` has " + std::to_string(info.class_names.size()) +
+                    " names, expected num_classes = " + std::to_string(info.num_classes));
+  }
+  return info;
+}
+
+std::int64_t shard_size(std::int64_t n, int worker, int workers) {
+  check_workers(n, worker, workers);
+  return n / workers + (worker < n % workers ? 1 : 0);
+}
+
+std::vector<std::int64_t> epoch_shard(std::int64_t n, std::uint64_t seed, int epoch, int worker,
+                                      int workers, bool shuffle) {
+  check_workers(n, worker, workers);
+  DT_REQUIRE(epoch >= 0, "epoch must be ≥ 0, got " + std::to_string(epoch));
+  const std::int64_t begin = shard_begin(n, worker, workers);
+  const std::int64_t size = shard_size(n, worker, workers);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(size));
+  if (!shuffle) {
+    std::iota(out.begin(), out.end(), begin);
+    return out;
+  }
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), std::int64_t{0});
+  std::mt19937_64 rng(mix64(seed ^ mix64(static_cast<std::uint64_t>(epoch) + 0x5851F42D4C957F2DULL)));
+  for (std::int64_t i = n - 1; i > 0; --i) {  // Fisher–Yates (Durstenfeld), from the top
+    const auto j = static_cast<std::int64_t>(bounded(rng, static_cast<std::uint64_t>(i) + 1));
+    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)]);
+  }
+  std::copy_n(perm.begin() + begin, size, out.begin());
+  return out;
+}
+
+std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_size) {
+  DT_REQUIRE(workers >= 1, "number of workers must be ≥ 1, got " + std::to_string(workers));
+  DT_REQUIRE(batch_size >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size));
+  const std::int64_t need = static_cast<std::int64_t>(workers) * batch_size;
+  if (info.num_samples < need)
+    DT_INPUT_FAIL(info.path + ": fewer samples (" + std::to_string(info.num_samples) +
+                  ") than workers × batch size (" + std::to_string(workers) + " × " +
+                  std::to_string(batch_size) + " = " + std::to_string(need) + ")");
+  return (info.num_samples / workers) / batch_size;
+}
+
+}  // namespace dtrain

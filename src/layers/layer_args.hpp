@@ -1,0 +1,99 @@
+// src/layers/layer_args.hpp — private helpers of the layer implementations: typed, range-checked
+// access to a LayerSpec's key=value arguments, error messages that quote the job-file line, and
+// the per-family layer factories that make_layer dispatches to.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/layers/layer.hpp"
+
+namespace dtrain::layers {
+
+/// Reads the arguments of one layer line. Each get_* marks its key as known; finish() then
+/// rejects any key that no getter asked for. Every error is an InputError of the form
+/// "layer '<line>': <what>".
+class LayerArgs {
+ public:
+  explicit LayerArgs(const LayerSpec& spec) : spec_(spec) {}
+
+  /// Integer argument in [lo, hi]; `def` when absent.
+  int get_int(const std::string& key, int def, int lo, int hi);
+  /// Required integer argument in [lo, hi].
+  int require_int(const std::string& key, int lo, int hi);
+  /// Float argument in [lo, hi] (or [lo, hi) when hi_open); `def` when absent.
+  float get_float(const std::string& key, float def, float lo, float hi, bool hi_open);
+  /// Throws for any argument key not read by a getter, listing the keys this type accepts.
+  void finish() const;
+
+  /// Throws InputError "layer '<line>': <what>".
+  [[noreturn]] void fail(const std::string& what) const;
+
+  /// Runs f() (typically an output-shape computation or op creation); an InputError thrown
+  /// inside is rethrown with the layer line prepended.
+  template <typename F>
+  decltype(auto) in_context(F&& f) const {
+    try {
+      return f();
+    } catch (const InputError& e) {
+      fail(e.what());
+    }
+  }
+
+ private:
+  const std::string* find(const std::string& key);
+  const LayerSpec& spec_;
+  std::vector<std::string> known_;
+};
+
+/// "1e-05", "0.1": shortest-ish float text for describe().
+std::string format_float(float v);
+
+/// Checks that `params`/`grads`/`state` hold `np`/`np`/`ns` non-null pointers (Layer::bind).
+void check_bind(const std::string& layer, const std::vector<float*>& params,
+                const std::vector<float*>& grads, const std::vector<float*>& state, std::size_t np,
+                std::size_t ns);
+
+/// Common state of every layer: its type, shapes and the pointers bind() received.
+class LayerBase : public Layer {
+ public:
+  LayerBase(std::string type, const Shape& in, const Shape& out)
+      : type_(std::move(type)), in_(in), out_(out) {}
+  [[nodiscard]] std::string type() const override { return type_; }
+  [[nodiscard]] Shape input_shape() const override { return in_; }
+  [[nodiscard]] Shape output_shape() const override { return out_; }
+  void bind(const std::vector<float*>& params, const std::vector<float*>& grads,
+            const std::vector<float*>& state) override {
+    check_bind(describe(), params, grads, state, param_defs().size(), state_defs().size());
+    p_ = params;
+    g_ = grads;
+    s_ = state;
+  }
+
+ protected:
+  /// Throws unless bind() gave this layer its tensors (forward before bind is a model bug).
+  void require_bound() const {
+    DT_ASSERT(p_.size() == param_defs().size() && s_.size() == state_defs().size(),
+              describe() + ": forward/backward before bind()");
+  }
+  std::string type_;
+  Shape in_, out_;
+  std::vector<float*> p_, g_, s_;  // params, grads, state, in param_defs()/state_defs() order
+};
+
+// Factories (args already wrapped; each calls args.finish() before building ops).
+std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend& be);
+std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int num_classes,
+                                        Backend& be);
+std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend& be);
+std::unique_ptr<Layer> make_pool_layer(LayerArgs& args, PoolKind kind, const Shape& in,
+                                       Backend& be);
+std::unique_ptr<Layer> make_activation_layer(LayerArgs& args, ActKind kind, const Shape& in,
+                                             Backend& be);
+std::unique_ptr<Layer> make_dropout_layer(LayerArgs& args, const Shape& in, Backend& be);
+std::unique_ptr<Layer> make_flatten_layer(LayerArgs& args, const Shape& in, Backend& be);
+
+}  // namespace dtrain::layers

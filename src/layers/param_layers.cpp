@@ -1,0 +1,149 @@
+// src/layers/param_layers.cpp — the layers with trainable parameters: conv, dense, batchnorm.
+//
+// Each builds its backend op once for its input shape. Weights use He-normal initialisation
+// (He et al. 2015) with fan_in = C·k·k (conv) or I (dense); batchnorm (Ioffe & Szegedy 2015)
+// has γ = 1, β = 0 and running statistics mean 0, variance 1, as in PyTorch.
+#include <climits>
+
+#include "layer_args.hpp"
+
+namespace dtrain::layers {
+namespace {
+
+constexpr int kNoMax = INT_MAX;
+
+class ConvLayer final : public LayerBase {
+ public:
+  ConvLayer(const ConvDesc& d, const Shape& out, std::unique_ptr<ConvOp> op)
+      : LayerBase("conv", d.input, out), d_(d), op_(std::move(op)) {}
+
+  [[nodiscard]] std::vector<ParamDef> param_defs() const override {
+    const int k = d_.kernel, c = d_.input.c, f = d_.out_channels;
+    return {{"weight", Shape{f, c, k, k}, Init::he_normal, c * k * k},
+            {"bias", Shape{f, 1, 1, 1}, Init::zeros, 1}};
+  }
+  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
+    require_bound();
+    op_->forward(x, p_[0], p_[1], y);
+  }
+  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+    require_bound();
+    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+  }
+  [[nodiscard]] std::string describe() const override {
+    return "conv(filters=" + std::to_string(d_.out_channels) +
+           ",kernel=" + std::to_string(d_.kernel) + ",stride=" + std::to_string(d_.stride) +
+           ",pad=" + std::to_string(d_.pad) + ")";
+  }
+
+ private:
+  ConvDesc d_;
+  std::unique_ptr<ConvOp> op_;
+};
+
+class DenseLayer final : public LayerBase {
+ public:
+  DenseLayer(const Shape& in, int units, std::unique_ptr<DenseOp> op)
+      : LayerBase("dense", in, Shape{in.n, units, 1, 1}),
+        inputs_(static_cast<int>(in.sample_count())),
+        units_(units),
+        op_(std::move(op)) {}
+
+  [[nodiscard]] std::vector<ParamDef> param_defs() const override {
+    return {{"weight", Shape{units_, inputs_, 1, 1}, Init::he_normal, inputs_},
+            {"bias", Shape{units_, 1, 1, 1}, Init::zeros, 1}};
+  }
+  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
+    require_bound();
+    op_->forward(x, p_[0], p_[1], y);
+  }
+  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+    require_bound();
+    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+  }
+  [[nodiscard]] std::string describe() const override {
+    return "dense(units=" + std::to_string(units_) + ")";
+  }
+
+ private:
+  int inputs_;
+  int units_;
+  std::unique_ptr<DenseOp> op_;
+};
+
+class BatchNormLayer final : public LayerBase {
+ public:
+  BatchNormLayer(const BatchNormDesc& d, std::unique_ptr<BatchNormOp> op)
+      : LayerBase("batchnorm", d.input, d.input), d_(d), op_(std::move(op)) {}
+
+  [[nodiscard]] std::vector<ParamDef> param_defs() const override {
+    const Shape c{d_.input.c, 1, 1, 1};
+    return {{"gamma", c, Init::ones, 1}, {"beta", c, Init::zeros, 1}};
+  }
+  [[nodiscard]] std::vector<ParamDef> state_defs() const override {
+    const Shape c{d_.input.c, 1, 1, 1};
+    return {{"running_mean", c, Init::zeros, 1}, {"running_var", c, Init::ones, 1}};
+  }
+  void forward(const float* x, float* y, const StepContext& ctx) override {
+    require_bound();
+    op_->forward(x, p_[0], p_[1], s_[0], s_[1], y, ctx.training);
+  }
+  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+    require_bound();
+    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+  }
+  [[nodiscard]] std::string describe() const override {
+    return "batchnorm(eps=" + format_float(d_.epsilon) + ",momentum=" + format_float(d_.momentum) +
+           ")";
+  }
+
+ private:
+  BatchNormDesc d_;
+  std::unique_ptr<BatchNormOp> op_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend& be) {
+  ConvDesc d;
+  d.input = in;
+  d.out_channels = args.require_int("filters", 1, kNoMax);
+  d.kernel = args.get_int("kernel", 3, 1, kNoMax);
+  d.stride = args.get_int("stride", 1, 1, kNoMax);
+  d.pad = args.get_int("pad", 0, 0, kNoMax);
+  args.finish();
+  const Shape out = args.in_context([&] { return d.output(); });
+  auto op = args.in_context([&] { return be.make_conv(d); });
+  return std::make_unique<ConvLayer>(d, out, std::move(op));
+}
+
+std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int num_classes,
+                                        Backend& be) {
+  const int units = args.get_int("units", num_classes, 1, kNoMax);
+  args.finish();
+  if (units < 1) {  // only a missing units= with no classes to default to gets here
+    args.fail("dense needs units=<integer> (no number of classes to default to)");
+  }
+  DenseDesc d;
+  d.batch = in.n;
+  d.outputs = units;
+  const std::size_t inputs = in.sample_count();
+  if (in.n < 1 || in.c < 1 || in.h < 1 || in.w < 1 || inputs > static_cast<std::size_t>(kNoMax)) {
+    args.fail("dense cannot take input " + in.str() + " (expected a positive N×C×H×W shape)");
+  }
+  d.inputs = static_cast<int>(inputs);
+  auto op = args.in_context([&] { return be.make_dense(d); });
+  return std::make_unique<DenseLayer>(in, units, std::move(op));
+}
+
+std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend& be) {
+  BatchNormDesc d;
+  d.input = in;
+  d.epsilon = args.get_float("eps", 1e-5f, 1e-12f, 1.0f, false);
+  d.momentum = args.get_float("momentum", 0.1f, 0.0f, 1.0f, false);
+  args.finish();
+  auto op = args.in_context([&] { return be.make_batchnorm(d); });
+  return std::make_unique<BatchNormLayer>(d, std::move(op));
+}
+
+}  // namespace dtrain::layers

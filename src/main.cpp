@@ -1,0 +1,40 @@
+// dtrain — the command-line entry point: MPI start-up, options, one rank's role, error reporting.
+// Errors in set-up are agreed on by every rank (one message, same exit code, clean MPI_Finalize);
+// an error during training is printed by the rank that hit it, which then calls MPI_Abort so that
+// no peer is left waiting.
+#include <mpi.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "dtrain/comm/guard.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  try {
+    dtrain::ParseResult parsed;
+    dtrain::all_or_nothing(MPI_COMM_WORLD, [&] { parsed = dtrain::parse_config(argc, argv); });
+    if (parsed.help) {
+      if (rank == 0) std::cout << parsed.help_text;
+    } else {
+      code = dtrain::run_training(parsed.config);
+    }
+  } catch (const dtrain::ReportedError& e) {
+    code = e.code();
+  } catch (const std::exception& e) {
+    dtrain::log_error(e.what());
+    MPI_Abort(MPI_COMM_WORLD, dtrain::exit_code(e));
+    return dtrain::exit_code(e);
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,91 @@
+// dtrain/ps/client.cpp — worker side of the ps protocol: receives posted before sends, one
+// outstanding request per ps, deadline-aware waits.
+#include "dtrain/ps/client.hpp"
+
+#include <cstring>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/ps/protocol.hpp"
+
+namespace dtrain {
+
+PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s)
+    : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
+      seen_(shards_.size(), 0), send_(shards_.size()), recv_(shards_.size()) {
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    const std::size_t bytes = sizeof(MsgHeader) + 3 * shards_[k].size() * sizeof(float);
+    send_[k].resize(bytes);
+    recv_[k].resize(bytes);
+  }
+}
+
+PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
+                              int reply_parts, const std::vector<float*>& out) {
+  const int K = static_cast<int>(shards_.size());
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(2 * K);
+  for (int k = 0; k < K && reply_parts > 0; ++k) {
+    reqs.emplace_back();
+    DT_CHECK_MPI(MPI_Irecv(recv_[k].data(), static_cast<int>(recv_[k].size()), MPI_BYTE,
+                           cluster_.ps_rank(k), MPI_ANY_TAG, cluster_.world(), &reqs.back()));
+  }
+  for (int k = 0; k < K; ++k) {
+    const ShardRange& s = shards_[k];
+    header.seen_step = seen_[k];
+    std::memcpy(send_[k].data(), &header, sizeof header);
+    std::size_t at = sizeof header;
+    for (const float* p : parts) {
+      if (p) std::memcpy(send_[k].data() + at, p + s.begin, s.size() * sizeof(float));
+      else std::memset(send_[k].data() + at, 0, s.size() * sizeof(float));
+      at += s.size() * sizeof(float);
+    }
+    reqs.emplace_back();
+    DT_CHECK_MPI(MPI_Isend(send_[k].data(), static_cast<int>(at), MPI_BYTE, cluster_.ps_rank(k),
+                           tag, cluster_.world(), &reqs.back()));
+  }
+  wait_all(reqs, timeout_,
+           "worker " + std::to_string(cluster_.me().index) + " exchanging with " +
+               std::to_string(K) + " ps (tag " + std::to_string(tag) + ")");
+  PushResult r;
+  for (int k = 0; k < K && reply_parts > 0; ++k) {
+    const ShardRange& s = shards_[k];
+    MsgHeader h;
+    std::memcpy(&h, recv_[k].data(), sizeof h);
+    seen_[k] = h.global_step;
+    r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
+    r.staleness = std::max(r.staleness, h.staleness);
+    r.stop_requested = r.stop_requested || (h.flags & kFlagStop);
+    const char* src = recv_[k].data() + sizeof h;
+    for (int part = 0; part < reply_parts; ++part) {
+      if (out[part])
+        std::memcpy(out[part] + s.begin, src + part * s.size() * sizeof(float),
+                    s.size() * sizeof(float));
+    }
+  }
+  return r;
+}
+
+PushResult PsClient::pull(float* params) { return exchange(kTagPull, {}, {}, 1, {params}); }
+
+PushResult PsClient::push_pull(const float* grads, int samples, float* params, bool stop) {
+  MsgHeader h;
+  h.samples = samples;
+  h.flags = stop ? kFlagStop : 0;
+  return exchange(kTagPush, h, {grads}, 1, {params});
+}
+
+void PsClient::load(const float* params, const float* m, const float* v, std::int64_t global_step,
+                    std::int64_t max_steps) {
+  MsgHeader h;  // LOAD carries the resume point in global_step / max_steps
+  h.global_step = global_step;
+  h.max_steps = max_steps;
+  exchange(kTagLoad, h, {params, m, v}, 1, {nullptr});
+}
+
+std::int64_t PsClient::snapshot(float* params, float* m, float* v) {
+  return exchange(kTagSnapshot, {}, {}, 3, {params, m, v}).global_step;
+}
+
+void PsClient::done() { exchange(kTagDone, {}, {}, 0, {}); }
+
+}  // namespace dtrain

@@ -1,0 +1,60 @@
+// dtrain/sync/mpi_allreduce.cpp — gradient sum with MPI_Iallreduce over the worker communicator,
+// waited on with a deadline; GPU gradients are staged through pinned host memory because Debian's
+// Open MPI is not CUDA-aware.
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/sync/allreduce.hpp"
+
+namespace dtrain {
+namespace {
+
+class MpiAllreduce final : public GradientAllreduce {
+ public:
+  MpiAllreduce(MPI_Comm comm, Backend& backend, std::size_t max_floats)
+      : comm_(comm), backend_(backend) {
+    if (backend.device() != Device::cpu) {
+      staging_ = static_cast<float*>(backend.allocate_host(max_floats * sizeof(float)));
+      capacity_ = max_floats;
+    }
+  }
+  ~MpiAllreduce() override {
+    if (staging_) backend_.deallocate_host(staging_);
+  }
+  MpiAllreduce(const MpiAllreduce&) = delete;
+  MpiAllreduce& operator=(const MpiAllreduce&) = delete;
+
+  void allreduce_sum(float* data, std::size_t n) override {
+    float* host = data;
+    if (staging_) {
+      DT_ASSERT(n <= capacity_, "allreduce larger than its staging buffer");
+      backend_.copy_to_host(staging_, data, n * sizeof(float));
+      host = staging_;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
+                                &req));
+    wait_one(req, comm_timeout(), "gradient allreduce over the workers");
+    if (staging_) backend_.copy_to_device(data, staging_, n * sizeof(float));
+  }
+  [[nodiscard]] std::string name() const override { return "mpi"; }
+
+ private:
+  MPI_Comm comm_;
+  Backend& backend_;
+  float* staging_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
+                                                      std::size_t max_floats) {
+  return std::make_unique<MpiAllreduce>(comm, backend, max_floats);
+}
+
+#ifndef DTRAIN_HAVE_CUDA
+std::unique_ptr<GradientAllreduce> make_nccl_allreduce(MPI_Comm, Backend&) {
+  throw Error("--allreduce nccl: dtrain was built without CUDA/NCCL");
+}
+#endif
+
+}  // namespace dtrain

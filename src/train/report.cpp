@@ -1,0 +1,67 @@
+// dtrain/train/report.cpp — metrics.csv and results.json.
+#include "dtrain/train/report.hpp"
+
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain {
+
+MetricsWriter::MetricsWriter(const std::string& run_dir) {
+  const fs::path p = fs::path(run_dir) / "metrics.csv";
+  const bool fresh = !fs::exists(p);
+  out_.open(p, std::ios::app);
+  if (!out_) throw Error("cannot open '" + p.string() + "' for appending");
+  if (fresh)
+    out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness\n";
+  out_.flush();
+}
+
+void MetricsWriter::write(const MetricsRow& r) {
+  out_ << r.kind << ',' << r.global_step << ',' << r.epoch << ',' << std::fixed
+       << std::setprecision(3) << r.wall_seconds << ',' << std::setprecision(6) << r.loss << ','
+       << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
+       << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << '\n';
+  out_.flush();
+}
+
+namespace {
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
+    else o += c;
+  }
+  return o;
+}
+}  // namespace
+
+void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv) {
+  std::ostringstream os;
+  os << "{\n";
+  std::size_t i = 0;
+  for (const auto& [k, v] : kv) {
+    os << "  \"" << json_escape(k) << "\": ";
+    if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
+    else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
+    else os << '"' << json_escape(std::get<std::string>(v)) << '"';
+    os << (++i < kv.size() ? ",\n" : "\n");
+  }
+  os << "}\n";
+  const fs::path final_path = fs::path(run_dir) / "results.json";
+  const fs::path tmp = final_path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << os.str();
+    if (!out) throw Error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, final_path);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,274 @@
+// dtrain/train/worker.cpp — per-epoch loop: prefetching reader → model step → gradient exchange;
+// stop at --max-steps or on a signal; evaluation, batchnorm-state averaging and checkpoints at
+// epoch ends; chief logging to stdout and metrics.csv.
+#include "worker.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/dnn/counter_rng.hpp"
+#include "dtrain/io/dataset.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/train/signals.hpp"
+
+namespace dtrain {
+namespace {
+/// Sum-allreduce of a few host doubles over the workers, with the communication deadline.
+void worker_sum(MPI_Comm comm, double* v, int n) {
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm, &req));
+  wait_one(req, comm_timeout(), "worker allreduce of metrics");
+}
+}  // namespace
+
+Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
+               std::optional<CheckpointState> resume)
+    : c_(c), cluster_(cluster), plan_(plan), be_(backend),
+      model_(backend, c.layers, plan.train.sample, plan.train.num_classes, plan.batch),
+      resume_(std::move(resume)),
+      x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
+      y_(backend, plan.batch), w_(cluster.me().index) {
+  exchange_ = c.mode == "sync" ? make_sync_exchange(c, cluster, model_, plan.total_steps)
+                               : make_async_exchange(c, cluster, model_);
+  if (cluster_.is_chief()) metrics_ = std::make_unique<MetricsWriter>(c.run_dir);
+}
+
+Worker::~Worker() = default;
+
+WorkerOutcome Worker::run() {
+  int first_epoch = 0;
+  std::int64_t first_step = 0;
+  if (resume_) {
+    global_step_ = resume_->global_step;
+    first_epoch = static_cast<int>(resume_->epoch);
+    first_step = resume_->step_in_epoch;
+    prior_wall_ = resume_->wall_seconds;
+    // Batchnorm statistics: this worker's row when the worker count matches, else the mean.
+    const std::size_t S = model_.state_count();
+    std::vector<float> row(std::max<std::size_t>(S, 1), 0.0f);
+    const int rows = resume_->state_rows;
+    for (std::size_t i = 0; i < S; ++i) {
+      if (rows == plan_.workers) {
+        row[i] = resume_->model_state[w_ * S + i];
+      } else {
+        for (int r = 0; r < rows; ++r) row[i] += resume_->model_state[r * S + i] / rows;
+      }
+    }
+    if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
+    if (cluster_.is_chief())
+      log_info("# resuming from global_step " + std::to_string(global_step_) + ", epoch " +
+               std::to_string(first_epoch + 1) + ", step " + std::to_string(first_step) +
+               " of the epoch");
+  } else {
+    model_.initialize(c_.seed);
+  }
+  exchange_->start(model_, resume_ ? &*resume_ : nullptr, global_step_);
+  resume_.reset();  // free the host copy
+
+  t_start_ = t_log_ = now_seconds();
+  log_start_global_step_ = global_step_;
+  ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
+  for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {
+    train_epoch(epoch, epoch == first_epoch ? first_step : 0);
+    // Agree on why we stopped (async workers leave their loops at different points).
+    double flags[2] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0};
+    worker_sum(cluster_.role_comm(), flags, 2);
+    stop_signal_ = flags[0] > 0;
+    stop_max_ = flags[1] > 0;
+    if (stop_signal_ || stop_max_) {
+      // Checkpoint before any epoch-end work so that a resumed run continues bit for bit.
+      checkpoint(epoch, cursor_);
+      if (stop_signal_) break;  // leave quickly: no evaluation
+    }
+    average_model_state();
+    global_step_ = exchange_->refresh(model_);
+    evaluate(epoch);
+    if (stop_max_) break;
+    out_.epochs_done = epoch + 1;
+    checkpoint(epoch + 1, 0);
+  }
+  exchange_->finish();
+  out_.global_step = global_step_;
+  out_.wall_seconds = prior_wall_ + now_seconds() - t_start_;
+  out_.train_seconds = train_seconds_;
+  out_.skipped = exchange_->skipped_steps();
+  out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
+  out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
+  return out_;
+}
+
+void Worker::train_epoch(int epoch, std::int64_t first_step) {
+  const std::int64_t steps = worker_steps_per_epoch(plan_, c_.mode, w_);
+  auto indices = epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
+  const std::int64_t start = std::min<std::int64_t>(first_step, steps);
+  const auto my_batches = static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
+  BatchReader reader(plan_.train, std::move(indices), plan_.batch, 2,
+                     std::min<std::int64_t>(start, my_batches));
+  HostBatch batch;
+  const bool sync = c_.mode == "sync";
+  cursor_ = start;
+  for (std::int64_t s = start; s < steps; ++s) {
+    if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
+      stop_max_ = true;
+      break;
+    }
+    const double t0 = now_seconds();
+    int n = 0;
+    if (reader.next(batch)) n = batch.n;  // sync: a shorter shard may run out one step early
+    if (n > 0) {
+      be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+      be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+    }
+    const std::int64_t global_n = sync ? global_samples_at(plan_, s) : n;
+    const float scale = global_n > 0 ? 1.0f / static_cast<float>(global_n) : 0.0f;
+    const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
+    model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data());
+    const ExchangeResult r = exchange_->step(model_, n, stop_requested());
+    global_step_ = r.global_step;
+    cursor_ = s + 1;
+    if (!sync) {
+      staleness_sum_ += r.staleness;
+      ++pushes_;
+    }
+    train_seconds_ += now_seconds() - t0;
+    ++log_steps_;
+    log_samples_local_ += n;
+    log_samples_global_ += global_n;
+    out_.samples += global_n;
+    if (r.stop) {
+      stop_signal_ = true;
+      break;
+    }
+    if (log_steps_ >= c_.log_every) log_interval(epoch, false);
+    if (c_.checkpoint_every > 0 && global_step_ / c_.checkpoint_every > ckpt_bucket_) {
+      ckpt_bucket_ = global_step_ / c_.checkpoint_every;
+      // Sync: every worker reaches this at the same step. Async: the chief alone.
+      if (sync || cluster_.is_chief()) checkpoint(epoch, cursor_);
+    }
+  }
+  if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
+  if (log_steps_ > 0) log_interval(epoch, true);
+}
+
+void Worker::log_interval(int epoch, bool force) {
+  (void)force;
+  float host[2] = {0, 0};
+  be_.copy_to_host(host, stats_.data(), sizeof host);
+  be_.fill(stats_.data(), 0.0f, 2);
+  const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
+  // samples/s of all workers: exact in sync mode; async: global steps × batch.
+  const double global_samples =
+      c_.mode == "sync" ? static_cast<double>(log_samples_global_)
+                        : static_cast<double>(global_step_ - log_start_global_step_) * plan_.batch;
+  const double sps = global_samples / dt;
+  const double loss = log_samples_local_ ? host[0] / log_samples_local_ : 0.0;
+  const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
+  out_.train_loss = loss;
+  out_.train_accuracy = acc;
+  if (cluster_.is_chief()) {
+    const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
+    const double wall = prior_wall_ + now - t_start_;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "step %7lld | epoch %3d | loss %.4f | acc %.4f | %9.1f samples/s | lr %.5f | %7.1f s%s",
+                  static_cast<long long>(global_step_), epoch + 1, loss, acc, sps, lr, wall,
+                  c_.mode == "async"
+                      ? (" | staleness " + std::to_string(pushes_ ? staleness_sum_ / pushes_ : 0.0).substr(0, 5)).c_str()
+                      : "");
+    log_info(line);
+    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr,
+                     pushes_ ? staleness_sum_ / pushes_ : 0.0});
+  }
+  t_log_ = now;
+  log_steps_ = log_samples_local_ = log_samples_global_ = 0;
+  log_start_global_step_ = global_step_;
+}
+
+void Worker::average_model_state() {
+  const std::size_t S = model_.state_count();
+  if (S == 0 || plan_.workers == 1) return;
+  std::vector<float> host(S);
+  be_.copy_to_host(host.data(), model_.state(), S * sizeof(float));
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host.data(), static_cast<int>(S), MPI_FLOAT, MPI_SUM,
+                              cluster_.role_comm(), &req));
+  wait_one(req, comm_timeout(), "batchnorm statistics allreduce");
+  for (auto& v : host) v /= static_cast<float>(plan_.workers);
+  be_.copy_to_device(model_.state(), host.data(), S * sizeof(float));
+}
+
+void Worker::evaluate(int epoch) {
+  if (!plan_.has_test) return;
+  auto indices = epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
+  BatchReader reader(plan_.test, std::move(indices), plan_.batch);
+  HostBatch batch;
+  float zero[2] = {0, 0}, sums[2];
+  float saved[2];
+  be_.copy_to_host(saved, stats_.data(), sizeof saved);  // keep the training interval's sums
+  be_.copy_to_device(stats_.data(), zero, sizeof zero);
+  double count = 0;
+  while (reader.next(batch)) {
+    be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+    be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+    model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
+    count += batch.n;
+  }
+  be_.copy_to_host(sums, stats_.data(), sizeof sums);
+  be_.copy_to_device(stats_.data(), saved, sizeof saved);
+  double v[3] = {sums[0], sums[1], count};
+  worker_sum(cluster_.role_comm(), v, 3);
+  out_.test_loss = v[0] / v[2];
+  out_.test_accuracy = v[1] / v[2];
+  if (cluster_.is_chief()) {
+    const double wall = prior_wall_ + now_seconds() - t_start_;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "epoch %3d done | global_step %lld | test loss %.4f | test accuracy %.4f | %lld samples | %.1f s",
+                  epoch + 1, static_cast<long long>(global_step_), out_.test_loss,
+                  out_.test_accuracy, static_cast<long long>(v[2]), wall);
+    log_info(line);
+    metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
+                     0, 0});
+  }
+}
+
+void Worker::checkpoint(int epoch, std::int64_t step_in_epoch) {
+  const bool sync = c_.mode == "sync";
+  if (global_step_ == last_checkpoint_step_) return;
+  CheckpointState s;
+  const std::size_t S = model_.state_count();
+  std::vector<float> mine(std::max<std::size_t>(S, 1));
+  be_.copy_to_host(mine.data(), model_.state(), mine.size() * sizeof(float));
+  if (sync) {
+    // Every worker's batchnorm statistics, so a resumed run continues bit for bit.
+    s.state_rows = plan_.workers;
+    s.model_state.resize(mine.size() * plan_.workers);
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Igather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
+                             s.model_state.data(), static_cast<int>(mine.size()), MPI_FLOAT, 0,
+                             cluster_.role_comm(), &req));
+    wait_one(req, comm_timeout(), "gathering batchnorm statistics for a checkpoint");
+  } else {
+    s.state_rows = 1;
+    s.model_state = mine;
+  }
+  last_checkpoint_step_ = global_step_;
+  if (!cluster_.is_chief()) return;
+  s.global_step = exchange_->snapshot(model_, s);
+  if (!sync) s.global_step = std::max(s.global_step, global_step_);
+  s.epoch = epoch;
+  s.step_in_epoch = step_in_epoch;
+  s.seed = c_.seed;
+  s.num_workers = plan_.workers;
+  s.mode = c_.mode;
+  s.model_signature = model_.signature();
+  s.config = c_.effective_ini;
+  s.wall_seconds = prior_wall_ + now_seconds() - t_start_;
+  if (S == 0) s.model_state.assign(s.state_rows, 0.0f);
+  write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
+  log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
+}
+
+}  // namespace dtrain

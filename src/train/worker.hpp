@@ -1,0 +1,70 @@
+// dtrain/train/worker.hpp (private) — the worker's training loop, shared by both modes through
+// GradientExchange.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/io/checkpoint.hpp"
+#include "dtrain/model/model.hpp"
+#include "dtrain/train/exchange.hpp"
+#include "dtrain/train/report.hpp"
+#include "dtrain/train/trainer.hpp"
+
+namespace dtrain {
+
+struct WorkerOutcome {
+  std::int64_t global_step = 0;
+  int epochs_done = 0;
+  double test_loss = 0, test_accuracy = 0;
+  double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
+  double train_seconds = 0;     ///< time inside training steps
+  double wall_seconds = 0;      ///< whole training incl. evaluation and checkpoints
+  std::int64_t samples = 0;     ///< samples trained by all workers (sync exact, async estimate)
+  std::int64_t skipped = 0;
+  double staleness_mean = 0;
+  std::string stopped_by = "completed";  ///< completed | max_steps | signal
+};
+
+class Worker {
+ public:
+  Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
+         std::optional<CheckpointState> resume);
+  ~Worker();
+  WorkerOutcome run();
+
+ private:
+  void train_epoch(int epoch, std::int64_t first_step);
+  void evaluate(int epoch);
+  void average_model_state();
+  void checkpoint(int epoch, std::int64_t step_in_epoch);
+  void log_interval(int epoch, bool force);
+
+  const Config& c_;
+  const Cluster& cluster_;
+  const TrainPlan& plan_;
+  Backend& be_;
+  Model model_;
+  std::unique_ptr<GradientExchange> exchange_;
+  std::optional<CheckpointState> resume_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  DeviceBuffer<float> x_, stats_;
+  DeviceBuffer<std::int32_t> y_;
+  int w_;
+  std::int64_t global_step_ = 0, last_checkpoint_step_ = -1;
+  std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
+  std::int64_t ckpt_bucket_ = 0;  ///< global_step / checkpoint_every at the last checkpoint
+  bool stop_signal_ = false, stop_max_ = false;
+  // log interval accumulators
+  double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
+  std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0,
+               log_start_global_step_ = 0;
+  double staleness_sum_ = 0;
+  std::int64_t pushes_ = 0;
+  WorkerOutcome out_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,428 @@
+// tests/unit/test_cuda_backend.cpp — the CUDA backend (cuDNN + cuBLAS + own kernels) against the
+// oneDNN CPU backend: every op forward and backward on random inputs (norm-wise relative error
+// ‖gpu − cpu‖/‖cpu‖ ≤ 1e-4 in fp32), optimizer parity, bit-identical dropout masks, a model-level
+// gradient comparison and a short GPU training run. Every GPU test skips with the reason when
+// dtrain was built without CUDA or no GPU is visible; the GPU-selection and availability tests run
+// everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/model/model.hpp"
+
+namespace dtrain {
+namespace {
+
+/// Empty when GPU tests can run, else why not.
+std::string no_cuda_reason() {
+#if !defined(DTRAIN_HAVE_CUDA)
+  return "dtrain was built without CUDA (no nvcc/cuDNN/NCCL, or -DDTRAIN_WITH_CUDA=OFF)";
+#else
+  if (!cuda_available())
+    return "built with CUDA but cuda_device_count() == 0 (no GPU visible or no NVIDIA driver)";
+  return {};
+#endif
+}
+
+#define DT_SKIP_WITHOUT_CUDA()                                         \
+  do {                                                                 \
+    const std::string reason_ = no_cuda_reason();                      \
+    if (!reason_.empty()) GTEST_SKIP() << "no CUDA device: " << reason_; \
+  } while (0)
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0.0, ref = 0.0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    ref += double(b[i]) * b[i];
+  }
+  return ref > 0.0 ? std::sqrt(diff / ref) : std::sqrt(diff);
+}
+
+constexpr double kTol = 1e-4;
+
+std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+/// The same data on the CPU and on the GPU backend.
+struct Twin {
+  DeviceBuffer<float> cpu, gpu;
+};
+
+class CudaParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DT_SKIP_WITHOUT_CUDA();
+    cpu_ = make_cpu_backend();
+    gpu_ = make_cuda_backend(0);
+  }
+
+  Twin twin(const std::vector<float>& v) {
+    Twin t{DeviceBuffer<float>(*cpu_, v.size()), DeviceBuffer<float>(*gpu_, v.size())};
+    cpu_->copy_to_device(t.cpu.data(), v.data(), v.size() * sizeof(float));
+    gpu_->copy_to_device(t.gpu.data(), v.data(), v.size() * sizeof(float));
+    return t;
+  }
+  Twin zeros(std::size_t n) { return twin(std::vector<float>(n, 0.0f)); }
+  Twin random(std::size_t n, std::uint32_t seed) { return twin(random_vec(n, seed)); }
+
+  std::vector<float> host(Backend& be, const DeviceBuffer<float>& b) {
+    be.synchronize();
+    std::vector<float> v(b.size());
+    be.copy_to_host(v.data(), b.data(), b.bytes());
+    return v;
+  }
+  /// ‖gpu − cpu‖ / ‖cpu‖ of one twin.
+  double err(const Twin& t) { return rel_err(host(*gpu_, t.gpu), host(*cpu_, t.cpu)); }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+TEST(CudaAvailability, NeverThrowsAndIsConsistent) {
+  int count = -1;
+  EXPECT_NO_THROW(count = cuda_device_count());
+  EXPECT_GE(count, 0);
+  EXPECT_EQ(cuda_available(), count > 0);
+  if (count == 0) EXPECT_THROW(make_cuda_backend(0), Error);
+}
+
+TEST(CudaSelectGpu, BindsByLocalRankAndRefusesOversubscription) {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) {
+    // Built without CUDA (Error) or no GPU visible (Error): never a silent GPU choice.
+    EXPECT_THROW(select_gpu_for_local_rank(0, 1, false), Error);
+    return;
+  }
+  for (int r = 0; r < gpus; ++r) EXPECT_EQ(select_gpu_for_local_rank(r, gpus, false), r);
+  EXPECT_THROW(select_gpu_for_local_rank(0, gpus + 1, false), InputError);
+  try {
+    select_gpu_for_local_rank(0, gpus + 1, false);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--allow-gpu-sharing"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(select_gpu_for_local_rank(gpus, gpus + 1, true), 0);
+}
+
+TEST_F(CudaParity, MemoryFillScaleFinite) {
+  EXPECT_NE(gpu_->name().find("cuda:0"), std::string::npos) << gpu_->name();
+  DeviceBuffer<float> b(*gpu_, 1000);
+  for (float x : host(*gpu_, b)) ASSERT_EQ(x, 0.0f);  // allocate() zero-fills
+  gpu_->fill(b.data(), 2.0f, b.size());
+  gpu_->scale(b.data(), 0.25f, b.size());
+  for (float x : host(*gpu_, b)) ASSERT_EQ(x, 0.5f);
+  EXPECT_TRUE(gpu_->all_finite(b.data(), b.size()));
+  const float inf = INFINITY;
+  gpu_->copy_to_device(b.data() + 777, &inf, sizeof(float));
+  EXPECT_FALSE(gpu_->all_finite(b.data(), b.size()));
+  EXPECT_TRUE(gpu_->all_finite(b.data(), 777));
+  DeviceBuffer<float> c(*gpu_, 1000);
+  gpu_->copy_device(c.data(), b.data(), b.bytes());
+  EXPECT_EQ(host(*gpu_, c), host(*gpu_, b));
+  void* pinned = gpu_->allocate_host(4096);
+  ASSERT_NE(pinned, nullptr);
+  EXPECT_EQ(static_cast<unsigned char*>(pinned)[4095], 0);
+  gpu_->deallocate_host(pinned);
+}
+
+struct ConvCase {
+  Shape in;
+  int k, kernel, stride, pad;
+};
+
+TEST_F(CudaParity, ConvolutionForwardBackward) {
+  for (const ConvCase& cc : {ConvCase{{4, 3, 9, 9}, 5, 3, 1, 1}, ConvCase{{2, 4, 12, 10}, 6, 3, 2, 0},
+                             ConvCase{{3, 2, 7, 7}, 4, 5, 1, 2}, ConvCase{{2, 8, 6, 6}, 3, 1, 1, 0}}) {
+    SCOPED_TRACE(cc.in.str() + " k" + std::to_string(cc.kernel) + " s" +
+                 std::to_string(cc.stride) + " p" + std::to_string(cc.pad));
+    const ConvDesc d{cc.in, cc.k, cc.kernel, cc.stride, cc.pad};
+    const Shape out = d.output();
+    auto c_op = cpu_->make_conv(d);
+    auto g_op = gpu_->make_conv(d);
+    const std::size_t wn = std::size_t(cc.k) * cc.in.c * cc.kernel * cc.kernel;
+    Twin x = random(cc.in.count(), 1), w = random(wn, 2), b = random(cc.k, 3);
+    Twin y = zeros(out.count()), dy = random(out.count(), 4);
+    Twin dx = zeros(cc.in.count()), dw = random(wn, 5), db = random(cc.k, 6);  // overwritten
+    c_op->forward(x.cpu.data(), w.cpu.data(), b.cpu.data(), y.cpu.data());
+    g_op->forward(x.gpu.data(), w.gpu.data(), b.gpu.data(), y.gpu.data());
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), w.cpu.data(), dy.cpu.data(), dx.cpu.data(), dw.cpu.data(),
+                   db.cpu.data());
+    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), dx.gpu.data(), dw.gpu.data(),
+                   db.gpu.data());
+    EXPECT_LE(err(dx), kTol);
+    EXPECT_LE(err(dw), kTol);
+    EXPECT_LE(err(db), kTol);
+    // dx == nullptr skips the data gradient but still overwrites dw and db.
+    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), nullptr, dw.gpu.data(),
+                   db.gpu.data());
+    EXPECT_LE(err(dw), kTol);
+  }
+}
+
+TEST_F(CudaParity, PoolingForwardBackward) {
+  struct Case {
+    PoolKind kind;
+    int kernel, stride, pad;
+  };
+  const Shape in{3, 4, 9, 8};
+  for (const Case& c : {Case{PoolKind::max, 2, 2, 0}, Case{PoolKind::max, 3, 2, 1},
+                        Case{PoolKind::avg, 2, 2, 0}, Case{PoolKind::avg, 3, 2, 1},
+                        Case{PoolKind::avg, 3, 1, 1}}) {
+    SCOPED_TRACE(std::string(c.kind == PoolKind::max ? "max" : "avg") + " k" +
+                 std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
+                 std::to_string(c.pad));
+    const PoolDesc d{in, c.kind, c.kernel, c.stride, c.pad};
+    const Shape out = d.output();
+    auto c_op = cpu_->make_pool(d);
+    auto g_op = gpu_->make_pool(d);
+    Twin x = random(in.count(), 11), y = zeros(out.count()), dy = random(out.count(), 12);
+    Twin dx = random(in.count(), 13);
+    c_op->forward(x.cpu.data(), y.cpu.data(), true);
+    g_op->forward(x.gpu.data(), y.gpu.data(), true);
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), y.cpu.data(), dy.cpu.data(), dx.cpu.data());
+    g_op->backward(x.gpu.data(), y.gpu.data(), dy.gpu.data(), dx.gpu.data());
+    EXPECT_LE(err(dx), kTol);
+  }
+}
+
+TEST_F(CudaParity, ActivationsForwardBackward) {
+  const Shape s{4, 3, 5, 7};
+  for (ActKind kind : {ActKind::relu, ActKind::sigmoid}) {
+    SCOPED_TRACE(kind == ActKind::relu ? "relu" : "sigmoid");
+    auto c_op = cpu_->make_activation(kind, s);
+    auto g_op = gpu_->make_activation(kind, s);
+    Twin x = random(s.count(), 21), y = zeros(s.count()), dy = random(s.count(), 22);
+    Twin dx = zeros(s.count());
+    c_op->forward(x.cpu.data(), y.cpu.data());
+    g_op->forward(x.gpu.data(), y.gpu.data());
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), y.cpu.data(), dy.cpu.data(), dx.cpu.data());
+    g_op->backward(x.gpu.data(), y.gpu.data(), dy.gpu.data(), dx.gpu.data());
+    EXPECT_LE(err(dx), kTol);
+  }
+}
+
+TEST_F(CudaParity, BatchNormTrainingInferenceBackward) {
+  const Shape s{6, 5, 4, 3};
+  const BatchNormDesc d{s, 1e-5f, 0.1f};
+  auto c_op = cpu_->make_batchnorm(d);
+  auto g_op = gpu_->make_batchnorm(d);
+  Twin x = twin(random_vec(s.count(), 31, -2.0f, 3.0f));
+  Twin gamma = twin(random_vec(s.c, 32, 0.5f, 1.5f)), beta = random(s.c, 33);
+  Twin mean = zeros(s.c), var = twin(std::vector<float>(s.c, 1.0f));
+  Twin y = zeros(s.count()), dy = random(s.count(), 34), dx = zeros(s.count());
+  Twin dgamma = random(s.c, 35), dbeta = random(s.c, 36);
+  for (int step = 0; step < 2; ++step) {  // two steps: running statistics accumulate
+    c_op->forward(x.cpu.data(), gamma.cpu.data(), beta.cpu.data(), mean.cpu.data(),
+                  var.cpu.data(), y.cpu.data(), true);
+    g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(),
+                  var.gpu.data(), y.gpu.data(), true);
+  }
+  EXPECT_LE(err(y), kTol);
+  EXPECT_LE(err(mean), kTol);
+  EXPECT_LE(err(var), kTol);  // both keep the unbiased variance
+  c_op->backward(x.cpu.data(), gamma.cpu.data(), dy.cpu.data(), dx.cpu.data(),
+                 dgamma.cpu.data(), dbeta.cpu.data());
+  g_op->backward(x.gpu.data(), gamma.gpu.data(), dy.gpu.data(), dx.gpu.data(),
+                 dgamma.gpu.data(), dbeta.gpu.data());
+  EXPECT_LE(err(dx), kTol);
+  EXPECT_LE(err(dgamma), kTol);
+  EXPECT_LE(err(dbeta), kTol);
+  c_op->forward(x.cpu.data(), gamma.cpu.data(), beta.cpu.data(), mean.cpu.data(), var.cpu.data(),
+                y.cpu.data(), false);
+  g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(), var.gpu.data(),
+                y.gpu.data(), false);
+  EXPECT_LE(err(y), kTol);
+}
+
+TEST_F(CudaParity, DenseForwardBackward) {
+  for (const DenseDesc& d : {DenseDesc{8, 30, 10}, DenseDesc{1, 7, 3}, DenseDesc{33, 64, 17}}) {
+    SCOPED_TRACE(std::to_string(d.batch) + "x" + std::to_string(d.inputs) + "->" +
+                 std::to_string(d.outputs));
+    auto c_op = cpu_->make_dense(d);
+    auto g_op = gpu_->make_dense(d);
+    const std::size_t xn = std::size_t(d.batch) * d.inputs, yn = std::size_t(d.batch) * d.outputs;
+    const std::size_t wn = std::size_t(d.outputs) * d.inputs;
+    Twin x = random(xn, 41), w = random(wn, 42), b = random(d.outputs, 43);
+    Twin y = zeros(yn), dy = random(yn, 44), dx = zeros(xn);
+    Twin dw = random(wn, 45), db = random(d.outputs, 46);
+    c_op->forward(x.cpu.data(), w.cpu.data(), b.cpu.data(), y.cpu.data());
+    g_op->forward(x.gpu.data(), w.gpu.data(), b.gpu.data(), y.gpu.data());
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), w.cpu.data(), dy.cpu.data(), dx.cpu.data(), dw.cpu.data(),
+                   db.cpu.data());
+    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), dx.gpu.data(), dw.gpu.data(),
+                   db.gpu.data());
+    EXPECT_LE(err(dx), kTol);
+    EXPECT_LE(err(dw), kTol);
+    EXPECT_LE(err(db), kTol);
+  }
+}
+
+TEST_F(CudaParity, DropoutMasksAreIdentical) {
+  const Shape s{16, 8, 5, 5};
+  for (float p : {0.0f, 0.3f, 0.75f}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    auto c_op = cpu_->make_dropout(s, p);
+    auto g_op = gpu_->make_dropout(s, p);
+    Twin x = random(s.count(), 51), y = zeros(s.count()), dy = random(s.count(), 52);
+    Twin dx = zeros(s.count());
+    const std::uint64_t seed = 0xDEADBEEF12345ull;
+    c_op->forward(x.cpu.data(), y.cpu.data(), true, seed);
+    g_op->forward(x.gpu.data(), y.gpu.data(), true, seed);
+    const std::vector<float> yc = host(*cpu_, y.cpu), yg = host(*gpu_, y.gpu);
+    std::size_t dropped = 0;
+    for (std::size_t i = 0; i < yc.size(); ++i) {
+      ASSERT_EQ(yc[i] == 0.0f, yg[i] == 0.0f) << "mask differs at element " << i;
+      dropped += yc[i] == 0.0f;
+    }
+    EXPECT_NEAR(double(dropped) / yc.size(), p, 0.05);
+    EXPECT_LE(rel_err(yg, yc), 1e-6);
+    c_op->backward(dy.cpu.data(), dx.cpu.data());
+    g_op->backward(dy.gpu.data(), dx.gpu.data());
+    EXPECT_LE(err(dx), 1e-6);
+    g_op->forward(x.gpu.data(), y.gpu.data(), false, seed);  // inference: identity
+    EXPECT_EQ(host(*gpu_, y.gpu), host(*gpu_, x.gpu));
+  }
+}
+
+TEST_F(CudaParity, SoftmaxCrossEntropy) {
+  const int batch = 37, classes = 10;
+  auto c_op = cpu_->make_softmax_xent(batch, classes);
+  auto g_op = gpu_->make_softmax_xent(batch, classes);
+  std::vector<float> logits = random_vec(std::size_t(batch) * classes, 61, -4.0f, 4.0f);
+  std::vector<std::int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = (i * 7) % classes;
+  Twin l = twin(logits), dl = zeros(logits.size()), stats = twin({1.5f, 2.0f});  // accumulates
+  DeviceBuffer<std::int32_t> lab_c(*cpu_, batch), lab_g(*gpu_, batch);
+  cpu_->copy_to_device(lab_c.data(), labels.data(), batch * sizeof(std::int32_t));
+  gpu_->copy_to_device(lab_g.data(), labels.data(), batch * sizeof(std::int32_t));
+  for (int n : {batch, 20}) {  // full and partial batch
+    c_op->forward_backward(l.cpu.data(), lab_c.data(), n, 0.5f, dl.cpu.data(), stats.cpu.data());
+    g_op->forward_backward(l.gpu.data(), lab_g.data(), n, 0.5f, dl.gpu.data(), stats.gpu.data());
+    EXPECT_LE(err(dl), kTol);
+    const std::vector<float> sc = host(*cpu_, stats.cpu), sg = host(*gpu_, stats.gpu);
+    EXPECT_NEAR(sg[0], sc[0], 1e-4 * std::abs(sc[0]));
+    EXPECT_EQ(sg[1], sc[1]);
+  }
+  // Loss only (dlogits == nullptr) still accumulates the statistics.
+  g_op->forward_backward(l.gpu.data(), lab_g.data(), batch, 1.0f, nullptr, stats.gpu.data());
+  EXPECT_GT(host(*gpu_, stats.gpu)[0], host(*cpu_, stats.cpu)[0]);
+}
+
+TEST_F(CudaParity, OptimizerUpdates) {
+  const std::size_t n = 5000;
+  for (int variant = 0; variant < 4; ++variant) {
+    OptimizerUpdate u;
+    u.lr = 0.05f;
+    u.weight_decay = variant == 1 ? 0.0f : 1e-3f;
+    u.kind = variant == 0 ? OptimizerKind::sgd
+             : variant <= 2 ? OptimizerKind::momentum
+                            : OptimizerKind::adam;
+    u.nesterov = variant == 2;
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Twin p = random(n, 71), m = zeros(n), v = zeros(n);
+    for (int step = 1; step <= 5; ++step) {
+      Twin g = random(n, 72 + step);
+      u.step = step;
+      cpu_->optimizer_update(u, p.cpu.data(), g.cpu.data(), m.cpu.data(), v.cpu.data(), n);
+      gpu_->optimizer_update(u, p.gpu.data(), g.gpu.data(), m.gpu.data(), v.gpu.data(), n);
+    }
+    EXPECT_LE(err(p), kTol);
+    if (u.kind != OptimizerKind::sgd) EXPECT_LE(err(m), kTol);
+    if (u.kind == OptimizerKind::adam) EXPECT_LE(err(v), kTol);
+  }
+}
+
+const std::vector<std::string> kSmallNet = {
+    "conv filters=4 kernel=3 stride=1 pad=1", "batchnorm", "relu", "maxpool kernel=2 stride=2",
+    "flatten", "dense units=16", "sigmoid", "dropout rate=0.2", "dense"};
+
+/// Random images with labels that a small net can learn (label = brightest quadrant).
+void make_batch(int n, std::vector<float>& x, std::vector<std::int32_t>& y, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> noise(0.0f, 0.3f);
+  x.assign(std::size_t(n) * 8 * 8, 0.0f);
+  y.assign(n, 0);
+  for (int s = 0; s < n; ++s) {
+    y[s] = static_cast<std::int32_t>(gen() % 4);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        const int q = (i / 4) * 2 + j / 4;
+        x[std::size_t(s) * 64 + i * 8 + j] = noise(gen) + (q == y[s] ? 1.0f : 0.0f);
+      }
+  }
+}
+
+TEST_F(CudaParity, ModelGradientsMatchCpu) {
+  const int n = 16;
+  Model mc(*cpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
+  Model mg(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
+  mc.initialize(7);
+  mg.initialize(7);
+  ASSERT_EQ(mc.param_count(), mg.param_count());
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  make_batch(n, x, y, 81);
+  Twin xs = twin(x), stats = zeros(2);
+  DeviceBuffer<std::int32_t> yc(*cpu_, n), yg(*gpu_, n);
+  cpu_->copy_to_device(yc.data(), y.data(), n * sizeof(std::int32_t));
+  gpu_->copy_to_device(yg.data(), y.data(), n * sizeof(std::int32_t));
+  mc.train_step(xs.cpu.data(), yc.data(), n, 1.0f / n, 99, stats.cpu.data());
+  mg.train_step(xs.gpu.data(), yg.data(), n, 1.0f / n, 99, stats.gpu.data());
+  std::vector<float> gc(mc.param_count()), gg(mg.param_count());
+  cpu_->copy_to_host(gc.data(), mc.grads(), gc.size() * sizeof(float));
+  gpu_->copy_to_host(gg.data(), mg.grads(), gg.size() * sizeof(float));
+  EXPECT_LE(rel_err(gg, gc), 1e-3);  // whole network: errors compound a little across layers
+  EXPECT_LE(err(stats), 1e-4);
+}
+
+TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {
+  const int n = 32;
+  Model model(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
+  model.initialize(3);
+  DeviceBuffer<float> m(*gpu_, model.param_count()), v(*gpu_, model.param_count());
+  DeviceBuffer<float> x(*gpu_, std::size_t(n) * 64), stats(*gpu_, 2);
+  DeviceBuffer<std::int32_t> y(*gpu_, n);
+  OptimizerUpdate u;
+  u.kind = OptimizerKind::adam;
+  u.lr = 0.01f;
+  std::vector<float> hx, s(2);
+  std::vector<std::int32_t> hy;
+  float first = 0.0f, last = 0.0f;
+  for (int step = 1; step <= 60; ++step) {
+    make_batch(n, hx, hy, 1000 + step);
+    gpu_->copy_to_device(x.data(), hx.data(), hx.size() * sizeof(float));
+    gpu_->copy_to_device(y.data(), hy.data(), hy.size() * sizeof(std::int32_t));
+    gpu_->fill(stats.data(), 0.0f, 2);
+    model.train_step(x.data(), y.data(), n, 1.0f / n, step, stats.data());
+    u.step = step;
+    gpu_->optimizer_update(u, model.params(), model.grads(), m.data(), v.data(),
+                           model.param_count());
+    gpu_->copy_to_host(s.data(), stats.data(), 2 * sizeof(float));
+    ASSERT_TRUE(std::isfinite(s[0])) << "step " << step;
+    if (step <= 5) first += s[0] / n / 5;
+    if (step > 55) last += s[0] / n / 5;
+  }
+  EXPECT_LT(last, 0.5f * first) << "mean loss of the first 5 steps " << first << ", last 5 "
+                                << last;
+  EXPECT_TRUE(gpu_->all_finite(model.params(), model.param_count()));
+}
+
+}  // namespace
+}  // namespace dtrain
