@@ -256,14 +256,20 @@ bool has_attribute(hid_t obj, const std::string& name) {
   return DT_CHECK_HDF5(H5Aexists(obj, name.c_str()), "attribute " + quoted(name)) > 0;
 }
 
-H5Dataset open_dataset(hid_t loc, const std::string& name, const std::string& where) {
+H5Dataset open_dataset(hid_t loc, const std::string& name, const std::string& where, hid_t dapl) {
   Lock lock(hdf5_mutex());
   if (!has_link(loc, name)) DT_INPUT_FAIL(where + ": no dataset " + quoted(name));
-  const hid_t id = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
+  const hid_t id = H5Dopen2(loc, name.c_str(), dapl);
   if (id < 0)
     DT_INPUT_FAIL(where + ": " + quoted(name) + " is not a readable dataset (HDF5: " +
                   hdf5_error_text() + ")");
   return H5Dataset(id);
+}
+
+int dataset_filter_count(hid_t dset) {
+  Lock lock(hdf5_mutex());
+  H5PropList dcpl(DT_CHECK_HDF5(H5Dget_create_plist(dset), "dataset creation properties"));
+  return DT_CHECK_HDF5(H5Pget_nfilters(dcpl.get()), "dataset creation properties");
 }
 
 H5Group create_group(hid_t loc, const std::string& name) {

@@ -156,8 +156,9 @@ int run_training(const Config& c) {
     if (c.resume) {
       resume = load_latest_checkpoint(c.run_dir);
       if (resume)
-        check_checkpoint_compatible(*resume, list_checkpoints(c.run_dir).front(), signature,
-                                    c.mode, param_count);
+        // Name the checkpoint actually read: a corrupt newer one may have been skipped.
+        check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step),
+                                    signature, c.mode, param_count);
       else
         log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch");
     } else {

@@ -67,6 +67,7 @@ WorkerOutcome Worker::run() {
   exchange_->start(model_, resume_ ? &*resume_ : nullptr, global_step_);
   resume_.reset();  // free the host copy
 
+  first_global_step_ = global_step_;
   t_start_ = t_log_ = now_seconds();
   log_start_global_step_ = global_step_;
   ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
@@ -89,10 +90,18 @@ WorkerOutcome Worker::run() {
     out_.epochs_done = epoch + 1;
     checkpoint(epoch + 1, 0);
   }
+  if (first_epoch >= c_.epochs) {
+    // --resume of a finished run: nothing left to train, but report the model's test metrics
+    // instead of zeros (every worker takes this branch: first_epoch is shared).
+    out_.epochs_done = c_.epochs;
+    evaluate(c_.epochs - 1);
+  }
   exchange_->finish();
   out_.global_step = global_step_;
   out_.wall_seconds = prior_wall_ + now_seconds() - t_start_;
   out_.train_seconds = train_seconds_;
+  // Async: every global step is one worker's batch (the chief only sees its own samples).
+  if (c_.mode == "async") out_.samples = (global_step_ - first_global_step_) * plan_.batch;
   out_.skipped = exchange_->skipped_steps();
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");

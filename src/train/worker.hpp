@@ -55,6 +55,7 @@ class Worker {
   DeviceBuffer<std::int32_t> y_;
   int w_;
   std::int64_t global_step_ = 0, last_checkpoint_step_ = -1;
+  std::int64_t first_global_step_ = 0;  ///< at the start of this process's training
   std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
   std::int64_t ckpt_bucket_ = 0;  ///< global_step / checkpoint_every at the last checkpoint
   bool stop_signal_ = false, stop_max_ = false;

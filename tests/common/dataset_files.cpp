@@ -104,7 +104,12 @@ RawDataset make_synthetic(const SyntheticSpec& s) {
   std::uniform_real_distribution<float> uniform(0.0f, 255.0f);
   std::normal_distribution<float> noise(0.0f, 40.0f);
   std::vector<float> templates(static_cast<std::size_t>(s.classes) * sample);
-  for (float& t : templates) t = uniform(rng);
+  if (s.template_seed == 0) {
+    for (float& t : templates) t = uniform(rng);
+  } else {
+    std::mt19937_64 template_rng(s.template_seed);
+    for (float& t : templates) t = uniform(template_rng);
+  }
 
   RawDataset d;
   d.image_dims = {static_cast<hsize_t>(s.n), static_cast<hsize_t>(s.c), static_cast<hsize_t>(s.h),

@@ -40,6 +40,10 @@ struct SyntheticSpec {
   int classes = 4;
   std::string dtype = "uint8";   ///< "uint8" | "float32"
   std::uint64_t seed = 1;
+  /// Seed of the class templates; 0 = draw them from `seed` (then only sets with the same seed
+  /// share their classes). A train and a test set with equal template_seed and different seeds
+  /// have the same classes and independent samples.
+  std::uint64_t template_seed = 0;
   bool mean_std = true;          ///< write per-channel `mean`/`std` computed from the data
   std::string corrupt;           ///< "" or one of corrupt_kinds()
 };

@@ -3,7 +3,9 @@
 // (tests/common/dataset_files.hpp).
 //
 //   make_dataset OUT.h5 --n N --c C --h H --w W --classes K [--dtype uint8|float32] [--seed S]
-//                [--no-mean-std] [--corrupt KIND]
+//                [--template-seed T] [--no-mean-std] [--corrupt KIND]
+// --template-seed T draws the class templates from T instead of S: a train and a test set made with
+// the same T and different S share their classes but not their samples.
 // Exit codes: 0 written, 2 bad usage, 3 write failure.
 #include <cstdio>
 #include <exception>
@@ -19,8 +21,10 @@ void usage(std::FILE* to) {
   for (const auto& k : dtrain::testing::corrupt_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   std::fprintf(to,
                "usage: make_dataset OUT.h5 --n N --c C --h H --w W --classes K\n"
-               "                    [--dtype uint8|float32] [--seed S] [--no-mean-std] [--corrupt KIND]\n"
+               "                    [--dtype uint8|float32] [--seed S] [--template-seed T] [--no-mean-std]\n"
+               "                    [--corrupt KIND]\n"
                "Writes a learnable synthetic dataset (class template + noise) in the dtrain schema.\n"
+               "Class templates come from T when given (else from S): sets with equal T share classes.\n"
                "KIND makes a broken file instead: %s.\n",
                kinds.c_str());
 }
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
         else if (a == "--w") spec.w = static_cast<int>(to_int(a, v));
         else if (a == "--classes") spec.classes = static_cast<int>(to_int(a, v));
         else if (a == "--seed") spec.seed = static_cast<std::uint64_t>(to_int(a, v));
+        else if (a == "--template-seed") spec.template_seed = static_cast<std::uint64_t>(to_int(a, v));
         else if (a == "--dtype") spec.dtype = v;
         else if (a == "--corrupt") spec.corrupt = v;
         else throw std::invalid_argument("unknown option " + a);

@@ -32,9 +32,9 @@ std::string no_cuda_reason() {
 #endif
 }
 
-#define DT_SKIP_WITHOUT_CUDA()                                         \
-  do {                                                                 \
-    const std::string reason_ = no_cuda_reason();                      \
+#define DT_SKIP_WITHOUT_CUDA()                                           \
+  do {                                                                   \
+    const std::string reason_ = no_cuda_reason();                        \
     if (!reason_.empty()) GTEST_SKIP() << "no CUDA device: " << reason_; \
   } while (0)
 
@@ -50,7 +50,8 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 constexpr double kTol = 1e-4;
 
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                              float hi = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -144,10 +145,11 @@ struct ConvCase {
 };
 
 TEST_F(CudaParity, ConvolutionForwardBackward) {
-  for (const ConvCase& cc : {ConvCase{{4, 3, 9, 9}, 5, 3, 1, 1}, ConvCase{{2, 4, 12, 10}, 6, 3, 2, 0},
-                             ConvCase{{3, 2, 7, 7}, 4, 5, 1, 2}, ConvCase{{2, 8, 6, 6}, 3, 1, 1, 0}}) {
-    SCOPED_TRACE(cc.in.str() + " k" + std::to_string(cc.kernel) + " s" +
-                 std::to_string(cc.stride) + " p" + std::to_string(cc.pad));
+  for (const ConvCase& cc :
+       {ConvCase{{4, 3, 9, 9}, 5, 3, 1, 1}, ConvCase{{2, 4, 12, 10}, 6, 3, 2, 0},
+        ConvCase{{3, 2, 7, 7}, 4, 5, 1, 2}, ConvCase{{2, 8, 6, 6}, 3, 1, 1, 0}}) {
+    SCOPED_TRACE(cc.in.str() + " k" + std::to_string(cc.kernel) + " s" + std::to_string(cc.stride) +
+                 " p" + std::to_string(cc.pad));
     const ConvDesc d{cc.in, cc.k, cc.kernel, cc.stride, cc.pad};
     const Shape out = d.output();
     auto c_op = cpu_->make_conv(d);
@@ -179,9 +181,9 @@ TEST_F(CudaParity, PoolingForwardBackward) {
     int kernel, stride, pad;
   };
   const Shape in{3, 4, 9, 8};
-  for (const Case& c : {Case{PoolKind::max, 2, 2, 0}, Case{PoolKind::max, 3, 2, 1},
-                        Case{PoolKind::avg, 2, 2, 0}, Case{PoolKind::avg, 3, 2, 1},
-                        Case{PoolKind::avg, 3, 1, 1}}) {
+  for (const Case& c :
+       {Case{PoolKind::max, 2, 2, 0}, Case{PoolKind::max, 3, 2, 1}, Case{PoolKind::avg, 2, 2, 0},
+        Case{PoolKind::avg, 3, 2, 1}, Case{PoolKind::avg, 3, 1, 1}}) {
     SCOPED_TRACE(std::string(c.kind == PoolKind::max ? "max" : "avg") + " k" +
                  std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
                  std::to_string(c.pad));
@@ -228,18 +230,18 @@ TEST_F(CudaParity, BatchNormTrainingInferenceBackward) {
   Twin y = zeros(s.count()), dy = random(s.count(), 34), dx = zeros(s.count());
   Twin dgamma = random(s.c, 35), dbeta = random(s.c, 36);
   for (int step = 0; step < 2; ++step) {  // two steps: running statistics accumulate
-    c_op->forward(x.cpu.data(), gamma.cpu.data(), beta.cpu.data(), mean.cpu.data(),
-                  var.cpu.data(), y.cpu.data(), true);
-    g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(),
-                  var.gpu.data(), y.gpu.data(), true);
+    c_op->forward(x.cpu.data(), gamma.cpu.data(), beta.cpu.data(), mean.cpu.data(), var.cpu.data(),
+                  y.cpu.data(), true);
+    g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(), var.gpu.data(),
+                  y.gpu.data(), true);
   }
   EXPECT_LE(err(y), kTol);
   EXPECT_LE(err(mean), kTol);
   EXPECT_LE(err(var), kTol);  // both keep the unbiased variance
-  c_op->backward(x.cpu.data(), gamma.cpu.data(), dy.cpu.data(), dx.cpu.data(),
-                 dgamma.cpu.data(), dbeta.cpu.data());
-  g_op->backward(x.gpu.data(), gamma.gpu.data(), dy.gpu.data(), dx.gpu.data(),
-                 dgamma.gpu.data(), dbeta.gpu.data());
+  c_op->backward(x.cpu.data(), gamma.cpu.data(), dy.cpu.data(), dx.cpu.data(), dgamma.cpu.data(),
+                 dbeta.cpu.data());
+  g_op->backward(x.gpu.data(), gamma.gpu.data(), dy.gpu.data(), dx.gpu.data(), dgamma.gpu.data(),
+                 dbeta.gpu.data());
   EXPECT_LE(err(dx), kTol);
   EXPECT_LE(err(dgamma), kTol);
   EXPECT_LE(err(dbeta), kTol);
@@ -331,7 +333,7 @@ TEST_F(CudaParity, OptimizerUpdates) {
     OptimizerUpdate u;
     u.lr = 0.05f;
     u.weight_decay = variant == 1 ? 0.0f : 1e-3f;
-    u.kind = variant == 0 ? OptimizerKind::sgd
+    u.kind = variant == 0   ? OptimizerKind::sgd
              : variant <= 2 ? OptimizerKind::momentum
                             : OptimizerKind::adam;
     u.nesterov = variant == 2;
@@ -349,9 +351,15 @@ TEST_F(CudaParity, OptimizerUpdates) {
   }
 }
 
-const std::vector<std::string> kSmallNet = {
-    "conv filters=4 kernel=3 stride=1 pad=1", "batchnorm", "relu", "maxpool kernel=2 stride=2",
-    "flatten", "dense units=16", "sigmoid", "dropout rate=0.2", "dense"};
+const std::vector<std::string> kSmallNet = {"conv filters=4 kernel=3 stride=1 pad=1",
+                                            "batchnorm",
+                                            "relu",
+                                            "maxpool kernel=2 stride=2",
+                                            "flatten",
+                                            "dense units=16",
+                                            "sigmoid",
+                                            "dropout rate=0.2",
+                                            "dense"};
 
 /// Random images with labels that a small net can learn (label = brightest quadrant).
 void make_batch(int n, std::vector<float>& x, std::vector<std::int32_t>& y, std::uint32_t seed) {

@@ -84,18 +84,22 @@ struct HostBatch {
 
 /// Reads batches of the given sample indices, in order, through a prefetch thread that keeps up to
 /// `depth` batches ready. Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one
-/// may be partial). Only the selected rows are read (hyperslab unions of sorted, merged runs), never
-/// the whole images dataset. The thread does all HDF5 work under hdf5_mutex(), so checkpoint writes
-/// on other threads are safe. Buffers are allocated once (a ring of `depth` batches).
+/// may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
+/// runs, one regular-hyperslab read per run (see batch_reader.cpp for why not one union read) —
+/// never the whole images dataset. The labels of `indices` are read once at construction. The
+/// thread does all HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe.
+/// Buffers are allocated once (a ring of `depth` batches plus one staging buffer).
 ///
 /// Use from one thread (next(), skip() and batches() are not safe to call concurrently). Errors in
-/// the reader thread (I/O failure, non-finite float pixel: InputError naming file, `images` and the
-/// sample index; a label out of range) are rethrown by next() once the batches before it are taken.
+/// the reader thread (I/O failure → LibraryError; non-finite float pixel → InputError naming file,
+/// `images` and the sample index) are rethrown by next() once the batches before it are taken.
 class BatchReader {
  public:
-  /// info: from open_dataset_info(). indices: sample indices in [0, N) (InputError otherwise).
-  /// batch_size ≥ 1, depth ≥ 1 (InputError otherwise). start_batch ∈ [0, batches()]: begin there
-  /// (resume mid-epoch); equivalent to skip(start_batch). The thread starts at once.
+  /// info: from open_dataset_info(). indices: sample indices in [0, N), duplicates allowed.
+  /// batch_size ≥ 1, depth ≥ 1. start_batch ∈ [0, batches()]: begin there (resume mid-epoch);
+  /// equivalent to skip(start_batch). Opens the file and reads the labels on the calling thread,
+  /// then starts the reader thread. Throws InputError for bad arguments, an unopenable file or a
+  /// label outside [0, num_classes); LibraryError for a failed HDF5 call.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
               int depth = 2, std::int64_t start_batch = 0);
   /// Stops and joins the reader thread; never throws.

@@ -126,9 +126,15 @@ bool has_link(hid_t loc, const std::string& name);
 /// True when object obj has an attribute called name.
 bool has_attribute(hid_t obj, const std::string& name);
 
-/// Opens dataset `name` under loc. `where` names the file for messages.
+/// Opens dataset `name` under loc with access property list dapl (e.g. a chunk-cache setting).
+/// `where` names the file for messages.
 /// Throws InputError "<where>: no dataset `name`" when missing or not a dataset.
-H5Dataset open_dataset(hid_t loc, const std::string& name, const std::string& where);
+H5Dataset open_dataset(hid_t loc, const std::string& name, const std::string& where,
+                       hid_t dapl = H5P_DEFAULT);
+
+/// Number of filters (compression, checksum…) in a dataset's pipeline; 0 for contiguous or plain
+/// chunked storage. Throws LibraryError.
+int dataset_filter_count(hid_t dset);
 
 /// Creates (or opens, when it already exists) group `name` under loc. Throws LibraryError.
 H5Group create_group(hid_t loc, const std::string& name);

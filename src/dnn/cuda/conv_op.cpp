@@ -3,8 +3,8 @@
 // BackwardBias. Algorithms are chosen once per shape in the constructor with the
 // cudnnGet*Algorithm_v7 heuristics (no benchmarking cost): the first ranked algorithm that is
 // deterministic (bit-reproducible runs), uses no tensor-op (TF32) math (parity with the fp32 CPU
-// backend) and fits kConvWorkspaceLimit; failing that, any fitting one. One workspace buffer per op,
-// sized to the largest of the three.
+// backend) and fits kConvWorkspaceLimit; failing that, any fitting one. One workspace buffer per
+// op, sized to the largest of the three.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -16,8 +16,8 @@ namespace {
 
 /// Picks from cuDNN's ranked list (Perf: cudnnConvolution*AlgoPerf_t).
 template <typename Perf>
-decltype(Perf{}.algo) pick_algorithm(const std::vector<Perf>& perfs, int returned,
-                                     const char* what, const std::string& shape) {
+decltype(Perf{}.algo) pick_algorithm(const std::vector<Perf>& perfs, int returned, const char* what,
+                                     const std::string& shape) {
   for (int strict = 1; strict >= 0; --strict) {
     for (int i = 0; i < returned; ++i) {
       const Perf& p = perfs[static_cast<std::size_t>(i)];
@@ -50,8 +50,8 @@ class CudaConvOp final : public ConvOp {
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
 
-    const std::string shape = in.str() + " k=" + std::to_string(d.kernel) + " filters=" +
-                              std::to_string(d.out_channels);
+    const std::string shape =
+        in.str() + " k=" + std::to_string(d.kernel) + " filters=" + std::to_string(d.out_channels);
     cudnnHandle_t handle = be.cudnn();
     {
       int max = 0, got = 0;
@@ -106,7 +106,8 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(be_.cudnn(), &one, x_desc_, x, y_desc_, dy,
                                                   conv_desc_, bwd_filter_algo_, workspace_.get(),
                                                   workspace_bytes_, &zero, w_desc_, dw));
-    DT_CHECK_CUDNN(cudnnConvolutionBackwardBias(be_.cudnn(), &one, y_desc_, dy, &zero, b_desc_, db));
+    DT_CHECK_CUDNN(
+        cudnnConvolutionBackwardBias(be_.cudnn(), &one, y_desc_, dy, &zero, b_desc_, db));
   }
 
  private:

@@ -30,19 +30,17 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 }
 
 int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing) {
-  DT_REQUIRE(local_rank >= 0 && local_rank < local_size,
-             "invalid node-local rank " + std::to_string(local_rank) + " of " +
-                 std::to_string(local_size));
+  DT_REQUIRE(local_rank >= 0 && local_rank < local_size, "invalid node-local rank " +
+                                                             std::to_string(local_rank) + " of " +
+                                                             std::to_string(local_size));
   const int gpus = cuda_device_count();
   if (gpus == 0)
-    throw Error(format_error("no CUDA device visible to local rank " +
-                                 std::to_string(local_rank) +
+    throw Error(format_error("no CUDA device visible to local rank " + std::to_string(local_rank) +
                                  " (check CUDA_VISIBLE_DEVICES, the driver, and --gpus-per-task)",
                              __FILE__, __LINE__));
   if (local_size > gpus && !allow_sharing)
     throw InputError(format_error(std::to_string(local_size) + " ranks on this node but only " +
-                                      std::to_string(gpus) +
-                                      " GPUs; pass --allow-gpu-sharing",
+                                      std::to_string(gpus) + " GPUs; pass --allow-gpu-sharing",
                                   __FILE__, __LINE__));
   return local_rank % gpus;
 }
@@ -51,11 +49,12 @@ namespace cuda {
 
 CudaBackend::CudaBackend(int device) : gpu_(device) {
   const int count = cuda_device_count();
-  DT_REQUIRE(count > 0, "--device cuda: no CUDA device is visible (driver missing, or "
-                        "CUDA_VISIBLE_DEVICES empty)");
-  DT_REQUIRE(device >= 0 && device < count,
-             "GPU index " + std::to_string(device) + " out of range: " + std::to_string(count) +
-                 " visible");
+  DT_REQUIRE(count > 0,
+             "--device cuda: no CUDA device is visible (driver missing, or "
+             "CUDA_VISIBLE_DEVICES empty)");
+  DT_REQUIRE(device >= 0 && device < count, "GPU index " + std::to_string(device) +
+                                                " out of range: " + std::to_string(count) +
+                                                " visible");
   DT_CHECK_CUDA(cudaSetDevice(device));
   cudaDeviceProp prop{};
   DT_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -123,9 +122,7 @@ void CudaBackend::copy_device(void* dst, const void* src, std::size_t bytes) {
   DT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::fill(float* p, float value, std::size_t n) {
-  launch_fill(stream_, p, value, n);
-}
+void CudaBackend::fill(float* p, float value, std::size_t n) { launch_fill(stream_, p, value, n); }
 
 void CudaBackend::scale(float* p, float alpha, std::size_t n) {
   launch_scale(stream_, p, alpha, n);
@@ -135,8 +132,8 @@ bool CudaBackend::all_finite(const float* p, std::size_t n) {
   if (n == 0) return true;
   DT_CHECK_CUDA(cudaMemsetAsync(flag_.get(), 0, sizeof(int), stream_));
   launch_nonfinite_flag(stream_, p, n, flag_.as<int>());
-  DT_CHECK_CUDA(cudaMemcpyAsync(flag_host_.get(), flag_.get(), sizeof(int),
-                                cudaMemcpyDeviceToHost, stream_));
+  DT_CHECK_CUDA(
+      cudaMemcpyAsync(flag_host_.get(), flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
   DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
   return *flag_host_.as<int>() == 0;
 }
@@ -147,9 +144,15 @@ void CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const flo
                                    float* v, std::size_t n) {
   OptimizerParams k;
   switch (u.kind) {
-    case OptimizerKind::sgd: k.kind = 0; break;
-    case OptimizerKind::momentum: k.kind = 1; break;
-    case OptimizerKind::adam: k.kind = 2; break;
+    case OptimizerKind::sgd:
+      k.kind = 0;
+      break;
+    case OptimizerKind::momentum:
+      k.kind = 1;
+      break;
+    case OptimizerKind::adam:
+      k.kind = 2;
+      break;
   }
   DT_ASSERT(k.kind == 0 || m != nullptr, "optimizer_update: momentum/adam need state m");
   DT_ASSERT(k.kind != 2 || v != nullptr, "optimizer_update: adam needs state v");

@@ -72,8 +72,8 @@ class CudaBackend final : public Backend {
   Stream stream_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
-  DeviceMemory flag_;         ///< one int for all_finite()
-  PinnedMemory flag_host_;    ///< its host copy
+  DeviceMemory flag_;       ///< one int for all_finite()
+  PinnedMemory flag_host_;  ///< its host copy
 };
 
 /// Returns `backend` as a CudaBackend; throws dtrain::Error naming the backend when it is not one

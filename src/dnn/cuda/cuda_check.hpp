@@ -1,19 +1,19 @@
 // src/dnn/cuda/cuda_check.hpp — check macros for the CUDA runtime, cuDNN, cuBLAS and NCCL.
 //
 // DT_CHECK_CUDA(call) / DT_CHECK_CUDNN / DT_CHECK_CUBLAS / DT_CHECK_NCCL evaluate `call` once and,
-// when it does not return the library's success code, throw dtrain::LibraryError with the call text,
-// the library's own error string and file:line (via dtrain::format_error, which adds the rank
+// when it does not return the library's success code, throw dtrain::LibraryError with the call
+// text, the library's own error string and file:line (via dtrain::format_error, which adds the rank
 // context). The *_NOTHROW variants log the same message to stderr instead of throwing; use them in
 // destructors and other noexcept paths. Private to src/dnn/cuda (and the NCCL allreduce there).
 #pragma once
-
-#include <cstdio>
-#include <string>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>
+
+#include <cstdio>
+#include <string>
 
 #include "dtrain/core/error.hpp"
 
@@ -28,8 +28,8 @@ inline const char* error_string(ncclResult_t e) { return ncclGetErrorString(e); 
 template <typename Status>
 std::string failure_message(const char* lib, const char* call, Status status, const char* file,
                             int line) {
-  return ::dtrain::format_error(std::string(lib) + " call `" + call + "` failed: " +
-                                    error_string(status) + " (code " +
+  return ::dtrain::format_error(std::string(lib) + " call `" + call +
+                                    "` failed: " + error_string(status) + " (code " +
                                     std::to_string(static_cast<int>(status)) + ")",
                                 file, line);
 }
@@ -39,8 +39,7 @@ template <typename Status>
 void report_failure(const char* lib, const char* call, Status status, const char* file,
                     int line) noexcept {
   try {
-    std::fprintf(stderr, "warning: %s\n",
-                 failure_message(lib, call, status, file, line).c_str());
+    std::fprintf(stderr, "warning: %s\n", failure_message(lib, call, status, file, line).c_str());
   } catch (...) {
     std::fprintf(stderr, "warning: %s call failed at %s:%d\n", lib, file, line);
   }
@@ -48,19 +47,19 @@ void report_failure(const char* lib, const char* call, Status status, const char
 
 }  // namespace dtrain::cuda_detail
 
-#define DT_DETAIL_CHECK(lib, ok, call)                                                     \
-  do {                                                                                     \
-    const auto dt_status_ = (call);                                                        \
-    if (dt_status_ != (ok))                                                                \
-      throw ::dtrain::LibraryError(::dtrain::cuda_detail::failure_message(                 \
-          lib, #call, dt_status_, __FILE__, __LINE__));                                    \
+#define DT_DETAIL_CHECK(lib, ok, call)                                                         \
+  do {                                                                                         \
+    const auto dt_status_ = (call);                                                            \
+    if (dt_status_ != (ok))                                                                    \
+      throw ::dtrain::LibraryError(                                                            \
+          ::dtrain::cuda_detail::failure_message(lib, #call, dt_status_, __FILE__, __LINE__)); \
   } while (0)
 
-#define DT_DETAIL_CHECK_NOTHROW(lib, ok, call)                                             \
-  do {                                                                                     \
-    const auto dt_status_ = (call);                                                        \
-    if (dt_status_ != (ok))                                                                \
-      ::dtrain::cuda_detail::report_failure(lib, #call, dt_status_, __FILE__, __LINE__);   \
+#define DT_DETAIL_CHECK_NOTHROW(lib, ok, call)                                           \
+  do {                                                                                   \
+    const auto dt_status_ = (call);                                                      \
+    if (dt_status_ != (ok))                                                              \
+      ::dtrain::cuda_detail::report_failure(lib, #call, dt_status_, __FILE__, __LINE__); \
   } while (0)
 
 /// Throws LibraryError unless the CUDA runtime call returns cudaSuccess.

@@ -47,9 +47,9 @@ class UniqueHandle {
   H h_{};
 };
 
-#define DT_DETAIL_TRAITS(Name, H, destroy_call)                 \
-  struct Name {                                                 \
-    static void destroy(H h) noexcept { destroy_call; }         \
+#define DT_DETAIL_TRAITS(Name, H, destroy_call)         \
+  struct Name {                                         \
+    static void destroy(H h) noexcept { destroy_call; } \
   }
 
 DT_DETAIL_TRAITS(StreamTraits, cudaStream_t, DT_CHECK_CUDA_NOTHROW(cudaStreamDestroy(h)));

@@ -29,8 +29,7 @@ class CudaDenseOp final : public DenseOp {
   void forward(const float* x, const float* w, const float* b, float* y) override {
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUBLAS(cublasSgemm(be_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, d_.outputs, d_.batch,
-                                d_.inputs, &one, w, d_.inputs, x, d_.inputs, &zero, y,
-                                d_.outputs));
+                                d_.inputs, &one, w, d_.inputs, x, d_.inputs, &zero, y, d_.outputs));
     launch_add_row_bias(be_.stream(), y, b, d_.batch, d_.outputs);
   }
 

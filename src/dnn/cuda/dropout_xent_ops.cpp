@@ -12,8 +12,7 @@ namespace {
 
 class CudaDropoutOp final : public DropoutOp {
  public:
-  CudaDropoutOp(CudaBackend& be, const Shape& shape, float p)
-      : be_(be), n_(shape.count()), p_(p) {
+  CudaDropoutOp(CudaBackend& be, const Shape& shape, float p) : be_(be), n_(shape.count()), p_(p) {
     DT_REQUIRE(p >= 0.0f && p < 1.0f, "dropout: rate must be in [0, 1), got " + std::to_string(p));
     DT_REQUIRE(n_ > 0, "dropout: empty shape " + shape.str());
     mask_ = DeviceMemory::create(n_ * sizeof(float));
@@ -24,8 +23,8 @@ class CudaDropoutOp final : public DropoutOp {
     if (training) {
       launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, seed, n_);
     } else if (x != y) {
-      DT_CHECK_CUDA(cudaMemcpyAsync(y, x, n_ * sizeof(float), cudaMemcpyDeviceToDevice,
-                                    be_.stream()));
+      DT_CHECK_CUDA(
+          cudaMemcpyAsync(y, x, n_ * sizeof(float), cudaMemcpyDeviceToDevice, be_.stream()));
     }
   }
 
@@ -33,8 +32,8 @@ class CudaDropoutOp final : public DropoutOp {
     if (trained_) {
       launch_dropout_backward(be_.stream(), dy, mask_.as<float>(), dx, n_);
     } else if (dy != dx) {  // after an inference forward dropout is the identity
-      DT_CHECK_CUDA(cudaMemcpyAsync(dx, dy, n_ * sizeof(float), cudaMemcpyDeviceToDevice,
-                                    be_.stream()));
+      DT_CHECK_CUDA(
+          cudaMemcpyAsync(dx, dy, n_ * sizeof(float), cudaMemcpyDeviceToDevice, be_.stream()));
     }
   }
 
@@ -50,8 +49,9 @@ class CudaSoftmaxXentOp final : public SoftmaxXentOp {
  public:
   CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes)
       : be_(be), batch_(batch), classes_(classes) {
-    DT_REQUIRE(batch >= 1 && classes >= 1, "softmax cross-entropy: batch and classes must be >= 1, got " +
-                                               std::to_string(batch) + ", " + std::to_string(classes));
+    DT_REQUIRE(batch >= 1 && classes >= 1,
+               "softmax cross-entropy: batch and classes must be >= 1, got " +
+                   std::to_string(batch) + " and " + std::to_string(classes));
   }
 
   void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,

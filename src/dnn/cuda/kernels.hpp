@@ -6,11 +6,10 @@
 // by nvcc, so this header must not include the C++20 public headers (backend.hpp, shape.hpp).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 
 namespace dtrain::cuda {
 
@@ -22,14 +21,14 @@ void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n);
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
 /// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).
 struct OptimizerParams {
-  int kind = 0;                  ///< 0 sgd, 1 momentum, 2 adam (OptimizerKind order)
+  int kind = 0;  ///< 0 sgd, 1 momentum, 2 adam (OptimizerKind order)
   float lr = 0.0f;
   float momentum = 0.0f;
   int nesterov = 0;
   float beta1 = 0.0f, beta2 = 0.0f, epsilon = 0.0f;
   float weight_decay = 0.0f;
-  float step_size = 0.0f;         ///< adam: lr / (1 − beta1^step)
-  float inv_sqrt_bc2 = 1.0f;      ///< adam: 1 / sqrt(1 − beta2^step)
+  float step_size = 0.0f;     ///< adam: lr / (1 − beta1^step)
+  float inv_sqrt_bc2 = 1.0f;  ///< adam: 1 / sqrt(1 − beta2^step)
 };
 /// One optimizer step over n parameters, elementwise with g' = g + wd·p:
 /// sgd p −= lr·g'; momentum m = μ·m + g', p −= lr·(nesterov ? g' + μ·m : m);
@@ -48,8 +47,8 @@ void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* 
                              std::size_t n);
 /// Softmax cross-entropy, one warp per sample (log-sum-exp): stats[0] += Σ loss, stats[1] +=
 /// number of samples whose first maximal logit is at the label; when dlogits != nullptr,
-/// dlogits = (softmax − onehot)·grad_scale. A label outside [0, classes) adds NaN to the loss (so the
-/// trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
+/// dlogits = (softmax − onehot)·grad_scale. A label outside [0, classes) adds NaN to the loss (so
+/// the trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
 void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
                          int n, int classes, float grad_scale, float* dlogits, float* stats);
 

@@ -1,14 +1,14 @@
 // src/dnn/cuda/nccl_allreduce.cpp — make_nccl_allreduce() of dtrain/sync/allreduce.hpp: in-place
 // ncclAllReduce(sum, float) over the ranks of an MPI communicator, Horovod / PyTorch-DDP style.
 //
-// Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`; every
-// rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both calls are
-// collective over `comm`, so every rank must construct the object at the same point. Each
+// Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`;
+// every rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both
+// calls are collective over `comm`, so every rank must construct the object at the same point. Each
 // allreduce_sum() runs on the object's own stream after an event recorded on the backend's stream
-// (so the gradients computed there are complete), and the host then waits for the NCCL stream with a
-// deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is aborted
-// (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no rank stays
-// blocked inside NCCL.
+// (so the gradients computed there are complete), and the host then waits for the NCCL stream with
+// a deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is
+// aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no
+// rank stays blocked inside NCCL.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -74,9 +74,20 @@ class NcclAllreduce final : public GradientAllreduce {
     int rank = 0, size = 0;
     check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-    ncclUniqueId id{};
-    if (rank == 0) DT_CHECK_NCCL(ncclGetUniqueId(&id));
-    check_mpi(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, comm), "MPI_Bcast of the NCCL unique id");
+    // Rank 0 always broadcasts, with a status, so that a failure there cannot leave the others
+    // waiting in MPI_Bcast.
+    struct {
+      int status;  // ncclResult_t of ncclGetUniqueId on rank 0
+      ncclUniqueId id;
+    } msg{};
+    if (rank == 0) msg.status = static_cast<int>(ncclGetUniqueId(&msg.id));
+    check_mpi(MPI_Bcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0, comm),
+              "MPI_Bcast of the NCCL unique id");
+    if (msg.status != ncclSuccess)
+      throw LibraryError(format_error(std::string("ncclGetUniqueId failed on rank 0: ") +
+                                          ncclGetErrorString(static_cast<ncclResult_t>(msg.status)),
+                                      __FILE__, __LINE__));
+    const ncclUniqueId& id = msg.id;
     DT_CHECK_CUDA(cudaSetDevice(be.gpu()));
     stream_ = cuda::Stream::create();
     ready_ = cuda::Event::create();
@@ -104,8 +115,8 @@ class NcclAllreduce final : public GradientAllreduce {
     char msg[MPI_MAX_ERROR_STRING] = {};
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    throw LibraryError(format_error(std::string(what) + " failed: " + std::string(msg, len),
-                                    __FILE__, __LINE__));
+    throw LibraryError(
+        format_error(std::string(what) + " failed: " + std::string(msg, len), __FILE__, __LINE__));
   }
 
   void check_nccl(ncclResult_t r, const char* what) {

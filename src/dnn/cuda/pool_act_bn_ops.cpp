@@ -1,6 +1,6 @@
 // src/dnn/cuda/pool_act_bn_ops.cpp — pooling, activation and batch normalization on cuDNN's legacy
-// API (cudnn_ops.h, cuDNN 9): cudnnPoolingForward/Backward (max; average excluding padding =
-// CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
+// API (cudnn_ops.h, cuDNN 9): cudnnPoolingForward/Backward (max: CUDNN_POOLING_MAX_DETERMINISTIC;
+// avg: CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
 // cudnnActivationForward/Backward (relu, sigmoid), and spatial batch normalization
 // (Ioffe & Szegedy 2015) with cudnnBatchNormalizationForwardTraining / ForwardInference / Backward
 // in CUDNN_BATCHNORM_SPATIAL mode. cuDNN's exponentialAverageFactor is PyTorch's momentum and cuDNN
@@ -20,19 +20,21 @@ class CudaPoolOp final : public PoolOp {
     const Shape out = d.output();  // InputError for impossible windows
     x_desc_ = desc_of(d.input);
     y_desc_ = desc_of(out);
-    pool_desc_ = PoolingDesc::create(d.kind == PoolKind::max
-                                         ? CUDNN_POOLING_MAX
-                                         : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-                                     d.kernel, d.pad, d.stride);
+    pool_desc_ =
+        PoolingDesc::create(d.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                                    : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                            d.kernel, d.pad, d.stride);
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(pool_desc_, x_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN pooling output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
   }
 
-  void forward(const float* x, float* y, bool /*training: cuDNN recomputes from x and y*/) override {
+  void forward(const float* x, float* y,
+               bool /*training: cuDNN recomputes from x and y*/) override {
     const float one = 1.0f, zero = 0.0f;
-    DT_CHECK_CUDNN(cudnnPoolingForward(be_.cudnn(), pool_desc_, &one, x_desc_, x, &zero, y_desc_, y));
+    DT_CHECK_CUDNN(
+        cudnnPoolingForward(be_.cudnn(), pool_desc_, &one, x_desc_, x, &zero, y_desc_, y));
   }
 
   void backward(const float* x, const float* y, const float* dy, float* dx) override {

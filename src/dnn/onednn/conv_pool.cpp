@@ -3,7 +3,8 @@
 // Follows the oneDNN 2.6 C++ API: convolution_forward (+bias), convolution_backward_data,
 // convolution_backward_weights (weights + bias), pooling_forward / pooling_backward (max keeps its
 // workspace between a training forward and backward; avg = pooling_avg_exclude_padding, as
-// PyTorch's count_include_pad=False). Plain nchw / oihw layouts, primitives built once per shape.
+// PyTorch's count_include_pad=False). Convolutions run in the layouts oneDNN prefers (reordered
+// from and to nchw / oihw inside the op); primitives built once per shape.
 #include "dtrain/core/error.hpp"
 #include "onednn_common.hpp"
 
@@ -50,43 +51,49 @@ class OneDnnConv final : public ConvOp {
   }
 
  private:
+  // Tensors cross the op boundary in plain nchw / oihw; inside, oneDNN picks its fastest layouts
+  // (format_tag::any: blocked nChw8c/16c with jit kernels) and Prim::staged_arg reorders.
   void build(const Context& ctx, const ConvDesc& d, const std::string& shape) {
     const memory::desc src = md_nchw(d.input);
     const memory::desc dst = md_nchw(out_);
-    const memory::desc wei({d.out_channels, d.input.c, d.kernel, d.kernel}, memory::data_type::f32,
-                           memory::format_tag::oihw);
+    const memory::dims wdims{d.out_channels, d.input.c, d.kernel, d.kernel};
+    const memory::desc wei(wdims, memory::data_type::f32, memory::format_tag::oihw);
     const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
+    auto any = [](const memory::desc& md) {
+      return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
+    };
     const memory::dims strides{d.stride, d.stride};
     const memory::dims pad{d.pad, d.pad};
     const dnnl::primitive_attr attr = user_scratchpad_attr();
 
     const dnnl::convolution_forward::desc fd(prop_kind::forward_training,
-                                             algorithm::convolution_direct, src, wei, bias, dst,
-                                             strides, pad, pad);
+                                             algorithm::convolution_direct, any(src), any(wei),
+                                             bias, any(dst), strides, pad, pad);
     const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
     fwd_ = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
-    fwd_.user_arg(DNNL_ARG_SRC, src);
-    fwd_.user_arg(DNNL_ARG_WEIGHTS, wei);
+    fwd_.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
+    fwd_.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
     fwd_.user_arg(DNNL_ARG_BIAS, bias);
-    fwd_.user_arg(DNNL_ARG_DST, dst);
+    fwd_.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    const dnnl::convolution_backward_data::desc bdd(algorithm::convolution_direct, src, wei, dst,
-                                                    strides, pad, pad);
+    const dnnl::convolution_backward_data::desc bdd(algorithm::convolution_direct, any(src),
+                                                    any(wei), any(dst), strides, pad, pad);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
     bwd_data_ =
         Prim::make<dnnl::convolution_backward_data>(ctx, bdpd, "convolution_backward_data", shape);
-    bwd_data_.user_arg(DNNL_ARG_DIFF_DST, dst);
-    bwd_data_.user_arg(DNNL_ARG_WEIGHTS, wei);
-    bwd_data_.user_arg(DNNL_ARG_DIFF_SRC, src);
+    bwd_data_.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
+    bwd_data_.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
+    bwd_data_.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
 
-    const dnnl::convolution_backward_weights::desc bwd(algorithm::convolution_direct, src, wei,
-                                                       bias, dst, strides, pad, pad);
+    const dnnl::convolution_backward_weights::desc bwd(algorithm::convolution_direct, any(src),
+                                                       any(wei), bias, any(dst), strides, pad,
+                                                       pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
     bwd_weights_ = Prim::make<dnnl::convolution_backward_weights>(
         ctx, bwpd, "convolution_backward_weights", shape);
-    bwd_weights_.user_arg(DNNL_ARG_SRC, src);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_DST, dst);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
+    bwd_weights_.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
+    bwd_weights_.staged_arg(DNNL_ARG_DIFF_DST, dst, bwpd.diff_dst_desc(), false);
+    bwd_weights_.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
     bwd_weights_.user_arg(DNNL_ARG_DIFF_BIAS, bias);
   }
 
@@ -117,9 +124,17 @@ class OneDnnPool final : public PoolOp {
   }
 
  private:
+  // oneDNN's jit pooling needs a channel-blocked source (nChw8c on AVX2, nChw16c on AVX-512); the
+  // plain-nchw fallback (simple_nchw) is several times slower. The op therefore pools in the
+  // blocked layout and reorders at its boundary (Prim::staged_arg).
   void build(const Context& ctx, const PoolDesc& d, const std::string& shape) {
     const memory::desc src = md_nchw(d.input);
     const memory::desc dst = md_nchw(out_);
+    const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+    const memory::format_tag blocked =
+        avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
+    const memory::desc bsrc(src.dims(), memory::data_type::f32, blocked);
+    const memory::desc bdst(dst.dims(), memory::data_type::f32, blocked);
     const memory::dims strides{d.stride, d.stride};
     const memory::dims kernel{d.kernel, d.kernel};
     const memory::dims pad{d.pad, d.pad};
@@ -127,18 +142,18 @@ class OneDnnPool final : public PoolOp {
         d.kind == PoolKind::max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
 
-    const dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, src, dst, strides,
+    const dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, bsrc, bdst, strides,
                                          kernel, pad, pad);
     const dnnl::pooling_forward::primitive_desc fpd(fd, attr, ctx.engine);
     fwd_ = Prim::make<dnnl::pooling_forward>(ctx, fpd, "pooling_forward", shape);
-    fwd_.user_arg(DNNL_ARG_SRC, src);
-    fwd_.user_arg(DNNL_ARG_DST, dst);
+    fwd_.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
+    fwd_.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    const dnnl::pooling_backward::desc bd(alg, src, dst, strides, kernel, pad, pad);
+    const dnnl::pooling_backward::desc bd(alg, bsrc, bdst, strides, kernel, pad, pad);
     const dnnl::pooling_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
     bwd_ = Prim::make<dnnl::pooling_backward>(ctx, bpd, "pooling_backward", shape);
-    bwd_.user_arg(DNNL_ARG_DIFF_DST, dst);
-    bwd_.user_arg(DNNL_ARG_DIFF_SRC, src);
+    bwd_.staged_arg(DNNL_ARG_DIFF_DST, dst, bpd.diff_dst_desc(), false);
+    bwd_.staged_arg(DNNL_ARG_DIFF_SRC, src, bpd.diff_src_desc(), true);
 
     const memory::desc ws = fpd.workspace_desc();
     if (ws.get_size() > 0) {

@@ -44,9 +44,28 @@ void Prim::user_arg(int arg, const dnnl::memory::desc& md) {
   args_[arg] = dnnl::memory(md, ctx_->engine, DNNL_MEMORY_NONE);
 }
 
+void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md,
+                      const dnnl::memory::desc& prim_md, bool is_output) {
+  if (user_md == prim_md) {
+    user_arg(arg, user_md);
+    return;
+  }
+  Staged s;
+  s.user = dnnl::memory(user_md, ctx_->engine, DNNL_MEMORY_NONE);
+  dnnl::memory internal(prim_md, ctx_->engine);  // allocated once, owned by oneDNN
+  s.reorder = is_output ? dnnl::reorder(internal, s.user) : dnnl::reorder(s.user, internal);
+  s.is_output = is_output;
+  args_[arg] = internal;
+  staged_[arg] = std::move(s);
+}
+
 void Prim::run() {
   dnnl_guard(what_, shape_, [&] {
+    for (auto& [arg, s] : staged_)
+      if (!s.is_output) s.reorder.execute(ctx_->stream, s.user, args_.at(arg));
     prim_.execute(ctx_->stream, args_);
+    for (auto& [arg, s] : staged_)
+      if (s.is_output) s.reorder.execute(ctx_->stream, args_.at(arg), s.user);
     ctx_->stream.wait();
   });
 }

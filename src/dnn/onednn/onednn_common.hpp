@@ -63,10 +63,19 @@ class Prim {
   }
   /// Declares argument `arg` as a user pointer of layout `md` (bound later with set()).
   void user_arg(int arg, const dnnl::memory::desc& md);
+  /// Declares argument `arg` as a user pointer of layout `user_md` that the primitive wants in
+  /// layout `prim_md` (chosen by oneDNN from format_tag::any, e.g. a blocked nChw8c). When the two
+  /// differ, an internal buffer and a reorder are created once; run() reorders inputs before and
+  /// outputs after the primitive. Otherwise this is user_arg().
+  void staged_arg(int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
+                  bool is_output);
   /// Declares argument `arg` as a memory the op owns or shares (e.g. a pooling workspace).
   void owned_arg(int arg, const dnnl::memory& m) { args_[arg] = m; }
   /// Binds a user pointer to a declared argument.
-  void set(int arg, const void* p) { args_.at(arg).set_data_handle(const_cast<void*>(p)); }
+  void set(int arg, const void* p) {
+    auto it = staged_.find(arg);
+    (it != staged_.end() ? it->second.user : args_.at(arg)).set_data_handle(const_cast<void*>(p));
+  }
   /// Executes on the context's stream and waits (the CPU backend is synchronous).
   void run();
   [[nodiscard]] bool valid() const { return ctx_ != nullptr; }
@@ -76,6 +85,12 @@ class Prim {
   std::string what_, shape_;  // primitive name and problem shape, for error messages
   dnnl::primitive prim_;
   std::unordered_map<int, dnnl::memory> args_;
+  struct Staged {
+    dnnl::memory user;      // wraps the caller's pointer, plain layout
+    dnnl::reorder reorder;  // user → internal (inputs) or internal → user (outputs)
+    bool is_output = false;
+  };
+  std::unordered_map<int, Staged> staged_;  // internal memories live in args_
 };
 
 /// 64-byte aligned, zero-filled host allocation (bytes rounded up to 64); throws LibraryError.

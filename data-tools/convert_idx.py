@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+"""Convert IDX files (MNIST / Fashion-MNIST format, gzipped or not) to dtrain dataset files.
+
+One split:
+    convert_idx.py --images train-images-idx3-ubyte.gz --labels train-labels-idx1-ubyte.gz \\
+                   --out data/train.h5 [--mean-std-from other.h5] [--class-names fashion|digits|"a,b,..."]
+Fashion-MNIST (train.h5 and test.h5; mean/std from the training set written to both):
+    convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist
+
+Output (docs/data.md): `images` uint8 N×1×H×W chunked by 256 samples (fast hyperslab reads of
+random batches), `labels` int64 N, root attributes `mean`/`std` (float32, per channel, of pixel/255;
+computed from the images unless --mean-std-from names a file to copy them from), `num_classes`
+(number of class names, else max(label)+1) and `class_names` when known.
+
+Each output is written to a temporary name in the same directory, checked against the schema
+(h5info.validate), then renamed: an interrupted run never leaves a half-written file. An existing
+output is never replaced without --force. IDX magic numbers, dimensions and sizes are validated.
+Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage.
+Run with Debian's interpreter: /usr/bin/python3 convert_idx.py ...
+"""
+
+import argparse
+import gzip
+import os
+import sys
+
+import h5py
+import numpy as np
+
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h5info  # noqa: E402  (schema validation shared with h5info.py)
+
+# IDX type codes (third magic byte) → big-endian numpy dtype.
+IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+CLASS_NAMES = {
+    "fashion": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                "Bag", "Ankle boot"],
+    "digits": [str(d) for d in range(10)],
+}
+CHUNK_SAMPLES = 256
+FASHION_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+class ConvertError(Exception):
+    """Bad input or an output that may not be written; the message is shown to the user."""
+
+
+def read_idx(path):
+    """Reads an IDX file (gzip detected by its magic bytes) and returns a numpy array.
+
+    Raises ConvertError naming the file when the magic number, type code, dimensions or size are wrong.
+    """
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: no such file") from None
+    except (OSError, EOFError) as e:
+        raise ConvertError(f"{path}: cannot read: {e}") from None
+    if len(data) < 4:
+        raise ConvertError(f"{path}: too short for an IDX header ({len(data)} bytes)")
+    if data[0] != 0 or data[1] != 0:
+        raise ConvertError(f"{path}: bad IDX magic number {data[:4].hex()} (expected 0000TTDD)")
+    code, ndim = data[2], data[3]
+    if code not in IDX_DTYPES:
+        raise ConvertError(f"{path}: unknown IDX type code 0x{code:02x}")
+    if ndim < 1:
+        raise ConvertError(f"{path}: IDX file with 0 dimensions")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise ConvertError(f"{path}: truncated IDX header")
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    dtype = np.dtype(IDX_DTYPES[code])
+    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if len(data) != expected:
+        raise ConvertError(f"{path}: size {len(data)} bytes does not match its header "
+                           f"(dims {dims}, {dtype.itemsize}-byte values: expected {expected} bytes)")
+    return np.frombuffer(data, dtype=dtype, offset=header).reshape(dims)
+
+
+def load_split(images_path, labels_path):
+    """Returns (images uint8 N×1×H×W, labels int64 N) after checking they belong together."""
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3:
+        raise ConvertError(f"{images_path}: expected a 3-D image file N×H×W, got dims {list(images.shape)}")
+    if images.dtype != np.uint8:
+        raise ConvertError(f"{images_path}: expected uint8 pixels (IDX type 0x08), got {images.dtype}")
+    if labels.ndim != 1:
+        raise ConvertError(f"{labels_path}: expected a 1-D label file, got dims {list(labels.shape)}")
+    if labels.dtype.kind not in "iu":
+        raise ConvertError(f"{labels_path}: expected integer labels, got {labels.dtype}")
+    if images.shape[0] != labels.shape[0]:
+        raise ConvertError(f"{images_path} has {images.shape[0]} images but {labels_path} has "
+                           f"{labels.shape[0]} labels")
+    if images.shape[0] == 0:
+        raise ConvertError(f"{images_path}: zero images")
+    return images[:, None, :, :], labels.astype(np.int64)
+
+
+def mean_std(images, rows=4096):
+    """Per-channel mean and population std of images/255 (float64 sums over blocks of rows)."""
+    s = np.zeros(images.shape[1])
+    s2 = np.zeros(images.shape[1])
+    for start in range(0, images.shape[0], rows):
+        x = images[start:start + rows].astype(np.float64) / 255.0
+        s += x.sum(axis=(0, 2, 3))
+        s2 += np.square(x).sum(axis=(0, 2, 3))
+    count = images.shape[0] * images.shape[2] * images.shape[3]
+    mean = s / count
+    return mean.astype(np.float32), np.sqrt(np.maximum(s2 / count - mean * mean, 0.0)).astype(np.float32)
+
+
+def mean_std_from(path):
+    """Reads the mean/std attributes of an existing schema file."""
+    try:
+        with h5py.File(path, "r") as f:
+            if "mean" not in f.attrs or "std" not in f.attrs:
+                raise ConvertError(f"{path}: has no `mean`/`std` attributes to copy")
+            return (np.asarray(f.attrs["mean"], np.float32).reshape(-1),
+                    np.asarray(f.attrs["std"], np.float32).reshape(-1))
+    except OSError as e:
+        raise ConvertError(f"{path}: cannot open as HDF5: {e}") from None
+
+
+def parse_class_names(spec):
+    """'fashion', 'digits' or a comma-separated list → list of names (None for None)."""
+    if spec is None:
+        return None
+    names = CLASS_NAMES.get(spec, [s.strip() for s in spec.split(",")])
+    if any(not n for n in names):
+        raise ConvertError(f"--class-names {spec!r}: empty class name")
+    return names
+
+
+def check_writable(out, force):
+    """Refuses an existing output unless force; ensures the directory exists."""
+    if os.path.exists(out) and not force:
+        raise ConvertError(f"{out}: exists; not overwriting (use --force)")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+
+def write_schema_file(out, images, labels, mean, std, class_names, force):
+    """Writes one split to `out` via a temporary file that is validated, then renamed."""
+    check_writable(out, force)
+    num_classes = len(class_names) if class_names else int(labels.max()) + 1
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise ConvertError(f"{out}: labels span [{labels.min()}, {labels.max()}] but there are "
+                           f"{num_classes} class names")
+    if mean.size not in (1, images.shape[1]) or std.size != mean.size:
+        raise ConvertError(f"{out}: mean/std have {mean.size}/{std.size} values for {images.shape[1]} channels")
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            chunks = (min(CHUNK_SAMPLES, images.shape[0]),) + images.shape[1:]
+            f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks)
+            f.create_dataset("labels", data=labels, dtype=np.int64)
+            f.attrs["mean"] = mean.astype(np.float32)
+            f.attrs["std"] = std.astype(np.float32)
+            f.attrs["num_classes"] = np.int64(num_classes)
+            if class_names:
+                f.attrs["class_names"] = class_names  # variable-length UTF-8 strings
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        h5info.validate(tmp, scan_pixels=False)
+        if os.path.exists(out) and not force:  # appeared while we were writing
+            raise ConvertError(f"{out}: exists; not overwriting (use --force)")
+        os.replace(tmp, out)
+    except h5info.SchemaError as e:
+        raise ConvertError(f"{out}: written file fails the schema check: {e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return num_classes
+
+
+def find_idx(directory, stem):
+    """Path of stem or stem.gz in directory."""
+    for name in (stem + ".gz", stem):
+        if os.path.isfile(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    raise ConvertError(f"{directory}: no {stem}[.gz]")
+
+
+def convert_fashion_mnist(src, out_dir, force):
+    """Writes out_dir/train.h5 and out_dir/test.h5; mean/std of the training set go to both."""
+    outs = {split: os.path.join(out_dir, split + ".h5") for split in FASHION_FILES}
+    for out in outs.values():
+        check_writable(out, force)  # refuse before converting anything
+    splits = {split: load_split(find_idx(src, img), find_idx(src, lab))
+              for split, (img, lab) in FASHION_FILES.items()}
+    mean, std = mean_std(splits["train"][0])
+    for split, (images, labels) in splits.items():
+        k = write_schema_file(outs[split], images, labels, mean, std, CLASS_NAMES["fashion"], force)
+        print(f"convert_idx.py: wrote {outs[split]}: {images.shape[0]} samples "
+              f"{'×'.join(map(str, images.shape[1:]))} uint8, {k} classes, "
+              f"mean {mean.tolist()} std {std.tolist()}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("--images", help="IDX image file (N×H×W uint8, .gz or not)")
+    parser.add_argument("--labels", help="IDX label file (N, .gz or not)")
+    parser.add_argument("--out", help="output .h5 for --images/--labels")
+    parser.add_argument("--mean-std-from", metavar="H5", help="copy mean/std from this schema file "
+                        "(e.g. the training split) instead of computing them from --images")
+    parser.add_argument("--class-names", metavar="NAMES",
+                        help="'fashion', 'digits', or a comma-separated list (sets num_classes)")
+    parser.add_argument("--fashion-mnist", metavar="DIR",
+                        help="convert the four Fashion-MNIST IDX files in DIR (needs --out-dir)")
+    parser.add_argument("--out-dir", metavar="DIR", help="output directory for --fashion-mnist")
+    parser.add_argument("--force", action="store_true", help="replace existing outputs")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.fashion_mnist:
+            if not args.out_dir or args.images or args.labels or args.out:
+                parser.error("--fashion-mnist takes --out-dir (and not --images/--labels/--out)")
+            convert_fashion_mnist(args.fashion_mnist, args.out_dir, args.force)
+            return 0
+        if not (args.images and args.labels and args.out):
+            parser.error("need --images, --labels and --out (or --fashion-mnist DIR --out-dir DIR)")
+        check_writable(args.out, args.force)
+        class_names = parse_class_names(args.class_names)
+        images, labels = load_split(args.images, args.labels)
+        mean, std = mean_std_from(args.mean_std_from) if args.mean_std_from else mean_std(images)
+        k = write_schema_file(args.out, images, labels, mean, std, class_names, args.force)
+        print(f"convert_idx.py: wrote {args.out}: {images.shape[0]} samples "
+              f"{'×'.join(map(str, images.shape[1:]))} uint8, {k} classes, "
+              f"mean {mean.tolist()} std {std.tolist()}")
+        return 0
+    except ConvertError as e:
+        print(f"convert_idx.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

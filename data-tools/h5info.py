@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Summarize and validate dtrain dataset files (the HDF5 schema of docs/data.md).
+
+For each FILE prints: number of samples N, sample shape C×H×W, image and label dtypes, num_classes
+(attribute or max(label)+1), the class histogram (with class names when present), the mean/std
+attributes, and pixel min/max/mean (raw units). Then checks the schema with the same rules as
+dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 of rank 4, `labels` integer of
+rank 1 with the same N > 0, labels in [0, num_classes), mean/std both or neither with 1 or C
+finite values and std > 0, class_names strings, one per class, float pixels finite.
+
+Exit status: 0 when every file is valid, 1 when any is not (one "FILE: error: ..." line on stderr
+per invalid file), 2 on bad usage. Run with Debian's interpreter: /usr/bin/python3 h5info.py FILE...
+"""
+
+import argparse
+import os
+import sys
+
+import h5py
+import numpy as np
+
+ROWS_PER_READ = 4096  # samples per read when scanning pixels (bounded memory)
+
+
+class SchemaError(Exception):
+    """A file that does not follow the dataset schema."""
+
+
+def _attr_floats(f, name, channels):
+    if name not in f.attrs:
+        return None
+    raw = np.asarray(f.attrs[name])
+    if raw.dtype.kind not in "iuf":
+        raise SchemaError(f"attribute `{name}` has dtype {raw.dtype}, expected float")
+    v = raw.astype(np.float64).reshape(-1)
+    if v.size not in (1, channels):
+        raise SchemaError(f"attribute `{name}` has {v.size} values, expected 1 or C = {channels}")
+    if not np.all(np.isfinite(v)):
+        raise SchemaError(f"attribute `{name}` has a non-finite value")
+    return np.broadcast_to(v, (channels,)).copy()
+
+
+def _class_names(f):
+    if "class_names" not in f.attrs:
+        return None
+    raw = np.asarray(f.attrs["class_names"]).reshape(-1)
+    names = []
+    for x in raw:
+        if isinstance(x, bytes):
+            names.append(x.decode("utf-8"))
+        elif isinstance(x, str):
+            names.append(x)
+        else:
+            raise SchemaError(f"attribute `class_names` holds {type(x).__name__}, expected strings")
+    return names
+
+
+def validate(path, expected_classes=None, scan_pixels=True):
+    """Checks one file against the schema and returns a summary dict.
+
+    expected_classes: when given (the training set's num_classes), labels must be below it.
+    scan_pixels: read all images once for min/max/mean and the finiteness check.
+    Raises SchemaError (message without the path) for schema violations, OSError for unreadable files.
+    """
+    if not os.path.isfile(path):
+        raise SchemaError("no such file")
+    if not h5py.is_hdf5(path):
+        raise SchemaError("not an HDF5 file")
+    with h5py.File(path, "r") as f:
+        for name in ("images", "labels"):
+            if name not in f or not isinstance(f[name], h5py.Dataset):
+                raise SchemaError(f"no dataset `{name}`")
+        images, labels = f["images"], f["labels"]
+        if images.ndim != 4:
+            raise SchemaError(f"dataset `images` has rank {images.ndim} {images.shape}, expected rank 4 (N×C×H×W)")
+        if images.dtype not in (np.dtype("uint8"), np.dtype("float32")):
+            raise SchemaError(f"dataset `images` has dtype {images.dtype}, expected uint8 or float32")
+        if labels.ndim != 1:
+            raise SchemaError(f"dataset `labels` has rank {labels.ndim} {labels.shape}, expected rank 1 (N)")
+        if labels.dtype.kind not in "iu":
+            raise SchemaError(f"dataset `labels` has dtype {labels.dtype}, expected an integer type")
+        n, c, h, w = images.shape
+        if labels.shape[0] != n:
+            raise SchemaError(f"dataset `images` has N = {n} samples but dataset `labels` has {labels.shape[0]}")
+        if n == 0:
+            raise SchemaError("dataset `images` has zero samples")
+        y = labels[...].astype(np.int64)
+        if y.min() < 0:
+            i = int(np.argmin(y))
+            raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected labels >= 0")
+        if "num_classes" in f.attrs:
+            k = np.asarray(f.attrs["num_classes"]).reshape(-1)
+            if k.size != 1 or k.dtype.kind not in "iu" or int(k[0]) < 1:
+                raise SchemaError(f"attribute `num_classes` = {f.attrs['num_classes']!r}, expected an integer >= 1")
+            num_classes = int(k[0])
+        else:
+            num_classes = int(y.max()) + 1
+        i = int(np.argmax(y))
+        if y[i] >= num_classes:
+            raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected < num_classes = {num_classes}")
+        if expected_classes is not None and y[i] >= expected_classes:
+            raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, but the training set has only {expected_classes} classes")
+        mean, std = _attr_floats(f, "mean", c), _attr_floats(f, "std", c)
+        if (mean is None) != (std is None):
+            raise SchemaError("has only one of the attributes `mean` and `std`, expected both or neither")
+        if std is not None and not np.all(std > 0):
+            raise SchemaError(f"attribute `std` = {std.tolist()}, expected > 0")
+        names = _class_names(f)
+        if names is not None and len(names) != num_classes:
+            raise SchemaError(f"attribute `class_names` has {len(names)} names, expected num_classes = {num_classes}")
+
+        summary = {
+            "path": path, "n": n, "shape": (c, h, w), "dtype": str(images.dtype),
+            "label_dtype": str(labels.dtype), "num_classes": num_classes,
+            "histogram": np.bincount(y, minlength=num_classes), "mean": mean, "std": std,
+            "class_names": names, "chunks": images.chunks,
+        }
+        if scan_pixels:
+            lo, hi, total = np.inf, -np.inf, 0.0
+            for start in range(0, n, ROWS_PER_READ):
+                block = images[start:start + ROWS_PER_READ]
+                if block.dtype.kind == "f" and not np.all(np.isfinite(block)):
+                    bad = start + int(np.argwhere(~np.isfinite(block))[0][0])
+                    raise SchemaError(f"dataset `images` has a non-finite value in sample {bad}")
+                lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+                total += float(block.sum(dtype=np.float64))
+            summary["pixel_min"], summary["pixel_max"] = lo, hi
+            summary["pixel_mean"] = total / (n * c * h * w)
+        return summary
+
+
+def format_summary(s):
+    """Human-readable lines for a summary from validate()."""
+    c, h, w = s["shape"]
+    lines = [
+        f"{s['path']}:",
+        f"  samples      {s['n']}",
+        f"  images       {s['n']}×{c}×{h}×{w} {s['dtype']} (chunks {s['chunks']})",
+        f"  labels       {s['n']} {s['label_dtype']}",
+        f"  num_classes  {s['num_classes']}",
+    ]
+    if s["mean"] is not None:
+        lines.append(f"  mean / std   {np.round(s['mean'], 6).tolist()} / {np.round(s['std'], 6).tolist()}")
+    else:
+        lines.append("  mean / std   (none: pixels used as " + ("raw/255)" if s["dtype"] == "uint8" else "stored)"))
+    if "pixel_min" in s:
+        lines.append(f"  pixels       min {s['pixel_min']:g}  max {s['pixel_max']:g}  mean {s['pixel_mean']:.4f} (raw units)")
+    lines.append("  classes:")
+    names = s["class_names"] or [""] * s["num_classes"]
+    for k, (count, name) in enumerate(zip(s["histogram"], names)):
+        lines.append(f"    {k:4d} {name:<16} {count:8d}  {100.0 * count / s['n']:5.1f}%")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Exit status 0: all valid; 1: a schema violation; 2: usage.")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="dataset files (.h5)")
+    parser.add_argument("--expected-classes", type=int, default=None,
+                        help="also require labels < K (the training set's num_classes)")
+    parser.add_argument("--no-pixels", action="store_true", help="skip the pixel scan (fast)")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.files:
+        try:
+            print(format_summary(validate(path, args.expected_classes, not args.no_pixels)))
+        except (SchemaError, OSError) as e:
+            print(f"h5info.py: {path}: error: {e}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

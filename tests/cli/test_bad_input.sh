@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tests/cli/test_bad_input.sh — bad input through the dtrain binary under `mpiexec -n 3` (and once
+# without mpiexec): missing / non-HDF5 / malformed datasets, out-of-range and negative labels, an
+# unknown layer type, bad option values, an unknown job-file key, impossible ps counts and a run dir
+# that is a regular file. Each must exit non-zero within the deadline (never hang: every run is
+# wrapped in `timeout 60`, and exit 124 counts as a failure), print exactly ONE `dtrain: error:`
+# message (the ranks agree, they do not all report), and name the file / option at fault.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+make_data good 64 --seed 1
+for kind in not-hdf5 missing-images images-rank3 label-out-of-range label-negative; do
+  make_data "$kind" 64 --seed 1 --corrupt "$kind"
+done
+write_job "$SCRATCH/job.ini"
+printf '[train]\nepochs = 1\nlearning-speed = 3\n' >"$SCRATCH/unknown_key.ini"
+echo "not a directory" >"$SCRATCH/run_dir_file"
+
+cases=0
+# expect_error NP "WORD1|WORD2..." ARGS...: dtrain (under mpiexec -n NP, or alone when NP is 0) must
+# fail with one error message containing every word.
+expect_error() {
+  local np=$1 words=$2
+  shift 2
+  local log=$SCRATCH/case$cases.log
+  cases=$((cases + 1))
+  local cmd=("$DTRAIN" "$@")
+  [[ $np -gt 0 ]] && cmd=("$MPIEXEC" -n "$np" "${cmd[@]}")
+  set +e
+  timeout 60 "${cmd[@]}" >"$log" 2>&1
+  local rc=$?
+  set -e
+  echo "-- exit $rc: ${*: -4}"
+  [[ $rc -ne 0 ]] || { cat "$log"; fail "accepted: $*"; }
+  [[ $rc -ne 124 ]] || { cat "$log"; fail "hung (timeout): $*"; }
+  local n
+  n=$(grep -c "dtrain: error:" "$log" || true)
+  [[ $n -eq 1 ]] || { cat "$log"; fail "$n error messages (want 1) for: $*"; }
+  local msg
+  msg=$(grep "dtrain: error:" "$log")
+  local IFS='|'
+  for w in $words; do
+    grep -qF -- "$w" <<<"$msg" || { cat "$log"; fail "the message does not mention '$w': $msg"; }
+  done
+}
+
+JOB=(--config "$SCRATCH/job.ini" --run-dir "$SCRATCH/run")
+GOOD=(--train-data "$SCRATCH/good.h5")
+
+expect_error 3 "$SCRATCH/missing.h5" "${JOB[@]}" --train-data "$SCRATCH/missing.h5"
+# Without mpiexec the world is one rank: sync mode, so the data error is the first one found.
+expect_error 0 "$SCRATCH/missing.h5" "${JOB[@]}" --mode sync --num-ps 0 --train-data "$SCRATCH/missing.h5"
+expect_error 0 "--num-ps" "${JOB[@]}" "${GOOD[@]}"
+expect_error 3 "not-hdf5.h5" "${JOB[@]}" --train-data "$SCRATCH/not-hdf5.h5"
+expect_error 3 "missing-images.h5|images" "${JOB[@]}" --train-data "$SCRATCH/missing-images.h5"
+expect_error 3 "images-rank3.h5|images|rank" "${JOB[@]}" --train-data "$SCRATCH/images-rank3.h5"
+expect_error 3 "label-out-of-range.h5|label" "${JOB[@]}" --train-data "$SCRATCH/label-out-of-range.h5"
+expect_error 3 "label-negative.h5|label" "${JOB[@]}" --train-data "$SCRATCH/label-negative.h5"
+expect_error 3 "label-negative.h5|label" "${JOB[@]}" "${GOOD[@]}" --test-data "$SCRATCH/label-negative.h5"
+expect_error 3 "convolution" "${GOOD[@]}" --run-dir "$SCRATCH/run" --batch-size 8 --layer "convolution filters=4" --layer dense
+expect_error 3 "epochs|abc" "${JOB[@]}" "${GOOD[@]}" --epochs abc
+expect_error 0 "epochs|abc" "${JOB[@]}" "${GOOD[@]}" --epochs abc
+expect_error 3 "batch-size" "${JOB[@]}" "${GOOD[@]}" --batch-size 0
+expect_error 3 "mode|fast" "${JOB[@]}" "${GOOD[@]}" --mode fast
+expect_error 3 "unknown_key.ini|learning-speed" --config "$SCRATCH/unknown_key.ini" "${GOOD[@]}" --batch-size 8 --layer dense
+expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 3
+expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 5
+expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --mode async --num-ps 0
+expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 1
+expect_error 3 "--run-dir|$SCRATCH/run_dir_file" --config "$SCRATCH/job.ini" "${GOOD[@]}" --run-dir "$SCRATCH/run_dir_file"
+[[ -f $SCRATCH/run_dir_file && $(cat "$SCRATCH/run_dir_file") == "not a directory" ]] || fail "the run-dir file was touched"
+[[ ! -e $SCRATCH/run ]] || fail "a failed start created a run dir: $(ls -R "$SCRATCH/run")"
+echo "PASS ($cases cases)"

@@ -1,0 +1,138 @@
+// tests/mpi/test_cluster_mpi.cpp — Cluster on MPI_COMM_WORLD (all ranks on this one node): roles,
+// ps/worker counts and ranks, role communicators (sizes, ranks = role index), set_devices and the
+// role table, for every num_ps the world allows; num_ps ≥ world refused on every rank; and
+// all_or_nothing (comm/guard.hpp): a failure on some ranks raises ReportedError on ALL ranks with
+// the exit code of the lowest failing rank, and success returns everywhere.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/comm/guard.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+namespace {
+
+void world(int& rank, int& size) {
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+}
+
+int count_of(const std::string& text, const std::string& word) {
+  int n = 0;
+  for (std::size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+TEST(ClusterMpi, RolesAndCommunicators) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  for (int k = 0; k < W; ++k) {
+    SCOPED_TRACE("num_ps " + std::to_string(k));
+    Cluster c(MPI_COMM_WORLD, k);
+    EXPECT_EQ(c.world_size(), W);
+    EXPECT_EQ(c.world_rank(), rank);
+    EXPECT_EQ(c.num_ps(), k);
+    EXPECT_EQ(c.num_workers(), W - k);
+    EXPECT_EQ(c.num_nodes(), 1);  // one machine: one shared-memory node
+    // One node: the ps are the highest world ranks, in order.
+    const bool want_ps = rank >= W - k;
+    EXPECT_EQ(c.is_ps(), want_ps);
+    EXPECT_EQ(c.is_worker(), !want_ps);
+    EXPECT_EQ(c.me().index, want_ps ? rank - (W - k) : rank);
+    EXPECT_EQ(c.is_chief(), rank == 0);
+    EXPECT_EQ(c.me().local_size, W);
+    EXPECT_EQ(c.me().local_rank, rank);
+    EXPECT_FALSE(c.me().host.empty());
+    for (int p = 0; p < k; ++p) EXPECT_EQ(c.ps_rank(p), W - k + p);
+    for (int w = 0; w < W - k; ++w) EXPECT_EQ(c.worker_rank(w), w);
+    int role_size = 0, role_rank = -1;
+    MPI_Comm_size(c.role_comm(), &role_size);
+    MPI_Comm_rank(c.role_comm(), &role_rank);
+    EXPECT_EQ(role_size, want_ps ? k : W - k);
+    EXPECT_EQ(role_rank, c.me().index);
+    // The role communicator really connects the ranks of one role: sum of world ranks.
+    int sum = 0;
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, c.role_comm());
+    int want_sum = 0;
+    for (int r = 0; r < W; ++r)
+      if ((r >= W - k) == want_ps) want_sum += r;
+    EXPECT_EQ(sum, want_sum);
+
+    c.set_devices("dev" + std::to_string(rank * 10));
+    for (int r = 0; r < W; ++r) EXPECT_EQ(c.ranks()[r].device, "dev" + std::to_string(r * 10));
+    const std::string table = c.role_table();
+    EXPECT_EQ(count_of(table, " ps "), k) << table;
+    EXPECT_EQ(count_of(table, "worker "), W - k) << table;
+    EXPECT_EQ(count_of(table, "(chief)"), 1) << table;
+    EXPECT_NE(table.find(std::to_string(k) + " ps, " + std::to_string(W - k) + " workers"), std::string::npos)
+        << table;
+    EXPECT_NE(table.find("dev" + std::to_string((W - 1) * 10)), std::string::npos) << table;
+  }
+}
+
+TEST(ClusterMpi, TooManyPsRefusedOnEveryRank) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  for (int k : {W, W + 1}) {
+    try {
+      Cluster c(MPI_COMM_WORLD, k);
+      ADD_FAILURE() << "num_ps " << k << " accepted with " << W << " ranks";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--num-ps"), std::string::npos) << e.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank got here: nobody is stuck in the constructor
+}
+
+TEST(AllOrNothing, SuccessReturnsEverywhere) {
+  int ran = 0;
+  EXPECT_NO_THROW(all_or_nothing(MPI_COMM_WORLD, [&] { ran = 1; }));
+  EXPECT_EQ(ran, 1);
+}
+
+TEST(AllOrNothing, OneRankFailsAllRaiseTheSameCode) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  for (int failing = 0; failing < W; ++failing) {
+    SCOPED_TRACE("failing rank " + std::to_string(failing));
+    int code = -1;
+    try {
+      all_or_nothing(MPI_COMM_WORLD, [&] {
+        if (rank == failing) throw InputError("rank " + std::to_string(rank) + ": bad input for the test");
+      });
+      ADD_FAILURE() << "no ReportedError on rank " << rank;
+    } catch (const ReportedError& e) {
+      code = e.code();
+    }
+    EXPECT_EQ(code, kExitInput);
+    int min = 0, max = 0;
+    MPI_Allreduce(&code, &min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&code, &max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(min, max) << "ranks disagree on the exit code";
+  }
+}
+
+TEST(AllOrNothing, LowestFailingRankDecidesTheCode) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  // Rank 1 raises a RuntimeFault (4), every higher rank an InputError (2): all must exit with 4.
+  int code = -1;
+  try {
+    all_or_nothing(MPI_COMM_WORLD, [&] {
+      if (rank == 1) throw RuntimeFault("fault on rank 1");
+      if (rank > 1) throw InputError("input error on rank " + std::to_string(rank));
+    });
+    ADD_FAILURE() << "no ReportedError on rank " << rank;
+  } catch (const ReportedError& e) {
+    code = e.code();
+  }
+  EXPECT_EQ(code, kExitFault);
+  // A later guarded phase works again (nothing left pending from the failed one).
+  EXPECT_NO_THROW(all_or_nothing(MPI_COMM_WORLD, [] {}));
+}
+
+}  // namespace
+}  // namespace dtrain

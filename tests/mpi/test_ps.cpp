@@ -1,0 +1,284 @@
+// tests/mpi/test_ps.cpp — parameter-server correctness on MPI_COMM_WORLD: run_parameter_server on
+// the ps ranks, PsClient on the workers. Workers push rank-seeded closed-form gradients one at a time
+// in a fixed global order (token passing with a barrier on the worker communicator), so the result
+// must equal applying the same gradients serially with an in-process Optimizer on the CPU backend:
+// every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps and with 2
+// ps (W ≥ 3). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
+// returning params + m + v, concurrent pushes none of which is lost, and DONE ending every server.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/ps/client.hpp"
+#include "dtrain/ps/server.hpp"
+#include "dtrain/ps/sharding.hpp"
+
+namespace dtrain {
+namespace {
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+constexpr std::size_t kParams = 1003;  // odd, so two shards differ in size
+
+std::vector<float> initial_params() {
+  std::vector<float> p(kParams);
+  for (std::size_t i = 0; i < kParams; ++i) p[i] = 0.5f * std::sin(0.1f * static_cast<float>(i)) + 0.01f;
+  return p;
+}
+
+/// The gradient worker w pushes in its round r: closed form, different for every (w, r, i).
+std::vector<float> gradient(int w, int r) {
+  std::vector<float> g(kParams);
+  for (std::size_t i = 0; i < kParams; ++i)
+    g[i] = static_cast<float>((w + 1) * std::cos(0.37 * static_cast<double>(i) + 1.3 * w + 0.71 * r)) +
+           0.05f * static_cast<float>(r % 3);
+  return g;
+}
+
+/// What one server run reports to every rank (summed over ps ranks).
+struct ServedStats {
+  std::int64_t pushes = 0, ignored = 0;
+};
+
+/// Runs the servers on the ps ranks and `worker_body` on the workers, then shares the ps statistics
+/// with every rank. Every rank must call it (it ends with a world collective).
+template <typename Body>
+ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body) {
+  std::int64_t mine[2] = {0, 0};
+  if (cluster.is_ps()) {
+    const auto shards = shard_ranges(kParams, cluster.num_ps());
+    std::atomic<bool> stop{false};
+    try {
+      const PsStats st = run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
+      mine[0] = st.pushes;
+      mine[1] = st.ignored;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "parameter server threw: " << e.what();
+    }
+  } else {
+    try {
+      worker_body();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "worker threw: " << e.what();
+    }
+  }
+  std::int64_t sum[2] = {0, 0};
+  MPI_Allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return {sum[0], sum[1]};
+}
+
+/// Relative+absolute closeness of two float vectors; reports the first mismatch.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                  float tol = 1e-6f) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tol * std::max(1.0f, std::fabs(want[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+      return;
+    }
+  }
+}
+
+Config ps_config(const std::string& optimizer) {
+  Config c;
+  c.mode = "async";
+  c.optimizer = optimizer;
+  c.lr = optimizer == "adam" ? 0.01f : 0.05f;
+  c.momentum = 0.9f;
+  c.weight_decay = 1e-3f;
+  c.timeout = 60.0;
+  if (optimizer == "adam") {
+    c.lr_schedule = "cosine";
+    c.warmup_steps = 3;
+    c.lr_min = 0.001f;
+  }
+  return c;
+}
+
+struct SerialCase {
+  int num_ps = 1;
+  std::string optimizer = "momentum";
+  int rounds = 4;
+  std::int64_t max_steps = 0;  // 0: none
+};
+
+/// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
+/// a snapshot against the serial reference, and the servers' counts.
+void run_serial_case(const SerialCase& k) {
+  const int W = world_size();
+  if (k.num_ps >= W) GTEST_SKIP() << k.num_ps << " ps need more than " << W << " ranks";
+  Cluster cluster(MPI_COMM_WORLD, k.num_ps);
+  const int workers = cluster.num_workers();
+  const std::int64_t pushes = static_cast<std::int64_t>(k.rounds) * workers;
+  const std::int64_t applied = k.max_steps > 0 ? std::min(pushes, k.max_steps) : pushes;
+  const std::int64_t total_steps = pushes;  // sizes the cosine schedule on both sides
+  Config cfg = ps_config(k.optimizer);
+  cfg.max_steps = k.max_steps;
+
+  const ServedStats st = serve(cluster, cfg, total_steps, [&] {
+    // The serial reference, computed by every worker.
+    auto cpu = make_cpu_backend();
+    std::vector<float> ref = initial_params();
+    Optimizer opt(cfg, *cpu, kParams, total_steps);
+    std::vector<std::vector<float>> after;  // reference params after each push
+    for (std::int64_t t = 0; t < pushes; ++t) {
+      if (t < applied) opt.apply(ref.data(), gradient(static_cast<int>(t % workers), static_cast<int>(t / workers)).data(), t);
+      after.push_back(ref);
+    }
+
+    PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0);
+    const int me = cluster.me().index;
+    MPI_Comm wc = cluster.role_comm();
+    if (cluster.is_chief()) {
+      const auto init = initial_params();
+      client.load(init.data(), nullptr, nullptr, 0, k.max_steps);
+    }
+    MPI_Barrier(wc);
+    std::vector<float> params(kParams, -1.0f);
+    const PushResult first = client.pull(params.data());
+    EXPECT_EQ(first.global_step, 0);
+    EXPECT_EQ(params, initial_params()) << "pull after LOAD must return the loaded parameters";
+    MPI_Barrier(wc);
+    for (int r = 0; r < k.rounds; ++r) {
+      for (int w = 0; w < workers; ++w) {
+        if (w == me) {
+          const std::int64_t t = static_cast<std::int64_t>(r) * workers + w;
+          const PushResult res = client.push_pull(gradient(w, r).data(), 8, params.data(), false);
+          EXPECT_EQ(res.global_step, std::min(t + 1, applied)) << "push " << t;
+          EXPECT_FALSE(res.stop_requested);
+          expect_close(params, after[t], "reply to push " + std::to_string(t));
+        }
+        MPI_Barrier(wc);  // pass the token
+      }
+    }
+    const PushResult last = client.pull(params.data());
+    EXPECT_EQ(last.global_step, applied);
+    expect_close(params, after.back(), "final pull");
+    if (cluster.is_chief()) {
+      std::vector<float> p(kParams, -1.0f), m(kParams, -1.0f), v(kParams, -1.0f);
+      EXPECT_EQ(client.snapshot(p.data(), m.data(), v.data()), applied);
+      expect_close(p, ref, "snapshot params");
+      std::vector<float> ref_m(kParams), ref_v(kParams, 0.0f);
+      cpu->copy_to_host(ref_m.data(), opt.m(), kParams * sizeof(float));
+      if (opt.v()) cpu->copy_to_host(ref_v.data(), opt.v(), kParams * sizeof(float));
+      expect_close(m, ref_m, "snapshot m");
+      expect_close(v, ref_v, "snapshot v");  // zeros for momentum
+      EXPECT_TRUE(std::any_of(m.begin(), m.end(), [](float x) { return x != 0.0f; }));
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, applied * cluster.num_ps()) << "every ps counts every applied push";
+  EXPECT_EQ(st.ignored, (pushes - applied) * cluster.num_ps());
+}
+
+TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0}); }
+TEST(ParameterServer, AdamOnePsEqualsSerialApplication) { run_serial_case({1, "adam", 4, 0}); }
+TEST(ParameterServer, MomentumTwoPsEqualsSerialApplication) { run_serial_case({2, "momentum", 4, 0}); }
+TEST(ParameterServer, AdamTwoPsEqualsSerialApplication) { run_serial_case({2, "adam", 3, 0}); }
+
+TEST(ParameterServer, MaxStepsCapsAppliedPushes) {
+  // 5 rounds of pushes, of which only the first 2·workers + 1 may be applied.
+  const int workers = world_size() - 1;
+  run_serial_case({1, "momentum", 5, 2 * static_cast<std::int64_t>(workers) + 1});
+}
+
+TEST(ParameterServer, MaxStepsCapsAppliedPushesTwoPs) {
+  const int workers = world_size() - 2;
+  run_serial_case({2, "adam", 4, std::max<std::int64_t>(1, 3 * workers - 1)});
+}
+
+TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
+  // SGD with dyadic gradients and lr: every partial sum is exact, so any arrival order gives
+  // exactly init − lr·Σ g, and the step count must be exactly rounds × workers.
+  const int W = world_size();
+  const int num_ps = W >= 3 ? 2 : 1;
+  Cluster cluster(MPI_COMM_WORLD, num_ps);
+  const int workers = cluster.num_workers();
+  constexpr int kRounds = 25;
+  Config cfg;
+  cfg.optimizer = "sgd";
+  cfg.lr = 0.5f;
+  cfg.timeout = 60.0;
+  auto grad = [](int w, std::size_t i) { return 0.125f * static_cast<float>((w + 1) * (1 + i % 3)); };
+  const ServedStats st = serve(cluster, cfg, kRounds * workers, [&] {
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0);
+    const int me = cluster.me().index;
+    if (cluster.is_chief()) {
+      std::vector<float> zeros(kParams, 0.0f);
+      client.load(zeros.data(), nullptr, nullptr, 0, 0);
+    }
+    MPI_Barrier(cluster.role_comm());
+    std::vector<float> g(kParams), params(kParams);
+    for (std::size_t i = 0; i < kParams; ++i) g[i] = grad(me, i);
+    std::int64_t prev = -1;
+    for (int r = 0; r < kRounds; ++r) {
+      const PushResult res = client.push_pull(g.data(), 4, params.data(), false);
+      EXPECT_GT(res.global_step, prev) << "global_step must grow with each of my pushes";
+      prev = res.global_step;
+    }
+    MPI_Barrier(cluster.role_comm());  // every push done
+    const PushResult fin = client.pull(params.data());
+    EXPECT_EQ(fin.global_step, static_cast<std::int64_t>(kRounds) * workers);
+    for (std::size_t i = 0; i < kParams; ++i) {
+      float sum = 0.0f;
+      for (int w = 0; w < workers; ++w) sum += grad(w, i);
+      if (params[i] != -0.5f * kRounds * sum) {
+        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * kRounds * sum;
+        break;
+      }
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(kRounds) * workers * num_ps);
+  EXPECT_EQ(st.ignored, 0);
+}
+
+TEST(ParameterServer, LoadSetsResumeStepAndState) {
+  // LOAD with a resume step and optimizer state: the next push is applied as global step `start`
+  // on top of the loaded m (Adam's bias correction depends on it).
+  Cluster cluster(MPI_COMM_WORLD, 1);
+  Config cfg = ps_config("adam");
+  cfg.lr_schedule = "constant";
+  constexpr std::int64_t kStart = 40;
+  const ServedStats st = serve(cluster, cfg, 100, [&] {
+    auto cpu = make_cpu_backend();
+    Optimizer opt(cfg, *cpu, kParams, 100);
+    std::vector<float> m0(kParams), v0(kParams);
+    for (std::size_t i = 0; i < kParams; ++i) {
+      m0[i] = 0.01f * std::sin(static_cast<float>(i));
+      v0[i] = 1e-4f * (1.0f + std::cos(static_cast<float>(i)));
+    }
+    cpu->copy_to_device(opt.m(), m0.data(), kParams * 4);
+    cpu->copy_to_device(opt.v(), v0.data(), kParams * 4);
+    std::vector<float> ref = initial_params();
+    opt.apply(ref.data(), gradient(0, 0).data(), kStart);
+
+    PsClient client(cluster, shard_ranges(kParams, 1), 60.0);
+    if (cluster.is_chief()) {
+      const auto init = initial_params();
+      client.load(init.data(), m0.data(), v0.data(), kStart, 0);
+      std::vector<float> params(kParams);
+      const PushResult res = client.push_pull(gradient(0, 0).data(), 1, params.data(), false);
+      EXPECT_EQ(res.global_step, kStart + 1);
+      expect_close(params, ref, "push after LOAD at step " + std::to_string(kStart));
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, 1);
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,223 @@
+// tests/unit/test_cluster_sharding.cpp — role placement (compute_layout) and the parameter-server
+// range partition (shard_ranges), both pure functions tested in one process with simulated ranks:
+// hand-computed tables for small layouts, then the documented placement properties over many
+// (nodes × ranks-per-node, num_ps) combinations, including uneven and interleaved nodes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/ps/sharding.hpp"
+
+namespace dtrain {
+namespace {
+
+std::vector<int> ps_ranks_of(const std::vector<RankInfo>& l) {
+  std::vector<int> out;
+  for (const auto& r : l)
+    if (r.role == Role::ps) out.push_back(r.rank);
+  return out;
+}
+
+/// Ranks packed by node: node i holds sizes[i] consecutive world ranks.
+std::vector<int> packed(const std::vector<int>& sizes) {
+  std::vector<int> out;
+  for (std::size_t n = 0; n < sizes.size(); ++n) out.insert(out.end(), sizes[n], static_cast<int>(n));
+  return out;
+}
+
+/// Ranks dealt round-robin over `nodes` nodes (rank r on node r % nodes).
+std::vector<int> interleaved(int world, int nodes) {
+  std::vector<int> out(world);
+  for (int r = 0; r < world; ++r) out[r] = r % nodes;
+  return out;
+}
+
+/// Checks every documented placement property of compute_layout(node_of_rank, num_ps).
+void check_layout_properties(const std::vector<int>& node_of_rank, int num_ps) {
+  SCOPED_TRACE("world " + std::to_string(node_of_rank.size()) + ", num_ps " + std::to_string(num_ps));
+  const auto l = compute_layout(node_of_rank, num_ps);
+  const int world = static_cast<int>(node_of_rank.size());
+  ASSERT_EQ(static_cast<int>(l.size()), world);
+
+  // Nodes in order of their lowest world rank; members ascending.
+  std::vector<int> order;
+  std::map<int, std::vector<int>> members;
+  for (int r = 0; r < world; ++r) {
+    if (!members.count(node_of_rank[r])) order.push_back(node_of_rank[r]);
+    members[node_of_rank[r]].push_back(r);
+  }
+  int ps = 0;
+  std::map<int, int> ps_on;  // node -> ps count
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(l[r].rank, r);
+    EXPECT_EQ(l[r].node, node_of_rank[r]);
+    if (l[r].role == Role::ps) {
+      ++ps;
+      ++ps_on[node_of_rank[r]];
+    }
+  }
+  EXPECT_EQ(ps, num_ps);
+
+  // On each node the ps are its highest world ranks.
+  for (const auto& [node, ranks] : members) {
+    const int c = ps_on[node];
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const bool want_ps = i >= ranks.size() - static_cast<std::size_t>(c);
+      EXPECT_EQ(l[ranks[i]].role == Role::ps, want_ps) << "rank " << ranks[i] << " on node " << node;
+    }
+  }
+  // Spread: a node holds a k-th ps only when every other node holds k−1 (or is full), and a node
+  // that is not full never has fewer ps than a node after it.
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int ci = ps_on[order[i]], si = static_cast<int>(members[order[i]].size());
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      const int cj = ps_on[order[j]];
+      if (ci < si) {
+        EXPECT_LE(cj, ci + 1) << "node " << order[j] << " has " << cj << " ps while node "
+                              << order[i] << " has only " << ci << " and room for more";
+        if (j > i) EXPECT_LE(cj, ci) << "later node " << order[j] << " got more ps than node " << order[i];
+      }
+    }
+  }
+  // Indices: contiguous per role, increasing with world rank.
+  int next_ps = 0, next_worker = 0;
+  for (int r = 0; r < world; ++r) {
+    if (l[r].role == Role::ps) EXPECT_EQ(l[r].index, next_ps++) << "rank " << r;
+    else EXPECT_EQ(l[r].index, next_worker++) << "rank " << r;
+  }
+  EXPECT_EQ(next_worker, world - num_ps);
+  // The chief (worker 0) is a worker and the lowest worker world rank.
+  const auto chief = std::find_if(l.begin(), l.end(), [](const RankInfo& r) {
+    return r.role == Role::worker && r.index == 0;
+  });
+  ASSERT_NE(chief, l.end());
+  for (const auto& r : l)
+    if (r.rank < chief->rank) EXPECT_EQ(r.role, Role::ps) << "rank " << r.rank;
+}
+
+TEST(ComputeLayout, OneNodePsTakeTheHighestRanks) {
+  const auto l1 = compute_layout(packed({4}), 1);
+  EXPECT_EQ(ps_ranks_of(l1), (std::vector<int>{3}));
+  const auto l2 = compute_layout(packed({4}), 2);
+  EXPECT_EQ(ps_ranks_of(l2), (std::vector<int>{2, 3}));
+  EXPECT_EQ(l2[2].index, 0);
+  EXPECT_EQ(l2[3].index, 1);
+  EXPECT_EQ(l2[0].role, Role::worker);
+  EXPECT_EQ(l2[0].index, 0);
+  EXPECT_EQ(l2[1].index, 1);
+  const auto l0 = compute_layout(packed({3}), 0);
+  EXPECT_TRUE(ps_ranks_of(l0).empty());
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(l0[r].index, r);
+}
+
+TEST(ComputeLayout, TwoNodesGetOnePsEachBeforeASecond) {
+  // 2 nodes × 2 ranks: {0,1} on node 0, {2,3} on node 1.
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({2, 2}), 1)), (std::vector<int>{1}));
+  const auto l = compute_layout(packed({2, 2}), 2);
+  EXPECT_EQ(ps_ranks_of(l), (std::vector<int>{1, 3}));
+  EXPECT_EQ(l[0].index, 0);  // worker 0, the chief
+  EXPECT_EQ(l[2].index, 1);  // worker 1
+  EXPECT_EQ(l[1].index, 0);  // ps 0
+  EXPECT_EQ(l[3].index, 1);  // ps 1
+  // 2 nodes × 4 ranks, 3 ps: node 0 gets ranks 3 and 2, node 1 rank 7.
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({4, 4}), 3)), (std::vector<int>{2, 3, 7}));
+}
+
+TEST(ComputeLayout, UnevenNodes) {
+  // node 0 = {0,1,2}, node 1 = {3}: the single-rank node gets the second ps before node 0 gets
+  // its second; the third goes back to node 0.
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({3, 1}), 1)), (std::vector<int>{2}));
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({3, 1}), 2)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({3, 1}), 3)), (std::vector<int>{1, 2, 3}));
+  // node 0 = {0}, node 1 = {1,2,3,4}: node 0 is full after one ps, the rest go to node 1.
+  EXPECT_EQ(ps_ranks_of(compute_layout(packed({1, 4}), 3)), (std::vector<int>{0, 3, 4}));
+  const auto l = compute_layout(packed({1, 4}), 3);
+  EXPECT_EQ(l[1].role, Role::worker);
+  EXPECT_EQ(l[1].index, 0);  // the chief is the lowest-ranked worker, here rank 1
+}
+
+TEST(ComputeLayout, InterleavedRanks) {
+  // Ranks dealt round-robin: node 0 = {0,2,4}, node 1 = {1,3,5}.
+  EXPECT_EQ(ps_ranks_of(compute_layout(interleaved(6, 2), 1)), (std::vector<int>{4}));
+  EXPECT_EQ(ps_ranks_of(compute_layout(interleaved(6, 2), 2)), (std::vector<int>{4, 5}));
+  EXPECT_EQ(ps_ranks_of(compute_layout(interleaved(6, 2), 3)), (std::vector<int>{2, 4, 5}));
+}
+
+TEST(ComputeLayout, PropertiesOverManyLayouts) {
+  std::vector<std::vector<int>> layouts;
+  for (int nodes = 1; nodes <= 4; ++nodes)
+    for (int per = 1; per <= 4; ++per) layouts.push_back(packed(std::vector<int>(nodes, per)));
+  for (const auto& sizes : std::vector<std::vector<int>>{
+           {3, 1}, {1, 3}, {2, 5, 1}, {1, 1, 6}, {4, 2, 2, 1}, {5, 1, 1, 1, 1}, {1, 2, 3, 4}})
+    layouts.push_back(packed(sizes));
+  for (int world = 2; world <= 9; ++world)
+    for (int nodes = 2; nodes <= 3; ++nodes) layouts.push_back(interleaved(world, nodes));
+  int checked = 0;
+  for (const auto& layout : layouts) {
+    const int world = static_cast<int>(layout.size());
+    for (int k = 0; k < world; ++k) {
+      check_layout_properties(layout, k);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 150);
+}
+
+TEST(ComputeLayout, RejectsTooManyOrNegativePs) {
+  for (int world = 1; world <= 5; ++world) {
+    for (int k : {world, world + 1, world + 7}) {
+      try {
+        compute_layout(packed({world}), k);
+        ADD_FAILURE() << "num_ps " << k << " of world " << world << " accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("--num-ps"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(compute_layout(packed({4}), -1), InputError);
+}
+
+TEST(ShardRanges, CoverContiguouslyAndBalanced) {
+  int checked = 0;
+  for (std::size_t total : {1u, 2u, 3u, 7u, 10u, 64u, 100u, 101u, 1000u, 4099u, 123457u}) {
+    for (int k = 1; k <= 9; ++k) {
+      if (static_cast<std::size_t>(k) > total) continue;
+      const auto s = shard_ranges(total, k);
+      ASSERT_EQ(static_cast<int>(s.size()), k);
+      EXPECT_EQ(s.front().begin, 0u);
+      EXPECT_EQ(s.back().end, total);
+      std::size_t lo = total, hi = 0, sum = 0;
+      for (int i = 0; i < k; ++i) {
+        if (i > 0) EXPECT_EQ(s[i].begin, s[i - 1].end) << "total " << total << " K " << k;
+        EXPECT_GE(s[i].size(), 1u);
+        lo = std::min(lo, s[i].size());
+        hi = std::max(hi, s[i].size());
+        sum += s[i].size();
+      }
+      EXPECT_EQ(sum, total);
+      EXPECT_LE(hi - lo, 1u) << "total " << total << " K " << k;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 76);  // 11 totals × K = 1..9, minus the 23 pairs with K > total
+}
+
+TEST(ShardRanges, ErrorsNameTheOption) {
+  for (auto [total, k] : std::vector<std::pair<std::size_t, int>>{{3, 4}, {0, 1}, {10, 0}, {10, -2}}) {
+    try {
+      shard_ranges(total, k);
+      ADD_FAILURE() << "shard_ranges(" << total << ", " << k << ") accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--num-ps"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,268 @@
+// tests/unit/test_config.cpp — parse_config (command line + INI job file through one options table)
+// and learning_rate(): sections are dropped from job-file keys, the command line overrides the file,
+// repeated `layer =` lines, --help, and every rejected input raising InputError that names the
+// option (and the file); then the warm-up, step and cosine schedules at their end points.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/config.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/optim/optimizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dtrain_config_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_ini(const std::string& text, const std::string& name = "job.ini") {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  static ParseResult parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "dtrain");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return parse_config(static_cast<int>(argv.size()), argv.data());
+  }
+
+  /// Parses and returns the InputError message (fails the test when nothing is thrown).
+  static std::string error_of(const std::vector<std::string>& args) {
+    try {
+      parse(args);
+    } catch (const InputError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an InputError: " << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted";
+    return "";
+  }
+
+  /// The minimal valid command line, plus `extra`.
+  static std::vector<std::string> base(std::initializer_list<std::string> extra = {}) {
+    std::vector<std::string> a = {"--train-data", "train.h5", "--layer", "dense"};
+    a.insert(a.end(), extra);
+    return a;
+  }
+
+  fs::path dir_;
+};
+
+#define EXPECT_MENTIONS(msg, word) \
+  EXPECT_NE((msg).find(word), std::string::npos) << "message does not mention '" << (word) << "': " << (msg)
+
+TEST_F(ConfigTest, DefaultsFromTheCommandLine) {
+  const Config c = parse(base()).config;
+  EXPECT_EQ(c.train_data, "train.h5");
+  EXPECT_EQ(c.layers, (std::vector<std::string>{"dense"}));
+  EXPECT_EQ(c.mode, "async");
+  EXPECT_EQ(c.num_ps, 1);
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_FLOAT_EQ(c.lr, 0.05f);
+  EXPECT_NE(c.effective_ini.find("batch-size = 64"), std::string::npos) << c.effective_ini;
+}
+
+TEST_F(ConfigTest, JobFileSectionsAreStripped) {
+  const std::string ini = write_ini(
+      "[data]\ntrain-data = /data/t.h5\ntest-data = /data/e.h5\n"
+      "[model]\nlayer = conv filters=8 kernel=3 pad=1\nlayer = relu\nlayer = flatten\nlayer = dense\n"
+      "[train]\nmode = sync\nepochs = 7\nbatch-size = 32\nseed = 99\n"
+      "[optimizer]\noptimizer = adam\nlr = 0.1\nlr-schedule = cosine\nwarmup-steps = 5\n"
+      "[cluster]\nnum-ps = 0\n[checkpoint]\nrun-dir = /tmp/somewhere\nkeep-checkpoints = 2\n");
+  const ParseResult r = parse({"--config", ini});
+  ASSERT_FALSE(r.help);
+  const Config& c = r.config;
+  EXPECT_EQ(c.config_file, ini);
+  EXPECT_EQ(c.train_data, "/data/t.h5");
+  EXPECT_EQ(c.test_data, "/data/e.h5");
+  EXPECT_EQ(c.layers, (std::vector<std::string>{"conv filters=8 kernel=3 pad=1", "relu", "flatten",
+                                                "dense"}));
+  EXPECT_EQ(c.mode, "sync");
+  EXPECT_EQ(c.epochs, 7);
+  EXPECT_EQ(c.batch_size, 32);
+  EXPECT_EQ(c.seed, 99u);
+  EXPECT_EQ(c.optimizer, "adam");
+  EXPECT_FLOAT_EQ(c.lr, 0.1f);
+  EXPECT_EQ(c.lr_schedule, "cosine");
+  EXPECT_EQ(c.warmup_steps, 5);
+  EXPECT_EQ(c.num_ps, 0);
+  EXPECT_EQ(c.run_dir, "/tmp/somewhere");
+  EXPECT_EQ(c.keep_checkpoints, 2);
+}
+
+TEST_F(ConfigTest, CommandLineOverridesTheJobFile) {
+  const std::string ini = write_ini(
+      "[data]\ntrain-data = file.h5\n[model]\nlayer = dense\n[train]\nepochs = 3\nbatch-size = 16\n"
+      "[optimizer]\nlr = 0.1\n");
+  const Config c = parse({"--config", ini, "--epochs", "9", "--lr", "0.25"}).config;
+  EXPECT_EQ(c.epochs, 9);
+  EXPECT_FLOAT_EQ(c.lr, 0.25f);
+  EXPECT_EQ(c.batch_size, 16);  // not overridden: from the file
+  EXPECT_EQ(c.train_data, "file.h5");
+}
+
+TEST_F(ConfigTest, RepeatedLayerOptionsOnTheCommandLine) {
+  const Config c = parse({"--train-data", "t.h5", "--layer", "flatten", "--layer", "dense units=5",
+                          "--layer", "relu", "--layer", "dense"})
+                       .config;
+  EXPECT_EQ(c.layers, (std::vector<std::string>{"flatten", "dense units=5", "relu", "dense"}));
+}
+
+TEST_F(ConfigTest, HelpListsOptionsWithDefaults) {
+  const ParseResult r = parse({"--help"});
+  ASSERT_TRUE(r.help);
+  for (const char* opt : {"--train-data", "--mode", "--num-ps", "--batch-size", "--lr", "--resume",
+                          "--run-dir", "--timeout", "--config"})
+    EXPECT_MENTIONS(r.help_text, opt);
+  EXPECT_MENTIONS(r.help_text, "(=64)");     // batch-size default
+  EXPECT_MENTIONS(r.help_text, "(=async)");  // mode default
+  EXPECT_TRUE(parse({"-h"}).help);
+}
+
+TEST_F(ConfigTest, UnknownKeyInJobFileNamesFileAndKey) {
+  const std::string ini = write_ini("[train]\nepochs = 2\nlearning-speed = 3\n", "bad_key.ini");
+  const std::string msg = error_of(base({"--config", ini}));
+  EXPECT_MENTIONS(msg, "bad_key.ini");
+  EXPECT_MENTIONS(msg, "learning-speed");
+}
+
+TEST_F(ConfigTest, MissingJobFileIsNamed) {
+  const std::string msg = error_of(base({"--config", (dir_ / "nope.ini").string()}));
+  EXPECT_MENTIONS(msg, "nope.ini");
+}
+
+TEST_F(ConfigTest, UnknownCommandLineOption) {
+  const std::string msg = error_of(base({"--fast-mode", "1"}));
+  EXPECT_MENTIONS(msg, "fast-mode");
+}
+
+TEST_F(ConfigTest, BadNumberInJobFile) {
+  const std::string ini = write_ini("[train]\nepochs = abc\n", "bad_num.ini");
+  const std::string msg = error_of(base({"--config", ini}));
+  EXPECT_MENTIONS(msg, "epochs");
+  EXPECT_MENTIONS(msg, "abc");
+  EXPECT_MENTIONS(msg, "bad_num.ini");
+}
+
+TEST_F(ConfigTest, BadNumberOnTheCommandLine) {
+  const std::string msg = error_of(base({"--epochs", "abc"}));
+  EXPECT_MENTIONS(msg, "epochs");
+  EXPECT_MENTIONS(msg, "abc");
+  EXPECT_MENTIONS(error_of(base({"--lr", "fast"})), "lr");
+}
+
+TEST_F(ConfigTest, NonPositiveSizes) {
+  struct Case {
+    const char* opt;
+    const char* value;
+  };
+  for (const Case& k : {Case{"--epochs", "0"}, Case{"--epochs", "-3"}, Case{"--batch-size", "0"},
+                        Case{"--batch-size", "-1"}, Case{"--lr", "0"}, Case{"--lr", "-0.1"},
+                        Case{"--max-steps", "-5"}, Case{"--keep-checkpoints", "0"},
+                        Case{"--timeout", "0"}, Case{"--num-ps", "-1"},
+                        Case{"--global-batch-size", "-64"}, Case{"--log-every", "0"}}) {
+    SCOPED_TRACE(std::string(k.opt) + " " + k.value);
+    const std::string msg = error_of(base({k.opt, k.value}));
+    EXPECT_MENTIONS(msg, k.opt);
+  }
+}
+
+TEST_F(ConfigTest, UnknownEnumValues) {
+  std::string msg = error_of(base({"--mode", "fast"}));
+  EXPECT_MENTIONS(msg, "--mode");
+  EXPECT_MENTIONS(msg, "fast");
+  msg = error_of(base({"--optimizer", "rmsprop"}));
+  EXPECT_MENTIONS(msg, "--optimizer");
+  EXPECT_MENTIONS(msg, "rmsprop");
+  EXPECT_MENTIONS(error_of(base({"--lr-schedule", "linear"})), "--lr-schedule");
+  EXPECT_MENTIONS(error_of(base({"--device", "tpu"})), "--device");
+  EXPECT_THROW(optimizer_kind("rmsprop"), InputError);
+  EXPECT_EQ(optimizer_kind("adam"), OptimizerKind::adam);
+}
+
+TEST_F(ConfigTest, AsyncNeedsAParameterServer) {
+  const std::string msg = error_of(base({"--mode", "async", "--num-ps", "0"}));
+  EXPECT_MENTIONS(msg, "--num-ps");
+  EXPECT_NO_THROW(parse(base({"--mode", "sync", "--num-ps", "0"})));
+}
+
+TEST_F(ConfigTest, MissingTrainDataAndLayers) {
+  EXPECT_MENTIONS(error_of({"--layer", "dense"}), "--train-data");
+  EXPECT_MENTIONS(error_of({"--train-data", "t.h5"}), "--layer");
+}
+
+TEST(LearningRate, WarmupIsLinearToTheBaseRate) {
+  Config c;
+  c.lr = 0.4f;
+  c.warmup_steps = 4;
+  EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 0.1f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 1, 100), 0.2f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 3, 100), 0.4f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 100), 0.4f);   // constant after warm-up
+  EXPECT_FLOAT_EQ(learning_rate(c, 99, 100), 0.4f);
+}
+
+TEST(LearningRate, StepDecay) {
+  Config c;
+  c.lr = 1.0f;
+  c.lr_schedule = "step";
+  c.lr_step_size = 10;
+  c.lr_gamma = 0.5f;
+  EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 1.0f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 9, 100), 1.0f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 10, 100), 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 25, 100), 0.25f);
+  c.warmup_steps = 5;  // the schedule is measured from the end of warm-up
+  EXPECT_FLOAT_EQ(learning_rate(c, 14, 100), 1.0f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 15, 100), 0.5f);
+}
+
+TEST(LearningRate, CosineEndpoints) {
+  Config c;
+  c.lr = 0.2f;
+  c.lr_min = 0.02f;
+  c.lr_schedule = "cosine";
+  EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 0.2f);
+  EXPECT_NEAR(learning_rate(c, 50, 100), 0.11f, 1e-6);  // half way: the mean of lr and lr_min
+  EXPECT_NEAR(learning_rate(c, 100, 100), 0.02f, 1e-7);
+  EXPECT_NEAR(learning_rate(c, 500, 100), 0.02f, 1e-7);  // clamped after the end
+  float prev = 1.0f;
+  for (int s = 0; s <= 100; ++s) {
+    const float lr = learning_rate(c, s, 100);
+    EXPECT_LE(lr, prev) << "step " << s;
+    prev = lr;
+  }
+  c.warmup_steps = 10;  // after warm-up the cosine spans total − warmup steps
+  EXPECT_FLOAT_EQ(learning_rate(c, 9, 100), 0.2f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 10, 100), 0.2f);
+  EXPECT_NEAR(learning_rate(c, 55, 100), 0.11f, 1e-6);
+  EXPECT_NEAR(learning_rate(c, 100, 100), 0.02f, 1e-7);
+  c.warmup_steps = 0;
+  c.lr_decay_steps = 20;  // explicit length
+  EXPECT_NEAR(learning_rate(c, 10, 100), 0.11f, 1e-6);
+  EXPECT_NEAR(learning_rate(c, 20, 100), 0.02f, 1e-7);
+}
+
+}  // namespace
+}  // namespace dtrain
