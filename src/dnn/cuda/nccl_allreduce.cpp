@@ -14,15 +14,13 @@
 #include <thread>
 
 #include "cuda_backend.hpp"
+#include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
 namespace {
 
 using cuda::CudaBackend;
-
-/// How long allreduce_sum() waits for NCCL before aborting (a dead or diverged peer).
-constexpr std::chrono::seconds kNcclTimeout{600};
 
 /// ncclGetLastError() as a string ("" when NCCL has nothing to add).
 std::string nccl_last_error(ncclComm_t comm) {
@@ -130,7 +128,11 @@ class NcclAllreduce final : public GradientAllreduce {
 
   // Polls the NCCL stream so that an asynchronous NCCL error or a hung peer ends in an exception.
   void wait_with_deadline(std::size_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + kNcclTimeout;
+    // Same deadline as every other communication wait (--timeout, comm_timeout()).
+    const double timeout_s = comm_timeout();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return;
@@ -145,7 +147,7 @@ class NcclAllreduce final : public GradientAllreduce {
         comm_.abort();
         throw LibraryError(format_error(
             "ncclAllReduce of " + std::to_string(n) + " floats did not finish within " +
-                std::to_string(kNcclTimeout.count()) +
+                std::to_string(timeout_s) +
                 " s (a peer died or ranks called allreduce a different number of times); "
                 "communicator aborted",
             __FILE__, __LINE__));
