@@ -10,6 +10,7 @@
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/train/trainer.hpp"
 
@@ -22,7 +23,10 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     dtrain::ParseResult parsed;
-    dtrain::all_or_nothing(MPI_COMM_WORLD, [&] { parsed = dtrain::parse_config(argc, argv); });
+    dtrain::all_or_nothing(MPI_COMM_WORLD, [&] {
+      dtrain::init_fault_injection(rank);  // DTRAIN_FAULT (test-only), read here and nowhere else
+      parsed = dtrain::parse_config(argc, argv);
+    });
     if (parsed.help) {
       if (rank == 0) std::cout << parsed.help_text;
     } else {

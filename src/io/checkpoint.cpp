@@ -3,6 +3,7 @@
 #include "dtrain/io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/io/hdf5.hpp"
 
@@ -50,6 +52,11 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
     const hid_t root = f.get();
     const hsize_t P = s.params.size();
     write_floats(root, "params", s.params, {P});
+    if (fault_fires(FaultKind::kill_in_checkpoint_write, s.global_step)) {
+      // Test-only (DTRAIN_FAULT): crash with part of the temporary file on disk.
+      flush_file(root, tmp);
+      ::kill(::getpid(), SIGKILL);
+    }
     H5Group opt = create_group(root, "optimizer");
     write_floats(opt.get(), "m", s.m, {static_cast<hsize_t>(s.m.size())});
     write_floats(opt.get(), "v", s.v, {static_cast<hsize_t>(s.v.size())});

@@ -16,8 +16,24 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
     const std::size_t bytes = sizeof(MsgHeader) + 3 * shards_[k].size() * sizeof(float);
     send_[k].resize(bytes);
     recv_[k].resize(bytes);
+    // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
+    peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " +
+              std::to_string(cluster_.ps_rank(static_cast<int>(k))) + ")";
   }
 }
+
+namespace {
+const char* tag_name(int tag) {
+  switch (tag) {
+    case kTagPull: return "pulling parameters";
+    case kTagPush: return "pushing gradients";
+    case kTagLoad: return "loading parameters";
+    case kTagSnapshot: return "gathering a checkpoint snapshot";
+    case kTagDone: return "sending DONE";
+    default: return "exchanging";
+  }
+}
+}  // namespace
 
 PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
                               int reply_parts, const std::vector<float*>& out) {
@@ -43,9 +59,8 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
     DT_CHECK_MPI(MPI_Isend(send_[k].data(), static_cast<int>(at), MPI_BYTE, cluster_.ps_rank(k),
                            tag, cluster_.world(), &reqs.back()));
   }
-  wait_all(reqs, timeout_,
-           "worker " + std::to_string(cluster_.me().index) + " exchanging with " +
-               std::to_string(K) + " ps (tag " + std::to_string(tag) + ")");
+  wait_all(reqs, timeout_, "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) +
+                              " with " + peers_ + " (lost contact with a ps?)");
   PushResult r;
   for (int k = 0; k < K && reply_parts > 0; ++k) {
     const ShardRange& s = shards_[k];

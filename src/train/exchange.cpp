@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -45,17 +46,21 @@ class HostMirror {
   std::vector<float> host_;
 };
 
-[[noreturn]] void nonfinite_fault(const Model& m, const float* host_grads, std::int64_t step) {
+std::string nonfinite_message(const Model& m, const float* host_grads, std::int64_t step) {
   const std::string layer = first_nonfinite_tensor(m, host_grads);
-  throw RuntimeFault(error_prefix() + "non-finite gradient at global step " +
-                     std::to_string(step) + " in tensor " + (layer.empty() ? "?" : layer) +
-                     " (lower --lr, or pass --skip-nonfinite to skip such steps)");
+  return error_prefix() + "non-finite gradient at global step " + std::to_string(step) +
+         " in tensor " + (layer.empty() ? "?" : layer) +
+         " (lower --lr, or pass --skip-nonfinite to skip such steps)";
+}
+
+[[noreturn]] void nonfinite_fault(const Model& m, const float* host_grads, std::int64_t step) {
+  throw RuntimeFault(nonfinite_message(m, host_grads, step));
 }
 
 class SyncExchange final : public GradientExchange {
  public:
   SyncExchange(const Config& c, const Cluster& cluster, Model& model, std::int64_t total_steps)
-      : c_(c), comm_(cluster.role_comm()),
+      : c_(c), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
         opt_(c, model.backend(), model.param_count(), total_steps),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
@@ -96,11 +101,18 @@ class SyncExchange final : public GradientExchange {
     r.stop = flag > 0;
     // Every replica holds the same summed gradient, so every replica takes the same decision.
     if (!be.all_finite(model.grads(), model.param_count())) {
-      if (!c_.skip_nonfinite)
-        nonfinite_fault(model, mirror_.to_host(model.grads()), global_step_);
+      if (!c_.skip_nonfinite) {
+        // Every worker takes this branch at the same step and no rank waits on another, so the
+        // chief alone reports (one message, not one per worker) and every worker leaves with
+        // kExitFault through a clean MPI_Finalize; the last good checkpoint stays the newest.
+        const std::string msg = nonfinite_message(model, mirror_.to_host(model.grads()), global_step_);
+        if (chief_) log_error(msg);
+        throw ReportedError(kExitFault, msg);
+      }
       ++skipped_;
-      log_warn("skipping global step " + std::to_string(global_step_) +
-               ": non-finite gradient (--skip-nonfinite)");
+      if (chief_)
+        log_warn("skipping global step " + std::to_string(global_step_) +
+                 ": non-finite gradient (--skip-nonfinite)");
       r.applied = false;
     } else {
       opt_.apply(model.params(), model.grads(), global_step_);
@@ -129,6 +141,7 @@ class SyncExchange final : public GradientExchange {
  private:
   Config c_;
   MPI_Comm comm_;
+  bool chief_;
   Optimizer opt_;
   HostMirror mirror_;
   std::unique_ptr<GradientAllreduce> allreduce_;

@@ -249,6 +249,9 @@ int run_training(const Config& c) {
   r["global_step"] = out.global_step;
   r["wall_seconds"] = out.wall_seconds;
   r["train_seconds"] = out.train_seconds;
+  r["data_seconds"] = out.data_seconds;  // the chief's split of train_seconds
+  r["compute_seconds"] = out.compute_seconds;
+  r["exchange_seconds"] = out.exchange_seconds;
   r["samples_per_sec"] = sps;
   r["samples"] = out.samples;
   r["mode"] = c.mode;

@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <thread>
 
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
@@ -100,6 +103,9 @@ WorkerOutcome Worker::run() {
   out_.global_step = global_step_;
   out_.wall_seconds = prior_wall_ + now_seconds() - t_start_;
   out_.train_seconds = train_seconds_;
+  out_.data_seconds = data_seconds_;
+  out_.compute_seconds = compute_seconds_;
+  out_.exchange_seconds = exchange_seconds_;
   // Async: every global step is one worker's batch (the chief only sees its own samples).
   if (c_.mode == "async") out_.samples = (global_step_ - first_global_step_) * plan_.batch;
   out_.skipped = exchange_->skipped_steps();
@@ -130,11 +136,18 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
       be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
     }
+    const double t1 = now_seconds();
     const std::int64_t global_n = sync ? global_samples_at(plan_, s) : n;
     const float scale = global_n > 0 ? 1.0f / static_cast<float>(global_n) : 0.0f;
     const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
     model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data());
+    inject_faults();
+    const double t2 = now_seconds();
     const ExchangeResult r = exchange_->step(model_, n, stop_requested());
+    const double t3 = now_seconds();
+    data_seconds_ += t1 - t0;
+    compute_seconds_ += t2 - t1;
+    exchange_seconds_ += t3 - t2;
     global_step_ = r.global_step;
     cursor_ = s + 1;
     if (!sync) {
@@ -159,6 +172,21 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
   if (log_steps_ > 0) log_interval(epoch, true);
+}
+
+void Worker::inject_faults() {
+  // Test-only hooks (DTRAIN_FAULT, core/fault.hpp): one comparison each when no fault is set.
+  if (fault_fires(FaultKind::nan_gradient, global_step_)) {
+    const auto& t = model_.param_tensors().back();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    be_.copy_to_device(model_.grads() + t.offset, &nan, sizeof nan);
+    log_warn("DTRAIN_FAULT: injected a NaN into the gradient of " + t.name + " at global step " +
+             std::to_string(global_step_));
+  }
+  if (fault_fires(FaultKind::hang, global_step_)) {
+    log_warn("DTRAIN_FAULT: hanging forever at global step " + std::to_string(global_step_));
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 void Worker::log_interval(int epoch, bool force) {

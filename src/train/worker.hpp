@@ -23,6 +23,9 @@ struct WorkerOutcome {
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
   double train_seconds = 0;     ///< time inside training steps
   double wall_seconds = 0;      ///< whole training incl. evaluation and checkpoints
+  /// train_seconds split (this worker, this process): waiting for the batch reader, forward +
+  /// backward (train_step), gradient exchange (push-pull or allreduce + optimizer step)
+  double data_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
   std::int64_t samples = 0;     ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
   double staleness_mean = 0;
@@ -42,6 +45,7 @@ class Worker {
   void average_model_state();
   void checkpoint(int epoch, std::int64_t step_in_epoch);
   void log_interval(int epoch, bool force);
+  void inject_faults();  ///< DTRAIN_FAULT hooks (test-only)
 
   const Config& c_;
   const Cluster& cluster_;
@@ -61,6 +65,7 @@ class Worker {
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
+  double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0;
   std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0,
                log_start_global_step_ = 0;
   double staleness_sum_ = 0;

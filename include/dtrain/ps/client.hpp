@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
@@ -48,6 +49,7 @@ class PsClient {
   const Cluster& cluster_;
   std::vector<ShardRange> shards_;
   double timeout_;
+  std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
   std::vector<std::int64_t> seen_;  // per ps: global_step in its last reply
   std::vector<std::vector<char>> send_, recv_;
 };

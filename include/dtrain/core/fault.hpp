@@ -1,0 +1,38 @@
+// dtrain/core/fault.hpp — TEST-ONLY fault injection, so that the fault tests (tests/cli/test_faults_*.sh)
+// can make a rank crash, hang or produce a NaN at a chosen point.
+//
+// The environment variable DTRAIN_FAULT is read once, by init_fault_injection() in main(), and
+// nowhere else. Syntax: KIND[@STEP][:RANK]
+//   kill-in-checkpoint-write[@S]  the chief SIGKILLs itself after writing part of the temporary file
+//                                 of the first checkpoint whose global_step is >= S (default 0)
+//   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's last
+//                                 parameter tensor) at the first step whose global_step is >= S
+//   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
+// R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost beyond
+// one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain {
+
+enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang };
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::none;
+  std::int64_t step = 0;
+  int rank = -1;  ///< world rank, -1: any
+};
+
+/// Parses a DTRAIN_FAULT value (exposed for tests). Throws InputError on a malformed value.
+FaultSpec parse_fault_spec(const std::string& value);
+
+/// Reads DTRAIN_FAULT once (main() calls it right after MPI_Init); later calls do nothing.
+void init_fault_injection(int world_rank);
+
+/// True exactly once: the first time it is called with kind == the injected kind, this rank
+/// matching and global_step >= the injected step.
+bool fault_fires(FaultKind kind, std::int64_t global_step);
+
+}  // namespace dtrain

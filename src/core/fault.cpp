@@ -1,0 +1,69 @@
+// dtrain/core/fault.cpp — DTRAIN_FAULT parsing and the one-shot trigger (test-only; see fault.hpp).
+#include "dtrain/core/fault.hpp"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+namespace {
+FaultSpec g_spec;
+int g_rank = 0;
+bool g_init = false;
+std::atomic<bool> g_fired{false};
+
+std::int64_t to_int(const std::string& s, const std::string& value) {
+  std::size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || v < 0)
+    throw InputError("environment DTRAIN_FAULT='" + value +
+                     "': expected KIND[@STEP][:RANK] with non-negative integers");
+  return v;
+}
+}  // namespace
+
+FaultSpec parse_fault_spec(const std::string& value) {
+  FaultSpec f;
+  if (value.empty()) return f;
+  std::string kind = value, step, rank;
+  if (const auto colon = kind.find(':'); colon != std::string::npos) {
+    rank = kind.substr(colon + 1);
+    kind = kind.substr(0, colon);
+    f.rank = static_cast<int>(to_int(rank, value));
+  }
+  if (const auto at = kind.find('@'); at != std::string::npos) {
+    step = kind.substr(at + 1);
+    kind = kind.substr(0, at);
+    f.step = to_int(step, value);
+  }
+  if (kind == "kill-in-checkpoint-write") f.kind = FaultKind::kill_in_checkpoint_write;
+  else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
+  else if (kind == "hang") f.kind = FaultKind::hang;
+  else
+    throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
+                     "' (kill-in-checkpoint-write | nan-gradient | hang)");
+  return f;
+}
+
+void init_fault_injection(int world_rank) {
+  if (g_init) return;
+  g_init = true;
+  g_rank = world_rank;
+  const char* v = std::getenv("DTRAIN_FAULT");
+  g_spec = parse_fault_spec(v ? v : "");
+}
+
+bool fault_fires(FaultKind kind, std::int64_t global_step) {
+  if (g_spec.kind != kind || kind == FaultKind::none) return false;
+  if (g_spec.rank >= 0 && g_spec.rank != g_rank) return false;
+  if (global_step < g_spec.step) return false;
+  return !g_fired.exchange(true);
+}
+
+}  // namespace dtrain
