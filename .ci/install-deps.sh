@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages dtrain needs, only those missing (apt-get needs root or sudo).
-# Used by both README commands. Set DTRAIN_WITH_SLURM=1 to add the local-Slurm test packages.
+# Used by both README commands. Includes the packages of the local-Slurm test (tests/cli/test_slurm.sh:
+# slurmctld slurmd slurm-client munge; installing them starts no daemon); DTRAIN_WITH_SLURM=0 leaves them out.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libboost-program-options-dev libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libgtest-dev
       dataset-fashion-mnist python3 python3-h5py python3-numpy python3-matplotlib)
-if [ "${DTRAIN_WITH_SLURM:-0}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi
+if [ "${DTRAIN_WITH_SLURM:-1}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

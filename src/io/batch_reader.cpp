@@ -33,7 +33,7 @@ struct BatchReader::Reader {
   std::vector<std::pair<std::int64_t, int>> order;  ///< (sample, position in batch), sorted
   std::vector<std::int64_t> rows;        ///< unique sorted samples of the batch
   std::vector<int> row_of;               ///< position in batch → index into rows
-  std::vector<unsigned char> staging;    ///< rows.size() samples, raw file dtype
+  std::vector<float> staging;            ///< rows.size() samples, raw file dtype (uint8 packed)
   std::vector<std::int32_t> labels;      ///< label of indices[i]
 };
 
@@ -183,7 +183,7 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
     r.row_of[static_cast<std::size_t>(pos)] = static_cast<int>(r.rows.size()) - 1;
   }
   const std::size_t u = r.rows.size();
-  r.staging.resize(u * sample * elem);
+  r.staging.resize((u * sample * elem + sizeof(float) - 1) / sizeof(float));
 
   {
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
@@ -218,13 +218,13 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
     const std::size_t row = static_cast<std::size_t>(r.row_of[static_cast<std::size_t>(p)]);
     float* dst = out.x.data() + static_cast<std::size_t>(p) * sample;
     if (info_.is_uint8) {
-      const unsigned char* src = r.staging.data() + row * sample;
+      const auto* src = reinterpret_cast<const unsigned char*>(r.staging.data()) + row * sample;
       for (int c = 0; c < info_.sample.c; ++c) {
         const float* lut = r.lut.data() + static_cast<std::size_t>(c) * 256;
         for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) dst[j] = lut[src[j]];
       }
     } else {
-      const float* src = reinterpret_cast<const float*>(r.staging.data()) + row * sample;
+      const float* src = r.staging.data() + row * sample;
       for (int c = 0; c < info_.sample.c; ++c)
         for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) {
           float v = src[j];

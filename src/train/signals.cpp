@@ -1,4 +1,4 @@
-// dtrain/train/signals.cpp — first signal: set a flag; second: _exit immediately.
+// dtrain/train/signals.cpp — first signal: set a flag; second SIGTERM/SIGINT: _exit immediately.
 #include "dtrain/train/signals.hpp"
 
 #include <csignal>
@@ -10,7 +10,12 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
 
 extern "C" void on_stop_signal(int signo) {
-  if (g_stop.exchange(true)) _exit(128 + signo);  // second signal: leave now
+  if (g_stop.exchange(true)) {
+    // A repeated SIGUSR1 is the same checkpoint request arriving by several routes (Slurm signals
+    // every process of the job, and mpirun/srun and the batch script forward it too): ignore it.
+    if (signo == SIGUSR1) return;
+    _exit(128 + signo);  // second SIGTERM/SIGINT: leave now
+  }
   g_signal.store(signo);
 }
 }  // namespace

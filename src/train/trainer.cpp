@@ -159,6 +159,12 @@ int run_training(const Config& c) {
         // Name the checkpoint actually read: a corrupt newer one may have been skipped.
         check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step),
                                     signature, c.mode, param_count);
+      else if (!existing.empty())
+        // Every checkpoint failed to verify (each was reported above): starting over would bury
+        // them under new ones, so refuse and leave the run dir as it is.
+        throw InputError("--resume: none of the " + std::to_string(existing.size()) +
+                         " checkpoints in '" + c.run_dir + "' verifies (newest: '" +
+                         existing.front() + "'; see the warnings above); nothing was overwritten");
       else
         log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch");
     } else {

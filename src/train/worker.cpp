@@ -109,6 +109,12 @@ WorkerOutcome Worker::run() {
   // Async: every global step is one worker's batch (the chief only sees its own samples).
   if (c_.mode == "async") out_.samples = (global_step_ - first_global_step_) * plan_.batch;
   out_.skipped = exchange_->skipped_steps();
+  if (c_.mode == "async") {
+    // Each async worker skips its own pushes: the run's count is the sum (sync: all agree).
+    double skipped = static_cast<double>(out_.skipped);
+    worker_sum(cluster_.role_comm(), &skipped, 1);
+    out_.skipped = static_cast<std::int64_t>(skipped);
+  }
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   return out_;

@@ -2,9 +2,11 @@
 // limit or preemption: `--signal=B:USR1@N`) and SIGINT.
 //
 // The first signal sets a flag that the training loop reads at the next step boundary: every rank
-// holding state checkpoints, then the process exits with kExitSignalled (75). A second signal
-// exits at once with 128+signo: checkpoints are written to a temporary file and renamed, so the
-// newest complete checkpoint is never corrupted.
+// holding state checkpoints, then the process exits with kExitSignalled (75). A second SIGTERM or
+// SIGINT exits at once with 128+signo: checkpoints are written to a temporary file and renamed, so
+// the newest complete checkpoint is never corrupted. Repeated SIGUSR1s are ignored: under Slurm one
+// request reaches a rank several times (`scancel --full --signal=USR1` signals every process of the
+// job, and mpirun and slurm/train.sbatch forward it as well).
 #pragma once
 
 #include <atomic>

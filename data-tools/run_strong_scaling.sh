@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# data-tools/run_strong_scaling.sh — strong-scaling sweep with plain mpirun (a workstation, or one
+# node without Slurm; slurm/submit_strong_scaling.sh runs the same plan under Slurm): the same total
+# problem — a fixed global batch and a fixed number of samples — on 1, 2, 4, ... workers, in sync
+# mode and in async mode with one or more ps counts; each run leaves results.json in OUT/<run>/, and
+# the report (table + plot) is made at the end by data-tools/scaling_report.py.
+#
+# Usage: data-tools/run_strong_scaling.sh [options] [-- extra dtrain options]
+#   --job FILE        job file                                   (default: jobs/fashion_mnist_cnn.ini)
+#   --workers LIST    worker counts, e.g. "1 2 4 8 12"           (default: "1 2")
+#   --modes LIST      "sync async", or one of them               (default: "sync async")
+#   --ps LIST         async: parameter-server counts, e.g. "1 2 4" (ps:worker ratios) (default: "1")
+#   --global-batch N  samples per global step, split over the workers (default: 128)
+#   --steps N         sync steps of N×global-batch samples; async runs get --max-steps N×workers
+#                     (an async global step is one worker's push of global-batch/workers samples),
+#                     so every run trains on the same N×global-batch samples  (default: 200)
+#   --threads N       OpenMP threads per rank (default: 1 = one core per worker, so that the
+#                     1-worker run measures one core; 0 = dtrain's cores/ranks)
+#   --out DIR         results folder                             (default: runs/scaling-<date-time>)
+#   --plan            print the plan and exit, one run per line, shell-quoted (printf %q):
+#                     NAME RANKS JOB DTRAIN_OPTIONS... (--run-dir OUT/NAME among them);
+#                     slurm/submit_strong_scaling.sh submits these lines
+#   --no-report       do not run data-tools/scaling_report.py at the end
+# Environment: DTRAIN (default build/bin/dtrain), MPIRUN (default mpirun), PYTHON (default
+#   /usr/bin/python3, Debian's interpreter with numpy/matplotlib), EPOCHS (default 1000: the step
+#   count decides).
+# More ranks than cores (nproc): mpirun gets --oversubscribe and idle ranks yield
+# (OMPI_MCA_mpi_yield_when_idle=1) — timings of such runs measure sharing, not scaling.
+# A failed run stops the sweep (its log is OUT/<run>.log). Existing run dirs are skipped (rerun into
+# the same --out to complete an interrupted sweep).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+job=jobs/fashion_mnist_cnn.ini workers="1 2" modes="sync async" ps_list="1" gb=128 steps=200
+threads=1 out="" plan_only=0 report=1
+die() {
+  echo "run_strong_scaling.sh: error: $*" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --job) job=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --ps) ps_list=$2; shift 2 ;;
+    --global-batch) gb=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --plan) plan_only=1; shift ;;
+    --no-report) report=0; shift ;;
+    --) shift; break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+extra=("$@")
+isnum() { [[ $1 =~ ^[0-9]+$ ]]; }
+isnum "$gb" && [ "$gb" -gt 0 ] || die "--global-batch '$gb' is not a positive number"
+isnum "$steps" && [ "$steps" -gt 0 ] || die "--steps '$steps' is not a positive number"
+isnum "$threads" || die "--threads '$threads' is not a number"
+
+# ---------------------------------------------------------------- the plan
+plan=()
+for m in $modes; do
+  case $m in
+    sync) ps_for_mode=0 ;;
+    async) ps_for_mode=$ps_list ;;
+    *) die "--modes: '$m' is neither sync nor async" ;;
+  esac
+  for p in $ps_for_mode; do
+    isnum "$p" || die "--ps: '$p' is not a number"
+    [ "$m" = sync ] || [ "$p" -gt 0 ] || die "--ps: async mode needs at least 1 ps"
+    for w in $workers; do
+      isnum "$w" && [ "$w" -gt 0 ] || die "--workers: '$w' is not a positive number"
+      [ $((gb % w)) = 0 ] || die "--global-batch $gb does not split evenly over $w workers"
+      if [ "$m" = sync ]; then
+        plan+=("sync-w$w sync 0 $w $w $steps")
+      else
+        plan+=("async-ps$p-w$w async $p $w $((w + p)) $((steps * w))")
+      fi
+    done
+  done
+done
+out=${out:-runs/scaling-$(date +%Y%m%d-%H%M%S)}
+# run_args NAME MODE PS MAX_STEPS: the dtrain options of one run (after --config JOB).
+run_args() {
+  args=(--mode "$2" --num-ps "$3" --global-batch-size "$gb" --max-steps "$4"
+        --epochs "${EPOCHS:-1000}" --threads "$threads" --run-dir "$out/$1" "${extra[@]}")
+}
+[ -f "$job" ] || die "job file '$job' does not exist"
+if [ "$plan_only" = 1 ]; then
+  for line in "${plan[@]}"; do
+    read -r name mode ps w np max_steps <<<"$line"
+    run_args "$name" "$mode" "$ps" "$max_steps"
+    printf '%q ' "$name" "$np" "$job" "${args[@]}"
+    echo
+  done
+  exit 0
+fi
+
+# ---------------------------------------------------------------- checks, then run
+dtrain=${DTRAIN:-build/bin/dtrain}
+[ -x "$dtrain" ] || die "dtrain binary '$dtrain' not found (build: bash .ci/build.sh, or set DTRAIN)"
+mpirun_bin=${MPIRUN:-mpirun}
+command -v "$mpirun_bin" >/dev/null || die "'$mpirun_bin' not found"
+ini() { sed -n -E "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*([^#;]*).*/\1/p" "$job" | tail -n 1 | sed -E 's/[[:space:]]+$//'; }
+data=$(ini train-data)
+for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" != --train-data ] || data=${extra[$((i + 1))]:-}; done
+[ -n "$data" ] && [ -f "$data" ] || die "training set '${data}' (from $job) does not exist; for Fashion-MNIST run: /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist"
+mkdir -p "$out"
+cores=$(nproc)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+{
+  echo "# strong-scaling sweep $(date '+%F %T') on $(hostname) ($cores cores)"
+  echo "# job $job, global batch $gb, $steps×$gb samples per run, threads/rank $threads, extra: ${extra[*]:-}"
+  echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee -a "$out/sweep.log"
+
+for line in "${plan[@]}"; do
+  read -r name mode ps w np max_steps <<<"$line"
+  dir=$out/$name
+  if [ -f "$dir/results.json" ]; then
+    echo "$name: done before, skipped" | tee -a "$out/sweep.log"
+    continue
+  fi
+  rm -rf "$dir"
+  flags=(-np "$np" --bind-to none)
+  if [ "$np" -gt "$cores" ]; then
+    flags+=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
+  fi
+  run_args "$name" "$mode" "$ps" "$max_steps"
+  cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${args[@]}")
+  echo "$name: load $(cut -d' ' -f1 /proc/loadavg): ${cmd[*]}" | tee -a "$out/sweep.log"
+  t0=$(date +%s.%N)
+  "${cmd[@]}" >"$out/$name.log" 2>&1 || { tail -n 30 "$out/$name.log" >&2; die "run $name failed (log: $out/$name.log)"; }
+  t1=$(date +%s.%N)
+  awk -v n="$name" -v a="$t0" -v b="$t1" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
+    'BEGIN { printf "%s: %.1f s (mpirun to exit), load after %s\n", n, b - a, l }' | tee -a "$out/sweep.log"
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
+if [ "$report" = 1 ]; then
+  "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$out/report"
+fi

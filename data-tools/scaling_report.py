@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""data-tools/scaling_report.py — strong-scaling table and plot from a folder of dtrain runs.
+
+Usage: /usr/bin/python3 data-tools/scaling_report.py DIR [DIR ...] [--out PREFIX] [--time train|wall]
+
+  DIR        folders searched recursively for results.json (one per run: data-tools/
+             run_strong_scaling.sh or slurm/submit_strong_scaling.sh make them)
+  --out      writes PREFIX.md (Markdown table), PREFIX.csv and PREFIX.png (speedup and parallel
+             efficiency against workers, ideal line drawn, one line per mode / ps count)
+             (default: DIR/scaling, for the first DIR)
+  --time     which time T is: train (default) = results.json's train_seconds, the chief's time
+             inside training steps (reading batches, forward/backward, gradient exchange), so
+             start-up, the final evaluation and checkpoint writing are left out; wall = wall_seconds,
+             the whole training including those.
+
+Series: runs are grouped by (mode, num_ps); each series is one line of the plot. Within a series,
+speedup(N) = T1 / TN and parallel efficiency(N) = T1 / (N * TN), where T1 is the 1-worker run of the
+same series (same mode and ps count); a series without a 1-worker run uses its smallest worker count
+M as the base (speedup = M * TM / TN) and says so. Several runs of the same configuration: the
+median T is used and the count shown. Runs of a series that trained on different numbers of
+samples are reported (they are not the same problem).
+Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+
+
+def load_runs(dirs):
+    runs = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            sys.exit(f"scaling_report.py: error: '{d}' is not a folder")
+        for root, _, files in os.walk(d):
+            if "results.json" not in files:
+                continue
+            path = os.path.join(root, "results.json")
+            try:
+                with open(path) as f:
+                    r = json.load(f)
+            except (OSError, ValueError) as e:
+                print(f"scaling_report.py: warning: skipping {path}: {e}", file=sys.stderr)
+                continue
+            missing = [k for k in ("mode", "num_ps", "num_workers", "train_seconds", "wall_seconds")
+                       if k not in r]
+            if missing:
+                print(f"scaling_report.py: warning: skipping {path}: no {', '.join(missing)}",
+                      file=sys.stderr)
+                continue
+            r["_path"] = path
+            runs.append(r)
+    return runs
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def build_rows(runs, time_key):
+    groups = {}
+    for r in runs:
+        key = (r["mode"], int(r["num_ps"]), int(r["num_workers"]))
+        groups.setdefault(key, []).append(r)
+    series = {}
+    for (mode, ps, w), rs in groups.items():
+        series.setdefault((mode, ps), {})[w] = rs
+    rows, notes = [], []
+    for (mode, ps) in sorted(series, key=lambda k: (k[0] != "sync", k[1])):
+        by_w = series[(mode, ps)]
+        ws = sorted(by_w)
+        base_w = ws[0]
+        t_base = median([r[time_key] for r in by_w[base_w]])
+        if base_w != 1:
+            notes.append(f"{mode} ps={ps}: no 1-worker run; speedup relative to {base_w} workers "
+                         f"(T1 taken as {base_w} x T{base_w})")
+        samples = {int(r.get("samples", 0)) for w in ws for r in by_w[w]}
+        if len(samples) > 1:
+            notes.append(f"{mode} ps={ps}: runs trained on different sample counts {sorted(samples)}"
+                         " - not the same problem")
+        for w in ws:
+            rs = by_w[w]
+            t = median([r[time_key] for r in rs])
+            speedup = base_w * t_base / t if t > 0 else float("nan")
+            def med(k):
+                vals = [r[k] for r in rs if k in r and r[k] is not None]
+                return median(vals) if vals else float("nan")
+            rows.append({
+                "mode": mode, "ps": ps, "workers": w, "ranks": int(rs[0].get("world_size", w + ps)),
+                "runs": len(rs), "global_batch": int(rs[0].get("global_batch_size", 0)),
+                "samples": int(med("samples")) if "samples" in rs[0] else 0,
+                "wall_s": med("wall_seconds"), "train_s": med("train_seconds"),
+                "samples_per_s": med("samples_per_sec"), "speedup": speedup,
+                "efficiency": speedup / w, "test_accuracy": med("test_accuracy"),
+                "ps_busy": med("ps_busy_fraction") if mode == "async" else float("nan"),
+                "staleness": med("staleness_mean") if mode == "async" else float("nan"),
+                "data_s": med("data_seconds"), "compute_s": med("compute_seconds"),
+                "exchange_s": med("exchange_seconds"),
+            })
+    return rows, notes
+
+
+COLUMNS = [  # key, header, format
+    ("workers", "workers", "{:d}"), ("ps", "ps", "{:d}"), ("mode", "mode", "{}"),
+    ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
+    ("samples_per_s", "samples/s", "{:.0f}"), ("speedup", "speedup", "{:.2f}"),
+    ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
+    ("ps_busy", "ps busy", "{:.2f}"), ("staleness", "staleness", "{:.2f}"),
+    ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
+    ("data_s", "data s", "{:.2f}"), ("runs", "runs", "{:d}"),
+]
+
+
+def fmt(v, f):
+    if isinstance(v, float) and v != v:
+        return "-"
+    return f.format(v)
+
+
+def write_markdown(path, rows, notes, time_key):
+    with open(path, "w") as f:
+        f.write("| " + " | ".join(h for _, h, _ in COLUMNS) + " |\n")
+        f.write("|" + "|".join("---:" if k not in ("mode",) else "---" for k, _, _ in COLUMNS) + "|\n")
+        for r in rows:
+            f.write("| " + " | ".join(fmt(r[k], fm) for k, _, fm in COLUMNS) + " |\n")
+        f.write(f"\nT = {time_key}_seconds (chief). speedup = T1/TN, efficiency = T1/(N·TN), T1 = the "
+                "1-worker run of the same mode and ps count. compute/exchange/data s: the chief's "
+                "split of train s (forward+backward / gradient exchange / waiting for the batch).\n")
+        for n in notes:
+            f.write(f"\nNote: {n}\n")
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([k for k, _, _ in COLUMNS] + ["global_batch", "samples"])
+        for r in rows:
+            w.writerow([("" if isinstance(r[k], float) and r[k] != r[k] else
+                         (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])) for k, _, _ in COLUMNS]
+                       + [r["global_batch"], r["samples"]])
+
+
+def write_plot(path, rows, time_key, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    series = {}
+    for r in rows:
+        series.setdefault((r["mode"], r["ps"]), []).append(r)
+    max_w = max(r["workers"] for r in rows)
+    ideal = [1, max_w] if max_w > 1 else [1, 2]
+    ax1.plot(ideal, ideal, "k--", lw=1, label="ideal")
+    ax2.plot(ideal, [1, 1], "k--", lw=1, label="ideal")
+    markers = "osD^v<>p*h"
+    for i, ((mode, ps), rs) in enumerate(sorted(series.items(), key=lambda kv: (kv[0][0] != "sync", kv[0][1]))):
+        rs = sorted(rs, key=lambda r: r["workers"])
+        label = "sync (allreduce)" if mode == "sync" else f"async, {ps} ps"
+        x = [r["workers"] for r in rs]
+        ax1.plot(x, [r["speedup"] for r in rs], marker=markers[i % len(markers)], label=label)
+        ax2.plot(x, [r["efficiency"] for r in rs], marker=markers[i % len(markers)], label=label)
+    ws = sorted({r["workers"] for r in rows})
+    for ax, yl in ((ax1, "speedup  T1 / TN"), (ax2, "parallel efficiency  T1 / (N·TN)")):
+        ax.set_xlabel("workers N")
+        ax.set_ylabel(yl)
+        ax.set_xticks(ws)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax2.set_ylim(0, max(1.1, max(r["efficiency"] for r in rows) * 1.1))
+    fig.suptitle(f"{title} (T = {time_key}_seconds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--out")
+    ap.add_argument("--time", choices=["train", "wall"], default="train")
+    ap.add_argument("--title", default="dtrain strong scaling")
+    a = ap.parse_args()
+    runs = load_runs(a.dirs)
+    if not runs:
+        sys.exit(f"scaling_report.py: error: no results.json under {' '.join(a.dirs)}")
+    time_key = f"{a.time}_seconds"
+    rows, notes = build_rows(runs, time_key)
+    out = a.out or os.path.join(a.dirs[0], "scaling")
+    if os.path.dirname(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+    write_markdown(out + ".md", rows, notes, a.time)
+    write_csv(out + ".csv", rows)
+    write_plot(out + ".png", rows, a.time, a.title)
+    with open(out + ".md") as f:
+        sys.stdout.write(f.read())
+    print(f"\nwrote {out}.md, {out}.csv, {out}.png ({len(runs)} runs)")
+
+
+if __name__ == "__main__":
+    main()

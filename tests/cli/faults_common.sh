@@ -1,0 +1,142 @@
+# tests/cli/faults_common.sh — helpers of the fault-injection tests (test_faults_*.sh,
+# test_bad_checkpoints.sh, test_fuzz_e2e.sh); sourced after common.sh, not run by ctest.
+#   start_job LOG ARGS...      starts `mpiexec ... dtrain ARGS` in the background; sets JOB_PID
+#   rank_pid R                 pid of world rank R of that job (from /proc/PID/environ)
+#   wait_ckpts DIR N [SECS]    waits until DIR holds >= N complete checkpoints
+#   wait_job [SECS]            waits for the job; sets JOB_RC (124 when it outlived SECS, then killed)
+#   newest_step DIR            global_step of the newest complete checkpoint (ckpt-*.h5, not .tmp)
+#   verify_ckpts DIR           every complete checkpoint reads back fully (Fletcher32 verified by h5py)
+#   now                        seconds since the epoch, with fractions
+
+now() { date +%s.%N; }
+
+# Learnable data and a small, fast model (batchnorm: the model has state too).
+make_fault_data() {
+  [[ -f $SCRATCH/fx.h5 ]] || "$BIN/make_dataset" "$SCRATCH/fx.h5" --n 1024 --c 1 --h 12 --w 12 --classes 4 --seed 5 >/dev/null
+  cat >"$SCRATCH/fx.ini" <<'INI'
+[model]
+layer = conv filters=4 kernel=3 pad=1
+layer = batchnorm
+layer = relu
+layer = maxpool kernel=2
+layer = flatten
+layer = dense units=16
+layer = relu
+layer = dense
+[train]
+epochs = 1000
+batch-size = 16
+seed = 7
+log-every = 10
+[optimizer]
+optimizer = momentum
+lr = 0.01
+momentum = 0.9
+INI
+  FX=(--config "$SCRATCH/fx.ini" --train-data "$SCRATCH/fx.h5")
+}
+
+start_job() {
+  local log=$1
+  shift
+  "$MPIEXEC" "$@" >"$log" 2>&1 &
+  JOB_PID=$!
+}
+
+rank_pid() {
+  local r=$1 p
+  for p in $(pgrep -P "$JOB_PID"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+wait_ckpts() {
+  local dir=$1 n=$2 secs=${3:-60} t0=$SECONDS
+  while (($(ls "$dir"/ckpt-*.h5 2>/dev/null | wc -l) < n)); do
+    kill -0 "$JOB_PID" 2>/dev/null || fail "the job ended before writing $n checkpoints in $dir"
+    ((SECONDS - t0 < secs)) || fail "no $n checkpoints in $dir after $secs s"
+    sleep 0.2
+  done
+}
+
+wait_job() {
+  local secs=${1:-60} t0=$SECONDS
+  while kill -0 "$JOB_PID" 2>/dev/null; do
+    if ((SECONDS - t0 >= secs)); then
+      kill -KILL "$JOB_PID" 2>/dev/null
+      pkill -KILL -P "$JOB_PID" 2>/dev/null
+      wait "$JOB_PID" 2>/dev/null
+      JOB_RC=124
+      return 0
+    fi
+    sleep 0.1
+  done
+  set +e
+  wait "$JOB_PID"
+  JOB_RC=$?
+  set -e
+}
+
+newest_step() {
+  local f
+  f=$(ls "$1"/ckpt-*.h5 2>/dev/null | sort | tail -1)
+  [[ -n $f ]] || { echo -1; return; }
+  f=${f##*/ckpt-}
+  echo $((10#${f%.h5}))
+}
+
+verify_ckpts() {
+  "$PY" - "$1" <<'PY'
+import glob, sys, h5py
+files = sorted(glob.glob(sys.argv[1] + "/ckpt-*.h5"))
+assert files, "no checkpoint in " + sys.argv[1]
+for path in files:
+    with h5py.File(path, "r") as f:
+        for k in ["params", "optimizer/m", "optimizer/v", "model_state"]:
+            assert f[k].fletcher32 or f[k].size == 0, f"{path}: /{k} has no checksum"
+            f[k][()]  # raises on a checksum mismatch
+        for a in ["format_version", "global_step", "epoch", "step_in_epoch", "mode", "model_signature"]:
+            assert a in f.attrs, f"{path}: attribute {a} missing"
+print(f"{len(files)} checkpoint(s) verify: {', '.join(p.rsplit('/', 1)[1] for p in files)}")
+PY
+}
+
+# elapsed T0 T1: seconds between two `now` stamps, as an integer (rounded up).
+elapsed() { "$PY" -c "import math,sys; print(math.ceil(float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+
+# kill_case MODE NP RANK ROLE ARGS...: SIGKILL world rank RANK (whose role-table row must read ROLE).
+kill_case() {
+  local mode=$1 np=$2 rank=$3 role=$4
+  shift 4
+  local dir=$SCRATCH/$mode-r$rank log=$SCRATCH/$mode-r$rank.log
+  echo "== $mode, $np ranks: SIGKILL rank $rank ($role)"
+  start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
+    --checkpoint-every 8 --keep-checkpoints 3 --timeout 60 "$@"
+  wait_ckpts "$dir" 2 60
+  local pid t0 t1
+  pid=$(rank_pid "$rank") || fail "rank $rank not found among the children of mpiexec"
+  t0=$(now)
+  kill -KILL "$pid"
+  wait_job 60
+  t1=$(now)
+  local took
+  took=$(elapsed "$t0" "$t1")
+  echo "   job ended ${took} s after the kill, exit $JOB_RC"
+  [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "the job did not end within 60 s of the kill"; }
+  ((took <= 30)) || { cat "$log"; fail "the job took $took s (> 30) to end after the kill"; }
+  [[ $JOB_RC -ne 0 ]] || { cat "$log"; fail "exit 0 after a rank was killed"; }
+  grep -Eq "rank $rank .*signal 9" "$log" || { cat "$log"; fail "no message naming the killed rank $rank"; }
+  grep -Eq "^# +$rank +[0-9]+ +[^ ]+ +$role " "$log" || { cat "$log"; fail "the role table does not map rank $rank to $role"; }
+  verify_ckpts "$dir" || fail "a checkpoint left by the killed job does not verify"
+  local step
+  step=$(newest_step "$dir")
+  ((step > 0)) || fail "no checkpoint in $dir"
+  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
+    --max-steps $((step + 10)) "$@" >"$log.resume" 2>&1 || { cat "$log.resume"; fail "--resume after the kill failed"; }
+  grep -q "resuming from global_step $step," "$log.resume" || { cat "$log.resume"; fail "did not resume from the newest checkpoint ($step)"; }
+  echo "   resumed from global_step $step and finished"
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# tests/cli/test_faults_kill_sync.sh — a rank killed with SIGKILL in sync mode (3 workers): a worker and
+# the chief. For each (kill_case in faults_common.sh): the job must end within 30 s
+# of the kill (bounded by 60 s) with mpirun's message naming the dead rank ("rank R ... signal 9")
+# and that rank's role findable in the role table printed at start; every complete checkpoint left
+# behind must verify (Fletcher32, via h5py); `--resume` must continue from the newest and finish.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/faults_common.sh"
+make_fault_data
+
+kill_case sync 3 2 worker --num-ps 0
+kill_case sync 3 0 worker --num-ps 0
+echo "PASS"

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# tests/cli/test_faults_signals.sh — graceful stop on SIGUSR1, SIGTERM and SIGINT, and the second
+# signal that leaves at once.
+#   1. async (1 ps + 3 workers), SIGUSR1 to mpirun (Open MPI forwards it to every rank): exit 75,
+#      results.json stopped_by "signal", no error, every checkpoint verifies, --resume continues from
+#      the newest.
+#   2. sync, SIGTERM to mpirun; 3. async, SIGINT to mpirun: Open MPI turns these into a job abort —
+#      every rank gets SIGTERM (and starts the graceful stop) and SIGKILL odls_base_sigkill_timeout
+#      (1 s) later, and mpirun exits 1. The job must end, non-zero, and every complete checkpoint
+#      verify and resume.
+#   4. SIGTERM (async) and SIGINT (sync) to every rank directly (what Slurm does on scancel or at the
+#      time limit): exit 75, stopped_by "signal", no error, no rank killed, the stop checkpoint is
+#      the newest (sync: at exactly results.json's global_step).
+#   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
+#      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
+#      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
+# Every job must end within 30 s of the signal (bounded by 60 s: never a hang).
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/faults_common.sh"
+make_fault_data
+
+# run_and_signal MODE NP HOW SIG DIR ARGS...: HOW = mpirun | ranks | chief-twice
+run_and_signal() {
+  local mode=$1 np=$2 how=$3 sig=$4 dir=$5
+  shift 5
+  local log=$dir.log
+  echo "== $mode, $np ranks: $sig to $how"
+  start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
+    --checkpoint-every 10 --timeout 60 "$@"
+  wait_ckpts "$dir" 1 60
+  local t0 r p
+  t0=$(now)
+  case $how in
+    mpirun) kill -"$sig" "$JOB_PID" ;;
+    ranks) for ((r = 0; r < np; ++r)); do p=$(rank_pid $r) && kill -"$sig" "$p"; done ;;
+    chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
+  esac
+  wait_job 60
+  local took
+  took=$(elapsed "$t0" "$(now)")
+  echo "   exit $JOB_RC, ${took} s after the signal"
+  [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "hang: the job did not end within 60 s of $sig"; }
+  ((took <= 30)) || { cat "$log"; fail "the job took $took s (> 30) to end after $sig"; }
+  verify_ckpts "$dir" || { cat "$log"; fail "a checkpoint does not verify after $sig"; }
+}
+
+# stopped_cleanly DIR: results.json says "signal", no rank printed an error or was killed.
+stopped_cleanly() {
+  local dir=$1
+  [[ -f $dir/results.json ]] || { cat "$dir.log"; fail "$dir: no results.json after a graceful stop"; }
+  [[ $(json_get "$dir/results.json" stopped_by) == signal ]] || fail "$dir: stopped_by is not 'signal'"
+  ! grep -q "dtrain: error:" "$dir.log" || { cat "$dir.log"; fail "$dir: a rank reported an error"; }
+  ! grep -q "exited on signal" "$dir.log" || { cat "$dir.log"; fail "$dir: a rank was killed"; }
+  grep -q "^# checkpoint .*ckpt-$(printf %010d "$(newest_step "$dir")").h5" "$dir.log" ||
+    fail "$dir: the newest checkpoint was not written by this run"
+}
+
+resume_from_newest() {
+  local mode=$1 np=$2 dir=$3
+  shift 3
+  local step
+  step=$(newest_step "$dir")
+  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
+    --max-steps $((step + 10)) "$@" >"$dir.resume.log" 2>&1 || { cat "$dir.resume.log"; fail "--resume failed"; }
+  grep -q "resuming from global_step $step," "$dir.resume.log" || { cat "$dir.resume.log"; fail "did not resume from $step"; }
+  echo "   --resume continued from global_step $step"
+}
+
+d=$SCRATCH/usr1
+run_and_signal async 4 mpirun USR1 "$d" --num-ps 1
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+resume_from_newest async 4 "$d" --num-ps 1
+
+# Open MPI aborts the job on SIGTERM/SIGINT: the ranks get SIGTERM and start the graceful stop, but
+# are SIGKILLed odls_base_sigkill_timeout (1 s) later, and mpirun exits 1 (and, given more time, the
+# ranks would wait in MPI_Finalize for an mpirun that no longer answers). So: the job ends, non-zero,
+# and whatever checkpoint was complete verifies and resumes.
+d=$SCRATCH/term
+run_and_signal sync 3 mpirun TERM "$d" --num-ps 0
+[[ $JOB_RC -ne 0 ]] || fail "SIGTERM to mpirun: exit 0"
+resume_from_newest sync 3 "$d" --num-ps 0
+
+d=$SCRATCH/int
+run_and_signal async 4 mpirun INT "$d" --num-ps 1
+[[ $JOB_RC -ne 0 ]] || fail "SIGINT to mpirun: exit 0"
+
+d=$SCRATCH/term-ranks
+run_and_signal async 4 ranks TERM "$d" --num-ps 1
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGTERM to every rank: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+
+d=$SCRATCH/int-ranks
+run_and_signal sync 3 ranks INT "$d" --num-ps 0
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGINT to every rank: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+[[ $(newest_step "$d") -eq $(json_get "$d/results.json" global_step) ]] ||
+  fail "sync: the stop checkpoint is not at results.json's global_step"
+
+d=$SCRATCH/twice
+run_and_signal sync 3 chief-twice "TERM+INT" "$d" --num-ps 0
+[[ $JOB_RC -eq 130 || $JOB_RC -eq 143 ]] || { cat "$d.log"; fail "second signal: exit $JOB_RC, want 128+2 or 128+15"; }
+resume_from_newest sync 3 "$d" --num-ps 0
+echo "PASS"
