@@ -110,6 +110,9 @@ for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" != --train-data ] || d
 [ -n "$data" ] && [ -f "$data" ] || die "training set '${data}' (from $job) does not exist; for Fashion-MNIST run: /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist"
 mkdir -p "$out"
 cores=$(nproc)
+tck=$(getconf CLK_TCK)
+# child_cpu: user + system CPU seconds of this shell's finished children (mpirun and its ranks).
+child_cpu() { awk -v t="$tck" '{ sub(/^.*\) /, ""); print ($14 + $15) / t }' "/proc/$$/stat"; }
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 {
   echo "# strong-scaling sweep $(date '+%F %T') on $(hostname) ($cores cores)"
@@ -132,11 +135,15 @@ for line in "${plan[@]}"; do
   run_args "$name" "$mode" "$ps" "$max_steps"
   cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${args[@]}")
   echo "$name: load $(cut -d' ' -f1 /proc/loadavg): ${cmd[*]}" | tee -a "$out/sweep.log"
-  t0=$(date +%s.%N)
+  l0=$(cut -d' ' -f1 /proc/loadavg) c0=$(child_cpu) t0=$(date +%s.%N)
   "${cmd[@]}" >"$out/$name.log" 2>&1 || { tail -n 30 "$out/$name.log" >&2; die "run $name failed (log: $out/$name.log)"; }
-  t1=$(date +%s.%N)
-  awk -v n="$name" -v a="$t0" -v b="$t1" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
-    'BEGIN { printf "%s: %.1f s (mpirun to exit), load after %s\n", n, b - a, l }' | tee -a "$out/sweep.log"
+  t1=$(date +%s.%N) c1=$(child_cpu) l1=$(cut -d' ' -f1 /proc/loadavg)
+  # launcher.json: what the run got from the machine (scaling_report.py shows cpu_share = CPU time
+  # of all ranks / (elapsed × ranks): below 1 when ranks waited, or shared cores with other work).
+  awk -v a="$t0" -v b="$t1" -v c0="$c0" -v c1="$c1" -v np="$np" -v l0="$l0" -v l1="$l1" -v cores="$cores" \
+    'BEGIN { printf "{\"elapsed_seconds\": %.3f, \"cpu_seconds\": %.2f, \"ranks\": %d, \"cores\": %d, \"load1_before\": %s, \"load1_after\": %s}\n", b - a, c1 - c0, np, cores, l0, l1 }' \
+    >"$dir/launcher.json"
+  echo "$name: $(cat "$dir/launcher.json")" | tee -a "$out/sweep.log"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
 if [ "$report" = 1 ]; then

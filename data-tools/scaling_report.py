@@ -51,6 +51,16 @@ def load_runs(dirs):
                       file=sys.stderr)
                 continue
             r["_path"] = path
+            lj = os.path.join(root, "launcher.json")  # written by run_strong_scaling.sh
+            if os.path.isfile(lj):
+                try:
+                    with open(lj) as f:
+                        l = json.load(f)
+                    r["cpu_share"] = l["cpu_seconds"] / max(l["elapsed_seconds"] * l["ranks"], 1e-9)
+                    r["cpu_seconds"] = l["cpu_seconds"]
+                    r["load1"] = (l["load1_before"] + l["load1_after"]) / 2
+                except (OSError, ValueError, KeyError) as e:
+                    print(f"scaling_report.py: warning: ignoring {lj}: {e}", file=sys.stderr)
             runs.append(r)
     return runs
 
@@ -80,6 +90,7 @@ def build_rows(runs, time_key):
         if len(samples) > 1:
             notes.append(f"{mode} ps={ps}: runs trained on different sample counts {sorted(samples)}"
                          " - not the same problem")
+        cpu_base = median([r["cpu_seconds"] for r in by_w[base_w] if "cpu_seconds" in r])
         for w in ws:
             rs = by_w[w]
             t = median([r[time_key] for r in rs])
@@ -97,7 +108,9 @@ def build_rows(runs, time_key):
                 "ps_busy": med("ps_busy_fraction") if mode == "async" else float("nan"),
                 "staleness": med("staleness_mean") if mode == "async" else float("nan"),
                 "data_s": med("data_seconds"), "compute_s": med("compute_seconds"),
-                "exchange_s": med("exchange_seconds"),
+                "exchange_s": med("exchange_seconds"), "cpu_share": med("cpu_share"),
+                "cpu_s": med("cpu_seconds"), "cpu_eff": cpu_base / med("cpu_seconds"),
+                "load1": med("load1"),
             })
     return rows, notes
 
@@ -107,9 +120,11 @@ COLUMNS = [  # key, header, format
     ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
     ("samples_per_s", "samples/s", "{:.0f}"), ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
-    ("ps_busy", "ps busy", "{:.2f}"), ("staleness", "staleness", "{:.2f}"),
+    ("ps_busy", "ps busy", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
     ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
-    ("data_s", "data s", "{:.2f}"), ("runs", "runs", "{:d}"),
+    ("data_s", "data s", "{:.2f}"), ("cpu_s", "cpu s", "{:.1f}"), ("cpu_eff", "cpu eff", "{:.2f}"),
+    ("cpu_share", "cpu share", "{:.2f}"),
+    ("load1", "load", "{:.1f}"), ("runs", "runs", "{:d}"),
 ]
 
 
@@ -127,7 +142,11 @@ def write_markdown(path, rows, notes, time_key):
             f.write("| " + " | ".join(fmt(r[k], fm) for k, _, fm in COLUMNS) + " |\n")
         f.write(f"\nT = {time_key}_seconds (chief). speedup = T1/TN, efficiency = T1/(N·TN), T1 = the "
                 "1-worker run of the same mode and ps count. compute/exchange/data s: the chief's "
-                "split of train s (forward+backward / gradient exchange / waiting for the batch).\n")
+                "split of train s (forward+backward / gradient exchange / waiting for the batch). cpu share: "
+                "CPU seconds of all ranks / (elapsed × ranks), from launcher.json (run_strong_scaling.sh); "
+                "cpu s: CPU seconds of all ranks (user + system); cpu eff = cpu s of the 1-worker run / cpu s "
+                "(the extra work the parallel run did for the same samples, whatever share of the cores "
+                "it got); load: the 1-minute load average around the run (other work on the machine).\n")
         for n in notes:
             f.write(f"\nNote: {n}\n")
 

@@ -33,6 +33,7 @@ read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"
 
 out="" prev="" ids=()
 while IFS= read -r line; do
+  run=()
   eval "run=($line)"            # NAME RANKS JOB DTRAIN_OPTIONS..., printf %q-quoted
   name=${run[0]} np=${run[1]} job=${run[2]}
   opts=("${run[@]:3}")

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "dtrain/core/log.hpp"
@@ -10,6 +11,12 @@
 namespace dtrain {
 namespace {
 std::atomic<double> g_timeout{300.0};
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
 
 /// Polls `test` until it returns true; spins briefly, then sleeps 50 µs between polls.
 template <typename Test>
@@ -19,7 +26,7 @@ void poll_until(Test test, double timeout_s, const std::string& what) {
     if (test()) return;
     if (i > 64) {
       if (now_seconds() > deadline)
-        throw RuntimeFault(error_prefix() + "timed out after " + std::to_string(timeout_s) +
+        throw RuntimeFault(error_prefix() + "timed out after " + format_seconds(timeout_s) +
                            " s waiting in: " + what +
                            " (a peer rank is stuck or died; see --timeout)");
       std::this_thread::sleep_for(std::chrono::microseconds(50));

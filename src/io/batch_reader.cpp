@@ -157,9 +157,21 @@ void BatchReader::run() noexcept {
       cv_.notify_all();
     }
   } catch (...) {
+    // A failed HDF5 read or an absurd allocation here means a damaged file: bad input (exit 2).
+    std::exception_ptr err = std::current_exception();
+    try {
+      std::rethrow_exception(err);
+    } catch (const LibraryError& e) {
+      err = std::make_exception_ptr(
+          InputError(info_.path + ": corrupt or unreadable data in the dataset file: " + e.what()));
+    } catch (const std::bad_alloc&) {
+      err = std::make_exception_ptr(
+          InputError(info_.path + ": corrupt dataset file (declared sizes too large to read)"));
+    } catch (...) {
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      error_ = std::current_exception();
+      error_ = err;
     }
     cv_.notify_all();
   }

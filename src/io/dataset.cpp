@@ -3,6 +3,8 @@
 // batch_reader.cpp.
 #include <algorithm>
 #include <climits>
+#include <new>
+#include <stdexcept>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -68,7 +70,7 @@ std::int64_t shard_begin(std::int64_t n, int worker, int workers) {
 
 }  // namespace
 
-DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
+static DatasetInfo read_dataset_info(const std::string& path, int expected_classes) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   DatasetInfo info;
   info.path = path;
@@ -152,6 +154,20 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
                     " names, expected num_classes = " + std::to_string(info.num_classes));
   }
   return info;
+}
+
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
+  // A file whose structure is damaged makes HDF5 calls fail (LibraryError) or declare absurd sizes
+  // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
+  try {
+    return read_dataset_info(path, expected_classes);
+  } catch (const LibraryError& e) {
+    throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw InputError(path + ": corrupt dataset file (declared sizes too large to read)");
+  } catch (const std::length_error&) {
+    throw InputError(path + ": corrupt dataset file (declared sizes too large to read)");
+  }
 }
 
 std::int64_t shard_size(std::int64_t n, int worker, int workers) {

@@ -60,7 +60,7 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
                            tag, cluster_.world(), &reqs.back()));
   }
   wait_all(reqs, timeout_, "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) +
-                              " with " + peers_ + " (lost contact with a ps?)");
+                              " with " + peers_);
   PushResult r;
   for (int k = 0; k < K && reply_parts > 0; ++k) {
     const ShardRange& s = shards_[k];

@@ -169,7 +169,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       stop_signal_ = true;
       break;
     }
-    if (log_steps_ >= c_.log_every) log_interval(epoch, false);
+    if (log_steps_ >= c_.log_every) log_interval(epoch);
     if (c_.checkpoint_every > 0 && global_step_ / c_.checkpoint_every > ckpt_bucket_) {
       ckpt_bucket_ = global_step_ / c_.checkpoint_every;
       // Sync: every worker reaches this at the same step. Async: the chief alone.
@@ -177,7 +177,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     }
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
-  if (log_steps_ > 0) log_interval(epoch, true);
+  if (log_steps_ > 0) log_interval(epoch);
 }
 
 void Worker::inject_faults() {
@@ -195,8 +195,7 @@ void Worker::inject_faults() {
   }
 }
 
-void Worker::log_interval(int epoch, bool force) {
-  (void)force;
+void Worker::log_interval(int epoch) {
   float host[2] = {0, 0};
   be_.copy_to_host(host, stats_.data(), sizeof host);
   be_.fill(stats_.data(), 0.0f, 2);
@@ -213,16 +212,16 @@ void Worker::log_interval(int epoch, bool force) {
   if (cluster_.is_chief()) {
     const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
     const double wall = prior_wall_ + now - t_start_;
+    const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "step %7lld | epoch %3d | loss %.4f | acc %.4f | %9.1f samples/s | lr %.5f | %7.1f s%s",
-                  static_cast<long long>(global_step_), epoch + 1, loss, acc, sps, lr, wall,
-                  c_.mode == "async"
-                      ? (" | staleness " + std::to_string(pushes_ ? staleness_sum_ / pushes_ : 0.0).substr(0, 5)).c_str()
-                      : "");
+    int len = std::snprintf(line, sizeof line,
+                            "step %7lld | epoch %3d | loss %.4f | acc %.4f | %9.1f samples/s | "
+                            "lr %.5f | %7.1f s",
+                            static_cast<long long>(global_step_), epoch + 1, loss, acc, sps, lr, wall);
+    if (c_.mode == "async" && len > 0 && len < static_cast<int>(sizeof line))
+      std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
     log_info(line);
-    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr,
-                     pushes_ ? staleness_sum_ / pushes_ : 0.0});
+    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness});
   }
   t_log_ = now;
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;

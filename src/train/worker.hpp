@@ -44,7 +44,7 @@ class Worker {
   void evaluate(int epoch);
   void average_model_state();
   void checkpoint(int epoch, std::int64_t step_in_epoch);
-  void log_interval(int epoch, bool force);
+  void log_interval(int epoch);
   void inject_faults();  ///< DTRAIN_FAULT hooks (test-only)
 
   const Config& c_;

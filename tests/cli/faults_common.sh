@@ -46,7 +46,7 @@ start_job() {
 rank_pid() {
   local r=$1 p
   for p in $(pgrep -P "$JOB_PID"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
       echo "$p"
       return 0
     fi

@@ -19,8 +19,10 @@ crash_case() {
   local dir=$SCRATCH/crash-$mode log=$SCRATCH/crash-$mode.log
   echo "== $mode: crash while writing the first checkpoint at or after step 25"
   local t0=$(now)
-  DTRAIN_FAULT=kill-in-checkpoint-write@25 start_job "$log" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" \
+  export DTRAIN_FAULT=kill-in-checkpoint-write@25
+  start_job "$log" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" \
     --mode "$mode" --run-dir "$dir" --checkpoint-every 10 --timeout 60 "$@"
+  unset DTRAIN_FAULT
   wait_job 60
   echo "   exit $JOB_RC after $(elapsed "$t0" "$(now)") s"
   [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "hang after the crash in a checkpoint write"; }

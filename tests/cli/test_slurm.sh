@@ -44,6 +44,7 @@ cleanup() {
   rm -rf "$SLURM_LOCAL_DIR"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # a ctest timeout or ^C still runs cleanup (stops the daemons)
 
 echo "== 0. missing job file or dataset: refused before launching"
 expect_refusal() {  # expect_refusal WHAT ARGS...: train.sbatch run directly must exit 2 naming WHAT

@@ -28,26 +28,12 @@ class OneDnnConv final : public ConvOp {
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
-    fwd_.set(DNNL_ARG_SRC, x);
-    fwd_.set(DNNL_ARG_WEIGHTS, w);
-    fwd_.set(DNNL_ARG_BIAS, b);
-    fwd_.set(DNNL_ARG_DST, y);
-    fwd_.run();
+    p_.forward(x, w, b, y);
   }
 
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override {
-    if (dx != nullptr) {
-      bwd_data_.set(DNNL_ARG_DIFF_DST, dy);
-      bwd_data_.set(DNNL_ARG_WEIGHTS, w);
-      bwd_data_.set(DNNL_ARG_DIFF_SRC, dx);
-      bwd_data_.run();
-    }
-    bwd_weights_.set(DNNL_ARG_SRC, x);
-    bwd_weights_.set(DNNL_ARG_DIFF_DST, dy);
-    bwd_weights_.set(DNNL_ARG_DIFF_WEIGHTS, dw);
-    bwd_weights_.set(DNNL_ARG_DIFF_BIAS, db);
-    bwd_weights_.run();
+    p_.backward(x, w, dy, dx, dw, db);
   }
 
  private:
@@ -70,35 +56,35 @@ class OneDnnConv final : public ConvOp {
                                              algorithm::convolution_direct, any(src), any(wei),
                                              bias, any(dst), strides, pad, pad);
     const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
-    fwd_ = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
-    fwd_.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
-    fwd_.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
-    fwd_.user_arg(DNNL_ARG_BIAS, bias);
-    fwd_.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
+    p_.fwd = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
+    p_.fwd.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
+    p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
+    p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
+    p_.fwd.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
     const dnnl::convolution_backward_data::desc bdd(algorithm::convolution_direct, any(src),
                                                     any(wei), any(dst), strides, pad, pad);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
-    bwd_data_ =
-        Prim::make<dnnl::convolution_backward_data>(ctx, bdpd, "convolution_backward_data", shape);
-    bwd_data_.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
-    bwd_data_.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
-    bwd_data_.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
+    p_.bwd_data = Prim::make<dnnl::convolution_backward_data>(ctx, bdpd,
+                                                              "convolution_backward_data", shape);
+    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
+    p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
+    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
 
     const dnnl::convolution_backward_weights::desc bwd(algorithm::convolution_direct, any(src),
                                                        any(wei), bias, any(dst), strides, pad,
                                                        pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
-    bwd_weights_ = Prim::make<dnnl::convolution_backward_weights>(
+    p_.bwd_weights = Prim::make<dnnl::convolution_backward_weights>(
         ctx, bwpd, "convolution_backward_weights", shape);
-    bwd_weights_.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
-    bwd_weights_.staged_arg(DNNL_ARG_DIFF_DST, dst, bwpd.diff_dst_desc(), false);
-    bwd_weights_.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+    p_.bwd_weights.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
+    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_DST, dst, bwpd.diff_dst_desc(), false);
+    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
+    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
   }
 
   Shape out_;
-  Prim fwd_, bwd_data_, bwd_weights_;
+  WeightedPrims p_;
 };
 
 class OneDnnPool final : public PoolOp {

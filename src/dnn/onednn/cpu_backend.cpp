@@ -70,6 +70,29 @@ void Prim::run() {
   });
 }
 
+void WeightedPrims::forward(const float* x, const float* w, const float* b, float* y) {
+  fwd.set(DNNL_ARG_SRC, x);
+  fwd.set(DNNL_ARG_WEIGHTS, w);
+  fwd.set(DNNL_ARG_BIAS, b);
+  fwd.set(DNNL_ARG_DST, y);
+  fwd.run();
+}
+
+void WeightedPrims::backward(const float* x, const float* w, const float* dy, float* dx,
+                             float* dw, float* db) {
+  if (dx != nullptr) {
+    bwd_data.set(DNNL_ARG_DIFF_DST, dy);
+    bwd_data.set(DNNL_ARG_WEIGHTS, w);
+    bwd_data.set(DNNL_ARG_DIFF_SRC, dx);
+    bwd_data.run();
+  }
+  bwd_weights.set(DNNL_ARG_SRC, x);
+  bwd_weights.set(DNNL_ARG_DIFF_DST, dy);
+  bwd_weights.set(DNNL_ARG_DIFF_WEIGHTS, dw);
+  bwd_weights.set(DNNL_ARG_DIFF_BIAS, db);
+  bwd_weights.run();
+}
+
 void* aligned_zeroed_alloc(std::size_t bytes) {
   const std::size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);
   void* p = std::aligned_alloc(64, rounded);

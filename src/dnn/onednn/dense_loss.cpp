@@ -29,26 +29,12 @@ class OneDnnDense final : public DenseOp {
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
-    fwd_.set(DNNL_ARG_SRC, x);
-    fwd_.set(DNNL_ARG_WEIGHTS, w);
-    fwd_.set(DNNL_ARG_BIAS, b);
-    fwd_.set(DNNL_ARG_DST, y);
-    fwd_.run();
+    p_.forward(x, w, b, y);
   }
 
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override {
-    if (dx != nullptr) {
-      bwd_data_.set(DNNL_ARG_DIFF_DST, dy);
-      bwd_data_.set(DNNL_ARG_WEIGHTS, w);
-      bwd_data_.set(DNNL_ARG_DIFF_SRC, dx);
-      bwd_data_.run();
-    }
-    bwd_weights_.set(DNNL_ARG_SRC, x);
-    bwd_weights_.set(DNNL_ARG_DIFF_DST, dy);
-    bwd_weights_.set(DNNL_ARG_DIFF_WEIGHTS, dw);
-    bwd_weights_.set(DNNL_ARG_DIFF_BIAS, db);
-    bwd_weights_.run();
+    p_.backward(x, w, dy, dx, dw, db);
   }
 
  private:
@@ -61,31 +47,31 @@ class OneDnnDense final : public DenseOp {
 
     const dnnl::inner_product_forward::desc fd(prop_kind::forward_training, src, wei, bias, dst);
     const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, ctx.engine);
-    fwd_ = Prim::make<dnnl::inner_product_forward>(ctx, fpd, "inner_product_forward", shape);
-    fwd_.user_arg(DNNL_ARG_SRC, src);
-    fwd_.user_arg(DNNL_ARG_WEIGHTS, wei);
-    fwd_.user_arg(DNNL_ARG_BIAS, bias);
-    fwd_.user_arg(DNNL_ARG_DST, dst);
+    p_.fwd = Prim::make<dnnl::inner_product_forward>(ctx, fpd, "inner_product_forward", shape);
+    p_.fwd.user_arg(DNNL_ARG_SRC, src);
+    p_.fwd.user_arg(DNNL_ARG_WEIGHTS, wei);
+    p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
+    p_.fwd.user_arg(DNNL_ARG_DST, dst);
 
     const dnnl::inner_product_backward_data::desc bdd(src, wei, dst);
     const dnnl::inner_product_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
-    bwd_data_ = Prim::make<dnnl::inner_product_backward_data>(ctx, bdpd,
+    p_.bwd_data = Prim::make<dnnl::inner_product_backward_data>(ctx, bdpd,
                                                               "inner_product_backward_data", shape);
-    bwd_data_.user_arg(DNNL_ARG_DIFF_DST, dst);
-    bwd_data_.user_arg(DNNL_ARG_WEIGHTS, wei);
-    bwd_data_.user_arg(DNNL_ARG_DIFF_SRC, src);
+    p_.bwd_data.user_arg(DNNL_ARG_DIFF_DST, dst);
+    p_.bwd_data.user_arg(DNNL_ARG_WEIGHTS, wei);
+    p_.bwd_data.user_arg(DNNL_ARG_DIFF_SRC, src);
 
     const dnnl::inner_product_backward_weights::desc bwd(src, wei, bias, dst);
     const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
-    bwd_weights_ = Prim::make<dnnl::inner_product_backward_weights>(
+    p_.bwd_weights = Prim::make<dnnl::inner_product_backward_weights>(
         ctx, bwpd, "inner_product_backward_weights", shape);
-    bwd_weights_.user_arg(DNNL_ARG_SRC, src);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_DST, dst);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
-    bwd_weights_.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+    p_.bwd_weights.user_arg(DNNL_ARG_SRC, src);
+    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_DST, dst);
+    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
+    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
   }
 
-  Prim fwd_, bwd_data_, bwd_weights_;
+  WeightedPrims p_;
 };
 
 class CpuDropout final : public DropoutOp {

@@ -93,6 +93,16 @@ class Prim {
   std::unordered_map<int, Staged> staged_;  // internal memories live in args_
 };
 
+/// The three primitives of a layer with weights and a bias (convolution, inner product), which
+/// take their arguments the same way.
+struct WeightedPrims {
+  Prim fwd, bwd_data, bwd_weights;
+  /// y = op(x, w) + b.
+  void forward(const float* x, const float* w, const float* b, float* y);
+  /// dx (skipped when nullptr), dw, db from dy; see ConvOp/DenseOp::backward.
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db);
+};
+
 /// 64-byte aligned, zero-filled host allocation (bytes rounded up to 64); throws LibraryError.
 void* aligned_zeroed_alloc(std::size_t bytes);
 void aligned_free(void* p) noexcept;

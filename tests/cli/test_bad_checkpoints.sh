@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/cli/test_bad_checkpoints.sh — --resume over bad checkpoints (sync, 2 workers; checkpoints of
+# another model or mode are refused in test_resume.sh). Checkpoints at steps 10, 20, 30, then:
+#   1. a newer format_version in the newest (h5py edits the attribute): loud warning naming the file
+#      and "newer", resume from 20.
+#   2. the newest truncated to half its size: warning naming it, resume from the previous one.
+#   3. an HDF5 file that is not a checkpoint (a dataset) named as the newest: warning "not a dtrain
+#      checkpoint", resume from the previous one.
+#   4. a higher-numbered ckpt-*.h5.tmp (a crashed write) is ignored without a warning.
+#   5. every checkpoint corrupt: --resume refuses (exit 2, one message naming the run dir) instead of
+#      starting over, and leaves every file byte for byte as it was.
+#   6. the only checkpoint has a newer format version: refused the same way, naming "newer" in the
+#      warning.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/faults_common.sh"
+make_fault_data
+ARGS=("${FX[@]}" --mode sync --num-ps 0 --checkpoint-every 10 --keep-checkpoints 5)
+
+fresh() {  # fresh DIR: a run with checkpoints at 10, 20, 30
+  rm -rf "$1"
+  timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --run-dir "$1" --max-steps 30 >"$1.log" 2>&1 ||
+    { cat "$1.log"; fail "first run failed"; }
+  [[ -f $1/ckpt-0000000030.h5 && -f $1/ckpt-0000000020.h5 ]] || fail "missing checkpoints in $1"
+}
+resume_expect() {  # resume_expect DIR STEP [WARNING-REGEX]
+  local dir=$1 step=$2 warn=${3:-}
+  timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --run-dir "$dir" --resume --max-steps 40 \
+    >"$dir.resume.log" 2>&1 || { cat "$dir.resume.log"; fail "--resume failed in $dir"; }
+  grep -q "resuming from global_step $step," "$dir.resume.log" || { cat "$dir.resume.log"; fail "did not resume from $step"; }
+  if [[ -n $warn ]]; then
+    grep -Eq "$warn" "$dir.resume.log" || { cat "$dir.resume.log"; fail "no warning matching '$warn'"; }
+    grep -E "$warn" "$dir.resume.log" | head -1 | cut -c1-200
+  else
+    ! grep -q "CORRUPT" "$dir.resume.log" || { cat "$dir.resume.log"; fail "unexpected warning"; }
+  fi
+}
+set_version() {
+  "$PY" -c 'import sys,h5py; f=h5py.File(sys.argv[1],"r+"); f.attrs["format_version"]=99; f.close()' "$1"
+}
+
+echo "== newer format version"
+d=$SCRATCH/newer; fresh "$d"
+set_version "$d/ckpt-0000000030.h5"
+resume_expect "$d" 20 "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000030.h5.*format version 99 is newer"
+
+echo "== truncated"
+d=$SCRATCH/trunc; fresh "$d"
+f=$d/ckpt-0000000030.h5
+truncate -s $(($(stat -c %s "$f") / 2)) "$f"
+resume_expect "$d" 20 "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000030.h5"
+
+echo "== not a checkpoint"
+d=$SCRATCH/notckpt; fresh "$d"
+cp "$SCRATCH/fx.h5" "$d/ckpt-0000000099.h5"
+resume_expect "$d" 30 "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000099.h5.*not a dtrain checkpoint"
+
+echo "== a partial .tmp is ignored"
+d=$SCRATCH/tmpfile; fresh "$d"
+head -c 5000 "$d/ckpt-0000000030.h5" >"$d/ckpt-0000000035.h5.tmp"
+resume_expect "$d" 30
+
+echo "== every checkpoint corrupt: refused, nothing touched"
+d=$SCRATCH/allbad; fresh "$d"
+for f in "$d"/ckpt-*.h5; do printf 'garbage' >"$f"; done
+before=$(cd "$d" && md5sum * | sort)
+set +e
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --run-dir "$d" --resume --max-steps 40 >"$d.resume.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { cat "$d.resume.log"; fail "all corrupt: exit $rc, want 2"; }
+[[ $(grep -c "dtrain: error:" "$d.resume.log") -eq 1 ]] || { cat "$d.resume.log"; fail "want one error"; }
+grep "dtrain: error:" "$d.resume.log" | grep -q "none of the 3 checkpoints in '$d' verifies" ||
+  { cat "$d.resume.log"; fail "the refusal does not name the run dir"; }
+[[ $(grep -c "CORRUPT CHECKPOINT SKIPPED" "$d.resume.log") -eq 3 ]] || fail "want a warning per checkpoint"
+after=$(cd "$d" && md5sum * | sort)
+[[ $before == "$after" ]] || fail "the refused resume changed the run dir"
+
+echo "== the only checkpoint is of a newer format: refused"
+d=$SCRATCH/onlynewer; rm -rf "$d"
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --run-dir "$d" --max-steps 10 >"$d.log" 2>&1 || fail "run failed"
+set_version "$d/ckpt-0000000010.h5"
+set +e
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --run-dir "$d" --resume --max-steps 20 >"$d.resume.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { cat "$d.resume.log"; fail "newer only: exit $rc, want 2"; }
+grep -q "format version 99 is newer" "$d.resume.log" || { cat "$d.resume.log"; fail "no 'newer' reason"; }
+[[ ! -f $d/ckpt-0000000020.h5 ]] || fail "a refused resume wrote a checkpoint"
+echo "PASS"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/cli/test_faults_stuck.sh — a stuck rank and the watchdog (--timeout 5).
+#   1. sync, 3 workers: worker rank 1 stopped with SIGSTOP: the other workers wait in the gradient
+#      allreduce; after --timeout they report "timed out after 5 ... s waiting in: gradient
+#      allreduce over the workers" naming their own rank, and the job aborts (non-zero) — well before
+#      the 60 s bound.
+#   2. async, 1 ps + 3 workers: the ps (rank 3) stopped with SIGSTOP: the workers report waiting in a
+#      push to "ps 0 (rank 3)" and the job aborts.
+#   3. async: DTRAIN_FAULT=hang@20:2 (test-only hook: worker rank 2 sleeps forever at step 20): the
+#      other workers finish the epoch and wait for it in a collective; the watchdog reports and the
+#      job aborts.
+# In every case no rank is left behind (the job ends) and every checkpoint written verifies.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/faults_common.sh"
+make_fault_data
+
+stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:SPEC)
+  local name=$1 np=$2 how=$3 words=$4
+  shift 4
+  local dir=$SCRATCH/$name log=$SCRATCH/$name.log
+  echo "== $name"
+  [[ $how == hook:* ]] && export DTRAIN_FAULT=${how#hook:}
+  start_job "$log" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" --run-dir "$dir" --timeout 5 \
+    --checkpoint-every 10 "$@"
+  unset DTRAIN_FAULT
+  wait_ckpts "$dir" 1 60
+  local t0
+  t0=$(now)
+  if [[ $how == stop:* ]]; then
+    local pid
+    pid=$(rank_pid "${how#stop:}") || fail "rank ${how#stop:} not found"
+    kill -STOP "$pid"
+  fi
+  wait_job 60
+  echo "   exit $JOB_RC after $(elapsed "$t0" "$(now)") s"
+  [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "$name: the job hung (> 60 s)"; }
+  [[ $JOB_RC -ne 0 ]] || { cat "$log"; fail "$name: exit 0 with a stuck rank"; }
+  local msg w
+  msg=$(grep -m1 "timed out after 5 s" "$log") || { cat "$log"; fail "$name: no watchdog message"; }
+  local IFS='|'
+  for w in $words; do grep -qF -- "$w" <<<"$msg" || { cat "$log"; fail "$name: the message lacks '$w': $msg"; }; done
+  unset IFS
+  grep -q "\[rank [0-9]" <<<"$msg" || fail "$name: the message does not name its rank: $msg"
+  echo "   $msg"
+  verify_ckpts "$dir"
+}
+
+stuck_case sync-stop 3 stop:1 "gradient allreduce over the workers" --mode sync --num-ps 0
+stuck_case async-ps-stop 4 stop:3 "ps 0 (rank 3)" --mode async --num-ps 1
+stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
+echo "PASS"
