@@ -70,6 +70,31 @@ std::int64_t shard_begin(std::int64_t n, int worker, int workers) {
 
 }  // namespace
 
+/// A damaged header can declare far more image bytes than the file holds (HDF5 would then return
+/// fill values). Unless a compression filter is set, every declared byte must be stored.
+static void check_images_stored(const DatasetInfo& info) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5File file = open_file_read(info.path);
+  H5Dataset images = open_dataset(file.get(), "images", info.path);
+  H5PropList dcpl(DT_CHECK_HDF5(H5Dget_create_plist(images.get()), info.path + " `images`"));
+  const int filters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, cd[8];
+    std::size_t ncd = 8;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0,
+                                           nullptr, nullptr);
+    if (id != H5Z_FILTER_FLETCHER32 && id != H5Z_FILTER_SHUFFLE) return;  // compressed
+  }
+  const double declared = static_cast<double>(info.num_samples) *
+                          static_cast<double>(info.sample.sample_count()) * (info.is_uint8 ? 1 : 4);
+  const double stored = static_cast<double>(H5Dget_storage_size(images.get()));
+  if (stored < declared)
+    throw InputError(info.path + ": dataset `images` declares " + std::to_string(info.num_samples) +
+                     " samples of " + info.sample.str() + " (" + std::to_string(static_cast<long long>(declared)) +
+                     " bytes) but the file stores only " + std::to_string(static_cast<long long>(stored)) +
+                     " bytes: truncated or corrupt");
+}
+
 static DatasetInfo read_dataset_info(const std::string& path, int expected_classes) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   DatasetInfo info;
@@ -160,7 +185,9 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
   // A file whose structure is damaged makes HDF5 calls fail (LibraryError) or declare absurd sizes
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {
-    return read_dataset_info(path, expected_classes);
+    DatasetInfo info = read_dataset_info(path, expected_classes);
+    check_images_stored(info);
+    return info;
   } catch (const LibraryError& e) {
     throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " + e.what());
   } catch (const std::bad_alloc&) {
