@@ -2,7 +2,18 @@
 // (epoch_shard, shard_size, check_dataset_fits) of io/dataset.hpp. The batch reader is in
 // batch_reader.cpp.
 #include <algorithm>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
 #include <new>
 #include <stdexcept>
 #include <cmath>
@@ -181,7 +192,82 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   return info;
 }
 
+namespace {
+std::atomic<double> g_open_deadline{120.0};
+
+// While open_dataset_info() reads a file's metadata, a damaged file can make libhdf5 loop forever
+// (seen with 1.10 on a corrupt global heap) or crash (SIGSEGV in H5HG_read reading vlen strings).
+// Both are bad input, not dtrain bugs: the guard below turns them into "dtrain: error: <file>: ...
+// corrupt" and exit code 2 instead of a hang or a crash without a message.
+char g_crash_msg[1200];
+std::size_t g_crash_len = 0;
+std::atomic<bool> g_guarding{false};
+pthread_t g_guarded_thread;
+struct sigaction g_prev_segv, g_prev_bus;
+
+extern "C" void on_open_crash(int signo) {
+  if (g_guarding.load() && pthread_equal(pthread_self(), g_guarded_thread)) {
+    ssize_t rc = ::write(2, g_crash_msg, g_crash_len);
+    (void)rc;
+    ::_exit(kExitInput);
+  }
+  // Not ours: restore the previous action and return; the fault repeats and is handled there.
+  sigaction(signo, signo == SIGSEGV ? &g_prev_segv : &g_prev_bus, nullptr);
+}
+
+/// Guards one open_dataset_info() call: a deadline, and SIGSEGV/SIGBUS on this thread.
+class OpenDeadline {
+ public:
+  explicit OpenDeadline(const std::string& path) {
+    const double secs = g_open_deadline.load();
+    std::snprintf(g_crash_msg, sizeof g_crash_msg,
+                  "dtrain: error: %s: the HDF5 library crashed reading the file's metadata: the file "
+                  "is corrupt\n", path.c_str());
+    g_crash_len = std::strlen(g_crash_msg);
+    g_guarded_thread = pthread_self();
+    struct sigaction sa {};
+    sa.sa_handler = on_open_crash;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+    g_guarding = true;
+    thread_ = std::thread([this, path, secs] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(secs), [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "dtrain: error: %s: reading the file's metadata did not finish within %g s "
+                   "(HDF5 is stuck on damaged metadata): the file is corrupt\n",
+                   path.c_str(), secs);
+      std::fflush(stderr);
+      ::_exit(kExitInput);
+    });
+  }
+  ~OpenDeadline() {
+    g_guarding = false;
+    sigaction(SIGSEGV, &g_prev_segv, nullptr);
+    sigaction(SIGBUS, &g_prev_bus, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  OpenDeadline(const OpenDeadline&) = delete;
+  OpenDeadline& operator=(const OpenDeadline&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+}  // namespace
+
+void set_dataset_open_deadline(double seconds) { g_open_deadline = seconds; }
+
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
+  const OpenDeadline deadline(path);
   // A file whose structure is damaged makes HDF5 calls fail (LibraryError) or declare absurd sizes
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {

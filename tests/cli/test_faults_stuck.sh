@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tests/cli/test_faults_stuck.sh — a stuck rank and the watchdog (--timeout 5).
-#   1. sync, 3 workers: worker rank 1 stopped with SIGSTOP: the other workers wait in the gradient
-#      allreduce; after --timeout they report "timed out after 5 ... s waiting in: gradient
-#      allreduce over the workers" naming their own rank, and the job aborts (non-zero) — well before
-#      the 60 s bound.
-#   2. async, 1 ps + 3 workers: the ps (rank 3) stopped with SIGSTOP: the workers report waiting in a
-#      push to "ps 0 (rank 3)" and the job aborts.
+#   1. sync, 3 workers: worker rank 1 stopped with SIGSTOP: the other workers wait in an allreduce
+#      (the gradient's, or the epoch-end metrics' if the stop fell on an epoch boundary); after
+#      --timeout one reports "[rank R ...] timed out after 5 s waiting in: ... allreduce ..." and the
+#      job aborts (non-zero) — well before the 60 s bound.
+#   2. async, 1 ps + 1 worker: the ps (rank 1) stopped with SIGSTOP: the worker reports waiting in an
+#      exchange "with ps 0 (rank 1)" and the job aborts. (With more workers, one already waiting for
+#      the others in an epoch-end allreduce may time out first: then that operation is named.)
 #   3. async: DTRAIN_FAULT=hang@20:2 (test-only hook: worker rank 2 sleeps forever at step 20): the
 #      other workers finish the epoch and wait for it in a collective; the watchdog reports and the
 #      job aborts.
@@ -46,7 +47,7 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   verify_ckpts "$dir"
 }
 
-stuck_case sync-stop 3 stop:1 "gradient allreduce over the workers" --mode sync --num-ps 0
-stuck_case async-ps-stop 4 stop:3 "ps 0 (rank 3)" --mode async --num-ps 1
+stuck_case sync-stop 3 stop:1 "allreduce" --mode sync --num-ps 0
+stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 echo "PASS"

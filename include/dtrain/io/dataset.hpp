@@ -52,6 +52,12 @@ struct DatasetInfo {
 /// num_classes of them.
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0);
 
+/// Deadline of one open_dataset_info() call (default 120 s). HDF5 can loop forever, or crash, on
+/// damaged metadata (seen with libhdf5 1.10 on a corrupt global heap); past the deadline, or on
+/// SIGSEGV/SIGBUS in the calling thread during the call, the process prints "dtrain: error: <file>:
+/// ... corrupt" and _exits with code 2 instead of hanging or crashing. Setter for tests.
+void set_dataset_open_deadline(double seconds);
+
 /// Number of samples worker `worker` of `workers` gets from n per epoch: the n samples are cut into
 /// `workers` contiguous blocks, the first n % workers of them one longer. Throws InputError for
 /// n < 0, workers < 1 or worker ∉ [0, workers).
