@@ -12,16 +12,13 @@ namespace {
 
 constexpr int kNoMax = INT_MAX;
 
-class ConvLayer final : public LayerBase {
+/// A layer y = op(x, weight) + bias (conv, dense): params are {weight, bias}, and ConvOp and
+/// DenseOp take their arguments the same way.
+template <typename Op>
+class WeightedLayer : public LayerBase {
  public:
-  ConvLayer(const ConvDesc& d, const Shape& out, std::unique_ptr<ConvOp> op)
-      : LayerBase("conv", d.input, out), d_(d), op_(std::move(op)) {}
-
-  [[nodiscard]] std::vector<ParamDef> param_defs() const override {
-    const int k = d_.kernel, c = d_.input.c, f = d_.out_channels;
-    return {{"weight", Shape{f, c, k, k}, Init::he_normal, c * k * k},
-            {"bias", Shape{f, 1, 1, 1}, Init::zeros, 1}};
-  }
+  WeightedLayer(std::string type, const Shape& in, const Shape& out, std::unique_ptr<Op> op)
+      : LayerBase(std::move(type), in, out), op_(std::move(op)) {}
   void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
     require_bound();
     op_->forward(x, p_[0], p_[1], y);
@@ -29,6 +26,21 @@ class ConvLayer final : public LayerBase {
   void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
     require_bound();
     op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+  }
+
+ protected:
+  std::unique_ptr<Op> op_;
+};
+
+class ConvLayer final : public WeightedLayer<ConvOp> {
+ public:
+  ConvLayer(const ConvDesc& d, const Shape& out, std::unique_ptr<ConvOp> op)
+      : WeightedLayer("conv", d.input, out, std::move(op)), d_(d) {}
+
+  [[nodiscard]] std::vector<ParamDef> param_defs() const override {
+    const int k = d_.kernel, c = d_.input.c, f = d_.out_channels;
+    return {{"weight", Shape{f, c, k, k}, Init::he_normal, c * k * k},
+            {"bias", Shape{f, 1, 1, 1}, Init::zeros, 1}};
   }
   [[nodiscard]] std::string describe() const override {
     return "conv(filters=" + std::to_string(d_.out_channels) +
@@ -38,28 +50,18 @@ class ConvLayer final : public LayerBase {
 
  private:
   ConvDesc d_;
-  std::unique_ptr<ConvOp> op_;
 };
 
-class DenseLayer final : public LayerBase {
+class DenseLayer final : public WeightedLayer<DenseOp> {
  public:
   DenseLayer(const Shape& in, int units, std::unique_ptr<DenseOp> op)
-      : LayerBase("dense", in, Shape{in.n, units, 1, 1}),
+      : WeightedLayer("dense", in, Shape{in.n, units, 1, 1}, std::move(op)),
         inputs_(static_cast<int>(in.sample_count())),
-        units_(units),
-        op_(std::move(op)) {}
+        units_(units) {}
 
   [[nodiscard]] std::vector<ParamDef> param_defs() const override {
     return {{"weight", Shape{units_, inputs_, 1, 1}, Init::he_normal, inputs_},
             {"bias", Shape{units_, 1, 1, 1}, Init::zeros, 1}};
-  }
-  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
-    require_bound();
-    op_->forward(x, p_[0], p_[1], y);
-  }
-  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
-    require_bound();
-    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }
   [[nodiscard]] std::string describe() const override {
     return "dense(units=" + std::to_string(units_) + ")";
@@ -68,7 +70,6 @@ class DenseLayer final : public LayerBase {
  private:
   int inputs_;
   int units_;
-  std::unique_ptr<DenseOp> op_;
 };
 
 class BatchNormLayer final : public LayerBase {
