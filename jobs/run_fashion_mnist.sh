@@ -19,4 +19,4 @@ root_flags=()
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # More ranks than cores: oversubscribe, and let idle ranks yield the core.
 if [ "$np" -gt "$(nproc)" ]; then root_flags+=(--oversubscribe); export OMPI_MCA_mpi_yield_when_idle=1; fi
-exec mpirun -np "$np" "${root_flags[@]}" build/bin/dtrain --config "$job" --run-dir "$run_dir" "$@"
+exec mpirun --bind-to none -np "$np" "${root_flags[@]}" build/bin/dtrain --config "$job" --run-dir "$run_dir" "$@"

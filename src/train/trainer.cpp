@@ -3,6 +3,7 @@
 #include "dtrain/train/trainer.hpp"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <cmath>
 #include <filesystem>
@@ -74,10 +75,20 @@ namespace {
 
 /// OpenMP threads for this rank: --threads, or the node's cores shared by its ranks (ps: 1).
 void set_threads(const Config& c, const Cluster& cluster) {
+  // The launcher may pin this rank to a few cores (Open MPI binds each rank to one core when
+  // -np <= 2): never start more threads than the cores this rank may run on, unless asked to.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
   int threads = c.threads;
   if (threads == 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / cluster.me().local_size);
+    if (allowed > 0) threads = std::min(threads, allowed);
+  } else if (allowed > 0 && threads > allowed && !cluster.is_ps()) {
+    log_warn("--threads " + std::to_string(threads) + " but the launcher bound this rank to " +
+             std::to_string(allowed) + " core(s): the threads will share them (use mpirun "
+             "--bind-to none, or srun --cpus-per-task)");
   }
   if (cluster.is_ps()) threads = 1;
   omp_set_num_threads(threads);

@@ -28,7 +28,7 @@ trap 'rm -rf "$tmp"' EXIT
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # dtrain: log every `warmup` steps; the first interval is the warm-up and is dropped.
-mpirun -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 --device "$device" \
+mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 --device "$device" \
   --max-steps $((warmup + steps)) --test-data "" --threads "$threads" --log-every "$warmup" \
   --run-dir "$tmp/dtrain" > "$tmp/dtrain.log"
 dtrain_sps=$(/usr/bin/python3 - "$tmp/dtrain/metrics.csv" "$warmup" "$steps" <<'PY'
