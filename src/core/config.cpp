@@ -120,6 +120,8 @@ void build_table(Table& t, Config& c) {
   t.add("lr-gamma", &c.lr_gamma, "step schedule factor");
   t.add("lr-decay-steps", &c.lr_decay_steps, "cosine schedule length (0: the whole run)");
   t.add("lr-min", &c.lr_min, "cosine schedule final learning rate");
+  t.add("lr-scaling", &c.lr_scaling,
+        "none | linear: sync mode multiplies --lr by the number of workers (linear scaling rule)");
   t.group("Cluster", "cluster");
   t.add("num-ps", &c.num_ps, "parameter-server ranks (async); the other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
@@ -208,6 +210,15 @@ ParseResult parse_config(int argc, const char* const* argv) {
   return r;
 }
 
+Config effective_for_workers(const Config& c, int workers) {
+  Config e = c;
+  if (c.mode == "sync" && c.lr_scaling == "linear") {
+    e.lr *= static_cast<float>(workers);
+    e.lr_min *= static_cast<float>(workers);
+  }
+  return e;
+}
+
 void validate_config(const Config& c) {
   auto one_of = [](const std::string& opt, const std::string& v, std::set<std::string> ok) {
     if (!ok.count(v)) {
@@ -230,6 +241,7 @@ void validate_config(const Config& c) {
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
+  one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
   positive("epochs", c.epochs);
   positive("batch-size", c.batch_size);

@@ -246,7 +246,11 @@ int run_training(const Config& c) {
     return code;
   }
 
-  Worker worker(c, *cluster, plan, *backend, std::move(resume));
+  const Config effective = effective_for_workers(c, plan.workers);  // --lr-scaling
+  if (cluster->is_chief() && effective.lr != c.lr)
+    log_info("# --lr-scaling linear: sync learning rate " + std::to_string(c.lr) + " x " +
+             std::to_string(plan.workers) + " workers = " + std::to_string(effective.lr));
+  Worker worker(effective, *cluster, plan, *backend, std::move(resume));
   const WorkerOutcome out = worker.run();
   // ps statistics (max over ps) reach the chief; every rank takes part in the reduce.
   double ps_stats[4] = {0, 0, 0, 0};

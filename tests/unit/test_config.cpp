@@ -83,6 +83,21 @@ TEST_F(ConfigTest, DefaultsFromTheCommandLine) {
   EXPECT_NE(c.effective_ini.find("batch-size = 64"), std::string::npos) << c.effective_ini;
 }
 
+TEST_F(ConfigTest, LinearLrScalingMultipliesSyncLearningRateByWorkers) {
+  const Config sync = parse(base({"--mode", "sync", "--num-ps", "0", "--lr", "0.02", "--lr-min",
+                                  "0.001", "--lr-scaling", "linear"}))
+                          .config;
+  const Config e = effective_for_workers(sync, 3);
+  EXPECT_FLOAT_EQ(e.lr, 0.06f);
+  EXPECT_FLOAT_EQ(e.lr_min, 0.003f);
+  // Async pushes apply --lr to one worker's batch: never scaled; nor is sync without the option.
+  const Config async = parse(base({"--lr", "0.02", "--lr-scaling", "linear"})).config;
+  EXPECT_FLOAT_EQ(effective_for_workers(async, 3).lr, 0.02f);
+  const Config plain = parse(base({"--mode", "sync", "--num-ps", "0", "--lr", "0.02"})).config;
+  EXPECT_FLOAT_EQ(effective_for_workers(plain, 3).lr, 0.02f);
+  EXPECT_MENTIONS(error_of(base({"--lr-scaling", "sqrt"})), "lr-scaling");
+}
+
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {
   const std::string ini = write_ini(
       "[data]\ntrain-data = /data/t.h5\ntest-data = /data/e.h5\n"

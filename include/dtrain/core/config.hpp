@@ -40,6 +40,10 @@ struct Config {
   float lr_gamma = 0.1f;             ///< step schedule factor
   std::int64_t lr_decay_steps = 0;   ///< cosine: steps to reach lr_min (0 = the run's total steps)
   float lr_min = 0.0f;
+  /// none | linear: in sync mode multiply lr (and lr_min) by the number of workers (the linear
+  /// scaling rule, Goyal et al. 2017), so that both modes use the same learning rate per sample:
+  /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.
+  std::string lr_scaling = "none";
   // cluster
   int num_ps = 1;
   std::string device = "cpu";     ///< cpu | cuda | auto
@@ -69,6 +73,9 @@ struct ParseResult {
 /// Parses argv (and the job file named by --config). Validates every value.
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
+
+/// The configuration with --lr-scaling applied for a run of `workers` workers (see lr_scaling).
+Config effective_for_workers(const Config& c, int workers);
 
 /// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
 void validate_config(const Config& c);
