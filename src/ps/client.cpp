@@ -48,13 +48,7 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
   for (int k = 0; k < K; ++k) {
     const ShardRange& s = shards_[k];
     header.seen_step = seen_[k];
-    std::memcpy(send_[k].data(), &header, sizeof header);
-    std::size_t at = sizeof header;
-    for (const float* p : parts) {
-      if (p) std::memcpy(send_[k].data() + at, p + s.begin, s.size() * sizeof(float));
-      else std::memset(send_[k].data() + at, 0, s.size() * sizeof(float));
-      at += s.size() * sizeof(float);
-    }
+    const std::size_t at = pack_message(send_[k].data(), header, parts, s.begin, s.size());
     reqs.emplace_back();
     DT_CHECK_MPI(MPI_Isend(send_[k].data(), static_cast<int>(at), MPI_BYTE, cluster_.ps_rank(k),
                            tag, cluster_.world(), &reqs.back()));

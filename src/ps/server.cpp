@@ -56,13 +56,7 @@ PsStats run_parameter_server(const Cluster& cluster, const Config& config, const
     h.global_step = global_step;
     h.staleness = staleness;
     h.flags = (stop_flag.load() || stop_seen) ? kFlagStop : 0;
-    std::memcpy(s.out.data(), &h, sizeof h);
-    std::size_t at = sizeof h;
-    for (const float* p : parts) {
-      if (p) std::memcpy(s.out.data() + at, p, n * sizeof(float));
-      else std::memset(s.out.data() + at, 0, n * sizeof(float));
-      at += n * sizeof(float);
-    }
+    const std::size_t at = pack_message(s.out.data(), h, parts, 0, n);
     DT_CHECK_MPI(MPI_Isend(s.out.data(), static_cast<int>(at), MPI_BYTE, cluster.worker_rank(w),
                            tag, cluster.world(), &s.send));
   };

@@ -140,6 +140,8 @@ int run_training(const Config& c) {
   std::string device_name;
   std::size_t param_count = 0;
   std::string signature;
+  std::string model_report;         // layer table and shard table, printed by the chief
+  std::vector<ShardRange> shards;   // async: this run's ps ranges
   // Phase 1 — checks every rank makes identically (options, datasets, model, shards).
   all_or_nothing(world, [&] {
     DT_REQUIRE(!(c.mode == "sync" && c.num_ps > 0),
@@ -154,7 +156,11 @@ int run_training(const Config& c) {
     Model layout(*cpu, c.layers, plan.train.sample, plan.train.num_classes, 1);
     param_count = layout.param_count();
     signature = layout.signature();
-    if (num_ps > 0) shard_ranges(param_count, num_ps);
+    model_report = layout.summary();
+    if (num_ps > 0) {
+      shards = shard_ranges(param_count, num_ps);
+      model_report += describe_shards(shards, layout.param_tensors());
+    }
   });
   // Phase 2 — per-rank resources (device) and the chief's run directory and resume point.
   std::optional<CheckpointState> resume;
@@ -219,24 +225,18 @@ int run_training(const Config& c) {
     log_info("# dtrain " + std::string(c.mode) + " training" +
              (c.config_file.empty() ? "" : " of " + c.config_file));
   }
-  if (cluster->is_chief() || world_rank == 0) {
-    if (cluster->is_chief()) {
-      log_info(cluster->role_table());
-      auto cpu = make_cpu_backend();
-      Model layout(*cpu, c.layers, plan.train.sample, plan.train.num_classes, 1);
-      log_info(layout.summary());
-      if (num_ps > 0) log_info(describe_shards(shard_ranges(param_count, num_ps), layout.param_tensors()));
-      log_info("# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) +
-               " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
-               std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
-               " global steps per epoch, " + std::to_string(plan.total_steps) + " in total");
-      std::ofstream(fs::path(c.run_dir) / "config.ini") << c.effective_ini;
-    }
+  if (cluster->is_chief()) {
+    log_info(cluster->role_table());
+    log_info(model_report);
+    log_info("# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) +
+             " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
+             std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
+             " global steps per epoch, " + std::to_string(plan.total_steps) + " in total");
+    std::ofstream(fs::path(c.run_dir) / "config.ini") << c.effective_ini;
   }
 
   int code = kExitOk;
   if (cluster->is_ps()) {
-    const auto shards = shard_ranges(param_count, num_ps);
     const PsStats st = run_parameter_server(*cluster, c, shards[cluster->me().index],
                                             plan.total_steps, stop_flag());
     double v[4] = {static_cast<double>(st.pushes), static_cast<double>(st.staleness_sum),

@@ -13,7 +13,10 @@
 // MPI's non-overtaking rule keeps each worker's messages in order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 
 namespace dtrain {
 
@@ -41,5 +44,21 @@ struct MsgHeader {
   std::int64_t reserved = 0;
 };
 static_assert(sizeof(MsgHeader) == 48, "MsgHeader must keep the float payload 16-byte aligned");
+
+/// Writes a message into `out`: the header, then floats [begin, begin + n) of each part in order
+/// (a nullptr part is sent as n zeros). `out` must hold sizeof(MsgHeader) + parts·n floats.
+/// Returns the message size in bytes. Used by both sides of the protocol.
+template <typename Parts>
+std::size_t pack_message(char* out, const MsgHeader& header, const Parts& parts,
+                         std::size_t begin, std::size_t n) {
+  std::memcpy(out, &header, sizeof header);
+  std::size_t at = sizeof header;
+  for (const float* p : parts) {
+    if (p) std::memcpy(out + at, p + begin, n * sizeof(float));
+    else std::memset(out + at, 0, n * sizeof(float));
+    at += n * sizeof(float);
+  }
+  return at;
+}
 
 }  // namespace dtrain
