@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer run (second CI target, after tests/run_all.sh): builds dtrain and the test suite with
+# The sanitizer run (the last stage of tests/run_all.sh, the README's test command): builds dtrain and the test suite with
 # AddressSanitizer + UndefinedBehaviorSanitizer (-DDTRAIN_SANITIZE=ON, CPU only, RelWithDebInfo) into
 # ${ASAN_BUILD_DIR:-build-asan}, then runs every unit test and a subset of the MPI and CLI tests that
 # drives the fault, bad-input and fuzz paths (the whole suite would take too long under ASan on 2 cores).
