@@ -3,7 +3,9 @@
 #   1. DTRAIN_FAULT=kill-in-checkpoint-write@25 (test-only hook, include/dtrain/core/fault.hpp): the
 #      chief SIGKILLs itself after part of ckpt-<step>.h5.tmp reached the disk, at the first
 #      checkpoint at or after step 25 (--checkpoint-every 10: sync, the one of step 30). In sync mode
-#      (2 workers) and async mode (1 ps + 2 workers). The job must end (non-zero, within 30 s of the
+#      (2 workers) and async mode (1 ps + 2 workers). A first run without the fault stops at
+#      --max-steps 20, so a complete checkpoint exists before the crash in both modes (in async mode the
+#      chief's first observed global_step can be past 25 under load). The job must end (non-zero, within 30 s of the
 #      crash); the partial file exists only as .tmp; the previous checkpoint stays the newest complete
 #      one and verifies; --resume picks it (not the .tmp) and finishes; the stale .tmp is harmless.
 #   2. Corrupt data in the newest checkpoint (bytes flipped inside a chunk of /optimizer/m, found
@@ -18,10 +20,12 @@ crash_case() {
   shift 2
   local dir=$SCRATCH/crash-$mode log=$SCRATCH/crash-$mode.log
   echo "== $mode: crash while writing the first checkpoint at or after step 25"
+  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
+    --checkpoint-every 10 --max-steps 20 "$@" >"$log.first" 2>&1 || { cat "$log.first"; fail "first run failed"; }
   local t0=$(now)
   export DTRAIN_FAULT=kill-in-checkpoint-write@25
   start_job "$log" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" \
-    --mode "$mode" --run-dir "$dir" --checkpoint-every 10 --timeout 60 "$@"
+    --mode "$mode" --run-dir "$dir" --resume --checkpoint-every 10 --timeout 60 "$@"
   unset DTRAIN_FAULT
   wait_job 60
   echo "   exit $JOB_RC after $(elapsed "$t0" "$(now)") s"
@@ -38,7 +42,7 @@ crash_case() {
   tstep=$((10#${tstep%.h5.tmp}))
   ((tstep >= 25 && step > 0 && step < tstep)) || { ls -l "$dir"; fail "newest complete checkpoint $step, partial $tstep"; }
   # The newest complete checkpoint is the last one the chief announced before the crash.
-  grep "^# checkpoint" "$log" | tail -1 | grep -q "ckpt-$(printf %010d "$step").h5" ||
+  cat "$log.first" "$log" | grep "^# checkpoint" | tail -1 | grep -q "ckpt-$(printf %010d "$step").h5" ||
     { cat "$log"; fail "the newest complete checkpoint is not the last one written"; }
   verify_ckpts "$dir"
   timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
