@@ -36,8 +36,8 @@ Shape ConvDesc::output() const {
   require_input("conv", input);
   DT_REQUIRE(out_channels >= 1,
              "conv: out_channels (filters) must be >= 1, got " + std::to_string(out_channels));
-  const int p = window_output("conv", input, kernel, stride, pad, input.h, "height");
-  const int q = window_output("conv", input, kernel, stride, pad, input.w, "width");
+  const int p = window_output("conv", input, kernel.h, stride.h, pad.h, input.h, "height");
+  const int q = window_output("conv", input, kernel.w, stride.w, pad.w, input.w, "width");
   return Shape{input.n, out_channels, p, q};
 }
 
@@ -45,10 +45,11 @@ Shape PoolDesc::output() const {
   const char* what = kind == PoolKind::max ? "maxpool" : "avgpool";
   require_input(what, input);
   // Every window must hold at least one real element (PyTorch's rule pad <= kernel/2).
-  DT_REQUIRE(2 * pad <= kernel, std::string(what) + ": pad " + std::to_string(pad) +
-                                    " must be at most half the kernel " + std::to_string(kernel));
-  const int p = window_output(what, input, kernel, stride, pad, input.h, "height");
-  const int q = window_output(what, input, kernel, stride, pad, input.w, "width");
+  DT_REQUIRE(2 * pad.h <= kernel.h && 2 * pad.w <= kernel.w,
+             std::string(what) + ": pad " + pad.str() + " must be at most half the kernel " +
+                 kernel.str());
+  const int p = window_output(what, input, kernel.h, stride.h, pad.h, input.h, "height");
+  const int q = window_output(what, input, kernel.w, stride.w, pad.w, input.w, "width");
   return Shape{input.n, input.c, p, q};
 }
 

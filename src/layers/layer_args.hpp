@@ -20,6 +20,10 @@ class LayerArgs {
  public:
   explicit LayerArgs(const LayerSpec& spec) : spec_(spec) {}
 
+  /// Window size "K" (square) or "HxW", each in [lo, hi]; `def` when absent.
+  Hw get_hw(const std::string& key, Hw def, int lo, int hi);
+  /// Boolean argument "true" | "false"; `def` when absent.
+  bool get_bool(const std::string& key, bool def);
   /// Integer argument in [lo, hi]; `def` when absent.
   int get_int(const std::string& key, int def, int lo, int hi);
   /// Required integer argument in [lo, hi].
@@ -57,13 +61,19 @@ void check_bind(const std::string& layer, const std::vector<float*>& params,
                 const std::vector<float*>& grads, const std::vector<float*>& state, std::size_t np,
                 std::size_t ns);
 
-/// Common state of every layer: its type, shapes and the pointers bind() received.
+/// Runs make() on the backend, or returns nullptr for a layout-only layer (backend == nullptr).
+template <typename F>
+auto make_op(Backend* be, F&& make) -> decltype(make(*be)) {
+  return be != nullptr ? make(*be) : nullptr;
+}
+
+/// Common state of every single-input layer: its type, shapes and the pointers bind() received.
 class LayerBase : public Layer {
  public:
   LayerBase(std::string type, const Shape& in, const Shape& out)
       : type_(std::move(type)), in_(in), out_(out) {}
   [[nodiscard]] std::string type() const override { return type_; }
-  [[nodiscard]] Shape input_shape() const override { return in_; }
+  [[nodiscard]] std::vector<Shape> input_shapes() const override { return {in_}; }
   [[nodiscard]] Shape output_shape() const override { return out_; }
   void bind(const std::vector<float*>& params, const std::vector<float*>& grads,
             const std::vector<float*>& state) override {
@@ -72,10 +82,22 @@ class LayerBase : public Layer {
     g_ = grads;
     s_ = state;
   }
+  void forward(LayerInputs x, float* y, const StepContext& ctx) final {
+    forward_one(x[0], y, ctx);
+  }
+  void backward(LayerInputs x, const float* y, const float* dy, LayerInputGrads dx) final {
+    backward_one(x[0], y, dy, dx[0]);
+  }
 
  protected:
-  /// Throws unless bind() gave this layer its tensors (forward before bind is a model bug).
-  void require_bound() const {
+  /// y = layer(x).
+  virtual void forward_one(const float* x, float* y, const StepContext& ctx) = 0;
+  /// dx (nullptr: not needed) and parameter gradients from dy.
+  virtual void backward_one(const float* x, const float* y, const float* dy, float* dx) = 0;
+  /// Throws unless bind() gave this layer its tensors (forward before bind is a model bug) and
+  /// the layer was built with a backend.
+  void require_bound(const void* op) const {
+    DT_ASSERT(op != nullptr, describe() + ": a layout-only layer (no backend) cannot run");
     DT_ASSERT(p_.size() == param_defs().size() && s_.size() == state_defs().size(),
               describe() + ": forward/backward before bind()");
   }
@@ -84,16 +106,23 @@ class LayerBase : public Layer {
   std::vector<float*> p_, g_, s_;  // params, grads, state, in param_defs()/state_defs() order
 };
 
-// Factories (args already wrapped; each calls args.finish() before building ops).
-std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend& be);
+// Factories (args already wrapped; each calls args.finish() before building ops; be == nullptr:
+// layout only).
+std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend* be);
 std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int num_classes,
-                                        Backend& be);
-std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend& be);
+                                        Backend* be);
+std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend* be);
 std::unique_ptr<Layer> make_pool_layer(LayerArgs& args, PoolKind kind, const Shape& in,
-                                       Backend& be);
+                                       Backend* be);
+std::unique_ptr<Layer> make_global_avgpool_layer(LayerArgs& args, const Shape& in, Backend* be);
 std::unique_ptr<Layer> make_activation_layer(LayerArgs& args, ActKind kind, const Shape& in,
-                                             Backend& be);
-std::unique_ptr<Layer> make_dropout_layer(LayerArgs& args, const Shape& in, Backend& be);
-std::unique_ptr<Layer> make_flatten_layer(LayerArgs& args, const Shape& in, Backend& be);
+                                             Backend* be);
+std::unique_ptr<Layer> make_dropout_layer(LayerArgs& args, const Shape& in, Backend* be);
+std::unique_ptr<Layer> make_flatten_layer(LayerArgs& args, const Shape& in, Backend* be);
+std::unique_ptr<Layer> make_zeropad_layer(LayerArgs& args, const Shape& in, Backend* be);
+/// add / concat: two or more inputs.
+std::unique_ptr<Layer> make_add_layer(LayerArgs& args, const std::vector<Shape>& in, Backend* be);
+std::unique_ptr<Layer> make_concat_layer(LayerArgs& args, const std::vector<Shape>& in,
+                                         Backend* be);
 
 }  // namespace dtrain::layers

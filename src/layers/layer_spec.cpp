@@ -1,6 +1,7 @@
 // src/layers/layer_spec.cpp — the job-file layer syntax ("type key=value ..."), typed argument
 // access with range checks, and make_layer's dispatch on the layer type.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -9,6 +10,15 @@
 #include "layer_args.hpp"
 
 namespace dtrain {
+
+namespace {
+bool valid_name(const std::string& s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+  });
+}
+}  // namespace
 
 LayerSpec parse_layer_spec(const std::string& text) {
   LayerSpec spec;
@@ -30,8 +40,31 @@ LayerSpec parse_layer_spec(const std::string& text) {
       fail("expected key=value (no spaces around '='), got '" + token + "'");
     }
     const std::string key = token.substr(0, eq);
-    if (!spec.args.emplace(key, token.substr(eq + 1)).second) {
+    const std::string value = token.substr(eq + 1);
+    if (spec.args.count(key) || (key == "name" && !spec.name.empty()) ||
+        (key == "input" && !spec.inputs.empty())) {
       fail("argument '" + key + "' given twice");
+    }
+    if (key == "name") {
+      if (!valid_name(value))
+        fail("bad name '" + value + "': use letters, digits, '_', '-' and '.'");
+      if (value == kInputName)
+        fail("name '" + value + "' is reserved for the network input");
+      spec.name = value;
+    } else if (key == "input") {
+      std::size_t start = 0;
+      for (;;) {
+        const auto comma = value.find(',', start);
+        const std::string one = value.substr(start, comma - start);
+        if (one.empty() || !valid_name(one))
+          fail("bad input list '" + value + "': expected NAME or NAME,NAME,... of earlier layers "
+               "(or '" + std::string(kInputName) + "')");
+        spec.inputs.push_back(one);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      spec.args.emplace(key, value);
     }
   }
   return spec;
@@ -84,6 +117,33 @@ int LayerArgs::get_int(const std::string& key, int def, int lo, int hi) {
   return require_int(key, lo, hi);
 }
 
+Hw LayerArgs::get_hw(const std::string& key, Hw def, int lo, int hi) {
+  const std::string* v = find(key);
+  if (v == nullptr) return def;
+  auto parse = [&](const std::string& part, int& out) {
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), out);
+    return ec == std::errc() && end == part.data() + part.size() && !part.empty() && out >= lo &&
+           out <= hi;
+  };
+  const auto x = v->find('x');
+  Hw out;
+  const bool ok = x == std::string::npos
+                      ? parse(*v, out.h) && (out.w = out.h, true)
+                      : parse(v->substr(0, x), out.h) && parse(v->substr(x + 1), out.w);
+  if (!ok)
+    fail("bad value " + key + "='" + *v + "': expected an integer in " + range_text(lo, hi, false) +
+         " or HxW (height x width, e.g. 1x7)");
+  return out;
+}
+
+bool LayerArgs::get_bool(const std::string& key, bool def) {
+  const std::string* v = find(key);
+  if (v == nullptr) return def;
+  if (*v == "true" || *v == "1") return true;
+  if (*v == "false" || *v == "0") return false;
+  fail("bad value " + key + "='" + *v + "': expected true or false");
+}
+
 float LayerArgs::get_float(const std::string& key, float def, float lo, float hi, bool hi_open) {
   const std::string* v = find(key);
   if (v == nullptr) return def;
@@ -127,22 +187,34 @@ void check_bind(const std::string& layer, const std::vector<float*>& params,
 
 }  // namespace layers
 
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& input, int num_classes,
-                                  Backend& backend) {
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const std::vector<Shape>& inputs,
+                                  int num_classes, Backend* backend) {
   layers::LayerArgs args(spec);
   const std::string& t = spec.type;
-  if (t == "conv") return layers::make_conv_layer(args, input, backend);
-  if (t == "maxpool") return layers::make_pool_layer(args, PoolKind::max, input, backend);
-  if (t == "avgpool") return layers::make_pool_layer(args, PoolKind::avg, input, backend);
-  if (t == "relu") return layers::make_activation_layer(args, ActKind::relu, input, backend);
-  if (t == "sigmoid") return layers::make_activation_layer(args, ActKind::sigmoid, input, backend);
-  if (t == "batchnorm") return layers::make_batchnorm_layer(args, input, backend);
-  if (t == "dropout") return layers::make_dropout_layer(args, input, backend);
-  if (t == "flatten") return layers::make_flatten_layer(args, input, backend);
-  if (t == "dense") return layers::make_dense_layer(args, input, num_classes, backend);
+  const bool merge = t == "add" || t == "concat";
+  if (merge && inputs.size() < 2)
+    args.fail(t + " needs two or more inputs (input=a,b,...), got " +
+              std::to_string(inputs.size()));
+  if (!merge && inputs.size() != 1)
+    args.fail(t + " takes one input, got " + std::to_string(inputs.size()) +
+              " (only add and concat take several)");
+  if (t == "add") return layers::make_add_layer(args, inputs, backend);
+  if (t == "concat") return layers::make_concat_layer(args, inputs, backend);
+  const Shape& in = inputs[0];
+  if (t == "conv") return layers::make_conv_layer(args, in, backend);
+  if (t == "maxpool") return layers::make_pool_layer(args, PoolKind::max, in, backend);
+  if (t == "avgpool") return layers::make_pool_layer(args, PoolKind::avg, in, backend);
+  if (t == "globalavgpool") return layers::make_global_avgpool_layer(args, in, backend);
+  if (t == "relu") return layers::make_activation_layer(args, ActKind::relu, in, backend);
+  if (t == "sigmoid") return layers::make_activation_layer(args, ActKind::sigmoid, in, backend);
+  if (t == "batchnorm") return layers::make_batchnorm_layer(args, in, backend);
+  if (t == "dropout") return layers::make_dropout_layer(args, in, backend);
+  if (t == "flatten") return layers::make_flatten_layer(args, in, backend);
+  if (t == "dense") return layers::make_dense_layer(args, in, num_classes, backend);
+  if (t == "zeropad") return layers::make_zeropad_layer(args, in, backend);
   args.fail("unknown layer type '" + t +
-            "' (expected one of: conv, maxpool, avgpool, relu, sigmoid, batchnorm, dropout, "
-            "flatten, dense)");
+            "' (expected one of: conv, maxpool, avgpool, globalavgpool, relu, sigmoid, batchnorm, "
+            "dropout, flatten, dense, add, concat, zeropad)");
 }
 
 }  // namespace dtrain

@@ -12,23 +12,25 @@ namespace {
 
 constexpr int kNoMax = INT_MAX;
 
-/// A layer y = op(x, weight) + bias (conv, dense): params are {weight, bias}, and ConvOp and
-/// DenseOp take their arguments the same way.
+/// A layer y = op(x, weight) + bias (conv, dense): params are {weight, bias} ({weight} for a conv
+/// with bias=false), and ConvOp and DenseOp take their arguments the same way.
 template <typename Op>
 class WeightedLayer : public LayerBase {
  public:
   WeightedLayer(std::string type, const Shape& in, const Shape& out, std::unique_ptr<Op> op)
       : LayerBase(std::move(type), in, out), op_(std::move(op)) {}
-  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
-    require_bound();
-    op_->forward(x, p_[0], p_[1], y);
-  }
-  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
-    require_bound();
-    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
-  }
+  [[nodiscard]] BackwardNeeds needs() const override { return {true, false, false}; }
 
  protected:
+  // Without a bias, p_/g_ hold the weight only and the op ignores the bias pointers.
+  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+    require_bound(op_.get());
+    op_->forward(x, p_[0], p_.size() > 1 ? p_[1] : nullptr, y);
+  }
+  void backward_one(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+    require_bound(op_.get());
+    op_->backward(x, p_[0], dy, dx, g_[0], g_.size() > 1 ? g_[1] : nullptr);
+  }
   std::unique_ptr<Op> op_;
 };
 
@@ -38,14 +40,15 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
       : WeightedLayer("conv", d.input, out, std::move(op)), d_(d) {}
 
   [[nodiscard]] std::vector<ParamDef> param_defs() const override {
-    const int k = d_.kernel, c = d_.input.c, f = d_.out_channels;
-    return {{"weight", Shape{f, c, k, k}, Init::he_normal, c * k * k},
-            {"bias", Shape{f, 1, 1, 1}, Init::zeros, 1}};
+    const int kh = d_.kernel.h, kw = d_.kernel.w, c = d_.input.c, f = d_.out_channels;
+    std::vector<ParamDef> defs{{"weight", Shape{f, c, kh, kw}, Init::he_normal, c * kh * kw}};
+    if (d_.bias) defs.push_back({"bias", Shape{f, 1, 1, 1}, Init::zeros, 1});
+    return defs;
   }
   [[nodiscard]] std::string describe() const override {
-    return "conv(filters=" + std::to_string(d_.out_channels) +
-           ",kernel=" + std::to_string(d_.kernel) + ",stride=" + std::to_string(d_.stride) +
-           ",pad=" + std::to_string(d_.pad) + ")";
+    return "conv(filters=" + std::to_string(d_.out_channels) + ",kernel=" + d_.kernel.str() +
+           ",stride=" + d_.stride.str() + ",pad=" + d_.pad.str() + (d_.bias ? "" : ",bias=false") +
+           ")";
   }
 
  private:
@@ -85,12 +88,12 @@ class BatchNormLayer final : public LayerBase {
     const Shape c{d_.input.c, 1, 1, 1};
     return {{"running_mean", c, Init::zeros, 1}, {"running_var", c, Init::ones, 1}};
   }
-  void forward(const float* x, float* y, const StepContext& ctx) override {
-    require_bound();
+  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+    require_bound(op_.get());
     op_->forward(x, p_[0], p_[1], s_[0], s_[1], y, ctx.training);
   }
-  void backward(const float* x, const float* /*y*/, const float* dy, float* dx) override {
-    require_bound();
+  void backward_one(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+    require_bound(op_.get());
     op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }
   [[nodiscard]] std::string describe() const override {
@@ -105,21 +108,22 @@ class BatchNormLayer final : public LayerBase {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend& be) {
+std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend* be) {
   ConvDesc d;
   d.input = in;
   d.out_channels = args.require_int("filters", 1, kNoMax);
-  d.kernel = args.get_int("kernel", 3, 1, kNoMax);
-  d.stride = args.get_int("stride", 1, 1, kNoMax);
-  d.pad = args.get_int("pad", 0, 0, kNoMax);
+  d.kernel = args.get_hw("kernel", 3, 1, kNoMax);
+  d.stride = args.get_hw("stride", 1, 1, kNoMax);
+  d.pad = args.get_hw("pad", 0, 0, kNoMax);
+  d.bias = args.get_bool("bias", true);
   args.finish();
   const Shape out = args.in_context([&] { return d.output(); });
-  auto op = args.in_context([&] { return be.make_conv(d); });
+  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_conv(d); }); });
   return std::make_unique<ConvLayer>(d, out, std::move(op));
 }
 
 std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int num_classes,
-                                        Backend& be) {
+                                        Backend* be) {
   const int units = args.get_int("units", num_classes, 1, kNoMax);
   args.finish();
   if (units < 1) {  // only a missing units= with no classes to default to gets here
@@ -133,17 +137,18 @@ std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int nu
     args.fail("dense cannot take input " + in.str() + " (expected a positive N×C×H×W shape)");
   }
   d.inputs = static_cast<int>(inputs);
-  auto op = args.in_context([&] { return be.make_dense(d); });
+  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_dense(d); }); });
   return std::make_unique<DenseLayer>(in, units, std::move(op));
 }
 
-std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend& be) {
+std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend* be) {
   BatchNormDesc d;
   d.input = in;
   d.epsilon = args.get_float("eps", 1e-5f, 1e-12f, 1.0f, false);
   d.momentum = args.get_float("momentum", 0.1f, 0.0f, 1.0f, false);
   args.finish();
-  auto op = args.in_context([&] { return be.make_batchnorm(d); });
+  auto op =
+      args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_batchnorm(d); }); });
   return std::make_unique<BatchNormLayer>(d, std::move(op));
 }
 

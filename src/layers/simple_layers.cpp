@@ -1,5 +1,9 @@
-// src/layers/simple_layers.cpp — the parameter-free layers: maxpool/avgpool, relu/sigmoid,
-// dropout (inverted, Srivastava et al. 2014) and flatten (N×C×H×W → N×(C·H·W)×1×1, a copy).
+// src/layers/simple_layers.cpp — the parameter-free single-input layers: maxpool/avgpool and
+// globalavgpool (an avg pool whose window is the whole H×W plane, as torch.nn.AdaptiveAvgPool2d(1)),
+// relu/sigmoid, dropout (inverted, Srivastava et al. 2014), flatten (N×C×H×W → N×(C·H·W)×1×1: the
+// same memory, so the model runs it in place and nothing is copied) and zeropad (N×Cin×H×W →
+// N×C×H×W with the input at channel offset (C − Cin)/2 and zeros elsewhere: the parameter-free
+// "option A" shortcut of He et al. 2016 §4.2).
 #include <climits>
 
 #include "layer_args.hpp"
@@ -11,24 +15,33 @@ constexpr int kNoMax = INT_MAX;
 
 class PoolLayer final : public LayerBase {
  public:
-  PoolLayer(const PoolDesc& d, const Shape& out, std::unique_ptr<PoolOp> op)
-      : LayerBase(d.kind == PoolKind::max ? "maxpool" : "avgpool", d.input, out),
+  PoolLayer(const PoolDesc& d, const Shape& out, std::unique_ptr<PoolOp> op, bool global)
+      : LayerBase(global ? "globalavgpool" : d.kind == PoolKind::max ? "maxpool" : "avgpool",
+                  d.input, out),
         d_(d),
+        global_(global),
         op_(std::move(op)) {}
 
-  void forward(const float* x, float* y, const StepContext& ctx) override {
+  // cuDNN's pooling backward reads x and y (oneDNN's only its workspace).
+  [[nodiscard]] BackwardNeeds needs() const override { return {true, true, false}; }
+  [[nodiscard]] std::string describe() const override {
+    if (global_) return type_;
+    return type_ + "(kernel=" + d_.kernel.str() + ",stride=" + d_.stride.str() +
+           ",pad=" + d_.pad.str() + ")";
+  }
+
+ protected:
+  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+    require_bound(op_.get());
     op_->forward(x, y, ctx.training);
   }
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward_one(const float* x, const float* y, const float* dy, float* dx) override {
     if (dx != nullptr) op_->backward(x, y, dy, dx);
-  }
-  [[nodiscard]] std::string describe() const override {
-    return type_ + "(kernel=" + std::to_string(d_.kernel) + ",stride=" + std::to_string(d_.stride) +
-           ",pad=" + std::to_string(d_.pad) + ")";
   }
 
  private:
   PoolDesc d_;
+  bool global_;
   std::unique_ptr<PoolOp> op_;
 };
 
@@ -37,13 +50,18 @@ class ActivationLayer final : public LayerBase {
   ActivationLayer(ActKind kind, const Shape& in, std::unique_ptr<ActivationOp> op)
       : LayerBase(kind == ActKind::relu ? "relu" : "sigmoid", in, in), op_(std::move(op)) {}
 
-  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
+  // Both derivatives are functions of y (ActivationOp::backward), so x may be overwritten.
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, true, true}; }
+  [[nodiscard]] std::string describe() const override { return type_; }
+
+ protected:
+  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+    require_bound(op_.get());
     op_->forward(x, y);
   }
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
-    if (dx != nullptr) op_->backward(x, y, dy, dx);
+  void backward_one(const float* /*x*/, const float* y, const float* dy, float* dx) override {
+    if (dx != nullptr) op_->backward(y, y, dy, dx);
   }
-  [[nodiscard]] std::string describe() const override { return type_; }
 
  private:
   std::unique_ptr<ActivationOp> op_;
@@ -54,14 +72,19 @@ class DropoutLayer final : public LayerBase {
   DropoutLayer(const Shape& in, float rate, std::unique_ptr<DropoutOp> op)
       : LayerBase("dropout", in, in), rate_(rate), op_(std::move(op)) {}
 
-  void forward(const float* x, float* y, const StepContext& ctx) override {
-    op_->forward(x, y, ctx.training, ctx.seed);
-  }
-  void backward(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
-    if (dx != nullptr) op_->backward(dy, dx);
-  }
+  // The op keeps its mask: backward reads neither x nor y.
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, true}; }
   [[nodiscard]] std::string describe() const override {
     return "dropout(rate=" + format_float(rate_) + ")";
+  }
+
+ protected:
+  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+    require_bound(op_.get());
+    op_->forward(x, y, ctx.training, ctx.seed);
+  }
+  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+    if (dx != nullptr) op_->backward(dy, dx);
   }
 
  private:
@@ -69,21 +92,61 @@ class DropoutLayer final : public LayerBase {
   std::unique_ptr<DropoutOp> op_;
 };
 
-class FlattenLayer final : public LayerBase {
+/// Layers that only move memory (flatten, zeropad) keep the backend for copies.
+class CopyLayer : public LayerBase {
  public:
-  FlattenLayer(const Shape& in, Backend& be)
-      : LayerBase("flatten", in, Shape{in.n, static_cast<int>(in.sample_count()), 1, 1}), be_(be) {}
+  CopyLayer(std::string type, const Shape& in, const Shape& out, Backend* be)
+      : LayerBase(std::move(type), in, out), be_(be) {}
 
-  void forward(const float* x, float* y, const StepContext& /*ctx*/) override {
-    be_.copy_device(y, x, in_.count() * sizeof(float));
+ protected:
+  Backend& be() const {
+    DT_ASSERT(be_ != nullptr, describe() + ": a layout-only layer (no backend) cannot run");
+    return *be_;
   }
-  void backward(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
-    if (dx != nullptr) be_.copy_device(dx, dy, in_.count() * sizeof(float));
-  }
+  Backend* be_;
+};
+
+class FlattenLayer final : public CopyLayer {
+ public:
+  FlattenLayer(const Shape& in, Backend* be)
+      : CopyLayer("flatten", in, Shape{in.n, static_cast<int>(in.sample_count()), 1, 1}, be) {}
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, true}; }
   [[nodiscard]] std::string describe() const override { return "flatten"; }
 
+ protected:
+  // In place (x == y) these are no-ops.
+  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+    be().copy_device(y, x, in_.count() * sizeof(float));
+  }
+  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+    if (dx != nullptr) be().copy_device(dx, dy, in_.count() * sizeof(float));
+  }
+};
+
+class ZeroPadLayer final : public CopyLayer {
+ public:
+  ZeroPadLayer(const Shape& in, int channels, Backend* be)
+      : CopyLayer("zeropad", in, Shape{in.n, channels, in.h, in.w}, be),
+        offset_(static_cast<std::size_t>((channels - in.c) / 2) * in.h * in.w) {}
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, false}; }
+  [[nodiscard]] std::string describe() const override {
+    return "zeropad(channels=" + std::to_string(out_.c) + ")";
+  }
+
+ protected:
+  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+    be().fill(y, 0.0f, out_.count());
+    be().copy_2d(y + offset_, out_.sample_count(), x, in_.sample_count(), in_.sample_count(),
+                 static_cast<std::size_t>(in_.n));
+  }
+  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+    if (dx != nullptr)
+      be().copy_2d(dx, in_.sample_count(), dy + offset_, out_.sample_count(), in_.sample_count(),
+                   static_cast<std::size_t>(in_.n));
+  }
+
  private:
-  Backend& be_;
+  std::size_t offset_;  ///< floats from a sample's start to its first input channel
 };
 
 void require_positive(const LayerArgs& args, const Shape& in) {
@@ -92,45 +155,73 @@ void require_positive(const LayerArgs& args, const Shape& in) {
   }
 }
 
+std::unique_ptr<Layer> build_pool(LayerArgs& args, const PoolDesc& d, bool global, Backend* be) {
+  const Shape out = args.in_context([&] { return d.output(); });
+  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_pool(d); }); });
+  return std::make_unique<PoolLayer>(d, out, std::move(op), global);
+}
+
 }  // namespace
 
 std::unique_ptr<Layer> make_pool_layer(LayerArgs& args, PoolKind kind, const Shape& in,
-                                       Backend& be) {
+                                       Backend* be) {
   PoolDesc d;
   d.input = in;
   d.kind = kind;
-  d.kernel = args.get_int("kernel", 2, 1, kNoMax);
-  d.stride = args.get_int("stride", d.kernel, 1, kNoMax);
-  d.pad = args.get_int("pad", 0, 0, kNoMax);
+  d.kernel = args.get_hw("kernel", 2, 1, kNoMax);
+  d.stride = args.get_hw("stride", d.kernel, 1, kNoMax);
+  d.pad = args.get_hw("pad", 0, 0, kNoMax);
   args.finish();
-  const Shape out = args.in_context([&] { return d.output(); });
-  auto op = args.in_context([&] { return be.make_pool(d); });
-  return std::make_unique<PoolLayer>(d, out, std::move(op));
+  return build_pool(args, d, false, be);
+}
+
+std::unique_ptr<Layer> make_global_avgpool_layer(LayerArgs& args, const Shape& in, Backend* be) {
+  args.finish();
+  require_positive(args, in);
+  PoolDesc d;
+  d.input = in;
+  d.kind = PoolKind::avg;
+  d.kernel = Hw{in.h, in.w};
+  d.stride = 1;
+  d.pad = 0;
+  return build_pool(args, d, true, be);
 }
 
 std::unique_ptr<Layer> make_activation_layer(LayerArgs& args, ActKind kind, const Shape& in,
-                                             Backend& be) {
+                                             Backend* be) {
   args.finish();
   require_positive(args, in);
-  auto op = args.in_context([&] { return be.make_activation(kind, in); });
+  auto op = args.in_context(
+      [&] { return make_op(be, [&](Backend& b) { return b.make_activation(kind, in); }); });
   return std::make_unique<ActivationLayer>(kind, in, std::move(op));
 }
 
-std::unique_ptr<Layer> make_dropout_layer(LayerArgs& args, const Shape& in, Backend& be) {
+std::unique_ptr<Layer> make_dropout_layer(LayerArgs& args, const Shape& in, Backend* be) {
   const float rate = args.get_float("rate", 0.5f, 0.0f, 1.0f, true);
   args.finish();
   require_positive(args, in);
-  auto op = args.in_context([&] { return be.make_dropout(in, rate); });
+  auto op = args.in_context(
+      [&] { return make_op(be, [&](Backend& b) { return b.make_dropout(in, rate); }); });
   return std::make_unique<DropoutLayer>(in, rate, std::move(op));
 }
 
-std::unique_ptr<Layer> make_flatten_layer(LayerArgs& args, const Shape& in, Backend& be) {
+std::unique_ptr<Layer> make_flatten_layer(LayerArgs& args, const Shape& in, Backend* be) {
   args.finish();
   require_positive(args, in);
   if (in.sample_count() > static_cast<std::size_t>(kNoMax)) {
     args.fail("input " + in.str() + " is too large to flatten");
   }
   return std::make_unique<FlattenLayer>(in, be);
+}
+
+std::unique_ptr<Layer> make_zeropad_layer(LayerArgs& args, const Shape& in, Backend* be) {
+  const int channels = args.require_int("channels", 1, kNoMax);
+  args.finish();
+  require_positive(args, in);
+  if (channels < in.c)
+    args.fail("channels=" + std::to_string(channels) + " is fewer than the input's " +
+              std::to_string(in.c) + " channels (zeropad only adds channels)");
+  return std::make_unique<ZeroPadLayer>(in, channels, be);
 }
 
 }  // namespace dtrain::layers

@@ -1,12 +1,15 @@
-// dtrain/model/model.cpp — sequential model over flat parameter/gradient/state buffers.
+// dtrain/model/model.cpp — the layer graph over flat parameter/gradient/state buffers, and the
+// activation-memory plan (see model.hpp).
 #include "dtrain/model/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
+#include "memory_plan.hpp"
 
 namespace dtrain {
 
@@ -33,9 +36,21 @@ std::vector<TensorInfo> place(const std::vector<ParamDef>& defs, std::size_t lay
   }
   return out;
 }
+
+std::string where(std::size_t i, const LayerSpec& spec) {
+  return "layer #" + std::to_string(i + 1) + " '" + spec.text + "'";
+}
 }  // namespace
 
 Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
+             int num_classes, int max_batch)
+    : Model(&backend, layer_lines, sample, num_classes, max_batch) {}
+
+Model::Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
+             int max_batch)
+    : Model(nullptr, layer_lines, sample, num_classes, max_batch) {}
+
+Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
              int num_classes, int max_batch)
     : backend_(backend), sample_(sample.with_n(1)), num_classes_(num_classes),
       max_batch_(max_batch) {
@@ -43,54 +58,111 @@ Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, cons
   DT_REQUIRE(num_classes >= 2, "model: need at least 2 classes, got " +
                                    std::to_string(num_classes));
   DT_REQUIRE(max_batch >= 1, "model: batch size must be >= 1");
-  for (const auto& line : layer_lines) specs_.push_back(parse_layer_spec(line));
+  build_graph(layer_lines);
 
   // Build the max-batch stack first: it fixes the tensor layout and validates every shape.
-  auto stack = std::make_unique<Stack>();
-  Shape shape = sample_.with_n(max_batch);
+  auto stack = make_stack(max_batch, backend);
   std::size_t poff = 0, soff = 0;
-  for (std::size_t i = 0; i < specs_.size(); ++i) {
-    auto layer = make_layer(specs_[i], shape, num_classes, backend);
-    for (auto& t : place(layer->param_defs(), i, layer->type(), poff)) params_info_.push_back(t);
-    for (auto& t : place(layer->state_defs(), i, layer->type(), soff)) state_info_.push_back(t);
-    shape = layer->output_shape();
-    stack->layers.push_back(std::move(layer));
+  for (std::size_t i = 0; i < stack->layers.size(); ++i) {
+    const Layer& l = *stack->layers[i];
+    for (auto& t : place(l.param_defs(), i, l.type(), poff)) params_info_.push_back(t);
+    for (auto& t : place(l.state_defs(), i, l.type(), soff)) state_info_.push_back(t);
   }
-  DT_REQUIRE(shape.c == num_classes && shape.h == 1 && shape.w == 1,
-             "model: the last layer '" + specs_.back().text + "' outputs " + shape.str() +
+  const Shape out = stack->layers.back()->output_shape();
+  DT_REQUIRE(out.c == num_classes && out.h == 1 && out.w == 1,
+             "model: the last layer '" + specs_.back().text + "' outputs " + out.str() +
                  " but the loss needs N x " + std::to_string(num_classes) +
                  " x 1 x 1 (one logit per class; end with `layer = dense`)");
   param_count_ = poff;
   state_count_ = soff;
-  params_ = DeviceBuffer<float>(backend, param_count_);
-  grads_ = DeviceBuffer<float>(backend, param_count_);
-  state_ = DeviceBuffer<float>(backend, std::max<std::size_t>(state_count_, 1));
 
-  // Activations: acts_[0] is the input copy slot (unused), acts_[i+1] the output of layer i.
-  acts_.emplace_back();
-  dacts_.emplace_back();
-  for (const auto& l : stack->layers) {
-    acts_.emplace_back(backend, l->output_shape().count());
-    dacts_.emplace_back(backend, l->output_shape().count());
+  std::vector<PlanNode> nodes;
+  for (std::size_t i = 0; i < stack->layers.size(); ++i) {
+    const Layer& l = *stack->layers[i];
+    nodes.push_back({inputs_[i], l.output_shape().count(), l.needs()});
   }
-  stack->loss = backend.make_softmax_xent(max_batch, num_classes);
+  plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes));
+  activation_bytes_ = plan_->total_floats() * sizeof(float);
+
+  if (backend == nullptr) {
+    stacks_[max_batch] = std::move(stack);
+    return;
+  }
+  params_ = DeviceBuffer<float>(*backend, param_count_);
+  grads_ = DeviceBuffer<float>(*backend, param_count_);
+  state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
+  for (std::size_t size : plan_->slot_floats) slots_.emplace_back(*backend, size);
   bind(*stack);
   stacks_[max_batch] = std::move(stack);
 }
 
 Model::~Model() = default;
 
+void Model::build_graph(const std::vector<std::string>& layer_lines) {
+  for (const auto& line : layer_lines) specs_.push_back(parse_layer_spec(line));
+  std::map<std::string, std::size_t> later;  // name -> layer index, for the error message
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    if (!specs_[i].name.empty()) later.emplace(specs_[i].name, i);
+  std::map<std::string, int> known{{kInputName, 0}};
+  std::vector<int> consumers(specs_.size() + 1, 0);
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const LayerSpec& spec = specs_[i];
+    std::vector<int> in;
+    if (spec.inputs.empty()) in.push_back(static_cast<int>(i));  // the previous layer (or data)
+    for (const auto& name : spec.inputs) {
+      const auto it = known.find(name);
+      if (it != known.end()) {
+        in.push_back(it->second);
+        continue;
+      }
+      const auto fwd = later.find(name);
+      if (fwd != later.end())
+        throw InputError(where(i, spec) + ": input '" + name + "' is layer #" +
+                         std::to_string(fwd->second + 1) + ", which comes later: a layer may only "
+                         "take inputs from earlier lines (so the graph has no cycles)");
+      std::string names;
+      for (const auto& [n, t] : known) names += (names.empty() ? "" : ", ") + n;
+      throw InputError(where(i, spec) + ": input '" + name + "' names no earlier layer (known: " +
+                       names + ")");
+    }
+    for (int t : in) ++consumers[static_cast<std::size_t>(t)];
+    inputs_.push_back(in);
+    if (!spec.name.empty() && !known.emplace(spec.name, static_cast<int>(i) + 1).second)
+      throw InputError(where(i, spec) + ": name '" + spec.name +
+                       "' is already used by an earlier layer");
+  }
+  for (std::size_t i = 0; i + 1 < specs_.size(); ++i)
+    if (consumers[i + 1] == 0)
+      throw InputError(where(i, specs_[i]) + ": its output is used by no later layer (only the "
+                       "last layer's output, the logits, may be unused); remove it or name it "
+                       "in a later layer's input=");
+}
+
+std::unique_ptr<Model::Stack> Model::make_stack(int n, Backend* be) {
+  auto stack = std::make_unique<Stack>();
+  std::vector<Shape> out;  // tensor shapes: out[0] = data, out[i+1] = layer i
+  out.push_back(sample_.with_n(n));
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    std::vector<Shape> in;
+    for (int t : inputs_[i]) in.push_back(out[static_cast<std::size_t>(t)]);
+    stack->layers.push_back(make_layer(specs_[i], in, num_classes_, be));
+    out.push_back(stack->layers.back()->output_shape());
+  }
+  if (be != nullptr) stack->loss = be->make_softmax_xent(n, num_classes_);
+  return stack;
+}
+
+Backend& Model::backend() const {
+  DT_ASSERT(backend_ != nullptr, "model: a layout-only model has no backend");
+  return *backend_;
+}
+
 Model::Stack& Model::stack_for(int n) {
+  DT_ASSERT(backend_ != nullptr, "model: a layout-only model cannot run");
   DT_ASSERT(n >= 1 && n <= max_batch_, "batch of " + std::to_string(n) + " exceeds the model's");
   auto it = stacks_.find(n);
   if (it == stacks_.end()) {
-    auto stack = std::make_unique<Stack>();
-    Shape shape = sample_.with_n(n);
-    for (const auto& spec : specs_) {
-      stack->layers.push_back(make_layer(spec, shape, num_classes_, backend_));
-      shape = stack->layers.back()->output_shape();
-    }
-    stack->loss = backend_.make_softmax_xent(n, num_classes_);
+    auto stack = make_stack(n, backend_);
     bind(*stack);
     it = stacks_.emplace(n, std::move(stack)).first;
   }
@@ -125,38 +197,62 @@ void Model::initialize(std::uint64_t seed) {
       host[info.offset + i] = v;
     }
   }
-  backend_.copy_to_device(params_.data(), host.data(), host.size() * sizeof(float));
+  Backend& be = backend();
+  be.copy_to_device(params_.data(), host.data(), host.size() * sizeof(float));
   std::vector<float> state(std::max<std::size_t>(state_count_, 1), 0.0f);
   for (const auto& info : state_info_)
     for (std::size_t i = 0; i < info.count; ++i)
       state[info.offset + i] = info.init == Init::ones ? 1.0f : 0.0f;
-  backend_.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
+  be.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
+}
+
+float* Model::act(int tensor, const float* x) const {
+  if (tensor == 0) return const_cast<float*>(x);  // the network input is read only
+  return slots_[plan_->act_slot[static_cast<std::size_t>(tensor)]].data();
 }
 
 void Model::run_forward(Stack& s, const float* x, const StepContext& ctx) {
-  const float* in = x;
+  std::vector<const float*> in;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    in.clear();
+    for (int t : inputs_[i]) in.push_back(act(t, x));
     StepContext lc = ctx;
     lc.seed = mix_seed(ctx.seed, i);
-    s.layers[i]->forward(in, acts_[i + 1].data(), lc);
-    in = acts_[i + 1].data();
+    s.layers[i]->forward(in, act(static_cast<int>(i) + 1, x), lc);
   }
 }
 
 void Model::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                        std::uint64_t step_seed, float* stats) {
+  Backend& be = backend();
   if (n == 0) {
-    backend_.fill(grads_.data(), 0.0f, param_count_);
+    be.fill(grads_.data(), 0.0f, param_count_);
     return;
   }
   Stack& s = stack_for(n);
   run_forward(s, x, StepContext{true, step_seed});
   const std::size_t L = s.layers.size();
-  s.loss->forward_backward(acts_[L].data(), labels, n, grad_scale, dacts_[L].data(), stats);
+  auto grad = [&](std::size_t slot) { return slots_[slot].data(); };
+  s.loss->forward_backward(act(static_cast<int>(L), x), labels, n, grad_scale,
+                           grad(plan_->grad_slot[L]), stats);
+  std::vector<const float*> in;
+  std::vector<float*> din;
   for (std::size_t i = L; i-- > 0;) {
-    const float* in = i == 0 ? x : acts_[i].data();
-    float* din = i == 0 ? nullptr : dacts_[i].data();
-    s.layers[i]->backward(in, acts_[i + 1].data(), dacts_[i + 1].data(), din);
+    const PlanStep& step = plan_->backward[i];
+    in.clear();
+    din.clear();
+    for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
+      in.push_back(act(inputs_[i][k], x));
+      din.push_back(step.dx_slot[k] == kNoSlot ? nullptr : grad(step.dx_slot[k]));
+    }
+    const auto y = static_cast<int>(i) + 1;
+    s.layers[i]->backward(in, act(y, x), grad(plan_->grad_slot[static_cast<std::size_t>(y)]), din);
+    for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
+      if (!step.accumulate[k]) continue;
+      const auto t = static_cast<std::size_t>(inputs_[i][k]);
+      const std::size_t count = s.layers[i]->input_shapes()[k].count();
+      be.add(grad(plan_->grad_slot[t]), din[k], count);
+    }
   }
 }
 
@@ -164,16 +260,28 @@ void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* s
   if (n == 0) return;
   Stack& s = stack_for(n);
   run_forward(s, x, StepContext{false, 0});
-  s.loss->forward_backward(acts_[s.layers.size()].data(), labels, n, 0.0f, nullptr, stats);
+  s.loss->forward_backward(act(static_cast<int>(s.layers.size()), x), labels, n, 0.0f, nullptr,
+                           stats);
 }
+
+namespace {
+/// " input=3,7" (layer numbers, 1-based; 0 = data) when the inputs are not just the previous layer.
+std::string wiring(const std::vector<int>& in, std::size_t i) {
+  if (in.size() == 1 && in[0] == static_cast<int>(i)) return "";
+  std::string s = " input=";
+  for (std::size_t k = 0; k < in.size(); ++k) s += (k ? "," : "") + std::to_string(in[k]);
+  return s;
+}
+}  // namespace
 
 std::string Model::signature() const {
   std::ostringstream os;
   os << "input " << sample_.str() << " classes " << num_classes_ << "\n";
   const Stack& s = *stacks_.at(max_batch_);
   std::size_t pi = 0, si = 0;
-  for (const auto& l : s.layers) {
-    os << l->describe();
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const auto& l = s.layers[i];
+    os << l->describe() << wiring(inputs_[i], i);
     for (std::size_t k = 0; k < l->param_defs().size(); ++k, ++pi)
       os << " " << params_info_[pi].name << ":" << params_info_[pi].shape.str();
     for (std::size_t k = 0; k < l->state_defs().size(); ++k, ++si)
@@ -188,16 +296,31 @@ std::string Model::summary() const {
   const Stack& s = *stacks_.at(max_batch_);
   os << "# model: input 1x" << sample_.c << "x" << sample_.h << "x" << sample_.w << ", "
      << num_classes_ << " classes, " << param_count_ << " parameters ("
-     << param_count_ * 4 / 1024.0 << " KiB)\n";
+     << param_count_ * 4 / 1024.0 << " KiB), " << s.layers.size() << " layers\n";
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const Shape o = s.layers[i]->output_shape();
     std::size_t np = 0;
     for (const auto& d : s.layers[i]->param_defs()) np += d.shape.count();
-    char line[200];
-    std::snprintf(line, sizeof line, "#  %2zu  %-44s -> %-14s %8zu params\n", i,
-                  s.layers[i]->describe().c_str(), o.with_n(1).str().c_str(), np);
+    std::string name = specs_[i].name.empty() ? "" : specs_[i].name;
+    std::string from;
+    if (!wiring(inputs_[i], i).empty()) {
+      for (int t : inputs_[i]) {
+        const std::string& n = t == 0 ? std::string(kInputName) : specs_[t - 1].name;
+        from += (from.empty() ? "  <- " : ",") + (n.empty() ? "#" + std::to_string(t) : n);
+      }
+    }
+    char line[400];
+    std::snprintf(line, sizeof line, "#  %3zu %-14s %-48s -> %-14s %9zu params%s\n", i + 1,
+                  name.c_str(), s.layers[i]->describe().c_str(), o.with_n(1).str().c_str(), np,
+                  from.c_str());
     os << line;
   }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "# peak activation memory (training, batch %d): %.2f MiB in %zu shared buffers\n",
+                max_batch_, static_cast<double>(activation_bytes_) / (1 << 20),
+                plan_->slot_floats.size());
+  os << line;
   return os.str();
 }
 

@@ -152,8 +152,7 @@ int run_training(const Config& c) {
                       (cluster->is_ps() ? "ps " : "worker ") +
                       std::to_string(cluster->me().index) + " " + cluster->me().host);
     plan = make_plan(c, cluster->num_workers());
-    auto cpu = make_cpu_backend();
-    Model layout(*cpu, c.layers, plan.train.sample, plan.train.num_classes, 1);
+    const Model layout(c.layers, plan.train.sample, plan.train.num_classes, plan.batch);
     param_count = layout.param_count();
     signature = layout.signature();
     model_report = layout.summary();

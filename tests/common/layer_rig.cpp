@@ -41,9 +41,15 @@ std::vector<float> to_host(Backend& be, const float* p, std::size_t n) {
 
 LayerRig::LayerRig(Backend& be, const std::string& line, const Shape& input, int num_classes,
                    std::uint64_t seed)
-    : be_(be), layer_(make_layer(parse_layer_spec(line), input, num_classes, be)) {
-  x_ = to_device(be, uniform_values(input.count(), seed, -1.0f, 1.0f));
-  dx_ = DeviceBuffer<float>(be, input.count());
+    : LayerRig(be, line, std::vector<Shape>{input}, num_classes, seed) {}
+
+LayerRig::LayerRig(Backend& be, const std::string& line, const std::vector<Shape>& inputs,
+                   int num_classes, std::uint64_t seed)
+    : be_(be), layer_(make_layer(parse_layer_spec(line), inputs, num_classes, &be)) {
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    xs_.push_back(to_device(be, uniform_values(inputs[k].count(), seed + 7919 * k, -1.0f, 1.0f)));
+    dxs_.emplace_back(be, inputs[k].count());
+  }
   y_ = DeviceBuffer<float>(be, layer_->output_shape().count());
   dy_ = DeviceBuffer<float>(be, layer_->output_shape().count());
   std::vector<float*> p, g, s;
@@ -63,11 +69,13 @@ LayerRig::LayerRig(Backend& be, const std::string& line, const Shape& input, int
   layer_->bind(p, g, s);
 }
 
-void LayerRig::set_input(const std::vector<float>& x) {
-  EXPECT_EQ(x.size(), x_.size());
-  be_.copy_to_device(x_.data(), x.data(), x_.bytes());
+void LayerRig::set_input(std::size_t k, const std::vector<float>& x) {
+  EXPECT_EQ(x.size(), xs_.at(k).size());
+  be_.copy_to_device(xs_.at(k).data(), x.data(), xs_.at(k).bytes());
 }
-std::vector<float> LayerRig::input() const { return to_host(be_, x_.data(), x_.size()); }
+std::vector<float> LayerRig::input(std::size_t k) const {
+  return to_host(be_, xs_.at(k).data(), xs_.at(k).size());
+}
 
 void LayerRig::set_param(std::size_t i, const std::vector<float>& v) {
   EXPECT_EQ(v.size(), params_.at(i).size());
@@ -88,7 +96,8 @@ std::vector<float> LayerRig::state(std::size_t i) const {
 }
 
 float* LayerRig::target(std::size_t i) const {
-  return i == npos ? x_.data() : params_.at(i).data();
+  if (i > npos - xs_.size()) return xs_.at(npos - i).data();
+  return params_.at(i).data();
 }
 void LayerRig::set_element(std::size_t i, std::size_t k, float v) {
   be_.copy_to_device(target(i) + k, &v, sizeof(float));
@@ -101,15 +110,27 @@ std::vector<float> LayerRig::forward(bool training, std::uint64_t seed) {
   StepContext ctx;
   ctx.training = training;
   ctx.seed = seed;
-  layer_->forward(x_.data(), y_.data(), ctx);
+  std::vector<const float*> x;
+  for (const auto& b : xs_) x.push_back(b.data());
+  layer_->forward(x, y_.data(), ctx);
   return to_host(be_, y_.data(), y_.size());
 }
 
 std::vector<float> LayerRig::backward(const std::vector<float>& dy) {
   EXPECT_EQ(dy.size(), dy_.size());
   be_.copy_to_device(dy_.data(), dy.data(), dy_.bytes());
-  layer_->backward(x_.data(), y_.data(), dy_.data(), dx_.data());
-  return to_host(be_, dx_.data(), dx_.size());
+  std::vector<const float*> x;
+  std::vector<float*> dx;
+  for (std::size_t k = 0; k < xs_.size(); ++k) {
+    x.push_back(xs_[k].data());
+    dx.push_back(dxs_[k].data());
+  }
+  layer_->backward(x, y_.data(), dy_.data(), dx);
+  return input_grad(0);
+}
+
+std::vector<float> LayerRig::input_grad(std::size_t k) const {
+  return to_host(be_, dxs_.at(k).data(), dxs_.at(k).size());
 }
 
 bool close_enough(double analytic, double numeric, double atol, double rtol) {
@@ -168,6 +189,9 @@ std::size_t check_layer_gradients(LayerRig& rig, const GradCheckOptions& opt) {
   for (std::size_t i = 0; i < rig.num_params(); ++i) grads.push_back(rig.grad(i));
 
   std::size_t checked = check_tensor(rig, LayerRig::npos, dx, r, opt, "x");
+  for (std::size_t k = 1; k < rig.num_inputs(); ++k)
+    checked += check_tensor(rig, LayerRig::input_id(k), rig.input_grad(k), r, opt,
+                            "x" + std::to_string(k));
   const auto defs = rig.layer().param_defs();
   for (std::size_t i = 0; i < rig.num_params(); ++i) {
     checked += check_tensor(rig, i, grads[i], r, opt, defs[i].name);

@@ -24,38 +24,48 @@ DeviceBuffer<float> to_device(Backend& be, const std::vector<float>& host);
 std::vector<float> to_host(Backend& be, const float* p, std::size_t n);
 
 /// One layer built by make_layer with every buffer it needs. Parameters start random
-/// (U(-1,1); Init::ones tensors U(0.5,1.5)); state starts at its Init (0 or 1); input is U(-1,1).
+/// (U(-1,1); Init::ones tensors U(0.5,1.5)); state starts at its Init (0 or 1); inputs are U(-1,1).
+/// Layers with several inputs (add, concat) take one shape per input.
 class LayerRig {
  public:
   LayerRig(Backend& be, const std::string& line, const Shape& input, int num_classes = 10,
            std::uint64_t seed = 1);
+  LayerRig(Backend& be, const std::string& line, const std::vector<Shape>& inputs,
+           int num_classes = 10, std::uint64_t seed = 1);
 
   [[nodiscard]] Layer& layer() const { return *layer_; }
   [[nodiscard]] std::size_t num_params() const { return params_.size(); }
+  [[nodiscard]] std::size_t num_inputs() const { return xs_.size(); }
 
-  void set_input(const std::vector<float>& x);
-  [[nodiscard]] std::vector<float> input() const;
+  /// Input 0 (or input k).
+  void set_input(const std::vector<float>& x) { set_input(0, x); }
+  void set_input(std::size_t k, const std::vector<float>& x);
+  [[nodiscard]] std::vector<float> input(std::size_t k = 0) const;
   void set_param(std::size_t i, const std::vector<float>& v);
   [[nodiscard]] std::vector<float> param(std::size_t i) const;
   [[nodiscard]] std::vector<float> grad(std::size_t i) const;
   void set_state(std::size_t i, const std::vector<float>& v);
   [[nodiscard]] std::vector<float> state(std::size_t i) const;
-  /// Sets element `k` of parameter `i` (i == npos: of the input).
+  /// Sets element `k` of parameter `i` (i == input_id(j): of input j; npos is input 0).
   void set_element(std::size_t i, std::size_t k, float v);
   [[nodiscard]] float element(std::size_t i, std::size_t k) const;
 
   /// Runs forward and returns y.
   std::vector<float> forward(bool training = true, std::uint64_t seed = 0);
-  /// Runs backward with dy (after forward) and returns dx; grad(i) holds the parameter grads.
+  /// Runs backward with dy (after forward) and returns dx of input 0; input_grad(k) returns
+  /// input k's; grad(i) holds the parameter grads.
   std::vector<float> backward(const std::vector<float>& dy);
+  [[nodiscard]] std::vector<float> input_grad(std::size_t k) const;
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  static constexpr std::size_t input_id(std::size_t k) { return npos - k; }
 
  private:
   float* target(std::size_t i) const;
   Backend& be_;
   std::unique_ptr<Layer> layer_;
-  DeviceBuffer<float> x_, y_, dy_, dx_;
+  std::vector<DeviceBuffer<float>> xs_, dxs_;
+  DeviceBuffer<float> y_, dy_;
   std::vector<DeviceBuffer<float>> params_, grads_, state_;
 };
 

@@ -13,7 +13,7 @@ namespace {
 class LayerParse : public ::testing::Test {
  protected:
   std::unique_ptr<Layer> make(const std::string& line, const Shape& in, int classes = 10) {
-    return make_layer(parse_layer_spec(line), in, classes, *be_);
+    return make_layer(parse_layer_spec(line), {in}, classes, be_.get());
   }
   /// Expects make(line) (or parsing) to throw InputError whose message contains every needle.
   void expect_error(const std::string& line, const Shape& in,
@@ -175,7 +175,7 @@ TEST_F(LayerParse, PoolKernelLargerThanInput) {
 
 TEST_F(LayerParse, DenseWithoutClassesOrUnits) {
   try {
-    (void)make_layer(parse_layer_spec("dense"), Shape{2, 3, 1, 1}, 0, *be_);
+    (void)make_layer(parse_layer_spec("dense"), {Shape{2, 3, 1, 1}}, 0, be_.get());
     ADD_FAILURE() << "no InputError";
   } catch (const InputError& e) {
     const std::string msg = e.what();

@@ -26,14 +26,32 @@ namespace dtrain {
 
 enum class Device { cpu, cuda };
 
+/// A pair of sizes along height and width (kernel, stride or padding of a 2-D window). Built from
+/// one int for a square window (`Hw(3)` is 3×3), or from two (`Hw{1, 7}` is 1 high, 7 wide).
+struct Hw {
+  int h = 1;
+  int w = 1;
+  Hw() = default;
+  Hw(int both) : h(both), w(both) {}  // NOLINT(google-explicit-constructor): square by default
+  Hw(int h_, int w_) : h(h_), w(w_) {}
+  [[nodiscard]] bool square() const { return h == w; }
+  /// "3" when square, else "1x7" (the job-file syntax).
+  [[nodiscard]] std::string str() const {
+    return square() ? std::to_string(h) : std::to_string(h) + "x" + std::to_string(w);
+  }
+  friend bool operator==(const Hw&, const Hw&) = default;
+};
+
 /// 2-D convolution y = conv(x, w) + b, cross-correlation as in cuDNN/oneDNN/PyTorch.
-/// x: N×C×H×W, w: K×C×R×S, b: K, y: N×K×P×Q with P = (H + 2·pad − R)/stride + 1.
+/// x: N×C×H×W, w: K×C×R×S, b: K (absent when !bias), y: N×K×P×Q with
+/// P = (H + 2·pad.h − R)/stride.h + 1, Q = (W + 2·pad.w − S)/stride.w + 1.
 struct ConvDesc {
   Shape input;           ///< N×C×H×W
   int out_channels = 0;  ///< K
-  int kernel = 3;        ///< R = S
-  int stride = 1;
-  int pad = 0;
+  Hw kernel{3};          ///< R×S
+  Hw stride{1};
+  Hw pad{0};             ///< zero padding on both sides of each axis
+  bool bias = true;      ///< false: y = conv(x, w) (the b pointers are ignored and may be null)
   /// Output shape; throws InputError when the kernel does not fit the (padded) input.
   [[nodiscard]] Shape output() const;
 };
@@ -41,22 +59,24 @@ struct ConvDesc {
 class ConvOp {
  public:
   virtual ~ConvOp() = default;
-  /// y = conv(x, w) + b.
+  /// y = conv(x, w) + b (b ignored without bias).
   virtual void forward(const float* x, const float* w, const float* b, float* y) = 0;
-  /// dx = conv_bwd_data(dy, w) (skipped when dx == nullptr), dw = conv_bwd_filter(x, dy), db = Σ dy.
+  /// dx = conv_bwd_data(dy, w) (skipped when dx == nullptr), dw = conv_bwd_filter(x, dy),
+  /// db = Σ dy over N, P, Q (skipped without bias).
   virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                         float* db) = 0;
 };
 
 enum class PoolKind { max, avg };
 
-/// 2-D pooling, square window; avg excludes padding (as PyTorch's count_include_pad=False).
+/// 2-D pooling; avg excludes padding (as PyTorch's count_include_pad=False). Global average
+/// pooling is avg with kernel = H×W, stride 1, pad 0.
 struct PoolDesc {
   Shape input;  ///< N×C×H×W
   PoolKind kind = PoolKind::max;
-  int kernel = 2;
-  int stride = 2;
-  int pad = 0;
+  Hw kernel{2};
+  Hw stride{2};
+  Hw pad{0};
   /// N×C×P×Q; throws InputError when the window does not fit.
   [[nodiscard]] Shape output() const;
 };
@@ -75,9 +95,10 @@ enum class ActKind { relu, sigmoid };
 class ActivationOp {
  public:
   virtual ~ActivationOp() = default;
-  /// y = f(x), elementwise over shape.count() elements (x == y allowed).
+  /// y = f(x), elementwise over shape.count() elements (x == y allowed: in place).
   virtual void forward(const float* x, float* y) = 0;
-  /// dx = f'(x) · dy; uses x for relu and y for sigmoid.
+  /// dx = f'(x) · dy, computed from y alone (relu: y > 0; sigmoid: y·(1 − y)), so that the
+  /// forward may have run in place; x is unused and may equal y.
   virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
 };
 
@@ -176,6 +197,13 @@ class Backend {
   virtual void fill(float* p, float value, std::size_t n) = 0;
   /// p[i] *= alpha for i < n.
   virtual void scale(float* p, float alpha, std::size_t n) = 0;
+  /// y[i] += x[i] for i < n (x == y allowed). Residual sums and gradient accumulation.
+  virtual void add(float* y, const float* x, std::size_t n) = 0;
+  /// Strided block copy: for r < rows, copies `width` floats from src + r·src_stride to
+  /// dst + r·dst_stride (strides in floats; blocks must not overlap). Channel concatenation and
+  /// zero-padding of N×C×H×W tensors: one row per sample (cudaMemcpy2DAsync on CUDA).
+  virtual void copy_2d(float* dst, std::size_t dst_stride, const float* src,
+                       std::size_t src_stride, std::size_t width, std::size_t rows) = 0;
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.

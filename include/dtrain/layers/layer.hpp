@@ -1,22 +1,28 @@
 // dtrain/layers/layer.hpp — the layer interface and the job-file layer syntax.
 //
-// A job file lists layers one per `layer =` line, e.g.
-//   layer = conv filters=32 kernel=3 stride=1 pad=1
+// A job file lists layers one per `layer =` line, in order; together they form a directed acyclic
+// graph. Each line is `TYPE key=value ...`, e.g.
+//   layer = conv filters=64 kernel=3 pad=1 bias=false name=c1
 //   layer = batchnorm
-//   layer = relu
-//   layer = maxpool kernel=2 stride=2
-//   layer = flatten
-//   layer = dense units=128
-//   layer = dropout rate=0.3
-//   layer = dense            (units defaults to the dataset's number of classes)
-// Types: conv, maxpool, avgpool, relu, sigmoid, batchnorm, dropout, flatten, dense. The softmax
-// cross-entropy loss always follows the last layer, whose output must be N×classes×1×1.
-// A layer is built for one batch size N; the model keeps one layer stack per batch size it meets.
+//   layer = relu name=r1
+//   layer = conv filters=64 kernel=1x7 pad=0x3 input=r1
+//   layer = add input=r1,c2
+// Two keys every layer accepts:
+//   name=NAME     names the layer's output (letters, digits, '_', '-', '.'; unique; `data` is the
+//                 network input and reserved),
+//   input=A[,B..] takes the outputs of earlier named layers (or `data`); default: the previous
+//                 line's layer (the first line: `data`).
+// Types: conv, maxpool, avgpool, globalavgpool, relu, sigmoid, batchnorm, dropout, flatten, dense
+// (one input each) and add, concat (two or more inputs) and zeropad. Window sizes (kernel, stride,
+// pad) are `K` (square) or `HxW`. The softmax cross-entropy loss follows the last line, whose
+// output must be N×classes×1×1; every other layer's output must be used by a later layer.
+// A layer is built for one batch size N; the model keeps one set of layers per batch size it meets.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,14 +31,20 @@
 
 namespace dtrain {
 
-/// One parsed `layer =` line: type plus key=value arguments.
+/// One parsed `layer =` line: type, graph keys and the type's key=value arguments.
 struct LayerSpec {
   std::string type;
-  std::map<std::string, std::string> args;
+  std::map<std::string, std::string> args;  ///< the type's arguments (not name= / input=)
+  std::string name;                         ///< name=, or empty
+  std::vector<std::string> inputs;          ///< input=, or empty (the previous layer)
   std::string text;  ///< the original line, for error messages
 };
 
-/// Parses "conv filters=32 kernel=3". Throws InputError naming the text on bad syntax.
+/// The network input's name in `input=` lists.
+inline constexpr const char* kInputName = "data";
+
+/// Parses "conv filters=32 kernel=3 name=c1 input=data". Throws InputError naming the text on
+/// bad syntax, a bad or reserved name, or an empty input list.
 LayerSpec parse_layer_spec(const std::string& text);
 
 /// How a parameter tensor is initialised (deterministically from the run seed).
@@ -56,13 +68,29 @@ struct StepContext {
   std::uint64_t seed = 0;  ///< dropout key for this step (the model mixes in the layer index)
 };
 
+/// Input tensors of a layer (device pointers, one per input, in input= order) and their
+/// gradients (entries may be nullptr: that input needs no gradient, e.g. the network input).
+using LayerInputs = std::span<const float* const>;
+using LayerInputGrads = std::span<float* const>;
+
+/// What a layer's backward reads besides dy; the model keeps exactly these tensors alive until
+/// the layer's backward and may run a layer in place (y in x's buffer) when it allows it.
+struct BackwardNeeds {
+  bool input = true;      ///< reads x
+  bool output = false;    ///< reads y
+  bool in_place = false;  ///< forward may write y over x (same shape, x read only elementwise)
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
   /// Layer type as written in the job file ("conv", "dense", ...).
   [[nodiscard]] virtual std::string type() const = 0;
-  [[nodiscard]] virtual Shape input_shape() const = 0;
+  /// Input shapes, in input= order (one for most layers).
+  [[nodiscard]] virtual std::vector<Shape> input_shapes() const = 0;
+  [[nodiscard]] Shape input_shape() const { return input_shapes().front(); }
   [[nodiscard]] virtual Shape output_shape() const = 0;
+  [[nodiscard]] virtual BackwardNeeds needs() const { return {}; }
   /// Trainable tensors, in a fixed order.
   [[nodiscard]] virtual std::vector<ParamDef> param_defs() const { return {}; }
   /// Non-trainable state saved in checkpoints (batchnorm running statistics).
@@ -74,18 +102,22 @@ class Layer {
     (void)grads;
     (void)state;
   }
-  /// y = layer(x); x: input_shape(), y: output_shape() (device pointers, distinct buffers).
-  virtual void forward(const float* x, float* y, const StepContext& ctx) = 0;
-  /// dx (may be nullptr for the first layer) and parameter gradients (overwritten) from dy.
-  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+  /// y = layer(x...); x[i]: input_shapes()[i], y: output_shape() (device pointers; y == x[0] only
+  /// when needs().in_place).
+  virtual void forward(LayerInputs x, float* y, const StepContext& ctx) = 0;
+  /// dx[i] (overwritten; skipped where nullptr) and parameter gradients (overwritten) from dy.
+  /// x and y hold what forward() saw, as far as needs() asks for them.
+  virtual void backward(LayerInputs x, const float* y, const float* dy, LayerInputGrads dx) = 0;
   /// Short description with arguments, e.g. "conv(filters=32,kernel=3,stride=1,pad=1)".
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
-/// Builds the layer for `spec` on input shape `input` (N×C×H×W), with ops from `backend`.
-/// `num_classes` is the default `units` of a dense layer without one. Throws InputError for an
-/// unknown type, an unknown or bad argument, or a shape that does not fit (names spec.text).
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& input, int num_classes,
-                                  Backend& backend);
+/// Builds the layer for `spec` on input shapes `inputs` (N×C×H×W each, input= order), with ops
+/// from `backend`; backend == nullptr builds shapes and parameter definitions only (no ops: such
+/// a layer must not run). `num_classes` is the default `units` of a dense layer without one.
+/// Throws InputError naming spec.text for an unknown type, an unknown or bad argument, a wrong
+/// number of inputs, or shapes that do not fit.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const std::vector<Shape>& inputs,
+                                  int num_classes, Backend* backend);
 
 }  // namespace dtrain

@@ -1,10 +1,20 @@
-// dtrain/model/model.hpp — a sequential network built from a job file's layer list, with every
-// parameter, gradient and state tensor a view into one flat device buffer (so sharding over ps
-// ranks, allreduce and checkpoints work on plain float ranges; see docs/design.md).
+// dtrain/model/model.hpp — a network built from a job file's layer lines: a directed acyclic graph
+// of layers (each line may name itself and take inputs from earlier lines; see layers/layer.hpp),
+// with every parameter, gradient and state tensor a view into one flat device buffer (so sharding
+// over ps ranks, allreduce and checkpoints work on plain float ranges; see docs/design.md).
 //
-// Followed by softmax cross-entropy. One layer stack is built per batch size met (the training
-// batch, a last partial batch, the evaluation batch), each sharing the same flat buffers; ops of a
-// stack are created once and reused every step.
+// Followed by softmax cross-entropy on the last layer's output. Layers run in line order (a
+// topological order, since inputs must come from earlier lines). Backward visits them in reverse
+// and sums the gradients of an output that feeds several layers.
+//
+// Activation memory is planned once, for the largest batch: every activation and activation
+// gradient lives in one of a few shared slots, held only from the op that writes it to the last op
+// that reads it (forward, or backward where the consumer's backward needs it, Layer::needs()), and
+// relu/sigmoid/dropout/flatten run in place over an input nobody else reads — as torch.nn's
+// inplace=True does. summary() prints the planned peak activation bytes.
+//
+// One set of layers (ops built for its shapes) is made per batch size met (the training batch, a
+// last partial batch, the evaluation batch); all share the flat buffers and the activation slots.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +27,8 @@
 #include "dtrain/layers/layer.hpp"
 
 namespace dtrain {
+
+struct MemoryPlan;  // src/model/memory_plan.hpp
 
 /// Where one tensor lives in a flat buffer.
 struct TensorInfo {
@@ -31,9 +43,15 @@ struct TensorInfo {
 class Model {
  public:
   /// Builds the network. `sample` is 1×C×H×W from the dataset, `max_batch` the largest batch
-  /// that will be passed. Throws InputError naming the layer line on any bad layer.
+  /// that will be passed. Throws InputError naming the layer line on any bad layer or graph
+  /// (unknown or later input, duplicate name, shapes that do not fit, an unused output).
   Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
         int num_classes, int max_batch);
+  /// Layout only: the same checks, parameter/state tables, signature and summary, but no backend,
+  /// no ops and no memory (for ranks that only need the layout, e.g. parameter servers).
+  /// `max_batch` sizes the activation plan that summary() reports.
+  Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
+        int max_batch = 1);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -42,10 +60,13 @@ class Model {
   [[nodiscard]] const std::vector<TensorInfo>& state_tensors() const { return state_info_; }
   [[nodiscard]] std::size_t param_count() const { return param_count_; }
   [[nodiscard]] std::size_t state_count() const { return state_count_; }
-  /// Flat device buffers (param_count() / param_count() / state_count() floats).
+  /// Flat device buffers (param_count() / param_count() / state_count() floats); nullptr for a
+  /// layout-only model.
   [[nodiscard]] float* params() const { return params_.data(); }
   [[nodiscard]] float* grads() const { return grads_.data(); }
   [[nodiscard]] float* state() const { return state_.data(); }
+  /// Planned activation + activation-gradient memory for training at max_batch (bytes).
+  [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
 
   /// Writes initial parameters (He-normal weights, zero biases, γ = 1, β = 0) and state
   /// (running mean 0, running var 1), deterministically from `seed`.
@@ -60,32 +81,40 @@ class Model {
   /// Inference forward on n samples; adds Σ loss and #correct to stats[0..1] (device floats).
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
 
-  /// Identifies the architecture: one line per layer with its description and tensor shapes.
-  /// Two models accept each other's checkpoints iff their signatures are equal.
+  /// Identifies the architecture: one line per layer with its description, its inputs when they
+  /// are not the previous layer, and its tensor shapes. Two models accept each other's
+  /// checkpoints iff their signatures are equal.
   [[nodiscard]] std::string signature() const;
-  /// Human-readable table: layer, output shape, parameters.
+  /// Human-readable table: layer, inputs, output shape, parameters; peak activation bytes.
   [[nodiscard]] std::string summary() const;
   [[nodiscard]] const Shape& sample_shape() const { return sample_; }
   [[nodiscard]] int num_classes() const { return num_classes_; }
   [[nodiscard]] int max_batch() const { return max_batch_; }
-  [[nodiscard]] Backend& backend() const { return backend_; }
+  /// The backend; throws for a layout-only model.
+  [[nodiscard]] Backend& backend() const;
 
  private:
   struct Stack;
+  Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
+        int num_classes, int max_batch);
+  void build_graph(const std::vector<std::string>& layer_lines);
   Stack& stack_for(int n);
+  std::unique_ptr<Stack> make_stack(int n, Backend* be);
   void bind(Stack& s);
   void run_forward(Stack& s, const float* x, const StepContext& ctx);
+  [[nodiscard]] float* act(int tensor, const float* x) const;
 
-  Backend& backend_;
+  Backend* backend_;
   std::vector<LayerSpec> specs_;
+  std::vector<std::vector<int>> inputs_;  ///< per layer: tensor ids (0 = data, i+1 = layer i)
   Shape sample_;
   int num_classes_;
   int max_batch_;
   std::vector<TensorInfo> params_info_, state_info_;
-  std::size_t param_count_ = 0, state_count_ = 0;
+  std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
   DeviceBuffer<float> params_, grads_, state_;
-  std::vector<DeviceBuffer<float>> acts_;  // activations, sized for max_batch
-  std::vector<DeviceBuffer<float>> dacts_;  // their gradients
+  std::unique_ptr<MemoryPlan> plan_;
+  std::vector<DeviceBuffer<float>> slots_;  ///< activation memory, shared by every stack
   std::map<int, std::unique_ptr<Stack>> stacks_;
 };
 

@@ -1,6 +1,6 @@
 // src/dnn/cuda/conv_op.cpp — 2-D convolution on cuDNN (legacy API of cudnn_cnn.h, cuDNN 9):
-// cudnnConvolutionForward + cudnnAddTensor (bias), cudnnConvolutionBackwardData / BackwardFilter /
-// BackwardBias. Algorithms are chosen once per shape in the constructor with the
+// cudnnConvolutionForward + cudnnAddTensor (bias, unless bias=false), cudnnConvolutionBackwardData /
+// BackwardFilter / BackwardBias; kernel, stride and padding per axis (1×7, 7×1 for Inception). Algorithms are chosen once per shape in the constructor with the
 // cudnnGet*Algorithm_v7 heuristics (no benchmarking cost): the first ranked algorithm that is
 // deterministic (bit-reproducible runs), uses no tensor-op (TF32) math (parity with the fp32 CPU
 // backend) and fits kConvWorkspaceLimit; failing that, any fitting one. One workspace buffer per
@@ -41,8 +41,9 @@ class CudaConvOp final : public ConvOp {
     x_desc_ = TensorDesc::nchw(in.n, in.c, in.h, in.w);
     y_desc_ = TensorDesc::nchw(out.n, out.c, out.h, out.w);
     b_desc_ = TensorDesc::nchw(1, d.out_channels, 1, 1);
-    w_desc_ = FilterDesc::kcrs(d.out_channels, in.c, d.kernel, d.kernel);
-    conv_desc_ = ConvolutionDesc::create(d.pad, d.stride);
+    w_desc_ = FilterDesc::kcrs(d.out_channels, in.c, d.kernel.h, d.kernel.w);
+    conv_desc_ = ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w);
+    bias_ = d.bias;
 
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(
@@ -51,7 +52,8 @@ class CudaConvOp final : public ConvOp {
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
 
     const std::string shape =
-        in.str() + " k=" + std::to_string(d.kernel) + " filters=" + std::to_string(d.out_channels);
+        in.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() + " p=" + d.pad.str() +
+        " filters=" + std::to_string(d.out_channels);
     cudnnHandle_t handle = be.cudnn();
     {
       int max = 0, got = 0;
@@ -93,7 +95,7 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, w, conv_desc_,
                                            fwd_algo_, workspace_.get(), workspace_bytes_, &zero,
                                            y_desc_, y));
-    DT_CHECK_CUDNN(cudnnAddTensor(be_.cudnn(), &one, b_desc_, b, &one, y_desc_, y));
+    if (bias_) DT_CHECK_CUDNN(cudnnAddTensor(be_.cudnn(), &one, b_desc_, b, &one, y_desc_, y));
   }
 
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
@@ -106,8 +108,9 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(be_.cudnn(), &one, x_desc_, x, y_desc_, dy,
                                                   conv_desc_, bwd_filter_algo_, workspace_.get(),
                                                   workspace_bytes_, &zero, w_desc_, dw));
-    DT_CHECK_CUDNN(
-        cudnnConvolutionBackwardBias(be_.cudnn(), &one, y_desc_, dy, &zero, b_desc_, db));
+    if (bias_)
+      DT_CHECK_CUDNN(
+          cudnnConvolutionBackwardBias(be_.cudnn(), &one, y_desc_, dy, &zero, b_desc_, db));
   }
 
  private:
@@ -120,6 +123,7 @@ class CudaConvOp final : public ConvOp {
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
   std::size_t workspace_bytes_ = 0;
   DeviceMemory workspace_;
+  bool bias_ = true;
 };
 
 }  // namespace

@@ -128,6 +128,15 @@ void CudaBackend::scale(float* p, float alpha, std::size_t n) {
   launch_scale(stream_, p, alpha, n);
 }
 
+void CudaBackend::add(float* y, const float* x, std::size_t n) { launch_add(stream_, y, x, n); }
+
+void CudaBackend::copy_2d(float* dst, std::size_t dst_stride, const float* src,
+                          std::size_t src_stride, std::size_t width, std::size_t rows) {
+  if (width == 0 || rows == 0) return;
+  DT_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
+                                  width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+}
+
 bool CudaBackend::all_finite(const float* p, std::size_t n) {
   if (n == 0) return true;
   DT_CHECK_CUDA(cudaMemsetAsync(flag_.get(), 0, sizeof(int), stream_));

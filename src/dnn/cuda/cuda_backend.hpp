@@ -45,6 +45,9 @@ class CudaBackend final : public Backend {
   void copy_device(void* dst, const void* src, std::size_t bytes) override;
   void fill(float* p, float value, std::size_t n) override;
   void scale(float* p, float alpha, std::size_t n) override;
+  void add(float* y, const float* x, std::size_t n) override;
+  void copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+               std::size_t width, std::size_t rows) override;
   bool all_finite(const float* p, std::size_t n) override;
   void synchronize() override;
 

@@ -157,16 +157,16 @@ class FilterDesc : public UniqueHandle<cudnnFilterDescriptor_t, FilterDescTraits
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };
 
-/// cudnnConvolutionDescriptor_t: 2-D cross-correlation, fp32 compute, symmetric pad/stride,
-/// CUDNN_DEFAULT_MATH (no TF32, so results match the fp32 CPU backend).
+/// cudnnConvolutionDescriptor_t: 2-D cross-correlation, fp32 compute, pad/stride per axis
+/// (height, width), CUDNN_FMA_MATH (no TF32, so results match the fp32 CPU backend).
 class ConvolutionDesc : public UniqueHandle<cudnnConvolutionDescriptor_t, ConvDescTraits> {
  public:
   ConvolutionDesc() = default;
-  static ConvolutionDesc create(int pad, int stride) {
+  static ConvolutionDesc create(int pad_h, int pad_w, int stride_h, int stride_w) {
     cudnnConvolutionDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
     ConvolutionDesc owner(d);
-    DT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, pad, pad, stride, stride, 1, 1,
+    DT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, pad_h, pad_w, stride_h, stride_w, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DT_CHECK_CUDNN(cudnnSetConvolutionMathType(d, CUDNN_FMA_MATH));
     return owner;
@@ -175,16 +175,17 @@ class ConvolutionDesc : public UniqueHandle<cudnnConvolutionDescriptor_t, ConvDe
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };
 
-/// cudnnPoolingDescriptor_t with a square window.
+/// cudnnPoolingDescriptor_t; window, pad and stride per axis (height, width).
 class PoolingDesc : public UniqueHandle<cudnnPoolingDescriptor_t, PoolDescTraits> {
  public:
   PoolingDesc() = default;
-  static PoolingDesc create(cudnnPoolingMode_t mode, int kernel, int pad, int stride) {
+  static PoolingDesc create(cudnnPoolingMode_t mode, int kernel_h, int kernel_w, int pad_h,
+                            int pad_w, int stride_h, int stride_w) {
     cudnnPoolingDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreatePoolingDescriptor(&d));
     PoolingDesc owner(d);
-    DT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, kernel, kernel,
-                                               pad, pad, stride, stride));
+    DT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, kernel_h,
+                                               kernel_w, pad_h, pad_w, stride_h, stride_w));
     return owner;
   }
 

@@ -32,6 +32,12 @@ __global__ void scale_kernel(float* p, float alpha, std::size_t n) {
     p[i] *= alpha;
 }
 
+__global__ void add_kernel(float* y, const float* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
 __global__ void nonfinite_kernel(const float* p, std::size_t n, int* flag) {
   bool bad = false;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
@@ -145,6 +151,12 @@ void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n) {
 void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(p, alpha, n);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_add(cudaStream_t stream, float* y, const float* x, std::size_t n) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
   DT_CHECK_LAUNCH();
 }
 

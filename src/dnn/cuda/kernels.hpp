@@ -17,6 +17,8 @@ namespace dtrain::cuda {
 void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n);
 /// p[i] *= alpha, i < n.
 void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n);
+/// y[i] += x[i], i < n (x == y allowed).
+void launch_add(cudaStream_t stream, float* y, const float* x, std::size_t n);
 /// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
 /// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).

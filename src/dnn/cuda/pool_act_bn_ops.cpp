@@ -23,7 +23,7 @@ class CudaPoolOp final : public PoolOp {
     pool_desc_ =
         PoolingDesc::create(d.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-                            d.kernel, d.pad, d.stride);
+                            d.kernel.h, d.kernel.w, d.pad.h, d.pad.w, d.stride.h, d.stride.w);
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(pool_desc_, x_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
@@ -63,9 +63,11 @@ class CudaActivationOp final : public ActivationOp {
     DT_CHECK_CUDNN(cudnnActivationForward(be_.cudnn(), act_, &one, desc_, x, &zero, desc_, y));
   }
 
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward(const float* /*x*/, const float* y, const float* dy, float* dx) override {
+    // y stands in for x: the forward may have run in place, and relu'(x) = [y > 0],
+    // sigmoid'(x) = y·(1 − y) are functions of y alone.
     const float one = 1.0f, zero = 0.0f;
-    DT_CHECK_CUDNN(cudnnActivationBackward(be_.cudnn(), act_, &one, desc_, y, desc_, dy, desc_, x,
+    DT_CHECK_CUDNN(cudnnActivationBackward(be_.cudnn(), act_, &one, desc_, y, desc_, dy, desc_, y,
                                            &zero, desc_, dx));
   }
 

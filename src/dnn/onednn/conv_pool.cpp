@@ -15,10 +15,13 @@ using dnnl::algorithm;
 using dnnl::memory;
 using dnnl::prop_kind;
 
-std::string window_str(const Shape& in, const Shape& out, int kernel, int stride, int pad) {
-  return in.str() + " -> " + out.str() + " kernel " + std::to_string(kernel) + " stride " +
-         std::to_string(stride) + " pad " + std::to_string(pad);
+std::string window_str(const Shape& in, const Shape& out, const Hw& kernel, const Hw& stride,
+                       const Hw& pad) {
+  return in.str() + " -> " + out.str() + " kernel " + kernel.str() + " stride " + stride.str() +
+         " pad " + pad.str();
 }
+
+memory::dims dims_of(const Hw& v) { return {v.h, v.w}; }
 
 class OneDnnConv final : public ConvOp {
  public:
@@ -42,28 +45,32 @@ class OneDnnConv final : public ConvOp {
   void build(const Context& ctx, const ConvDesc& d, const std::string& shape) {
     const memory::desc src = md_nchw(d.input);
     const memory::desc dst = md_nchw(out_);
-    const memory::dims wdims{d.out_channels, d.input.c, d.kernel, d.kernel};
+    const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
     const memory::desc wei(wdims, memory::data_type::f32, memory::format_tag::oihw);
     const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
     auto any = [](const memory::desc& md) {
       return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
     };
-    const memory::dims strides{d.stride, d.stride};
-    const memory::dims pad{d.pad, d.pad};
+    const memory::dims strides = dims_of(d.stride);
+    const memory::dims pad = dims_of(d.pad);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const auto fwd_kind = prop_kind::forward_training;
+    const auto alg = algorithm::convolution_direct;
+    p_.bias = d.bias;
 
-    const dnnl::convolution_forward::desc fd(prop_kind::forward_training,
-                                             algorithm::convolution_direct, any(src), any(wei),
-                                             bias, any(dst), strides, pad, pad);
+    const auto fd = d.bias ? dnnl::convolution_forward::desc(fwd_kind, alg, any(src), any(wei),
+                                                             bias, any(dst), strides, pad, pad)
+                           : dnnl::convolution_forward::desc(fwd_kind, alg, any(src), any(wei),
+                                                             any(dst), strides, pad, pad);
     const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
     p_.fwd = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
     p_.fwd.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
     p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
-    p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
+    if (d.bias) p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
     p_.fwd.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    const dnnl::convolution_backward_data::desc bdd(algorithm::convolution_direct, any(src),
-                                                    any(wei), any(dst), strides, pad, pad);
+    const dnnl::convolution_backward_data::desc bdd(alg, any(src), any(wei), any(dst), strides,
+                                                    pad, pad);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
     p_.bwd_data = Prim::make<dnnl::convolution_backward_data>(ctx, bdpd,
                                                               "convolution_backward_data", shape);
@@ -71,16 +78,17 @@ class OneDnnConv final : public ConvOp {
     p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
 
-    const dnnl::convolution_backward_weights::desc bwd(algorithm::convolution_direct, any(src),
-                                                       any(wei), bias, any(dst), strides, pad,
-                                                       pad);
+    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(
+                                  alg, any(src), any(wei), bias, any(dst), strides, pad, pad)
+                            : dnnl::convolution_backward_weights::desc(alg, any(src), any(wei),
+                                                                       any(dst), strides, pad, pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
     p_.bwd_weights = Prim::make<dnnl::convolution_backward_weights>(
         ctx, bwpd, "convolution_backward_weights", shape);
     p_.bwd_weights.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
     p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_DST, dst, bwpd.diff_dst_desc(), false);
     p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
-    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+    if (d.bias) p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
   }
 
   Shape out_;
@@ -121,9 +129,9 @@ class OneDnnPool final : public PoolOp {
         avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
     const memory::desc bsrc(src.dims(), memory::data_type::f32, blocked);
     const memory::desc bdst(dst.dims(), memory::data_type::f32, blocked);
-    const memory::dims strides{d.stride, d.stride};
-    const memory::dims kernel{d.kernel, d.kernel};
-    const memory::dims pad{d.pad, d.pad};
+    const memory::dims strides = dims_of(d.stride);
+    const memory::dims kernel = dims_of(d.kernel);
+    const memory::dims pad = dims_of(d.pad);
     const algorithm alg =
         d.kind == PoolKind::max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
     const dnnl::primitive_attr attr = user_scratchpad_attr();

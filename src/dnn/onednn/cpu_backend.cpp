@@ -6,6 +6,7 @@
 // torch.optim.SGD (momentum/Nesterov, coupled weight decay) and Adam (Kingma & Ba 2015, bias
 // corrected), written as branch-free loops over __restrict pointers so that they vectorize.
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,6 +45,27 @@ void Prim::user_arg(int arg, const dnnl::memory::desc& md) {
   args_[arg] = dnnl::memory(md, ctx_->engine, DNNL_MEMORY_NONE);
 }
 
+char* Arena::reserve(std::size_t bytes) {
+  if (bytes > size_) {
+    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    p_.reset();  // free first: the peak is the new size, not old + new
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p)
+      throw LibraryError(format_error("out of host memory growing the oneDNN scratch arena to " +
+                                          std::to_string(rounded) + " bytes",
+                                      __FILE__, __LINE__));
+    p_.reset(static_cast<char*>(p));
+    size_ = rounded;
+  }
+  return p_.get();
+}
+
+void Prim::transient(int arg, const dnnl::memory::desc& md) {
+  args_[arg] = dnnl::memory(md, ctx_->engine, DNNL_MEMORY_NONE);
+  transient_.emplace_back(arg, transient_bytes_);
+  transient_bytes_ += (md.get_size() + 63) / 64 * 64;
+}
+
 void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md,
                       const dnnl::memory::desc& prim_md, bool is_output) {
   if (user_md == prim_md) {
@@ -52,15 +74,18 @@ void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md,
   }
   Staged s;
   s.user = dnnl::memory(user_md, ctx_->engine, DNNL_MEMORY_NONE);
-  dnnl::memory internal(prim_md, ctx_->engine);  // allocated once, owned by oneDNN
-  s.reorder = is_output ? dnnl::reorder(internal, s.user) : dnnl::reorder(s.user, internal);
+  transient(arg, prim_md);
+  s.reorder = is_output ? dnnl::reorder(args_.at(arg), s.user) : dnnl::reorder(s.user, args_.at(arg));
   s.is_output = is_output;
-  args_[arg] = internal;
   staged_[arg] = std::move(s);
 }
 
 void Prim::run() {
   dnnl_guard(what_, shape_, [&] {
+    if (transient_bytes_ > 0) {
+      char* base = ctx_->scratch.reserve(transient_bytes_);
+      for (const auto& [arg, offset] : transient_) args_.at(arg).set_data_handle(base + offset);
+    }
     for (auto& [arg, s] : staged_)
       if (!s.is_output) s.reorder.execute(ctx_->stream, s.user, args_.at(arg));
     prim_.execute(ctx_->stream, args_);
@@ -73,7 +98,7 @@ void Prim::run() {
 void WeightedPrims::forward(const float* x, const float* w, const float* b, float* y) {
   fwd.set(DNNL_ARG_SRC, x);
   fwd.set(DNNL_ARG_WEIGHTS, w);
-  fwd.set(DNNL_ARG_BIAS, b);
+  if (bias) fwd.set(DNNL_ARG_BIAS, b);
   fwd.set(DNNL_ARG_DST, y);
   fwd.run();
 }
@@ -89,7 +114,7 @@ void WeightedPrims::backward(const float* x, const float* w, const float* dy, fl
   bwd_weights.set(DNNL_ARG_SRC, x);
   bwd_weights.set(DNNL_ARG_DIFF_DST, dy);
   bwd_weights.set(DNNL_ARG_DIFF_WEIGHTS, dw);
-  bwd_weights.set(DNNL_ARG_DIFF_BIAS, db);
+  if (bias) bwd_weights.set(DNNL_ARG_DIFF_BIAS, db);
   bwd_weights.run();
 }
 
@@ -190,6 +215,19 @@ class CpuBackend final : public Backend {
   void scale(float* __restrict p, float alpha, std::size_t n) override {
     for (std::size_t i = 0; i < n; ++i) p[i] *= alpha;
   }
+  void add(float* y, const float* x, std::size_t n) override {
+    const auto len = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < len; ++i) y[i] += x[i];
+  }
+  void copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+               std::size_t width, std::size_t rows) override {
+    const auto n = static_cast<std::ptrdiff_t>(rows);
+#pragma omp parallel for schedule(static) if (width * rows >= kParallelMin)
+    for (std::ptrdiff_t r = 0; r < n; ++r)
+      copy(dst + static_cast<std::size_t>(r) * dst_stride,
+           src + static_cast<std::size_t>(r) * src_stride, width * sizeof(float));
+  }
   bool all_finite(const float* p, std::size_t n) override {
     // x − x is 0 for finite x and NaN for ±inf/NaN; summing keeps the loop branch-free.
     float acc = 0.0f;
@@ -223,6 +261,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  static constexpr std::size_t kParallelMin = 1 << 16;  // elements; below, threads cost more
   static void copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }

@@ -1,8 +1,9 @@
 // src/dnn/onednn/norm_act.cpp — oneDNN activation (eltwise) and batch-normalization ops of the
 // CPU backend.
 //
-// Follows the oneDNN 2.6 C++ API: eltwise_forward/backward (relu; sigmoid as
-// eltwise_logistic_use_dst_for_bwd, whose backward reads y), batch_normalization_forward
+// Follows the oneDNN 2.6 C++ API: eltwise_forward/backward (relu and sigmoid as
+// eltwise_relu_use_dst_for_bwd / eltwise_logistic_use_dst_for_bwd, whose backward reads y only, so
+// that the model may run them in place), batch_normalization_forward
 // (training with use_scale|use_shift, saving the batch mean/variance; inference with
 // use_global_stats) and batch_normalization_backward (diff scale/shift). Running statistics are
 // updated here with the PyTorch convention: running = (1−m)·running + m·batch, the variance term
@@ -32,8 +33,9 @@ class OneDnnActivation final : public ActivationOp {
   }
 
   void backward(const float* x, const float* y, const float* dy, float* dx) override {
-    // relu's derivative reads x; the use-dst logistic variant reads y.
-    bwd_.set(kind_ == ActKind::relu ? DNNL_ARG_SRC : DNNL_ARG_DST, kind_ == ActKind::relu ? x : y);
+    // Both use-dst variants read y, so the forward may run in place (x == y).
+    (void)x;
+    bwd_.set(DNNL_ARG_DST, y);
     bwd_.set(DNNL_ARG_DIFF_DST, dy);
     bwd_.set(DNNL_ARG_DIFF_SRC, dx);
     bwd_.run();
@@ -42,7 +44,7 @@ class OneDnnActivation final : public ActivationOp {
  private:
   void build(const Context& ctx, const std::string& shape, std::size_t count) {
     const memory::desc md = md_x(count);
-    const algorithm alg = kind_ == ActKind::relu ? algorithm::eltwise_relu
+    const algorithm alg = kind_ == ActKind::relu ? algorithm::eltwise_relu_use_dst_for_bwd
                                                  : algorithm::eltwise_logistic_use_dst_for_bwd;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     const dnnl::eltwise_forward::desc fd(prop_kind::forward_training, alg, md, 0.0f, 0.0f);
@@ -54,7 +56,7 @@ class OneDnnActivation final : public ActivationOp {
     const dnnl::eltwise_backward::desc bd(alg, md, md, 0.0f, 0.0f);
     const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
     bwd_ = Prim::make<dnnl::eltwise_backward>(ctx, bpd, "eltwise_backward", shape);
-    bwd_.user_arg(kind_ == ActKind::relu ? DNNL_ARG_SRC : DNNL_ARG_DST, md);
+    bwd_.user_arg(DNNL_ARG_DST, md);
     bwd_.user_arg(DNNL_ARG_DIFF_DST, md);
     bwd_.user_arg(DNNL_ARG_DIFF_SRC, md);
   }

@@ -9,17 +9,37 @@
 #include <cstddef>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "dtrain/dnn/backend.hpp"
 
 namespace dtrain::onednn {
 
+/// Transient memory shared by every op of one backend: the internal (blocked-layout) copies of
+/// reordered arguments and the primitives' scratchpads live only while one primitive runs, and
+/// the backend runs one primitive at a time, so one buffer serves them all (sized to the largest
+/// need) instead of one per op — for ResNet-50 that is the difference between one activation-sized
+/// buffer and several per convolution. Grows, never shrinks; 64-byte aligned; not thread-safe.
+class Arena {
+ public:
+  /// A buffer of at least `bytes` bytes; valid until the next reserve() that grows it.
+  char* reserve(std::size_t bytes);
+  [[nodiscard]] std::size_t capacity() const { return size_; }
+
+ private:
+  std::unique_ptr<char, void (*)(void*)> p_{nullptr, &std::free};
+  std::size_t size_ = 0;
+};
+
 /// The engine and stream a CpuBackend owns; ops keep a reference (the backend outlives its ops).
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   mutable dnnl::stream stream{engine};  // wait() is non-const in the C++ API
+  mutable Arena scratch;                // see Arena
 };
 
 /// Throws LibraryError "oneDNN <what> [<shape>]: <message> (status N)".
@@ -48,8 +68,8 @@ dnnl::primitive_attr user_scratchpad_attr();
 class Prim {
  public:
   Prim() = default;
-  /// `pd` must have been created with user_scratchpad_attr(). Engine-owned scratchpad is
-  /// allocated here, once. `what` and `shape` name the primitive in error messages.
+  /// `pd` must have been created with user_scratchpad_attr(); the scratchpad lives in the
+  /// context's Arena while run() executes. `what` and `shape` name the primitive in errors.
   template <typename PrimT, typename PD>
   static Prim make(const Context& ctx, const PD& pd, std::string what, std::string shape) {
     Prim p;
@@ -58,15 +78,15 @@ class Prim {
     p.shape_ = std::move(shape);
     p.prim_ = PrimT(pd);
     const auto sd = pd.scratchpad_desc();
-    if (sd.get_size() > 0) p.args_[DNNL_ARG_SCRATCHPAD] = dnnl::memory(sd, ctx.engine);
+    if (sd.get_size() > 0) p.transient(DNNL_ARG_SCRATCHPAD, sd);
     return p;
   }
   /// Declares argument `arg` as a user pointer of layout `md` (bound later with set()).
   void user_arg(int arg, const dnnl::memory::desc& md);
   /// Declares argument `arg` as a user pointer of layout `user_md` that the primitive wants in
   /// layout `prim_md` (chosen by oneDNN from format_tag::any, e.g. a blocked nChw8c). When the two
-  /// differ, an internal buffer and a reorder are created once; run() reorders inputs before and
-  /// outputs after the primitive. Otherwise this is user_arg().
+  /// differ, a reorder is created once and an internal buffer is placed in the context's Arena;
+  /// run() reorders inputs before and outputs after the primitive. Otherwise this is user_arg().
   void staged_arg(int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
                   bool is_output);
   /// Declares argument `arg` as a memory the op owns or shares (e.g. a pooling workspace).
@@ -81,9 +101,14 @@ class Prim {
   [[nodiscard]] bool valid() const { return ctx_ != nullptr; }
 
  private:
+  /// Declares argument `arg` as transient memory of layout `md`, placed in the Arena by run().
+  void transient(int arg, const dnnl::memory::desc& md);
+
   const Context* ctx_ = nullptr;
   std::string what_, shape_;  // primitive name and problem shape, for error messages
   dnnl::primitive prim_;
+  std::vector<std::pair<int, std::size_t>> transient_;  // (arg, byte offset in the Arena)
+  std::size_t transient_bytes_ = 0;
   std::unordered_map<int, dnnl::memory> args_;
   struct Staged {
     dnnl::memory user;      // wraps the caller's pointer, plain layout
@@ -97,6 +122,7 @@ class Prim {
 /// take their arguments the same way.
 struct WeightedPrims {
   Prim fwd, bwd_data, bwd_weights;
+  bool bias = true;  ///< false: b and db are ignored (the primitives were made without bias)
   /// y = op(x, w) + b.
   void forward(const float* x, const float* w, const float* b, float* y);
   /// dx (skipped when nullptr), dw, db from dy; see ConvOp/DenseOp::backward.

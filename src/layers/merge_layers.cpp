@@ -1,0 +1,108 @@
+// src/layers/merge_layers.cpp — the layers with several inputs: add (element-wise sum of inputs
+// of one shape: the residual shortcuts of He et al. 2016) and concat (along channels, inputs of
+// equal N, H, W in input= order: the Inception modules of Szegedy et al. 2016). Both only move or
+// sum memory, so backward reads neither x nor y: dx_i = dy (add) or dy's channel slice i (concat).
+#include <numeric>
+
+#include "layer_args.hpp"
+
+namespace dtrain::layers {
+namespace {
+
+class MergeLayer : public Layer {
+ public:
+  MergeLayer(std::string type, std::vector<Shape> in, const Shape& out, Backend* be)
+      : type_(std::move(type)), in_(std::move(in)), out_(out), be_(be) {}
+  [[nodiscard]] std::string type() const override { return type_; }
+  [[nodiscard]] std::vector<Shape> input_shapes() const override { return in_; }
+  [[nodiscard]] Shape output_shape() const override { return out_; }
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, false}; }
+  [[nodiscard]] std::string describe() const override { return type_; }
+
+ protected:
+  Backend& be() const {
+    DT_ASSERT(be_ != nullptr, type_ + ": a layout-only layer (no backend) cannot run");
+    return *be_;
+  }
+  void check_arity(LayerInputs x) const {
+    DT_ASSERT(x.size() == in_.size(), type_ + ": expected " + std::to_string(in_.size()) +
+                                          " inputs, got " + std::to_string(x.size()));
+  }
+  std::string type_;
+  std::vector<Shape> in_;
+  Shape out_;
+  Backend* be_;
+};
+
+class AddLayer final : public MergeLayer {
+ public:
+  AddLayer(const std::vector<Shape>& in, Backend* be) : MergeLayer("add", in, in[0], be) {}
+
+  void forward(LayerInputs x, float* y, const StepContext& /*ctx*/) override {
+    check_arity(x);
+    const std::size_t n = out_.count();
+    be().copy_device(y, x[0], n * sizeof(float));
+    for (std::size_t i = 1; i < x.size(); ++i) be().add(y, x[i], n);
+  }
+  void backward(LayerInputs x, const float* /*y*/, const float* dy, LayerInputGrads dx) override {
+    check_arity(x);
+    for (float* d : dx)
+      if (d != nullptr) be().copy_device(d, dy, out_.count() * sizeof(float));
+  }
+};
+
+class ConcatLayer final : public MergeLayer {
+ public:
+  ConcatLayer(const std::vector<Shape>& in, const Shape& out, Backend* be)
+      : MergeLayer("concat", in, out, be) {}
+
+  void forward(LayerInputs x, float* y, const StepContext& /*ctx*/) override {
+    check_arity(x);
+    std::size_t offset = 0;  // floats from a sample's start to input i's first channel
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t block = in_[i].sample_count();
+      be().copy_2d(y + offset, out_.sample_count(), x[i], block, block,
+                   static_cast<std::size_t>(out_.n));
+      offset += block;
+    }
+  }
+  void backward(LayerInputs x, const float* /*y*/, const float* dy, LayerInputGrads dx) override {
+    check_arity(x);
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < dx.size(); ++i) {
+      const std::size_t block = in_[i].sample_count();
+      if (dx[i] != nullptr)
+        be().copy_2d(dx[i], block, dy + offset, out_.sample_count(), block,
+                     static_cast<std::size_t>(out_.n));
+      offset += block;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_add_layer(LayerArgs& args, const std::vector<Shape>& in, Backend* be) {
+  args.finish();
+  for (std::size_t i = 1; i < in.size(); ++i)
+    if (!(in[i] == in[0]))
+      args.fail("add needs inputs of one shape, but input 1 is " + in[0].with_n(1).str() +
+                " and input " + std::to_string(i + 1) + " is " + in[i].with_n(1).str() +
+                " (per sample)");
+  return std::make_unique<AddLayer>(in, be);
+}
+
+std::unique_ptr<Layer> make_concat_layer(LayerArgs& args, const std::vector<Shape>& in,
+                                         Backend* be) {
+  args.finish();
+  Shape out = in[0];
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    if (in[i].n != in[0].n || in[i].h != in[0].h || in[i].w != in[0].w)
+      args.fail("concat joins along channels and needs inputs of one height and width, but "
+                "input 1 is " + in[0].with_n(1).str() + " and input " + std::to_string(i + 1) +
+                " is " + in[i].with_n(1).str() + " (per sample)");
+    out.c += in[i].c;
+  }
+  return std::make_unique<ConcatLayer>(in, out, be);
+}
+
+}  // namespace dtrain::layers
