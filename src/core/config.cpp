@@ -105,6 +105,9 @@ void build_table(Table& t, Config& c) {
         "if > 0, samples per global step, split over the workers (strong scaling)");
   t.add("seed", &c.seed, "seed of initialisation, data order and dropout");
   t.add("log-every", &c.log_every, "chief log line every N steps");
+  t.add("dry-run", &c.dry_run,
+        "check the job (options, data, model graph, cluster shape), print the role and model "
+        "tables, and exit without training or writing anything");
   t.group("Optimizer", "optimizer");
   t.add("optimizer", &c.optimizer, "sgd | momentum | adam");
   t.add("lr", &c.lr, "base learning rate");

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <filesystem>
@@ -116,6 +117,21 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   return make_cuda_backend(gpu);
 }
 
+/// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total".
+std::string describe_plan(const TrainPlan& plan) {
+  return "# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) +
+         " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
+         std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
+         " global steps per epoch, " + std::to_string(plan.total_steps) + " in total";
+}
+
+/// This process's peak resident set size (getrusage ru_maxrss), MiB.
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
 std::string format_seconds(double s) {
   std::ostringstream os;
   os.precision(1);
@@ -138,7 +154,7 @@ int run_training(const Config& c) {
   TrainPlan plan;
   std::unique_ptr<Backend> backend;
   std::string device_name;
-  std::size_t param_count = 0;
+  std::size_t param_count = 0, activation_bytes = 0;
   std::string signature;
   std::string model_report;         // layer table and shard table, printed by the chief
   std::vector<ShardRange> shards;   // async: this run's ps ranges
@@ -154,6 +170,7 @@ int run_training(const Config& c) {
     plan = make_plan(c, cluster->num_workers());
     const Model layout(c.layers, plan.train.sample, plan.train.num_classes, plan.batch);
     param_count = layout.param_count();
+    activation_bytes = layout.activation_bytes();
     signature = layout.signature();
     model_report = layout.summary();
     if (num_ps > 0) {
@@ -161,6 +178,14 @@ int run_training(const Config& c) {
       model_report += describe_shards(shards, layout.param_tensors());
     }
   });
+  if (c.dry_run) {
+    // Everything above is what a real run checks before it touches a device or the run dir.
+    if (world_rank == 0)
+      log_info("# dtrain --dry-run of " + (c.config_file.empty() ? "the command line" : c.config_file) +
+               ": the job is valid\n" + cluster->role_table() + "\n" + model_report + "\n" +
+               describe_plan(plan));
+    return kExitOk;
+  }
   // Phase 2 — per-rank resources (device) and the chief's run directory and resume point.
   std::optional<CheckpointState> resume;
   all_or_nothing(world, [&] {
@@ -227,10 +252,7 @@ int run_training(const Config& c) {
   if (cluster->is_chief()) {
     log_info(cluster->role_table());
     log_info(model_report);
-    log_info("# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) +
-             " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
-             std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
-             " global steps per epoch, " + std::to_string(plan.total_steps) + " in total");
+    log_info(describe_plan(plan));
     std::ofstream(fs::path(c.run_dir) / "config.ini") << c.effective_ini;
   }
 
@@ -255,6 +277,13 @@ int run_training(const Config& c) {
   double ps_stats[4] = {0, 0, 0, 0};
   DT_CHECK_MPI(MPI_Reduce(cluster->is_chief() ? MPI_IN_PLACE : ps_stats, ps_stats, 4, MPI_DOUBLE,
                           MPI_MAX, cluster->worker_rank(0), world));
+  double rss = peak_rss_mib();  // max over workers
+  {
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Ireduce(cluster->is_chief() ? MPI_IN_PLACE : &rss, &rss, 1, MPI_DOUBLE,
+                             MPI_MAX, 0, cluster->role_comm(), &req));
+    wait_one(req, comm_timeout(), "reduce of the workers' peak memory");
+  }
   if (out.stopped_by == "signal") code = kExitSignalled;
   if (!cluster->is_chief()) return code;
 
@@ -286,6 +315,8 @@ int run_training(const Config& c) {
   r["staleness_mean"] = out.staleness_mean;
   r["staleness_max"] = static_cast<std::int64_t>(ps_stats[2]);
   r["ps_busy_fraction"] = ps_stats[3];
+  r["peak_rss_mb"] = rss;
+  r["activation_mb"] = static_cast<double>(activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
   r["train_data"] = c.train_data;
   write_results_json(c.run_dir, r);

@@ -175,6 +175,72 @@ TEST_F(CudaParity, ConvolutionForwardBackward) {
   }
 }
 
+TEST_F(CudaParity, ConvolutionNonSquareAndWithoutBias) {
+  struct Case {
+    Shape in;
+    int k;
+    Hw kernel, stride, pad;
+    bool bias;
+  };
+  for (const Case& c : {Case{{2, 3, 9, 11}, 4, {1, 7}, 1, {0, 3}, false},
+                        Case{{2, 3, 9, 11}, 4, {7, 1}, 1, {3, 0}, true},
+                        Case{{3, 8, 8, 8}, 6, 1, 2, 0, false},
+                        Case{{2, 4, 10, 10}, 5, 3, 2, 1, false}}) {
+    SCOPED_TRACE(c.in.str() + " k" + c.kernel.str() + " s" + c.stride.str() + " p" + c.pad.str() +
+                 (c.bias ? " bias" : " no bias"));
+    const ConvDesc d{c.in, c.k, c.kernel, c.stride, c.pad, c.bias};
+    const Shape out = d.output();
+    auto c_op = cpu_->make_conv(d);
+    auto g_op = gpu_->make_conv(d);
+    const std::size_t wn = std::size_t(c.k) * c.in.c * c.kernel.h * c.kernel.w;
+    Twin x = random(c.in.count(), 1), w = random(wn, 2), b = random(c.k, 3);
+    Twin y = zeros(out.count()), dy = random(out.count(), 4);
+    Twin dx = zeros(c.in.count()), dw = random(wn, 5), db = zeros(c.k);
+    const float* bias = c.bias ? b.cpu.data() : nullptr;
+    c_op->forward(x.cpu.data(), w.cpu.data(), bias, y.cpu.data());
+    g_op->forward(x.gpu.data(), w.gpu.data(), c.bias ? b.gpu.data() : nullptr, y.gpu.data());
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), w.cpu.data(), dy.cpu.data(), dx.cpu.data(), dw.cpu.data(),
+                   c.bias ? db.cpu.data() : nullptr);
+    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), dx.gpu.data(), dw.gpu.data(),
+                   c.bias ? db.gpu.data() : nullptr);
+    EXPECT_LE(err(dx), kTol);
+    EXPECT_LE(err(dw), kTol);
+    if (c.bias) EXPECT_LE(err(db), kTol);
+  }
+}
+
+TEST_F(CudaParity, GlobalAndNonSquarePooling) {
+  for (const PoolDesc& d : {PoolDesc{{2, 3, 7, 5}, PoolKind::avg, Hw{7, 5}, 1, 0},
+                            PoolDesc{{2, 3, 8, 8}, PoolKind::max, Hw{1, 3}, Hw{1, 2}, Hw{0, 1}},
+                            PoolDesc{{2, 3, 8, 8}, PoolKind::avg, 1, 2, 0}}) {
+    SCOPED_TRACE(d.input.str() + " k" + d.kernel.str());
+    const Shape out = d.output();
+    auto c_op = cpu_->make_pool(d);
+    auto g_op = gpu_->make_pool(d);
+    Twin x = twin(random_vec(d.input.count(), 9)), y = zeros(out.count());
+    Twin dy = random(out.count(), 10), dx = zeros(d.input.count());
+    c_op->forward(x.cpu.data(), y.cpu.data(), true);
+    g_op->forward(x.gpu.data(), y.gpu.data(), true);
+    EXPECT_LE(err(y), kTol);
+    c_op->backward(x.cpu.data(), y.cpu.data(), dy.cpu.data(), dx.cpu.data());
+    g_op->backward(x.gpu.data(), y.gpu.data(), dy.gpu.data(), dx.gpu.data());
+    EXPECT_LE(err(dx), kTol);
+  }
+}
+
+TEST_F(CudaParity, AddAndStridedCopy) {
+  Twin a = random(1000, 21), b = random(1000, 22);
+  cpu_->add(a.cpu.data(), b.cpu.data(), 1000);
+  gpu_->add(a.gpu.data(), b.gpu.data(), 1000);
+  EXPECT_LE(err(a), 1e-7);
+  // 5 rows of 7 floats from a stride-11 source into a stride-13 destination at offset 3.
+  Twin src = random(5 * 11, 23), dst = zeros(5 * 13 + 3);
+  cpu_->copy_2d(dst.cpu.data() + 3, 13, src.cpu.data(), 11, 7, 5);
+  gpu_->copy_2d(dst.gpu.data() + 3, 13, src.gpu.data(), 11, 7, 5);
+  EXPECT_EQ(host(*gpu_, dst.gpu), host(*cpu_, dst.cpu));
+}
+
 TEST_F(CudaParity, PoolingForwardBackward) {
   struct Case {
     PoolKind kind;
@@ -377,27 +443,48 @@ void make_batch(int n, std::vector<float>& x, std::vector<std::int32_t>& y, std:
   }
 }
 
+// An Inception/ResNet-style graph: concat of non-square convs, a residual add whose input feeds
+// three layers, an option-A shortcut (avgpool kernel 1 stride 2 + zeropad), global avg pooling.
+const std::vector<std::string> kGraphNet = {"conv filters=4 kernel=3 pad=1 bias=false name=c0",
+                                            "batchnorm",
+                                            "relu name=r0",
+                                            "conv filters=3 kernel=1x3 pad=0x1",
+                                            "relu name=b1",
+                                            "conv filters=2 kernel=3x1 pad=1x0 input=r0 name=b2",
+                                            "concat input=b1,b2",
+                                            "conv filters=4 kernel=1 bias=false name=proj",
+                                            "add input=proj,r0",
+                                            "relu",
+                                            "avgpool kernel=1 stride=2",
+                                            "zeropad channels=6",
+                                            "conv filters=6 kernel=3 stride=2 pad=1",
+                                            "globalavgpool",
+                                            "dense"};
+
 TEST_F(CudaParity, ModelGradientsMatchCpu) {
   const int n = 16;
-  Model mc(*cpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
-  Model mg(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
-  mc.initialize(7);
-  mg.initialize(7);
-  ASSERT_EQ(mc.param_count(), mg.param_count());
-  std::vector<float> x;
-  std::vector<std::int32_t> y;
-  make_batch(n, x, y, 81);
-  Twin xs = twin(x), stats = zeros(2);
-  DeviceBuffer<std::int32_t> yc(*cpu_, n), yg(*gpu_, n);
-  cpu_->copy_to_device(yc.data(), y.data(), n * sizeof(std::int32_t));
-  gpu_->copy_to_device(yg.data(), y.data(), n * sizeof(std::int32_t));
-  mc.train_step(xs.cpu.data(), yc.data(), n, 1.0f / n, 99, stats.cpu.data());
-  mg.train_step(xs.gpu.data(), yg.data(), n, 1.0f / n, 99, stats.gpu.data());
-  std::vector<float> gc(mc.param_count()), gg(mg.param_count());
-  cpu_->copy_to_host(gc.data(), mc.grads(), gc.size() * sizeof(float));
-  gpu_->copy_to_host(gg.data(), mg.grads(), gg.size() * sizeof(float));
-  EXPECT_LE(rel_err(gg, gc), 1e-3);  // whole network: errors compound a little across layers
-  EXPECT_LE(err(stats), 1e-4);
+  for (const auto* net : {&kSmallNet, &kGraphNet}) {
+    SCOPED_TRACE(net == &kSmallNet ? "sequential net" : "graph net");
+    Model mc(*cpu_, *net, Shape{1, 1, 8, 8}, 4, n);
+    Model mg(*gpu_, *net, Shape{1, 1, 8, 8}, 4, n);
+    mc.initialize(7);
+    mg.initialize(7);
+    ASSERT_EQ(mc.param_count(), mg.param_count());
+    std::vector<float> x;
+    std::vector<std::int32_t> y;
+    make_batch(n, x, y, 81);
+    Twin xs = twin(x), stats = zeros(2);
+    DeviceBuffer<std::int32_t> yc(*cpu_, n), yg(*gpu_, n);
+    cpu_->copy_to_device(yc.data(), y.data(), n * sizeof(std::int32_t));
+    gpu_->copy_to_device(yg.data(), y.data(), n * sizeof(std::int32_t));
+    mc.train_step(xs.cpu.data(), yc.data(), n, 1.0f / n, 99, stats.cpu.data());
+    mg.train_step(xs.gpu.data(), yg.data(), n, 1.0f / n, 99, stats.gpu.data());
+    std::vector<float> gc(mc.param_count()), gg(mg.param_count());
+    cpu_->copy_to_host(gc.data(), mc.grads(), gc.size() * sizeof(float));
+    gpu_->copy_to_host(gg.data(), mg.grads(), gg.size() * sizeof(float));
+    EXPECT_LE(rel_err(gg, gc), 1e-3);  // whole network: errors compound a little across layers
+    EXPECT_LE(err(stats), 1e-4);
+  }
 }
 
 TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {

@@ -26,6 +26,7 @@ struct Config {
   int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
   std::uint64_t seed = 1;
   int log_every = 50;             ///< chief log line every N local steps
+  bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
   bool shuffle = true;
   // optimizer
   std::string optimizer = "momentum";  ///< sgd | momentum | adam
