@@ -8,34 +8,69 @@
 namespace dtrain {
 namespace {
 
-class SlotPool {
+/// Lifetimes of the buffers a step needs, in op ticks; then their offsets.
+class Lifetimes {
  public:
+  /// A buffer of `floats` live from now on; returns its id.
   std::size_t acquire(std::size_t floats) {
-    std::size_t best = kNoSlot, largest = kNoSlot;
-    for (std::size_t s = 0; s < sizes_.size(); ++s) {
-      if (busy_[s]) continue;
-      if (sizes_[s] >= floats && (best == kNoSlot || sizes_[s] < sizes_[best])) best = s;
-      if (largest == kNoSlot || sizes_[s] > sizes_[largest]) largest = s;
-    }
-    std::size_t s = best != kNoSlot ? best : largest;
-    if (s == kNoSlot) {
-      s = sizes_.size();
-      sizes_.push_back(0);
-      busy_.push_back(false);
-    }
-    sizes_[s] = std::max(sizes_[s], floats);
-    busy_[s] = true;
-    return s;
+    bufs_.push_back({floats, now_, kNoSlot, 0});
+    return bufs_.size() - 1;
   }
-  void release(std::size_t s) {
-    DT_ASSERT(s < busy_.size() && busy_[s], "memory plan: slot released twice");
-    busy_[s] = false;
+  /// Buffer `id` is last read by the current op.
+  void release(std::size_t id) {
+    DT_ASSERT(id < bufs_.size() && bufs_[id].end == kNoSlot, "memory plan: buffer released twice");
+    bufs_[id].end = now_;
   }
-  [[nodiscard]] const std::vector<std::size_t>& sizes() const { return sizes_; }
+  void tick() { ++now_; }
+
+  /// Assigns offsets (greedy by size) and returns the arena size in floats.
+  std::size_t place(std::size_t& peak_live) {
+    constexpr std::size_t kAlign = 16;  // floats: 64-byte aligned tensors
+    for (auto& b : bufs_)
+      if (b.end == kNoSlot) b.end = now_;
+    std::vector<std::size_t> order(bufs_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return bufs_[a].floats > bufs_[b].floats; });
+    std::vector<std::size_t> placed;
+    std::size_t total = 0;
+    for (std::size_t id : order) {
+      Buf& b = bufs_[id];
+      const std::size_t size = (b.floats + kAlign - 1) / kAlign * kAlign;
+      std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) overlapping in time
+      for (std::size_t o : placed) {
+        const Buf& p = bufs_[o];
+        if (p.start <= b.end && b.start <= p.end)
+          busy.emplace_back(p.offset, p.offset + (p.floats + kAlign - 1) / kAlign * kAlign);
+      }
+      std::sort(busy.begin(), busy.end());
+      std::size_t offset = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (lo >= offset + size) break;  // the gap before this one fits
+        offset = std::max(offset, hi);
+      }
+      b.offset = offset;
+      total = std::max(total, offset + size);
+      placed.push_back(id);
+    }
+    peak_live = 0;
+    for (std::size_t t = 0; t <= now_; ++t) {
+      std::size_t live = 0;
+      for (const auto& b : bufs_)
+        if (b.start <= t && t <= b.end) live += b.floats;
+      peak_live = std::max(peak_live, live);
+    }
+    return total;
+  }
+  [[nodiscard]] std::size_t offset(std::size_t id) const { return bufs_[id].offset; }
+  [[nodiscard]] std::size_t count() const { return bufs_.size(); }
 
  private:
-  std::vector<std::size_t> sizes_;
-  std::vector<bool> busy_;
+  struct Buf {
+    std::size_t floats, start, end, offset;
+  };
+  std::vector<Buf> bufs_;
+  std::size_t now_ = 0;
 };
 
 }  // namespace
@@ -59,59 +94,73 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
     }
   }
 
-  MemoryPlan plan;
-  plan.act_slot.assign(T, kNone);
-  plan.grad_slot.assign(T, kNone);
-  plan.backward.resize(L);
-  SlotPool pool;
+  // Buffer ids: act_buf[t] (shared by tensors computed in place), grad_buf[t], per-step scratch.
+  Lifetimes life;
+  std::vector<std::size_t> act_buf(T, kNone), grad_buf(T, kNone);
+  std::vector<std::vector<std::size_t>> dx_buf(L);
 
   // Forward.
-  for (std::size_t i = 0; i < L; ++i) {
+  for (std::size_t i = 0; i < L; ++i, life.tick()) {
     const PlanNode& n = nodes[i];
     const auto u = n.inputs.size() == 1 ? static_cast<std::size_t>(n.inputs[0]) : 0;
     const bool in_place = n.needs.in_place && u != 0 && consumers[u] == 1 &&
                           bwd_reader[u] == kNone && size[u] == size[i + 1];
-    plan.act_slot[i + 1] = in_place ? plan.act_slot[u] : pool.acquire(size[i + 1]);
-    if (in_place) continue;  // the input's slot now holds this layer's output
+    act_buf[i + 1] = in_place ? act_buf[u] : life.acquire(size[i + 1]);
+    if (in_place) continue;  // the input's buffer now holds this layer's output
     std::vector<std::size_t> done;
     for (int v : n.inputs) {
       const auto t = static_cast<std::size_t>(v);
       if (t == 0 || last_consumer[t] != i || bwd_reader[t] != kNone) continue;
       if (std::find(done.begin(), done.end(), t) != done.end()) continue;  // input=a,a
       done.push_back(t);
-      pool.release(plan.act_slot[t]);
+      life.release(act_buf[t]);
     }
   }
   // Loss: reads the logits, writes their gradient.
-  plan.grad_slot[L] = pool.acquire(size[L]);
-  if (bwd_reader[L] == kNone) pool.release(plan.act_slot[L]);
+  grad_buf[L] = life.acquire(size[L]);
+  if (bwd_reader[L] == kNone) life.release(act_buf[L]);
+  life.tick();
 
   // Backward.
-  for (std::size_t i = L; i-- > 0;) {
-    const PlanNode& n = nodes[i];
-    PlanStep& step = plan.backward[i];
+  std::vector<std::vector<bool>> accumulate(L);
+  for (std::size_t i = L; i-- > 0; life.tick()) {
     std::vector<std::size_t> scratch;
-    for (int v : n.inputs) {
+    for (int v : nodes[i].inputs) {
       const auto t = static_cast<std::size_t>(v);
       if (t == 0) {
-        step.dx_slot.push_back(kNone);
-        step.accumulate.push_back(false);
-      } else if (plan.grad_slot[t] == kNone) {
-        plan.grad_slot[t] = pool.acquire(size[t]);
-        step.dx_slot.push_back(plan.grad_slot[t]);
-        step.accumulate.push_back(false);
+        dx_buf[i].push_back(kNone);
+        accumulate[i].push_back(false);
+      } else if (grad_buf[t] == kNone) {
+        grad_buf[t] = life.acquire(size[t]);
+        dx_buf[i].push_back(grad_buf[t]);
+        accumulate[i].push_back(false);
       } else {
-        scratch.push_back(pool.acquire(size[t]));
-        step.dx_slot.push_back(scratch.back());
-        step.accumulate.push_back(true);
+        scratch.push_back(life.acquire(size[t]));
+        dx_buf[i].push_back(scratch.back());
+        accumulate[i].push_back(true);
       }
     }
-    for (std::size_t s : scratch) pool.release(s);
-    pool.release(plan.grad_slot[i + 1]);
+    for (std::size_t s : scratch) life.release(s);
+    life.release(grad_buf[i + 1]);
     for (std::size_t t = 1; t < T; ++t)
-      if (bwd_reader[t] == i) pool.release(plan.act_slot[t]);
+      if (bwd_reader[t] == i) life.release(act_buf[t]);
   }
-  plan.slot_floats = pool.sizes();
+
+  MemoryPlan plan;
+  plan.total_floats = life.place(plan.peak_live_floats);
+  plan.buffers = life.count();
+  auto at = [&](std::size_t id) { return id == kNone ? kNone : life.offset(id); };
+  plan.act.assign(T, kNone);
+  plan.grad.assign(T, kNone);
+  for (std::size_t t = 1; t < T; ++t) {
+    plan.act[t] = at(act_buf[t]);
+    plan.grad[t] = at(grad_buf[t]);
+  }
+  plan.backward.resize(L);
+  for (std::size_t i = 0; i < L; ++i) {
+    for (std::size_t id : dx_buf[i]) plan.backward[i].dx.push_back(at(id));
+    plan.backward[i].accumulate = accumulate[i];
+  }
   return plan;
 }
 

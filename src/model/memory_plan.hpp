@@ -1,12 +1,12 @@
-// src/model/memory_plan.hpp (private) — the activation-memory plan of a Model: which shared slot
-// holds each activation and each activation gradient during one training step.
+// src/model/memory_plan.hpp (private) — the activation-memory plan of a Model: where, in one
+// arena, each activation and each activation gradient lives during one training step.
 //
-// Time runs forward over the layers, then the loss, then backward in reverse. A tensor occupies a
-// slot from the op that writes it to the last op that reads it: its consumers' forward, plus the
+// Time runs forward over the layers, then the loss, then backward in reverse. A tensor is live
+// from the op that writes it to the last op that reads it: its consumers' forward, plus the
 // backward of whoever needs it there (Layer::needs(): the producer reading y, a consumer reading
-// x). A layer that allows it runs in place over an input that has no other reader. Slots are
-// reused best-fit (the smallest free slot that is large enough, else the largest free one, grown),
-// the greedy interval packing frameworks use for static graphs (e.g. MXNet's memory planner).
+// x). A layer that allows it runs in place over an input that has no other reader. Offsets are
+// then assigned offline, largest tensor first, each at the lowest offset free over its whole
+// lifetime ("greedy by size", Pisarchyk & Lee 2020, as in TensorFlow Lite's arena planner).
 #pragma once
 
 #include <cstddef>
@@ -26,22 +26,19 @@ struct PlanNode {
   BackwardNeeds needs;
 };
 
-/// Where one layer's backward writes each input gradient.
+/// Where one layer's backward writes each input gradient (arena offsets in floats).
 struct PlanStep {
-  std::vector<std::size_t> dx_slot;  ///< per input; kNoSlot for the network input
-  std::vector<bool> accumulate;      ///< true: dx_slot is scratch, to be added to the gradient
+  std::vector<std::size_t> dx;   ///< per input; kNoSlot for the network input
+  std::vector<bool> accumulate;  ///< true: dx is scratch, to be added to the input's gradient
 };
 
 struct MemoryPlan {
-  std::vector<std::size_t> act_slot;   ///< per tensor id (entry 0 unused)
-  std::vector<std::size_t> grad_slot;  ///< per tensor id: its gradient (entry 0 unused)
-  std::vector<PlanStep> backward;      ///< per layer
-  std::vector<std::size_t> slot_floats;
-  [[nodiscard]] std::size_t total_floats() const {
-    std::size_t t = 0;
-    for (std::size_t s : slot_floats) t += s;
-    return t;
-  }
+  std::vector<std::size_t> act;   ///< per tensor id: arena offset of its value (entry 0 unused)
+  std::vector<std::size_t> grad;  ///< per tensor id: arena offset of its gradient (entry 0 unused)
+  std::vector<PlanStep> backward;  ///< per layer
+  std::size_t total_floats = 0;      ///< arena size
+  std::size_t peak_live_floats = 0;  ///< most floats live at once (a lower bound of the total)
+  std::size_t buffers = 0;           ///< tensors placed
 };
 
 /// Plans the layers (in execution order; inputs refer to earlier layers only).

@@ -82,7 +82,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     nodes.push_back({inputs_[i], l.output_shape().count(), l.needs()});
   }
   plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes));
-  activation_bytes_ = plan_->total_floats() * sizeof(float);
+  activation_bytes_ = plan_->total_floats * sizeof(float);
 
   if (backend == nullptr) {
     stacks_[max_batch] = std::move(stack);
@@ -91,7 +91,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   params_ = DeviceBuffer<float>(*backend, param_count_);
   grads_ = DeviceBuffer<float>(*backend, param_count_);
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
-  for (std::size_t size : plan_->slot_floats) slots_.emplace_back(*backend, size);
+  arena_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(plan_->total_floats, 1));
   bind(*stack);
   stacks_[max_batch] = std::move(stack);
 }
@@ -208,7 +208,7 @@ void Model::initialize(std::uint64_t seed) {
 
 float* Model::act(int tensor, const float* x) const {
   if (tensor == 0) return const_cast<float*>(x);  // the network input is read only
-  return slots_[plan_->act_slot[static_cast<std::size_t>(tensor)]].data();
+  return arena_.data() + plan_->act[static_cast<std::size_t>(tensor)];
 }
 
 void Model::run_forward(Stack& s, const float* x, const StepContext& ctx) {
@@ -232,9 +232,9 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
   Stack& s = stack_for(n);
   run_forward(s, x, StepContext{true, step_seed});
   const std::size_t L = s.layers.size();
-  auto grad = [&](std::size_t slot) { return slots_[slot].data(); };
+  auto at = [&](std::size_t offset) { return arena_.data() + offset; };
   s.loss->forward_backward(act(static_cast<int>(L), x), labels, n, grad_scale,
-                           grad(plan_->grad_slot[L]), stats);
+                           at(plan_->grad[L]), stats);
   std::vector<const float*> in;
   std::vector<float*> din;
   for (std::size_t i = L; i-- > 0;) {
@@ -243,15 +243,15 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     din.clear();
     for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
       in.push_back(act(inputs_[i][k], x));
-      din.push_back(step.dx_slot[k] == kNoSlot ? nullptr : grad(step.dx_slot[k]));
+      din.push_back(step.dx[k] == kNoSlot ? nullptr : at(step.dx[k]));
     }
     const auto y = static_cast<int>(i) + 1;
-    s.layers[i]->backward(in, act(y, x), grad(plan_->grad_slot[static_cast<std::size_t>(y)]), din);
+    s.layers[i]->backward(in, act(y, x), at(plan_->grad[static_cast<std::size_t>(y)]), din);
     for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
       if (!step.accumulate[k]) continue;
       const auto t = static_cast<std::size_t>(inputs_[i][k]);
       const std::size_t count = s.layers[i]->input_shapes()[k].count();
-      be.add(grad(plan_->grad_slot[t]), din[k], count);
+      be.add(at(plan_->grad[t]), din[k], count);
     }
   }
 }
@@ -317,9 +317,10 @@ std::string Model::summary() const {
   }
   char line[200];
   std::snprintf(line, sizeof line,
-                "# peak activation memory (training, batch %d): %.2f MiB in %zu shared buffers\n",
-                max_batch_, static_cast<double>(activation_bytes_) / (1 << 20),
-                plan_->slot_floats.size());
+                "# activation memory (training, batch %d): %.2f MiB for %zu tensors "
+                "(at most %.2f MiB live at once)\n",
+                max_batch_, static_cast<double>(activation_bytes_) / (1 << 20), plan_->buffers,
+                static_cast<double>(plan_->peak_live_floats * sizeof(float)) / (1 << 20));
   os << line;
   return os.str();
 }

@@ -8,10 +8,10 @@
 // and sums the gradients of an output that feeds several layers.
 //
 // Activation memory is planned once, for the largest batch: every activation and activation
-// gradient lives in one of a few shared slots, held only from the op that writes it to the last op
-// that reads it (forward, or backward where the consumer's backward needs it, Layer::needs()), and
-// relu/sigmoid/dropout/flatten run in place over an input nobody else reads — as torch.nn's
-// inplace=True does. summary() prints the planned peak activation bytes.
+// gradient lives in one arena, at an offset it holds only from the op that writes it to the last
+// op that reads it (forward, or backward where the consumer's backward needs it, Layer::needs()),
+// and relu/sigmoid/dropout/flatten run in place over an input nobody else reads — as torch.nn's
+// inplace=True does. summary() prints the planned activation bytes.
 //
 // One set of layers (ops built for its shapes) is made per batch size met (the training batch, a
 // last partial batch, the evaluation batch); all share the flat buffers and the activation slots.
@@ -114,7 +114,7 @@ class Model {
   std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
-  std::vector<DeviceBuffer<float>> slots_;  ///< activation memory, shared by every stack
+  DeviceBuffer<float> arena_;  ///< activation memory (see MemoryPlan), shared by every stack
   std::map<int, std::unique_ptr<Stack>> stacks_;
 };
 
