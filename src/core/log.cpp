@@ -1,6 +1,8 @@
 // dtrain/core/log.cpp — line-buffered, thread-safe logging.
 #include "dtrain/core/log.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -33,6 +35,12 @@ void log_warn(const std::string& line) {
 double now_seconds() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
 }  // namespace dtrain

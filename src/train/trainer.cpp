@@ -4,7 +4,6 @@
 
 #include <omp.h>
 #include <sched.h>
-#include <sys/resource.h>
 
 #include <cmath>
 #include <filesystem>
@@ -123,13 +122,6 @@ std::string describe_plan(const TrainPlan& plan) {
          " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
          std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
          " global steps per epoch, " + std::to_string(plan.total_steps) + " in total";
-}
-
-/// This process's peak resident set size (getrusage ru_maxrss), MiB.
-double peak_rss_mib() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: KiB
 }
 
 std::string format_seconds(double s) {
@@ -277,10 +269,10 @@ int run_training(const Config& c) {
   double ps_stats[4] = {0, 0, 0, 0};
   DT_CHECK_MPI(MPI_Reduce(cluster->is_chief() ? MPI_IN_PLACE : ps_stats, ps_stats, 4, MPI_DOUBLE,
                           MPI_MAX, cluster->worker_rank(0), world));
-  double rss = peak_rss_mib();  // max over workers
+  double rss[2] = {peak_rss_mib(), out.train_peak_rss_mib};  // max over workers
   {
     MPI_Request req;
-    DT_CHECK_MPI(MPI_Ireduce(cluster->is_chief() ? MPI_IN_PLACE : &rss, &rss, 1, MPI_DOUBLE,
+    DT_CHECK_MPI(MPI_Ireduce(cluster->is_chief() ? MPI_IN_PLACE : rss, rss, 2, MPI_DOUBLE,
                              MPI_MAX, 0, cluster->role_comm(), &req));
     wait_one(req, comm_timeout(), "reduce of the workers' peak memory");
   }
@@ -315,7 +307,8 @@ int run_training(const Config& c) {
   r["staleness_mean"] = out.staleness_mean;
   r["staleness_max"] = static_cast<std::int64_t>(ps_stats[2]);
   r["ps_busy_fraction"] = ps_stats[3];
-  r["peak_rss_mb"] = rss;
+  r["peak_rss_mb"] = rss[0];        // the whole run, checkpoint writes included
+  r["train_peak_rss_mb"] = rss[1];  // up to the end of the last training step
   r["activation_mb"] = static_cast<double>(activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
   r["train_data"] = c.train_data;

@@ -177,6 +177,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     }
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
+  out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
 }
 

@@ -22,6 +22,7 @@ struct WorkerOutcome {
   double test_loss = 0, test_accuracy = 0;
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
   double train_seconds = 0;     ///< time inside training steps
+  double train_peak_rss_mib = 0;  ///< peak RSS when the last training step ended (before checkpoints)
   double wall_seconds = 0;      ///< whole training incl. evaluation and checkpoints
   /// train_seconds split (this worker, this process): waiting for the batch reader, forward +
   /// backward (train_step), gradient exchange (push-pull or allreduce + optimizer step)

@@ -16,5 +16,7 @@ void log_warn(const std::string& line);
 
 /// Seconds since an arbitrary fixed point (steady clock).
 double now_seconds();
+/// This process's peak resident set size so far (getrusage ru_maxrss), MiB.
+double peak_rss_mib();
 
 }  // namespace dtrain
