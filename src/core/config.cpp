@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/io/dataset.hpp"
 
 namespace po = boost::program_options;
 
@@ -93,6 +94,11 @@ void build_table(Table& t, Config& c) {
   t.group("Data", "data");
   t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
   t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
+  t.add("synthetic", &c.synthetic,
+        "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
+        "device memory) replace the data files: compute and communication without I/O, as "
+        "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off)");
+  t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
@@ -238,7 +244,17 @@ void validate_config(const Config& c) {
     if (!(v >= 0))
       throw InputError("option --" + opt + ": must be >= 0, got " + to_text(v));
   };
-  DT_REQUIRE(!c.train_data.empty(), "option --train-data: no training set given");
+  if (!c.synthetic.empty()) {
+    (void)parse_synthetic(c.synthetic);  // InputError naming --synthetic
+    DT_REQUIRE(c.train_data.empty() && c.test_data.empty(),
+               "option --synthetic '" + c.synthetic + "': replaces the data files, but --train-data '" +
+                   c.train_data + "' / --test-data '" + c.test_data +
+                   "' is set too (pass --synthetic \"\" to train on the files)");
+    positive("synthetic-samples", static_cast<double>(c.synthetic_samples));
+  } else {
+    DT_REQUIRE(!c.train_data.empty(),
+               "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
+  }
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
   one_of("mode", c.mode, {"async", "sync"});
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});

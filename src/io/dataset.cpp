@@ -2,6 +2,7 @@
 // (epoch_shard, shard_size, check_dataset_fits) of io/dataset.hpp. The batch reader is in
 // batch_reader.cpp.
 #include <algorithm>
+#include <charconv>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -319,6 +320,47 @@ std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_
                   ") than workers × batch size (" + std::to_string(workers) + " × " +
                   std::to_string(batch_size) + " = " + std::to_string(need) + ")");
   return (info.num_samples / workers) / batch_size;
+}
+
+DatasetInfo parse_synthetic(const std::string& spec) {
+  const std::string expected = "option --synthetic '" + spec +
+                               "': expected CxHxW:classes with positive integers, e.g. "
+                               "3x224x224:1000";
+  int v[4] = {0, 0, 0, 0};
+  const char* p = spec.data();
+  const char* end = spec.data() + spec.size();
+  const char seps[4] = {'x', 'x', ':', '\0'};
+  for (int k = 0; k < 4; ++k) {
+    const auto [next, ec] = std::from_chars(p, end, v[k]);
+    if (ec != std::errc() || next == p) throw InputError(expected);
+    p = next;
+    if (k < 3) {
+      if (p == end || *p != seps[k]) throw InputError(expected);
+      ++p;
+    }
+  }
+  if (p != end) throw InputError(expected);
+  for (int k = 0; k < 3; ++k)
+    if (v[k] < 1 || v[k] > 65536)
+      throw InputError("option --synthetic '" + spec + "': image sizes must be in [1, 65536]");
+  if (v[3] < 2 || v[3] > 1000000)
+    throw InputError("option --synthetic '" + spec + "': classes must be in [2, 1000000]");
+  DatasetInfo info;
+  info.sample = Shape{1, v[0], v[1], v[2]};
+  if (info.sample.sample_count() > (std::size_t{1} << 31))
+    throw InputError("option --synthetic '" + spec + "': a sample of " +
+                     std::to_string(info.sample.sample_count()) + " floats is too large");
+  info.num_classes = v[3];
+  info.path = "synthetic " + spec;
+  return info;
+}
+
+DatasetInfo synthetic_dataset(const std::string& spec, std::int64_t num_samples) {
+  DatasetInfo info = parse_synthetic(spec);
+  DT_REQUIRE(num_samples >= 1, "option --synthetic-samples: must be >= 1, got " +
+                                   std::to_string(num_samples));
+  info.num_samples = num_samples;
+  return info;
 }
 
 }  // namespace dtrain

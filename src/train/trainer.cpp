@@ -36,7 +36,14 @@ TrainPlan make_plan(const Config& c, int workers) {
   } else {
     p.batch = c.batch_size;
   }
-  p.train = open_dataset_info(c.train_data);
+  if (!c.synthetic.empty()) {
+    p.synthetic = true;
+    p.train = synthetic_dataset(c.synthetic, c.synthetic_samples);
+    p.test = synthetic_dataset(c.synthetic, static_cast<std::int64_t>(workers) * p.batch);
+    p.has_test = true;
+  } else {
+    p.train = open_dataset_info(c.train_data);
+  }
   check_dataset_fits(p.train, workers, p.batch);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
@@ -311,7 +318,7 @@ int run_training(const Config& c) {
   r["train_peak_rss_mb"] = rss[1];  // up to the end of the last training step
   r["activation_mb"] = static_cast<double>(activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
-  r["train_data"] = c.train_data;
+  r["train_data"] = plan.synthetic ? plan.train.path : c.train_data;
   write_results_json(c.run_dir, r);
   char line[300];
   std::snprintf(line, sizeof line,

@@ -3,9 +3,11 @@
 // epoch ends; chief logging to stdout and metrics.csv.
 #include "worker.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "dtrain/comm/mpi_check.hpp"
@@ -35,10 +37,27 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       y_(backend, plan.batch), w_(cluster.me().index) {
   exchange_ = c.mode == "sync" ? make_sync_exchange(c, cluster, model_, plan.total_steps)
                                : make_async_exchange(c, cluster, model_);
+  if (plan.synthetic) make_synthetic_batch();
   if (cluster_.is_chief()) metrics_ = std::make_unique<MetricsWriter>(c.run_dir);
 }
 
 Worker::~Worker() = default;
+
+void Worker::make_synthetic_batch() {
+  // One batch of random images (uniform on [−√3, √3]: mean 0, variance 1) and labels per worker,
+  // made once and kept in device memory: every step and evaluation reuses it (no I/O, no copies).
+  const std::size_t per = plan_.train.sample.sample_count();
+  const std::uint64_t key = mix_seed(mix_seed(c_.seed, 0x5e7717), static_cast<std::uint64_t>(w_));
+  std::vector<float> x(per * plan_.batch);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = (2.0f * counter_uniform(key, i) - 1.0f) * 1.7320508f;
+  std::vector<std::int32_t> y(plan_.batch);
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] = static_cast<std::int32_t>(counter_hash(key + 1, i) %
+                                     static_cast<std::uint64_t>(plan_.train.num_classes));
+  be_.copy_to_device(x_.data(), x.data(), x.size() * sizeof(float));
+  be_.copy_to_device(y_.data(), y.data(), y.size() * sizeof(std::int32_t));
+}
 
 WorkerOutcome Worker::run() {
   int first_epoch = 0;
@@ -122,11 +141,17 @@ WorkerOutcome Worker::run() {
 
 void Worker::train_epoch(int epoch, std::int64_t first_step) {
   const std::int64_t steps = worker_steps_per_epoch(plan_, c_.mode, w_);
-  auto indices = epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
   const std::int64_t start = std::min<std::int64_t>(first_step, steps);
-  const auto my_batches = static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
-  BatchReader reader(plan_.train, std::move(indices), plan_.batch, 2,
-                     std::min<std::int64_t>(start, my_batches));
+  std::optional<BatchReader> reader;  // none for synthetic data
+  const std::int64_t my_samples = shard_size(plan_.train.num_samples, w_, plan_.workers);
+  if (!plan_.synthetic) {
+    auto indices =
+        epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
+    const auto my_batches =
+        static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
+    reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
+                   std::min<std::int64_t>(start, my_batches));
+  }
   HostBatch batch;
   const bool sync = c_.mode == "sync";
   cursor_ = start;
@@ -137,8 +162,12 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     }
     const double t0 = now_seconds();
     int n = 0;
-    if (reader.next(batch)) n = batch.n;  // sync: a shorter shard may run out one step early
-    if (n > 0) {
+    if (!reader) {
+      n = static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
+    } else if (reader->next(batch)) {
+      n = batch.n;  // sync: a shorter shard may run out one step early
+    }
+    if (n > 0 && reader) {
       be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
       be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
     }
@@ -244,19 +273,25 @@ void Worker::average_model_state() {
 
 void Worker::evaluate(int epoch) {
   if (!plan_.has_test) return;
-  auto indices = epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
-  BatchReader reader(plan_.test, std::move(indices), plan_.batch);
   HostBatch batch;
   float zero[2] = {0, 0}, sums[2];
   float saved[2];
   be_.copy_to_host(saved, stats_.data(), sizeof saved);  // keep the training interval's sums
   be_.copy_to_device(stats_.data(), zero, sizeof zero);
   double count = 0;
-  while (reader.next(batch)) {
-    be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-    be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
-    model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
-    count += batch.n;
+  if (plan_.synthetic) {  // the test set is this worker's synthetic batch
+    const auto n = static_cast<int>(shard_size(plan_.test.num_samples, w_, plan_.workers));
+    model_.evaluate(x_.data(), y_.data(), n, stats_.data());
+    count = n;
+  } else {
+    auto indices = epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
+    BatchReader reader(plan_.test, std::move(indices), plan_.batch);
+    while (reader.next(batch)) {
+      be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+      be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+      model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
+      count += batch.n;
+    }
   }
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
   be_.copy_to_device(stats_.data(), saved, sizeof saved);

@@ -47,6 +47,7 @@ class Worker {
   void checkpoint(int epoch, std::int64_t step_in_epoch);
   void log_interval(int epoch);
   void inject_faults();  ///< DTRAIN_FAULT hooks (test-only)
+  void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
 
   const Config& c_;
   const Cluster& cluster_;

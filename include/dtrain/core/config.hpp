@@ -16,6 +16,9 @@ struct Config {
   // data
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
+  /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
+  std::string synthetic;
+  std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch
   // model
   std::vector<std::string> layers;  ///< one `layer =` line each (see layers/layer.hpp)
   // training

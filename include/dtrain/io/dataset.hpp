@@ -52,6 +52,15 @@ struct DatasetInfo {
 /// num_classes of them.
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0);
 
+/// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
+/// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
+/// float32 with no mean/std. Throws InputError naming --synthetic and the expected format for a
+/// malformed spec, a size outside [1, 65536], classes outside [2, 1000000] or a sample larger than
+/// 2^31 floats.
+DatasetInfo synthetic_dataset(const std::string& spec, std::int64_t num_samples);
+/// Just the parse of synthetic_dataset() (sample shape and class count), for option validation.
+DatasetInfo parse_synthetic(const std::string& spec);
+
 /// Deadline of one open_dataset_info() call (default 120 s). HDF5 can loop forever, or crash, on
 /// damaged metadata (seen with libhdf5 1.10 on a corrupt global heap); past the deadline, or on
 /// SIGSEGV/SIGBUS in the calling thread during the call, the process prints "dtrain: error: <file>:

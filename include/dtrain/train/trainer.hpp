@@ -20,6 +20,7 @@ struct TrainPlan {
   DatasetInfo train;
   DatasetInfo test;              ///< num_samples == 0 when no --test-data
   bool has_test = false;
+  bool synthetic = false;        ///< --synthetic: no files; test = one batch per worker
   int workers = 1;
   int batch = 1;                 ///< per worker
   std::int64_t steps_per_epoch = 0;  ///< global steps of one epoch
