@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Benchmark: dtrain (one worker, sync, fp32, CPU/oneDNN) against PyTorch (CPU, eager) on the same
-# model, batch size and optimizer, side by side in one run on this machine. Prints training samples/s
-# of each (warm-up steps excluded) and the ratio dtrain / PyTorch.
+# Benchmark: dtrain (one worker, sync, fp32) against PyTorch eager (the same graph built from the
+# job file by tests/benchmarks/pytorch_reference.py: same layers, batch size, optimizer, fp32),
+# side by side in one run on this machine. Prints training samples/s of each (warm-up steps
+# excluded), peak resident memory of each, and the ratios dtrain / PyTorch.
 #
 # Usage: tests/benchmarks/bench_vs_pytorch.sh [JOB]     (default jobs/fashion_mnist_cnn.ini)
+#   Works for any job file; a job with `synthetic = CxHxW:classes` (the ImageNet models) runs on
+#   one random batch in both frameworks, a file-based job on the job's training set.
 # Env:   STEPS (timed steps, default 300), WARMUP (default 20), THREADS (default: all cores),
-#        DEVICE (cpu | cuda, default cpu), TORCH_PYTHON (an interpreter with torch, numpy, h5py;
-#        default /opt/torchbench/bin/python, created with pip from PyPI if missing).
-# Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and the converted data
-# (jobs/run_fashion_mnist.sh converts it).
+#        BATCH (override the job's batch-size), DEVICE (cpu | cuda, default cpu),
+#        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
+#        created with pip from PyPI if missing).
+# Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
+# data (jobs/run_fashion_mnist.sh converts it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 job=${1:-jobs/fashion_mnist_cnn.ini}
@@ -19,7 +23,7 @@ device=${DEVICE:-cpu}
 py=${TORCH_PYTHON:-/opt/torchbench/bin/python}
 if ! "$py" -c "import torch, h5py, numpy" 2>/dev/null; then
   echo "# installing the PyTorch reference into /opt/torchbench (benchmark only)" >&2
-  python3 -m venv /opt/torchbench && /opt/torchbench/bin/pip install -q torch numpy h5py
+  python3 -m venv /opt/torchbench && /opt/torchbench/bin/pip install -q torch torchvision numpy h5py
   py=/opt/torchbench/bin/python
 fi
 [ -x build/bin/dtrain ] || { echo "bench: build dtrain first (.ci/build.sh)" >&2; exit 1; }
@@ -27,37 +31,46 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//')}
+synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
+extra=(--batch-size "$batch")
+if [ -n "$synthetic" ]; then
+  # One random batch per worker; an epoch as long as the run, so no evaluation interrupts it.
+  extra+=(--synthetic-samples $(( (warmup + steps) * batch )) --skip-nonfinite)
+else
+  extra+=(--test-data "")
+fi
+
 # dtrain: log every `warmup` steps; the first interval is the warm-up and is dropped.
 mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 --device "$device" \
-  --max-steps $((warmup + steps)) --test-data "" --threads "$threads" --log-every "$warmup" \
-  --run-dir "$tmp/dtrain" > "$tmp/dtrain.log"
-dtrain_sps=$(/usr/bin/python3 - "$tmp/dtrain/metrics.csv" "$warmup" "$steps" <<'PY'
-import csv, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "train"]
-warm, steps = int(sys.argv[2]), int(sys.argv[3])
+  --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" "${extra[@]}" \
+  --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
+read -r dtrain_rate dtrain_rss <<<"$(/usr/bin/python3 - "$tmp/dtrain" "$warmup" "$batch" <<'PY'
+import csv, json, sys
+run, warm, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = [r for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
 first = next(r for r in rows if int(r["global_step"]) >= warm)
 last = rows[-1]
-batch = None
-done = int(last["global_step"]) - int(first["global_step"])
-print(done, float(last["wall_seconds"]) - float(first["wall_seconds"]))
+steps = int(last["global_step"]) - int(first["global_step"])
+secs = float(last["wall_seconds"]) - float(first["wall_seconds"])
+res = json.load(open(f"{run}/results.json"))
+print(steps * batch / secs, res.get("train_peak_rss_mb", res.get("peak_rss_mb", 0)))
 PY
-)
-read -r dtrain_steps dtrain_secs <<<"$dtrain_sps"
-batch=$(grep -E '^\s*batch-size' "$job" | head -1 | sed 's/.*=\s*//')
-dtrain_rate=$(/usr/bin/python3 -c "print($dtrain_steps*$batch/$dtrain_secs)")
+)"
 
-torch_json=$("$py" tests/benchmarks/pytorch_reference.py --config "$job" --steps "$steps" \
-  --warmup "$warmup" --threads "$threads" --device "$device")
-torch_rate=$(/usr/bin/python3 -c "import json,sys; print(json.loads(sys.argv[1])['samples_per_sec'])" "$torch_json")
-torch_ver=$(/usr/bin/python3 -c "import json,sys; print(json.loads(sys.argv[1])['torch'])" "$torch_json")
+torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$threads"
+            --device "$device" --batch-size "$batch")
+torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-/usr/bin/python3 - "$job" "$batch" "$threads" "$device" "$dtrain_rate" "$torch_rate" "$torch_ver" "$steps" <<'PY'
-import sys
-job, batch, threads, device, d, t, ver, steps = sys.argv[1:]
-d, t = float(d), float(t)
+/usr/bin/python3 - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" <<'PY'
+import json, sys
+job, batch, threads, device, steps = sys.argv[1:6]
+d, d_rss = float(sys.argv[6]), float(sys.argv[7])
+t = json.loads(sys.argv[8])
 print(f"# {job}: batch {batch}, fp32, {threads} threads, device {device}, {steps} timed steps")
-print(f"{'framework':<22}{'samples/s':>12}")
-print(f"{'dtrain':<22}{d:>12.1f}")
-print(f"{'pytorch ' + ver:<22}{t:>12.1f}")
-print(f"ratio dtrain/pytorch: {d / t:.2f}")
+print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")
+print(f"{'dtrain':<24}{d:>12.2f}{d_rss:>15.0f}")
+print(f"{'pytorch ' + t['torch']:<24}{t['samples_per_sec']:>12.2f}{t['peak_rss_mb']:>15.0f}")
+print(f"ratio dtrain/pytorch: samples/s {d / t['samples_per_sec']:.2f}, "
+      f"peak RSS {d_rss / t['peak_rss_mb']:.2f}")
 PY

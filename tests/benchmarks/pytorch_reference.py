@@ -14,6 +14,7 @@ import argparse
 import configparser
 import json
 import math
+import resource
 import sys
 import time
 
@@ -40,50 +41,118 @@ def read_job(path):
     return values, layers
 
 
+def _hw(v):
+    """'3' -> (3, 3); '1x7' -> (1, 7): dtrain's window syntax."""
+    a, _, b = v.partition("x")
+    return (int(a), int(b or a))
+
+
+class Graph(nn.Module):
+    """dtrain's layer graph (layers/layer.hpp): nodes run in line order; `name=` names an output,
+    `input=a,b` takes earlier outputs ('data' is the image); add sums, concat joins channels."""
+
+    def __init__(self, layers, c, h, w, classes):
+        super().__init__()
+        self.mods, self.inputs = nn.ModuleList(), []
+        names, shapes = {"data": 0}, [(c, h, w)]
+        for i, line in enumerate(layers):
+            parts = line.split()
+            kind, args = parts[0], dict(p.split("=", 1) for p in parts[1:])
+            ins = [names[n] for n in args.pop("input").split(",")] if "input" in args else [i]
+            name = args.pop("name", None)
+            shp = [shapes[t] for t in ins]
+            c0, h0, w0 = shp[0]
+            if kind == "conv":
+                k, s, p = _hw(args.get("kernel", "3")), _hw(args.get("stride", "1")), _hw(args.get("pad", "0"))
+                f = int(args["filters"])
+                m = nn.Conv2d(c0, f, k, s, p, bias=args.get("bias", "true") in ("true", "1"))
+                out = (f, (h0 + 2 * p[0] - k[0]) // s[0] + 1, (w0 + 2 * p[1] - k[1]) // s[1] + 1)
+            elif kind in ("maxpool", "avgpool"):
+                k = _hw(args.get("kernel", "2"))
+                s, p = _hw(args.get("stride", args.get("kernel", "2"))), _hw(args.get("pad", "0"))
+                m = (nn.MaxPool2d(k, s, p) if kind == "maxpool"
+                     else nn.AvgPool2d(k, s, p, count_include_pad=False))
+                out = (c0, (h0 + 2 * p[0] - k[0]) // s[0] + 1, (w0 + 2 * p[1] - k[1]) // s[1] + 1)
+            elif kind == "globalavgpool":
+                m, out = nn.AdaptiveAvgPool2d(1), (c0, 1, 1)
+            elif kind == "relu":
+                m, out = nn.ReLU(inplace=True), shp[0]
+            elif kind == "sigmoid":
+                m, out = nn.Sigmoid(), shp[0]
+            elif kind == "batchnorm":
+                m = nn.BatchNorm2d(c0, eps=float(args.get("eps", 1e-5)),
+                                   momentum=float(args.get("momentum", 0.1)))
+                out = shp[0]
+            elif kind == "dropout":
+                m, out = nn.Dropout(float(args.get("rate", 0.5))), shp[0]
+            elif kind == "flatten":
+                m, out = nn.Flatten(), (c0 * h0 * w0, 1, 1)
+            elif kind == "dense":
+                units = int(args.get("units", classes))
+                m, out = nn.Sequential(nn.Flatten(), nn.Linear(c0 * h0 * w0, units)), (units, 1, 1)
+            elif kind == "zeropad":
+                m, out = ZeroPad(c0, int(args["channels"])), (int(args["channels"]), h0, w0)
+            elif kind == "add":
+                m, out = Add(), shp[0]
+            elif kind == "concat":
+                m, out = Concat(), (sum(t[0] for t in shp), h0, w0)
+            else:
+                sys.exit(f"pytorch_reference: unknown layer '{line}'")
+            self.mods.append(m)
+            self.inputs.append(ins)
+            shapes.append(out)
+            if name:
+                names[name] = i + 1
+        for m in self.modules():  # He-normal weights, zero biases, as dtrain
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        outs = [x]
+        uses = [0] * (len(self.mods) + 1)
+        for ins in self.inputs:
+            for t in ins:
+                uses[t] += 1
+        for m, ins in zip(self.mods, self.inputs):
+            args = [outs[t] for t in ins]
+            if isinstance(m, nn.ReLU) and uses[ins[0]] > 1:
+                y = torch.relu(args[0])  # an input other layers read too: not in place
+            elif isinstance(m, (Add, Concat)):
+                y = m(args)
+            else:
+                y = m(args[0])
+            outs.append(y)
+        return outs[-1].flatten(1)
+
+
+class Add(nn.Module):
+    def forward(self, xs):
+        y = xs[0] + xs[1]
+        for x in xs[2:]:
+            y = y + x
+        return y
+
+
+class Concat(nn.Module):
+    def forward(self, xs):
+        return torch.cat(xs, 1)
+
+
+class ZeroPad(nn.Module):
+    """He et al.'s option-A shortcut: zero channels around the input's (dtrain's zeropad)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.before, self.after = (cout - cin) // 2, cout - cin - (cout - cin) // 2
+
+    def forward(self, x):
+        return nn.functional.pad(x, (0, 0, 0, 0, self.before, self.after))
+
+
 def build_model(layers, c, h, w, classes):
-    mods, shape = [], (c, h, w)
-    flat = False
-    for line in layers:
-        parts = line.split()
-        kind, args = parts[0], dict(p.split("=", 1) for p in parts[1:])
-        if kind == "conv":
-            k, s, p = int(args.get("kernel", 3)), int(args.get("stride", 1)), int(args.get("pad", 0))
-            f = int(args["filters"])
-            mods.append(nn.Conv2d(shape[0], f, k, s, p))
-            shape = (f, (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1)
-        elif kind in ("maxpool", "avgpool"):
-            k = int(args.get("kernel", 2))
-            s = int(args.get("stride", k))
-            p = int(args.get("pad", 0))
-            mods.append(nn.MaxPool2d(k, s, p) if kind == "maxpool"
-                        else nn.AvgPool2d(k, s, p, count_include_pad=False))
-            shape = (shape[0], (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1)
-        elif kind == "relu":
-            mods.append(nn.ReLU())
-        elif kind == "sigmoid":
-            mods.append(nn.Sigmoid())
-        elif kind == "batchnorm":
-            mods.append(nn.BatchNorm1d(shape[0]) if flat else nn.BatchNorm2d(shape[0]))
-        elif kind == "dropout":
-            mods.append(nn.Dropout(float(args.get("rate", 0.5))))
-        elif kind == "flatten":
-            mods.append(nn.Flatten())
-            shape, flat = (shape[0] * shape[1] * shape[2], 1, 1), True
-        elif kind == "dense":
-            units = int(args.get("units", classes))
-            if not flat:
-                mods.append(nn.Flatten())
-                flat = True
-            mods.append(nn.Linear(shape[0] * shape[1] * shape[2], units))
-            shape = (units, 1, 1)
-        else:
-            sys.exit(f"pytorch_reference: unknown layer '{line}'")
-    model = nn.Sequential(*mods)
-    for m in model.modules():  # He-normal weights, zero biases, as dtrain
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
-            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
-            nn.init.zeros_(m.bias)
-    return model
+    return Graph(layers, c, h, w, classes)
 
 
 def load(path, device):
@@ -97,6 +166,8 @@ def load(path, device):
     if raw.dtype == np.uint8:
         x /= 255.0
     x = (x - mean.reshape(1, -1, 1, 1)) / std.reshape(1, -1, 1, 1)
+    global MEAN, STD
+    MEAN, STD = torch.from_numpy(mean), torch.from_numpy(std)
     return torch.from_numpy(np.ascontiguousarray(x)).to(device), torch.from_numpy(y).to(device)
 
 
@@ -110,18 +181,68 @@ def evaluate(model, x, y, batch):
     return correct / len(y)
 
 
+def lr_at(job, step, total, workers):
+    """dtrain's schedule (src/optim/optimizer.cpp): linear warm-up, then constant / step / cosine;
+    --lr-scaling linear multiplies lr and lr-min by the number of workers."""
+    scale = workers if job.get("lr-scaling", "none") == "linear" else 1
+    lr, lr_min = float(job.get("lr", 0.05)) * scale, float(job.get("lr-min", 0.0)) * scale
+    warm = int(job.get("warmup-steps", 0))
+    if warm > 0 and step < warm:
+        return lr * (step + 1) / warm
+    t = step - warm
+    sched = job.get("lr-schedule", "constant")
+    if sched == "step":
+        return lr * float(job.get("lr-gamma", 0.1)) ** (t // int(job.get("lr-step-size", 1000)))
+    if sched == "cosine":
+        span = int(job.get("lr-decay-steps", 0)) or total - warm
+        frac = min(1.0, t / max(span, 1))
+        return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * frac))
+    return lr
+
+
+def augment(xb, crop, flip, gen):
+    """--random-crop PAD / --random-flip as dtrain: pad with the value of a raw 0 pixel."""
+    if crop:
+        n, c, h, w = xb.shape
+        padded = nn.functional.pad(xb, (crop, crop, crop, crop), value=float("nan"))
+        out = torch.empty_like(xb)
+        offs = torch.randint(0, 2 * crop + 1, (n, 2), generator=gen)
+        for i in range(n):
+            dy, dx = int(offs[i, 0]), int(offs[i, 1])
+            out[i] = padded[i, :, dy:dy + h, dx:dx + w]
+        xb = torch.where(torch.isnan(out), ZERO_PIXEL.expand_as(out), out)
+    if flip:
+        mask = torch.rand(xb.shape[0], generator=gen) < 0.5
+        xb = torch.where(mask.view(-1, 1, 1, 1), xb.flip(3), xb)
+    return xb
+
+
+ZERO_PIXEL = None
+MEAN, STD = torch.zeros(1), torch.ones(1)
+
+
 def main():
+    global ZERO_PIXEL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True)
     ap.add_argument("--steps", type=int, default=300, help="timed training steps")
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch-size", type=int, default=0, help="override the job's batch-size")
     ap.add_argument("--train-data")
     ap.add_argument("--test-data")
+    ap.add_argument("--synthetic", help="CxHxW:classes (default: the job's `synthetic`)")
+    ap.add_argument("--param-count", action="store_true", help="print the parameter count, exit")
     ap.add_argument("--target", type=float, default=0.0,
                     help="also train whole epochs until this test accuracy; report the time")
     ap.add_argument("--max-epochs", type=int, default=10)
+    ap.add_argument("--train-epochs", type=int, default=0,
+                    help="accuracy mode: train this many epochs with dtrain's schedule as one "
+                         "process standing for --workers sync workers, report the test accuracy")
+    ap.add_argument("--workers", type=int, default=1, help="sync workers the run stands for")
+    ap.add_argument("--random-crop", type=int, default=0)
+    ap.add_argument("--random-flip", action="store_true")
     args = ap.parse_args()
 
     job, layers = read_job(args.config)
@@ -129,10 +250,21 @@ def main():
         torch.set_num_threads(args.threads)
     torch.manual_seed(int(job.get("seed", 1)))
     dev = torch.device(args.device)
-    x, y = load(args.train_data or job["train-data"], dev)
-    classes = int(y.max().item()) + 1
+    synthetic = args.synthetic if args.synthetic is not None else job.get("synthetic", "")
+    batch = args.batch_size or int(job.get("batch-size", 64))
+    if synthetic:
+        dims, _, k = synthetic.partition(":")
+        c, h, w = (int(v) for v in dims.split("x"))
+        classes = int(k)
+        x = torch.randn(batch, c, h, w, device=dev)
+        y = torch.randint(0, classes, (batch,), device=dev)
+    else:
+        x, y = load(args.train_data or job["train-data"], dev)
+        classes = int(y.max().item()) + 1
     model = build_model(layers, x.shape[1], x.shape[2], x.shape[3], classes).to(dev)
-    batch = int(job.get("batch-size", 64))
+    if args.param_count:
+        print(sum(p.numel() for p in model.parameters()))
+        return
     lr = float(job.get("lr", 0.05))
     wd = float(job.get("weight-decay", 0.0))
     opt_name = job.get("optimizer", "momentum")
@@ -153,10 +285,39 @@ def main():
         opt.step()
         return loss
 
+    if args.train_epochs:
+        # One process with the global batch (workers x batch) and the workers' learning rate.
+        ZERO_PIXEL = ((0.0 - MEAN) / STD).view(1, -1, 1, 1).to(dev)
+        xt, yt = load(args.test_data or job["test-data"], dev)
+        gb = batch * args.workers
+        steps_per_epoch = (n + gb - 1) // gb
+        total = steps_per_epoch * args.train_epochs
+        t0, gstep, accs = time.perf_counter(), 0, []
+        for epoch in range(args.train_epochs):
+            perm = torch.randperm(n, generator=g).to(dev)
+            for i in range(0, n, gb):
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(job, gstep, total, args.workers)
+                idx = perm[i:i + gb]
+                xb = augment(x[idx], args.random_crop, args.random_flip, g)
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(xb), y[idx]).backward()
+                opt.step()
+                gstep += 1
+            accs.append(evaluate(model, xt, yt, 1000))
+            print(f"# pytorch epoch {epoch + 1}: test accuracy {accs[-1]:.4f} "
+                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "epochs": args.train_epochs,
+                          "global_batch": gb, "steps": gstep, "test_accuracy": accs[-1],
+                          "test_accuracy_per_epoch": accs, "seconds": time.perf_counter() - t0}))
+        return
+
     perm = torch.randperm(n, generator=g).to(dev)
     pos = 0
     def next_idx():
         nonlocal perm, pos
+        if synthetic:
+            return slice(0, batch)  # the one random batch, every step (tf_cnn_benchmarks style)
         if pos + batch > n:
             perm, pos = torch.randperm(n, generator=g).to(dev), 0
         idx = perm[pos:pos + batch]
@@ -174,7 +335,8 @@ def main():
     t = time.perf_counter() - t0
     out = {"framework": "pytorch", "torch": torch.__version__, "device": str(dev),
            "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": batch,
-           "seconds": t, "samples_per_sec": args.steps * batch / t, "last_loss": loss_value}
+           "seconds": t, "samples_per_sec": args.steps * batch / t, "last_loss": loss_value,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
     if args.target > 0:
         xt, yt = load(args.test_data or job["test-data"], dev)
