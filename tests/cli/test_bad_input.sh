@@ -16,34 +16,6 @@ write_job "$SCRATCH/job.ini"
 printf '[train]\nepochs = 1\nlearning-speed = 3\n' >"$SCRATCH/unknown_key.ini"
 echo "not a directory" >"$SCRATCH/run_dir_file"
 
-cases=0
-# expect_error NP "WORD1|WORD2..." ARGS...: dtrain (under mpiexec -n NP, or alone when NP is 0) must
-# fail with one error message containing every word.
-expect_error() {
-  local np=$1 words=$2
-  shift 2
-  local log=$SCRATCH/case$cases.log
-  cases=$((cases + 1))
-  local cmd=("$DTRAIN" "$@")
-  [[ $np -gt 0 ]] && cmd=("$MPIEXEC" -n "$np" "${cmd[@]}")
-  set +e
-  timeout 60 "${cmd[@]}" >"$log" 2>&1
-  local rc=$?
-  set -e
-  echo "-- exit $rc: ${*: -4}"
-  [[ $rc -ne 0 ]] || { cat "$log"; fail "accepted: $*"; }
-  [[ $rc -ne 124 ]] || { cat "$log"; fail "hung (timeout): $*"; }
-  local n
-  n=$(grep -c "dtrain: error:" "$log" || true)
-  [[ $n -eq 1 ]] || { cat "$log"; fail "$n error messages (want 1) for: $*"; }
-  local msg
-  msg=$(grep "dtrain: error:" "$log")
-  local IFS='|'
-  for w in $words; do
-    grep -qF -- "$w" <<<"$msg" || { cat "$log"; fail "the message does not mention '$w': $msg"; }
-  done
-}
-
 JOB=(--config "$SCRATCH/job.ini" --run-dir "$SCRATCH/run")
 GOOD=(--train-data "$SCRATCH/good.h5")
 

@@ -13,51 +13,6 @@ make_data train 512 --seed 21 --template-seed 9
 write_job "$SCRATCH/job.ini"
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --epochs 3 --mode sync --num-ps 0)
 
-# run NP DIR ARGS...: one dtrain run that must succeed.
-run() {
-  local np=$1 dir=$2
-  shift 2
-  timeout 120 "$MPIEXEC" -n "$np" "$DTRAIN" "${COMMON[@]}" --run-dir "$dir" "$@" >>"$dir.log" 2>&1 ||
-    { cat "$dir.log"; fail "run into $dir failed: $*"; }
-}
-
-# compare DIR_A DIR_B STEP: the checkpoints of STEP in both dirs hold identical arrays.
-compare() {
-  "$PY" - "$1" "$2" "$3" <<'PY'
-import sys, h5py, numpy as np
-a_dir, b_dir, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
-name = f"ckpt-{step:010d}.h5"
-with h5py.File(f"{a_dir}/{name}", "r") as a, h5py.File(f"{b_dir}/{name}", "r") as b:
-    assert a.attrs["global_step"] == b.attrs["global_step"] == step
-    for k in ["params", "optimizer/m", "optimizer/v", "model_state"]:
-        x, y = a[k][()], b[k][()]
-        if k in ("params", "optimizer/m", "model_state"):
-            assert x.size > 0, f"{k} is empty"
-        if not np.array_equal(x, y):
-            diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
-            raise SystemExit(f"{name}: /{k} differs between {a_dir} and {b_dir}: "
-                             f"{int((diff > 0).sum())} of {x.size} values, max |diff| {diff.max():.3g}")
-    for k in ["epoch", "step_in_epoch", "num_workers"]:
-        assert a.attrs[k] == b.attrs[k], (k, a.attrs[k], b.attrs[k])
-    print(f"{name}: params, optimizer state and model state bit-identical "
-          f"(epoch {a.attrs['epoch']}, step_in_epoch {a.attrs['step_in_epoch']})")
-PY
-}
-
-# check_resume NP TAG ARGS...: straight run vs. stop at 17 + resume to 40.
-check_resume() {
-  local np=$1 tag=$2
-  shift 2
-  local a=$SCRATCH/$tag-straight b=$SCRATCH/$tag-resumed
-  run "$np" "$a" --max-steps 40 "$@"
-  run "$np" "$b" --max-steps 17 "$@"
-  [[ -f $b/ckpt-0000000017.h5 ]] || fail "$b: no checkpoint at step 17"
-  [[ ! -f $b/ckpt-0000000040.h5 ]] || fail "$b: the first part ran past --max-steps"
-  run "$np" "$b" --max-steps 40 --resume "$@"
-  grep -q "resuming from global_step 17" "$b.log" || fail "$b.log: the second part did not resume at 17"
-  compare "$a" "$b" 40
-}
-
 echo "== 2 workers, momentum"
 check_resume 2 w2
 echo "== 1 worker, Adam with warm-up and a cosine of fixed length"
