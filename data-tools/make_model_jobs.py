@@ -185,6 +185,33 @@ def inception3(div):
     return net
 
 
+def train_section(name, batch, lr, log_every, weight_decay, warmup, epochs=1, keep=1, mode="sync"):
+    """The [train], [optimizer], [cluster] and [checkpoint] sections; lr is per worker batch and
+    scaled linearly with the number of sync workers (Goyal et al. 2017)."""
+    return f"""[train]
+mode = {mode}
+epochs = {epochs}
+batch-size = {batch}
+seed = 1
+log-every = {log_every}
+
+[optimizer]
+optimizer = momentum
+lr = {lr}
+lr-scaling = linear
+momentum = 0.9
+weight-decay = {weight_decay}
+lr-schedule = cosine
+warmup-steps = {warmup}
+
+[cluster]
+num-ps = 0
+
+[checkpoint]
+run-dir = runs/{name}
+keep-checkpoints = {keep}"""
+
+
 JOBS = {
     "resnet20_cifar": dict(
         build=resnet20,
@@ -198,28 +225,7 @@ JOBS = {
         data="""[data]
 train-data = data/fashion_mnist/train.h5
 test-data = data/fashion_mnist/test.h5""",
-        train="""[train]
-mode = sync
-epochs = 4
-batch-size = 64
-seed = 1
-log-every = 100
-
-[optimizer]
-optimizer = momentum
-lr = 0.05
-lr-scaling = linear
-momentum = 0.9
-weight-decay = 0.0005
-lr-schedule = cosine
-warmup-steps = 200
-
-[cluster]
-num-ps = 0
-
-[checkpoint]
-run-dir = runs/resnet20_cifar
-keep-checkpoints = 2"""),
+        train=train_section("resnet20_cifar", 64, 0.05, 100, 0.0005, 200, epochs=4, keep=2)),
     "resnet50_imagenet": dict(
         build=resnet50,
         header="""# ResNet-50 for ImageNet (He et al. 2016; torchvision.models.resnet50, "v1.5": the stride of a
@@ -230,28 +236,7 @@ keep-checkpoints = 2"""),
 # For real data: --synthetic "" --train-data X.h5 --test-data Y.h5 (3x224x224, docs/data.md).""",
         data="""[data]
 synthetic = 3x224x224:1000""",
-        train="""[train]
-mode = sync
-epochs = 1
-batch-size = 32
-seed = 1
-log-every = 10
-
-[optimizer]
-optimizer = momentum
-lr = 0.0125
-lr-scaling = linear
-momentum = 0.9
-weight-decay = 0.0001
-lr-schedule = cosine
-warmup-steps = 100
-
-[cluster]
-num-ps = 0
-
-[checkpoint]
-run-dir = runs/resnet50_imagenet
-keep-checkpoints = 1"""),
+        train=train_section("resnet50_imagenet", 32, 0.0125, 10, 0.0001, 100)),
     "vgg16_imagenet": dict(
         build=vgg16,
         header="""# VGG-16 for ImageNet (Simonyan & Zisserman 2015, configuration D; torchvision.models.vgg16 without
@@ -261,28 +246,7 @@ keep-checkpoints = 1"""),
 #   mpirun -np 2 build/bin/dtrain --config jobs/vgg16_imagenet.ini --max-steps 20""",
         data="""[data]
 synthetic = 3x224x224:1000""",
-        train="""[train]
-mode = sync
-epochs = 1
-batch-size = 16
-seed = 1
-log-every = 5
-
-[optimizer]
-optimizer = momentum
-lr = 0.0005
-lr-scaling = linear
-momentum = 0.9
-weight-decay = 0.0005
-lr-schedule = cosine
-warmup-steps = 100
-
-[cluster]
-num-ps = 0
-
-[checkpoint]
-run-dir = runs/vgg16_imagenet
-keep-checkpoints = 1"""),
+        train=train_section("vgg16_imagenet", 16, 0.0005, 5, 0.0005, 100)),
     "inception3_imagenet": dict(
         build=inception3,
         header="""# Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture for Computer Vision";
@@ -294,28 +258,7 @@ keep-checkpoints = 1"""),
 # (torchvision's avg-pool branches count padding in the average; dtrain's avgpool excludes it.)""",
         data="""[data]
 synthetic = 3x299x299:1000""",
-        train="""[train]
-mode = sync
-epochs = 1
-batch-size = 32
-seed = 1
-log-every = 10
-
-[optimizer]
-optimizer = momentum
-lr = 0.0125
-lr-scaling = linear
-momentum = 0.9
-weight-decay = 0.0001
-lr-schedule = cosine
-warmup-steps = 100
-
-[cluster]
-num-ps = 0
-
-[checkpoint]
-run-dir = runs/inception3_imagenet
-keep-checkpoints = 1"""),
+        train=train_section("inception3_imagenet", 32, 0.0125, 10, 0.0001, 100)),
 }
 
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/layer_rig.hpp"
+#include "common/nets.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/model/model.hpp"
 
@@ -16,23 +17,7 @@ namespace {
 using test::to_host;
 using test::uniform_values;
 
-// r0 feeds b1, b2 and the add: its gradient is the sum of three contributions.
-const std::vector<std::string> kBranchy = {
-    "conv filters=4 kernel=3 pad=1 bias=false name=c0",
-    "batchnorm",
-    "relu name=r0",
-    "conv filters=3 kernel=1x3 pad=0x1",
-    "relu name=b1",
-    "conv filters=2 kernel=3x1 pad=1x0 input=r0 name=b2",
-    "concat input=b1,b2",
-    "conv filters=4 kernel=1 bias=false name=proj",
-    "add input=proj,r0",
-    "relu",
-    "avgpool kernel=1 stride=2 name=sub",
-    "zeropad channels=6",
-    "globalavgpool",
-    "dense",
-};
+using test::kBranchyNet;
 
 class ModelGraph : public ::testing::Test {
  protected:
@@ -49,7 +34,7 @@ double training_loss(Model& m, Backend& be, const DeviceBuffer<float>& x,
 
 TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
   const int n = 3;
-  Model m(*be_, kBranchy, Shape{1, 2, 6, 6}, 3, n);
+  Model m(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, n);
   m.initialize(5);
   auto x = test::to_device(*be_, uniform_values(n * 2 * 36, 11, -1.0f, 1.0f));
   DeviceBuffer<std::int32_t> y(*be_, n);
@@ -87,10 +72,10 @@ TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
 }
 
 TEST_F(ModelGraph, PlanSharesMemoryAndReportsIt) {
-  Model m(*be_, kBranchy, Shape{1, 2, 6, 6}, 3, 8);
+  Model m(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, 8);
   // Without sharing: every activation and its gradient in its own buffer.
   std::size_t naive = 0;
-  Model layout(kBranchy, Shape{1, 2, 6, 6}, 3, 8);
+  Model layout(kBranchyNet, Shape{1, 2, 6, 6}, 3, 8);
   EXPECT_EQ(layout.param_count(), m.param_count());
   EXPECT_EQ(layout.activation_bytes(), m.activation_bytes());
   EXPECT_EQ(layout.signature(), m.signature());
