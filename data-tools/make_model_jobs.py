@@ -1,195 +1,213 @@
 #!/usr/bin/env python3
-"""Writes the job files of the standard CNNs in dtrain's layer-graph syntax (layers/layer.hpp):
+"""Writes the job files of the standard CNNs in dtrain's layer-graph syntax (docs/models.md):
 
-  jobs/resnet20_cifar.ini      He et al. 2016, §4.2: 3 stages x 3 basic blocks, option-A shortcuts
-  jobs/resnet50_imagenet.ini   torchvision resnet50 (v1.5: stride on the 3x3 conv), 25,557,032 params
-  jobs/vgg16_imagenet.ini      torchvision vgg16 (no batchnorm), 138,357,544 params
-  jobs/inception3_imagenet.ini torchvision inception_v3 without the auxiliary head (Szegedy et al. 2016)
+  jobs/resnet20_cifar.ini       He et al. 2016 §4.2, option-A shortcuts: 269,434 params on 1x28x28
+  jobs/resnet50_imagenet.ini    torchvision resnet50 (v1.5: stride on the 3x3 conv): 25,557,032
+  jobs/vgg16_imagenet.ini       torchvision vgg16 (no batchnorm): 138,357,544
+  jobs/inception3_imagenet.ini  torchvision inception_v3(aux_logits=False): 23,834,568
 
-Each architecture is written out layer by layer from its paper / torchvision's definition, so that
-`dtrain --dry-run` prints the same parameter count as the PyTorch reference
-(tests/benchmarks/pytorch_reference.py --param-count builds the same graph from the job file).
+Each model is written out layer by layer after torchvision's definition (the paper's for ResNet-20),
+in torchvision's parameter order, so `dtrain --dry-run` prints torchvision's parameter count and
+tests/benchmarks/pytorch_reference.py --param-count (the same graph in PyTorch) agrees. A line gets
+`input=` only where it does not take the previous line's output, and `name=` where a later line takes
+its output by name (and on block outputs, for reading).
 
-Usage: data-tools/make_model_jobs.py [--out-dir jobs] [--width-div K]
-  --width-div K divides every channel count by K (tiny versions for tests; written to --out-dir).
+Usage: data-tools/make_model_jobs.py [--out-dir jobs] [--width-div K] [--only NAME ...]
+  --width-div K divides every channel count by K (tiny versions for tests).
 """
 import argparse
 import os
 
+DATA = 0  # the network input; layers are numbered from 1 in line order
+
 
 class Net:
-    """Collects `layer =` lines; conv_bn_relu etc. return the name of their output."""
+    """The `layer =` lines of one model. add() returns the new layer's number, which later layers
+    pass as inputs; without inputs a layer takes the previous line's output."""
 
     def __init__(self, width_div=1, bn_eps=None):
-        self.lines, self.n, self.div, self.bn_eps = [], 0, width_div, bn_eps
+        self.layers = []  # (spec, input numbers, name or None)
+        self.div, self.bn_eps = width_div, bn_eps
 
-    def w(self, c):
-        return max(1, c // self.div)
+    def w(self, channels):
+        return max(1, channels // self.div)
 
-    def add(self, spec, name=None, inputs=None):
-        self.n += 1
-        name = name or f"l{self.n}"
-        line = spec + f" name={name}"
-        if inputs:
-            line += " input=" + ",".join(inputs)
-        self.lines.append(line)
-        return name
+    def add(self, spec, *inputs, name=None):
+        inputs = [i for i in inputs if i is not None] or [len(self.layers)]  # None: previous line
+        self.layers.append((spec, inputs, name))
+        return len(self.layers)
 
-    def conv_bn(self, x, c, k=1, s=1, p=0, relu=True, bias=False):
-        ks = k if isinstance(k, str) else str(k)
-        ps = p if isinstance(p, str) else str(p)
-        self.add(f"conv filters={self.w(c)} kernel={ks} stride={s} pad={ps}"
-                 + ("" if bias else " bias=false"), inputs=[x])
-        bn = "batchnorm" + (f" eps={self.bn_eps}" if self.bn_eps else "")
-        out = self.add(bn)
-        return self.add("relu") if relu else out
+    def conv(self, x, filters, k, s=1, p=0, bias=True, name=None):
+        spec = f"conv filters={self.w(filters)} kernel={k}"
+        spec += (f" stride={s}" if str(s) != "1" else "") + (f" pad={p}" if str(p) != "0" else "")
+        return self.add(spec + ("" if bias else " bias=false"), x, name=name)
+
+    def conv_bn(self, x, filters, k=1, s=1, p=0, relu=True, name=None):
+        """conv without bias + batchnorm (+ relu): torchvision's BasicConv2d and ResNet conv-bn pairs;
+        `name` names the last of them."""
+        self.conv(x, filters, k, s, p, bias=False)
+        bn = self.add("batchnorm" + (f" eps={self.bn_eps}" if self.bn_eps else ""),
+                      name=None if relu else name)
+        return self.add("relu", name=name) if relu else bn
 
     def text(self):
-        return "\n".join("layer = " + l for l in self.lines)
+        by_name = {i for n, (_, ins, _) in enumerate(self.layers, 1) if ins != [n - 1] for i in ins}
+        names = {DATA: "data"}
+        for n, (spec, _, name) in enumerate(self.layers, 1):
+            assert name or n not in by_name, f"layer #{n} '{spec}' is taken by name but has none"
+            if name:
+                names[n] = name
+        lines = []
+        for n, (spec, ins, _) in enumerate(self.layers, 1):
+            line = "layer = " + spec + (f" name={names[n]}" if n in names else "")
+            if ins != [n - 1]:
+                line += " input=" + ",".join(names[i] for i in ins)
+            lines.append(line)
+        assert len(set(names.values())) == len(names), "duplicate layer names"
+        return "\n".join(lines)
 
 
 def resnet20(div):
-    """He et al. 2016 §4.2: 16-32-64 filters, n = 3, identity shortcuts (option A: subsample with
-    a stride-2 1x1 average pool, zero-pad the new channels)."""
+    """He et al. 2016 §4.2: n = 3 basic blocks per stage, 16-32-64 filters; identity shortcuts,
+    option A where the shape changes (subsample by a 1x1 stride-2 average pool = x[:, :, ::2, ::2],
+    zero-pad the new channels, half on each side)."""
     net = Net(div)
-    x = net.conv_bn("data", 16, 3, 1, 1)
+    x = net.conv_bn(DATA, 16, 3, 1, 1, name="conv1")
     cin = 16
-    for stage, width in enumerate([16, 32, 64]):
-        for block in range(3):
-            s = 2 if stage > 0 and block == 0 else 1
+    for stage, width in enumerate([16, 32, 64], start=2):
+        for b in range(3):
+            blk = f"res{stage}{'abc'[b]}"
+            s = 2 if stage > 2 and b == 0 else 1
             h = net.conv_bn(x, width, 3, s, 1)
-            h = net.conv_bn(h, width, 3, 1, 1, relu=False)
+            h = net.conv_bn(h, width, 3, 1, 1, relu=False, name=blk + "_branch2b")
             sc = x
             if s != 1 or cin != width:
-                sc = net.add("avgpool kernel=1 stride=2", inputs=[x])
-                sc = net.add(f"zeropad channels={net.w(width)}", inputs=[sc])
-            x = net.add("add", inputs=[h, sc])
-            x = net.add("relu", name=f"res{stage + 1}{'abc'[block]}")
+                net.add("avgpool kernel=1 stride=2", x)
+                sc = net.add(f"zeropad channels={net.w(width)}", name=blk + "_branch1")
+            net.add("add", h, sc)
+            x = net.add("relu", name=blk)
             cin = width
-    net.add("globalavgpool", inputs=[x])
-    net.add("dense", name="logits")
+    net.add("globalavgpool")
+    net.add("dense", name="fc")
     return net
 
 
 def resnet50(div):
-    """torchvision.models.resnet50: bottlenecks [3, 4, 6, 3], stride on the 3x3 conv (v1.5)."""
+    """torchvision.models.resnet50: bottlenecks [3, 4, 6, 3], stride on the 3x3 conv (v1.5),
+    projection shortcut (1x1 conv + batchnorm) on each stage's first block."""
     net = Net(div)
-    x = net.conv_bn("data", 64, 7, 2, 3)
+    net.conv_bn(DATA, 64, 7, 2, 3, name="conv1")
     x = net.add("maxpool kernel=3 stride=2 pad=1", name="pool1")
-    cin = 64
-    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)]):
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=2):
         for b in range(blocks):
-            s = 2 if stage > 0 and b == 0 else 1
+            blk = f"res{stage}{'abcdef'[b]}"
+            s = 2 if stage > 2 and b == 0 else 1
             h = net.conv_bn(x, width, 1)
             h = net.conv_bn(h, width, 3, s, 1)
-            h = net.conv_bn(h, width * 4, 1, relu=False)
+            h = net.conv_bn(h, 4 * width, 1, relu=False, name=blk + "_branch2c")
             sc = x
             if b == 0:
-                sc = net.conv_bn(x, width * 4, 1, s, 0, relu=False)
-            x = net.add("add", inputs=[h, sc])
-            x = net.add("relu", name=f"res{stage + 2}{chr(ord('a') + b)}")
-            cin = width * 4
-    net.add("globalavgpool", inputs=[x])
-    net.add("dense units=1000", name="fc")
+                sc = net.conv_bn(x, 4 * width, 1, s, relu=False, name=blk + "_branch1")
+            net.add("add", h, sc)
+            x = net.add("relu", name=blk)
+    net.add("globalavgpool")
+    net.add("dense", name="fc")
     return net
 
 
 def vgg16(div):
-    """torchvision.models.vgg16 (configuration D, no batchnorm)."""
+    """torchvision.models.vgg16 (configuration D, no batchnorm). Its AdaptiveAvgPool2d(7) is the
+    identity on the 7x7 maps of a 224x224 input and is left out."""
     net = Net(div)
-    x = "data"
-    for stage, (width, n) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]):
+    for stage, (width, n) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)], start=1):
         for i in range(n):
-            net.add(f"conv filters={net.w(width)} kernel=3 pad=1", inputs=[x])
-            x = net.add("relu", name=f"conv{stage + 1}_{i + 1}")
-        x = net.add("maxpool kernel=2 stride=2", name=f"pool{stage + 1}")
-    net.add(f"dense units={net.w(4096)}", inputs=[x])
-    net.add("relu")
-    net.add("dropout rate=0.5")
-    net.add(f"dense units={net.w(4096)}")
-    net.add("relu")
-    net.add("dropout rate=0.5")
-    net.add("dense units=1000", name="fc8")
+            net.conv(None, width, 3, 1, 1, name=f"conv{stage}_{i + 1}")
+            net.add("relu")
+        net.add("maxpool kernel=2 stride=2", name=f"pool{stage}")
+    for fc in ("fc6", "fc7"):
+        net.add(f"dense units={net.w(4096)}", name=fc)
+        net.add("relu")
+        net.add("dropout rate=0.5")
+    net.add("dense", name="fc8")
     return net
 
 
 def inception3(div):
     """torchvision.models.inception_v3(aux_logits=False): BasicConv2d = conv (no bias) + batchnorm
-    (eps 0.001) + relu; average-pool branches are 3x3, stride 1, pad 1."""
+    (eps 0.001) + relu; branches in torchvision's order; the pool branches average 3x3, stride 1,
+    pad 1 (torchvision counts the padding in those averages, dtrain's avgpool does not)."""
     net = Net(div, bn_eps="0.001")
     c = net.conv_bn
-    x = c("data", 32, 3, 2)
-    x = c(x, 32, 3)
-    x = c(x, 64, 3, 1, 1)
-    x = net.add("maxpool kernel=3 stride=2")
-    x = c(x, 80, 1)
-    x = c(x, 192, 3)
-    x = net.add("maxpool kernel=3 stride=2")
+    c(DATA, 32, 3, 2)  # Conv2d_1a_3x3
+    c(None, 32, 3)  # Conv2d_2a_3x3
+    c(None, 64, 3, 1, 1)  # Conv2d_2b_3x3
+    net.add("maxpool kernel=3 stride=2", name="pool1")
+    c(None, 80, 1)  # Conv2d_3b_1x1
+    c(None, 192, 3)  # Conv2d_4a_3x3
+    x = net.add("maxpool kernel=3 stride=2", name="pool2")
 
-    def avg_branch(x, cout):
-        p = net.add("avgpool kernel=3 stride=1 pad=1", inputs=[x])
-        return c(p, cout, 1)
+    def pool_branch(x, filters, name):
+        net.add("avgpool kernel=3 stride=1 pad=1", x)
+        return c(None, filters, 1, name=name)
 
-    def block_a(x, pool_features, name):
-        b1 = c(x, 64, 1)
-        b5 = c(c(x, 48, 1), 64, 5, 1, 2)
-        b3 = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 1, 1)
-        bp = avg_branch(x, pool_features)
-        return net.add("concat", name=name, inputs=[b1, b5, b3, bp])
+    def block_a(x, pool_features, m):  # InceptionA
+        b1 = c(x, 64, 1, name=m + "_1x1")
+        b5 = c(c(x, 48, 1), 64, 5, 1, 2, name=m + "_5x5")
+        b3 = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 1, 1, name=m + "_3x3dbl")
+        return net.add("concat", b1, b5, b3, pool_branch(x, pool_features, m + "_pool"), name=m)
 
-    def block_b(x, name):
-        b3 = c(x, 384, 3, 2)
-        bd = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 2)
-        bp = net.add("maxpool kernel=3 stride=2", inputs=[x])
-        return net.add("concat", name=name, inputs=[b3, bd, bp])
+    def block_b(x, m):  # InceptionB (grid reduction 35 -> 17)
+        b3 = c(x, 384, 3, 2, name=m + "_3x3")
+        bd = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 2, name=m + "_3x3dbl")
+        bp = net.add("maxpool kernel=3 stride=2", x, name=m + "_pool")
+        return net.add("concat", b3, bd, bp, name=m)
 
-    def block_c(x, c7, name):
-        b1 = c(x, 192, 1)
-        b7 = c(c(c(x, c7, 1), c7, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0")
-        bd = c(x, c7, 1)
-        bd = c(bd, c7, "7x1", 1, "3x0")
-        bd = c(bd, c7, "1x7", 1, "0x3")
-        bd = c(bd, c7, "7x1", 1, "3x0")
-        bd = c(bd, 192, "1x7", 1, "0x3")
-        bp = avg_branch(x, 192)
-        return net.add("concat", name=name, inputs=[b1, b7, bd, bp])
+    def block_c(x, c7, m):  # InceptionC: factorized 7x7
+        b1 = c(x, 192, 1, name=m + "_1x1")
+        b7 = c(c(c(x, c7, 1), c7, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0", name=m + "_7x7")
+        bd = c(c(c(c(c(x, c7, 1), c7, "7x1", 1, "3x0"), c7, "1x7", 1, "0x3"), c7, "7x1", 1, "3x0"),
+               192, "1x7", 1, "0x3", name=m + "_7x7dbl")
+        return net.add("concat", b1, b7, bd, pool_branch(x, 192, m + "_pool"), name=m)
 
-    def block_d(x, name):
-        b3 = c(c(x, 192, 1), 320, 3, 2)
-        b7 = c(c(c(c(x, 192, 1), 192, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0"), 192, 3, 2)
-        bp = net.add("maxpool kernel=3 stride=2", inputs=[x])
-        return net.add("concat", name=name, inputs=[b3, b7, bp])
+    def block_d(x, m):  # InceptionD (grid reduction 17 -> 8)
+        b3 = c(c(x, 192, 1), 320, 3, 2, name=m + "_3x3")
+        b7 = c(c(c(c(x, 192, 1), 192, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0"), 192, 3, 2,
+               name=m + "_7x7x3")
+        bp = net.add("maxpool kernel=3 stride=2", x, name=m + "_pool")
+        return net.add("concat", b3, b7, bp, name=m)
 
-    def block_e(x, name):
-        b1 = c(x, 320, 1)
-        t = c(x, 384, 1)
-        b3a, b3b = c(t, 384, "1x3", 1, "0x1"), c(t, 384, "3x1", 1, "1x0")
-        d = c(c(x, 448, 1), 384, 3, 1, 1)
-        bda, bdb = c(d, 384, "1x3", 1, "0x1"), c(d, 384, "3x1", 1, "1x0")
-        bp = avg_branch(x, 192)
+    def block_e(x, m):  # InceptionE: expanded filter banks
+        b1 = c(x, 320, 1, name=m + "_1x1")
+        t = c(x, 384, 1, name=m + "_3x3_1")
+        b3a = c(t, 384, "1x3", 1, "0x1", name=m + "_3x3_2a")
+        b3b = c(t, 384, "3x1", 1, "1x0", name=m + "_3x3_2b")
+        d = c(c(x, 448, 1), 384, 3, 1, 1, name=m + "_3x3dbl_2")
+        bda = c(d, 384, "1x3", 1, "0x1", name=m + "_3x3dbl_3a")
+        bdb = c(d, 384, "3x1", 1, "1x0", name=m + "_3x3dbl_3b")
+        bp = pool_branch(x, 192, m + "_pool")
         # torchvision concatenates [b1, cat(b3a, b3b), cat(bda, bdb), bp]: the same channel order.
-        return net.add("concat", name=name, inputs=[b1, b3a, b3b, bda, bdb, bp])
+        return net.add("concat", b1, b3a, b3b, bda, bdb, bp, name=m)
 
     x = block_a(x, 32, "mixed_5b")
     x = block_a(x, 64, "mixed_5c")
     x = block_a(x, 64, "mixed_5d")
     x = block_b(x, "mixed_6a")
-    for name, c7 in [("mixed_6b", 128), ("mixed_6c", 160), ("mixed_6d", 160), ("mixed_6e", 192)]:
-        x = block_c(x, c7, name)
+    for m, c7 in [("mixed_6b", 128), ("mixed_6c", 160), ("mixed_6d", 160), ("mixed_6e", 192)]:
+        x = block_c(x, c7, m)
     x = block_d(x, "mixed_7a")
     x = block_e(x, "mixed_7b")
-    x = block_e(x, "mixed_7c")
-    net.add("globalavgpool", inputs=[x])
+    block_e(x, "mixed_7c")
+    net.add("globalavgpool")
     net.add("dropout rate=0.5")
-    net.add("dense units=1000", name="fc")
+    net.add("dense", name="fc")
     return net
 
 
-def train_section(name, batch, lr, log_every, weight_decay, warmup, epochs=1, keep=1, mode="sync"):
-    """The [train], [optimizer], [cluster] and [checkpoint] sections; lr is per worker batch and
-    scaled linearly with the number of sync workers (Goyal et al. 2017)."""
+def train_section(name, batch, lr, log_every, weight_decay, warmup, epochs=1, keep=1):
+    """[train], [optimizer], [cluster] and [checkpoint]: sync data parallelism, momentum SGD, lr per
+    worker batch scaled linearly with the workers (Goyal et al. 2017), warm-up then cosine."""
     return f"""[train]
-mode = {mode}
+mode = sync
 epochs = {epochs}
 batch-size = {batch}
 seed = 1
@@ -212,50 +230,67 @@ run-dir = runs/{name}
 keep-checkpoints = {keep}"""
 
 
+SYNTHETIC_RUN = """# Runs out of the box on synthetic data (one random batch per worker, no I/O):
+#   mpirun --bind-to none -np 2 build/bin/dtrain --config jobs/{job}.ini --max-steps 20
+# Parameter and memory tables only: build/bin/dtrain --config jobs/{job}.ini --dry-run
+# Against PyTorch (the same graph): tests/benchmarks/bench_vs_pytorch.sh jobs/{job}.ini
+# For real data: --synthetic "" --train-data X.h5 --test-data Y.h5 (docs/data.md); the last dense
+# layer has as many units as the data has classes."""
+
 JOBS = {
     "resnet20_cifar": dict(
         build=resnet20,
-        header="""# ResNet-20 (He et al. 2016, "Deep Residual Learning for Image Recognition", §4.2): 3 stages of
-# 3 basic blocks (16, 32, 64 filters), batchnorm after every conv, identity shortcuts with
-# option A (subsample by a stride-2 1x1 average pool, zero-pad the new channels: no parameters),
-# global average pooling and a dense layer. About 0.27M parameters; input shape and class count
-# come from the dataset, so it trains any 28x28 or 32x32 set (Fashion-MNIST here).
-# Run: mpirun -np 2 build/bin/dtrain --config jobs/resnet20_cifar.ini
-#      (sync, 2 workers; lr is per worker batch and scaled linearly with the workers)""",
+        header="""# ResNet-20 (He et al. 2016, "Deep Residual Learning for Image Recognition", §4.2): a 3x3 conv,
+# then 3 stages of 3 basic blocks (16, 32, 64 filters; the 2nd and 3rd stages start with stride 2),
+# every conv without bias and followed by batchnorm, identity shortcuts, option A where the shape
+# changes (subsample by a stride-2 1x1 average pool, zero-pad the new channels: no parameters),
+# global average pooling and a dense layer. 269,434 parameters on Fashion-MNIST's 1x28x28 with 10
+# classes (269,722 on CIFAR-10's 3x32x32: the paper's "0.27M"); input shape and class count come
+# from the dataset. Training: sync, lr 0.05 per 64-sample worker batch, scaled linearly (2 workers:
+# 0.1 at batch 128, as He et al.), 200 warm-up steps, then cosine to 0.
+# Run: mpirun --bind-to none -np 2 build/bin/dtrain --config jobs/resnet20_cifar.ini
+#      tests/benchmarks/resnet20_accuracy.sh           (the same training in PyTorch, side by side)""",
         data="""[data]
 train-data = data/fashion_mnist/train.h5
 test-data = data/fashion_mnist/test.h5""",
         train=train_section("resnet20_cifar", 64, 0.05, 100, 0.0005, 200, epochs=4, keep=2)),
     "resnet50_imagenet": dict(
         build=resnet50,
-        header="""# ResNet-50 for ImageNet (He et al. 2016; torchvision.models.resnet50, "v1.5": the stride of a
-# downsampling bottleneck sits on its 3x3 conv). Bottleneck stages [3, 4, 6, 3], convolutions without
-# bias followed by batchnorm, projection shortcuts where the shape changes. 25,557,032 parameters
-# with 1000 classes (torchvision's count). Runs out of the box on synthetic data (no files):
-#   mpirun -np 2 build/bin/dtrain --config jobs/resnet50_imagenet.ini --max-steps 50
-# For real data: --synthetic "" --train-data X.h5 --test-data Y.h5 (3x224x224, docs/data.md).""",
+        header="""# ResNet-50 for ImageNet (He et al. 2016; torchvision.models.resnet50, "v1.5": a downsampling
+# bottleneck has its stride on the 3x3 conv, not the first 1x1). Bottleneck stages [3, 4, 6, 3],
+# convolutions without bias followed by batchnorm, a projection shortcut (1x1 conv + batchnorm) on
+# each stage's first block, global average pooling, dense. 25,557,032 parameters with 1000 classes
+# (torchvision's count). Training: sync, lr 0.0125 per 32-sample worker batch = 0.1 per 256 samples
+# (Goyal et al. 2017), scaled linearly with the workers; weight decay 1e-4.
+""" + SYNTHETIC_RUN.format(job="resnet50_imagenet"),
         data="""[data]
 synthetic = 3x224x224:1000""",
         train=train_section("resnet50_imagenet", 32, 0.0125, 10, 0.0001, 100)),
     "vgg16_imagenet": dict(
         build=vgg16,
-        header="""# VGG-16 for ImageNet (Simonyan & Zisserman 2015, configuration D; torchvision.models.vgg16 without
-# batchnorm): 13 3x3 convolutions with relu, 5 max pools, and three dense layers with dropout.
+        header="""# VGG-16 for ImageNet (Simonyan & Zisserman 2015, configuration D; torchvision.models.vgg16, no
+# batchnorm): 13 3x3 convolutions with bias and relu in 5 stages, each ending in a 2x2 max pool;
+# dense 4096, relu, dropout 0.5, dense 4096, relu, dropout 0.5, dense. Needs 224x224 input (7x7
+# maps before the dense layers; torchvision's AdaptiveAvgPool2d(7) is the identity there).
 # 138,357,544 parameters with 1000 classes (torchvision's count): 553 MB of gradients per step, the
-# standard stress test for gradient exchange. Runs out of the box on synthetic data:
-#   mpirun -np 2 build/bin/dtrain --config jobs/vgg16_imagenet.ini --max-steps 20""",
+# standard stress test for gradient exchange. Training: sync, lr 0.000625 per 16-sample worker batch
+# = 0.01 per 256 samples (the paper's), scaled linearly with the workers; weight decay 5e-4.
+""" + SYNTHETIC_RUN.format(job="vgg16_imagenet"),
         data="""[data]
 synthetic = 3x224x224:1000""",
-        train=train_section("vgg16_imagenet", 16, 0.0005, 5, 0.0005, 100)),
+        train=train_section("vgg16_imagenet", 16, 0.000625, 5, 0.0005, 100)),
     "inception3_imagenet": dict(
         build=inception3,
         header="""# Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture for Computer Vision";
-# torchvision.models.inception_v3 without the auxiliary classifier) at 299x299: factorized 1x7 / 7x1
-# and 1x3 / 3x1 convolutions, modules joined by concat, every conv without bias followed by
-# batchnorm (eps 0.001) and relu; global average pooling, dropout 0.5, dense. Runs out of the box on
-# synthetic data (TensorFlowOnSpark's scaling figure trains this model):
-#   mpirun -np 2 build/bin/dtrain --config jobs/inception3_imagenet.ini --max-steps 50
-# (torchvision's avg-pool branches count padding in the average; dtrain's avgpool excludes it.)""",
+# torchvision.models.inception_v3(aux_logits=False): no auxiliary classifier) at 299x299: a stem of
+# 5 convs and 2 max pools, Inception modules A x3, B, C x4 (factorized 1x7 / 7x1), D, E x2 (1x3 / 3x1
+# banks) whose branches are joined by concat, every conv without bias followed by batchnorm (eps
+# 0.001) and relu; global average pooling, dropout 0.5, dense. 23,834,568 parameters with 1000
+# classes (torchvision's count). One difference in values, not shapes: torchvision's 3x3 average-pool
+# branches count the zero padding in the average, dtrain's avgpool leaves it out (as PyTorch with
+# count_include_pad=False). Training: sync, lr 0.0125 per 32-sample worker batch = 0.1 per 256
+# samples, scaled linearly with the workers; weight decay 1e-4.
+""" + SYNTHETIC_RUN.format(job="inception3_imagenet"),
         data="""[data]
 synthetic = 3x299x299:1000""",
         train=train_section("inception3_imagenet", 32, 0.0125, 10, 0.0001, 100)),
@@ -279,7 +314,7 @@ def main():
             f.write(job["header"] + "\n# Generated by data-tools/make_model_jobs.py; edit the generator, "
                     "not this file.\n\n" + job["data"] + "\n\n[model]\n" + net.text() + "\n\n"
                     + job["train"] + "\n")
-        print(f"make_model_jobs.py: wrote {path} ({len(net.lines)} layers)")
+        print(f"make_model_jobs.py: wrote {path} ({len(net.layers)} layers)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark: dtrain (one worker, sync, fp32) against PyTorch eager (the same graph built from the
 # job file by tests/benchmarks/pytorch_reference.py: same layers, batch size, optimizer, fp32),
-# side by side in one run on this machine. Prints training samples/s of each (warm-up steps
-# excluded), peak resident memory of each, and the ratios dtrain / PyTorch.
+# one after the other on this machine. Prints training samples/s of each (warm-up steps excluded),
+# peak resident memory of each (dtrain: results.json's train_peak_rss_mb / peak_rss_mb, else
+# /usr/bin/time's maximum RSS around mpirun; PyTorch: getrusage, including ~0.5 GB for importing
+# torch) and the ratios dtrain / PyTorch.
 #
 # Usage: tests/benchmarks/bench_vs_pytorch.sh [JOB]     (default jobs/fashion_mnist_cnn.ini)
 #   Works for any job file; a job with `synthetic = CxHxW:classes` (the ImageNet models) runs on
@@ -34,32 +36,39 @@ trap 'rm -rf "$tmp"' EXIT
 batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//')}
 synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
 extra=(--batch-size "$batch")
+torch_extra=()
 if [ -n "$synthetic" ]; then
   # One random batch per worker; an epoch as long as the run, so no evaluation interrupts it.
-  extra+=(--synthetic-samples $(( (warmup + steps) * batch )) --skip-nonfinite)
+  extra+=(--synthetic "$synthetic" --synthetic-samples $(( (warmup + steps) * batch )) --skip-nonfinite)
+  torch_extra+=(--synthetic "$synthetic")
 else
   extra+=(--test-data "")
 fi
 
 # dtrain: log every `warmup` steps; the first interval is the warm-up and is dropped.
-mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 --device "$device" \
-  --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" "${extra[@]}" \
-  --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
-read -r dtrain_rate dtrain_rss <<<"$(/usr/bin/python3 - "$tmp/dtrain" "$warmup" "$batch" <<'PY'
-import csv, json, sys
-run, warm, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+timer=()
+[ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/time_kb")
+"${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
+  --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
+  "${extra[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
+read -r dtrain_rate dtrain_rss <<<"$(/usr/bin/python3 - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
+import csv, json, os, sys
+run, warm, batch, time_kb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rows = [r for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
 first = next(r for r in rows if int(r["global_step"]) >= warm)
 last = rows[-1]
 steps = int(last["global_step"]) - int(first["global_step"])
 secs = float(last["wall_seconds"]) - float(first["wall_seconds"])
 res = json.load(open(f"{run}/results.json"))
-print(steps * batch / secs, res.get("train_peak_rss_mb", res.get("peak_rss_mb", 0)))
+rss = res.get("train_peak_rss_mb", res.get("peak_rss_mb"))
+if rss is None:  # an older dtrain: the largest RSS of mpirun and the rank, from /usr/bin/time (KiB)
+    rss = int(open(time_kb).read().split()[-1]) / 1024 if os.path.exists(time_kb) else 0
+print(steps * batch / secs, rss)
 PY
 )"
 
 torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$threads"
-            --device "$device" --batch-size "$batch")
+            --device "$device" --batch-size "$batch" "${torch_extra[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
 /usr/bin/python3 - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" <<'PY'

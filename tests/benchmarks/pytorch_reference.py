@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
 """PyTorch reference for dtrain benchmarks (a benchmark reference only, never a dtrain dependency).
 
-Builds the torch.nn equivalent of a dtrain job file's `layer =` lines (same layers, same
-initialisation family, same optimizer, batch size and fp32), trains it on the job's HDF5 training
-set for a fixed number of steps on one process, and prints one JSON line:
-  {"framework": "pytorch", "samples_per_sec": ..., "steps": ..., "batch_size": ..., ...}
-Optionally evaluates on the test set (--eval) and reports the time to reach --target accuracy.
+Builds the torch.nn equivalent of a dtrain job file's `layer =` lines (the layer graph of
+docs/models.md: same layers and wiring, same initialisation family, optimizer, batch size, fp32)
+and, by default, times a fixed number of training steps on one process, printing one JSON line:
+  {"framework": "pytorch", "samples_per_sec": ..., "peak_rss_mb": ..., "steps": ..., ...}
+Data: the job's HDF5 training set (normalised as dtrain does), or with `synthetic = CxHxW:classes`
+in the job (or --synthetic) one random batch reused every step, as dtrain's --synthetic.
+
+Other modes:
+  --param-count          print the model's parameter count and exit (reads no images)
+  --train-epochs E       train as dtrain's sync mode with --workers W does (per-worker shards and
+                         batchnorm batches, gradient averaged over the global batch, dtrain's
+                         warm-up/step/cosine schedule, --lr-scaling, coupled weight decay, --max-steps,
+                         batchnorm statistics averaged before each evaluation) and report the test
+                         accuracy after each epoch
+  --target ACC           also train whole epochs until this test accuracy; report the time
 
 Usage: pytorch_reference.py --config jobs/fashion_mnist_cnn.ini --steps 300 [--threads 2]
-       [--device cpu|cuda] [--epochs-to-target 0.91]
+       [--device cpu|cuda] [--batch-size B] [--synthetic 3x224x224:1000]
+       pytorch_reference.py --config jobs/resnet50_imagenet.ini --param-count
+       pytorch_reference.py --config jobs/resnet20_cifar.ini --train-epochs 4 --workers 2
 """
 import argparse
 import configparser
@@ -155,20 +167,30 @@ def build_model(layers, c, h, w, classes):
     return Graph(layers, c, h, w, classes)
 
 
+def data_shape(path):
+    """(C, H, W, classes) of a dtrain HDF5 set without reading its images (docs/data.md: the
+    num_classes attribute, else the largest label + 1)."""
+    with h5py.File(path, "r") as f:
+        c, h, w = f["images"].shape[1:]
+        classes = int(f.attrs["num_classes"]) if "num_classes" in f.attrs else int(f["labels"][...].max()) + 1
+    return c, h, w, classes
+
+
 def load(path, device):
-    """Images normalized exactly as dtrain does (docs/data.md): /255 for uint8, then (v-mean)/std."""
+    """Images normalized exactly as dtrain does (docs/data.md): /255 for uint8, then (v-mean)/std.
+    Returns images, labels and the normalized value of a raw 0 pixel (per channel, N x C x 1 x 1)."""
     with h5py.File(path, "r") as f:
         raw = f["images"][...]
         y = f["labels"][...].astype(np.int64)
-        mean = np.asarray(f.attrs.get("mean", [0.0]), dtype=np.float32).reshape(-1)
-        std = np.asarray(f.attrs.get("std", [1.0]), dtype=np.float32).reshape(-1)
+        mean = np.asarray(f.attrs.get("mean", [0.0]), dtype=np.float32).reshape(1, -1, 1, 1)
+        std = np.asarray(f.attrs.get("std", [1.0]), dtype=np.float32).reshape(1, -1, 1, 1)
     x = raw.astype(np.float32)
     if raw.dtype == np.uint8:
         x /= 255.0
-    x = (x - mean.reshape(1, -1, 1, 1)) / std.reshape(1, -1, 1, 1)
-    global MEAN, STD
-    MEAN, STD = torch.from_numpy(mean), torch.from_numpy(std)
-    return torch.from_numpy(np.ascontiguousarray(x)).to(device), torch.from_numpy(y).to(device)
+    x -= mean  # in place: no full-size temporaries
+    x /= std
+    zero = torch.from_numpy(np.ascontiguousarray(-mean / std)).to(device)
+    return torch.from_numpy(np.ascontiguousarray(x)).to(device), torch.from_numpy(y).to(device), zero
 
 
 def evaluate(model, x, y, batch):
@@ -182,9 +204,11 @@ def evaluate(model, x, y, batch):
 
 
 def lr_at(job, step, total, workers):
-    """dtrain's schedule (src/optim/optimizer.cpp): linear warm-up, then constant / step / cosine;
-    --lr-scaling linear multiplies lr and lr-min by the number of workers."""
-    scale = workers if job.get("lr-scaling", "none") == "linear" else 1
+    """dtrain's learning_rate() (src/optim/optimizer.cpp) for global step `step` (from 0) of `total`:
+    linear warm-up (lr * (step+1) / warmup-steps), then constant / step / cosine (over lr-decay-steps,
+    default the steps after warm-up, to lr-min); --lr-scaling linear multiplies lr and lr-min by the
+    number of sync workers (core/config.cpp effective_for_workers)."""
+    scale = workers if job.get("lr-scaling", "none") == "linear" else 1  # (sync mode)
     lr, lr_min = float(job.get("lr", 0.05)) * scale, float(job.get("lr-min", 0.0)) * scale
     warm = int(job.get("warmup-steps", 0))
     if warm > 0 and step < warm:
@@ -200,29 +224,90 @@ def lr_at(job, step, total, workers):
     return lr
 
 
-def augment(xb, crop, flip, gen):
-    """--random-crop PAD / --random-flip as dtrain: pad with the value of a raw 0 pixel."""
+def augment(xb, crop, flip, zero, gen):
+    """--random-crop PAD: pad PAD pixels on every side with a raw 0 pixel (black before normalization,
+    as torchvision's RandomCrop(padding=PAD) before Normalize), take a random HxW window;
+    --random-flip: mirror left-right with probability 1/2. Per sample."""
     if crop:
         n, c, h, w = xb.shape
-        padded = nn.functional.pad(xb, (crop, crop, crop, crop), value=float("nan"))
-        out = torch.empty_like(xb)
+        padded = zero.expand(n, c, h + 2 * crop, w + 2 * crop).clone()
+        padded[:, :, crop:crop + h, crop:crop + w] = xb
         offs = torch.randint(0, 2 * crop + 1, (n, 2), generator=gen)
-        for i in range(n):
-            dy, dx = int(offs[i, 0]), int(offs[i, 1])
-            out[i] = padded[i, :, dy:dy + h, dx:dx + w]
-        xb = torch.where(torch.isnan(out), ZERO_PIXEL.expand_as(out), out)
+        xb = torch.stack([padded[i, :, dy:dy + h, dx:dx + w] for i, (dy, dx) in enumerate(offs.tolist())])
     if flip:
         mask = torch.rand(xb.shape[0], generator=gen) < 0.5
-        xb = torch.where(mask.view(-1, 1, 1, 1), xb.flip(3), xb)
+        xb = torch.where(mask.view(-1, 1, 1, 1).to(xb.device), xb.flip(3), xb)
     return xb
 
 
-ZERO_PIXEL = None
-MEAN, STD = torch.zeros(1), torch.ones(1)
+def make_optimizer(job, model):
+    """--optimizer sgd | momentum | adam with coupled weight decay (g += wd * p on every parameter,
+    batchnorm and biases included), as dtrain's optimizer_update."""
+    lr, wd = float(job.get("lr", 0.05)), float(job.get("weight-decay", 0.0))
+    name = job.get("optimizer", "momentum")
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd,
+                                betas=(float(job.get("beta1", 0.9)), float(job.get("beta2", 0.999))),
+                                eps=float(job.get("adam-epsilon", 1e-8)))
+    return torch.optim.SGD(model.parameters(), lr=lr, weight_decay=wd,
+                           momentum=float(job.get("momentum", 0.9)) if name == "momentum" else 0.0,
+                           nesterov=job.get("nesterov", "false") in ("true", "1", "yes", "on"))
+
+
+def train_like_dtrain(model, opt, job, x, y, xt, yt, zero, args, batch):
+    """dtrain's sync mode with args.workers workers, in one process: each epoch a permutation cut into
+    contiguous per-worker shards (io/dataset.cpp shard_size), step s takes batch s of every shard;
+    each worker's batch runs forward/backward on its own (batchnorm statistics of that batch, its own
+    running statistics), the gradients are summed and divided by the samples of the step; the
+    running statistics are averaged over the workers before each evaluation (worker.cpp)."""
+    workers, n = args.workers, len(y)
+    sizes = [n // workers + (1 if w < n % workers else 0) for w in range(workers)]
+    begins = [sum(sizes[:w]) for w in range(workers)]
+    steps_per_epoch = (sizes[0] + batch - 1) // batch
+    total = steps_per_epoch * args.train_epochs
+    if args.max_steps:
+        total = min(total, args.max_steps)
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    state = [[(m.running_mean.clone(), m.running_var.clone()) for m in bns] for _ in range(workers)]
+    loss_fn = nn.CrossEntropyLoss(reduction="sum")
+    g = torch.Generator(device="cpu").manual_seed(int(job.get("seed", 1)))
+    t0, gstep, accs = time.perf_counter(), 0, []
+    for epoch in range(args.train_epochs):
+        perm = torch.randperm(n, generator=g).to(x.device)
+        for s in range(steps_per_epoch):
+            if gstep >= total:
+                break
+            for group in opt.param_groups:
+                group["lr"] = lr_at(job, gstep, total, workers)
+            opt.zero_grad(set_to_none=True)
+            idxs = [perm[b + min(s * batch, m):b + min((s + 1) * batch, m)] for b, m in zip(begins, sizes)]
+            count = sum(len(i) for i in idxs)
+            for w, idx in enumerate(idxs):
+                if len(idx) == 0:
+                    continue
+                for m, (rm, rv) in zip(bns, state[w]):
+                    m.running_mean, m.running_var = rm, rv  # this worker's statistics
+                xb = augment(x[idx], args.random_crop, args.random_flip, zero, g)
+                (loss_fn(model(xb), y[idx]) / count).backward()
+            opt.step()
+            gstep += 1
+        for i, m in enumerate(bns):  # average_model_state(): every worker continues from the mean
+            m.running_mean = torch.stack([st[i][0] for st in state]).mean(0)
+            m.running_var = torch.stack([st[i][1] for st in state]).mean(0)
+            for st in state:
+                st[i] = (m.running_mean.clone(), m.running_var.clone())
+        accs.append(evaluate(model, xt, yt, 1000))
+        print(f"# pytorch epoch {epoch + 1}: global step {gstep}, test accuracy {accs[-1]:.4f} "
+              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        if gstep >= total:
+            break
+    return {"framework": "pytorch", "torch": torch.__version__, "epochs": len(accs),
+            "workers": workers, "batch_per_worker": batch, "global_batch": batch * workers,
+            "global_step": gstep, "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
+            "seconds": time.perf_counter() - t0}
 
 
 def main():
-    global ZERO_PIXEL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True)
     ap.add_argument("--steps", type=int, default=300, help="timed training steps")
@@ -232,17 +317,19 @@ def main():
     ap.add_argument("--batch-size", type=int, default=0, help="override the job's batch-size")
     ap.add_argument("--train-data")
     ap.add_argument("--test-data")
-    ap.add_argument("--synthetic", help="CxHxW:classes (default: the job's `synthetic`)")
+    ap.add_argument("--synthetic", help="CxHxW:classes (default: the job's `synthetic`; '' for files)")
     ap.add_argument("--param-count", action="store_true", help="print the parameter count, exit")
     ap.add_argument("--target", type=float, default=0.0,
                     help="also train whole epochs until this test accuracy; report the time")
     ap.add_argument("--max-epochs", type=int, default=10)
     ap.add_argument("--train-epochs", type=int, default=0,
-                    help="accuracy mode: train this many epochs with dtrain's schedule as one "
-                         "process standing for --workers sync workers, report the test accuracy")
+                    help="accuracy mode: train this many epochs as dtrain's sync mode with --workers "
+                         "workers does, report the test accuracy")
     ap.add_argument("--workers", type=int, default=1, help="sync workers the run stands for")
-    ap.add_argument("--random-crop", type=int, default=0)
-    ap.add_argument("--random-flip", action="store_true")
+    ap.add_argument("--max-steps", type=int, default=0, help="accuracy mode: stop after this many "
+                    "global steps (as dtrain's --max-steps: the schedule ends there too)")
+    ap.add_argument("--random-crop", type=int, default=0, help="accuracy mode: pad, random crop")
+    ap.add_argument("--random-flip", action="store_true", help="accuracy mode: random mirror")
     args = ap.parse_args()
 
     job, layers = read_job(args.config)
@@ -256,24 +343,27 @@ def main():
         dims, _, k = synthetic.partition(":")
         c, h, w = (int(v) for v in dims.split("x"))
         classes = int(k)
-        x = torch.randn(batch, c, h, w, device=dev)
-        y = torch.randint(0, classes, (batch,), device=dev)
     else:
-        x, y = load(args.train_data or job["train-data"], dev)
-        classes = int(y.max().item()) + 1
-    model = build_model(layers, x.shape[1], x.shape[2], x.shape[3], classes).to(dev)
+        c, h, w, classes = data_shape(args.train_data or job["train-data"])
+    model = build_model(layers, c, h, w, classes).to(dev)
     if args.param_count:
         print(sum(p.numel() for p in model.parameters()))
         return
-    lr = float(job.get("lr", 0.05))
-    wd = float(job.get("weight-decay", 0.0))
-    opt_name = job.get("optimizer", "momentum")
-    if opt_name == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
+    opt = make_optimizer(job, model)
+
+    if args.train_epochs:
+        if synthetic:
+            sys.exit("pytorch_reference: --train-epochs needs a job with training and test files")
+        x, y, zero = load(args.train_data or job["train-data"], dev)
+        xt, yt, _ = load(args.test_data or job["test-data"], dev)
+        print(json.dumps(train_like_dtrain(model, opt, job, x, y, xt, yt, zero, args, batch)))
+        return
+
+    if synthetic:  # one random batch, reused every step (tf_cnn_benchmarks / dtrain --synthetic)
+        x = torch.randn(batch, c, h, w, device=dev)
+        y = torch.randint(0, classes, (batch,), device=dev)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=wd,
-                              momentum=float(job.get("momentum", 0.9)) if opt_name == "momentum" else 0.0,
-                              nesterov=job.get("nesterov", "false") == "true")
+        x, y, _ = load(args.train_data or job["train-data"], dev)
     loss_fn = nn.CrossEntropyLoss()
     n = len(y)
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -285,39 +375,12 @@ def main():
         opt.step()
         return loss
 
-    if args.train_epochs:
-        # One process with the global batch (workers x batch) and the workers' learning rate.
-        ZERO_PIXEL = ((0.0 - MEAN) / STD).view(1, -1, 1, 1).to(dev)
-        xt, yt = load(args.test_data or job["test-data"], dev)
-        gb = batch * args.workers
-        steps_per_epoch = (n + gb - 1) // gb
-        total = steps_per_epoch * args.train_epochs
-        t0, gstep, accs = time.perf_counter(), 0, []
-        for epoch in range(args.train_epochs):
-            perm = torch.randperm(n, generator=g).to(dev)
-            for i in range(0, n, gb):
-                for group in opt.param_groups:
-                    group["lr"] = lr_at(job, gstep, total, args.workers)
-                idx = perm[i:i + gb]
-                xb = augment(x[idx], args.random_crop, args.random_flip, g)
-                opt.zero_grad(set_to_none=True)
-                loss_fn(model(xb), y[idx]).backward()
-                opt.step()
-                gstep += 1
-            accs.append(evaluate(model, xt, yt, 1000))
-            print(f"# pytorch epoch {epoch + 1}: test accuracy {accs[-1]:.4f} "
-                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-        print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "epochs": args.train_epochs,
-                          "global_batch": gb, "steps": gstep, "test_accuracy": accs[-1],
-                          "test_accuracy_per_epoch": accs, "seconds": time.perf_counter() - t0}))
-        return
+    perm, pos = torch.randperm(n, generator=g).to(dev), 0
 
-    perm = torch.randperm(n, generator=g).to(dev)
-    pos = 0
     def next_idx():
         nonlocal perm, pos
         if synthetic:
-            return slice(0, batch)  # the one random batch, every step (tf_cnn_benchmarks style)
+            return slice(0, batch)
         if pos + batch > n:
             perm, pos = torch.randperm(n, generator=g).to(dev), 0
         idx = perm[pos:pos + batch]
@@ -331,16 +394,19 @@ def main():
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step(next_idx())
-    loss_value = loss.item()
+    loss_value = loss.item()  # waits for the device
     t = time.perf_counter() - t0
     out = {"framework": "pytorch", "torch": torch.__version__, "device": str(dev),
            "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": batch,
-           "seconds": t, "samples_per_sec": args.steps * batch / t, "last_loss": loss_value,
+           "synthetic": synthetic or None, "seconds": t, "samples_per_sec": args.steps * batch / t,
+           "last_loss": loss_value,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    if dev.type == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
     if args.target > 0:
-        xt, yt = load(args.test_data or job["test-data"], dev)
-        fresh = build_model(layers, x.shape[1], x.shape[2], x.shape[3], classes).to(dev)
+        xt, yt, _ = load(args.test_data or job["test-data"], dev)
+        fresh = build_model(layers, c, h, w, classes).to(dev)
         model.load_state_dict(fresh.state_dict())
         opt.state.clear()
         t0, reached, acc = time.perf_counter(), None, 0.0
