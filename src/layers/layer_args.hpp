@@ -67,6 +67,12 @@ auto make_op(Backend* be, F&& make) -> decltype(make(*be)) {
   return be != nullptr ? make(*be) : nullptr;
 }
 
+/// The backend of a layer that calls it directly (copies, sums); throws for a layout-only layer.
+inline Backend& backend_of(Backend* be, const std::string& layer) {
+  DT_ASSERT(be != nullptr, layer + ": a layout-only layer (no backend) cannot run");
+  return *be;
+}
+
 /// Common state of every single-input layer: its type, shapes and the pointers bind() received.
 class LayerBase : public Layer {
  public:

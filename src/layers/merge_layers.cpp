@@ -20,10 +20,7 @@ class MergeLayer : public Layer {
   [[nodiscard]] std::string describe() const override { return type_; }
 
  protected:
-  Backend& be() const {
-    DT_ASSERT(be_ != nullptr, type_ + ": a layout-only layer (no backend) cannot run");
-    return *be_;
-  }
+  Backend& be() const { return backend_of(be_, type_); }
   void check_arity(LayerInputs x) const {
     DT_ASSERT(x.size() == in_.size(), type_ + ": expected " + std::to_string(in_.size()) +
                                           " inputs, got " + std::to_string(x.size()));

@@ -99,10 +99,7 @@ class CopyLayer : public LayerBase {
       : LayerBase(std::move(type), in, out), be_(be) {}
 
  protected:
-  Backend& be() const {
-    DT_ASSERT(be_ != nullptr, describe() + ": a layout-only layer (no backend) cannot run");
-    return *be_;
-  }
+  Backend& be() const { return backend_of(be_, describe()); }
   Backend* be_;
 };
 
