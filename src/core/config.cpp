@@ -94,6 +94,9 @@ void build_table(Table& t, Config& c) {
   t.group("Data", "data");
   t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
   t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
+  t.add("num-classes", &c.num_classes,
+        "number of classes; every label must lie in [0, K) (0: the training file's `num_classes` "
+        "attribute, else max label + 1 if that leaves at most half of the classes empty)");
   t.add("synthetic", &c.synthetic,
         "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
         "device memory) replace the data files: compute and communication without I/O, as "
@@ -255,6 +258,9 @@ void validate_config(const Config& c) {
     DT_REQUIRE(!c.train_data.empty(),
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
   }
+  non_negative("num-classes", c.num_classes);
+  DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
+             "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
   one_of("mode", c.mode, {"async", "sync"});
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});

@@ -243,7 +243,8 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
           if (!std::isfinite(v))
             DT_INPUT_FAIL(info_.path + ": dataset `images` has a non-finite value (" + std::to_string(v) +
                           ") in sample " + std::to_string(r.rows[row]) + " (channel " +
-                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) + ")");
+                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) +
+                          "), expected finite pixels");
           if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
           dst[j] = v;
         }

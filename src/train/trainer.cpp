@@ -42,7 +42,7 @@ TrainPlan make_plan(const Config& c, int workers) {
     p.test = synthetic_dataset(c.synthetic, static_cast<std::int64_t>(workers) * p.batch);
     p.has_test = true;
   } else {
-    p.train = open_dataset_info(c.train_data);
+    p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
   }
   check_dataset_fits(p.train, workers, p.batch);
   if (!c.test_data.empty()) {

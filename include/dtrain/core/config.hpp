@@ -16,6 +16,7 @@ struct Config {
   // data
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
+  int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
   std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch

@@ -31,7 +31,7 @@ struct DatasetInfo {
   std::string path;             ///< the file
   std::int64_t num_samples = 0; ///< N (> 0)
   Shape sample;                 ///< 1×C×H×W
-  int num_classes = 0;          ///< attribute `num_classes`, else max(label)+1
+  int num_classes = 0;          ///< see open_dataset_info()
   bool is_uint8 = false;        ///< images stored as uint8 (else float32)
   std::vector<float> mean;      ///< per channel (C values; a 1-value attribute is broadcast), or empty
   std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
@@ -41,16 +41,20 @@ struct DatasetInfo {
 /// Opens `path`, validates it against the schema and returns its description. Reads every label
 /// (they are small) but no images. Thread-safe (locks hdf5_mutex()).
 ///
-/// expected_classes > 0 (pass the training file's num_classes when opening the test file): labels
-/// must also be < expected_classes, and a `num_classes` attribute must equal it.
+/// The class count is, in this order: expected_classes when > 0 (the training file's count when
+/// opening the test file, or --num-classes, named by expected_from, e.g. "--num-classes"; empty
+/// means "the training set"), then the `num_classes` attribute (which must equal expected_classes
+/// when both are given), then max(label) + 1 — accepted only when at most half of those classes
+/// have no sample, so that one corrupt label (say 1,000,000) cannot silently make a huge model.
 ///
 /// Throws InputError naming the file, the dataset or attribute, and what was expected, for: a
 /// missing file, a non-HDF5 file, a truncated/unreadable file, missing `images` or `labels`, wrong
 /// rank, wrong dtype (images uint8/float32; labels integer), differing N, zero samples, a label < 0
-/// or ≥ num_classes (or ≥ expected_classes), num_classes < 1, mean without std (or the reverse),
-/// mean/std not of 1 or C values, non-finite mean/std, std ≤ 0, class_names not strings or not
-/// num_classes of them.
-DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0);
+/// or ≥ the class count (naming the label and its sample index), a max(label) + 1 that leaves most
+/// classes empty, num_classes < 1, mean without std (or the reverse), mean/std not of 1 or C
+/// values, non-finite mean/std, std ≤ 0, class_names not strings or not num_classes of them.
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
+                              const std::string& expected_from = "");
 
 /// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
