@@ -103,6 +103,12 @@ void build_table(Table& t, Config& c) {
         "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
+  t.add("random-crop", &c.random_crop,
+        "augment training images: pad by N pixels (with the normalized value of pixel 0) and crop "
+        "back to HxW at a random offset, drawn from (--seed, epoch, sample) (0: off)");
+  t.add("random-flip", &c.random_flip,
+        "augment training images: mirror left-right with probability 1/2, drawn from (--seed, "
+        "epoch, sample)");
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
@@ -259,6 +265,7 @@ void validate_config(const Config& c) {
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
   }
   non_negative("num-classes", c.num_classes);
+  non_negative("random-crop", c.random_crop);
   DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
              "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");

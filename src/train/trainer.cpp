@@ -45,6 +45,10 @@ TrainPlan make_plan(const Config& c, int workers) {
     p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
   }
   check_dataset_fits(p.train, workers, p.batch);
+  DT_REQUIRE(c.random_crop <= std::min(p.train.sample.h, p.train.sample.w),
+             "option --random-crop " + std::to_string(c.random_crop) + ": pads by more than the " +
+                 std::to_string(p.train.sample.h) + "x" + std::to_string(p.train.sample.w) + " images of " +
+                 p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
     DT_REQUIRE(p.test.sample == p.train.sample,
@@ -270,6 +274,8 @@ int run_training(const Config& c) {
   if (cluster->is_chief() && effective.lr != c.lr)
     log_info("# --lr-scaling linear: sync learning rate " + std::to_string(c.lr) + " x " +
              std::to_string(plan.workers) + " workers = " + std::to_string(effective.lr));
+  if (cluster->is_chief() && plan.synthetic && (c.random_crop > 0 || c.random_flip))
+    log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   Worker worker(effective, *cluster, plan, *backend, std::move(resume));
   const WorkerOutcome out = worker.run();
   // ps statistics (max over ps) reach the chief; every rank takes part in the reduce.

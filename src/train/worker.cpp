@@ -150,7 +150,8 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     const auto my_batches =
         static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
     reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
-                   std::min<std::int64_t>(start, my_batches));
+                   std::min<std::int64_t>(start, my_batches),
+                   Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch});
   }
   HostBatch batch;
   const bool sync = c_.mode == "sync";

@@ -17,6 +17,8 @@ struct Config {
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
   int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
+  int random_crop = 0;            ///< training augmentation: pad by N, crop back at a random offset
+  bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
   std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch
