@@ -58,6 +58,8 @@ TrainPlan make_plan(const Config& c, int workers) {
                "--test-data '" + c.test_data + "': fewer samples than workers");
     p.has_test = true;
   }
+  DT_REQUIRE(p.has_test || (c.eval_every == 0 && c.target_accuracy == 0),
+             "options --eval-every / --target-accuracy: need a test set (--test-data)");
   for (int w = 0; w < workers; ++w) p.steps_per_epoch += worker_steps_per_epoch(p, c.mode, w);
   if (c.mode == "sync") p.steps_per_epoch = worker_steps_per_epoch(p, c.mode, 0);
   p.total_steps = p.steps_per_epoch * c.epochs;
@@ -325,6 +327,12 @@ int run_training(const Config& c) {
   r["activation_mb"] = static_cast<double>(activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
   r["train_data"] = plan.synthetic ? plan.train.path : c.train_data;
+  if (c.target_accuracy > 0) {  // null when never reached
+    r["target_accuracy"] = c.target_accuracy;
+    const bool reached = out.step_at_accuracy >= 0;
+    r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : JsonValue(std::monostate{});
+    r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : JsonValue(std::monostate{});
+  }
   write_results_json(c.run_dir, r);
   char line[300];
   std::snprintf(line, sizeof line,

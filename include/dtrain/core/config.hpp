@@ -32,6 +32,8 @@ struct Config {
   int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
   std::uint64_t seed = 1;
   int log_every = 50;             ///< chief log line every N local steps
+  std::int64_t eval_every = 0;    ///< also evaluate every N global steps (0: at epoch ends only)
+  double target_accuracy = 0;     ///< > 0: record when an evaluation first reaches it (results.json)
   bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
   bool shuffle = true;
   // optimizer
