@@ -138,6 +138,12 @@ void build_table(Table& t, Config& c) {
   t.add("beta2", &c.beta2, "Adam β2");
   t.add("adam-epsilon", &c.adam_epsilon, "Adam ε");
   t.add("weight-decay", &c.weight_decay, "L2 weight decay added to the gradient");
+  t.add("no-weight-decay-on", &c.no_weight_decay_on,
+        "parameters without weight decay, comma-separated: bias (every *.bias), bn (batchnorm "
+        "gamma and beta), e.g. bias,bn (empty: decay all)");
+  t.add("label-smoothing", &c.label_smoothing,
+        "label smoothing eps in [0, 1): the loss's target is (1 - eps) one-hot + eps / classes "
+        "(Szegedy et al. 2016; test loss too)");
   t.add("lr-schedule", &c.lr_schedule, "constant | step | cosine (after warm-up)");
   t.add("warmup-steps", &c.warmup_steps, "linear warm-up over this many global steps");
   t.add("lr-step-size", &c.lr_step_size, "step schedule: multiply by --lr-gamma every N steps");
@@ -292,6 +298,15 @@ void validate_config(const Config& c) {
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
   non_negative("weight-decay", c.weight_decay);
+  DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
+             "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
+  {
+    std::stringstream list(c.no_weight_decay_on);
+    for (std::string item; std::getline(list, item, ',');)
+      DT_REQUIRE(item == "bias" || item == "bn",
+                 "option --no-weight-decay-on: unknown parameter kind '" + item +
+                     "' (expected a comma-separated list of bias, bn)");
+  }
   non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
   positive("lr-step-size", static_cast<double>(c.lr_step_size));
   positive("lr-gamma", c.lr_gamma);

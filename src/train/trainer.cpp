@@ -17,6 +17,7 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
+#include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/signals.hpp"
 #include "worker.hpp"
@@ -163,6 +164,7 @@ int run_training(const Config& c) {
   std::string signature;
   std::string model_report;         // layer table and shard table, printed by the chief
   std::vector<ShardRange> shards;   // async: this run's ps ranges
+  std::vector<FloatRange> ps_no_decay;  // async ps: its shard's ranges without weight decay
   // Phase 1 — checks every rank makes identically (options, datasets, model, shards).
   all_or_nothing(world, [&] {
     DT_REQUIRE(!(c.mode == "sync" && c.num_ps > 0),
@@ -181,6 +183,10 @@ int run_training(const Config& c) {
     if (num_ps > 0) {
       shards = shard_ranges(param_count, num_ps);
       model_report += describe_shards(shards, layout.param_tensors());
+      if (cluster->is_ps()) {
+        const ShardRange& mine = shards[cluster->me().index];
+        ps_no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
+      }
     }
   });
   if (c.dry_run) {
@@ -196,6 +202,7 @@ int run_training(const Config& c) {
   all_or_nothing(world, [&] {
     set_threads(c, *cluster);
     backend = make_backend(c, *cluster, device_name);
+    if (backend) backend->set_label_smoothing(c.label_smoothing);  // before the model's loss ops
     if (!cluster->is_chief()) return;
     prepare_run_dir(c.run_dir);
     const auto existing = list_checkpoints(c.run_dir);
@@ -264,7 +271,7 @@ int run_training(const Config& c) {
   int code = kExitOk;
   if (cluster->is_ps()) {
     const PsStats st = run_parameter_server(*cluster, c, shards[cluster->me().index],
-                                            plan.total_steps, stop_flag());
+                                            plan.total_steps, stop_flag(), ps_no_decay);
     double v[4] = {static_cast<double>(st.pushes), static_cast<double>(st.staleness_sum),
                    static_cast<double>(st.staleness_max), st.busy_seconds / std::max(st.wall_seconds, 1e-9)};
     DT_CHECK_MPI(MPI_Reduce(v, nullptr, 4, MPI_DOUBLE, MPI_MAX, cluster->worker_rank(0), world));

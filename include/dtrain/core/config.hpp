@@ -43,6 +43,9 @@ struct Config {
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
   float weight_decay = 0.0f;
+  /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
+  std::string no_weight_decay_on;
+  float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
   std::string lr_schedule = "constant";  ///< constant | step | cosine
   std::int64_t warmup_steps = 0;
   std::int64_t lr_step_size = 1000;  ///< step schedule: decay every N global steps
