@@ -95,7 +95,7 @@ void build_table(Table& t, Config& c) {
   t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
   t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
   t.add("num-classes", &c.num_classes,
-        "number of classes; every label must lie in [0, K) (0: the training file's `num_classes` "
+        "number of classes K; every label must lie in [0, K) (0: the training file's `num_classes` "
         "attribute, else max label + 1 if that leaves at most half of the classes empty)");
   t.add("synthetic", &c.synthetic,
         "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
