@@ -122,7 +122,8 @@ void build_table(Table& t, Config& c) {
   t.add("log-every", &c.log_every, "chief log line every N steps");
   t.add("eval-every", &c.eval_every,
         "also evaluate the test set every N global steps (0: only after each epoch); sync: all "
-        "workers at the same step; async: the chief alone on the whole test set, the others train on");
+        "workers at the same step; async: the chief alone on the whole test set while the others "
+        "train on");
   t.add("target-accuracy", &c.target_accuracy,
         "record in results.json the wall time and global step of the first evaluation whose test "
         "accuracy reaches this (time_to_accuracy_seconds, step_at_accuracy; 0: off)");
@@ -294,7 +295,8 @@ void validate_config(const Config& c) {
   positive("log-every", c.log_every);
   non_negative("eval-every", static_cast<double>(c.eval_every));
   DT_REQUIRE(c.target_accuracy >= 0 && c.target_accuracy <= 1,
-             "option --target-accuracy: must be in [0, 1] (0: off), got " + to_text(c.target_accuracy));
+             "option --target-accuracy: must be in [0, 1] (0: off), got " +
+                 to_text(c.target_accuracy));
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
   non_negative("weight-decay", c.weight_decay);

@@ -101,7 +101,8 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
       augment_(augment) {
   DT_REQUIRE(batch_size_ >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size_));
   DT_REQUIRE(depth_ >= 1, "prefetch depth must be ≥ 1, got " + std::to_string(depth_));
-  DT_REQUIRE(augment_.crop_pad >= 0, "random-crop padding must be ≥ 0, got " + std::to_string(augment_.crop_pad));
+  DT_REQUIRE(augment_.crop_pad >= 0,
+             "random-crop padding must be ≥ 0, got " + std::to_string(augment_.crop_pad));
   for (std::size_t i = 0; i < indices_.size(); ++i)
     DT_REQUIRE(indices_[i] >= 0 && indices_[i] < info_.num_samples,
                info_.path + ": sample index " + std::to_string(indices_[i]) + " (entry " +
@@ -152,7 +153,7 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
         r.lut[static_cast<std::size_t>(c) * 256 + b] = v;
       }
   }
-  if (augment_.enabled()) {  // pad with the normalized value of raw 0 (exactly as a pixel of 0 reads)
+  if (augment_.enabled()) {  // pad with the normalized value of raw 0, exactly as a 0 pixel reads
     for (int c = 0; c < info_.sample.c; ++c)
       r.pad_value.push_back(info_.is_uint8 ? r.lut[static_cast<std::size_t>(c) * 256]
                             : norm          ? (0.0f - info_.mean[c]) / info_.stddev[c]

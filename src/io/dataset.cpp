@@ -164,7 +164,8 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
       DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
     info.num_classes = static_cast<int>(k);
     if (expected_classes > 0 && k != expected_classes)
-      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + " but " + expected_what);
+      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + " but " +
+                    expected_what);
   } else if (expected_classes > 0) {
     info.num_classes = expected_classes;
   } else {
@@ -174,7 +175,8 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
     // class count given, at least half of the max(label)+1 classes must hold a sample.
     std::vector<std::int64_t> distinct = labels;
     std::sort(distinct.begin(), distinct.end());
-    const auto used = static_cast<std::int64_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+    const auto used =
+        static_cast<std::int64_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
     const std::int64_t empty = info.num_classes - used;
     if (2 * empty > info.num_classes)
       DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +

@@ -48,8 +48,8 @@ TrainPlan make_plan(const Config& c, int workers) {
   check_dataset_fits(p.train, workers, p.batch);
   DT_REQUIRE(c.random_crop <= std::min(p.train.sample.h, p.train.sample.w),
              "option --random-crop " + std::to_string(c.random_crop) + ": pads by more than the " +
-                 std::to_string(p.train.sample.h) + "x" + std::to_string(p.train.sample.w) + " images of " +
-                 p.train.path);
+                 std::to_string(p.train.sample.h) + "x" + std::to_string(p.train.sample.w) +
+                 " images of " + p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
     DT_REQUIRE(p.test.sample == p.train.sample,
@@ -337,8 +337,9 @@ int run_training(const Config& c) {
   if (c.target_accuracy > 0) {  // null when never reached
     r["target_accuracy"] = c.target_accuracy;
     const bool reached = out.step_at_accuracy >= 0;
-    r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : JsonValue(std::monostate{});
-    r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : JsonValue(std::monostate{});
+    const JsonValue null{std::monostate{}};
+    r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
+    r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
   }
   write_results_json(c.run_dir, r);
   char line[300];

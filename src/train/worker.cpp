@@ -315,7 +315,8 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
   out_.time_to_accuracy = wall;
   out_.step_at_accuracy = step;
   char line[160];
-  std::snprintf(line, sizeof line, "# target accuracy %.4f reached: %.4f at global_step %lld after %.1f s",
+  std::snprintf(line, sizeof line,
+                "# target accuracy %.4f reached: %.4f at global_step %lld after %.1f s",
                 c_.target_accuracy, accuracy, static_cast<long long>(step), wall);
   log_info(line);
 }
@@ -353,9 +354,10 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     const double wall = prior_wall_ + now_seconds() - t_start_;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | %lld samples | %.1f s",
-                  epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_), out_.test_loss, out_.test_accuracy,
-                  static_cast<long long>(v[2]), wall);
+                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | %lld "
+                  "samples | %.1f s",
+                  epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_),
+                  out_.test_loss, out_.test_accuracy, static_cast<long long>(v[2]), wall);
     log_info(line);
     metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
                      0, 0});

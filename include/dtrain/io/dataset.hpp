@@ -133,8 +133,8 @@ struct HostBatch {
 };
 
 /// Reads batches of the given sample indices, in order, through a prefetch thread that keeps up to
-/// `depth` batches ready (and augments them there, off the training thread, when asked to). Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one
-/// may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
+/// `depth` batches ready (and augments them there, off the training thread, when asked to).
+/// Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
 /// runs, one regular-hyperslab read per run (see batch_reader.cpp for why not one union read) —
 /// never the whole images dataset. The labels of `indices` are read once at construction. The
 /// thread does all HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe.
@@ -149,8 +149,9 @@ class BatchReader {
   /// batch_size ≥ 1, depth ≥ 1. start_batch ∈ [0, batches()]: begin there (resume mid-epoch);
   /// equivalent to skip(start_batch). augment: applied by the reader thread to every sample after
   /// normalization (training batches; default: none). Opens the file and reads the labels on the
-  /// calling thread, then starts the reader thread. Throws InputError for bad arguments (a crop_pad
-  /// < 0), an unopenable file or a label outside [0, num_classes); LibraryError for a failed HDF5 call.
+  /// calling thread, then starts the reader thread. Throws InputError for bad arguments (a
+  /// crop_pad < 0), an unopenable file or a label outside [0, num_classes); LibraryError for a
+  /// failed HDF5 call.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
               int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {});
   /// Stops and joins the reader thread; never throws.

@@ -117,7 +117,8 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
                "softmax cross-entropy: batch and classes must be >= 1, got " +
                    std::to_string(batch) + " and " + std::to_string(classes));
     DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
-               "softmax cross-entropy: label smoothing must be in [0, 1), got " + std::to_string(smoothing));
+               "softmax cross-entropy: label smoothing must be in [0, 1), got " +
+                   std::to_string(smoothing));
   }
 
   void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
