@@ -5,7 +5,8 @@ For each FILE prints: number of samples N, sample shape C×H×W, image and label
 (attribute or max(label)+1), the class histogram (with class names when present), the mean/std
 attributes, and pixel min/max/mean (raw units). Then checks the schema with the same rules as
 dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 of rank 4, `labels` integer of
-rank 1 with the same N > 0, labels in [0, num_classes), mean/std both or neither with 1 or C
+rank 1 with the same N > 0, labels in [0, num_classes) (without a `num_classes` attribute, at most
+half of the max(label)+1 classes may be empty), mean/std both or neither with 1 or C
 finite values and std > 0, class_names strings, one per class, float pixels finite.
 
 Exit status: 0 when every file is valid, 1 when any is not (one "FILE: error: ..." line on stderr
@@ -95,6 +96,13 @@ def validate(path, expected_classes=None, scan_pixels=True):
             num_classes = int(k[0])
         else:
             num_classes = int(y.max()) + 1
+            empty = num_classes - np.unique(y).size
+            if 2 * empty > num_classes:  # one corrupt label (say 1,000,000) must not make a huge model
+                i = int(np.argmax(y))
+                raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}: max label + 1 = "
+                                  f"{num_classes} classes, of which {empty} have no sample (more than "
+                                  f"half): a corrupt label? Expected labels in [0, K) for K classes; "
+                                  f"give K as attribute `num_classes`")
         i = int(np.argmax(y))
         if y[i] >= num_classes:
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected < num_classes = {num_classes}")

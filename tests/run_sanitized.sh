@@ -17,4 +17,4 @@ echo "== unit tests (ASan + UBSan)"
 ctest --test-dir "$build" --output-on-failure -j 2 --timeout 900 -E '^(cli_|mpi_)' "$@"
 echo "== MPI and CLI subset (ASan + UBSan)"
 ctest --test-dir "$build" --output-on-failure -j 2 --timeout 900 \
-  -R '^(mpi_tests_np2|cli_test_(bad_input|bad_checkpoints|faults_nonfinite|faults_checkpoint|faults_bad_input|fuzz_e2e))$' "$@"
+  -R '^(mpi_tests_np2|cli_test_(bad_input|bad_labels|bad_checkpoints|faults_nonfinite|faults_checkpoint|faults_bad_input|fuzz_e2e))$' "$@"

@@ -94,12 +94,21 @@ void build_table(Table& t, Config& c) {
   t.group("Data", "data");
   t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
   t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
+  t.add("num-classes", &c.num_classes,
+        "number of classes K; every label must lie in [0, K) (0: the training file's `num_classes` "
+        "attribute, else max label + 1 if that leaves at most half of the classes empty)");
   t.add("synthetic", &c.synthetic,
         "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
         "device memory) replace the data files: compute and communication without I/O, as "
         "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
+  t.add("random-crop", &c.random_crop,
+        "augment training images: pad by N pixels (with the normalized value of pixel 0) and crop "
+        "back to HxW at a random offset, drawn from (--seed, epoch, sample) (0: off)");
+  t.add("random-flip", &c.random_flip,
+        "augment training images: mirror left-right with probability 1/2, drawn from (--seed, "
+        "epoch, sample)");
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
@@ -111,6 +120,13 @@ void build_table(Table& t, Config& c) {
         "if > 0, samples per global step, split over the workers (strong scaling)");
   t.add("seed", &c.seed, "seed of initialisation, data order and dropout");
   t.add("log-every", &c.log_every, "chief log line every N steps");
+  t.add("eval-every", &c.eval_every,
+        "also evaluate the test set every N global steps (0: only after each epoch); sync: all "
+        "workers at the same step; async: the chief alone on the whole test set while the others "
+        "train on");
+  t.add("target-accuracy", &c.target_accuracy,
+        "record in results.json the wall time and global step of the first evaluation whose test "
+        "accuracy reaches this (time_to_accuracy_seconds, step_at_accuracy; 0: off)");
   t.add("dry-run", &c.dry_run,
         "check the job (options, data, model graph, cluster shape), print the role and model "
         "tables, and exit without training or writing anything");
@@ -123,6 +139,12 @@ void build_table(Table& t, Config& c) {
   t.add("beta2", &c.beta2, "Adam β2");
   t.add("adam-epsilon", &c.adam_epsilon, "Adam ε");
   t.add("weight-decay", &c.weight_decay, "L2 weight decay added to the gradient");
+  t.add("no-weight-decay-on", &c.no_weight_decay_on,
+        "parameters without weight decay, comma-separated: bias (every *.bias), bn (batchnorm "
+        "gamma and beta), e.g. bias,bn (empty: decay all)");
+  t.add("label-smoothing", &c.label_smoothing,
+        "label smoothing eps in [0, 1): the loss's target is (1 - eps) one-hot + eps / classes "
+        "(Szegedy et al. 2016; test loss too)");
   t.add("lr-schedule", &c.lr_schedule, "constant | step | cosine (after warm-up)");
   t.add("warmup-steps", &c.warmup_steps, "linear warm-up over this many global steps");
   t.add("lr-step-size", &c.lr_step_size, "step schedule: multiply by --lr-gamma every N steps");
@@ -255,6 +277,10 @@ void validate_config(const Config& c) {
     DT_REQUIRE(!c.train_data.empty(),
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
   }
+  non_negative("num-classes", c.num_classes);
+  non_negative("random-crop", c.random_crop);
+  DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
+             "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
   one_of("mode", c.mode, {"async", "sync"});
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
@@ -267,9 +293,22 @@ void validate_config(const Config& c) {
   non_negative("global-batch-size", c.global_batch_size);
   non_negative("max-steps", static_cast<double>(c.max_steps));
   positive("log-every", c.log_every);
+  non_negative("eval-every", static_cast<double>(c.eval_every));
+  DT_REQUIRE(c.target_accuracy >= 0 && c.target_accuracy <= 1,
+             "option --target-accuracy: must be in [0, 1] (0: off), got " +
+                 to_text(c.target_accuracy));
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
   non_negative("weight-decay", c.weight_decay);
+  DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
+             "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
+  {
+    std::stringstream list(c.no_weight_decay_on);
+    for (std::string item; std::getline(list, item, ',');)
+      DT_REQUIRE(item == "bias" || item == "bn",
+                 "option --no-weight-decay-on: unknown parameter kind '" + item +
+                     "' (expected a comma-separated list of bias, bn)");
+  }
   non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
   positive("lr-step-size", static_cast<double>(c.lr_step_size));
   positive("lr-gamma", c.lr_gamma);

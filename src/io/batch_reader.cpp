@@ -10,6 +10,9 @@
 //
 // Labels are read once at construction (only those of `indices` are kept, as int32) and checked.
 //
+// Augmentation (random crop / flip, see Augmentation) runs here too, on each normalized sample, so
+// the training thread never waits for it; its draws depend only on (seed, epoch, sample index).
+//
 // Threads: the consumer (next/skip) and one reader thread share ring_, free_, ready_, stop_ and
 // error_ under mu_. A slot is owned by the reader while in neither list, by the consumer queue while
 // in ready_. Reader state (HDF5 handles, staging buffers) is touched only by the reader thread while
@@ -18,6 +21,7 @@
 #include <cmath>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
 #include "input_fail.hpp"
@@ -35,6 +39,8 @@ struct BatchReader::Reader {
   std::vector<int> row_of;               ///< position in batch → index into rows
   std::vector<float> staging;            ///< rows.size() samples, raw file dtype (uint8 packed)
   std::vector<std::int32_t> labels;      ///< label of indices[i]
+  std::vector<float> pad_value;          ///< augmentation: normalized raw 0, per channel
+  std::vector<float> plain;              ///< augmentation: one normalized sample before the crop
 };
 
 namespace {
@@ -54,11 +60,49 @@ H5Dataset open_for_sampling(hid_t file, const std::string& name, const std::stri
 
 }  // namespace
 
+AugmentDraw augment_draw(const Augmentation& a, std::int64_t sample) {
+  AugmentDraw d;
+  const std::uint64_t key =
+      mix_seed(mix_seed(mix_seed(a.seed, 0xA116'3E47ull), static_cast<std::uint64_t>(a.epoch)),
+               static_cast<std::uint64_t>(sample));
+  if (a.crop_pad > 0) {
+    const auto span = static_cast<std::uint64_t>(2 * a.crop_pad + 1);  // bias < span / 2^64
+    d.dy = static_cast<int>(counter_hash(key, 0) % span);
+    d.dx = static_cast<int>(counter_hash(key, 1) % span);
+  }
+  d.flip = a.flip && (counter_hash(key, 2) >> 63) != 0;
+  return d;
+}
+
+void augment_image(const float* src, float* dst, int channels, int height, int width, int pad,
+                   const AugmentDraw& d, const float* pad_value) {
+  const std::size_t hw = static_cast<std::size_t>(height) * width;
+  for (int c = 0; c < channels; ++c) {
+    const float* s = src + c * hw;
+    float* o = dst + c * hw;
+    for (int y = 0; y < height; ++y, o += width) {
+      const int sy = y + d.dy - pad;
+      if (sy < 0 || sy >= height) {
+        std::fill(o, o + width, pad_value[c]);
+        continue;
+      }
+      const float* row = s + static_cast<std::size_t>(sy) * width;
+      for (int x = 0; x < width; ++x) {
+        const int sx = (d.flip ? width - 1 - x : x) + d.dx - pad;
+        o[x] = sx >= 0 && sx < width ? row[sx] : pad_value[c];
+      }
+    }
+  }
+}
+
 BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
-                         int depth, std::int64_t start_batch)
-    : info_(info), indices_(std::move(indices)), batch_size_(batch_size), depth_(depth) {
+                         int depth, std::int64_t start_batch, const Augmentation& augment)
+    : info_(info), indices_(std::move(indices)), batch_size_(batch_size), depth_(depth),
+      augment_(augment) {
   DT_REQUIRE(batch_size_ >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size_));
   DT_REQUIRE(depth_ >= 1, "prefetch depth must be ≥ 1, got " + std::to_string(depth_));
+  DT_REQUIRE(augment_.crop_pad >= 0,
+             "random-crop padding must be ≥ 0, got " + std::to_string(augment_.crop_pad));
   for (std::size_t i = 0; i < indices_.size(); ++i)
     DT_REQUIRE(indices_[i] >= 0 && indices_[i] < info_.num_samples,
                info_.path + ": sample index " + std::to_string(indices_[i]) + " (entry " +
@@ -108,6 +152,13 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
         if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
         r.lut[static_cast<std::size_t>(c) * 256 + b] = v;
       }
+  }
+  if (augment_.enabled()) {  // pad with the normalized value of raw 0, exactly as a 0 pixel reads
+    for (int c = 0; c < info_.sample.c; ++c)
+      r.pad_value.push_back(info_.is_uint8 ? r.lut[static_cast<std::size_t>(c) * 256]
+                            : norm          ? (0.0f - info_.mean[c]) / info_.stddev[c]
+                                            : 0.0f);
+    r.plain.resize(info_.sample.sample_count());
   }
   ring_.resize(static_cast<std::size_t>(depth_));
   start();
@@ -226,9 +277,11 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   out.y.resize(static_cast<std::size_t>(m));
   const std::size_t hw = static_cast<std::size_t>(info_.sample.h) * info_.sample.w;
   const bool norm = !info_.mean.empty();
+  const bool augment = augment_.enabled();
   for (int p = 0; p < m; ++p) {
     const std::size_t row = static_cast<std::size_t>(r.row_of[static_cast<std::size_t>(p)]);
-    float* dst = out.x.data() + static_cast<std::size_t>(p) * sample;
+    float* const out_x = out.x.data() + static_cast<std::size_t>(p) * sample;
+    float* dst = augment ? r.plain.data() : out_x;
     if (info_.is_uint8) {
       const auto* src = reinterpret_cast<const unsigned char*>(r.staging.data()) + row * sample;
       for (int c = 0; c < info_.sample.c; ++c) {
@@ -243,11 +296,15 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
           if (!std::isfinite(v))
             DT_INPUT_FAIL(info_.path + ": dataset `images` has a non-finite value (" + std::to_string(v) +
                           ") in sample " + std::to_string(r.rows[row]) + " (channel " +
-                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) + ")");
+                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) +
+                          "), expected finite pixels");
           if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
           dst[j] = v;
         }
     }
+    if (augment)
+      augment_image(dst, out_x, info_.sample.c, info_.sample.h, info_.sample.w, augment_.crop_pad,
+                    augment_draw(augment_, r.rows[row]), r.pad_value.data());
     out.y[static_cast<std::size_t>(p)] = r.labels[static_cast<std::size_t>(begin + p)];
   }
 }

@@ -107,7 +107,8 @@ static void check_images_stored(const DatasetInfo& info) {
                      " bytes: truncated or corrupt");
 }
 
-static DatasetInfo read_dataset_info(const std::string& path, int expected_classes) {
+static DatasetInfo read_dataset_info(const std::string& path, int expected_classes,
+                                     const std::string& expected_from) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   DatasetInfo info;
   info.path = path;
@@ -152,27 +153,51 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
     DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*min_it) + " at sample " +
                   std::to_string(min_it - labels.begin()) + ", expected labels ≥ 0");
 
-  // num_classes: attribute, else max(label)+1.
+  // num_classes: the expected count (--num-classes, or the training set's for a test file), else
+  // the attribute, else max(label)+1 — which must not leave most classes without a sample.
+  const std::string expected_what =
+      expected_from.empty() ? "the training set has " + std::to_string(expected_classes) + " classes"
+                            : expected_from + " is " + std::to_string(expected_classes);
   if (has_attribute(file.get(), "num_classes")) {
     const std::int64_t k = read_attr_int(file.get(), "num_classes", path);
     if (k < 1 || k > INT_MAX)
       DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
     info.num_classes = static_cast<int>(k);
     if (expected_classes > 0 && k != expected_classes)
-      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) +
-                    " but the training set has " + std::to_string(expected_classes) + " classes");
+      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + " but " +
+                    expected_what);
+  } else if (expected_classes > 0) {
+    info.num_classes = expected_classes;
   } else {
     if (*max_it >= INT_MAX) DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + ", too large");
     info.num_classes = static_cast<int>(*max_it + 1);
+    // One corrupt label (say 1,000,000) must not silently make a million-class model: with no
+    // class count given, at least half of the max(label)+1 classes must hold a sample.
+    std::vector<std::int64_t> distinct = labels;
+    std::sort(distinct.begin(), distinct.end());
+    const auto used =
+        static_cast<std::int64_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+    const std::int64_t empty = info.num_classes - used;
+    if (2 * empty > info.num_classes)
+      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                    std::to_string(max_it - labels.begin()) + ": max label + 1 = " +
+                    std::to_string(info.num_classes) + " classes, of which " + std::to_string(empty) +
+                    " have no sample (more than half): a corrupt label? Expected labels in [0, K) "
+                    "for K classes; give K as attribute `num_classes` or option --num-classes");
   }
-  if (*max_it >= info.num_classes)
+  if (*max_it >= info.num_classes) {
+    if (expected_classes > 0 && !expected_from.empty())
+      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                    std::to_string(max_it - labels.begin()) + ", expected < " +
+                    std::to_string(expected_classes) + " (" + expected_from + ")");
+    if (expected_classes > 0)
+      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                    std::to_string(max_it - labels.begin()) + ", but the training set has only " +
+                    std::to_string(expected_classes) + " classes");
     DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
                   std::to_string(max_it - labels.begin()) + ", expected < num_classes = " +
                   std::to_string(info.num_classes));
-  if (expected_classes > 0 && *max_it >= expected_classes)
-    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
-                  std::to_string(max_it - labels.begin()) + ", but the training set has only " +
-                  std::to_string(expected_classes) + " classes");
+  }
 
   // mean / std: both or neither; 1 or C values; std > 0.
   const int channels = info.sample.c;
@@ -267,12 +292,13 @@ class OpenDeadline {
 
 void set_dataset_open_deadline(double seconds) { g_open_deadline = seconds; }
 
-DatasetInfo open_dataset_info(const std::string& path, int expected_classes) {
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
+                              const std::string& expected_from) {
   const OpenDeadline deadline(path);
   // A file whose structure is damaged makes HDF5 calls fail (LibraryError) or declare absurd sizes
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {
-    DatasetInfo info = read_dataset_info(path, expected_classes);
+    DatasetInfo info = read_dataset_info(path, expected_classes, expected_from);
     check_images_stored(info);
     return info;
   } catch (const LibraryError& e) {

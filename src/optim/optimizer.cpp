@@ -2,7 +2,9 @@
 // arithmetic itself is the backend's optimizer_update kernel.
 #include "dtrain/optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "dtrain/core/error.hpp"
 
@@ -32,9 +34,43 @@ OptimizerKind optimizer_kind(const std::string& name) {
                    "' (expected sgd | momentum | adam)");
 }
 
-Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps)
+std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
+                                        std::size_t begin, std::size_t end) {
+  bool bias = false, bn = false;
+  std::stringstream list(c.no_weight_decay_on);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item == "bias") bias = true;
+    else if (item == "bn") bn = true;
+    else if (!item.empty())
+      throw InputError("option --no-weight-decay-on: unknown parameter kind '" + item +
+                       "' (expected a comma-separated list of bias, bn)");
+  }
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  std::vector<FloatRange> found;
+  for (const TensorInfo& t : tensors) {
+    const bool skip = (bias && ends_with(t.name, ".bias")) ||
+                      (bn && (ends_with(t.name, ".gamma") || ends_with(t.name, ".beta")));
+    const std::size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.count, end);
+    if (skip && b < e) found.push_back({b - begin, e - begin});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const FloatRange& a, const FloatRange& b) { return a.begin < b.begin; });
+  std::vector<FloatRange> out;
+  for (const FloatRange& r : found) {
+    if (!out.empty() && out.back().end == r.begin) out.back().end = r.end;
+    else out.push_back(r);
+  }
+  return out;
+}
+
+Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
+                     std::vector<FloatRange> no_decay)
     : config_(c), backend_(backend), n_(n), total_steps_(total_steps),
-      kind_(optimizer_kind(c.optimizer)) {
+      kind_(optimizer_kind(c.optimizer)), no_decay_(std::move(no_decay)) {
+  for (const FloatRange& r : no_decay_)
+    DT_REQUIRE(r.begin < r.end && r.end <= n_, "optimizer: no-decay range outside the parameters");
   if (kind_ != OptimizerKind::sgd) m_ = DeviceBuffer<float>(backend, n);
   if (kind_ == OptimizerKind::adam) v_ = DeviceBuffer<float>(backend, n);
 }
@@ -50,7 +86,25 @@ void Optimizer::apply(float* params, const float* grads, std::int64_t step) {
   u.epsilon = config_.adam_epsilon;
   u.weight_decay = config_.weight_decay;
   u.step = step + 1;
-  backend_.optimizer_update(u, params, grads, m_.data(), v_.data(), n_);
+  if (no_decay_.empty() || u.weight_decay == 0.0f) {
+    backend_.optimizer_update(u, params, grads, m_.data(), v_.data(), n_);
+    return;
+  }
+  // The update is elementwise, so running it per range changes no value of the decayed ones.
+  auto update = [&](std::size_t b, std::size_t e, float wd) {
+    if (b >= e) return;
+    u.weight_decay = wd;
+    backend_.optimizer_update(u, params + b, grads + b, m_.data() ? m_.data() + b : nullptr,
+                              v_.data() ? v_.data() + b : nullptr, e - b);
+  };
+  const float wd = config_.weight_decay;
+  std::size_t at = 0;
+  for (const FloatRange& r : no_decay_) {
+    update(at, r.begin, wd);
+    update(r.begin, r.end, 0.0f);
+    at = r.end;
+  }
+  update(at, n_, wd);
 }
 
 }  // namespace dtrain

@@ -26,13 +26,14 @@ struct WorkerSlot {
 }  // namespace
 
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
-                             std::int64_t total_steps, const std::atomic<bool>& stop_flag) {
+                             std::int64_t total_steps, const std::atomic<bool>& stop_flag,
+                             const std::vector<FloatRange>& no_decay) {
   const int workers = cluster.num_workers();
   const std::size_t n = shard.size();
   const std::string who = "ps " + std::to_string(cluster.me().index);
   auto backend = make_cpu_backend();
   DeviceBuffer<float> params(*backend, n);
-  Optimizer opt(config, *backend, n, total_steps);
+  Optimizer opt(config, *backend, n, total_steps, no_decay);
   PsStats stats;
   std::int64_t global_step = 0, max_steps = config.max_steps;
   const double t0 = now_seconds();

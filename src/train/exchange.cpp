@@ -68,7 +68,8 @@ class SyncExchange final : public GradientExchange {
  public:
   SyncExchange(const Config& c, const Cluster& cluster, Model& model, std::int64_t total_steps)
       : c_(c), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
-        opt_(c, model.backend(), model.param_count(), total_steps),
+        opt_(c, model.backend(), model.param_count(), total_steps,
+             no_decay_ranges(c, model.param_tensors(), 0, model.param_count())),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;

@@ -29,6 +29,25 @@ void MetricsWriter::write(const MetricsRow& r) {
   out_.flush();
 }
 
+std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
+                                              std::int64_t max_step) {
+  std::ifstream in(fs::path(run_dir) / "metrics.csv");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("test,", 0) != 0) continue;
+    MetricsRow r;
+    char comma = 0;
+    std::istringstream is(line.substr(5));
+    is >> r.global_step >> comma >> r.epoch >> comma >> r.wall_seconds >> comma >> r.loss >> comma >>
+        r.accuracy;
+    if (is && r.global_step <= max_step && r.accuracy >= target) {
+      r.kind = "test";
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
 namespace {
 std::string json_escape(const std::string& s) {
   std::string o;
@@ -50,6 +69,7 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
     os << "  \"" << json_escape(k) << "\": ";
     if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
     else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
+    else if (std::holds_alternative<std::monostate>(v)) os << "null";
     else os << '"' << json_escape(std::get<std::string>(v)) << '"';
     os << (++i < kv.size() ? ",\n" : "\n");
   }

@@ -17,6 +17,7 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
+#include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/signals.hpp"
 #include "worker.hpp"
@@ -42,9 +43,13 @@ TrainPlan make_plan(const Config& c, int workers) {
     p.test = synthetic_dataset(c.synthetic, static_cast<std::int64_t>(workers) * p.batch);
     p.has_test = true;
   } else {
-    p.train = open_dataset_info(c.train_data);
+    p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
   }
   check_dataset_fits(p.train, workers, p.batch);
+  DT_REQUIRE(c.random_crop <= std::min(p.train.sample.h, p.train.sample.w),
+             "option --random-crop " + std::to_string(c.random_crop) + ": pads by more than the " +
+                 std::to_string(p.train.sample.h) + "x" + std::to_string(p.train.sample.w) +
+                 " images of " + p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
     DT_REQUIRE(p.test.sample == p.train.sample,
@@ -54,6 +59,8 @@ TrainPlan make_plan(const Config& c, int workers) {
                "--test-data '" + c.test_data + "': fewer samples than workers");
     p.has_test = true;
   }
+  DT_REQUIRE(p.has_test || (c.eval_every == 0 && c.target_accuracy == 0),
+             "options --eval-every / --target-accuracy: need a test set (--test-data)");
   for (int w = 0; w < workers; ++w) p.steps_per_epoch += worker_steps_per_epoch(p, c.mode, w);
   if (c.mode == "sync") p.steps_per_epoch = worker_steps_per_epoch(p, c.mode, 0);
   p.total_steps = p.steps_per_epoch * c.epochs;
@@ -157,6 +164,7 @@ int run_training(const Config& c) {
   std::string signature;
   std::string model_report;         // layer table and shard table, printed by the chief
   std::vector<ShardRange> shards;   // async: this run's ps ranges
+  std::vector<FloatRange> ps_no_decay;  // async ps: its shard's ranges without weight decay
   // Phase 1 — checks every rank makes identically (options, datasets, model, shards).
   all_or_nothing(world, [&] {
     DT_REQUIRE(!(c.mode == "sync" && c.num_ps > 0),
@@ -175,6 +183,10 @@ int run_training(const Config& c) {
     if (num_ps > 0) {
       shards = shard_ranges(param_count, num_ps);
       model_report += describe_shards(shards, layout.param_tensors());
+      if (cluster->is_ps()) {
+        const ShardRange& mine = shards[cluster->me().index];
+        ps_no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
+      }
     }
   });
   if (c.dry_run) {
@@ -190,6 +202,7 @@ int run_training(const Config& c) {
   all_or_nothing(world, [&] {
     set_threads(c, *cluster);
     backend = make_backend(c, *cluster, device_name);
+    if (backend) backend->set_label_smoothing(c.label_smoothing);  // before the model's loss ops
     if (!cluster->is_chief()) return;
     prepare_run_dir(c.run_dir);
     const auto existing = list_checkpoints(c.run_dir);
@@ -258,7 +271,7 @@ int run_training(const Config& c) {
   int code = kExitOk;
   if (cluster->is_ps()) {
     const PsStats st = run_parameter_server(*cluster, c, shards[cluster->me().index],
-                                            plan.total_steps, stop_flag());
+                                            plan.total_steps, stop_flag(), ps_no_decay);
     double v[4] = {static_cast<double>(st.pushes), static_cast<double>(st.staleness_sum),
                    static_cast<double>(st.staleness_max), st.busy_seconds / std::max(st.wall_seconds, 1e-9)};
     DT_CHECK_MPI(MPI_Reduce(v, nullptr, 4, MPI_DOUBLE, MPI_MAX, cluster->worker_rank(0), world));
@@ -270,6 +283,8 @@ int run_training(const Config& c) {
   if (cluster->is_chief() && effective.lr != c.lr)
     log_info("# --lr-scaling linear: sync learning rate " + std::to_string(c.lr) + " x " +
              std::to_string(plan.workers) + " workers = " + std::to_string(effective.lr));
+  if (cluster->is_chief() && plan.synthetic && (c.random_crop > 0 || c.random_flip))
+    log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   Worker worker(effective, *cluster, plan, *backend, std::move(resume));
   const WorkerOutcome out = worker.run();
   // ps statistics (max over ps) reach the chief; every rank takes part in the reduce.
@@ -319,6 +334,13 @@ int run_training(const Config& c) {
   r["activation_mb"] = static_cast<double>(activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
   r["train_data"] = plan.synthetic ? plan.train.path : c.train_data;
+  if (c.target_accuracy > 0) {  // null when never reached
+    r["target_accuracy"] = c.target_accuracy;
+    const bool reached = out.step_at_accuracy >= 0;
+    const JsonValue null{std::monostate{}};
+    r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
+    r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
+  }
   write_results_json(c.run_dir, r);
   char line[300];
   std::snprintf(line, sizeof line,

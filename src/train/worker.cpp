@@ -1,6 +1,6 @@
 // dtrain/train/worker.cpp — per-epoch loop: prefetching reader → model step → gradient exchange;
 // stop at --max-steps or on a signal; evaluation, batchnorm-state averaging and checkpoints at
-// epoch ends; chief logging to stdout and metrics.csv.
+// epoch ends (and evaluation every --eval-every steps); chief logging to stdout and metrics.csv.
 #include "worker.hpp"
 
 #include <algorithm>
@@ -62,6 +62,7 @@ void Worker::make_synthetic_batch() {
 WorkerOutcome Worker::run() {
   int first_epoch = 0;
   std::int64_t first_step = 0;
+  const bool resumed = resume_.has_value();
   if (resume_) {
     global_step_ = resume_->global_step;
     first_epoch = static_cast<int>(resume_->epoch);
@@ -93,6 +94,14 @@ WorkerOutcome Worker::run() {
   t_start_ = t_log_ = now_seconds();
   log_start_global_step_ = global_step_;
   ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
+  eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
+  if (resumed && cluster_.is_chief() && c_.target_accuracy > 0) {
+    // Reached before the interruption? metrics.csv holds every evaluation up to the checkpoint.
+    if (const auto row = first_test_reaching(c_.run_dir, c_.target_accuracy, global_step_)) {
+      out_.time_to_accuracy = row->wall_seconds;
+      out_.step_at_accuracy = row->global_step;
+    }
+  }
   for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {
     train_epoch(epoch, epoch == first_epoch ? first_step : 0);
     // Agree on why we stopped (async workers leave their loops at different points).
@@ -150,7 +159,8 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     const auto my_batches =
         static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
     reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
-                   std::min<std::int64_t>(start, my_batches));
+                   std::min<std::int64_t>(start, my_batches),
+                   Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch});
   }
   HostBatch batch;
   const bool sync = c_.mode == "sync";
@@ -203,6 +213,12 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       ckpt_bucket_ = global_step_ / c_.checkpoint_every;
       // Sync: every worker reaches this at the same step. Async: the chief alone.
       if (sync || cluster_.is_chief()) checkpoint(epoch, cursor_);
+    }
+    if (c_.eval_every > 0 && global_step_ / c_.eval_every > eval_bucket_) {
+      eval_bucket_ = global_step_ / c_.eval_every;
+      // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
+      const bool last = s + 1 == steps || (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+      if (!last && (sync || cluster_.is_chief())) evaluate_between(epoch);
     }
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
@@ -271,7 +287,41 @@ void Worker::average_model_state() {
   be_.copy_to_device(model_.state(), host.data(), S * sizeof(float));
 }
 
-void Worker::evaluate(int epoch) {
+void Worker::evaluate_between(int epoch) {
+  const double t0 = now_seconds();
+  if (c_.mode == "sync") {
+    // Every worker is at the same step. Evaluate with the workers' mean batchnorm statistics, as
+    // at epoch ends, then give each worker its own back: evaluating never changes the training
+    // state, so a run with --eval-every trains bit for bit as one without.
+    const std::size_t S = model_.state_count();
+    std::vector<float> own(S);
+    if (S) be_.copy_to_host(own.data(), model_.state(), S * sizeof(float));
+    average_model_state();
+    evaluate(epoch, false);
+    if (S) be_.copy_to_device(model_.state(), own.data(), S * sizeof(float));
+  } else {
+    // Async workers never stand at the same step, and one that ends its epoch (or the run) without
+    // seeing the crossing would leave the others waiting in an evaluation collective while it waits
+    // in the epoch-end one. So no collective: the chief evaluates the whole test set alone, on the
+    // parameters of its last push-pull and its own batchnorm statistics, and the other workers
+    // train on (tf.estimator's separate evaluator, inside the chief).
+    evaluate(epoch, false, true);
+  }
+  t_log_ += now_seconds() - t0;  // the log interval's samples/s stays a training rate
+}
+
+void Worker::note_target(double accuracy, std::int64_t step, double wall) {
+  if (c_.target_accuracy <= 0 || out_.step_at_accuracy >= 0 || accuracy < c_.target_accuracy) return;
+  out_.time_to_accuracy = wall;
+  out_.step_at_accuracy = step;
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "# target accuracy %.4f reached: %.4f at global_step %lld after %.1f s",
+                c_.target_accuracy, accuracy, static_cast<long long>(step), wall);
+  log_info(line);
+}
+
+void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   if (!plan_.has_test) return;
   HostBatch batch;
   float zero[2] = {0, 0}, sums[2];
@@ -284,7 +334,8 @@ void Worker::evaluate(int epoch) {
     model_.evaluate(x_.data(), y_.data(), n, stats_.data());
     count = n;
   } else {
-    auto indices = epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
+    auto indices = alone ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
+                         : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
     BatchReader reader(plan_.test, std::move(indices), plan_.batch);
     while (reader.next(batch)) {
       be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
@@ -296,19 +347,21 @@ void Worker::evaluate(int epoch) {
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
   be_.copy_to_device(stats_.data(), saved, sizeof saved);
   double v[3] = {sums[0], sums[1], count};
-  worker_sum(cluster_.role_comm(), v, 3);
+  if (!alone) worker_sum(cluster_.role_comm(), v, 3);
   out_.test_loss = v[0] / v[2];
   out_.test_accuracy = v[1] / v[2];
   if (cluster_.is_chief()) {
     const double wall = prior_wall_ + now_seconds() - t_start_;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "epoch %3d done | global_step %lld | test loss %.4f | test accuracy %.4f | %lld samples | %.1f s",
-                  epoch + 1, static_cast<long long>(global_step_), out_.test_loss,
-                  out_.test_accuracy, static_cast<long long>(v[2]), wall);
+                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | %lld "
+                  "samples | %.1f s",
+                  epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_),
+                  out_.test_loss, out_.test_accuracy, static_cast<long long>(v[2]), wall);
     log_info(line);
     metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
                      0, 0});
+    note_target(out_.test_accuracy, global_step_, wall);
   }
 }
 

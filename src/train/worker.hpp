@@ -31,6 +31,9 @@ struct WorkerOutcome {
   std::int64_t skipped = 0;
   double staleness_mean = 0;
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
+  /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)
+  double time_to_accuracy = -1;
+  std::int64_t step_at_accuracy = -1;
 };
 
 class Worker {
@@ -42,7 +45,12 @@ class Worker {
 
  private:
   void train_epoch(int epoch, std::int64_t first_step);
-  void evaluate(int epoch);
+  /// Test-set evaluation. all workers (default): each its shard, summed (collective); alone: this
+  /// worker on the whole test set (async --eval-every, chief only). Chief: logs, metrics.csv row.
+  void evaluate(int epoch, bool epoch_end = true, bool alone = false);
+  /// --eval-every after a step that crossed a multiple of N global steps (see worker.cpp).
+  void evaluate_between(int epoch);
+  void note_target(double accuracy, std::int64_t step, double wall);  ///< --target-accuracy
   void average_model_state();
   void checkpoint(int epoch, std::int64_t step_in_epoch);
   void log_interval(int epoch);
@@ -64,6 +72,7 @@ class Worker {
   std::int64_t first_global_step_ = 0;  ///< at the start of this process's training
   std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
   std::int64_t ckpt_bucket_ = 0;  ///< global_step / checkpoint_every at the last checkpoint
+  std::int64_t eval_bucket_ = 0;  ///< global_step / eval_every at the last --eval-every check
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;

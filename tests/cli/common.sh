@@ -108,7 +108,7 @@ check_resume() {
 # Bad-input checks (tests/cli/test_bad_input.sh, test_graph_models.sh).
 cases=0
 # expect_error NP "WORD1|WORD2..." ARGS...: dtrain (under mpiexec -n NP, or alone when NP is 0) must
-# fail with one error message containing every word.
+# fail with one error message containing every word. The exit code is left in $last_rc.
 expect_error() {
   local np=$1 words=$2
   shift 2
@@ -120,6 +120,7 @@ expect_error() {
   timeout 60 "${cmd[@]}" >"$log" 2>&1
   local rc=$?
   set -e
+  last_rc=$rc
   echo "-- exit $rc: ${*: -4}"
   [[ $rc -ne 0 ]] || { cat "$log"; fail "accepted: $*"; }
   [[ $rc -ne 124 ]] || { cat "$log"; fail "hung (timeout): $*"; }

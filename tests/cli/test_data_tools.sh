@@ -93,7 +93,7 @@ expect_fail "not an HDF5 file" $H5INFO "$SCRATCH/text.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then
   "$BIN/make_dataset" "$SCRATCH/synth.h5" --n 40 --c 3 --h 4 --w 4 --classes 5 >/dev/null || fail "make_dataset"
   $H5INFO "$SCRATCH/synth.h5" >/dev/null || fail "h5info rejects a valid make_dataset file"
-  for kind in label-out-of-range label-negative nan-image count-mismatch images-int16 labels-float std-zero; do
+  for kind in label-out-of-range label-negative nan-image inf-image label-huge count-mismatch images-int16 labels-float std-zero; do
     "$BIN/make_dataset" "$SCRATCH/$kind.h5" --n 40 --c 3 --h 4 --w 4 --classes 5 --corrupt "$kind" >/dev/null \
       || fail "make_dataset --corrupt $kind"
     expect_fail "error:" $H5INFO "$SCRATCH/$kind.h5"

@@ -5,7 +5,8 @@
 # /optimizer/v) and /model_state (every worker's batchnorm statistics) must be bit-identical; the
 # model has batchnorm and dropout, so data order, dropout masks and running statistics must all be
 # restored. Done with 2 workers (momentum) and with 1 worker (Adam, warm-up + cosine of fixed
-# length). Then a checkpoint of another model, and one of another mode, are refused by --resume.
+# length), and with 2 workers and augmentation (random crop + flip, drawn from seed, epoch and sample).
+# Then a checkpoint of another model, and one of another mode, are refused by --resume.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -15,6 +16,14 @@ COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --epochs 3 
 
 echo "== 2 workers, momentum"
 check_resume 2 w2
+echo "== 2 workers with augmentation (--random-crop 2 --random-flip): still bit-exact"
+check_resume 2 w2aug --random-crop 2 --random-flip
+"$PY" - "$SCRATCH/w2-straight" "$SCRATCH/w2aug-straight" <<'PY' || fail "augmentation changed nothing"
+import sys, h5py, numpy as np
+a, b = (h5py.File(f"{d}/ckpt-0000000040.h5", "r")["params"][()] for d in sys.argv[1:])
+assert not np.array_equal(a, b), "augmented and plain runs ended with the same parameters"
+print("augmented run differs from the plain one (max |diff| %.3g)" % np.abs(a - b).max())
+PY
 echo "== 1 worker, Adam with warm-up and a cosine of fixed length"
 check_resume 1 w1 --optimizer adam --lr 0.003 --warmup-steps 5 --lr-schedule cosine --lr-decay-steps 40
 

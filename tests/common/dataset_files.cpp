@@ -88,7 +88,7 @@ const std::vector<std::string>& corrupt_kinds() {
   static const std::vector<std::string> kinds = {
       "missing-images", "missing-labels", "images-rank3", "images-int16", "labels-float",
       "count-mismatch", "zero-samples", "label-out-of-range", "label-negative", "nan-image",
-      "truncated", "not-hdf5", "mean-length", "std-zero"};
+      "truncated", "not-hdf5", "mean-length", "std-zero", "label-huge", "inf-image"};
   return kinds;
 }
 
@@ -138,8 +138,10 @@ RawDataset make_synthetic(const SyntheticSpec& s) {
       d.stddev.push_back(static_cast<float>(std::sqrt(std::max(sum2[c] / count - m * m, 1e-12))));
     }
   }
-  d.num_classes = s.classes;
-  for (int k = 0; k < s.classes; ++k) d.class_names.push_back("class" + std::to_string(k));
+  if (s.num_classes_attr) {
+    d.num_classes = s.classes;
+    for (int k = 0; k < s.classes; ++k) d.class_names.push_back("class" + std::to_string(k));
+  }
   return d;
 }
 
@@ -153,9 +155,11 @@ void write_synthetic_dataset(const std::string& path, const SyntheticSpec& spec)
   }
   SyntheticSpec s = spec;
   if (kind == "zero-samples") s.n = 0;
-  if (kind == "nan-image") s.dtype = "float32";
+  if (kind == "nan-image" || kind == "inf-image") s.dtype = "float32";
+  if (kind == "label-huge") s.num_classes_attr = false;
   if (s.n < 2 && (kind == "count-mismatch" || kind == "label-out-of-range" ||
-                  kind == "label-negative" || kind == "nan-image"))
+                  kind == "label-negative" || kind == "nan-image" || kind == "inf-image" ||
+                  kind == "label-huge"))
     s.n = 2;
   RawDataset d = make_synthetic(s);
   const std::size_t mid = static_cast<std::size_t>(s.n / 2);
@@ -170,6 +174,9 @@ void write_synthetic_dataset(const std::string& path, const SyntheticSpec& spec)
   if (kind == "label-negative") d.labels[mid] = -1;
   if (kind == "nan-image")
     d.pixels[mid * sample + sample / 2] = std::numeric_limits<float>::quiet_NaN();
+  if (kind == "inf-image")
+    d.pixels[mid * sample + sample / 2] = std::numeric_limits<float>::infinity();
+  if (kind == "label-huge") d.labels[mid] = 1000000;
   if (kind == "mean-length") {
     d.mean.assign(static_cast<std::size_t>(s.c) + 1, 0.5f);
     d.stddev.assign(static_cast<std::size_t>(s.c) + 1, 0.25f);

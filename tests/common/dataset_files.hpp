@@ -45,6 +45,7 @@ struct SyntheticSpec {
   /// have the same classes and independent samples.
   std::uint64_t template_seed = 0;
   bool mean_std = true;          ///< write per-channel `mean`/`std` computed from the data
+  bool num_classes_attr = true;  ///< write `num_classes` and `class_names` (else the reader infers them)
   std::string corrupt;           ///< "" or one of corrupt_kinds()
 };
 
@@ -52,7 +53,9 @@ struct SyntheticSpec {
 /// dtrain::open_dataset_info() (or the BatchReader, for nan-image) must reject:
 /// missing-images, missing-labels, images-rank3, images-int16, labels-float, count-mismatch,
 /// zero-samples, label-out-of-range, label-negative, nan-image, truncated, not-hdf5,
-/// mean-length (mean has C+1 values), std-zero (a std of 0).
+/// mean-length (mean has C+1 values), std-zero (a std of 0), label-huge (label 1,000,000 at
+/// sample n/2 and no `num_classes` attribute: max label + 1 would leave most classes empty),
+/// inf-image (+Inf at sample n/2; like nan-image, caught by the reader).
 const std::vector<std::string>& corrupt_kinds();
 
 /// The arrays write_synthetic_dataset() would write for spec with no corruption applied.

@@ -3,7 +3,7 @@
 // (tests/common/dataset_files.hpp).
 //
 //   make_dataset OUT.h5 --n N --c C --h H --w W --classes K [--dtype uint8|float32] [--seed S]
-//                [--template-seed T] [--no-mean-std] [--corrupt KIND]
+//                [--template-seed T] [--no-mean-std] [--no-num-classes] [--corrupt KIND]
 // --template-seed T draws the class templates from T instead of S: a train and a test set made with
 // the same T and different S share their classes but not their samples.
 // Exit codes: 0 written, 2 bad usage, 3 write failure.
@@ -22,9 +22,11 @@ void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: make_dataset OUT.h5 --n N --c C --h H --w W --classes K\n"
                "                    [--dtype uint8|float32] [--seed S] [--template-seed T] [--no-mean-std]\n"
+               "                    [--no-num-classes]\n"
                "                    [--corrupt KIND]\n"
                "Writes a learnable synthetic dataset (class template + noise) in the dtrain schema.\n"
                "Class templates come from T when given (else from S): sets with equal T share classes.\n"
+               "--no-num-classes leaves out the `num_classes` and `class_names` attributes.\n"
                "KIND makes a broken file instead: %s.\n",
                kinds.c_str());
 }
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
       }
       if (a == "--no-mean-std") {
         spec.mean_std = false;
+        continue;
+      }
+      if (a == "--no-num-classes") {
+        spec.num_classes_attr = false;
         continue;
       }
       if (a.rfind("--", 0) == 0) {

@@ -321,6 +321,29 @@ TEST_F(CudaParity, DropoutMasksAreIdentical) {
   }
 }
 
+TEST_F(CudaParity, SoftmaxCrossEntropyLabelSmoothing) {
+  const int batch = 37, classes = 10;
+  cpu_->set_label_smoothing(0.1f);
+  gpu_->set_label_smoothing(0.1f);
+  auto c_op = cpu_->make_softmax_xent(batch, classes);
+  auto g_op = gpu_->make_softmax_xent(batch, classes);
+  cpu_->set_label_smoothing(0.0f);
+  gpu_->set_label_smoothing(0.0f);
+  std::vector<float> logits = random_vec(std::size_t(batch) * classes, 62, -4.0f, 4.0f);
+  std::vector<std::int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = (i * 3) % classes;
+  Twin l = twin(logits), dl = zeros(logits.size()), stats = twin({0.0f, 0.0f});
+  DeviceBuffer<std::int32_t> lab_c(*cpu_, batch), lab_g(*gpu_, batch);
+  cpu_->copy_to_device(lab_c.data(), labels.data(), batch * sizeof(std::int32_t));
+  gpu_->copy_to_device(lab_g.data(), labels.data(), batch * sizeof(std::int32_t));
+  c_op->forward_backward(l.cpu.data(), lab_c.data(), batch, 0.5f, dl.cpu.data(), stats.cpu.data());
+  g_op->forward_backward(l.gpu.data(), lab_g.data(), batch, 0.5f, dl.gpu.data(), stats.gpu.data());
+  EXPECT_LE(err(dl), kTol);
+  const std::vector<float> sc = host(*cpu_, stats.cpu), sg = host(*gpu_, stats.gpu);
+  EXPECT_NEAR(sg[0], sc[0], 1e-4 * std::abs(sc[0]));
+  EXPECT_EQ(sg[1], sc[1]);
+}
+
 TEST_F(CudaParity, SoftmaxCrossEntropy) {
   const int batch = 37, classes = 10;
   auto c_op = cpu_->make_softmax_xent(batch, classes);

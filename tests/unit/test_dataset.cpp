@@ -194,9 +194,11 @@ TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
       {"not-hdf5", {"not an HDF5 file"}},
       {"mean-length", {"`mean`", "expected 1 or C = 1"}},
       {"std-zero", {"`std`", "expected > 0"}},
+      {"label-huge", {"`labels`", "label 1000000", "sample 10", "1000001 classes", "999996 have no sample",
+                      "`num_classes`", "--num-classes"}},
   };
   for (const auto& kind : testing::corrupt_kinds()) {
-    if (kind == "nan-image") continue;  // valid schema; caught by the reader (own test)
+    if (kind == "nan-image" || kind == "inf-image") continue;  // valid schema; caught by the reader
     SCOPED_TRACE(kind);
     ASSERT_TRUE(expect.count(kind)) << "untested kind " << kind;
     SyntheticSpec s;
@@ -225,6 +227,40 @@ TEST_F(DatasetTest, ClassCountMismatchesAreInputErrors) {
   d.stddev = {1.0f};  // std without mean
   testing::write_raw_dataset(file("std_only.h5"), d);
   expect_input_error([&] { open_dataset_info(file("std_only.h5")); }, {"`std`", "`mean`"});
+}
+
+TEST_F(DatasetTest, ClassCountFromOptionAttributeOrMostlyUsedLabels) {
+  // No attribute: the given count (--num-classes) wins over max(label) + 1.
+  SyntheticSpec s;
+  s.n = 30, s.classes = 4, s.num_classes_attr = false;
+  testing::write_synthetic_dataset(file("noattr.h5"), s);
+  EXPECT_EQ(open_dataset_info(file("noattr.h5")).num_classes, 4);
+  EXPECT_EQ(open_dataset_info(file("noattr.h5"), 10, "--num-classes").num_classes, 10);
+  expect_input_error([&] { open_dataset_info(file("noattr.h5"), 3, "--num-classes"); },
+                     {file("noattr.h5"), "`labels`", "label 3", "at sample", "expected < 3 (--num-classes)"});
+  // An attribute must agree with the option.
+  s.num_classes_attr = true;
+  testing::write_synthetic_dataset(file("attr.h5"), s);
+  EXPECT_EQ(open_dataset_info(file("attr.h5"), 4, "--num-classes").num_classes, 4);
+  expect_input_error([&] { open_dataset_info(file("attr.h5"), 10, "--num-classes"); },
+                     {file("attr.h5"), "`num_classes` = 4", "--num-classes is 10"});
+  // max(label) + 1 is accepted while at most half of the classes are empty.
+  auto with_labels = [&](const std::string& name, std::vector<std::int64_t> labels) {
+    RawDataset d = indexed(static_cast<std::int64_t>(labels.size()), 1, 2, 2, "uint8", 2);
+    d.labels = std::move(labels);
+    d.num_classes = 0;
+    testing::write_raw_dataset(file(name), d);
+    return file(name);
+  };
+  EXPECT_EQ(open_dataset_info(with_labels("half.h5", {0, 3, 3, 0})).num_classes, 4);  // 2 of 4 empty
+  EXPECT_EQ(open_dataset_info(with_labels("one.h5", {0, 1, 3, 1})).num_classes, 4);
+  expect_input_error([&] { open_dataset_info(with_labels("sparse.h5", {0, 4, 0, 0})); },
+                     {file("sparse.h5"), "label 4 at sample 1", "5 classes", "3 have no sample"});
+  // The huge label with a class count given: out of range, named with its index.
+  s.corrupt = "label-huge";
+  testing::write_synthetic_dataset(file("huge.h5"), s);
+  expect_input_error([&] { open_dataset_info(file("huge.h5"), 4, "--num-classes"); },
+                     {file("huge.h5"), "label 1000000 at sample 15", "expected < 4 (--num-classes)"});
 }
 
 TEST_F(DatasetTest, CheckDatasetFits) {
@@ -355,6 +391,11 @@ TEST_F(DatasetTest, ReaderRethrowsNonFinitePixelAfterGoodBatches) {
   EXPECT_TRUE(reader.next(b));  // 5..9
   expect_input_error([&] { reader.next(b); }, {file("nan.h5"), "`images`", "sample 10", "non-finite"});
   EXPECT_THROW(reader.next(b), InputError);  // stays failed
+  s.corrupt = "inf-image";  // +Inf in sample 10, found in the second batch of 8
+  testing::write_synthetic_dataset(file("inf.h5"), s);
+  BatchReader inf_reader(open_dataset_info(file("inf.h5")), idx, 8);
+  EXPECT_TRUE(inf_reader.next(b));
+  expect_input_error([&] { inf_reader.next(b); }, {file("inf.h5"), "`images`", "sample 10", "non-finite value (inf)"});
 }
 
 TEST_F(DatasetTest, ReaderDestroyedEarlyJoinsCleanly) {

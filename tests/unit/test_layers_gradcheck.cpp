@@ -146,6 +146,73 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropy) {
   }
 }
 
+TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
+  const int n = 4, k = 5;
+  const double eps = 0.1;
+  be_->set_label_smoothing(static_cast<float>(eps));
+  auto op = be_->make_softmax_xent(n, k);
+  be_->set_label_smoothing(0.0f);  // ops made later are plain again; this one keeps ε
+  std::vector<float> logits = uniform_values(n * k, 12, -3.0f, 3.0f);
+  const std::vector<std::int32_t> labels{2, 0, 4, 2};
+  DeviceBuffer<std::int32_t> dlab(*be_, n);
+  be_->copy_to_device(dlab.data(), labels.data(), n * sizeof(std::int32_t));
+  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, 2);
+  auto loss_at = [&](const std::vector<float>& l, float* dlogits) {
+    auto dlog = to_device(*be_, l);
+    be_->fill(stats.data(), 0.0f, 2);
+    op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
+    return static_cast<double>(to_host(*be_, stats.data(), 2)[0]);
+  };
+  // The loss is −Σ q log softmax with q = (1 − ε)·onehot + ε/K, computed here directly.
+  double want = 0.0;
+  for (int s = 0; s < n; ++s) {
+    double z = 0.0;
+    for (int j = 0; j < k; ++j) z += std::exp(static_cast<double>(logits[s * k + j]));
+    for (int j = 0; j < k; ++j) {
+      const double q = (j == labels[s] ? 1.0 - eps : 0.0) + eps / k;
+      want -= q * (static_cast<double>(logits[s * k + j]) - std::log(z));
+    }
+  }
+  EXPECT_NEAR(loss_at(logits, dl.data()), want, 1e-4);
+  const auto analytic = to_host(*be_, dl.data(), n * k);
+  const double h = 1e-3;
+  for (int i = 0; i < n * k; ++i) {
+    auto lp = logits, lm = logits;
+    lp[i] += static_cast<float>(h);
+    lm[i] -= static_cast<float>(h);
+    const double numeric = (loss_at(lp, nullptr) - loss_at(lm, nullptr)) / (2 * h);
+    EXPECT_TRUE(test::close_enough(analytic[i], numeric, 2e-3, 2e-2))
+        << "dlogits[" << i << "] analytic " << analytic[i] << " numeric " << numeric;
+  }
+  for (int s = 0; s < n; ++s) {  // softmax − q: each row still sums to zero
+    EXPECT_NEAR(std::accumulate(analytic.begin() + s * k, analytic.begin() + (s + 1) * k, 0.0f),
+                0.0f, 1e-6f);
+  }
+  // ε = 0 is exactly the plain loss, and smoothing raises the loss of a confident right answer.
+  auto plain = be_->make_softmax_xent(n, k);
+  auto dlog = to_device(*be_, logits);
+  DeviceBuffer<float> dplain(*be_, n * k), splain(*be_, 2);
+  be_->fill(splain.data(), 0.0f, 2);
+  plain->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dplain.data(), splain.data());
+  be_->set_label_smoothing(0.0f);
+  auto again = be_->make_softmax_xent(n, k);
+  DeviceBuffer<float> dagain(*be_, n * k), sagain(*be_, 2);
+  be_->fill(sagain.data(), 0.0f, 2);
+  again->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dagain.data(), sagain.data());
+  EXPECT_EQ(to_host(*be_, dplain.data(), n * k), to_host(*be_, dagain.data(), n * k));
+  auto sure = to_device(*be_, {20, 0, 0, 0, 0});
+  be_->set_label_smoothing(0.2f);
+  auto smooth1 = be_->make_softmax_xent(1, k);
+  be_->set_label_smoothing(0.0f);
+  auto plain1 = be_->make_softmax_xent(1, k);
+  DeviceBuffer<float> s1(*be_, 2), s2(*be_, 2);
+  be_->fill(s1.data(), 0.0f, 2);
+  be_->fill(s2.data(), 0.0f, 2);
+  smooth1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s1.data());  // label 0
+  plain1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s2.data());
+  EXPECT_GT(to_host(*be_, s1.data(), 2)[0], to_host(*be_, s2.data(), 2)[0] + 1.0f);
+}
+
 // ---------------------------------------------------------------- forward values by hand
 
 TEST_F(CpuLayers, ConvForwardHandComputed) {

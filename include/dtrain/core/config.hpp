@@ -16,6 +16,9 @@ struct Config {
   // data
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
+  int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
+  int random_crop = 0;            ///< training augmentation: pad by N, crop back at a random offset
+  bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
   std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch
@@ -29,6 +32,8 @@ struct Config {
   int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
   std::uint64_t seed = 1;
   int log_every = 50;             ///< chief log line every N local steps
+  std::int64_t eval_every = 0;    ///< also evaluate every N global steps (0: at epoch ends only)
+  double target_accuracy = 0;     ///< > 0: record when an evaluation first reaches it (results.json)
   bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
   bool shuffle = true;
   // optimizer
@@ -38,6 +43,9 @@ struct Config {
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
   float weight_decay = 0.0f;
+  /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
+  std::string no_weight_decay_on;
+  float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
   std::string lr_schedule = "constant";  ///< constant | step | cosine
   std::int64_t warmup_steps = 0;
   std::int64_t lr_step_size = 1000;  ///< step schedule: decay every N global steps

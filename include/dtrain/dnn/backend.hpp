@@ -149,13 +149,16 @@ class DropoutOp {
   virtual void backward(const float* dy, float* dx) = 0;
 };
 
-/// Softmax cross-entropy over `classes` logits per sample.
+/// Softmax cross-entropy over K = `classes` logits per sample, against the target
+/// q = (1 − ε)·onehot(label) + ε/K — label smoothing (Szegedy et al. 2016) with the ε of the
+/// backend that made the op (Backend::label_smoothing(); 0 gives the plain loss):
+///   loss = −Σ_j q_j·log softmax_j = lse − (1 − ε)·l_label − (ε/K)·Σ_j l_j.
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
   /// logits: n×classes, labels: n int32 in [0, classes) (device). Adds Σ loss and the number of
   /// correct argmax predictions to stats[0] and stats[1] (device floats, not cleared here).
-  /// If dlogits != nullptr, writes dlogits = (softmax − onehot) · grad_scale, n×classes.
+  /// If dlogits != nullptr, writes dlogits = (softmax − q) · grad_scale, n×classes.
   /// n may be smaller than the batch the op was made for (last partial batch).
   virtual void forward_backward(const float* logits, const std::int32_t* labels, int n,
                                 float grad_scale, float* dlogits, float* stats) = 0;
@@ -216,11 +219,18 @@ class Backend {
   virtual std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) = 0;
   virtual std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) = 0;
   virtual std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) = 0;
+  /// Label smoothing ε ∈ [0, 1) of the softmax cross-entropy ops made after this call
+  /// (--label-smoothing; see SoftmaxXentOp). Set before the model is built.
+  void set_label_smoothing(float epsilon) { label_smoothing_ = epsilon; }
+  [[nodiscard]] float label_smoothing() const { return label_smoothing_; }
 
   /// One optimizer step over n parameters: p, g, and state m, v (each n floats; m unused by sgd,
   /// v used only by adam; may be nullptr when unused). g is not modified.
   virtual void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                 float* v, std::size_t n) = 0;
+
+ private:
+  float label_smoothing_ = 0.0f;
 };
 
 /// The oneDNN CPU backend (always available).

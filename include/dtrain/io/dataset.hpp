@@ -31,7 +31,7 @@ struct DatasetInfo {
   std::string path;             ///< the file
   std::int64_t num_samples = 0; ///< N (> 0)
   Shape sample;                 ///< 1×C×H×W
-  int num_classes = 0;          ///< attribute `num_classes`, else max(label)+1
+  int num_classes = 0;          ///< see open_dataset_info()
   bool is_uint8 = false;        ///< images stored as uint8 (else float32)
   std::vector<float> mean;      ///< per channel (C values; a 1-value attribute is broadcast), or empty
   std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
@@ -41,16 +41,20 @@ struct DatasetInfo {
 /// Opens `path`, validates it against the schema and returns its description. Reads every label
 /// (they are small) but no images. Thread-safe (locks hdf5_mutex()).
 ///
-/// expected_classes > 0 (pass the training file's num_classes when opening the test file): labels
-/// must also be < expected_classes, and a `num_classes` attribute must equal it.
+/// The class count is, in this order: expected_classes when > 0 (the training file's count when
+/// opening the test file, or --num-classes, named by expected_from, e.g. "--num-classes"; empty
+/// means "the training set"), then the `num_classes` attribute (which must equal expected_classes
+/// when both are given), then max(label) + 1 — accepted only when at most half of those classes
+/// have no sample, so that one corrupt label (say 1,000,000) cannot silently make a huge model.
 ///
 /// Throws InputError naming the file, the dataset or attribute, and what was expected, for: a
 /// missing file, a non-HDF5 file, a truncated/unreadable file, missing `images` or `labels`, wrong
 /// rank, wrong dtype (images uint8/float32; labels integer), differing N, zero samples, a label < 0
-/// or ≥ num_classes (or ≥ expected_classes), num_classes < 1, mean without std (or the reverse),
-/// mean/std not of 1 or C values, non-finite mean/std, std ≤ 0, class_names not strings or not
-/// num_classes of them.
-DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0);
+/// or ≥ the class count (naming the label and its sample index), a max(label) + 1 that leaves most
+/// classes empty, num_classes < 1, mean without std (or the reverse), mean/std not of 1 or C
+/// values, non-finite mean/std, std ≤ 0, class_names not strings or not num_classes of them.
+DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
+                              const std::string& expected_from = "");
 
 /// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
@@ -88,6 +92,37 @@ std::vector<std::int64_t> epoch_shard(std::int64_t n, std::uint64_t seed, int ep
 /// training must not let workers with one more sample take one more step).
 std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_size);
 
+/// Training-set augmentation, the CIFAR recipe (He et al. 2016 §4.2): zero-pad each image by
+/// `crop_pad` pixels on every side and crop it back to H×W at a random offset; mirror it horizontally
+/// with probability 1/2. "Zero" is the raw pixel value 0, so the padding of channel c takes the
+/// normalized value of 0, (0 − mean[c]) / std[c] (torchvision's RandomCrop(padding=P) runs before
+/// Normalize). Every draw is a pure function of (seed, epoch, sample index) — counter_hash, no
+/// generator state — so a resumed run augments every sample exactly as an uninterrupted run does.
+struct Augmentation {
+  int crop_pad = 0;        ///< P ≥ 0; 0 = no crop
+  bool flip = false;       ///< random horizontal flip
+  std::uint64_t seed = 0;  ///< --seed
+  int epoch = 0;           ///< 0-based
+  [[nodiscard]] bool enabled() const { return crop_pad > 0 || flip; }
+};
+
+/// One sample's draw: the crop's top-left corner in the padded image, dy, dx ∈ [0, 2·crop_pad]
+/// (crop_pad, crop_pad is the unshifted image), and whether it is mirrored.
+struct AugmentDraw {
+  int dy = 0, dx = 0;
+  bool flip = false;
+};
+
+/// The draw for dataset sample `sample` (its index in the file) under `a`. Pure function.
+AugmentDraw augment_draw(const Augmentation& a, std::int64_t sample);
+
+/// dst = the C×H×W image src, padded by `pad` on every side with pad_value[c] (C values), cropped
+/// to H×W at (d.dy, d.dx) of the padded image, then mirrored left–right when d.flip:
+///   dst[c][y][x] = padded[c][y + d.dy][x' + d.dx], x' = d.flip ? W−1−x : x.
+/// src and dst must not overlap.
+void augment_image(const float* src, float* dst, int channels, int height, int width, int pad,
+                   const AugmentDraw& d, const float* pad_value);
+
 /// One batch on the host: x is n×C×H×W float32 normalized, y is n int32 labels in [0, num_classes).
 /// Vectors keep their capacity across next() calls (BatchReader swaps buffers; no allocation in
 /// steady state).
@@ -98,8 +133,8 @@ struct HostBatch {
 };
 
 /// Reads batches of the given sample indices, in order, through a prefetch thread that keeps up to
-/// `depth` batches ready. Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one
-/// may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
+/// `depth` batches ready (and augments them there, off the training thread, when asked to).
+/// Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
 /// runs, one regular-hyperslab read per run (see batch_reader.cpp for why not one union read) —
 /// never the whole images dataset. The labels of `indices` are read once at construction. The
 /// thread does all HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe.
@@ -112,11 +147,13 @@ class BatchReader {
  public:
   /// info: from open_dataset_info(). indices: sample indices in [0, N), duplicates allowed.
   /// batch_size ≥ 1, depth ≥ 1. start_batch ∈ [0, batches()]: begin there (resume mid-epoch);
-  /// equivalent to skip(start_batch). Opens the file and reads the labels on the calling thread,
-  /// then starts the reader thread. Throws InputError for bad arguments, an unopenable file or a
-  /// label outside [0, num_classes); LibraryError for a failed HDF5 call.
+  /// equivalent to skip(start_batch). augment: applied by the reader thread to every sample after
+  /// normalization (training batches; default: none). Opens the file and reads the labels on the
+  /// calling thread, then starts the reader thread. Throws InputError for bad arguments (a
+  /// crop_pad < 0), an unopenable file or a label outside [0, num_classes); LibraryError for a
+  /// failed HDF5 call.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
-              int depth = 2, std::int64_t start_batch = 0);
+              int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {});
   /// Stops and joins the reader thread; never throws.
   ~BatchReader();
   BatchReader(const BatchReader&) = delete;
@@ -150,6 +187,7 @@ class BatchReader {
   std::vector<std::int64_t> indices_;
   int batch_size_;
   int depth_;
+  Augmentation augment_;
   std::int64_t num_batches_;
   std::int64_t next_batch_ = 0;     ///< next batch the consumer gets
   bool consumed_ = false;           ///< next() was called

@@ -1,15 +1,31 @@
 // dtrain/optim/optimizer.hpp — SGD, momentum (optionally Nesterov) and Adam (Kingma & Ba 2015) over
-// a flat float range, with coupled weight decay and a learning-rate schedule: linear warm-up, then
+// a flat float range, with coupled weight decay (optionally not on biases and batchnorm parameters,
+// --no-weight-decay-on) and a learning-rate schedule: linear warm-up, then
 // constant, step decay or cosine decay (Loshchilov & Hutter 2017, without restarts).
 // The same class runs on sync workers (the whole buffer) and on ps ranks (their shard).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dtrain/core/config.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/model/model.hpp"
 
 namespace dtrain {
+
+/// Floats [begin, end) of a flat buffer.
+struct FloatRange {
+  std::size_t begin = 0, end = 0;
+  friend bool operator==(const FloatRange&, const FloatRange&) = default;
+};
+
+/// The parameters --no-weight-decay-on excludes from weight decay — `bias`: tensors named
+/// "*.bias"; `bn`: batchnorm's "*.gamma" and "*.beta" — clipped to the slice [begin, end) of the
+/// flat parameter buffer and shifted to start at 0 (a ps shard; [0, param_count) for the whole
+/// model). Sorted, adjacent ranges merged; empty when the option is empty.
+std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
+                                        std::size_t begin, std::size_t end);
 
 /// Learning rate for 0-based global step `step` of a run with `total_steps` steps:
 /// warm-up lr·(step+1)/warmup_steps for step < warmup_steps, then the schedule of
@@ -22,10 +38,12 @@ OptimizerKind optimizer_kind(const std::string& name);
 class Optimizer {
  public:
   /// Allocates zeroed state for `n` parameters on `backend` (momentum: n floats; Adam: 2n).
-  Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps);
+  /// no_decay: ranges of [0, n) updated without weight decay (from no_decay_ranges()).
+  Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
+            std::vector<FloatRange> no_decay = {});
 
   /// Applies one update for 0-based global step `step`: params -= f(grads). Both device pointers
-  /// of n floats.
+  /// of n floats. With no_decay ranges, one backend update per run of equal decay.
   void apply(float* params, const float* grads, std::int64_t step);
 
   /// Optimizer state for checkpoints: first moment / momentum (n floats or empty) and second
@@ -42,6 +60,7 @@ class Optimizer {
   std::size_t n_;
   std::int64_t total_steps_;
   OptimizerKind kind_;
+  std::vector<FloatRange> no_decay_;
   DeviceBuffer<float> m_, v_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/sharding.hpp"
 
 namespace dtrain {
@@ -26,8 +27,10 @@ struct PsStats {
 
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
 /// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
+/// `no_decay`: ranges of the shard (0-based) without weight decay (no_decay_ranges()).
 /// Throws RuntimeFault when no message arrives for --timeout seconds.
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
-                             std::int64_t total_steps, const std::atomic<bool>& stop_flag);
+                             std::int64_t total_steps, const std::atomic<bool>& stop_flag,
+                             const std::vector<FloatRange>& no_decay = {});
 
 }  // namespace dtrain

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 
 namespace dtrain {
 
-/// One metrics.csv row. kind = "train" (log interval) or "test" (evaluation after an epoch).
+/// One metrics.csv row. kind = "train" (log interval) or "test" (evaluation after an epoch or
+/// every --eval-every steps).
 struct MetricsRow {
   std::string kind;
   std::int64_t global_step = 0;
@@ -23,6 +25,11 @@ struct MetricsRow {
   double staleness = 0;        ///< mean staleness of this worker's pushes (async), else 0
 };
 
+/// The first `test` row of <run_dir>/metrics.csv with accuracy ≥ target and global_step ≤
+/// max_step (a resumed run's evaluations before its checkpoint), or none (also without the file).
+std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
+                                              std::int64_t max_step);
+
 class MetricsWriter {
  public:
   /// Opens <run_dir>/metrics.csv for appending; writes the header when the file is new.
@@ -33,9 +40,9 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
-/// A flat JSON object of numbers and strings, written as <run_dir>/results.json via a temporary
-/// file and rename.
-using JsonValue = std::variant<double, std::int64_t, std::string>;
+/// A flat JSON object of numbers, strings and nulls (std::monostate), written as
+/// <run_dir>/results.json via a temporary file and rename.
+using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate>;
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
 
 }  // namespace dtrain

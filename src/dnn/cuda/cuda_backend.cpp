@@ -202,7 +202,7 @@ std::unique_ptr<DropoutOp> CudaBackend::make_dropout(const Shape& shape, float p
   return make_cuda_dropout(*this, shape, p);
 }
 std::unique_ptr<SoftmaxXentOp> CudaBackend::make_softmax_xent(int batch, int classes) {
-  return make_cuda_softmax_xent(*this, batch, classes);
+  return make_cuda_softmax_xent(*this, batch, classes, label_smoothing());
 }
 
 CudaBackend& as_cuda_backend(Backend& backend) {

@@ -91,6 +91,7 @@ std::unique_ptr<ActivationOp> make_cuda_activation(CudaBackend& be, ActKind kind
 std::unique_ptr<BatchNormOp> make_cuda_batchnorm(CudaBackend& be, const BatchNormDesc& d);
 std::unique_ptr<DenseOp> make_cuda_dense(CudaBackend& be, const DenseDesc& d);
 std::unique_ptr<DropoutOp> make_cuda_dropout(CudaBackend& be, const Shape& shape, float p);
-std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes);
+std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes,
+                                                      float label_smoothing);
 
 }  // namespace dtrain::cuda

@@ -47,24 +47,29 @@ class CudaDropoutOp final : public DropoutOp {
 
 class CudaSoftmaxXentOp final : public SoftmaxXentOp {
  public:
-  CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes)
-      : be_(be), batch_(batch), classes_(classes) {
+  CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes, float smoothing)
+      : be_(be), batch_(batch), classes_(classes), smoothing_(smoothing) {
     DT_REQUIRE(batch >= 1 && classes >= 1,
                "softmax cross-entropy: batch and classes must be >= 1, got " +
                    std::to_string(batch) + " and " + std::to_string(classes));
+    DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
+               "softmax cross-entropy: label smoothing must be in [0, 1), got " +
+                   std::to_string(smoothing));
   }
 
   void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
                         float* dlogits, float* stats) override {
     DT_ASSERT(n >= 0 && n <= batch_, "softmax cross-entropy: n = " + std::to_string(n) +
                                          " exceeds the batch " + std::to_string(batch_));
-    launch_softmax_xent(be_.stream(), logits, labels, n, classes_, grad_scale, dlogits, stats);
+    launch_softmax_xent(be_.stream(), logits, labels, n, classes_, grad_scale, smoothing_, dlogits,
+                        stats);
   }
 
  private:
   CudaBackend& be_;
   int batch_;
   int classes_;
+  float smoothing_;  ///< label smoothing ε
 };
 
 }  // namespace
@@ -73,8 +78,9 @@ std::unique_ptr<DropoutOp> make_cuda_dropout(CudaBackend& be, const Shape& shape
   return std::make_unique<CudaDropoutOp>(be, shape, p);
 }
 
-std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes) {
-  return std::make_unique<CudaSoftmaxXentOp>(be, batch, classes);
+std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes,
+                                                      float label_smoothing) {
+  return std::make_unique<CudaSoftmaxXentOp>(be, batch, classes, label_smoothing);
 }
 
 }  // namespace dtrain::cuda

@@ -95,8 +95,10 @@ __global__ void dropout_backward_kernel(const float* dy, const float* mask, floa
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 // One warp per sample: max + first argmax, Σ exp(x − max), loss = lse − x[label], gradient.
+// Label smoothing ε > 0: target q = (1 − ε)·onehot + ε/K, loss = lse − (1 − ε)·x[label] − (ε/K)·Σx.
 __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int n,
-                                    int classes, float grad_scale, float* dlogits, float* stats) {
+                                    int classes, float grad_scale, float smoothing, float* dlogits,
+                                    float* stats) {
   const int lane = threadIdx.x & 31;
   const int sample = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (sample >= n) return;  // whole warps exit together
@@ -122,20 +124,29 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
   float sum = 0.0f;
   for (int c = lane; c < classes; c += 32) sum += expf(x[c] - best);
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  float sum_x = 0.0f;  // Σ logits, for the smoothed loss only
+  if (smoothing > 0.0f) {
+    for (int c = lane; c < classes; c += 32) sum_x += x[c];
+    for (int off = 16; off > 0; off >>= 1) sum_x += __shfl_xor_sync(0xffffffffu, sum_x, off);
+  }
 
   const int label = labels[sample];
   const bool valid = label >= 0 && label < classes;
   if (lane == 0) {
     const float lse = best + logf(sum);
-    atomicAdd(&stats[0], valid ? lse - x[label] : NAN);
+    const float loss = smoothing > 0.0f
+                           ? lse - (1.0f - smoothing) * x[label] - smoothing / classes * sum_x
+                           : lse - x[label];
+    atomicAdd(&stats[0], valid ? loss : NAN);
     if (valid && best_idx == label) atomicAdd(&stats[1], 1.0f);
   }
   if (dlogits != nullptr) {
     float* d = dlogits + std::size_t(sample) * classes;
     const float inv_sum = 1.0f / sum;
+    const float off = smoothing / classes, on = 1.0f - smoothing + off;  // ε = 0: 1 and 0
     for (int c = lane; c < classes; c += 32) {
       const float softmax = expf(x[c] - best) * inv_sum;
-      d[c] = valid ? (softmax - (c == label ? 1.0f : 0.0f)) * grad_scale : 0.0f;
+      d[c] = valid ? (softmax - (c == label ? on : off)) * grad_scale : 0.0f;
     }
   }
 }
@@ -196,11 +207,12 @@ void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* 
 }
 
 void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float* dlogits, float* stats) {
+                         int n, int classes, float grad_scale, float smoothing, float* dlogits,
+                         float* stats) {
   if (n <= 0) return;
   const unsigned blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   softmax_xent_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, n, classes, grad_scale,
-                                                       dlogits, stats);
+                                                       smoothing, dlogits, stats);
   DT_CHECK_LAUNCH();
 }
 

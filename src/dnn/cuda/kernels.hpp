@@ -49,9 +49,11 @@ void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* 
                              std::size_t n);
 /// Softmax cross-entropy, one warp per sample (log-sum-exp): stats[0] += Σ loss, stats[1] +=
 /// number of samples whose first maximal logit is at the label; when dlogits != nullptr,
-/// dlogits = (softmax − onehot)·grad_scale. A label outside [0, classes) adds NaN to the loss (so
-/// the trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
+/// dlogits = (softmax − q)·grad_scale with q = (1 − smoothing)·onehot + smoothing/classes (label
+/// smoothing; 0: the one-hot target). A label outside [0, classes) adds NaN to the loss (so the
+/// trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
 void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float* dlogits, float* stats);
+                         int n, int classes, float grad_scale, float smoothing, float* dlogits,
+                         float* stats);
 
 }  // namespace dtrain::cuda

@@ -253,7 +253,7 @@ class CpuBackend final : public Backend {
     return make_dropout_op(shape, p);
   }
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
-    return make_softmax_xent_op(batch, classes);
+    return make_softmax_xent_op(batch, classes, label_smoothing());
   }
   void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {

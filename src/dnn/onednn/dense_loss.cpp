@@ -4,7 +4,8 @@
 // Dense follows the oneDNN 2.6 C++ API (inner_product_forward / backward_data / backward_weights,
 // layouts nc and oi). Dropout is inverted dropout (Srivastava et al. 2014) with the mask drawn
 // from counter_uniform(seed, i), the same stream the CUDA backend uses, so masks are identical.
-// Softmax cross-entropy is a plain loop with the log-sum-exp shift for numerical stability.
+// Softmax cross-entropy is a plain loop with the log-sum-exp shift for numerical stability, with
+// optional label smoothing.
 #include <algorithm>
 #include <cmath>
 
@@ -110,10 +111,14 @@ class CpuDropout final : public DropoutOp {
 
 class CpuSoftmaxXent final : public SoftmaxXentOp {
  public:
-  CpuSoftmaxXent(int batch, int classes) : batch_(batch), classes_(classes) {
+  CpuSoftmaxXent(int batch, int classes, float smoothing)
+      : batch_(batch), classes_(classes), smoothing_(smoothing) {
     DT_REQUIRE(batch >= 1 && classes >= 1,
                "softmax cross-entropy: batch and classes must be >= 1, got " +
                    std::to_string(batch) + " and " + std::to_string(classes));
+    DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
+               "softmax cross-entropy: label smoothing must be in [0, 1), got " +
+                   std::to_string(smoothing));
   }
 
   void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
@@ -137,14 +142,22 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
       double sum = 0.0;
       for (std::size_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(l[j] - mx));
       const double lse = static_cast<double>(mx) + std::log(sum);
-      loss_sum += lse - static_cast<double>(l[label]);
+      if (smoothing_ > 0.0) {  // −Σ q_j log p_j with q = (1 − ε)·onehot + ε/K
+        double sum_l = 0.0;
+        for (std::size_t j = 0; j < k; ++j) sum_l += static_cast<double>(l[j]);
+        loss_sum += lse - (1.0 - smoothing_) * static_cast<double>(l[label]) -
+                    smoothing_ / static_cast<double>(k) * sum_l;
+      } else {
+        loss_sum += lse - static_cast<double>(l[label]);
+      }
       correct += argmax == static_cast<std::size_t>(label) ? 1 : 0;
       if (dlogits != nullptr) {
         float* d = dlogits + static_cast<std::size_t>(s) * k;
         const double inv_sum = 1.0 / sum;
-        for (std::size_t j = 0; j < k; ++j) {
+        const double off = smoothing_ / static_cast<double>(k), on = 1.0 - smoothing_ + off;
+        for (std::size_t j = 0; j < k; ++j) {  // ε = 0: on = 1, off = 0 exactly
           const double prob = std::exp(static_cast<double>(l[j] - mx)) * inv_sum;
-          d[j] = static_cast<float>((prob - (j == static_cast<std::size_t>(label) ? 1.0 : 0.0)) *
+          d[j] = static_cast<float>((prob - (j == static_cast<std::size_t>(label) ? on : off)) *
                                     grad_scale);
         }
       }
@@ -156,6 +169,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
  private:
   int batch_;
   int classes_;
+  double smoothing_;  ///< label smoothing ε
 };
 
 }  // namespace
@@ -168,8 +182,8 @@ std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p) {
   return std::make_unique<CpuDropout>(shape, p);
 }
 
-std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes) {
-  return std::make_unique<CpuSoftmaxXent>(batch, classes);
+std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing) {
+  return std::make_unique<CpuSoftmaxXent>(batch, classes, label_smoothing);
 }
 
 }  // namespace dtrain::onednn

@@ -156,7 +156,7 @@ std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kin
 std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d);
 std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d);
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
-std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes);
+std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing);
 /// Plain-loop optimizer step (see OptimizerUpdate).
 void optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                     std::size_t n);

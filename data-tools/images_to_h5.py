@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+"""Convert an image-folder tree (ROOT/<class>/*.jpg|jpeg|png) to dtrain dataset files.
+
+    images_to_h5.py ROOT --size 32x32 --out data/mine/train.h5
+    images_to_h5.py ROOT --size 64 --channels 1 --out-dir data/mine --val-fraction 0.1   (train.h5, test.h5)
+    images_to_h5.py VAL_ROOT --size 64 --out data/mine/val.h5 --like data/mine/train.h5
+
+The tree is the ImageNet / torchvision ImageFolder layout: every sub-folder of ROOT is a class,
+in sorted order (label k = the k-th folder name, as ImageFolder numbers them), holding .jpg, .jpeg
+or .png files (any case; hidden files and other files are skipped). Every image is decoded with
+Pillow, converted to RGB (--channels 3) or grayscale (--channels 1) as ImageFolder's loader does,
+and resized to --size HxW: --fit crop (default) scales the shorter side to fit and crops the
+centre, keeping the aspect ratio; --fit stretch resizes to HxW directly. Bilinear resampling.
+
+Output (docs/data.md): `images` uint8 N×C×H×W chunked along N, `labels` int64 N, class by class;
+attributes `num_classes`, `class_names` (the folder names) and per-channel `mean`/`std` of pixel/255
+(exact, from per-channel histograms of the training images; with --val-fraction the test file gets
+the training set's values). --like FILE takes class names, labels and mean/std from an existing
+training file instead (for a separate validation tree; it may lack some classes).
+
+Memory stays flat: the images are read, resized and written one chunk of samples at a time into
+datasets created at their final size; nothing grows with the number of images except the list of
+file names. Each output is written to a hidden temporary file in its directory, checked against
+the schema and renamed only when every output is complete; on any error or interruption the
+temporaries are removed, so no partial output is ever left behind. An existing output is never
+replaced without --force.
+
+A corrupt or unreadable image, an empty class folder or a tree without class folders is an error
+naming the file or folder. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad
+usage. Run with Debian's interpreter: /usr/bin/python3 images_to_h5.py ...
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import h5py
+import numpy as np
+
+try:
+    from PIL import Image
+except ImportError:  # pragma: no cover - depends on the machine
+    sys.exit("images_to_h5.py: error: Pillow is missing (Debian: apt-get install python3-pil)")
+
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h5info  # noqa: E402  (schema validation shared with h5info.py)
+
+EXTENSIONS = (".jpg", ".jpeg", ".png")
+CHUNK_SAMPLES = 256          # samples per chunk (at most), as convert_idx.py
+CHUNK_BYTES = 8 << 20        # ... and at most this many bytes per chunk for large images
+
+
+class ConvertError(Exception):
+    """Bad input or an output that may not be written; the message is shown to the user."""
+
+
+def parse_size(text):
+    """'32' or '32x48' (H×W) → (H, W)."""
+    parts = text.lower().split("x")
+    try:
+        if len(parts) == 1:
+            h = w = int(parts[0])
+        elif len(parts) == 2:
+            h, w = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected HxW or N, e.g. 32x32") from None
+    if not (1 <= h <= 65536 and 1 <= w <= 65536):
+        raise argparse.ArgumentTypeError(f"--size {text!r}: sizes must be in [1, 65536]")
+    return h, w
+
+
+def scan_tree(root):
+    """Returns (class names, [[file, ...] per class], skipped file count). Raises ConvertError."""
+    if not os.path.isdir(root):
+        raise ConvertError(f"{root}: not a directory")
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise ConvertError(f"{root}: no class folders (expected ROOT/<class>/*.jpg|jpeg|png)")
+    files, skipped = [], 0
+    for name in classes:
+        folder = os.path.join(root, name)
+        found = []
+        for e in os.scandir(folder):
+            if e.name.startswith(".") or not e.is_file():
+                continue
+            if e.name.lower().endswith(EXTENSIONS):
+                found.append(e.name)
+            else:
+                skipped += 1
+        if not found:
+            raise ConvertError(f"{folder}: empty class folder (no .jpg, .jpeg or .png files)")
+        files.append([os.path.join(folder, f) for f in sorted(found)])
+    return classes, files, skipped
+
+
+def load_image(path, size, channels, fit):
+    """Decodes one image and returns it as uint8 C×H×W. Raises ConvertError naming the file."""
+    h, w = size
+    try:
+        with Image.open(path) as im:
+            im.load()  # decode fully: truncated or corrupt data fails here
+            im = im.convert("RGB" if channels == 3 else "L")
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ConvertError(f"{path}: cannot decode image: {e}") from None
+    if fit == "stretch":
+        im = im.resize((w, h), Image.BILINEAR)
+    else:  # scale the shorter side to fit, then crop the centre
+        scale = max(w / im.width, h / im.height)
+        sw, sh = max(w, round(im.width * scale)), max(h, round(im.height * scale))
+        im = im.resize((sw, sh), Image.BILINEAR)
+        left, top = (sw - w) // 2, (sh - h) // 2
+        im = im.crop((left, top, left + w, top + h))
+    a = np.asarray(im, dtype=np.uint8)
+    return a[None] if channels == 1 else a.transpose(2, 0, 1)
+
+
+def _load_job(job):
+    return load_image(*job)
+
+
+class SplitWriter:
+    """One output file, written chunk by chunk into datasets created at their final size."""
+
+    def __init__(self, out, n, size, channels, chunk):
+        self.out = out
+        self.tmp = os.path.join(os.path.dirname(os.path.abspath(out)),
+                                f".{os.path.basename(out)}.tmp-{os.getpid()}")
+        self.n, self.at = n, 0
+        self.hist = np.zeros((channels, 256), np.int64)  # exact per-channel pixel histograms
+        self.file = h5py.File(self.tmp, "w")
+        shape = (n, channels) + tuple(size)
+        self.images = self.file.create_dataset("images", shape=shape, dtype=np.uint8,
+                                               chunks=(min(chunk, n), channels) + tuple(size))
+        self.labels = self.file.create_dataset("labels", shape=(n,), dtype=np.int64)
+
+    def write(self, block, labels):
+        """Writes images block (k×C×H×W uint8) and their labels at the current position."""
+        k = block.shape[0]
+        self.images[self.at:self.at + k] = block
+        self.labels[self.at:self.at + k] = labels
+        for c in range(block.shape[1]):
+            self.hist[c] += np.bincount(block[:, c].reshape(-1), minlength=256)
+        self.at += k
+
+    def mean_std(self):
+        """Per-channel mean and population std of pixel/255 (exact)."""
+        v = np.arange(256, dtype=np.float64) / 255.0
+        count = self.hist.sum(axis=1).astype(np.float64)
+        mean = (self.hist * v).sum(axis=1) / count
+        var = (self.hist * v * v).sum(axis=1) / count - mean * mean
+        return mean.astype(np.float32), np.sqrt(np.maximum(var, 0.0)).astype(np.float32)
+
+    def finish(self, mean, std, class_names):
+        assert self.at == self.n, (self.at, self.n)
+        self.file.attrs["mean"] = mean
+        self.file.attrs["std"] = std
+        self.file.attrs["num_classes"] = np.int64(len(class_names))
+        self.file.attrs["class_names"] = list(class_names)  # variable-length UTF-8 strings
+        self.file.close()
+        with open(self.tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        try:
+            h5info.validate(self.tmp, scan_pixels=False)
+        except h5info.SchemaError as e:
+            raise ConvertError(f"{self.out}: written file fails the schema check: {e}") from None
+
+    def discard(self):
+        try:
+            self.file.close()
+        except Exception:  # noqa: BLE001 - best effort on the error path
+            pass
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
+
+
+def read_like(path):
+    """class_names, mean, std of an existing schema file (--like)."""
+    try:
+        summary = h5info.validate(path, scan_pixels=False)
+    except (h5info.SchemaError, OSError) as e:
+        raise ConvertError(f"--like {path}: {e}") from None
+    if summary["class_names"] is None or summary["mean"] is None:
+        raise ConvertError(f"--like {path}: has no `class_names` or no `mean`/`std` to copy")
+    return summary["class_names"], summary["mean"].astype(np.float32), summary["std"].astype(np.float32)
+
+
+def split_items(files, labels, val_fraction, seed):
+    """[(path, label)] for train and test: per class, round(f·n) images (at most n − 1) drawn for test."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for paths, label in zip(files, labels):
+        n_test = min(int(round(val_fraction * len(paths))), len(paths) - 1) if val_fraction > 0 else 0
+        chosen = set(rng.permutation(len(paths))[:n_test].tolist())
+        for i, p in enumerate(paths):
+            (test if i in chosen else train).append((p, label))
+    return train, test
+
+
+def convert(args):
+    size, channels = args.size, args.channels
+    classes, files, skipped = scan_tree(args.root)
+    if args.like:
+        class_names, like_mean, like_std = read_like(args.like)
+        index = {name: k for k, name in enumerate(class_names)}
+        unknown = [c for c in classes if c not in index]
+        if unknown:
+            raise ConvertError(f"{os.path.join(args.root, unknown[0])}: class folder not among the "
+                               f"{len(class_names)} class names of {args.like}")
+        labels = [index[c] for c in classes]
+        if like_mean.size != channels:
+            raise ConvertError(f"--like {args.like}: mean/std of {like_mean.size} channels, "
+                               f"but --channels {channels}")
+    else:
+        class_names, labels = classes, list(range(len(classes)))
+    train, test = split_items(files, labels, args.val_fraction, args.seed)
+    if args.val_fraction > 0 and not test:
+        raise ConvertError(f"{args.root}: --val-fraction {args.val_fraction} selects no test image "
+                           f"(each class keeps at least one training image)")
+    if args.out_dir:
+        outs = [(os.path.join(args.out_dir, "train.h5"), train)]
+        if test:
+            outs.append((os.path.join(args.out_dir, "test.h5"), test))
+    else:
+        outs = [(args.out, train)]
+    for out, _ in outs:
+        if os.path.exists(out) and not args.force:
+            raise ConvertError(f"{out}: exists; not overwriting (use --force)")
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+    sample_bytes = channels * size[0] * size[1]
+    chunk = max(1, min(CHUNK_SAMPLES, CHUNK_BYTES // sample_bytes))
+    pool = None
+    if args.workers > 1:
+        import multiprocessing
+        pool = multiprocessing.Pool(args.workers)
+    writers = []
+    total = sum(len(items) for _, items in outs)
+    done, t0, last = 0, time.time(), time.time()
+    try:
+        for out, items in outs:
+            wr = SplitWriter(out, len(items), size, channels, chunk)
+            writers.append(wr)
+            block = np.empty((chunk, channels) + tuple(size), np.uint8)
+            for start in range(0, len(items), chunk):  # one chunk of samples in memory at a time
+                part = items[start:start + chunk]
+                jobs = [(p, size, channels, args.fit) for p, _ in part]
+                arrays = pool.map(_load_job, jobs, chunksize=max(1, len(jobs) // (4 * args.workers))) \
+                    if pool else map(_load_job, jobs)
+                for i, a in enumerate(arrays):
+                    block[i] = a
+                wr.write(block[:len(part)], np.array([lab for _, lab in part], np.int64))
+                done += len(part)
+                if not args.quiet and time.time() - last > 10:
+                    last = time.time()
+                    print(f"images_to_h5.py: {done}/{total} images, {done / (last - t0):.0f}/s",
+                          file=sys.stderr)
+        mean, std = (like_mean, like_std) if args.like else writers[0].mean_std()
+        for wr in writers:
+            wr.finish(mean, std, class_names)
+        for wr in writers:  # only now, with every output complete
+            if os.path.exists(wr.out) and not args.force:
+                raise ConvertError(f"{wr.out}: exists; not overwriting (use --force)")
+        for wr in writers:
+            os.replace(wr.tmp, wr.out)
+    finally:
+        if pool is not None:
+            pool.terminate()
+        for wr in writers:
+            wr.discard()
+    if not args.quiet:
+        for wr in writers:
+            print(f"images_to_h5.py: wrote {wr.out}: {wr.n} samples {channels}×{size[0]}×{size[1]} "
+                  f"uint8, {len(class_names)} classes, mean {[round(float(x), 4) for x in mean]} "
+                  f"std {[round(float(x), 4) for x in std]}")
+        if skipped:
+            print(f"images_to_h5.py: skipped {skipped} files that are not .jpg/.jpeg/.png", file=sys.stderr)
+        rate = total / max(time.time() - t0, 1e-9)
+        print(f"images_to_h5.py: {total} images in {time.time() - t0:.1f} s ({rate:.0f}/s)", file=sys.stderr)
+
+
+def _exit_on_signal(signo, _frame):
+    raise SystemExit(128 + signo)  # unwinds through the finally blocks that remove temporaries
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("root", metavar="ROOT", help="tree of class folders: ROOT/<class>/*.jpg|jpeg|png")
+    parser.add_argument("--size", type=parse_size, required=True, metavar="HxW",
+                        help="output image size, HxW or N for NxN (e.g. 32x32)")
+    parser.add_argument("--channels", type=int, choices=(1, 3), default=3,
+                        help="3: RGB (default), 1: grayscale")
+    parser.add_argument("--fit", choices=("crop", "stretch"), default="crop",
+                        help="crop: keep the aspect ratio, crop the centre (default); stretch: resize to HxW")
+    out = parser.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", metavar="H5", help="one output file (all images)")
+    out.add_argument("--out-dir", metavar="DIR", help="writes DIR/train.h5 (and DIR/test.h5 with --val-fraction)")
+    parser.add_argument("--val-fraction", type=float, default=0.0, metavar="F",
+                        help="with --out-dir: put this fraction of each class into test.h5 (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --val-fraction split (default 0)")
+    parser.add_argument("--like", metavar="H5", help="take class names, labels and mean/std from this "
+                        "training file (for a separate validation tree)")
+    parser.add_argument("--workers", type=int, default=1, help="decoding processes (default 1)")
+    parser.add_argument("--force", action="store_true", help="replace existing outputs")
+    parser.add_argument("--quiet", action="store_true", help="no progress or summary lines")
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.val_fraction < 1.0:
+        parser.error("--val-fraction must be in [0, 1)")
+    if args.val_fraction > 0 and not args.out_dir:
+        parser.error("--val-fraction needs --out-dir (it writes train.h5 and test.h5)")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, _exit_on_signal)
+    try:
+        convert(args)
+        return 0
+    except ConvertError as e:
+        print(f"images_to_h5.py: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("images_to_h5.py: interrupted; no output written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# tests/cli/test_images_to_h5.sh — data-tools/images_to_h5.py end to end: a tree of real PNG and
+# JPEG files made here with Pillow (RGB, RGBA, grayscale and palette images of several sizes, upper-
+# case extensions, a stray text file) → train.h5 + test.h5 (--val-fraction) that h5info.py accepts,
+# with the expected shapes, labels, class names and exact pixels; dtrain trains on them for an epoch;
+# --like maps a separate validation tree onto the training classes. A corrupt JPEG, a truncated PNG,
+# an empty class folder, an existing output and an interruption: exit non-zero with a message naming
+# the file or folder, and no output or temporary file left behind.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+TOOL="$PY $SRC/data-tools/images_to_h5.py"
+H5INFO="$PY $SRC/data-tools/h5info.py"
+
+# convert_fails NEEDLE OUTDIR ARGS...: the tool must fail, print NEEDLE, and leave OUTDIR empty.
+convert_fails() {
+  local needle=$1 outdir=$2
+  shift 2
+  mkdir -p "$outdir"
+  local rc=0
+  $TOOL "$@" >"$SCRATCH/err.txt" 2>&1 || rc=$?
+  [[ $rc -ne 0 ]] || { cat "$SCRATCH/err.txt"; fail "accepted: $*"; }
+  grep -qF -- "$needle" "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "no '$needle' in the message for: $*"; }
+  [[ -z $(ls -A "$outdir") ]] || fail "left behind in $outdir: $(ls -A "$outdir")"
+  echo "-- exit $rc: $(grep error: "$SCRATCH/err.txt" | head -1)"
+}
+
+"$PY" - "$SCRATCH" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+rng = np.random.default_rng(1)
+# 3 learnable classes: a bright square in a different place per class, on noise; 24 images each.
+for k, cls in enumerate(["apple", "banana", "cherry"]):
+    for split, n in (("tree", 24), ("val", 6)):
+        os.makedirs(f"{d}/{split}/{cls}", exist_ok=True)
+        for i in range(n):
+            h, w = (int(x) for x in rng.integers(20, 48, size=2))
+            a = rng.integers(0, 80, size=(h, w, 3), dtype=np.uint8)
+            y0, x0 = [(0, 0), (h // 2, 0), (0, w // 2)][k]
+            a[y0:y0 + h // 2, x0:x0 + w // 2] = [200, 180, 160]
+            im = Image.fromarray(a)
+            kind = i % 5
+            name = f"{d}/{split}/{cls}/img{i:02d}"
+            if kind == 0: im.save(name + ".jpg", quality=92)
+            elif kind == 1: im.save(name + ".JPEG", quality=92)
+            elif kind == 2: im.convert("RGBA").save(name + ".png")
+            elif kind == 3: im.convert("L").save(name + ".png")
+            else: im.convert("P", palette=Image.ADAPTIVE, colors=64).save(name + ".Png")
+open(f"{d}/tree/apple/README.txt", "w").write("not an image\n")
+# An image of known pixels at the output size (16 high, 12 wide): kept exactly with --fit stretch.
+os.makedirs(f"{d}/exact/one", exist_ok=True)
+pattern = (np.arange(16 * 12 * 3).reshape(16, 12, 3) % 251).astype(np.uint8)
+Image.fromarray(pattern).save(f"{d}/exact/one/p.png")
+np.save(f"{d}/pattern.npy", pattern)
+# Broken trees: a corrupt JPEG, a truncated PNG, an empty class folder.
+import shutil
+for bad in ("corrupt", "truncated", "empty"):
+    shutil.copytree(f"{d}/val", f"{d}/{bad}")
+open(f"{d}/corrupt/banana/img03.jpg", "wb").write(b"\xff\xd8\xff\xe0 this is not really a JPEG" * 20)
+png = open(f"{d}/truncated/cherry/img02.png", "rb").read()
+open(f"{d}/truncated/cherry/img02.png", "wb").write(png[: len(png) // 2])
+os.makedirs(f"{d}/empty/durian")
+PY
+
+echo "== a tree of PNG and JPEG files → train.h5 + test.h5"
+$TOOL "$SCRATCH/tree" --size 16x12 --out-dir "$SCRATCH/out" --val-fraction 0.25 --seed 3 >"$SCRATCH/conv.log" 2>&1 ||
+  { cat "$SCRATCH/conv.log"; fail "conversion failed"; }
+grep -q "skipped 1 files" "$SCRATCH/conv.log" || fail "the stray text file was not reported as skipped"
+$H5INFO "$SCRATCH/out/train.h5" "$SCRATCH/out/test.h5" >"$SCRATCH/info.txt" || { cat "$SCRATCH/info.txt"; fail "h5info rejects the output"; }
+grep -q "images       54×3×16×12 uint8" "$SCRATCH/info.txt" || { cat "$SCRATCH/info.txt"; fail "train.h5 shape"; }
+grep -q "images       18×3×16×12 uint8" "$SCRATCH/info.txt" || fail "test.h5 shape"
+grep -Eq "^ +0 apple +18 " "$SCRATCH/info.txt" || fail "class 0 is not apple with 18 training images"
+grep -Eq "^ +2 cherry +6 " "$SCRATCH/info.txt" || fail "class 2 is not cherry with 6 test images"
+[[ $(grep -c "mean / std" "$SCRATCH/info.txt") -eq 2 && $(grep "mean / std" "$SCRATCH/info.txt" | sort -u | wc -l) -eq 1 ]] ||
+  fail "train and test do not share mean/std"
+ls -A "$SCRATCH/out" | grep -q tmp && fail "temporary files left: $(ls -A "$SCRATCH/out")"
+
+echo "== exact pixels, grayscale, and mean/std against numpy"
+$TOOL "$SCRATCH/exact" --size 16x12 --fit stretch --out "$SCRATCH/exact.h5" --quiet || fail "exact conversion"
+$TOOL "$SCRATCH/exact" --size 8x6 --channels 1 --out "$SCRATCH/gray.h5" --quiet || fail "grayscale conversion"
+"$PY" - "$SCRATCH" <<'PY' || fail "pixel check"
+import sys, h5py, numpy as np
+d = sys.argv[1]
+pattern = np.load(f"{d}/pattern.npy")
+with h5py.File(f"{d}/exact.h5", "r") as f:
+    x = f["images"][0]
+    assert np.array_equal(x, pattern.transpose(2, 0, 1)), "pixels changed"
+    want = (pattern / 255.0).reshape(-1, 3)
+    assert np.allclose(f.attrs["mean"], want.mean(0), atol=1e-6) and np.allclose(f.attrs["std"], want.std(0), atol=1e-6)
+    assert list(f.attrs["class_names"]) == ["one"] and f.attrs["num_classes"] == 1
+with h5py.File(f"{d}/gray.h5", "r") as f:
+    assert f["images"].shape == (1, 1, 8, 6), f["images"].shape
+with h5py.File(f"{d}/out/train.h5", "r") as f:
+    x = f["images"][()] / 255.0
+    assert np.allclose(f.attrs["mean"], x.mean(axis=(0, 2, 3)), atol=1e-6)
+    assert np.allclose(f.attrs["std"], x.std(axis=(0, 2, 3)), atol=1e-6)
+print("pixels, grayscale shape and mean/std as expected")
+PY
+
+echo "== dtrain trains on the converted files (1 epoch, sync, 2 workers)"
+cat >"$SCRATCH/img.ini" <<'INI'
+[model]
+layer = conv filters=8 kernel=3 pad=1
+layer = batchnorm
+layer = relu
+layer = maxpool kernel=2
+layer = flatten
+layer = dense
+[train]
+epochs = 1
+batch-size = 8
+[optimizer]
+lr = 0.05
+INI
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/img.ini" --mode sync --num-ps 0 \
+  --train-data "$SCRATCH/out/train.h5" --test-data "$SCRATCH/out/test.h5" --run-dir "$SCRATCH/run" \
+  --random-crop 2 --random-flip >"$SCRATCH/train.log" 2>&1 || { cat "$SCRATCH/train.log"; fail "dtrain failed on the converted files"; }
+grep -q "3 classes" "$SCRATCH/train.log" || fail "dtrain did not see 3 classes"
+[[ $(json_get "$SCRATCH/run/results.json" epochs_completed) -eq 1 ]] || fail "no epoch completed"
+
+echo "== --like: a separate validation tree on the training classes"
+$TOOL "$SCRATCH/val" --size 16x12 --out "$SCRATCH/val.h5" --like "$SCRATCH/out/train.h5" --quiet || fail "--like"
+"$PY" - "$SCRATCH" <<'PY' || fail "--like copied the wrong attributes"
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/out/train.h5", "r") as t, h5py.File(f"{d}/val.h5", "r") as v:
+    assert list(t.attrs["class_names"]) == list(v.attrs["class_names"])
+    assert np.array_equal(t.attrs["mean"], v.attrs["mean"]) and np.array_equal(t.attrs["std"], v.attrs["std"])
+    assert np.bincount(v["labels"][()]).tolist() == [6, 6, 6]
+PY
+mkdir -p "$SCRATCH/val2/kiwi" && cp "$SCRATCH/val/apple/img00.jpg" "$SCRATCH/val2/kiwi/"
+convert_fails "val2/kiwi: class folder not among the 3 class names" "$SCRATCH/o-like" \
+  "$SCRATCH/val2" --size 8 --out "$SCRATCH/o-like/v.h5" --like "$SCRATCH/out/train.h5"
+
+echo "== bad trees and outputs: an error naming the file or folder, nothing left behind"
+convert_fails "corrupt/banana/img03.jpg: cannot decode image" "$SCRATCH/o1" "$SCRATCH/corrupt" --size 8 --out-dir "$SCRATCH/o1" --val-fraction 0.2
+convert_fails "truncated/cherry/img02.png: cannot decode image" "$SCRATCH/o2" "$SCRATCH/truncated" --size 8 --out "$SCRATCH/o2/t.h5"
+convert_fails "empty/durian: empty class folder" "$SCRATCH/o3" "$SCRATCH/empty" --size 8 --out "$SCRATCH/o3/t.h5"
+convert_fails "no class folders" "$SCRATCH/o4" "$SCRATCH/exact/one" --size 8 --out "$SCRATCH/o4/t.h5"
+before=$(md5sum <"$SCRATCH/out/train.h5")
+convert_fails "exists; not overwriting" "$SCRATCH/o5" "$SCRATCH/tree" --size 8 --out "$SCRATCH/out/train.h5"
+[[ $(md5sum <"$SCRATCH/out/train.h5") == "$before" ]] || fail "a refused conversion changed train.h5"
+$TOOL "$SCRATCH/tree" --size 8 --out "$SCRATCH/out/train.h5" --force --quiet || fail "--force"
+[[ $(md5sum <"$SCRATCH/out/train.h5") != "$before" ]] || fail "--force did not replace train.h5"
+rc=0
+$TOOL "$SCRATCH/tree" --size 8 --out "$SCRATCH/o6.h5" --val-fraction 0.1 >/dev/null 2>&1 || rc=$?
+[[ $rc -eq 2 ]] || fail "--val-fraction without --out-dir: exit $rc, want 2 (usage)"
+
+echo "== interrupted (SIGTERM) halfway: no output, no temporary"
+"$PY" - "$SCRATCH/big" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(2)
+for c in range(2):
+    os.makedirs(f"{sys.argv[1]}/c{c}", exist_ok=True)
+    a = rng.integers(0, 255, size=(256, 256, 3), dtype=np.uint8)
+    for i in range(300):
+        Image.fromarray(np.roll(a, i, axis=1)).save(f"{sys.argv[1]}/c{c}/{i:03d}.png", compress_level=0)
+PY
+mkdir -p "$SCRATCH/o7"
+$TOOL "$SCRATCH/big" --size 128 --out "$SCRATCH/o7/big.h5" >"$SCRATCH/big.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do ls -A "$SCRATCH/o7" | grep -q tmp && break; sleep 0.05; done
+ls -A "$SCRATCH/o7" | grep -q tmp || fail "no temporary file seen while converting"
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+[[ $rc -eq 143 ]] || { cat "$SCRATCH/big.log"; fail "interrupted conversion exit $rc (want 143)"; }
+[[ -z $(ls -A "$SCRATCH/o7") ]] || fail "an interrupted conversion left: $(ls -A "$SCRATCH/o7")"
+rm -rf "$SCRATCH/big"
+echo "PASS"
