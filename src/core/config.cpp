@@ -100,7 +100,8 @@ void build_table(Table& t, Config& c) {
   t.add("synthetic", &c.synthetic,
         "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
         "device memory) replace the data files: compute and communication without I/O, as "
-        "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off)");
+        "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off; excludes --train-data and "
+        "--test-data)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
   t.add("random-crop", &c.random_crop,
@@ -268,10 +269,17 @@ void validate_config(const Config& c) {
   };
   if (!c.synthetic.empty()) {
     (void)parse_synthetic(c.synthetic);  // InputError naming --synthetic
-    DT_REQUIRE(c.train_data.empty() && c.test_data.empty(),
-               "option --synthetic '" + c.synthetic + "': replaces the data files, but --train-data '" +
-                   c.train_data + "' / --test-data '" + c.test_data +
-                   "' is set too (pass --synthetic \"\" to train on the files)");
+    if (!c.train_data.empty() || !c.test_data.empty()) {
+      const std::string files =
+          (c.train_data.empty() ? "" : "--train-data '" + c.train_data + "'") +
+          (c.train_data.empty() || c.test_data.empty() ? "" : " and ") +
+          (c.test_data.empty() ? "" : "--test-data '" + c.test_data + "'");
+      throw InputError("options --synthetic and --train-data/--test-data are mutually exclusive: "
+                       "--synthetic '" + c.synthetic + "' replaces the data files, but " + files +
+                       (c.train_data.empty() || c.test_data.empty() ? " is" : " are") +
+                       " set too (on the command line, --synthetic \"\" trains on the files, "
+                       "--train-data \"\" --test-data \"\" on synthetic data)");
+    }
     positive("synthetic-samples", static_cast<double>(c.synthetic_samples));
   } else {
     DT_REQUIRE(!c.train_data.empty(),

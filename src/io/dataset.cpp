@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <new>
@@ -349,33 +350,33 @@ std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_
 }
 
 DatasetInfo parse_synthetic(const std::string& spec) {
-  const std::string expected = "option --synthetic '" + spec +
-                               "': expected CxHxW:classes with positive integers, e.g. "
-                               "3x224x224:1000";
+  const std::string format = "expected CxHxW:classes with positive integers, e.g. 3x224x224:1000";
+  auto fail = [&](const std::string& why) {
+    throw InputError("option --synthetic '" + spec + "': " + why + (why.empty() ? "" : " (") +
+                     format + (why.empty() ? "" : ")"));
+  };
   int v[4] = {0, 0, 0, 0};
   const char* p = spec.data();
   const char* end = spec.data() + spec.size();
   const char seps[4] = {'x', 'x', ':', '\0'};
   for (int k = 0; k < 4; ++k) {
     const auto [next, ec] = std::from_chars(p, end, v[k]);
-    if (ec != std::errc() || next == p) throw InputError(expected);
+    if (ec != std::errc() || next == p) fail("");
     p = next;
     if (k < 3) {
-      if (p == end || *p != seps[k]) throw InputError(expected);
+      if (p == end || *p != seps[k]) fail("");
       ++p;
     }
   }
-  if (p != end) throw InputError(expected);
+  if (p != end) fail("");
   for (int k = 0; k < 3; ++k)
-    if (v[k] < 1 || v[k] > 65536)
-      throw InputError("option --synthetic '" + spec + "': image sizes must be in [1, 65536]");
-  if (v[3] < 2 || v[3] > 1000000)
-    throw InputError("option --synthetic '" + spec + "': classes must be in [2, 1000000]");
+    if (v[k] < 1 || v[k] > 65536) fail("image sizes must be in [1, 65536]");
+  if (v[3] < 2 || v[3] > 1000000) fail("classes must be in [2, 1000000]");
   DatasetInfo info;
   info.sample = Shape{1, v[0], v[1], v[2]};
-  if (info.sample.sample_count() > (std::size_t{1} << 31))
-    throw InputError("option --synthetic '" + spec + "': a sample of " +
-                     std::to_string(info.sample.sample_count()) + " floats is too large");
+  if (info.sample.sample_count() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    fail("a sample of " + std::to_string(info.sample.sample_count()) +
+         " floats is too large, at most 2^31 - 1");
   info.num_classes = v[3];
   info.path = "synthetic " + spec;
   return info;

@@ -42,6 +42,11 @@ TrainPlan make_plan(const Config& c, int workers) {
     p.train = synthetic_dataset(c.synthetic, c.synthetic_samples);
     p.test = synthetic_dataset(c.synthetic, static_cast<std::int64_t>(workers) * p.batch);
     p.has_test = true;
+    DT_REQUIRE(p.train.num_samples >= p.test.num_samples,
+               "option --synthetic-samples: " + std::to_string(p.train.num_samples) +
+                   " samples per epoch are fewer than workers × batch size (" +
+                   std::to_string(workers) + " × " + std::to_string(p.batch) + " = " +
+                   std::to_string(p.test.num_samples) + ")");
   } else {
     p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
   }
@@ -130,12 +135,19 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   return make_cuda_backend(gpu);
 }
 
-/// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total".
+/// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
+/// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same batches").
 std::string describe_plan(const TrainPlan& plan) {
-  return "# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) +
-         " samples), test " + (plan.has_test ? plan.test.path : "none") + ", batch " +
-         std::to_string(plan.batch) + " per worker, " + std::to_string(plan.steps_per_epoch) +
-         " global steps per epoch, " + std::to_string(plan.total_steps) + " in total";
+  const std::string train =
+      plan.synthetic ? " samples per epoch from one random batch per worker in device memory, no I/O)"
+                     : " samples)";
+  const std::string test =
+      plan.synthetic ? "the same batches (" + std::to_string(plan.test.num_samples) + " samples)"
+                     : (plan.has_test ? plan.test.path : "none");
+  return "# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) + train +
+         ", test " + test + ", batch " + std::to_string(plan.batch) + " per worker, " +
+         std::to_string(plan.steps_per_epoch) + " global steps per epoch, " +
+         std::to_string(plan.total_steps) + " in total";
 }
 
 std::string format_seconds(double s) {

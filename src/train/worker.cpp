@@ -44,13 +44,18 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
 Worker::~Worker() = default;
 
 void Worker::make_synthetic_batch() {
-  // One batch of random images (uniform on [−√3, √3]: mean 0, variance 1) and labels per worker,
-  // made once and kept in device memory: every step and evaluation reuses it (no I/O, no copies).
+  // One batch of random images (N(0, 1), like tf_cnn_benchmarks' and PyTorch's randn) and labels
+  // per worker, a pure function of (seed, worker): made once and kept in device memory, every step
+  // and evaluation reuses it (no I/O, no host→device copies; a partial batch uses its first rows).
   const std::size_t per = plan_.train.sample.sample_count();
   const std::uint64_t key = mix_seed(mix_seed(c_.seed, 0x5e7717), static_cast<std::uint64_t>(w_));
   std::vector<float> x(per * plan_.batch);
-  for (std::size_t i = 0; i < x.size(); ++i)
-    x[i] = (2.0f * counter_uniform(key, i) - 1.0f) * 1.7320508f;
+  for (std::size_t i = 0; i < x.size(); i += 2) {  // Box–Muller: two normals from two uniforms
+    const double r = std::sqrt(-2.0 * std::log(1.0 - counter_uniform(key, i)));  // 1 − u ∈ (0, 1]
+    const double t = 6.283185307179586 * counter_uniform(key, i + 1);
+    x[i] = static_cast<float>(r * std::cos(t));
+    if (i + 1 < x.size()) x[i + 1] = static_cast<float>(r * std::sin(t));
+  }
   std::vector<std::int32_t> y(plan_.batch);
   for (std::size_t i = 0; i < y.size(); ++i)
     y[i] = static_cast<std::int32_t>(counter_hash(key + 1, i) %

@@ -14,6 +14,7 @@
 
 #include "dtrain/core/config.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/io/dataset.hpp"
 #include "dtrain/optim/optimizer.hpp"
 
 namespace fs = std::filesystem;
@@ -225,6 +226,113 @@ TEST_F(ConfigTest, AsyncNeedsAParameterServer) {
 TEST_F(ConfigTest, MissingTrainDataAndLayers) {
   EXPECT_MENTIONS(error_of({"--layer", "dense"}), "--train-data");
   EXPECT_MENTIONS(error_of({"--train-data", "t.h5"}), "--layer");
+}
+
+TEST_F(ConfigTest, SyntheticDataReplacesTheTrainingSet) {
+  // No --train-data needed; the spec and the epoch length are kept as given.
+  Config c = parse({"--synthetic", "3x224x224:1000", "--layer", "dense"}).config;
+  EXPECT_EQ(c.synthetic, "3x224x224:1000");
+  EXPECT_EQ(c.synthetic_samples, 12800);
+  EXPECT_TRUE(c.train_data.empty());
+  EXPECT_MENTIONS(c.effective_ini, "synthetic = 3x224x224:1000");
+  c = parse({"--synthetic", "1x28x28:10", "--synthetic-samples", "512", "--layer", "dense"}).config;
+  EXPECT_EQ(c.synthetic_samples, 512);
+  const DatasetInfo d = synthetic_dataset(c.synthetic, c.synthetic_samples);
+  EXPECT_EQ(d.sample, (Shape{1, 1, 28, 28}));
+  EXPECT_EQ(d.num_classes, 10);
+  EXPECT_EQ(d.num_samples, 512);
+  EXPECT_EQ(d.path, "synthetic 1x28x28:10");
+  EXPECT_TRUE(d.mean.empty() && d.stddev.empty() && !d.is_uint8);
+  // From a job file, and the smallest and largest accepted values.
+  const std::string ini = write_ini("[data]\nsynthetic = 3x32x32:2\nsynthetic-samples = 64\n"
+                                    "[model]\nlayer = dense\n");
+  c = parse({"--config", ini}).config;
+  EXPECT_EQ(c.synthetic, "3x32x32:2");
+  EXPECT_EQ(c.synthetic_samples, 64);
+  EXPECT_NO_THROW(parse({"--synthetic", "1x1x1:2", "--layer", "dense"}));
+  EXPECT_NO_THROW(parse({"--synthetic", "1x65536x4:1000000", "--layer", "dense"}));
+}
+
+TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
+  for (const char* spec :
+       {"3x224x224", "3x224:1000", "224x224:1000", "3x224x224:", ":1000", "3x224x224:1000:5",
+        "3x224x224x3:1000", "3*224*224:1000", "3x224x224,1000", "ax224x224:1000", "3x224x224:ten",
+        "3x224x224:1000 ", " 3x224x224:1000", "3 x224x224:1000", "3x224x224:1000x",
+        "3x224.5x224:1000", "3x224x224:99999999999", "x", "synthetic"}) {
+    SCOPED_TRACE(spec);
+    const std::string msg = error_of({"--synthetic", spec, "--layer", "dense"});
+    EXPECT_MENTIONS(msg, "--synthetic");
+    EXPECT_MENTIONS(msg, std::string("'") + spec + "'");
+    EXPECT_MENTIONS(msg, "CxHxW:classes");
+  }
+  // Well-formed but out of range: non-positive or huge sizes, fewer than 2 classes, a sample of
+  // 2^31 floats or more.
+  for (const char* spec : {"0x28x28:10", "1x0x28:10", "1x28x0:10", "-1x28x28:10", "1x-28x28:10",
+                           "1x28x28:1", "1x28x28:0", "1x28x28:-3", "1x65537x28:10",
+                           "1x28x28:1000001", "3x65536x65536:10", "2x32768x32768:10"}) {
+    SCOPED_TRACE(spec);
+    const std::string msg = error_of({"--synthetic", spec, "--layer", "dense"});
+    EXPECT_MENTIONS(msg, "--synthetic");
+    EXPECT_MENTIONS(msg, std::string("'") + spec + "'");
+    EXPECT_MENTIONS(msg, "CxHxW:classes");
+  }
+  EXPECT_MENTIONS(error_of({"--synthetic", "1x28x28:1", "--layer", "dense"}), "classes");
+  EXPECT_MENTIONS(error_of({"--synthetic", "1x65537x28:10", "--layer", "dense"}), "65536");
+  EXPECT_MENTIONS(error_of({"--synthetic", "2x32768x32768:10", "--layer", "dense"}), "too large");
+  // In a job file too.
+  const std::string ini = write_ini("[data]\nsynthetic = 3x224x224\n[model]\nlayer = dense\n");
+  EXPECT_MENTIONS(error_of({"--config", ini}), "--synthetic");
+  // --synthetic-samples is checked when synthetic data is on (and ignored otherwise).
+  for (const char* n : {"0", "-5"}) {
+    SCOPED_TRACE(n);
+    EXPECT_MENTIONS(error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", n, "--layer",
+                              "dense"}),
+                    "--synthetic-samples");
+  }
+  EXPECT_MENTIONS(error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", "many", "--layer",
+                            "dense"}),
+                  "synthetic-samples");
+  EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
+}
+
+TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
+  for (const auto& files : std::vector<std::vector<std::string>>{
+           {"--train-data", "t.h5"}, {"--test-data", "e.h5"},
+           {"--train-data", "t.h5", "--test-data", "e.h5"}}) {
+    std::vector<std::string> args = {"--synthetic", "1x28x28:10", "--layer", "dense"};
+    args.insert(args.end(), files.begin(), files.end());
+    SCOPED_TRACE(files.back());
+    const std::string msg = error_of(args);
+    EXPECT_MENTIONS(msg, "--synthetic");
+    EXPECT_MENTIONS(msg, "exclusive");
+    EXPECT_MENTIONS(msg, files.back());  // the file that is set
+  }
+  // A job file that sets one can be switched to the other on the command line.
+  const std::string synth = write_ini("[data]\nsynthetic = 3x224x224:1000\n[model]\nlayer = dense\n",
+                                      "synth.ini");
+  EXPECT_MENTIONS(error_of({"--config", synth, "--train-data", "t.h5"}), "exclusive");
+  Config c = parse({"--config", synth, "--synthetic", "", "--train-data", "t.h5"}).config;
+  EXPECT_TRUE(c.synthetic.empty());
+  EXPECT_EQ(c.train_data, "t.h5");
+  const std::string files = write_ini(
+      "[data]\ntrain-data = t.h5\ntest-data = e.h5\n[model]\nlayer = dense\n", "files.ini");
+  EXPECT_MENTIONS(error_of({"--config", files, "--synthetic", "1x28x28:10"}), "exclusive");
+  c = parse({"--config", files, "--synthetic", "1x28x28:10", "--train-data", "", "--test-data", ""})
+          .config;
+  EXPECT_EQ(c.synthetic, "1x28x28:10");
+  EXPECT_TRUE(c.train_data.empty() && c.test_data.empty());
+  // Neither: the training set is missing, and the message offers both ways.
+  const std::string msg = error_of({"--layer", "dense"});
+  EXPECT_MENTIONS(msg, "--train-data");
+  EXPECT_MENTIONS(msg, "--synthetic");
+}
+
+TEST_F(ConfigTest, HelpDocumentsSyntheticData) {
+  const ParseResult r = parse({"--help"});
+  EXPECT_MENTIONS(r.help_text, "--synthetic ");
+  EXPECT_MENTIONS(r.help_text, "CxHxW:classes");
+  EXPECT_MENTIONS(r.help_text, "--synthetic-samples");
+  EXPECT_MENTIONS(r.help_text, "(=12800)");
 }
 
 TEST(LearningRate, WarmupIsLinearToTheBaseRate) {

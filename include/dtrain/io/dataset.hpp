@@ -59,8 +59,8 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
 /// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
 /// float32 with no mean/std. Throws InputError naming --synthetic and the expected format for a
-/// malformed spec, a size outside [1, 65536], classes outside [2, 1000000] or a sample larger than
-/// 2^31 floats.
+/// malformed spec, a size outside [1, 65536], classes outside [2, 1000000] or a sample of more than
+/// 2^31 − 1 floats.
 DatasetInfo synthetic_dataset(const std::string& spec, std::int64_t num_samples);
 /// Just the parse of synthetic_dataset() (sample shape and class count), for option validation.
 DatasetInfo parse_synthetic(const std::string& spec);
