@@ -31,6 +31,31 @@ std::string to_text(const T& v) {
   return os.str();
 }
 
+}  // namespace
+
+/// Boost.Program_options' hook for the option enums (found by argument-dependent lookup; the
+/// `int` last parameter beats Boost's generic `long` overload): the value's name, or an error
+/// naming the option and the valid names.
+template <NamedEnum E>
+void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
+  po::validators::check_first_occurrence(out);
+  const std::string& v = po::validators::get_single_string(values);
+  std::string list;
+  for (const auto& [value, name] : EnumNames<E>::table) {
+    if (name == v) {
+      out = value;
+      return;
+    }
+    list += (list.empty() ? "" : " | ") + std::string(name);
+  }
+  po::error_with_option_name e("option '%canonical_option%': invalid value '%value%' (expected " +
+                               list + ")");
+  e.set_substitute("value", v);
+  throw e;
+}
+
+namespace {
+
 /// The options table: each entry registers the option with Boost and remembers how to print its
 /// current value (for the effective configuration).
 class Table {
@@ -113,7 +138,19 @@ void build_table(Table& t, Config& c) {
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
-  t.add("mode", &c.mode, "async (parameter servers, Downpour SGD) | sync (allreduce)");
+  t.add("mode", &c.mode,
+        "async: parameter servers apply every push on arrival (Downpour SGD) | sync: one update "
+        "per global step from the workers' gradients (allreduce with --num-ps 0, else aggregated "
+        "by the parameter servers)");
+  t.add("max-staleness", &c.max_staleness,
+        "async: a worker whose parameters are more than S global steps old waits for fresher ones "
+        "before it computes (stale synchronous parallel; a global step is then one update from "
+        "every worker's gradient, as in sync mode); 0 is bulk synchronous through the ps; -1: "
+        "unbounded (Downpour)");
+  t.add("replicas-to-aggregate", &c.replicas_to_aggregate,
+        "sync with --num-ps > 0: each ps applies one update per global step from the first R "
+        "gradients computed on that step's parameters and drops later ones; workers beyond R are "
+        "backup workers (0: every worker)");
   t.add("epochs", &c.epochs, "passes over the training set");
   t.add("max-steps", &c.max_steps, "stop after this many global steps (0: no limit)");
   t.add("batch-size", &c.batch_size, "samples per worker per step");
@@ -154,8 +191,13 @@ void build_table(Table& t, Config& c) {
   t.add("lr-min", &c.lr_min, "cosine schedule final learning rate");
   t.add("lr-scaling", &c.lr_scaling,
         "none | linear: sync mode multiplies --lr by the number of workers (linear scaling rule)");
+  t.add("stale-lr", &c.stale_lr,
+        "async: learning rate of a push that is tau global steps stale: constant (lr) | inverse "
+        "(lr / max(1, tau), staleness-aware async SGD, Zhang et al. 2016)");
   t.group("Cluster", "cluster");
-  t.add("num-ps", &c.num_ps, "parameter-server ranks (async); the other ranks are workers");
+  t.add("num-ps", &c.num_ps,
+        "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps); the "
+        "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
   t.add("allreduce", &c.allreduce, "sync gradient exchange: auto | mpi | nccl");
@@ -244,7 +286,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
 
 Config effective_for_workers(const Config& c, int workers) {
   Config e = c;
-  if (c.mode == "sync" && c.lr_scaling == "linear") {
+  if (steps_aggregate_workers(c) && c.lr_scaling == "linear") {
     e.lr *= static_cast<float>(workers);
     e.lr_min *= static_cast<float>(workers);
   }
@@ -290,7 +332,6 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
              "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
-  one_of("mode", c.mode, {"async", "sync"});
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
@@ -331,9 +372,28 @@ void validate_config(const Config& c) {
   positive("keep-checkpoints", c.keep_checkpoints);
   positive("timeout", c.timeout);
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
-  DT_REQUIRE(!(c.mode == "async" && c.num_ps == 0),
+  DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
              "option --num-ps: async mode needs at least one parameter server (got 0); use "
              "--mode sync for allreduce without ps");
+  DT_REQUIRE(c.max_staleness >= -1,
+             "option --max-staleness: must be >= 0, or -1 for unbounded; got " +
+                 std::to_string(c.max_staleness));
+  DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
+             "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
+             "synchronous already");
+  non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
+  DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
+             "option --replicas-to-aggregate: applies to sync training through parameter servers "
+             "(--mode sync --num-ps K > 0)");
+}
+
+ExchangeKind exchange_kind(const Config& c) {
+  if (c.mode == Mode::sync) return c.num_ps > 0 ? ExchangeKind::ps_sync : ExchangeKind::allreduce;
+  return c.max_staleness >= 0 ? ExchangeKind::ps_bounded : ExchangeKind::ps_async;
+}
+
+bool steps_aggregate_workers(const Config& c) {
+  return exchange_kind(c) != ExchangeKind::ps_async;
 }
 
 }  // namespace dtrain

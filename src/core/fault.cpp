@@ -42,12 +42,23 @@ FaultSpec parse_fault_spec(const std::string& value) {
     kind = kind.substr(0, at);
     f.step = to_int(step, value);
   }
-  if (kind == "kill-in-checkpoint-write") f.kind = FaultKind::kill_in_checkpoint_write;
+  if (kind.rfind("slow*", 0) == 0) {
+    std::size_t used = 0;
+    try {
+      f.factor = std::stod(kind.substr(5), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != kind.size() - 5 || !(f.factor >= 1))
+      throw InputError("environment DTRAIN_FAULT='" + value +
+                       "': expected slow*F[:RANK] with a factor F >= 1");
+    f.kind = FaultKind::slow;
+  } else if (kind == "kill-in-checkpoint-write") f.kind = FaultKind::kill_in_checkpoint_write;
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
   else
     throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
-                     "' (kill-in-checkpoint-write | nan-gradient | hang)");
+                     "' (kill-in-checkpoint-write | nan-gradient | hang | slow*F)");
   return f;
 }
 
@@ -57,6 +68,11 @@ void init_fault_injection(int world_rank) {
   g_rank = world_rank;
   const char* v = std::getenv("DTRAIN_FAULT");
   g_spec = parse_fault_spec(v ? v : "");
+}
+
+double fault_slowdown() {
+  if (g_spec.kind != FaultKind::slow) return 1;
+  return g_spec.rank < 0 || g_spec.rank == g_rank ? g_spec.factor : 1;
 }
 
 bool fault_fires(FaultKind kind, std::int64_t global_step) {

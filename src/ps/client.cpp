@@ -64,6 +64,7 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
     r.staleness = std::max(r.staleness, h.staleness);
     r.stop_requested = r.stop_requested || (h.flags & kFlagStop);
+    r.dropped = r.dropped || (h.flags & kFlagDropped);
     const char* src = recv_[k].data() + sizeof h;
     for (int part = 0; part < reply_parts; ++part) {
       if (out[part])
@@ -74,7 +75,11 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
   return r;
 }
 
-PushResult PsClient::pull(float* params) { return exchange(kTagPull, {}, {}, 1, {params}); }
+PushResult PsClient::pull(float* params, std::int64_t wait_step) {
+  MsgHeader h;
+  h.wait_step = wait_step;
+  return exchange(kTagPull, h, {}, 1, {params});
+}
 
 PushResult PsClient::push_pull(const float* grads, int samples, float* params, bool stop) {
   MsgHeader h;

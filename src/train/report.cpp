@@ -70,6 +70,11 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
     if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
     else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
     else if (std::holds_alternative<std::monostate>(v)) os << "null";
+    else if (const auto* list = std::get_if<std::vector<std::int64_t>>(&v)) {
+      os << '[';
+      for (std::size_t j = 0; j < list->size(); ++j) os << (j ? ", " : "") << (*list)[j];
+      os << ']';
+    }
     else os << '"' << json_escape(std::get<std::string>(v)) << '"';
     os << (++i < kv.size() ? ",\n" : "\n");
   }

@@ -35,8 +35,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       resume_(std::move(resume)),
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
       y_(backend, plan.batch), w_(cluster.me().index) {
-  exchange_ = c.mode == "sync" ? make_sync_exchange(c, cluster, model_, plan.total_steps)
-                               : make_async_exchange(c, cluster, model_);
+  exchange_ = make_exchange(c, cluster, plan, model_);
   if (plan.synthetic) make_synthetic_batch();
   if (cluster_.is_chief()) metrics_ = std::make_unique<MetricsWriter>(c.run_dir);
 }
@@ -95,9 +94,7 @@ WorkerOutcome Worker::run() {
   exchange_->start(model_, resume_ ? &*resume_ : nullptr, global_step_);
   resume_.reset();  // free the host copy
 
-  first_global_step_ = global_step_;
   t_start_ = t_log_ = now_seconds();
-  log_start_global_step_ = global_step_;
   ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
   if (resumed && cluster_.is_chief() && c_.target_accuracy > 0) {
@@ -139,11 +136,9 @@ WorkerOutcome Worker::run() {
   out_.data_seconds = data_seconds_;
   out_.compute_seconds = compute_seconds_;
   out_.exchange_seconds = exchange_seconds_;
-  // Async: every global step is one worker's batch (the chief only sees its own samples).
-  if (c_.mode == "async") out_.samples = (global_step_ - first_global_step_) * plan_.batch;
   out_.skipped = exchange_->skipped_steps();
-  if (c_.mode == "async") {
-    // Each async worker skips its own pushes: the run's count is the sum (sync: all agree).
+  if (!exchange_->lockstep()) {
+    // Each ps worker skips its own pushes: the run's count is the sum (allreduce: all agree).
     double skipped = static_cast<double>(out_.skipped);
     worker_sum(cluster_.role_comm(), &skipped, 1);
     out_.skipped = static_cast<std::int64_t>(skipped);
@@ -154,7 +149,7 @@ WorkerOutcome Worker::run() {
 }
 
 void Worker::train_epoch(int epoch, std::int64_t first_step) {
-  const std::int64_t steps = worker_steps_per_epoch(plan_, c_.mode, w_);
+  const std::int64_t steps = exchange_->local_steps(epoch);
   const std::int64_t start = std::min<std::int64_t>(first_step, steps);
   std::optional<BatchReader> reader;  // none for synthetic data
   const std::int64_t my_samples = shard_size(plan_.train.num_samples, w_, plan_.workers);
@@ -168,9 +163,9 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
                    Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch});
   }
   HostBatch batch;
-  const bool sync = c_.mode == "sync";
+  const bool lockstep = exchange_->lockstep();
   cursor_ = start;
-  for (std::int64_t s = start; s < steps; ++s) {
+  for (std::int64_t s = start; !exchange_->epoch_over(epoch, s, global_step_); ++s) {
     if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
       stop_max_ = true;
       break;
@@ -187,28 +182,25 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
     }
     const double t1 = now_seconds();
-    const std::int64_t global_n = sync ? global_samples_at(plan_, s) : n;
-    const float scale = global_n > 0 ? 1.0f / static_cast<float>(global_n) : 0.0f;
+    const float scale = exchange_->gradient_scale(s, n);
     const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
     model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data());
-    inject_faults();
+    inject_faults(now_seconds() - t1);
     const double t2 = now_seconds();
-    const ExchangeResult r = exchange_->step(model_, n, stop_requested());
+    const ExchangeResult r = exchange_->step(model_, s, n, stop_requested());
     const double t3 = now_seconds();
     data_seconds_ += t1 - t0;
     compute_seconds_ += t2 - t1;
     exchange_seconds_ += t3 - t2;
     global_step_ = r.global_step;
     cursor_ = s + 1;
-    if (!sync) {
-      staleness_sum_ += r.staleness;
-      ++pushes_;
-    }
+    staleness_sum_ += r.staleness;
+    ++pushes_;
     train_seconds_ += now_seconds() - t0;
     ++log_steps_;
     log_samples_local_ += n;
-    log_samples_global_ += global_n;
-    out_.samples += global_n;
+    log_samples_global_ += r.samples;
+    out_.samples += r.samples;
     if (r.stop) {
       stop_signal_ = true;
       break;
@@ -216,14 +208,15 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     if (log_steps_ >= c_.log_every) log_interval(epoch);
     if (c_.checkpoint_every > 0 && global_step_ / c_.checkpoint_every > ckpt_bucket_) {
       ckpt_bucket_ = global_step_ / c_.checkpoint_every;
-      // Sync: every worker reaches this at the same step. Async: the chief alone.
-      if (sync || cluster_.is_chief()) checkpoint(epoch, cursor_);
+      // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone.
+      if (lockstep || cluster_.is_chief()) checkpoint(epoch, cursor_);
     }
     if (c_.eval_every > 0 && global_step_ / c_.eval_every > eval_bucket_) {
       eval_bucket_ = global_step_ / c_.eval_every;
       // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
-      const bool last = s + 1 == steps || (c_.max_steps > 0 && global_step_ >= c_.max_steps);
-      if (!last && (sync || cluster_.is_chief())) evaluate_between(epoch);
+      const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
+                        (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+      if (!last && (lockstep || cluster_.is_chief())) evaluate_between(epoch);
     }
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
@@ -231,8 +224,10 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (log_steps_ > 0) log_interval(epoch);
 }
 
-void Worker::inject_faults() {
+void Worker::inject_faults(double step_seconds) {
   // Test-only hooks (DTRAIN_FAULT, core/fault.hpp): one comparison each when no fault is set.
+  if (const double f = fault_slowdown(); f > 1)
+    std::this_thread::sleep_for(std::chrono::duration<double>((f - 1) * step_seconds));
   if (fault_fires(FaultKind::nan_gradient, global_step_)) {
     const auto& t = model_.param_tensors().back();
     const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -251,11 +246,8 @@ void Worker::log_interval(int epoch) {
   be_.copy_to_host(host, stats_.data(), sizeof host);
   be_.fill(stats_.data(), 0.0f, 2);
   const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
-  // samples/s of all workers: exact in sync mode; async: global steps × batch.
-  const double global_samples =
-      c_.mode == "sync" ? static_cast<double>(log_samples_global_)
-                        : static_cast<double>(global_step_ - log_start_global_step_) * plan_.batch;
-  const double sps = global_samples / dt;
+  // samples/s of all workers: exact with allreduce; ps modes: from the global steps (estimate).
+  const double sps = static_cast<double>(log_samples_global_) / dt;
   const double loss = log_samples_local_ ? host[0] / log_samples_local_ : 0.0;
   const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
   out_.train_loss = loss;
@@ -269,14 +261,13 @@ void Worker::log_interval(int epoch) {
                             "step %7lld | epoch %3d | loss %.4f | acc %.4f | %9.1f samples/s | "
                             "lr %.5f | %7.1f s",
                             static_cast<long long>(global_step_), epoch + 1, loss, acc, sps, lr, wall);
-    if (c_.mode == "async" && len > 0 && len < static_cast<int>(sizeof line))
+    if (!exchange_->lockstep() && len > 0 && len < static_cast<int>(sizeof line))
       std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
     log_info(line);
     metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness});
   }
   t_log_ = now;
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;
-  log_start_global_step_ = global_step_;
 }
 
 void Worker::average_model_state() {
@@ -294,7 +285,7 @@ void Worker::average_model_state() {
 
 void Worker::evaluate_between(int epoch) {
   const double t0 = now_seconds();
-  if (c_.mode == "sync") {
+  if (exchange_->lockstep()) {
     // Every worker is at the same step. Evaluate with the workers' mean batchnorm statistics, as
     // at epoch ends, then give each worker its own back: evaluating never changes the training
     // state, so a run with --eval-every trains bit for bit as one without.
@@ -305,7 +296,7 @@ void Worker::evaluate_between(int epoch) {
     evaluate(epoch, false);
     if (S) be_.copy_to_device(model_.state(), own.data(), S * sizeof(float));
   } else {
-    // Async workers never stand at the same step, and one that ends its epoch (or the run) without
+    // ps workers need not stand at the same step, and one that ends its epoch (or the run) without
     // seeing the crossing would leave the others waiting in an evaluation collective while it waits
     // in the epoch-end one. So no collective: the chief evaluates the whole test set alone, on the
     // parameters of its last push-pull and its own batchnorm statistics, and the other workers
@@ -371,13 +362,13 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
 }
 
 void Worker::checkpoint(int epoch, std::int64_t step_in_epoch) {
-  const bool sync = c_.mode == "sync";
+  const bool lockstep = exchange_->lockstep();
   if (global_step_ == last_checkpoint_step_) return;
   CheckpointState s;
   const std::size_t S = model_.state_count();
   std::vector<float> mine(std::max<std::size_t>(S, 1));
   be_.copy_to_host(mine.data(), model_.state(), mine.size() * sizeof(float));
-  if (sync) {
+  if (lockstep) {
     // Every worker's batchnorm statistics, so a resumed run continues bit for bit.
     s.state_rows = plan_.workers;
     s.model_state.resize(mine.size() * plan_.workers);
@@ -393,12 +384,12 @@ void Worker::checkpoint(int epoch, std::int64_t step_in_epoch) {
   last_checkpoint_step_ = global_step_;
   if (!cluster_.is_chief()) return;
   s.global_step = exchange_->snapshot(model_, s);
-  if (!sync) s.global_step = std::max(s.global_step, global_step_);
+  if (!lockstep) s.global_step = std::max(s.global_step, global_step_);
   s.epoch = epoch;
   s.step_in_epoch = step_in_epoch;
   s.seed = c_.seed;
   s.num_workers = plan_.workers;
-  s.mode = c_.mode;
+  s.mode = std::string(to_string(c_.mode));
   s.model_signature = model_.signature();
   s.config = c_.effective_ini;
   s.wall_seconds = prior_wall_ + now_seconds() - t_start_;

@@ -1,5 +1,5 @@
-// dtrain/train/worker.hpp (private) — the worker's training loop, shared by both modes through
-// GradientExchange.
+// dtrain/train/worker.hpp (private) — the worker's training loop, shared by every mode through
+// GradientExchange (the loop never asks which mode it runs).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,8 @@ class Worker {
   void average_model_state();
   void checkpoint(int epoch, std::int64_t step_in_epoch);
   void log_interval(int epoch);
-  void inject_faults();  ///< DTRAIN_FAULT hooks (test-only)
+  /// DTRAIN_FAULT hooks (test-only); step_seconds: this step's forward + backward time
+  void inject_faults(double step_seconds);
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
 
   const Config& c_;
@@ -69,7 +70,6 @@ class Worker {
   DeviceBuffer<std::int32_t> y_;
   int w_;
   std::int64_t global_step_ = 0, last_checkpoint_step_ = -1;
-  std::int64_t first_global_step_ = 0;  ///< at the start of this process's training
   std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
   std::int64_t ckpt_bucket_ = 0;  ///< global_step / checkpoint_every at the last checkpoint
   std::int64_t eval_bucket_ = 0;  ///< global_step / eval_every at the last --eval-every check
@@ -77,8 +77,7 @@ class Worker {
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
   double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0;
-  std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0,
-               log_start_global_step_ = 0;
+  std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0;
   double staleness_sum_ = 0;
   std::int64_t pushes_ = 0;
   WorkerOutcome out_;

@@ -94,7 +94,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 
 Config ps_config(const std::string& optimizer) {
   Config c;
-  c.mode = "async";
+  c.mode = Mode::async;
   c.optimizer = optimizer;
   c.lr = optimizer == "adam" ? 0.01f : 0.05f;
   c.momentum = 0.9f;

@@ -77,7 +77,7 @@ TEST_F(ConfigTest, DefaultsFromTheCommandLine) {
   const Config c = parse(base()).config;
   EXPECT_EQ(c.train_data, "train.h5");
   EXPECT_EQ(c.layers, (std::vector<std::string>{"dense"}));
-  EXPECT_EQ(c.mode, "async");
+  EXPECT_EQ(c.mode, Mode::async);
   EXPECT_EQ(c.num_ps, 1);
   EXPECT_EQ(c.batch_size, 64);
   EXPECT_FLOAT_EQ(c.lr, 0.05f);
@@ -114,7 +114,7 @@ TEST_F(ConfigTest, JobFileSectionsAreStripped) {
   EXPECT_EQ(c.test_data, "/data/e.h5");
   EXPECT_EQ(c.layers, (std::vector<std::string>{"conv filters=8 kernel=3 pad=1", "relu", "flatten",
                                                 "dense"}));
-  EXPECT_EQ(c.mode, "sync");
+  EXPECT_EQ(c.mode, Mode::sync);
   EXPECT_EQ(c.epochs, 7);
   EXPECT_EQ(c.batch_size, 32);
   EXPECT_EQ(c.seed, 99u);

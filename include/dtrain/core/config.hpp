@@ -6,11 +6,74 @@
 // the file or option and what was expected.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dtrain {
+
+/// --mode: how the workers' gradients become parameters.
+enum class Mode {
+  async,  ///< through parameter servers, each push applied on arrival (Downpour SGD)
+  sync,   ///< one update per global step from every worker's gradient (allreduce, or through the ps)
+};
+
+/// The gradient exchange a run uses, from --mode, --num-ps and --max-staleness: one
+/// GradientExchange class each (train/exchange.hpp), and the only thing the training loop asks.
+enum class ExchangeKind {
+  allreduce,   ///< --mode sync --num-ps 0: allreduce, every worker applies the same step
+  ps_sync,     ///< --mode sync --num-ps K: the ps aggregates --replicas-to-aggregate gradients per
+               ///< step (TensorFlow's SyncReplicasOptimizer; workers beyond R are backups)
+  ps_async,    ///< --mode async: every push applied on arrival (Downpour SGD)
+  ps_bounded,  ///< --mode async --max-staleness S: stale synchronous parallel (Ho et al. 2013)
+};
+
+/// --stale-lr: the learning rate an async ps applies to a push of staleness τ.
+enum class StaleLr {
+  constant,  ///< lr, whatever τ (Downpour SGD)
+  inverse,   ///< lr / max(1, τ) (Zhang et al. 2016, "Staleness-aware async-SGD")
+};
+
+/// {value, name} of every value of an option enum; to_string(), operator<< and the option parser
+/// (core/config.cpp) use it.
+template <typename E>
+struct EnumNames;
+template <>
+struct EnumNames<Mode> {
+  static constexpr std::array<std::pair<Mode, std::string_view>, 2> table{
+      {{Mode::async, "async"}, {Mode::sync, "sync"}}};
+};
+template <>
+struct EnumNames<ExchangeKind> {
+  static constexpr std::array<std::pair<ExchangeKind, std::string_view>, 4> table{
+      {{ExchangeKind::allreduce, "allreduce"},
+       {ExchangeKind::ps_sync, "sync through the ps"},
+       {ExchangeKind::ps_async, "async"},
+       {ExchangeKind::ps_bounded, "bounded-staleness async"}}};
+};
+template <>
+struct EnumNames<StaleLr> {
+  static constexpr std::array<std::pair<StaleLr, std::string_view>, 2> table{
+      {{StaleLr::constant, "constant"}, {StaleLr::inverse, "inverse"}}};
+};
+template <typename E>
+concept NamedEnum = requires { EnumNames<E>::table; };
+
+/// The name of an enum value ("?" for a value outside the table).
+template <NamedEnum E>
+std::string_view to_string(E e) {
+  for (const auto& [v, name] : EnumNames<E>::table)
+    if (v == e) return name;
+  return "?";
+}
+template <NamedEnum E>
+std::ostream& operator<<(std::ostream& os, E e) {
+  return os << to_string(e);
+}
 
 struct Config {
   // data
@@ -25,7 +88,15 @@ struct Config {
   // model
   std::vector<std::string> layers;  ///< one `layer =` line each (see layers/layer.hpp)
   // training
-  std::string mode = "async";     ///< async | sync
+  Mode mode = Mode::async;
+  /// async: a worker whose parameters are more than S global steps old waits for fresher ones
+  /// before it computes (stale synchronous parallel); -1: unbounded (Downpour). S = 0 is bulk
+  /// synchronous through the ps.
+  int max_staleness = -1;
+  /// sync through the ps: gradients each ps aggregates per global step (0: every worker); later
+  /// ones are dropped, workers beyond R are backup workers (Chen et al. 2016)
+  int replicas_to_aggregate = 0;
+  StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
   int epochs = 1;
   std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
   int batch_size = 64;            ///< per worker
@@ -88,6 +159,13 @@ ParseResult parse_config(int argc, const char* const* argv);
 
 /// The configuration with --lr-scaling applied for a run of `workers` workers (see lr_scaling).
 Config effective_for_workers(const Config& c, int workers);
+
+/// Which GradientExchange the configuration selects (see ExchangeKind).
+ExchangeKind exchange_kind(const Config& c);
+
+/// True when a global step is one update from the gradients of several workers (allreduce, sync
+/// through the ps, bounded staleness); false when it is one worker's push (async).
+bool steps_aggregate_workers(const Config& c);
 
 /// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
 void validate_config(const Config& c);

@@ -8,6 +8,8 @@
 //   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's last
 //                                 parameter tensor) at the first step whose global_step is >= S
 //   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
+//   slow*F[:R]                    a straggler: every training step (forward + backward) of the
+//                                 worker takes F times as long (it sleeps (F − 1) × the step's time)
 // R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost beyond
 // one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
 #pragma once
@@ -17,12 +19,13 @@
 
 namespace dtrain {
 
-enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang };
+enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang, slow };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::none;
   std::int64_t step = 0;
   int rank = -1;  ///< world rank, -1: any
+  double factor = 1;  ///< slow: the slowdown factor (> 1)
 };
 
 /// Parses a DTRAIN_FAULT value (exposed for tests). Throws InputError on a malformed value.
@@ -30,6 +33,9 @@ FaultSpec parse_fault_spec(const std::string& value);
 
 /// Reads DTRAIN_FAULT once (main() calls it right after MPI_Init); later calls do nothing.
 void init_fault_injection(int world_rank);
+
+/// The slowdown factor of a `slow*F` fault on this rank; 1 without one.
+double fault_slowdown();
 
 /// True exactly once: the first time it is called with kind == the injected kind, this rank
 /// matching and global_step >= the injected step.

@@ -17,19 +17,22 @@
 namespace dtrain {
 
 struct PushResult {
-  std::int64_t global_step = 0;   ///< ps 0's global_step after this push
+  std::int64_t global_step = 0;   ///< smallest global_step over the ps after this request
   std::int64_t staleness = 0;     ///< max over ps of (global_step at apply − step last seen)
   bool stop_requested = false;    ///< some rank asked to stop (signal)
+  bool dropped = false;           ///< some ps did not apply the push (late or past the last step)
 };
 
 class PsClient {
  public:
   PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s);
 
-  /// Fetches the current parameters into params (total floats). Returns ps 0's global_step.
-  PushResult pull(float* params);
-  /// Sends grads (total floats, gradient of the mean loss over `samples` samples) and receives the
-  /// parameters after the update into params. `stop` asks every rank to stop.
+  /// Fetches the parameters into params (total floats) once every ps has applied `wait_step`
+  /// global steps (or stopped applying). Returns the smallest global_step over the ps.
+  PushResult pull(float* params, std::int64_t wait_step = 0);
+  /// Sends grads (total floats, gradient of the mean loss over `samples` samples; 0: no gradient,
+  /// its values are ignored) and receives the parameters the ps answers with (ps/server.hpp) into
+  /// params. `stop` asks every rank to stop. Returns the smallest global_step over the ps.
   PushResult push_pull(const float* grads, int samples, float* params, bool stop);
   /// Chief only, before training: sets every ps's shard, optimizer state (m, v may be nullptr:
   /// zeros) and global_step; `max_steps` caps the pushes each ps applies.

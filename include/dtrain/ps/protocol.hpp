@@ -3,13 +3,19 @@
 //
 // Every message is MPI_BYTE on MPI_COMM_WORLD: a fixed MsgHeader, then floats.
 //   worker → ps  PULL        header                       ps → worker REPLY  header + shard params
+//                (answered once the ps's global_step ≥ header.wait_step)
 //   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard params
+//                (sync through the ps / bounded staleness: once the update the push joins allows;
+//                ps/server.hpp)
 //   chief  → ps  LOAD        header + params, m, v        ps → chief  REPLY  header + shard params
 //   chief  → ps  SNAPSHOT    header                       ps → chief  STATE  header + params, m, v
 //   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
 // Why it cannot deadlock: a worker posts its receives before its sends and has at most one
 // request outstanding per ps; a ps keeps one pre-posted receive per worker and answers each
 // request before re-posting that worker's receive, so every send has a matching posted receive.
+// A reply the ps holds back (waiting for other workers' pushes) keeps that worker's one request
+// outstanding; the ps answers every held request when it stops applying updates (--max-steps,
+// stop request), so no worker waits for a push that will never come.
 // MPI's non-overtaking rule keeps each worker's messages in order.
 #pragma once
 
@@ -31,17 +37,18 @@ enum PsTag : int {
 };
 
 enum PsFlag : std::int32_t {
-  kFlagStop = 1,  ///< a rank asked to stop (signal): checkpoint and exit at the next boundary
+  kFlagStop = 1,     ///< a rank asked to stop (signal): checkpoint and exit at the next boundary
+  kFlagDropped = 2,  ///< ps → worker: the push was not applied (late, or after the last step)
 };
 
 struct MsgHeader {
   std::int64_t global_step = 0;  ///< ps → worker: pushes applied by this ps; LOAD: step to resume at
   std::int64_t seen_step = 0;    ///< worker → ps: this ps's global_step at the worker's last reply
   std::int64_t staleness = 0;    ///< ps → worker: global_step at apply − seen_step
-  std::int32_t samples = 0;      ///< worker → ps: samples behind this gradient
+  std::int32_t samples = 0;      ///< worker → ps: samples behind this gradient (0: none, ignored)
   std::int32_t flags = 0;        ///< PsFlag bits
   std::int64_t max_steps = 0;    ///< LOAD: the run's --max-steps (0: none)
-  std::int64_t reserved = 0;
+  std::int64_t wait_step = 0;    ///< PULL: answer once global_step ≥ wait_step
 };
 static_assert(sizeof(MsgHeader) == 48, "MsgHeader must keep the float payload 16-byte aligned");
 

@@ -1,13 +1,27 @@
-// dtrain/ps/server.hpp — the parameter-server loop of one ps rank (async mode).
+// dtrain/ps/server.hpp — the parameter-server loop of one ps rank.
 //
-// The ps owns one contiguous shard of the flat parameter buffer and its optimizer state. It applies
-// every gradient on arrival (no waiting for other workers), counts global_step (one per push, so
-// every ps counts the same pushes), stops applying once global_step reaches --max-steps, and exits
-// after DONE from every worker. See ps/protocol.hpp for the messages.
+// The ps owns one contiguous shard of the flat parameter buffer and its optimizer state, and
+// serves the workers' PULL / PUSH / LOAD / SNAPSHOT / DONE messages (ps/protocol.hpp) until every
+// worker sent DONE. How a push becomes an update depends on exchange_kind(config):
+//   ps_async    every push is applied on arrival, one global step each (Downpour SGD); with
+//               --stale-lr inverse its gradient is divided by its staleness τ ≥ 1 (Zhang et al.
+//               2016).
+//   ps_sync     a push computed on the parameters of global step t joins step t's aggregate; the
+//               first R (--replicas-to-aggregate) make one update (their mean, weighted by
+//               samples) and every waiting worker gets the new parameters; a push for a step
+//               already applied is dropped (late: backup workers) and answered at once
+//               (TensorFlow's SyncReplicasOptimizer, Chen et al. 2016).
+//   ps_bounded  worker w's c-th push joins step c's aggregate, applied once all workers' c-th
+//               pushes are in; the reply waits until the parameters are at most S
+//               (--max-staleness) steps behind w's next push (stale synchronous parallel, Ho et
+//               al. 2013). S = 0 is bulk synchronous, identical to ps_sync with R = all workers.
+// Aggregates sum in worker order, so an update does not depend on arrival order. After
+// --max-steps updates, or once a stop was requested, pushes are answered without being applied.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
@@ -16,11 +30,20 @@
 
 namespace dtrain {
 
+/// Bins of PsStats::staleness_histogram: staleness 0 .. kStalenessBins − 2, then "at least
+/// kStalenessBins − 1".
+inline constexpr int kStalenessBins = 33;
+
 struct PsStats {
-  std::int64_t pushes = 0;          ///< gradients applied
-  std::int64_t ignored = 0;         ///< pushes after max_steps, not applied
-  std::int64_t staleness_sum = 0;   ///< Σ staleness over applied pushes
+  std::int64_t pushes = 0;          ///< gradients used in updates
+  std::int64_t updates = 0;         ///< optimizer steps applied (global steps of this run)
+  std::int64_t ignored = 0;         ///< pushes after --max-steps or a stop request, not applied
+  std::int64_t dropped = 0;         ///< sync through the ps: late gradients, not applied
+  std::int64_t staleness_sum = 0;   ///< Σ staleness over used gradients
   std::int64_t staleness_max = 0;
+  std::vector<std::int64_t> staleness_histogram;  ///< kStalenessBins counts of used gradients
+  std::vector<std::int64_t> worker_pushes;        ///< per worker: gradients used
+  std::vector<std::int64_t> worker_dropped;       ///< per worker: late gradients dropped
   double busy_seconds = 0;          ///< time spent applying updates and replying
   double wall_seconds = 0;
 };
@@ -28,7 +51,8 @@ struct PsStats {
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
 /// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
 /// `no_decay`: ranges of the shard (0-based) without weight decay (no_decay_ranges()).
-/// Throws RuntimeFault when no message arrives for --timeout seconds.
+/// Throws RuntimeFault when no message arrives for --timeout seconds, Error on a malformed
+/// message.
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
                              const std::vector<FloatRange>& no_decay = {});

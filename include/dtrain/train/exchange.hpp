@@ -1,53 +1,82 @@
 // dtrain/train/exchange.hpp — how a worker turns its local gradient into new parameters: the one
-// seam between the training loop and the two training modes.
-//   SyncExchange  (--mode sync):  allreduce of the gradient over the workers, then the same
-//                                 optimizer step on every worker (bit-identical replicas).
-//   AsyncExchange (--mode async): fused push-pull with the parameter servers (Downpour SGD).
+// seam between the training loop and the training modes, and the only code that knows the mode.
+// One class per ExchangeKind (core/config.hpp):
+//   allreduce   (--mode sync --num-ps 0): allreduce of the gradient over the workers, then the same
+//               optimizer step on every worker (bit-identical replicas).
+//   ps_async    (--mode async): fused push-pull with the parameter servers, each push applied on
+//               arrival (Downpour SGD, Dean et al. 2012).
+//   ps_bounded  (--mode async --max-staleness S): push-pull; the ps applies one update per global
+//               step from every worker's gradient and answers a worker only once its parameters
+//               are at most S steps old (stale synchronous parallel, Ho et al. 2013).
+//   ps_sync     (--mode sync --num-ps K): push-pull; the ps applies one update per global step
+//               from the first --replicas-to-aggregate gradients computed on that step's
+//               parameters and drops later ones (TensorFlow's SyncReplicasOptimizer; backup
+//               workers, Chen et al. 2016).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
+#include "dtrain/train/trainer.hpp"
 
 namespace dtrain {
 
 struct ExchangeResult {
-  std::int64_t global_step = 0;  ///< after this step
-  bool applied = true;           ///< false when the step was skipped (non-finite, --skip-nonfinite)
-  bool stop = false;             ///< a rank asked to stop (signal), agreed by all workers
-  double staleness = 0;          ///< async: staleness of this push
+  /// The global step this worker trains at next: after this step's update (allreduce, async:
+  /// the ps's count; sync through the ps: the step of the parameters received; bounded
+  /// staleness: this worker's clock, the updates its pushes so far complete)
+  std::int64_t global_step = 0;
+  bool applied = true;     ///< false when the gradient was not used (non-finite, or dropped late)
+  bool stop = false;       ///< a rank asked to stop (signal), agreed by all workers
+  double staleness = 0;    ///< ps modes: global steps between this gradient's parameters and its update
+  std::int64_t samples = 0;  ///< samples of all workers this step stands for (throughput)
 };
 
 class GradientExchange {
  public:
   virtual ~GradientExchange() = default;
   /// Sets the starting parameters on every worker: from `resume` if given, else the chief's
-  /// model.initialize(seed) (sync: broadcast; async: chief loads the ps, workers pull).
-  /// Collective over the workers.
+  /// model.initialize(seed) (allreduce: broadcast; ps: the chief loads the ps, workers pull).
+  /// Collective over the workers. Throws RuntimeFault past --timeout.
   virtual void start(Model& model, const CheckpointState* resume, std::int64_t global_step) = 0;
-  /// After model.train_step(): exchanges model.grads() (gradient of this worker's `samples`
-  /// samples, pre-scaled) and leaves updated parameters in model.params(). `stop_local` is this
-  /// rank's stop request. Throws RuntimeFault on a non-finite gradient unless --skip-nonfinite.
-  virtual ExchangeResult step(Model& model, int samples, bool stop_local) = 0;
-  /// Makes model.params() the current global parameters (async: pull; sync: no-op) and returns
-  /// the current global_step.
+  /// Local training steps of this worker in one epoch (its shard of the training set).
+  [[nodiscard]] virtual std::int64_t local_steps(int epoch) const = 0;
+  /// True when local step `s` (0-based; s steps done) need not run: the epoch is over for this
+  /// worker (its steps are done, or — sync through the ps — the epoch's global steps are).
+  [[nodiscard]] virtual bool epoch_over(int epoch, std::int64_t s, std::int64_t global_step) const;
+  /// The factor train_step() applies to this worker's summed loss gradient in local step `s`
+  /// with `n` samples: 1 / all workers' samples of the step (allreduce sums), else 1 / n (the ps
+  /// weights each gradient by its samples). 0 when n == 0.
+  [[nodiscard]] virtual float gradient_scale(std::int64_t s, int n) const = 0;
+  /// After model.train_step() of local step `s`: exchanges model.grads() (gradient of this
+  /// worker's `n` samples, pre-scaled by gradient_scale()) and leaves updated parameters in
+  /// model.params(). `stop_local` is this rank's stop request. Throws RuntimeFault on a
+  /// non-finite gradient unless --skip-nonfinite, or past --timeout.
+  virtual ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) = 0;
+  /// Makes model.params() the current global parameters (ps: pull, after every update this
+  /// worker's pushes take part in; allreduce: no-op) and returns the current global_step.
   virtual std::int64_t refresh(Model& model) = 0;
-  /// Chief only (async) / every worker (sync): fills params, m, v of a checkpoint; returns its
-  /// global_step.
+  /// Fills params, m, v of a checkpoint and returns its global_step (allreduce: every worker;
+  /// ps: the chief alone).
   virtual std::int64_t snapshot(Model& model, CheckpointState& s) = 0;
-  /// Ends the exchange (async: DONE to every ps).
+  /// Ends the exchange (ps: DONE to every ps).
   virtual void finish() = 0;
+  /// True when every worker stands at the same global step after every step (allreduce):
+  /// evaluation and checkpoints may then be collective over the workers at any step. Otherwise
+  /// only epoch ends are common points and mid-epoch evaluation/checkpoints are the chief's.
+  [[nodiscard]] virtual bool lockstep() const = 0;
+  /// Non-finite gradients skipped (--skip-nonfinite) by this worker (lockstep: by all, identical).
   [[nodiscard]] virtual std::int64_t skipped_steps() const = 0;
 };
 
-std::unique_ptr<GradientExchange> make_sync_exchange(const Config& c, const Cluster& cluster,
-                                                     Model& model, std::int64_t total_steps);
-std::unique_ptr<GradientExchange> make_async_exchange(const Config& c, const Cluster& cluster,
-                                                      Model& model);
+/// The exchange of exchange_kind(c) for this worker. `plan` must outlive it.
+std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& cluster,
+                                                const TrainPlan& plan, Model& model);
 
 /// Name of the first parameter tensor holding a non-finite value in host buffer `grads`, or "".
 std::string first_nonfinite_tensor(const Model& model, const float* grads);

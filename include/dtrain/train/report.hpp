@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace dtrain {
 
@@ -40,9 +41,10 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
-/// A flat JSON object of numbers, strings and nulls (std::monostate), written as
+/// A flat JSON object of numbers, strings, nulls (std::monostate) and integer lists, written as
 /// <run_dir>/results.json via a temporary file and rename.
-using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate>;
+using JsonValue =
+    std::variant<double, std::int64_t, std::string, std::monostate, std::vector<std::int64_t>>;
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
 
 }  // namespace dtrain

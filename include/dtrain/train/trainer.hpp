@@ -11,31 +11,9 @@
 #include <string>
 
 #include "dtrain/core/config.hpp"
-#include "dtrain/io/dataset.hpp"
+#include "dtrain/train/plan.hpp"
 
 namespace dtrain {
-
-/// What every rank computes identically before training (no communication needed).
-struct TrainPlan {
-  DatasetInfo train;
-  DatasetInfo test;              ///< num_samples == 0 when no --test-data
-  bool has_test = false;
-  bool synthetic = false;        ///< --synthetic: no files; test = one batch per worker
-  int workers = 1;
-  int batch = 1;                 ///< per worker
-  std::int64_t steps_per_epoch = 0;  ///< global steps of one epoch
-  std::int64_t total_steps = 0;  ///< min(epochs × steps_per_epoch, max_steps)
-};
-
-/// Validates the datasets and sizes against the configuration and a world of `workers` workers.
-/// Throws InputError naming the file/option at fault.
-TrainPlan make_plan(const Config& c, int workers);
-
-/// Local steps worker w takes in one epoch (sync: the same for all workers).
-std::int64_t worker_steps_per_epoch(const TrainPlan& p, const std::string& mode, int worker);
-
-/// Samples all workers together process in local step `s` of an epoch (sync mode).
-std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s);
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled
 /// after a signal-triggered checkpoint). Throws on errors (ReportedError when already printed).

@@ -1,0 +1,42 @@
+// dtrain/train/plan.hpp — what every rank computes identically before training, with no
+// communication: datasets, per-worker batch, steps per epoch and in total.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dtrain/core/config.hpp"
+#include "dtrain/io/dataset.hpp"
+
+namespace dtrain {
+
+struct TrainPlan {
+  DatasetInfo train;
+  DatasetInfo test;              ///< num_samples == 0 when no --test-data
+  bool has_test = false;
+  bool synthetic = false;        ///< --synthetic: no files; test = one batch per worker
+  int workers = 1;
+  int batch = 1;                 ///< per worker
+  std::int64_t steps_per_epoch = 0;  ///< global steps of one epoch
+  std::int64_t total_steps = 0;  ///< min(epochs × steps_per_epoch, max_steps)
+};
+
+/// Validates the datasets and sizes against the configuration and a world of `workers` workers.
+/// A global step is one push in async mode (steps_per_epoch: every worker's steps together),
+/// else one update from all workers (steps_per_epoch: one worker's steps). Throws InputError
+/// naming the file/option at fault.
+TrainPlan make_plan(const Config& c, int workers);
+
+/// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
+/// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
+std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker);
+
+/// Samples all workers together process in local step `s` of an epoch with equal steps (a
+/// shorter shard contributes an empty batch to the last step).
+std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s);
+
+/// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
+/// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same batches").
+std::string describe_plan(const TrainPlan& plan);
+
+}  // namespace dtrain

@@ -1,0 +1,133 @@
+// dtrain/train/allreduce_exchange.cpp — ExchangeKind::allreduce: the workers sum their gradients
+// (pre-scaled by 1 / the step's samples over all workers) with an allreduce (MPI, or NCCL on
+// GPUs), and every worker applies the same optimizer step, so the replicas stay bit-identical.
+#include <algorithm>
+
+#include "dtrain/comm/guard.hpp"
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/sync/allreduce.hpp"
+#include "exchange_impl.hpp"
+#include "host_mirror.hpp"
+
+namespace dtrain {
+namespace {
+
+class AllreduceExchange final : public GradientExchange {
+ public:
+  AllreduceExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
+      : c_(c), plan_(plan), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
+        opt_(c, model.backend(), model.param_count(), plan.total_steps,
+             no_decay_ranges(c, model.param_tensors(), 0, model.param_count())),
+        mirror_(model.backend(), model.param_count()) {
+    Backend& be = model.backend();
+    const bool gpu = be.device() == Device::cuda;
+    const bool nccl = gpu && (c.allreduce == "nccl" || (c.allreduce == "auto" && !c.allow_gpu_sharing));
+    allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
+                      : make_mpi_allreduce(comm_, be, model.param_count());
+  }
+
+  void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
+    global_step_ = global_step;
+    const std::size_t P = model.param_count();
+    float* host = mirror_.buffer(model.params());
+    if (resume) {
+      std::copy(resume->params.begin(), resume->params.end(), host);
+      mirror_.to_device(model.params());
+      Backend& be = model.backend();
+      if (opt_.m() && !resume->m.empty()) be.copy_to_device(opt_.m(), resume->m.data(), P * 4);
+      if (opt_.v() && !resume->v.empty()) be.copy_to_device(opt_.v(), resume->v.data(), P * 4);
+      return;
+    }
+    // Same seed on every worker gives the same initial parameters; the broadcast makes it a fact.
+    model.initialize(c_.seed);
+    host = mirror_.to_host(model.params());
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Ibcast(host, static_cast<int>(P), MPI_FLOAT, 0, comm_, &req));
+    wait_one(req, comm_timeout(), "broadcast of the initial parameters from the chief");
+    mirror_.to_device(model.params());
+  }
+
+  [[nodiscard]] std::int64_t local_steps(int /*epoch*/) const override {
+    // As many steps as the largest shard needs (worker 0's): a shorter shard contributes an
+    // empty batch to the last step, and every replica takes every step.
+    return worker_steps_per_epoch(plan_, true, 0);
+  }
+
+  [[nodiscard]] float gradient_scale(std::int64_t s, int /*n*/) const override {
+    const std::int64_t all = global_samples_at(plan_, s);
+    return all > 0 ? 1.0f / static_cast<float>(all) : 0.0f;
+  }
+
+  ExchangeResult step(Model& model, std::int64_t s, int /*n*/, bool stop_local) override {
+    Backend& be = model.backend();
+    allreduce_->allreduce_sum(model.grads(), model.param_count());
+    // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
+    float flag = stop_local ? 1.0f : 0.0f;
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
+    wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
+    ExchangeResult r;
+    r.stop = flag > 0;
+    r.samples = global_samples_at(plan_, s);
+    // Every replica holds the same summed gradient, so every replica takes the same decision.
+    if (!be.all_finite(model.grads(), model.param_count())) {
+      if (!c_.skip_nonfinite) {
+        // Every worker takes this branch at the same step and no rank waits on another, so the
+        // chief alone reports (one message, not one per worker) and every worker leaves with
+        // kExitFault through a clean MPI_Finalize; the last good checkpoint stays the newest.
+        const std::string msg = nonfinite_message(model, mirror_.to_host(model.grads()), global_step_);
+        if (chief_) log_error(msg);
+        throw ReportedError(kExitFault, msg);
+      }
+      ++skipped_;
+      if (chief_)
+        log_warn("skipping global step " + std::to_string(global_step_) +
+                 ": non-finite gradient (--skip-nonfinite)");
+      r.applied = false;
+    } else {
+      opt_.apply(model.params(), model.grads(), global_step_);
+    }
+    r.global_step = ++global_step_;
+    return r;
+  }
+
+  std::int64_t refresh(Model&) override { return global_step_; }
+
+  std::int64_t snapshot(Model& model, CheckpointState& s) override {
+    Backend& be = model.backend();
+    const std::size_t P = model.param_count();
+    s.params.resize(P);
+    be.copy_to_host(s.params.data(), model.params(), P * 4);
+    s.m.assign(opt_.m() ? P : 0, 0.0f);
+    s.v.assign(opt_.v() ? P : 0, 0.0f);
+    if (opt_.m()) be.copy_to_host(s.m.data(), opt_.m(), P * 4);
+    if (opt_.v()) be.copy_to_host(s.v.data(), opt_.v(), P * 4);
+    return global_step_;
+  }
+
+  void finish() override {}
+  [[nodiscard]] bool lockstep() const override { return true; }
+  [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
+
+ private:
+  Config c_;
+  const TrainPlan& plan_;
+  MPI_Comm comm_;
+  bool chief_;
+  Optimizer opt_;
+  HostMirror mirror_;
+  std::unique_ptr<GradientAllreduce> allreduce_;
+  std::int64_t global_step_ = 0;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientExchange> make_allreduce_exchange(const Config& c, const Cluster& cluster,
+                                                          const TrainPlan& plan, Model& model) {
+  return std::make_unique<AllreduceExchange>(c, cluster, plan, model);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,51 @@
+// dtrain/train/job.hpp (private) — what run_training's steps hand each other: the checked job
+// (roles, plan, model layout, shards), this rank's resources and the resume point.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/io/checkpoint.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/ps/server.hpp"
+#include "dtrain/ps/sharding.hpp"
+#include "dtrain/train/plan.hpp"
+
+namespace dtrain {
+
+struct WorkerOutcome;
+
+struct Job {
+  int num_ps = 0;                        ///< ps ranks (0: allreduce)
+  std::unique_ptr<Cluster> cluster;
+  TrainPlan plan;
+  std::size_t param_count = 0, activation_bytes = 0;
+  std::string signature;                 ///< the model's layout (checkpoint compatibility)
+  std::string model_report;              ///< layer table and shard table, printed by the chief
+  std::vector<ShardRange> shards;        ///< ps modes: the ps ranges
+  std::vector<FloatRange> ps_no_decay;   ///< a ps: its shard's ranges without weight decay
+  std::unique_ptr<Backend> backend;      ///< a worker's compute backend
+  std::string device_name;               ///< "cpu", "cuda:0"
+  std::optional<CheckpointState> resume; ///< the chief's, then every worker's (share_resume_point)
+};
+
+/// What the chief reports beyond its own outcome, gathered from every rank.
+struct RunStats {
+  PsStats ps;                  ///< the ps counters, max over the ps ranks (each sees every push)
+  double peak_rss_mb = 0;      ///< max over the workers: the whole run
+  double train_peak_rss_mb = 0;  ///< max over the workers: up to the last training step
+};
+
+/// Collective over MPI_COMM_WORLD: every rank passes its part (a ps its PsStats, a worker its
+/// outcome); the chief gets the result, the other ranks an unspecified value. Throws
+/// RuntimeFault past --timeout.
+RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome* worker);
+
+/// The chief's results.json and closing log line (train/results.cpp).
+void write_results(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st);
+
+}  // namespace dtrain

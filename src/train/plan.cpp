@@ -1,0 +1,88 @@
+// dtrain/train/plan.cpp — the run's plan from the configuration and the dataset headers.
+#include "dtrain/train/plan.hpp"
+
+#include <algorithm>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+TrainPlan make_plan(const Config& c, int workers) {
+  TrainPlan p;
+  p.workers = workers;
+  if (c.global_batch_size > 0) {
+    DT_REQUIRE(c.global_batch_size % workers == 0,
+               "option --global-batch-size: " + std::to_string(c.global_batch_size) +
+                   " does not split evenly over " + std::to_string(workers) + " workers");
+    p.batch = c.global_batch_size / workers;
+  } else {
+    p.batch = c.batch_size;
+  }
+  if (!c.synthetic.empty()) {
+    p.synthetic = true;
+    p.train = synthetic_dataset(c.synthetic, c.synthetic_samples);
+    p.test = synthetic_dataset(c.synthetic, static_cast<std::int64_t>(workers) * p.batch);
+    p.has_test = true;
+    DT_REQUIRE(p.train.num_samples >= p.test.num_samples,
+               "option --synthetic-samples: " + std::to_string(p.train.num_samples) +
+                   " samples per epoch are fewer than workers × batch size (" +
+                   std::to_string(workers) + " × " + std::to_string(p.batch) + " = " +
+                   std::to_string(p.test.num_samples) + ")");
+  } else {
+    p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
+  }
+  check_dataset_fits(p.train, workers, p.batch);
+  DT_REQUIRE(c.random_crop <= std::min(p.train.sample.h, p.train.sample.w),
+             "option --random-crop " + std::to_string(c.random_crop) + ": pads by more than the " +
+                 std::to_string(p.train.sample.h) + "x" + std::to_string(p.train.sample.w) +
+                 " images of " + p.train.path);
+  if (!c.test_data.empty()) {
+    p.test = open_dataset_info(c.test_data, p.train.num_classes);
+    DT_REQUIRE(p.test.sample == p.train.sample,
+               "--test-data '" + c.test_data + "': images are " + p.test.sample.str() +
+                   " per sample but the training set's are " + p.train.sample.str());
+    DT_REQUIRE(p.test.num_samples >= workers,
+               "--test-data '" + c.test_data + "': fewer samples than workers");
+    p.has_test = true;
+  }
+  DT_REQUIRE(p.has_test || (c.eval_every == 0 && c.target_accuracy == 0),
+             "options --eval-every / --target-accuracy: need a test set (--test-data)");
+  const bool aggregate = steps_aggregate_workers(c);
+  for (int w = 0; w < workers; ++w) p.steps_per_epoch += worker_steps_per_epoch(p, aggregate, w);
+  if (aggregate) p.steps_per_epoch = worker_steps_per_epoch(p, true, 0);
+  p.total_steps = p.steps_per_epoch * c.epochs;
+  if (c.max_steps > 0) p.total_steps = std::min(p.total_steps, c.max_steps);
+  return p;
+}
+
+std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker) {
+  // Equal steps: every worker takes as many steps as the largest shard needs (worker 0's), so
+  // that all samples are used; a shorter shard contributes an empty batch to the last step.
+  const int w = equal_steps ? 0 : worker;
+  const std::int64_t n = shard_size(p.train.num_samples, w, p.workers);
+  return (n + p.batch - 1) / p.batch;
+}
+
+std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s) {
+  std::int64_t total = 0;
+  for (int w = 0; w < p.workers; ++w) {
+    const std::int64_t left = shard_size(p.train.num_samples, w, p.workers) - s * p.batch;
+    total += std::clamp<std::int64_t>(left, 0, p.batch);
+  }
+  return total;
+}
+
+std::string describe_plan(const TrainPlan& plan) {
+  const std::string train =
+      plan.synthetic ? " samples per epoch from one random batch per worker in device memory, no I/O)"
+                     : " samples)";
+  const std::string test =
+      plan.synthetic ? "the same batches (" + std::to_string(plan.test.num_samples) + " samples)"
+                     : (plan.has_test ? plan.test.path : "none");
+  return "# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) + train +
+         ", test " + test + ", batch " + std::to_string(plan.batch) + " per worker, " +
+         std::to_string(plan.steps_per_epoch) + " global steps per epoch, " +
+         std::to_string(plan.total_steps) + " in total";
+}
+
+}  // namespace dtrain

@@ -1,0 +1,180 @@
+// dtrain/train/ps_exchange.cpp — the worker side of the three parameter-server kinds: one fused
+// push-pull per step (PsClient); what differs is how many local steps an epoch has, when it ends,
+// and what global step a reply stands for (ps/server.hpp has the server side).
+#include <algorithm>
+#include <vector>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/ps/client.hpp"
+#include "exchange_impl.hpp"
+#include "host_mirror.hpp"
+
+namespace dtrain {
+namespace {
+
+/// ExchangeKind::ps_async — Downpour: each push is applied on arrival; this worker trains its own
+/// shard at its own pace.
+class PsExchange : public GradientExchange {
+ public:
+  PsExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
+      : c_(c), cluster_(cluster), plan_(plan),
+        client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout),
+        grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()) {}
+
+  void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
+    if (cluster_.is_chief()) {
+      if (resume) {
+        client_.load(resume->params.data(), resume->m.empty() ? nullptr : resume->m.data(),
+                     resume->v.empty() ? nullptr : resume->v.data(), global_step, c_.max_steps);
+      } else {
+        model.initialize(c_.seed);
+        client_.load(params_.to_host(model.params()), nullptr, nullptr, global_step, c_.max_steps);
+      }
+    }
+    // No worker pulls before the chief has loaded the ps.
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Ibarrier(cluster_.role_comm(), &req));
+    wait_one(req, comm_timeout(), "workers waiting for the chief to initialise the ps");
+    last_step_ = position_ = client_.pull(params_.buffer(model.params())).global_step;
+    params_.to_device(model.params());
+  }
+
+  [[nodiscard]] std::int64_t local_steps(int /*epoch*/) const override {
+    return worker_steps_per_epoch(plan_, false, cluster_.me().index);
+  }
+
+  [[nodiscard]] float gradient_scale(std::int64_t /*s*/, int n) const override {
+    return n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+  }
+
+  ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) override {
+    float* g = grads_.to_host(model.grads());
+    if (n > 0 && !model.backend().all_finite(model.grads(), model.param_count())) {
+      if (!c_.skip_nonfinite) throw RuntimeFault(nonfinite_message(model, g, last_step_));
+      ++skipped_;
+      log_warn("skipping a push after global step " + std::to_string(last_step_) +
+               ": non-finite gradient (--skip-nonfinite)");
+      n = 0;  // a push without samples: the ps ignores its values but keeps the step's rhythm
+    }
+    const PushResult p = client_.push_pull(g, n, params_.buffer(model.params()), stop_local);
+    params_.to_device(model.params());
+    ExchangeResult r;
+    r.applied = n > 0 && !p.dropped;
+    r.stop = p.stop_requested || stop_local;
+    r.staleness = static_cast<double>(p.staleness);
+    r.global_step = next_step(p);
+    r.samples = samples_between(s, position_, r.global_step);
+    last_step_ = p.global_step;
+    position_ = r.global_step;
+    return r;
+  }
+
+  std::int64_t refresh(Model& model) override {
+    last_step_ = client_.pull(params_.buffer(model.params()), wait_step()).global_step;
+    params_.to_device(model.params());
+    return last_step_;
+  }
+
+  std::int64_t snapshot(Model& model, CheckpointState& s) override {
+    const std::size_t P = model.param_count();
+    s.params.assign(P, 0.0f);
+    std::vector<float> m(P), v(P);
+    const std::int64_t step = client_.snapshot(s.params.data(), m.data(), v.data());
+    const OptimizerKind kind = optimizer_kind(c_.optimizer);
+    s.m = kind == OptimizerKind::sgd ? std::vector<float>{} : std::move(m);
+    s.v = kind == OptimizerKind::adam ? std::move(v) : std::vector<float>{};
+    return step;
+  }
+
+  void finish() override { client_.done(); }
+  [[nodiscard]] bool lockstep() const override { return false; }
+  [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
+
+ protected:
+  /// The global step the worker trains at after a reply.
+  [[nodiscard]] virtual std::int64_t next_step(const PushResult& p) { return p.global_step; }
+  /// Samples of all workers behind the global steps (before, after] (throughput): each async
+  /// step is one worker's batch.
+  [[nodiscard]] virtual std::int64_t samples_between(std::int64_t /*s*/, std::int64_t before,
+                                                     std::int64_t after) const {
+    return (after - before) * plan_.batch;
+  }
+  /// refresh() waits until the ps applied this many steps.
+  [[nodiscard]] virtual std::int64_t wait_step() const { return 0; }
+
+  const Config& c_;
+  const Cluster& cluster_;
+  const TrainPlan& plan_;
+
+ private:
+  PsClient client_;
+  HostMirror grads_, params_;
+  std::int64_t last_step_ = 0;  ///< global_step of the last reply
+  std::int64_t position_ = 0;   ///< the last ExchangeResult::global_step
+  std::int64_t skipped_ = 0;
+};
+
+/// ExchangeKind::ps_sync — every worker takes the same local steps per epoch (like allreduce); a
+/// reply brings the parameters of the next global step, so a worker whose push came late (and
+/// was dropped) catches up at once, and the epoch ends when its global steps are done.
+class SyncPsExchange final : public PsExchange {
+ public:
+  using PsExchange::PsExchange;
+  [[nodiscard]] std::int64_t local_steps(int /*epoch*/) const override {
+    return worker_steps_per_epoch(plan_, true, 0);
+  }
+  [[nodiscard]] bool epoch_over(int epoch, std::int64_t s, std::int64_t global_step) const override {
+    return s >= local_steps(epoch) || global_step >= (epoch + 1) * plan_.steps_per_epoch;
+  }
+
+ protected:
+  [[nodiscard]] std::int64_t samples_between(std::int64_t s, std::int64_t before,
+                                             std::int64_t after) const override {
+    // Each update aggregates R workers' batches (all workers' at R = W).
+    const int r = c_.replicas_to_aggregate > 0 ? c_.replicas_to_aggregate : plan_.workers;
+    return (after - before) * global_samples_at(plan_, s) * r / plan_.workers;
+  }
+};
+
+/// ExchangeKind::ps_bounded — every worker pushes once per global step (its clock); it may run
+/// ahead of the applied updates by at most --max-staleness steps (the ps holds its reply).
+class BoundedPsExchange final : public PsExchange {
+ public:
+  using PsExchange::PsExchange;
+  void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
+    PsExchange::start(model, resume, global_step);
+    clock_ = global_step;  // the ps's clocks start there too (LOAD)
+  }
+  [[nodiscard]] std::int64_t local_steps(int /*epoch*/) const override {
+    return worker_steps_per_epoch(plan_, true, 0);
+  }
+
+ protected:
+  std::int64_t next_step(const PushResult& /*p*/) override { return ++clock_; }
+  [[nodiscard]] std::int64_t samples_between(std::int64_t s, std::int64_t before,
+                                             std::int64_t after) const override {
+    return (after - before) * global_samples_at(plan_, s);
+  }
+  [[nodiscard]] std::int64_t wait_step() const override { return clock_; }
+
+ private:
+  std::int64_t clock_ = 0;  ///< this worker's pushes (+ the start step): its next update
+};
+
+}  // namespace
+
+std::unique_ptr<GradientExchange> make_ps_exchange(const Config& c, const Cluster& cluster,
+                                                   const TrainPlan& plan, Model& model) {
+  switch (exchange_kind(c)) {
+    case ExchangeKind::ps_sync:
+      return std::make_unique<SyncPsExchange>(c, cluster, plan, model);
+    case ExchangeKind::ps_bounded:
+      return std::make_unique<BoundedPsExchange>(c, cluster, plan, model);
+    default:
+      return std::make_unique<PsExchange>(c, cluster, plan, model);
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,151 @@
+// dtrain/train/results.cpp — the end of a run: the ps counters and the workers' peak memory
+// reach the chief in one reduction, which writes results.json and the closing log line.
+#include <algorithm>
+#include <cstdio>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/train/report.hpp"
+#include "job.hpp"
+#include "worker.hpp"
+
+namespace dtrain {
+namespace {
+
+// Layout of the reduced vector: scalars, then the histogram, then two per-worker lists.
+enum Slot { kPushes, kUpdates, kIgnored, kDropped, kStaleSum, kStaleMax, kBusy, kRss, kTrainRss,
+            kScalars };
+
+std::string format_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
+std::vector<std::int64_t> as_counts(const std::vector<double>& v, std::size_t at, std::size_t n) {
+  std::vector<std::int64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int64_t>(v[at + i]);
+  return out;
+}
+
+}  // namespace
+
+RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome* worker) {
+  const Cluster& cl = *job.cluster;
+  const std::size_t W = static_cast<std::size_t>(cl.num_workers());
+  std::vector<double> v(kScalars + kStalenessBins + 2 * W, 0.0);
+  if (ps) {
+    v[kPushes] = static_cast<double>(ps->pushes);
+    v[kUpdates] = static_cast<double>(ps->updates);
+    v[kIgnored] = static_cast<double>(ps->ignored);
+    v[kDropped] = static_cast<double>(ps->dropped);
+    v[kStaleSum] = static_cast<double>(ps->staleness_sum);
+    v[kStaleMax] = static_cast<double>(ps->staleness_max);
+    v[kBusy] = ps->busy_seconds / std::max(ps->wall_seconds, 1e-9);
+    for (int b = 0; b < kStalenessBins; ++b)
+      v[kScalars + b] = static_cast<double>(ps->staleness_histogram[b]);
+    for (std::size_t w = 0; w < W; ++w) {
+      v[kScalars + kStalenessBins + w] = static_cast<double>(ps->worker_pushes[w]);
+      v[kScalars + kStalenessBins + W + w] = static_cast<double>(ps->worker_dropped[w]);
+    }
+  }
+  if (worker) {
+    v[kRss] = peak_rss_mib();
+    v[kTrainRss] = worker->train_peak_rss_mib;
+  }
+  // Max over ranks: every ps counts every push (the same counts), workers contribute memory.
+  const int root = cl.worker_rank(0);
+  const bool at_root = cl.world_rank() == root;
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Ireduce(at_root ? MPI_IN_PLACE : v.data(), v.data(), static_cast<int>(v.size()),
+                           MPI_DOUBLE, MPI_MAX, root, cl.world(), &req));
+  wait_one(req, comm_timeout(), "reduce of the run's statistics to the chief");
+  RunStats st;
+  st.ps.pushes = static_cast<std::int64_t>(v[kPushes]);
+  st.ps.updates = static_cast<std::int64_t>(v[kUpdates]);
+  st.ps.ignored = static_cast<std::int64_t>(v[kIgnored]);
+  st.ps.dropped = static_cast<std::int64_t>(v[kDropped]);
+  st.ps.staleness_sum = static_cast<std::int64_t>(v[kStaleSum]);
+  st.ps.staleness_max = static_cast<std::int64_t>(v[kStaleMax]);
+  st.ps.busy_seconds = v[kBusy];  // as a fraction of the ps's wall time
+  st.ps.wall_seconds = 1;
+  st.ps.staleness_histogram = as_counts(v, kScalars, kStalenessBins);
+  st.ps.worker_pushes = as_counts(v, kScalars + kStalenessBins, W);
+  st.ps.worker_dropped = as_counts(v, kScalars + kStalenessBins + W, W);
+  st.peak_rss_mb = v[kRss];
+  st.train_peak_rss_mb = v[kTrainRss];
+  return st;
+}
+
+void write_results(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st) {
+  const TrainPlan& plan = job.plan;
+  const Cluster& cl = *job.cluster;
+  const double sps = out.train_seconds > 0 ? out.samples / out.train_seconds : 0.0;
+  std::map<std::string, JsonValue> r;
+  r["test_accuracy"] = out.test_accuracy;
+  r["test_loss"] = out.test_loss;
+  r["train_loss"] = out.train_loss;
+  r["train_accuracy"] = out.train_accuracy;
+  r["epochs"] = static_cast<double>(out.global_step) / static_cast<double>(plan.steps_per_epoch);
+  r["epochs_completed"] = static_cast<std::int64_t>(out.epochs_done);
+  r["global_step"] = out.global_step;
+  r["wall_seconds"] = out.wall_seconds;
+  r["train_seconds"] = out.train_seconds;
+  r["data_seconds"] = out.data_seconds;  // the chief's split of train_seconds
+  r["compute_seconds"] = out.compute_seconds;
+  r["exchange_seconds"] = out.exchange_seconds;
+  r["samples_per_sec"] = sps;
+  r["samples"] = out.samples;
+  r["mode"] = std::string(to_string(c.mode));
+  r["exchange"] = std::string(to_string(exchange_kind(c)));
+  r["world_size"] = static_cast<std::int64_t>(cl.world_size());
+  r["num_ps"] = static_cast<std::int64_t>(job.num_ps);
+  r["num_workers"] = static_cast<std::int64_t>(cl.num_workers());
+  r["batch_size"] = static_cast<std::int64_t>(plan.batch);
+  r["global_batch_size"] = static_cast<std::int64_t>(plan.batch * plan.workers);
+  r["device"] = job.device_name;
+  r["stopped_by"] = out.stopped_by;
+  r["skipped_steps"] = out.skipped;
+  r["staleness_mean"] = out.staleness_mean;
+  r["ps_busy_fraction"] = st.ps.busy_seconds;  // 0 without ps
+  if (job.num_ps > 0) {
+    // The ps's view (max over ps ranks): every gradient it used or dropped, per worker.
+    r["staleness_max"] = st.ps.staleness_max;
+    r["staleness_histogram"] = st.ps.staleness_histogram;  // counts of staleness 0, 1, ..., ≥ 32
+    r["ps_updates"] = st.ps.updates;
+    r["pushes_per_worker"] = st.ps.worker_pushes;
+    r["dropped_per_worker"] = st.ps.worker_dropped;
+    r["dropped_gradients"] = st.ps.dropped;
+    r["ignored_pushes"] = st.ps.ignored;
+  } else {
+    r["staleness_max"] = std::int64_t{0};
+  }
+  if (exchange_kind(c) == ExchangeKind::ps_sync)
+    r["replicas_to_aggregate"] = static_cast<std::int64_t>(
+        c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : cl.num_workers());
+  if (exchange_kind(c) == ExchangeKind::ps_bounded)
+    r["max_staleness"] = static_cast<std::int64_t>(c.max_staleness);
+  r["peak_rss_mb"] = st.peak_rss_mb;              // the whole run, checkpoint writes included
+  r["train_peak_rss_mb"] = st.train_peak_rss_mb;  // up to the end of the last training step
+  r["activation_mb"] = static_cast<double>(job.activation_bytes) / (1 << 20);
+  r["config_file"] = c.config_file;
+  r["train_data"] = plan.synthetic ? plan.train.path : c.train_data;
+  if (c.target_accuracy > 0) {  // null when never reached
+    r["target_accuracy"] = c.target_accuracy;
+    const bool reached = out.step_at_accuracy >= 0;
+    const JsonValue null{std::monostate{}};
+    r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
+    r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
+  }
+  write_results_json(c.run_dir, r);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | test accuracy %.4f | "
+                "test loss %.4f | %.1f samples/s | wall %s | results %s/results.json",
+                std::string(to_string(exchange_kind(c))).c_str(), job.num_ps, cl.num_workers(),
+                out.epochs_done, static_cast<long long>(out.global_step), out.test_accuracy,
+                out.test_loss, sps, format_seconds(out.wall_seconds).c_str(), c.run_dir.c_str());
+  log_info(line);
+}
+
+}  // namespace dtrain
