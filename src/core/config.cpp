@@ -194,6 +194,13 @@ void build_table(Table& t, Config& c) {
   t.add("stale-lr", &c.stale_lr,
         "async: learning rate of a push that is tau global steps stale: constant (lr) | inverse "
         "(lr / max(1, tau), staleness-aware async SGD, Zhang et al. 2016)");
+  t.add("async-momentum", &c.async_momentum,
+        "async: momentum the ps applies: compensated (--momentum minus the implicit momentum "
+        "1 - 1/W that W asynchronous workers add, at least 0; Mitliagkas et al. 2016) | as-given");
+  t.add("async-schedule", &c.async_schedule,
+        "async: what --warmup-steps, --lr-step-size and --lr-decay-steps count: sync-steps (global "
+        "steps of a sync run of the same workers, W pushes each: the same schedule per sample as "
+        "sync) | pushes (async global steps)");
   t.group("Cluster", "cluster");
   t.add("num-ps", &c.num_ps,
         "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps); the "
@@ -289,6 +296,11 @@ Config effective_for_workers(const Config& c, int workers) {
   if (steps_aggregate_workers(c) && c.lr_scaling == "linear") {
     e.lr *= static_cast<float>(workers);
     e.lr_min *= static_cast<float>(workers);
+  }
+  if (exchange_kind(c) == ExchangeKind::ps_async && c.async_schedule == AsyncSchedule::sync_steps) {
+    e.warmup_steps *= workers;
+    e.lr_step_size *= workers;
+    e.lr_decay_steps *= workers;
   }
   return e;
 }

@@ -26,6 +26,14 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
   return c.lr;
 }
 
+float ps_momentum(const Config& c, int workers) {
+  if (exchange_kind(c) != ExchangeKind::ps_async || c.async_momentum == AsyncMomentum::as_given ||
+      workers < 1)
+    return c.momentum;
+  const float implicit = 1.0f - 1.0f / static_cast<float>(workers);
+  return std::max(0.0f, c.momentum - implicit);
+}
+
 OptimizerKind optimizer_kind(const std::string& name) {
   if (name == "sgd") return OptimizerKind::sgd;
   if (name == "momentum") return OptimizerKind::momentum;

@@ -207,12 +207,20 @@ int serve_as_ps(const Config& c, const Job& job) {
   return stop_requested() ? kExitSignalled : kExitOk;
 }
 
-int train_as_worker(const Config& c, Job& job) {
-  const Config effective = effective_for_workers(c, job.plan.workers);  // --lr-scaling
+int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const bool chief = job.cluster->is_chief();
   if (chief && effective.lr != c.lr)
     log_info("# --lr-scaling linear: learning rate per global step " + std::to_string(c.lr) +
              " x " + std::to_string(job.plan.workers) + " workers = " + std::to_string(effective.lr));
+  if (chief && effective.warmup_steps != c.warmup_steps)
+    log_info("# --async-schedule sync-steps: warm-up over " + std::to_string(effective.warmup_steps) +
+             " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
+             std::to_string(job.plan.workers) + " workers");
+  if (chief && ps_momentum(c, job.plan.workers) != c.momentum && c.optimizer == "momentum")
+    log_info("# --async-momentum compensated: the ps applies momentum " +
+             std::to_string(ps_momentum(c, job.plan.workers)) + " = " + std::to_string(c.momentum) +
+             " - (1 - 1/" + std::to_string(job.plan.workers) +
+             ") implicit momentum of asynchronous workers");
   if (chief && job.plan.synthetic && (c.random_crop > 0 || c.random_flip))
     log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   Worker worker(effective, *job.cluster, job.plan, *job.backend, std::move(job.resume));
@@ -235,7 +243,9 @@ int run_training(const Config& c) {
   acquire_resources(c, job);
   share_resume_point(job);
   announce(c, job);
-  return job.cluster->is_ps() ? serve_as_ps(c, job) : train_as_worker(c, job);
+  // What workers and ps train with: --lr-scaling, --async-schedule applied.
+  const Config effective = effective_for_workers(c, job.plan.workers);
+  return job.cluster->is_ps() ? serve_as_ps(effective, job) : train_as_worker(c, effective, job);
 }
 
 }  // namespace dtrain

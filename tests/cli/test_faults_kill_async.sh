@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/cli/test_faults_kill_async.sh — a rank killed with SIGKILL in async mode (1 ps + 3 workers):
-# a worker, the ps, the chief. For each (kill_case in faults_common.sh): the job must end within 30 s
+# tests/cli/test_faults_kill_async.sh — a rank killed with SIGKILL in the ps modes (1 ps + 3
+# workers): async — a worker, the ps, the chief; sync through the ps — a worker (the others wait
+# for an update that cannot come, until the kill ends the job). For each (kill_case in faults_common.sh): the job must end within 30 s
 # of the kill (bounded by 60 s) with mpirun's message naming the dead rank ("rank R ... signal 9")
 # and that rank's role findable in the role table printed at start; every complete checkpoint left
 # behind must verify (Fletcher32, via h5py); `--resume` must continue from the newest and finish.
@@ -12,4 +13,6 @@ make_fault_data
 kill_case async 4 1 worker --num-ps 1
 kill_case async 4 3 ps --num-ps 1
 kill_case async 4 0 worker --num-ps 1
+kill_case sync 4 2 worker --num-ps 1
 echo "PASS"
+

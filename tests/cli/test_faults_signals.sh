@@ -11,6 +11,7 @@
 #   4. SIGTERM (async) and SIGINT (sync) to every rank directly (what Slurm does on scancel or at the
 #      time limit): exit 75, stopped_by "signal", no error, no rank killed, the stop checkpoint is
 #      the newest (sync: at exactly results.json's global_step).
+#   4b. sync through the ps (1 ps + 3 workers), SIGTERM to every rank: the same, and --resume.
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -97,6 +98,13 @@ run_and_signal sync 3 ranks INT "$d" --num-ps 0
 stopped_cleanly "$d"
 [[ $(newest_step "$d") -eq $(json_get "$d/results.json" global_step) ]] ||
   fail "sync: the stop checkpoint is not at results.json's global_step"
+
+# Sync through the ps: the stop rides on a push; every worker leaves at the same global step.
+d=$SCRATCH/term-sync-ps
+run_and_signal sync 4 ranks TERM "$d" --num-ps 1
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "sync through the ps, SIGTERM to every rank: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+resume_from_newest sync 4 "$d" --num-ps 1
 
 d=$SCRATCH/twice
 run_and_signal sync 3 chief-twice "TERM+INT" "$d" --num-ps 0

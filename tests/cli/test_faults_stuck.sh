@@ -10,6 +10,8 @@
 #   3. async: DTRAIN_FAULT=hang@20:2 (test-only hook: worker rank 2 sleeps forever at step 20): the
 #      other workers finish the epoch and wait for it in a collective; the watchdog reports and the
 #      job aborts.
+#   4. sync through the ps: the same hook: the others wait for the update (held replies) or the ps
+#      for the missing push, and the watchdog aborts the job.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -50,4 +52,5 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
 stuck_case sync-stop 3 stop:1 "allreduce" --mode sync --num-ps 0
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
+stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
 echo "PASS"

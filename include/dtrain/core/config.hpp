@@ -38,6 +38,21 @@ enum class StaleLr {
   inverse,   ///< lr / max(1, τ) (Zhang et al. 2016, "Staleness-aware async-SGD")
 };
 
+/// --async-momentum: the momentum an async ps applies.
+enum class AsyncMomentum {
+  compensated,  ///< --momentum minus the implicit momentum of W asynchronous workers, 1 − 1/W
+                ///< (Mitliagkas et al. 2016, "Asynchrony begets momentum"), at least 0
+  as_given,     ///< --momentum unchanged
+};
+
+/// --async-schedule: what the schedule's step counts (--warmup-steps, --lr-step-size,
+/// --lr-decay-steps) count in async mode, where a global step is one worker's push.
+enum class AsyncSchedule {
+  sync_steps,  ///< global steps of a sync run of the same workers (W pushes each), so that async
+               ///< follows the same schedule per sample as sync
+  pushes,      ///< pushes (async global steps)
+};
+
 /// {value, name} of every value of an option enum; to_string(), operator<< and the option parser
 /// (core/config.cpp) use it.
 template <typename E>
@@ -59,6 +74,16 @@ template <>
 struct EnumNames<StaleLr> {
   static constexpr std::array<std::pair<StaleLr, std::string_view>, 2> table{
       {{StaleLr::constant, "constant"}, {StaleLr::inverse, "inverse"}}};
+};
+template <>
+struct EnumNames<AsyncMomentum> {
+  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 2> table{
+      {{AsyncMomentum::compensated, "compensated"}, {AsyncMomentum::as_given, "as-given"}}};
+};
+template <>
+struct EnumNames<AsyncSchedule> {
+  static constexpr std::array<std::pair<AsyncSchedule, std::string_view>, 2> table{
+      {{AsyncSchedule::sync_steps, "sync-steps"}, {AsyncSchedule::pushes, "pushes"}}};
 };
 template <typename E>
 concept NamedEnum = requires { EnumNames<E>::table; };
@@ -97,6 +122,8 @@ struct Config {
   /// ones are dropped, workers beyond R are backup workers (Chen et al. 2016)
   int replicas_to_aggregate = 0;
   StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
+  AsyncMomentum async_momentum = AsyncMomentum::compensated;  ///< async: the ps's momentum
+  AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
   int epochs = 1;
   std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
   int batch_size = 64;            ///< per worker
@@ -157,7 +184,10 @@ struct ParseResult {
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
 
-/// The configuration with --lr-scaling applied for a run of `workers` workers (see lr_scaling).
+/// The configuration a run of `workers` workers trains with (workers and ps alike): --lr-scaling
+/// linear multiplies lr and lr_min by `workers` where a global step aggregates the workers; async
+/// with --async-schedule sync-steps multiplies warmup_steps, lr_step_size and lr_decay_steps by
+/// `workers` (one sync global step is W pushes).
 Config effective_for_workers(const Config& c, int workers);
 
 /// Which GradientExchange the configuration selects (see ExchangeKind).

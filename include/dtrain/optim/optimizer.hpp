@@ -32,6 +32,10 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 /// `c.lr_schedule` measured from the end of warm-up. Pure function.
 float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps);
 
+/// The momentum coefficient an async ps applies with `workers` workers (--async-momentum):
+/// compensated: max(0, momentum − (1 − 1/workers)); as-given: momentum. Other modes: momentum.
+float ps_momentum(const Config& c, int workers);
+
 /// OptimizerKind from "sgd" | "momentum" | "adam". Throws InputError otherwise.
 OptimizerKind optimizer_kind(const std::string& name);
 

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tests/cli/test_ps_modes.sh — the parameter-server family end to end (1 ps + 3 workers, tiny CNN):
+#   1. --max-staleness 0 (bulk synchronous through the ps) ends with exactly the parameters and
+#      optimizer state of sync through the ps with R = all workers.
+#   2. --max-staleness 2 with a straggler (DTRAIN_FAULT slow*4 on one worker): no push is more
+#      than 2 steps stale (results.json's staleness_max and histogram), and some are stale.
+#   3. sync through the ps with R = workers trains as well as sync allreduce (same steps, test
+#      accuracy within 0.05 on this small set) and uses every gradient (no drops).
+#   4. sync through the ps with one backup worker (R = 2 of 3) and the third worker slowed 4x:
+#      the slow worker's late gradients are dropped (dropped_per_worker), every update used R
+#      gradients (Σ pushes_per_worker = R × updates), and the run completes its epochs.
+#   5. async: the staleness histogram counts every used push; pushes_per_worker add up to the
+#      global steps.
+#   6. Option errors: --max-staleness with sync, --replicas-to-aggregate with allreduce or more
+#      than the workers — one message naming the option, nothing written.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+make_data train 960 --seed 11
+make_data test 320 --seed 12
+write_job "$SCRATCH/job.ini"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        --epochs 2 --lr-scaling linear --timeout 60)
+
+run() {  # run NAME NP ARGS...: trains into $SCRATCH/NAME (log NAME.log)
+  local name=$1 np=$2
+  shift 2
+  "$MPIEXEC" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${COMMON[@]}" --run-dir "$SCRATCH/$name" "$@" \
+    >"$SCRATCH/$name.log" 2>&1 || { cat "$SCRATCH/$name.log"; fail "$name: dtrain failed"; }
+}
+
+export DTRAIN_FAULT=
+echo "== 1. --max-staleness 0 equals sync through the ps (R = all)"
+run ssp0 4 --mode async --num-ps 1 --max-staleness 0
+run syncps 4 --mode sync --num-ps 1
+"$PY" - "$SCRATCH/ssp0" "$SCRATCH/syncps" <<'PY'
+import glob, json, sys
+import h5py, numpy as np
+a, b = sys.argv[1], sys.argv[2]
+ra, rb = (json.load(open(f"{d}/results.json")) for d in (a, b))
+assert ra["global_step"] == rb["global_step"] > 0, (ra["global_step"], rb["global_step"])
+assert ra["exchange"] == "bounded-staleness async" and rb["exchange"] == "sync through the ps"
+newest = lambda d: sorted(glob.glob(f"{d}/ckpt-*.h5"))[-1]
+fa, fb = h5py.File(newest(a)), h5py.File(newest(b))
+assert np.array_equal(fa["params"][:], fb["params"][:]), "parameters differ"
+for k in fa["optimizer"]:
+    assert np.array_equal(fa["optimizer"][k][:], fb["optimizer"][k][:]), f"optimizer {k} differs"
+assert ra["test_accuracy"] == rb["test_accuracy"]
+print(f"   identical parameters after {ra['global_step']} steps, test accuracy {ra['test_accuracy']:.4f}")
+PY
+
+echo "== 2. --max-staleness 2 with a straggler"
+export DTRAIN_FAULT='slow*4:1'
+run ssp2 4 --mode async --num-ps 1 --max-staleness 2
+export DTRAIN_FAULT=
+"$PY" - "$SCRATCH/ssp2/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+h = r["staleness_histogram"]
+assert r["staleness_max"] <= 2 and not any(h[3:]), (r["staleness_max"], h)
+assert sum(h) == 3 * r["global_step"], (sum(h), r["global_step"])  # every worker, every step
+assert h[1] + h[2] > 0, f"no stale push at all with a straggler: {h[:4]}"
+print(f"   staleness histogram {h[:3]}, max {r['staleness_max']}")
+PY
+
+echo "== 3. sync through the ps (R = all) vs sync allreduce"
+run allreduce 3 --mode sync --num-ps 0
+"$PY" - "$SCRATCH/syncps/results.json" "$SCRATCH/allreduce/results.json" <<'PY'
+import json, sys
+p, a = (json.load(open(f)) for f in sys.argv[1:])
+assert p["global_step"] == a["global_step"], (p["global_step"], a["global_step"])
+assert abs(p["test_accuracy"] - a["test_accuracy"]) <= 0.05, (p["test_accuracy"], a["test_accuracy"])
+assert p["dropped_gradients"] == 0 and sum(p["pushes_per_worker"]) == 3 * p["global_step"], p
+print(f"   test accuracy: through the ps {p['test_accuracy']:.4f}, allreduce {a['test_accuracy']:.4f}")
+PY
+
+echo "== 4. one backup worker (R = 2 of 3), worker 2 slowed 4x"
+export DTRAIN_FAULT='slow*4:2'
+run backup 4 --mode sync --num-ps 1 --replicas-to-aggregate 2
+export DTRAIN_FAULT=
+"$PY" - "$SCRATCH/backup/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["replicas_to_aggregate"] == 2 and r["epochs_completed"] == 2, r
+assert sum(r["pushes_per_worker"]) == 2 * r["ps_updates"], (r["pushes_per_worker"], r["ps_updates"])
+assert r["dropped_per_worker"][2] > 0, f"the slow worker lost no gradient: {r['dropped_per_worker']}"
+assert r["dropped_gradients"] == sum(r["dropped_per_worker"])
+print(f"   pushes used {r['pushes_per_worker']}, dropped {r['dropped_per_worker']}, "
+      f"{r['global_step']} steps, test accuracy {r['test_accuracy']:.4f}")
+PY
+
+echo "== 5. async bookkeeping"
+run async 4 --mode async --num-ps 1
+"$PY" - "$SCRATCH/async/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert sum(r["staleness_histogram"]) == sum(r["pushes_per_worker"]) == r["global_step"], r
+assert r["dropped_gradients"] == 0
+print(f"   {r['global_step']} pushes, staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']}")
+PY
+
+echo "== 6. option errors"
+bad() {  # bad NP WORDS ARGS...
+  local np=$1 words=$2
+  shift 2
+  local d=$SCRATCH/bad log=$SCRATCH/bad.log
+  if "$MPIEXEC" -n "$np" "$DTRAIN" "${COMMON[@]}" --run-dir "$d" "$@" >"$log" 2>&1; then
+    fail "accepted: $*"
+  fi
+  grep "dtrain: error:" "$log" | grep -qF -- "$words" || { cat "$log"; fail "no error naming '$words' for: $*"; }
+  [[ ! -e $d ]] || fail "$d was created by a refused job"
+}
+bad 4 "--max-staleness" --mode sync --num-ps 1 --max-staleness 1
+bad 3 "--replicas-to-aggregate" --mode sync --num-ps 0 --replicas-to-aggregate 2
+bad 4 "--replicas-to-aggregate: 4 is more than the 3 workers" --mode sync --num-ps 1 --replicas-to-aggregate 4
+bad 4 "option '--mode': invalid value 'bsp'" --mode bsp
+echo "PASS"
