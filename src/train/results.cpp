@@ -95,6 +95,9 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["compute_seconds"] = out.compute_seconds;
   r["exchange_seconds"] = out.exchange_seconds;
   r["samples_per_sec"] = sps;
+  r["step_ms_p50"] = out.step_ms_p50;  // the slowest worker's
+  r["step_ms_p90"] = out.step_ms_p90;
+  r["step_ms_max"] = out.step_ms_max;
   r["samples"] = out.samples;
   r["mode"] = std::string(to_string(c.mode));
   r["exchange"] = std::string(to_string(exchange_kind(c)));

@@ -26,6 +26,15 @@ void worker_sum(MPI_Comm comm, double* v, int n) {
   DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm, &req));
   wait_one(req, comm_timeout(), "worker allreduce of metrics");
 }
+/// "42s", "3m07s", "2h05m": a duration for the progress line.
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char b[32];
+  if (s < 60) std::snprintf(b, sizeof b, "%llds", s);
+  else if (s < 3600) std::snprintf(b, sizeof b, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(b, sizeof b, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  return b;
+}
 }  // namespace
 
 Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
@@ -95,6 +104,7 @@ WorkerOutcome Worker::run() {
   resume_.reset();  // free the host copy
 
   t_start_ = t_log_ = now_seconds();
+  log_global_start_ = global_step_;
   ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
   if (resumed && cluster_.is_chief() && c_.target_accuracy > 0) {
@@ -145,6 +155,7 @@ WorkerOutcome Worker::run() {
   }
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
+  summarize_step_times();
   return out_;
 }
 
@@ -197,6 +208,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     staleness_sum_ += r.staleness;
     ++pushes_;
     train_seconds_ += now_seconds() - t0;
+    step_ms_.push_back(static_cast<float>(1e3 * (t3 - t0)));
     ++log_steps_;
     log_samples_local_ += n;
     log_samples_global_ += r.samples;
@@ -256,18 +268,65 @@ void Worker::log_interval(int epoch) {
     const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
     const double wall = prior_wall_ + now - t_start_;
     const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
-    char line[256];
-    int len = std::snprintf(line, sizeof line,
-                            "step %7lld | epoch %3d | loss %.4f | acc %.4f | %9.1f samples/s | "
-                            "lr %.5f | %7.1f s",
-                            static_cast<long long>(global_step_), epoch + 1, loss, acc, sps, lr, wall);
-    if (!exchange_->lockstep() && len > 0 && len < static_cast<int>(sizeof line))
-      std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
-    log_info(line);
+    const double ms_per_step = log_steps_ ? 1e3 * dt / static_cast<double>(log_steps_) : 0.0;
+    log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
     metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness});
   }
   t_log_ = now;
+  log_global_start_ = global_step_;
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;
+}
+
+std::string Worker::progress_line(int epoch, double loss, double acc, double ms_per_step,
+                                  double sps, double lr, double wall, double dt,
+                                  double staleness) const {
+  // Progress: share of the run's global steps done, and the time left at this interval's rate
+  // of global steps (training only: evaluations and checkpoints come on top).
+  const double total = static_cast<double>(std::max<std::int64_t>(plan_.total_steps, 1));
+  const double done = std::min(1.0, static_cast<double>(global_step_) / total);
+  const double rate = static_cast<double>(global_step_ - log_global_start_) / dt;
+  const double eta = rate > 0 ? (total - static_cast<double>(global_step_)) / rate : 0.0;
+  char line[320];
+  int len = std::snprintf(line, sizeof line,
+                          "step %7lld | epoch %3d | loss %.4f | acc %.4f | %8.1f ms/step | "
+                          "%9.1f samples/s | lr %.5f | %7.1f s | %5.1f%% | ETA %s",
+                          static_cast<long long>(global_step_), epoch + 1, loss, acc, ms_per_step,
+                          sps, lr, wall, 100.0 * done, format_duration(std::max(eta, 0.0)).c_str());
+  if (!exchange_->lockstep() && len > 0 && len < static_cast<int>(sizeof line))
+    std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
+  return line;
+}
+
+void Worker::summarize_step_times() {
+  // p50 / p90 / max of this worker's step times (data + compute + exchange), gathered to the chief.
+  double mine[3] = {0, 0, 0};
+  if (!step_ms_.empty()) {
+    std::vector<float> t = step_ms_;
+    auto at = [&](double q) {
+      auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(t.size() - 1) + 0.5);
+      std::nth_element(t.begin(), t.begin() + k, t.end());
+      return static_cast<double>(t[k]);
+    };
+    mine[0] = at(0.5);
+    mine[1] = at(0.9);
+    mine[2] = *std::max_element(step_ms_.begin(), step_ms_.end());
+  }
+  std::vector<double> all(cluster_.is_chief() ? 3 * plan_.workers : 0);
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Igather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0,
+                           cluster_.role_comm(), &req));
+  wait_one(req, comm_timeout(), "gathering step times");
+  if (!cluster_.is_chief()) return;
+  std::string line = "# step time ms p50/p90/max per worker:";
+  for (int w = 0; w < plan_.workers; ++w) {
+    char b[64];
+    std::snprintf(b, sizeof b, " w%d %.1f/%.1f/%.1f", w, all[3 * w], all[3 * w + 1], all[3 * w + 2]);
+    line += b;
+    out_.step_ms_p50 = std::max(out_.step_ms_p50, all[3 * w]);
+    out_.step_ms_p90 = std::max(out_.step_ms_p90, all[3 * w + 1]);
+    out_.step_ms_max = std::max(out_.step_ms_max, all[3 * w + 2]);
+  }
+  log_info(line);
 }
 
 void Worker::average_model_state() {

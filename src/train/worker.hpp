@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
@@ -33,6 +35,8 @@ struct WorkerOutcome {
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
   /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)
   double time_to_accuracy = -1;
+  /// chief: the slowest worker's p50 / p90 / max step time (data + compute + exchange), ms
+  double step_ms_p50 = 0, step_ms_p90 = 0, step_ms_max = 0;
   std::int64_t step_at_accuracy = -1;
 };
 
@@ -54,6 +58,14 @@ class Worker {
   void average_model_state();
   void checkpoint(int epoch, std::int64_t step_in_epoch);
   void log_interval(int epoch);
+  /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
+  /// the run's global steps done, ETA (async: staleness).
+  [[nodiscard]] std::string progress_line(int epoch, double loss, double acc, double ms_per_step,
+                                          double sps, double lr, double wall, double dt,
+                                          double staleness) const;
+  /// Gathers every worker's step-time p50/p90/max (collective over the workers); the chief logs
+  /// them and keeps the slowest worker's in out_.
+  void summarize_step_times();
   /// DTRAIN_FAULT hooks (test-only); step_seconds: this step's forward + backward time
   void inject_faults(double step_seconds);
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
@@ -78,6 +90,8 @@ class Worker {
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
   double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0;
   std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0;
+  std::int64_t log_global_start_ = 0;  ///< global_step at the start of the log interval
+  std::vector<float> step_ms_;         ///< this worker's step times in this process, ms
   double staleness_sum_ = 0;
   std::int64_t pushes_ = 0;
   WorkerOutcome out_;

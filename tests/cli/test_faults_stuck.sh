@@ -42,14 +42,23 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   local msg w
   msg=$(grep -m1 "timed out after 5 s" "$log") || { cat "$log"; fail "$name: no watchdog message"; }
   local IFS='|'
-  for w in $words; do grep -qF -- "$w" <<<"$msg" || { cat "$log"; fail "$name: the message lacks '$w': $msg"; }; done
+  # Each '|'-separated word must appear; a word "a/b" is satisfied by either (where a stuck peer
+  # leaves the others waiting depends on the moment it stopped).
+  local alt found
+  for w in $words; do
+    found=0
+    IFS=/
+    for alt in $w; do grep -qF -- "$alt" <<<"$msg" && found=1; done
+    IFS='|'
+    ((found)) || { cat "$log"; fail "$name: the message lacks '$w': $msg"; }
+  done
   unset IFS
   grep -q "\[rank [0-9]" <<<"$msg" || fail "$name: the message does not name its rank: $msg"
   echo "   $msg"
   verify_ckpts "$dir"
 }
 
-stuck_case sync-stop 3 stop:1 "allreduce" --mode sync --num-ps 0
+stuck_case sync-stop 3 stop:1 "allreduce/gathering batchnorm statistics" --mode sync --num-ps 0
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
