@@ -215,6 +215,10 @@ void build_table(Table& t, Config& c) {
         "checkpoint every N global steps (0: only at epoch ends and the end)");
   t.add("keep-checkpoints", &c.keep_checkpoints, "how many newest checkpoints to keep");
   t.add("resume", &c.resume, "continue from the newest valid checkpoint in --run-dir");
+  t.add("timeline", &c.timeline,
+        "write <run-dir>/timeline.json: every rank's spans (data wait, forward, backward, "
+        "allreduce / push-pull, optimizer, evaluation, checkpoint) as a Chrome trace for "
+        "chrome://tracing or Perfetto (a resumed run overwrites it)");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");

@@ -2,6 +2,8 @@
 // activation-memory plan (see model.hpp).
 #include "dtrain/model/model.hpp"
 
+#include "dtrain/core/timeline.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -230,11 +232,15 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     return;
   }
   Stack& s = stack_for(n);
-  run_forward(s, x, StepContext{true, step_seed});
   const std::size_t L = s.layers.size();
   auto at = [&](std::size_t offset) { return arena_.data() + offset; };
-  s.loss->forward_backward(act(static_cast<int>(L), x), labels, n, grad_scale,
-                           at(plan_->grad[L]), stats);
+  {
+    const TimelineSpan span("forward", "compute");  // with the loss and its gradient
+    run_forward(s, x, StepContext{true, step_seed});
+    s.loss->forward_backward(act(static_cast<int>(L), x), labels, n, grad_scale,
+                             at(plan_->grad[L]), stats);
+  }
+  const TimelineSpan span("backward", "compute");
   std::vector<const float*> in;
   std::vector<float*> din;
   for (std::size_t i = L; i-- > 0;) {

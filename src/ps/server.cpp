@@ -11,6 +11,7 @@
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/protocol.hpp"
@@ -201,7 +202,10 @@ class ParameterServer {
       const float f = 1.0f / static_cast<float>(staleness);
       for (std::size_t i = 0; i < n_; ++i) g[i] *= f;
     }
-    opt_.apply(params_.data(), g, global_step_);
+    {
+      const TimelineSpan span("apply", "optimizer");
+      opt_.apply(params_.data(), g, global_step_);
+    }
     ++global_step_;
     ++stats_.updates;
     count_used(w, staleness);
@@ -237,6 +241,7 @@ class ParameterServer {
       std::int64_t total = 0;
       for (int s : a.samples) total += std::max(s, 0);
       if (total > 0) {
+        const TimelineSpan span("aggregate+apply", "optimizer");
         // Σ_w (n_w / N)·g_w in worker order: the same bits whatever the arrival order.
         std::vector<float>& sum = scratch_;
         sum.assign(n_, 0.0f);

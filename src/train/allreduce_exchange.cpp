@@ -6,6 +6,7 @@
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/sync/allreduce.hpp"
 #include "exchange_impl.hpp"
@@ -62,12 +63,15 @@ class AllreduceExchange final : public GradientExchange {
 
   ExchangeResult step(Model& model, std::int64_t s, int /*n*/, bool stop_local) override {
     Backend& be = model.backend();
-    allreduce_->allreduce_sum(model.grads(), model.param_count());
-    // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
     float flag = stop_local ? 1.0f : 0.0f;
-    MPI_Request req;
-    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
-    wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
+    {
+      const TimelineSpan span("allreduce", "exchange");
+      allreduce_->allreduce_sum(model.grads(), model.param_count());
+      // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
+      MPI_Request req;
+      DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
+      wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
+    }
     ExchangeResult r;
     r.stop = flag > 0;
     r.samples = global_samples_at(plan_, s);
@@ -87,6 +91,7 @@ class AllreduceExchange final : public GradientExchange {
                  ": non-finite gradient (--skip-nonfinite)");
       r.applied = false;
     } else {
+      const TimelineSpan span("optimizer", "optimizer");
       opt_.apply(model.params(), model.grads(), global_step_);
     }
     r.global_step = ++global_step_;

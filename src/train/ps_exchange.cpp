@@ -6,6 +6,7 @@
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/client.hpp"
 #include "exchange_impl.hpp"
@@ -58,7 +59,11 @@ class PsExchange : public GradientExchange {
                ": non-finite gradient (--skip-nonfinite)");
       n = 0;  // a push without samples: the ps ignores its values but keeps the step's rhythm
     }
-    const PushResult p = client_.push_pull(g, n, params_.buffer(model.params()), stop_local);
+    PushResult p;
+    {
+      const TimelineSpan span("push-pull", "exchange");  // includes waiting for a held reply
+      p = client_.push_pull(g, n, params_.buffer(model.params()), stop_local);
+    }
     params_.to_device(model.params());
     ExchangeResult r;
     r.applied = n > 0 && !p.dropped;
@@ -72,6 +77,7 @@ class PsExchange : public GradientExchange {
   }
 
   std::int64_t refresh(Model& model) override {
+    const TimelineSpan span("pull", "exchange");
     last_step_ = client_.pull(params_.buffer(model.params()), wait_step()).global_step;
     params_.to_device(model.params());
     return last_step_;

@@ -16,6 +16,7 @@
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -200,10 +201,74 @@ void announce(const Config& c, const Job& job) {
   std::ofstream(fs::path(c.run_dir) / "config.ini") << c.effective_ini;
 }
 
+/// --timeline: every rank starts its clock at the same barrier (one node: one clock; across nodes
+/// the barrier aligns the tracks to within its own skew).
+void start_timeline(const Config& c) {
+  if (!c.timeline) return;
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+  wait_one(req, comm_timeout(), "barrier starting the timeline");
+  Timeline::instance().enable(now_seconds());
+}
+
+/// --timeline: gathers every rank's spans to the chief, which writes <run_dir>/timeline.json
+/// (via a temporary file): one track (pid) per world rank, named by its role.
+void write_timeline(const Config& c, const Job& job) {
+  if (!c.timeline) return;
+  const Cluster& cl = *job.cluster;
+  const std::string mine = Timeline::instance().events_json(cl.world_rank());
+  const int root = cl.worker_rank(0), n = cl.world_size();
+  const bool at_root = cl.world_rank() == root;
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(at_root ? n : 0), offsets(at_root ? n : 0);
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, cl.world(), &req));
+  wait_one(req, comm_timeout(), "gathering timeline sizes");
+  std::string all;
+  if (at_root) {
+    for (int r = 0, at = 0; r < n; at += lens[r], ++r) offsets[r] = at;
+    all.resize(static_cast<std::size_t>(offsets.back() + lens.back()));
+  }
+  DT_CHECK_MPI(MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(),
+                            MPI_CHAR, root, cl.world(), &req));
+  wait_one(req, comm_timeout(), "gathering timeline events");
+  if (!at_root) return;
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  for (const auto& r : cl.ranks()) {
+    const std::string name = "rank " + std::to_string(r.rank) + ": " +
+                             (r.role == Role::ps ? "ps " : "worker ") + std::to_string(r.index) +
+                             (r.role == Role::worker && r.index == 0 ? " (chief)" : "") + " on " +
+                             r.host;
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r.rank) +
+           ",\"args\":{\"name\":\"" + name + "\"}},\n";
+    out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
+           std::to_string(r.rank) + ",\"args\":{\"sort_index\":" + std::to_string(r.rank) + "}},\n";
+  }
+  std::size_t at = 0;
+  bool first = true;
+  for (int r = 0; r < n; ++r) {
+    if (lens[r] == 0) continue;
+    out += (first ? "" : ",\n") + all.substr(at, static_cast<std::size_t>(lens[r]));
+    at += static_cast<std::size_t>(lens[r]);
+    first = false;
+  }
+  out += "\n]}\n";
+  const fs::path path = fs::path(c.run_dir) / "timeline.json";
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << out;
+    if (!f) throw Error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, path);
+  log_info("# timeline " + path.string());
+}
+
 int serve_as_ps(const Config& c, const Job& job) {
   const PsStats st = run_parameter_server(*job.cluster, c, job.shards[job.cluster->me().index],
                                           job.plan.total_steps, stop_flag(), job.ps_no_decay);
   gather_run_stats(job, &st, nullptr);
+  write_timeline(c, job);
   return stop_requested() ? kExitSignalled : kExitOk;
 }
 
@@ -227,6 +292,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const WorkerOutcome out = worker.run();
   const RunStats st = gather_run_stats(job, nullptr, &out);
   if (chief) write_results(c, job, out, st);
+  write_timeline(c, job);
   return out.stopped_by == "signal" ? kExitSignalled : kExitOk;
 }
 
@@ -243,6 +309,7 @@ int run_training(const Config& c) {
   acquire_resources(c, job);
   share_resume_point(job);
   announce(c, job);
+  start_timeline(c);
   // What workers and ps train with: --lr-scaling, --async-schedule applied.
   const Config effective = effective_for_workers(c, job.plan.workers);
   return job.cluster->is_ps() ? serve_as_ps(effective, job) : train_as_worker(c, effective, job);

@@ -13,6 +13,7 @@
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -183,6 +184,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     }
     const double t0 = now_seconds();
     int n = 0;
+    std::optional<TimelineSpan> data_span(std::in_place, "data wait", "data");
     if (!reader) {
       n = static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
     } else if (reader->next(batch)) {
@@ -192,6 +194,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
       be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
     }
+    data_span.reset();
     const double t1 = now_seconds();
     const float scale = exchange_->gradient_scale(s, n);
     const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
@@ -378,6 +381,7 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
 
 void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   if (!plan_.has_test) return;
+  const TimelineSpan span("evaluation", "evaluation");
   HostBatch batch;
   float zero[2] = {0, 0}, sums[2];
   float saved[2];
@@ -423,6 +427,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
 void Worker::checkpoint(int epoch, std::int64_t step_in_epoch) {
   const bool lockstep = exchange_->lockstep();
   if (global_step_ == last_checkpoint_step_) return;
+  const TimelineSpan span("checkpoint", "checkpoint");
   CheckpointState s;
   const std::size_t S = model_.state_count();
   std::vector<float> mine(std::max<std::size_t>(S, 1));

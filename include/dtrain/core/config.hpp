@@ -165,6 +165,7 @@ struct Config {
   std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)
   int keep_checkpoints = 3;
   bool resume = false;
+  bool timeline = false;          ///< write a Chrome trace of every rank to <run_dir>/timeline.json
   // faults
   double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
   bool skip_nonfinite = false;
