@@ -195,8 +195,10 @@ void build_table(Table& t, Config& c) {
         "async: learning rate of a push that is tau global steps stale: constant (lr) | inverse "
         "(lr / max(1, tau), staleness-aware async SGD, Zhang et al. 2016)");
   t.add("async-momentum", &c.async_momentum,
-        "async: momentum the ps applies: compensated (--momentum minus the implicit momentum "
-        "1 - 1/W that W asynchronous workers add, at least 0; Mitliagkas et al. 2016) | as-given");
+        "async: momentum the ps applies: lr-scaled (--momentum minus the implicit momentum "
+        "1 - 1/W that W asynchronous workers add (Mitliagkas et al. 2016), scaled by lr(step) / "
+        "--lr: full compensation at the peak learning rate, none as it decays) | compensated "
+        "(minus 1 - 1/W throughout) | as-given; never below 0");
   t.add("async-schedule", &c.async_schedule,
         "async: what --warmup-steps, --lr-step-size and --lr-decay-steps count: sync-steps (global "
         "steps of a sync run of the same workers, W pushes each: the same schedule per sample as "

@@ -26,11 +26,13 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
   return c.lr;
 }
 
-float ps_momentum(const Config& c, int workers) {
+float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t total_steps) {
   if (exchange_kind(c) != ExchangeKind::ps_async || c.async_momentum == AsyncMomentum::as_given ||
       workers < 1)
     return c.momentum;
-  const float implicit = 1.0f - 1.0f / static_cast<float>(workers);
+  float implicit = 1.0f - 1.0f / static_cast<float>(workers);
+  if (c.async_momentum == AsyncMomentum::lr_scaled)
+    implicit *= std::clamp(learning_rate(c, step, total_steps) / c.lr, 0.0f, 1.0f);
   return std::max(0.0f, c.momentum - implicit);
 }
 
@@ -87,7 +89,8 @@ void Optimizer::apply(float* params, const float* grads, std::int64_t step) {
   OptimizerUpdate u;
   u.kind = kind_;
   u.lr = learning_rate(config_, step, total_steps_);
-  u.momentum = config_.momentum;
+  u.momentum = async_workers_ > 0 ? ps_momentum(config_, async_workers_, step, total_steps_)
+                                  : config_.momentum;
   u.nesterov = config_.nesterov;
   u.beta1 = config_.beta1;
   u.beta2 = config_.beta2;

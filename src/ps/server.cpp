@@ -19,13 +19,6 @@
 namespace dtrain {
 namespace {
 
-/// The configuration the ps's optimizer runs with: --momentum as ps_momentum() makes it.
-Config ps_config(const Config& c, int workers) {
-  Config p = c;
-  p.momentum = ps_momentum(c, workers);
-  return p;
-}
-
 /// Bytes of a message with `floats` floats after the header.
 std::size_t message_bytes(std::size_t floats) { return sizeof(MsgHeader) + floats * sizeof(float); }
 
@@ -58,11 +51,12 @@ class ParameterServer {
       : cluster_(cluster), c_(c), kind_(exchange_kind(c)), workers_(cluster.num_workers()),
         n_(shard.size()), who_("ps " + std::to_string(cluster.me().index)), stop_flag_(stop_flag),
         backend_(make_cpu_backend()), params_(*backend_, n_),
-        opt_(ps_config(c, workers_), *backend_, n_, total_steps, no_decay), max_steps_(c.max_steps),
+        opt_(c, *backend_, n_, total_steps, no_decay), max_steps_(c.max_steps),
         clock_(workers_, 0), slots_(workers_) {
     replicas_ = kind_ == ExchangeKind::ps_sync && c.replicas_to_aggregate > 0
                     ? std::min(c.replicas_to_aggregate, workers_)
                     : workers_;
+    opt_.use_async_momentum(workers_);  // --async-momentum (async only)
     stats_.staleness_histogram.assign(kStalenessBins, 0);
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);

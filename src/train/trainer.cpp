@@ -281,11 +281,15 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
     log_info("# --async-schedule sync-steps: warm-up over " + std::to_string(effective.warmup_steps) +
              " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
              std::to_string(job.plan.workers) + " workers");
-  if (chief && ps_momentum(c, job.plan.workers) != c.momentum && c.optimizer == "momentum")
-    log_info("# --async-momentum compensated: the ps applies momentum " +
-             std::to_string(ps_momentum(c, job.plan.workers)) + " = " + std::to_string(c.momentum) +
-             " - (1 - 1/" + std::to_string(job.plan.workers) +
-             ") implicit momentum of asynchronous workers");
+  if (chief && c.optimizer == "momentum" &&
+      ps_momentum(effective, job.plan.workers, effective.warmup_steps, job.plan.total_steps) !=
+          c.momentum)
+    log_info("# --async-momentum " + std::string(to_string(c.async_momentum)) +
+             ": at the peak learning rate the ps applies momentum " +
+             std::to_string(ps_momentum(effective, job.plan.workers, effective.warmup_steps,
+                                        job.plan.total_steps)) +
+             " = " + std::to_string(c.momentum) + " - (1 - 1/" + std::to_string(job.plan.workers) +
+             "), the implicit momentum of asynchronous workers");
   if (chief && job.plan.synthetic && (c.random_crop > 0 || c.random_flip))
     log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   Worker worker(effective, *job.cluster, job.plan, *job.backend, std::move(job.resume));

@@ -132,11 +132,15 @@ void run_serial_case(const SerialCase& k) {
     // The serial reference, computed by every worker.
     auto cpu = make_cpu_backend();
     std::vector<float> ref = initial_params();
-    // The ps runs the optimizer with the momentum --async-momentum gives W workers.
-    Config ref_cfg = cfg;
-    ref_cfg.momentum = ps_momentum(cfg, workers);
-    EXPECT_NEAR(ref_cfg.momentum, std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers)), 1e-6f);
-    Optimizer opt(ref_cfg, *cpu, kParams, total_steps);
+    // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
+    // μ − (1 − 1/W)·lr(step)/lr.
+    for (std::int64_t t : {std::int64_t{0}, pushes / 2, pushes - 1})
+      EXPECT_NEAR(ps_momentum(cfg, workers, t, total_steps),
+                  std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers) *
+                                                    learning_rate(cfg, t, total_steps) / cfg.lr),
+                  1e-6f);
+    Optimizer opt(cfg, *cpu, kParams, total_steps);
+    opt.use_async_momentum(workers);
     std::vector<std::vector<float>> after;  // reference params after each push
     for (std::int64_t t = 0; t < pushes; ++t) {
       if (t < applied) opt.apply(ref.data(), gradient(static_cast<int>(t % workers), static_cast<int>(t / workers)).data(), t);

@@ -40,6 +40,9 @@ enum class StaleLr {
 
 /// --async-momentum: the momentum an async ps applies.
 enum class AsyncMomentum {
+  lr_scaled,    ///< --momentum minus (1 − 1/W)·lr(step)/lr: the implicit momentum is compensated
+                ///< in proportion to the learning rate (the staleness error θ_t − θ_{t−τ} scales
+                ///< with it), full compensation at the peak rate, none as it decays to 0
   compensated,  ///< --momentum minus the implicit momentum of W asynchronous workers, 1 − 1/W
                 ///< (Mitliagkas et al. 2016, "Asynchrony begets momentum"), at least 0
   as_given,     ///< --momentum unchanged
@@ -77,8 +80,10 @@ struct EnumNames<StaleLr> {
 };
 template <>
 struct EnumNames<AsyncMomentum> {
-  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 2> table{
-      {{AsyncMomentum::compensated, "compensated"}, {AsyncMomentum::as_given, "as-given"}}};
+  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 3> table{
+      {{AsyncMomentum::lr_scaled, "lr-scaled"},
+       {AsyncMomentum::compensated, "compensated"},
+       {AsyncMomentum::as_given, "as-given"}}};
 };
 template <>
 struct EnumNames<AsyncSchedule> {
@@ -122,7 +127,7 @@ struct Config {
   /// ones are dropped, workers beyond R are backup workers (Chen et al. 2016)
   int replicas_to_aggregate = 0;
   StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
-  AsyncMomentum async_momentum = AsyncMomentum::compensated;  ///< async: the ps's momentum
+  AsyncMomentum async_momentum = AsyncMomentum::lr_scaled;  ///< async: the ps's momentum
   AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
   int epochs = 1;
   std::int64_t max_steps = 0;     ///< global steps; 0 = no limit

@@ -32,9 +32,11 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 /// `c.lr_schedule` measured from the end of warm-up. Pure function.
 float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps);
 
-/// The momentum coefficient an async ps applies with `workers` workers (--async-momentum):
-/// compensated: max(0, momentum − (1 − 1/workers)); as-given: momentum. Other modes: momentum.
-float ps_momentum(const Config& c, int workers);
+/// The momentum coefficient an async ps applies at 0-based global step `step` of `total_steps`
+/// with `workers` workers (--async-momentum; Mitliagkas et al. 2016): lr-scaled:
+/// max(0, μ − (1 − 1/W)·learning_rate(step)/lr); compensated: max(0, μ − (1 − 1/W)); as-given:
+/// μ. Other modes (and W = 1): μ. Pure function.
+float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t total_steps);
 
 /// OptimizerKind from "sgd" | "momentum" | "adam". Throws InputError otherwise.
 OptimizerKind optimizer_kind(const std::string& name);
@@ -49,6 +51,10 @@ class Optimizer {
   /// Applies one update for 0-based global step `step`: params -= f(grads). Both device pointers
   /// of n floats. With no_decay ranges, one backend update per run of equal decay.
   void apply(float* params, const float* grads, std::int64_t step);
+
+  /// From now on the momentum coefficient of each step is ps_momentum(config, workers, step,
+  /// total_steps) instead of --momentum (an async ps).
+  void use_async_momentum(int workers) { async_workers_ = workers; }
 
   /// Optimizer state for checkpoints: first moment / momentum (n floats or empty) and second
   /// moment (n floats, Adam only, or empty). Device pointers.
@@ -66,6 +72,7 @@ class Optimizer {
   OptimizerKind kind_;
   std::vector<FloatRange> no_decay_;
   DeviceBuffer<float> m_, v_;
+  int async_workers_ = 0;  ///< > 0: momentum from ps_momentum()
 };
 
 }  // namespace dtrain
