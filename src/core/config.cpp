@@ -166,6 +166,13 @@ void build_table(Table& t, Config& c) {
         "checkpoint every N global steps (0: only at epoch ends and the end)");
   t.add("keep-checkpoints", &c.keep_checkpoints, "how many newest checkpoints to keep");
   t.add("resume", &c.resume, "continue from the newest valid checkpoint in --run-dir");
+  t.add("summaries", &c.summaries,
+        "the chief writes TensorBoard event files (events.out.tfevents.*) into --run-dir: every "
+        "metrics.csv row as scalars train/* and test/*; a resumed run adds a new file");
+  t.add("summary-every", &c.summary_every,
+        "write train summaries every N global steps (TF's save_summaries_steps; taken from the "
+        "log rows, so at most one per --log-every interval); 0: every log row. Evaluations are "
+        "always written");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -329,6 +336,7 @@ void validate_config(const Config& c) {
   non_negative("threads", c.threads);
   non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
   positive("keep-checkpoints", c.keep_checkpoints);
+  non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
   DT_REQUIRE(!(c.mode == "async" && c.num_ps == 0),

@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 
-MetricsWriter::MetricsWriter(const std::string& run_dir) {
+MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries) {
   const fs::path p = fs::path(run_dir) / "metrics.csv";
   const bool fresh = !fs::exists(p);
   out_.open(p, std::ios::app);
@@ -19,7 +19,10 @@ MetricsWriter::MetricsWriter(const std::string& run_dir) {
   if (fresh)
     out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness\n";
   out_.flush();
+  if (summaries.enabled) summary_ = std::make_unique<SummaryWriter>(run_dir, summaries);
 }
+
+MetricsWriter::~MetricsWriter() = default;
 
 void MetricsWriter::write(const MetricsRow& r) {
   out_ << r.kind << ',' << r.global_step << ',' << r.epoch << ',' << std::fixed
@@ -27,6 +30,7 @@ void MetricsWriter::write(const MetricsRow& r) {
        << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
        << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << '\n';
   out_.flush();
+  if (summary_) summary_->write(r);
 }
 
 std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,

@@ -38,7 +38,9 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
   exchange_ = c.mode == "sync" ? make_sync_exchange(c, cluster, model_, plan.total_steps)
                                : make_async_exchange(c, cluster, model_);
   if (plan.synthetic) make_synthetic_batch();
-  if (cluster_.is_chief()) metrics_ = std::make_unique<MetricsWriter>(c.run_dir);
+  if (cluster_.is_chief())
+    metrics_ = std::make_unique<MetricsWriter>(
+        c.run_dir, SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
 }
 
 Worker::~Worker() = default;

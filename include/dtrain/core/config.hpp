@@ -67,6 +67,8 @@ struct Config {
   std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)
   int keep_checkpoints = 3;
   bool resume = false;
+  bool summaries = true;          ///< the chief writes TensorBoard event files into run_dir
+  std::int64_t summary_every = 0; ///< train summaries every N global steps (0: every log row)
   // faults
   double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
   bool skip_nonfinite = false;
