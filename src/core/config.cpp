@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/version.hpp"
 #include "dtrain/io/dataset.hpp"
 
 namespace po = boost::program_options;
@@ -214,6 +215,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
   po::options_description desc = table.all();
   po::options_description general("General");
   general.add_options()("help,h", "print this help and exit")(
+      "version", "print dtrain's version (git describe at build time) and exit")(
       "config", po::value<std::string>(&c.config_file), "INI job file (see jobs/)");
   po::options_description cli;
   cli.add(general).add(desc);
@@ -229,6 +231,11 @@ ParseResult parse_config(int argc, const char* const* argv) {
     os << "usage: mpirun -np N dtrain --config JOB.ini [--option value ...]\n\n" << cli;
     r.help = true;
     r.help_text = os.str();
+    return r;
+  }
+  if (vm.count("version")) {
+    r.help = true;
+    r.help_text = std::string("dtrain ") + dtrain_version() + "\n";
     return r;
   }
   if (vm.count("config")) {

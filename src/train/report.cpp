@@ -74,7 +74,17 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
     if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
     else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
     else if (std::holds_alternative<std::monostate>(v)) os << "null";
-    else os << '"' << json_escape(std::get<std::string>(v)) << '"';
+    else if (const auto* str = std::get_if<std::string>(&v)) os << '"' << json_escape(*str) << '"';
+    else if (const auto* ss = std::get_if<std::vector<std::string>>(&v)) {
+      os << '[';
+      for (std::size_t j = 0; j < ss->size(); ++j) os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
+      os << ']';
+    } else {
+      const auto& ns = std::get<std::vector<std::int64_t>>(v);
+      os << '[';
+      for (std::size_t j = 0; j < ns.size(); ++j) os << (j ? ", " : "") << ns[j];
+      os << ']';
+    }
     os << (++i < kv.size() ? ",\n" : "\n");
   }
   os << "}\n";

@@ -19,6 +19,7 @@
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
+#include "dtrain/train/provenance.hpp"
 #include "dtrain/train/signals.hpp"
 #include "worker.hpp"
 
@@ -240,6 +241,7 @@ int run_training(const Config& c) {
     }
   });
   cluster->set_devices(device_name);
+  const Provenance provenance = gather_provenance(*cluster, device_name, c.effective_ini);
 
   // Share the resume point with every worker (sync replicas need the parameters too).
   if (cluster->is_worker()) {
@@ -274,6 +276,7 @@ int run_training(const Config& c) {
              (c.config_file.empty() ? "" : " of " + c.config_file));
   }
   if (cluster->is_chief()) {
+    log_info(describe_provenance(provenance));
     log_info(cluster->role_table());
     log_info(model_report);
     log_info(describe_plan(plan));
@@ -353,6 +356,7 @@ int run_training(const Config& c) {
     r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
     r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
   }
+  add_provenance(r, provenance);
   write_results_json(c.run_dir, r);
   char line[300];
   std::snprintf(line, sizeof line,

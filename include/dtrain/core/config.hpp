@@ -77,11 +77,11 @@ struct Config {
   std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
 };
 
-/// Result of parsing: either a Config, or help text to print (exit 0).
+/// Result of parsing: either a Config, or text to print before exiting 0 (--help, --version).
 struct ParseResult {
   Config config;
-  bool help = false;
-  std::string help_text;
+  bool help = false;      ///< print help_text and exit 0
+  std::string help_text;  ///< --help: usage and every option; --version: "dtrain <version>\n"
 };
 
 /// Parses argv (and the job file named by --config). Validates every value.

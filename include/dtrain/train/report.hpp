@@ -51,9 +51,10 @@ class MetricsWriter {
   std::unique_ptr<SummaryWriter> summary_;
 };
 
-/// A flat JSON object of numbers, strings and nulls (std::monostate), written as
-/// <run_dir>/results.json via a temporary file and rename.
-using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate>;
+/// A JSON object of numbers, strings, nulls (std::monostate) and arrays of strings or integers,
+/// written as <run_dir>/results.json via a temporary file and rename. Throws Error naming the file.
+using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate,
+                               std::vector<std::string>, std::vector<std::int64_t>>;
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
 
 }  // namespace dtrain
