@@ -91,9 +91,6 @@ std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s) {
   return total;
 }
 
-namespace {
-
-/// OpenMP threads for this rank: --threads, or the node's cores shared by its ranks (ps: 1).
 void set_threads(const Config& c, const Cluster& cluster) {
   // The launcher may pin this rank to a few cores (Open MPI binds each rank to one core when
   // -np <= 2): never start more threads than the cores this rank may run on, unless asked to.
@@ -114,7 +111,6 @@ void set_threads(const Config& c, const Cluster& cluster) {
   omp_set_num_threads(threads);
 }
 
-/// This rank's compute backend and its name for the role table.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
   bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
   if (cluster.is_ps() || !want_gpu) {
@@ -135,6 +131,8 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   name = "cuda:" + std::to_string(gpu);
   return make_cuda_backend(gpu);
 }
+
+namespace {
 
 /// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
 /// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same batches").

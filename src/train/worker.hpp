@@ -52,7 +52,9 @@ class Worker {
   void evaluate_between(int epoch);
   void note_target(double accuracy, std::int64_t step, double wall);  ///< --target-accuracy
   void average_model_state();
-  void checkpoint(int epoch, std::int64_t step_in_epoch);
+  /// rewrite: write even when this step was checkpointed already (async epoch ends, whose
+  /// averaged batchnorm statistics replace the chief's own of a mid-epoch checkpoint).
+  void checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite = false);
   void log_interval(int epoch);
   void inject_faults();  ///< DTRAIN_FAULT hooks (test-only)
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once

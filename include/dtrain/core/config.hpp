@@ -73,6 +73,12 @@ struct Config {
   double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
   bool skip_nonfinite = false;
 
+  // inference (dtrain predict)
+  std::string command = "train";  ///< train | predict (the subcommand; train when none is given)
+  std::string checkpoint;         ///< predict: the checkpoint to score with
+  std::string data;               ///< predict: HDF5 images (labels optional) to score
+  std::string out;                ///< predict: the predictions file to create (never overwritten)
+
   std::string config_file;        ///< the job file read, if any
   std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
 };
@@ -84,7 +90,8 @@ struct ParseResult {
   std::string help_text;  ///< --help: usage and every option; --version: "dtrain <version>\n"
 };
 
-/// Parses argv (and the job file named by --config). Validates every value.
+/// Parses argv (and the job file named by --config). Validates every value. argv[1] may name the
+/// subcommand, `train` (the default when argv[1] is an option) or `predict`.
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
 

@@ -10,7 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
+#include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/dataset.hpp"
 
 namespace dtrain {
@@ -36,6 +40,15 @@ std::int64_t worker_steps_per_epoch(const TrainPlan& p, const std::string& mode,
 
 /// Samples all workers together process in local step `s` of an epoch (sync mode).
 std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s);
+
+/// Sets this rank's OpenMP threads: --threads, or the node's cores shared by its ranks (ps: 1),
+/// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
+void set_threads(const Config& c, const Cluster& cluster);
+
+/// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
+/// "cuda:N"): --device, one GPU per node-local worker. Throws InputError when --device cuda finds
+/// no GPU or more local workers than GPUs without --allow-gpu-sharing.
+std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled
 /// after a signal-triggered checkpoint). Throws on errors (ReportedError when already printed).
