@@ -72,7 +72,9 @@ for r in csv.DictReader(open(f"{run}/metrics.csv")):
             continue
         last = step // every
     want[r["kind"]].append(r)
-assert len(want["train"]) >= 4 and len(want["test"]) >= 2, want
+# Sync logs every 3 steps of both processes; an async chief starved by a loaded machine may log
+# few rows, but each process evaluates once at its end.
+assert len(want["test"]) >= 2 and len(want["train"]) >= (8 if every == 0 else 1), want
 
 checked = 0
 for tag, col in tags.items():
@@ -87,7 +89,8 @@ for tag, col in tags.items():
         assert abs(value - expect) <= tol, f"{tag} at step {step}: TensorBoard {value}, metrics.csv {expect}"
         checked += 1
 steps = [e.step for e in acc.Scalars("train/loss")]
-assert steps == sorted(steps) and steps[0] <= resume < steps[-1], steps
+assert steps == sorted(steps) and steps[-1] > resume, steps
+assert every > 0 or steps[0] <= resume, f"no train summary of the first process: {steps}"
 print(f"{run}: {checked} scalars equal metrics.csv; train steps {steps}")
 PY
 }
