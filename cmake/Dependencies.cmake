@@ -18,7 +18,10 @@ target_include_directories(dtrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} $
 target_link_libraries(dtrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} ${HDF5_LIBRARIES})
 target_compile_definitions(dtrain_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})
 
-find_package(Boost REQUIRED COMPONENTS program_options)
+find_package(Boost REQUIRED COMPONENTS program_options)   # also Boost.CRC (header-only)
+# TensorBoard event files: libprotobuf + protoc (Debian libprotobuf-dev, protobuf-compiler);
+# CMake's FindProtobuf provides protobuf::libprotobuf and protobuf_generate().
+find_package(Protobuf REQUIRED)
 find_package(dnnl CONFIG REQUIRED)   # Debian's config needs ocl-icd-opencl-dev
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)

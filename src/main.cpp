@@ -1,4 +1,5 @@
-// dtrain — the command-line entry point: MPI start-up, options, one rank's role, error reporting.
+// dtrain — the command-line entry point: MPI start-up, options, the subcommand (`train`, the
+// default, or `predict`), one rank's role, error reporting.
 // Errors in set-up are agreed on by every rank (one message, same exit code, clean MPI_Finalize);
 // an error during training is printed by the rank that hit it, which then calls MPI_Abort so that
 // no peer is left waiting.
@@ -12,6 +13,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/train/predict.hpp"
 #include "dtrain/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -30,7 +32,8 @@ int main(int argc, char** argv) {
     if (parsed.help) {
       if (rank == 0) std::cout << parsed.help_text;
     } else {
-      code = dtrain::run_training(parsed.config);
+      code = parsed.config.command == "predict" ? dtrain::run_predict(parsed.config)
+                                                : dtrain::run_training(parsed.config);
     }
   } catch (const dtrain::ReportedError& e) {
     code = e.code();

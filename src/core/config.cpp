@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/version.hpp"
 #include "dtrain/io/dataset.hpp"
 
 namespace po = boost::program_options;
@@ -221,6 +222,21 @@ void build_table(Table& t, Config& c) {
         "write <run-dir>/timeline.json: every rank's spans (data wait, forward, backward, "
         "allreduce / push-pull, optimizer, evaluation, checkpoint) as a Chrome trace for "
         "chrome://tracing or Perfetto (a resumed run overwrites it)");
+  t.add("summaries", &c.summaries,
+        "the chief writes TensorBoard event files (events.out.tfevents.*) into --run-dir: every "
+        "metrics.csv row as scalars train/* and test/*; a resumed run adds a new file");
+  t.add("summary-every", &c.summary_every,
+        "write train summaries every N global steps (TF's save_summaries_steps; taken from the "
+        "log rows, so at most one per --log-every interval); 0: every log row. Evaluations are "
+        "always written");
+  t.group("Inference (dtrain predict)", "predict");
+  t.add("checkpoint", &c.checkpoint, "predict: checkpoint (ckpt-*.h5) of the job's model to score with");
+  t.add("data", &c.data,
+        "predict: HDF5 file of images (N×C×H×W, the model's input; `labels` optional: then the "
+        "accuracy is printed)");
+  t.add("out", &c.out,
+        "predict: HDF5 file to create with `predictions` (N int32) and `probabilities` (N×classes "
+        "float32) in the input's order; refused if it exists");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -262,21 +278,39 @@ ParseResult parse_config(int argc, const char* const* argv) {
   po::options_description desc = table.all();
   po::options_description general("General");
   general.add_options()("help,h", "print this help and exit")(
+      "version", "print dtrain's version (git describe at build time) and exit")(
       "config", po::value<std::string>(&c.config_file), "INI job file (see jobs/)");
   po::options_description cli;
   cli.add(general).add(desc);
 
+  // The subcommand: `dtrain predict ...`, `dtrain train ...`, or `dtrain --option ...` (train).
+  std::vector<const char*> args(argv, argv + argc);
+  if (argc > 1 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "predict")) {
+    c.command = argv[1];
+    args.erase(args.begin() + 1);
+  }
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(cli).run(), vm);
+    po::store(po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run(),
+              vm);
   } catch (const po::error& e) {
     throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
   }
   if (vm.count("help")) {
     std::ostringstream os;
-    os << "usage: mpirun -np N dtrain --config JOB.ini [--option value ...]\n\n" << cli;
+    os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
+          "       mpirun -np N dtrain predict --config JOB.ini --checkpoint CKPT.h5 --data X.h5 "
+          "--out P.h5\n"
+          "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
+          "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
+       << cli;
     r.help = true;
     r.help_text = os.str();
+    return r;
+  }
+  if (vm.count("version")) {
+    r.help = true;
+    r.help_text = std::string("dtrain ") + dtrain_version() + "\n";
     return r;
   }
   if (vm.count("config")) {
@@ -341,9 +375,14 @@ void validate_config(const Config& c) {
                        "--train-data \"\" --test-data \"\" on synthetic data)");
     }
     positive("synthetic-samples", static_cast<double>(c.synthetic_samples));
-  } else {
+  } else if (c.command == "train") {
     DT_REQUIRE(!c.train_data.empty(),
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
+  }
+  if (c.command == "predict") {
+    DT_REQUIRE(!c.checkpoint.empty(), "dtrain predict: option --checkpoint is required");
+    DT_REQUIRE(!c.data.empty(), "dtrain predict: option --data is required");
+    DT_REQUIRE(!c.out.empty(), "dtrain predict: option --out is required");
   }
   non_negative("num-classes", c.num_classes);
   non_negative("random-crop", c.random_crop);
@@ -388,6 +427,7 @@ void validate_config(const Config& c) {
   non_negative("threads", c.threads);
   non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
   positive("keep-checkpoints", c.keep_checkpoints);
+  non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
   DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),

@@ -121,7 +121,9 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     r.images = open_for_sampling(r.file.get(), "images", info_.path);
     r.image_space = H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.images.get()), info_.path + " `images`"));
   }
-  {
+  if (!info_.has_labels) {
+    r.labels.assign(indices_.size(), 0);  // unlabeled (inference): every label reads 0
+  } else {
     const std::vector<std::int64_t> all = read_dataset_int64s(r.file.get(), "labels", info_.path);
     DT_REQUIRE(static_cast<std::int64_t>(all.size()) == info_.num_samples,
                info_.path + ": dataset `labels` changed since it was validated");

@@ -37,6 +37,15 @@ void write_floats(hid_t loc, const std::string& name, const std::vector<float>& 
 
 }  // namespace
 
+std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S) {
+  std::vector<double> sum(S, 0.0);
+  for (int r = 0; r < row_count; ++r)
+    for (std::size_t i = 0; i < S; ++i) sum[i] += rows[static_cast<std::size_t>(r) * S + i];
+  std::vector<float> mean(S);
+  for (std::size_t i = 0; i < S; ++i) mean[i] = static_cast<float>(sum[i] / row_count);
+  return mean;
+}
+
 std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step) {
   char name[64];
   std::snprintf(name, sizeof name, "ckpt-%010lld.h5", static_cast<long long>(global_step));

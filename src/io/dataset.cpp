@@ -108,8 +108,21 @@ static void check_images_stored(const DatasetInfo& info) {
                      " bytes: truncated or corrupt");
 }
 
+/// mean / std attributes into info: both or neither; 1 or C values; std > 0.
+static void read_normalization(hid_t file, DatasetInfo& info) {
+  const std::string& path = info.path;
+  const int channels = info.sample.c;
+  info.mean = read_channel_attr(file, "mean", path, channels);
+  info.stddev = read_channel_attr(file, "std", path, channels);
+  if (info.mean.empty() != info.stddev.empty())
+    DT_INPUT_FAIL(path + ": has attribute `" + std::string(info.mean.empty() ? "std" : "mean") +
+                  "` but not `" + (info.mean.empty() ? "mean" : "std") + "`, expected both or neither");
+  for (float s : info.stddev)
+    if (!(s > 0.0f)) DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
+}
+
 static DatasetInfo read_dataset_info(const std::string& path, int expected_classes,
-                                     const std::string& expected_from) {
+                                     const std::string& expected_from, bool labels_optional) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   DatasetInfo info;
   info.path = path;
@@ -132,6 +145,15 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
                     ", expected C, H, W in [1, 2^31)");
   info.is_uint8 = is_u8;
   info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
+
+  if (labels_optional && expected_classes > 0 && !has_link(file.get(), "labels")) {
+    if (idims[0] == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
+    info.num_samples = static_cast<std::int64_t>(idims[0]);
+    info.num_classes = expected_classes;
+    info.has_labels = false;
+    read_normalization(file.get(), info);
+    return info;
+  }
 
   // labels: rank 1, integer, N entries.
   H5Dataset labels_ds = open_dataset(file.get(), "labels", path);
@@ -200,15 +222,7 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
                   std::to_string(info.num_classes));
   }
 
-  // mean / std: both or neither; 1 or C values; std > 0.
-  const int channels = info.sample.c;
-  info.mean = read_channel_attr(file.get(), "mean", path, channels);
-  info.stddev = read_channel_attr(file.get(), "std", path, channels);
-  if (info.mean.empty() != info.stddev.empty())
-    DT_INPUT_FAIL(path + ": has attribute `" + std::string(info.mean.empty() ? "std" : "mean") +
-                  "` but not `" + (info.mean.empty() ? "mean" : "std") + "`, expected both or neither");
-  for (float s : info.stddev)
-    if (!(s > 0.0f)) DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
+  read_normalization(file.get(), info);
 
   if (has_attribute(file.get(), "class_names")) {
     info.class_names = read_attr_strings(file.get(), "class_names", path);
@@ -294,12 +308,12 @@ class OpenDeadline {
 void set_dataset_open_deadline(double seconds) { g_open_deadline = seconds; }
 
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
-                              const std::string& expected_from) {
+                              const std::string& expected_from, bool labels_optional) {
   const OpenDeadline deadline(path);
   // A file whose structure is damaged makes HDF5 calls fail (LibraryError) or declare absurd sizes
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {
-    DatasetInfo info = read_dataset_info(path, expected_classes, expected_from);
+    DatasetInfo info = read_dataset_info(path, expected_classes, expected_from, labels_optional);
     check_images_stored(info);
     return info;
   } catch (const LibraryError& e) {

@@ -34,12 +34,14 @@ template <typename T>
 hid_t native_type() {
   if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
   else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
   else return H5T_NATIVE_INT64;
 }
 template <typename T>
 hid_t file_type() {
   if constexpr (std::is_same_v<T, float>) return H5T_IEEE_F32LE;
   else if constexpr (std::is_same_v<T, double>) return H5T_IEEE_F64LE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_STD_I32LE;
   else return H5T_STD_I64LE;
 }
 
@@ -421,6 +423,11 @@ void write_dataset_floats(hid_t loc, const std::string& name, const std::vector<
 void write_dataset_int64s(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
                           const std::int64_t* data) {
   write_checked_dataset<std::int64_t>(loc, name, dims, data);
+}
+
+void write_dataset_int32s(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
+                          const std::int32_t* data) {
+  write_checked_dataset<std::int32_t>(loc, name, dims, data);
 }
 
 }  // namespace dtrain

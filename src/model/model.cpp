@@ -270,6 +270,14 @@ void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* s
                            stats);
 }
 
+void Model::logits(const float* x, int n, float* host_logits) {
+  if (n == 0) return;
+  Stack& s = stack_for(n);
+  run_forward(s, x, StepContext{false, 0});
+  backend().copy_to_host(host_logits, act(static_cast<int>(s.layers.size()), x),
+                         static_cast<std::size_t>(n) * num_classes_ * sizeof(float));
+}
+
 namespace {
 /// " input=3,7" (layer numbers, 1-based; 0 = data) when the inputs are not just the previous layer.
 std::string wiring(const std::vector<int>& in, std::size_t i) {

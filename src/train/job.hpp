@@ -14,6 +14,7 @@
 #include "dtrain/ps/server.hpp"
 #include "dtrain/ps/sharding.hpp"
 #include "dtrain/train/plan.hpp"
+#include "dtrain/train/provenance.hpp"
 
 namespace dtrain {
 
@@ -31,6 +32,7 @@ struct Job {
   std::unique_ptr<Backend> backend;      ///< a worker's compute backend
   std::string device_name;               ///< "cpu", "cuda:0"
   std::optional<CheckpointState> resume; ///< the chief's, then every worker's (share_resume_point)
+  Provenance provenance;                 ///< versions, hosts, threads, config hash (every rank's)
 };
 
 /// What the chief reports beyond its own outcome, gathered from every rank.

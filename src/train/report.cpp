@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 
-MetricsWriter::MetricsWriter(const std::string& run_dir) {
+MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries) {
   const fs::path p = fs::path(run_dir) / "metrics.csv";
   const bool fresh = !fs::exists(p);
   out_.open(p, std::ios::app);
@@ -19,7 +19,10 @@ MetricsWriter::MetricsWriter(const std::string& run_dir) {
   if (fresh)
     out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness\n";
   out_.flush();
+  if (summaries.enabled) summary_ = std::make_unique<SummaryWriter>(run_dir, summaries);
 }
+
+MetricsWriter::~MetricsWriter() = default;
 
 void MetricsWriter::write(const MetricsRow& r) {
   out_ << r.kind << ',' << r.global_step << ',' << r.epoch << ',' << std::fixed
@@ -27,6 +30,7 @@ void MetricsWriter::write(const MetricsRow& r) {
        << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
        << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << '\n';
   out_.flush();
+  if (summary_) summary_->write(r);
 }
 
 std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
@@ -70,12 +74,17 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
     if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
     else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
     else if (std::holds_alternative<std::monostate>(v)) os << "null";
-    else if (const auto* list = std::get_if<std::vector<std::int64_t>>(&v)) {
+    else if (const auto* str = std::get_if<std::string>(&v)) os << '"' << json_escape(*str) << '"';
+    else if (const auto* ss = std::get_if<std::vector<std::string>>(&v)) {
       os << '[';
-      for (std::size_t j = 0; j < list->size(); ++j) os << (j ? ", " : "") << (*list)[j];
+      for (std::size_t j = 0; j < ss->size(); ++j) os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
+      os << ']';
+    } else {
+      const auto& ns = std::get<std::vector<std::int64_t>>(v);
+      os << '[';
+      for (std::size_t j = 0; j < ns.size(); ++j) os << (j ? ", " : "") << ns[j];
       os << ']';
     }
-    else os << '"' << json_escape(std::get<std::string>(v)) << '"';
     os << (++i < kv.size() ? ",\n" : "\n");
   }
   os << "}\n";

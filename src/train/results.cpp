@@ -140,6 +140,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
     r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
     r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
   }
+  add_provenance(r, job.provenance);
   write_results_json(c.run_dir, r);
   char line[320];
   std::snprintf(line, sizeof line,

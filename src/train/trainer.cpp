@@ -21,6 +21,7 @@
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
+#include "dtrain/train/provenance.hpp"
 #include "dtrain/train/signals.hpp"
 #include "job.hpp"
 #include "worker.hpp"
@@ -29,9 +30,6 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 
-namespace {
-
-/// OpenMP threads for this rank: --threads, or the node's cores shared by its ranks (ps: 1).
 void set_threads(const Config& c, const Cluster& cluster) {
   // The launcher may pin this rank to a few cores (Open MPI binds each rank to one core when
   // -np <= 2): never start more threads than the cores this rank may run on, unless asked to.
@@ -52,7 +50,6 @@ void set_threads(const Config& c, const Cluster& cluster) {
   omp_set_num_threads(threads);
 }
 
-/// This rank's compute backend and its name for the role table.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
   bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
   if (cluster.is_ps() || !want_gpu) {
@@ -74,8 +71,7 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   return make_cuda_backend(gpu);
 }
 
-/// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
-/// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same batches").
+namespace {
 
 /// Broadcast from the chief over the workers, with the communication deadline.
 void worker_bcast(void* data, int count, MPI_Datatype type, MPI_Comm comm, const char* what) {
@@ -159,6 +155,7 @@ void acquire_resources(const Config& c, Job& job) {
     }
   });
   job.cluster->set_devices(job.device_name);
+  job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
 }
 
 /// The chief's resume point to every worker (allreduce replicas need the parameters too).
@@ -195,6 +192,7 @@ void announce(const Config& c, const Job& job) {
     log_info("# dtrain " + std::string(to_string(exchange_kind(c))) + " training" +
              (c.config_file.empty() ? "" : " of " + c.config_file));
   if (!job.cluster->is_chief()) return;
+  log_info(describe_provenance(job.provenance));
   log_info(job.cluster->role_table());
   log_info(job.model_report);
   log_info(describe_plan(job.plan));

@@ -47,7 +47,9 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       y_(backend, plan.batch), w_(cluster.me().index) {
   exchange_ = make_exchange(c, cluster, plan, model_);
   if (plan.synthetic) make_synthetic_batch();
-  if (cluster_.is_chief()) metrics_ = std::make_unique<MetricsWriter>(c.run_dir);
+  if (cluster_.is_chief())
+    metrics_ = std::make_unique<MetricsWriter>(
+        c.run_dir, SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
 }
 
 Worker::~Worker() = default;
@@ -84,15 +86,12 @@ WorkerOutcome Worker::run() {
     prior_wall_ = resume_->wall_seconds;
     // Batchnorm statistics: this worker's row when the worker count matches, else the mean.
     const std::size_t S = model_.state_count();
-    std::vector<float> row(std::max<std::size_t>(S, 1), 0.0f);
     const int rows = resume_->state_rows;
-    for (std::size_t i = 0; i < S; ++i) {
-      if (rows == plan_.workers) {
-        row[i] = resume_->model_state[w_ * S + i];
-      } else {
-        for (int r = 0; r < rows; ++r) row[i] += resume_->model_state[r * S + i] / rows;
-      }
-    }
+    const std::vector<float> row =
+        rows == plan_.workers
+            ? std::vector<float>(resume_->model_state.begin() + w_ * S,
+                                 resume_->model_state.begin() + (w_ + 1) * S)
+            : mean_of_rows(resume_->model_state.data(), rows, S);
     if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
     if (cluster_.is_chief())
       log_info("# resuming from global_step " + std::to_string(global_step_) + ", epoch " +
@@ -122,17 +121,22 @@ WorkerOutcome Worker::run() {
     worker_sum(cluster_.role_comm(), flags, 2);
     stop_signal_ = flags[0] > 0;
     stop_max_ = flags[1] > 0;
+    const bool lockstep = exchange_->lockstep();
     if (stop_signal_ || stop_max_) {
-      // Checkpoint before any epoch-end work so that a resumed run continues bit for bit.
-      checkpoint(epoch, cursor_);
+      // Lockstep: checkpoint before any epoch-end work so that a resumed run continues bit for bit.
+      if (lockstep || stop_signal_) checkpoint(epoch, cursor_);
       if (stop_signal_) break;  // leave quickly: no evaluation
     }
     average_model_state();
     global_step_ = exchange_->refresh(model_);
+    // ps modes keep one row of statistics (no bit-exact resume): checkpoint after the averaging, so
+    // the checkpoint holds what this evaluation uses (dtrain predict), also over a mid-epoch
+    // checkpoint of the chief at the same step.
+    if (stop_max_ && !lockstep) checkpoint(epoch, cursor_, true);
     evaluate(epoch);
     if (stop_max_) break;
     out_.epochs_done = epoch + 1;
-    checkpoint(epoch + 1, 0);
+    checkpoint(epoch + 1, 0, !lockstep);
   }
   if (first_epoch >= c_.epochs) {
     // --resume of a finished run: nothing left to train, but report the model's test metrics
@@ -335,14 +339,16 @@ void Worker::summarize_step_times() {
 void Worker::average_model_state() {
   const std::size_t S = model_.state_count();
   if (S == 0 || plan_.workers == 1) return;
-  std::vector<float> host(S);
-  be_.copy_to_host(host.data(), model_.state(), S * sizeof(float));
+  // Gather every worker's row and average with mean_of_rows(), the function `dtrain predict`
+  // applies to a checkpoint's rows: the same bits evaluate here and there.
+  std::vector<float> mine(S), rows(S * plan_.workers);
+  be_.copy_to_host(mine.data(), model_.state(), S * sizeof(float));
   MPI_Request req;
-  DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host.data(), static_cast<int>(S), MPI_FLOAT, MPI_SUM,
-                              cluster_.role_comm(), &req));
-  wait_one(req, comm_timeout(), "batchnorm statistics allreduce");
-  for (auto& v : host) v /= static_cast<float>(plan_.workers);
-  be_.copy_to_device(model_.state(), host.data(), S * sizeof(float));
+  DT_CHECK_MPI(MPI_Iallgather(mine.data(), static_cast<int>(S), MPI_FLOAT, rows.data(),
+                              static_cast<int>(S), MPI_FLOAT, cluster_.role_comm(), &req));
+  wait_one(req, comm_timeout(), "batchnorm statistics allgather");
+  const std::vector<float> mean = mean_of_rows(rows.data(), plan_.workers, S);
+  be_.copy_to_device(model_.state(), mean.data(), S * sizeof(float));
 }
 
 void Worker::evaluate_between(int epoch) {
@@ -424,9 +430,9 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   }
 }
 
-void Worker::checkpoint(int epoch, std::int64_t step_in_epoch) {
+void Worker::checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite) {
   const bool lockstep = exchange_->lockstep();
-  if (global_step_ == last_checkpoint_step_) return;
+  if (global_step_ == last_checkpoint_step_ && !rewrite) return;
   const TimelineSpan span("checkpoint", "checkpoint");
   CheckpointState s;
   const std::size_t S = model_.state_count();

@@ -56,7 +56,9 @@ class Worker {
   void evaluate_between(int epoch);
   void note_target(double accuracy, std::int64_t step, double wall);  ///< --target-accuracy
   void average_model_state();
-  void checkpoint(int epoch, std::int64_t step_in_epoch);
+  /// rewrite: write even when this step was checkpointed already (async epoch ends, whose
+  /// averaged batchnorm statistics replace the chief's own of a mid-epoch checkpoint).
+  void checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite = false);
   void log_interval(int epoch);
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
   /// the run's global steps done, ETA (async: staleness).

@@ -171,22 +171,31 @@ struct Config {
   int keep_checkpoints = 3;
   bool resume = false;
   bool timeline = false;          ///< write a Chrome trace of every rank to <run_dir>/timeline.json
+  bool summaries = true;          ///< the chief writes TensorBoard event files into run_dir
+  std::int64_t summary_every = 0; ///< train summaries every N global steps (0: every log row)
   // faults
   double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
   bool skip_nonfinite = false;
+
+  // inference (dtrain predict)
+  std::string command = "train";  ///< train | predict (the subcommand; train when none is given)
+  std::string checkpoint;         ///< predict: the checkpoint to score with
+  std::string data;               ///< predict: HDF5 images (labels optional) to score
+  std::string out;                ///< predict: the predictions file to create (never overwritten)
 
   std::string config_file;        ///< the job file read, if any
   std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
 };
 
-/// Result of parsing: either a Config, or help text to print (exit 0).
+/// Result of parsing: either a Config, or text to print before exiting 0 (--help, --version).
 struct ParseResult {
   Config config;
-  bool help = false;
-  std::string help_text;
+  bool help = false;      ///< print help_text and exit 0
+  std::string help_text;  ///< --help: usage and every option; --version: "dtrain <version>\n"
 };
 
-/// Parses argv (and the job file named by --config). Validates every value.
+/// Parses argv (and the job file named by --config). Validates every value. argv[1] may name the
+/// subcommand, `train` (the default when argv[1] is an option) or `predict`.
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
 

@@ -37,6 +37,13 @@ struct CheckpointState {
   int state_rows = 1;
 };
 
+/// The batchnorm statistics evaluation uses, from `rows` rows of S floats each (row-major, e.g. a
+/// checkpoint's model_state or the workers' statistics gathered in worker order): their mean,
+/// accumulated in double in row order and rounded once to float, so rows that are all equal give
+/// that row bit for bit. Training averages the workers' statistics with this function and
+/// `dtrain predict` applies it to a checkpoint, so both evaluate with the same bits.
+std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S);
+
 /// Path of the checkpoint of `global_step` in run_dir.
 std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step);
 

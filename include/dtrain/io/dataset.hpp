@@ -36,6 +36,7 @@ struct DatasetInfo {
   std::vector<float> mean;      ///< per channel (C values; a 1-value attribute is broadcast), or empty
   std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
   std::vector<std::string> class_names;  ///< num_classes names, or empty
+  bool has_labels = true;       ///< false: no `labels` dataset (labels_optional; batches get label 0)
 };
 
 /// Opens `path`, validates it against the schema and returns its description. Reads every label
@@ -53,8 +54,11 @@ struct DatasetInfo {
 /// or ≥ the class count (naming the label and its sample index), a max(label) + 1 that leaves most
 /// classes empty, num_classes < 1, mean without std (or the reverse), mean/std not of 1 or C
 /// values, non-finite mean/std, std ≤ 0, class_names not strings or not num_classes of them.
+///
+/// labels_optional (inference, `dtrain predict`): a file without a `labels` dataset is accepted
+/// with has_labels = false and num_classes = expected_classes (which must then be > 0).
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
-                              const std::string& expected_from = "");
+                              const std::string& expected_from = "", bool labels_optional = false);
 
 /// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,

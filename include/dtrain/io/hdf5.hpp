@@ -210,6 +210,9 @@ void write_dataset_floats(hid_t loc, const std::string& name, const std::vector<
 /// As write_dataset_floats() for int64 data (data cursors, RNG state, counters).
 void write_dataset_int64s(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
                           const std::int64_t* data);
+/// As write_dataset_floats() for int32 data (class predictions).
+void write_dataset_int32s(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
+                          const std::int32_t* data);
 
 }  // namespace dtrain
 

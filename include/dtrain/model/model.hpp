@@ -81,6 +81,10 @@ class Model {
   /// Inference forward on n samples; adds Σ loss and #correct to stats[0..1] (device floats).
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
 
+  /// Inference forward on n ≤ max_batch samples x (device, n×C×H×W) — the forward evaluate()
+  /// runs — and copies the n×num_classes() logits to host_logits (host memory, row-major).
+  void logits(const float* x, int n, float* host_logits);
+
   /// Identifies the architecture: one line per layer with its description, its inputs when they
   /// are not the previous layer, and its tensor shapes. Two models accept each other's
   /// checkpoints iff their signatures are equal.

@@ -1,14 +1,18 @@
 // dtrain/train/report.hpp — the chief's outputs in the run dir: metrics.csv (appended, one row per
-// log interval and per evaluation) and results.json (written atomically at the end).
+// log interval and per evaluation), the same rows as TensorBoard scalars (train/summary.hpp), and
+// results.json (written atomically at the end).
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "dtrain/train/summary.hpp"
 
 namespace dtrain {
 
@@ -31,20 +35,26 @@ struct MetricsRow {
 std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
                                               std::int64_t max_step);
 
+/// Every metrics row goes through here: into metrics.csv and, when enabled, a TensorBoard event
+/// file (SummaryWriter decides which rows, see SummaryOptions).
 class MetricsWriter {
  public:
-  /// Opens <run_dir>/metrics.csv for appending; writes the header when the file is new.
-  explicit MetricsWriter(const std::string& run_dir);
+  /// Opens <run_dir>/metrics.csv for appending (writes the header when the file is new) and, when
+  /// summaries.enabled, creates a new event file in run_dir. Throws Error naming the file.
+  explicit MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries = {});
+  ~MetricsWriter();
+  /// Appends one row to metrics.csv (flushed) and writes its summary. Throws Error on failure.
   void write(const MetricsRow& r);
 
  private:
   std::ofstream out_;
+  std::unique_ptr<SummaryWriter> summary_;
 };
 
-/// A flat JSON object of numbers, strings, nulls (std::monostate) and integer lists, written as
-/// <run_dir>/results.json via a temporary file and rename.
-using JsonValue =
-    std::variant<double, std::int64_t, std::string, std::monostate, std::vector<std::int64_t>>;
+/// A JSON object of numbers, strings, nulls (std::monostate) and arrays of strings or integers,
+/// written as <run_dir>/results.json via a temporary file and rename. Throws Error naming the file.
+using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate,
+                               std::vector<std::string>, std::vector<std::int64_t>>;
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
 
 }  // namespace dtrain

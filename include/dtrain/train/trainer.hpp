@@ -8,12 +8,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/dnn/backend.hpp"
 #include "dtrain/train/plan.hpp"
 
 namespace dtrain {
+
+/// Sets this rank's OpenMP threads: --threads, or the node's cores shared by its ranks (ps: 1),
+/// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
+void set_threads(const Config& c, const Cluster& cluster);
+
+/// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
+/// "cuda:N"): --device, one GPU per node-local worker. Throws InputError when --device cuda finds
+/// no GPU or more local workers than GPUs without --allow-gpu-sharing.
+std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled
 /// after a signal-triggered checkpoint). Throws on errors (ReportedError when already printed).

@@ -1,0 +1,228 @@
+// dtrain/train/predict.cpp — `dtrain predict` (see predict.hpp): a global batch grid split over the
+// ranks, the job's model with the checkpoint's parameters and evaluation statistics, a gather to
+// rank 0 and an atomic HDF5 write.
+#include "dtrain/train/predict.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/comm/guard.hpp"
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/version.hpp"
+#include "dtrain/io/checkpoint.hpp"
+#include "dtrain/io/dataset.hpp"
+#include "dtrain/io/hdf5.hpp"
+#include "dtrain/model/model.hpp"
+#include "dtrain/train/trainer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain {
+namespace {
+
+/// The model input and class count a checkpoint was trained for: its signature's first line,
+/// "input 1xCxHxW classes K" (model/model.cpp).
+void checkpoint_input(const CheckpointState& s, const std::string& path, std::string& input,
+                      int& classes) {
+  std::istringstream line(s.model_signature.substr(0, s.model_signature.find('\n')));
+  std::string word_input, word_classes;
+  line >> word_input >> input >> word_classes >> classes;
+  DT_REQUIRE(line && word_input == "input" && word_classes == "classes" && classes > 0,
+             "checkpoint '" + path + "': its model signature does not start with "
+             "'input <shape> classes <K>'");
+}
+
+/// First sample and sample count of rank r of R: whole batches of a global grid of `batch`.
+std::pair<std::int64_t, std::int64_t> share(std::int64_t n, int batch, int r, int R) {
+  const std::int64_t batches = (n + batch - 1) / batch;
+  std::int64_t first = 0;
+  for (int q = 0; q < r; ++q) first += shard_size(batches, q, R);
+  const std::int64_t begin = std::min(first * batch, n);
+  const std::int64_t end = std::min((first + shard_size(batches, r, R)) * batch, n);
+  return {begin, end - begin};
+}
+
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  DT_REQUIRE(fd >= 0, "cannot open '" + path + "' to fsync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  DT_REQUIRE(rc == 0, "fsync of '" + path + "' failed");
+}
+
+struct Scores {
+  std::vector<std::int32_t> predictions;  ///< n
+  std::vector<float> probabilities;       ///< n × classes
+  std::int64_t correct = 0;
+};
+
+/// Scores samples [begin, begin + n) of info with model.
+Scores score(Model& model, Backend& be, const DatasetInfo& info, std::int64_t begin, std::int64_t n,
+             int batch) {
+  const int K = model.num_classes();
+  Scores out;
+  out.predictions.resize(static_cast<std::size_t>(n));
+  out.probabilities.resize(static_cast<std::size_t>(n) * K);
+  if (n == 0) return out;
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = begin + i;
+  BatchReader reader(info, std::move(indices), batch);
+  DeviceBuffer<float> x(be, info.sample.sample_count() * batch);
+  std::vector<float> logits(static_cast<std::size_t>(batch) * K);
+  HostBatch b;
+  std::size_t row = 0;
+  while (reader.next(b)) {
+    be.copy_to_device(x.data(), b.x.data(), b.x.size() * sizeof(float));
+    model.logits(x.data(), b.n, logits.data());
+    for (int s = 0; s < b.n; ++s, ++row) {
+      const float* l = logits.data() + static_cast<std::size_t>(s) * K;
+      int arg = 0;
+      for (int j = 1; j < K; ++j)
+        if (l[j] > l[arg]) arg = j;  // the first maximum, as the loss's accuracy
+      double sum = 0;
+      for (int j = 0; j < K; ++j) sum += std::exp(static_cast<double>(l[j]) - l[arg]);
+      float* p = out.probabilities.data() + row * K;
+      for (int j = 0; j < K; ++j)
+        p[j] = static_cast<float>(std::exp(static_cast<double>(l[j]) - l[arg]) / sum);
+      out.predictions[row] = arg;
+      if (info.has_labels && b.y[static_cast<std::size_t>(s)] == arg) ++out.correct;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_predict(const Config& c) {
+  set_comm_timeout(c.timeout);
+  MPI_Comm world = MPI_COMM_WORLD;
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  CheckpointState ckpt;
+  DatasetInfo info;
+  std::string device;
+  int classes = 0;
+  const int batch = c.batch_size;
+  // Set-up: every check on every rank, one agreed error.
+  all_or_nothing(world, [&] {
+    cluster = std::make_unique<Cluster>(world, 0);  // every rank scores
+    set_error_context("rank " + std::to_string(cluster->world_rank()) + " predict " +
+                      cluster->me().host);
+    DT_REQUIRE(!fs::exists(c.out) && !fs::is_symlink(c.out),
+               "option --out: '" + c.out + "' already exists; dtrain predict never overwrites a "
+               "file (remove it or choose another --out)");
+    ckpt = read_checkpoint(c.checkpoint);
+    std::string input;
+    checkpoint_input(ckpt, c.checkpoint, input, classes);
+    info = open_dataset_info(c.data, classes,
+                             "the class count of checkpoint '" + c.checkpoint + "'", true);
+    DT_REQUIRE(info.sample.str() == input,
+               "option --data '" + c.data + "': images are " + info.sample.str() +
+                   " per sample, but the model of checkpoint '" + c.checkpoint + "' takes " +
+                   input);
+    DT_REQUIRE(info.num_samples * classes < (std::int64_t{1} << 31),
+               "option --data '" + c.data + "': " + std::to_string(info.num_samples) + " samples × " +
+                   std::to_string(classes) + " classes exceed one gather (2^31 values); split it");
+    set_threads(c, *cluster);
+    backend = make_backend(c, *cluster, device);
+    model = std::make_unique<Model>(*backend, c.layers, info.sample, classes, batch);
+    check_checkpoint_compatible(ckpt, c.checkpoint, model->signature(), ckpt.mode,
+                                model->param_count());
+    const std::size_t S = model->state_count();
+    DT_REQUIRE(ckpt.model_state.size() == S * static_cast<std::size_t>(ckpt.state_rows) ||
+                   (S == 0 && ckpt.model_state.size() <= static_cast<std::size_t>(ckpt.state_rows)),
+               "checkpoint '" + c.checkpoint + "': model_state holds " +
+                   std::to_string(ckpt.model_state.size()) + " values, the model needs " +
+                   std::to_string(ckpt.state_rows) + " × " + std::to_string(S));
+  });
+  Model& m = *model;
+  Backend& be = *backend;
+  be.copy_to_device(m.params(), ckpt.params.data(), ckpt.params.size() * sizeof(float));
+  if (const std::size_t S = m.state_count()) {
+    const std::vector<float> state = mean_of_rows(ckpt.model_state.data(), ckpt.state_rows, S);
+    be.copy_to_device(m.state(), state.data(), S * sizeof(float));
+  }
+  ckpt.params = {};
+  ckpt.m = {};
+  ckpt.v = {};
+
+  const int R = cluster->world_size(), r = cluster->world_rank();
+  const auto [begin, n] = share(info.num_samples, batch, r, R);
+  const Scores mine = score(m, be, info, begin, n, batch);
+
+  // Gather to rank 0 in rank order = the input's order (the shares are contiguous and ascending).
+  std::vector<int> counts(R), probs_counts(R), displs(R), probs_displs(R);
+  for (int q = 0; q < R; ++q) {
+    const auto [b, k] = share(info.num_samples, batch, q, R);
+    counts[q] = static_cast<int>(k);
+    displs[q] = static_cast<int>(b);
+    probs_counts[q] = static_cast<int>(k * classes);
+    probs_displs[q] = static_cast<int>(b * classes);
+  }
+  const bool root = r == 0;
+  std::vector<std::int32_t> predictions(root ? info.num_samples : 0);
+  std::vector<float> probabilities(root ? info.num_samples * classes : 0);
+  std::int64_t correct = mine.correct;
+  MPI_Request req[3];
+  DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T, predictions.data(),
+                            counts.data(), displs.data(), MPI_INT32_T, 0, world, &req[0]));
+  DT_CHECK_MPI(MPI_Igatherv(mine.probabilities.data(), probs_counts[r], MPI_FLOAT,
+                            probabilities.data(), probs_counts.data(), probs_displs.data(),
+                            MPI_FLOAT, 0, world, &req[1]));
+  DT_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : &correct, &correct, 1, MPI_INT64_T, MPI_SUM, 0,
+                           world, &req[2]));
+  for (auto& q : req) wait_one(q, comm_timeout(), "gathering predictions to rank 0");
+
+  const double accuracy = static_cast<double>(correct) / static_cast<double>(info.num_samples);
+  all_or_nothing(world, [&] {
+    if (!root) return;
+    const std::string tmp = c.out + ".tmp";
+    {
+      std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+      H5File f = create_file(tmp);
+      write_dataset_int32s(f.get(), "predictions", {static_cast<hsize_t>(info.num_samples)},
+                           predictions.data());
+      write_dataset_floats(f.get(), "probabilities",
+                           {static_cast<hsize_t>(info.num_samples), static_cast<hsize_t>(classes)},
+                           probabilities.data());
+      write_attr_string(f.get(), "checkpoint", c.checkpoint);
+      write_attr_int(f.get(), "global_step", ckpt.global_step);
+      write_attr_string(f.get(), "data", c.data);
+      write_attr_int(f.get(), "num_samples", info.num_samples);
+      write_attr_string(f.get(), "dtrain_version", dtrain_version());
+      if (info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
+      flush_file(f.get(), tmp);
+    }
+    fsync_file(tmp);
+    std::error_code ec;
+    fs::create_hard_link(tmp, c.out, ec);  // fails (EEXIST) instead of replacing a file
+    fs::remove(tmp);
+    DT_REQUIRE(!ec, "option --out: cannot create '" + c.out + "': " + ec.message() +
+                        " (nothing was overwritten)");
+  });
+  if (root) {
+    char line[512];
+    std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
+                  "%s (global_step %lld) | predictions %s",
+                  static_cast<long long>(info.num_samples), c.data.c_str(), R,
+                  c.checkpoint.c_str(), static_cast<long long>(ckpt.global_step), c.out.c_str());
+    log_info(line);
+    if (info.has_labels) {
+      std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct)", accuracy,
+                    static_cast<long long>(correct), static_cast<long long>(info.num_samples));
+      log_info(line);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# tests/cli/test_predict.sh — distributed inference (`dtrain predict`, train/predict.hpp).
+#   1. a sync run (2 workers, 2 full epochs) and an async run stopped by --max-steps 13 (1 ps + 2
+#      workers): `dtrain predict` on the test set with each run's final checkpoint prints exactly the
+#      run's final test_accuracy (results.json). The test set's classes are drawn from other templates
+#      than the training set's, so the accuracy is far from 0 and 1 and every argmax counts.
+#   2. outputs of 1, 2 and 4 ranks: `predictions` and `probabilities` byte-identical; predictions are
+#      the probabilities' argmax, rows sum to 1; the same predictions without a `labels` dataset
+#      (then no accuracy is printed).
+#   3. one error each, nothing written or overwritten: a checkpoint of another model, data of
+#      another shape, an existing output file.
+#   4. `dtrain train --config ...` trains exactly as `dtrain --config ...`.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+make_data train 512 --seed 21 --template-seed 9
+make_data test 300 --seed 23 --template-seed 10
+write_job "$SCRATCH/job.ini"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        --threads 1)
+
+# predict NP OUT CKPT [DATA]: one dtrain predict that must succeed; its log is OUT.log.
+predict() {
+  local np=$1 out=$2 ckpt=$3 data=${4:-$SCRATCH/test.h5}
+  timeout 120 "$MPIEXEC" -n "$np" "$DTRAIN" predict --config "$SCRATCH/job.ini" --checkpoint "$ckpt" \
+    --data "$data" --out "$out" --threads 1 >"$out.log" 2>&1 ||
+    { cat "$out.log"; fail "predict into $out failed"; }
+}
+newest() { ls "$1"/ckpt-*.h5 | tail -1; }
+
+echo "== 1. accuracy of predict = the run's final test_accuracy"
+run 2 "$SCRATCH/sync" --mode sync --num-ps 0 --epochs 2
+run 3 "$SCRATCH/async" --mode async --num-ps 1 --epochs 3 --max-steps 13
+for run in sync async; do
+  predict 2 "$SCRATCH/$run.p2.h5" "$(newest "$SCRATCH/$run")"
+  printed=$(sed -n 's/^accuracy \([^ ]*\) .*/\1/p' "$SCRATCH/$run.p2.h5.log")
+  want=$(json_get "$SCRATCH/$run/results.json" test_accuracy)
+  echo "$run: predict accuracy $printed, results.json test_accuracy $want"
+  "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a == b and 0.05 < a < 0.95 else 1)" \
+    "$printed" "$want" || { cat "$SCRATCH/$run.p2.h5.log"; fail "$run: predict's accuracy $printed != test_accuracy $want"; }
+done
+
+echo "== 2. 1, 2 and 4 ranks: identical outputs; unlabeled input"
+ckpt=$(newest "$SCRATCH/sync")
+predict 1 "$SCRATCH/p1.h5" "$ckpt"
+predict 4 "$SCRATCH/p4.h5" "$ckpt"
+"$PY" - "$SCRATCH/test.h5" "$SCRATCH/unlabeled.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
+    b["images"] = a["images"][()]
+    for k, v in a.attrs.items():
+        b.attrs[k] = v
+PY
+predict 3 "$SCRATCH/pu.h5" "$ckpt" "$SCRATCH/unlabeled.h5"
+! grep -q "^accuracy" "$SCRATCH/pu.h5.log" || fail "an accuracy was printed for data without labels"
+"$PY" - "$SCRATCH" "$(json_get "$SCRATCH/sync/results.json" test_accuracy)" <<'PY' || fail "outputs differ"
+import sys, h5py, numpy as np
+s, acc = sys.argv[1], float(sys.argv[2])
+files = {n: h5py.File(f"{s}/{n}.h5", "r") for n in ("p1", "sync.p2", "p4", "pu")}
+labels = h5py.File(f"{s}/test.h5", "r")["labels"][()]
+ref = files["p1"]
+pred, prob = ref["predictions"][()], ref["probabilities"][()]
+assert pred.dtype == np.int32 and pred.shape == (300,), (pred.dtype, pred.shape)
+assert prob.dtype == np.float32 and prob.shape == (300, 4), (prob.dtype, prob.shape)
+for name, f in files.items():
+    assert f["predictions"][()].tobytes() == pred.tobytes(), f"{name}: predictions differ from 1 rank's"
+    assert f["probabilities"][()].tobytes() == prob.tobytes(), f"{name}: probabilities differ from 1 rank's"
+assert np.array_equal(np.argmax(prob, axis=1), pred), "predictions are not the argmax"
+assert np.allclose(prob.sum(axis=1), 1, atol=1e-5)
+assert (pred == labels).mean() == acc == ref.attrs["accuracy"], ((pred == labels).mean(), acc)
+assert ref.attrs["num_samples"] == 300 and "accuracy" not in files["pu"].attrs
+print(f"1/2/4 ranks and unlabeled: byte-identical; accuracy {acc} = mean(predictions == labels)")
+PY
+
+echo "== 3. errors: another model, another shape, an existing output"
+sed 's/^layer = dense units=24$/layer = dense units=20/' "$SCRATCH/job.ini" >"$SCRATCH/other.ini"
+expect_error 2 "checkpoint '$ckpt'|another model|dense" predict --config "$SCRATCH/other.ini" \
+  --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/e1.h5"
+make_data small 40 --h 10 --w 10 --seed 5
+expect_error 2 "--data '$SCRATCH/small.h5'|1x1x10x10|1x1x12x12" predict --config "$SCRATCH/job.ini" \
+  --checkpoint "$ckpt" --data "$SCRATCH/small.h5" --out "$SCRATCH/e2.h5"
+echo "keep me" >"$SCRATCH/e3.h5"
+expect_error 2 "--out|$SCRATCH/e3.h5|already exists" predict --config "$SCRATCH/job.ini" \
+  --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/e3.h5"
+[[ $last_rc -eq 2 ]] || fail "exit $last_rc, want 2"
+[[ $(cat "$SCRATCH/e3.h5") == "keep me" ]] || fail "the existing output was overwritten"
+[[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 ]] || fail "a refused predict wrote its output"
+! ls "$SCRATCH"/*.tmp 2>/dev/null || fail "a temporary file was left behind"
+
+echo "== 4. dtrain train --config = dtrain --config"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --mode sync --num-ps 0 --max-steps 6)
+run 2 "$SCRATCH/plain"
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" train "${COMMON[@]}" --run-dir "$SCRATCH/sub" >"$SCRATCH/sub.log" 2>&1 ||
+  { cat "$SCRATCH/sub.log"; fail "dtrain train failed"; }
+compare "$SCRATCH/plain" "$SCRATCH/sub" 6
+echo "PASS"

@@ -1,0 +1,71 @@
+// tests/unit/test_summary.cpp — TensorBoard event files (train/summary.hpp): the masked CRC-32C of
+// TFRecord framing against values from TensorBoard's own implementation, a second writer in the
+// same second getting a new name (never the existing file), the record framing of the file_version
+// event, and summary_scalars' tags per row kind. Reading back with TensorBoard: tests/cli/test_tensorboard.sh.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "dtrain/train/report.hpp"
+#include "dtrain/train/summary.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain {
+namespace {
+
+TEST(Summary, MaskedCrc32cMatchesTensorBoard) {
+  // tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c(b"123456789") and (8 zero
+  // bytes); CRC-32C("123456789") = 0xe3069283 is the Castagnoli check value.
+  EXPECT_EQ(masked_crc32c("123456789", 9), 0xc78ab0e5u);
+  const char zeros[8] = {};
+  EXPECT_EQ(masked_crc32c(zeros, 8), 0x07980329u);
+}
+
+TEST(Summary, NewFileNeverOverwritesAndStartsWithFileVersion) {
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_summary_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string first, second;
+  {
+    EventWriter a(dir.string());
+    EventWriter b(dir.string());  // same second, same host: must get another name
+    first = a.path();
+    second = b.path();
+  }
+  EXPECT_NE(first, second);
+  EXPECT_NE(fs::path(first).filename().string().find("events.out.tfevents."), std::string::npos);
+  std::ifstream in(first, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 16u);
+  std::uint64_t len = 0;
+  std::memcpy(&len, bytes.data(), 8);
+  ASSERT_EQ(bytes.size(), 16 + len) << "one record: the file_version event";
+  std::uint32_t crc_len = 0, crc_data = 0;
+  std::memcpy(&crc_len, bytes.data() + 8, 4);
+  std::memcpy(&crc_data, bytes.data() + 12 + len, 4);
+  EXPECT_EQ(crc_len, masked_crc32c(bytes.data(), 8));
+  EXPECT_EQ(crc_data, masked_crc32c(bytes.data() + 12, len));
+  EXPECT_NE(bytes.find("brain.Event:2"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Summary, ScalarsPerRowKind) {
+  MetricsRow train{"train", 12, 2, 3.5, 0.25, 0.75, 1000, 0.01, 1.5};
+  const auto t = summary_scalars(train);
+  ASSERT_EQ(t.size(), 7u);
+  EXPECT_EQ(t[0], (Scalar{"train/loss", 0.25}));
+  EXPECT_EQ(t[5], (Scalar{"train/epoch", 2.0}));
+  MetricsRow test{"test", 12, 2, 3.5, 0.5, 0.9, 0, 0, 0};
+  const auto e = summary_scalars(test);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1], (Scalar{"test/accuracy", 0.9}));
+}
+
+}  // namespace
+}  // namespace dtrain
