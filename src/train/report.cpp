@@ -17,7 +17,8 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& s
   out_.open(p, std::ios::app);
   if (!out_) throw Error("cannot open '" + p.string() + "' for appending");
   if (fresh)
-    out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness\n";
+    out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness,"
+            "ms_per_step\n";
   out_.flush();
   if (summaries.enabled) summary_ = std::make_unique<SummaryWriter>(run_dir, summaries);
 }
@@ -28,7 +29,8 @@ void MetricsWriter::write(const MetricsRow& r) {
   out_ << r.kind << ',' << r.global_step << ',' << r.epoch << ',' << std::fixed
        << std::setprecision(3) << r.wall_seconds << ',' << std::setprecision(6) << r.loss << ','
        << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
-       << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << '\n';
+       << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << ','
+       << r.ms_per_step << '\n';
   out_.flush();
   if (summary_) summary_->write(r);
 }

@@ -277,7 +277,8 @@ void Worker::log_interval(int epoch) {
     const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
     const double ms_per_step = log_steps_ ? 1e3 * dt / static_cast<double>(log_steps_) : 0.0;
     log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
-    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness});
+    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
+                     ms_per_step});
   }
   t_log_ = now;
   log_global_start_ = global_step_;

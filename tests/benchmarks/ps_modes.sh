@@ -70,15 +70,17 @@ for part in "${parts[@]}"; do
         run "downpour-s$s" 4 1 --seed "$s" --async-momentum as-given --async-schedule pushes
         run "default-s$s" 4 1 --seed "$s"
       done
-      for v in "half-lr --lr 0.01" "stale-lr --stale-lr inverse" "warmup-x3 --warmup-steps 600" \
-               "momentum-only --async-schedule pushes" "momentum-0 --momentum 0 --async-schedule pushes"; do
+      dp="--async-momentum as-given --async-schedule pushes"  # Downpour as first built
+      for v in "half-lr $dp --lr 0.01" "stale-lr $dp --stale-lr inverse" \
+               "warmup-x3 --async-momentum as-given" "momentum-05 $dp --momentum 0.5" \
+               "compensated-pushes --async-momentum compensated --async-schedule pushes" \
+               "compensated --async-momentum compensated" "one-worker"; do
         set -- $v
         name=$1
         shift
-        # the single changes are measured against Downpour (as-given momentum, push-counted schedule)
-        base=(--async-momentum as-given --async-schedule pushes)
-        [ "$name" = momentum-only ] || [ "$name" = momentum-0 ] && base=()
-        run "$name-s1" 4 1 --seed 1 "${base[@]}" "$@"
+        np=4
+        [ "$name" = one-worker ] && np=2
+        run "$name-s1" "$np" 1 --seed 1 "$@"
       done
       ;;
     async)

@@ -28,6 +28,7 @@ struct MetricsRow {
   double samples_per_sec = 0;  ///< all workers together; 0 for test rows
   double lr = 0;
   double staleness = 0;        ///< mean staleness of this worker's pushes (async), else 0
+  double ms_per_step = 0;      ///< the chief's mean step time over the interval (train rows)
 };
 
 /// The first `test` row of <run_dir>/metrics.csv with accuracy ≥ target and global_step ≤
