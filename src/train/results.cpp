@@ -146,7 +146,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   std::snprintf(line, sizeof line,
                 "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | test accuracy %.4f | "
                 "test loss %.4f | %.1f samples/s | wall %s | results %s/results.json",
-                std::string(to_string(exchange_kind(c))).c_str(), job.num_ps, cl.num_workers(),
+                std::string(to_string(c.mode)).c_str(), job.num_ps, cl.num_workers(),
                 out.epochs_done, static_cast<long long>(out.global_step), out.test_accuracy,
                 out.test_loss, sps, format_seconds(out.wall_seconds).c_str(), c.run_dir.c_str());
   log_info(line);
