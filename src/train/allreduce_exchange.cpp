@@ -98,7 +98,11 @@ class AllreduceExchange final : public GradientExchange {
     return r;
   }
 
-  std::int64_t refresh(Model&) override { return global_step_; }
+  ExchangeResult refresh(Model&) override {
+    ExchangeResult r;
+    r.global_step = global_step_;
+    return r;
+  }
 
   std::int64_t snapshot(Model& model, CheckpointState& s) override {
     Backend& be = model.backend();

@@ -71,16 +71,21 @@ class PsExchange : public GradientExchange {
     r.staleness = static_cast<double>(p.staleness);
     r.global_step = next_step(p);
     r.samples = samples_between(s, position_, r.global_step);
+    last_local_ = s;
     last_step_ = p.global_step;
     position_ = r.global_step;
     return r;
   }
 
-  std::int64_t refresh(Model& model) override {
+  ExchangeResult refresh(Model& model) override {
     const TimelineSpan span("pull", "exchange");
     last_step_ = client_.pull(params_.buffer(model.params()), wait_step()).global_step;
     params_.to_device(model.params());
-    return last_step_;
+    ExchangeResult r;
+    r.global_step = last_step_;
+    if (last_step_ > position_) r.samples = samples_between(last_local_, position_, last_step_);
+    position_ = std::max(position_, last_step_);
+    return r;
   }
 
   std::int64_t snapshot(Model& model, CheckpointState& s) override {
@@ -119,6 +124,7 @@ class PsExchange : public GradientExchange {
   HostMirror grads_, params_;
   std::int64_t last_step_ = 0;  ///< global_step of the last reply
   std::int64_t position_ = 0;   ///< the last ExchangeResult::global_step
+  std::int64_t last_local_ = 0;  ///< the local step of the last step()
   std::int64_t skipped_ = 0;
 };
 

@@ -128,7 +128,9 @@ WorkerOutcome Worker::run() {
       if (stop_signal_) break;  // leave quickly: no evaluation
     }
     average_model_state();
-    global_step_ = exchange_->refresh(model_);
+    const ExchangeResult fresh = exchange_->refresh(model_);
+    global_step_ = fresh.global_step;
+    out_.samples += fresh.samples;
     // ps modes keep one row of statistics (no bit-exact resume): checkpoint after the averaging, so
     // the checkpoint holds what this evaluation uses (dtrain predict), also over a mid-epoch
     // checkpoint of the chief at the same step.

@@ -59,8 +59,10 @@ class GradientExchange {
   /// non-finite gradient unless --skip-nonfinite, or past --timeout.
   virtual ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) = 0;
   /// Makes model.params() the current global parameters (ps: pull, after every update this
-  /// worker's pushes take part in; allreduce: no-op) and returns the current global_step.
-  virtual std::int64_t refresh(Model& model) = 0;
+  /// worker's pushes take part in; allreduce: no-op). Returns the current global_step and the
+  /// samples of all workers behind the global steps it moved past since this worker's last
+  /// step() (async: other workers' last pushes of the epoch), so that throughput counts them.
+  virtual ExchangeResult refresh(Model& model) = 0;
   /// Fills params, m, v of a checkpoint and returns its global_step (allreduce: every worker;
   /// ps: the chief alone).
   virtual std::int64_t snapshot(Model& model, CheckpointState& s) = 0;
