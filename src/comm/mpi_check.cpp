@@ -20,21 +20,24 @@ std::string format_seconds(double s) {
 }
 
 /// Polls `test` until it returns true: spins briefly, then sleeps between polls, doubling the
-/// sleep from 50 µs up to 1 ms, so that a rank waiting a long time (an idle ps, a worker waiting
-/// for a slower peer) gives its core to the ranks that compute, at most ~1 ms late.
+/// sleep from 50 µs up to 100 µs while the wait is young (a reply or a peer's bucket is usually
+/// near: ps push-pull latency) and up to 1 ms once it has lasted 0.1 s (an idle ps, a worker
+/// waiting for a slower peer), so that a long wait gives its core to the ranks that compute.
 template <typename Test>
 void poll_until(Test test, double timeout_s, const std::string& what) {
-  const double deadline = now_seconds() + timeout_s;
+  const double start = now_seconds();
+  const double deadline = start + timeout_s;
   int sleep_us = 50;
   for (int i = 0;; ++i) {
     if (test()) return;
     if (i > 64) {
-      if (now_seconds() > deadline)
+      const double now = now_seconds();
+      if (now > deadline)
         throw RuntimeFault(error_prefix() + "timed out after " + format_seconds(timeout_s) +
                            " s waiting in: " + what +
                            " (a peer rank is stuck or died; see --timeout)");
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(2 * sleep_us, 1000);
+      sleep_us = std::min(2 * sleep_us, now - start < 0.1 ? 100 : 1000);
     }
   }
 }

@@ -211,6 +211,12 @@ void build_table(Table& t, Config& c) {
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
   t.add("allreduce", &c.allreduce, "sync gradient exchange: auto | mpi | nccl");
+  t.add("bucket-mb", &c.bucket_mb,
+        "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
+        "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
+  t.add("overlap", &c.overlap,
+        "sync allreduce on CPU: start each bucket as soon as backward has produced it (false: "
+        "all buckets after backward, for measuring what the overlap hides)");
   t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
   t.group("Checkpoints and output", "checkpoint");
   t.add("run-dir", &c.run_dir, "directory for checkpoints, metrics.csv and results.json");
@@ -429,6 +435,9 @@ void validate_config(const Config& c) {
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);
+  DT_REQUIRE(c.bucket_mb >= 0 && c.bucket_mb <= 2047,
+             "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
+                 to_text(c.bucket_mb));
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
   DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
              "option --num-ps: async mode needs at least one parameter server (got 0); use "

@@ -65,11 +65,15 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   // Build the max-batch stack first: it fixes the tensor layout and validates every shape.
   auto stack = make_stack(max_batch, backend);
   std::size_t poff = 0, soff = 0;
+  std::vector<std::size_t> first_param;  // per layer: its first parameter's offset
   for (std::size_t i = 0; i < stack->layers.size(); ++i) {
     const Layer& l = *stack->layers[i];
+    first_param.push_back(poff);
     for (auto& t : place(l.param_defs(), i, l.type(), poff)) params_info_.push_back(t);
     for (auto& t : place(l.state_defs(), i, l.type(), soff)) state_info_.push_back(t);
   }
+  // Offsets grow with the line, so after layer i's backward grads[first_param[i], P) are final.
+  grads_final_from_ = std::move(first_param);
   const Shape out = stack->layers.back()->output_shape();
   DT_REQUIRE(out.c == num_classes && out.h == 1 && out.w == 1,
              "model: the last layer '" + specs_.back().text + "' outputs " + out.str() +
@@ -91,7 +95,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     return;
   }
   params_ = DeviceBuffer<float>(*backend, param_count_);
-  grads_ = DeviceBuffer<float>(*backend, param_count_);
+  grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
   arena_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(plan_->total_floats, 1));
   bind(*stack);
@@ -225,10 +229,11 @@ void Model::run_forward(Stack& s, const float* x, const StepContext& ctx) {
 }
 
 void Model::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
-                       std::uint64_t step_seed, float* stats) {
+                       std::uint64_t step_seed, float* stats, const GradsFinal& on_final) {
   Backend& be = backend();
   if (n == 0) {
     be.fill(grads_.data(), 0.0f, param_count_);
+    if (on_final) on_final(0);
     return;
   }
   Stack& s = stack_for(n);
@@ -259,6 +264,7 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
       const std::size_t count = s.layers[i]->input_shapes()[k].count();
       be.add(at(plan_->grad[t]), din[k], count);
     }
+    if (on_final) on_final(grads_final_from_[i]);
   }
 }
 

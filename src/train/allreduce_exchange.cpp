@@ -1,6 +1,9 @@
 // dtrain/train/allreduce_exchange.cpp — ExchangeKind::allreduce: the workers sum their gradients
-// (pre-scaled by 1 / the step's samples over all workers) with an allreduce (MPI, or NCCL on
-// GPUs), and every worker applies the same optimizer step, so the replicas stay bit-identical.
+// (pre-scaled by 1 / the step's samples over all workers) with an allreduce, and every worker
+// applies the same optimizer step, so the replicas stay bit-identical. On CPU the gradient is
+// summed in buckets while backward runs, the stop flag riding in the first bucket
+// (sync/bucketed.hpp); on GPU in one allreduce after backward (NCCL, or MPI through host
+// memory) followed by a one-float allreduce of the stop flag.
 #include <algorithm>
 
 #include "dtrain/comm/guard.hpp"
@@ -9,6 +12,7 @@
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/sync/allreduce.hpp"
+#include "dtrain/sync/bucketed.hpp"
 #include "exchange_impl.hpp"
 #include "host_mirror.hpp"
 
@@ -25,8 +29,20 @@ class AllreduceExchange final : public GradientExchange {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;
     const bool nccl = gpu && (c.allreduce == "nccl" || (c.allreduce == "auto" && !c.allow_gpu_sharing));
+    if (!gpu) {
+      const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
+      buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap);
+      return;
+    }
     allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
                       : make_mpi_allreduce(comm_, be, model.param_count());
+  }
+
+  GradsFinal begin_step(Model& model, std::int64_t /*s*/, int /*n*/, bool stop_local) override {
+    if (!buckets_) return {};
+    buckets_->begin(model.grads(), stop_local ? 1.0f : 0.0f);
+    if (!buckets_->overlapping()) return {};
+    return [this](std::size_t from) { buckets_->ready(from); };
   }
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
@@ -64,19 +80,27 @@ class AllreduceExchange final : public GradientExchange {
   ExchangeResult step(Model& model, std::int64_t s, int /*n*/, bool stop_local) override {
     Backend& be = model.backend();
     float flag = stop_local ? 1.0f : 0.0f;
+    bool finite = true;
     {
       const TimelineSpan span("allreduce", "exchange");
-      allreduce_->allreduce_sum(model.grads(), model.param_count());
-      // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
-      MPI_Request req;
-      DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
-      wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
+      if (buckets_) {
+        const BucketedOutcome o = buckets_->finish(comm_timeout());
+        flag = o.flag;
+        finite = o.finite;
+      } else {
+        allreduce_->allreduce_sum(model.grads(), model.param_count());
+        // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
+        MPI_Request req;
+        DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
+        wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
+        finite = be.all_finite(model.grads(), model.param_count());
+      }
     }
     ExchangeResult r;
     r.stop = flag > 0;
     r.samples = global_samples_at(plan_, s);
     // Every replica holds the same summed gradient, so every replica takes the same decision.
-    if (!be.all_finite(model.grads(), model.param_count())) {
+    if (!finite) {
       if (!c_.skip_nonfinite) {
         // Every worker takes this branch at the same step and no rank waits on another, so the
         // chief alone reports (one message, not one per worker) and every worker leaves with
@@ -92,7 +116,9 @@ class AllreduceExchange final : public GradientExchange {
       r.applied = false;
     } else {
       const TimelineSpan span("optimizer", "optimizer");
+      const double t0 = now_seconds();
       opt_.apply(model.params(), model.grads(), global_step_);
+      r.optimizer_seconds = now_seconds() - t0;
     }
     r.global_step = ++global_step_;
     return r;
@@ -127,7 +153,8 @@ class AllreduceExchange final : public GradientExchange {
   bool chief_;
   Optimizer opt_;
   HostMirror mirror_;
-  std::unique_ptr<GradientAllreduce> allreduce_;
+  std::unique_ptr<BucketedAllreduce> buckets_;   ///< CPU
+  std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
   std::int64_t global_step_ = 0;
   std::int64_t skipped_ = 0;
 };

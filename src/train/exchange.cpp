@@ -22,6 +22,11 @@ std::string nonfinite_message(const Model& m, const float* host_grads, std::int6
          " (lower --lr, or pass --skip-nonfinite to skip such steps)";
 }
 
+GradsFinal GradientExchange::begin_step(Model& /*model*/, std::int64_t /*s*/, int /*n*/,
+                                        bool /*stop_local*/) {
+  return {};
+}
+
 bool GradientExchange::epoch_over(int epoch, std::int64_t s, std::int64_t /*global_step*/) const {
   return s >= local_steps(epoch);
 }

@@ -93,7 +93,13 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["train_seconds"] = out.train_seconds;
   r["data_seconds"] = out.data_seconds;  // the chief's split of train_seconds
   r["compute_seconds"] = out.compute_seconds;
-  r["exchange_seconds"] = out.exchange_seconds;
+  r["exchange_seconds"] = out.exchange_seconds;  // exposed communication (not hidden by backward)
+  r["optimizer_seconds"] = out.optimizer_seconds;
+  // ms per step, averaged over the workers (docs/design.md, "Step anatomy")
+  r["step_data_ms"] = out.anatomy_ms[0];
+  r["step_compute_ms"] = out.anatomy_ms[1];
+  r["step_exposed_comm_ms"] = out.anatomy_ms[2];
+  r["step_optimizer_ms"] = out.anatomy_ms[3];
   r["samples_per_sec"] = sps;
   r["step_ms_p50"] = out.step_ms_p50;  // the slowest worker's
   r["step_ms_p90"] = out.step_ms_p90;

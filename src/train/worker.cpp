@@ -153,6 +153,7 @@ WorkerOutcome Worker::run() {
   out_.data_seconds = data_seconds_;
   out_.compute_seconds = compute_seconds_;
   out_.exchange_seconds = exchange_seconds_;
+  out_.optimizer_seconds = optimizer_seconds_;
   out_.skipped = exchange_->skipped_steps();
   if (!exchange_->lockstep()) {
     // Each ps worker skips its own pushes: the run's count is the sum (allreduce: all agree).
@@ -204,14 +205,29 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     const double t1 = now_seconds();
     const float scale = exchange_->gradient_scale(s, n);
     const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
-    model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data());
+    const bool stop_local = stop_requested();
+    GradsFinal on_final = exchange_->begin_step(model_, s, n, stop_local);
+    // DTRAIN_FAULT nan: the NaN must be in the gradient before its bucket leaves (test-only).
+    const bool nan_fault = fault_fires(FaultKind::nan_gradient, global_step_);
+    if (nan_fault && on_final) {
+      on_final = [this, next = std::move(on_final), done = false](std::size_t from) mutable {
+        if (!done && from <= model_.param_tensors().back().offset) {
+          inject_nan_gradient();
+          done = true;
+        }
+        next(from);
+      };
+    }
+    model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
+    if (nan_fault && !on_final) inject_nan_gradient();
     inject_faults(now_seconds() - t1);
     const double t2 = now_seconds();
-    const ExchangeResult r = exchange_->step(model_, s, n, stop_requested());
+    const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
     const double t3 = now_seconds();
     data_seconds_ += t1 - t0;
     compute_seconds_ += t2 - t1;
-    exchange_seconds_ += t3 - t2;
+    exchange_seconds_ += t3 - t2 - r.optimizer_seconds;
+    optimizer_seconds_ += r.optimizer_seconds;
     global_step_ = r.global_step;
     cursor_ = s + 1;
     staleness_sum_ += r.staleness;
@@ -245,17 +261,18 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (log_steps_ > 0) log_interval(epoch);
 }
 
+void Worker::inject_nan_gradient() {
+  const auto& t = model_.param_tensors().back();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  be_.copy_to_device(model_.grads() + t.offset, &nan, sizeof nan);
+  log_warn("DTRAIN_FAULT: injected a NaN into the gradient of " + t.name + " at global step " +
+           std::to_string(global_step_));
+}
+
 void Worker::inject_faults(double step_seconds) {
   // Test-only hooks (DTRAIN_FAULT, core/fault.hpp): one comparison each when no fault is set.
   if (const double f = fault_slowdown(); f > 1)
     std::this_thread::sleep_for(std::chrono::duration<double>((f - 1) * step_seconds));
-  if (fault_fires(FaultKind::nan_gradient, global_step_)) {
-    const auto& t = model_.param_tensors().back();
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    be_.copy_to_device(model_.grads() + t.offset, &nan, sizeof nan);
-    log_warn("DTRAIN_FAULT: injected a NaN into the gradient of " + t.name + " at global step " +
-             std::to_string(global_step_));
-  }
   if (fault_fires(FaultKind::hang, global_step_)) {
     log_warn("DTRAIN_FAULT: hanging forever at global step " + std::to_string(global_step_));
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -308,8 +325,11 @@ std::string Worker::progress_line(int epoch, double loss, double acc, double ms_
 }
 
 void Worker::summarize_step_times() {
-  // p50 / p90 / max of this worker's step times (data + compute + exchange), gathered to the chief.
-  double mine[3] = {0, 0, 0};
+  // Per worker: p50 / p90 / max of the step times (data + compute + exchange), and the step's
+  // anatomy (means per step of data wait, forward + backward, exposed communication, optimizer),
+  // gathered to the chief.
+  constexpr int K = 7;
+  double mine[K] = {0, 0, 0, 0, 0, 0, 0};
   if (!step_ms_.empty()) {
     std::vector<float> t = step_ms_;
     auto at = [&](double q) {
@@ -320,23 +340,34 @@ void Worker::summarize_step_times() {
     mine[0] = at(0.5);
     mine[1] = at(0.9);
     mine[2] = *std::max_element(step_ms_.begin(), step_ms_.end());
+    const double per_step = 1e3 / static_cast<double>(step_ms_.size());
+    mine[3] = data_seconds_ * per_step;
+    mine[4] = compute_seconds_ * per_step;
+    mine[5] = exchange_seconds_ * per_step;
+    mine[6] = optimizer_seconds_ * per_step;
   }
-  std::vector<double> all(cluster_.is_chief() ? 3 * plan_.workers : 0);
+  std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
   MPI_Request req;
-  DT_CHECK_MPI(MPI_Igather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0,
+  DT_CHECK_MPI(MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0,
                            cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
   if (!cluster_.is_chief()) return;
   std::string line = "# step time ms p50/p90/max per worker:";
+  std::string anatomy = "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
   for (int w = 0; w < plan_.workers; ++w) {
-    char b[64];
-    std::snprintf(b, sizeof b, " w%d %.1f/%.1f/%.1f", w, all[3 * w], all[3 * w + 1], all[3 * w + 2]);
+    const double* a = &all[static_cast<std::size_t>(K * w)];
+    char b[96];
+    std::snprintf(b, sizeof b, " w%d %.1f/%.1f/%.1f", w, a[0], a[1], a[2]);
     line += b;
-    out_.step_ms_p50 = std::max(out_.step_ms_p50, all[3 * w]);
-    out_.step_ms_p90 = std::max(out_.step_ms_p90, all[3 * w + 1]);
-    out_.step_ms_max = std::max(out_.step_ms_max, all[3 * w + 2]);
+    std::snprintf(b, sizeof b, " w%d %.2f | %.2f | %.2f | %.2f", w, a[3], a[4], a[5], a[6]);
+    anatomy += b;
+    out_.step_ms_p50 = std::max(out_.step_ms_p50, a[0]);
+    out_.step_ms_p90 = std::max(out_.step_ms_p90, a[1]);
+    out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
+    for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
   }
   log_info(line);
+  log_info(anatomy);
 }
 
 void Worker::average_model_state() {

@@ -27,8 +27,13 @@ struct WorkerOutcome {
   double train_peak_rss_mib = 0;  ///< peak RSS when the last training step ended (before checkpoints)
   double wall_seconds = 0;      ///< whole training incl. evaluation and checkpoints
   /// train_seconds split (this worker, this process): waiting for the batch reader, forward +
-  /// backward (train_step), gradient exchange (push-pull or allreduce + optimizer step)
-  double data_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
+  /// backward (train_step), exposed communication (waiting for the exchange after backward:
+  /// allreduce buckets not yet summed, push-pull), the optimizer (allreduce; the ps applies it
+  /// in ps modes)
+  double data_seconds = 0, compute_seconds = 0, exchange_seconds = 0, optimizer_seconds = 0;
+  /// chief: the step's anatomy, ms per step averaged over the workers: data, compute, exposed
+  /// communication, optimizer
+  double anatomy_ms[4] = {0, 0, 0, 0};
   std::int64_t samples = 0;     ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
   double staleness_mean = 0;
@@ -70,6 +75,8 @@ class Worker {
   void summarize_step_times();
   /// DTRAIN_FAULT hooks (test-only); step_seconds: this step's forward + backward time
   void inject_faults(double step_seconds);
+  /// DTRAIN_FAULT nan: writes a NaN into the last parameter tensor's gradient.
+  void inject_nan_gradient();
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
 
   const Config& c_;
@@ -90,7 +97,7 @@ class Worker {
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
-  double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0;
+  double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0, optimizer_seconds_ = 0;
   std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0;
   std::int64_t log_global_start_ = 0;  ///< global_step at the start of the log interval
   std::vector<float> step_ms_;         ///< this worker's step times in this process, ms

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/cli/test_timeline.sh — --timeline writes <run_dir>/timeline.json, a Chrome trace:
-#   valid JSON with traceEvents; one named track (pid) per world rank; on every track the spans are
-#   properly nested (each span lies inside the one that contains its start, or starts after it
-#   ended); every worker has one forward, backward, data-wait and exchange span per training step
-#   (allreduce in sync, push-pull in async), evaluation and checkpoint spans; the ps applies every
-#   push. Without --timeline no file is written.
+#   valid JSON with traceEvents; one named process (pid) per world rank; on every thread track
+#   (pid, tid) the spans are properly nested (each span lies inside the one that contains its
+#   start, or starts after it ended); every worker has one forward, backward, data-wait and
+#   exchange span per training step (allreduce in sync, push-pull in async), evaluation and
+#   checkpoint spans; in sync every worker's communication track (tid 1, named) holds one
+#   "allreduce bucket" span per bucket and step; the ps applies every push. Without --timeline no
+#   file is written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 480 --seed 21
@@ -22,12 +24,17 @@ trace = json.load(open(path))
 ev = trace["traceEvents"]
 names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
 assert sorted(names) == list(range(np)), f"tracks {sorted(names)}, want one per rank 0..{np - 1}"
-spans = defaultdict(list)
+spans, tracks = defaultdict(list), defaultdict(list)
 for e in ev:
     if e["ph"] == "X":
         assert e["dur"] >= 0 and e["ts"] >= 0, e
-        spans[e["pid"]].append(e)
-for pid, lst in spans.items():
+        tracks[(e["pid"], e["tid"])].append(e)
+        if e["tid"] == 0:
+            spans[e["pid"]].append(e)
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+for (pid, tid) in tracks:
+    assert tid == 0 or threads.get((pid, tid)) == "communication", f"rank {pid}: unnamed track {tid}"
+for (pid, tid), lst in tracks.items():
     lst.sort(key=lambda e: (e["ts"], -e["dur"]))
     stack = []
     for e in lst:
@@ -52,6 +59,9 @@ chief = [p for p, n in names.items() if "(chief)" in n]
 assert len(chief) == 1 and Counter(e["name"] for e in spans[chief[0]])["checkpoint"] >= 1
 if exchange == "allreduce":
     assert all(Counter(e["name"] for e in spans[w])["allreduce"] == steps for w in workers)
+    for w in workers:  # this job's model is one bucket: one bucket span per step
+        c = Counter(e["name"] for e in tracks[(w, 1)])
+        assert c["allreduce bucket"] == steps, (names[w], c, steps)
 else:
     assert total["push-pull"] == steps, (total["push-pull"], steps)
     ps = [p for p, n in names.items() if ": ps " in n]

@@ -164,6 +164,8 @@ struct Config {
   std::string device = "cpu";     ///< cpu | cuda | auto
   bool allow_gpu_sharing = false;
   std::string allreduce = "auto";  ///< auto | mpi | nccl
+  double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
+  bool overlap = true;            ///< start buckets during backward (sync allreduce on CPU)
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
   // checkpoints and output
   std::string run_dir = "runs/default";

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,8 +41,16 @@ struct TensorInfo {
   int fan_in = 1;
 };
 
+/// Called by Model::train_step() as backward proceeds: grads()[from, param_count()) are final
+/// (`from` decreases from call to call and ends at 0). Gradient buckets start reducing from here.
+using GradsFinal = std::function<void(std::size_t from)>;
+
 class Model {
  public:
+  /// grads() holds param_count() + kGradSpare floats: the spare float after the gradients is free
+  /// for the exchange (the sync allreduce carries its stop flag there, in the last bucket).
+  static constexpr std::size_t kGradSpare = 1;
+
   /// Builds the network. `sample` is 1×C×H×W from the dataset, `max_batch` the largest batch
   /// that will be passed. Throws InputError naming the layer line on any bad layer or graph
   /// (unknown or later input, duplicate name, shapes that do not fit, an unused output).
@@ -74,9 +83,13 @@ class Model {
 
   /// One training step on n ≤ max_batch samples: x (device, n×C×H×W), labels (device int32, n).
   /// Overwrites grads() with grad_scale·∂(Σ loss)/∂θ; adds Σ loss and #correct to stats[0..1]
-  /// (device floats). `step_seed` keys dropout. n == 0 zeroes grads().
+  /// (device floats). `step_seed` keys dropout. n == 0 zeroes grads(). `on_final`, if set, is
+  /// called after each layer's backward (layers in reverse line order; parameters lie in line
+  /// order) with the offset from which the gradients are final: at least once, the last time
+  /// with 0. The backend may still be computing them (a GPU stream): the callback must order
+  /// any use after the backend's work.
   void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
-                  std::uint64_t step_seed, float* stats);
+                  std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
 
   /// Inference forward on n samples; adds Σ loss and #correct to stats[0..1] (device floats).
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
@@ -116,6 +129,7 @@ class Model {
   int max_batch_;
   std::vector<TensorInfo> params_info_, state_info_;
   std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
+  std::vector<std::size_t> grads_final_from_;  ///< per layer: its first parameter's offset
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
   DeviceBuffer<float> arena_;  ///< activation memory (see MemoryPlan), shared by every stack

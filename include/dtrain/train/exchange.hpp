@@ -35,6 +35,7 @@ struct ExchangeResult {
   bool stop = false;       ///< a rank asked to stop (signal), agreed by all workers
   double staleness = 0;    ///< ps modes: global steps between this gradient's parameters and its update
   std::int64_t samples = 0;  ///< samples of all workers this step stands for (throughput)
+  double optimizer_seconds = 0;  ///< this worker's time applying the optimizer (allreduce)
 };
 
 class GradientExchange {
@@ -53,6 +54,11 @@ class GradientExchange {
   /// with `n` samples: 1 / all workers' samples of the step (allreduce sums), else 1 / n (the ps
   /// weights each gradient by its samples). 0 when n == 0.
   [[nodiscard]] virtual float gradient_scale(std::int64_t s, int n) const = 0;
+  /// Before model.train_step() of local step `s` with `n` samples: returns the callback that
+  /// train_step() calls as gradients become final (Model::GradsFinal), so that the exchange can
+  /// start while backward runs (bucketed allreduce), or an empty one. `stop_local` is this
+  /// rank's stop request (the same value step() receives).
+  virtual GradsFinal begin_step(Model& model, std::int64_t s, int n, bool stop_local);
   /// After model.train_step() of local step `s`: exchanges model.grads() (gradient of this
   /// worker's `n` samples, pre-scaled by gradient_scale()) and leaves updated parameters in
   /// model.params(). `stop_local` is this rank's stop request. Throws RuntimeFault on a

@@ -1,0 +1,102 @@
+// dtrain/sync/bucketed.hpp — the flat gradient reduced in buckets while backward still runs
+// (PyTorch DDP's reducer, Li et al. 2020 "PyTorch Distributed", VLDB; Horovod's tensor fusion).
+//
+// The gradient buffer (host floats, N×... flattened: the model's parameters in line order) is cut
+// into buckets of about --bucket-mb from its end, because backward produces gradients from the last
+// layer to the first. As the model reports that grads[from, count) are final, every bucket inside
+// that range is handed, in the same order on every rank, to a communication thread that sums it
+// over the workers with MPI_Allreduce (Open MPI's tuned blocking algorithms: its non-blocking
+// MPI_Iallreduce reaches a third to a half of their bandwidth on shared memory, and needs the
+// caller to drive progress). The caller's thread meanwhile computes the next layers' backward.
+//
+// The spare float after the gradients (Model::kGradSpare) carries the step's flag (a rank's stop
+// request) inside the first bucket, so the stop decision costs no collective of its own; whether
+// the summed gradient is finite is read off the summed buckets themselves (every rank holds the
+// same sums, so every rank decides the same), scanned by finish() as each bucket lands while the
+// next one is still being summed. One collective per bucket, nothing else per step.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dtrain {
+
+/// A bucket: floats [begin, end) of the gradient buffer.
+struct Bucket {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+/// Cuts [0, count) into buckets of `bucket_floats` (the last one, at offset 0, shorter), ordered
+/// from the end of the buffer: result[0] ends at `count`. bucket_floats == 0 or ≥ count: one
+/// bucket. count == 0: one empty bucket.
+std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
+
+/// What a step's reduction found.
+struct BucketedOutcome {
+  float flag = 0;        ///< Σ over the workers of the flag passed to begin()
+  bool finite = true;    ///< every summed gradient value is finite
+  double wait_seconds = 0;  ///< time finish() blocked: communication not hidden behind backward
+};
+
+class BucketedAllreduce {
+ public:
+  /// `comm` (borrowed, must outlive this) holds the workers; `count` gradient floats, reduced in
+  /// buckets of `bucket_floats` (0: one bucket). With MPI_THREAD_SERIALIZED or better a
+  /// communication thread reduces the buckets; otherwise finish() does, with MPI_Iallreduce.
+  /// `overlap`: buckets start as ready() reports them; false: all start in finish() (no
+  /// overlap with backward: the "before" of the overlap measurements, --no-overlap).
+  BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap);
+  /// Joins the communication thread, or leaves it behind when a bucket timed out (the process is
+  /// about to abort: MPI_Abort ends the rank with the thread still inside MPI_Allreduce).
+  ~BucketedAllreduce();
+  BucketedAllreduce(const BucketedAllreduce&) = delete;
+  BucketedAllreduce& operator=(const BucketedAllreduce&) = delete;
+
+  /// Starts a step on `data`: host memory of count + 1 floats (data[count] receives `flag`).
+  /// No bucket of the previous step may be in flight (finish() returned).
+  void begin(float* data, float flag);
+  /// data[from, count) is final on this rank: hands every bucket lying inside it to the
+  /// communication thread (in plan order). Cheap; call it after every layer.
+  void ready(std::size_t from);
+  /// Hands over the remaining buckets and waits until all are summed in place. Throws
+  /// RuntimeFault naming the bucket and the workers after `timeout_s` seconds without the
+  /// reduction completing, LibraryError when MPI_Allreduce fails.
+  BucketedOutcome finish(double timeout_s);
+
+  [[nodiscard]] const std::vector<Bucket>& buckets() const { return buckets_; }
+  [[nodiscard]] bool overlapping() const { return overlap_; }
+
+ private:
+  void hand_over(std::size_t from);  ///< queues the buckets inside [from, count)
+  void reduce(std::size_t k);  ///< bucket k: the allreduce (any thread)
+  [[nodiscard]] std::string timeout_message(std::size_t k, double timeout_s) const;
+  void loop();                 ///< the communication thread
+
+  MPI_Comm comm_;
+  std::size_t count_;
+  std::vector<Bucket> buckets_;
+  bool threaded_ = false;
+  bool overlap_ = false;
+  double timeout_s_ = 0;  ///< finish()'s, for the thread-less path
+  float* data_ = nullptr;
+  std::size_t launched_ = 0;  ///< buckets handed over this step (caller's thread only)
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::size_t> queue_;  ///< buckets handed over, not yet taken
+  std::size_t done_ = 0;           ///< buckets reduced this step
+  std::string error_;              ///< the first failure of the communication thread
+  bool stop_ = false;
+  bool stuck_ = false;             ///< finish() timed out: the thread may never return
+  std::thread thread_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,235 @@
+// tests/benchmarks/comm_bench.cpp — dtrain's communication paths against bare MPI, in the same
+// run and process set, with nccl-tests' definitions (github.com/NVIDIA/nccl-tests,
+// doc/PERFORMANCE.md): algbw = bytes / time; allreduce busbw = algbw · 2(n−1)/n.
+//
+//   allreduce     bare: MPI_Allreduce(MPI_IN_PLACE, B bytes of floats, MPI_SUM) over all ranks
+//                 dtrain: the sync exchange's path (sync/bucketed.hpp): the same buffer summed in
+//                 --bucket-mb buckets on the communication thread, with the finiteness scan
+//   ps_push_pull  1 ps (the last rank) and n−1 workers; per round every worker sends B bytes to the
+//                 ps and receives B bytes back.
+//                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
+//                 as its message arrives; dtrain: PsClient::push_pull against run_parameter_server
+//                 (plain SGD at a tiny learning rate: the ps applies every push)
+//                 bandwidth = bytes moved (2·B·workers) / time per round
+// Each size alternates bare and dtrain rounds (warm-up first) and reports the median round.
+// Prints a table and writes one JSON object per line to --out.
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/ps/client.hpp"
+#include "dtrain/ps/server.hpp"
+#include "dtrain/sync/bucketed.hpp"
+
+namespace {
+using namespace dtrain;
+
+struct Options {
+  std::size_t min_bytes = 64 << 10, max_bytes = 256u << 20;
+  double bucket_mb = 25;
+  int iters = 0;  // 0: by size
+  std::string out = "comm_bench.jsonl";
+  std::string ops = "allreduce,ps_push_pull";
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int iterations(const Options& o, std::size_t bytes) {
+  if (o.iters > 0) return o.iters;
+  return bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 20 : 6;
+}
+
+/// Times fn() over all ranks of comm: barrier, fn, max over ranks of the elapsed time.
+template <typename Fn>
+double timed(MPI_Comm comm, Fn fn) {
+  MPI_Barrier(comm);
+  const double t0 = MPI_Wtime();
+  fn();
+  double dt = MPI_Wtime() - t0, worst = 0;
+  MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return worst;
+}
+
+struct Row {
+  std::string op;
+  std::size_t bytes;
+  double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
+};
+
+void report(std::FILE* json, int rank, int ranks, const Row& r) {
+  if (rank != 0) return;
+  const double ratio = r.dtrain_gbps / r.bare_gbps;
+  std::printf("%14s %12zu %10.1f %8.2f %10.1f %8.2f %7.3f\n", r.op.c_str(), r.bytes,
+              r.bare_s * 1e6, r.bare_gbps, r.dtrain_s * 1e6, r.dtrain_gbps, ratio);
+  std::fflush(stdout);
+  std::fprintf(json,
+               "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
+               "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f}\n",
+               r.op.c_str(), ranks, r.bytes, r.bare_gbps, r.dtrain_gbps, ratio, r.bare_s * 1e6,
+               r.dtrain_s * 1e6);
+  std::fflush(json);
+}
+
+Row bench_allreduce(const Options& o, std::size_t bytes, int ranks) {
+  const std::size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n + 1, 1.0f);
+  BucketedAllreduce buckets(MPI_COMM_WORLD, n,
+                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)), true);
+  auto bare = [&] {
+    DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                               MPI_COMM_WORLD));
+  };
+  auto ours = [&] {
+    buckets.begin(buf.data(), 0.0f);
+    (void)buckets.finish(comm_timeout());
+  };
+  std::vector<double> tb, td;
+  timed(MPI_COMM_WORLD, bare);
+  timed(MPI_COMM_WORLD, ours);
+  for (int i = 0; i < iterations(o, bytes); ++i) {
+    // Keep the values small: repeated sums of 1.0 stay exact and finite.
+    std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
+    tb.push_back(timed(MPI_COMM_WORLD, bare));
+    std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
+    td.push_back(timed(MPI_COMM_WORLD, ours));
+  }
+  const double bus = 2.0 * (ranks - 1) / ranks;
+  Row r{"allreduce", bytes, median(tb), median(td), 0, 0};
+  r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
+  r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
+  return r;
+}
+
+/// Bare point-to-point in the push-pull pattern: each worker sends B and receives B; the ps
+/// answers each worker as soon as that worker's message has arrived.
+void bare_push_pull(const Cluster& cl, std::vector<char>& a, std::vector<std::vector<char>>& in) {
+  const int bytes = static_cast<int>(a.size());
+  if (cl.is_worker()) {
+    MPI_Request req[2];
+    DT_CHECK_MPI(MPI_Irecv(in[0].data(), bytes, MPI_BYTE, cl.ps_rank(0), 7, cl.world(), &req[0]));
+    DT_CHECK_MPI(MPI_Isend(a.data(), bytes, MPI_BYTE, cl.ps_rank(0), 7, cl.world(), &req[1]));
+    std::vector<MPI_Request> v(req, req + 2);
+    wait_all(v, comm_timeout(), "bare push-pull");
+    return;
+  }
+  const int W = cl.num_workers();
+  std::vector<MPI_Request> recv(W), send(W, MPI_REQUEST_NULL);
+  for (int w = 0; w < W; ++w)
+    DT_CHECK_MPI(MPI_Irecv(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &recv[w]));
+  for (int k = 0; k < W; ++k) {
+    MPI_Status st;
+    const int w = wait_any(recv, comm_timeout(), "bare push-pull", &st);
+    DT_CHECK_MPI(MPI_Isend(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &send[w]));
+  }
+  wait_all(send, comm_timeout(), "bare push-pull");
+}
+
+Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
+  const std::size_t n = bytes / sizeof(float);
+  const int W = cl.num_workers();
+  const int rounds = iterations(o, bytes);
+  std::vector<char> a(bytes, 0);
+  std::vector<std::vector<char>> in(cl.is_ps() ? W : 1, std::vector<char>(bytes));
+  std::vector<double> tb, td;
+  // dtrain's rounds come in one block (the ps event loop runs until every worker sent DONE):
+  // the bare rounds first, then dtrain's, each timed per round.
+  for (int i = 0; i < rounds + 1; ++i) {
+    const double t = timed(cl.world(), [&] { bare_push_pull(cl, a, in); });
+    if (i > 0) tb.push_back(t);
+  }
+  Config c;
+  c.mode = Mode::async;
+  c.optimizer = "sgd";
+  c.momentum = 0;
+  c.weight_decay = 0;
+  c.lr = 1e-9;
+  const ShardRange shard{0, n};
+  std::vector<float> grads(cl.is_worker() ? n : 0, 0.0f), params(cl.is_worker() ? n : 0, 0.0f);
+  if (cl.is_ps()) {
+    const std::atomic<bool> stop{false};
+    (void)run_parameter_server(cl, c, shard, 1 << 30, stop);  // until every worker sent DONE
+  } else {
+    PsClient client(cl, {shard}, comm_timeout());
+    if (cl.is_chief()) client.load(params.data(), nullptr, nullptr, 0, 0);
+    MPI_Barrier(cl.role_comm());
+    for (int i = 0; i < rounds + 1; ++i) {
+      MPI_Barrier(cl.role_comm());
+      const double t0 = MPI_Wtime();
+      (void)client.push_pull(grads.data(), 1, params.data(), false);
+      double dt = MPI_Wtime() - t0, worst = 0;
+      MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, cl.role_comm());
+      if (i > 0) td.push_back(worst);
+    }
+    client.done();
+  }
+  // The chief (world rank 0) reports.
+  Row r{"ps_push_pull", bytes, median(tb), td.empty() ? 0 : median(td), 0, 0};
+  const double moved = 2.0 * static_cast<double>(bytes) * W;
+  r.bare_gbps = moved / r.bare_s / 1e9;
+  r.dtrain_gbps = r.dtrain_s > 0 ? moved / r.dtrain_s / 1e9 : 0;
+  return r;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--min-bytes") o.min_bytes = std::stoull(v);
+    else if (k == "--max-bytes") o.max_bytes = std::stoull(v);
+    else if (k == "--bucket-mb") o.bucket_mb = std::stod(v);
+    else if (k == "--iters") o.iters = std::stoi(v);
+    else if (k == "--out") o.out = v;
+    else if (k == "--ops") o.ops = v;
+    else throw InputError("comm_bench: unknown option " + k);
+  }
+  return o;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  try {
+    const Options o = parse(argc, argv);
+    set_comm_timeout(120);
+    std::FILE* json = rank == 0 ? std::fopen(o.out.c_str(), "w") : nullptr;
+    if (rank == 0 && !json) throw InputError("comm_bench: cannot write " + o.out);
+    if (rank == 0)
+      std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %.0f MiB\n"
+                  "# %12s %12s %10s %8s %10s %8s %7s\n"
+                  "# %12s %12s %10s %8s %10s %8s %7s\n",
+                  ranks, provided, o.bucket_mb, "op", "bytes", "bare us", "GB/s", "dtrain us",
+                  "GB/s", "ratio", "", "", "", "(busbw |", "", "bytes/s)", "");
+    if (o.ops.find("allreduce") != std::string::npos)
+      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+        report(json, rank, ranks, bench_allreduce(o, b, ranks));
+    if (ranks >= 2 && o.ops.find("ps_push_pull") != std::string::npos) {
+      Cluster cl(MPI_COMM_WORLD, 1);
+      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) {
+        const Row r = bench_push_pull(o, b, cl);
+        report(json, rank, ranks, r);
+      }
+    }
+    if (json) std::fclose(json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "comm_bench: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Benchmark: dtrain's communication paths against bare MPI (tests/benchmarks/comm_bench.cpp), in
+# the same run and process set, nccl-tests style: for 64 KiB .. 256 MiB
+#   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed, sync/bucketed.hpp), busbw
+#   ps_push_pull  bare MPI point-to-point vs dtrain's ps push-pull (1 ps, RANKS-1 workers), bytes
+#                 moved per second
+# Usage: tests/benchmarks/comm_bench.sh [RANKS] (default 2). Prints the table and writes
+# docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: MAX_BYTES, BUCKET_MB,
+# OUT_DIR. Needs a built dtrain (.ci/build.sh builds build/bin/dtrain_comm_bench).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ranks=${1:-2}
+bin=build/bin/dtrain_comm_bench
+[ -x "$bin" ] || { echo "comm_bench: build first (.ci/build.sh)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_mpi_yield_when_idle=1
+out_dir=${OUT_DIR:-docs/results}
+mkdir -p "$out_dir"
+out=$out_dir/comm_bench_${ranks}ranks.jsonl
+mpirun --bind-to none --oversubscribe -np "$ranks" "$bin" --max-bytes "${MAX_BYTES:-268435456}" \
+  --bucket-mb "${BUCKET_MB:-25}" --out "$out"
+echo "# wrote $out"
