@@ -101,6 +101,8 @@ void PsClient::load(const float* params, const float* m, const float* v, std::in
   h.global_step = global_step;
   h.max_steps = max_steps;
   exchange(kTagLoad, h, {params, m, v}, 1, {nullptr});
+  // LOAD comes once per run: give back its three-part send buffers (pushes regrow one part).
+  for (auto& b : send_) std::vector<char>().swap(b);
 }
 
 std::int64_t PsClient::snapshot(float* params, float* m, float* v) {

@@ -25,8 +25,8 @@ namespace {
 std::size_t message_bytes(std::size_t floats) { return sizeof(MsgHeader) + floats * sizeof(float); }
 
 struct WorkerSlot {
-  /// in: the largest request the worker may send (the chief's LOAD: 3 parts, others' PUSH: 1);
-  /// out: grows to the largest reply sent (SNAPSHOT, to the chief only: 3 parts).
+  /// in: the largest request the worker may still send (the chief's LOAD: 3 parts until it came,
+  /// then 1; PUSH: 1); out: grows to the largest reply sent (SNAPSHOT, to the chief only: 3 parts).
   std::vector<char> in, out;
   MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
   bool done = false;
@@ -147,6 +147,8 @@ class ParameterServer {
         std::fill(clock_.begin(), clock_.end(), global_step_);
         pending_.clear();
         reply_params(w);
+        // LOAD comes once per run (protocol.hpp): from now on the chief's requests hold one part.
+        std::vector<char>(message_bytes(n_)).swap(slots_[w].in);
         return;
       case kTagSnapshot:
         reply(w, kTagState, 0, 0, {params_.data(), opt_.m(), opt_.v()});
