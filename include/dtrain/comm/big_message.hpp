@@ -2,11 +2,11 @@
 //
 // An MPI count is an `int`, so `MPI_Isend(buf, n, MPI_BYTE, ...)` cannot describe n ≥ 2 GiB — and a
 // parameter-server LOAD (params + m + v of a shard) passes that at ~179M parameters per ps. These
-// functions take a std::size_t byte count: up to the count limit they post plain MPI_BYTE × n; above
-// it they post one derived datatype that describes exactly n bytes (BigMPI's construction, Hammond
+// functions take a std::size_t byte count: up to the count limit they post plain MPI_BYTE × n;
+// above it they post one derived datatype that describes exactly n bytes (BigMPI's construction, Hammond
 // et al. 2014): q contiguous blocks of `limit` bytes (MPI_Type_contiguous of MPI_Type_contiguous)
-// plus a remainder block of n mod limit MPI_BYTEs (MPI_Type_create_struct), count 1. The datatype is
-// committed, the operation posted, and the datatype freed at once (MPI defers the free until the
+// plus a remainder block of n mod limit MPI_BYTEs (MPI_Type_create_struct), count 1. The datatype
+// is committed, the operation posted, and the datatype freed at once (MPI defers the free until the
 // operation completes). The type signature is a sequence of bytes either way, so any send matches
 // any receive whose capacity is at least as large, whichever path each side took.
 //
@@ -51,8 +51,8 @@ struct ByteType {
 /// The (datatype, count) describing exactly `bytes` bytes: MPI_BYTE × bytes when bytes ≤ limit,
 /// else one committed derived datatype of MPI_Type_size_x == bytes (see the file comment).
 /// `limit` in [1, kMpiMaxCount]. Throws Error for a limit outside that range or when
-/// bytes / limit exceeds INT_MAX blocks (only possible with a tiny test limit), LibraryError when an
-/// MPI datatype call fails.
+/// bytes / limit exceeds INT_MAX blocks (only possible with a tiny test limit), LibraryError when
+/// an MPI datatype call fails.
 ByteType byte_type(std::size_t bytes, std::size_t limit);
 
 /// Frees a derived ByteType (MPI_Type_free) and resets it to MPI_BYTE × 0; no-op otherwise.

@@ -12,9 +12,9 @@
 //                ps/server.hpp)
 //   chief  → ps  LOAD        header + params, m, v        ps → chief  REPLY  header + shard params
 //   chief  → ps  SNAPSHOT    header                       ps → chief  STATE  header + params, m, v
-//                (LOAD and SNAPSHOT come from the chief, worker 0, only, and LOAD at most once per
-//                run, before any PUSH: the ps's receive holds three parts only for the chief's LOAD,
-//                one part otherwise; a longer message fails with MPI_ERR_TRUNCATE)
+//                (LOAD and SNAPSHOT come from the chief, worker 0, only, and LOAD at most once
+//                per run, before any PUSH: the ps's receive holds three parts only for the
+//                chief's LOAD, one part otherwise; a longer message fails with MPI_ERR_TRUNCATE)
 //   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
 // Why it cannot deadlock: a worker posts its receives before its sends and has at most one
 // request outstanding per ps; a ps keeps one pre-posted receive per worker and answers each
