@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/ps/protocol.hpp"
 
@@ -12,10 +13,9 @@ namespace dtrain {
 PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s)
     : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
       seen_(shards_.size(), 0), send_(shards_.size()), recv_(shards_.size()) {
+  // The message buffers grow on first use (exchange): a worker's pushes and pulls need one part
+  // per ps, only the chief's LOAD and SNAPSHOT three.
   for (std::size_t k = 0; k < shards_.size(); ++k) {
-    const std::size_t bytes = sizeof(MsgHeader) + 3 * shards_[k].size() * sizeof(float);
-    send_[k].resize(bytes);
-    recv_[k].resize(bytes);
     // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
     peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " +
               std::to_string(cluster_.ps_rank(static_cast<int>(k))) + ")";
@@ -40,18 +40,25 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
   const int K = static_cast<int>(shards_.size());
   std::vector<MPI_Request> reqs;
   reqs.reserve(2 * K);
+  // Message sizes in bytes (std::size_t: a LOAD or SNAPSHOT of a large shard passes 2 GiB;
+  // comm/big_message posts those as one derived datatype).
+  const auto bytes = [&](int k, std::size_t n_parts) {
+    return sizeof(MsgHeader) + n_parts * shards_[k].size() * sizeof(float);
+  };
   for (int k = 0; k < K && reply_parts > 0; ++k) {
+    const std::size_t capacity = bytes(k, static_cast<std::size_t>(reply_parts));
+    if (recv_[k].size() < capacity) recv_[k].resize(capacity);
     reqs.emplace_back();
-    DT_CHECK_MPI(MPI_Irecv(recv_[k].data(), static_cast<int>(recv_[k].size()), MPI_BYTE,
-                           cluster_.ps_rank(k), MPI_ANY_TAG, cluster_.world(), &reqs.back()));
+    irecv_bytes(recv_[k].data(), capacity, cluster_.ps_rank(k), MPI_ANY_TAG, cluster_.world(),
+                &reqs.back());
   }
   for (int k = 0; k < K; ++k) {
     const ShardRange& s = shards_[k];
     header.seen_step = seen_[k];
+    if (send_[k].size() < bytes(k, parts.size())) send_[k].resize(bytes(k, parts.size()));
     const std::size_t at = pack_message(send_[k].data(), header, parts, s.begin, s.size());
     reqs.emplace_back();
-    DT_CHECK_MPI(MPI_Isend(send_[k].data(), static_cast<int>(at), MPI_BYTE, cluster_.ps_rank(k),
-                           tag, cluster_.world(), &reqs.back()));
+    isend_bytes(send_[k].data(), at, cluster_.ps_rank(k), tag, cluster_.world(), &reqs.back());
   }
   wait_all(reqs, timeout_, "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) +
                               " with " + peers_);
@@ -94,6 +101,8 @@ void PsClient::load(const float* params, const float* m, const float* v, std::in
   h.global_step = global_step;
   h.max_steps = max_steps;
   exchange(kTagLoad, h, {params, m, v}, 1, {nullptr});
+  // LOAD comes once per run: give back its three-part send buffers (pushes regrow one part).
+  for (auto& b : send_) std::vector<char>().swap(b);
 }
 
 std::int64_t PsClient::snapshot(float* params, float* m, float* v) {

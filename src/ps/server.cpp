@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
@@ -19,10 +20,13 @@
 namespace dtrain {
 namespace {
 
-/// Bytes of a message with `floats` floats after the header.
+/// Bytes of a message with `floats` floats after the header (std::size_t: a LOAD or SNAPSHOT of a
+/// large shard passes 2 GiB; comm/big_message posts those as one derived datatype).
 std::size_t message_bytes(std::size_t floats) { return sizeof(MsgHeader) + floats * sizeof(float); }
 
 struct WorkerSlot {
+  /// in: the largest request the worker may still send (the chief's LOAD: 3 parts until it came,
+  /// then 1; PUSH: 1); out: grows to the largest reply sent (SNAPSHOT, to the chief only: 3 parts).
   std::vector<char> in, out;
   MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
   bool done = false;
@@ -61,8 +65,7 @@ class ParameterServer {
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
     for (int w = 0; w < workers_; ++w) {
-      slots_[w].in.resize(message_bytes(3 * n_));
-      slots_[w].out.resize(message_bytes(3 * n_));
+      slots_[w].in.resize(message_bytes((w == 0 ? 3 : 1) * n_));  // worker 0 is the chief
       post_recv(w);
     }
   }
@@ -98,8 +101,8 @@ class ParameterServer {
 
  private:
   void post_recv(int w) {
-    DT_CHECK_MPI(MPI_Irecv(slots_[w].in.data(), static_cast<int>(slots_[w].in.size()), MPI_BYTE,
-                           cluster_.worker_rank(w), MPI_ANY_TAG, cluster_.world(), &slots_[w].recv));
+    irecv_bytes(slots_[w].in.data(), slots_[w].in.size(), cluster_.worker_rank(w), MPI_ANY_TAG,
+                cluster_.world(), &slots_[w].recv);
   }
 
   /// No more updates: --max-steps reached or a stop requested. Every held reply is released.
@@ -116,9 +119,10 @@ class ParameterServer {
     h.global_step = global_step_;
     h.staleness = staleness;
     h.flags = flags | ((stop_flag_.load() || stop_seen_) ? kFlagStop : 0);
+    const std::size_t bytes = message_bytes(parts.size() * n_);
+    if (s.out.size() < bytes) s.out.resize(bytes);
     const std::size_t at = pack_message(s.out.data(), h, parts, 0, n_);
-    DT_CHECK_MPI(MPI_Isend(s.out.data(), static_cast<int>(at), MPI_BYTE, cluster_.worker_rank(w),
-                           tag, cluster_.world(), &s.send));
+    isend_bytes(s.out.data(), at, cluster_.worker_rank(w), tag, cluster_.world(), &s.send);
   }
 
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0) {
@@ -143,6 +147,8 @@ class ParameterServer {
         std::fill(clock_.begin(), clock_.end(), global_step_);
         pending_.clear();
         reply_params(w);
+        // LOAD comes once per run (protocol.hpp): from now on the chief's requests hold one part.
+        std::vector<char>(message_bytes(n_)).swap(slots_[w].in);
         return;
       case kTagSnapshot:
         reply(w, kTagState, 0, 0, {params_.data(), opt_.m(), opt_.v()});

@@ -1,7 +1,10 @@
 // dtrain/ps/protocol.hpp — the worker ⇄ ps wire protocol (Downpour SGD, Dean et al. 2012, in the
 // fused push-pull shape of ps-lite).
 //
-// Every message is MPI_BYTE on MPI_COMM_WORLD: a fixed MsgHeader, then floats.
+// Every message is bytes on MPI_COMM_WORLD: a fixed MsgHeader, then floats. Sizes are std::size_t
+// and messages go through comm/big_message.hpp (MPI_BYTE up to INT_MAX bytes, one derived datatype
+// above: a LOAD or SNAPSHOT passes 2 GiB at ~179M parameters per ps). Receives are posted with the
+// largest size the protocol allows there; no message's size is read back from MPI.
 //   worker → ps  PULL        header                       ps → worker REPLY  header + shard params
 //                (answered once the ps's global_step ≥ header.wait_step)
 //   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard params
@@ -9,6 +12,9 @@
 //                ps/server.hpp)
 //   chief  → ps  LOAD        header + params, m, v        ps → chief  REPLY  header + shard params
 //   chief  → ps  SNAPSHOT    header                       ps → chief  STATE  header + params, m, v
+//                (LOAD and SNAPSHOT come from the chief, worker 0, only, and LOAD at most once
+//                per run, before any PUSH: the ps's receive holds three parts only for the
+//                chief's LOAD, one part otherwise; a longer message fails with MPI_ERR_TRUNCATE)
 //   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
 // Why it cannot deadlock: a worker posts its receives before its sends and has at most one
 // request outstanding per ps; a ps keeps one pre-posted receive per worker and answers each
