@@ -85,7 +85,7 @@ Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int6
   if (kind_ == OptimizerKind::adam) v_ = DeviceBuffer<float>(backend, n);
 }
 
-void Optimizer::apply(float* params, const float* grads, std::int64_t step) {
+bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
   OptimizerUpdate u;
   u.kind = kind_;
   u.lr = learning_rate(config_, step, total_steps_);
@@ -98,15 +98,15 @@ void Optimizer::apply(float* params, const float* grads, std::int64_t step) {
   u.weight_decay = config_.weight_decay;
   u.step = step + 1;
   if (no_decay_.empty() || u.weight_decay == 0.0f) {
-    backend_.optimizer_update(u, params, grads, m_.data(), v_.data(), n_);
-    return;
+    return backend_.optimizer_update(u, params, grads, m_.data(), v_.data(), n_);
   }
   // The update is elementwise, so running it per range changes no value of the decayed ones.
+  bool finite = true;
   auto update = [&](std::size_t b, std::size_t e, float wd) {
     if (b >= e) return;
     u.weight_decay = wd;
-    backend_.optimizer_update(u, params + b, grads + b, m_.data() ? m_.data() + b : nullptr,
-                              v_.data() ? v_.data() + b : nullptr, e - b);
+    finite = backend_.optimizer_update(u, params + b, grads + b, m_.data() ? m_.data() + b : nullptr,
+                                       v_.data() ? v_.data() + b : nullptr, e - b) && finite;
   };
   const float wd = config_.weight_decay;
   std::size_t at = 0;
@@ -116,6 +116,7 @@ void Optimizer::apply(float* params, const float* grads, std::int64_t step) {
     at = r.end;
   }
   update(at, n_, wd);
+  return finite;
 }
 
 }  // namespace dtrain

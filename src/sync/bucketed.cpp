@@ -4,9 +4,7 @@
 
 #include <chrono>
 #include <climits>
-#include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
@@ -26,19 +24,6 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats) {
   return out;
 }
 
-namespace {
-/// True when every value is finite: no value has an all-ones exponent (±Inf, NaN). An integer OR
-/// reduction, which the compiler vectorizes (a float sum may not be reordered).
-bool all_finite(const float* p, std::size_t n) {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t u = 0;
-    std::memcpy(&u, p + i, sizeof u);
-    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-}  // namespace
 
 BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats,
                                      bool overlap)
@@ -49,7 +34,7 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size
                    " floats exceeds MPI's count limit; choose a smaller --bucket-mb");
   int level = MPI_THREAD_SINGLE;
   DT_CHECK_MPI(MPI_Query_thread(&level));
-  threaded_ = level >= MPI_THREAD_SERIALIZED;
+  threaded_ = level >= MPI_THREAD_MULTIPLE;
   overlap_ = overlap && threaded_;
   if (threaded_) thread_ = std::thread([this] { loop(); });
 }
@@ -89,42 +74,53 @@ void BucketedAllreduce::hand_over(std::size_t from) {
   cv_.notify_one();
 }
 
-void BucketedAllreduce::reduce(std::size_t k) {
+void BucketedAllreduce::reduce(std::size_t k, int track) {
   const Bucket& b = buckets_[k];
   // The first bucket also carries the flag in the spare float after the gradients.
   const std::size_t n = b.end - b.begin + (k == 0 ? 1 : 0);
   if (threaded_) {
-    const TimelineSpan span("allreduce bucket", "exchange", Timeline::kCommTrack);
+    const TimelineSpan span("allreduce bucket", "exchange", track);
     DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data_ + b.begin, static_cast<int>(n), MPI_FLOAT,
                                MPI_SUM, comm_));
-  } else {  // no thread may call MPI: the slower non-blocking algorithm, waited with a deadline
+  } else {  // no second thread may call MPI: the slower non-blocking algorithm, with a deadline
     MPI_Request req = MPI_REQUEST_NULL;
     DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data_ + b.begin, static_cast<int>(n), MPI_FLOAT,
                                 MPI_SUM, comm_, &req));
     wait_one(req, timeout_s_, "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
                                   std::to_string(buckets_.size()) + " over the workers");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++done_;
 }
 
 void BucketedAllreduce::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::size_t k = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      k = queue_.front();
-      queue_.pop_front();
+    // Idle, it wakes every 0.1 s to watch the caller's inline reductions (finish()).
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    if (queue_.empty()) {
+      if (watch_until_ > 0 && now_seconds() > watch_until_) {
+        // The caller is blocked in MPI_Allreduce past the deadline: no peer will come. Report
+        // like any timeout and end the job (MPI_Abort is allowed from any thread).
+        const std::string msg = timeout_message(watch_bucket_, watch_timeout_);
+        lock.unlock();
+        log_error(msg);
+        MPI_Abort(MPI_COMM_WORLD, kExitFault);
+        return;
+      }
+      continue;
     }
+    const std::size_t k = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    std::string error;
     try {
-      reduce(k);
+      reduce(k, Timeline::kCommTrack);
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (error_.empty()) error_ = e.what();
-      ++done_;
+      error = e.what();
     }
+    lock.lock();
+    if (!error.empty() && error_.empty()) error_ = error;
+    ++done_;
     cv_.notify_all();
   }
 }
@@ -135,27 +131,35 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
   if (!threaded_) {
     timeout_s_ = timeout_s;
     launched_ = buckets_.size();
-    for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      reduce(k);
-      out.finite = out.finite && all_finite(data_ + buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-    }
+    for (std::size_t k = 0; k < buckets_.size(); ++k) reduce(k, 0);
   } else {
-    hand_over(0);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(timeout_s));
-    // Scan each summed bucket for non-finite values while the thread reduces the next one.
-    for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (!cv_.wait_until(lock, deadline, [&] { return done_ > k; })) {
-          stuck_ = true;
-          throw RuntimeFault(timeout_message(k, timeout_s));
-        }
-        if (!error_.empty()) throw LibraryError(error_);
+    // First the buckets already handed over (the thread sums them in order) ...
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(timeout_s));
+      if (!cv_.wait_until(lock, deadline, [&] { return done_ == launched_; })) {
+        stuck_ = true;
+        throw RuntimeFault(timeout_message(done_, timeout_s));
       }
-      out.finite = out.finite && all_finite(data_ + buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
+      if (!error_.empty()) throw LibraryError(error_);
     }
+    // ... then the rest on this thread, which would only wait for them anyway: no hand-over
+    // latency (a thread wake-up costs more than a 1 MiB bucket's margin). The idle
+    // communication thread watches the deadline meanwhile.
+    for (std::size_t k = launched_; k < buckets_.size(); ++k) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        watch_until_ = now_seconds() + timeout_s;
+        watch_timeout_ = timeout_s;
+        watch_bucket_ = k;
+      }
+      reduce(k, 0);
+    }
+    launched_ = buckets_.size();
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_until_ = 0;
   }
   out.flag = data_[count_];
   out.wait_seconds = now_seconds() - t0;

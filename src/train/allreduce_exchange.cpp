@@ -80,26 +80,32 @@ class AllreduceExchange final : public GradientExchange {
   ExchangeResult step(Model& model, std::int64_t s, int /*n*/, bool stop_local) override {
     Backend& be = model.backend();
     float flag = stop_local ? 1.0f : 0.0f;
-    bool finite = true;
     {
       const TimelineSpan span("allreduce", "exchange");
       if (buckets_) {
-        const BucketedOutcome o = buckets_->finish(comm_timeout());
-        flag = o.flag;
-        finite = o.finite;
+        flag = buckets_->finish(comm_timeout()).flag;
       } else {
         allreduce_->allreduce_sum(model.grads(), model.param_count());
         // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
         MPI_Request req;
         DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));
         wait_one(req, comm_timeout(), "stop-flag allreduce over the workers");
-        finite = be.all_finite(model.grads(), model.param_count());
       }
     }
     ExchangeResult r;
     r.stop = flag > 0;
     r.samples = global_samples_at(plan_, s);
     // Every replica holds the same summed gradient, so every replica takes the same decision.
+    // --skip-nonfinite must look before it updates (a separate pass); otherwise the optimizer
+    // reads finiteness in its own pass, and a non-finite step ends the run (the parameters it
+    // touched are never saved: the last checkpoint stays the newest).
+    bool finite = !c_.skip_nonfinite || be.all_finite(model.grads(), model.param_count());
+    if (finite) {
+      const TimelineSpan span("optimizer", "optimizer");
+      const double t0 = now_seconds();
+      finite = opt_.apply(model.params(), model.grads(), global_step_);
+      r.optimizer_seconds = now_seconds() - t0;
+    }
     if (!finite) {
       if (!c_.skip_nonfinite) {
         // Every worker takes this branch at the same step and no rank waits on another, so the
@@ -114,11 +120,6 @@ class AllreduceExchange final : public GradientExchange {
         log_warn("skipping global step " + std::to_string(global_step_) +
                  ": non-finite gradient (--skip-nonfinite)");
       r.applied = false;
-    } else {
-      const TimelineSpan span("optimizer", "optimizer");
-      const double t0 = now_seconds();
-      opt_.apply(model.params(), model.grads(), global_step_);
-      r.optimizer_seconds = now_seconds() - t0;
     }
     r.global_step = ++global_step_;
     return r;

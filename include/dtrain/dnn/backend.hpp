@@ -225,8 +225,11 @@ class Backend {
   [[nodiscard]] float label_smoothing() const { return label_smoothing_; }
 
   /// One optimizer step over n parameters: p, g, and state m, v (each n floats; m unused by sgd,
-  /// v used only by adam; may be nullptr when unused). g is not modified.
-  virtual void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
+  /// v used only by adam; may be nullptr when unused). g is not modified. Returns whether every
+  /// g value was finite; the update is applied either way (a caller that would skip a
+  /// non-finite step checks all_finite() first; one that stops the run reads this and saves a
+  /// pass over g — the CPU backend reads it in the update's own loop).
+  virtual bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                 float* v, std::size_t n) = 0;
 
  private:

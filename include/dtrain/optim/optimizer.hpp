@@ -49,8 +49,10 @@ class Optimizer {
             std::vector<FloatRange> no_decay = {});
 
   /// Applies one update for 0-based global step `step`: params -= f(grads). Both device pointers
-  /// of n floats. With no_decay ranges, one backend update per run of equal decay.
-  void apply(float* params, const float* grads, std::int64_t step);
+  /// of n floats. With no_decay ranges, one backend update per run of equal decay. Returns
+  /// whether every grads value was finite (Backend::optimizer_update: read in the update's pass;
+  /// the update is applied either way).
+  bool apply(float* params, const float* grads, std::int64_t step);
 
   /// From now on the momentum coefficient of each step is ps_momentum(config, workers, step,
   /// total_steps) instead of --momentum (an async ps).

@@ -8,12 +8,15 @@
 // over the workers with MPI_Allreduce (Open MPI's tuned blocking algorithms: its non-blocking
 // MPI_Iallreduce reaches a third to a half of their bandwidth on shared memory, and needs the
 // caller to drive progress). The caller's thread meanwhile computes the next layers' backward.
+// The buckets still pending when backward ends are summed by the caller itself in finish()
+// (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
+// it reports the bucket like any timeout and ends the job with MPI_Abort.
 //
 // The spare float after the gradients (Model::kGradSpare) carries the step's flag (a rank's stop
-// request) inside the first bucket, so the stop decision costs no collective of its own; whether
-// the summed gradient is finite is read off the summed buckets themselves (every rank holds the
-// same sums, so every rank decides the same), scanned by finish() as each bucket lands while the
-// next one is still being summed. One collective per bucket, nothing else per step.
+// request) inside the first bucket, so the stop decision costs no collective of its own. Whether
+// the summed gradient is finite needs no flag at all: every rank holds the same sums and reads
+// their finiteness in the optimizer's own pass over them (Backend::optimizer_update), so every
+// rank decides the same. One collective per bucket, nothing else per step.
 #pragma once
 
 #include <mpi.h>
@@ -42,15 +45,15 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
 /// What a step's reduction found.
 struct BucketedOutcome {
   float flag = 0;        ///< Σ over the workers of the flag passed to begin()
-  bool finite = true;    ///< every summed gradient value is finite
   double wait_seconds = 0;  ///< time finish() blocked: communication not hidden behind backward
 };
 
 class BucketedAllreduce {
  public:
   /// `comm` (borrowed, must outlive this) holds the workers; `count` gradient floats, reduced in
-  /// buckets of `bucket_floats` (0: one bucket). With MPI_THREAD_SERIALIZED or better a
-  /// communication thread reduces the buckets; otherwise finish() does, with MPI_Iallreduce.
+  /// buckets of `bucket_floats` (0: one bucket). With MPI_THREAD_MULTIPLE a communication
+  /// thread reduces the buckets handed over during backward; otherwise finish() reduces them
+  /// all, with MPI_Iallreduce.
   /// `overlap`: buckets start as ready() reports them; false: all start in finish() (no
   /// overlap with backward: the "before" of the overlap measurements, --no-overlap).
   BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap);
@@ -66,9 +69,11 @@ class BucketedAllreduce {
   /// data[from, count) is final on this rank: hands every bucket lying inside it to the
   /// communication thread (in plan order). Cheap; call it after every layer.
   void ready(std::size_t from);
-  /// Hands over the remaining buckets and waits until all are summed in place. Throws
-  /// RuntimeFault naming the bucket and the workers after `timeout_s` seconds without the
-  /// reduction completing, LibraryError when MPI_Allreduce fails.
+  /// Waits for the handed-over buckets, sums the remaining ones on the calling thread, and
+  /// returns with every bucket summed in place. Past `timeout_s` seconds in one wait: throws
+  /// RuntimeFault naming the bucket and the workers (or, blocked inside MPI_Allreduce, the
+  /// watching thread prints that message and calls MPI_Abort with kExitFault). Throws
+  /// LibraryError when MPI_Allreduce fails.
   BucketedOutcome finish(double timeout_s);
 
   [[nodiscard]] const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -76,7 +81,7 @@ class BucketedAllreduce {
 
  private:
   void hand_over(std::size_t from);  ///< queues the buckets inside [from, count)
-  void reduce(std::size_t k);  ///< bucket k: the allreduce (any thread)
+  void reduce(std::size_t k, int track);  ///< bucket k: the allreduce (any thread; timeline track)
   [[nodiscard]] std::string timeout_message(std::size_t k, double timeout_s) const;
   void loop();                 ///< the communication thread
 
@@ -92,7 +97,10 @@ class BucketedAllreduce {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::size_t> queue_;  ///< buckets handed over, not yet taken
-  std::size_t done_ = 0;           ///< buckets reduced this step
+  std::size_t done_ = 0;           ///< buckets the thread reduced this step
+  double watch_until_ = 0;         ///< > 0: the caller reduces inline; its deadline (now_seconds)
+  double watch_timeout_ = 0;
+  std::size_t watch_bucket_ = 0;
   std::string error_;              ///< the first failure of the communication thread
   bool stop_ = false;
   bool stuck_ = false;             ///< finish() timed out: the thread may never return

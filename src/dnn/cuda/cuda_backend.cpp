@@ -149,8 +149,10 @@ bool CudaBackend::all_finite(const float* p, std::size_t n) {
 
 void CudaBackend::synchronize() { DT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
 
-void CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
+bool CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                    float* v, std::size_t n) {
+  // A separate finiteness pass (with a host read-back) until a device-side flag exists.
+  const bool finite = all_finite(g, n);
   OptimizerParams k;
   switch (u.kind) {
     case OptimizerKind::sgd:
@@ -181,6 +183,7 @@ void CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const flo
         static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(u.beta2), t)));
   }
   launch_optimizer_update(stream_, k, p, g, m, v, n);
+  return finite;
 }
 
 std::unique_ptr<ConvOp> CudaBackend::make_conv(const ConvDesc& d) {

@@ -59,7 +59,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) override;
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override;
 
-  void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+  bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override;
 
   /// The GPU index this backend runs on.

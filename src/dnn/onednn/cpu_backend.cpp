@@ -131,19 +131,33 @@ void* aligned_zeroed_alloc(std::size_t bytes) {
 
 void aligned_free(void* p) noexcept { std::free(p); }
 
-void optimizer_step(const OptimizerUpdate& u, float* __restrict p, const float* __restrict g,
-                    float* __restrict m, float* __restrict v, std::size_t n) {
+namespace {
+/// 1 in bit 31 when x is ±Inf or NaN (all-ones exponent: adding one to it carries into bit 31),
+/// else 0 there: OR-ed over a range, a branch-free finiteness test the compiler vectorizes.
+inline std::uint32_t nonfinite_bit(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return ((u & 0x7f800000u) + 0x00800000u) & 0x80000000u;
+}
+
+/// The update over [0, n) of one chunk; returns the OR of nonfinite_bit over g.
+std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __restrict p, const float* __restrict g,
+                              float* __restrict m, float* __restrict v, std::size_t n) {
   const float lr = u.lr;
   const float wd = u.weight_decay;
+  std::uint32_t bad = 0;
   switch (u.kind) {
     case OptimizerKind::sgd:
-      for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      return;
+      for (std::size_t i = 0; i < n; ++i) {
+        bad |= nonfinite_bit(g[i]);
+        p[i] -= lr * (g[i] + wd * p[i]);
+      }
+      return bad;
     case OptimizerKind::momentum: {
-      DT_ASSERT(m != nullptr, "momentum optimizer needs its velocity buffer m");
       const float mu = u.momentum;
       if (u.nesterov) {
         for (std::size_t i = 0; i < n; ++i) {
+          bad |= nonfinite_bit(g[i]);
           const float gi = g[i] + wd * p[i];
           const float vi = mu * m[i] + gi;
           m[i] = vi;
@@ -151,16 +165,15 @@ void optimizer_step(const OptimizerUpdate& u, float* __restrict p, const float* 
         }
       } else {
         for (std::size_t i = 0; i < n; ++i) {
+          bad |= nonfinite_bit(g[i]);
           const float vi = mu * m[i] + (g[i] + wd * p[i]);
           m[i] = vi;
           p[i] -= lr * vi;
         }
       }
-      return;
+      return bad;
     }
     case OptimizerKind::adam: {
-      DT_ASSERT(m != nullptr && v != nullptr, "adam optimizer needs its moment buffers m and v");
-      DT_REQUIRE(u.step >= 1, "adam: step must be >= 1, got " + std::to_string(u.step));
       const float b1 = u.beta1, b2 = u.beta2, eps = u.epsilon;
       const double t = static_cast<double>(u.step);
       const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
@@ -168,6 +181,7 @@ void optimizer_step(const OptimizerUpdate& u, float* __restrict p, const float* 
           static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
       const float step_size = lr / bc1;
       for (std::size_t i = 0; i < n; ++i) {
+        bad |= nonfinite_bit(g[i]);
         const float gi = g[i] + wd * p[i];
         const float mi = b1 * m[i] + (1.0f - b1) * gi;
         const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
@@ -175,10 +189,43 @@ void optimizer_step(const OptimizerUpdate& u, float* __restrict p, const float* 
         v[i] = vi;
         p[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
       }
-      return;
+      return bad;
     }
   }
   DT_ASSERT(false, "unknown optimizer kind");
+  return bad;
+}
+}  // namespace
+
+bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+                    std::size_t n) {
+  DT_ASSERT(u.kind == OptimizerKind::sgd || m != nullptr,
+            "momentum and adam optimizers need their state buffer m");
+  DT_ASSERT(u.kind != OptimizerKind::adam || v != nullptr, "adam optimizer needs its buffer v");
+  DT_REQUIRE(u.kind != OptimizerKind::adam || u.step >= 1,
+             "adam: step must be >= 1, got " + std::to_string(u.step));
+  // Elementwise, so the chunking (and the number of threads) changes no value.
+  constexpr std::size_t kChunk = 1 << 16;
+  const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
+  std::uint32_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (chunks > 1)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+    bad |= optimizer_chunk(u, p + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b);
+  }
+  return bad == 0;
+}
+
+bool all_finite_host(const float* p, std::size_t n) {
+  constexpr std::size_t kChunk = 1 << 16;
+  const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
+  std::uint32_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (chunks > 1)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+    for (std::size_t i = b; i < e; ++i) bad |= nonfinite_bit(p[i]);
+  }
+  return bad == 0;
 }
 
 namespace {
@@ -228,12 +275,7 @@ class CpuBackend final : public Backend {
       copy(dst + static_cast<std::size_t>(r) * dst_stride,
            src + static_cast<std::size_t>(r) * src_stride, width * sizeof(float));
   }
-  bool all_finite(const float* p, std::size_t n) override {
-    // x − x is 0 for finite x and NaN for ±inf/NaN; summing keeps the loop branch-free.
-    float acc = 0.0f;
-    for (std::size_t i = 0; i < n; ++i) acc += p[i] - p[i];
-    return acc == 0.0f;
-  }
+  bool all_finite(const float* p, std::size_t n) override { return all_finite_host(p, n); }
   void synchronize() override {
     dnnl_guard("stream wait", "", [&] { ctx_->stream.wait(); });
   }
@@ -255,9 +297,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
     return make_softmax_xent_op(batch, classes, label_smoothing());
   }
-  void optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+  bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
-    optimizer_step(u, p, g, m, v, n);
+    return optimizer_step(u, p, g, m, v, n);
   }
 
  private:

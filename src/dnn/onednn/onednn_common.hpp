@@ -157,8 +157,11 @@ std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNo
 std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d);
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
 std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing);
-/// Plain-loop optimizer step (see OptimizerUpdate).
-void optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+/// Plain-loop optimizer step (see OptimizerUpdate), in chunks over the OpenMP threads; returns
+/// whether every g value was finite (read in the same pass; the update is applied regardless).
+bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                     std::size_t n);
+/// True when none of the n host floats is ±Inf or NaN (vectorized, over the OpenMP threads).
+bool all_finite_host(const float* p, std::size_t n);
 
 }  // namespace dtrain::onednn
