@@ -56,9 +56,10 @@ FaultSpec parse_fault_spec(const std::string& value) {
   } else if (kind == "kill-in-checkpoint-write") f.kind = FaultKind::kill_in_checkpoint_write;
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
+  else if (kind == "hang-reader") f.kind = FaultKind::hang_reader;
   else
     throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
-                     "' (kill-in-checkpoint-write | nan-gradient | hang | slow*F)");
+                     "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F)");
   return f;
 }
 

@@ -18,9 +18,15 @@
 // in ready_. Reader state (HDF5 handles, staging buffers) is touched only by the reader thread while
 // it runs, and by the constructor/destructor when it does not.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 #include <cmath>
 
+#include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/fault.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
@@ -182,7 +188,9 @@ void BatchReader::stop() noexcept {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // A reader stuck in read_batch (next() timed out) cannot be joined: it is left behind, and the
+  // process exits with the error next() threw.
+  if (thread_.joinable()) stuck_ ? thread_.detach() : thread_.join();
 }
 
 void BatchReader::run() noexcept {
@@ -231,6 +239,10 @@ void BatchReader::run() noexcept {
 }
 
 void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
+  if (fault_fires(FaultKind::hang_reader, k)) {  // test-only hook (core/fault.hpp)
+    log_warn("DTRAIN_FAULT: the batch reader hangs forever at batch " + std::to_string(k));
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   Reader& r = *reader_;
   const std::int64_t begin = k * batch_size_;
   const int m = static_cast<int>(std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
@@ -315,7 +327,16 @@ bool BatchReader::next(HostBatch& out) {
   std::unique_lock<std::mutex> lock(mu_);
   consumed_ = true;
   if (next_batch_ >= num_batches_) return false;
-  cv_.wait(lock, [this] { return !ready_.empty() || error_; });
+  const double timeout = comm_timeout();
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout),
+                    [this] { return !ready_.empty() || error_; })) {
+    stuck_ = true;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", timeout);
+    throw RuntimeFault(error_prefix() + "timed out after " + secs + " s waiting in: reading " +
+                       "batch " + std::to_string(next_batch_) + " of '" + info_.path +
+                       "' (the reader thread is stuck: a hung file system?; see --timeout)");
+  }
   if (ready_.empty()) std::rethrow_exception(error_);
   const int slot = ready_.front();
   ready_.erase(ready_.begin());

@@ -33,6 +33,7 @@ constexpr Column kColumns[] = {
     {"train", "train/samples_per_sec", [](const MetricsRow& r) { return r.samples_per_sec; }},
     {"train", "train/staleness", [](const MetricsRow& r) { return r.staleness; }},
     {"train", "train/ms_per_step", [](const MetricsRow& r) { return r.ms_per_step; }},
+    {"train", "train/exposed_comm_ms", [](const MetricsRow& r) { return r.exposed_comm_ms; }},
     {"train", "train/epoch", [](const MetricsRow& r) { return static_cast<double>(r.epoch); }},
     {"train", "train/wall_seconds", [](const MetricsRow& r) { return r.wall_seconds; }},
     {"test", "test/loss", [](const MetricsRow& r) { return r.loss; }},

@@ -294,13 +294,16 @@ void Worker::log_interval(int epoch) {
     const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
     const double wall = prior_wall_ + now - t_start_;
     const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
-    const double ms_per_step = log_steps_ ? 1e3 * dt / static_cast<double>(log_steps_) : 0.0;
+    const double per_step = log_steps_ ? 1e3 / static_cast<double>(log_steps_) : 0.0;
+    const double ms_per_step = per_step * dt;
+    const double exposed_ms = per_step * (exchange_seconds_ - log_exchange_start_);
     log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
     metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
-                     ms_per_step});
+                     ms_per_step, exposed_ms});
   }
   t_log_ = now;
   log_global_start_ = global_step_;
+  log_exchange_start_ = exchange_seconds_;
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;
 }
 

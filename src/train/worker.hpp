@@ -99,6 +99,7 @@ class Worker {
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
   double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0, optimizer_seconds_ = 0;
   std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0;
+  double log_exchange_start_ = 0;      ///< exchange_seconds_ at the start of the log interval
   std::int64_t log_global_start_ = 0;  ///< global_step at the start of the log interval
   std::vector<float> step_ms_;         ///< this worker's step times in this process, ms
   double staleness_sum_ = 0;

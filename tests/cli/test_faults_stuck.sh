@@ -12,6 +12,8 @@
 #      job aborts.
 #   4. sync through the ps: the same hook: the others wait for the update (held replies) or the ps
 #      for the missing push, and the watchdog aborts the job.
+#   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
+#      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -62,4 +64,6 @@ stuck_case sync-stop 3 stop:1 "allreduce/gathering batchnorm statistics" --mode 
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
+# 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
+stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 echo "PASS"

@@ -56,12 +56,13 @@ TEST(Summary, NewFileNeverOverwritesAndStartsWithFileVersion) {
 }
 
 TEST(Summary, ScalarsPerRowKind) {
-  MetricsRow train{"train", 12, 2, 3.5, 0.25, 0.75, 1000, 0.01, 1.5, 42.0};
+  MetricsRow train{"train", 12, 2, 3.5, 0.25, 0.75, 1000, 0.01, 1.5, 42.0, 7.5};
   const auto t = summary_scalars(train);
-  ASSERT_EQ(t.size(), 8u);
+  ASSERT_EQ(t.size(), 9u);
   EXPECT_EQ(t[0], (Scalar{"train/loss", 0.25}));
   EXPECT_EQ(t[5], (Scalar{"train/ms_per_step", 42.0}));
-  EXPECT_EQ(t[6], (Scalar{"train/epoch", 2.0}));
+  EXPECT_EQ(t[6], (Scalar{"train/exposed_comm_ms", 7.5}));
+  EXPECT_EQ(t[7], (Scalar{"train/epoch", 2.0}));
   MetricsRow test{"test", 12, 2, 3.5, 0.5, 0.9, 0, 0, 0};
   const auto e = summary_scalars(test);
   ASSERT_EQ(e.size(), 2u);

@@ -8,6 +8,8 @@
 //   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's last
 //                                 parameter tensor) at the first step whose global_step is >= S
 //   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
+//   hang-reader@K[:R]             the batch reader thread sleeps forever on reading the first batch
+//                                 whose index in its epoch is >= K (BatchReader::next times out)
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's time)
 // R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost beyond
@@ -19,7 +21,7 @@
 
 namespace dtrain {
 
-enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang, slow };
+enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang, hang_reader, slow };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::none;

@@ -166,7 +166,9 @@ class BatchReader {
   BatchReader& operator=(BatchReader&&) = delete;
 
   /// Swaps the next batch into out (out's old buffers go back to the ring) and returns true, or
-  /// returns false when all batches were delivered. Blocks until the batch is ready. Rethrows the
+  /// returns false when all batches were delivered. Blocks until the batch is ready, at most
+  /// comm_timeout() seconds (--timeout): then throws RuntimeFault "timed out after T s waiting in:
+  /// reading batch K of 'FILE' ..." and the stuck thread is detached, not joined. Rethrows the
   /// reader thread's error (then every later call rethrows it too).
   bool next(HostBatch& out);
   /// ceil(indices.size() / batch_size), counting batches skipped at the start.
@@ -201,6 +203,7 @@ class BatchReader {
   std::vector<Slot> ring_;          ///< depth_ slots, reused
   std::vector<int> free_, ready_;   ///< slot numbers; ready_ in batch order
   bool stop_ = false;
+  bool stuck_ = false;              ///< next() timed out: the thread is detached, not joined
   std::exception_ptr error_;
   std::thread thread_;
 

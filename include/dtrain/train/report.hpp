@@ -29,6 +29,8 @@ struct MetricsRow {
   double lr = 0;
   double staleness = 0;        ///< mean staleness of this worker's pushes (async), else 0
   double ms_per_step = 0;      ///< the chief's mean step time over the interval (train rows)
+  double exposed_comm_ms = 0;  ///< the chief's mean exposed communication per step, ms: time
+                               ///< waiting on the exchange after backward (train rows)
 };
 
 /// The first `test` row of <run_dir>/metrics.csv with accuracy ≥ target and global_step ≤
