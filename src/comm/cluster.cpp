@@ -102,7 +102,9 @@ void Cluster::set_devices(const std::string& my_device) {
   char mine[kLen] = {};
   std::strncpy(mine, my_device.c_str(), kLen - 1);
   std::vector<char> all(static_cast<std::size_t>(kLen) * ranks_.size());
-  DT_CHECK_MPI(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, world_));
+  MPI_Request req = MPI_REQUEST_NULL;
+  DT_CHECK_MPI(MPI_Iallgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, world_, &req));
+  wait_one(req, comm_timeout(), "gathering every rank's device name (allgather)");
   for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].device = std::string(&all[r * kLen]);
 }
 

@@ -13,32 +13,29 @@ namespace dtrain {
 namespace {
 std::atomic<double> g_timeout{300.0};
 
-std::string format_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-
-/// Polls `test` until it returns true: spins briefly, then sleeps between polls, doubling the
-/// sleep from 50 µs up to 100 µs while the wait is young (a reply or a peer's bucket is usually
-/// near: ps push-pull latency) and up to 1 ms once it has lasted 0.1 s (an idle ps, a worker
-/// waiting for a slower peer), so that a long wait gives its core to the ranks that compute.
+/// Polls `test` until it returns true: for the first kSpinSeconds it polls back to back, yielding
+/// the core between polls (a ps reply or a peer's bucket is usually that close: the round-trip
+/// latency of a small push-pull is the bare MPI latency, not a sleep); then it sleeps between polls,
+/// doubling the sleep from 50 µs up to 100 µs while the wait is young and up to 1 ms once it has
+/// lasted 0.1 s (an idle ps, a worker waiting for a slower peer), so that a long wait gives its core
+/// to the ranks that compute.
 template <typename Test>
 void poll_until(Test test, double timeout_s, const std::string& what) {
+  constexpr double kSpinSeconds = 200e-6;
   const double start = now_seconds();
   const double deadline = start + timeout_s;
   int sleep_us = 50;
-  for (int i = 0;; ++i) {
+  for (;;) {
     if (test()) return;
-    if (i > 64) {
-      const double now = now_seconds();
-      if (now > deadline)
-        throw RuntimeFault(error_prefix() + "timed out after " + format_seconds(timeout_s) +
-                           " s waiting in: " + what +
-                           " (a peer rank is stuck or died; see --timeout)");
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(2 * sleep_us, now - start < 0.1 ? 100 : 1000);
+    const double now = now_seconds();
+    if (now - start < kSpinSeconds) {
+      std::this_thread::yield();
+      continue;
     }
+    if (now > deadline)
+      throw TimeoutError(timeout_s, what);
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(2 * sleep_us, now - start < 0.1 ? 100 : 1000);
   }
 }
 }  // namespace

@@ -1,6 +1,7 @@
 // dtrain/core/error.cpp — error context and formatting.
 #include "dtrain/core/error.hpp"
 
+#include <sstream>
 #include <mutex>
 
 namespace dtrain {
@@ -8,6 +9,19 @@ namespace {
 std::mutex g_mu;
 std::string g_context;
 }  // namespace
+
+namespace {
+std::string timeout_message(double seconds, const std::string& operation, const std::string& cause) {
+  std::ostringstream os;
+  os << error_prefix() << "timed out after " << seconds << " s waiting in: " << operation << " ("
+     << cause << "; see --timeout)";
+  return os.str();
+}
+}  // namespace
+
+TimeoutError::TimeoutError(double seconds, const std::string& operation, const std::string& cause)
+    : RuntimeFault(timeout_message(seconds, operation, cause)), seconds_(seconds),
+      operation_(operation) {}
 
 int exit_code(const std::exception& e) noexcept {
   if (dynamic_cast<const InputError*>(&e)) return kExitInput;

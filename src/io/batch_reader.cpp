@@ -331,11 +331,9 @@ bool BatchReader::next(HostBatch& out) {
   if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout),
                     [this] { return !ready_.empty() || error_; })) {
     stuck_ = true;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", timeout);
-    throw RuntimeFault(error_prefix() + "timed out after " + secs + " s waiting in: reading " +
-                       "batch " + std::to_string(next_batch_) + " of '" + info_.path +
-                       "' (the reader thread is stuck: a hung file system?; see --timeout)");
+    throw TimeoutError(timeout, "reading batch " + std::to_string(next_batch_) + " of '" +
+                                    info_.path + "'",
+                       "the reader thread is stuck: a hung file system?");
   }
   if (ready_.empty()) std::rethrow_exception(error_);
   const int slot = ready_.front();

@@ -169,13 +169,12 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
 std::string BucketedAllreduce::timeout_message(std::size_t k, double timeout_s) const {
   int size = 0;
   MPI_Comm_size(comm_, &size);
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%g", timeout_s);
   const Bucket& b = buckets_[k];
-  return error_prefix() + "timed out after " + secs + " s waiting in: gradient allreduce of bucket " +
-         std::to_string(k + 1) + "/" + std::to_string(buckets_.size()) + " (" +
-         std::to_string((b.end - b.begin) * sizeof(float)) + " bytes) over the " +
-         std::to_string(size) + " workers (a peer rank is stuck or died; see --timeout)";
+  return TimeoutError(timeout_s, "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
+                                     std::to_string(buckets_.size()) + " (" +
+                                     std::to_string((b.end - b.begin) * sizeof(float)) +
+                                     " bytes) over the " + std::to_string(size) + " workers")
+      .what();
 }
 
 }  // namespace dtrain

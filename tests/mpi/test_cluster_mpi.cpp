@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
+#include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
@@ -132,6 +135,42 @@ TEST(AllOrNothing, LowestFailingRankDecidesTheCode) {
   EXPECT_EQ(code, kExitFault);
   // A later guarded phase works again (nothing left pending from the failed one).
   EXPECT_NO_THROW(all_or_nothing(MPI_COMM_WORLD, [] {}));
+}
+
+TEST(AllOrNothing, ARankStuckInItsSetUpTimesTheOthersOut) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  if (W < 2) GTEST_SKIP() << "needs 2 ranks";
+  // A communicator of its own, never freed: the timed-out ranks leave their agreement posted (it
+  // completes when rank 0 arrives), and Open MPI's non-blocking collectives must not outlive it.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const double saved = comm_timeout();
+  set_comm_timeout(0.3);
+  bool timed_out = false;
+  std::string what, operation;
+  try {
+    all_or_nothing(comm, [&] {
+      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    });
+  } catch (const TimeoutError& e) {
+    timed_out = true;
+    what = e.what();
+    operation = e.operation();
+    EXPECT_DOUBLE_EQ(e.seconds(), 0.3);
+    EXPECT_EQ(exit_code(e), kExitFault);
+  }
+  set_comm_timeout(saved);
+  if (rank == 0) {
+    EXPECT_FALSE(timed_out) << what;  // the others' agreement was posted: it completes
+  } else {
+    ASSERT_TRUE(timed_out) << "rank " << rank << " waited past the deadline without an error";
+    EXPECT_NE(operation.find("agreeing on the set-up"), std::string::npos) << operation;
+    EXPECT_NE(what.find("timed out after 0.3 s waiting in: agreeing on the set-up"),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("see --timeout"), std::string::npos) << what;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

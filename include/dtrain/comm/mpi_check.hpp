@@ -2,7 +2,7 @@
 //
 // Every blocking wait in dtrain goes through wait_all()/wait_any(): they poll with MPI_Test*,
 // back off with short sleeps (so an oversubscribed ps or worker does not steal the compute core),
-// and past the deadline throw RuntimeFault naming this rank and the operation it waits in —
+// and past the deadline throw TimeoutError naming this rank and the operation it waits in —
 // the "stall inspector" of Horovod, per operation.
 #pragma once
 
@@ -19,13 +19,13 @@ namespace dtrain {
 std::string mpi_error_string(int code);
 
 /// Waits until every request completes. `what` names the operation (e.g. "push to ps 1").
-/// Throws RuntimeFault after timeout_s seconds, LibraryError if a request fails.
+/// Throws TimeoutError (core/error.hpp) after timeout_s seconds, LibraryError if a request fails.
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what);
 /// Same for one request.
 void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
               MPI_Status* status = nullptr);
 /// Waits until one of the requests completes and returns its index (MPI_UNDEFINED if all are
-/// inactive). Throws RuntimeFault after timeout_s seconds.
+/// inactive). Throws TimeoutError (core/error.hpp) after timeout_s seconds.
 int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
              MPI_Status* status);
 

@@ -35,6 +35,24 @@ class RuntimeFault : public Error {
   explicit RuntimeFault(const std::string& msg) : Error(msg) {}
 };
 
+/// The one error family of every deadline in dtrain (MPI waits, the gradient buckets, the batch
+/// reader, set-up agreement): what() is "<prefix>timed out after S s waiting in: OPERATION (CAUSE;
+/// see --timeout)", where OPERATION names the wait and its peers (e.g. "worker 1 pushing gradients
+/// with ps 0 (rank 3)"). A RuntimeFault: exit code 4.
+class TimeoutError : public RuntimeFault {
+ public:
+  /// seconds: the deadline that passed; operation: what was waited for, naming the peer(s);
+  /// cause: the likely reason, for the reader.
+  TimeoutError(double seconds, const std::string& operation,
+               const std::string& cause = "a peer rank is stuck or died");
+  [[nodiscard]] double seconds() const noexcept { return seconds_; }
+  [[nodiscard]] const std::string& operation() const noexcept { return operation_; }
+
+ private:
+  double seconds_;
+  std::string operation_;
+};
+
 /// Process exit codes, documented in the README ("What happens when things go wrong").
 enum ExitCode : int {
   kExitOk = 0,

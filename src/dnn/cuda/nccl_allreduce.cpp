@@ -79,8 +79,10 @@ class NcclAllreduce final : public GradientAllreduce {
       ncclUniqueId id;
     } msg{};
     if (rank == 0) msg.status = static_cast<int>(ncclGetUniqueId(&msg.id));
-    check_mpi(MPI_Bcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0, comm),
-              "MPI_Bcast of the NCCL unique id");
+    MPI_Request req = MPI_REQUEST_NULL;
+    check_mpi(MPI_Ibcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0, comm, &req),
+              "MPI_Ibcast of the NCCL unique id");
+    wait_one(req, comm_timeout(), "broadcasting the NCCL unique id from rank 0");
     if (msg.status != ncclSuccess)
       throw LibraryError(format_error(std::string("ncclGetUniqueId failed on rank 0: ") +
                                           ncclGetErrorString(static_cast<ncclResult_t>(msg.status)),
