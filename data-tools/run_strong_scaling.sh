@@ -107,9 +107,12 @@ command -v "$mpirun_bin" >/dev/null || die "'$mpirun_bin' not found"
 ini() { sed -n -E "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*([^#;]*).*/\1/p" "$job" | tail -n 1 | sed -E 's/[[:space:]]+$//'; }
 data=$(ini train-data)
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" != --train-data ] || data=${extra[$((i + 1))]:-}; done
-[ -n "$data" ] && [ -f "$data" ] || die "training set '${data}' (from $job) does not exist; for Fashion-MNIST run: /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist"
+synthetic=$(ini synthetic)
+for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" != --synthetic ] || synthetic=${extra[$((i + 1))]:-}; done
+# A synthetic job (--synthetic CxHxW:classes) reads no training set.
+[ -n "$synthetic" ] || { [ -n "$data" ] && [ -f "$data" ]; } || die "training set '${data}' (from $job) does not exist; for Fashion-MNIST run: /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist"
 mkdir -p "$out"
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS
 tck=$(getconf CLK_TCK)
 # child_cpu: user + system CPU seconds of this shell's finished children (mpirun and its ranks).
 child_cpu() { awk -v t="$tck" '{ sub(/^.*\) /, ""); print ($14 + $15) / t }' "/proc/$$/stat"; }

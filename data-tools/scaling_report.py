@@ -6,7 +6,9 @@ Usage: /usr/bin/python3 data-tools/scaling_report.py DIR [DIR ...] [--out PREFIX
   DIR        folders searched recursively for results.json (one per run: data-tools/
              run_strong_scaling.sh or slurm/submit_strong_scaling.sh make them)
   --out      writes PREFIX.md (Markdown table), PREFIX.csv and PREFIX.png (speedup and parallel
-             efficiency against workers, ideal line drawn, one line per mode / ps count)
+             efficiency against workers, ideal line drawn, one line per mode / ps count; and the
+             step anatomy of every run as stacked bars: data, compute, exposed communication,
+             optimizer, in ms per step)
              (default: DIR/scaling, for the first DIR)
   --time     which time T is: train (default) = results.json's train_seconds, the chief's time
              inside training steps (reading batches, forward/backward, gradient exchange), so
@@ -109,6 +111,9 @@ def build_rows(runs, time_key):
                 "staleness": med("staleness_mean") if mode == "async" else float("nan"),
                 "data_s": med("data_seconds"), "compute_s": med("compute_seconds"),
                 "exchange_s": med("exchange_seconds"), "cpu_share": med("cpu_share"),
+                # Step anatomy (results.json step_*_ms, mean per step over the workers).
+                "data_ms": med("step_data_ms"), "compute_ms": med("step_compute_ms"),
+                "comm_ms": med("step_exposed_comm_ms"), "optimizer_ms": med("step_optimizer_ms"),
                 "cpu_s": med("cpu_seconds"), "cpu_eff": cpu_base / med("cpu_seconds"),
                 "load1": med("load1"),
             })
@@ -122,7 +127,10 @@ COLUMNS = [  # key, header, format
     ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
     ("ps_busy", "ps busy", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
     ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
-    ("data_s", "data s", "{:.2f}"), ("cpu_s", "cpu s", "{:.1f}"), ("cpu_eff", "cpu eff", "{:.2f}"),
+    ("data_s", "data s", "{:.2f}"),
+    ("data_ms", "data ms/step", "{:.1f}"), ("compute_ms", "compute ms/step", "{:.1f}"),
+    ("comm_ms", "exposed comm ms/step", "{:.1f}"), ("optimizer_ms", "optimizer ms/step", "{:.1f}"),
+    ("cpu_s", "cpu s", "{:.1f}"), ("cpu_eff", "cpu eff", "{:.2f}"),
     ("cpu_share", "cpu share", "{:.2f}"),
     ("load1", "load", "{:.1f}"), ("runs", "runs", "{:d}"),
 ]
@@ -142,7 +150,10 @@ def write_markdown(path, rows, notes, time_key):
             f.write("| " + " | ".join(fmt(r[k], fm) for k, _, fm in COLUMNS) + " |\n")
         f.write(f"\nT = {time_key}_seconds (chief). speedup = T1/TN, efficiency = T1/(N·TN), T1 = the "
                 "1-worker run of the same mode and ps count. compute/exchange/data s: the chief's "
-                "split of train s (forward+backward / gradient exchange / waiting for the batch). cpu share: "
+                "split of train s (forward+backward / gradient exchange / waiting for the batch). ms/step: "
+                "the step anatomy of results.json (mean over the workers): waiting for the batch, "
+                "forward+backward, exposed communication (waiting on the exchange after backward), "
+                "the optimizer on the worker (allreduce modes; the ps applies it in async mode). cpu share: "
                 "CPU seconds of all ranks / (elapsed × ranks), from launcher.json (run_strong_scaling.sh); "
                 "cpu s: CPU seconds of all ranks (user + system); cpu eff = cpu s of the 1-worker run / cpu s "
                 "(the extra work the parallel run did for the same samples, whatever share of the cores "
@@ -161,12 +172,35 @@ def write_csv(path, rows):
                        + [r["global_batch"], r["samples"]])
 
 
+ANATOMY = [("data_ms", "data"), ("compute_ms", "compute"), ("comm_ms", "exposed comm"),
+           ("optimizer_ms", "optimizer")]
+
+
+def write_anatomy(ax, rows):
+    """Stacked bars: the step anatomy (ms/step) of every run, grouped by series."""
+    import math
+    order = sorted(rows, key=lambda r: (r["mode"] != "sync", r["ps"], r["workers"]))
+    labels = [("sync" if r["mode"] == "sync" else f"async {r['ps']}ps") + f"\n{r['workers']}w"
+              for r in order]
+    bottom = [0.0] * len(order)
+    for key, name in ANATOMY:
+        vals = [0.0 if math.isnan(r[key]) else r[key] for r in order]
+        ax.bar(range(len(order)), vals, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(order)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("ms per step (mean over workers)")
+    ax.set_title("step anatomy", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+
+
 def write_plot(path, rows, time_key, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.2))
     series = {}
     for r in rows:
         series.setdefault((r["mode"], r["ps"]), []).append(r)
@@ -189,6 +223,7 @@ def write_plot(path, rows, time_key, title):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     ax2.set_ylim(0, max(1.1, max(r["efficiency"] for r in rows) * 1.1))
+    write_anatomy(ax3, rows)
     fig.suptitle(f"{title} (T = {time_key}_seconds)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
