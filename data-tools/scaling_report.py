@@ -123,7 +123,7 @@ def build_rows(runs, time_key):
 COLUMNS = [  # key, header, format
     ("workers", "workers", "{:d}"), ("ps", "ps", "{:d}"), ("mode", "mode", "{}"),
     ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
-    ("samples_per_s", "samples/s", "{:.0f}"), ("speedup", "speedup", "{:.2f}"),
+    ("samples_per_s", "samples/s", lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"), ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
     ("ps_busy", "ps busy", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
     ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
@@ -139,7 +139,7 @@ COLUMNS = [  # key, header, format
 def fmt(v, f):
     if isinstance(v, float) and v != v:
         return "-"
-    return f.format(v)
+    return f(v) if callable(f) else f.format(v)
 
 
 def write_markdown(path, rows, notes, time_key):
