@@ -218,6 +218,9 @@ void build_table(Table& t, Config& c) {
         "sync allreduce on CPU: start each bucket as soon as backward has produced it (false: "
         "all buckets after backward, for measuring what the overlap hides)");
   t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
+  t.add("ps-threads", &c.ps_threads,
+        "OpenMP threads of each ps rank: the optimizer update and the sync aggregation run on them "
+        "(0: cores per node / ranks per node; default 1: a ps sharing cores with workers)");
   t.group("Checkpoints and output", "checkpoint");
   t.add("run-dir", &c.run_dir, "directory for checkpoints, metrics.csv and results.json");
   t.add("checkpoint-every", &c.checkpoint_every,
@@ -431,6 +434,7 @@ void validate_config(const Config& c) {
   positive("adam-epsilon", c.adam_epsilon);
   non_negative("num-ps", c.num_ps);
   non_negative("threads", c.threads);
+  non_negative("ps-threads", c.ps_threads);
   non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));

@@ -24,6 +24,9 @@ namespace {
 /// large shard passes 2 GiB; comm/big_message posts those as one derived datatype).
 std::size_t message_bytes(std::size_t floats) { return sizeof(MsgHeader) + floats * sizeof(float); }
 
+/// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
+constexpr std::ptrdiff_t kParallelMin = 1 << 16;
+
 struct WorkerSlot {
   /// in: the largest request the worker may still send (the chief's LOAD: 3 parts until it came,
   /// then 1; PUSH: 1); out: grows to the largest reply sent (SNAPSHOT, to the chief only: 3 parts).
@@ -200,7 +203,9 @@ class ParameterServer {
     }
     if (c_.stale_lr == StaleLr::inverse && staleness > 1) {
       const float f = 1.0f / static_cast<float>(staleness);
-      for (std::size_t i = 0; i < n_; ++i) g[i] *= f;
+      const auto n = static_cast<std::ptrdiff_t>(n_);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+      for (std::ptrdiff_t i = 0; i < n; ++i) g[i] *= f;
     }
     {
       const TimelineSpan span("apply", "optimizer");
@@ -249,7 +254,11 @@ class ParameterServer {
           if (a.samples[w] <= 0) continue;
           const float f = static_cast<float>(a.samples[w]) / static_cast<float>(total);
           const float* g = a.grads[w].data();
-          for (std::size_t i = 0; i < n_; ++i) sum[i] += f * g[i];
+          float* s = sum.data();
+          const auto n = static_cast<std::ptrdiff_t>(n_);
+          // Element-wise, worker order kept per element: the same bits on any thread count.
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+          for (std::ptrdiff_t i = 0; i < n; ++i) s[i] += f * g[i];
         }
         opt_.apply(params_.data(), sum.data(), global_step_);
       }

@@ -36,17 +36,16 @@ void set_threads(const Config& c, const Cluster& cluster) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
-  int threads = c.threads;
+  int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / cluster.me().local_size);
     if (allowed > 0) threads = std::min(threads, allowed);
-  } else if (allowed > 0 && threads > allowed && !cluster.is_ps()) {
+  } else if (allowed > 0 && threads > allowed) {
     log_warn("--threads " + std::to_string(threads) + " but the launcher bound this rank to " +
              std::to_string(allowed) + " core(s): the threads will share them (use mpirun "
              "--bind-to none, or srun --cpus-per-task)");
   }
-  if (cluster.is_ps()) threads = 1;
   omp_set_num_threads(threads);
 }
 

@@ -9,11 +9,14 @@
 //                 ps and receives B bytes back.
 //                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
 //                 as its message arrives; dtrain: PsClient::push_pull against run_parameter_server
-//                 (plain SGD at a tiny learning rate: the ps applies every push)
+//                 (plain SGD at a tiny learning rate: the ps applies every push, on --ps-threads
+//                 OpenMP threads, default 1)
 //                 bandwidth = bytes moved (2·B·workers) / time per round
-// Each size alternates bare and dtrain rounds (warm-up first) and reports the median round.
+// allreduce alternates bare and dtrain rounds per size; push-pull runs its bare rounds, then
+// dtrain's (the ps event loop runs until DONE); each after a warm-up round, the median reported.
 // Prints a table and writes one JSON object per line to --out.
 #include <mpi.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,6 +40,7 @@ struct Options {
   std::size_t min_bytes = 64 << 10, max_bytes = 256u << 20;
   double bucket_mb = 25;
   int iters = 0;  // 0: by size
+  int ps_threads = 1;  // OpenMP threads of the ps (dtrain's --ps-threads)
   std::string out = "comm_bench.jsonl";
   std::string ops = "allreduce,ps_push_pull";
 };
@@ -158,6 +162,7 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   const ShardRange shard{0, n};
   std::vector<float> grads(cl.is_worker() ? n : 0, 0.0f), params(cl.is_worker() ? n : 0, 0.0f);
   if (cl.is_ps()) {
+    omp_set_num_threads(o.ps_threads);
     const std::atomic<bool> stop{false};
     (void)run_parameter_server(cl, c, shard, 1 << 30, stop);  // until every worker sent DONE
   } else {
@@ -192,6 +197,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--iters") o.iters = std::stoi(v);
     else if (k == "--out") o.out = v;
     else if (k == "--ops") o.ops = v;
+    else if (k == "--ps-threads") o.ps_threads = std::stoi(v);
     else throw InputError("comm_bench: unknown option " + k);
   }
   return o;

@@ -2,6 +2,8 @@
 # tests/cli/test_ps_modes.sh — the parameter-server family end to end (1 ps + 3 workers, tiny CNN):
 #   1. --max-staleness 0 (bulk synchronous through the ps) ends with exactly the parameters and
 #      optimizer state of sync through the ps with R = all workers.
+#   1b. --ps-threads 2 gives the same parameters, bit for bit, as 1 thread (a model above the
+#      ps's parallel threshold).
 #   2. --max-staleness 2 with a straggler (DTRAIN_FAULT slow*4 on one worker): no push is more
 #      than 2 steps stale (results.json's staleness_max and histogram), and some are stale.
 #   3. sync through the ps with R = workers trains as well as sync allreduce (same steps, test
@@ -46,6 +48,25 @@ for k in fa["optimizer"]:
     assert np.array_equal(fa["optimizer"][k][:], fb["optimizer"][k][:]), f"optimizer {k} differs"
 assert ra["test_accuracy"] == rb["test_accuracy"]
 print(f"   identical parameters after {ra['global_step']} steps, test accuracy {ra['test_accuracy']:.4f}")
+PY
+
+echo "== 1b. --ps-threads 2 (aggregation and update on 2 OpenMP threads): the same bits as 1 thread"
+# A model above the ps's parallel threshold (65,536 parameters), so the threads really run.
+sed 's/dense units=24/dense units=400/' "$SCRATCH/job.ini" >"$SCRATCH/wide.ini"
+for t in 1 2; do
+  "$MPIEXEC" -n 4 "$DTRAIN" --config "$SCRATCH/wide.ini" --train-data "$SCRATCH/train.h5" \
+    --test-data "$SCRATCH/test.h5" --epochs 1 --max-steps 8 --mode sync --num-ps 1 --ps-threads $t \
+    --run-dir "$SCRATCH/wide$t" >"$SCRATCH/wide$t.log" 2>&1 || { cat "$SCRATCH/wide$t.log"; fail "wide$t"; }
+done
+"$PY" - "$SCRATCH/wide1" "$SCRATCH/wide2" <<'PY'
+import glob, sys
+import h5py, numpy as np
+newest = lambda d: sorted(glob.glob(f"{d}/ckpt-*.h5"))[-1]
+fa, fb = (h5py.File(newest(d)) for d in sys.argv[1:3])
+assert fa.attrs["global_step"] == fb.attrs["global_step"] == 8
+assert fa["params"].shape[0] > 65536, fa["params"].shape
+assert np.array_equal(fa["params"][:], fb["params"][:]), "--ps-threads 2 changed the parameters"
+print(f"   identical {fa['params'].shape[0]} parameters after 8 steps with 1 and 2 ps threads")
 PY
 
 echo "== 2. --max-staleness 2 with a straggler"

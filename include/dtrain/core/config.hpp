@@ -167,6 +167,8 @@ struct Config {
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< start buckets during backward (sync allreduce on CPU)
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);
+                                  ///< 0 = cores per node / ranks per node
   // checkpoints and output
   std::string run_dir = "runs/default";
   std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)

@@ -18,7 +18,8 @@
 
 namespace dtrain {
 
-/// Sets this rank's OpenMP threads: --threads, or the node's cores shared by its ranks (ps: 1),
+/// Sets this rank's OpenMP threads: --threads (a ps: --ps-threads), 0 meaning the node's cores
+/// shared by its ranks,
 /// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
 void set_threads(const Config& c, const Cluster& cluster);
 
