@@ -1,16 +1,14 @@
 // dtrain/core/error.cpp — error context and formatting.
 #include "dtrain/core/error.hpp"
 
-#include <sstream>
 #include <mutex>
+#include <sstream>
 
 namespace dtrain {
 namespace {
 std::mutex g_mu;
 std::string g_context;
-}  // namespace
 
-namespace {
 std::string timeout_message(double seconds, const std::string& operation, const std::string& cause) {
   std::ostringstream os;
   os << error_prefix() << "timed out after " << seconds << " s waiting in: " << operation << " ("

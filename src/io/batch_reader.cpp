@@ -19,9 +19,8 @@
 // it runs, and by the constructor/destructor when it does not.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <thread>
 #include <cmath>
+#include <thread>
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"

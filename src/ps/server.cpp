@@ -202,10 +202,7 @@ class ParameterServer {
       return;
     }
     if (c_.stale_lr == StaleLr::inverse && staleness > 1) {
-      const float f = 1.0f / static_cast<float>(staleness);
-      const auto n = static_cast<std::ptrdiff_t>(n_);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-      for (std::ptrdiff_t i = 0; i < n; ++i) g[i] *= f;
+      backend_->scale(g, 1.0f / static_cast<float>(staleness), n_);
     }
     {
       const TimelineSpan span("apply", "optimizer");

@@ -42,7 +42,8 @@ void set_threads(const Config& c, const Cluster& cluster) {
     threads = std::max(1, cores / cluster.me().local_size);
     if (allowed > 0) threads = std::min(threads, allowed);
   } else if (allowed > 0 && threads > allowed) {
-    log_warn("--threads " + std::to_string(threads) + " but the launcher bound this rank to " +
+    log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
+             std::to_string(threads) + " but the launcher bound this rank to " +
              std::to_string(allowed) + " core(s): the threads will share them (use mpirun "
              "--bind-to none, or srun --cpus-per-task)");
   }

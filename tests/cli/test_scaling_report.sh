@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_scaling_report.sh — the strong-scaling tools end to end on synthetic data:
 # data-tools/run_strong_scaling.sh runs a real sweep (1 and 2 workers, sync and async with 1 ps, a
-# fixed global batch and sample count) of a tiny CNN on --synthetic data (no training set: the sweep
-# must not ask for one), then data-tools/scaling_report.py makes the table, CSV and plot:
+# fixed global batch and sample count) of the tests' tiny CNN on --synthetic data (given after `--`;
+# no training set: the sweep must not ask for one), then data-tools/scaling_report.py makes the
+# table, CSV and plot:
 #   - one row per (mode, workers); every run trained on the same samples; the 1-worker row of each
 #     mode has speedup 1 and efficiency 1; speedup = T1/TN recomputed from the runs' results.json;
 #   - the step anatomy columns (data, compute, exposed comm, optimizer ms/step) equal the runs'
@@ -16,29 +17,12 @@ if ! "$PY" -c "import matplotlib" 2>/dev/null; then
   echo "SKIPPED: $PY has no matplotlib (apt-get install python3-matplotlib; .ci/install-deps.sh does)"
   exit 77
 fi
-cat >"$SCRATCH/job.ini" <<'INI'
-[data]
-synthetic = 1x12x12:4
-[model]
-layer = conv filters=4 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense
-[train]
-batch-size = 8
-seed = 3
-log-every = 2
-[optimizer]
-optimizer = momentum
-lr = 0.01
-momentum = 0.9
-INI
+write_job "$SCRATCH/job.ini"  # no data paths: the sweep passes --synthetic, and needs no set
 out=$SCRATCH/sweep
 export DTRAIN MPIRUN=$MPIEXEC PYTHON=$PY
 bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" --workers "1 2" \
-  --modes "sync async" --ps 1 --global-batch 8 --steps 6 --out "$out" >"$SCRATCH/sweep.log" 2>&1 ||
+  --modes "sync async" --ps 1 --global-batch 8 --steps 6 --out "$out" -- --synthetic 1x12x12:4 \
+  >"$SCRATCH/sweep.log" 2>&1 ||
   { cat "$SCRATCH/sweep.log"; fail "run_strong_scaling.sh failed"; }
 for f in report.md report.csv report.png; do
   [[ -s $out/$f ]] || { cat "$SCRATCH/sweep.log"; fail "no $f"; }

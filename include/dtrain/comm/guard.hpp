@@ -25,7 +25,7 @@ class ReportedError : public Error {
 /// every rank throws ReportedError with that rank's exit code. fn must not call collectives that
 /// some ranks could skip by throwing early, except deterministic ones every rank reaches. The
 /// agreement is non-blocking with the comm_timeout() deadline (--timeout): a rank whose fn takes
-/// longer makes the waiting ranks throw RuntimeFault "timed out after T s waiting in: agreeing on
+/// longer makes the waiting ranks throw TimeoutError "timed out after T s waiting in: agreeing on
 /// the set-up ...".
 void all_or_nothing(MPI_Comm comm, const std::function<void()>& fn);
 

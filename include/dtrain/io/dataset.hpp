@@ -167,7 +167,7 @@ class BatchReader {
 
   /// Swaps the next batch into out (out's old buffers go back to the ring) and returns true, or
   /// returns false when all batches were delivered. Blocks until the batch is ready, at most
-  /// comm_timeout() seconds (--timeout): then throws RuntimeFault "timed out after T s waiting in:
+  /// comm_timeout() seconds (--timeout): then throws TimeoutError "timed out after T s waiting in:
   /// reading batch K of 'FILE' ..." and the stuck thread is detached, not joined. Rethrows the
   /// reader thread's error (then every later call rethrows it too).
   bool next(HostBatch& out);

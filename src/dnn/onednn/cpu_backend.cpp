@@ -260,7 +260,9 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < n; ++i) p[i] = value;
   }
   void scale(float* __restrict p, float alpha, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) p[i] *= alpha;
+    const auto len = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < len; ++i) p[i] *= alpha;
   }
   void add(float* y, const float* x, std::size_t n) override {
     const auto len = static_cast<std::ptrdiff_t>(n);
