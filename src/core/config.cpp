@@ -210,6 +210,13 @@ void build_table(Table& t, Config& c) {
         "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
+  t.add("math", &c.math,
+        "GPU convolutions and matrix products: auto (tf32 on compute capability >= 8.0, as "
+        "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
+        "FMA, matches the CPU backend)");
+  t.add("debug-sync", &c.debug_sync,
+        "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
+        "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
   t.add("allreduce", &c.allreduce, "sync gradient exchange: auto | mpi | nccl");
   t.add("bucket-mb", &c.bucket_mb,
         "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
@@ -401,6 +408,7 @@ void validate_config(const Config& c) {
   one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
+  one_of("math", c.math, {"auto", "tf32", "fp32"});
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
   positive("epochs", c.epochs);

@@ -56,6 +56,7 @@ Shape PoolDesc::output() const {
 #if !defined(DTRAIN_HAVE_CUDA)
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() { return "dtrain was built without CUDA"; }
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   throw Error(
       format_error("cannot use GPU " + std::to_string(device) + ": dtrain was built without CUDA",

@@ -225,6 +225,9 @@ void Model::run_forward(Stack& s, const float* x, const StepContext& ctx) {
     StepContext lc = ctx;
     lc.seed = mix_seed(ctx.seed, i);
     s.layers[i]->forward(in, act(static_cast<int>(i) + 1, x), lc);
+    if (backend().debug_sync())
+      backend().check_after("forward of layer " + std::to_string(i + 1) + " (" +
+                            s.layers[i]->type() + ")");
   }
 }
 
@@ -258,6 +261,9 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     }
     const auto y = static_cast<int>(i) + 1;
     s.layers[i]->backward(in, act(y, x), at(plan_->grad[static_cast<std::size_t>(y)]), din);
+    if (be.debug_sync())
+      be.check_after("backward of layer " + std::to_string(i + 1) + " (" + s.layers[i]->type() +
+                     ")");
     for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
       if (!step.accumulate[k]) continue;
       const auto t = static_cast<std::size_t>(inputs_[i][k]);

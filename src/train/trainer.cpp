@@ -68,7 +68,11 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   }
   const int gpu = select_gpu_for_local_rank(local, local_workers, c.allow_gpu_sharing);
   name = "cuda:" + std::to_string(gpu);
-  return make_cuda_backend(gpu);
+  auto be = make_cuda_backend(gpu);
+  const bool tf32 = c.math == "tf32" || (c.math == "auto" && be->supports_tf32());
+  be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
+  if (c.debug_sync) be->set_debug_sync(true);
+  return be;
 }
 
 namespace {

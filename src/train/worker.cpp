@@ -221,6 +221,9 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
     if (nan_fault && !on_final) inject_nan_gradient();
     inject_faults(now_seconds() - t1);
+    // GPU calls return once queued: wait for the step's kernels so that compute time is not billed
+    // to the exchange (a few µs; the exchange waits for them anyway).
+    if (be_.device() == Device::cuda) be_.synchronize();
     const double t2 = now_seconds();
     const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
     const double t3 = now_seconds();

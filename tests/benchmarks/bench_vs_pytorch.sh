@@ -51,7 +51,7 @@ timer=()
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
   --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
   "${extra[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
-read -r dtrain_rate dtrain_rss <<<"$(/usr/bin/python3 - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
+read -r dtrain_rate dtrain_rss <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
 run, warm, batch, time_kb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rows = [r for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
@@ -71,7 +71,7 @@ torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$thre
             --device "$device" --batch-size "$batch" "${torch_extra[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-/usr/bin/python3 - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" <<'PY'
+"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" <<'PY'
 import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss = float(sys.argv[6]), float(sys.argv[7])

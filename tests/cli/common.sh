@@ -9,7 +9,7 @@
 export OMP_NUM_THREADS=1
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH"
-PY=/usr/bin/python3
+PY=${DTRAIN_PYTHON:-/usr/bin/python3}  # DTRAIN_PYTHON: one with numpy, h5py (and matplotlib)
 
 fail() {
   echo "FAIL: $*" >&2

@@ -9,7 +9,7 @@ set -euo pipefail
 SRC=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 SCRATCH=${SCRATCH:-$(mktemp -d)}
 BIN=${BIN:-}
-PY=/usr/bin/python3
+PY=${DTRAIN_PYTHON:-/usr/bin/python3}  # DTRAIN_PYTHON: one with numpy, h5py (and matplotlib)
 CONVERT="$PY $SRC/data-tools/convert_idx.py"
 H5INFO="$PY $SRC/data-tools/h5info.py"
 FASHION=/usr/share/datasets/fashion-mnist

@@ -16,28 +16,13 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "common/gpu.hpp"
 #include "common/nets.hpp"
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
 namespace {
 
-/// Empty when GPU tests can run, else why not.
-std::string no_cuda_reason() {
-#if !defined(DTRAIN_HAVE_CUDA)
-  return "dtrain was built without CUDA (no nvcc/cuDNN/NCCL, or -DDTRAIN_WITH_CUDA=OFF)";
-#else
-  if (!cuda_available())
-    return "built with CUDA but cuda_device_count() == 0 (no GPU visible or no NVIDIA driver)";
-  return {};
-#endif
-}
-
-#define DT_SKIP_WITHOUT_CUDA()                                           \
-  do {                                                                   \
-    const std::string reason_ = no_cuda_reason();                        \
-    if (!reason_.empty()) GTEST_SKIP() << "no CUDA device: " << reason_; \
-  } while (0)
 
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -267,6 +252,29 @@ TEST_F(CudaParity, BatchNormTrainingInferenceBackward) {
                 y.cpu.data(), false);
   g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(), var.gpu.data(),
                 y.gpu.data(), false);
+  EXPECT_LE(err(y), kTol);
+}
+
+TEST_F(CudaParity, BatchNormOfOneValuePerChannelKeepsRunningStatsFinite) {
+  // N·H·W = 1 (a final batch of one after a dense layer): cuDNN's unbiased variance would divide
+  // by zero; both backends must treat the batch variance as 0 and stay finite and equal.
+  const Shape s{1, 7, 1, 1};
+  const BatchNormDesc d{s, 1e-5f, 0.1f};
+  auto c_op = cpu_->make_batchnorm(d);
+  auto g_op = gpu_->make_batchnorm(d);
+  Twin x = random(s.count(), 41), gamma = twin(random_vec(s.c, 42, 0.5f, 1.5f));
+  Twin beta = random(s.c, 43), mean = random(s.c, 44);
+  Twin var = twin(random_vec(s.c, 45, 0.5f, 2.0f)), y = zeros(s.count());
+  c_op->forward(x.cpu.data(), gamma.cpu.data(), beta.cpu.data(), mean.cpu.data(), var.cpu.data(),
+                y.cpu.data(), true);
+  g_op->forward(x.gpu.data(), gamma.gpu.data(), beta.gpu.data(), mean.gpu.data(), var.gpu.data(),
+                y.gpu.data(), true);
+  const std::vector<float> gv = host(*gpu_, var.gpu), gm = host(*gpu_, mean.gpu);
+  for (std::size_t i = 0; i < gv.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(gv[i]) && std::isfinite(gm[i])) << "channel " << i;
+  }
+  EXPECT_LE(err(mean), kTol);
+  EXPECT_LE(err(var), kTol);
   EXPECT_LE(err(y), kTol);
 }
 

@@ -163,6 +163,8 @@ struct Config {
   int num_ps = 1;
   std::string device = "cpu";     ///< cpu | cuda | auto
   bool allow_gpu_sharing = false;
+  std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
+  bool debug_sync = false;        ///< GPU: synchronize and check after every layer
   std::string allreduce = "auto";  ///< auto | mpi | nccl
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< start buckets during backward (sync allreduce on CPU)

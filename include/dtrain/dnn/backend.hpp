@@ -26,6 +26,13 @@ namespace dtrain {
 
 enum class Device { cpu, cuda };
 
+/// Floating-point math of convolutions and matrix products on the GPU (--math). fp32: full-precision
+/// FMA (cuDNN CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH; results match the CPU backend to ~1e-6);
+/// tf32: tensor cores with TF32 inputs and fp32 accumulation (10-bit mantissa products; PyTorch's
+/// torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32), compute capability
+/// ≥ 8.0 only. The CPU backend always computes in fp32.
+enum class MathMode { fp32, tf32 };
+
 /// A pair of sizes along height and width (kernel, stride or padding of a 2-D window). Built from
 /// one int for a square window (`Hw(3)` is 3×3), or from two (`Hw{1, 7}` is 1 high, 7 wide).
 struct Hw {
@@ -223,6 +230,23 @@ class Backend {
   /// (--label-smoothing; see SoftmaxXentOp). Set before the model is built.
   void set_label_smoothing(float epsilon) { label_smoothing_ = epsilon; }
   [[nodiscard]] float label_smoothing() const { return label_smoothing_; }
+  /// Math of the convolution and dense ops made after this call (see MathMode; default fp32).
+  /// Throws InputError for tf32 on a GPU older than compute capability 8.0.
+  virtual void set_math(MathMode mode) { math_ = mode; }
+  /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
+  [[nodiscard]] virtual bool supports_tf32() const { return false; }
+  [[nodiscard]] MathMode math() const { return math_; }
+
+  /// Debug aid (--debug-sync, or DTRAIN_DEBUG_SYNC=1 in the environment on the CUDA backend):
+  /// when on, the model calls check_after() after every layer's forward and backward, which waits
+  /// for the device and turns a pending asynchronous fault (an illegal address in a kernel) into a
+  /// LibraryError naming that layer — instead of the fault surfacing at the next copy or inside
+  /// the NCCL wait, which then gets the blame. Costs one host synchronization per layer.
+  void set_debug_sync(bool on) { debug_sync_ = on; }
+  [[nodiscard]] bool debug_sync() const { return debug_sync_; }
+  /// With debug_sync(): waits for the queued work and throws LibraryError "CUDA error after WHAT:
+  /// ..." if it failed. A no-op on the CPU backend (its calls are synchronous).
+  virtual void check_after(const std::string& what) { (void)what; }
 
   /// One optimizer step over n parameters: p, g, and state m, v (each n floats; m unused by sgd,
   /// v used only by adam; may be nullptr when unused). g is not modified. Returns whether every
@@ -234,6 +258,8 @@ class Backend {
 
  private:
   float label_smoothing_ = 0.0f;
+  MathMode math_ = MathMode::fp32;
+  bool debug_sync_ = false;
 };
 
 /// The oneDNN CPU backend (always available).
@@ -243,6 +269,11 @@ std::unique_ptr<Backend> make_cpu_backend();
 bool cuda_available();
 /// Number of visible GPUs (0 when built without CUDA or no driver).
 int cuda_device_count();
+/// Why no GPU can be used: "" when cuda_device_count() > 0, else "dtrain was built without CUDA"
+/// or the CUDA runtime's own error of cudaGetDeviceCount (e.g. "cudaGetDeviceCount:
+/// cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA runtime version)").
+/// Never throws.
+std::string cuda_unavailable_reason();
 /// The cuDNN/cuBLAS backend on GPU `device`. Throws Error when built without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 

@@ -1,36 +1,76 @@
 // src/dnn/cuda/conv_op.cpp — 2-D convolution on cuDNN (legacy API of cudnn_cnn.h, cuDNN 9):
 // cudnnConvolutionForward + cudnnAddTensor (bias, unless bias=false), cudnnConvolutionBackwardData /
-// BackwardFilter / BackwardBias; kernel, stride and padding per axis (1×7, 7×1 for Inception). Algorithms are chosen once per shape in the constructor with the
-// cudnnGet*Algorithm_v7 heuristics (no benchmarking cost): the first ranked algorithm that is
-// deterministic (bit-reproducible runs), uses no tensor-op (TF32) math (parity with the fp32 CPU
-// backend) and fits kConvWorkspaceLimit; failing that, any fitting one. One workspace buffer per
-// op, sized to the largest of the three.
+// BackwardFilter / BackwardBias; kernel, stride and padding per axis (1×7, 7×1 for Inception).
+// Algorithms are chosen once per shape in the constructor with the cudnnGet*Algorithm_v7
+// heuristics (no benchmarking cost), from cuDNN's ranked list: the first that fits
+// kConvWorkspaceLimit, has an allowed math type (--math fp32: never a tensor-op type, so results
+// match the fp32 CPU backend; tf32: any) and is deterministic (bit-reproducible runs); failing
+// that, the first fitting one of an allowed math type, deterministic or not. Each direction gets
+// its own descriptor set to the chosen algorithm's math type (as cudnnGet*Algorithm_v7 asks), and
+// the choice is logged once per process and shape. The workspace is the backend's shared one.
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cuda_backend.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain::cuda {
 namespace {
 
-/// Picks from cuDNN's ranked list (Perf: cudnnConvolution*AlgoPerf_t).
+bool is_tensor_op(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor-op-conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+  }
+  return "?";
+}
+
+/// One direction's pick from cuDNN's ranked list (Perf: cudnnConvolution*AlgoPerf_t).
 template <typename Perf>
-decltype(Perf{}.algo) pick_algorithm(const std::vector<Perf>& perfs, int returned, const char* what,
-                                     const std::string& shape) {
+Perf pick_algorithm(const std::vector<Perf>& perfs, int returned, bool allow_tensor_op,
+                    const char* what, const std::string& shape) {
   for (int strict = 1; strict >= 0; --strict) {
     for (int i = 0; i < returned; ++i) {
       const Perf& p = perfs[static_cast<std::size_t>(i)];
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kConvWorkspaceLimit) continue;
-      if (strict && (p.determinism != CUDNN_DETERMINISTIC || p.mathType == CUDNN_TENSOR_OP_MATH ||
-                     p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        continue;
-      return p.algo;
+      if (!allow_tensor_op && is_tensor_op(p.mathType)) continue;
+      if (strict && p.determinism != CUDNN_DETERMINISTIC) continue;
+      return p;
     }
   }
-  throw LibraryError(format_error(std::string("cuDNN offers no ") + what +
-                                      " algorithm within the workspace limit for conv " + shape,
+  throw LibraryError(format_error(std::string("cuDNN offers no ") + what + " algorithm " +
+                                      (allow_tensor_op ? "" : "without tensor-op math ") +
+                                      "within the workspace limit for conv " + shape,
                                   __FILE__, __LINE__));
+}
+
+/// "fwd algo 1 (fma, deterministic, 0.0 MiB)"
+template <typename Perf>
+std::string describe(const char* what, const Perf& p) {
+  return std::string(what) + " algo " + std::to_string(static_cast<int>(p.algo)) + " (" +
+         math_name(p.mathType) + (p.determinism == CUDNN_DETERMINISTIC ? ", deterministic" : "") +
+         ", " + std::to_string(p.memory >> 20) + " MiB)";
+}
+
+/// Logs `line` the first time this process sees it.
+void log_once(const std::string& line) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(line).second) log_info(line);
 }
 
 class CudaConvOp final : public ConvOp {
@@ -42,12 +82,16 @@ class CudaConvOp final : public ConvOp {
     y_desc_ = TensorDesc::nchw(out.n, out.c, out.h, out.w);
     b_desc_ = TensorDesc::nchw(1, d.out_channels, 1, 1);
     w_desc_ = FilterDesc::kcrs(d.out_channels, in.c, d.kernel.h, d.kernel.w);
-    conv_desc_ = ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w);
+    const bool tf32 = be.math() == MathMode::tf32;
+    auto make_desc = [&](cudnnMathType_t m) {
+      return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w, m);
+    };
+    const ConvolutionDesc query = make_desc(tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     bias_ = d.bias;
 
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(
-        cudnnGetConvolution2dForwardOutputDim(conv_desc_, x_desc_, w_desc_, &n, &c, &h, &w));
+        cudnnGetConvolution2dForwardOutputDim(query, x_desc_, w_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
 
@@ -55,46 +99,59 @@ class CudaConvOp final : public ConvOp {
         in.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() + " p=" + d.pad.str() +
         " filters=" + std::to_string(d.out_channels);
     cudnnHandle_t handle = be.cudnn();
+    std::size_t need = 0;
+    std::string chosen;
     {
       int max = 0, got = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(max));
-      DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, conv_desc_,
+      DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
                                                             y_desc_, max, &got, perf.data()));
-      fwd_algo_ = pick_algorithm(perf, got, "forward", shape);
+      const auto p = pick_algorithm(perf, got, tf32, "forward", shape);
+      fwd_algo_ = p.algo;
+      fwd_desc_ = make_desc(p.mathType);
+      chosen += describe("fwd", p);
     }
     {
       int max = 0, got = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(max));
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          handle, w_desc_, y_desc_, conv_desc_, x_desc_, max, &got, perf.data()));
-      bwd_data_algo_ = pick_algorithm(perf, got, "backward-data", shape);
+          handle, w_desc_, y_desc_, query, x_desc_, max, &got, perf.data()));
+      const auto p = pick_algorithm(perf, got, tf32, "backward-data", shape);
+      bwd_data_algo_ = p.algo;
+      bwd_data_desc_ = make_desc(p.mathType);
+      chosen += ", " + describe("bwd-data", p);
     }
     {
       int max = 0, got = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(max));
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          handle, x_desc_, y_desc_, conv_desc_, w_desc_, max, &got, perf.data()));
-      bwd_filter_algo_ = pick_algorithm(perf, got, "backward-filter", shape);
+          handle, x_desc_, y_desc_, query, w_desc_, max, &got, perf.data()));
+      const auto p = pick_algorithm(perf, got, tf32, "backward-filter", shape);
+      bwd_filter_algo_ = p.algo;
+      bwd_filter_desc_ = make_desc(p.mathType);
+      chosen += ", " + describe("bwd-filter", p);
     }
+    // The sizes for the descriptors actually used (the heuristics' estimates may differ).
     std::size_t fwd = 0, bd = 0, bf = 0;
-    DT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_, w_desc_, conv_desc_,
+    DT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_, w_desc_, fwd_desc_,
                                                            y_desc_, fwd_algo_, &fwd));
     DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        handle, w_desc_, y_desc_, conv_desc_, x_desc_, bwd_data_algo_, &bd));
+        handle, w_desc_, y_desc_, bwd_data_desc_, x_desc_, bwd_data_algo_, &bd));
     DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        handle, x_desc_, y_desc_, conv_desc_, w_desc_, bwd_filter_algo_, &bf));
-    workspace_bytes_ = std::max(fwd, std::max(bd, bf));
-    workspace_ = DeviceMemory::create(workspace_bytes_);
+        handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
+    need = std::max(fwd, std::max(bd, bf));
+    be.reserve_workspace(need);
+    log_once("cuDNN conv " + shape + " (" + (tf32 ? "tf32" : "fp32") + "): " + chosen);
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
     const float one = 1.0f, zero = 0.0f;
-    DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, w, conv_desc_,
-                                           fwd_algo_, workspace_.get(), workspace_bytes_, &zero,
-                                           y_desc_, y));
+    DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, w, fwd_desc_,
+                                           fwd_algo_, be_.workspace(), be_.workspace_bytes(),
+                                           &zero, y_desc_, y));
     if (bias_) DT_CHECK_CUDNN(cudnnAddTensor(be_.cudnn(), &one, b_desc_, b, &one, y_desc_, y));
   }
 
@@ -102,12 +159,12 @@ class CudaConvOp final : public ConvOp {
                 float* db) override {
     const float one = 1.0f, zero = 0.0f;
     if (dx != nullptr)
-      DT_CHECK_CUDNN(cudnnConvolutionBackwardData(be_.cudnn(), &one, w_desc_, w, y_desc_, dy,
-                                                  conv_desc_, bwd_data_algo_, workspace_.get(),
-                                                  workspace_bytes_, &zero, x_desc_, dx));
-    DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(be_.cudnn(), &one, x_desc_, x, y_desc_, dy,
-                                                  conv_desc_, bwd_filter_algo_, workspace_.get(),
-                                                  workspace_bytes_, &zero, w_desc_, dw));
+      DT_CHECK_CUDNN(cudnnConvolutionBackwardData(
+          be_.cudnn(), &one, w_desc_, w, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
+          be_.workspace(), be_.workspace_bytes(), &zero, x_desc_, dx));
+    DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+        be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
+        be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw));
     if (bias_)
       DT_CHECK_CUDNN(
           cudnnConvolutionBackwardBias(be_.cudnn(), &one, y_desc_, dy, &zero, b_desc_, db));
@@ -117,12 +174,10 @@ class CudaConvOp final : public ConvOp {
   CudaBackend& be_;
   TensorDesc x_desc_, y_desc_, b_desc_;
   FilterDesc w_desc_;
-  ConvolutionDesc conv_desc_;
+  ConvolutionDesc fwd_desc_, bwd_data_desc_, bwd_filter_desc_;
   cudnnConvolutionFwdAlgo_t fwd_algo_{};
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
-  std::size_t workspace_bytes_ = 0;
-  DeviceMemory workspace_;
   bool bias_ = true;
 };
 

@@ -6,6 +6,7 @@
 #include "cuda_backend.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -13,14 +14,28 @@
 
 namespace dtrain {
 
-int cuda_device_count() {
+namespace {
+/// cudaGetDeviceCount once per call: the count, or 0 and the runtime's error in `why`.
+int device_count(std::string* why) {
   int count = 0;
-  // No driver / no device: cudaGetDeviceCount returns an error and we report 0 GPUs.
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
+    if (why != nullptr)
+      *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
+             cudaGetErrorString(e) + ")";
     return 0;
   }
+  if (count == 0 && why != nullptr) *why = "cudaGetDeviceCount: 0 devices";
   return count;
+}
+}  // namespace
+
+int cuda_device_count() { return device_count(nullptr); }
+
+std::string cuda_unavailable_reason() {
+  std::string why;
+  return device_count(&why) > 0 ? std::string() : why;
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
@@ -36,7 +51,8 @@ int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing
   const int gpus = cuda_device_count();
   if (gpus == 0)
     throw Error(format_error("no CUDA device visible to local rank " + std::to_string(local_rank) +
-                                 " (check CUDA_VISIBLE_DEVICES, the driver, and --gpus-per-task)",
+                                 " (" + cuda_unavailable_reason() +
+                                 "; check CUDA_VISIBLE_DEVICES, the driver, and --gpus-per-task)",
                              __FILE__, __LINE__));
   if (local_size > gpus && !allow_sharing)
     throw InputError(format_error(std::to_string(local_size) + " ranks on this node but only " +
@@ -49,15 +65,17 @@ namespace cuda {
 
 CudaBackend::CudaBackend(int device) : gpu_(device) {
   const int count = cuda_device_count();
-  DT_REQUIRE(count > 0,
-             "--device cuda: no CUDA device is visible (driver missing, or "
-             "CUDA_VISIBLE_DEVICES empty)");
+  DT_REQUIRE(count > 0, "--device cuda: no CUDA device is visible (" + cuda_unavailable_reason() +
+                            "; driver missing, or CUDA_VISIBLE_DEVICES empty?)");
   DT_REQUIRE(device >= 0 && device < count, "GPU index " + std::to_string(device) +
                                                 " out of range: " + std::to_string(count) +
                                                 " visible");
   DT_CHECK_CUDA(cudaSetDevice(device));
   cudaDeviceProp prop{};
   DT_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  cc_ = 10 * prop.major + prop.minor;
+  const char* dbg = std::getenv("DTRAIN_DEBUG_SYNC");
+  if (dbg != nullptr && std::strcmp(dbg, "1") == 0) set_debug_sync(true);
   const std::size_t v = cudnnGetVersion();
   name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ", cuDNN " +
           std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
@@ -148,6 +166,38 @@ bool CudaBackend::all_finite(const float* p, std::size_t n) {
 }
 
 void CudaBackend::synchronize() { DT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::set_math(MathMode mode) {
+  if (mode == MathMode::tf32 && cc_ < 80)
+    throw InputError(format_error("--math tf32 needs compute capability 8.0 or newer; " + name_ +
+                                      " has " + std::to_string(cc_ / 10) + "." +
+                                      std::to_string(cc_ % 10) + " (use --math fp32)",
+                                  __FILE__, __LINE__));
+  Backend::set_math(mode);
+  DT_CHECK_CUBLAS(cublasSetMathMode(
+      cublas_, mode == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+void CudaBackend::check_after(const std::string& what) {
+  if (!debug_sync()) return;
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  const cudaError_t last = e != cudaSuccess ? e : cudaGetLastError();
+  if (last != cudaSuccess)
+    throw LibraryError(format_error("CUDA error after " + what + " on " + name_ + ": " +
+                                        cudaGetErrorName(last) + " (" + cudaGetErrorString(last) +
+                                        ")",
+                                    __FILE__, __LINE__));
+}
+
+void CudaBackend::reserve_workspace(std::size_t bytes) {
+  if (bytes <= workspace_bytes_) return;
+  // The old buffer may still be read by queued work: wait before freeing it.
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  workspace_ = DeviceMemory();
+  workspace_bytes_ = 0;
+  workspace_ = DeviceMemory::create(bytes);
+  workspace_bytes_ = bytes;
+}
 
 bool CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                    float* v, std::size_t n) {

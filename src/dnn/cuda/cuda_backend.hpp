@@ -21,7 +21,8 @@
 
 namespace dtrain::cuda {
 
-/// Upper bound of the cuDNN convolution workspace one op may use (bytes).
+/// Upper bound of the cuDNN convolution workspace one op may use (bytes). The workspace itself is
+/// one buffer per backend (workspace()), sized to the largest any op asked for.
 inline constexpr std::size_t kConvWorkspaceLimit = std::size_t(512) << 20;
 
 class CudaBackend final : public Backend {
@@ -61,6 +62,19 @@ class CudaBackend final : public Backend {
 
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override;
+  void set_math(MathMode mode) override;
+  [[nodiscard]] bool supports_tf32() const override { return cc_ >= 80; }
+  void check_after(const std::string& what) override;
+
+  /// Grows the shared scratch buffer to at least `bytes` (ops call it when they are made).
+  void reserve_workspace(std::size_t bytes);
+  /// The shared scratch buffer (reserve_workspace()'s largest size; nullptr when 0). Every op runs
+  /// on the one stream, so ops never use it at the same time. Read it at call time: it moves when
+  /// a later op reserves more.
+  [[nodiscard]] void* workspace() const noexcept { return workspace_.get(); }
+  [[nodiscard]] std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
+  /// Compute capability major.minor as 10·major + minor (90 for H100).
+  [[nodiscard]] int compute_capability() const noexcept { return cc_; }
 
   /// The GPU index this backend runs on.
   [[nodiscard]] int gpu() const noexcept { return gpu_; }
@@ -75,6 +89,9 @@ class CudaBackend final : public Backend {
   Stream stream_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
+  int cc_ = 0;
+  DeviceMemory workspace_;
+  std::size_t workspace_bytes_ = 0;
   DeviceMemory flag_;       ///< one int for all_finite()
   PinnedMemory flag_host_;  ///< its host copy
 };

@@ -158,17 +158,19 @@ class FilterDesc : public UniqueHandle<cudnnFilterDescriptor_t, FilterDescTraits
 };
 
 /// cudnnConvolutionDescriptor_t: 2-D cross-correlation, fp32 compute, pad/stride per axis
-/// (height, width), CUDNN_FMA_MATH (no TF32, so results match the fp32 CPU backend).
+/// (height, width) and math type `math` (CUDNN_FMA_MATH: no TF32, results match the fp32 CPU
+/// backend; CUDNN_TENSOR_OP_MATH: TF32 tensor cores allowed).
 class ConvolutionDesc : public UniqueHandle<cudnnConvolutionDescriptor_t, ConvDescTraits> {
  public:
   ConvolutionDesc() = default;
-  static ConvolutionDesc create(int pad_h, int pad_w, int stride_h, int stride_w) {
+  static ConvolutionDesc create(int pad_h, int pad_w, int stride_h, int stride_w,
+                                cudnnMathType_t math = CUDNN_FMA_MATH) {
     cudnnConvolutionDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
     ConvolutionDesc owner(d);
     DT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, pad_h, pad_w, stride_h, stride_w, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DT_CHECK_CUDNN(cudnnSetConvolutionMathType(d, CUDNN_FMA_MATH));
+    DT_CHECK_CUDNN(cudnnSetConvolutionMathType(d, math));
     return owner;
   }
 

@@ -10,6 +10,7 @@
 // aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no
 // rank stays blocked inside NCCL.
 #include <chrono>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -32,9 +33,14 @@ std::string nccl_last_error(ncclComm_t comm) {
 class NcclComm {
  public:
   NcclComm() = default;
+  /// ncclCommDestroy on a normal exit. While an exception unwinds the stack (a peer died, a
+  /// deadline passed) ncclCommDestroy can wait forever for the dead peer: abort instead.
   ~NcclComm() {
-    if (comm_ == nullptr) return;
-    if (aborted_) return;
+    if (comm_ == nullptr || aborted_) return;
+    if (std::uncaught_exceptions() > 0) {
+      DT_CHECK_NCCL_NOTHROW(ncclCommAbort(comm_));
+      return;
+    }
     DT_CHECK_NCCL_NOTHROW(ncclCommDestroy(comm_));
   }
   NcclComm(const NcclComm&) = delete;
@@ -95,6 +101,8 @@ class NcclAllreduce final : public GradientAllreduce {
   }
 
   ~NcclAllreduce() override {
+    // Unwinding: a queued allreduce may wait for a dead peer forever; abort it before waiting.
+    if (std::uncaught_exceptions() > 0) comm_.abort();
     if (stream_) DT_CHECK_CUDA_NOTHROW(cudaStreamSynchronize(stream_));
   }
 

@@ -104,10 +104,24 @@ class CudaBatchNormOp final : public BatchNormOp {
                float* running_var, float* y, bool training) override {
     const float one = 1.0f, zero = 0.0f;
     if (training) {
+      // One value per channel (N·H·W = 1, e.g. a final batch of one after a dense layer): cuDNN's
+      // unbiased variance would divide by N·H·W − 1 = 0 and poison running_var. Let cuDNN skip
+      // the running update (nullptr) and apply the CPU backend's rule here: the batch variance
+      // is 0, its mean the value itself.
+      const bool single = d_.input.n * d_.input.h * d_.input.w == 1;
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
           be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
-          gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
-          static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get()));
+          gamma, beta, static_cast<double>(d_.momentum), single ? nullptr : running_mean,
+          single ? nullptr : running_var, static_cast<double>(d_.epsilon), saved_mean_.get(),
+          saved_inv_var_.get()));
+      if (single) {
+        const auto c = static_cast<std::size_t>(d_.input.c);
+        const float keep = 1.0f - d_.momentum, mom = d_.momentum;
+        be_.scale(running_mean, keep, c);
+        DT_CHECK_CUBLAS(cublasSaxpy(be_.cublas(), d_.input.c, &mom, saved_mean_.as<float>(), 1,
+                                    running_mean, 1));
+        be_.scale(running_var, keep, c);
+      }
     } else {
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
           be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,

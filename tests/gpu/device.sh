@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# tests/gpu/device.sh — run ON the lent GPU machine (device tool), in the repository root, after
+# tests/gpu/stage.sh staged .device/ here and the call named ".device" in `carry`:
+#   bash tests/gpu/device.sh STEP...        logs go to $OUT (the device tool's folder) or .device/out
+# Set-up (every call; the machine starts bare): unpack the staged Debian runtime into /tmp/dtrain-rt
+# (not into /: glibc and libstdc++ stay the machine's), point LD_LIBRARY_PATH at PyTorch's CUDA
+# wheels (cuDNN 9, NCCL 2, cuBLAS 13) and the unpacked libraries, make the relocated Open MPI
+# work, link /work/main to this checkout (the build's CTest files hold absolute paths), unpack the
+# build, convert Fashion-MNIST when a step needs it.
+# Steps:
+#   probe     nvidia-smi, library versions, the GPU unit tests and the one-rank NCCL / MPI-staging
+#             tests with DTRAIN_REQUIRE_GPU=1, and a short CNN run on cpu, cuda+nccl, cuda+mpi
+#             (early losses side by side)
+#   sanitize  the GPU unit tests and the one-rank NCCL test under compute-sanitizer memcheck
+#   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
+#   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
+#   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUTDIR=${OUT:-.device/out}
+mkdir -p "$OUTDIR"
+log() { echo "### $*" >&2; }
+
+setup() {
+  local P=/tmp/dtrain-rt
+  if [ ! -d "$P/usr" ]; then
+    for d in .device/debs/*.deb; do dpkg -x "$d" "$P"; done
+    # Keep the machine's own copies of the libraries everything else on it uses.
+    for so in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1 libz.so.1 libzstd.so.1 libssl.so.3 \
+              libcrypto.so.3 libffi.so.8 libudev.so.1 libatomic.so.1; do
+      ldconfig -p | grep -q "$so " && rm -f "$P"/usr/lib/x86_64-linux-gnu/"$so"* "$P"/lib/x86_64-linux-gnu/"$so"*
+    done
+    ln -sf mpirun.openmpi "$P/usr/bin/mpirun"
+    ln -sf mpirun.openmpi "$P/usr/bin/mpiexec"
+    [ -e "$P/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1" ] ||
+      ln -sf ../libpsm1/libpsm_infinipath.so.1.16 "$P/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1" 2>/dev/null
+  fi
+  local SP
+  SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+  local cuda_libs=""
+  for d in cudnn/lib nccl/lib cu13/lib cublas/lib cuda_nvrtc/lib cuda_runtime/lib; do
+    [ -d "$SP/nvidia/$d" ] && cuda_libs="$cuda_libs:$SP/nvidia/$d"
+  done
+  # cuDNN dlopens libnvrtc.so (unversioned) for runtime-compiled kernels.
+  for d in ${cuda_libs//:/ }; do
+    local v; v=$(ls "$d"/libnvrtc.so.* 2>/dev/null | head -1)
+    [ -n "$v" ] && [ ! -e "$d/libnvrtc.so" ] && ln -sf "$(basename "$v")" "$d/libnvrtc.so"
+  done
+  export PATH="$P/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="${cuda_libs#:}:$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+  export OPAL_PREFIX=$P/usr OPAL_SYSCONFDIR=$P/etc/openmpi
+  export PMIX_MCA_mca_base_component_path=$P/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+  export PMIX_DATADIR=$P/usr/lib/x86_64-linux-gnu/pmix2/share
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  # CTest holds /usr/bin/mpiexec (this build machine's path).
+  [ -e /usr/bin/mpiexec ] || ln -sf "$P/usr/bin/mpiexec.openmpi" /usr/bin/mpiexec
+  if [ "$(pwd -P)" != /work/main ]; then mkdir -p /work && rm -rf /work/main && ln -sfn "$(pwd -P)" /work/main; fi
+  [ -x build/bin/dtrain ] || tar -xJf .device/build.tar.xz
+  export DTRAIN_PYTHON TORCH_PYTHON DTRAIN_TB_VENV
+  DTRAIN_PYTHON=$(command -v python3); TORCH_PYTHON=$DTRAIN_PYTHON
+  DTRAIN_TB_VENV=$(python3 -c 'import sys; print(sys.prefix)')
+  local missing
+  missing=$(ldd build/bin/dtrain build/tests/dtrain_unit_tests build/tests/dtrain_mpi_tests | grep 'not found' | sort -u)
+  [ -z "$missing" ] || { echo "setup: libraries not found: $missing" >&2; exit 1; }
+}
+
+data() {
+  [ -f data/fashion_mnist/train.h5 ] || python3 data-tools/convert_idx.py --fashion-mnist \
+    .device/fashion-mnist --out-dir data/fashion_mnist >/dev/null
+}
+
+probe() {
+  nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  ls "$(python3 -c 'import site; print(site.getsitepackages()[0])')"/nvidia/*/lib | grep -E "cudnn\.so|nccl\.so|cublas\.so" | head
+  ldd build/bin/dtrain | grep -E "cudnn|nccl|cublas|mpi\.so|hdf5"
+  log "GPU unit tests (DTRAIN_REQUIRE_GPU=1)"
+  DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 | tail -40
+  log "one-rank NCCL and MPI-staging tests"
+  DTRAIN_REQUIRE_GPU=1 mpirun -np 1 build/tests/dtrain_mpi_tests --gtest_filter='CudaAllreduce.*' 2>&1 | tail -8
+  log "2 ranks sharing the GPU: MPI staging (NCCL skips: one GPU per rank)"
+  DTRAIN_REQUIRE_GPU=1 mpirun -np 2 build/tests/dtrain_mpi_tests --gtest_filter='CudaAllreduce.*' 2>&1 | tail -5
+  data
+  log "short CNN runs: early losses, cpu vs cuda+nccl vs cuda+mpi (fp32 math)"
+  local common=(--config jobs/fashion_mnist_cnn.ini --mode sync --num-ps 0 --max-steps 200
+                --log-every 50 --test-data "" --math fp32)
+  for v in "cpu mpi" "cuda nccl" "cuda mpi"; do
+    set -- $v
+    mpirun -np 1 build/bin/dtrain "${common[@]}" --device "$1" --allreduce "$2" \
+      --run-dir /tmp/probe-$1-$2 > /tmp/probe-$1-$2.log 2>&1 || { echo "FAILED: $v"; tail -20 /tmp/probe-$1-$2.log; }
+    # kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,...
+    echo "$v: step:loss:samples/s $(awk -F, '$1 == "train" {printf "%s:%s:%s ", $2, $5, $7}' \
+      /tmp/probe-$1-$2/metrics.csv 2>/dev/null)"
+  done
+  grep -h "cuDNN conv" /tmp/probe-cuda-nccl.log | head -4
+}
+
+sanitize() {
+  log "compute-sanitizer memcheck: GPU unit tests"
+  DTRAIN_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 | tail -15
+  echo "unit tests under memcheck: exit ${PIPESTATUS[0]}"
+  log "compute-sanitizer memcheck: one-rank NCCL / MPI staging"
+  DTRAIN_REQUIRE_GPU=1 mpirun -np 1 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    build/tests/dtrain_mpi_tests --gtest_filter='CudaAllreduce.*' >/tmp/memcheck_mpi.log 2>&1
+  echo "mpi tests under memcheck: exit $?"
+  grep -E "=====|OK|FAILED|rror" /tmp/memcheck_mpi.log | head -40
+}
+
+run_ctest() {
+  data
+  log "ctest, DTRAIN_REQUIRE_GPU=1"
+  (cd build && DTRAIN_REQUIRE_GPU=1 ctest -j 12 --timeout 600 --output-on-failure 2>&1 | tail -60)
+}
+
+setup
+for step in "$@"; do
+  case $step in
+    probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
+    sanitize) sanitize 2>&1 | tee "$OUTDIR/sanitize.log" ;;
+    ctest) run_ctest 2>&1 | tee "$OUTDIR/ctest.log" ;;
+    bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
+    share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
+    *) echo "device.sh: unknown step '$step' (probe | sanitize | ctest | bench | share)" >&2; exit 2 ;;
+  esac
+done
