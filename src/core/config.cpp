@@ -130,6 +130,9 @@ void build_table(Table& t, Config& c) {
         "--test-data)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
+  t.add("cache-mb", &c.cache_mb,
+        "hold a worker's training rows in memory when they fit in this many MiB (raw file dtype; "
+        "one HDF5 read per epoch instead of one per run of rows in every batch); 0: read per batch");
   t.add("random-crop", &c.random_crop,
         "augment training images: pad by N pixels (with the normalized value of pixel 0) and crop "
         "back to HxW at a random offset, drawn from (--seed, epoch, sample) (0: off)");
@@ -409,6 +412,7 @@ void validate_config(const Config& c) {
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
+  non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
   positive("epochs", c.epochs);

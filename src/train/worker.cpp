@@ -179,7 +179,8 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
         static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
     reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
                    std::min<std::int64_t>(start, my_batches),
-                   Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch});
+                   Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch},
+                   static_cast<std::size_t>(c_.cache_mb) << 20);
   }
   HostBatch batch;
   const bool lockstep = exchange_->lockstep();
@@ -198,8 +199,8 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       n = batch.n;  // sync: a shorter shard may run out one step early
     }
     if (n > 0 && reader) {
-      be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-      be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+      be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+      be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
     }
     data_span.reset();
     const double t1 = now_seconds();
@@ -443,8 +444,8 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
                          : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
     BatchReader reader(plan_.test, std::move(indices), plan_.batch);
     while (reader.next(batch)) {
-      be_.copy_to_device(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-      be_.copy_to_device(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+      be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+      be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
       model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
       count += batch.n;
     }

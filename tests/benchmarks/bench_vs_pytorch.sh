@@ -11,6 +11,9 @@
 #   one random batch in both frameworks, a file-based job on the job's training set.
 # Env:   STEPS (timed steps, default 300), WARMUP (default 20), THREADS (default: all cores),
 #        BATCH (override the job's batch-size), DEVICE (cpu | cuda, default cpu),
+#        MATH (tf32 | fp32: GPU convolution/matmul math of both, default tf32 on cuda — PyTorch's
+#        cudnn.allow_tf32 and matmul.allow_tf32, dtrain's --math), CHANNELS_LAST=1 (PyTorch in
+#        the channels_last memory format; dtrain is NCHW),
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing).
 # Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
@@ -22,6 +25,7 @@ steps=${STEPS:-300}
 warmup=${WARMUP:-20}
 threads=${THREADS:-$(nproc)}
 device=${DEVICE:-cpu}
+math=${MATH:-$([ "$device" = cuda ] && echo tf32 || echo fp32)}
 py=${TORCH_PYTHON:-/opt/torchbench/bin/python}
 if ! "$py" -c "import torch, h5py, numpy" 2>/dev/null; then
   echo "# installing the PyTorch reference into /opt/torchbench (benchmark only)" >&2
@@ -49,7 +53,7 @@ fi
 timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/time_kb")
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
-  --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
+  --device "$device" --math "$math" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
   "${extra[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
 read -r dtrain_rate dtrain_rss <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
@@ -68,15 +72,18 @@ PY
 )"
 
 torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$threads"
-            --device "$device" --batch-size "$batch" "${torch_extra[@]}")
+            --device "$device" --batch-size "$batch" --math "$math" "${torch_extra[@]}")
+[ "${CHANNELS_LAST:-0}" = 1 ] && torch_args+=(--channels-last)
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" <<'PY'
+"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" <<'PY'
 import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss = float(sys.argv[6]), float(sys.argv[7])
 t = json.loads(sys.argv[8])
-print(f"# {job}: batch {batch}, fp32, {threads} threads, device {device}, {steps} timed steps")
+layout = ", PyTorch channels_last" if t.get("channels_last") else ""
+print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
+      f"{steps} timed steps{layout}")
 print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")
 print(f"{'dtrain':<24}{d:>12.2f}{d_rss:>15.0f}")
 print(f"{'pytorch ' + t['torch']:<24}{t['samples_per_sec']:>12.2f}{t['peak_rss_mb']:>15.0f}")

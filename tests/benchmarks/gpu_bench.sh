@@ -1,20 +1,53 @@
 #!/usr/bin/env bash
-# Benchmark on a GPU: dtrain against PyTorch eager on the same card, in the same call, through
-# tests/benchmarks/bench_vs_pytorch.sh with DEVICE=cuda (one worker, sync; samples/s of each over
-# the timed steps, warm-up excluded, and the ratio dtrain / PyTorch). Rows: the Fashion-MNIST CNN
-# at batch 64 and 512; ResNet-50 on synthetic ImageNet-shaped data at batch 128.
-# Usage: bash tests/benchmarks/gpu_bench.sh          (on the lent machine: tests/gpu/device.sh bench)
-# Env: ROWS (default "cnn64 cnn512 resnet50"), STEPS / WARMUP as bench_vs_pytorch.sh.
+# Benchmark on a GPU: dtrain against PyTorch eager on the same card, in the same call.
+# Throughput rows go through tests/benchmarks/bench_vs_pytorch.sh with DEVICE=cuda (one worker,
+# sync; samples/s of each over the timed steps, warm-up excluded, and the ratio dtrain / PyTorch):
+#   cnn64, cnn512       the Fashion-MNIST CNN (jobs/fashion_mnist_cnn.ini) at batch 64 and 512, TF32
+#   resnet50            ResNet-50 on synthetic 3x224x224 data, batch 128, TF32, PyTorch NCHW
+#   resnet50cl          the same with PyTorch in channels_last (its faster layout on tensor cores)
+#   resnet50fp32        ResNet-50, batch 128, full fp32 math in both
+#   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
+#                       cosine, batch 64, one worker, evaluation after each epoch) in both
+#                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
+#                       pytorch_reference.py --train-epochs 6 --target 0.91 (data preloaded on the GPU)
+# Usage: bash tests/benchmarks/gpu_bench.sh     (on the lent machine: bash tests/gpu/device.sh bench)
+# Env: ROWS (default: all of the above), TORCH_PYTHON / DTRAIN_PYTHON as bench_vs_pytorch.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-for row in ${ROWS:-cnn64 cnn512 resnet50}; do
+py=${TORCH_PYTHON:-python3}
+bench() { DEVICE=cuda bash tests/benchmarks/bench_vs_pytorch.sh "$@" || echo "row failed: $*"; }
+tta() {
+  local tmp
+  tmp=$(mktemp -d)
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  mpirun -np 1 build/bin/dtrain --config jobs/fashion_mnist_cnn.ini --mode sync --num-ps 0 \
+    --device cuda --target-accuracy 0.91 --run-dir "$tmp/d" >"$tmp/d.log" 2>&1 || { tail "$tmp/d.log"; return; }
+  "$py" tests/benchmarks/pytorch_reference.py --config jobs/fashion_mnist_cnn.ini --device cuda \
+    --math tf32 --train-epochs 6 --workers 1 --target 0.91 >"$tmp/t.json" 2>"$tmp/t.log" ||
+    { tail "$tmp/t.log"; return; }
+  "$py" - "$tmp/d/results.json" "$tmp/t.json" <<'PY'
+import json, sys
+d, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+dt, tt = d.get("time_to_accuracy_seconds"), t.get("seconds_to_target")
+print("# time to 0.91 test accuracy, Fashion-MNIST CNN, 6-epoch cosine recipe, batch 64, 1 GPU")
+print(f"{'framework':<24}{'seconds':>10}{'final acc':>11}{'wall s':>9}")
+print(f"{'dtrain':<24}{dt if dt is not None else float('nan'):>10.2f}{d['test_accuracy']:>11.4f}"
+      f"{d['wall_seconds']:>9.1f}")
+print(f"{'pytorch ' + t['torch']:<24}{tt if tt is not None else float('nan'):>10.2f}"
+      f"{t['test_accuracy']:>11.4f}{t['seconds']:>9.1f}")
+if dt and tt:
+    print(f"ratio pytorch/dtrain time to accuracy: {tt / dt:.2f} (>1: dtrain faster)")
+PY
+  rm -rf "$tmp"
+}
+for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50fp32 tta}; do
   case $row in
-    cnn64) BATCH=64 STEPS=${STEPS:-600} WARMUP=${WARMUP:-50} DEVICE=cuda \
-             bash tests/benchmarks/bench_vs_pytorch.sh jobs/fashion_mnist_cnn.ini ;;
-    cnn512) BATCH=512 STEPS=${STEPS:-300} WARMUP=${WARMUP:-30} DEVICE=cuda \
-             bash tests/benchmarks/bench_vs_pytorch.sh jobs/fashion_mnist_cnn.ini ;;
-    resnet50) BATCH=128 STEPS=${STEPS:-40} WARMUP=${WARMUP:-10} DEVICE=cuda \
-             bash tests/benchmarks/bench_vs_pytorch.sh jobs/resnet50_imagenet.ini ;;
+    cnn64) BATCH=64 STEPS=600 WARMUP=50 bench jobs/fashion_mnist_cnn.ini ;;
+    cnn512) BATCH=512 STEPS=300 WARMUP=30 bench jobs/fashion_mnist_cnn.ini ;;
+    resnet50) BATCH=128 STEPS=40 WARMUP=10 bench jobs/resnet50_imagenet.ini ;;
+    resnet50cl) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 bench jobs/resnet50_imagenet.ini ;;
+    resnet50fp32) BATCH=128 STEPS=30 WARMUP=10 MATH=fp32 bench jobs/resnet50_imagenet.ini ;;
+    tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;
   esac
 done

@@ -271,7 +271,7 @@ def train_like_dtrain(model, opt, job, x, y, xt, yt, zero, args, batch):
     state = [[(m.running_mean.clone(), m.running_var.clone()) for m in bns] for _ in range(workers)]
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
     g = torch.Generator(device="cpu").manual_seed(int(job.get("seed", 1)))
-    t0, gstep, accs = time.perf_counter(), 0, []
+    t0, gstep, accs, times = time.perf_counter(), 0, [], []
     for epoch in range(args.train_epochs):
         perm = torch.randperm(n, generator=g).to(x.device)
         for s in range(steps_per_epoch):
@@ -296,7 +296,8 @@ def train_like_dtrain(model, opt, job, x, y, xt, yt, zero, args, batch):
             m.running_var = torch.stack([st[i][1] for st in state]).mean(0)
             for st in state:
                 st[i] = (m.running_mean.clone(), m.running_var.clone())
-        accs.append(evaluate(model, xt, yt, 1000))
+        accs.append(evaluate(model, xt, yt, 1000))  # a Python float: waits for the device
+        times.append(time.perf_counter() - t0)
         print(f"# pytorch epoch {epoch + 1}: global step {gstep}, test accuracy {accs[-1]:.4f} "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
         if gstep >= total:
@@ -304,7 +305,8 @@ def train_like_dtrain(model, opt, job, x, y, xt, yt, zero, args, batch):
     return {"framework": "pytorch", "torch": torch.__version__, "epochs": len(accs),
             "workers": workers, "batch_per_worker": batch, "global_batch": batch * workers,
             "global_step": gstep, "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
-            "seconds": time.perf_counter() - t0}
+            "seconds_per_epoch": times, "seconds": time.perf_counter() - t0,
+            "seconds_to_target": next((t for a, t in zip(accs, times) if args.target and a >= args.target), None)}
 
 
 def main():
@@ -330,7 +332,14 @@ def main():
                     "global steps (as dtrain's --max-steps: the schedule ends there too)")
     ap.add_argument("--random-crop", type=int, default=0, help="accuracy mode: pad, random crop")
     ap.add_argument("--random-flip", action="store_true", help="accuracy mode: random mirror")
+    ap.add_argument("--math", choices=["fp32", "tf32"], default="fp32",
+                    help="CUDA: tf32 sets torch.backends.cudnn.allow_tf32 and "
+                         "torch.backends.cuda.matmul.allow_tf32 (dtrain --math tf32)")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="CUDA: model and inputs in torch.channels_last (NHWC) memory format")
     args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = args.math == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = args.math == "tf32"
 
     job, layers = read_job(args.config)
     if args.threads:
@@ -346,6 +355,8 @@ def main():
     else:
         c, h, w, classes = data_shape(args.train_data or job["train-data"])
     model = build_model(layers, c, h, w, classes).to(dev)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
     if args.param_count:
         print(sum(p.numel() for p in model.parameters()))
         return
@@ -370,7 +381,7 @@ def main():
 
     def step(idx):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[idx]), y[idx])
+        loss = loss_fn(model(x[idx].contiguous(memory_format=fmt)), y[idx])
         loss.backward()
         opt.step()
         return loss
@@ -397,6 +408,7 @@ def main():
     loss_value = loss.item()  # waits for the device
     t = time.perf_counter() - t0
     out = {"framework": "pytorch", "torch": torch.__version__, "device": str(dev),
+           "math": args.math, "channels_last": args.channels_last,
            "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": batch,
            "synthetic": synthetic or None, "seconds": t, "samples_per_sec": args.steps * batch / t,
            "last_loss": loss_value,

@@ -309,6 +309,33 @@ TEST_F(DatasetTest, ReaderReturnsExactlyTheRequestedRowsInOrder) {
   }
 }
 
+TEST_F(DatasetTest, ReaderCacheGivesTheSameBatches) {
+  // The in-memory cache (cache_bytes) must not change a single value, order or label, for both file
+  // dtypes, a shuffled shard and hand-made runs with a duplicate; a cache too small is not used.
+  for (const char* dtype : {"uint8", "float32"}) {
+    SCOPED_TRACE(dtype);
+    const std::string path = file(std::string("cache_") + dtype + ".h5");
+    testing::write_raw_dataset(path, indexed(50, 2, 3, 2, dtype));
+    const DatasetInfo info = open_dataset_info(path);
+    const std::vector<std::int64_t> handmade = {5, 6, 7, 8, 49, 0, 1, 2, 30, 30, 12, 11, 10};
+    for (const auto& indices : {epoch_shard(50, 3, 1, 1, 2), handmade}) {
+      BatchReader plain(info, indices, 7, 2);
+      BatchReader cached(info, indices, 7, 2, 0, {}, std::size_t(1) << 20);
+      BatchReader tight(info, indices, 7, 2, 0, {}, 16);  // 16 bytes: no cache
+      EXPECT_FALSE(plain.cached());
+      EXPECT_TRUE(cached.cached());
+      EXPECT_FALSE(tight.cached());
+      const auto a = read_all(plain), b = read_all(cached);
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        EXPECT_EQ(a[k].n, b[k].n);
+        EXPECT_EQ(a[k].x, b[k].x) << "batch " << k;
+        EXPECT_EQ(a[k].y, b[k].y) << "batch " << k;
+      }
+    }
+  }
+}
+
 TEST_F(DatasetTest, ReaderPartialLastBatchAndCursor) {
   testing::write_raw_dataset(file("p.h5"), indexed(23, 1, 2, 2, "uint8"));
   const DatasetInfo info = open_dataset_info(file("p.h5"));

@@ -110,6 +110,7 @@ struct Config {
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
   int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
+  std::int64_t cache_mb = 1024;   ///< in-memory training rows when they fit (MiB; 0: off)
   int random_crop = 0;            ///< training augmentation: pad by N, crop back at a random offset
   bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)

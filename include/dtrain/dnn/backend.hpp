@@ -203,6 +203,13 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void copy_device(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Host-to-device copy that need not finish before it returns (the training batch): the CUDA
+  /// backend copies host_src into one of two pinned staging buffers and queues the DMA on its
+  /// stream, so later work on the stream sees the data and the host does not wait for the GPU to
+  /// drain; the CPU backend copies at once. host_src may be reused when it returns.
+  virtual void upload(void* dst, const void* host_src, std::size_t bytes) {
+    copy_to_device(dst, host_src, bytes);
+  }
   /// p[i] = value for i < n.
   virtual void fill(float* p, float value, std::size_t n) = 0;
   /// p[i] *= alpha for i < n.

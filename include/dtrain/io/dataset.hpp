@@ -156,8 +156,13 @@ class BatchReader {
   /// calling thread, then starts the reader thread. Throws InputError for bad arguments (a
   /// crop_pad < 0), an unopenable file or a label outside [0, num_classes); LibraryError for a
   /// failed HDF5 call.
+  /// `cache_bytes`: when the raw rows the reader can touch (the range [min, max] of `indices`, in
+  /// the file's dtype: uint8 or float32) fit in this many bytes, they are read into memory with
+  /// one H5Dread at construction and every batch is gathered from there (tf.data's cache(); a
+  /// random batch otherwise costs one H5Dread per run of consecutive rows). 0: never cache.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
-              int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {});
+              int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {},
+              std::size_t cache_bytes = 0);
   /// Stops and joins the reader thread; never throws.
   ~BatchReader();
   BatchReader(const BatchReader&) = delete;
@@ -171,6 +176,8 @@ class BatchReader {
   /// reading batch K of 'FILE' ..." and the stuck thread is detached, not joined. Rethrows the
   /// reader thread's error (then every later call rethrows it too).
   bool next(HostBatch& out);
+  /// Whether the rows are held in memory (see cache_bytes).
+  [[nodiscard]] bool cached() const;
   /// ceil(indices.size() / batch_size), counting batches skipped at the start.
   [[nodiscard]] std::int64_t batches() const;
   /// Batches delivered or skipped so far (the data cursor to store in a checkpoint).
@@ -188,6 +195,8 @@ class BatchReader {
   void stop() noexcept;
   void run() noexcept;
   void read_batch(std::int64_t k, HostBatch& out);
+  /// One H5Dread of `count` consecutive rows from `first` into dst (raw dtype, packed).
+  void read_rows(std::int64_t first, std::size_t count, float* dst);
 
   DatasetInfo info_;
   std::vector<std::int64_t> indices_;

@@ -3,9 +3,10 @@
 // BackwardFilter / BackwardBias; kernel, stride and padding per axis (1×7, 7×1 for Inception).
 // Algorithms are chosen once per shape in the constructor with the cudnnGet*Algorithm_v7
 // heuristics (no benchmarking cost), from cuDNN's ranked list: the first that fits
-// kConvWorkspaceLimit, has an allowed math type (--math fp32: never a tensor-op type, so results
-// match the fp32 CPU backend; tf32: any) and is deterministic (bit-reproducible runs); failing
-// that, the first fitting one of an allowed math type, deterministic or not. Each direction gets
+// kConvWorkspaceLimit and has an allowed math type. --math tf32 (the speed setting): cuDNN's first
+// such choice, as PyTorch with cudnn.benchmark off. --math fp32 (the parity setting): never a
+// tensor-op math type (results match the fp32 CPU backend), and a deterministic algorithm
+// (bit-reproducible runs) when one fits, else the first fitting one. Each direction gets
 // its own descriptor set to the chosen algorithm's math type (as cudnnGet*Algorithm_v7 asks), and
 // the choice is logged once per process and shape. The workspace is the backend's shared one.
 #include <algorithm>
@@ -47,7 +48,7 @@ Perf pick_algorithm(const std::vector<Perf>& perfs, int returned, bool allow_ten
       const Perf& p = perfs[static_cast<std::size_t>(i)];
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kConvWorkspaceLimit) continue;
       if (!allow_tensor_op && is_tensor_op(p.mathType)) continue;
-      if (strict && p.determinism != CUDNN_DETERMINISTIC) continue;
+      if (strict && !allow_tensor_op && p.determinism != CUDNN_DETERMINISTIC) continue;
       return p;
     }
   }

@@ -135,6 +135,22 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t byte
   DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::upload(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  Staging& s = staging_[next_staging_];
+  next_staging_ ^= 1;
+  if (s.done) DT_CHECK_CUDA(cudaEventSynchronize(s.done));  // its previous copy has been read
+  else s.done = Event::create();
+  if (s.bytes < bytes) {
+    s.mem = PinnedMemory();
+    s.mem = PinnedMemory::create(bytes);
+    s.bytes = bytes;
+  }
+  std::memcpy(s.mem.get(), host_src, bytes);
+  DT_CHECK_CUDA(cudaMemcpyAsync(dst, s.mem.get(), bytes, cudaMemcpyHostToDevice, stream_));
+  DT_CHECK_CUDA(cudaEventRecord(s.done, stream_));
+}
+
 void CudaBackend::copy_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
   DT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));

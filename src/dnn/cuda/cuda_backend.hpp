@@ -44,6 +44,7 @@ class CudaBackend final : public Backend {
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
   void copy_device(void* dst, const void* src, std::size_t bytes) override;
+  void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void fill(float* p, float value, std::size_t n) override;
   void scale(float* p, float alpha, std::size_t n) override;
   void add(float* y, const float* x, std::size_t n) override;
@@ -90,6 +91,13 @@ class CudaBackend final : public Backend {
   CudnnHandle cudnn_;
   CublasHandle cublas_;
   int cc_ = 0;
+  struct Staging {  ///< a pinned upload buffer and the event of its last copy
+    PinnedMemory mem;
+    std::size_t bytes = 0;
+    Event done;
+  };
+  Staging staging_[2];
+  int next_staging_ = 0;
   DeviceMemory workspace_;
   std::size_t workspace_bytes_ = 0;
   DeviceMemory flag_;       ///< one int for all_finite()
