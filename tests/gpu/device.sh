@@ -15,6 +15,7 @@
 #   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
+#   profile   tests/gpu/kernel_profile.sh: per-kernel GPU time of dtrain and PyTorch (ncu)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -127,6 +128,7 @@ for step in "$@"; do
     ctest) run_ctest 2>&1 | tee "$OUTDIR/ctest.log" ;;
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
-    *) echo "device.sh: unknown step '$step' (probe | sanitize | ctest | bench | share)" >&2; exit 2 ;;
+    profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
+    *) echo "device.sh: unknown step '$step' (probe | sanitize | ctest | bench | share | profile)" >&2; exit 2 ;;
   esac
 done
