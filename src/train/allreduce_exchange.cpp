@@ -34,6 +34,9 @@ class AllreduceExchange final : public GradientExchange {
       buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap);
       return;
     }
+    // One GPU worker: the sum over one replica is its own gradient (PyTorch does no allreduce on
+    // one GPU either); skipping it saves a launch, a poll and, for --allreduce mpi, two copies.
+    if (plan.workers == 1) return;
     allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
                       : make_mpi_allreduce(comm_, be, model.param_count());
   }
@@ -85,7 +88,7 @@ class AllreduceExchange final : public GradientExchange {
       if (buckets_) {
         flag = buckets_->finish(comm_timeout()).flag;
       } else {
-        allreduce_->allreduce_sum(model.grads(), model.param_count());
+        if (allreduce_) allreduce_->allreduce_sum(model.grads(), model.param_count());
         // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
         MPI_Request req;
         DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, &flag, 1, MPI_FLOAT, MPI_MAX, comm_, &req));

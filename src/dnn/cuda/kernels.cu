@@ -32,6 +32,18 @@ __global__ void scale_kernel(float* p, float alpha, std::size_t n) {
     p[i] *= alpha;
 }
 
+__global__ void relu_forward_kernel(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    y[i] = x[i] > 0.0f || x[i] != x[i] ? x[i] : 0.0f;  // NaN passes (the non-finite checks see it)
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    dx[i] = y[i] > 0.0f || y[i] != y[i] ? dy[i] : 0.0f;
+}
+
 __global__ void add_kernel(float* y, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
@@ -152,6 +164,19 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
 }
 
 }  // namespace
+
+void launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n) {
+  if (n == 0) return;
+  relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_relu_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
+                          std::size_t n) {
+  if (n == 0) return;
+  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  DT_CHECK_LAUNCH();
+}
 
 void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n) {
   if (n == 0) return;

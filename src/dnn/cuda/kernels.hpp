@@ -19,6 +19,11 @@ void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n);
 void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n);
 /// y[i] += x[i], i < n (x == y allowed).
 void launch_add(cudaStream_t stream, float* y, const float* x, std::size_t n);
+/// y[i] = max(x[i], 0), NaN kept (x == y allowed).
+void launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n);
+/// dx[i] = y[i] > 0 (or NaN) ? dy[i] : 0, from the forward's output y (dy == dx allowed).
+void launch_relu_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
+                          std::size_t n);
 /// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
 /// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).

@@ -1,0 +1,234 @@
+// src/dnn/cuda/channel_kernels.cu — per-channel reductions of N×C×H×W tensors and the batchnorm
+// training kernels built on them (declared in channel_kernels.hpp).
+//
+// Why our own: on an H100 with the Fashion-MNIST CNN at batch 512 (tests/gpu/kernel_profile.sh),
+// cuDNN's legacy NCHW kernels took 2412 µs of kernel time per step, of which 911 µs were batchnorm
+// (bn_fw_tr_1C11, bn_bw_1C11) and 561 µs the conv bias gradient (calc_bias_diff_nchw_packed): they
+// reduce each channel with a few blocks. Here every reduction is split over a C×P grid of blocks
+// (P ≈ 4·SMs / C chunks of the batch), each block sums its chunk in a fixed order (per-thread
+// running sums, then a shared-memory tree), and one thread per channel adds the P partial sums in
+// order — deterministic, bit-for-bit the same on every run. Statistics follow Ioffe & Szegedy 2015
+// and the CPU backend: the normalization uses the biased batch variance (two passes: mean, then
+// Σ(x − mean)²), running_var the unbiased one (biased when N·H·W = 1).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "channel_kernels.hpp"
+#include "cuda_check.hpp"
+
+namespace dtrain::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct Geometry {
+  int n, c, hw;
+  int chunks;  ///< P: the batch is cut into this many chunks of samples
+};
+
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+/// Visits the elements of channel blockIdx.x in chunk blockIdx.y: f(index into the tensor).
+template <typename F>
+__device__ __forceinline__ void for_chunk(const Geometry g, F f) {
+  const int c = blockIdx.x, p = blockIdx.y;
+  const int n0 = static_cast<int>(static_cast<long long>(g.n) * p / g.chunks);
+  const int n1 = static_cast<int>(static_cast<long long>(g.n) * (p + 1) / g.chunks);
+  const long long count = static_cast<long long>(n1 - n0) * g.hw;
+  for (long long k = threadIdx.x; k < count; k += blockDim.x) {
+    const long long nl = k / g.hw, s = k - nl * g.hw;
+    f((static_cast<long long>(n0 + nl) * g.c + c) * g.hw + s);
+  }
+}
+
+/// partial[c·P + p] = Σ x over chunk p of channel c; with `mean`, Σ (x − mean[c])².
+__global__ void partial_sum_kernel(Geometry g, const float* x, const float* mean, float* partial) {
+  __shared__ float shared[kThreads];
+  const float m = mean != nullptr ? mean[blockIdx.x] : 0.0f;
+  float acc = 0.0f;
+  if (mean == nullptr)
+    for_chunk(g, [&](long long i) { acc += x[i]; });
+  else
+    for_chunk(g, [&](long long i) {
+      const float d = x[i] - m;
+      acc += d * d;
+    });
+  const float s = block_sum(acc, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x * g.chunks + blockIdx.y] = s;
+}
+
+/// partial_a = Σ dy, partial_b = Σ dy·(x − mean[c]) over the chunk.
+__global__ void partial_backward_kernel(Geometry g, const float* x, const float* dy,
+                                        const float* mean, float* partial_a, float* partial_b) {
+  __shared__ float shared[kThreads];
+  const float m = mean[blockIdx.x];
+  float a = 0.0f, b = 0.0f;
+  for_chunk(g, [&](long long i) {
+    a += dy[i];
+    b += dy[i] * (x[i] - m);
+  });
+  const float sa = block_sum(a, shared);
+  const float sb = block_sum(b, shared);
+  if (threadIdx.x == 0) {
+    partial_a[blockIdx.x * g.chunks + blockIdx.y] = sa;
+    partial_b[blockIdx.x * g.chunks + blockIdx.y] = sb;
+  }
+}
+
+__device__ __forceinline__ float sum_partials(const float* partial, int c, int chunks) {
+  float s = 0.0f;
+  for (int p = 0; p < chunks; ++p) s += partial[c * chunks + p];
+  return s;
+}
+
+/// out[c] = scale · Σ_p partial[c·P + p].
+__global__ void finish_sum_kernel(const float* partial, int channels, int chunks, float scale,
+                                  float* out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < channels) out[c] = scale * sum_partials(partial, c, chunks);
+}
+
+/// From Σ (x − mean)²: saved_invstd = 1/sqrt(var + ε) and the running statistics.
+__global__ void finish_stats_kernel(const float* partial, int channels, int chunks, float m,
+                                    float epsilon, float momentum, const float* mean,
+                                    float* invstd, float* running_mean, float* running_var) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const float var = sum_partials(partial, c, chunks) / m;
+  invstd[c] = rsqrtf(var + epsilon);
+  const float unbias = m > 1.0f ? m / (m - 1.0f) : 1.0f;
+  running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean[c];
+  running_var[c] = (1.0f - momentum) * running_var[c] + momentum * var * unbias;
+}
+
+/// dbeta = Σ dy, dgamma = invstd · Σ dy·(x − mean); then reused as the two sums by dx.
+__global__ void finish_backward_kernel(const float* partial_a, const float* partial_b,
+                                       int channels, int chunks, const float* invstd,
+                                       float* dgamma, float* dbeta) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  dbeta[c] = sum_partials(partial_a, c, chunks);
+  dgamma[c] = invstd[c] * sum_partials(partial_b, c, chunks);
+}
+
+__global__ void normalize_kernel(const float* x, float* y, const float* mean, const float* invstd,
+                                 const float* gamma, const float* beta, int channels, int hw,
+                                 std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>((i / hw) % channels);
+    y[i] = (x[i] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+  }
+}
+
+/// dx = γ·invstd/M · (M·dy − Σdy − x̂·Σ(dy·x̂)), x̂ = (x − mean)·invstd, Σ(dy·x̂) = dgamma.
+__global__ void bn_dx_kernel(const float* x, const float* dy, float* dx, const float* mean,
+                             const float* invstd, const float* gamma, const float* dgamma,
+                             const float* dbeta, int channels, int hw, float m, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>((i / hw) % channels);
+    const float xhat = (x[i] - mean[c]) * invstd[c];
+    dx[i] = gamma[c] * invstd[c] / m * (m * dy[i] - dbeta[c] - xhat * dgamma[c]);
+  }
+}
+
+__global__ void add_channel_bias_kernel(float* y, const float* b, int channels, int hw,
+                                        std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    y[i] += b[(i / hw) % channels];
+}
+
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+unsigned channel_blocks(int c) { return static_cast<unsigned>((c + kThreads - 1) / kThreads); }
+
+Geometry geometry(const ChannelShape& s) {
+  return Geometry{s.n, s.c, s.h * s.w, channel_chunks(s)};
+}
+
+}  // namespace
+
+int channel_chunks(const ChannelShape& s) {
+  // About 4 blocks per SM of an H100 (132 SMs) in all, at least 1 and at most N chunks.
+  const int want = (528 + s.c - 1) / std::max(s.c, 1);
+  return std::max(1, std::min(s.n, want));
+}
+
+std::size_t channel_scratch_floats(const ChannelShape& s) {
+  return 2 * static_cast<std::size_t>(s.c) * static_cast<std::size_t>(channel_chunks(s));
+}
+
+void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const float* x, float* out,
+                        float* scratch) {
+  const Geometry g = geometry(s);
+  partial_sum_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, x, nullptr, scratch);
+  finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks, 1.0f, out);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, float* y,
+                             const float* b) {
+  const std::size_t n = static_cast<std::size_t>(s.n) * s.c * s.h * s.w;
+  add_channel_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, b, s.c, s.h * s.w, n);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const float* x,
+                                float* y, const float* gamma, const float* beta,
+                                float* running_mean, float* running_var, float epsilon,
+                                float momentum, float* saved_mean, float* saved_invstd,
+                                float* scratch) {
+  const Geometry g = geometry(s);
+  const float m = static_cast<float>(static_cast<double>(s.n) * g.hw);
+  const dim3 grid(s.c, g.chunks);
+  partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, x, nullptr, scratch);
+  finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks, 1.0f / m,
+                                                                  saved_mean);
+  partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, x, saved_mean, scratch);
+  finish_stats_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(
+      scratch, s.c, g.chunks, m, epsilon, momentum, saved_mean, saved_invstd, running_mean,
+      running_var);
+  const std::size_t n = static_cast<std::size_t>(s.n) * s.c * g.hw;
+  normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, saved_mean, saved_invstd, gamma,
+                                                           beta, s.c, g.hw, n);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const float* x,
+                        const float* dy, const float* gamma, const float* saved_mean,
+                        const float* saved_invstd, float* dx, float* dgamma, float* dbeta,
+                        float* scratch) {
+  const Geometry g = geometry(s);
+  const float m = static_cast<float>(static_cast<double>(s.n) * g.hw);
+  float* pa = scratch;
+  float* pb = scratch + static_cast<std::size_t>(s.c) * g.chunks;
+  partial_backward_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, x, dy, saved_mean, pa,
+                                                                       pb);
+  finish_backward_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(pa, pb, s.c, g.chunks,
+                                                                       saved_invstd, dgamma, dbeta);
+  if (dx != nullptr) {
+    const std::size_t n = static_cast<std::size_t>(s.n) * s.c * g.hw;
+    bn_dx_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, saved_mean, saved_invstd,
+                                                         gamma, dgamma, dbeta, s.c, g.hw, m, n);
+  }
+  DT_CHECK_LAUNCH();
+}
+
+}  // namespace dtrain::cuda
