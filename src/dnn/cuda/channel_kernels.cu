@@ -42,15 +42,39 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
 }
 
 /// Visits the elements of channel blockIdx.x in chunk blockIdx.y: f(index into the tensor).
+/// Planes with at least a block's worth of pixels are walked plane by plane (no division); small
+/// planes (7×7) as one flat range of the chunk, with 32-bit division.
 template <typename F>
 __device__ __forceinline__ void for_chunk(const Geometry g, F f) {
   const int c = blockIdx.x, p = blockIdx.y;
   const int n0 = static_cast<int>(static_cast<long long>(g.n) * p / g.chunks);
   const int n1 = static_cast<int>(static_cast<long long>(g.n) * (p + 1) / g.chunks);
-  const long long count = static_cast<long long>(n1 - n0) * g.hw;
-  for (long long k = threadIdx.x; k < count; k += blockDim.x) {
-    const long long nl = k / g.hw, s = k - nl * g.hw;
-    f((static_cast<long long>(n0 + nl) * g.c + c) * g.hw + s);
+  const std::size_t plane_stride = static_cast<std::size_t>(g.c) * g.hw;
+  const std::size_t first = static_cast<std::size_t>(n0) * plane_stride + static_cast<std::size_t>(c) * g.hw;
+  if (g.hw >= static_cast<int>(blockDim.x)) {
+    for (int n = n0; n < n1; ++n) {
+      const std::size_t base = first + static_cast<std::size_t>(n - n0) * plane_stride;
+      for (int s = threadIdx.x; s < g.hw; s += blockDim.x) f(base + s);
+    }
+    return;
+  }
+  const unsigned hw = static_cast<unsigned>(g.hw);
+  const unsigned count = static_cast<unsigned>(n1 - n0) * hw;
+  for (unsigned k = threadIdx.x; k < count; k += blockDim.x) {
+    const unsigned nl = k / hw;
+    f(first + static_cast<std::size_t>(nl) * plane_stride + (k - nl * hw));
+  }
+}
+
+/// Grid-stride over every element of an N×C×H×W tensor, plane by plane: blockIdx.y walks the N·C
+/// planes (c = plane % C once per plane), the x blocks and threads the plane's pixels.
+template <typename F>
+__device__ __forceinline__ void for_planes(int planes, int channels, int hw, F f) {
+  for (int plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int c = plane % channels;
+    const std::size_t base = static_cast<std::size_t>(plane) * hw;
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < hw; s += gridDim.x * blockDim.x)
+      f(base + s, c);
   }
 }
 
@@ -125,37 +149,37 @@ __global__ void finish_backward_kernel(const float* partial_a, const float* part
 }
 
 __global__ void normalize_kernel(const float* x, float* y, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, int channels, int hw,
-                                 std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>((i / hw) % channels);
+                                 const float* gamma, const float* beta, int planes, int channels,
+                                 int hw) {
+  for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     y[i] = (x[i] - mean[c]) * invstd[c] * gamma[c] + beta[c];
-  }
+  });
 }
 
 /// dx = γ·invstd/M · (M·dy − Σdy − x̂·Σ(dy·x̂)), x̂ = (x − mean)·invstd, Σ(dy·x̂) = dgamma.
 __global__ void bn_dx_kernel(const float* x, const float* dy, float* dx, const float* mean,
                              const float* invstd, const float* gamma, const float* dgamma,
-                             const float* dbeta, int channels, int hw, float m, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>((i / hw) % channels);
+                             const float* dbeta, int planes, int channels, int hw, float m) {
+  for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     const float xhat = (x[i] - mean[c]) * invstd[c];
     dx[i] = gamma[c] * invstd[c] / m * (m * dy[i] - dbeta[c] - xhat * dgamma[c]);
-  }
+  });
 }
 
-__global__ void add_channel_bias_kernel(float* y, const float* b, int channels, int hw,
-                                        std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    y[i] += b[(i / hw) % channels];
+__global__ void add_channel_bias_kernel(float* y, const float* b, int planes, int channels,
+                                        int hw) {
+  for_planes(planes, channels, hw, [&](std::size_t i, int c) { y[i] += b[c]; });
 }
 
-unsigned blocks_for(std::size_t n) {
-  return static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, 65535));
+/// Grid of for_planes: enough x blocks to cover a plane, the planes over y (at most 65535).
+dim3 plane_grid(const ChannelShape& s) {
+  const int hw = s.h * s.w;
+  const unsigned x = static_cast<unsigned>(std::min((hw + kThreads - 1) / kThreads, 64));
+  const unsigned y = static_cast<unsigned>(std::min(s.n * s.c, 65535));
+  return dim3(x, y);
 }
+
+int planes(const ChannelShape& s) { return s.n * s.c; }
 
 unsigned channel_blocks(int c) { return static_cast<unsigned>((c + kThreads - 1) / kThreads); }
 
@@ -185,8 +209,7 @@ void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const float*
 
 void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, float* y,
                              const float* b) {
-  const std::size_t n = static_cast<std::size_t>(s.n) * s.c * s.h * s.w;
-  add_channel_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, b, s.c, s.h * s.w, n);
+  add_channel_bias_kernel<<<plane_grid(s), kThreads, 0, stream>>>(y, b, planes(s), s.c, s.h * s.w);
   DT_CHECK_LAUNCH();
 }
 
@@ -205,9 +228,8 @@ void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, cons
   finish_stats_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(
       scratch, s.c, g.chunks, m, epsilon, momentum, saved_mean, saved_invstd, running_mean,
       running_var);
-  const std::size_t n = static_cast<std::size_t>(s.n) * s.c * g.hw;
-  normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, saved_mean, saved_invstd, gamma,
-                                                           beta, s.c, g.hw, n);
+  normalize_kernel<<<plane_grid(s), kThreads, 0, stream>>>(x, y, saved_mean, saved_invstd, gamma,
+                                                           beta, planes(s), s.c, g.hw);
   DT_CHECK_LAUNCH();
 }
 
@@ -224,9 +246,9 @@ void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const float*
   finish_backward_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(pa, pb, s.c, g.chunks,
                                                                        saved_invstd, dgamma, dbeta);
   if (dx != nullptr) {
-    const std::size_t n = static_cast<std::size_t>(s.n) * s.c * g.hw;
-    bn_dx_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, saved_mean, saved_invstd,
-                                                         gamma, dgamma, dbeta, s.c, g.hw, m, n);
+    bn_dx_kernel<<<plane_grid(s), kThreads, 0, stream>>>(x, dy, dx, saved_mean, saved_invstd,
+                                                         gamma, dgamma, dbeta, planes(s), s.c,
+                                                         g.hw, m);
   }
   DT_CHECK_LAUNCH();
 }
