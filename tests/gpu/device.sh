@@ -11,6 +11,7 @@
 #   probe     nvidia-smi, library versions, the GPU unit tests and the one-rank NCCL / MPI-staging
 #             tests with DTRAIN_REQUIRE_GPU=1, and a short CNN run on cpu, cuda+nccl, cuda+mpi
 #             (early losses side by side)
+#   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1)
 #   sanitize  the GPU unit tests and the one-rank NCCL test under compute-sanitizer memcheck
 #   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
@@ -124,11 +125,13 @@ setup
 for step in "$@"; do
   case $step in
     probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
+    units) DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
+             grep -v "^cuDNN conv" | tee "$OUTDIR/units.log" | tail -25 ;;
     sanitize) sanitize 2>&1 | tee "$OUTDIR/sanitize.log" ;;
     ctest) run_ctest 2>&1 | tee "$OUTDIR/ctest.log" ;;
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
-    *) echo "device.sh: unknown step '$step' (probe | sanitize | ctest | bench | share | profile)" >&2; exit 2 ;;
+    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile)" >&2; exit 2 ;;
   esac
 done

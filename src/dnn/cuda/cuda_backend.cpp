@@ -74,6 +74,7 @@ CudaBackend::CudaBackend(int device) : gpu_(device) {
   cudaDeviceProp prop{};
   DT_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   cc_ = 10 * prop.major + prop.minor;
+  sms_ = prop.multiProcessorCount;
   const char* dbg = std::getenv("DTRAIN_DEBUG_SYNC");
   if (dbg != nullptr && std::strcmp(dbg, "1") == 0) set_debug_sync(true);
   const std::size_t v = cudnnGetVersion();

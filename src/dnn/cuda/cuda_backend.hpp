@@ -74,6 +74,8 @@ class CudaBackend final : public Backend {
   /// a later op reserves more.
   [[nodiscard]] void* workspace() const noexcept { return workspace_.get(); }
   [[nodiscard]] std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
+  /// Streaming multiprocessors of the GPU (132 on an H100 SXM).
+  [[nodiscard]] int multiprocessors() const noexcept { return sms_; }
   /// Compute capability major.minor as 10·major + minor (90 for H100).
   [[nodiscard]] int compute_capability() const noexcept { return cc_; }
 
@@ -91,6 +93,7 @@ class CudaBackend final : public Backend {
   CudnnHandle cudnn_;
   CublasHandle cublas_;
   int cc_ = 0;
+  int sms_ = 1;
   struct Staging {  ///< a pinned upload buffer and the event of its last copy
     PinnedMemory mem;
     std::size_t bytes = 0;

@@ -3,8 +3,9 @@
 // avg: CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
 // relu on our kernels (kernels.cu: one pass each way, where cuDNN's generic tensor kernels took 2-3×
 // as long on an H100), sigmoid on cudnnActivationForward/Backward, and spatial batch normalization
-// (Ioffe & Szegedy 2015): training forward and backward on our per-channel kernels
-// (channel_kernels.cu), inference on cudnnBatchNormalizationForwardInference (CUDNN_BATCHNORM_SPATIAL).
+// (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu) when there are few
+// channels (see CudaBatchNormOp), else on cudnnBatchNormalizationForwardTraining / Backward;
+// inference on cudnnBatchNormalizationForwardInference (all cuDNN calls CUDNN_BATCHNORM_SPATIAL).
 // Momentum is PyTorch's; running_var holds the unbiased batch variance, as BatchNormDesc documents.
 #include <string>
 
@@ -107,19 +108,30 @@ class CudaBatchNormOp final : public BatchNormOp {
     DT_CHECK_CUDA(cudaMemsetAsync(saved_mean_.get(), 0, c * sizeof(float), be.stream()));
     DT_CHECK_CUDA(cudaMemsetAsync(saved_inv_var_.get(), 0, c * sizeof(float), be.stream()));
     shape_ = ChannelShape{s.n, s.c, s.h, s.w};
-    scratch_ = DeviceMemory::create(channel_scratch_floats(shape_) * sizeof(float));
+    // Which kernels train (measured on an H100, tests/benchmarks/gpu_bench.sh): cuDNN's legacy
+    // NCHW batchnorm spreads its work over channels, so with few channels most SMs idle — on the
+    // Fashion-MNIST CNN (C = 32, 64) it took 911 of 2412 µs of kernel time per step, ours split
+    // each channel over several blocks and the step went from 138k to 197k samples/s. With many
+    // channels cuDNN's one-pass kernels won: ResNet-50 ran at 1600 samples/s on cuDNN's batchnorm
+    // in every layer, 1443 on ours in every layer. So ours below two channels per SM, and always
+    // for one value per channel (N·H·W = 1), where cuDNN's unbiased variance divides by zero.
+    own_ = 2 * s.c <= be.multiprocessors() || s.n * s.h * s.w == 1;
+    if (own_) scratch_ = DeviceMemory::create(channel_scratch_floats(shape_) * sizeof(float));
   }
 
   void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
                float* running_var, float* y, bool training) override {
     const float one = 1.0f, zero = 0.0f;
-    if (training) {
-      // Our kernels (channel_kernels.cu): several times faster than cuDNN's NCHW batchnorm here,
-      // deterministic, and the CPU backend's rule for one value per channel (N·H·W = 1), where
-      // cuDNN's unbiased variance would divide by zero.
+    if (training && own_) {
       launch_bn_forward_training(be_.stream(), shape_, x, y, gamma, beta, running_mean,
                                  running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
                                  saved_inv_var_.as<float>(), scratch_.as<float>());
+    } else if (training) {
+      // saved_inv_var_ is 1/sqrt(var + ε) in both paths (cuDNN's resultSaveInvVariance).
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
+          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
+          gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
+          static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get()));
     } else {
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
           be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
@@ -129,8 +141,21 @@ class CudaBatchNormOp final : public BatchNormOp {
 
   void backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
                 float* dbeta) override {
-    launch_bn_backward(be_.stream(), shape_, x, dy, gamma, saved_mean_.as<float>(),
-                       saved_inv_var_.as<float>(), dx, dgamma, dbeta, scratch_.as<float>());
+    if (own_) {
+      launch_bn_backward(be_.stream(), shape_, x, dy, gamma, saved_mean_.as<float>(),
+                         saved_inv_var_.as<float>(), dx, dgamma, dbeta, scratch_.as<float>());
+      return;
+    }
+    if (dx == nullptr) {
+      // cuDNN always writes dx; a first-layer batchnorm gets a scratch buffer, made once.
+      if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * sizeof(float));
+      dx = scratch_dx_.as<float>();
+    }
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
+        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
+        x_desc_, dx, param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon),
+        saved_mean_.get(), saved_inv_var_.get()));
   }
 
  private:
@@ -139,7 +164,9 @@ class CudaBatchNormOp final : public BatchNormOp {
   TensorDesc x_desc_, param_desc_;
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
   ChannelShape shape_;
-  DeviceMemory scratch_;  ///< partial sums of the reductions
+  bool own_ = false;      ///< train on channel_kernels.cu (else cuDNN)
+  DeviceMemory scratch_;  ///< partial sums of the reductions (own_)
+  DeviceMemory scratch_dx_;
 };
 
 }  // namespace
