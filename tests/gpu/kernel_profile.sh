@@ -7,6 +7,8 @@
 # Usage (on the lent machine, after tests/gpu/device.sh set-up): bash tests/gpu/kernel_profile.sh
 # Env: JOB (default jobs/fashion_mnist_cnn.ini), BATCH (512), STEPS_IN_WINDOW (4),
 #      DTRAIN_KPS / TORCH_KPS (kernels per step of each, to size the window; defaults for the CNN).
+# The window starts after 60 steps' worth of launches: both runs are long enough (dtrain 100 steps,
+# PyTorch 200) that it never starts past the end (the first PyTorch try, 70 steps, profiled nothing).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 job=${JOB:-jobs/fashion_mnist_cnn.ini}
@@ -25,7 +27,7 @@ mpirun -np 1 ncu "${ncu_args[@]}" --launch-skip $((60 * dk)) --launch-count $((n
   tail -5 "$tmp/dtrain.err"
 ncu "${ncu_args[@]}" --launch-skip $((60 * tk)) --launch-count $((n * tk)) \
   "$py" tests/benchmarks/pytorch_reference.py --config "$job" --device cuda --math tf32 \
-  --batch-size "$batch" --steps 40 --warmup 30 >"$tmp/torch.csv" 2>"$tmp/torch.err" ||
+  --batch-size "$batch" --steps 100 --warmup 100 >"$tmp/torch.csv" 2>"$tmp/torch.err" ||
   tail -5 "$tmp/torch.err"
 "$py" - "$tmp/dtrain.csv" "$tmp/torch.csv" "$n" <<'PY'
 import csv, io, sys, collections
