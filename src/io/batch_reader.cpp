@@ -187,7 +187,7 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
   start();
 }
 
-void BatchReader::read_rows(std::int64_t first, std::size_t count, float* dst) {
+void BatchReader::read_rows(std::int64_t first, std::size_t count, void* dst) {
   Reader& r = *reader_;
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   const std::string where = info_.path + " `images`";
@@ -299,27 +299,13 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
     const std::size_t at = cached ? static_cast<std::size_t>(r.rows[i] - r.cache_first) : i;
     return base + at * sample * elem;
   };
-  if (!cached) r.staging.resize((u * sample * elem + sizeof(float) - 1) / sizeof(float));
-
   if (!cached) {
-    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-    const std::string where = info_.path + " `images`";
-    const hsize_t mdims[4] = {u, static_cast<hsize_t>(info_.sample.c), static_cast<hsize_t>(info_.sample.h),
-                              static_cast<hsize_t>(info_.sample.w)};
-    H5Dataspace mspace(DT_CHECK_HDF5(H5Screate_simple(4, mdims, nullptr), where));
-    const hid_t mtype = info_.is_uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
-    const hsize_t ones[4] = {1, 1, 1, 1};
+    r.staging.resize((u * sample * elem + sizeof(float) - 1) / sizeof(float));
+    auto* staging = reinterpret_cast<unsigned char*>(r.staging.data());
     for (std::size_t i = 0; i < u;) {  // one regular hyperslab per run of consecutive rows
       std::size_t j = i + 1;
       while (j < u && r.rows[j] == r.rows[j - 1] + 1) ++j;
-      const hsize_t file_start[4] = {static_cast<hsize_t>(r.rows[i]), 0, 0, 0};
-      const hsize_t mem_start[4] = {i, 0, 0, 0};
-      const hsize_t block[4] = {j - i, mdims[1], mdims[2], mdims[3]};
-      DT_CHECK_HDF5(H5Sselect_hyperslab(r.image_space.get(), H5S_SELECT_SET, file_start, nullptr, ones, block), where);
-      DT_CHECK_HDF5(H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, mem_start, nullptr, ones, block), where);
-      DT_CHECK_HDF5(H5Dread(r.images.get(), mtype, mspace.get(), r.image_space.get(), H5P_DEFAULT,
-                            r.staging.data()),
-                    where);
+      read_rows(r.rows[i], j - i, staging + i * sample * elem);
       i = j;
     }
   }

@@ -76,9 +76,9 @@ void exact_inputs(int rank, int size, std::size_t n, std::vector<float>& h,
   }
 }
 
-/// Runs `reduce` on device copies of the exact inputs and counts wrong elements of the result.
+/// Runs `reduce` on device copies of the exact inputs; a failure names the wrong elements.
 template <typename Reduce>
-std::size_t wrong_after(Backend& be, const LocalInfo& li, std::size_t n, Reduce reduce) {
+void expect_exact_sum(Backend& be, const LocalInfo& li, std::size_t n, Reduce reduce) {
   std::vector<float> h, expect;
   exact_inputs(li.rank, li.size, n, h, expect);
   DeviceBuffer<float> a(be, n);
@@ -88,10 +88,7 @@ std::size_t wrong_after(Backend& be, const LocalInfo& li, std::size_t n, Reduce 
   be.copy_to_host(r.data(), a.data(), n * sizeof(float));
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) wrong += r[i] != expect[i];
-  if (wrong != 0)
-    ADD_FAILURE() << "n=" << n << ": " << wrong << " wrong; r[1]=" << r[1 % n] << " expected "
-                  << expect[1 % n];
-  return wrong;
+  EXPECT_EQ(wrong, 0u) << "n=" << n << ": r[1]=" << r[1 % n] << " expected " << expect[1 % n];
 }
 
 TEST(CudaAllreduce, RejectsNonCudaBackend) {
@@ -108,7 +105,7 @@ TEST(CudaAllreduce, MpiStagingMatchesClosedForm) {
   const std::size_t max_n = (std::size_t(1) << 20) + 3;
   auto mpi = make_mpi_allreduce(comm, *be, max_n);
   for (std::size_t n : {std::size_t(1), std::size_t(1000), max_n})
-    wrong_after(*be, li, n, [&](float* p, std::size_t k) { mpi->allreduce_sum(p, k); });
+    expect_exact_sum(*be, li, n, [&](float* p, std::size_t k) { mpi->allreduce_sum(p, k); });
 }
 
 TEST(CudaAllreduce, NcclMatchesClosedForm) {
@@ -120,7 +117,7 @@ TEST(CudaAllreduce, NcclMatchesClosedForm) {
   auto nccl = make_nccl_allreduce(comm, *be);
   EXPECT_EQ(nccl->name(), "nccl");
   for (std::size_t n : {std::size_t(1), std::size_t(1000), (std::size_t(1) << 20) + 3})
-    wrong_after(*be, li, n, [&](float* p, std::size_t k) { nccl->allreduce_sum(p, k); });
+    expect_exact_sum(*be, li, n, [&](float* p, std::size_t k) { nccl->allreduce_sum(p, k); });
   nccl->allreduce_sum(nullptr, 0);  // n == 0 is a no-op on every rank
 }
 

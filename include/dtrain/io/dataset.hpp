@@ -195,8 +195,9 @@ class BatchReader {
   void stop() noexcept;
   void run() noexcept;
   void read_batch(std::int64_t k, HostBatch& out);
-  /// One H5Dread of `count` consecutive rows from `first` into dst (raw dtype, packed).
-  void read_rows(std::int64_t first, std::size_t count, float* dst);
+  /// One H5Dread of `count` consecutive rows from `first` into dst (raw dtype, packed): the cache
+  /// fill and each run of a batch.
+  void read_rows(std::int64_t first, std::size_t count, void* dst);
 
   DatasetInfo info_;
   std::vector<std::int64_t> indices_;

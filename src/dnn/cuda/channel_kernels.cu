@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <string>
 
 #include "channel_kernels.hpp"
 #include "cuda_check.hpp"

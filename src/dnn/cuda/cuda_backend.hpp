@@ -76,8 +76,6 @@ class CudaBackend final : public Backend {
   [[nodiscard]] std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
   /// Streaming multiprocessors of the GPU (132 on an H100 SXM).
   [[nodiscard]] int multiprocessors() const noexcept { return sms_; }
-  /// Compute capability major.minor as 10·major + minor (90 for H100).
-  [[nodiscard]] int compute_capability() const noexcept { return cc_; }
 
   /// The GPU index this backend runs on.
   [[nodiscard]] int gpu() const noexcept { return gpu_; }
@@ -92,7 +90,7 @@ class CudaBackend final : public Backend {
   Stream stream_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
-  int cc_ = 0;
+  int cc_ = 0;  ///< compute capability, 10·major + minor (90 for H100)
   int sms_ = 1;
   struct Staging {  ///< a pinned upload buffer and the event of its last copy
     PinnedMemory mem;
