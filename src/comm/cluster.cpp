@@ -91,10 +91,12 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
     (ranks_[r].role == Role::ps ? ps_ranks_ : worker_ranks_).push_back(r);
   }
   DT_CHECK_MPI(MPI_Comm_split(world, is_ps() ? 1 : 0, rank_, &role_comm_));
+  DT_CHECK_MPI(MPI_Comm_dup(world, &payload_comm_));
 }
 
 Cluster::~Cluster() {
   if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
+  if (payload_comm_ != MPI_COMM_NULL) MPI_Comm_free(&payload_comm_);
 }
 
 void Cluster::set_devices(const std::string& my_device) {

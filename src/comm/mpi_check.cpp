@@ -12,22 +12,33 @@ namespace dtrain {
 namespace {
 std::atomic<double> g_timeout{300.0};
 
-/// Polls `test` until it returns true: for the first kSpinSeconds it polls back to back, yielding
-/// the core between polls (a ps reply or a peer's bucket is usually that close: the round-trip
-/// latency of a small push-pull is the bare MPI latency, not a sleep); then it sleeps between polls,
-/// doubling the sleep from 50 µs up to 100 µs while the wait is young and up to 1 ms once it has
-/// lasted 0.1 s (an idle ps, a worker waiting for a slower peer), so that a long wait gives its core
-/// to the ranks that compute.
+/// What one poll of a wait found.
+enum class Poll { nothing, progress, done };
+
+/// Polls `test` until it returns Poll::done: for kSpinSeconds after the start, and after every
+/// poll that found progress (some of the requests completed: a pipelined transfer whose chunks
+/// keep arriving), it polls back to back, yielding the core between polls (a ps reply or a peer's
+/// bucket is usually that close: the round-trip latency of a small push-pull is the bare MPI
+/// latency, not a sleep; and a receiver that sleeps stalls a shared-memory transfer, which the
+/// receiver copies); then it sleeps between polls, doubling the sleep from 50 µs up to 100 µs
+/// while the wait is young and up to 1 ms once it has lasted 0.1 s (an idle ps, a worker waiting
+/// for a slower peer), so that a long wait gives its core to the ranks that compute.
 template <typename Test>
 void poll_until(Test test, double timeout_s, const std::string& what) {
   constexpr double kSpinSeconds = 200e-6;
   const double start = now_seconds();
   const double deadline = start + timeout_s;
+  double spin_from = start;
   int sleep_us = 50;
   for (;;) {
-    if (test()) return;
+    const Poll p = test();
+    if (p == Poll::done) return;
     const double now = now_seconds();
-    if (now - start < kSpinSeconds) {
+    if (p == Poll::progress) {
+      spin_from = now;
+      sleep_us = 50;
+    }
+    if (now - spin_from < kSpinSeconds) {
       std::this_thread::yield();
       continue;
     }
@@ -51,12 +62,14 @@ double comm_timeout() { return g_timeout; }
 
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
   if (reqs.empty()) return;
+  std::vector<int> index(reqs.size());
   poll_until(
       [&] {
-        int done = 0;
-        DT_CHECK_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
-                                 MPI_STATUSES_IGNORE));
-        return done != 0;
+        int count = 0;
+        DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count,
+                                  index.data(), MPI_STATUSES_IGNORE));
+        if (count == MPI_UNDEFINED) return Poll::done;  // no active request left
+        return count > 0 ? Poll::progress : Poll::nothing;
       },
       timeout_s, what);
 }
@@ -66,7 +79,7 @@ void wait_one(MPI_Request& req, double timeout_s, const std::string& what, MPI_S
       [&] {
         int done = 0;
         DT_CHECK_MPI(MPI_Test(&req, &done, status ? status : MPI_STATUS_IGNORE));
-        return done != 0;
+        return done != 0 ? Poll::done : Poll::nothing;
       },
       timeout_s, what);
 }
@@ -79,7 +92,7 @@ int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string
         int done = 0;
         DT_CHECK_MPI(MPI_Testany(static_cast<int>(reqs.size()), reqs.data(), &index, &done,
                                  status ? status : MPI_STATUS_IGNORE));
-        return done != 0;
+        return done != 0 ? Poll::done : Poll::nothing;
       },
       timeout_s, what);
   return index;

@@ -203,6 +203,10 @@ void build_table(Table& t, Config& c) {
         "1 - 1/W that W asynchronous workers add (Mitliagkas et al. 2016), scaled by lr(step) / "
         "--lr: full compensation at the peak learning rate, none as it decays) | compensated "
         "(minus 1 - 1/W throughout) | as-given; never below 0");
+  t.add("delay-compensation", &c.delay_compensation,
+        "async: lambda0 of delay-compensated async SGD (DC-ASGD-a, Zheng et al. 2017): the ps "
+        "corrects each push g to g + lambda0 / sqrt(meansquare(g)) * g * g * (theta - theta_w), "
+        "theta_w the parameters the worker computed it at; 0: off");
   t.add("async-schedule", &c.async_schedule,
         "async: what --warmup-steps, --lr-step-size and --lr-decay-steps count: sync-steps (global "
         "steps of a sync run of the same workers, W pushes each: the same schedule per sample as "
@@ -228,6 +232,9 @@ void build_table(Table& t, Config& c) {
         "sync allreduce on CPU: start each bucket as soon as backward has produced it (false: "
         "all buckets after backward, for measuring what the overlap hides)");
   t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
+  t.add("ps-chunk-kb", &c.ps_chunk_kb,
+        "parameter-server messages travel in chunks of this many KiB: a ps updates chunk c of a "
+        "push and sends it back while chunk c + 1 arrives (any shard size, past 2 GiB too)");
   t.add("ps-threads", &c.ps_threads,
         "OpenMP threads of each ps rank: the optimizer update and the sync aggregation run on them "
         "(0: cores per node / ranks per node; default 1: a ps sharing cores with workers)");
@@ -447,6 +454,9 @@ void validate_config(const Config& c) {
   non_negative("num-ps", c.num_ps);
   non_negative("threads", c.threads);
   non_negative("ps-threads", c.ps_threads);
+  DT_REQUIRE(c.ps_chunk_kb >= 1 && c.ps_chunk_kb <= 1024 * 1024,
+             "option --ps-chunk-kb: must be a size in KiB from 1 to 1048576, got " +
+                 std::to_string(c.ps_chunk_kb));
   non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));
@@ -464,6 +474,12 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
              "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
              "synchronous already");
+  DT_REQUIRE(std::isfinite(c.delay_compensation) && c.delay_compensation >= 0.0f,
+             "option --delay-compensation: must be a number >= 0 (0: off), got " +
+                 to_text(c.delay_compensation));
+  DT_REQUIRE(c.delay_compensation == 0.0f || (c.mode == Mode::async && c.max_staleness < 0),
+             "option --delay-compensation: corrects stale pushes of async training (--mode async "
+             "without --max-staleness)");
   non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "

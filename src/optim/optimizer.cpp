@@ -86,6 +86,12 @@ Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int6
 }
 
 bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
+  return apply(params, grads, step, 0, n_);
+}
+
+bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
+                      std::size_t end) {
+  DT_REQUIRE(begin <= end && end <= n_, "optimizer: update range outside the parameters");
   OptimizerUpdate u;
   u.kind = kind_;
   u.lr = learning_rate(config_, step, total_steps_);
@@ -97,18 +103,22 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
   u.epsilon = config_.adam_epsilon;
   u.weight_decay = config_.weight_decay;
   u.step = step + 1;
-  if (no_decay_.empty() || u.weight_decay == 0.0f) {
-    return backend_.optimizer_update(u, params, grads, m_.data(), v_.data(), n_);
-  }
-  // The update is elementwise, so running it per range changes no value of the decayed ones.
+  // The update is elementwise, so running it per range (of equal decay, or a ps's chunk) changes
+  // no value.
   bool finite = true;
   auto update = [&](std::size_t b, std::size_t e, float wd) {
+    b = std::max(b, begin);
+    e = std::min(e, end);
     if (b >= e) return;
     u.weight_decay = wd;
     finite = backend_.optimizer_update(u, params + b, grads + b, m_.data() ? m_.data() + b : nullptr,
                                        v_.data() ? v_.data() + b : nullptr, e - b) && finite;
   };
   const float wd = config_.weight_decay;
+  if (no_decay_.empty() || wd == 0.0f) {
+    update(begin, end, wd);
+    return finite;
+  }
   std::size_t at = 0;
   for (const FloatRange& r : no_decay_) {
     update(at, r.begin, wd);

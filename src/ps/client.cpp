@@ -1,20 +1,22 @@
 // dtrain/ps/client.cpp — worker side of the ps protocol: receives posted before sends, one
-// outstanding request per ps, deadline-aware waits.
+// outstanding request per ps, payload chunks straight from and into the caller's arrays,
+// deadline-aware waits.
 #include "dtrain/ps/client.hpp"
 
-#include <cstring>
+#include <algorithm>
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/ps/protocol.hpp"
 
 namespace dtrain {
 
-PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s)
+PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
+                   std::size_t chunk_bytes)
     : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
-      seen_(shards_.size(), 0), send_(shards_.size()), recv_(shards_.size()) {
-  // The message buffers grow on first use (exchange): a worker's pushes and pulls need one part
-  // per ps, only the chief's LOAD and SNAPSHOT three.
+      chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0) {
+  DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
     peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " +
@@ -38,48 +40,69 @@ const char* tag_name(int tag) {
 PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
                               int reply_parts, const std::vector<float*>& out) {
   const int K = static_cast<int>(shards_.size());
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(2 * K);
-  // Message sizes in bytes (std::size_t: a LOAD or SNAPSHOT of a large shard passes 2 GiB;
-  // comm/big_message posts those as one derived datatype).
-  const auto bytes = [&](int k, std::size_t n_parts) {
-    return sizeof(MsgHeader) + n_parts * shards_[k].size() * sizeof(float);
-  };
-  for (int k = 0; k < K && reply_parts > 0; ++k) {
-    const std::size_t capacity = bytes(k, static_cast<std::size_t>(reply_parts));
-    if (recv_[k].size() < capacity) recv_[k].resize(capacity);
-    reqs.emplace_back();
-    irecv_bytes(recv_[k].data(), capacity, cluster_.ps_rank(k), MPI_ANY_TAG, cluster_.world(),
-                &reqs.back());
+  const bool answered = tag != kTagDone;
+  reqs_.clear();
+  headers_in_.resize(K);
+  headers_out_.resize(K);
+  // Every receive of the replies first (protocol.hpp): the header, then each part's chunks
+  // straight into its array.
+  for (int k = 0; k < K && answered; ++k) {
+    const ShardRange& s = shards_[k];
+    const int ps = cluster_.ps_rank(k);
+    reqs_.emplace_back();
+    DT_CHECK_MPI(MPI_Irecv(&headers_in_[k], sizeof(MsgHeader), MPI_BYTE, ps, MPI_ANY_TAG,
+                           cluster_.world(), &reqs_.back()));
+    const ChunkLayout chunks(s.size(), chunk_bytes_);
+    for (int part = 0; part < reply_parts; ++part) {
+      DT_REQUIRE(out[part] != nullptr, "ps client: a reply part without a destination");
+      for (std::size_t c = 0; c < chunks.count(); ++c) {
+        reqs_.emplace_back();
+        irecv_bytes(out[part] + s.begin + chunks.begin(c), chunks.size(c) * sizeof(float), ps, 0,
+                    cluster_.payload_comm(), &reqs_.back());
+      }
+    }
   }
   for (int k = 0; k < K; ++k) {
     const ShardRange& s = shards_[k];
-    header.seen_step = seen_[k];
-    if (send_[k].size() < bytes(k, parts.size())) send_[k].resize(bytes(k, parts.size()));
-    const std::size_t at = pack_message(send_[k].data(), header, parts, s.begin, s.size());
-    reqs.emplace_back();
-    isend_bytes(send_[k].data(), at, cluster_.ps_rank(k), tag, cluster_.world(), &reqs.back());
+    const int ps = cluster_.ps_rank(k);
+    headers_out_[k] = header;
+    headers_out_[k].seen_step = seen_[k];
+    reqs_.emplace_back();
+    DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, ps, tag,
+                           cluster_.world(), &reqs_.back()));
+    const ChunkLayout chunks(s.size(), chunk_bytes_);
+    for (const float* part : parts) {
+      for (std::size_t c = 0; c < chunks.count(); ++c) {
+        const float* from = part ? part + s.begin + chunks.begin(c) : zeros(chunks.size(c));
+        reqs_.emplace_back();
+        isend_bytes(from, chunks.size(c) * sizeof(float), ps, 0, cluster_.payload_comm(),
+                    &reqs_.back());
+      }
+    }
   }
-  wait_all(reqs, timeout_, "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) +
-                              " with " + peers_);
+  wait_all(reqs_, timeout_, "worker " + std::to_string(cluster_.me().index) + " " +
+                                tag_name(tag) + " with " + peers_);
   PushResult r;
-  for (int k = 0; k < K && reply_parts > 0; ++k) {
-    const ShardRange& s = shards_[k];
-    MsgHeader h;
-    std::memcpy(&h, recv_[k].data(), sizeof h);
+  for (int k = 0; k < K && answered; ++k) {
+    const MsgHeader& h = headers_in_[k];
     seen_[k] = h.global_step;
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
     r.staleness = std::max(r.staleness, h.staleness);
     r.stop_requested = r.stop_requested || (h.flags & kFlagStop);
     r.dropped = r.dropped || (h.flags & kFlagDropped);
-    const char* src = recv_[k].data() + sizeof h;
-    for (int part = 0; part < reply_parts; ++part) {
-      if (out[part])
-        std::memcpy(out[part] + s.begin, src + part * s.size() * sizeof(float),
-                    s.size() * sizeof(float));
-    }
   }
   return r;
+}
+
+const float* PsClient::zeros(std::size_t floats) {
+  // Sized once for the largest chunk of any shard: sends posted from it stay valid.
+  if (zeros_.empty()) {
+    std::size_t largest = 1;
+    for (const ShardRange& s : shards_) largest = std::max(largest, s.size());
+    zeros_.assign(std::min(largest, ChunkLayout(largest, chunk_bytes_).per), 0.0f);
+  }
+  DT_REQUIRE(floats <= zeros_.size(), "ps client: a chunk larger than the protocol's");
+  return zeros_.data();
 }
 
 PushResult PsClient::pull(float* params, std::int64_t wait_step) {
@@ -100,9 +123,8 @@ void PsClient::load(const float* params, const float* m, const float* v, std::in
   MsgHeader h;  // LOAD carries the resume point in global_step / max_steps
   h.global_step = global_step;
   h.max_steps = max_steps;
-  exchange(kTagLoad, h, {params, m, v}, 1, {nullptr});
-  // LOAD comes once per run: give back its three-part send buffers (pushes regrow one part).
-  for (auto& b : send_) std::vector<char>().swap(b);
+  exchange(kTagLoad, h, {params, m, v}, 0, {});
+  std::vector<float>().swap(zeros_);  // LOAD comes once per run
 }
 
 std::int64_t PsClient::snapshot(float* params, float* m, float* v) {

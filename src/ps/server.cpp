@@ -1,12 +1,14 @@
-// dtrain/ps/server.cpp — the ps event loop: one pre-posted receive per worker, MPI_Testany with
-// back-off (comm/mpi_check); the optimizer runs on the CPU backend over the shard. Pushes are
-// applied on arrival (async) or gathered into per-step aggregates (sync through the ps, bounded
-// staleness) whose replies are held until the update they wait for (ps/server.hpp).
+// dtrain/ps/server.cpp — the ps event loop: one pre-posted header receive per worker, MPI_Testany
+// with back-off (comm/mpi_check); the optimizer runs on the CPU backend over the shard. Pushes are
+// applied on arrival, chunk by chunk as their payload arrives, each chunk's reply sent at once
+// (async), or gathered into per-step aggregates (sync through the ps, bounded staleness) whose
+// replies are held until the update they wait for (ps/server.hpp, ps/protocol.hpp).
 #include "dtrain/ps/server.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "dtrain/comm/big_message.hpp"
@@ -14,25 +16,27 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/optim/delay_compensation.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/protocol.hpp"
 
 namespace dtrain {
 namespace {
 
-/// Bytes of a message with `floats` floats after the header (std::size_t: a LOAD or SNAPSHOT of a
-/// large shard passes 2 GiB; comm/big_message posts those as one derived datatype).
-std::size_t message_bytes(std::size_t floats) { return sizeof(MsgHeader) + floats * sizeof(float); }
-
 /// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
 constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 
 struct WorkerSlot {
-  /// in: the largest request the worker may still send (the chief's LOAD: 3 parts until it came,
-  /// then 1; PUSH: 1); out: grows to the largest reply sent (SNAPSHOT, to the chief only: 3 parts).
-  std::vector<char> in, out;
+  MsgHeader in;   ///< the pre-posted header receive
+  MsgHeader out;  ///< the header of the last reply (sent from here)
   MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
   bool done = false;
+};
+
+/// A reply chunk still being sent from the shard's arrays: floats [begin, end) of the shard.
+struct InFlight {
+  MPI_Request req;
+  std::size_t begin, end;
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -57,6 +61,7 @@ class ParameterServer {
                   const std::vector<FloatRange>& no_decay)
       : cluster_(cluster), c_(c), kind_(exchange_kind(c)), workers_(cluster.num_workers()),
         n_(shard.size()), who_("ps " + std::to_string(cluster.me().index)), stop_flag_(stop_flag),
+        chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
         backend_(make_cpu_backend()), params_(*backend_, n_),
         opt_(c, *backend_, n_, total_steps, no_decay), max_steps_(c.max_steps),
         clock_(workers_, 0), slots_(workers_) {
@@ -64,13 +69,12 @@ class ParameterServer {
                     ? std::min(c.replicas_to_aggregate, workers_)
                     : workers_;
     opt_.use_async_momentum(workers_);  // --async-momentum (async only)
+    if (kind_ == ExchangeKind::ps_async && c.delay_compensation > 0.0f)
+      dc_.emplace(n_, workers_, c.delay_compensation);
     stats_.staleness_histogram.assign(kStalenessBins, 0);
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
-    for (int w = 0; w < workers_; ++w) {
-      slots_[w].in.resize(message_bytes((w == 0 ? 3 : 1) * n_));  // worker 0 is the chief
-      post_recv(w);
-    }
+    for (int w = 0; w < workers_; ++w) post_recv(w);
   }
 
   PsStats run() {
@@ -84,28 +88,91 @@ class ParameterServer {
       if (w == MPI_UNDEFINED) break;
       slots_[w].recv = MPI_REQUEST_NULL;
       const double b0 = now_seconds();
-      MsgHeader h;
-      std::memcpy(&h, slots_[w].in.data(), sizeof h);
+      const MsgHeader h = slots_[w].in;
       if (h.flags & kFlagStop) stop_seen_ = true;
       if (st.MPI_TAG == kTagDone) {
         slots_[w].done = true;
         --remaining;
       } else {
-        on_request(w, st.MPI_TAG, h, reinterpret_cast<float*>(slots_[w].in.data() + sizeof h));
-        post_recv(w);  // the request is answered or held; its payload has been used or copied
+        on_request(w, st.MPI_TAG, h);
+        post_recv(w);  // the request is answered or held; its payload has been received
       }
       release_held();
       stats_.busy_seconds += now_seconds() - b0;
     }
     for (auto& s : slots_) wait_one(s.send, c_.timeout, who_ + " flushing replies");
+    settle(0, n_);
     stats_.wall_seconds = now_seconds() - t0;
     return stats_;
   }
 
  private:
   void post_recv(int w) {
-    irecv_bytes(slots_[w].in.data(), slots_[w].in.size(), cluster_.worker_rank(w), MPI_ANY_TAG,
-                cluster_.world(), &slots_[w].recv);
+    DT_CHECK_MPI(MPI_Irecv(&slots_[w].in, sizeof(MsgHeader), MPI_BYTE, cluster_.worker_rank(w),
+                           MPI_ANY_TAG, cluster_.world(), &slots_[w].recv));
+  }
+
+  /// Receives the `parts` payload parts of worker w's request, each straight into its array
+  /// (nullptr: into scratch, dropped), chunk by chunk; `per_chunk(c)`, if given, runs as soon as
+  /// chunk c of every part is in (protocol.hpp: part 0's chunks first, so with one part chunk c is
+  /// the next message).
+  template <typename PerChunk>
+  void receive(int w, std::initializer_list<float*> parts, PerChunk per_chunk) {
+    const std::string what = who_ + " receiving from worker " + std::to_string(w);
+    std::vector<MPI_Request>& reqs = recv_reqs_;
+    reqs.assign(parts.size() * chunks_.count(), MPI_REQUEST_NULL);
+    std::size_t at = 0, dropped = 0;
+    for (float* part : parts) dropped += part ? 0 : 1;
+    if (discard_.size() < dropped * n_) discard_.resize(dropped * n_);
+    dropped = 0;
+    for (float* part : parts) {
+      float* into = part ? part : discard_.data() + n_ * dropped++;
+      for (std::size_t c = 0; c < chunks_.count(); ++c, ++at)
+        irecv_bytes(into + chunks_.begin(c), chunks_.size(c) * sizeof(float),
+                    cluster_.worker_rank(w), 0, cluster_.payload_comm(), &reqs[at]);
+    }
+    if (parts.size() != 1) {
+      wait_all(reqs, comm_timeout(), what);
+      for (std::size_t c = 0; c < chunks_.count(); ++c) per_chunk(c);
+      return;
+    }
+    for (std::size_t c = 0; c < chunks_.count(); ++c) {
+      wait_one(reqs[c], comm_timeout(), what);
+      per_chunk(c);
+    }
+  }
+
+  /// Sends chunk c of `part` (a shard array; nullptr: zeros) to worker w; it stays in flight
+  /// (settle()).
+  void send_chunk(int w, const float* part, std::size_t c) {
+    const std::size_t b = chunks_.begin(c), len = chunks_.size(c);
+    const float* from = part ? part + b : zeros(len);
+    in_flight_.push_back({MPI_REQUEST_NULL, b, b + len});
+    isend_bytes(from, len * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
+                &in_flight_.back().req);
+  }
+
+  /// Waits for the reply chunks still being sent from shard floats overlapping [begin, end):
+  /// call before changing them (their receives are posted: protocol.hpp). Drops finished ones.
+  void settle(std::size_t begin, std::size_t end) {
+    auto keep = in_flight_.begin();
+    for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
+      if (it->begin < end && begin < it->end) {
+        wait_one(it->req, comm_timeout(), who_ + " sending parameters");
+      } else {
+        int done = 0;
+        DT_CHECK_MPI(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+        if (!done) *keep++ = *it;
+      }
+    }
+    in_flight_.erase(keep, in_flight_.end());
+  }
+
+  const float* zeros(std::size_t floats) {
+    // Sized once for the largest chunk: sends posted from it stay valid.
+    if (zeros_.empty()) zeros_.assign(std::min(chunks_.per, std::max<std::size_t>(n_, 1)), 0.0f);
+    DT_REQUIRE(floats <= zeros_.size(), "ps: a chunk larger than the protocol's");
+    return zeros_.data();
   }
 
   /// No more updates: --max-steps reached or a stop requested. Every held reply is released.
@@ -113,45 +180,49 @@ class ParameterServer {
     return stop_flag_.load() || stop_seen_ || (max_steps_ > 0 && global_step_ >= max_steps_);
   }
 
-  /// Sends header + the given float ranges to worker w (after its previous send completed).
-  void reply(int w, int tag, std::int64_t staleness, int flags,
-             std::initializer_list<const float*> parts) {
+  /// Sends worker w a reply header (after its previous one went) saying `global_step`.
+  void reply_header(int w, int tag, std::int64_t global_step, std::int64_t staleness, int flags) {
     WorkerSlot& s = slots_[w];
     wait_one(s.send, comm_timeout(), who_ + " sending to worker " + std::to_string(w));
-    MsgHeader h;
-    h.global_step = global_step_;
-    h.staleness = staleness;
-    h.flags = flags | ((stop_flag_.load() || stop_seen_) ? kFlagStop : 0);
-    const std::size_t bytes = message_bytes(parts.size() * n_);
-    if (s.out.size() < bytes) s.out.resize(bytes);
-    const std::size_t at = pack_message(s.out.data(), h, parts, 0, n_);
-    isend_bytes(s.out.data(), at, cluster_.worker_rank(w), tag, cluster_.world(), &s.send);
+    s.out = MsgHeader{};
+    s.out.global_step = global_step;
+    s.out.staleness = staleness;
+    s.out.flags = flags | ((stop_flag_.load() || stop_seen_) ? kFlagStop : 0);
+    DT_CHECK_MPI(MPI_Isend(&s.out, sizeof(MsgHeader), MPI_BYTE, cluster_.worker_rank(w), tag,
+                           cluster_.world(), &s.send));
+  }
+
+  /// Sends header + the given shard arrays (nullptr: zeros) to worker w, all chunks at once.
+  void reply(int w, int tag, std::int64_t staleness, int flags,
+             std::initializer_list<const float*> parts) {
+    reply_header(w, tag, global_step_, staleness, flags);
+    for (const float* part : parts)  // protocol.hpp: part by part, each chunk by chunk
+      for (std::size_t c = 0; c < chunks_.count(); ++c) send_chunk(w, part, c);
   }
 
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0) {
     reply(w, kTagReply, staleness, flags, {params_.data()});
+    if (dc_) dc_->sent(w, params_.data(), 0, n_);
   }
 
-  void on_request(int w, int tag, const MsgHeader& h, float* payload) {
+  void on_request(int w, int tag, const MsgHeader& h) {
     switch (tag) {
       case kTagPull:
         if (h.wait_step <= global_step_ || finished()) reply_params(w);
         else held_.push_back({w, h.wait_step, 0});
         return;
       case kTagPush:
-        on_push(w, h, payload);
+        on_push(w, h);
         return;
       case kTagLoad:
-        std::memcpy(params_.data(), payload, n_ * sizeof(float));
-        if (opt_.m()) std::memcpy(opt_.m(), payload + n_, n_ * sizeof(float));
-        if (opt_.v()) std::memcpy(opt_.v(), payload + 2 * n_, n_ * sizeof(float));
+        settle(0, n_);
+        receive(w, {params_.data(), opt_.m(), opt_.v()}, [](std::size_t) {});
         global_step_ = h.global_step;
         max_steps_ = h.max_steps;
         std::fill(clock_.begin(), clock_.end(), global_step_);
         pending_.clear();
-        reply_params(w);
-        // LOAD comes once per run (protocol.hpp): from now on the chief's requests hold one part.
-        std::vector<char>(message_bytes(n_)).swap(slots_[w].in);
+        reply(w, kTagReply, 0, 0, {});
+        std::vector<float>().swap(discard_);  // LOAD comes once per run (protocol.hpp)
         return;
       case kTagSnapshot:
         reply(w, kTagState, 0, 0, {params_.data(), opt_.m(), opt_.v()});
@@ -162,29 +233,31 @@ class ParameterServer {
     }
   }
 
-  void on_push(int w, const MsgHeader& h, float* g) {
+  void on_push(int w, const MsgHeader& h) {
     if (finished()) {
       ++stats_.ignored;
+      receive(w, {nullptr}, [](std::size_t) {});
       reply_params(w, 0, kFlagDropped);
       return;
     }
     switch (kind_) {
       case ExchangeKind::ps_async:
-        apply_async(w, h, g);
+        apply_async(w, h);
         return;
       case ExchangeKind::ps_sync:
         if (h.seen_step < global_step_) {  // computed on older parameters: late, dropped
           ++stats_.dropped;
           ++stats_.worker_dropped[w];
+          receive(w, {nullptr}, [](std::size_t) {});
           reply_params(w, global_step_ - h.seen_step, kFlagDropped);
           return;
         }
-        join(h.seen_step, w, h, g);
+        join(h.seen_step, w, h);
         held_.push_back({w, h.seen_step + 1, 0});
         break;
       case ExchangeKind::ps_bounded: {
         const std::int64_t step = clock_[w]++;  // w's c-th push makes step c's update
-        join(step, w, h, g);
+        join(step, w, h);
         held_.push_back({w, step + 1 - c_.max_staleness, step - h.seen_step});
         break;
       }
@@ -194,28 +267,38 @@ class ParameterServer {
     apply_complete();
   }
 
-  /// Downpour: one update from this push, now. Its staleness: updates since w's parameters.
-  void apply_async(int w, const MsgHeader& h, float* g) {
+  /// Downpour: one update from this push, now, chunk by chunk as it arrives; each updated chunk
+  /// goes back to w at once. Its staleness: updates since w's parameters.
+  void apply_async(int w, const MsgHeader& h) {
     const std::int64_t staleness = global_step_ - h.seen_step;
     if (h.samples == 0) {  // no gradient (non-finite, skipped): just the parameters back
+      receive(w, {nullptr}, [](std::size_t) {});
       reply_params(w, 0, kFlagDropped);
       return;
     }
-    if (c_.stale_lr == StaleLr::inverse && staleness > 1) {
-      backend_->scale(g, 1.0f / static_cast<float>(staleness), n_);
-    }
-    {
-      const TimelineSpan span("apply", "optimizer");
-      opt_.apply(params_.data(), g, global_step_);
-    }
+    if (grad_.size() < n_) grad_.resize(n_);
+    float* g = grad_.data();
+    float* p = params_.data();
+    const std::int64_t step = global_step_;
+    reply_header(w, kTagReply, step + 1, staleness, 0);
+    const TimelineSpan span("apply", "optimizer");
+    receive(w, {g}, [&](std::size_t c) {
+      const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
+      settle(b, e);
+      if (c_.stale_lr == StaleLr::inverse && staleness > 1)
+        backend_->scale(g + b, 1.0f / static_cast<float>(staleness), e - b);
+      if (dc_) dc_->compensate(w, g, p, b, e);
+      opt_.apply(p, g, step, b, e);
+      if (dc_) dc_->sent(w, p, b, e);
+      send_chunk(w, p, c);
+    });
     ++global_step_;
     ++stats_.updates;
     count_used(w, staleness);
-    reply_params(w, staleness);
   }
 
-  /// Adds w's push to the aggregate of global step `step` (a copy: the slot receives on).
-  void join(std::int64_t step, int w, const MsgHeader& h, const float* g) {
+  /// Receives w's push into the aggregate of global step `step`.
+  void join(std::int64_t step, int w, const MsgHeader& h) {
     Aggregate& a = pending_[step];
     if (a.samples.empty()) {
       a.grads.resize(workers_);
@@ -229,7 +312,9 @@ class ParameterServer {
     a.seen[w] = h.seen_step;
     if (h.samples > 0) {
       a.grads[w] = take_buffer();
-      std::memcpy(a.grads[w].data(), g, n_ * sizeof(float));
+      receive(w, {a.grads[w].data()}, [](std::size_t) {});
+    } else {
+      receive(w, {nullptr}, [](std::size_t) {});
     }
     ++a.pushes;
   }
@@ -257,6 +342,7 @@ class ParameterServer {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
           for (std::ptrdiff_t i = 0; i < n; ++i) s[i] += f * g[i];
         }
+        settle(0, n_);
         opt_.apply(params_.data(), sum.data(), global_step_);
       }
       for (int w = 0; w < workers_; ++w) {
@@ -307,9 +393,11 @@ class ParameterServer {
   const std::size_t n_;
   const std::string who_;
   const std::atomic<bool>& stop_flag_;
+  const ChunkLayout chunks_;
   std::unique_ptr<Backend> backend_;
   DeviceBuffer<float> params_;
   Optimizer opt_;
+  std::optional<DelayCompensation> dc_;  ///< --delay-compensation (async only)
   int replicas_ = 1;
   std::int64_t global_step_ = 0, max_steps_ = 0;
   bool stop_seen_ = false;              ///< a worker forwarded a stop request: tell every worker
@@ -317,7 +405,12 @@ class ParameterServer {
   std::map<std::int64_t, Aggregate> pending_;  ///< by global step
   std::vector<HeldReply> held_;
   std::vector<std::vector<float>> free_;  ///< gradient buffers to reuse
-  std::vector<float> scratch_;
+  std::vector<float> scratch_;  ///< sync sums
+  std::vector<float> discard_;  ///< payloads received to be dropped
+  std::vector<float> grad_;     ///< async: the push being applied
+  std::vector<float> zeros_;    ///< a chunk of zeros (SNAPSHOT without m / v)
+  std::vector<MPI_Request> recv_reqs_;
+  std::vector<InFlight> in_flight_;
   std::vector<WorkerSlot> slots_;
   PsStats stats_;
 };

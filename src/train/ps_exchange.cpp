@@ -21,7 +21,8 @@ class PsExchange : public GradientExchange {
  public:
   PsExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
       : c_(c), cluster_(cluster), plan_(plan),
-        client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout),
+        client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout,
+                static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()) {}
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {

@@ -12,8 +12,9 @@
 //                 (plain SGD at a tiny learning rate: the ps applies every push, on --ps-threads
 //                 OpenMP threads, default 1)
 //                 bandwidth = bytes moved (2·B·workers) / time per round
-// allreduce alternates bare and dtrain rounds per size; push-pull runs its bare rounds, then
-// dtrain's (the ps event loop runs until DONE); each after a warm-up round, the median reported.
+// allreduce alternates bare and dtrain rounds per size; push-pull alternates blocks of bare rounds
+// and of dtrain's (the ps event loop runs until DONE), three of each; each block after a warm-up
+// round, the median over all rounds reported.
 // Prints a table and writes one JSON object per line to --out.
 #include <mpi.h>
 #include <omp.h>
@@ -41,6 +42,7 @@ struct Options {
   double bucket_mb = 25;
   int iters = 0;  // 0: by size
   int ps_threads = 1;  // OpenMP threads of the ps (dtrain's --ps-threads)
+  int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
   std::string out = "comm_bench.jsonl";
   std::string ops = "allreduce,ps_push_pull";
 };
@@ -140,44 +142,58 @@ void bare_push_pull(const Cluster& cl, std::vector<char>& a, std::vector<std::ve
   wait_all(send, comm_timeout(), "bare push-pull");
 }
 
-Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
-  const std::size_t n = bytes / sizeof(float);
-  const int W = cl.num_workers();
-  const int rounds = iterations(o, bytes);
-  std::vector<char> a(bytes, 0);
-  std::vector<std::vector<char>> in(cl.is_ps() ? W : 1, std::vector<char>(bytes));
-  std::vector<double> tb, td;
-  // dtrain's rounds come in one block (the ps event loop runs until every worker sent DONE):
-  // the bare rounds first, then dtrain's, each timed per round.
-  for (int i = 0; i < rounds + 1; ++i) {
-    const double t = timed(cl.world(), [&] { bare_push_pull(cl, a, in); });
-    if (i > 0) tb.push_back(t);
-  }
+/// dtrain's push-pull rounds against one ps session (run_parameter_server until every worker
+/// sent DONE): a warm-up round, then `rounds` timed ones appended to `td` (max over workers).
+void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, int rounds,
+                            std::vector<float>& grads, std::vector<float>& params,
+                            std::vector<double>& td) {
   Config c;
   c.mode = Mode::async;
   c.optimizer = "sgd";
   c.momentum = 0;
   c.weight_decay = 0;
   c.lr = 1e-9;
+  c.ps_chunk_kb = o.ps_chunk_kb;
   const ShardRange shard{0, n};
-  std::vector<float> grads(cl.is_worker() ? n : 0, 0.0f), params(cl.is_worker() ? n : 0, 0.0f);
   if (cl.is_ps()) {
     omp_set_num_threads(o.ps_threads);
     const std::atomic<bool> stop{false};
     (void)run_parameter_server(cl, c, shard, 1 << 30, stop);  // until every worker sent DONE
-  } else {
-    PsClient client(cl, {shard}, comm_timeout());
-    if (cl.is_chief()) client.load(params.data(), nullptr, nullptr, 0, 0);
+    return;
+  }
+  PsClient client(cl, {shard}, comm_timeout(), static_cast<std::size_t>(o.ps_chunk_kb) * 1024);
+  if (cl.is_chief()) client.load(params.data(), nullptr, nullptr, 0, 0);
+  MPI_Barrier(cl.role_comm());
+  for (int i = 0; i < rounds + 1; ++i) {
     MPI_Barrier(cl.role_comm());
-    for (int i = 0; i < rounds + 1; ++i) {
-      MPI_Barrier(cl.role_comm());
-      const double t0 = MPI_Wtime();
-      (void)client.push_pull(grads.data(), 1, params.data(), false);
-      double dt = MPI_Wtime() - t0, worst = 0;
-      MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, cl.role_comm());
-      if (i > 0) td.push_back(worst);
+    const double t0 = MPI_Wtime();
+    (void)client.push_pull(grads.data(), 1, params.data(), false);
+    double dt = MPI_Wtime() - t0, worst = 0;
+    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, cl.role_comm());
+    if (i > 0) td.push_back(worst);
+  }
+  client.done();
+}
+
+Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
+  const std::size_t n = bytes / sizeof(float);
+  const int W = cl.num_workers();
+  const int rounds = iterations(o, bytes);
+  std::vector<char> a(bytes, 0);
+  std::vector<std::vector<char>> in(cl.is_ps() ? W : 1, std::vector<char>(bytes));
+  std::vector<float> grads(cl.is_worker() ? n : 0, 0.0f), params(cl.is_worker() ? n : 0, 0.0f);
+  std::vector<double> tb, td;
+  // dtrain's rounds come in blocks (the ps event loop runs until every worker sent DONE), so the
+  // two alternate by block — bare, dtrain, three times — against drift of the machine's speed.
+  constexpr int kBlocks = 3;
+  const int per_block = std::max(2, rounds / kBlocks);
+  for (int block = 0; block < kBlocks; ++block) {
+    for (int i = 0; i < per_block + 1; ++i) {
+      const double t = timed(cl.world(), [&] { bare_push_pull(cl, a, in); });
+      if (i > 0) tb.push_back(t);
     }
-    client.done();
+    dtrain_push_pull_block(o, n, cl, per_block, grads, params, td);
+    MPI_Barrier(cl.world());
   }
   // The chief (world rank 0) reports.
   Row r{"ps_push_pull", bytes, median(tb), td.empty() ? 0 : median(td), 0, 0};
@@ -198,6 +214,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--out") o.out = v;
     else if (k == "--ops") o.ops = v;
     else if (k == "--ps-threads") o.ps_threads = std::stoi(v);
+    else if (k == "--ps-chunk-kb") o.ps_chunk_kb = std::stoi(v);
     else throw InputError("comm_bench: unknown option " + k);
   }
   return o;

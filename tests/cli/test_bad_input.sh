@@ -40,6 +40,9 @@ expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 5
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --mode async --num-ps 0
 expect_error 3 "--max-staleness" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 1 --max-staleness 1
 expect_error 3 "--replicas-to-aggregate" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 1 --replicas-to-aggregate 5
+expect_error 3 "--delay-compensation" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 1 --delay-compensation 1
+expect_error 3 "--delay-compensation" "${JOB[@]}" "${GOOD[@]}" --delay-compensation -0.5
+expect_error 3 "--ps-chunk-kb" "${JOB[@]}" "${GOOD[@]}" --ps-chunk-kb 0
 expect_error 3 "--run-dir|$SCRATCH/run_dir_file" --config "$SCRATCH/job.ini" "${GOOD[@]}" --run-dir "$SCRATCH/run_dir_file"
 [[ -f $SCRATCH/run_dir_file && $(cat "$SCRATCH/run_dir_file") == "not a directory" ]] || fail "the run-dir file was touched"
 [[ ! -e $SCRATCH/run ]] || fail "a failed start created a run dir: $(ls -R "$SCRATCH/run")"

@@ -3,7 +3,7 @@
 // in a fixed global order (token passing with a barrier on the worker communicator), so the result
 // must equal applying the same gradients serially with an in-process Optimizer on the CPU backend:
 // every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps and with 2
-// ps (W ≥ 3). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
+// ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
 // returning params + m + v, concurrent pushes none of which is lost, and DONE ending every server.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -113,6 +113,7 @@ struct SerialCase {
   std::string optimizer = "momentum";
   int rounds = 4;
   std::int64_t max_steps = 0;  // 0: none
+  int chunk_kb = 1024;         // --ps-chunk-kb; 1: 256-float chunks, several per shard
 };
 
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
@@ -127,6 +128,7 @@ void run_serial_case(const SerialCase& k) {
   const std::int64_t total_steps = pushes;  // sizes the cosine schedule on both sides
   Config cfg = ps_config(k.optimizer);
   cfg.max_steps = k.max_steps;
+  cfg.ps_chunk_kb = k.chunk_kb;
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
     // The serial reference, computed by every worker.
@@ -147,7 +149,8 @@ void run_serial_case(const SerialCase& k) {
       after.push_back(ref);
     }
 
-    PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0);
+    PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
+                    static_cast<std::size_t>(k.chunk_kb) * 1024);
     const int me = cluster.me().index;
     MPI_Comm wc = cluster.role_comm();
     if (cluster.is_chief()) {
@@ -196,6 +199,14 @@ TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) { run_serial_case({1
 TEST(ParameterServer, AdamOnePsEqualsSerialApplication) { run_serial_case({1, "adam", 4, 0}); }
 TEST(ParameterServer, MomentumTwoPsEqualsSerialApplication) { run_serial_case({2, "momentum", 4, 0}); }
 TEST(ParameterServer, AdamTwoPsEqualsSerialApplication) { run_serial_case({2, "adam", 3, 0}); }
+// The pipelined path: each push updated and answered chunk by chunk (1003 floats: chunks of 256,
+// the last partial; with 2 ps, 2 chunks per shard), LOAD and SNAPSHOT parts chunked too.
+TEST(ParameterServer, MomentumOnePsInChunksEqualsSerialApplication) {
+  run_serial_case({1, "momentum", 4, 0, 1});
+}
+TEST(ParameterServer, AdamTwoPsInChunksEqualsSerialApplication) {
+  run_serial_case({2, "adam", 3, 0, 1});
+}
 
 TEST(ParameterServer, MaxStepsCapsAppliedPushes) {
   // 5 rounds of pushes, of which only the first 2·workers + 1 may be applied.

@@ -12,6 +12,7 @@
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/ps/protocol.hpp"
 #include "dtrain/ps/sharding.hpp"
 
 namespace dtrain {
@@ -217,6 +218,39 @@ TEST(ShardRanges, ErrorsNameTheOption) {
       EXPECT_NE(std::string(e.what()).find("--num-ps"), std::string::npos) << e.what();
     }
   }
+}
+
+// ps/protocol.hpp: chunks tile a part exactly, in order, each at most the limit; large parts get
+// ~8 chunks, none below kMinChunkBytes unless the limit is lower; a 3 GiB part (past 2 GiB, the
+// old single-message limit) is chunks of at most the limit.
+TEST(ChunkLayout, TilesThePartWithinTheLimit) {
+  const std::size_t kMin = kMinChunkBytes / sizeof(float);
+  const std::size_t three_gib = (std::size_t{3} << 30) / sizeof(float);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{1003},
+                        kMin, 8 * kMin, 8 * kMin + 1, std::size_t{4} << 20, three_gib}) {
+    for (std::size_t limit : {std::size_t{1}, std::size_t{4}, std::size_t{1024},
+                              std::size_t{1} << 20, kDefaultChunkBytes, std::size_t{1} << 30}) {
+      const ChunkLayout c(n, limit);
+      SCOPED_TRACE("n " + std::to_string(n) + " limit " + std::to_string(limit));
+      EXPECT_LE(c.per * sizeof(float), std::max(limit, sizeof(float)));
+      EXPECT_EQ(c.count(), n == 0 ? 0 : (n + c.per - 1) / c.per);
+      if (n > 0) {
+        EXPECT_EQ(c.begin(c.count() - 1) + c.size(c.count() - 1), n) << "the chunks end at n";
+        EXPECT_GE(c.size(c.count() - 1), 1u);
+      }
+      if (c.count() <= 4) {  // cheap enough to check every chunk
+        for (std::size_t i = 0; i + 1 < c.count(); ++i) {
+          EXPECT_EQ(c.size(i), c.per);
+          EXPECT_EQ(c.begin(i + 1), c.begin(i) + c.size(i));
+        }
+      }
+      if (limit / sizeof(float) >= kMin) EXPECT_GE(c.per, std::min(n, kMin)) << "no tiny chunks";
+      if (n >= 8 * kMin && limit / sizeof(float) >= (n + 7) / 8) EXPECT_EQ(c.count(), 8u);
+    }
+  }
+  EXPECT_EQ(ChunkLayout(1003, 1024).count(), 4u);  // 256 + 256 + 256 + 235
+  EXPECT_EQ(ChunkLayout(1003, 1024).size(3), 235u);
+  EXPECT_EQ(ChunkLayout(three_gib, kDefaultChunkBytes).count(), 3072u);  // 1 MiB chunks
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // tests/unit/test_weight_decay.cpp — --no-weight-decay-on: which flat ranges are excluded (whole
 // model and a ps shard cutting through tensors), and Optimizer::apply with exclusions equals the
-// plain update with decay on the other floats and without it on the excluded ones, bit for bit.
+// plain update with decay on the other floats and without it on the excluded ones, bit for bit —
+// also applied range by range (a ps's chunks).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -66,18 +69,24 @@ TEST(WeightDecay, ApplySkipsDecayOnExcludedRangesOnly) {
     Optimizer mixed(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
     // A ps holding the shard [11, 27) with its own ranges.
     Optimizer shard(with("bias,bn", opt), *be, 16, 10, no_decay_ranges(with("bias,bn"), tensors(), 11, 27));
-    std::vector<float> pa = p0, pb = p0, pm = p0, ps(p0.begin() + 11, p0.begin() + 27);
+    // The same, updated chunk by chunk as a ps pipelines a push (chunks of 5 cut through the
+    // excluded ranges; the last one partial).
+    Optimizer chunked(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
+    std::vector<float> pa = p0, pb = p0, pm = p0, pc = p0, ps(p0.begin() + 11, p0.begin() + 27);
     for (std::int64_t step = 0; step < 3; ++step) {
       a.apply(pa.data(), g.data(), step);
       b.apply(pb.data(), g.data(), step);
       mixed.apply(pm.data(), g.data(), step);
       shard.apply(ps.data(), g.data() + 11, step);
+      for (std::size_t at = 0; at < n; at += 5) chunked.apply(pc.data(), g.data(), step, at, std::min(n, at + 5));
     }
     for (std::size_t i = 0; i < n; ++i) {
       const bool excluded = (i >= 10 && i < 16) || i >= 26;
       EXPECT_EQ(pm[i], excluded ? pb[i] : pa[i]) << "float " << i;
+      EXPECT_EQ(pc[i], pm[i]) << "chunked float " << i;
       if (i >= 11 && i < 27) EXPECT_EQ(ps[i - 11], pm[i]) << "shard float " << i;
     }
+    EXPECT_THROW(chunked.apply(pc.data(), g.data(), 3, 20, n + 1), Error);
     EXPECT_NE(pa[11], pb[11]);  // the decay matters at all
   }
 }

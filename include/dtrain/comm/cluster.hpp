@@ -45,6 +45,9 @@ class Cluster {
   [[nodiscard]] MPI_Comm world() const { return world_; }
   /// Communicator of this rank's role (ps ranks among themselves, workers among themselves).
   [[nodiscard]] MPI_Comm role_comm() const { return role_comm_; }
+  /// A duplicate of world for the ps protocol's payload chunks (ps/protocol.hpp): their receives
+  /// are posted per chunk, apart from the headers a ps receives with MPI_ANY_TAG on world.
+  [[nodiscard]] MPI_Comm payload_comm() const { return payload_comm_; }
   [[nodiscard]] int world_rank() const { return rank_; }
   [[nodiscard]] int world_size() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] const RankInfo& me() const { return ranks_[rank_]; }
@@ -66,6 +69,7 @@ class Cluster {
  private:
   MPI_Comm world_;
   MPI_Comm role_comm_ = MPI_COMM_NULL;
+  MPI_Comm payload_comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int num_ps_ = 0;
   int num_nodes_ = 1;

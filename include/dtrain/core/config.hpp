@@ -129,6 +129,8 @@ struct Config {
   int replicas_to_aggregate = 0;
   StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
   AsyncMomentum async_momentum = AsyncMomentum::lr_scaled;  ///< async: the ps's momentum
+  /// async: DC-ASGD-a's λ0 (optim/delay_compensation.hpp); 0: off
+  float delay_compensation = 0.0f;
   AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
   int epochs = 1;
   std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
@@ -170,6 +172,7 @@ struct Config {
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< start buckets during backward (sync allreduce on CPU)
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  int ps_chunk_kb = 1024;         ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
   int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);
                                   ///< 0 = cores per node / ranks per node
   // checkpoints and output

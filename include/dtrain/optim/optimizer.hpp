@@ -53,6 +53,11 @@ class Optimizer {
   /// whether every grads value was finite (Backend::optimizer_update: read in the update's pass;
   /// the update is applied either way).
   bool apply(float* params, const float* grads, std::int64_t step);
+  /// The same update restricted to floats [begin, end) of the n (params and grads still point at
+  /// float 0): the values there are exactly those apply() gives, so a ps can update a shard chunk
+  /// by chunk as it arrives. Throws Error unless begin ≤ end ≤ n.
+  bool apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
+             std::size_t end);
 
   /// From now on the momentum coefficient of each step is ps_momentum(config, workers, step,
   /// total_steps) instead of --momentum (an async ps).

@@ -2,8 +2,8 @@
 // gradient and parameter shards, initial load, snapshots for checkpoints, and DONE.
 //
 // All buffers are host memory of `total` floats (the full flat parameter buffer); the client sends
-// and receives each ps's range of it. Calls block until every ps answered or --timeout passes
-// (RuntimeFault naming the ps). Not thread-safe.
+// each ps's range of it and receives into it in place, in chunks (ps/protocol.hpp). Calls block
+// until every ps answered or --timeout passes (RuntimeFault naming the ps). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,10 @@ struct PushResult {
 
 class PsClient {
  public:
-  PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s);
+  /// `chunk_bytes`: the payload chunk of the protocol (--ps-chunk-kb · 1024; the ps must use the
+  /// same). Throws Error when it holds no float.
+  PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
+           std::size_t chunk_bytes = kDefaultChunkBytes);
 
   /// Fetches the parameters into params (total floats) once every ps has applied `wait_step`
   /// global steps (or stopped applying). Returns the smallest global_step over the ps.
@@ -46,15 +49,21 @@ class PsClient {
 
  private:
   /// Sends `header` (seen_step filled per ps) + each ps's range of every part (nullptr: zeros)
-  /// with `tag`, then receives `reply_parts` ranges per ps into `out` (nullptr: dropped).
+  /// with `tag`, then (unless tag is DONE) receives each ps's reply header and `reply_parts`
+  /// ranges per ps straight into `out` (protocol.hpp).
   PushResult exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
                       int reply_parts, const std::vector<float*>& out);
+  /// A chunk of `floats` zeros to send for a nullptr part.
+  const float* zeros(std::size_t floats);
   const Cluster& cluster_;
   std::vector<ShardRange> shards_;
   double timeout_;
   std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
+  std::size_t chunk_bytes_;
   std::vector<std::int64_t> seen_;  // per ps: global_step in its last reply
-  std::vector<std::vector<char>> send_, recv_;
+  std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
+  std::vector<MPI_Request> reqs_;
+  std::vector<float> zeros_;
 };
 
 }  // namespace dtrain

@@ -1,10 +1,16 @@
 // dtrain/ps/protocol.hpp — the worker ⇄ ps wire protocol (Downpour SGD, Dean et al. 2012, in the
-// fused push-pull shape of ps-lite).
+// fused push-pull shape of ps-lite), pipelined in chunks.
 //
-// Every message is bytes on MPI_COMM_WORLD: a fixed MsgHeader, then floats. Sizes are std::size_t
-// and messages go through comm/big_message.hpp (MPI_BYTE up to INT_MAX bytes, one derived datatype
-// above: a LOAD or SNAPSHOT passes 2 GiB at ~179M parameters per ps). Receives are posted with the
-// largest size the protocol allows there; no message's size is read back from MPI.
+// A request or reply is a fixed MsgHeader on MPI_COMM_WORLD (the request's tag says what it is),
+// followed by its payload — zero or more "parts", each the shard's n floats — on the cluster's
+// payload communicator (Cluster::payload_comm), cut into chunks of at most `chunk` floats
+// (--ps-chunk-kb, default 1 MiB; ChunkLayout): part 0's chunks in order, then part 1's, ... Every
+// size follows from the header's tag and the shard table, so no size is read back from MPI, and
+// no message is larger than one chunk (a shard of any size, past 2 GiB included, travels as
+// chunks; comm/big_message still carries a chunk above a lowered test count limit).
+// Chunks go straight from and into the callers' arrays (no packing copy), and they pipeline: a
+// ps applies the optimizer to chunk c of a push and sends chunk c of the reply while chunk c + 1
+// is still arriving, so the worker's copy of the reply overlaps the ps's update.
 //   worker → ps  PULL        header                       ps → worker REPLY  header + shard params
 //                (answered once the ps's global_step ≥ header.wait_step)
 //   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard params
@@ -12,23 +18,25 @@
 //                ps/server.hpp)
 //   chief  → ps  LOAD        header + params, m, v        ps → chief  REPLY  header + shard params
 //   chief  → ps  SNAPSHOT    header                       ps → chief  STATE  header + params, m, v
-//                (LOAD and SNAPSHOT come from the chief, worker 0, only, and LOAD at most once
-//                per run, before any PUSH: the ps's receive holds three parts only for the
-//                chief's LOAD, one part otherwise; a longer message fails with MPI_ERR_TRUNCATE)
+//                (LOAD and SNAPSHOT come from the chief, worker 0, only; LOAD at most once per
+//                run, before any PUSH)
 //   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
-// Why it cannot deadlock: a worker posts its receives before its sends and has at most one
-// request outstanding per ps; a ps keeps one pre-posted receive per worker and answers each
-// request before re-posting that worker's receive, so every send has a matching posted receive.
-// A reply the ps holds back (waiting for other workers' pushes) keeps that worker's one request
-// outstanding; the ps answers every held request when it stops applying updates (--max-steps,
-// stop request), so no worker waits for a push that will never come.
-// MPI's non-overtaking rule keeps each worker's messages in order.
+// Why it cannot deadlock: a worker posts all receives of a reply (header and chunks) before it
+// sends, and has at most one request outstanding per ps; a ps keeps one pre-posted header receive
+// per worker, posts the receives of a request's chunks when its header arrives (the worker has
+// already posted their sends), and answers each request before re-posting that worker's header
+// receive, so every send has a matching posted receive. A ps never changes parameters a reply is
+// still being sent from: before it updates (or loads) a range it waits for the in-flight reply
+// chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
+// (waiting for other workers' pushes) keeps that worker's one request outstanding; the ps answers
+// every held request when it stops applying updates (--max-steps, stop request), so no worker
+// waits for a push that will never come. MPI's non-overtaking rule keeps each worker's messages,
+// and each request's chunks, in order.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <initializer_list>
 
 namespace dtrain {
 
@@ -58,20 +66,29 @@ struct MsgHeader {
 };
 static_assert(sizeof(MsgHeader) == 48, "MsgHeader must keep the float payload 16-byte aligned");
 
-/// Writes a message into `out`: the header, then floats [begin, begin + n) of each part in order
-/// (a nullptr part is sent as n zeros). `out` must hold sizeof(MsgHeader) + parts·n floats.
-/// Returns the message size in bytes. Used by both sides of the protocol.
-template <typename Parts>
-std::size_t pack_message(char* out, const MsgHeader& header, const Parts& parts,
-                         std::size_t begin, std::size_t n) {
-  std::memcpy(out, &header, sizeof header);
-  std::size_t at = sizeof header;
-  for (const float* p : parts) {
-    if (p) std::memcpy(out + at, p + begin, n * sizeof(float));
-    else std::memset(out + at, 0, n * sizeof(float));
-    at += n * sizeof(float);
+/// The default payload chunk (--ps-chunk-kb 1024): 1 MiB.
+inline constexpr std::size_t kDefaultChunkBytes = std::size_t{1} << 20;
+
+/// How one part of `n` floats is cut into chunks: chunk i covers floats [begin(i), begin(i) +
+/// size(i)); every chunk but the last is full. A chunk holds at most `chunk_bytes` (the
+/// --ps-chunk-kb limit) and, for parts of more than 8 × kMinChunkBytes, about n / 8 floats, so that
+/// a 1 MiB push still pipelines in 8 steps; never less than kMinChunkBytes (each message costs a
+/// few µs: smaller chunks measured slower in tests/benchmarks/comm_bench.sh) unless the limit is
+/// smaller. n = 0: no chunk. Both sides derive the same layout from n.
+inline constexpr std::size_t kMinChunkBytes = std::size_t{128} << 10;
+struct ChunkLayout {
+  std::size_t n = 0, per = 1;
+  /// `chunk_bytes` ≥ sizeof(float) (a smaller value is taken as one float).
+  ChunkLayout(std::size_t floats, std::size_t chunk_bytes) : n(floats) {
+    const std::size_t limit = std::max<std::size_t>(1, chunk_bytes / sizeof(float));
+    const std::size_t eighth = std::max(kMinChunkBytes / sizeof(float), (floats + 7) / 8);
+    per = std::min(limit, eighth);
   }
-  return at;
-}
+  [[nodiscard]] std::size_t count() const { return (n + per - 1) / per; }
+  [[nodiscard]] std::size_t begin(std::size_t i) const { return i * per; }
+  [[nodiscard]] std::size_t size(std::size_t i) const {
+    return i * per >= n ? 0 : (n - i * per < per ? n - i * per : per);
+  }
+};
 
 }  // namespace dtrain
