@@ -28,7 +28,7 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
 
 float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t total_steps) {
   if (exchange_kind(c) != ExchangeKind::ps_async || c.async_momentum == AsyncMomentum::as_given ||
-      workers < 1)
+      c.async_momentum == AsyncMomentum::dana || workers < 1)
     return c.momentum;
   float implicit = 1.0f - 1.0f / static_cast<float>(workers);
   if (c.async_momentum == AsyncMomentum::lr_scaled)

@@ -16,6 +16,7 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/optim/dana.hpp"
 #include "dtrain/optim/delay_compensation.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/protocol.hpp"
@@ -33,11 +34,7 @@ struct WorkerSlot {
   bool done = false;
 };
 
-/// A reply chunk still being sent from the shard's arrays: floats [begin, end) of the shard.
-struct InFlight {
-  MPI_Request req;
-  std::size_t begin, end;
-};
+
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
 struct Aggregate {
@@ -71,9 +68,14 @@ class ParameterServer {
     opt_.use_async_momentum(workers_);  // --async-momentum (async only)
     if (kind_ == ExchangeKind::ps_async && c.delay_compensation > 0.0f)
       dc_.emplace(n_, workers_, c.delay_compensation);
+    if (kind_ == ExchangeKind::ps_async && c.async_momentum == AsyncMomentum::dana) {
+      dana_.emplace(c, *backend_, n_, workers_, total_steps, no_decay);
+      dana_->load(opt_.m(), params_.data(), 0);  // zero momenta: θ̂ = θ
+    }
     stats_.staleness_histogram.assign(kStalenessBins, 0);
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
+    sending_.resize(chunks_.count());
     for (int w = 0; w < workers_; ++w) post_recv(w);
   }
 
@@ -101,7 +103,7 @@ class ParameterServer {
       stats_.busy_seconds += now_seconds() - b0;
     }
     for (auto& s : slots_) wait_one(s.send, c_.timeout, who_ + " flushing replies");
-    settle(0, n_);
+    settle_all();
     stats_.wall_seconds = now_seconds() - t0;
     return stats_;
   }
@@ -143,29 +145,26 @@ class ParameterServer {
   }
 
   /// Sends chunk c of `part` (a shard array; nullptr: zeros) to worker w; it stays in flight
-  /// (settle()).
+  /// until settle(c).
   void send_chunk(int w, const float* part, std::size_t c) {
     const std::size_t b = chunks_.begin(c), len = chunks_.size(c);
     const float* from = part ? part + b : zeros(len);
-    in_flight_.push_back({MPI_REQUEST_NULL, b, b + len});
+    std::vector<MPI_Request>& sending = sending_[c];
+    // Replies with no update in between (pulls, held replies) pile up here: keep the list short.
+    if (sending.size() >= 2 * static_cast<std::size_t>(workers_)) settle(c);
+    sending.push_back(MPI_REQUEST_NULL);
     isend_bytes(from, len * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
-                &in_flight_.back().req);
+                &sending.back());
   }
 
-  /// Waits for the reply chunks still being sent from shard floats overlapping [begin, end):
-  /// call before changing them (their receives are posted: protocol.hpp). Drops finished ones.
-  void settle(std::size_t begin, std::size_t end) {
-    auto keep = in_flight_.begin();
-    for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
-      if (it->begin < end && begin < it->end) {
-        wait_one(it->req, comm_timeout(), who_ + " sending parameters");
-      } else {
-        int done = 0;
-        DT_CHECK_MPI(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
-        if (!done) *keep++ = *it;
-      }
-    }
-    in_flight_.erase(keep, in_flight_.end());
+  /// Waits for the reply chunks still being sent from chunk c of the shard's arrays: call before
+  /// changing them (their receives are posted, so they complete: protocol.hpp).
+  void settle(std::size_t c) {
+    wait_all(sending_[c], comm_timeout(), who_ + " sending parameters");
+    sending_[c].clear();
+  }
+  void settle_all() {
+    for (std::size_t c = 0; c < chunks_.count(); ++c) settle(c);
   }
 
   const float* zeros(std::size_t floats) {
@@ -215,9 +214,10 @@ class ParameterServer {
         on_push(w, h);
         return;
       case kTagLoad:
-        settle(0, n_);
+        settle_all();
         receive(w, {params_.data(), opt_.m(), opt_.v()}, [](std::size_t) {});
         global_step_ = h.global_step;
+        if (dana_) dana_->load(opt_.m(), params_.data(), global_step_);
         max_steps_ = h.max_steps;
         std::fill(clock_.begin(), clock_.end(), global_step_);
         pending_.clear();
@@ -225,7 +225,8 @@ class ParameterServer {
         std::vector<float>().swap(discard_);  // LOAD comes once per run (protocol.hpp)
         return;
       case kTagSnapshot:
-        reply(w, kTagState, 0, 0, {params_.data(), opt_.m(), opt_.v()});
+        reply(w, kTagState, 0, 0,
+              {params_.data(), dana_ ? dana_->momentum_sum() : opt_.m(), opt_.v()});
         return;
       default:
         throw Error(format_error(who_ + ": unexpected message tag " + std::to_string(tag) +
@@ -284,13 +285,15 @@ class ParameterServer {
     const TimelineSpan span("apply", "optimizer");
     receive(w, {g}, [&](std::size_t c) {
       const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
-      settle(b, e);
+      settle(c);
       if (c_.stale_lr == StaleLr::inverse && staleness > 1)
         backend_->scale(g + b, 1.0f / static_cast<float>(staleness), e - b);
       if (dc_) dc_->compensate(w, g, p, b, e);
-      opt_.apply(p, g, step, b, e);
-      if (dc_) dc_->sent(w, p, b, e);
-      send_chunk(w, p, c);
+      if (dana_) dana_->apply(w, p, g, step, b, e);
+      else opt_.apply(p, g, step, b, e);
+      const float* sent = dana_ ? dana_->look_ahead() : p;  // DANA: w computes at θ̂ next
+      if (dc_) dc_->sent(w, sent, b, e);
+      send_chunk(w, sent, c);
     });
     ++global_step_;
     ++stats_.updates;
@@ -342,7 +345,7 @@ class ParameterServer {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
           for (std::ptrdiff_t i = 0; i < n; ++i) s[i] += f * g[i];
         }
-        settle(0, n_);
+        settle_all();
         opt_.apply(params_.data(), sum.data(), global_step_);
       }
       for (int w = 0; w < workers_; ++w) {
@@ -398,6 +401,7 @@ class ParameterServer {
   DeviceBuffer<float> params_;
   Optimizer opt_;
   std::optional<DelayCompensation> dc_;  ///< --delay-compensation (async only)
+  std::optional<DanaMomentum> dana_;     ///< --async-momentum dana (async only)
   int replicas_ = 1;
   std::int64_t global_step_ = 0, max_steps_ = 0;
   bool stop_seen_ = false;              ///< a worker forwarded a stop request: tell every worker
@@ -410,7 +414,7 @@ class ParameterServer {
   std::vector<float> grad_;     ///< async: the push being applied
   std::vector<float> zeros_;    ///< a chunk of zeros (SNAPSHOT without m / v)
   std::vector<MPI_Request> recv_reqs_;
-  std::vector<InFlight> in_flight_;
+  std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
   std::vector<WorkerSlot> slots_;
   PsStats stats_;
 };

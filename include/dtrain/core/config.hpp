@@ -46,6 +46,8 @@ enum class AsyncMomentum {
   compensated,  ///< --momentum minus the implicit momentum of W asynchronous workers, 1 − 1/W
                 ///< (Mitliagkas et al. 2016, "Asynchrony begets momentum"), at least 0
   as_given,     ///< --momentum unchanged
+  dana,         ///< --momentum per worker, and each worker computes at the look-ahead position
+                ///< (DANA, Hakimi et al. 2019; optim/dana.hpp)
 };
 
 /// --async-schedule: what the schedule's step counts (--warmup-steps, --lr-step-size,
@@ -80,10 +82,11 @@ struct EnumNames<StaleLr> {
 };
 template <>
 struct EnumNames<AsyncMomentum> {
-  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 3> table{
+  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 4> table{
       {{AsyncMomentum::lr_scaled, "lr-scaled"},
        {AsyncMomentum::compensated, "compensated"},
-       {AsyncMomentum::as_given, "as-given"}}};
+       {AsyncMomentum::as_given, "as-given"},
+       {AsyncMomentum::dana, "dana"}}};
 };
 template <>
 struct EnumNames<AsyncSchedule> {
