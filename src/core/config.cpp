@@ -202,9 +202,10 @@ void build_table(Table& t, Config& c) {
         "async: momentum the ps applies: lr-scaled (--momentum minus the implicit momentum "
         "1 - 1/W that W asynchronous workers add (Mitliagkas et al. 2016), scaled by lr(step) / "
         "--lr: full compensation at the peak learning rate, none as it decays) | compensated "
-        "(minus 1 - 1/W throughout) | as-given, never below 0 | dana (--momentum kept per worker, "
-        "each worker computes its gradient at the look-ahead position theta - lr * momentum * "
-        "sum of the workers' momenta; DANA, Hakimi et al. 2019; momentum optimizer only)");
+        "(minus 1 - 1/W throughout) | as-given, never below 0 | dana (default: --momentum kept per "
+        "worker, each worker computes its gradient at the look-ahead position theta - lr * "
+        "momentum * sum of the workers' momenta; DANA, Hakimi et al. 2019; with --optimizer sgd or "
+        "adam the update is as given)");
   t.add("delay-compensation", &c.delay_compensation,
         "async: lambda0 of delay-compensated async SGD (DC-ASGD-a, Zheng et al. 2017): the ps "
         "corrects each push g to g + lambda0 / sqrt(meansquare(g)) * g * g * (theta - theta_w), "
@@ -476,8 +477,6 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
              "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
              "synchronous already");
-  DT_REQUIRE(c.async_momentum != AsyncMomentum::dana || c.optimizer == "momentum",
-             "option --async-momentum: dana needs --optimizer momentum (got " + c.optimizer + ")");
   DT_REQUIRE(std::isfinite(c.delay_compensation) && c.delay_compensation >= 0.0f,
              "option --delay-compensation: must be a number >= 0 (0: off), got " +
                  to_text(c.delay_compensation));

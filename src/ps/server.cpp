@@ -68,7 +68,8 @@ class ParameterServer {
     opt_.use_async_momentum(workers_);  // --async-momentum (async only)
     if (kind_ == ExchangeKind::ps_async && c.delay_compensation > 0.0f)
       dc_.emplace(n_, workers_, c.delay_compensation);
-    if (kind_ == ExchangeKind::ps_async && c.async_momentum == AsyncMomentum::dana) {
+    if (kind_ == ExchangeKind::ps_async && c.async_momentum == AsyncMomentum::dana &&
+        opt_.kind() == OptimizerKind::momentum) {
       dana_.emplace(c, *backend_, n_, workers_, total_steps, no_decay);
       dana_->load(opt_.m(), params_.data(), 0);  // zero momenta: θ̂ = θ
     }

@@ -13,6 +13,9 @@
 #      gradients (Σ pushes_per_worker = R × updates), and the run completes its epochs.
 #   5. async: the staleness histogram counts every used push; pushes_per_worker add up to the
 #      global steps.
+#   5b. async with --async-momentum dana (per-worker momentum, look-ahead) and --delay-compensation:
+#      completes with finite losses, within 0.15 of the default recipe's accuracy, and its
+#      checkpoint holds the workers' momentum sum.
 #   6. Option errors: --max-staleness with sync, --replicas-to-aggregate with allreduce or more
 #      than the workers — one message naming the option, nothing written.
 set -euo pipefail
@@ -117,6 +120,25 @@ r = json.load(open(sys.argv[1]))
 assert sum(r["staleness_histogram"]) == sum(r["pushes_per_worker"]) == r["global_step"], r
 assert r["dropped_gradients"] == 0
 print(f"   {r['global_step']} pushes, staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']}")
+PY
+
+echo "== 5b. async with --async-momentum dana and --delay-compensation: trains, checkpoints the momentum sum"
+run dana 4 --mode async --num-ps 1 --async-momentum dana --delay-compensation 1
+run plain 4 --mode async --num-ps 1
+"$PY" - "$SCRATCH/dana" "$SCRATCH/plain" <<'PY'
+import glob, json, math, sys
+import h5py, numpy as np
+r = json.load(open(sys.argv[1] + "/results.json"))
+p = json.load(open(sys.argv[2] + "/results.json"))
+assert r["stopped_by"] == "completed" and r["epochs_completed"] == 2, r["stopped_by"]
+assert math.isfinite(r["test_loss"]) and math.isfinite(r["train_loss"]), r
+assert r["test_accuracy"] >= p["test_accuracy"] - 0.15, (r["test_accuracy"], p["test_accuracy"])
+ckpt = sorted(glob.glob(sys.argv[1] + "/ckpt-*.h5"))[-1]
+with h5py.File(ckpt) as f:
+    m = f["optimizer/m"][()]
+    assert m.size == f["params"].size and np.isfinite(m).all() and np.abs(m).sum() > 0, "momentum sum"
+print(f"   dana: test accuracy {r['test_accuracy']:.4f} (default recipe {p['test_accuracy']:.4f}), "
+      f"checkpoint momentum sum |m|_1 = {np.abs(m).sum():.3g}")
 PY
 
 echo "== 6. option errors"

@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/optim/dana.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/client.hpp"
 #include "dtrain/ps/server.hpp"
@@ -100,6 +102,7 @@ Config ps_config(const std::string& optimizer) {
   c.momentum = 0.9f;
   c.weight_decay = 1e-3f;
   c.timeout = 60.0;
+  c.async_momentum = AsyncMomentum::lr_scaled;  // Downpour's one momentum (DANA: its own case)
   if (optimizer == "adam") {
     c.lr_schedule = "cosine";
     c.warmup_steps = 3;
@@ -114,6 +117,7 @@ struct SerialCase {
   int rounds = 4;
   std::int64_t max_steps = 0;  // 0: none
   int chunk_kb = 1024;         // --ps-chunk-kb; 1: 256-float chunks, several per shard
+  bool dana = false;           // --async-momentum dana: a push's reply is the look-ahead θ̂
 };
 
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
@@ -129,6 +133,7 @@ void run_serial_case(const SerialCase& k) {
   Config cfg = ps_config(k.optimizer);
   cfg.max_steps = k.max_steps;
   cfg.ps_chunk_kb = k.chunk_kb;
+  if (k.dana) cfg.async_momentum = AsyncMomentum::dana;
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
     // The serial reference, computed by every worker.
@@ -137,16 +142,28 @@ void run_serial_case(const SerialCase& k) {
     // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
     // μ − (1 − 1/W)·lr(step)/lr.
     for (std::int64_t t : {std::int64_t{0}, pushes / 2, pushes - 1})
-      EXPECT_NEAR(ps_momentum(cfg, workers, t, total_steps),
+      if (!k.dana) EXPECT_NEAR(ps_momentum(cfg, workers, t, total_steps),
                   std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers) *
                                                     learning_rate(cfg, t, total_steps) / cfg.lr),
                   1e-6f);
     Optimizer opt(cfg, *cpu, kParams, total_steps);
     opt.use_async_momentum(workers);
-    std::vector<std::vector<float>> after;  // reference params after each push
+    std::optional<DanaMomentum> dana;
+    if (k.dana) {
+      dana.emplace(cfg, *cpu, kParams, workers, total_steps);
+      dana->load(std::vector<float>(kParams, 0.0f).data(), ref.data(), 0);
+    }
+    std::vector<std::vector<float>> after;  // reference reply to each push
     for (std::int64_t t = 0; t < pushes; ++t) {
-      if (t < applied) opt.apply(ref.data(), gradient(static_cast<int>(t % workers), static_cast<int>(t / workers)).data(), t);
-      after.push_back(ref);
+      const int w = static_cast<int>(t % workers);
+      const std::vector<float> g = gradient(w, static_cast<int>(t / workers));
+      if (t < applied && k.dana) {
+        dana->apply(w, ref.data(), g.data(), t, 0, kParams);
+        after.emplace_back(dana->look_ahead(), dana->look_ahead() + kParams);
+        continue;
+      }
+      if (t < applied) opt.apply(ref.data(), g.data(), t);
+      after.push_back(ref);  // a push past --max-steps is answered with θ
     }
 
     PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
@@ -177,13 +194,13 @@ void run_serial_case(const SerialCase& k) {
     }
     const PushResult last = client.pull(params.data());
     EXPECT_EQ(last.global_step, applied);
-    expect_close(params, after.back(), "final pull");
+    expect_close(params, ref, "final pull");  // a pull returns θ (DANA too)
     if (cluster.is_chief()) {
       std::vector<float> p(kParams, -1.0f), m(kParams, -1.0f), v(kParams, -1.0f);
       EXPECT_EQ(client.snapshot(p.data(), m.data(), v.data()), applied);
       expect_close(p, ref, "snapshot params");
       std::vector<float> ref_m(kParams), ref_v(kParams, 0.0f);
-      cpu->copy_to_host(ref_m.data(), opt.m(), kParams * sizeof(float));
+      cpu->copy_to_host(ref_m.data(), k.dana ? dana->momentum_sum() : opt.m(), kParams * sizeof(float));
       if (opt.v()) cpu->copy_to_host(ref_v.data(), opt.v(), kParams * sizeof(float));
       expect_close(m, ref_m, "snapshot m");
       expect_close(v, ref_v, "snapshot v");  // zeros for momentum
@@ -207,6 +224,12 @@ TEST(ParameterServer, MomentumOnePsInChunksEqualsSerialApplication) {
 TEST(ParameterServer, AdamTwoPsInChunksEqualsSerialApplication) {
   run_serial_case({2, "adam", 3, 0, 1});
 }
+// DANA: per-worker momentum, replies at the look-ahead position, the snapshot's m the momentum sum.
+TEST(ParameterServer, DanaOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0, 1024, true}); }
+TEST(ParameterServer, DanaTwoPsInChunksEqualsSerialApplication) {
+  run_serial_case({2, "momentum", 4, 0, 1, true});
+}
+TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) { run_serial_case({1, "momentum", 4, 5, 1024, true}); }
 
 TEST(ParameterServer, MaxStepsCapsAppliedPushes) {
   // 5 rounds of pushes, of which only the first 2·workers + 1 may be applied.

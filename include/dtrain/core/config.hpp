@@ -47,7 +47,8 @@ enum class AsyncMomentum {
                 ///< (Mitliagkas et al. 2016, "Asynchrony begets momentum"), at least 0
   as_given,     ///< --momentum unchanged
   dana,         ///< --momentum per worker, and each worker computes at the look-ahead position
-                ///< (DANA, Hakimi et al. 2019; optim/dana.hpp)
+                ///< (DANA, Hakimi et al. 2019; optim/dana.hpp); the momentum optimizer only
+                ///< (sgd and adam: as given). The default.
 };
 
 /// --async-schedule: what the schedule's step counts (--warmup-steps, --lr-step-size,
@@ -131,7 +132,7 @@ struct Config {
   /// ones are dropped, workers beyond R are backup workers (Chen et al. 2016)
   int replicas_to_aggregate = 0;
   StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
-  AsyncMomentum async_momentum = AsyncMomentum::lr_scaled;  ///< async: the ps's momentum
+  AsyncMomentum async_momentum = AsyncMomentum::dana;  ///< async: the ps's momentum rule
   /// async: DC-ASGD-a's λ0 (optim/delay_compensation.hpp); 0: off
   float delay_compensation = 0.0f;
   AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
