@@ -6,7 +6,6 @@
 #include "dtrain/ps/server.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <vector>

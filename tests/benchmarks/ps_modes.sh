@@ -74,7 +74,8 @@ for part in "${parts[@]}"; do
       for v in "half-lr $dp --lr 0.01" "stale-lr $dp --stale-lr inverse" \
                "warmup-x3 --async-momentum as-given" "momentum-05 $dp --momentum 0.5" \
                "compensated-pushes --async-momentum compensated --async-schedule pushes" \
-               "compensated --async-momentum compensated" "one-worker"; do
+               "compensated --async-momentum compensated" "lr-scaled --async-momentum lr-scaled" \
+               "dc-asgd --async-momentum as-given --delay-compensation 2" "one-worker"; do
         set -- $v
         name=$1
         shift

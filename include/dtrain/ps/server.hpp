@@ -3,9 +3,13 @@
 // The ps owns one contiguous shard of the flat parameter buffer and its optimizer state, and
 // serves the workers' PULL / PUSH / LOAD / SNAPSHOT / DONE messages (ps/protocol.hpp) until every
 // worker sent DONE. How a push becomes an update depends on exchange_kind(config):
-//   ps_async    every push is applied on arrival, one global step each (Downpour SGD); with
-//               --stale-lr inverse its gradient is divided by its staleness τ ≥ 1 (Zhang et al.
-//               2016).
+//   ps_async    every push is applied on arrival, one global step each (Downpour SGD), chunk by
+//               chunk as it arrives, each chunk's reply sent at once. The momentum rule is
+//               --async-momentum: dana (default; per-worker momentum, the reply is the
+//               look-ahead position, optim/dana.hpp) or one momentum (lr-scaled, compensated,
+//               as-given); --delay-compensation λ0 corrects the gradient for its staleness
+//               first (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse it is
+//               divided by its staleness τ ≥ 1 (Zhang et al. 2016).
 //   ps_sync     a push computed on the parameters of global step t joins step t's aggregate; the
 //               first R (--replicas-to-aggregate) make one update (their mean, weighted by
 //               samples) and every waiting worker gets the new parameters; a push for a step
