@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli/test_recipe.sh — recipe options of issue 10, item 4, through the dtrain binary:
 # - --no-weight-decay-on bias,bn: the async ps applies it on its own shard exactly as a sync worker on
-#   the whole buffer (1 worker: async with 2 ps, cut through the tensors, ends bit-identical to sync),
+#   the whole buffer (1 worker: async with 2 ps, cut through the tensors, with --async-momentum
+#   as-given — DANA would answer with the look-ahead position — ends bit-identical to sync),
 #   and it changes the result (not a no-op);
 # - --label-smoothing: trains in both modes; the smoothed loss stays above the plain one (its floor
 #   is the entropy of the smoothed target);
@@ -19,7 +20,7 @@ SYNC=(--mode sync --num-ps 0)
 
 echo "== --no-weight-decay-on bias,bn: sync (1 worker) and async (2 ps + 1 worker) agree bit for bit"
 run 1 "$SCRATCH/sync" "${SYNC[@]}" --no-weight-decay-on bias,bn
-run 3 "$SCRATCH/async" --mode async --num-ps 2 --no-weight-decay-on bias,bn
+run 3 "$SCRATCH/async" --mode async --num-ps 2 --no-weight-decay-on bias,bn --async-momentum as-given
 grep -q "ps 1" "$SCRATCH/async.log" || fail "no second ps in the shard table"
 compare "$SCRATCH/sync" "$SCRATCH/async" 20
 run 1 "$SCRATCH/decay-all" "${SYNC[@]}"
