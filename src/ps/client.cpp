@@ -95,14 +95,9 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
 }
 
 const float* PsClient::zeros(std::size_t floats) {
-  // Sized once for the largest chunk of any shard: sends posted from it stay valid.
-  if (zeros_.empty()) {
-    std::size_t largest = 1;
-    for (const ShardRange& s : shards_) largest = std::max(largest, s.size());
-    zeros_.assign(std::min(largest, ChunkLayout(largest, chunk_bytes_).per), 0.0f);
-  }
-  DT_REQUIRE(floats <= zeros_.size(), "ps client: a chunk larger than the protocol's");
-  return zeros_.data();
+  std::size_t largest = 1;  // the largest shard has the largest chunks (ChunkLayout)
+  for (const ShardRange& s : shards_) largest = std::max(largest, s.size());
+  return zeros_.get(floats, ChunkLayout(largest, chunk_bytes_).largest());
 }
 
 PushResult PsClient::pull(float* params, std::int64_t wait_step) {
@@ -124,7 +119,7 @@ void PsClient::load(const float* params, const float* m, const float* v, std::in
   h.global_step = global_step;
   h.max_steps = max_steps;
   exchange(kTagLoad, h, {params, m, v}, 0, {});
-  std::vector<float>().swap(zeros_);  // LOAD comes once per run
+  zeros_.release();  // LOAD comes once per run
 }
 
 std::int64_t PsClient::snapshot(float* params, float* m, float* v) {

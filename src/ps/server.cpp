@@ -148,7 +148,7 @@ class ParameterServer {
   /// until settle(c).
   void send_chunk(int w, const float* part, std::size_t c) {
     const std::size_t b = chunks_.begin(c), len = chunks_.size(c);
-    const float* from = part ? part + b : zeros(len);
+    const float* from = part ? part + b : zeros_.get(len, chunks_.largest());
     std::vector<MPI_Request>& sending = sending_[c];
     // Replies with no update in between (pulls, held replies) pile up here: keep the list short.
     if (sending.size() >= 2 * static_cast<std::size_t>(workers_)) settle(c);
@@ -165,13 +165,6 @@ class ParameterServer {
   }
   void settle_all() {
     for (std::size_t c = 0; c < chunks_.count(); ++c) settle(c);
-  }
-
-  const float* zeros(std::size_t floats) {
-    // Sized once for the largest chunk: sends posted from it stay valid.
-    if (zeros_.empty()) zeros_.assign(std::min(chunks_.per, std::max<std::size_t>(n_, 1)), 0.0f);
-    DT_REQUIRE(floats <= zeros_.size(), "ps: a chunk larger than the protocol's");
-    return zeros_.data();
   }
 
   /// No more updates: --max-steps reached or a stop requested. Every held reply is released.
@@ -412,7 +405,7 @@ class ParameterServer {
   std::vector<float> scratch_;  ///< sync sums
   std::vector<float> discard_;  ///< payloads received to be dropped
   std::vector<float> grad_;     ///< async: the push being applied
-  std::vector<float> zeros_;    ///< a chunk of zeros (SNAPSHOT without m / v)
+  ZeroChunk zeros_;             ///< SNAPSHOT without m / v
   std::vector<MPI_Request> recv_reqs_;
   std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
   std::vector<WorkerSlot> slots_;

@@ -234,6 +234,7 @@ TEST(ChunkLayout, TilesThePartWithinTheLimit) {
       SCOPED_TRACE("n " + std::to_string(n) + " limit " + std::to_string(limit));
       EXPECT_LE(c.per * sizeof(float), std::max(limit, sizeof(float)));
       EXPECT_EQ(c.count(), n == 0 ? 0 : (n + c.per - 1) / c.per);
+      EXPECT_EQ(c.largest(), n > 0 ? c.size(0) : 1u) << "largest() is the first chunk";
       if (n > 0) {
         EXPECT_EQ(c.begin(c.count() - 1) + c.size(c.count() - 1), n) << "the chunks end at n";
         EXPECT_GE(c.size(c.count() - 1), 1u);

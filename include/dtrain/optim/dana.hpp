@@ -26,8 +26,8 @@ namespace dtrain {
 class DanaMomentum {
  public:
   /// A shard of `n` floats served to `workers` workers, on `backend` (host memory: the ps's CPU
-  /// backend); `no_decay` as for Optimizer. The sum of momenta and the look-ahead start at 0 and θ
-  /// (call look_ahead_from() after the parameters are set). Holds workers + 2 shard-sized vectors.
+  /// backend); `no_decay` as for Optimizer. The momenta start at 0 and the look-ahead at 0: call
+  /// load() once the parameters are set. Holds workers + 3 shard-sized vectors.
   /// Throws Error unless c.optimizer is momentum and workers ≥ 1.
   DanaMomentum(const Config& c, Backend& backend, std::size_t n, int workers,
                std::int64_t total_steps, std::vector<FloatRange> no_decay = {});

@@ -36,8 +36,6 @@ class DelayCompensation {
   /// so a shard may be compensated chunk by chunk; each float once per push.
   void compensate(int w, float* g, const float* params, std::size_t begin, std::size_t end);
 
-  [[nodiscard]] std::size_t size() const { return n_; }
-
  private:
   std::size_t n_;
   float lambda0_, decay_;

@@ -63,7 +63,7 @@ class PsClient {
   std::vector<std::int64_t> seen_;  // per ps: global_step in its last reply
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
   std::vector<MPI_Request> reqs_;
-  std::vector<float> zeros_;
+  ZeroChunk zeros_;
 };
 
 }  // namespace dtrain

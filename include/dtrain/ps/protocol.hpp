@@ -37,6 +37,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
 
 namespace dtrain {
 
@@ -85,10 +88,31 @@ struct ChunkLayout {
     per = std::min(limit, eighth);
   }
   [[nodiscard]] std::size_t count() const { return (n + per - 1) / per; }
+  /// Floats in the largest chunk (the first), at least 1.
+  [[nodiscard]] std::size_t largest() const { return std::max<std::size_t>(1, std::min(n, per)); }
   [[nodiscard]] std::size_t begin(std::size_t i) const { return i * per; }
   [[nodiscard]] std::size_t size(std::size_t i) const {
     return i * per >= n ? 0 : (n - i * per < per ? n - i * per : per);
   }
+};
+
+/// Zeros sent for a part the sender does not hold (a LOAD or SNAPSHOT of an optimizer without m or
+/// v). Allocated once, for the protocol's largest chunk, so every send posted from it stays valid
+/// while it is in flight.
+class ZeroChunk {
+ public:
+  /// `floats` zeros, from a buffer of `largest` floats (the same value on every call until
+  /// release()). Throws Error when floats > largest.
+  const float* get(std::size_t floats, std::size_t largest) {
+    if (zeros_.empty()) zeros_.assign(largest, 0.0f);
+    DT_REQUIRE(floats <= zeros_.size(), "ps protocol: a chunk larger than the protocol's");
+    return zeros_.data();
+  }
+  /// Gives the buffer back (no send from it may be in flight).
+  void release() { std::vector<float>().swap(zeros_); }
+
+ private:
+  std::vector<float> zeros_;
 };
 
 }  // namespace dtrain
