@@ -11,11 +11,17 @@
 #              one backup worker (R = 2 of 3), each against the same run unslowed ($STRAGGLER_STEPS
 #              global steps)
 #   ps         async with 2 and 4 ps ranks (3 workers), all epochs
+#   throughput async 1 ps + 3 workers, 900 pushes without evaluation, --async-momentum dana
+#              (default) and lr-scaled, alternating twice; and a sync allreduce control (200 steps)
+#              to compare machine speed between days. With DTRAIN=another/build/bin/dtrain it
+#              times another build (how the chunked ps protocol was compared with 766c995).
 # Env: SEEDS (default "1 2 3"), STRAGGLER_STEPS (default 300), OUT (run dirs, default
-#      /tmp/dtrain-ps-modes). Needs a built dtrain and the converted data (jobs/run_fashion_mnist.sh).
+#      /tmp/dtrain-ps-modes), DTRAIN (default build/bin/dtrain). Needs a built dtrain and the
+#      converted data (jobs/run_fashion_mnist.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ -x build/bin/dtrain ] || { echo "ps_modes: build dtrain first (.ci/build.sh)" >&2; exit 1; }
+dtrain=${DTRAIN:-build/bin/dtrain}
+[ -x "$dtrain" ] || { echo "ps_modes: build dtrain first (.ci/build.sh)" >&2; exit 1; }
 [ -f data/fashion_mnist/train.h5 ] || { echo "ps_modes: convert the data first (jobs/run_fashion_mnist.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1 DTRAIN_FAULT=
@@ -31,7 +37,7 @@ run() {
   shift 3
   local dir=$out/$name log=$out/$name.log
   rm -rf "$dir"
-  mpirun --bind-to none --oversubscribe -np "$np" -x DTRAIN_FAULT build/bin/dtrain --config "$job" \
+  mpirun --bind-to none --oversubscribe -np "$np" -x DTRAIN_FAULT "$dtrain" --config "$job" \
     --run-dir "$dir" "$@" >"$log" 2>&1 &
   local pid=$!
   if [ "$want" -gt 0 ]; then
@@ -106,6 +112,13 @@ for part in "${parts[@]}"; do
       run async-2ps-3w 5 0 --num-ps 2
       run async-4ps-3w 7 0 --num-ps 4
       ;;
-    *) echo "ps_modes: unknown part '$part' (ablation async sync straggler ps)" >&2; exit 2 ;;
+    throughput)
+      run tp-allreduce 3 0 --seed 1 --test-data "" --mode sync --num-ps 0 --max-steps 200
+      for i in 1 2; do
+        run "tp-lr-scaled-$i" 4 0 --seed 1 --test-data "" --async-momentum lr-scaled --max-steps 900
+        run "tp-dana-$i" 4 0 --seed 1 --test-data "" --max-steps 900
+      done
+      ;;
+    *) echo "ps_modes: unknown part '$part' (ablation async sync straggler ps throughput)" >&2; exit 2 ;;
   esac
 done
