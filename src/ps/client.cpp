@@ -4,6 +4,7 @@
 #include "dtrain/ps/client.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -17,6 +18,10 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
     : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
       chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
+  for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
+  int level = MPI_THREAD_SINGLE;
+  DT_CHECK_MPI(MPI_Query_thread(&level));
+  threaded_ = level >= MPI_THREAD_MULTIPLE;
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
     peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " +
@@ -37,25 +42,26 @@ const char* tag_name(int tag) {
 }
 }  // namespace
 
-PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
-                              int reply_parts, const std::vector<float*>& out) {
+void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vector<float*>& out) {
   const int K = static_cast<int>(shards_.size());
   const bool answered = tag != kTagDone;
   reqs_.clear();
   headers_in_.resize(K);
   headers_out_.resize(K);
-  // Every receive of the replies first (protocol.hpp): the header, then each part's chunks
-  // straight into its array.
+  sent_.assign(K, 0);
+  // Every receive of the replies first (protocol.hpp): the header, then each part's chunks in
+  // travel order straight into its array.
   for (int k = 0; k < K && answered; ++k) {
     const ShardRange& s = shards_[k];
     const int ps = cluster_.ps_rank(k);
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Irecv(&headers_in_[k], sizeof(MsgHeader), MPI_BYTE, ps, MPI_ANY_TAG,
                            cluster_.world(), &reqs_.back()));
-    const ChunkLayout chunks(s.size(), chunk_bytes_);
+    const ChunkLayout& chunks = layouts_[k];
     for (int part = 0; part < reply_parts; ++part) {
       DT_REQUIRE(out[part] != nullptr, "ps client: a reply part without a destination");
-      for (std::size_t c = 0; c < chunks.count(); ++c) {
+      for (std::size_t t = 0; t < chunks.count(); ++t) {
+        const std::size_t c = chunks.travel(t);
         reqs_.emplace_back();
         irecv_bytes(out[part] + s.begin + chunks.begin(c), chunks.size(c) * sizeof(float), ps, 0,
                     cluster_.payload_comm(), &reqs_.back());
@@ -63,27 +69,31 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
     }
   }
   for (int k = 0; k < K; ++k) {
-    const ShardRange& s = shards_[k];
-    const int ps = cluster_.ps_rank(k);
     headers_out_[k] = header;
     headers_out_[k].seen_step = seen_[k];
     reqs_.emplace_back();
-    DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, ps, tag,
-                           cluster_.world(), &reqs_.back()));
-    const ChunkLayout chunks(s.size(), chunk_bytes_);
-    for (const float* part : parts) {
-      for (std::size_t c = 0; c < chunks.count(); ++c) {
-        const float* from = part ? part + s.begin + chunks.begin(c) : zeros(chunks.size(c));
-        reqs_.emplace_back();
-        isend_bytes(from, chunks.size(c) * sizeof(float), ps, 0, cluster_.payload_comm(),
-                    &reqs_.back());
-      }
-    }
+    DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k),
+                           tag, cluster_.world(), &reqs_.back()));
   }
+}
+
+void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
+  const ShardRange& s = shards_[k];
+  const ChunkLayout& chunks = layouts_[k];
+  for (; sent_[k] < upto; ++sent_[k]) {
+    const std::size_t c = chunks.travel(sent_[k]);
+    const float* from = part ? part + s.begin + chunks.begin(c) : zeros(chunks.size(c));
+    reqs_.emplace_back();
+    isend_bytes(from, chunks.size(c) * sizeof(float), cluster_.ps_rank(static_cast<int>(k)), 0,
+                cluster_.payload_comm(), &reqs_.back());
+  }
+}
+
+PushResult PsClient::wait(int tag) {
   wait_all(reqs_, timeout_, "worker " + std::to_string(cluster_.me().index) + " " +
                                 tag_name(tag) + " with " + peers_);
   PushResult r;
-  for (int k = 0; k < K && answered; ++k) {
+  for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k) {
     const MsgHeader& h = headers_in_[k];
     seen_[k] = h.global_step;
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
@@ -92,6 +102,81 @@ PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const
     r.dropped = r.dropped || (h.flags & kFlagDropped);
   }
   return r;
+}
+
+PushResult PsClient::exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
+                              int reply_parts, const std::vector<float*>& out) {
+  post(tag, header, reply_parts, out);
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    for (const float* part : parts) {  // part by part: each part's chunks from the start
+      sent_[k] = 0;
+      send_chunks(k, part, layouts_[k].count());
+    }
+  }
+  return wait(tag);
+}
+
+void PsClient::begin_push(const float* grads, int samples, float* params, bool stop) {
+  MsgHeader h;
+  h.samples = samples;
+  h.flags = stop ? kFlagStop : 0;
+  post(kTagPush, h, 1, {params});
+  push_grads_ = grads;
+  if (threaded_) {
+    polling_ = true;
+    progress_ = std::thread([this] { progress_loop(); });
+  }
+}
+
+void PsClient::push_ready(std::size_t from) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    // Chunks travel last first: count those whose start lies at or past `from`.
+    const ShardRange& s = shards_[k];
+    const ChunkLayout& chunks = layouts_[k];
+    std::size_t upto = sent_[k];
+    while (upto < chunks.count() && s.begin + chunks.begin(chunks.travel(upto)) >= from) ++upto;
+    send_chunks(k, push_grads_, upto);
+  }
+  if (!threaded_) {  // drive the transfers in flight from here
+    int count = 0;
+    index_.resize(reqs_.size());
+    DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
+                              index_.data(), MPI_STATUSES_IGNORE));
+  }
+}
+
+PushResult PsClient::finish_push() {
+  push_ready(0);
+  if (progress_.joinable()) {
+    polling_ = false;
+    progress_.join();
+  }
+  push_grads_ = nullptr;
+  return wait(kTagPush);
+}
+
+void PsClient::progress_loop() {
+  // Back to back while requests complete, then sleeps doubling from 20 µs to 500 µs: a reply
+  // chunk is copied by this rank when it polls, and the ps waits for it before it changes that
+  // chunk again; the caller's compute keeps the core otherwise.
+  int sleep_us = 20;
+  std::vector<int> index;
+  while (polling_) {
+    int count = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      index.resize(reqs_.size());
+      DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
+                                index.data(), MPI_STATUSES_IGNORE));
+    }
+    if (count > 0 && count != MPI_UNDEFINED) {
+      sleep_us = 20;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(2 * sleep_us, 500);
+  }
 }
 
 const float* PsClient::zeros(std::size_t floats) {
@@ -111,6 +196,13 @@ PushResult PsClient::push_pull(const float* grads, int samples, float* params, b
   h.samples = samples;
   h.flags = stop ? kFlagStop : 0;
   return exchange(kTagPush, h, {grads}, 1, {params});
+}
+
+PsClient::~PsClient() {
+  if (progress_.joinable()) {  // unwinding from an issued push
+    polling_ = false;
+    progress_.join();
+  }
 }
 
 void PsClient::load(const float* params, const float* m, const float* v, std::int64_t global_step,

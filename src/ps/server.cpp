@@ -1,8 +1,11 @@
-// dtrain/ps/server.cpp — the ps event loop: one pre-posted header receive per worker, MPI_Testany
-// with back-off (comm/mpi_check); the optimizer runs on the CPU backend over the shard. Pushes are
-// applied on arrival, chunk by chunk as their payload arrives, each chunk's reply sent at once
-// (async), or gathered into per-step aggregates (sync through the ps, bounded staleness) whose
-// replies are held until the update they wait for (ps/server.hpp, ps/protocol.hpp).
+// dtrain/ps/server.cpp — the ps event loop: one pre-posted header receive per worker, and the
+// payload chunks of every request in progress, all polled together (comm/mpi_check's wait_any),
+// so the pushes of several workers are received — and, async, applied — chunk by chunk
+// interleaved, as their chunks arrive (ps-lite's per-key concurrency, at chunk grain). The
+// optimizer runs on the CPU backend over the shard (--ps-threads). Async pushes are applied
+// chunk by chunk, each chunk's reply sent at once; sync through the ps and bounded staleness
+// gather whole pushes into per-step aggregates whose replies are held until the update they wait
+// for (ps/server.hpp, ps/protocol.hpp).
 #include "dtrain/ps/server.hpp"
 
 #include <algorithm>
@@ -26,14 +29,37 @@ namespace {
 /// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
 constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 
+/// What becomes of a request's payload.
+enum class Fate {
+  undecided,  ///< async push: decided when its first chunk arrives (staleness counts from there)
+  apply,      ///< async push: each chunk applied as it arrives, its reply chunk sent at once
+  join,       ///< sync / bounded push: the whole gradient joins step `step`'s aggregate
+  drop,       ///< a push not applied (late, after the last step, no samples): answered at the end
+  load,       ///< LOAD: params, m, v straight into the shard's arrays
+};
+
+/// A request whose payload is arriving: the receives of its chunks (parts × chunks, in travel
+/// order, all posted when its header came) and what is done with them.
+struct Incoming {
+  bool active = false;
+  int tag = 0;
+  MsgHeader h;
+  Fate fate = Fate::drop;
+  std::vector<float*> dest;             ///< per part: the array its chunks land in
+  std::vector<std::vector<float>> own;  ///< buffers of this request (a push's gradient, dropped parts)
+  std::vector<MPI_Request> reqs;        ///< one per chunk message, completed in order
+  std::size_t done = 0;                 ///< chunk messages processed
+  std::int64_t step = 0;                ///< apply / join: the global step its update makes
+  std::int64_t staleness = 0;
+};
+
 struct WorkerSlot {
   MsgHeader in;   ///< the pre-posted header receive
   MsgHeader out;  ///< the header of the last reply (sent from here)
   MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
   bool done = false;
+  Incoming req;   ///< the request in progress (req.active), at most one per worker
 };
-
-
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
 struct Aggregate {
@@ -81,23 +107,39 @@ class ParameterServer {
 
   PsStats run() {
     const double t0 = now_seconds();
-    std::vector<MPI_Request> reqs(workers_);
     int remaining = workers_;
     while (remaining > 0) {
-      for (int w = 0; w < workers_; ++w) reqs[w] = slots_[w].recv;
+      // Every worker's header receive and the next chunk of every request in progress.
+      polled_.clear();
+      owner_.clear();
+      for (int w = 0; w < workers_; ++w) {
+        WorkerSlot& s = slots_[w];
+        if (s.recv != MPI_REQUEST_NULL) {
+          polled_.push_back(s.recv);
+          owner_.push_back(-1 - w);
+        }
+        if (s.req.active) {
+          polled_.push_back(s.req.reqs[s.req.done]);
+          owner_.push_back(w);
+        }
+      }
       MPI_Status st;
-      const int w = wait_any(reqs, c_.timeout, who_ + " waiting for worker messages", &st);
-      if (w == MPI_UNDEFINED) break;
-      slots_[w].recv = MPI_REQUEST_NULL;
+      const int i = wait_any(polled_, c_.timeout, waiting_for(), &st);
+      if (i == MPI_UNDEFINED) break;
       const double b0 = now_seconds();
-      const MsgHeader h = slots_[w].in;
-      if (h.flags & kFlagStop) stop_seen_ = true;
-      if (st.MPI_TAG == kTagDone) {
-        slots_[w].done = true;
-        --remaining;
+      if (owner_[i] >= 0) {
+        on_chunk(owner_[i]);
       } else {
-        on_request(w, st.MPI_TAG, h);
-        post_recv(w);  // the request is answered or held; its payload has been received
+        const int w = -1 - owner_[i];
+        slots_[w].recv = MPI_REQUEST_NULL;
+        const MsgHeader h = slots_[w].in;
+        if (h.flags & kFlagStop) stop_seen_ = true;
+        if (st.MPI_TAG == kTagDone) {
+          slots_[w].done = true;
+          --remaining;
+        } else {
+          on_header(w, st.MPI_TAG, h);
+        }
       }
       release_held();
       stats_.busy_seconds += now_seconds() - b0;
@@ -114,34 +156,97 @@ class ParameterServer {
                            MPI_ANY_TAG, cluster_.world(), &slots_[w].recv));
   }
 
-  /// Receives the `parts` payload parts of worker w's request, each straight into its array
-  /// (nullptr: into scratch, dropped), chunk by chunk; `per_chunk(c)`, if given, runs as soon as
-  /// chunk c of every part is in (protocol.hpp: part 0's chunks first, so with one part chunk c is
-  /// the next message).
-  template <typename PerChunk>
-  void receive(int w, std::initializer_list<float*> parts, PerChunk per_chunk) {
-    const std::string what = who_ + " receiving from worker " + std::to_string(w);
-    std::vector<MPI_Request>& reqs = recv_reqs_;
-    reqs.assign(parts.size() * chunks_.count(), MPI_REQUEST_NULL);
-    std::size_t at = 0, dropped = 0;
-    for (float* part : parts) dropped += part ? 0 : 1;
-    if (discard_.size() < dropped * n_) discard_.resize(dropped * n_);
-    dropped = 0;
+  /// The timeout message of the event loop: the requests whose payload is still expected.
+  [[nodiscard]] std::string waiting_for() const {
+    std::string busy;
+    for (int w = 0; w < workers_; ++w)
+      if (slots_[w].req.active) busy += (busy.empty() ? "" : ", ") + std::to_string(w);
+    return who_ + " waiting for worker messages" +
+           (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")");
+  }
+
+  /// A buffer of n_ floats, reused.
+  std::vector<float> take_buffer() {
+    if (free_.empty()) return std::vector<float>(n_);
+    std::vector<float> b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+
+  /// Starts receiving worker w's payload: `parts` arrays (nullptr: a buffer of the request's own),
+  /// each chunk by chunk in travel order (protocol.hpp); the receives are posted at once (the
+  /// worker has already posted its sends). A payload without chunks completes at once.
+  void start(int w, int tag, const MsgHeader& h, Fate fate, std::initializer_list<float*> parts) {
+    Incoming& r = slots_[w].req;
+    r.active = true;
+    r.tag = tag;
+    r.h = h;
+    r.fate = fate;
+    r.dest.clear();
+    r.done = 0;
     for (float* part : parts) {
-      float* into = part ? part : discard_.data() + n_ * dropped++;
-      for (std::size_t c = 0; c < chunks_.count(); ++c, ++at)
-        irecv_bytes(into + chunks_.begin(c), chunks_.size(c) * sizeof(float),
-                    cluster_.worker_rank(w), 0, cluster_.payload_comm(), &reqs[at]);
+      if (!part) {
+        r.own.push_back(take_buffer());
+        part = r.own.back().data();
+      }
+      r.dest.push_back(part);
     }
-    if (parts.size() != 1) {
-      wait_all(reqs, comm_timeout(), what);
-      for (std::size_t c = 0; c < chunks_.count(); ++c) per_chunk(c);
-      return;
+    r.reqs.assign(r.dest.size() * chunks_.count(), MPI_REQUEST_NULL);
+    std::size_t at = 0;
+    for (float* part : r.dest) {
+      for (std::size_t t = 0; t < chunks_.count(); ++t, ++at) {
+        const std::size_t c = chunks_.travel(t);
+        irecv_bytes(part + chunks_.begin(c), chunks_.size(c) * sizeof(float),
+                    cluster_.worker_rank(w), 0, cluster_.payload_comm(), &r.reqs[at]);
+      }
     }
-    for (std::size_t c = 0; c < chunks_.count(); ++c) {
-      wait_one(reqs[c], comm_timeout(), what);
-      per_chunk(c);
+    if (r.reqs.empty()) complete(w);
+  }
+
+  /// The next chunk message of worker w's request has arrived.
+  void on_chunk(int w) {
+    Incoming& r = slots_[w].req;
+    r.reqs[r.done] = MPI_REQUEST_NULL;
+    const std::size_t c = chunks_.travel(r.done % chunks_.count());
+    ++r.done;
+    if (r.fate == Fate::undecided) decide_async(w);
+    if (r.fate == Fate::apply) apply_chunk(w, c);
+    if (r.done == r.reqs.size()) complete(w);
+  }
+
+  /// Worker w's request has been received whole: answer, hold or aggregate it, then take its
+  /// next request.
+  void complete(int w) {
+    Incoming& r = slots_[w].req;
+    if (r.fate == Fate::undecided) decide_async(w);  // a shard without chunks
+    switch (r.fate) {
+      case Fate::apply:  // every chunk's reply has gone
+        ++stats_.updates;
+        count_used(w, r.staleness);
+        break;
+      case Fate::drop:
+        reply_params(w, r.staleness, kFlagDropped);
+        break;
+      case Fate::join:
+        join(w);
+        break;
+      case Fate::load:
+        global_step_ = r.h.global_step;
+        if (dana_) dana_->load(opt_.m(), params_.data(), global_step_);
+        max_steps_ = r.h.max_steps;
+        std::fill(clock_.begin(), clock_.end(), global_step_);
+        pending_.clear();
+        reply(w, kTagReply, 0, 0, {});
+        break;
+      case Fate::undecided:
+        break;
     }
+    for (auto& b : r.own)
+      if (!b.empty()) free_.push_back(std::move(b));
+    r.own.clear();
+    r.active = false;
+    if (r.tag == kTagLoad) free_.clear();  // LOAD comes once per run (protocol.hpp)
+    post_recv(w);
   }
 
   /// Sends chunk c of `part` (a shard array; nullptr: zeros) to worker w; it stays in flight
@@ -188,8 +293,8 @@ class ParameterServer {
   void reply(int w, int tag, std::int64_t staleness, int flags,
              std::initializer_list<const float*> parts) {
     reply_header(w, tag, global_step_, staleness, flags);
-    for (const float* part : parts)  // protocol.hpp: part by part, each chunk by chunk
-      for (std::size_t c = 0; c < chunks_.count(); ++c) send_chunk(w, part, c);
+    for (const float* part : parts)  // protocol.hpp: part by part, each chunk in travel order
+      for (std::size_t t = 0; t < chunks_.count(); ++t) send_chunk(w, part, chunks_.travel(t));
   }
 
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0) {
@@ -197,29 +302,24 @@ class ParameterServer {
     if (dc_) dc_->sent(w, params_.data(), 0, n_);
   }
 
-  void on_request(int w, int tag, const MsgHeader& h) {
+  void on_header(int w, int tag, const MsgHeader& h) {
     switch (tag) {
       case kTagPull:
         if (h.wait_step <= global_step_ || finished()) reply_params(w);
         else held_.push_back({w, h.wait_step, 0});
+        post_recv(w);
         return;
       case kTagPush:
         on_push(w, h);
         return;
       case kTagLoad:
         settle_all();
-        receive(w, {params_.data(), opt_.m(), opt_.v()}, [](std::size_t) {});
-        global_step_ = h.global_step;
-        if (dana_) dana_->load(opt_.m(), params_.data(), global_step_);
-        max_steps_ = h.max_steps;
-        std::fill(clock_.begin(), clock_.end(), global_step_);
-        pending_.clear();
-        reply(w, kTagReply, 0, 0, {});
-        std::vector<float>().swap(discard_);  // LOAD comes once per run (protocol.hpp)
+        start(w, tag, h, Fate::load, {params_.data(), opt_.m(), opt_.v()});
         return;
       case kTagSnapshot:
         reply(w, kTagState, 0, 0,
               {params_.data(), dana_ ? dana_->momentum_sum() : opt_.m(), opt_.v()});
+        post_recv(w);
         return;
       default:
         throw Error(format_error(who_ + ": unexpected message tag " + std::to_string(tag) +
@@ -227,75 +327,90 @@ class ParameterServer {
     }
   }
 
+  /// A push's header: where its gradient goes. Its payload follows (start()).
   void on_push(int w, const MsgHeader& h) {
-    if (finished()) {
-      ++stats_.ignored;
-      receive(w, {nullptr}, [](std::size_t) {});
-      reply_params(w, 0, kFlagDropped);
-      return;
-    }
+    Incoming& r = slots_[w].req;
+    r.staleness = 0;
+    Fate fate = Fate::join;
     switch (kind_) {
       case ExchangeKind::ps_async:
-        apply_async(w, h);
-        return;
+        fate = Fate::undecided;
+        break;
       case ExchangeKind::ps_sync:
-        if (h.seen_step < global_step_) {  // computed on older parameters: late, dropped
-          ++stats_.dropped;
-          ++stats_.worker_dropped[w];
-          receive(w, {nullptr}, [](std::size_t) {});
-          reply_params(w, global_step_ - h.seen_step, kFlagDropped);
-          return;
+        r.step = h.seen_step;
+        if (finished()) {
+          fate = Fate::drop;
+          ++stats_.ignored;
+        } else if (h.seen_step < global_step_) {  // computed on older parameters: late, dropped
+          fate = Fate::drop;
+          count_dropped(w);
         }
-        join(h.seen_step, w, h);
-        held_.push_back({w, h.seen_step + 1, 0});
         break;
-      case ExchangeKind::ps_bounded: {
-        const std::int64_t step = clock_[w]++;  // w's c-th push makes step c's update
-        join(step, w, h);
-        held_.push_back({w, step + 1 - c_.max_staleness, step - h.seen_step});
+      case ExchangeKind::ps_bounded:
+        r.step = clock_[w]++;  // w's c-th push makes step c's update
+        r.staleness = r.step - h.seen_step;
+        if (finished()) {
+          fate = Fate::drop;
+          ++stats_.ignored;
+        }
         break;
-      }
       case ExchangeKind::allreduce:
         throw Error(format_error(who_ + ": a push in allreduce mode", __FILE__, __LINE__));
     }
-    apply_complete();
+    start(w, kTagPush, h, fate, {nullptr});
   }
 
-  /// Downpour: one update from this push, now, chunk by chunk as it arrives; each updated chunk
-  /// goes back to w at once. Its staleness: updates since w's parameters.
-  void apply_async(int w, const MsgHeader& h) {
-    const std::int64_t staleness = global_step_ - h.seen_step;
-    if (h.samples == 0) {  // no gradient (non-finite, skipped): just the parameters back
-      receive(w, {nullptr}, [](std::size_t) {});
+  /// Downpour: the push whose first chunk has arrived takes the next global step (its
+  /// staleness: updates since w's parameters) and is applied chunk by chunk from here — unless
+  /// the ps has stopped applying updates or it carries no gradient (non-finite, skipped).
+  void decide_async(int w) {
+    Incoming& r = slots_[w].req;
+    r.fate = Fate::drop;
+    if (finished()) {
+      ++stats_.ignored;
+      return;
+    }
+    if (r.h.samples == 0) return;  // just the parameters back, the step's rhythm kept
+    r.fate = Fate::apply;
+    r.step = global_step_++;
+    r.staleness = r.step - r.h.seen_step;
+    reply_header(w, kTagReply, r.step + 1, r.staleness, 0);
+  }
+
+  /// Async: applies chunk c of worker w's push and sends it back.
+  void apply_chunk(int w, std::size_t c) {
+    const TimelineSpan span("apply", "optimizer");
+    Incoming& r = slots_[w].req;
+    float* g = r.dest[0];
+    float* p = params_.data();
+    const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
+    settle(c);
+    if (c_.stale_lr == StaleLr::inverse && r.staleness > 1)
+      backend_->scale(g + b, 1.0f / static_cast<float>(r.staleness), e - b);
+    if (dc_) dc_->compensate(w, g, p, b, e);
+    if (dana_) dana_->apply(w, p, g, r.step, b, e);
+    else opt_.apply(p, g, r.step, b, e);
+    const float* sent = dana_ ? dana_->look_ahead() : p;  // DANA: w computes at θ̂ next
+    if (dc_) dc_->sent(w, sent, b, e);
+    send_chunk(w, sent, c);
+  }
+
+  /// Sync / bounded: worker w's whole gradient joins the aggregate of its step, and its reply
+  /// waits for that step's update — unless that update was made without it meanwhile (late:
+  /// --replicas-to-aggregate) or the ps stopped applying updates.
+  void join(int w) {
+    Incoming& r = slots_[w].req;
+    if (finished()) {
+      ++stats_.ignored;
       reply_params(w, 0, kFlagDropped);
       return;
     }
-    if (grad_.size() < n_) grad_.resize(n_);
-    float* g = grad_.data();
-    float* p = params_.data();
-    const std::int64_t step = global_step_;
-    reply_header(w, kTagReply, step + 1, staleness, 0);
-    const TimelineSpan span("apply", "optimizer");
-    receive(w, {g}, [&](std::size_t c) {
-      const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
-      settle(c);
-      if (c_.stale_lr == StaleLr::inverse && staleness > 1)
-        backend_->scale(g + b, 1.0f / static_cast<float>(staleness), e - b);
-      if (dc_) dc_->compensate(w, g, p, b, e);
-      if (dana_) dana_->apply(w, p, g, step, b, e);
-      else opt_.apply(p, g, step, b, e);
-      const float* sent = dana_ ? dana_->look_ahead() : p;  // DANA: w computes at θ̂ next
-      if (dc_) dc_->sent(w, sent, b, e);
-      send_chunk(w, sent, c);
-    });
-    ++global_step_;
-    ++stats_.updates;
-    count_used(w, staleness);
-  }
-
-  /// Receives w's push into the aggregate of global step `step`.
-  void join(std::int64_t step, int w, const MsgHeader& h) {
-    Aggregate& a = pending_[step];
+    if (r.step < global_step_) {
+      count_dropped(w);
+      reply_params(w, global_step_ - r.h.seen_step, kFlagDropped);
+      return;
+    }
+    Aggregate& a = pending_[r.step];
     if (a.samples.empty()) {
       a.grads.resize(workers_);
       a.samples.assign(workers_, -1);
@@ -303,16 +418,15 @@ class ParameterServer {
     }
     if (a.samples[w] >= 0)
       throw Error(format_error(who_ + ": worker " + std::to_string(w) + " pushed twice for global "
-                                   "step " + std::to_string(step), __FILE__, __LINE__));
-    a.samples[w] = h.samples;
-    a.seen[w] = h.seen_step;
-    if (h.samples > 0) {
-      a.grads[w] = take_buffer();
-      receive(w, {a.grads[w].data()}, [](std::size_t) {});
-    } else {
-      receive(w, {nullptr}, [](std::size_t) {});
-    }
+                                   "step " + std::to_string(r.step), __FILE__, __LINE__));
+    a.samples[w] = r.h.samples;
+    a.seen[w] = r.h.seen_step;
+    if (r.h.samples > 0) a.grads[w] = std::move(r.own[0]);
     ++a.pushes;
+    const std::int64_t wait = kind_ == ExchangeKind::ps_bounded ? r.step + 1 - c_.max_staleness
+                                                                 : r.step + 1;
+    held_.push_back({w, wait, r.staleness});
+    apply_complete();
   }
 
   /// Applies the aggregates that are complete, in step order.
@@ -364,7 +478,12 @@ class ParameterServer {
       }
     }
     held_.erase(keep, held_.end());
-    if (all) pending_.clear();
+    if (all) {
+      for (auto& [step, a] : pending_)
+        for (auto& g : a.grads)
+          if (!g.empty()) free_.push_back(std::move(g));
+      pending_.clear();
+    }
   }
 
   void count_used(int w, std::int64_t staleness) {
@@ -374,12 +493,9 @@ class ParameterServer {
     stats_.staleness_max = std::max(stats_.staleness_max, staleness);
     ++stats_.staleness_histogram[std::clamp<std::int64_t>(staleness, 0, kStalenessBins - 1)];
   }
-
-  std::vector<float> take_buffer() {
-    if (free_.empty()) return std::vector<float>(n_);
-    std::vector<float> b = std::move(free_.back());
-    free_.pop_back();
-    return b;
+  void count_dropped(int w) {
+    ++stats_.dropped;
+    ++stats_.worker_dropped[w];
   }
 
   const Cluster& cluster_;
@@ -401,13 +517,12 @@ class ParameterServer {
   std::vector<std::int64_t> clock_;     ///< bounded staleness: pushes of each worker (+ start)
   std::map<std::int64_t, Aggregate> pending_;  ///< by global step
   std::vector<HeldReply> held_;
-  std::vector<std::vector<float>> free_;  ///< gradient buffers to reuse
+  std::vector<std::vector<float>> free_;  ///< shard-sized buffers to reuse
   std::vector<float> scratch_;  ///< sync sums
-  std::vector<float> discard_;  ///< payloads received to be dropped
-  std::vector<float> grad_;     ///< async: the push being applied
   ZeroChunk zeros_;             ///< SNAPSHOT without m / v
-  std::vector<MPI_Request> recv_reqs_;
   std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
+  std::vector<MPI_Request> polled_;  ///< the event loop's requests this round
+  std::vector<int> owner_;           ///< per polled request: worker w's chunk (w), its header (−1 − w)
   std::vector<WorkerSlot> slots_;
   PsStats stats_;
 };

@@ -1,6 +1,9 @@
 // dtrain/train/ps_exchange.cpp — the worker side of the three parameter-server kinds: one fused
 // push-pull per step (PsClient); what differs is how many local steps an epoch has, when it ends,
-// and what global step a reply stands for (ps/server.hpp has the server side).
+// and what global step a reply stands for (ps/server.hpp has the server side). On the CPU the
+// push leaves while backward runs: each chunk as soon as its gradients are final, checked finite
+// first (--overlap; not with --skip-nonfinite, which must see the whole gradient before it
+// pushes, nor on a GPU, whose gradients stay on the device until backward ends).
 #include <algorithm>
 #include <vector>
 
@@ -23,7 +26,27 @@ class PsExchange : public GradientExchange {
       : c_(c), cluster_(cluster), plan_(plan),
         client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout,
                 static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
-        grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()) {}
+        grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
+        overlap_(c.overlap && !c.skip_nonfinite && model.backend().device() == Device::cpu) {}
+
+  GradsFinal begin_step(Model& model, std::int64_t /*s*/, int n, bool stop_local) override {
+    if (!overlap_) return {};
+    // CPU: grads() and params() are host memory; a reply chunk lands only on parameters whose
+    // gradients were final (backward no longer reads them).
+    issued_ = true;
+    bad_ = false;
+    final_from_ = model.param_count();
+    client_.begin_push(model.grads(), n, model.params(), stop_local);
+    return [this, &model, n](std::size_t from) {
+      if (bad_ || from >= final_from_) return;
+      if (n > 0 && !model.backend().all_finite(model.grads() + from, final_from_ - from)) {
+        bad_ = true;  // nothing from here on leaves; step() reports it
+        return;
+      }
+      final_from_ = from;
+      client_.push_ready(from);
+    };
+  }
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
     if (cluster_.is_chief()) {
@@ -53,6 +76,7 @@ class PsExchange : public GradientExchange {
 
   ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) override {
     float* g = grads_.to_host(model.grads());
+    if (issued_) return finish_issued(model, s, n, g, stop_local);
     if (n > 0 && !model.backend().all_finite(model.grads(), model.param_count())) {
       if (!c_.skip_nonfinite) throw RuntimeFault(nonfinite_message(model, g, last_step_));
       ++skipped_;
@@ -66,6 +90,25 @@ class PsExchange : public GradientExchange {
       p = client_.push_pull(g, n, params_.buffer(model.params()), stop_local);
     }
     params_.to_device(model.params());
+    return result(p, s, n, stop_local);
+  }
+
+  /// step() of a push issued during backward (begin_step): its last chunks, and the replies.
+  ExchangeResult finish_issued(Model& model, std::int64_t s, int n, const float* g,
+                               bool stop_local) {
+    issued_ = false;
+    // A non-finite gradient ends the run (--skip-nonfinite does not issue early): its chunks
+    // never left, and the job ends before the ps could use the push.
+    if (bad_) throw RuntimeFault(nonfinite_message(model, g, last_step_));
+    PushResult p;
+    {
+      const TimelineSpan span("push-pull", "exchange");  // the exposed part of the exchange
+      p = client_.finish_push();
+    }
+    return result(p, s, n, stop_local);
+  }
+
+  ExchangeResult result(const PushResult& p, std::int64_t s, int n, bool stop_local) {
     ExchangeResult r;
     r.applied = n > 0 && !p.dropped;
     r.stop = p.stop_requested || stop_local;
@@ -127,6 +170,10 @@ class PsExchange : public GradientExchange {
   std::int64_t position_ = 0;   ///< the last ExchangeResult::global_step
   std::int64_t last_local_ = 0;  ///< the local step of the last step()
   std::int64_t skipped_ = 0;
+  const bool overlap_;           ///< push chunks while backward runs (begin_step)
+  bool issued_ = false;          ///< this step's push was begun in begin_step
+  bool bad_ = false;             ///< a non-finite gradient was found while issuing
+  std::size_t final_from_ = 0;   ///< gradients [final_from_, P) checked and handed over
 };
 
 /// ExchangeKind::ps_sync — every worker takes the same local steps per epoch (like allreduce); a

@@ -4,15 +4,19 @@
 // must equal applying the same gradients serially with an in-process Optimizer on the CPU backend:
 // every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps and with 2
 // ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
-// returning params + m + v, concurrent pushes none of which is lost, and DONE ending every server.
+// returning params + m + v, concurrent pushes none of which is lost, pushes issued in pieces
+// (begin_push / push_ready / finish_push: serially equal, and interleaved at the ps none lost), and
+// DONE ending every server.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
@@ -118,7 +122,19 @@ struct SerialCase {
   std::int64_t max_steps = 0;  // 0: none
   int chunk_kb = 1024;         // --ps-chunk-kb; 1: 256-float chunks, several per shard
   bool dana = false;           // --async-momentum dana: a push's reply is the look-ahead θ̂
+  bool issued = false;         // pushes issued in pieces (begin_push / push_ready / finish_push)
 };
+
+/// One push of `g` through `client`, whole (push_pull) or issued in pieces as backward would
+/// hand them over: from the end of the buffer down, in uneven steps.
+PushResult push(PsClient& client, const std::vector<float>& g, int samples, std::vector<float>& params,
+                bool issued) {
+  if (!issued) return client.push_pull(g.data(), samples, params.data(), false);
+  client.begin_push(g.data(), samples, params.data(), false);
+  for (std::size_t from : {kParams - 1, kParams * 3 / 4, kParams * 3 / 4, kParams / 2 + 7, kParams / 5})
+    client.push_ready(from);
+  return client.finish_push();
+}
 
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
 /// a snapshot against the serial reference, and the servers' counts.
@@ -184,7 +200,7 @@ void run_serial_case(const SerialCase& k) {
       for (int w = 0; w < workers; ++w) {
         if (w == me) {
           const std::int64_t t = static_cast<std::int64_t>(r) * workers + w;
-          const PushResult res = client.push_pull(gradient(w, r).data(), 8, params.data(), false);
+          const PushResult res = push(client, gradient(w, r), 8, params, k.issued);
           EXPECT_EQ(res.global_step, std::min(t + 1, applied)) << "push " << t;
           EXPECT_FALSE(res.stop_requested);
           expect_close(params, after[t], "reply to push " + std::to_string(t));
@@ -228,6 +244,15 @@ TEST(ParameterServer, AdamTwoPsInChunksEqualsSerialApplication) {
 TEST(ParameterServer, DanaOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0, 1024, true}); }
 TEST(ParameterServer, DanaTwoPsInChunksEqualsSerialApplication) {
   run_serial_case({2, "momentum", 4, 0, 1, true});
+}
+TEST(ParameterServer, IssuedPushesEqualSerialApplication) {
+  run_serial_case({1, "momentum", 4, 0, 1024, false, true});
+}
+TEST(ParameterServer, IssuedPushesInChunksEqualSerialApplication) {
+  run_serial_case({2, "adam", 3, 0, 1, false, true});  // several chunks per shard, sent in pieces
+}
+TEST(ParameterServer, IssuedDanaPushesPastMaxStepsEqualSerialApplication) {
+  run_serial_case({1, "momentum", 4, 5, 1, true, true});
 }
 TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) { run_serial_case({1, "momentum", 4, 5, 1024, true}); }
 
@@ -286,6 +311,60 @@ TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
   });
   EXPECT_EQ(st.pushes, static_cast<std::int64_t>(kRounds) * workers * num_ps);
   EXPECT_EQ(st.ignored, 0);
+}
+
+TEST(ParameterServer, InterleavedIssuedPushesAreNeverLost) {
+  // Every worker issues its pushes in pieces with pauses between them, all at once, in 1 KiB
+  // chunks: the ps receives and applies the chunks of several pushes interleaved. SGD with dyadic
+  // values is exact in any order, so the end must be exactly init − lr·Σ g after rounds × workers
+  // global steps, each worker's replies growing.
+  const int W = world_size();
+  const int num_ps = W >= 3 ? 2 : 1;
+  Cluster cluster(MPI_COMM_WORLD, num_ps);
+  const int workers = cluster.num_workers();
+  constexpr int kRounds = 12;
+  Config cfg;
+  cfg.optimizer = "sgd";
+  cfg.lr = 0.5f;
+  cfg.timeout = 60.0;
+  cfg.ps_chunk_kb = 1;
+  auto grad = [](int w, std::size_t i) { return 0.25f * static_cast<float>((w + 1) * (1 + i % 5)); };
+  const ServedStats st = serve(cluster, cfg, kRounds * workers, [&] {
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024);
+    const int me = cluster.me().index;
+    if (cluster.is_chief()) {
+      std::vector<float> zeros(kParams, 0.0f);
+      client.load(zeros.data(), nullptr, nullptr, 0, 0);
+    }
+    MPI_Barrier(cluster.role_comm());
+    std::vector<float> g(kParams), params(kParams);
+    for (std::size_t i = 0; i < kParams; ++i) g[i] = grad(me, i);
+    std::int64_t prev = -1;
+    for (int r = 0; r < kRounds; ++r) {
+      client.begin_push(g.data(), 4, params.data(), false);
+      for (std::size_t from = kParams; from > 0;) {
+        from = from > 150 ? from - 150 : 0;
+        client.push_ready(from);
+        std::this_thread::sleep_for(std::chrono::microseconds(200 * (me + 1)));
+      }
+      const PushResult res = client.finish_push();
+      EXPECT_GT(res.global_step, prev) << "global_step must grow with each of my pushes";
+      prev = res.global_step;
+    }
+    MPI_Barrier(cluster.role_comm());
+    const PushResult fin = client.pull(params.data());
+    EXPECT_EQ(fin.global_step, static_cast<std::int64_t>(kRounds) * workers);
+    for (std::size_t i = 0; i < kParams; ++i) {
+      float sum = 0.0f;
+      for (int w = 0; w < workers; ++w) sum += grad(w, i);
+      if (params[i] != -0.5f * kRounds * sum) {
+        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * kRounds * sum;
+        break;
+      }
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(kRounds) * workers * num_ps);
 }
 
 TEST(ParameterServer, LoadSetsResumeStepAndState) {

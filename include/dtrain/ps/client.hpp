@@ -3,11 +3,16 @@
 //
 // All buffers are host memory of `total` floats (the full flat parameter buffer); the client sends
 // each ps's range of it and receives into it in place, in chunks (ps/protocol.hpp). Calls block
-// until every ps answered or --timeout passes (RuntimeFault naming the ps). Not thread-safe.
+// until every ps answered or --timeout passes (RuntimeFault naming the ps). A push may also be
+// issued in pieces while backward runs (begin_push / push_ready / finish_push: ps-lite's ticketed
+// Push, Wait), a progress thread driving MPI meanwhile. Not thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
@@ -37,6 +42,20 @@ class PsClient {
   /// its values are ignored) and receives the parameters the ps answers with (ps/server.hpp) into
   /// params. `stop` asks every rank to stop. Returns the smallest global_step over the ps.
   PushResult push_pull(const float* grads, int samples, float* params, bool stop);
+
+  /// push_pull in pieces, so that its chunks leave while backward still produces the gradient:
+  /// begin_push posts the receives of the replies (into params) and sends the headers;
+  /// push_ready(from) sends every chunk lying inside grads[from, total) not sent yet (call it as
+  /// the gradients from `from` on become final; `from` only decreases); finish_push sends the
+  /// rest, waits for the replies and returns what push_pull does. From begin_push to finish_push
+  /// grads[from, total) must stay unchanged once handed over, params[from, total) is written by
+  /// the replies at any time (neither may be read or written by the caller), and no other call
+  /// may be made. With MPI_THREAD_MULTIPLE a progress thread polls the requests meanwhile, so that
+  /// the replies (which this rank copies, on shared memory) and the ps's sends complete while the
+  /// caller computes; otherwise push_ready polls them.
+  void begin_push(const float* grads, int samples, float* params, bool stop);
+  void push_ready(std::size_t from);
+  PushResult finish_push();
   /// Chief only, before training: sets every ps's shard, optimizer state (m, v may be nullptr:
   /// zeros) and global_step; `max_steps` caps the pushes each ps applies.
   void load(const float* params, const float* m, const float* v, std::int64_t global_step,
@@ -46,6 +65,9 @@ class PsClient {
   std::int64_t snapshot(float* params, float* m, float* v);
   /// Tells every ps this worker is finished.
   void done();
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
 
  private:
   /// Sends `header` (seen_step filled per ps) + each ps's range of every part (nullptr: zeros)
@@ -53,6 +75,14 @@ class PsClient {
   /// ranges per ps straight into `out` (protocol.hpp).
   PushResult exchange(int tag, MsgHeader header, const std::vector<const float*>& parts,
                       int reply_parts, const std::vector<float*>& out);
+  /// Posts the receives of each ps's reply (header + `reply_parts` ranges into `out`, unless tag
+  /// is DONE) and sends the request headers.
+  void post(int tag, MsgHeader header, int reply_parts, const std::vector<float*>& out);
+  /// Sends ps k's range of `part` (nullptr: zeros), chunks [sent_[k], upto) in travel order.
+  void send_chunks(std::size_t k, const float* part, std::size_t upto);
+  /// Waits for every request, then reads the reply headers.
+  PushResult wait(int tag);
+  void progress_loop();  ///< the progress thread of an issued push
   /// A chunk of `floats` zeros to send for a nullptr part.
   const float* zeros(std::size_t floats);
   const Cluster& cluster_;
@@ -62,8 +92,17 @@ class PsClient {
   std::size_t chunk_bytes_;
   std::vector<std::int64_t> seen_;  // per ps: global_step in its last reply
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
+  std::vector<ChunkLayout> layouts_;   // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
+  std::vector<int> index_;             // MPI_Testsome's output
   ZeroChunk zeros_;
+  // An issued push (begin_push .. finish_push).
+  const float* push_grads_ = nullptr;
+  std::vector<std::size_t> sent_;      // per ps: chunks sent, in travel order
+  bool threaded_ = false;              // MPI_THREAD_MULTIPLE: a progress thread may poll
+  std::mutex mu_;                      // reqs_ between the caller and the progress thread
+  std::atomic<bool> polling_{false};
+  std::thread progress_;
 };
 
 }  // namespace dtrain

@@ -4,13 +4,16 @@
 // A request or reply is a fixed MsgHeader on MPI_COMM_WORLD (the request's tag says what it is),
 // followed by its payload — zero or more "parts", each the shard's n floats — on the cluster's
 // payload communicator (Cluster::payload_comm), cut into chunks of at most `chunk` floats
-// (--ps-chunk-kb, default 1 MiB; ChunkLayout): part 0's chunks in order, then part 1's, ... Every
+// (--ps-chunk-kb, default 1 MiB; ChunkLayout): part 0's chunks in travel order — last chunk first,
+// because backward produces a gradient from its end (ChunkLayout::travel) — then part 1's, ... Every
 // size follows from the header's tag and the shard table, so no size is read back from MPI, and
 // no message is larger than one chunk (a shard of any size, past 2 GiB included, travels as
 // chunks; comm/big_message still carries a chunk above a lowered test count limit).
 // Chunks go straight from and into the callers' arrays (no packing copy), and they pipeline: a
-// ps applies the optimizer to chunk c of a push and sends chunk c of the reply while chunk c + 1
-// is still arriving, so the worker's copy of the reply overlaps the ps's update.
+// ps applies the optimizer to a chunk of a push and sends that chunk of the reply while the next
+// is still arriving, so the worker's copy of the reply overlaps the ps's update — and a worker
+// may send a push's chunks while backward still runs, each as soon as its gradients are final
+// (PsClient::begin_push), the ps serving the chunks of several workers' pushes interleaved.
 //   worker → ps  PULL        header                       ps → worker REPLY  header + shard params
 //                (answered once the ps's global_step ≥ header.wait_step)
 //   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard params
@@ -23,9 +26,9 @@
 //   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
 // Why it cannot deadlock: a worker posts all receives of a reply (header and chunks) before it
 // sends, and has at most one request outstanding per ps; a ps keeps one pre-posted header receive
-// per worker, posts the receives of a request's chunks when its header arrives (the worker has
-// already posted their sends), and answers each request before re-posting that worker's header
-// receive, so every send has a matching posted receive. A ps never changes parameters a reply is
+// per worker, posts the receives of a request's chunks when its header arrives (the worker sends
+// them, then or later), and re-posts that worker's header receive once the request's payload is
+// in, so every send has a matching posted receive. A ps never changes parameters a reply is
 // still being sent from: before it updates (or loads) a range it waits for the in-flight reply
 // chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
 // (waiting for other workers' pushes) keeps that worker's one request outstanding; the ps answers
@@ -88,6 +91,8 @@ struct ChunkLayout {
     per = std::min(limit, eighth);
   }
   [[nodiscard]] std::size_t count() const { return (n + per - 1) / per; }
+  /// The chunk that travels t-th (0 ≤ t < count()): the last one first.
+  [[nodiscard]] std::size_t travel(std::size_t t) const { return count() - 1 - t; }
   /// Floats in the largest chunk (the first), at least 1.
   [[nodiscard]] std::size_t largest() const { return std::max<std::size_t>(1, std::min(n, per)); }
   [[nodiscard]] std::size_t begin(std::size_t i) const { return i * per; }
