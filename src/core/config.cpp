@@ -232,8 +232,9 @@ void build_table(Table& t, Config& c) {
         "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
         "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
   t.add("overlap", &c.overlap,
-        "sync allreduce on CPU: start each bucket as soon as backward has produced it (false: "
-        "all buckets after backward, for measuring what the overlap hides)");
+        "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
+        "produced it (false: the whole exchange after backward, for measuring what the overlap "
+        "hides; ps modes with --skip-nonfinite always push after backward)");
   t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
   t.add("ps-chunk-kb", &c.ps_chunk_kb,
         "parameter-server messages travel in chunks of this many KiB: a ps updates chunk c of a "

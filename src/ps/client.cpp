@@ -153,6 +153,9 @@ PushResult PsClient::finish_push() {
     progress_.join();
   }
   push_grads_ = nullptr;
+  if (progress_error_ != MPI_SUCCESS)
+    throw LibraryError(format_error("MPI_Testsome on a push in flight failed: " +
+                                        mpi_error_string(progress_error_), __FILE__, __LINE__));
   return wait(kTagPush);
 }
 
@@ -167,8 +170,12 @@ void PsClient::progress_loop() {
     {
       const std::lock_guard<std::mutex> lock(mu_);
       index.resize(reqs_.size());
-      DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
-                                index.data(), MPI_STATUSES_IGNORE));
+      const int rc = MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
+                                  index.data(), MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) {  // finish_push reports it; its wait_all fails the same way
+        progress_error_ = rc;
+        return;
+      }
     }
     if (count > 0 && count != MPI_UNDEFINED) {
       sleep_us = 20;

@@ -11,12 +11,14 @@
 # optimizer, averaged over workers), ms/step and samples/s, then the fraction of the exposed
 # communication that the overlap hid: 1 − exposed(overlap) / exposed(after).
 # Usage: tests/benchmarks/overlap.sh [JOB] [extra dtrain options...]; env STEPS (default 8),
-# WORKERS, BATCH (default 4), BUCKET_MB, OUT (run dirs, default /tmp/dtrain-overlap).
+# WORKERS, BATCH (default 4), BUCKET_MB, OUT (run dirs, default /tmp/dtrain-overlap), DTRAIN (the
+# binary, default build/bin/dtrain).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 job=${1:-jobs/vgg16_imagenet.ini}
 shift || true
-[ -x build/bin/dtrain ] || { echo "overlap: build dtrain first (.ci/build.sh)" >&2; exit 1; }
+dtrain=${DTRAIN:-build/bin/dtrain}
+[ -x "$dtrain" ] || { echo "overlap: build dtrain first (.ci/build.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
 out=${OUT:-/tmp/dtrain-overlap}
@@ -32,7 +34,7 @@ run() {  # run NAME ARGS...
   local name=$1
   shift
   rm -rf "${out:?}/$name"
-  mpirun --bind-to none --oversubscribe -np "$np" build/bin/dtrain --config "$job" "${cluster[@]}" \
+  mpirun --bind-to none --oversubscribe -np "$np" "$dtrain" --config "$job" "${cluster[@]}" \
     --batch-size "$batch" --max-steps "$steps" --log-every "$steps" --run-dir "$out/$name" \
     "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log"; exit 1; }
 }

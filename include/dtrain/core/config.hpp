@@ -174,7 +174,7 @@ struct Config {
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
   std::string allreduce = "auto";  ///< auto | mpi | nccl
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
-  bool overlap = true;            ///< start buckets during backward (sync allreduce on CPU)
+  bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
   int ps_chunk_kb = 1024;         ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
   int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);

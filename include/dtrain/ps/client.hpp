@@ -102,6 +102,7 @@ class PsClient {
   bool threaded_ = false;              // MPI_THREAD_MULTIPLE: a progress thread may poll
   std::mutex mu_;                      // reqs_ between the caller and the progress thread
   std::atomic<bool> polling_{false};
+  int progress_error_ = MPI_SUCCESS;   // the progress thread's MPI failure (read after join)
   std::thread progress_;
 };
 

@@ -2,19 +2,24 @@
 //
 // The ps owns one contiguous shard of the flat parameter buffer and its optimizer state, and
 // serves the workers' PULL / PUSH / LOAD / SNAPSHOT / DONE messages (ps/protocol.hpp) until every
-// worker sent DONE. How a push becomes an update depends on exchange_kind(config):
+// worker sent DONE. It polls every worker's header and the payload chunks of every request in
+// progress together, so several workers' pushes arrive — and, async, are applied — interleaved
+// chunk by chunk (a worker may send its chunks while its backward still runs). How a push
+// becomes an update depends on exchange_kind(config):
 //   ps_async    every push is applied on arrival, one global step each (Downpour SGD), chunk by
-//               chunk as it arrives, each chunk's reply sent at once. The momentum rule is
-//               --async-momentum: dana (default; per-worker momentum, the reply is the
-//               look-ahead position, optim/dana.hpp) or one momentum (lr-scaled, compensated,
-//               as-given); --delay-compensation λ0 corrects the gradient for its staleness
-//               first (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse it is
-//               divided by its staleness τ ≥ 1 (Zhang et al. 2016).
-//   ps_sync     a push computed on the parameters of global step t joins step t's aggregate; the
-//               first R (--replicas-to-aggregate) make one update (their mean, weighted by
-//               samples) and every waiting worker gets the new parameters; a push for a step
-//               already applied is dropped (late: backup workers) and answered at once
-//               (TensorFlow's SyncReplicasOptimizer, Chen et al. 2016).
+//               chunk as it arrives, each chunk's reply sent at once; the push takes its global
+//               step, and its staleness, when its first chunk arrives. A SNAPSHOT taken
+//               meanwhile may hold a push in part (as TensorFlow's async checkpoints may). The
+//               momentum rule is --async-momentum: dana (default; per-worker momentum, the reply
+//               is the look-ahead position, optim/dana.hpp) or one momentum (lr-scaled,
+//               compensated, as-given); --delay-compensation λ0 corrects the gradient for its
+//               staleness first (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse
+//               it is divided by its staleness τ ≥ 1 (Zhang et al. 2016).
+//   ps_sync     a push computed on the parameters of global step t joins step t's aggregate once
+//               its whole gradient is in; the first R (--replicas-to-aggregate) make one update
+//               (their mean, weighted by samples) and every waiting worker gets the new
+//               parameters; a push for a step already applied is dropped (late: backup workers)
+//               and answered at once (TensorFlow's SyncReplicasOptimizer, Chen et al. 2016).
 //   ps_bounded  worker w's c-th push joins step c's aggregate, applied once all workers' c-th
 //               pushes are in; the reply waits until the parameters are at most S
 //               (--max-staleness) steps behind w's next push (stale synchronous parallel, Ho et
