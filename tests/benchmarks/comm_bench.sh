@@ -6,7 +6,10 @@
 #                 moved per second
 # Usage: tests/benchmarks/comm_bench.sh [RANKS] (default 2). Prints the table and writes
 # docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: MAX_BYTES, BUCKET_MB,
-# OUT_DIR. Needs a built dtrain (.ci/build.sh builds build/bin/dtrain_comm_bench).
+# OUT_DIR, REPEATS (default 1: runs the whole benchmark that many times, each run's table
+# printed and its lines kept in <out>.runs, and writes per op and size the median over the runs of
+# each figure — for a VM whose speed drifts between runs). Needs a built dtrain (.ci/build.sh
+# builds build/bin/dtrain_comm_bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=${1:-2}
@@ -17,6 +20,30 @@ export OMPI_MCA_mpi_yield_when_idle=1
 out_dir=${OUT_DIR:-docs/results}
 mkdir -p "$out_dir"
 out=$out_dir/comm_bench_${ranks}ranks.jsonl
-mpirun --bind-to none --oversubscribe -np "$ranks" "$bin" --max-bytes "${MAX_BYTES:-268435456}" \
-  --bucket-mb "${BUCKET_MB:-25}" --out "$out"
+repeats=${REPEATS:-1}
+: >"$out.runs"
+for ((i = 1; i <= repeats; i++)); do
+  mpirun --bind-to none --oversubscribe -np "$ranks" "$bin" --max-bytes "${MAX_BYTES:-268435456}" \
+    --bucket-mb "${BUCKET_MB:-25}" --out "$out"
+  cat "$out" >>"$out.runs"
+done
+if ((repeats > 1)); then
+  /usr/bin/python3 - "$out.runs" "$out" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows.setdefault((r["op"], r["bytes"]), []).append(r)
+with open(sys.argv[2], "w") as f:
+    print(f"# median of {len(next(iter(rows.values())))} runs: dtrain/bare ratio per size")
+    for (op, size), runs in rows.items():
+        m = {k: (statistics.median(r[k] for r in runs) if isinstance(v, float) else v)
+             for k, v in runs[0].items()}
+        f.write(json.dumps(m) + "\n")
+        print(f"{op:>14s} {size:>10d}  ratio {m['ratio']:.3f}  (runs: "
+              + ", ".join(f"{r['ratio']:.2f}" for r in runs) + ")")
+PY
+else
+  rm -f "$out.runs"
+fi
 echo "# wrote $out"
