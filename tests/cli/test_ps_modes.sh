@@ -4,6 +4,9 @@
 #      optimizer state of sync through the ps with R = all workers.
 #   1b. --ps-threads 2 gives the same parameters, bit for bit, as 1 thread (a model above the
 #      ps's parallel threshold).
+#   1c. pushes sent in 1 KiB chunks while backward runs (--overlap, default) end with the same
+#      bits as pushes after backward (--overlap false): async and sync through the ps, 1 ps + 1
+#      worker (the aggregating modes push early only where ranks do not outnumber cores).
 #   2. --max-staleness 2 with a straggler (DTRAIN_FAULT slow*4 on one worker): no push is more
 #      than 2 steps stale (results.json's staleness_max and histogram), and some are stale.
 #   3. sync through the ps with R = workers trains as well as sync allreduce (same steps, test
@@ -71,6 +74,17 @@ assert fa["params"].shape[0] > 65536, fa["params"].shape
 assert np.array_equal(fa["params"][:], fb["params"][:]), "--ps-threads 2 changed the parameters"
 print(f"   identical {fa['params'].shape[0]} parameters after 8 steps with 1 and 2 ps threads")
 PY
+
+echo "== 1c. pushes during backward: the same bits as pushes after it"
+for mode in async sync; do
+  for ov in true false; do
+    run "ov-$mode-$ov" 2 --mode "$mode" --num-ps 1 --max-steps 30 --ps-chunk-kb 1 --overlap "$ov"
+  done
+  if [ "$mode" = sync ] && grep -q "pushes leave after backward" "$SCRATCH/ov-sync-true.log"; then
+    echo "   (sync: this machine has fewer cores than 2 ranks: both pushed after backward)"
+  fi
+  compare "$SCRATCH/ov-$mode-true" "$SCRATCH/ov-$mode-false" 30
+done
 
 echo "== 2. --max-staleness 2 with a straggler"
 export DTRAIN_FAULT='slow*4:1'
