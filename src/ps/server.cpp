@@ -343,6 +343,7 @@ class ParameterServer {
           ++stats_.ignored;
         } else if (h.seen_step < global_step_) {  // computed on older parameters: late, dropped
           fate = Fate::drop;
+          r.staleness = global_step_ - h.seen_step;
           count_dropped(w);
         }
         break;

@@ -52,7 +52,8 @@ class PsClient {
   /// the replies at any time (neither may be read or written by the caller), and no other call
   /// may be made. With MPI_THREAD_MULTIPLE a progress thread polls the requests meanwhile, so that
   /// the replies (which this rank copies, on shared memory) and the ps's sends complete while the
-  /// caller computes; otherwise push_ready polls them.
+  /// caller computes; otherwise push_ready polls them. finish_push throws as push_pull does, and
+  /// LibraryError when the progress thread's MPI_Testsome failed.
   void begin_push(const float* grads, int samples, float* params, bool stop);
   void push_ready(std::size_t from);
   PushResult finish_push();
