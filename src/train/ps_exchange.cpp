@@ -115,8 +115,8 @@ class PsExchange : public GradientExchange {
   ExchangeResult finish_issued(Model& model, std::int64_t s, int n, const float* g,
                                bool stop_local) {
     issued_ = false;
-    // A non-finite gradient ends the run (--skip-nonfinite does not issue early): its chunks
-    // never left, and the job ends before the ps could use the push.
+    // A non-finite gradient ends the run (--skip-nonfinite does not issue early): no chunk from
+    // the non-finite one on left, so the ps holds finite parameters until the job ends.
     if (bad_) throw RuntimeFault(nonfinite_message(model, g, last_step_));
     PushResult p;
     {
