@@ -267,21 +267,24 @@ TEST(ParameterServer, MaxStepsCapsAppliedPushesTwoPs) {
   run_serial_case({2, "adam", 4, std::max<std::int64_t>(1, 3 * workers - 1)});
 }
 
-TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
-  // SGD with dyadic gradients and lr: every partial sum is exact, so any arrival order gives
-  // exactly init − lr·Σ g, and the step count must be exactly rounds × workers.
+/// Every worker pushes `rounds` times at once, each push through `push(client, g, params, me)`
+/// (returning its PushResult), in chunks of `chunk_kb` KiB. SGD at lr 0.5 with dyadic gradients
+/// grad(w, i) is exact in any arrival order, so the end must be exactly init − lr·Σ g after
+/// rounds × workers global steps, each worker's replies growing, and no push ignored.
+template <typename Grad, typename Push>
+void run_never_lost_case(int rounds, int chunk_kb, Grad grad, Push push) {
   const int W = world_size();
   const int num_ps = W >= 3 ? 2 : 1;
   Cluster cluster(MPI_COMM_WORLD, num_ps);
   const int workers = cluster.num_workers();
-  constexpr int kRounds = 25;
   Config cfg;
   cfg.optimizer = "sgd";
   cfg.lr = 0.5f;
   cfg.timeout = 60.0;
-  auto grad = [](int w, std::size_t i) { return 0.125f * static_cast<float>((w + 1) * (1 + i % 3)); };
-  const ServedStats st = serve(cluster, cfg, kRounds * workers, [&] {
-    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0);
+  cfg.ps_chunk_kb = chunk_kb;
+  const ServedStats st = serve(cluster, cfg, rounds * workers, [&] {
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0,
+                    static_cast<std::size_t>(chunk_kb) * 1024);
     const int me = cluster.me().index;
     if (cluster.is_chief()) {
       std::vector<float> zeros(kParams, 0.0f);
@@ -291,80 +294,50 @@ TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
     std::vector<float> g(kParams), params(kParams);
     for (std::size_t i = 0; i < kParams; ++i) g[i] = grad(me, i);
     std::int64_t prev = -1;
-    for (int r = 0; r < kRounds; ++r) {
-      const PushResult res = client.push_pull(g.data(), 4, params.data(), false);
+    for (int r = 0; r < rounds; ++r) {
+      const PushResult res = push(client, g, params, me);
       EXPECT_GT(res.global_step, prev) << "global_step must grow with each of my pushes";
       prev = res.global_step;
     }
     MPI_Barrier(cluster.role_comm());  // every push done
     const PushResult fin = client.pull(params.data());
-    EXPECT_EQ(fin.global_step, static_cast<std::int64_t>(kRounds) * workers);
+    EXPECT_EQ(fin.global_step, static_cast<std::int64_t>(rounds) * workers);
     for (std::size_t i = 0; i < kParams; ++i) {
       float sum = 0.0f;
       for (int w = 0; w < workers; ++w) sum += grad(w, i);
-      if (params[i] != -0.5f * kRounds * sum) {
-        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * kRounds * sum;
+      if (params[i] != -0.5f * rounds * sum) {
+        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * rounds * sum;
         break;
       }
     }
     client.done();
   });
-  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(kRounds) * workers * num_ps);
+  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(rounds) * workers * num_ps);
   EXPECT_EQ(st.ignored, 0);
+}
+
+TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
+  run_never_lost_case(
+      25, 1024, [](int w, std::size_t i) { return 0.125f * static_cast<float>((w + 1) * (1 + i % 3)); },
+      [](PsClient& client, std::vector<float>& g, std::vector<float>& params, int /*me*/) {
+        return client.push_pull(g.data(), 4, params.data(), false);
+      });
 }
 
 TEST(ParameterServer, InterleavedIssuedPushesAreNeverLost) {
   // Every worker issues its pushes in pieces with pauses between them, all at once, in 1 KiB
-  // chunks: the ps receives and applies the chunks of several pushes interleaved. SGD with dyadic
-  // values is exact in any order, so the end must be exactly init − lr·Σ g after rounds × workers
-  // global steps, each worker's replies growing.
-  const int W = world_size();
-  const int num_ps = W >= 3 ? 2 : 1;
-  Cluster cluster(MPI_COMM_WORLD, num_ps);
-  const int workers = cluster.num_workers();
-  constexpr int kRounds = 12;
-  Config cfg;
-  cfg.optimizer = "sgd";
-  cfg.lr = 0.5f;
-  cfg.timeout = 60.0;
-  cfg.ps_chunk_kb = 1;
-  auto grad = [](int w, std::size_t i) { return 0.25f * static_cast<float>((w + 1) * (1 + i % 5)); };
-  const ServedStats st = serve(cluster, cfg, kRounds * workers, [&] {
-    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024);
-    const int me = cluster.me().index;
-    if (cluster.is_chief()) {
-      std::vector<float> zeros(kParams, 0.0f);
-      client.load(zeros.data(), nullptr, nullptr, 0, 0);
-    }
-    MPI_Barrier(cluster.role_comm());
-    std::vector<float> g(kParams), params(kParams);
-    for (std::size_t i = 0; i < kParams; ++i) g[i] = grad(me, i);
-    std::int64_t prev = -1;
-    for (int r = 0; r < kRounds; ++r) {
-      client.begin_push(g.data(), 4, params.data(), false);
-      for (std::size_t from = kParams; from > 0;) {
-        from = from > 150 ? from - 150 : 0;
-        client.push_ready(from);
-        std::this_thread::sleep_for(std::chrono::microseconds(200 * (me + 1)));
-      }
-      const PushResult res = client.finish_push();
-      EXPECT_GT(res.global_step, prev) << "global_step must grow with each of my pushes";
-      prev = res.global_step;
-    }
-    MPI_Barrier(cluster.role_comm());
-    const PushResult fin = client.pull(params.data());
-    EXPECT_EQ(fin.global_step, static_cast<std::int64_t>(kRounds) * workers);
-    for (std::size_t i = 0; i < kParams; ++i) {
-      float sum = 0.0f;
-      for (int w = 0; w < workers; ++w) sum += grad(w, i);
-      if (params[i] != -0.5f * kRounds * sum) {
-        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * kRounds * sum;
-        break;
-      }
-    }
-    client.done();
-  });
-  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(kRounds) * workers * num_ps);
+  // chunks: the ps receives and applies the chunks of several pushes interleaved.
+  run_never_lost_case(
+      12, 1, [](int w, std::size_t i) { return 0.25f * static_cast<float>((w + 1) * (1 + i % 5)); },
+      [](PsClient& client, std::vector<float>& g, std::vector<float>& params, int me) {
+        client.begin_push(g.data(), 4, params.data(), false);
+        for (std::size_t from = kParams; from > 0;) {
+          from = from > 150 ? from - 150 : 0;
+          client.push_ready(from);
+          std::this_thread::sleep_for(std::chrono::microseconds(200 * (me + 1)));
+        }
+        return client.finish_push();
+      });
 }
 
 TEST(ParameterServer, LoadSetsResumeStepAndState) {
