@@ -27,14 +27,16 @@ class DanaMomentum {
  public:
   /// A shard of `n` floats served to `workers` workers, on `backend` (host memory: the ps's CPU
   /// backend); `no_decay` as for Optimizer. The momenta start at 0 and the look-ahead at 0: call
-  /// load() once the parameters are set. Holds workers + 3 shard-sized vectors.
+  /// load() once the parameters are set. Holds workers + 2 shard-sized vectors.
   /// Throws Error unless c.optimizer is momentum and workers ≥ 1.
   DanaMomentum(const Config& c, Backend& backend, std::size_t n, int workers,
                std::int64_t total_steps, std::vector<FloatRange> no_decay = {});
 
   /// Applies worker w's gradient (`grads`, the shard's n floats) to params[begin, end) with w's
-  /// momentum at 0-based global step `step`, and recomputes look_ahead()[begin, end). Returns
-  /// whether the gradient values were finite (Optimizer::apply).
+  /// momentum at 0-based global step `step`, and recomputes look_ahead()[begin, end), in
+  /// cache-sized blocks over the OpenMP threads (one pass over memory). Returns whether the
+  /// gradient values were finite (Optimizer::apply). Throws Error when the range lies outside
+  /// the shard.
   bool apply(int w, float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
 
@@ -53,7 +55,8 @@ class DanaMomentum {
   std::size_t n_;
   std::int64_t total_steps_;
   std::vector<std::unique_ptr<Optimizer>> per_worker_;  ///< each owns v_w as its momentum
-  std::vector<float> sum_, look_ahead_, old_;
+  std::vector<float> sum_, look_ahead_;
+  std::vector<float> old_;  ///< per OpenMP thread: one block of v_w before its update
 };
 
 }  // namespace dtrain

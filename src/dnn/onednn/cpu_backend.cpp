@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/simd.hpp"
 #include "onednn_common.hpp"
 
 namespace dtrain::onednn {
@@ -140,8 +141,17 @@ inline std::uint32_t nonfinite_bit(float x) {
   return ((u & 0x7f800000u) + 0x00800000u) & 0x80000000u;
 }
 
+// The element-wise passes below exist for AVX2 and baseline x86-64 (core/simd.hpp).
+
+/// The OR of nonfinite_bit over p[0, n).
+DT_SIMD_CLONES std::uint32_t nonfinite_bits(const float* __restrict p, std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= nonfinite_bit(p[i]);
+  return bad;
+}
+
 /// The update over [0, n) of one chunk; returns the OR of nonfinite_bit over g.
-std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __restrict p, const float* __restrict g,
+DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __restrict p, const float* __restrict g,
                               float* __restrict m, float* __restrict v, std::size_t n) {
   const float lr = u.lr;
   const float wd = u.weight_decay;
@@ -223,7 +233,7 @@ bool all_finite_host(const float* p, std::size_t n) {
 #pragma omp parallel for schedule(static) reduction(| : bad) if (chunks > 1)
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
-    for (std::size_t i = b; i < e; ++i) bad |= nonfinite_bit(p[i]);
+    bad |= nonfinite_bits(p + b, e - b);
   }
   return bad == 0;
 }

@@ -1,0 +1,159 @@
+// tests/unit/test_cpu_kernels.cpp — the CPU backend's element-wise host passes (the optimizer
+// update, the finiteness scan) and DANA's blocked update, which run as AVX2 or baseline copies
+// (core/simd.hpp), in chunks and blocks over OpenMP threads: each equals a plain scalar loop
+// written here, bit for bit, over lengths that cover vector bodies, tails and several chunks.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/optim/dana.hpp"
+#include "dtrain/optim/optimizer.hpp"
+
+namespace dtrain {
+namespace {
+
+/// 3 of the backend's 64 Ki-float chunks and a tail that is no multiple of any vector width.
+constexpr std::size_t kLong = 3 * 65536 + 13;
+
+std::vector<float> ramp(std::size_t n, float scale, int salt) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = scale * static_cast<float>(static_cast<int>((i * 7919 + salt * 104729) % 2001) - 1000);
+  return v;
+}
+
+/// The update of OptimizerUpdate's documented formulas, one element at a time.
+void reference_update(const OptimizerUpdate& u, std::vector<float>& p, const std::vector<float>& g,
+                      std::vector<float>& m, std::vector<float>& v) {
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(u.beta1),
+                                                      static_cast<double>(u.step)));
+  const float inv_sqrt_bc2 = static_cast<float>(
+      1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step))));
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const float gi = g[i] + u.weight_decay * p[i];
+    switch (u.kind) {
+      case OptimizerKind::sgd:
+        p[i] -= u.lr * gi;
+        break;
+      case OptimizerKind::momentum: {
+        const float vi = u.momentum * m[i] + gi;
+        m[i] = vi;
+        p[i] -= u.nesterov ? u.lr * (gi + u.momentum * vi) : u.lr * vi;
+        break;
+      }
+      case OptimizerKind::adam: {
+        const float mi = u.beta1 * m[i] + (1.0f - u.beta1) * gi;
+        const float vi = u.beta2 * v[i] + (1.0f - u.beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= u.lr / bc1 * mi / (std::sqrt(vi) * inv_sqrt_bc2 + u.epsilon);
+        break;
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, OptimizerUpdatesEqualTheScalarLoopBitForBit) {
+  auto be = make_cpu_backend();
+  omp_set_num_threads(2);
+  for (const auto& [kind, nesterov] : std::vector<std::pair<OptimizerKind, bool>>{
+           {OptimizerKind::sgd, false}, {OptimizerKind::momentum, false},
+           {OptimizerKind::momentum, true}, {OptimizerKind::adam, false}}) {
+    OptimizerUpdate u;
+    u.kind = kind;
+    u.nesterov = nesterov;
+    u.lr = 0.01f;
+    u.weight_decay = 1e-3f;
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, kLong}) {
+      std::vector<float> p = ramp(n, 1e-3f, 1), m = ramp(n, 1e-4f, 2), v(n), want_p = p, want_m = m;
+      for (std::size_t i = 0; i < n; ++i) v[i] = std::abs(m[i]);
+      std::vector<float> want_v = v;
+      for (u.step = 1; u.step <= 3; ++u.step) {  // Adam's bias correction changes per step
+        const std::vector<float> g = ramp(n, 1e-2f, static_cast<int>(u.step) + 3);
+        EXPECT_TRUE(be->optimizer_update(u, p.data(), g.data(), m.data(), v.data(), n));
+        reference_update(u, want_p, g, want_m, want_v);
+      }
+      const std::string what = "kind " + std::to_string(static_cast<int>(kind)) + " nesterov " +
+                               std::to_string(nesterov) + " n " + std::to_string(n);
+      EXPECT_EQ(p, want_p) << what;
+      if (kind != OptimizerKind::sgd) EXPECT_EQ(m, want_m) << what;
+      if (kind == OptimizerKind::adam) EXPECT_EQ(v, want_v) << what;
+    }
+  }
+}
+
+TEST(CpuKernels, NonFiniteValuesAreFoundInVectorBodiesAndTails) {
+  auto be = make_cpu_backend();
+  omp_set_num_threads(2);
+  OptimizerUpdate u;
+  const std::vector<float> bad = {std::numeric_limits<float>::quiet_NaN(),
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity()};
+  for (std::size_t at : {std::size_t{0}, std::size_t{5}, std::size_t{65536 + 17}, kLong - 1}) {
+    for (float x : bad) {
+      std::vector<float> g = ramp(kLong, 1e-2f, 9), p(kLong, 1.0f);
+      EXPECT_TRUE(be->all_finite(g.data(), kLong));
+      g[at] = x;
+      EXPECT_FALSE(be->all_finite(g.data(), kLong)) << "at " << at << " value " << x;
+      EXPECT_FALSE(be->optimizer_update(u, p.data(), g.data(), nullptr, nullptr, kLong))
+          << "at " << at << " value " << x;
+    }
+  }
+  const float largest = std::numeric_limits<float>::max();
+  const std::vector<float> edge = {largest, -largest, std::numeric_limits<float>::denorm_min(), -0.0f};
+  EXPECT_TRUE(be->all_finite(edge.data(), edge.size()));
+}
+
+TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
+  auto be = make_cpu_backend();
+  Config c;
+  c.optimizer = "momentum";
+  c.momentum = 0.9f;
+  c.lr = 0.05f;
+  c.weight_decay = 1e-3f;
+  c.lr_schedule = "cosine";
+  const std::size_t n = 3 * 65536 + 77;
+  const int workers = 3;
+  const std::int64_t total = 50;
+  omp_set_num_threads(2);
+  DanaMomentum dana(c, *be, n, workers, total);
+  std::vector<float> p = ramp(n, 1e-3f, 4);
+  std::vector<float> want_p = p, sum(n, 0.0f), look(n);
+  std::vector<std::vector<float>> vel(workers, std::vector<float>(n, 0.0f));
+  dana.load(sum.data(), p.data(), 0);
+  for (std::int64_t t = 0; t < 6; ++t) {
+    const int w = static_cast<int>(t % workers);
+    const std::vector<float> g = ramp(n, 1e-2f, static_cast<int>(t) + 11);
+    // The ps's ranges: the whole shard on even steps, uneven pieces that cut blocks on odd ones.
+    if (t % 2 == 0) {
+      EXPECT_TRUE(dana.apply(w, p.data(), g.data(), t, 0, n));
+    } else {
+      for (std::size_t b = 0; b < n; b += 70001)
+        EXPECT_TRUE(dana.apply(w, p.data(), g.data(), t, b, std::min(n, b + 70001)));
+    }
+    const float lr = learning_rate(c, t, total), f = lr * c.momentum;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float old = vel[w][i];
+      const float vi = c.momentum * old + (g[i] + c.weight_decay * want_p[i]);
+      vel[w][i] = vi;
+      want_p[i] -= lr * vi;
+      sum[i] = sum[i] + (vi - old);
+      look[i] = want_p[i] - f * sum[i];
+    }
+  }
+  EXPECT_EQ(p, want_p);
+  EXPECT_EQ(std::vector<float>(dana.momentum_sum(), dana.momentum_sum() + n), sum);
+  EXPECT_EQ(std::vector<float>(dana.look_ahead(), dana.look_ahead() + n), look);
+  std::vector<float> g(n, 0.0f);
+  g[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(dana.apply(0, p.data(), g.data(), 6, 0, n)) << "a NaN in the last block";
+  EXPECT_THROW(dana.apply(0, p.data(), g.data(), 6, 0, n + 1), Error);
+}
+
+}  // namespace
+}  // namespace dtrain
