@@ -1,9 +1,11 @@
 // dtrain/train/allreduce_exchange.cpp — ExchangeKind::allreduce: the workers sum their gradients
 // (pre-scaled by 1 / the step's samples over all workers) with an allreduce, and every worker
-// applies the same optimizer step, so the replicas stay bit-identical. On CPU the gradient is
-// summed in buckets while backward runs, the stop flag riding in the first bucket
-// (sync/bucketed.hpp); on GPU in one allreduce after backward (NCCL, or MPI through host
-// memory) followed by a one-float allreduce of the stop flag.
+// applies the same optimizer step, so the replicas stay bit-identical. The gradient is summed in
+// --bucket-mb buckets while backward runs, the stop flag riding in the spare float of the first
+// bucket: on CPU by MPI on a communication thread (sync/bucketed.hpp), on GPU by NCCL on its own
+// stream, each bucket queued behind the backward kernels that make it (sync/allreduce.hpp,
+// start_sum). With --overlap false, or GPU gradients staged through host memory for MPI
+// (--allreduce mpi), one allreduce after backward, then a one-float allreduce of the flag.
 #include <algorithm>
 
 #include "dtrain/comm/guard.hpp"
@@ -39,13 +41,35 @@ class AllreduceExchange final : public GradientExchange {
     if (plan.workers == 1) return;
     allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
                       : make_mpi_allreduce(comm_, be, model.param_count());
+    // NCCL: buckets summed on its stream as backward queues their last kernels, the flag in the
+    // spare float of the first (as on CPU). MPI through host memory: one sum after backward.
+    if (allreduce_->asynchronous() && c.overlap) {
+      const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
+      gpu_buckets_ = plan_buckets(model.param_count(), floats);
+    }
   }
 
   GradsFinal begin_step(Model& model, std::int64_t /*s*/, int /*n*/, bool stop_local) override {
+    if (!gpu_buckets_.empty()) {
+      float* grads = model.grads();
+      const std::size_t P = model.param_count();
+      model.backend().fill(grads + P, stop_local ? 1.0f : 0.0f, 1);  // queued before backward
+      launched_ = 0;
+      return [this, grads, P](std::size_t from) { start_buckets(grads, P, from); };
+    }
     if (!buckets_) return {};
     buckets_->begin(model.grads(), stop_local ? 1.0f : 0.0f);
     if (!buckets_->overlapping()) return {};
     return [this](std::size_t from) { buckets_->ready(from); };
+  }
+
+  /// GPU: starts, in plan order, every bucket lying inside grads[from, P) not started yet; the
+  /// first (ending at P) carries the spare float too.
+  void start_buckets(float* grads, std::size_t P, std::size_t from) {
+    for (; launched_ < gpu_buckets_.size() && gpu_buckets_[launched_].begin >= from; ++launched_) {
+      const Bucket& b = gpu_buckets_[launched_];
+      allreduce_->start_sum(grads + b.begin, (b.end == P ? P + 1 : b.end) - b.begin);
+    }
   }
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
@@ -87,6 +111,10 @@ class AllreduceExchange final : public GradientExchange {
       const TimelineSpan span("allreduce", "exchange");
       if (buckets_) {
         flag = buckets_->finish(comm_timeout()).flag;
+      } else if (!gpu_buckets_.empty()) {
+        start_buckets(model.grads(), model.param_count(), 0);
+        allreduce_->wait();
+        be.copy_to_host(&flag, model.grads() + model.param_count(), sizeof(float));
       } else {
         if (allreduce_) allreduce_->allreduce_sum(model.grads(), model.param_count());
         // Agree on stopping: one tiny allreduce so every replica leaves at the same step.
@@ -159,6 +187,8 @@ class AllreduceExchange final : public GradientExchange {
   HostMirror mirror_;
   std::unique_ptr<BucketedAllreduce> buckets_;   ///< CPU
   std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
+  std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: the buckets, from the end
+  std::size_t launched_ = 0;         ///< buckets started this step
   std::int64_t global_step_ = 0;
   std::int64_t skipped_ = 0;
 };

@@ -25,6 +25,17 @@ class GradientAllreduce {
   virtual void allreduce_sum(float* data, std::size_t n) = 0;
   /// "mpi" or "nccl".
   [[nodiscard]] virtual std::string name() const = 0;
+
+  /// Starts data[i] = Σ_workers data[i] over n floats (a device pointer), to begin once the work
+  /// queued so far on the backend's stream is done, and returns: a bucket of the gradient leaves
+  /// while backward still computes the rest (PyTorch DDP's reducer). Calls must come in the same
+  /// order, with the same n, on every worker; wait() returns once every sum started is done.
+  /// Default (MPI through host memory): the whole allreduce_sum at once, wait() a no-op.
+  /// Throws as allreduce_sum (NCCL: errors of an enqueued sum surface in wait()).
+  virtual void start_sum(float* data, std::size_t n) { allreduce_sum(data, n); }
+  virtual void wait() {}
+  /// True when start_sum returns before its sum is done (NCCL, on its own stream).
+  [[nodiscard]] virtual bool asynchronous() const { return false; }
 };
 
 /// MPI_Allreduce over `comm`; stages through host memory when the backend is a GPU.

@@ -4,9 +4,10 @@
 // Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`;
 // every rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both
 // calls are collective over `comm`, so every rank must construct the object at the same point. Each
-// allreduce_sum() runs on the object's own stream after an event recorded on the backend's stream
-// (so the gradients computed there are complete), and the host then waits for the NCCL stream with
-// a deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is
+// sum (start_sum(): a bucket, while backward runs; allreduce_sum(): start and wait) runs on the
+// object's own stream after an event recorded on the backend's stream (so the gradients computed
+// there are complete, and the kernels queued later overlap it); wait() then waits for the NCCL
+// stream with a deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is
 // aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no
 // rank stays blocked inside NCCL.
 #include <chrono>
@@ -107,14 +108,29 @@ class NcclAllreduce final : public GradientAllreduce {
   }
 
   void allreduce_sum(float* data, std::size_t n) override {
+    start_sum(data, n);
+    wait();
+  }
+
+  void start_sum(float* data, std::size_t n) override {
     if (n == 0) return;
+    // The event marks what the backend's stream has queued so far (the kernels that made these
+    // gradients); the NCCL stream starts the sum after it, while later kernels keep computing.
     DT_CHECK_CUDA(cudaEventRecord(ready_, be_.stream()));
     DT_CHECK_CUDA(cudaStreamWaitEvent(stream_, ready_, 0));
     check_nccl(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_.get(), stream_),
                "ncclAllReduce");
+    pending_ += n;
+  }
+
+  void wait() override {
+    if (pending_ == 0) return;
+    const std::size_t n = pending_;
+    pending_ = 0;
     wait_with_deadline(n);
   }
 
+  [[nodiscard]] bool asynchronous() const override { return true; }
   [[nodiscard]] std::string name() const override { return "nccl"; }
 
  private:
@@ -167,6 +183,7 @@ class NcclAllreduce final : public GradientAllreduce {
   }
 
   CudaBackend& be_;
+  std::size_t pending_ = 0;  ///< floats started and not yet waited for
   cuda::Stream stream_;
   cuda::Event ready_;
   NcclComm comm_;  // declared last: destroyed first, while the stream still exists
