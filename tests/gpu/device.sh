@@ -17,6 +17,10 @@
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
 #   profile   tests/gpu/kernel_profile.sh: per-kernel GPU time of dtrain and PyTorch (ncu)
+#   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
+#             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm
+#   scaling   the 16-core CPU strong-scaling sweep, WORKERS="1 2 4 8 12", of $SCALING_MODELS
+#             (default resnet50; one model fits a call's 10 minutes), into $OUT/scaling
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -132,6 +136,11 @@ for step in "$@"; do
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
-    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile)" >&2; exit 2 ;;
+    comm) for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" REPEATS=3 bash tests/benchmarks/comm_bench.sh "$r"
+          done 2>&1 | tee "$OUTDIR/comm.log" | grep -E "ratio [0-9]|wrote" ;;
+    scaling) WORKERS="1 2 4 8 12" OUT=/tmp/scaling DOCS="$OUTDIR/scaling" \
+               bash tests/benchmarks/strong_scaling_models.sh "${SCALING_MODELS:-resnet50}" 2>&1 |
+               tee "$OUTDIR/scaling.log" | tail -20 ;;
+    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | comm | scaling)" >&2; exit 2 ;;
   esac
 done
