@@ -19,7 +19,8 @@
 #   profile   tests/gpu/kernel_profile.sh: per-kernel GPU time of dtrain and PyTorch (ncu)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
 #             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm
-#   scaling   the 16-core CPU strong-scaling sweep, WORKERS="1 2 4 8 12", of $SCALING_MODELS
+#   scaling   the 16-core CPU strong-scaling sweep, WORKERS="1 2 4 8 12", global batch 24 (every
+#             worker count divides it), of $SCALING_MODELS
 #             (default resnet50; one model fits a call's 10 minutes), into $OUT/scaling
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -138,7 +139,7 @@ for step in "$@"; do
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
     comm) for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" REPEATS=3 bash tests/benchmarks/comm_bench.sh "$r"
           done 2>&1 | tee "$OUTDIR/comm.log" | grep -E "ratio [0-9]|wrote" ;;
-    scaling) WORKERS="1 2 4 8 12" OUT=/tmp/scaling DOCS="$OUTDIR/scaling" \
+    scaling) WORKERS="1 2 4 8 12" GLOBAL_BATCH=${GLOBAL_BATCH:-24} OUT=/tmp/scaling DOCS="$OUTDIR/scaling" \
                bash tests/benchmarks/strong_scaling_models.sh "${SCALING_MODELS:-resnet50}" 2>&1 |
                tee "$OUTDIR/scaling.log" | tail -20 ;;
     *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | comm | scaling)" >&2; exit 2 ;;
