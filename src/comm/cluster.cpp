@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
@@ -123,6 +124,10 @@ std::string Cluster::role_table() const {
     os << line;
   }
   return os.str();
+}
+
+int Cluster::node_cores() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace dtrain

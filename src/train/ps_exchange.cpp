@@ -5,7 +5,6 @@
 // first (--overlap; not with --skip-nonfinite, which must see the whole gradient before it
 // pushes, nor on a GPU, whose gradients stay on the device until backward ends).
 #include <algorithm>
-#include <thread>
 #include <vector>
 
 #include "dtrain/comm/mpi_check.hpp"
@@ -38,7 +37,7 @@ class PsExchange : public GradientExchange {
   static bool push_during_backward(const Config& c, const Cluster& cluster, const Model& model) {
     if (!c.overlap || c.skip_nonfinite || model.backend().device() != Device::cpu) return false;
     if (exchange_kind(c) == ExchangeKind::ps_async) return true;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int cores = Cluster::node_cores();
     const bool shared = cluster.me().local_size > cores;
     if (shared && cluster.is_chief())
       log_info("pushes leave after backward: " + std::to_string(cluster.me().local_size) +

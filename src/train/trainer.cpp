@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
@@ -38,8 +37,7 @@ void set_threads(const Config& c, const Cluster& cluster) {
   const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
   int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / cluster.me().local_size);
+    threads = std::max(1, Cluster::node_cores() / cluster.me().local_size);
     if (allowed > 0) threads = std::min(threads, allowed);
   } else if (allowed > 0 && threads > allowed) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +

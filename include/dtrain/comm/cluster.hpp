@@ -57,6 +57,9 @@ class Cluster {
   [[nodiscard]] int num_ps() const { return num_ps_; }
   [[nodiscard]] int num_workers() const { return world_size() - num_ps_; }
   [[nodiscard]] int num_nodes() const { return num_nodes_; }
+  /// Cores of this rank's node (std::thread::hardware_concurrency(), at least 1): with
+  /// me().local_size, whether the node has a core per rank.
+  [[nodiscard]] static int node_cores();
   /// World rank of ps k / worker w.
   [[nodiscard]] int ps_rank(int k) const { return ps_ranks_.at(k); }
   [[nodiscard]] int worker_rank(int w) const { return worker_ranks_.at(w); }
