@@ -224,6 +224,10 @@ void build_table(Table& t, Config& c) {
         "GPU convolutions and matrix products: auto (tf32 on compute capability >= 8.0, as "
         "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
         "FMA, matches the CPU backend)");
+  t.add("layout", &c.layout,
+        "memory order of the activations on the workers: nchw | nhwc (channels last, PyTorch's "
+        "channels_last: cuDNN's tensor-core convolutions read it without transposes). Parameters, "
+        "checkpoints and the exchange are the same either way");
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
@@ -423,6 +427,7 @@ void validate_config(const Config& c) {
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
+  one_of("layout", c.layout, {"nchw", "nhwc"});
   non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});

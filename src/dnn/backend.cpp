@@ -1,5 +1,5 @@
-// src/dnn/backend.cpp — shape arithmetic of the backend descriptors (ConvDesc, PoolDesc) and, in
-// builds without CUDA, the stubs of the CUDA entry points.
+// src/dnn/backend.cpp — shape arithmetic of the backend descriptors (ConvDesc, PoolDesc), layout
+// names and, in builds without CUDA, the stubs of the CUDA entry points.
 //
 // Output sizes follow the cuDNN/oneDNN/PyTorch convention P = ⌊(H + 2·pad − R)/stride⌋ + 1.
 #include "dtrain/dnn/backend.hpp"
@@ -31,6 +31,8 @@ void require_input(const char* what, const Shape& in) {
 }
 
 }  // namespace
+
+const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
 
 Shape ConvDesc::output() const {
   require_input("conv", input);

@@ -73,6 +73,23 @@ inline Backend& backend_of(Backend* be, const std::string& layer) {
   return *be;
 }
 
+/// Copies `channels` channels between two tensors of the N, H, W of `plane`: channels
+/// [src_first, src_first + channels) of src (src_c channels) to [dst_first, dst_first + channels)
+/// of dst (dst_c channels), in the backend's layout — one copy_2d: a block of channels·H·W floats
+/// per sample (NCHW) or a run of `channels` floats per pixel (NHWC). Concat and zeropad.
+inline void copy_channels(Backend& be, const Shape& plane, float* dst, int dst_c, int dst_first,
+                          const float* src, int src_c, int src_first, int channels) {
+  const auto z = [](int v) { return static_cast<std::size_t>(v); };
+  const std::size_t hw = z(plane.h) * z(plane.w);
+  if (be.layout() == Layout::nhwc) {
+    be.copy_2d(dst + z(dst_first), z(dst_c), src + z(src_first), z(src_c), z(channels),
+               z(plane.n) * hw);
+  } else {
+    be.copy_2d(dst + z(dst_first) * hw, z(dst_c) * hw, src + z(src_first) * hw, z(src_c) * hw,
+               z(channels) * hw, z(plane.n));
+  }
+}
+
 /// Common state of every single-input layer: its type, shapes and the pointers bind() received.
 class LayerBase : public Layer {
  public:

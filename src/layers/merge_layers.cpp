@@ -55,23 +55,18 @@ class ConcatLayer final : public MergeLayer {
 
   void forward(LayerInputs x, float* y, const StepContext& /*ctx*/) override {
     check_arity(x);
-    std::size_t offset = 0;  // floats from a sample's start to input i's first channel
+    int first = 0;  // input i's first channel in y
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const std::size_t block = in_[i].sample_count();
-      be().copy_2d(y + offset, out_.sample_count(), x[i], block, block,
-                   static_cast<std::size_t>(out_.n));
-      offset += block;
+      copy_channels(be(), out_, y, out_.c, first, x[i], in_[i].c, 0, in_[i].c);
+      first += in_[i].c;
     }
   }
   void backward(LayerInputs x, const float* /*y*/, const float* dy, LayerInputGrads dx) override {
     check_arity(x);
-    std::size_t offset = 0;
+    int first = 0;
     for (std::size_t i = 0; i < dx.size(); ++i) {
-      const std::size_t block = in_[i].sample_count();
-      if (dx[i] != nullptr)
-        be().copy_2d(dx[i], block, dy + offset, out_.sample_count(), block,
-                     static_cast<std::size_t>(out_.n));
-      offset += block;
+      if (dx[i] != nullptr) copy_channels(be(), out_, dx[i], in_[i].c, 0, dy, out_.c, first, in_[i].c);
+      first += in_[i].c;
     }
   }
 };

@@ -57,10 +57,18 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
 
 class DenseLayer final : public WeightedLayer<DenseOp> {
  public:
-  DenseLayer(const Shape& in, int units, std::unique_ptr<DenseOp> op)
+  DenseLayer(const Shape& in, int units, std::unique_ptr<DenseOp> op, Backend* be)
       : WeightedLayer("dense", in, Shape{in.n, units, 1, 1}, std::move(op)),
         inputs_(static_cast<int>(in.sample_count())),
-        units_(units) {}
+        units_(units) {
+    // Its weights see the NCHW flattening of x: an NHWC input (VGG's dense after a pool) is
+    // converted into x_nchw_ in forward, and dx comes back through dx_nchw_.
+    if (be != nullptr && be->layout() == Layout::nhwc && layouts_differ(in)) {
+      be_ = be;
+      x_nchw_ = DeviceBuffer<float>(*be, in.count());
+      dx_nchw_ = DeviceBuffer<float>(*be, in.count());
+    }
+  }
 
   [[nodiscard]] std::vector<ParamDef> param_defs() const override {
     return {{"weight", Shape{units_, inputs_, 1, 1}, Init::he_normal, inputs_},
@@ -70,9 +78,25 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
     return "dense(units=" + std::to_string(units_) + ")";
   }
 
+ protected:
+  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+    if (be_ != nullptr) {
+      be_->convert_layout(x, x_nchw_.data(), in_, Layout::nchw);
+      x = x_nchw_.data();
+    }
+    WeightedLayer::forward_one(x, y, ctx);
+  }
+  void backward_one(const float* x, const float* y, const float* dy, float* dx) override {
+    if (be_ == nullptr) return WeightedLayer::backward_one(x, y, dy, dx);
+    WeightedLayer::backward_one(x_nchw_.data(), y, dy, dx ? dx_nchw_.data() : nullptr);
+    if (dx != nullptr) be_->convert_layout(dx_nchw_.data(), dx, in_, Layout::nhwc);
+  }
+
  private:
   int inputs_;
   int units_;
+  Backend* be_ = nullptr;  ///< set when the input is converted (NHWC)
+  DeviceBuffer<float> x_nchw_, dx_nchw_;
 };
 
 class BatchNormLayer final : public LayerBase {
@@ -138,7 +162,7 @@ std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int nu
   }
   d.inputs = static_cast<int>(inputs);
   auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_dense(d); }); });
-  return std::make_unique<DenseLayer>(in, units, std::move(op));
+  return std::make_unique<DenseLayer>(in, units, std::move(op), be);
 }
 
 std::unique_ptr<Layer> make_batchnorm_layer(LayerArgs& args, const Shape& in, Backend* be) {

@@ -1,7 +1,8 @@
 // src/layers/simple_layers.cpp — the parameter-free single-input layers: maxpool/avgpool and
 // globalavgpool (an avg pool whose window is the whole H×W plane, as torch.nn.AdaptiveAvgPool2d(1)),
-// relu/sigmoid, dropout (inverted, Srivastava et al. 2014), flatten (N×C×H×W → N×(C·H·W)×1×1: the
-// same memory, so the model runs it in place and nothing is copied) and zeropad (N×Cin×H×W →
+// relu/sigmoid, dropout (inverted, Srivastava et al. 2014), flatten (N×C×H×W → N×(C·H·W)×1×1 in
+// NCHW order: the same memory in the NCHW layout, so the model runs it in place and nothing is
+// copied; an NHWC input is converted) and zeropad (N×Cin×H×W →
 // N×C×H×W with the input at channel offset (C − Cin)/2 and zeros elsewhere: the parameter-free
 // "option A" shortcut of He et al. 2016 §4.2).
 #include <climits>
@@ -106,25 +107,33 @@ class CopyLayer : public LayerBase {
 class FlattenLayer final : public CopyLayer {
  public:
   FlattenLayer(const Shape& in, Backend* be)
-      : CopyLayer("flatten", in, Shape{in.n, static_cast<int>(in.sample_count()), 1, 1}, be) {}
-  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, true}; }
+      : CopyLayer("flatten", in, Shape{in.n, static_cast<int>(in.sample_count()), 1, 1}, be),
+        convert_(be != nullptr && be->layout() == Layout::nhwc && layouts_differ(in)) {}
+  // NCHW (or nothing to convert): the same memory, run in place. NHWC: y is the NCHW order.
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, false, !convert_}; }
   [[nodiscard]] std::string describe() const override { return "flatten"; }
 
  protected:
   // In place (x == y) these are no-ops.
   void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+    if (convert_) return be().convert_layout(x, y, in_, Layout::nchw);
     be().copy_device(y, x, in_.count() * sizeof(float));
   }
   void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
-    if (dx != nullptr) be().copy_device(dx, dy, in_.count() * sizeof(float));
+    if (dx == nullptr) return;
+    if (convert_) return be().convert_layout(dy, dx, in_, Layout::nhwc);
+    be().copy_device(dx, dy, in_.count() * sizeof(float));
   }
+
+ private:
+  bool convert_;  ///< NHWC input whose memory order differs from its NCHW flattening
 };
 
 class ZeroPadLayer final : public CopyLayer {
  public:
   ZeroPadLayer(const Shape& in, int channels, Backend* be)
       : CopyLayer("zeropad", in, Shape{in.n, channels, in.h, in.w}, be),
-        offset_(static_cast<std::size_t>((channels - in.c) / 2) * in.h * in.w) {}
+        first_((channels - in.c) / 2) {}
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, false}; }
   [[nodiscard]] std::string describe() const override {
     return "zeropad(channels=" + std::to_string(out_.c) + ")";
@@ -133,17 +142,14 @@ class ZeroPadLayer final : public CopyLayer {
  protected:
   void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
     be().fill(y, 0.0f, out_.count());
-    be().copy_2d(y + offset_, out_.sample_count(), x, in_.sample_count(), in_.sample_count(),
-                 static_cast<std::size_t>(in_.n));
+    copy_channels(be(), in_, y, out_.c, first_, x, in_.c, 0, in_.c);
   }
   void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
-    if (dx != nullptr)
-      be().copy_2d(dx, in_.sample_count(), dy + offset_, out_.sample_count(), in_.sample_count(),
-                   static_cast<std::size_t>(in_.n));
+    if (dx != nullptr) copy_channels(be(), in_, dx, in_.c, 0, dy, out_.c, first_, in_.c);
   }
 
  private:
-  std::size_t offset_;  ///< floats from a sample's start to its first input channel
+  int first_;  ///< the output channel of the input's first channel
 };
 
 void require_positive(const LayerArgs& args, const Shape& in) {

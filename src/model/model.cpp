@@ -98,6 +98,8 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
   arena_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(plan_->total_floats, 1));
+  if (backend->layout() == Layout::nhwc && layouts_differ(sample_))  // see network_input()
+    input_ = DeviceBuffer<float>(*backend, sample_.with_n(max_batch).count());
   bind(*stack);
   stacks_[max_batch] = std::move(stack);
 }
@@ -212,6 +214,12 @@ void Model::initialize(std::uint64_t seed) {
   be.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
 }
 
+const float* Model::network_input(const float* x, int n) {
+  if (input_.size() == 0) return x;
+  backend().convert_layout(x, input_.data(), sample_.with_n(n), Layout::nhwc);
+  return input_.data();
+}
+
 float* Model::act(int tensor, const float* x) const {
   if (tensor == 0) return const_cast<float*>(x);  // the network input is read only
   return arena_.data() + plan_->act[static_cast<std::size_t>(tensor)];
@@ -240,6 +248,7 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     return;
   }
   Stack& s = stack_for(n);
+  x = network_input(x, n);
   const std::size_t L = s.layers.size();
   auto at = [&](std::size_t offset) { return arena_.data() + offset; };
   {
@@ -277,6 +286,7 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
 void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* stats) {
   if (n == 0) return;
   Stack& s = stack_for(n);
+  x = network_input(x, n);
   run_forward(s, x, StepContext{false, 0});
   s.loss->forward_backward(act(static_cast<int>(s.layers.size()), x), labels, n, 0.0f, nullptr,
                            stats);
@@ -285,6 +295,7 @@ void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* s
 void Model::logits(const float* x, int n, float* host_logits) {
   if (n == 0) return;
   Stack& s = stack_for(n);
+  x = network_input(x, n);
   run_forward(s, x, StepContext{false, 0});
   backend().copy_to_host(host_logits, act(static_cast<int>(s.layers.size()), x),
                          static_cast<std::size_t>(n) * num_classes_ * sizeof(float));

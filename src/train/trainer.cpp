@@ -48,7 +48,10 @@ void set_threads(const Config& c, const Cluster& cluster) {
   omp_set_num_threads(threads);
 }
 
-std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
+namespace {
+/// The worker's backend for --device (nullptr on a ps), before --layout.
+std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& cluster,
+                                             std::string& name) {
   bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
   if (cluster.is_ps() || !want_gpu) {
     name = "cpu";
@@ -70,6 +73,13 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   const bool tf32 = c.math == "tf32" || (c.math == "auto" && be->supports_tf32());
   be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
   if (c.debug_sync) be->set_debug_sync(true);
+  return be;
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
+  auto be = make_device_backend(c, cluster, name);
+  if (be) be->set_layout(c.layout == "nhwc" ? Layout::nhwc : Layout::nchw);
   return be;
 }
 

@@ -12,8 +12,8 @@
 # Env:   STEPS (timed steps, default 300), WARMUP (default 20), THREADS (default: all cores),
 #        BATCH (override the job's batch-size), DEVICE (cpu | cuda, default cpu),
 #        MATH (tf32 | fp32: GPU convolution/matmul math of both, default tf32 on cuda — PyTorch's
-#        cudnn.allow_tf32 and matmul.allow_tf32, dtrain's --math), CHANNELS_LAST=1 (PyTorch in
-#        the channels_last memory format; dtrain is NCHW),
+#        cudnn.allow_tf32 and matmul.allow_tf32, dtrain's --math), CHANNELS_LAST=1 (both in
+#        channels-last memory order: PyTorch's channels_last memory format, dtrain's --layout nhwc),
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing).
 # Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
@@ -40,6 +40,7 @@ trap 'rm -rf "$tmp"' EXIT
 batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//')}
 synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
 extra=(--batch-size "$batch")
+[ "${CHANNELS_LAST:-0}" = 1 ] && extra+=(--layout nhwc)
 torch_extra=()
 if [ -n "$synthetic" ]; then
   # One random batch per worker; an epoch as long as the run, so no evaluation interrupts it.
@@ -81,7 +82,7 @@ import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss = float(sys.argv[6]), float(sys.argv[7])
 t = json.loads(sys.argv[8])
-layout = ", PyTorch channels_last" if t.get("channels_last") else ""
+layout = ", channels last (PyTorch channels_last, dtrain --layout nhwc)" if t.get("channels_last") else ""
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
 print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")

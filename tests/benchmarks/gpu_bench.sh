@@ -4,7 +4,8 @@
 # sync; samples/s of each over the timed steps, warm-up excluded, and the ratio dtrain / PyTorch):
 #   cnn64, cnn512       the Fashion-MNIST CNN (jobs/fashion_mnist_cnn.ini) at batch 64 and 512, TF32
 #   resnet50            ResNet-50 on synthetic 3x224x224 data, batch 128, TF32, PyTorch NCHW
-#   resnet50cl          the same with PyTorch in channels_last (its faster layout on tensor cores)
+#   resnet50cl          the same with both in channels-last order (PyTorch channels_last, dtrain
+#                       --layout nhwc: the layout tensor-core convolutions read)
 #   resnet50fp32        ResNet-50, batch 128, full fp32 math in both
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both

@@ -27,4 +27,31 @@ inline const std::vector<std::string> kBranchyNet = {
     "dense",
 };
 
+/// Every layer whose memory order matters in the NHWC layout (Layout, dnn/backend.hpp), on
+/// multi-channel 1×3×H×W inputs (H, W ≥ 4, even): convolutions with and without bias, square,
+/// 1×3 and 3×1 (their KCRS weights converted to KRSC on cuDNN) and 1×1; batchnorm; a channel
+/// concat and an option-A zeropad (channel slices); max and average pooling; a flatten and a dense
+/// straight after a spatial tensor (both see the NCHW flattening); a residual add. No dropout: its
+/// masks follow memory order.
+inline const std::vector<std::string> kLayoutNet = {
+    "conv filters=4 kernel=3 pad=1 name=c0",
+    "batchnorm",
+    "relu name=r0",
+    "conv filters=3 kernel=1x3 pad=0x1 bias=false",
+    "relu name=b1",
+    "conv filters=2 kernel=3x1 pad=1x0 input=r0 name=b2",
+    "concat input=b1,b2",
+    "conv filters=4 kernel=1 bias=false name=proj",
+    "add input=proj,r0",
+    "maxpool kernel=2 name=p",
+    "zeropad channels=6 name=z",
+    "flatten",
+    "dense units=5 name=d1",
+    "avgpool kernel=2 stride=1 input=z",
+    "dense units=5 name=d2",
+    "add input=d1,d2",
+    "relu",
+    "dense",
+};
+
 }  // namespace dtrain::test

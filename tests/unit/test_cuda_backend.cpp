@@ -461,6 +461,50 @@ TEST_F(CudaParity, ModelGradientsMatchCpu) {
   }
 }
 
+// cuDNN in the NHWC layout (NHWC descriptors, KRSC filters converted per call, persistent
+// batchnorm) against the CPU backend in NCHW: the same model, weights and batch (3 channels, so
+// the batch itself is converted); a full and a partial batch.
+TEST_F(CudaParity, NhwcModelMatchesCpu) {
+  const Shape sample{1, 3, 8, 6};
+  const int classes = 4, max_batch = 16;
+  auto nhwc = make_cuda_backend(0);
+  nhwc->set_layout(Layout::nhwc);
+  Model mc(*cpu_, test::kLayoutNet, sample, classes, max_batch);
+  Model mg(*nhwc, test::kLayoutNet, sample, classes, max_batch);
+  mc.initialize(7);
+  mg.initialize(7);
+  ASSERT_EQ(mc.param_count(), mg.param_count());
+  for (const int n : {max_batch, 5}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto x = random_vec(sample.with_n(n).count(), 40 + n);
+    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % classes;
+    DeviceBuffer<float> xc(*cpu_, x.size()), xg(*nhwc, x.size()), sc(*cpu_, 2), sg(*nhwc, 2);
+    DeviceBuffer<std::int32_t> yc(*cpu_, y.size()), yg(*nhwc, y.size());
+    cpu_->copy_to_device(xc.data(), x.data(), x.size() * sizeof(float));
+    nhwc->copy_to_device(xg.data(), x.data(), x.size() * sizeof(float));
+    cpu_->copy_to_device(yc.data(), y.data(), y.size() * sizeof(std::int32_t));
+    nhwc->copy_to_device(yg.data(), y.data(), y.size() * sizeof(std::int32_t));
+    mc.train_step(xc.data(), yc.data(), n, 1.0f / n, 99, sc.data());
+    mg.train_step(xg.data(), yg.data(), n, 1.0f / n, 99, sg.data());
+    std::vector<float> gc(mc.param_count()), gg(mg.param_count()), lc(2), lg(2);
+    std::vector<float> stc(mc.state_count()), stg(mg.state_count());
+    cpu_->copy_to_host(gc.data(), mc.grads(), gc.size() * sizeof(float));
+    nhwc->copy_to_host(gg.data(), mg.grads(), gg.size() * sizeof(float));
+    cpu_->copy_to_host(stc.data(), mc.state(), stc.size() * sizeof(float));
+    nhwc->copy_to_host(stg.data(), mg.state(), stg.size() * sizeof(float));
+    cpu_->copy_to_host(lc.data(), sc.data(), 2 * sizeof(float));
+    nhwc->copy_to_host(lg.data(), sg.data(), 2 * sizeof(float));
+    EXPECT_LE(rel_err(gg, gc), 1e-3);
+    EXPECT_LE(rel_err(stg, stc), 1e-4);
+    EXPECT_NEAR(lg[0], lc[0], 1e-4 * std::abs(lc[0]));
+    std::vector<float> oc(static_cast<std::size_t>(n * classes)), og(oc.size());
+    mc.logits(xc.data(), n, oc.data());
+    mg.logits(xg.data(), n, og.data());
+    EXPECT_LE(rel_err(og, oc), 1e-4);
+  }
+}
+
 TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {
   const int n = 32;
   Model model(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);

@@ -7,7 +7,9 @@
 //
 // Conventions for every op:
 // - Pointers are device pointers of the backend that made the op (host pointers for the CPU backend),
-//   fp32 unless stated, NCHW (see tensor/shape.hpp). Ops never take ownership.
+//   fp32 unless stated, N×C×H×W shapes (see tensor/shape.hpp) stored in the backend's layout() —
+//   NCHW unless set_layout(Layout::nhwc) — for activations, a fixed layout for parameters. Ops never
+//   take ownership.
 // - backward() *overwrites* parameter gradients (dW, db) — no accumulation — and overwrites dx.
 // - Calls are asynchronous with respect to the host on the CUDA backend (one stream per backend);
 //   synchronize() waits. The CPU backend is synchronous.
@@ -32,6 +34,25 @@ enum class Device { cpu, cuda };
 /// torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32), compute capability
 /// ≥ 8.0 only. The CPU backend always computes in fp32.
 enum class MathMode { fp32, tf32 };
+
+/// Memory layout of the activations — the tensors between layers — on a backend (--layout).
+/// The logical shape is N×C×H×W either way; only the order in memory differs:
+///   nchw  element (n, c, h, w) at ((n·C + c)·H + h)·W + w (the default; datasets are stored so)
+///   nhwc  element (n, c, h, w) at ((n·H + h)·W + w)·C + c ("channels last": PyTorch's
+///         torch.channels_last, cuDNN's CUDNN_TENSOR_NHWC — the order tensor-core convolution
+///         kernels read, so cuDNN runs them without transposing around each call)
+/// Parameters keep one layout whatever the activations use (conv weights K×C×R×S, dense weights
+/// O×I over the NCHW flattening of their input), so checkpoints, the ps and allreduce never see it.
+/// Where a layer reads a sample as a flat vector (flatten, dense) or the model takes the batch from
+/// the data reader, an NHWC tensor is converted (Backend::convert_layout). Dropout draws its mask
+/// per memory position, so its masks differ between the layouts (each is a valid dropout mask).
+enum class Layout { nchw, nhwc };
+
+/// "nchw" | "nhwc".
+const char* layout_name(Layout l);
+
+/// Whether tensors of shape s differ in memory between the two layouts: C > 1 and H·W > 1.
+[[nodiscard]] inline bool layouts_differ(const Shape& s) { return s.c > 1 && s.h * s.w > 1; }
 
 /// A pair of sizes along height and width (kernel, stride or padding of a 2-D window). Built from
 /// one int for a square window (`Hw(3)` is 3×3), or from two (`Hw{1, 7}` is 1 high, 7 wide).
@@ -221,6 +242,10 @@ class Backend {
   /// zero-padding of N×C×H×W tensors: one row per sample (cudaMemcpy2DAsync on CUDA).
   virtual void copy_2d(float* dst, std::size_t dst_stride, const float* src,
                        std::size_t src_stride, std::size_t width, std::size_t rows) = 0;
+  /// y = x converted from the other layout to `to` (see Layout): x holds a tensor of logical
+  /// shape s (N×C×H×W) in the layout that is not `to`; y receives it in `to`. x and y must not
+  /// overlap. oneDNN's reorder on the CPU, cudnnTransformTensor on CUDA.
+  virtual void convert_layout(const float* x, float* y, const Shape& s, Layout to) = 0;
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.
@@ -243,6 +268,11 @@ class Backend {
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
   [[nodiscard]] MathMode math() const { return math_; }
+  /// Layout of the activations of the conv, pool, activation and batchnorm ops made after this
+  /// call, and of the layers built on this backend (see Layout; default nchw). Set before the
+  /// model is built.
+  void set_layout(Layout layout) { layout_ = layout; }
+  [[nodiscard]] Layout layout() const { return layout_; }
 
   /// Debug aid (--debug-sync, or DTRAIN_DEBUG_SYNC=1 in the environment on the CUDA backend):
   /// when on, the model calls check_after() after every layer's forward and backward, which waits
@@ -266,6 +296,7 @@ class Backend {
  private:
   float label_smoothing_ = 0.0f;
   MathMode math_ = MathMode::fp32;
+  Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;
 };
 

@@ -120,6 +120,9 @@ class Model {
   void bind(Stack& s);
   void run_forward(Stack& s, const float* x, const StepContext& ctx);
   [[nodiscard]] float* act(int tensor, const float* x) const;
+  /// The batch x (n samples, NCHW as the data reader delivers it) in the backend's layout: x
+  /// itself, or (NHWC backend, layouts_differ(sample)) converted into input_.
+  const float* network_input(const float* x, int n);
 
   Backend* backend_;
   std::vector<LayerSpec> specs_;
@@ -133,6 +136,7 @@ class Model {
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
   DeviceBuffer<float> arena_;  ///< activation memory (see MemoryPlan), shared by every stack
+  DeviceBuffer<float> input_;  ///< the batch converted to NHWC (network_input), when it must be
   std::map<int, std::unique_ptr<Stack>> stacks_;
 };
 

@@ -24,8 +24,9 @@ namespace dtrain {
 void set_threads(const Config& c, const Cluster& cluster);
 
 /// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
-/// "cuda:N"): --device, one GPU per node-local worker. Throws InputError when --device cuda finds
-/// no GPU or more local workers than GPUs without --allow-gpu-sharing.
+/// "cuda:N"): --device, one GPU per node-local worker, with --math and --layout set. Throws
+/// InputError when --device cuda finds no GPU or more local workers than GPUs without
+/// --allow-gpu-sharing.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled

@@ -9,6 +9,7 @@
 // (bit-reproducible runs) when one fits, else the first fitting one. Each direction gets
 // its own descriptor set to the chosen algorithm's math type (as cudnnGet*Algorithm_v7 asks), and
 // the choice is logged once per process and shape. The workspace is the backend's shared one.
+// With the backend's NHWC layout x and y are NHWC and the filter KRSC (converted per call).
 #include <algorithm>
 #include <mutex>
 #include <set>
@@ -80,16 +81,28 @@ class CudaConvOp final : public ConvOp {
   CudaConvOp(CudaBackend& be, const ConvDesc& d) : be_(be) {
     const Shape out = d.output();  // InputError for impossible shapes
     const Shape& in = d.input;
-    x_desc_ = TensorDesc::nchw(in.n, in.c, in.h, in.w);
-    y_desc_ = TensorDesc::nchw(out.n, out.c, out.h, out.w);
-    w_desc_ = FilterDesc::kcrs(d.out_channels, in.c, d.kernel.h, d.kernel.w);
+    const Layout layout = be.layout();
+    x_desc_ = TensorDesc::of(in, layout);
+    y_desc_ = TensorDesc::of(out, layout);
+    // NHWC activations take a KRSC filter (what PyTorch's channels_last weights are): the K×C×R×S
+    // weights are converted into w_krsc_ per call, the gradient back from dw_krsc_ (nothing to
+    // convert for 1×1 kernels or one input channel, where the two orders coincide).
+    w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w);
+    const Shape wshape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
+    if (layout == Layout::nhwc && layouts_differ(wshape)) {
+      w_shape_ = wshape;
+      w_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
+      dw_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
+    }
     const bool tf32 = be.math() == MathMode::tf32;
     auto make_desc = [&](cudnnMathType_t m) {
       return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w, m);
     };
     const ConvolutionDesc query = make_desc(tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     bias_ = d.bias;
-    out_shape_ = ChannelShape{out.n, out.c, out.h, out.w};
+    // The per-channel kernels see an NHWC tensor as (N·H·W)×C×1×1, the same memory.
+    out_shape_ = layout == Layout::nhwc ? ChannelShape{out.n * out.h * out.w, out.c, 1, 1}
+                                        : ChannelShape{out.n, out.c, out.h, out.w};
     if (bias_) bias_scratch_ = DeviceMemory::create(channel_scratch_floats(out_shape_) * sizeof(float));
 
     int n = 0, c = 0, h = 0, w = 0;
@@ -147,11 +160,13 @@ class CudaConvOp final : public ConvOp {
         handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
     need = std::max(fwd, std::max(bd, bf));
     be.reserve_workspace(need);
-    log_once("cuDNN conv " + shape + " (" + (tf32 ? "tf32" : "fp32") + "): " + chosen);
+    log_once("cuDNN conv " + shape + " (" + (tf32 ? "tf32" : "fp32") + ", " +
+             layout_name(layout) + "): " + chosen);
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
     const float one = 1.0f, zero = 0.0f;
+    w = filter(w);
     DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, w, fwd_desc_,
                                            fwd_algo_, be_.workspace(), be_.workspace_bytes(),
                                            &zero, y_desc_, y));
@@ -161,6 +176,11 @@ class CudaConvOp final : public ConvOp {
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override {
     const float one = 1.0f, zero = 0.0f;
+    float* dw_out = dw;
+    if (w_krsc_) {
+      dw = dw_krsc_.as<float>();
+      if (dx != nullptr) w = filter(w);
+    }
     if (dx != nullptr)
       DT_CHECK_CUDNN(cudnnConvolutionBackwardData(
           be_.cudnn(), &one, w_desc_, w, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
@@ -168,15 +188,25 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
         be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
         be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw));
+    if (w_krsc_) be_.convert_layout(dw, dw_out, w_shape_, Layout::nchw);  // KRSC → KCRS
     // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
     // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
     if (bias_) launch_channel_sum(be_.stream(), out_shape_, dy, db, bias_scratch_.as<float>());
   }
 
  private:
+  /// The filter as cuDNN reads it: w itself, or w converted to KRSC in w_krsc_.
+  const float* filter(const float* w) {
+    if (!w_krsc_) return w;
+    be_.convert_layout(w, w_krsc_.as<float>(), w_shape_, Layout::nhwc);
+    return w_krsc_.as<float>();
+  }
+
   CudaBackend& be_;
   TensorDesc x_desc_, y_desc_;
   FilterDesc w_desc_;
+  Shape w_shape_;                  ///< K×C×R×S, when the filter is converted
+  DeviceMemory w_krsc_, dw_krsc_;  ///< NHWC layout with R·S > 1 and C > 1 only
   ConvolutionDesc fwd_desc_, bwd_data_desc_, bwd_filter_desc_;
   cudnnConvolutionFwdAlgo_t fwd_algo_{};
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};

@@ -172,6 +172,13 @@ void CudaBackend::copy_2d(float* dst, std::size_t dst_stride, const float* src,
                                   width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
 }
 
+void CudaBackend::convert_layout(const float* x, float* y, const Shape& s, Layout to) {
+  const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
+  const TensorDesc src = TensorDesc::of(s, from), dst = TensorDesc::of(s, to);
+  const float one = 1.0f, zero = 0.0f;
+  DT_CHECK_CUDNN(cudnnTransformTensor(cudnn(), &one, src, x, &zero, dst, y));
+}
+
 bool CudaBackend::all_finite(const float* p, std::size_t n) {
   if (n == 0) return true;
   DT_CHECK_CUDA(cudaMemsetAsync(flag_.get(), 0, sizeof(int), stream_));

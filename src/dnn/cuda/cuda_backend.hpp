@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   void add(float* y, const float* x, std::size_t n) override;
   void copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
                std::size_t width, std::size_t rows) override;
+  void convert_layout(const float* x, float* y, const Shape& s, Layout to) override;
   bool all_finite(const float* p, std::size_t n) override;
   void synchronize() override;
 

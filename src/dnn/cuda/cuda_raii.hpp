@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cuda_check.hpp"
+#include "dtrain/dnn/backend.hpp"
 
 namespace dtrain::cuda {
 
@@ -127,30 +128,40 @@ class CublasHandle : public UniqueHandle<cublasHandle_t, CublasTraits> {
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };
 
-/// cudnnTensorDescriptor_t, set as fp32 NCHW n×c×h×w.
+/// cuDNN's format for a dtrain Layout (CUDNN_TENSOR_NCHW / CUDNN_TENSOR_NHWC).
+inline cudnnTensorFormat_t cudnn_format(Layout layout) {
+  return layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+/// cudnnTensorDescriptor_t, set as fp32 n×c×h×w in NCHW or NHWC memory order.
 class TensorDesc : public UniqueHandle<cudnnTensorDescriptor_t, TensorDescTraits> {
  public:
   TensorDesc() = default;
-  static TensorDesc nchw(int n, int c, int h, int w) {
+  static TensorDesc nchw(int n, int c, int h, int w) { return make(Layout::nchw, n, c, h, w); }
+  static TensorDesc make(Layout layout, int n, int c, int h, int w) {
     cudnnTensorDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
     TensorDesc owner(d);
-    DT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+    DT_CHECK_CUDNN(
+        cudnnSetTensor4dDescriptor(d, cudnn_format(layout), CUDNN_DATA_FLOAT, n, c, h, w));
     return owner;
   }
+  static TensorDesc of(const Shape& s, Layout layout) { return make(layout, s.n, s.c, s.h, s.w); }
 
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };
 
-/// cudnnFilterDescriptor_t, fp32 KCRS (NCHW).
+/// cudnnFilterDescriptor_t, fp32 k×c×r×s stored KCRS (NCHW) or KRSC (NHWC).
 class FilterDesc : public UniqueHandle<cudnnFilterDescriptor_t, FilterDescTraits> {
  public:
   FilterDesc() = default;
-  static FilterDesc kcrs(int k, int c, int r, int s) {
+  static FilterDesc kcrs(int k, int c, int r, int s) { return make(Layout::nchw, k, c, r, s); }
+  static FilterDesc make(Layout layout, int k, int c, int r, int s) {
     cudnnFilterDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
     FilterDesc owner(d);
-    DT_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, k, c, r, s));
+    DT_CHECK_CUDNN(
+        cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, cudnn_format(layout), k, c, r, s));
     return owner;
   }
 

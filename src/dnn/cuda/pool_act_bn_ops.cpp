@@ -5,7 +5,8 @@
 // as long on an H100), sigmoid on cudnnActivationForward/Backward, and spatial batch normalization
 // (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu) when there are few
 // channels (see CudaBatchNormOp), else on cudnnBatchNormalizationForwardTraining / Backward;
-// inference on cudnnBatchNormalizationForwardInference (all cuDNN calls CUDNN_BATCHNORM_SPATIAL).
+// inference on cudnnBatchNormalizationForwardInference (cuDNN calls CUDNN_BATCHNORM_SPATIAL; in the
+// NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT). Descriptors in the backend's layout.
 // Momentum is PyTorch's; running_var holds the unbiased batch variance, as BatchNormDesc documents.
 #include <string>
 
@@ -16,14 +17,13 @@
 namespace dtrain::cuda {
 namespace {
 
-TensorDesc desc_of(const Shape& s) { return TensorDesc::nchw(s.n, s.c, s.h, s.w); }
 
 class CudaPoolOp final : public PoolOp {
  public:
   CudaPoolOp(CudaBackend& be, const PoolDesc& d) : be_(be) {
     const Shape out = d.output();  // InputError for impossible windows
-    x_desc_ = desc_of(d.input);
-    y_desc_ = desc_of(out);
+    x_desc_ = TensorDesc::of(d.input, be.layout());
+    y_desc_ = TensorDesc::of(out, be.layout());
     pool_desc_ =
         PoolingDesc::create(d.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
@@ -58,7 +58,7 @@ class CudaActivationOp final : public ActivationOp {
   CudaActivationOp(CudaBackend& be, ActKind kind, const Shape& shape)
       : be_(be), relu_(kind == ActKind::relu), count_(shape.count()) {
     DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
-    desc_ = desc_of(shape);
+    desc_ = TensorDesc::of(shape, be.layout());
     act_ = ActivationDesc::create(kind == ActKind::relu ? CUDNN_ACTIVATION_RELU
                                                         : CUDNN_ACTIVATION_SIGMOID);
   }
@@ -96,7 +96,10 @@ class CudaBatchNormOp final : public BatchNormOp {
                "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
     DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
                "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
-    x_desc_ = desc_of(s);
+    const bool nhwc = be.layout() == Layout::nhwc;
+    x_desc_ = TensorDesc::of(s, be.layout());
+    // NHWC trains on cuDNN's persistent kernels (as PyTorch does for channels_last).
+    train_mode_ = nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
     cudnnTensorDescriptor_t raw = nullptr;
     DT_CHECK_CUDNN(cudnnCreateTensorDescriptor(&raw));
     param_desc_ = TensorDesc(raw);
@@ -115,7 +118,9 @@ class CudaBatchNormOp final : public BatchNormOp {
     // channels cuDNN's one-pass kernels won: ResNet-50 ran at 1600 samples/s on cuDNN's batchnorm
     // in every layer, 1443 on ours in every layer. So ours below two channels per SM, and always
     // for one value per channel (N·H·W = 1), where cuDNN's unbiased variance divides by zero.
-    own_ = 2 * s.c <= be.multiprocessors() || s.n * s.h * s.w == 1;
+    // NHWC: cuDNN's NHWC kernels read whole rows of channels, so few channels do not idle them;
+    // ours only for N·H·W = 1 (where both layouts are the same memory).
+    own_ = (!nhwc && 2 * s.c <= be.multiprocessors()) || s.n * s.h * s.w == 1;
     if (own_) scratch_ = DeviceMemory::create(channel_scratch_floats(shape_) * sizeof(float));
   }
 
@@ -129,7 +134,7 @@ class CudaBatchNormOp final : public BatchNormOp {
     } else if (training) {
       // saved_inv_var_ is 1/sqrt(var + ε) in both paths (cuDNN's resultSaveInvVariance).
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
-          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
+          be_.cudnn(), train_mode_, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
           gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
           static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get()));
     } else {
@@ -153,7 +158,7 @@ class CudaBatchNormOp final : public BatchNormOp {
     }
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
-        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
+        be_.cudnn(), train_mode_, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
         x_desc_, dx, param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon),
         saved_mean_.get(), saved_inv_var_.get()));
   }
@@ -162,6 +167,7 @@ class CudaBatchNormOp final : public BatchNormOp {
   CudaBackend& be_;
   BatchNormDesc d_;
   TensorDesc x_desc_, param_desc_;
+  cudnnBatchNormMode_t train_mode_ = CUDNN_BATCHNORM_SPATIAL;  ///< of training forward and backward
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
   ChannelShape shape_;
   bool own_ = false;      ///< train on channel_kernels.cu (else cuDNN)

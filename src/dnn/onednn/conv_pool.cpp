@@ -4,7 +4,7 @@
 // convolution_backward_weights (weights + bias), pooling_forward / pooling_backward (max keeps its
 // workspace between a training forward and backward; avg = pooling_avg_exclude_padding, as
 // PyTorch's count_include_pad=False). Convolutions run in the layouts oneDNN prefers (reordered
-// from and to nchw / oihw inside the op); primitives built once per shape.
+// from and to the backend's nchw / nhwc and oihw inside the op); primitives built once per shape.
 #include "dtrain/core/error.hpp"
 #include "onednn_common.hpp"
 
@@ -25,9 +25,9 @@ memory::dims dims_of(const Hw& v) { return {v.h, v.w}; }
 
 class OneDnnConv final : public ConvOp {
  public:
-  OneDnnConv(const Context& ctx, const ConvDesc& d) : out_(d.output()) {
+  OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    dnnl_guard("convolution", shape, [&] { build(ctx, d, shape); });
+    dnnl_guard("convolution", shape, [&] { build(ctx, d, layout, shape); });
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
@@ -40,11 +40,12 @@ class OneDnnConv final : public ConvOp {
   }
 
  private:
-  // Tensors cross the op boundary in plain nchw / oihw; inside, oneDNN picks its fastest layouts
-  // (format_tag::any: blocked nChw8c/16c with jit kernels) and Prim::staged_arg reorders.
-  void build(const Context& ctx, const ConvDesc& d, const std::string& shape) {
-    const memory::desc src = md_nchw(d.input);
-    const memory::desc dst = md_nchw(out_);
+  // Tensors cross the op boundary in plain nchw or nhwc (the backend's layout) and oihw; inside,
+  // oneDNN picks its fastest layouts (format_tag::any: blocked nChw8c/16c with jit kernels) and
+  // Prim::staged_arg reorders.
+  void build(const Context& ctx, const ConvDesc& d, Layout layout, const std::string& shape) {
+    const memory::desc src = md_act(d.input, layout);
+    const memory::desc dst = md_act(out_, layout);
     const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
     const memory::desc wei(wdims, memory::data_type::f32, memory::format_tag::oihw);
     const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
@@ -97,10 +98,10 @@ class OneDnnConv final : public ConvOp {
 
 class OneDnnPool final : public PoolOp {
  public:
-  OneDnnPool(const Context& ctx, const PoolDesc& d) : out_(d.output()) {
+  OneDnnPool(const Context& ctx, const PoolDesc& d, Layout layout) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
     dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
-               [&] { build(ctx, d, shape); });
+               [&] { build(ctx, d, layout, shape); });
   }
 
   // One forward_training primitive serves both modes: for max pooling it also writes the
@@ -121,9 +122,9 @@ class OneDnnPool final : public PoolOp {
   // oneDNN's jit pooling needs a channel-blocked source (nChw8c on AVX2, nChw16c on AVX-512); the
   // plain-nchw fallback (simple_nchw) is several times slower. The op therefore pools in the
   // blocked layout and reorders at its boundary (Prim::staged_arg).
-  void build(const Context& ctx, const PoolDesc& d, const std::string& shape) {
-    const memory::desc src = md_nchw(d.input);
-    const memory::desc dst = md_nchw(out_);
+  void build(const Context& ctx, const PoolDesc& d, Layout layout, const std::string& shape) {
+    const memory::desc src = md_act(d.input, layout);
+    const memory::desc dst = md_act(out_, layout);
     const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
     const memory::format_tag blocked =
         avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
@@ -163,12 +164,12 @@ class OneDnnPool final : public PoolOp {
 
 }  // namespace
 
-std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d) {
-  return std::make_unique<OneDnnConv>(ctx, d);
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout) {
+  return std::make_unique<OneDnnConv>(ctx, d, layout);
 }
 
-std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d) {
-  return std::make_unique<OneDnnPool>(ctx, d);
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout) {
+  return std::make_unique<OneDnnPool>(ctx, d, layout);
 }
 
 }  // namespace dtrain::onednn

@@ -24,8 +24,10 @@ namespace dtrain::onednn {
                                   __FILE__, __LINE__));
 }
 
-dnnl::memory::desc md_nchw(const Shape& s) {
-  return {{s.n, s.c, s.h, s.w}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw};
+dnnl::memory::desc md_act(const Shape& s, Layout layout) {
+  return {{s.n, s.c, s.h, s.w},
+          dnnl::memory::data_type::f32,
+          layout == Layout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw};
 }
 dnnl::memory::desc md_nc(int n, int c) {
   return {{n, c}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nc};
@@ -287,18 +289,43 @@ class CpuBackend final : public Backend {
       copy(dst + static_cast<std::size_t>(r) * dst_stride,
            src + static_cast<std::size_t>(r) * src_stride, width * sizeof(float));
   }
+  void convert_layout(const float* x, float* y, const Shape& s, Layout to) override {
+    const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
+    const std::string key = s.str() + layout_name(to);
+    auto it = reorders_.find(key);
+    if (it == reorders_.end()) {
+      it = dnnl_guard("reorder", s.str() + " to " + layout_name(to), [&] {
+             Reorder r;
+             r.src = dnnl::memory(md_act(s, from), ctx_->engine, nullptr);
+             r.dst = dnnl::memory(md_act(s, to), ctx_->engine, nullptr);
+             r.prim = dnnl::reorder(r.src, r.dst);
+             return reorders_.emplace(key, std::move(r)).first;
+           });
+    }
+    Reorder& r = it->second;
+    r.src.set_data_handle(const_cast<float*>(x));
+    r.dst.set_data_handle(y);
+    dnnl_guard("reorder", key, [&] {
+      r.prim.execute(ctx_->stream, r.src, r.dst);
+      ctx_->stream.wait();
+    });
+  }
   bool all_finite(const float* p, std::size_t n) override { return all_finite_host(p, n); }
   void synchronize() override {
     dnnl_guard("stream wait", "", [&] { ctx_->stream.wait(); });
   }
 
-  std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override { return make_conv_op(*ctx_, d); }
-  std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override { return make_pool_op(*ctx_, d); }
+  std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override {
+    return make_conv_op(*ctx_, d, layout());
+  }
+  std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override {
+    return make_pool_op(*ctx_, d, layout());
+  }
   std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override {
     return make_activation_op(*ctx_, kind, shape);
   }
   std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override {
-    return make_batchnorm_op(*ctx_, d);
+    return make_batchnorm_op(*ctx_, d, layout());
   }
   std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) override {
     return make_dense_op(*ctx_, d);
@@ -320,6 +347,11 @@ class CpuBackend final : public Backend {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
   std::unique_ptr<Context> ctx_;
+  struct Reorder {  ///< a layout conversion of one shape (convert_layout), made on first use
+    dnnl::memory src, dst;
+    dnnl::reorder prim;
+  };
+  std::unordered_map<std::string, Reorder> reorders_;  ///< by shape and target layout
 };
 
 }  // namespace

@@ -67,9 +67,10 @@ class OneDnnActivation final : public ActivationOp {
 
 class OneDnnBatchNorm final : public BatchNormOp {
  public:
-  OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d)
+  OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d, Layout layout)
       : ctx_(ctx),
         d_(d),
+        layout_(layout),
         mean_(static_cast<std::size_t>(d.input.c)),
         var_(static_cast<std::size_t>(d.input.c)),
         unused_shift_(static_cast<std::size_t>(d.input.c)) {
@@ -118,7 +119,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
  private:
   void build(const std::string& shape) {
     using dnnl::normalization_flags;
-    const memory::desc md = md_nchw(d_.input);
+    const memory::desc md = md_act(d_.input, layout_);
     const memory::desc cmd = md_x(static_cast<std::size_t>(d_.input.c));
     const normalization_flags ss = normalization_flags::use_scale | normalization_flags::use_shift;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -181,6 +182,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
 
   const Context& ctx_;
   BatchNormDesc d_;
+  Layout layout_;
   HostArray mean_, var_;    // batch statistics of the last training forward (biased variance)
   HostArray unused_shift_;  // zeros bound to backward's DNNL_ARG_SHIFT
   HostArray dx_scratch_;    // only for backward(dx == nullptr), made on first use
@@ -194,8 +196,9 @@ std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kin
   return std::make_unique<OneDnnActivation>(ctx, kind, shape);
 }
 
-std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d) {
-  return std::make_unique<OneDnnBatchNorm>(ctx, d);
+std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d,
+                                               Layout layout) {
+  return std::make_unique<OneDnnBatchNorm>(ctx, d, layout);
 }
 
 }  // namespace dtrain::onednn

@@ -56,8 +56,9 @@ decltype(auto) dnnl_guard(const std::string& what, const std::string& shape, F&&
   }
 }
 
-/// Plain fp32 memory descriptors.
-dnnl::memory::desc md_nchw(const Shape& s);
+/// Plain fp32 memory descriptors: md_act is an activation of shape s (N×C×H×W) in `layout`
+/// (format_tag nchw or nhwc).
+dnnl::memory::desc md_act(const Shape& s, Layout layout);
 dnnl::memory::desc md_nc(int n, int c);
 dnnl::memory::desc md_x(std::size_t n);
 
@@ -149,11 +150,12 @@ class HostArray {
 
 // Op factories (one translation unit per family); each throws InputError for a bad shape and
 // LibraryError when oneDNN cannot create the primitive.
-std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d);
-std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d);
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout);
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout);
 std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kind,
                                                  const Shape& shape);
-std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d);
+std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d,
+                                               Layout layout);
 std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d);
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
 std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing);
