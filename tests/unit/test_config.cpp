@@ -213,6 +213,10 @@ TEST_F(ConfigTest, UnknownEnumValues) {
   EXPECT_MENTIONS(msg, "rmsprop");
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "linear"})), "--lr-schedule");
   EXPECT_MENTIONS(error_of(base({"--device", "tpu"})), "--device");
+  msg = error_of(base({"--layout", "chw"}));
+  EXPECT_MENTIONS(msg, "--layout");
+  EXPECT_MENTIONS(msg, "chw");
+  EXPECT_EQ(parse(base({"--layout", "nhwc"})).config.layout, "nhwc");
   EXPECT_THROW(optimizer_kind("rmsprop"), InputError);
   EXPECT_EQ(optimizer_kind("adam"), OptimizerKind::adam);
 }
