@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <type_traits>
 
 #include "dtrain/core/log.hpp"
 
@@ -23,8 +24,10 @@ enum class Poll { nothing, progress, done };
 /// receiver copies); then it sleeps between polls, doubling the sleep from 50 µs up to 100 µs
 /// while the wait is young and up to 1 ms once it has lasted 0.1 s (an idle ps, a worker waiting
 /// for a slower peer), so that a long wait gives its core to the ranks that compute.
-template <typename Test>
-void poll_until(Test test, double timeout_s, const std::string& what) {
+/// `what` names the wait in its TimeoutError: a string, or a callable returning one (built only
+/// then).
+template <typename Test, typename What>
+void poll_until(Test test, double timeout_s, const What& what) {
   constexpr double kSpinSeconds = 200e-6;
   const double start = now_seconds();
   const double deadline = start + timeout_s;
@@ -42,8 +45,10 @@ void poll_until(Test test, double timeout_s, const std::string& what) {
       std::this_thread::yield();
       continue;
     }
-    if (now > deadline)
-      throw TimeoutError(timeout_s, what);
+    if (now > deadline) {
+      if constexpr (std::is_invocable_v<What>) throw TimeoutError(timeout_s, what());
+      else throw TimeoutError(timeout_s, what);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     sleep_us = std::min(2 * sleep_us, now - start < 0.1 ? 100 : 1000);
   }
@@ -84,8 +89,10 @@ void wait_one(MPI_Request& req, double timeout_s, const std::string& what, MPI_S
       timeout_s, what);
 }
 
-int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
-             MPI_Status* status) {
+namespace {
+template <typename What>
+int wait_any_named(std::vector<MPI_Request>& reqs, double timeout_s, const What& what,
+                   MPI_Status* status) {
   int index = MPI_UNDEFINED;
   poll_until(
       [&] {
@@ -96,6 +103,17 @@ int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string
       },
       timeout_s, what);
   return index;
+}
+}  // namespace
+
+int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
+             MPI_Status* status) {
+  return wait_any_named(reqs, timeout_s, what, status);
+}
+
+int wait_any(std::vector<MPI_Request>& reqs, double timeout_s,
+             const std::function<std::string()>& what, MPI_Status* status) {
+  return wait_any_named(reqs, timeout_s, what, status);
 }
 
 }  // namespace dtrain

@@ -9,6 +9,7 @@
 #include "dtrain/ps/server.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <vector>
@@ -105,6 +106,9 @@ class ParameterServer {
     for (int w = 0; w < workers_; ++w) post_recv(w);
   }
 
+  ParameterServer(const ParameterServer&) = delete;  // waiting_for_ points at this object
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
   PsStats run() {
     const double t0 = now_seconds();
     int remaining = workers_;
@@ -124,7 +128,7 @@ class ParameterServer {
         }
       }
       MPI_Status st;
-      const int i = wait_any(polled_, c_.timeout, waiting_for(), &st);
+      const int i = wait_any(polled_, c_.timeout, waiting_for_, &st);
       if (i == MPI_UNDEFINED) break;
       const double b0 = now_seconds();
       if (owner_[i] >= 0) {
@@ -524,6 +528,7 @@ class ParameterServer {
   std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
   std::vector<MPI_Request> polled_;  ///< the event loop's requests this round
   std::vector<int> owner_;           ///< per polled request: worker w's chunk (w), its header (−1 − w)
+  const std::function<std::string()> waiting_for_{[this] { return waiting_for(); }};
   std::vector<WorkerSlot> slots_;
   PsStats stats_;
 };

@@ -2,11 +2,13 @@
 // ps/worker counts and ranks, role communicators (sizes, ranks = role index), set_devices and the
 // role table, for every num_ps the world allows; num_ps ≥ world refused on every rank; and
 // all_or_nothing (comm/guard.hpp): a failure on some ranks raises ReportedError on ALL ranks with
-// the exit code of the lowest failing rank, and success returns everywhere.
+// the exit code of the lowest failing rank, and success returns everywhere; wait_any with a name
+// built only on timeout (the ps event loop's).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -135,6 +137,40 @@ TEST(AllOrNothing, LowestFailingRankDecidesTheCode) {
   EXPECT_EQ(code, kExitFault);
   // A later guarded phase works again (nothing left pending from the failed one).
   EXPECT_NO_THROW(all_or_nothing(MPI_COMM_WORLD, [] {}));
+}
+
+TEST(WaitAny, BuildsItsNameOnlyWhenItTimesOut) {
+  // A receive from this rank that nothing sends: the wait times out, naming what the callable
+  // returns; it was called once, at the deadline, not per poll.
+  std::vector<MPI_Request> reqs(1);
+  int value = 0;
+  MPI_Irecv(&value, 1, MPI_INT, 0, 4242, MPI_COMM_SELF, &reqs[0]);
+  int calls = 0;
+  const std::function<std::string()> name = [&] {
+    ++calls;
+    return std::string("ps 0 waiting for worker messages (the payload of worker(s) 3)");
+  };
+  MPI_Status st;
+  try {
+    (void)wait_any(reqs, 0.2, name, &st);
+    ADD_FAILURE() << "an unmatched receive completed";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(e.operation(), name());
+    EXPECT_DOUBLE_EQ(e.seconds(), 0.2);
+  }
+  EXPECT_EQ(calls, 2);  // the timeout's and the one above
+  MPI_Cancel(&reqs[0]);
+  MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+  // A completed request returns its index without building the name.
+  calls = 0;
+  int sent = 7;
+  MPI_Request send = MPI_REQUEST_NULL;
+  MPI_Irecv(&value, 1, MPI_INT, 0, 4243, MPI_COMM_SELF, &reqs[0]);
+  MPI_Isend(&sent, 1, MPI_INT, 0, 4243, MPI_COMM_SELF, &send);
+  EXPECT_EQ(wait_any(reqs, 5.0, name, &st), 0);
+  MPI_Wait(&send, MPI_STATUS_IGNORE);
+  EXPECT_EQ(value, 7);
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(AllOrNothing, ARankStuckInItsSetUpTimesTheOthersOut) {

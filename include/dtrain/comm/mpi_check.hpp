@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
 /// inactive). Throws TimeoutError (core/error.hpp) after timeout_s seconds.
 int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
              MPI_Status* status);
+/// The same, the name built by what() only when the wait times out: for a loop that waits
+/// thousands of times a second and names the peers it waits for (the ps event loop).
+int wait_any(std::vector<MPI_Request>& reqs, double timeout_s,
+             const std::function<std::string()>& what, MPI_Status* status);
 
 /// Process-wide default for the waits (set from --timeout).
 void set_comm_timeout(double seconds);
