@@ -58,8 +58,15 @@ crash_case async 3 --num-ps 1
 
 echo "== async: corrupt data in the newest checkpoint"
 dir=$SCRATCH/corrupt
+# Two runs, so that two checkpoints exist whatever the timing: async, the chief sees the global
+# step jump when the other worker pushes meanwhile, and a starved chief may pass step 10 and 20
+# between two of its own pushes (its --checkpoint-every checkpoints then fall together); each run
+# writes its final checkpoint.
 timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${FX[@]}" --num-ps 1 --run-dir "$dir" --checkpoint-every 10 \
-  --max-steps 30 >"$dir.log" 2>&1 || { cat "$dir.log"; fail "first run failed"; }
+  --max-steps 20 >"$dir.log" 2>&1 || { cat "$dir.log"; fail "first run failed"; }
+timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${FX[@]}" --num-ps 1 --run-dir "$dir" --checkpoint-every 10 \
+  --resume --max-steps 30 >>"$dir.log" 2>&1 || { cat "$dir.log"; fail "second run failed"; }
+(($(ls "$dir"/ckpt-*.h5 | wc -l) >= 2)) || { ls "$dir"; fail "fewer than 2 checkpoints"; }
 newest=$(ls "$dir"/ckpt-*.h5 | sort | tail -1)
 prev=$(ls "$dir"/ckpt-*.h5 | sort | tail -2 | head -1)
 "$PY" - "$newest" <<'PY'
