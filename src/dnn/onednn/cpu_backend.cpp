@@ -5,10 +5,12 @@
 // Memory is 64-byte aligned host memory (std::aligned_alloc). Optimizer formulas follow
 // torch.optim.SGD (momentum/Nesterov, coupled weight decay) and Adam (Kingma & Ba 2015, bias
 // corrected), written as branch-free loops over __restrict pointers so that they vectorize.
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/simd.hpp"
@@ -290,25 +292,25 @@ class CpuBackend final : public Backend {
            src + static_cast<std::size_t>(r) * src_stride, width * sizeof(float));
   }
   void convert_layout(const float* x, float* y, const Shape& s, Layout to) override {
-    const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
-    const std::string key = s.str() + layout_name(to);
+    const std::array<int, 5> key{s.n, s.c, s.h, s.w, static_cast<int>(to)};
     auto it = reorders_.find(key);
     if (it == reorders_.end()) {
-      it = dnnl_guard("reorder", s.str() + " to " + layout_name(to), [&] {
-             Reorder r;
-             r.src = dnnl::memory(md_act(s, from), ctx_->engine, nullptr);
-             r.dst = dnnl::memory(md_act(s, to), ctx_->engine, nullptr);
-             r.prim = dnnl::reorder(r.src, r.dst);
-             return reorders_.emplace(key, std::move(r)).first;
+      const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
+      const std::string what = s.str() + " to " + layout_name(to);
+      it = dnnl_guard("reorder", what, [&] {
+             const dnnl::memory::desc src = md_act(s, from), dst = md_act(s, to);
+             const dnnl::reorder::primitive_desc pd(ctx_->engine, src, ctx_->engine, dst,
+                                                    user_scratchpad_attr());
+             Prim p = Prim::make<dnnl::reorder>(*ctx_, pd, "reorder", what);
+             p.user_arg(DNNL_ARG_FROM, src);
+             p.user_arg(DNNL_ARG_TO, dst);
+             return reorders_.emplace(key, std::move(p)).first;
            });
     }
-    Reorder& r = it->second;
-    r.src.set_data_handle(const_cast<float*>(x));
-    r.dst.set_data_handle(y);
-    dnnl_guard("reorder", key, [&] {
-      r.prim.execute(ctx_->stream, r.src, r.dst);
-      ctx_->stream.wait();
-    });
+    Prim& p = it->second;
+    p.set(DNNL_ARG_FROM, x);
+    p.set(DNNL_ARG_TO, y);
+    p.run();
   }
   bool all_finite(const float* p, std::size_t n) override { return all_finite_host(p, n); }
   void synchronize() override {
@@ -347,11 +349,8 @@ class CpuBackend final : public Backend {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
   std::unique_ptr<Context> ctx_;
-  struct Reorder {  ///< a layout conversion of one shape (convert_layout), made on first use
-    dnnl::memory src, dst;
-    dnnl::reorder prim;
-  };
-  std::unordered_map<std::string, Reorder> reorders_;  ///< by shape and target layout
+  /// convert_layout's reorders, made on first use, by (N, C, H, W, target layout).
+  std::map<std::array<int, 5>, Prim> reorders_;
 };
 
 }  // namespace
