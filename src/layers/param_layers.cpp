@@ -63,7 +63,7 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
         units_(units) {
     // Its weights see the NCHW flattening of x: an NHWC input (VGG's dense after a pool) is
     // converted into x_nchw_ in forward, and dx comes back through dx_nchw_.
-    if (be != nullptr && be->layout() == Layout::nhwc && layouts_differ(in)) {
+    if (be != nullptr && be->differs_from_nchw(in)) {
       be_ = be;
       x_nchw_ = DeviceBuffer<float>(*be, in.count());
       dx_nchw_ = DeviceBuffer<float>(*be, in.count());

@@ -108,7 +108,7 @@ class FlattenLayer final : public CopyLayer {
  public:
   FlattenLayer(const Shape& in, Backend* be)
       : CopyLayer("flatten", in, Shape{in.n, static_cast<int>(in.sample_count()), 1, 1}, be),
-        convert_(be != nullptr && be->layout() == Layout::nhwc && layouts_differ(in)) {}
+        convert_(be != nullptr && be->differs_from_nchw(in)) {}
   // NCHW (or nothing to convert): the same memory, run in place. NHWC: y is the NCHW order.
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, !convert_}; }
   [[nodiscard]] std::string describe() const override { return "flatten"; }

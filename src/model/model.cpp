@@ -98,7 +98,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
   arena_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(plan_->total_floats, 1));
-  if (backend->layout() == Layout::nhwc && layouts_differ(sample_))  // see network_input()
+  if (backend->differs_from_nchw(sample_))  // see network_input()
     input_ = DeviceBuffer<float>(*backend, sample_.with_n(max_batch).count());
   bind(*stack);
   stacks_[max_batch] = std::move(stack);

@@ -273,6 +273,11 @@ class Backend {
   /// model is built.
   void set_layout(Layout layout) { layout_ = layout; }
   [[nodiscard]] Layout layout() const { return layout_; }
+  /// Whether a tensor of shape s is stored otherwise than its NCHW order on this backend (NHWC
+  /// and layouts_differ(s)): where a flat NCHW reader or writer must convert.
+  [[nodiscard]] bool differs_from_nchw(const Shape& s) const {
+    return layout_ == Layout::nhwc && layouts_differ(s);
+  }
 
   /// Debug aid (--debug-sync, or DTRAIN_DEBUG_SYNC=1 in the environment on the CUDA backend):
   /// when on, the model calls check_after() after every layer's forward and backward, which waits

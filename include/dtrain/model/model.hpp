@@ -121,7 +121,7 @@ class Model {
   void run_forward(Stack& s, const float* x, const StepContext& ctx);
   [[nodiscard]] float* act(int tensor, const float* x) const;
   /// The batch x (n samples, NCHW as the data reader delivers it) in the backend's layout: x
-  /// itself, or (NHWC backend, layouts_differ(sample)) converted into input_.
+  /// itself, or (Backend::differs_from_nchw(sample)) converted into input_.
   const float* network_input(const float* x, int n);
 
   Backend* backend_;

@@ -89,7 +89,7 @@ class CudaConvOp final : public ConvOp {
     // convert for 1×1 kernels or one input channel, where the two orders coincide).
     w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w);
     const Shape wshape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
-    if (layout == Layout::nhwc && layouts_differ(wshape)) {
+    if (be.differs_from_nchw(wshape)) {
       w_shape_ = wshape;
       w_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
       dw_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
