@@ -228,6 +228,10 @@ void build_table(Table& t, Config& c) {
         "memory order of the activations on the workers: nchw | nhwc (channels last, PyTorch's "
         "channels_last: cuDNN's tensor-core convolutions read it without transposes). Parameters, "
         "checkpoints and the exchange are the same either way");
+  t.add("precision", &c.precision,
+        "activations on the workers: fp32 | bf16 (mixed precision as torch.autocast(bfloat16): "
+        "bf16 activations and gradients of activations, fp32 master weights, optimizer, loss and "
+        "exchange; native on GPUs of compute capability >= 8.0, emulated on the CPU)");
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
@@ -428,6 +432,7 @@ void validate_config(const Config& c) {
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
   one_of("layout", c.layout, {"nchw", "nhwc"});
+  one_of("precision", c.precision, {"fp32", "bf16"});
   non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});

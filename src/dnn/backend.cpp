@@ -33,6 +33,8 @@ void require_input(const char* what, const Shape& in) {
 }  // namespace
 
 const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
+const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 
 Shape ConvDesc::output() const {
   require_input("conv", input);

@@ -73,22 +73,26 @@ inline Backend& backend_of(Backend* be, const std::string& layer) {
   return *be;
 }
 
-/// Copies `channels` channels between two tensors of the N, H, W of `plane`: channels
+/// Copies `channels` channels between two activation tensors of the N, H, W of `plane`: channels
 /// [src_first, src_first + channels) of src (src_c channels) to [dst_first, dst_first + channels)
-/// of dst (dst_c channels), in the backend's layout — one copy_2d: a block of channels·H·W floats
-/// per sample (NCHW) or a run of `channels` floats per pixel (NHWC). Concat and zeropad.
-inline void copy_channels(Backend& be, const Shape& plane, float* dst, int dst_c, int dst_first,
-                          const float* src, int src_c, int src_first, int channels) {
+/// of dst (dst_c channels), in the backend's layout and act_dtype() — one copy_2d: a block of
+/// channels·H·W elements per sample (NCHW) or a run of `channels` elements per pixel (NHWC).
+/// Concat and zeropad.
+inline void copy_channels(Backend& be, const Shape& plane, void* dst, int dst_c, int dst_first,
+                          const void* src, int src_c, int src_first, int channels) {
   const auto z = [](int v) { return static_cast<std::size_t>(v); };
-  const std::size_t hw = z(plane.h) * z(plane.w);
-  if (be.layout() == Layout::nhwc) {
-    be.copy_2d(dst + z(dst_first), z(dst_c), src + z(src_first), z(src_c), z(channels),
-               z(plane.n) * hw);
-  } else {
-    be.copy_2d(dst + z(dst_first) * hw, z(dst_c) * hw, src + z(src_first) * hw, z(src_c) * hw,
-               z(channels) * hw, z(plane.n));
-  }
+  const std::size_t e = be.act_size();
+  // Per sample (NCHW) a channel is H·W elements; per pixel (NHWC) one.
+  const bool nhwc = be.layout() == Layout::nhwc;
+  const std::size_t unit = nhwc ? e : z(plane.h) * z(plane.w) * e;  // bytes per channel per row
+  const std::size_t rows = nhwc ? z(plane.n) * z(plane.h) * z(plane.w) : z(plane.n);
+  be.copy_2d(static_cast<char*>(dst) + z(dst_first) * unit, z(dst_c) * unit,
+             static_cast<const char*>(src) + z(src_first) * unit, z(src_c) * unit,
+             z(channels) * unit, rows);
 }
+
+/// Bytes of an activation tensor of shape s on backend be.
+inline std::size_t act_bytes(const Backend& be, const Shape& s) { return s.count() * be.act_size(); }
 
 /// Common state of every single-input layer: its type, shapes and the pointers bind() received.
 class LayerBase : public Layer {
@@ -105,18 +109,18 @@ class LayerBase : public Layer {
     g_ = grads;
     s_ = state;
   }
-  void forward(LayerInputs x, float* y, const StepContext& ctx) final {
+  void forward(LayerInputs x, void* y, const StepContext& ctx) final {
     forward_one(x[0], y, ctx);
   }
-  void backward(LayerInputs x, const float* y, const float* dy, LayerInputGrads dx) final {
+  void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) final {
     backward_one(x[0], y, dy, dx[0]);
   }
 
  protected:
-  /// y = layer(x).
-  virtual void forward_one(const float* x, float* y, const StepContext& ctx) = 0;
+  /// y = layer(x) (activations).
+  virtual void forward_one(const void* x, void* y, const StepContext& ctx) = 0;
   /// dx (nullptr: not needed) and parameter gradients from dy.
-  virtual void backward_one(const float* x, const float* y, const float* dy, float* dx) = 0;
+  virtual void backward_one(const void* x, const void* y, const void* dy, void* dx) = 0;
   /// Throws unless bind() gave this layer its tensors (forward before bind is a model bug) and
   /// the layer was built with a backend.
   void require_bound(const void* op) const {

@@ -35,16 +35,15 @@ class AddLayer final : public MergeLayer {
  public:
   AddLayer(const std::vector<Shape>& in, Backend* be) : MergeLayer("add", in, in[0], be) {}
 
-  void forward(LayerInputs x, float* y, const StepContext& /*ctx*/) override {
+  void forward(LayerInputs x, void* y, const StepContext& /*ctx*/) override {
     check_arity(x);
-    const std::size_t n = out_.count();
-    be().copy_device(y, x[0], n * sizeof(float));
-    for (std::size_t i = 1; i < x.size(); ++i) be().add(y, x[i], n);
+    be().copy_device(y, x[0], act_bytes(be(), out_));
+    for (std::size_t i = 1; i < x.size(); ++i) be().add(y, x[i], out_.count(), be().act_dtype());
   }
-  void backward(LayerInputs x, const float* /*y*/, const float* dy, LayerInputGrads dx) override {
+  void backward(LayerInputs x, const void* /*y*/, const void* dy, LayerInputGrads dx) override {
     check_arity(x);
-    for (float* d : dx)
-      if (d != nullptr) be().copy_device(d, dy, out_.count() * sizeof(float));
+    for (void* d : dx)
+      if (d != nullptr) be().copy_device(d, dy, act_bytes(be(), out_));
   }
 };
 
@@ -53,7 +52,7 @@ class ConcatLayer final : public MergeLayer {
   ConcatLayer(const std::vector<Shape>& in, const Shape& out, Backend* be)
       : MergeLayer("concat", in, out, be) {}
 
-  void forward(LayerInputs x, float* y, const StepContext& /*ctx*/) override {
+  void forward(LayerInputs x, void* y, const StepContext& /*ctx*/) override {
     check_arity(x);
     int first = 0;  // input i's first channel in y
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -61,7 +60,7 @@ class ConcatLayer final : public MergeLayer {
       first += in_[i].c;
     }
   }
-  void backward(LayerInputs x, const float* /*y*/, const float* dy, LayerInputGrads dx) override {
+  void backward(LayerInputs x, const void* /*y*/, const void* dy, LayerInputGrads dx) override {
     check_arity(x);
     int first = 0;
     for (std::size_t i = 0; i < dx.size(); ++i) {

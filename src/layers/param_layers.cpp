@@ -23,11 +23,11 @@ class WeightedLayer : public LayerBase {
 
  protected:
   // Without a bias, p_/g_ hold the weight only and the op ignores the bias pointers.
-  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+  void forward_one(const void* x, void* y, const StepContext& /*ctx*/) override {
     require_bound(op_.get());
     op_->forward(x, p_[0], p_.size() > 1 ? p_[1] : nullptr, y);
   }
-  void backward_one(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+  void backward_one(const void* x, const void* /*y*/, const void* dy, void* dx) override {
     require_bound(op_.get());
     op_->backward(x, p_[0], dy, dx, g_[0], g_.size() > 1 ? g_[1] : nullptr);
   }
@@ -65,8 +65,8 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
     // converted into x_nchw_ in forward, and dx comes back through dx_nchw_.
     if (be != nullptr && be->differs_from_nchw(in)) {
       be_ = be;
-      x_nchw_ = DeviceBuffer<float>(*be, in.count());
-      dx_nchw_ = DeviceBuffer<float>(*be, in.count());
+      x_nchw_ = DeviceBuffer<std::byte>(*be, act_bytes(*be, in));
+      dx_nchw_ = DeviceBuffer<std::byte>(*be, act_bytes(*be, in));
     }
   }
 
@@ -79,24 +79,24 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
   }
 
  protected:
-  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+  void forward_one(const void* x, void* y, const StepContext& ctx) override {
     if (be_ != nullptr) {
-      be_->convert_layout(x, x_nchw_.data(), in_, Layout::nchw);
+      be_->convert_layout(x, x_nchw_.data(), in_, Layout::nchw, be_->act_dtype());
       x = x_nchw_.data();
     }
     WeightedLayer::forward_one(x, y, ctx);
   }
-  void backward_one(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     if (be_ == nullptr) return WeightedLayer::backward_one(x, y, dy, dx);
     WeightedLayer::backward_one(x_nchw_.data(), y, dy, dx ? dx_nchw_.data() : nullptr);
-    if (dx != nullptr) be_->convert_layout(dx_nchw_.data(), dx, in_, Layout::nhwc);
+    if (dx != nullptr) be_->convert_layout(dx_nchw_.data(), dx, in_, Layout::nhwc, be_->act_dtype());
   }
 
  private:
   int inputs_;
   int units_;
   Backend* be_ = nullptr;  ///< set when the input is converted (NHWC)
-  DeviceBuffer<float> x_nchw_, dx_nchw_;
+  DeviceBuffer<std::byte> x_nchw_, dx_nchw_;
 };
 
 class BatchNormLayer final : public LayerBase {
@@ -112,11 +112,11 @@ class BatchNormLayer final : public LayerBase {
     const Shape c{d_.input.c, 1, 1, 1};
     return {{"running_mean", c, Init::zeros, 1}, {"running_var", c, Init::ones, 1}};
   }
-  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+  void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
     op_->forward(x, p_[0], p_[1], s_[0], s_[1], y, ctx.training);
   }
-  void backward_one(const float* x, const float* /*y*/, const float* dy, float* dx) override {
+  void backward_one(const void* x, const void* /*y*/, const void* dy, void* dx) override {
     require_bound(op_.get());
     op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }

@@ -32,11 +32,11 @@ class PoolLayer final : public LayerBase {
   }
 
  protected:
-  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+  void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
     op_->forward(x, y, ctx.training);
   }
-  void backward_one(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     if (dx != nullptr) op_->backward(x, y, dy, dx);
   }
 
@@ -56,11 +56,11 @@ class ActivationLayer final : public LayerBase {
   [[nodiscard]] std::string describe() const override { return type_; }
 
  protected:
-  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
+  void forward_one(const void* x, void* y, const StepContext& /*ctx*/) override {
     require_bound(op_.get());
     op_->forward(x, y);
   }
-  void backward_one(const float* /*x*/, const float* y, const float* dy, float* dx) override {
+  void backward_one(const void* /*x*/, const void* y, const void* dy, void* dx) override {
     if (dx != nullptr) op_->backward(y, y, dy, dx);
   }
 
@@ -80,11 +80,11 @@ class DropoutLayer final : public LayerBase {
   }
 
  protected:
-  void forward_one(const float* x, float* y, const StepContext& ctx) override {
+  void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
     op_->forward(x, y, ctx.training, ctx.seed);
   }
-  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+  void backward_one(const void* /*x*/, const void* /*y*/, const void* dy, void* dx) override {
     if (dx != nullptr) op_->backward(dy, dx);
   }
 
@@ -115,14 +115,14 @@ class FlattenLayer final : public CopyLayer {
 
  protected:
   // In place (x == y) these are no-ops.
-  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
-    if (convert_) return be().convert_layout(x, y, in_, Layout::nchw);
-    be().copy_device(y, x, in_.count() * sizeof(float));
+  void forward_one(const void* x, void* y, const StepContext& /*ctx*/) override {
+    if (convert_) return be().convert_layout(x, y, in_, Layout::nchw, be().act_dtype());
+    be().copy_device(y, x, act_bytes(be(), in_));
   }
-  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+  void backward_one(const void* /*x*/, const void* /*y*/, const void* dy, void* dx) override {
     if (dx == nullptr) return;
-    if (convert_) return be().convert_layout(dy, dx, in_, Layout::nhwc);
-    be().copy_device(dx, dy, in_.count() * sizeof(float));
+    if (convert_) return be().convert_layout(dy, dx, in_, Layout::nhwc, be().act_dtype());
+    be().copy_device(dx, dy, act_bytes(be(), in_));
   }
 
  private:
@@ -140,11 +140,11 @@ class ZeroPadLayer final : public CopyLayer {
   }
 
  protected:
-  void forward_one(const float* x, float* y, const StepContext& /*ctx*/) override {
-    be().fill(y, 0.0f, out_.count());
+  void forward_one(const void* x, void* y, const StepContext& /*ctx*/) override {
+    be().zero(y, act_bytes(be(), out_));
     copy_channels(be(), in_, y, out_.c, first_, x, in_.c, 0, in_.c);
   }
-  void backward_one(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+  void backward_one(const void* /*x*/, const void* /*y*/, const void* dy, void* dx) override {
     if (dx != nullptr) copy_channels(be(), in_, dx, in_.c, 0, dy, out_.c, first_, in_.c);
   }
 

@@ -11,9 +11,9 @@ namespace {
 /// Lifetimes of the buffers a step needs, in op ticks; then their offsets.
 class Lifetimes {
  public:
-  /// A buffer of `floats` live from now on; returns its id.
-  std::size_t acquire(std::size_t floats) {
-    bufs_.push_back({floats, now_, kNoSlot, 0});
+  /// A buffer of `elems` elements live from now on; returns its id.
+  std::size_t acquire(std::size_t elems) {
+    bufs_.push_back({elems, now_, kNoSlot, 0});
     return bufs_.size() - 1;
   }
   /// Buffer `id` is last read by the current op.
@@ -23,25 +23,25 @@ class Lifetimes {
   }
   void tick() { ++now_; }
 
-  /// Assigns offsets (greedy by size) and returns the arena size in floats.
+  /// Assigns offsets (greedy by size) and returns the arena size in elements.
   std::size_t place(std::size_t& peak_live) {
-    constexpr std::size_t kAlign = 16;  // floats: 64-byte aligned tensors
+    constexpr std::size_t kAlign = 32;  // elements: tensors ≥ 64-byte aligned in fp32 and bf16
     for (auto& b : bufs_)
       if (b.end == kNoSlot) b.end = now_;
     std::vector<std::size_t> order(bufs_.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return bufs_[a].floats > bufs_[b].floats; });
+                     [&](std::size_t a, std::size_t b) { return bufs_[a].elems > bufs_[b].elems; });
     std::vector<std::size_t> placed;
     std::size_t total = 0;
     for (std::size_t id : order) {
       Buf& b = bufs_[id];
-      const std::size_t size = (b.floats + kAlign - 1) / kAlign * kAlign;
+      const std::size_t size = (b.elems + kAlign - 1) / kAlign * kAlign;
       std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) overlapping in time
       for (std::size_t o : placed) {
         const Buf& p = bufs_[o];
         if (p.start <= b.end && b.start <= p.end)
-          busy.emplace_back(p.offset, p.offset + (p.floats + kAlign - 1) / kAlign * kAlign);
+          busy.emplace_back(p.offset, p.offset + (p.elems + kAlign - 1) / kAlign * kAlign);
       }
       std::sort(busy.begin(), busy.end());
       std::size_t offset = 0;
@@ -57,7 +57,7 @@ class Lifetimes {
     for (std::size_t t = 0; t <= now_; ++t) {
       std::size_t live = 0;
       for (const auto& b : bufs_)
-        if (b.start <= t && t <= b.end) live += b.floats;
+        if (b.start <= t && t <= b.end) live += b.elems;
       peak_live = std::max(peak_live, live);
     }
     return total;
@@ -67,7 +67,7 @@ class Lifetimes {
 
  private:
   struct Buf {
-    std::size_t floats, start, end, offset;
+    std::size_t elems, start, end, offset;
   };
   std::vector<Buf> bufs_;
   std::size_t now_ = 0;
@@ -82,7 +82,7 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
   std::vector<std::size_t> size(T, 0), last_consumer(T, kNone), bwd_reader(T, kNone);
   std::vector<int> consumers(T, 0);
   for (std::size_t i = 0; i < L; ++i) {
-    size[i + 1] = nodes[i].out_floats;
+    size[i + 1] = nodes[i].out_elements;
     // Backward runs in reverse, so a tensor's last backward reader is the lowest layer index.
     if (nodes[i].needs.output) bwd_reader[i + 1] = std::min(bwd_reader[i + 1], i);
     for (int u : nodes[i].inputs) {
@@ -147,7 +147,7 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
   }
 
   MemoryPlan plan;
-  plan.total_floats = life.place(plan.peak_live_floats);
+  plan.total_elements = life.place(plan.peak_live_elements);
   plan.buffers = life.count();
   auto at = [&](std::size_t id) { return id == kNone ? kNone : life.offset(id); };
   plan.act.assign(T, kNone);

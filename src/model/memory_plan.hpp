@@ -22,11 +22,11 @@ inline constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
 /// One layer as the planner sees it.
 struct PlanNode {
   std::vector<int> inputs;  ///< tensor ids: 0 = network input, i + 1 = output of layer i
-  std::size_t out_floats;   ///< output size at the largest batch
+  std::size_t out_elements;   ///< output size at the largest batch
   BackwardNeeds needs;
 };
 
-/// Where one layer's backward writes each input gradient (arena offsets in floats).
+/// Where one layer's backward writes each input gradient (arena offsets in elements).
 struct PlanStep {
   std::vector<std::size_t> dx;   ///< per input; kNoSlot for the network input
   std::vector<bool> accumulate;  ///< true: dx is scratch, to be added to the input's gradient
@@ -36,8 +36,8 @@ struct MemoryPlan {
   std::vector<std::size_t> act;   ///< per tensor id: arena offset of its value (entry 0 unused)
   std::vector<std::size_t> grad;  ///< per tensor id: arena offset of its gradient (entry 0 unused)
   std::vector<PlanStep> backward;  ///< per layer
-  std::size_t total_floats = 0;      ///< arena size
-  std::size_t peak_live_floats = 0;  ///< most floats live at once (a lower bound of the total)
+  std::size_t total_elements = 0;      ///< arena size
+  std::size_t peak_live_elements = 0;  ///< most elements live at once (a lower bound of the total)
   std::size_t buffers = 0;           ///< tensors placed
 };
 

@@ -46,16 +46,16 @@ std::string where(std::size_t i, const LayerSpec& spec) {
 
 Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
              int num_classes, int max_batch)
-    : Model(&backend, layer_lines, sample, num_classes, max_batch) {}
+    : Model(&backend, layer_lines, sample, num_classes, max_batch, backend.act_dtype()) {}
 
 Model::Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
-             int max_batch)
-    : Model(nullptr, layer_lines, sample, num_classes, max_batch) {}
+             int max_batch, DType act)
+    : Model(nullptr, layer_lines, sample, num_classes, max_batch, act) {}
 
 Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
-             int num_classes, int max_batch)
+             int num_classes, int max_batch, DType act)
     : backend_(backend), sample_(sample.with_n(1)), num_classes_(num_classes),
-      max_batch_(max_batch) {
+      max_batch_(max_batch), act_size_(dtype_size(act)) {
   DT_REQUIRE(!layer_lines.empty(), "model: no layers given (add `layer = ...` lines)");
   DT_REQUIRE(num_classes >= 2, "model: need at least 2 classes, got " +
                                    std::to_string(num_classes));
@@ -88,7 +88,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     nodes.push_back({inputs_[i], l.output_shape().count(), l.needs()});
   }
   plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes));
-  activation_bytes_ = plan_->total_floats * sizeof(float);
+  activation_bytes_ = plan_->total_elements * act_size_;
 
   if (backend == nullptr) {
     stacks_[max_batch] = std::move(stack);
@@ -97,9 +97,15 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   params_ = DeviceBuffer<float>(*backend, param_count_);
   grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
-  arena_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(plan_->total_floats, 1));
-  if (backend->differs_from_nchw(sample_))  // see network_input()
-    input_ = DeviceBuffer<float>(*backend, sample_.with_n(max_batch).count());
+  arena_ = DeviceBuffer<std::byte>(*backend, std::max<std::size_t>(activation_bytes_, 1));
+  // See network_input() and logits().
+  const std::size_t batch_count = sample_.with_n(max_batch).count();
+  const bool convert = backend->differs_from_nchw(sample_);
+  const bool cast = backend->act_dtype() != DType::f32;
+  if (convert || cast) input_ = DeviceBuffer<std::byte>(*backend, batch_count * act_size_);
+  if (convert && cast) input_f32_ = DeviceBuffer<float>(*backend, batch_count);
+  if (cast)
+    logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
   bind(*stack);
   stacks_[max_batch] = std::move(stack);
 }
@@ -214,19 +220,29 @@ void Model::initialize(std::uint64_t seed) {
   be.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
 }
 
-const float* Model::network_input(const float* x, int n) {
+const void* Model::network_input(const float* x, int n) {
   if (input_.size() == 0) return x;
-  backend().convert_layout(x, input_.data(), sample_.with_n(n), Layout::nhwc);
+  Backend& be = backend();
+  const Shape s = sample_.with_n(n);
+  const DType t = be.act_dtype();
+  if (t == DType::f32) {
+    be.convert_layout(x, input_.data(), s, Layout::nhwc, t);
+  } else if (!be.differs_from_nchw(s)) {
+    be.cast(x, DType::f32, input_.data(), t, s.count());
+  } else {  // convert in fp32, then round
+    be.convert_layout(x, input_f32_.data(), s, Layout::nhwc, DType::f32);
+    be.cast(input_f32_.data(), DType::f32, input_.data(), t, s.count());
+  }
   return input_.data();
 }
 
-float* Model::act(int tensor, const float* x) const {
-  if (tensor == 0) return const_cast<float*>(x);  // the network input is read only
-  return arena_.data() + plan_->act[static_cast<std::size_t>(tensor)];
+void* Model::act(int tensor, const void* x) const {
+  if (tensor == 0) return const_cast<void*>(x);  // the network input is read only
+  return arena_.data() + plan_->act[static_cast<std::size_t>(tensor)] * act_size_;
 }
 
-void Model::run_forward(Stack& s, const float* x, const StepContext& ctx) {
-  std::vector<const float*> in;
+void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
+  std::vector<const void*> in;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     in.clear();
     for (int t : inputs_[i]) in.push_back(act(t, x));
@@ -248,28 +264,28 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     return;
   }
   Stack& s = stack_for(n);
-  x = network_input(x, n);
+  const void* input = network_input(x, n);
   const std::size_t L = s.layers.size();
-  auto at = [&](std::size_t offset) { return arena_.data() + offset; };
+  auto at = [&](std::size_t offset) -> void* { return arena_.data() + offset * act_size_; };
   {
     const TimelineSpan span("forward", "compute");  // with the loss and its gradient
-    run_forward(s, x, StepContext{true, step_seed});
-    s.loss->forward_backward(act(static_cast<int>(L), x), labels, n, grad_scale,
+    run_forward(s, input, StepContext{true, step_seed});
+    s.loss->forward_backward(act(static_cast<int>(L), input), labels, n, grad_scale,
                              at(plan_->grad[L]), stats);
   }
   const TimelineSpan span("backward", "compute");
-  std::vector<const float*> in;
-  std::vector<float*> din;
+  std::vector<const void*> in;
+  std::vector<void*> din;
   for (std::size_t i = L; i-- > 0;) {
     const PlanStep& step = plan_->backward[i];
     in.clear();
     din.clear();
     for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
-      in.push_back(act(inputs_[i][k], x));
+      in.push_back(act(inputs_[i][k], input));
       din.push_back(step.dx[k] == kNoSlot ? nullptr : at(step.dx[k]));
     }
     const auto y = static_cast<int>(i) + 1;
-    s.layers[i]->backward(in, act(y, x), at(plan_->grad[static_cast<std::size_t>(y)]), din);
+    s.layers[i]->backward(in, act(y, input), at(plan_->grad[static_cast<std::size_t>(y)]), din);
     if (be.debug_sync())
       be.check_after("backward of layer " + std::to_string(i + 1) + " (" + s.layers[i]->type() +
                      ")");
@@ -277,7 +293,7 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
       if (!step.accumulate[k]) continue;
       const auto t = static_cast<std::size_t>(inputs_[i][k]);
       const std::size_t count = s.layers[i]->input_shapes()[k].count();
-      be.add(at(plan_->grad[t]), din[k], count);
+      be.add(at(plan_->grad[t]), din[k], count, be.act_dtype());
     }
     if (on_final) on_final(grads_final_from_[i]);
   }
@@ -286,19 +302,25 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
 void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* stats) {
   if (n == 0) return;
   Stack& s = stack_for(n);
-  x = network_input(x, n);
-  run_forward(s, x, StepContext{false, 0});
-  s.loss->forward_backward(act(static_cast<int>(s.layers.size()), x), labels, n, 0.0f, nullptr,
+  const void* input = network_input(x, n);
+  run_forward(s, input, StepContext{false, 0});
+  s.loss->forward_backward(act(static_cast<int>(s.layers.size()), input), labels, n, 0.0f, nullptr,
                            stats);
 }
 
 void Model::logits(const float* x, int n, float* host_logits) {
   if (n == 0) return;
   Stack& s = stack_for(n);
-  x = network_input(x, n);
-  run_forward(s, x, StepContext{false, 0});
-  backend().copy_to_host(host_logits, act(static_cast<int>(s.layers.size()), x),
-                         static_cast<std::size_t>(n) * num_classes_ * sizeof(float));
+  const void* input = network_input(x, n);
+  run_forward(s, input, StepContext{false, 0});
+  Backend& be = backend();
+  const std::size_t count = static_cast<std::size_t>(n) * num_classes_;
+  const void* out = act(static_cast<int>(s.layers.size()), input);
+  if (be.act_dtype() != DType::f32) {
+    be.cast(out, be.act_dtype(), logits_f32_.data(), DType::f32, count);
+    out = logits_f32_.data();
+  }
+  be.copy_to_host(host_logits, out, count * sizeof(float));
 }
 
 namespace {
@@ -357,7 +379,7 @@ std::string Model::summary() const {
                 "# activation memory (training, batch %d): %.2f MiB for %zu tensors "
                 "(at most %.2f MiB live at once)\n",
                 max_batch_, static_cast<double>(activation_bytes_) / (1 << 20), plan_->buffers,
-                static_cast<double>(plan_->peak_live_floats * sizeof(float)) / (1 << 20));
+                static_cast<double>(plan_->peak_live_elements * act_size_) / (1 << 20));
   os << line;
   return os.str();
 }

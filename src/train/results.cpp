@@ -113,6 +113,8 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["batch_size"] = static_cast<std::int64_t>(plan.batch);
   r["global_batch_size"] = static_cast<std::int64_t>(plan.batch * plan.workers);
   r["device"] = job.device_name;
+  r["precision"] = c.precision;  // of the activations (--precision)
+  r["layout"] = c.layout;
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
   r["staleness_mean"] = out.staleness_mean;

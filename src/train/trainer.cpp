@@ -49,7 +49,7 @@ void set_threads(const Config& c, const Cluster& cluster) {
 }
 
 namespace {
-/// The worker's backend for --device (nullptr on a ps), before --layout.
+/// The worker's backend for --device (nullptr on a ps), before --layout and --precision.
 std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& cluster,
                                              std::string& name) {
   bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
@@ -79,7 +79,10 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
 
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
   auto be = make_device_backend(c, cluster, name);
-  if (be) be->set_layout(c.layout == "nhwc" ? Layout::nhwc : Layout::nchw);
+  if (be) {
+    be->set_layout(c.layout == "nhwc" ? Layout::nhwc : Layout::nchw);
+    be->set_precision(precision_of(c));  // InputError: bf16 on an old GPU
+  }
   return be;
 }
 
@@ -109,7 +112,8 @@ Job check_job(const Config& c) {
                "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
                    " is more than the " + std::to_string(cl.num_workers()) + " workers");
     job.plan = make_plan(c, cl.num_workers());
-    const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch);
+    const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
+                       precision_of(c) == Precision::bf16 ? DType::bf16 : DType::f32);
     job.param_count = layout.param_count();
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();

@@ -110,7 +110,7 @@ std::vector<float> LayerRig::forward(bool training, std::uint64_t seed) {
   StepContext ctx;
   ctx.training = training;
   ctx.seed = seed;
-  std::vector<const float*> x;
+  std::vector<const void*> x;
   for (const auto& b : xs_) x.push_back(b.data());
   layer_->forward(x, y_.data(), ctx);
   return to_host(be_, y_.data(), y_.size());
@@ -119,8 +119,8 @@ std::vector<float> LayerRig::forward(bool training, std::uint64_t seed) {
 std::vector<float> LayerRig::backward(const std::vector<float>& dy) {
   EXPECT_EQ(dy.size(), dy_.size());
   be_.copy_to_device(dy_.data(), dy.data(), dy_.bytes());
-  std::vector<const float*> x;
-  std::vector<float*> dx;
+  std::vector<const void*> x;
+  std::vector<void*> dx;
   for (std::size_t k = 0; k < xs_.size(); ++k) {
     x.push_back(xs_[k].data());
     dx.push_back(dxs_[k].data());

@@ -217,6 +217,11 @@ TEST_F(ConfigTest, UnknownEnumValues) {
   EXPECT_MENTIONS(msg, "--layout");
   EXPECT_MENTIONS(msg, "chw");
   EXPECT_EQ(parse(base({"--layout", "nhwc"})).config.layout, "nhwc");
+  msg = error_of(base({"--precision", "fp16"}));
+  EXPECT_MENTIONS(msg, "--precision");
+  EXPECT_MENTIONS(msg, "fp16");
+  EXPECT_EQ(parse(base({"--precision", "bf16"})).config.precision, "bf16");
+  EXPECT_EQ(parse(base({})).config.precision, "fp32");
   EXPECT_THROW(optimizer_kind("rmsprop"), InputError);
   EXPECT_EQ(optimizer_kind("adam"), OptimizerKind::adam);
 }

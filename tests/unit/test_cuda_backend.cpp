@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,7 +18,9 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "common/gpu.hpp"
+#include "common/model_step.hpp"
 #include "common/nets.hpp"
+#include "dtrain/dnn/bf16.hpp"
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
@@ -172,14 +175,39 @@ TEST_F(CudaParity, ConvolutionForwardBackward) {
 
 TEST_F(CudaParity, AddAndStridedCopy) {
   Twin a = random(1000, 21), b = random(1000, 22);
-  cpu_->add(a.cpu.data(), b.cpu.data(), 1000);
-  gpu_->add(a.gpu.data(), b.gpu.data(), 1000);
+  cpu_->add(a.cpu.data(), b.cpu.data(), 1000, DType::f32);
+  gpu_->add(a.gpu.data(), b.gpu.data(), 1000, DType::f32);
   EXPECT_LE(err(a), 1e-7);
   // 5 rows of 7 floats from a stride-11 source into a stride-13 destination at offset 3.
   Twin src = random(5 * 11, 23), dst = zeros(5 * 13 + 3);
-  cpu_->copy_2d(dst.cpu.data() + 3, 13, src.cpu.data(), 11, 7, 5);
-  gpu_->copy_2d(dst.gpu.data() + 3, 13, src.gpu.data(), 11, 7, 5);
+  constexpr std::size_t f = sizeof(float);
+  cpu_->copy_2d(dst.cpu.data() + 3, 13 * f, src.cpu.data(), 11 * f, 7 * f, 5);
+  gpu_->copy_2d(dst.gpu.data() + 3, 13 * f, src.gpu.data(), 11 * f, 7 * f, 5);
   EXPECT_EQ(host(*gpu_, dst.gpu), host(*cpu_, dst.cpu));
+}
+
+// bf16 conversions and sums on the GPU round exactly as the host's (dtrain/dnn/bf16.hpp).
+TEST_F(CudaParity, Bf16CastAndAddRoundAsTheHost) {
+  const std::size_t n = 4097;
+  auto a = random_vec(n, 31), b = random_vec(n, 32);
+  a[0] = std::numeric_limits<float>::quiet_NaN();
+  a[1] = 3.0e38f;  // rounds beyond bf16's largest value: +Inf
+  DeviceBuffer<float> ad(*gpu_, n), bd(*gpu_, n), back(*gpu_, n);
+  DeviceBuffer<std::uint16_t> ah(*gpu_, n), bh(*gpu_, n);
+  gpu_->copy_to_device(ad.data(), a.data(), n * sizeof(float));
+  gpu_->copy_to_device(bd.data(), b.data(), n * sizeof(float));
+  gpu_->cast(ad.data(), DType::f32, ah.data(), DType::bf16, n);
+  gpu_->cast(bd.data(), DType::f32, bh.data(), DType::bf16, n);
+  std::vector<std::uint16_t> h(n);
+  gpu_->copy_to_host(h.data(), ah.data(), n * 2);
+  EXPECT_TRUE(std::isnan(bf16_to_float(h[0])));
+  for (std::size_t i = 1; i < n; ++i) ASSERT_EQ(h[i], float_to_bf16(a[i])) << i;
+  gpu_->add(ah.data(), bh.data(), n, DType::bf16);
+  gpu_->cast(ah.data(), DType::bf16, back.data(), DType::f32, n);
+  std::vector<float> sum(n);
+  gpu_->copy_to_host(sum.data(), back.data(), n * sizeof(float));
+  for (std::size_t i = 1; i < n; ++i)
+    ASSERT_EQ(sum[i], round_to_bf16(round_to_bf16(a[i]) + round_to_bf16(b[i]))) << i;
 }
 
 TEST_F(CudaParity, PoolingForwardBackward) {
@@ -479,29 +507,46 @@ TEST_F(CudaParity, NhwcModelMatchesCpu) {
     const auto x = random_vec(sample.with_n(n).count(), 40 + n);
     std::vector<std::int32_t> y(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % classes;
-    DeviceBuffer<float> xc(*cpu_, x.size()), xg(*nhwc, x.size()), sc(*cpu_, 2), sg(*nhwc, 2);
-    DeviceBuffer<std::int32_t> yc(*cpu_, y.size()), yg(*nhwc, y.size());
-    cpu_->copy_to_device(xc.data(), x.data(), x.size() * sizeof(float));
-    nhwc->copy_to_device(xg.data(), x.data(), x.size() * sizeof(float));
-    cpu_->copy_to_device(yc.data(), y.data(), y.size() * sizeof(std::int32_t));
-    nhwc->copy_to_device(yg.data(), y.data(), y.size() * sizeof(std::int32_t));
-    mc.train_step(xc.data(), yc.data(), n, 1.0f / n, 99, sc.data());
-    mg.train_step(xg.data(), yg.data(), n, 1.0f / n, 99, sg.data());
-    std::vector<float> gc(mc.param_count()), gg(mg.param_count()), lc(2), lg(2);
-    std::vector<float> stc(mc.state_count()), stg(mg.state_count());
-    cpu_->copy_to_host(gc.data(), mc.grads(), gc.size() * sizeof(float));
-    nhwc->copy_to_host(gg.data(), mg.grads(), gg.size() * sizeof(float));
-    cpu_->copy_to_host(stc.data(), mc.state(), stc.size() * sizeof(float));
-    nhwc->copy_to_host(stg.data(), mg.state(), stg.size() * sizeof(float));
-    cpu_->copy_to_host(lc.data(), sc.data(), 2 * sizeof(float));
-    nhwc->copy_to_host(lg.data(), sg.data(), 2 * sizeof(float));
-    EXPECT_LE(rel_err(gg, gc), 1e-3);
-    EXPECT_LE(rel_err(stg, stc), 1e-4);
-    EXPECT_NEAR(lg[0], lc[0], 1e-4 * std::abs(lc[0]));
-    std::vector<float> oc(static_cast<std::size_t>(n * classes)), og(oc.size());
-    mc.logits(xc.data(), n, oc.data());
-    mg.logits(xg.data(), n, og.data());
-    EXPECT_LE(rel_err(og, oc), 1e-4);
+    const test::StepOutputs c = test::run_step(mc, x, y), g = test::run_step(mg, x, y);
+    EXPECT_LE(rel_err(g.grads, c.grads), 1e-3);
+    EXPECT_LE(rel_err(g.state, c.state), 1e-4);
+    EXPECT_NEAR(g.loss[0], c.loss[0], 1e-4 * std::abs(c.loss[0]));
+    EXPECT_LE(rel_err(g.logits, c.logits), 1e-4);
+  }
+}
+
+// --precision bf16 natively on cuDNN/cuBLAS (bf16 tensors, fp32 accumulation on tensor cores, bf16
+// filter copies, our kernels on bf16) against the CPU backend's bf16 emulation (which rounds the
+// same tensors and computes in fp32), in both layouts, full and partial batch. They differ only in
+// summation order and in where a sum is rounded (cuDNN rounds the conv output before the bias add
+// and writes the weight gradient in bf16), so the agreement is a few bf16 ulps, not 1e-4.
+TEST_F(CudaParity, Bf16ModelMatchesCpu) {
+  const Shape sample{1, 3, 8, 6};
+  const int classes = 4, max_batch = 16;
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(layout));
+    auto cpu = make_cpu_backend();
+    auto gpu = make_cuda_backend(0);
+    for (Backend* be : {cpu.get(), gpu.get()}) {
+      be->set_layout(layout);
+      be->set_precision(Precision::bf16);
+    }
+    Model mc(*cpu, test::kLayoutNet, sample, classes, max_batch);
+    Model mg(*gpu, test::kLayoutNet, sample, classes, max_batch);
+    mc.initialize(7);
+    mg.initialize(7);
+    for (const int n : {max_batch, 5}) {
+      SCOPED_TRACE("batch " + std::to_string(n));
+      const auto x = random_vec(sample.with_n(n).count(), 60 + n);
+      std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (3 * i + 1) % classes;
+      const test::StepOutputs c = test::run_step(mc, x, y), g = test::run_step(mg, x, y);
+      EXPECT_LE(rel_err(g.grads, c.grads), 3e-2);
+      EXPECT_LE(rel_err(g.state, c.state), 1e-2);
+      EXPECT_NEAR(g.loss[0], c.loss[0], 1e-2 * std::abs(c.loss[0]));
+      EXPECT_LE(rel_err(g.logits, c.logits), 2e-2);
+      for (float v : g.logits) ASSERT_EQ(v, round_to_bf16(v));  // bf16 logits, widened
+    }
   }
 }
 

@@ -137,7 +137,7 @@ TEST_F(GraphLayers, LayoutOnlyLayersHaveShapesButCannotRun) {
   EXPECT_EQ(l->output_shape(), (Shape{2, 8, 4, 4}));
   EXPECT_EQ(l->param_defs().size(), 1u);
   std::vector<float> x(96), y(256);
-  const float* in[] = {x.data()};
+  const void* in[] = {x.data()};
   EXPECT_THROW(l->forward(in, y.data(), StepContext{}), Error);
 }
 

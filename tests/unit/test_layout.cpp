@@ -9,12 +9,14 @@
 #include <cmath>
 
 #include "common/layer_rig.hpp"
+#include "common/model_step.hpp"
 #include "common/nets.hpp"
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
 namespace {
 
+using test::max_rel;
 using test::to_host;
 using test::uniform_values;
 
@@ -25,7 +27,7 @@ TEST(Layout, ConvertPlacesEveryElementByTheFormula) {
   for (std::size_t i = 0; i < nchw.size(); ++i) nchw[i] = static_cast<float>(i);
   auto x = test::to_device(*be, nchw);
   DeviceBuffer<float> y(*be, s.count()), back(*be, s.count());
-  be->convert_layout(x.data(), y.data(), s, Layout::nhwc);
+  be->convert_layout(x.data(), y.data(), s, Layout::nhwc, DType::f32);
   const auto nhwc = to_host(*be, y.data(), s.count());
   for (int n = 0; n < s.n; ++n)
     for (int c = 0; c < s.c; ++c)
@@ -34,21 +36,11 @@ TEST(Layout, ConvertPlacesEveryElementByTheFormula) {
           ASSERT_EQ(nhwc[static_cast<std::size_t>(((n * s.h + h) * s.w + w) * s.c + c)],
                     nchw[static_cast<std::size_t>(((n * s.c + c) * s.h + h) * s.w + w)])
               << "n " << n << " c " << c << " h " << h << " w " << w;
-  be->convert_layout(y.data(), back.data(), s, Layout::nchw);
+  be->convert_layout(y.data(), back.data(), s, Layout::nchw, DType::f32);
   EXPECT_EQ(to_host(*be, back.data(), s.count()), nchw);
   EXPECT_TRUE(layouts_differ(s));
   EXPECT_FALSE(layouts_differ(Shape{4, 1, 5, 5}));  // one channel: the same memory
   EXPECT_FALSE(layouts_differ(Shape{4, 7, 1, 1}));  // one pixel: the same memory
-}
-
-/// ‖a − b‖∞ / max(‖b‖∞, tiny).
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, m = 1e-30;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
-    m = std::max(m, static_cast<double>(std::abs(b[i])));
-  }
-  return d / m;
 }
 
 /// One model per layout on its own CPU backend, the same weights and batches.
@@ -76,45 +68,29 @@ TEST(Layout, NhwcModelComputesWhatNchwComputes) {
     const auto x = uniform_values(sample.with_n(n).count(), 5 + n, -1.0f, 1.0f);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = (3 * i + 1) % classes;
-    std::vector<float> loss[2], grads[2], state[2], eval[2], logits[2];
-    for (int k = 0; k < 2; ++k) {
-      Backend& be = *p.be[k];
-      Model& m = *p.m[k];
-      auto xd = test::to_device(be, x);
-      DeviceBuffer<std::int32_t> yd(be, static_cast<std::size_t>(n));
-      be.copy_to_device(yd.data(), labels.data(), labels.size() * sizeof(std::int32_t));
-      DeviceBuffer<float> stats(be, 2);
-      m.train_step(xd.data(), yd.data(), n, 1.0f / static_cast<float>(n), 9, stats.data());
-      loss[k] = to_host(be, stats.data(), 2);
-      grads[k] = to_host(be, m.grads(), m.param_count());
-      state[k] = to_host(be, m.state(), m.state_count());
-      be.fill(stats.data(), 0.0f, 2);
-      m.evaluate(xd.data(), yd.data(), n, stats.data());
-      eval[k] = to_host(be, stats.data(), 2);
-      logits[k].resize(static_cast<std::size_t>(n * classes));
-      m.logits(xd.data(), n, logits[k].data());
-    }
-    EXPECT_NEAR(loss[1][0], loss[0][0], 1e-5 * std::abs(loss[0][0]));
-    EXPECT_EQ(loss[1][1], loss[0][1]);  // correct predictions
-    EXPECT_LE(max_rel(grads[1], grads[0]), 1e-5);
-    EXPECT_LE(max_rel(state[1], state[0]), 1e-5);
-    EXPECT_NEAR(eval[1][0], eval[0][0], 1e-5 * std::abs(eval[0][0]));
-    EXPECT_LE(max_rel(logits[1], logits[0]), 1e-5);
+    test::StepOutputs r[2];
+    for (int k = 0; k < 2; ++k) r[k] = test::run_step(*p.m[k], x, labels);
+    EXPECT_NEAR(r[1].loss[0], r[0].loss[0], 1e-5 * std::abs(r[0].loss[0]));
+    EXPECT_EQ(r[1].loss[1], r[0].loss[1]);  // correct predictions
+    EXPECT_LE(max_rel(r[1].grads, r[0].grads), 1e-5);
+    EXPECT_LE(max_rel(r[1].state, r[0].state), 1e-5);
+    EXPECT_NEAR(r[1].eval[0], r[0].eval[0], 1e-5 * std::abs(r[0].eval[0]));
+    EXPECT_LE(max_rel(r[1].logits, r[0].logits), 1e-5);
     // Not vacuous: the gradients are there, and the same batch in the wrong memory order (its
     // NHWC bytes read as NCHW) gives other ones.
     double g = 0;
-    for (float v : grads[0]) g = std::max(g, static_cast<double>(std::abs(v)));
+    for (float v : r[0].grads) g = std::max(g, static_cast<double>(std::abs(v)));
     EXPECT_GT(g, 1e-3);
     Backend& be = *p.be[0];
     auto xd = test::to_device(be, x);
     DeviceBuffer<float> swapped(be, x.size()), stats(be, 2);
-    be.convert_layout(xd.data(), swapped.data(), sample.with_n(n), Layout::nhwc);
+    be.convert_layout(xd.data(), swapped.data(), sample.with_n(n), Layout::nhwc, DType::f32);
     DeviceBuffer<std::int32_t> yd(be, static_cast<std::size_t>(n));
     be.copy_to_device(yd.data(), labels.data(), labels.size() * sizeof(std::int32_t));
     Model fresh(be, test::kLayoutNet, sample, classes, max_batch);  // m[0]'s state stays put
     fresh.initialize(17);
     fresh.train_step(swapped.data(), yd.data(), n, 1.0f / static_cast<float>(n), 9, stats.data());
-    EXPECT_GT(max_rel(to_host(be, fresh.grads(), fresh.param_count()), grads[0]), 1e-2);
+    EXPECT_GT(max_rel(to_host(be, fresh.grads(), fresh.param_count()), r[0].grads), 1e-2);
   }
 }
 

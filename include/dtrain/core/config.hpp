@@ -172,6 +172,7 @@ struct Config {
   bool allow_gpu_sharing = false;
   std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
   std::string layout = "nchw";    ///< activation memory order: nchw | nhwc (dnn/backend.hpp Layout)
+  std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
   std::string allreduce = "auto";  ///< auto | mpi | nccl
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)

@@ -6,10 +6,13 @@
 // CpuBackend (oneDNN, src/dnn/onednn) and CudaBackend (cuDNN + cuBLAS, src/dnn/cuda).
 //
 // Conventions for every op:
-// - Pointers are device pointers of the backend that made the op (host pointers for the CPU backend),
-//   fp32 unless stated, N×C×H×W shapes (see tensor/shape.hpp) stored in the backend's layout() —
-//   NCHW unless set_layout(Layout::nhwc) — for activations, a fixed layout for parameters. Ops never
-//   take ownership.
+// - Pointers are device pointers of the backend that made the op (host pointers for the CPU backend).
+//   Activations — the tensors between layers and their gradients, typed `void*` — hold elements of
+//   the backend's act_dtype() (fp32, or bf16 under set_precision(Precision::bf16)), N×C×H×W shapes
+//   (see tensor/shape.hpp) stored in the backend's layout() (NCHW unless set_layout(Layout::nhwc)).
+//   Parameters, their gradients and optimizer state — typed `float*` — are fp32 in a fixed layout
+//   whatever the precision and layout (the fp32 master weights of mixed precision). Ops never take
+//   ownership.
 // - backward() *overwrites* parameter gradients (dW, db) — no accumulation — and overwrites dx.
 // - Calls are asynchronous with respect to the host on the CUDA backend (one stream per backend);
 //   synchronize() waits. The CPU backend is synchronous.
@@ -34,6 +37,29 @@ enum class Device { cpu, cuda };
 /// torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32), compute capability
 /// ≥ 8.0 only. The CPU backend always computes in fp32.
 enum class MathMode { fp32, tf32 };
+
+/// Element type of a tensor in memory. f32: IEEE binary32. bf16: bfloat16 — binary32's sign and
+/// 8-bit exponent with a 7-bit mantissa (the upper half of an fp32), converted from fp32 with
+/// round-to-nearest-even (as torch.Tensor.to(torch.bfloat16), __float2bfloat16_rn).
+enum class DType { f32, bf16 };
+/// Bytes per element: 4 | 2.
+[[nodiscard]] constexpr std::size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : 4; }
+/// "f32" | "bf16".
+const char* dtype_name(DType t);
+
+/// Precision of the activations (--precision). fp32: everything in fp32. bf16: mixed precision
+/// (Micikevicius et al. 2018, with bfloat16 as Kalamkar et al. 2019; PyTorch's
+/// torch.autocast(dtype=torch.bfloat16)): activations and their gradients are stored in bf16,
+/// convolutions and matrix products read bf16 copies of the fp32 weights (rounded per call),
+/// every op accumulates in fp32, batchnorm statistics, the loss and its softmax are computed in
+/// fp32, and parameter gradients, the optimizer and everything exchanged or checkpointed stay
+/// fp32 (no loss scaling: bf16 has fp32's exponent range). On CUDA the ops run natively in bf16
+/// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); the CPU backend emulates it — it rounds
+/// the same tensors to bf16 and computes in fp32 on converted copies — so the CPU runs the same
+/// model code and numerics (slower than fp32: a test and reference path).
+enum class Precision { fp32, bf16 };
+/// "fp32" | "bf16".
+const char* precision_name(Precision p);
 
 /// Memory layout of the activations — the tensors between layers — on a backend (--layout).
 /// The logical shape is N×C×H×W either way; only the order in memory differs:
@@ -88,10 +114,10 @@ class ConvOp {
  public:
   virtual ~ConvOp() = default;
   /// y = conv(x, w) + b (b ignored without bias).
-  virtual void forward(const float* x, const float* w, const float* b, float* y) = 0;
+  virtual void forward(const void* x, const float* w, const float* b, void* y) = 0;
   /// dx = conv_bwd_data(dy, w) (skipped when dx == nullptr), dw = conv_bwd_filter(x, dy),
   /// db = Σ dy over N, P, Q (skipped without bias).
-  virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+  virtual void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                         float* db) = 0;
 };
 
@@ -113,9 +139,9 @@ class PoolOp {
  public:
   virtual ~PoolOp() = default;
   /// training=true keeps what backward needs (max indices / workspace) inside the op.
-  virtual void forward(const float* x, float* y, bool training) = 0;
+  virtual void forward(const void* x, void* y, bool training) = 0;
   /// dx from dy; must follow a forward(training=true) on the same x.
-  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+  virtual void backward(const void* x, const void* y, const void* dy, void* dx) = 0;
 };
 
 enum class ActKind { relu, sigmoid };
@@ -124,10 +150,10 @@ class ActivationOp {
  public:
   virtual ~ActivationOp() = default;
   /// y = f(x), elementwise over shape.count() elements (x == y allowed: in place).
-  virtual void forward(const float* x, float* y) = 0;
+  virtual void forward(const void* x, void* y) = 0;
   /// dx = f'(x) · dy, computed from y alone (relu: y > 0; sigmoid: y·(1 − y)), so that the
   /// forward may have run in place; x is unused and may equal y.
-  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+  virtual void backward(const void* x, const void* y, const void* dy, void* dx) = 0;
 };
 
 /// Spatial batch normalization over N, H, W per channel (Ioffe & Szegedy 2015), with learned
@@ -144,10 +170,10 @@ class BatchNormOp {
   /// Training: normalizes with batch statistics, saves them for backward, and updates
   /// running_mean/running_var in place (running_var uses the unbiased batch variance).
   /// Inference: normalizes with running_mean/running_var.
-  virtual void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
-                       float* running_var, float* y, bool training) = 0;
+  virtual void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
+                       float* running_var, void* y, bool training) = 0;
   /// dx, dgamma, dbeta from dy, using the statistics saved by the last training forward.
-  virtual void backward(const float* x, const float* gamma, const float* dy, float* dx,
+  virtual void backward(const void* x, const float* gamma, const void* dy, void* dx,
                         float* dgamma, float* dbeta) = 0;
 };
 
@@ -161,9 +187,9 @@ struct DenseDesc {
 class DenseOp {
  public:
   virtual ~DenseOp() = default;
-  virtual void forward(const float* x, const float* w, const float* b, float* y) = 0;
+  virtual void forward(const void* x, const float* w, const float* b, void* y) = 0;
   /// dx = dy·W (skipped when dx == nullptr), dW = dyᵀ·x, db = Σₙ dy.
-  virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+  virtual void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                         float* db) = 0;
 };
 
@@ -173,8 +199,8 @@ class DropoutOp {
   virtual ~DropoutOp() = default;
   /// The mask is drawn from a counter-based generator keyed by `seed` (so a resumed run draws the
   /// same masks as an uninterrupted one); the op keeps the mask for backward.
-  virtual void forward(const float* x, float* y, bool training, std::uint64_t seed) = 0;
-  virtual void backward(const float* dy, float* dx) = 0;
+  virtual void forward(const void* x, void* y, bool training, std::uint64_t seed) = 0;
+  virtual void backward(const void* dy, void* dx) = 0;
 };
 
 /// Softmax cross-entropy over K = `classes` logits per sample, against the target
@@ -184,12 +210,13 @@ class DropoutOp {
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
-  /// logits: n×classes, labels: n int32 in [0, classes) (device). Adds Σ loss and the number of
-  /// correct argmax predictions to stats[0] and stats[1] (device floats, not cleared here).
-  /// If dlogits != nullptr, writes dlogits = (softmax − q) · grad_scale, n×classes.
+  /// logits: n×classes activations, labels: n int32 in [0, classes) (device). Adds Σ loss and the
+  /// number of correct argmax predictions to stats[0] and stats[1] (device floats, not cleared
+  /// here; computed in fp32 whatever the precision). If dlogits != nullptr, writes
+  /// dlogits = (softmax − q) · grad_scale, n×classes activations.
   /// n may be smaller than the batch the op was made for (last partial batch).
-  virtual void forward_backward(const float* logits, const std::int32_t* labels, int n,
-                                float grad_scale, float* dlogits, float* stats) = 0;
+  virtual void forward_backward(const void* logits, const std::int32_t* labels, int n,
+                                float grad_scale, void* dlogits, float* stats) = 0;
 };
 
 /// Hyper-parameters of one optimizer update over a flat range of parameters.
@@ -235,17 +262,23 @@ class Backend {
   virtual void fill(float* p, float value, std::size_t n) = 0;
   /// p[i] *= alpha for i < n.
   virtual void scale(float* p, float alpha, std::size_t n) = 0;
-  /// y[i] += x[i] for i < n (x == y allowed). Residual sums and gradient accumulation.
-  virtual void add(float* y, const float* x, std::size_t n) = 0;
-  /// Strided block copy: for r < rows, copies `width` floats from src + r·src_stride to
-  /// dst + r·dst_stride (strides in floats; blocks must not overlap). Channel concatenation and
-  /// zero-padding of N×C×H×W tensors: one row per sample (cudaMemcpy2DAsync on CUDA).
-  virtual void copy_2d(float* dst, std::size_t dst_stride, const float* src,
-                       std::size_t src_stride, std::size_t width, std::size_t rows) = 0;
+  /// Sets `bytes` bytes at p to zero (0.0 in f32 and bf16 alike).
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  /// y[i] += x[i] for i < n elements of type t (x == y allowed; bf16: the sum is computed in fp32
+  /// and rounded). Residual sums and the accumulation of activation gradients.
+  virtual void add(void* y, const void* x, std::size_t n, DType t) = 0;
+  /// y[i] = x[i] converted from `from` to `to` for i < n (f32 → bf16 rounds to nearest even;
+  /// bf16 → f32 is exact; equal types copy). x and y must not overlap.
+  virtual void cast(const void* x, DType from, void* y, DType to, std::size_t n) = 0;
+  /// Strided block copy (cudaMemcpy2D's arguments): for r < rows, copies `width` bytes from
+  /// src + r·src_pitch to dst + r·dst_pitch (pitches in bytes; blocks must not overlap). Channel
+  /// concatenation and zero-padding of N×C×H×W tensors (cudaMemcpy2DAsync on CUDA).
+  virtual void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                       std::size_t width, std::size_t rows) = 0;
   /// y = x converted from the other layout to `to` (see Layout): x holds a tensor of logical
-  /// shape s (N×C×H×W) in the layout that is not `to`; y receives it in `to`. x and y must not
-  /// overlap. oneDNN's reorder on the CPU, cudnnTransformTensor on CUDA.
-  virtual void convert_layout(const float* x, float* y, const Shape& s, Layout to) = 0;
+  /// shape s (N×C×H×W) of elements of type t in the layout that is not `to`; y receives it in
+  /// `to`. x and y must not overlap. oneDNN's reorder on the CPU, cudnnTransformTensor on CUDA.
+  virtual void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) = 0;
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.
@@ -268,6 +301,17 @@ class Backend {
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
   [[nodiscard]] MathMode math() const { return math_; }
+  /// Precision of the ops and layers made after this call (see Precision; default fp32). Set
+  /// before the model is built. Throws InputError where the backend cannot run it (bf16 on a GPU
+  /// older than compute capability 8.0).
+  virtual void set_precision(Precision p) { precision_ = p; }
+  [[nodiscard]] Precision precision() const { return precision_; }
+  /// The element type of activations: f32, or bf16 under Precision::bf16.
+  [[nodiscard]] DType act_dtype() const {
+    return precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
+  }
+  /// Bytes of one activation element (4 or 2).
+  [[nodiscard]] std::size_t act_size() const { return dtype_size(act_dtype()); }
   /// Layout of the activations of the conv, pool, activation and batchnorm ops made after this
   /// call, and of the layers built on this backend (see Layout; default nchw). Set before the
   /// model is built.
@@ -301,6 +345,7 @@ class Backend {
  private:
   float label_smoothing_ = 0.0f;
   MathMode math_ = MathMode::fp32;
+  Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;
 };

@@ -68,10 +68,11 @@ struct StepContext {
   std::uint64_t seed = 0;  ///< dropout key for this step (the model mixes in the layer index)
 };
 
-/// Input tensors of a layer (device pointers, one per input, in input= order) and their
-/// gradients (entries may be nullptr: that input needs no gradient, e.g. the network input).
-using LayerInputs = std::span<const float* const>;
-using LayerInputGrads = std::span<float* const>;
+/// Input tensors of a layer (device pointers to activations of the backend's act_dtype(), one per
+/// input, in input= order) and their gradients (entries may be nullptr: that input needs no
+/// gradient, e.g. the network input).
+using LayerInputs = std::span<const void* const>;
+using LayerInputGrads = std::span<void* const>;
 
 /// What a layer's backward reads besides dy; the model keeps exactly these tensors alive until
 /// the layer's backward and may run a layer in place (y in x's buffer) when it allows it.
@@ -102,12 +103,12 @@ class Layer {
     (void)grads;
     (void)state;
   }
-  /// y = layer(x...); x[i]: input_shapes()[i], y: output_shape() (device pointers; y == x[0] only
-  /// when needs().in_place).
-  virtual void forward(LayerInputs x, float* y, const StepContext& ctx) = 0;
+  /// y = layer(x...); x[i]: input_shapes()[i], y: output_shape() (device pointers to activations;
+  /// y == x[0] only when needs().in_place).
+  virtual void forward(LayerInputs x, void* y, const StepContext& ctx) = 0;
   /// dx[i] (overwritten; skipped where nullptr) and parameter gradients (overwritten) from dy.
   /// x and y hold what forward() saw, as far as needs() asks for them.
-  virtual void backward(LayerInputs x, const float* y, const float* dy, LayerInputGrads dx) = 0;
+  virtual void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) = 0;
   /// Short description with arguments, e.g. "conv(filters=32,kernel=3,stride=1,pad=1)".
   [[nodiscard]] virtual std::string describe() const = 0;
 };

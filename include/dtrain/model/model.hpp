@@ -58,9 +58,10 @@ class Model {
         int num_classes, int max_batch);
   /// Layout only: the same checks, parameter/state tables, signature and summary, but no backend,
   /// no ops and no memory (for ranks that only need the layout, e.g. parameter servers).
-  /// `max_batch` sizes the activation plan that summary() reports.
+  /// `max_batch` sizes the activation plan that summary() reports, `act` its element type (the
+  /// workers' Backend::act_dtype()).
   Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
-        int max_batch = 1);
+        int max_batch = 1, DType act = DType::f32);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -113,16 +114,18 @@ class Model {
  private:
   struct Stack;
   Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
-        int num_classes, int max_batch);
+        int num_classes, int max_batch, DType act);
   void build_graph(const std::vector<std::string>& layer_lines);
   Stack& stack_for(int n);
   std::unique_ptr<Stack> make_stack(int n, Backend* be);
   void bind(Stack& s);
-  void run_forward(Stack& s, const float* x, const StepContext& ctx);
-  [[nodiscard]] float* act(int tensor, const float* x) const;
-  /// The batch x (n samples, NCHW as the data reader delivers it) in the backend's layout: x
-  /// itself, or (Backend::differs_from_nchw(sample)) converted into input_.
-  const float* network_input(const float* x, int n);
+  void run_forward(Stack& s, const void* input, const StepContext& ctx);
+  /// Activation `tensor` (0: the network input `input`, i + 1: layer i's output) in the arena.
+  [[nodiscard]] void* act(int tensor, const void* input) const;
+  /// The batch x (n samples, fp32 NCHW as the data reader delivers it) in the backend's layout
+  /// and act_dtype(): x itself, or converted (Backend::differs_from_nchw(sample)) and/or rounded
+  /// to bf16 into input_.
+  const void* network_input(const float* x, int n);
 
   Backend* backend_;
   std::vector<LayerSpec> specs_;
@@ -132,11 +135,14 @@ class Model {
   int max_batch_;
   std::vector<TensorInfo> params_info_, state_info_;
   std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
+  std::size_t act_size_ = sizeof(float);  ///< bytes per activation element (Backend::act_size())
   std::vector<std::size_t> grads_final_from_;  ///< per layer: its first parameter's offset
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
-  DeviceBuffer<float> arena_;  ///< activation memory (see MemoryPlan), shared by every stack
-  DeviceBuffer<float> input_;  ///< the batch converted to NHWC (network_input), when it must be
+  DeviceBuffer<std::byte> arena_;  ///< activation memory (see MemoryPlan), shared by every stack
+  DeviceBuffer<std::byte> input_;  ///< the batch as the first layer reads it (network_input)
+  DeviceBuffer<float> input_f32_;  ///< the batch converted to NHWC before rounding (bf16 + NHWC)
+  DeviceBuffer<float> logits_f32_;  ///< logits() cast to fp32 (bf16 only)
   std::map<int, std::unique_ptr<Stack>> stacks_;
 };
 

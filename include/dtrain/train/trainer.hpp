@@ -24,10 +24,15 @@ namespace dtrain {
 void set_threads(const Config& c, const Cluster& cluster);
 
 /// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
-/// "cuda:N"): --device, one GPU per node-local worker, with --math and --layout set. Throws
-/// InputError when --device cuda finds no GPU or more local workers than GPUs without
-/// --allow-gpu-sharing.
+/// "cuda:N"): --device, one GPU per node-local worker, with --math, --layout and --precision set.
+/// Throws InputError when --device cuda finds no GPU or more local workers than GPUs without
+/// --allow-gpu-sharing, or for --precision bf16 on a GPU older than compute capability 8.0.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
+
+/// --precision as a Precision (the option is validated by Config: "fp32" | "bf16").
+[[nodiscard]] inline Precision precision_of(const Config& c) {
+  return c.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+}
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled
 /// after a signal-triggered checkpoint). Throws on errors (ReportedError when already printed).

@@ -1,12 +1,15 @@
 // src/dnn/cuda/channel_kernels.hpp — launchers of the per-channel reduction kernels of
 // channel_kernels.cu: the conv bias gradient and batchnorm training (forward and backward) on
-// N×C×H×W fp32 tensors. Deterministic (fixed summation order); enqueued on `stream`, launch
+// N×C×H×W tensors of fp32 or bf16 elements (Elem, kernels.hpp; parameters, statistics and sums
+// fp32). Deterministic (fixed summation order); enqueued on `stream`, launch
 // checked (LibraryError), never synchronizing. Plain C++17 (included by nvcc-compiled code).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+
+#include "kernels.hpp"
 
 namespace dtrain::cuda {
 
@@ -22,27 +25,28 @@ std::size_t channel_scratch_floats(const ChannelShape& s);
 
 /// out[c] = Σ_{n,h,w} x[n,c,h,w] (overwrites; the conv bias gradient, cudnnConvolutionBackwardBias
 /// with beta = 0).
-void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const float* x, float* out,
-                        float* scratch);
+void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* x, Elem t,
+                        float* out, float* scratch);
 
 /// y[n,c,h,w] += b[c] (the conv bias; cudnnAddTensor took 2-3× as long).
-void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, float* y, const float* b);
+void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y, Elem t,
+                             const float* b);
 
 /// Batchnorm training forward (spatial: statistics per channel over N·H·W = M values):
 /// saved_mean = mean, saved_invstd = 1/sqrt(var + ε) with the biased variance,
 /// y = (x − mean)·saved_invstd·γ + β, running_mean/var = (1 − momentum)·running + momentum·(mean,
 /// var·M/(M − 1)), var itself when M = 1 (the CPU backend's rule).
-void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const float* x,
-                                float* y, const float* gamma, const float* beta,
+void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const void* x,
+                                void* y, Elem t, const float* gamma, const float* beta,
                                 float* running_mean, float* running_var, float epsilon,
                                 float momentum, float* saved_mean, float* saved_invstd,
                                 float* scratch);
 
 /// Batchnorm backward from the saved statistics: dβ = Σdy, dγ = Σ dy·x̂ (both overwritten) and,
 /// unless dx == nullptr, dx = γ·invstd/M·(M·dy − dβ − x̂·dγ), x̂ = (x − mean)·invstd.
-void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const float* x,
-                        const float* dy, const float* gamma, const float* saved_mean,
-                        const float* saved_invstd, float* dx, float* dgamma, float* dbeta,
+void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* x,
+                        const void* dy, Elem t, const float* gamma, const float* saved_mean,
+                        const float* saved_invstd, void* dx, float* dgamma, float* dbeta,
                         float* scratch);
 
 }  // namespace dtrain::cuda

@@ -10,6 +10,10 @@
 // its own descriptor set to the chosen algorithm's math type (as cudnnGet*Algorithm_v7 asks), and
 // the choice is logged once per process and shape. The workspace is the backend's shared one.
 // With the backend's NHWC layout x and y are NHWC and the filter KRSC (converted per call).
+// --precision bf16: x, y, dx, dy and the filter cuDNN reads are bf16 (CUDNN_DATA_BFLOAT16 with
+// fp32 compute, cuDNN's BFLOAT16_CONFIG; tensor-op algorithms allowed), the filter a per-call
+// bf16 copy of the fp32 weights; cuDNN writes the weight gradient in bf16, widened into the fp32
+// dw. The filter copy made by forward is reused by the backward of the same step.
 #include <algorithm>
 #include <mutex>
 #include <set>
@@ -82,19 +86,27 @@ class CudaConvOp final : public ConvOp {
     const Shape out = d.output();  // InputError for impossible shapes
     const Shape& in = d.input;
     const Layout layout = be.layout();
-    x_desc_ = TensorDesc::of(in, layout);
-    y_desc_ = TensorDesc::of(out, layout);
+    t_ = be.act_dtype();
+    x_desc_ = TensorDesc::of(in, layout, t_);
+    y_desc_ = TensorDesc::of(out, layout, t_);
     // NHWC activations take a KRSC filter (what PyTorch's channels_last weights are): the K×C×R×S
     // weights are converted into w_krsc_ per call, the gradient back from dw_krsc_ (nothing to
-    // convert for 1×1 kernels or one input channel, where the two orders coincide).
-    w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w);
-    const Shape wshape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
-    if (be.differs_from_nchw(wshape)) {
-      w_shape_ = wshape;
-      w_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
-      dw_krsc_ = DeviceMemory::create(wshape.count() * sizeof(float));
+    // convert for 1×1 kernels or one input channel, where the two orders coincide). bf16 first
+    // rounds them into w_lp_ (and widens the gradient from dw_lp_).
+    w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w, t_);
+    w_shape_ = Shape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
+    const std::size_t wbytes = w_shape_.count() * dtype_size(t_);
+    krsc_ = be.differs_from_nchw(w_shape_);
+    if (krsc_) {
+      w_krsc_ = DeviceMemory::create(wbytes);
+      dw_krsc_ = DeviceMemory::create(wbytes);
     }
-    const bool tf32 = be.math() == MathMode::tf32;
+    if (t_ != DType::f32) {
+      w_lp_ = DeviceMemory::create(wbytes);
+      dw_lp_ = DeviceMemory::create(wbytes);
+    }
+    // bf16 runs on tensor cores whatever --math says (there is no bf16 FMA path worth having).
+    const bool tf32 = be.math() == MathMode::tf32 || t_ == DType::bf16;
     auto make_desc = [&](cudnnMathType_t m) {
       return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w, m);
     };
@@ -160,53 +172,77 @@ class CudaConvOp final : public ConvOp {
         handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
     need = std::max(fwd, std::max(bd, bf));
     be.reserve_workspace(need);
-    log_once("cuDNN conv " + shape + " (" + (tf32 ? "tf32" : "fp32") + ", " +
-             layout_name(layout) + "): " + chosen);
+    log_once("cuDNN conv " + shape + " (" + (t_ == DType::bf16 ? "bf16" : tf32 ? "tf32" : "fp32") +
+             ", " + layout_name(layout) + "): " + chosen);
   }
 
-  void forward(const float* x, const float* w, const float* b, float* y) override {
+  void forward(const void* x, const float* w, const float* b, void* y) override {
     const float one = 1.0f, zero = 0.0f;
-    w = filter(w);
-    DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, w, fwd_desc_,
+    const void* f = filter(w);
+    filter_ready_ = true;
+    DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
                                            fwd_algo_, be_.workspace(), be_.workspace_bytes(),
                                            &zero, y_desc_, y));
-    if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, b);
+    if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b);
   }
 
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                 float* db) override {
     const float one = 1.0f, zero = 0.0f;
-    float* dw_out = dw;
-    if (w_krsc_) {
-      dw = dw_krsc_.as<float>();
-      if (dx != nullptr) w = filter(w);
-    }
-    if (dx != nullptr)
+    if (dx != nullptr) {
+      // The filter forward converted (the weights do not change between the two), else anew.
+      const void* f = filter_ready_ && copies() ? converted() : filter(w);
       DT_CHECK_CUDNN(cudnnConvolutionBackwardData(
-          be_.cudnn(), &one, w_desc_, w, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
+          be_.cudnn(), &one, w_desc_, f, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
           be_.workspace(), be_.workspace_bytes(), &zero, x_desc_, dx));
+    }
+    filter_ready_ = false;
+    // cuDNN writes the gradient in the filter's layout and type; it reaches dw (fp32 KCRS)
+    // through dw_krsc_ (layout) and dw_lp_ (type) where those differ.
+    void* dw_cudnn = krsc_ ? dw_krsc_.get() : t_ != DType::f32 ? dw_lp_.get() : dw;
     DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
         be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
-        be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw));
-    if (w_krsc_) be_.convert_layout(dw, dw_out, w_shape_, Layout::nchw);  // KRSC → KCRS
+        be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw_cudnn));
+    if (krsc_) {  // KRSC → KCRS
+      void* kcrs = t_ != DType::f32 ? dw_lp_.get() : dw;
+      be_.convert_layout(dw_krsc_.get(), kcrs, w_shape_, Layout::nchw, t_);
+    }
+    if (t_ != DType::f32) be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
     // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
     // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
-    if (bias_) launch_channel_sum(be_.stream(), out_shape_, dy, db, bias_scratch_.as<float>());
+    if (bias_)
+      launch_channel_sum(be_.stream(), out_shape_, dy, elem(t_), db, bias_scratch_.as<float>());
   }
 
  private:
-  /// The filter as cuDNN reads it: w itself, or w converted to KRSC in w_krsc_.
-  const float* filter(const float* w) {
-    if (!w_krsc_) return w;
-    be_.convert_layout(w, w_krsc_.as<float>(), w_shape_, Layout::nhwc);
-    return w_krsc_.as<float>();
+  /// The filter as cuDNN reads it: w itself (fp32 KCRS), or w rounded to bf16 into w_lp_ and/or
+  /// converted to KRSC into w_krsc_.
+  const void* filter(const float* w) {
+    const void* f = w;
+    if (t_ != DType::f32) {
+      be_.cast(w, DType::f32, w_lp_.get(), t_, w_shape_.count());
+      f = w_lp_.get();
+    }
+    if (krsc_) {
+      be_.convert_layout(f, w_krsc_.get(), w_shape_, Layout::nhwc, t_);
+      f = w_krsc_.get();
+    }
+    return f;
   }
+  /// Whether filter() makes a copy (bf16 and/or KRSC) rather than returning w.
+  [[nodiscard]] bool copies() const { return krsc_ || t_ != DType::f32; }
+  /// The copy filter() made last (its buffers still hold it); only when copies().
+  [[nodiscard]] const void* converted() const { return krsc_ ? w_krsc_.get() : w_lp_.get(); }
 
   CudaBackend& be_;
+  DType t_ = DType::f32;  ///< activations and the filter cuDNN reads
   TensorDesc x_desc_, y_desc_;
   FilterDesc w_desc_;
-  Shape w_shape_;                  ///< K×C×R×S, when the filter is converted
-  DeviceMemory w_krsc_, dw_krsc_;  ///< NHWC layout with R·S > 1 and C > 1 only
+  Shape w_shape_;                  ///< K×C×R×S
+  bool krsc_ = false;              ///< the filter is converted to KRSC (NHWC, R·S > 1, C > 1)
+  DeviceMemory w_krsc_, dw_krsc_;  ///< the KRSC filter and gradient (krsc_ only)
+  DeviceMemory w_lp_, dw_lp_;      ///< bf16 KCRS filter and gradient (bf16 only)
+  bool filter_ready_ = false;      ///< forward left the converted filter in w_krsc_ / w_lp_
   ConvolutionDesc fwd_desc_, bwd_data_desc_, bwd_filter_desc_;
   cudnnConvolutionFwdAlgo_t fwd_algo_{};
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};

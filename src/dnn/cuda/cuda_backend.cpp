@@ -163,20 +163,36 @@ void CudaBackend::scale(float* p, float alpha, std::size_t n) {
   launch_scale(stream_, p, alpha, n);
 }
 
-void CudaBackend::add(float* y, const float* x, std::size_t n) { launch_add(stream_, y, x, n); }
-
-void CudaBackend::copy_2d(float* dst, std::size_t dst_stride, const float* src,
-                          std::size_t src_stride, std::size_t width, std::size_t rows) {
-  if (width == 0 || rows == 0) return;
-  DT_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
-                                  width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+void CudaBackend::zero(void* p, std::size_t bytes) {
+  if (bytes != 0) DT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
 }
 
-void CudaBackend::convert_layout(const float* x, float* y, const Shape& s, Layout to) {
-  const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
-  const TensorDesc src = TensorDesc::of(s, from), dst = TensorDesc::of(s, to);
+void CudaBackend::add(void* y, const void* x, std::size_t n, DType t) {
+  launch_add(stream_, y, x, n, elem(t));
+}
+
+void CudaBackend::cast(const void* x, DType from, void* y, DType to, std::size_t n) {
+  launch_cast(stream_, x, elem(from), y, elem(to), n);
+}
+
+void CudaBackend::copy_2d(void* dst, std::size_t dst_pitch, const void* src,
+                          std::size_t src_pitch, std::size_t width, std::size_t rows) {
+  if (width == 0 || rows == 0) return;
+  DT_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                  cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) {
+  const std::array<int, 6> key{s.n, s.c, s.h, s.w, static_cast<int>(to), static_cast<int>(t)};
+  auto it = layout_descs_.find(key);
+  if (it == layout_descs_.end()) {  // made once per shape: ~50 calls per ResNet-50 step
+    const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
+    it = layout_descs_.emplace(key, std::make_pair(TensorDesc::of(s, from, t), TensorDesc::of(s, to, t)))
+             .first;
+  }
   const float one = 1.0f, zero = 0.0f;
-  DT_CHECK_CUDNN(cudnnTransformTensor(cudnn(), &one, src, x, &zero, dst, y));
+  DT_CHECK_CUDNN(
+      cudnnTransformTensor(cudnn(), &one, it->second.first, x, &zero, it->second.second, y));
 }
 
 bool CudaBackend::all_finite(const float* p, std::size_t n) {
@@ -200,6 +216,15 @@ void CudaBackend::set_math(MathMode mode) {
   Backend::set_math(mode);
   DT_CHECK_CUBLAS(cublasSetMathMode(
       cublas_, mode == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+void CudaBackend::set_precision(Precision p) {
+  if (p == Precision::bf16 && cc_ < 80)
+    throw InputError(format_error("--precision bf16 needs compute capability 8.0 or newer; " +
+                                      name_ + " has " + std::to_string(cc_ / 10) + "." +
+                                      std::to_string(cc_ % 10) + " (use --precision fp32)",
+                                  __FILE__, __LINE__));
+  Backend::set_precision(p);
 }
 
 void CudaBackend::check_after(const std::string& what) {

@@ -12,11 +12,15 @@
 // - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <utility>
 #include <string>
 
 #include "cuda_raii.hpp"
+#include "kernels.hpp"
 #include "dtrain/dnn/backend.hpp"
 
 namespace dtrain::cuda {
@@ -47,10 +51,12 @@ class CudaBackend final : public Backend {
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void fill(float* p, float value, std::size_t n) override;
   void scale(float* p, float alpha, std::size_t n) override;
-  void add(float* y, const float* x, std::size_t n) override;
-  void copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+  void zero(void* p, std::size_t bytes) override;
+  void add(void* y, const void* x, std::size_t n, DType t) override;
+  void cast(const void* x, DType from, void* y, DType to, std::size_t n) override;
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t rows) override;
-  void convert_layout(const float* x, float* y, const Shape& s, Layout to) override;
+  void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) override;
   bool all_finite(const float* p, std::size_t n) override;
   void synchronize() override;
 
@@ -65,6 +71,8 @@ class CudaBackend final : public Backend {
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override;
   void set_math(MathMode mode) override;
+  /// bf16 needs compute capability ≥ 8.0 (InputError otherwise).
+  void set_precision(Precision p) override;
   [[nodiscard]] bool supports_tf32() const override { return cc_ >= 80; }
   void check_after(const std::string& what) override;
 
@@ -104,7 +112,12 @@ class CudaBackend final : public Backend {
   std::size_t workspace_bytes_ = 0;
   DeviceMemory flag_;       ///< one int for all_finite()
   PinnedMemory flag_host_;  ///< its host copy
+  /// convert_layout's source and destination descriptors by (N, C, H, W, target layout, dtype).
+  std::map<std::array<int, 6>, std::pair<TensorDesc, TensorDesc>> layout_descs_;
 };
+
+/// The kernels' element type (kernels.hpp) of a DType.
+inline Elem elem(DType t) { return t == DType::bf16 ? Elem::bf16 : Elem::f32; }
 
 /// Returns `backend` as a CudaBackend; throws dtrain::Error naming the backend when it is not one
 /// (e.g. `--allreduce nccl` with `--device cpu`).

@@ -133,35 +133,44 @@ inline cudnnTensorFormat_t cudnn_format(Layout layout) {
   return layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
 }
 
-/// cudnnTensorDescriptor_t, set as fp32 n×c×h×w in NCHW or NHWC memory order.
+/// cuDNN's data type for a dtrain DType (CUDNN_DATA_FLOAT / CUDNN_DATA_BFLOAT16).
+inline cudnnDataType_t cudnn_dtype(DType t) {
+  return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/// cudnnTensorDescriptor_t, set as n×c×h×w of elements t (fp32 by default) in NCHW or NHWC
+/// memory order.
 class TensorDesc : public UniqueHandle<cudnnTensorDescriptor_t, TensorDescTraits> {
  public:
   TensorDesc() = default;
   static TensorDesc nchw(int n, int c, int h, int w) { return make(Layout::nchw, n, c, h, w); }
-  static TensorDesc make(Layout layout, int n, int c, int h, int w) {
+  static TensorDesc make(Layout layout, int n, int c, int h, int w, DType t = DType::f32) {
     cudnnTensorDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
     TensorDesc owner(d);
     DT_CHECK_CUDNN(
-        cudnnSetTensor4dDescriptor(d, cudnn_format(layout), CUDNN_DATA_FLOAT, n, c, h, w));
+        cudnnSetTensor4dDescriptor(d, cudnn_format(layout), cudnn_dtype(t), n, c, h, w));
     return owner;
   }
-  static TensorDesc of(const Shape& s, Layout layout) { return make(layout, s.n, s.c, s.h, s.w); }
+  static TensorDesc of(const Shape& s, Layout layout, DType t = DType::f32) {
+    return make(layout, s.n, s.c, s.h, s.w, t);
+  }
 
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };
 
-/// cudnnFilterDescriptor_t, fp32 k×c×r×s stored KCRS (NCHW) or KRSC (NHWC).
+/// cudnnFilterDescriptor_t, k×c×r×s of elements t (fp32 by default) stored KCRS (NCHW) or
+/// KRSC (NHWC).
 class FilterDesc : public UniqueHandle<cudnnFilterDescriptor_t, FilterDescTraits> {
  public:
   FilterDesc() = default;
   static FilterDesc kcrs(int k, int c, int r, int s) { return make(Layout::nchw, k, c, r, s); }
-  static FilterDesc make(Layout layout, int k, int c, int r, int s) {
+  static FilterDesc make(Layout layout, int k, int c, int r, int s, DType t = DType::f32) {
     cudnnFilterDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
     FilterDesc owner(d);
     DT_CHECK_CUDNN(
-        cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, cudnn_format(layout), k, c, r, s));
+        cudnnSetFilter4dDescriptor(d, cudnn_dtype(t), cudnn_format(layout), k, c, r, s));
     return owner;
   }
 

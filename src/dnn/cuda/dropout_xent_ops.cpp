@@ -12,28 +12,27 @@ namespace {
 
 class CudaDropoutOp final : public DropoutOp {
  public:
-  CudaDropoutOp(CudaBackend& be, const Shape& shape, float p) : be_(be), n_(shape.count()), p_(p) {
+  CudaDropoutOp(CudaBackend& be, const Shape& shape, float p)
+      : be_(be), n_(shape.count()), p_(p), t_(be.act_dtype()) {
     DT_REQUIRE(p >= 0.0f && p < 1.0f, "dropout: rate must be in [0, 1), got " + std::to_string(p));
     DT_REQUIRE(n_ > 0, "dropout: empty shape " + shape.str());
     mask_ = DeviceMemory::create(n_ * sizeof(float));
   }
 
-  void forward(const float* x, float* y, bool training, std::uint64_t seed) override {
+  void forward(const void* x, void* y, bool training, std::uint64_t seed) override {
     trained_ = training;
     if (training) {
-      launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, seed, n_);
-    } else if (x != y) {
-      DT_CHECK_CUDA(
-          cudaMemcpyAsync(y, x, n_ * sizeof(float), cudaMemcpyDeviceToDevice, be_.stream()));
+      launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, seed, n_, elem(t_));
+    } else {
+      be_.copy_device(y, x, n_ * dtype_size(t_));
     }
   }
 
-  void backward(const float* dy, float* dx) override {
+  void backward(const void* dy, void* dx) override {
     if (trained_) {
-      launch_dropout_backward(be_.stream(), dy, mask_.as<float>(), dx, n_);
-    } else if (dy != dx) {  // after an inference forward dropout is the identity
-      DT_CHECK_CUDA(
-          cudaMemcpyAsync(dx, dy, n_ * sizeof(float), cudaMemcpyDeviceToDevice, be_.stream()));
+      launch_dropout_backward(be_.stream(), dy, mask_.as<float>(), dx, n_, elem(t_));
+    } else {  // after an inference forward dropout is the identity
+      be_.copy_device(dx, dy, n_ * dtype_size(t_));
     }
   }
 
@@ -41,6 +40,7 @@ class CudaDropoutOp final : public DropoutOp {
   CudaBackend& be_;
   std::size_t n_;
   float p_;
+  DType t_;  ///< of x, y, dx, dy
   bool trained_ = false;
   DeviceMemory mask_;  ///< 0 or 1/(1−p) per element, from the last training forward
 };
@@ -48,7 +48,7 @@ class CudaDropoutOp final : public DropoutOp {
 class CudaSoftmaxXentOp final : public SoftmaxXentOp {
  public:
   CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes, float smoothing)
-      : be_(be), batch_(batch), classes_(classes), smoothing_(smoothing) {
+      : be_(be), batch_(batch), classes_(classes), smoothing_(smoothing), t_(be.act_dtype()) {
     DT_REQUIRE(batch >= 1 && classes >= 1,
                "softmax cross-entropy: batch and classes must be >= 1, got " +
                    std::to_string(batch) + " and " + std::to_string(classes));
@@ -57,12 +57,12 @@ class CudaSoftmaxXentOp final : public SoftmaxXentOp {
                    std::to_string(smoothing));
   }
 
-  void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
-                        float* dlogits, float* stats) override {
+  void forward_backward(const void* logits, const std::int32_t* labels, int n, float grad_scale,
+                        void* dlogits, float* stats) override {
     DT_ASSERT(n >= 0 && n <= batch_, "softmax cross-entropy: n = " + std::to_string(n) +
                                          " exceeds the batch " + std::to_string(batch_));
     launch_softmax_xent(be_.stream(), logits, labels, n, classes_, grad_scale, smoothing_, dlogits,
-                        stats);
+                        stats, elem(t_));
   }
 
  private:
@@ -70,6 +70,7 @@ class CudaSoftmaxXentOp final : public SoftmaxXentOp {
   int batch_;
   int classes_;
   float smoothing_;  ///< label smoothing ε
+  DType t_;          ///< of logits and dlogits
 };
 
 }  // namespace

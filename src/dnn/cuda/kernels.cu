@@ -1,13 +1,20 @@
-// src/dnn/cuda/kernels.cu — dtrain's own CUDA kernels: fill, scale, finiteness check, optimizer
-// updates (SGD / momentum / Nesterov / Adam, Kingma & Ba 2015, coupled L2 as torch.optim), dense
-// bias add, inverted dropout with the counter-based generator of dtrain/dnn/counter_rng.hpp, and a
-// warp-per-sample softmax cross-entropy (log-sum-exp). Element-wise kernels use grid-stride loops;
-// every launcher follows kernels.hpp (enqueue on the given stream, check the launch, no sync).
+// src/dnn/cuda/kernels.cu — dtrain's own CUDA kernels: fp32 ↔ bf16 cast, fill, scale, finiteness
+// check, optimizer updates (SGD / momentum / Nesterov / Adam, Kingma & Ba 2015, coupled L2 as
+// torch.optim), dense bias add, inverted dropout with the counter-based generator of
+// dtrain/dnn/counter_rng.hpp, and a warp-per-sample softmax cross-entropy (log-sum-exp). The
+// activation kernels (add, relu, bias add, dropout, softmax cross-entropy) take fp32 or bf16
+// activations (templates on the element type, elem.cuh: fp32 arithmetic, bf16 stores rounded to
+// nearest even); fill, scale, the finiteness check and the optimizer work on fp32 parameters only.
+// Element-wise kernels use grid-stride loops; every launcher follows kernels.hpp (enqueue on the
+// given stream, check the launch, no sync).
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <cstdint>
 
 #include "cuda_check.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
+#include "elem.cuh"
 #include "kernels.hpp"
 
 namespace dtrain::cuda {
@@ -32,22 +39,36 @@ __global__ void scale_kernel(float* p, float alpha, std::size_t n) {
     p[i] *= alpha;
 }
 
-__global__ void relu_forward_kernel(const float* x, float* y, std::size_t n) {
+template <typename From, typename To>
+__global__ void cast_kernel(const From* x, To* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
-    y[i] = x[i] > 0.0f || x[i] != x[i] ? x[i] : 0.0f;  // NaN passes (the non-finite checks see it)
+    store(y, i, load(x, i));
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n) {
+template <typename T>
+__global__ void relu_forward_kernel(const T* x, T* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    dx[i] = y[i] > 0.0f || y[i] != y[i] ? dy[i] : 0.0f;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const float v = load(x, i);
+    store(y, i, v > 0.0f || v != v ? v : 0.0f);  // NaN passes (the non-finite checks see it)
+  }
 }
 
-__global__ void add_kernel(float* y, const float* x, std::size_t n) {
+template <typename T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const float v = load(y, i);
+    store(dx, i, v > 0.0f || v != v ? load(dy, i) : 0.0f);
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(T* y, const T* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
-    y[i] += x[i];
+    store(y, i, load(y, i) + load(x, i));
 }
 
 __global__ void nonfinite_kernel(const float* p, std::size_t n, int* flag) {
@@ -80,46 +101,49 @@ __global__ void optimizer_kernel(OptimizerParams u, float* p, const float* g, fl
   }
 }
 
-__global__ void add_row_bias_kernel(float* y, const float* b, int rows, int cols) {
+template <typename T>
+__global__ void add_row_bias_kernel(T* y, const float* b, int rows, int cols) {
   const std::size_t n = std::size_t(rows) * cols;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
-    y[i] += b[i % cols];
+    store(y, i, load(y, i) + b[i % cols]);
 }
 
-__global__ void dropout_forward_kernel(const float* x, float* y, float* mask, float p,
-                                       float keep_scale, std::uint64_t seed, std::size_t n) {
+template <typename T>
+__global__ void dropout_forward_kernel(const T* x, T* y, float* mask, float p, float keep_scale,
+                                       std::uint64_t seed, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const float mk = counter_uniform(seed, i) >= p ? keep_scale : 0.0f;
     mask[i] = mk;
-    y[i] = x[i] * mk;
+    store(y, i, load(x, i) * mk);
   }
 }
 
-__global__ void dropout_backward_kernel(const float* dy, const float* mask, float* dx,
-                                        std::size_t n) {
+template <typename T>
+__global__ void dropout_backward_kernel(const T* dy, const float* mask, T* dx, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
-    dx[i] = dy[i] * mask[i];
+    store(dx, i, load(dy, i) * mask[i]);
 }
 
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 // One warp per sample: max + first argmax, Σ exp(x − max), loss = lse − x[label], gradient.
 // Label smoothing ε > 0: target q = (1 − ε)·onehot + ε/K, loss = lse − (1 − ε)·x[label] − (ε/K)·Σx.
-__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int n,
-                                    int classes, float grad_scale, float smoothing, float* dlogits,
+template <typename T>
+__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, int n,
+                                    int classes, float grad_scale, float smoothing, T* dlogits,
                                     float* stats) {
   const int lane = threadIdx.x & 31;
   const int sample = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (sample >= n) return;  // whole warps exit together
-  const float* x = logits + std::size_t(sample) * classes;
+  const T* x = logits + std::size_t(sample) * classes;
 
   float best = -INFINITY;
   int best_idx = classes;
   for (int c = lane; c < classes; c += 32) {
-    const float xc = x[c];
+    const float xc = load(x, c);
     if (xc > best) {  // strictly greater: keeps the first index within a lane
       best = xc;
       best_idx = c;
@@ -134,11 +158,11 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
     }
   }
   float sum = 0.0f;
-  for (int c = lane; c < classes; c += 32) sum += expf(x[c] - best);
+  for (int c = lane; c < classes; c += 32) sum += expf(load(x, c) - best);
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   float sum_x = 0.0f;  // Σ logits, for the smoothed loss only
   if (smoothing > 0.0f) {
-    for (int c = lane; c < classes; c += 32) sum_x += x[c];
+    for (int c = lane; c < classes; c += 32) sum_x += load(x, c);
     for (int off = 16; off > 0; off >>= 1) sum_x += __shfl_xor_sync(0xffffffffu, sum_x, off);
   }
 
@@ -146,35 +170,59 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
   const bool valid = label >= 0 && label < classes;
   if (lane == 0) {
     const float lse = best + logf(sum);
+    const float x_label = valid ? load(x, label) : 0.0f;  // no read outside the row
     const float loss = smoothing > 0.0f
-                           ? lse - (1.0f - smoothing) * x[label] - smoothing / classes * sum_x
-                           : lse - x[label];
+                           ? lse - (1.0f - smoothing) * x_label - smoothing / classes * sum_x
+                           : lse - x_label;
     atomicAdd(&stats[0], valid ? loss : NAN);
     if (valid && best_idx == label) atomicAdd(&stats[1], 1.0f);
   }
   if (dlogits != nullptr) {
-    float* d = dlogits + std::size_t(sample) * classes;
+    T* d = dlogits + std::size_t(sample) * classes;
     const float inv_sum = 1.0f / sum;
     const float off = smoothing / classes, on = 1.0f - smoothing + off;  // ε = 0: 1 and 0
     for (int c = lane; c < classes; c += 32) {
-      const float softmax = expf(x[c] - best) * inv_sum;
-      d[c] = valid ? (softmax - (c == label ? on : off)) * grad_scale : 0.0f;
+      const float softmax = expf(load(x, c) - best) * inv_sum;
+      store(d, c, valid ? (softmax - (c == label ? on : off)) * grad_scale : 0.0f);
     }
   }
 }
 
 }  // namespace
 
-void launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n) {
+void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, std::size_t n) {
   if (n == 0) return;
-  relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  if (from == to) {
+    DT_CHECK_CUDA(cudaMemcpyAsync(y, x, n * elem_bytes(from), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  if (from == Elem::f32)
+    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(x),
+                                                      static_cast<__nv_bfloat16*>(y), n);
+  else
+    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                      static_cast<float*>(y), n);
   DT_CHECK_LAUNCH();
 }
 
-void launch_relu_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
-                          std::size_t n) {
+void launch_relu_forward(cudaStream_t stream, const void* x, void* y, std::size_t n, Elem t) {
   if (n == 0) return;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
+                                                              static_cast<T*>(y), n);
+  });
+  DT_CHECK_LAUNCH();
+}
+
+void launch_relu_backward(cudaStream_t stream, const void* y, const void* dy, void* dx,
+                          std::size_t n, Elem t) {
+  if (n == 0) return;
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+  });
   DT_CHECK_LAUNCH();
 }
 
@@ -190,9 +238,13 @@ void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n) {
   DT_CHECK_LAUNCH();
 }
 
-void launch_add(cudaStream_t stream, float* y, const float* x, std::size_t n) {
+void launch_add(cudaStream_t stream, void* y, const void* x, std::size_t n, Elem t) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x),
+                                                     n);
+  });
   DT_CHECK_LAUNCH();
 }
 
@@ -209,35 +261,50 @@ void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, floa
   DT_CHECK_LAUNCH();
 }
 
-void launch_add_row_bias(cudaStream_t stream, float* y, const float* b, int rows, int cols) {
+void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t) {
   const std::size_t n = std::size_t(rows) * cols;
   if (n == 0) return;
-  add_row_bias_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, b, rows, cols);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_row_bias_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), b, rows, cols);
+  });
   DT_CHECK_LAUNCH();
 }
 
-void launch_dropout_forward(cudaStream_t stream, const float* x, float* y, float* mask, float p,
-                            std::uint64_t seed, std::size_t n) {
+void launch_dropout_forward(cudaStream_t stream, const void* x, void* y, float* mask, float p,
+                            std::uint64_t seed, std::size_t n, Elem t) {
   if (n == 0) return;
   const float keep_scale = 1.0f / (1.0f - p);
-  dropout_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, mask, p, keep_scale, seed, n);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), mask, p, keep_scale, seed, n);
+  });
   DT_CHECK_LAUNCH();
 }
 
-void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* mask, float* dx,
-                             std::size_t n) {
+void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* mask, void* dx,
+                             std::size_t n, Elem t) {
   if (n == 0) return;
-  dropout_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, mask, dx, n);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(dy), mask,
+                                                                  static_cast<T*>(dx), n);
+  });
   DT_CHECK_LAUNCH();
 }
 
-void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float smoothing, float* dlogits,
-                         float* stats) {
+void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels,
+                         int n, int classes, float grad_scale, float smoothing, void* dlogits,
+                         float* stats, Elem t) {
   if (n <= 0) return;
   const unsigned blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  softmax_xent_kernel<<<blocks, kThreads, 0, stream>>>(logits, labels, n, classes, grad_scale,
-                                                       smoothing, dlogits, stats);
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_xent_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(logits), labels, n,
+                                                         classes, grad_scale, smoothing,
+                                                         static_cast<T*>(dlogits), stats);
+  });
   DT_CHECK_LAUNCH();
 }
 

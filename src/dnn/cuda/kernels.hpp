@@ -13,17 +13,26 @@
 
 namespace dtrain::cuda {
 
+/// Element type of an activation buffer a kernel reads or writes (dtrain::DType, which this C++17
+/// header cannot include): fp32, or bf16 (__nv_bfloat16; loaded exactly as fp32, the arithmetic in
+/// fp32, stores rounded to nearest even with __float2bfloat16_rn). Parameters, gradients of
+/// parameters, masks and statistics are always fp32.
+enum class Elem { f32, bf16 };
+
+/// y[i] = x[i] converted from `from` to `to`, i < n (equal types: a copy). x, y must not overlap.
+void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, std::size_t n);
+
 /// p[i] = value, i < n.
 void launch_fill(cudaStream_t stream, float* p, float value, std::size_t n);
 /// p[i] *= alpha, i < n.
 void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n);
-/// y[i] += x[i], i < n (x == y allowed).
-void launch_add(cudaStream_t stream, float* y, const float* x, std::size_t n);
+/// y[i] += x[i], i < n elements of type t (x == y allowed).
+void launch_add(cudaStream_t stream, void* y, const void* x, std::size_t n, Elem t);
 /// y[i] = max(x[i], 0), NaN kept (x == y allowed).
-void launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n);
+void launch_relu_forward(cudaStream_t stream, const void* x, void* y, std::size_t n, Elem t);
 /// dx[i] = y[i] > 0 (or NaN) ? dy[i] : 0, from the forward's output y (dy == dx allowed).
-void launch_relu_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
-                          std::size_t n);
+void launch_relu_backward(cudaStream_t stream, const void* y, const void* dy, void* dx,
+                          std::size_t n, Elem t);
 /// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
 /// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).
@@ -43,22 +52,25 @@ struct OptimizerParams {
 /// (torch.optim.Adam's arrangement, identical to the CPU backend's loop).
 void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
                              const float* g, float* m, float* v, std::size_t n);
-/// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer).
-void launch_add_row_bias(cudaStream_t stream, float* y, const float* b, int rows, int cols);
+/// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer; y of type
+/// t, b fp32).
+void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);
 /// Inverted dropout forward: element i is kept iff counter_uniform(seed, i) >= p (the CPU backend's
-/// rule), mask[i] = kept ? 1/(1 − p) : 0, y[i] = x[i]·mask[i] (x == y allowed).
-void launch_dropout_forward(cudaStream_t stream, const float* x, float* y, float* mask, float p,
-                            std::uint64_t seed, std::size_t n);
-/// dx[i] = dy[i]·mask[i].
-void launch_dropout_backward(cudaStream_t stream, const float* dy, const float* mask, float* dx,
-                             std::size_t n);
-/// Softmax cross-entropy, one warp per sample (log-sum-exp): stats[0] += Σ loss, stats[1] +=
+/// rule), mask[i] = kept ? 1/(1 − p) : 0 (fp32), y[i] = x[i]·mask[i] (x == y allowed; x, y of
+/// type t).
+void launch_dropout_forward(cudaStream_t stream, const void* x, void* y, float* mask, float p,
+                            std::uint64_t seed, std::size_t n, Elem t);
+/// dx[i] = dy[i]·mask[i] (dy, dx of type t).
+void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* mask, void* dx,
+                             std::size_t n, Elem t);
+/// Softmax cross-entropy, one warp per sample (log-sum-exp; logits and dlogits of type t, the
+/// arithmetic and stats fp32): stats[0] += Σ loss, stats[1] +=
 /// number of samples whose first maximal logit is at the label; when dlogits != nullptr,
 /// dlogits = (softmax − q)·grad_scale with q = (1 − smoothing)·onehot + smoothing/classes (label
 /// smoothing; 0: the one-hot target). A label outside [0, classes) adds NaN to the loss (so the
 /// trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
-void launch_softmax_xent(cudaStream_t stream, const float* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float smoothing, float* dlogits,
-                         float* stats);
+void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels,
+                         int n, int classes, float grad_scale, float smoothing, void* dlogits,
+                         float* stats, Elem t);
 
 }  // namespace dtrain::cuda

@@ -8,6 +8,8 @@
 // inference on cudnnBatchNormalizationForwardInference (cuDNN calls CUDNN_BATCHNORM_SPATIAL; in the
 // NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT). Descriptors in the backend's layout.
 // Momentum is PyTorch's; running_var holds the unbiased batch variance, as BatchNormDesc documents.
+// Activations are of the backend's act_dtype() (bf16: CUDNN_DATA_BFLOAT16 descriptors, fp32
+// scale, bias and statistics — the derived batchnorm parameter descriptor is fp32 for bf16 data).
 #include <string>
 
 #include "channel_kernels.hpp"
@@ -22,8 +24,8 @@ class CudaPoolOp final : public PoolOp {
  public:
   CudaPoolOp(CudaBackend& be, const PoolDesc& d) : be_(be) {
     const Shape out = d.output();  // InputError for impossible windows
-    x_desc_ = TensorDesc::of(d.input, be.layout());
-    y_desc_ = TensorDesc::of(out, be.layout());
+    x_desc_ = TensorDesc::of(d.input, be.layout(), be.act_dtype());
+    y_desc_ = TensorDesc::of(out, be.layout(), be.act_dtype());
     pool_desc_ =
         PoolingDesc::create(d.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
@@ -34,14 +36,14 @@ class CudaPoolOp final : public PoolOp {
               "cuDNN pooling output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
   }
 
-  void forward(const float* x, float* y,
+  void forward(const void* x, void* y,
                bool /*training: cuDNN recomputes from x and y*/) override {
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(
         cudnnPoolingForward(be_.cudnn(), pool_desc_, &one, x_desc_, x, &zero, y_desc_, y));
   }
 
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward(const void* x, const void* y, const void* dy, void* dx) override {
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnPoolingBackward(be_.cudnn(), pool_desc_, &one, y_desc_, y, y_desc_, dy,
                                         x_desc_, x, &zero, x_desc_, dx));
@@ -56,23 +58,23 @@ class CudaPoolOp final : public PoolOp {
 class CudaActivationOp final : public ActivationOp {
  public:
   CudaActivationOp(CudaBackend& be, ActKind kind, const Shape& shape)
-      : be_(be), relu_(kind == ActKind::relu), count_(shape.count()) {
+      : be_(be), relu_(kind == ActKind::relu), count_(shape.count()), t_(elem(be.act_dtype())) {
     DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
-    desc_ = TensorDesc::of(shape, be.layout());
+    desc_ = TensorDesc::of(shape, be.layout(), be.act_dtype());
     act_ = ActivationDesc::create(kind == ActKind::relu ? CUDNN_ACTIVATION_RELU
                                                         : CUDNN_ACTIVATION_SIGMOID);
   }
 
-  void forward(const float* x, float* y) override {
-    if (relu_) return launch_relu_forward(be_.stream(), x, y, count_);
+  void forward(const void* x, void* y) override {
+    if (relu_) return launch_relu_forward(be_.stream(), x, y, count_, t_);
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnActivationForward(be_.cudnn(), act_, &one, desc_, x, &zero, desc_, y));
   }
 
-  void backward(const float* /*x*/, const float* y, const float* dy, float* dx) override {
+  void backward(const void* /*x*/, const void* y, const void* dy, void* dx) override {
     // y stands in for x: the forward may have run in place, and relu'(x) = [y > 0],
     // sigmoid'(x) = y·(1 − y) are functions of y alone.
-    if (relu_) return launch_relu_backward(be_.stream(), y, dy, dx, count_);
+    if (relu_) return launch_relu_backward(be_.stream(), y, dy, dx, count_, t_);
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnActivationBackward(be_.cudnn(), act_, &one, desc_, y, desc_, dy, desc_, y,
                                            &zero, desc_, dx));
@@ -82,6 +84,7 @@ class CudaActivationOp final : public ActivationOp {
   CudaBackend& be_;
   bool relu_;
   std::size_t count_;
+  Elem t_;
   TensorDesc desc_;
   ActivationDesc act_;
 };
@@ -97,7 +100,8 @@ class CudaBatchNormOp final : public BatchNormOp {
     DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
                "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
     const bool nhwc = be.layout() == Layout::nhwc;
-    x_desc_ = TensorDesc::of(s, be.layout());
+    t_ = be.act_dtype();
+    x_desc_ = TensorDesc::of(s, be.layout(), t_);
     // NHWC trains on cuDNN's persistent kernels (as PyTorch does for channels_last).
     train_mode_ = nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
     cudnnTensorDescriptor_t raw = nullptr;
@@ -124,11 +128,11 @@ class CudaBatchNormOp final : public BatchNormOp {
     if (own_) scratch_ = DeviceMemory::create(channel_scratch_floats(shape_) * sizeof(float));
   }
 
-  void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
-               float* running_var, float* y, bool training) override {
+  void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* y, bool training) override {
     const float one = 1.0f, zero = 0.0f;
     if (training && own_) {
-      launch_bn_forward_training(be_.stream(), shape_, x, y, gamma, beta, running_mean,
+      launch_bn_forward_training(be_.stream(), shape_, x, y, elem(t_), gamma, beta, running_mean,
                                  running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
                                  saved_inv_var_.as<float>(), scratch_.as<float>());
     } else if (training) {
@@ -144,17 +148,17 @@ class CudaBatchNormOp final : public BatchNormOp {
     }
   }
 
-  void backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+  void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
                 float* dbeta) override {
     if (own_) {
-      launch_bn_backward(be_.stream(), shape_, x, dy, gamma, saved_mean_.as<float>(),
+      launch_bn_backward(be_.stream(), shape_, x, dy, elem(t_), gamma, saved_mean_.as<float>(),
                          saved_inv_var_.as<float>(), dx, dgamma, dbeta, scratch_.as<float>());
       return;
     }
     if (dx == nullptr) {
       // cuDNN always writes dx; a first-layer batchnorm gets a scratch buffer, made once.
-      if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * sizeof(float));
-      dx = scratch_dx_.as<float>();
+      if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
+      dx = scratch_dx_.get();
     }
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
@@ -166,6 +170,7 @@ class CudaBatchNormOp final : public BatchNormOp {
  private:
   CudaBackend& be_;
   BatchNormDesc d_;
+  DType t_ = DType::f32;  ///< of x, y, dx, dy
   TensorDesc x_desc_, param_desc_;
   cudnnBatchNormMode_t train_mode_ = CUDNN_BATCHNORM_SPATIAL;  ///< of training forward and backward
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward

@@ -30,11 +30,11 @@ class OneDnnConv final : public ConvOp {
     dnnl_guard("convolution", shape, [&] { build(ctx, d, layout, shape); });
   }
 
-  void forward(const float* x, const float* w, const float* b, float* y) override {
+  void forward(const void* x, const float* w, const float* b, void* y) override {
     p_.forward(x, w, b, y);
   }
 
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                 float* db) override {
     p_.backward(x, w, dy, dx, dw, db);
   }
@@ -106,13 +106,13 @@ class OneDnnPool final : public PoolOp {
 
   // One forward_training primitive serves both modes: for max pooling it also writes the
   // workspace (cheap), so a later backward always finds what it needs.
-  void forward(const float* x, float* y, bool /*training*/) override {
+  void forward(const void* x, void* y, bool /*training*/) override {
     fwd_.set(DNNL_ARG_SRC, x);
     fwd_.set(DNNL_ARG_DST, y);
     fwd_.run();
   }
 
-  void backward(const float* /*x*/, const float* /*y*/, const float* dy, float* dx) override {
+  void backward(const void* /*x*/, const void* /*y*/, const void* dy, void* dx) override {
     bwd_.set(DNNL_ARG_DIFF_DST, dy);
     bwd_.set(DNNL_ARG_DIFF_SRC, dx);
     bwd_.run();

@@ -14,6 +14,8 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/simd.hpp"
+#include "dtrain/dnn/bf16.hpp"
+#include "../bf16_emulation.hpp"
 #include "onednn_common.hpp"
 
 namespace dtrain::onednn {
@@ -26,9 +28,9 @@ namespace dtrain::onednn {
                                   __FILE__, __LINE__));
 }
 
-dnnl::memory::desc md_act(const Shape& s, Layout layout) {
+dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t) {
   return {{s.n, s.c, s.h, s.w},
-          dnnl::memory::data_type::f32,
+          t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32,
           layout == Layout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw};
 }
 dnnl::memory::desc md_nc(int n, int c) {
@@ -100,7 +102,7 @@ void Prim::run() {
   });
 }
 
-void WeightedPrims::forward(const float* x, const float* w, const float* b, float* y) {
+void WeightedPrims::forward(const void* x, const float* w, const float* b, void* y) {
   fwd.set(DNNL_ARG_SRC, x);
   fwd.set(DNNL_ARG_WEIGHTS, w);
   if (bias) fwd.set(DNNL_ARG_BIAS, b);
@@ -108,7 +110,7 @@ void WeightedPrims::forward(const float* x, const float* w, const float* b, floa
   fwd.run();
 }
 
-void WeightedPrims::backward(const float* x, const float* w, const float* dy, float* dx,
+void WeightedPrims::backward(const void* x, const float* w, const void* dy, void* dx,
                              float* dw, float* db) {
   if (dx != nullptr) {
     bwd_data.set(DNNL_ARG_DIFF_DST, dy);
@@ -278,27 +280,57 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
     for (std::ptrdiff_t i = 0; i < len; ++i) p[i] *= alpha;
   }
-  void add(float* y, const float* x, std::size_t n) override {
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes != 0) std::memset(p, 0, bytes);
+  }
+  void add(void* yv, const void* xv, std::size_t n, DType t) override {
     const auto len = static_cast<std::ptrdiff_t>(n);
+    if (t == DType::bf16) {
+      auto* y = static_cast<std::uint16_t*>(yv);
+      const auto* x = static_cast<const std::uint16_t*>(xv);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (std::ptrdiff_t i = 0; i < len; ++i)
+        y[i] = float_to_bf16(bf16_to_float(y[i]) + bf16_to_float(x[i]));
+      return;
+    }
+    auto* y = static_cast<float*>(yv);
+    const auto* x = static_cast<const float*>(xv);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
     for (std::ptrdiff_t i = 0; i < len; ++i) y[i] += x[i];
   }
-  void copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+  void cast(const void* x, DType from, void* y, DType to, std::size_t n) override {
+    if (from == to) return copy(y, x, n * dtype_size(to));
+    const auto len = static_cast<std::ptrdiff_t>(n);
+    if (to == DType::bf16) {
+      const auto* src = static_cast<const float*>(x);
+      auto* dst = static_cast<std::uint16_t*>(y);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (std::ptrdiff_t i = 0; i < len; ++i) dst[i] = float_to_bf16(src[i]);
+    } else {
+      const auto* src = static_cast<const std::uint16_t*>(x);
+      auto* dst = static_cast<float*>(y);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (std::ptrdiff_t i = 0; i < len; ++i) dst[i] = bf16_to_float(src[i]);
+    }
+  }
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t rows) override {
     const auto n = static_cast<std::ptrdiff_t>(rows);
-#pragma omp parallel for schedule(static) if (width * rows >= kParallelMin)
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+#pragma omp parallel for schedule(static) if (width * rows >= 4 * kParallelMin)
     for (std::ptrdiff_t r = 0; r < n; ++r)
-      copy(dst + static_cast<std::size_t>(r) * dst_stride,
-           src + static_cast<std::size_t>(r) * src_stride, width * sizeof(float));
+      copy(d + static_cast<std::size_t>(r) * dst_pitch, s + static_cast<std::size_t>(r) * src_pitch,
+           width);
   }
-  void convert_layout(const float* x, float* y, const Shape& s, Layout to) override {
-    const std::array<int, 5> key{s.n, s.c, s.h, s.w, static_cast<int>(to)};
+  void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) override {
+    const std::array<int, 6> key{s.n, s.c, s.h, s.w, static_cast<int>(to), static_cast<int>(t)};
     auto it = reorders_.find(key);
     if (it == reorders_.end()) {
       const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
-      const std::string what = s.str() + " to " + layout_name(to);
+      const std::string what = s.str() + " " + dtype_name(t) + " to " + layout_name(to);
       it = dnnl_guard("reorder", what, [&] {
-             const dnnl::memory::desc src = md_act(s, from), dst = md_act(s, to);
+             const dnnl::memory::desc src = md_act(s, from, t), dst = md_act(s, to, t);
              const dnnl::reorder::primitive_desc pd(ctx_->engine, src, ctx_->engine, dst,
                                                     user_scratchpad_attr());
              Prim p = Prim::make<dnnl::reorder>(*ctx_, pd, "reorder", what);
@@ -317,26 +349,34 @@ class CpuBackend final : public Backend {
     dnnl_guard("stream wait", "", [&] { ctx_->stream.wait(); });
   }
 
+  // Under Precision::bf16 every op is the fp32 one wrapped by the emulation (bf16_emulation.hpp).
   std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override {
-    return make_conv_op(*ctx_, d, layout());
+    auto op = make_conv_op(*ctx_, d, layout());
+    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
   }
   std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override {
-    return make_pool_op(*ctx_, d, layout());
+    auto op = make_pool_op(*ctx_, d, layout());
+    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
   }
   std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override {
-    return make_activation_op(*ctx_, kind, shape);
+    auto op = make_activation_op(*ctx_, kind, shape);
+    return bf16() ? bf16()->wrap_activation(shape, std::move(op)) : std::move(op);
   }
   std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override {
-    return make_batchnorm_op(*ctx_, d, layout());
+    auto op = make_batchnorm_op(*ctx_, d, layout());
+    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
   }
   std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) override {
-    return make_dense_op(*ctx_, d);
+    auto op = make_dense_op(*ctx_, d);
+    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
   }
   std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) override {
-    return make_dropout_op(shape, p);
+    auto op = make_dropout_op(shape, p);
+    return bf16() ? bf16()->wrap_dropout(shape, std::move(op)) : std::move(op);
   }
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
-    return make_softmax_xent_op(batch, classes, label_smoothing());
+    auto op = make_softmax_xent_op(batch, classes, label_smoothing());
+    return bf16() ? bf16()->wrap_loss(batch, classes, std::move(op)) : std::move(op);
   }
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
@@ -348,9 +388,16 @@ class CpuBackend final : public Backend {
   static void copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
+  /// The bf16 emulation under Precision::bf16 (made on first use), else nullptr.
+  Bf16Emulation* bf16() {
+    if (precision() != Precision::bf16) return nullptr;
+    if (!bf16_) bf16_ = std::make_unique<Bf16Emulation>(*this);
+    return bf16_.get();
+  }
   std::unique_ptr<Context> ctx_;
-  /// convert_layout's reorders, made on first use, by (N, C, H, W, target layout).
-  std::map<std::array<int, 5>, Prim> reorders_;
+  std::unique_ptr<Bf16Emulation> bf16_;
+  /// convert_layout's reorders, made on first use, by (N, C, H, W, target layout, dtype).
+  std::map<std::array<int, 6>, Prim> reorders_;
 };
 
 }  // namespace

@@ -29,11 +29,11 @@ class OneDnnDense final : public DenseOp {
     dnnl_guard("inner_product", shape, [&] { build(ctx, d, shape); });
   }
 
-  void forward(const float* x, const float* w, const float* b, float* y) override {
+  void forward(const void* x, const float* w, const float* b, void* y) override {
     p_.forward(x, w, b, y);
   }
 
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                 float* db) override {
     p_.backward(x, w, dy, dx, dw, db);
   }
@@ -84,7 +84,9 @@ class CpuDropout final : public DropoutOp {
 
   /// Training: mask[i] = (counter_uniform(seed, i) < p) ? 0 : 1/(1−p); y = x·mask.
   /// Inference: y = x (the mask is left as it was).
-  void forward(const float* x, float* y, bool training, std::uint64_t seed) override {
+  void forward(const void* xv, void* yv, bool training, std::uint64_t seed) override {
+    const auto* x = static_cast<const float*>(xv);
+    auto* y = static_cast<float*>(yv);
     const std::size_t n = mask_.size();
     if (!training) {
       if (x != y) std::copy(x, x + n, y);
@@ -99,7 +101,9 @@ class CpuDropout final : public DropoutOp {
   }
 
   /// dx = dy · mask of the last training forward.
-  void backward(const float* dy, float* dx) override {
+  void backward(const void* dyv, void* dxv) override {
+    const auto* dy = static_cast<const float*>(dyv);
+    auto* dx = static_cast<float*>(dxv);
     const float* __restrict mask = mask_.data();
     for (std::size_t i = 0; i < mask_.size(); ++i) dx[i] = dy[i] * mask[i];
   }
@@ -121,8 +125,10 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
                    std::to_string(smoothing));
   }
 
-  void forward_backward(const float* logits, const std::int32_t* labels, int n, float grad_scale,
-                        float* dlogits, float* stats) override {
+  void forward_backward(const void* logits_v, const std::int32_t* labels, int n, float grad_scale,
+                        void* dlogits_v, float* stats) override {
+    const auto* logits = static_cast<const float*>(logits_v);
+    auto* dlogits = static_cast<float*>(dlogits_v);
     DT_REQUIRE(n >= 0 && n <= batch_, "softmax cross-entropy: n = " + std::to_string(n) +
                                           " outside [0, " + std::to_string(batch_) + "]");
     const std::size_t k = static_cast<std::size_t>(classes_);

@@ -26,13 +26,13 @@ class OneDnnActivation final : public ActivationOp {
                [&] { build(ctx, shape.str(), shape.count()); });
   }
 
-  void forward(const float* x, float* y) override {
+  void forward(const void* x, void* y) override {
     fwd_.set(DNNL_ARG_SRC, x);
     fwd_.set(DNNL_ARG_DST, y);
     fwd_.run();
   }
 
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+  void backward(const void* x, const void* y, const void* dy, void* dx) override {
     // Both use-dst variants read y, so the forward may run in place (x == y).
     (void)x;
     bwd_.set(DNNL_ARG_DST, y);
@@ -84,8 +84,8 @@ class OneDnnBatchNorm final : public BatchNormOp {
     dnnl_guard("batch_normalization", s.str(), [&] { build(s.str()); });
   }
 
-  void forward(const float* x, const float* gamma, const float* beta, float* running_mean,
-               float* running_var, float* y, bool training) override {
+  void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* y, bool training) override {
     Prim& p = training ? train_ : infer_;
     p.set(DNNL_ARG_SRC, x);
     p.set(DNNL_ARG_SCALE, gamma);
@@ -101,7 +101,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
     update_running(running_mean, running_var);
   }
 
-  void backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+  void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
                 float* dbeta) override {
     if (dx == nullptr) {  // first layer of the net: dx is not wanted but oneDNN must write it
       if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());

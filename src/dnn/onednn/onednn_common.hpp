@@ -56,9 +56,9 @@ decltype(auto) dnnl_guard(const std::string& what, const std::string& shape, F&&
   }
 }
 
-/// Plain fp32 memory descriptors: md_act is an activation of shape s (N×C×H×W) in `layout`
-/// (format_tag nchw or nhwc).
-dnnl::memory::desc md_act(const Shape& s, Layout layout);
+/// Plain memory descriptors, fp32 unless stated: md_act is an activation of shape s (N×C×H×W)
+/// in `layout` (format_tag nchw or nhwc) of elements of type t.
+dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t = DType::f32);
 dnnl::memory::desc md_nc(int n, int c);
 dnnl::memory::desc md_x(std::size_t n);
 
@@ -125,9 +125,9 @@ struct WeightedPrims {
   Prim fwd, bwd_data, bwd_weights;
   bool bias = true;  ///< false: b and db are ignored (the primitives were made without bias)
   /// y = op(x, w) + b.
-  void forward(const float* x, const float* w, const float* b, float* y);
+  void forward(const void* x, const float* w, const float* b, void* y);
   /// dx (skipped when nullptr), dw, db from dy; see ConvOp/DenseOp::backward.
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db);
+  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw, float* db);
 };
 
 /// 64-byte aligned, zero-filled host allocation (bytes rounded up to 64); throws LibraryError.

@@ -1,0 +1,151 @@
+// tests/unit/test_precision.cpp — --precision bf16 (Precision, dnn/backend.hpp) on the CPU backend:
+// bf16 rounding (nearest even, NaN and overflow), the backend's cast and bf16 add, and a model in
+// bf16 against the same model in fp32 (both layouts, full and partial batch, on test::kLayoutNet):
+// every number stays within bf16's precision of fp32's, yet differs from it (the rounding really
+// happens), the logits are bf16 values, and the activation memory halves. The same model on
+// cuDNN/cuBLAS bf16 against this CPU emulation is CudaParity.Bf16ModelMatchesCpu.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/layer_rig.hpp"
+#include "common/model_step.hpp"
+#include "common/nets.hpp"
+#include "dtrain/dnn/bf16.hpp"
+#include "dtrain/model/model.hpp"
+
+namespace dtrain {
+namespace {
+
+using test::max_rel;
+using test::to_host;
+using test::uniform_values;
+
+std::uint32_t bits(float f) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  const float ulp = std::ldexp(1.0f, -7);  // bf16's spacing in [1, 2)
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(round_to_bf16(1.0f + ulp), 1.0f + ulp);                          // exact
+  EXPECT_EQ(round_to_bf16(1.0f + ulp / 2), 1.0f);                           // tie: to even
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);             // tie: to even
+  EXPECT_EQ(round_to_bf16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 1.0f + ulp);  // above the tie
+  EXPECT_EQ(round_to_bf16(-1.0f - ulp / 4), -1.0f);
+  EXPECT_EQ(bits(round_to_bf16(-0.0f)), 0x80000000u);
+  EXPECT_TRUE(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(round_to_bf16(-std::numeric_limits<float>::signaling_NaN())));
+  EXPECT_EQ(round_to_bf16(FLT_MAX), std::numeric_limits<float>::infinity());  // beyond bf16's max
+  EXPECT_EQ(round_to_bf16(-std::numeric_limits<float>::infinity()),
+            -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(round_to_bf16(1e-40f), std::ldexp(1.0f, -133) * 0 + bf16_to_float(float_to_bf16(1e-40f)));
+  EXPECT_GT(round_to_bf16(1e-40f), 0.0f);  // subnormals are kept, not flushed
+}
+
+TEST(Bf16, BackendCastAndAddRoundTheSameWay) {
+  auto be = make_cpu_backend();
+  const std::size_t n = 1000;
+  const auto a = uniform_values(n, 3, -50.0f, 50.0f), b = uniform_values(n, 4, -1.0f, 1.0f);
+  auto ad = test::to_device(*be, a), bd = test::to_device(*be, b);
+  DeviceBuffer<std::uint16_t> ah(*be, n), bh(*be, n);
+  be->cast(ad.data(), DType::f32, ah.data(), DType::bf16, n);
+  be->cast(bd.data(), DType::f32, bh.data(), DType::bf16, n);
+  std::vector<std::uint16_t> host(n);
+  be->copy_to_host(host.data(), ah.data(), n * 2);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], float_to_bf16(a[i])) << i;
+  be->add(ah.data(), bh.data(), n, DType::bf16);  // y = bf16(y + x), summed in fp32
+  DeviceBuffer<float> back(*be, n);
+  be->cast(ah.data(), DType::bf16, back.data(), DType::f32, n);
+  const auto sum = to_host(*be, back.data(), n);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(sum[i], round_to_bf16(round_to_bf16(a[i]) + round_to_bf16(b[i]))) << i;
+}
+
+/// The same model in fp32 and in bf16 on two CPU backends of one layout, the same weights.
+struct Pair {
+  std::unique_ptr<Backend> be[2];
+  std::unique_ptr<Model> m[2];
+  Pair(const std::vector<std::string>& net, Layout layout, const Shape& sample, int classes,
+       int max_batch) {
+    for (int k = 0; k < 2; ++k) {
+      be[k] = make_cpu_backend();
+      be[k]->set_layout(layout);
+      be[k]->set_precision(k == 0 ? Precision::fp32 : Precision::bf16);
+      m[k] = std::make_unique<Model>(*be[k], net, sample, classes, max_batch);
+      m[k]->initialize(17);
+    }
+  }
+};
+
+TEST(Precision, Bf16ModelStaysWithinBf16OfFp32) {
+  const Shape sample{1, 3, 8, 6};
+  const int classes = 4, max_batch = 6;
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(layout));
+    Pair p(test::kLayoutNet, layout, sample, classes, max_batch);
+    EXPECT_EQ(p.be[1]->act_dtype(), DType::bf16);
+    EXPECT_EQ(2 * p.m[1]->activation_bytes(), p.m[0]->activation_bytes());
+    for (const int n : {max_batch, 4}) {  // the full batch and a partial last batch
+      SCOPED_TRACE("batch " + std::to_string(n));
+      const auto x = uniform_values(sample.with_n(n).count(), 7 + n, -1.0f, 1.0f);
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = (3 * i + 2) % classes;
+      const test::StepOutputs f = test::run_step(*p.m[0], x, labels);
+      const test::StepOutputs h = test::run_step(*p.m[1], x, labels);
+      // bf16 keeps 8 significant bits (relative rounding error ≤ 2^-9 ≈ 0.2 %) at every layer's
+      // output and every activation gradient; across the 18 layers that compounds to about 1 %.
+      EXPECT_NEAR(h.loss[0], f.loss[0], 2e-2 * std::abs(f.loss[0]));
+      EXPECT_LE(max_rel(h.grads, f.grads), 5e-2);
+      EXPECT_LE(max_rel(h.state, f.state), 2e-2);
+      EXPECT_NEAR(h.eval[0], f.eval[0], 2e-2 * std::abs(f.eval[0]));
+      EXPECT_LE(max_rel(h.logits, f.logits), 3e-2);
+      // ... but the rounding is there: the gradients differ, and every logit is a bf16 value.
+      EXPECT_GT(max_rel(h.grads, f.grads), 1e-4);
+      for (float v : h.logits) ASSERT_EQ(v, round_to_bf16(v));
+      std::size_t inexact = 0;
+      for (float v : f.logits) inexact += v != round_to_bf16(v) ? 1 : 0;
+      EXPECT_GT(inexact, f.logits.size() / 2);  // fp32 logits are not (the check can fail)
+    }
+  }
+}
+
+TEST(Precision, Bf16TrainingFollowsFp32) {
+  // 60 SGD steps on one fixed batch: the loss falls the same way in both precisions.
+  const Shape sample{1, 3, 8, 6};
+  const int classes = 4, n = 8;
+  Pair p(test::kBranchyNet, Layout::nchw, sample, classes, n);
+  const auto x = uniform_values(sample.with_n(n).count(), 11, -1.0f, 1.0f);
+  std::vector<std::int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = i % classes;
+  float first[2] = {0, 0}, last[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    Backend& be = *p.be[k];
+    Model& m = *p.m[k];
+    auto xd = test::to_device(be, x);
+    DeviceBuffer<std::int32_t> yd(be, labels.size());
+    be.copy_to_device(yd.data(), labels.data(), labels.size() * sizeof(std::int32_t));
+    DeviceBuffer<float> stats(be, 2);
+    OptimizerUpdate u;
+    u.lr = 0.3f;
+    for (int step = 0; step < 60; ++step) {
+      be.fill(stats.data(), 0.0f, 2);
+      m.train_step(xd.data(), yd.data(), n, 1.0f / n, 5, stats.data());
+      const float loss = to_host(be, stats.data(), 1)[0] / n;
+      (step == 0 ? first[k] : last[k]) = loss;
+      be.optimizer_update(u, m.params(), m.grads(), nullptr, nullptr, m.param_count());
+    }
+  }
+  EXPECT_LT(last[0], 0.5f * first[0]);
+  EXPECT_LT(last[1], 0.5f * first[1]);
+  EXPECT_NEAR(last[1], last[0], 0.05f * first[0]) << "fp32 " << first[0] << " -> " << last[0]
+                                                  << ", bf16 " << first[1] << " -> " << last[1];
+}
+
+}  // namespace
+}  // namespace dtrain
