@@ -58,34 +58,42 @@ class Emulated {
   std::shared_ptr<Bf16Emulation::Scratch> s_;
 };
 
-/// Conv and dense: y = op(x, w) + b with bf16 x, y and bf16-rounded weights.
+/// An fp32 op of type Op behind the Op interface: nx_ elements per activation input, ny_ per
+/// output (equal for the shape-preserving ops), nw_ weights.
 template <typename Op>
-class EmulatedWeighted final : public Op, Emulated {
+class EmulatedOp : public Op, protected Emulated {
  public:
-  EmulatedWeighted(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s, std::unique_ptr<Op> op,
-                   std::size_t x_count, std::size_t y_count, std::size_t w_count)
-      : Emulated(be, std::move(s)), op_(std::move(op)), nx_(x_count), ny_(y_count), nw_(w_count) {}
-  void forward(const void* x, const float* w, const float* b, void* y) override {
-    op_->forward(in(kA, x, nx_), weights(w, nw_), b, out(kB, ny_));
-    store(kB, y, ny_);
-  }
-  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
-                float* db) override {
-    op_->backward(in(kA, x, nx_), weights(w, nw_), in(kB, dy, ny_), out(kC, nx_, dx != nullptr),
-                  dw, db);
-    store(kC, dx, nx_);
-  }
+  EmulatedOp(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s, std::unique_ptr<Op> op,
+             std::size_t nx, std::size_t ny, std::size_t nw = 0)
+      : Emulated(be, std::move(s)), op_(std::move(op)), nx_(nx), ny_(ny), nw_(nw) {}
 
- private:
+ protected:
   std::unique_ptr<Op> op_;
   std::size_t nx_, ny_, nw_;
 };
 
-class EmulatedPool final : public PoolOp, Emulated {
+/// Conv and dense: y = op(x, w) + b with bf16 x, y and bf16-rounded weights.
+template <typename Op>
+class EmulatedWeighted final : public EmulatedOp<Op> {
  public:
-  EmulatedPool(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s, std::unique_ptr<PoolOp> op,
-               std::size_t nx, std::size_t ny)
-      : Emulated(be, std::move(s)), op_(std::move(op)), nx_(nx), ny_(ny) {}
+  using EmulatedOp<Op>::EmulatedOp;
+  void forward(const void* x, const float* w, const float* b, void* y) override {
+    this->op_->forward(this->in(kA, x, this->nx_), this->weights(w, this->nw_), b,
+                       this->out(kB, this->ny_));
+    this->store(kB, y, this->ny_);
+  }
+  void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
+                float* db) override {
+    this->op_->backward(this->in(kA, x, this->nx_), this->weights(w, this->nw_),
+                        this->in(kB, dy, this->ny_), this->out(kC, this->nx_, dx != nullptr), dw,
+                        db);
+    this->store(kC, dx, this->nx_);
+  }
+};
+
+class EmulatedPool final : public EmulatedOp<PoolOp> {
+ public:
+  using EmulatedOp::EmulatedOp;
   void forward(const void* x, void* y, bool training) override {
     op_->forward(in(kA, x, nx_), out(kB, ny_), training);
     store(kB, y, ny_);
@@ -94,88 +102,62 @@ class EmulatedPool final : public PoolOp, Emulated {
     op_->backward(in(kA, x, nx_), in(kB, y, ny_), in(kC, dy, ny_), out(kD, nx_));
     store(kD, dx, nx_);
   }
-
- private:
-  std::unique_ptr<PoolOp> op_;
-  std::size_t nx_, ny_;
 };
 
-class EmulatedActivation final : public ActivationOp, Emulated {
+class EmulatedActivation final : public EmulatedOp<ActivationOp> {
  public:
-  EmulatedActivation(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s,
-                     std::unique_ptr<ActivationOp> op, std::size_t n)
-      : Emulated(be, std::move(s)), op_(std::move(op)), n_(n) {}
+  using EmulatedOp::EmulatedOp;
   void forward(const void* x, void* y) override {
-    op_->forward(in(kA, x, n_), out(kB, n_));
-    store(kB, y, n_);
+    op_->forward(in(kA, x, nx_), out(kB, nx_));
+    store(kB, y, nx_);
   }
   void backward(const void* /*x*/, const void* y, const void* dy, void* dx) override {
-    const float* yf = in(kB, y, n_);  // backward reads y only (x may have been overwritten)
-    op_->backward(yf, yf, in(kC, dy, n_), out(kD, n_));
-    store(kD, dx, n_);
+    const float* yf = in(kB, y, nx_);  // backward reads y only (x may have been overwritten)
+    op_->backward(yf, yf, in(kC, dy, nx_), out(kD, nx_));
+    store(kD, dx, nx_);
   }
-
- private:
-  std::unique_ptr<ActivationOp> op_;
-  std::size_t n_;
 };
 
-class EmulatedBatchNorm final : public BatchNormOp, Emulated {
+class EmulatedBatchNorm final : public EmulatedOp<BatchNormOp> {
  public:
-  EmulatedBatchNorm(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s,
-                    std::unique_ptr<BatchNormOp> op, std::size_t n)
-      : Emulated(be, std::move(s)), op_(std::move(op)), n_(n) {}
+  using EmulatedOp::EmulatedOp;
   void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* y, bool training) override {
-    op_->forward(in(kA, x, n_), gamma, beta, running_mean, running_var, out(kB, n_), training);
-    store(kB, y, n_);
+    op_->forward(in(kA, x, nx_), gamma, beta, running_mean, running_var, out(kB, nx_), training);
+    store(kB, y, nx_);
   }
   void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
                 float* dbeta) override {
-    op_->backward(in(kA, x, n_), gamma, in(kB, dy, n_), out(kC, n_, dx != nullptr), dgamma, dbeta);
-    store(kC, dx, n_);
+    op_->backward(in(kA, x, nx_), gamma, in(kB, dy, nx_), out(kC, nx_, dx != nullptr), dgamma,
+                  dbeta);
+    store(kC, dx, nx_);
   }
-
- private:
-  std::unique_ptr<BatchNormOp> op_;
-  std::size_t n_;
 };
 
-class EmulatedDropout final : public DropoutOp, Emulated {
+class EmulatedDropout final : public EmulatedOp<DropoutOp> {
  public:
-  EmulatedDropout(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s,
-                  std::unique_ptr<DropoutOp> op, std::size_t n)
-      : Emulated(be, std::move(s)), op_(std::move(op)), n_(n) {}
+  using EmulatedOp::EmulatedOp;
   void forward(const void* x, void* y, bool training, std::uint64_t seed) override {
-    op_->forward(in(kA, x, n_), out(kB, n_), training, seed);
-    store(kB, y, n_);
+    op_->forward(in(kA, x, nx_), out(kB, nx_), training, seed);
+    store(kB, y, nx_);
   }
   void backward(const void* dy, void* dx) override {
-    op_->backward(in(kA, dy, n_), out(kB, n_));
-    store(kB, dx, n_);
+    op_->backward(in(kA, dy, nx_), out(kB, nx_));
+    store(kB, dx, nx_);
   }
-
- private:
-  std::unique_ptr<DropoutOp> op_;
-  std::size_t n_;
 };
 
-class EmulatedLoss final : public SoftmaxXentOp, Emulated {
+/// The loss; nx_ is the number of classes (its rows are n × classes for n samples).
+class EmulatedLoss final : public EmulatedOp<SoftmaxXentOp> {
  public:
-  EmulatedLoss(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s,
-               std::unique_ptr<SoftmaxXentOp> op, int classes)
-      : Emulated(be, std::move(s)), op_(std::move(op)), classes_(static_cast<std::size_t>(classes)) {}
+  using EmulatedOp::EmulatedOp;
   void forward_backward(const void* logits, const std::int32_t* labels, int n, float grad_scale,
                         void* dlogits, float* stats) override {
-    const std::size_t count = static_cast<std::size_t>(n) * classes_;
+    const std::size_t count = static_cast<std::size_t>(n) * nx_;
     op_->forward_backward(in(kA, logits, count), labels, n, grad_scale,
                           out(kB, count, dlogits != nullptr), stats);
     store(kB, dlogits, count);
   }
-
- private:
-  std::unique_ptr<SoftmaxXentOp> op_;
-  std::size_t classes_;
 };
 
 }  // namespace
@@ -201,19 +183,21 @@ std::unique_ptr<PoolOp> Bf16Emulation::wrap(const PoolDesc& d, std::unique_ptr<P
 }
 std::unique_ptr<BatchNormOp> Bf16Emulation::wrap(const BatchNormDesc& d,
                                                  std::unique_ptr<BatchNormOp> op) {
-  return std::make_unique<EmulatedBatchNorm>(be_, scratch_, std::move(op), d.input.count());
+  return std::make_unique<EmulatedBatchNorm>(be_, scratch_, std::move(op), d.input.count(),
+                                             d.input.count());
 }
 std::unique_ptr<ActivationOp> Bf16Emulation::wrap_activation(const Shape& s,
                                                              std::unique_ptr<ActivationOp> op) {
-  return std::make_unique<EmulatedActivation>(be_, scratch_, std::move(op), s.count());
+  return std::make_unique<EmulatedActivation>(be_, scratch_, std::move(op), s.count(), s.count());
 }
 std::unique_ptr<DropoutOp> Bf16Emulation::wrap_dropout(const Shape& s,
                                                        std::unique_ptr<DropoutOp> op) {
-  return std::make_unique<EmulatedDropout>(be_, scratch_, std::move(op), s.count());
+  return std::make_unique<EmulatedDropout>(be_, scratch_, std::move(op), s.count(), s.count());
 }
 std::unique_ptr<SoftmaxXentOp> Bf16Emulation::wrap_loss(int /*batch*/, int classes,
                                                         std::unique_ptr<SoftmaxXentOp> op) {
-  return std::make_unique<EmulatedLoss>(be_, scratch_, std::move(op), classes);
+  const auto k = static_cast<std::size_t>(classes);
+  return std::make_unique<EmulatedLoss>(be_, scratch_, std::move(op), k, k);
 }
 
 }  // namespace dtrain

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark: dtrain (one worker, sync, fp32) against PyTorch eager (the same graph built from the
-# job file by tests/benchmarks/pytorch_reference.py: same layers, batch size, optimizer, fp32),
+# Benchmark: dtrain (one worker, sync) against PyTorch eager (the same graph built from the
+# job file by tests/benchmarks/pytorch_reference.py: same layers, batch size, optimizer, precision),
 # one after the other on this machine. Prints training samples/s of each (warm-up steps excluded),
 # peak resident memory of each (dtrain: results.json's train_peak_rss_mb / peak_rss_mb, else
 # /usr/bin/time's maximum RSS around mpirun; PyTorch: getrusage, including ~0.5 GB for importing
@@ -14,6 +14,8 @@
 #        MATH (tf32 | fp32: GPU convolution/matmul math of both, default tf32 on cuda — PyTorch's
 #        cudnn.allow_tf32 and matmul.allow_tf32, dtrain's --math), CHANNELS_LAST=1 (both in
 #        channels-last memory order: PyTorch's channels_last memory format, dtrain's --layout nhwc),
+#        PRECISION (fp32 | bf16, default fp32: bf16 is dtrain's --precision bf16 against PyTorch's
+#        forward and loss under torch.autocast(dtype=torch.bfloat16)),
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing).
 # Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
@@ -41,6 +43,8 @@ batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//
 synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
 extra=(--batch-size "$batch")
 [ "${CHANNELS_LAST:-0}" = 1 ] && extra+=(--layout nhwc)
+precision=${PRECISION:-fp32}
+extra+=(--precision "$precision")
 torch_extra=()
 if [ -n "$synthetic" ]; then
   # One random batch per worker; an epoch as long as the run, so no evaluation interrupts it.
@@ -73,7 +77,8 @@ PY
 )"
 
 torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$threads"
-            --device "$device" --batch-size "$batch" --math "$math" "${torch_extra[@]}")
+            --device "$device" --batch-size "$batch" --math "$math" --precision "$precision"
+            "${torch_extra[@]}")
 [ "${CHANNELS_LAST:-0}" = 1 ] && torch_args+=(--channels-last)
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
@@ -83,6 +88,8 @@ job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss = float(sys.argv[6]), float(sys.argv[7])
 t = json.loads(sys.argv[8])
 layout = ", channels last (PyTorch channels_last, dtrain --layout nhwc)" if t.get("channels_last") else ""
+if t.get("precision") == "bf16":
+    layout += ", bf16 (PyTorch autocast, dtrain --precision bf16)"
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
 print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")

@@ -6,6 +6,8 @@
 #   resnet50            ResNet-50 on synthetic 3x224x224 data, batch 128, TF32, PyTorch NCHW
 #   resnet50cl          the same with both in channels-last order (PyTorch channels_last, dtrain
 #                       --layout nhwc: the layout tensor-core convolutions read)
+#   resnet50bf16        ResNet-50, batch 128, bf16 mixed precision in both (dtrain --precision bf16,
+#                       PyTorch torch.autocast(bfloat16)), both channels-last
 #   resnet50fp32        ResNet-50, batch 128, full fp32 math in both
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both
@@ -41,12 +43,13 @@ if dt and tt:
 PY
   rm -rf "$tmp"
 }
-for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50fp32 tta}; do
+for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 tta}; do
   case $row in
     cnn64) BATCH=64 STEPS=600 WARMUP=50 bench jobs/fashion_mnist_cnn.ini ;;
     cnn512) BATCH=512 STEPS=300 WARMUP=30 bench jobs/fashion_mnist_cnn.ini ;;
     resnet50) BATCH=128 STEPS=40 WARMUP=10 bench jobs/resnet50_imagenet.ini ;;
     resnet50cl) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 bench jobs/resnet50_imagenet.ini ;;
+    resnet50bf16) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/resnet50_imagenet.ini ;;
     resnet50fp32) BATCH=128 STEPS=30 WARMUP=10 MATH=fp32 bench jobs/resnet50_imagenet.ini ;;
     tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;

@@ -335,6 +335,9 @@ def main():
     ap.add_argument("--math", choices=["fp32", "tf32"], default="fp32",
                     help="CUDA: tf32 sets torch.backends.cudnn.allow_tf32 and "
                          "torch.backends.cuda.matmul.allow_tf32 (dtrain --math tf32)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16) "
+                         "(dtrain --precision bf16: bf16 activations, fp32 master weights)")
     ap.add_argument("--channels-last", action="store_true",
                     help="CUDA: model and inputs in torch.channels_last (NHWC) memory format")
     args = ap.parse_args()
@@ -381,7 +384,9 @@ def main():
 
     def step(idx):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[idx].contiguous(memory_format=fmt)), y[idx])
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16,
+                            enabled=args.precision == "bf16"):
+            loss = loss_fn(model(x[idx].contiguous(memory_format=fmt)), y[idx])
         loss.backward()
         opt.step()
         return loss
@@ -408,7 +413,7 @@ def main():
     loss_value = loss.item()  # waits for the device
     t = time.perf_counter() - t0
     out = {"framework": "pytorch", "torch": torch.__version__, "device": str(dev),
-           "math": args.math, "channels_last": args.channels_last,
+           "math": args.math, "channels_last": args.channels_last, "precision": args.precision,
            "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": batch,
            "synthetic": synthetic or None, "seconds": t, "samples_per_sec": args.steps * batch / t,
            "last_loss": loss_value,

@@ -489,30 +489,43 @@ TEST_F(CudaParity, ModelGradientsMatchCpu) {
   }
 }
 
+/// Largest relative differences a GPU model may show against its CPU twin.
+struct ModelTolerance {
+  double grads, state, loss, logits;
+};
+
+/// Runs test::run_step on both models (the same weights: both initialized with seed 7) for a full
+/// batch and a partial one of kLayoutNet-sized samples, and compares what they produce.
+void expect_models_agree(Model& mc, Model& mg, const Shape& sample, int classes,
+                         std::uint64_t seed, const ModelTolerance& tol) {
+  mc.initialize(7);
+  mg.initialize(7);
+  ASSERT_EQ(mc.param_count(), mg.param_count());
+  for (const int n : {mc.max_batch(), 5}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto x = random_vec(sample.with_n(n).count(), seed + n);
+    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % classes;
+    const test::StepOutputs c = test::run_step(mc, x, y), g = test::run_step(mg, x, y);
+    EXPECT_LE(rel_err(g.grads, c.grads), tol.grads);
+    EXPECT_LE(rel_err(g.state, c.state), tol.state);
+    EXPECT_NEAR(g.loss[0], c.loss[0], tol.loss * std::abs(c.loss[0]));
+    EXPECT_LE(rel_err(g.logits, c.logits), tol.logits);
+    if (mg.backend().act_dtype() == DType::bf16)
+      for (float v : g.logits) ASSERT_EQ(v, round_to_bf16(v));  // bf16 logits, widened
+  }
+}
+
 // cuDNN in the NHWC layout (NHWC descriptors, KRSC filters converted per call, persistent
 // batchnorm) against the CPU backend in NCHW: the same model, weights and batch (3 channels, so
 // the batch itself is converted); a full and a partial batch.
 TEST_F(CudaParity, NhwcModelMatchesCpu) {
   const Shape sample{1, 3, 8, 6};
-  const int classes = 4, max_batch = 16;
   auto nhwc = make_cuda_backend(0);
   nhwc->set_layout(Layout::nhwc);
-  Model mc(*cpu_, test::kLayoutNet, sample, classes, max_batch);
-  Model mg(*nhwc, test::kLayoutNet, sample, classes, max_batch);
-  mc.initialize(7);
-  mg.initialize(7);
-  ASSERT_EQ(mc.param_count(), mg.param_count());
-  for (const int n : {max_batch, 5}) {
-    SCOPED_TRACE("batch " + std::to_string(n));
-    const auto x = random_vec(sample.with_n(n).count(), 40 + n);
-    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % classes;
-    const test::StepOutputs c = test::run_step(mc, x, y), g = test::run_step(mg, x, y);
-    EXPECT_LE(rel_err(g.grads, c.grads), 1e-3);
-    EXPECT_LE(rel_err(g.state, c.state), 1e-4);
-    EXPECT_NEAR(g.loss[0], c.loss[0], 1e-4 * std::abs(c.loss[0]));
-    EXPECT_LE(rel_err(g.logits, c.logits), 1e-4);
-  }
+  Model mc(*cpu_, test::kLayoutNet, sample, 4, 16);
+  Model mg(*nhwc, test::kLayoutNet, sample, 4, 16);
+  expect_models_agree(mc, mg, sample, 4, 40, {1e-3, 1e-4, 1e-4, 1e-4});
 }
 
 // --precision bf16 natively on cuDNN/cuBLAS (bf16 tensors, fp32 accumulation on tensor cores, bf16
@@ -522,7 +535,6 @@ TEST_F(CudaParity, NhwcModelMatchesCpu) {
 // and writes the weight gradient in bf16), so the agreement is a few bf16 ulps, not 1e-4.
 TEST_F(CudaParity, Bf16ModelMatchesCpu) {
   const Shape sample{1, 3, 8, 6};
-  const int classes = 4, max_batch = 16;
   for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
     SCOPED_TRACE(layout_name(layout));
     auto cpu = make_cpu_backend();
@@ -531,22 +543,9 @@ TEST_F(CudaParity, Bf16ModelMatchesCpu) {
       be->set_layout(layout);
       be->set_precision(Precision::bf16);
     }
-    Model mc(*cpu, test::kLayoutNet, sample, classes, max_batch);
-    Model mg(*gpu, test::kLayoutNet, sample, classes, max_batch);
-    mc.initialize(7);
-    mg.initialize(7);
-    for (const int n : {max_batch, 5}) {
-      SCOPED_TRACE("batch " + std::to_string(n));
-      const auto x = random_vec(sample.with_n(n).count(), 60 + n);
-      std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (3 * i + 1) % classes;
-      const test::StepOutputs c = test::run_step(mc, x, y), g = test::run_step(mg, x, y);
-      EXPECT_LE(rel_err(g.grads, c.grads), 3e-2);
-      EXPECT_LE(rel_err(g.state, c.state), 1e-2);
-      EXPECT_NEAR(g.loss[0], c.loss[0], 1e-2 * std::abs(c.loss[0]));
-      EXPECT_LE(rel_err(g.logits, c.logits), 2e-2);
-      for (float v : g.logits) ASSERT_EQ(v, round_to_bf16(v));  // bf16 logits, widened
-    }
+    Model mc(*cpu, test::kLayoutNet, sample, 4, 16);
+    Model mg(*gpu, test::kLayoutNet, sample, 4, 16);
+    expect_models_agree(mc, mg, sample, 4, 60, {3e-2, 1e-2, 1e-2, 2e-2});
   }
 }
 
