@@ -208,6 +208,20 @@ TEST_F(CudaParity, Bf16CastAndAddRoundAsTheHost) {
   gpu_->copy_to_host(sum.data(), back.data(), n * sizeof(float));
   for (std::size_t i = 1; i < n; ++i)
     ASSERT_EQ(sum[i], round_to_bf16(round_to_bf16(a[i]) + round_to_bf16(b[i]))) << i;
+  // convert_layout of bf16 tensors (cudnnTransformTensor on CUDNN_DATA_BFLOAT16) moves the
+  // elements as the CPU backend's reorder does.
+  const Shape s{3, 5, 7, 9};
+  ASSERT_LE(s.count(), n);
+  std::vector<std::uint16_t> nchw(s.count()), want(s.count()), got(s.count());
+  for (std::size_t i = 0; i < s.count(); ++i) nchw[i] = float_to_bf16(a[i + 2]);
+  DeviceBuffer<std::uint16_t> xc(*cpu_, s.count()), yc(*cpu_, s.count());
+  cpu_->copy_to_device(xc.data(), nchw.data(), s.count() * 2);
+  cpu_->convert_layout(xc.data(), yc.data(), s, Layout::nhwc, DType::bf16);
+  cpu_->copy_to_host(want.data(), yc.data(), s.count() * 2);
+  gpu_->copy_to_device(ah.data(), nchw.data(), s.count() * 2);
+  gpu_->convert_layout(ah.data(), bh.data(), s, Layout::nhwc, DType::bf16);
+  gpu_->copy_to_host(got.data(), bh.data(), s.count() * 2);
+  EXPECT_EQ(got, want);
 }
 
 TEST_F(CudaParity, PoolingForwardBackward) {

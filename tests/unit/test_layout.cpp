@@ -38,6 +38,12 @@ TEST(Layout, ConvertPlacesEveryElementByTheFormula) {
               << "n " << n << " c " << c << " h " << h << " w " << w;
   be->convert_layout(y.data(), back.data(), s, Layout::nchw, DType::f32);
   EXPECT_EQ(to_host(*be, back.data(), s.count()), nchw);
+  // The same in bf16 (the values 0..59 are exact in bf16): through the backend's cast.
+  DeviceBuffer<std::uint16_t> xh(*be, s.count()), yh(*be, s.count());
+  be->cast(x.data(), DType::f32, xh.data(), DType::bf16, s.count());
+  be->convert_layout(xh.data(), yh.data(), s, Layout::nhwc, DType::bf16);
+  be->cast(yh.data(), DType::bf16, back.data(), DType::f32, s.count());
+  EXPECT_EQ(to_host(*be, back.data(), s.count()), nhwc);
   EXPECT_TRUE(layouts_differ(s));
   EXPECT_FALSE(layouts_differ(Shape{4, 1, 5, 5}));  // one channel: the same memory
   EXPECT_FALSE(layouts_differ(Shape{4, 7, 1, 1}));  // one pixel: the same memory
