@@ -113,7 +113,7 @@ Job check_job(const Config& c) {
                    " is more than the " + std::to_string(cl.num_workers()) + " workers");
     job.plan = make_plan(c, cl.num_workers());
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
-                       precision_of(c) == Precision::bf16 ? DType::bf16 : DType::f32);
+                       act_dtype_of(precision_of(c)));
     job.param_count = layout.param_count();
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();

@@ -44,8 +44,10 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(round_to_bf16(FLT_MAX), std::numeric_limits<float>::infinity());  // beyond bf16's max
   EXPECT_EQ(round_to_bf16(-std::numeric_limits<float>::infinity()),
             -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(round_to_bf16(1e-40f), std::ldexp(1.0f, -133) * 0 + bf16_to_float(float_to_bf16(1e-40f)));
-  EXPECT_GT(round_to_bf16(1e-40f), 0.0f);  // subnormals are kept, not flushed
+  // Subnormals are kept, not flushed: bf16's smallest step is 2^-133 (≈ 9.18e-41), the nearest
+  // to 1e-40.
+  EXPECT_EQ(round_to_bf16(1e-40f), std::ldexp(1.0f, -133));
+  EXPECT_EQ(round_to_bf16(std::ldexp(3.0f, -134)), std::ldexp(1.0f, -132));  // tie: to even (2)
 }
 
 TEST(Bf16, BackendCastAndAddRoundTheSameWay) {

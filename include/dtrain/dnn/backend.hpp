@@ -60,6 +60,10 @@ const char* dtype_name(DType t);
 enum class Precision { fp32, bf16 };
 /// "fp32" | "bf16".
 const char* precision_name(Precision p);
+/// The element type of activations under precision p: f32, or bf16 for Precision::bf16.
+[[nodiscard]] constexpr DType act_dtype_of(Precision p) {
+  return p == Precision::bf16 ? DType::bf16 : DType::f32;
+}
 
 /// Memory layout of the activations — the tensors between layers — on a backend (--layout).
 /// The logical shape is N×C×H×W either way; only the order in memory differs:
@@ -306,10 +310,8 @@ class Backend {
   /// older than compute capability 8.0).
   virtual void set_precision(Precision p) { precision_ = p; }
   [[nodiscard]] Precision precision() const { return precision_; }
-  /// The element type of activations: f32, or bf16 under Precision::bf16.
-  [[nodiscard]] DType act_dtype() const {
-    return precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
-  }
+  /// The element type of activations: act_dtype_of(precision()).
+  [[nodiscard]] DType act_dtype() const { return act_dtype_of(precision_); }
   /// Bytes of one activation element (4 or 2).
   [[nodiscard]] std::size_t act_size() const { return dtype_size(act_dtype()); }
   /// Layout of the activations of the conv, pool, activation and batchnorm ops made after this
