@@ -3,6 +3,7 @@
 #include "dtrain/core/config.hpp"
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -232,6 +233,14 @@ void build_table(Table& t, Config& c) {
         "activations on the workers: fp32 | bf16 (mixed precision as torch.autocast(bfloat16): "
         "bf16 activations and gradients of activations, fp32 master weights, optimizer, loss and "
         "exchange; native on GPUs of compute capability >= 8.0, emulated on the CPU)");
+  t.add("cudnn-benchmark", &c.cudnn_benchmark,
+        "GPU convolutions: time every cuDNN algorithm once per problem when the model is built "
+        "and run the fastest (PyTorch's cudnn.benchmark = True; seconds at start-up) instead of "
+        "cuDNN's heuristic choice; ignored on the CPU");
+  t.add("profile-steps", &c.profile_steps,
+        "GPU profiling window A:B: global steps [A, B) run between cudaProfilerStart and "
+        "cudaProfilerStop, so that `nsys profile --capture-range=cudaProfilerApi` or `ncu "
+        "--profile-from-start off` record only those steady-state steps (empty: none)");
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
@@ -383,6 +392,20 @@ Config effective_for_workers(const Config& c, int workers) {
   return e;
 }
 
+StepRange parse_step_range(const std::string& spec) {
+  if (spec.empty()) return {};
+  StepRange r;
+  const char* p = spec.data();
+  const char* end = p + spec.size();
+  const auto [mid, e1] = std::from_chars(p, end, r.begin);
+  const bool ok = e1 == std::errc() && mid != p && mid != end && *mid == ':';
+  const auto [last, e2] = ok ? std::from_chars(mid + 1, end, r.end) : std::from_chars_result{mid, std::errc::invalid_argument};
+  if (!ok || e2 != std::errc() || last != end || last == mid + 1 || r.begin < 0 || r.end <= r.begin)
+    throw InputError("option --profile-steps '" + spec +
+                     "': expected A:B, global steps with 0 <= A < B (e.g. 50:60)");
+  return r;
+}
+
 void validate_config(const Config& c) {
   auto one_of = [](const std::string& opt, const std::string& v, std::set<std::string> ok) {
     if (!ok.count(v)) {
@@ -433,6 +456,7 @@ void validate_config(const Config& c) {
   one_of("math", c.math, {"auto", "tf32", "fp32"});
   one_of("layout", c.layout, {"nchw", "nhwc"});
   one_of("precision", c.precision, {"fp32", "bf16"});
+  (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
   non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});

@@ -115,6 +115,8 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["device"] = job.device_name;
   r["precision"] = c.precision;  // of the activations (--precision)
   r["layout"] = c.layout;
+  // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
+  r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
   r["staleness_mean"] = out.staleness_mean;

@@ -73,6 +73,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
   const bool tf32 = c.math == "tf32" || (c.math == "auto" && be->supports_tf32());
   be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
   if (c.debug_sync) be->set_debug_sync(true);
+  be->set_cudnn_benchmark(c.cudnn_benchmark);
   return be;
 }
 }  // namespace

@@ -44,7 +44,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       model_(backend, c.layers, plan.train.sample, plan.train.num_classes, plan.batch),
       resume_(std::move(resume)),
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
-      y_(backend, plan.batch), w_(cluster.me().index) {
+      y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
   exchange_ = make_exchange(c, cluster, plan, model_);
   if (plan.synthetic) make_synthetic_batch();
   if (cluster_.is_chief())
@@ -146,6 +146,7 @@ WorkerOutcome Worker::run() {
     out_.epochs_done = c_.epochs;
     evaluate(c_.epochs - 1);
   }
+  profile(-1);
   exchange_->finish();
   out_.global_step = global_step_;
   out_.wall_seconds = prior_wall_ + now_seconds() - t_start_;
@@ -190,6 +191,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       stop_max_ = true;
       break;
     }
+    profile(global_step_);
     const double t0 = now_seconds();
     int n = 0;
     std::optional<TimelineSpan> data_span(std::in_place, "data wait", "data");
@@ -263,6 +265,13 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
   out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
+}
+
+void Worker::profile(std::int64_t global_step) {
+  const bool on = profile_.contains(global_step);
+  if (on == profiling_) return;
+  be_.set_profiling(on);
+  profiling_ = on;
 }
 
 void Worker::inject_nan_gradient() {

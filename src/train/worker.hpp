@@ -78,6 +78,9 @@ class Worker {
   /// DTRAIN_FAULT nan: writes a NaN into the last parameter tensor's gradient.
   void inject_nan_gradient();
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
+  /// --profile-steps: turns the backend's profiler range on when global_step enters the window
+  /// and off when it leaves (or the run ends: profile(-1)).
+  void profile(std::int64_t global_step);
 
   const Config& c_;
   const Cluster& cluster_;
@@ -104,6 +107,8 @@ class Worker {
   std::vector<float> step_ms_;         ///< this worker's step times in this process, ms
   double staleness_sum_ = 0;
   std::int64_t pushes_ = 0;
+  StepRange profile_;      ///< --profile-steps
+  bool profiling_ = false;  ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;
 };
 

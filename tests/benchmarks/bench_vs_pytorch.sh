@@ -16,6 +16,9 @@
 #        channels-last memory order: PyTorch's channels_last memory format, dtrain's --layout nhwc),
 #        PRECISION (fp32 | bf16, default fp32: bf16 is dtrain's --precision bf16 against PyTorch's
 #        forward and loss under torch.autocast(dtype=torch.bfloat16)),
+#        CUDNN_BENCHMARK=1 (GPU: both time every convolution algorithm once per shape and run the
+#        fastest — PyTorch's cudnn.benchmark = True, dtrain's --cudnn-benchmark; default: both use
+#        cuDNN's heuristics),
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing).
 # Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
@@ -43,6 +46,7 @@ batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//
 synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
 extra=(--batch-size "$batch")
 [ "${CHANNELS_LAST:-0}" = 1 ] && extra+=(--layout nhwc)
+[ "${CUDNN_BENCHMARK:-0}" = 1 ] && extra+=(--cudnn-benchmark true)
 precision=${PRECISION:-fp32}
 extra+=(--precision "$precision")
 torch_extra=()
@@ -80,6 +84,7 @@ torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$thre
             --device "$device" --batch-size "$batch" --math "$math" --precision "$precision"
             "${torch_extra[@]}")
 [ "${CHANNELS_LAST:-0}" = 1 ] && torch_args+=(--channels-last)
+[ "${CUDNN_BENCHMARK:-0}" = 1 ] && torch_args+=(--cudnn-benchmark)
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
 "${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" <<'PY'
@@ -90,6 +95,8 @@ t = json.loads(sys.argv[8])
 layout = ", channels last (PyTorch channels_last, dtrain --layout nhwc)" if t.get("channels_last") else ""
 if t.get("precision") == "bf16":
     layout += ", bf16 (PyTorch autocast, dtrain --precision bf16)"
+if t.get("cudnn_benchmark"):
+    layout += ", conv algorithms timed (cudnn.benchmark, dtrain --cudnn-benchmark)"
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
 print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")

@@ -14,7 +14,10 @@
 #                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
 #                       pytorch_reference.py --train-epochs 6 --target 0.91 (data preloaded on the GPU)
 # Usage: bash tests/benchmarks/gpu_bench.sh     (on the lent machine: bash tests/gpu/device.sh bench)
-# Env: ROWS (default: all of the above), TORCH_PYTHON / DTRAIN_PYTHON as bench_vs_pytorch.sh.
+# Env: ROWS (default: all of the above), CUDNN_BENCHMARK=1 (the throughput rows with both
+#      frameworks timing every convolution algorithm once per shape: PyTorch's cudnn.benchmark,
+#      dtrain's --cudnn-benchmark; default: cuDNN's heuristics in both), TORCH_PYTHON /
+#      DTRAIN_PYTHON as bench_vs_pytorch.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 py=${TORCH_PYTHON:-python3}

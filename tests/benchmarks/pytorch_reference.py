@@ -338,11 +338,18 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16) "
                          "(dtrain --precision bf16: bf16 activations, fp32 master weights)")
+    ap.add_argument("--profile-steps", default="",
+                    help="CUDA: A:B runs steps [A, B) (warm-up steps counted from 0) between "
+                         "cudaProfilerStart and cudaProfilerStop (dtrain --profile-steps)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="CUDA: torch.backends.cudnn.benchmark = True (time every convolution "
+                         "algorithm once per shape; dtrain --cudnn-benchmark)")
     ap.add_argument("--channels-last", action="store_true",
                     help="CUDA: model and inputs in torch.channels_last (NHWC) memory format")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = args.math == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = args.math == "tf32"
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
 
     job, layers = read_job(args.config)
     if args.threads:
@@ -382,7 +389,21 @@ def main():
     n = len(y)
     g = torch.Generator(device="cpu").manual_seed(1)
 
+    window = range(0)
+    if args.profile_steps:
+        a, b = (int(v) for v in args.profile_steps.split(":"))
+        window = range(a, b)
+    done = 0
+
     def step(idx):
+        nonlocal done
+        if dev.type == "cuda" and len(window):
+            if done == window.start:
+                torch.cuda.profiler.start()
+            elif done == window.stop:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+        done += 1
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16,
                             enabled=args.precision == "bf16"):
@@ -414,6 +435,7 @@ def main():
     t = time.perf_counter() - t0
     out = {"framework": "pytorch", "torch": torch.__version__, "device": str(dev),
            "math": args.math, "channels_last": args.channels_last, "precision": args.precision,
+           "cudnn_benchmark": args.cudnn_benchmark,
            "threads": torch.get_num_threads(), "steps": args.steps, "batch_size": batch,
            "synthetic": synthetic or None, "seconds": t, "samples_per_sec": args.steps * batch / t,
            "last_loss": loss_value,

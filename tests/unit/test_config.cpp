@@ -304,6 +304,27 @@ TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
   EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
 }
 
+TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
+  EXPECT_TRUE(parse_step_range("").empty());
+  const StepRange r = parse_step_range("50:60");
+  EXPECT_EQ(r.begin, 50);
+  EXPECT_EQ(r.end, 60);
+  EXPECT_FALSE(r.contains(49));
+  EXPECT_TRUE(r.contains(50));
+  EXPECT_TRUE(r.contains(59));
+  EXPECT_FALSE(r.contains(60));
+  EXPECT_TRUE(parse_step_range("0:1").contains(0));
+  EXPECT_NO_THROW(parse(base({"--profile-steps", "5:7"})));
+  for (const char* spec : {"5", "5:", ":7", "7:5", "5:5", "-1:3", "a:b", "5:7:9", "5-7", " 5:7",
+                           "5:7 ", "5:99999999999999999999"}) {
+    SCOPED_TRACE(spec);
+    const std::string msg = error_of(base({"--profile-steps", spec}));
+    EXPECT_MENTIONS(msg, "--profile-steps");
+    EXPECT_MENTIONS(msg, std::string("'") + spec + "'");
+    EXPECT_MENTIONS(msg, "A:B");
+  }
+}
+
 TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
   for (const auto& files : std::vector<std::vector<std::string>>{
            {"--train-data", "t.h5"}, {"--test-data", "e.h5"},

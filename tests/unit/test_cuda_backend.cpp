@@ -137,7 +137,12 @@ struct ConvCase {
   bool bias = true;
 };
 
-TEST_F(CudaParity, ConvolutionForwardBackward) {
+// Both ways of choosing cuDNN's algorithms (heuristics; --cudnn-benchmark: every algorithm timed,
+// cudnnFind*) must give the CPU's results: with fp32 math neither may pick a tensor-op algorithm.
+class CudaConvParity : public CudaParity, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CudaConvParity, ConvolutionForwardBackward) {
+  gpu_->set_cudnn_benchmark(GetParam());
   // Square kernels with bias; the non-square (1x7, 7x1) and bias-free ones Inception and ResNet use.
   for (const ConvCase& cc :
        {ConvCase{{4, 3, 9, 9}, 5, 3, 1, 1}, ConvCase{{2, 4, 12, 10}, 6, 3, 2, 0},
@@ -172,6 +177,9 @@ TEST_F(CudaParity, ConvolutionForwardBackward) {
     EXPECT_LE(err(dw), kTol);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(CudaAlgorithms, CudaConvParity, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Benchmark" : "Heuristic"; });
 
 TEST_F(CudaParity, AddAndStridedCopy) {
   Twin a = random(1000, 21), b = random(1000, 22);

@@ -174,6 +174,10 @@ struct Config {
   std::string layout = "nchw";    ///< activation memory order: nchw | nhwc (dnn/backend.hpp Layout)
   std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
+  bool cudnn_benchmark = false;   ///< GPU: time every convolution algorithm once (cudnnFind*)
+  /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
+  /// cudaProfilerStop (empty: none). See StepRange.
+  std::string profile_steps;
   std::string allreduce = "auto";  ///< auto | mpi | nccl
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
@@ -227,6 +231,16 @@ ExchangeKind exchange_kind(const Config& c);
 /// True when a global step is one update from the gradients of several workers (allreduce, sync
 /// through the ps, bounded staleness); false when it is one worker's push (async).
 bool steps_aggregate_workers(const Config& c);
+
+/// A window of global steps [begin, end), 0 ≤ begin < end (--profile-steps "A:B").
+struct StepRange {
+  std::int64_t begin = 0, end = 0;
+  [[nodiscard]] bool empty() const { return end <= begin; }
+  [[nodiscard]] bool contains(std::int64_t s) const { return s >= begin && s < end; }
+};
+/// Parses --profile-steps: "" gives an empty range; "A:B" with integers 0 ≤ A < B. Throws
+/// InputError naming --profile-steps and the expected form otherwise.
+StepRange parse_step_range(const std::string& spec);
 
 /// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
 void validate_config(const Config& c);

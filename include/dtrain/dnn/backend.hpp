@@ -302,6 +302,13 @@ class Backend {
   /// Math of the convolution and dense ops made after this call (see MathMode; default fp32).
   /// Throws InputError for tf32 on a GPU older than compute capability 8.0.
   virtual void set_math(MathMode mode) { math_ = mode; }
+  /// How the convolution ops made after this call choose their algorithms on a GPU: false
+  /// (default) cuDNN's heuristics, no cost; true: every algorithm timed once per problem when the
+  /// op is made (cudnnFind*Algorithm; PyTorch's torch.backends.cudnn.benchmark = True,
+  /// TensorFlow's cuDNN autotuning) — seconds at start-up, the fastest kernels on this GPU, which
+  /// may then differ between runs and ranks. Ignored by the CPU backend (oneDNN picks its own).
+  void set_cudnn_benchmark(bool on) { cudnn_benchmark_ = on; }
+  [[nodiscard]] bool cudnn_benchmark() const { return cudnn_benchmark_; }
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
   [[nodiscard]] MathMode math() const { return math_; }
@@ -325,6 +332,12 @@ class Backend {
     return layout_ == Layout::nhwc && layouts_differ(s);
   }
 
+  /// Profiler range (--profile-steps): on → cudaProfilerStart, off → cudaProfilerStop on the
+  /// CUDA backend, so that Nsight Systems (`nsys profile --capture-range=cudaProfilerApi`) and
+  /// Nsight Compute (`ncu --profile-from-start off`) record only the work queued in between. A
+  /// no-op on the CPU backend. Throws LibraryError if the CUDA call fails.
+  virtual void set_profiling(bool on) { (void)on; }
+
   /// Debug aid (--debug-sync, or DTRAIN_DEBUG_SYNC=1 in the environment on the CUDA backend):
   /// when on, the model calls check_after() after every layer's forward and backward, which waits
   /// for the device and turns a pending asynchronous fault (an illegal address in a kernel) into a
@@ -347,6 +360,7 @@ class Backend {
  private:
   float label_smoothing_ = 0.0f;
   MathMode math_ = MathMode::fp32;
+  bool cudnn_benchmark_ = false;
   Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;

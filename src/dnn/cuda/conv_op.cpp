@@ -1,8 +1,10 @@
 // src/dnn/cuda/conv_op.cpp — 2-D convolution on cuDNN (legacy API of cudnn_cnn.h, cuDNN 9):
 // cudnnConvolutionForward, cudnnConvolutionBackwardData / BackwardFilter; the bias (unless
 // bias=false) added and its gradient summed by our per-channel kernels (channel_kernels.cu); kernel, stride and padding per axis (1×7, 7×1 for Inception).
-// Algorithms are chosen once per shape in the constructor with the cudnnGet*Algorithm_v7
-// heuristics (no benchmarking cost), from cuDNN's ranked list: the first that fits
+// Algorithms are chosen once per shape in the constructor from cuDNN's ranked list — the
+// cudnnGet*Algorithm_v7 heuristics (no cost; the default), or with --cudnn-benchmark every
+// algorithm timed on this GPU by cudnnFind*Algorithm once per problem (PyTorch's
+// cudnn.benchmark = True, TensorFlow's autotuning) — the first that fits
 // kConvWorkspaceLimit and has an allowed math type. --math tf32 (the speed setting): cuDNN's first
 // such choice, as PyTorch with cudnn.benchmark off. --math fp32 (the parity setting): never a
 // tensor-op math type (results match the fp32 CPU backend), and a deterministic algorithm
@@ -15,6 +17,7 @@
 // bf16 copy of the fp32 weights; cuDNN writes the weight gradient in bf16, widened into the fp32
 // dw. The filter copy made by forward is reused by the backward of the same step.
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -72,6 +75,31 @@ std::string describe(const char* what, const Perf& p) {
          ", " + std::to_string(p.memory >> 20) + " MiB)";
 }
 
+/// One direction's algorithm: cuDNN's ranked list, as `ask(max, &returned, perfs)` fills it —
+/// cudnnFind*Algorithm (every algorithm timed on this GPU, fastest first: --cudnn-benchmark) or
+/// the cudnnGet*Algorithm_v7 heuristics — then pick_algorithm's filter. Timed picks are kept per
+/// process by `what` and `key` (the problem: shapes, math, dtype, layout), so a network's repeated
+/// convolutions (ResNet-50's identical blocks) are timed once, as PyTorch's cudnn.benchmark cache.
+template <typename Perf, typename Ask>
+Perf choose(int max, bool benchmark, const char* what, const std::string& key, bool tf32, Ask ask) {
+  static std::mutex mu;
+  static std::map<std::string, Perf> timed;
+  const std::string id = std::string(what) + " " + key;
+  if (benchmark) {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (auto it = timed.find(id); it != timed.end()) return it->second;
+  }
+  int got = 0;
+  std::vector<Perf> perf(static_cast<std::size_t>(std::max(max, 1)));
+  DT_CHECK_CUDNN(ask(max, &got, perf.data()));
+  const Perf p = pick_algorithm(perf, got, tf32, what, key);
+  if (benchmark) {
+    const std::lock_guard<std::mutex> lock(mu);
+    timed.emplace(id, p);
+  }
+  return p;
+}
+
 /// Logs `line` the first time this process sees it.
 void log_once(const std::string& line) {
   static std::mutex mu;
@@ -127,37 +155,52 @@ class CudaConvOp final : public ConvOp {
         in.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() + " p=" + d.pad.str() +
         " filters=" + std::to_string(d.out_channels);
     cudnnHandle_t handle = be.cudnn();
+    const bool bench = be.cudnn_benchmark();
+    // What makes two convolutions the same problem for the benchmark's cache.
+    const std::string key = shape + (t_ == DType::bf16 ? " bf16" : tf32 ? " tf32" : " fp32") + " " +
+                            layout_name(layout);
     std::size_t need = 0;
     std::string chosen;
     {
-      int max = 0, got = 0;
+      int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(max));
-      DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
-                                                            y_desc_, max, &got, perf.data()));
-      const auto p = pick_algorithm(perf, got, tf32, "forward", shape);
+      const auto p = choose<cudnnConvolutionFwdAlgoPerf_t>(
+          max, bench, "forward", key, tf32, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+            return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
+                                                                y_desc_, n, got, r)
+                         : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
+                                                                  y_desc_, n, got, r);
+          });
       fwd_algo_ = p.algo;
       fwd_desc_ = make_desc(p.mathType);
       chosen += describe("fwd", p);
     }
     {
-      int max = 0, got = 0;
+      int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(max));
-      DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          handle, w_desc_, y_desc_, query, x_desc_, max, &got, perf.data()));
-      const auto p = pick_algorithm(perf, got, tf32, "backward-data", shape);
+      const auto p = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+          max, bench, "backward-data", key, tf32,
+          [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+            return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_, query,
+                                                                     x_desc_, n, got, r)
+                         : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_, y_desc_,
+                                                                       query, x_desc_, n, got, r);
+          });
       bwd_data_algo_ = p.algo;
       bwd_data_desc_ = make_desc(p.mathType);
       chosen += ", " + describe("bwd-data", p);
     }
     {
-      int max = 0, got = 0;
+      int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(max));
-      DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          handle, x_desc_, y_desc_, query, w_desc_, max, &got, perf.data()));
-      const auto p = pick_algorithm(perf, got, tf32, "backward-filter", shape);
+      const auto p = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          max, bench, "backward-filter", key, tf32,
+          [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+            return bench ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc_, y_desc_,
+                                                                       query, w_desc_, n, got, r)
+                         : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc_, y_desc_,
+                                                                         query, w_desc_, n, got, r);
+          });
       bwd_filter_algo_ = p.algo;
       bwd_filter_desc_ = make_desc(p.mathType);
       chosen += ", " + describe("bwd-filter", p);
@@ -172,8 +215,7 @@ class CudaConvOp final : public ConvOp {
         handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
     need = std::max(fwd, std::max(bd, bf));
     be.reserve_workspace(need);
-    log_once("cuDNN conv " + shape + " (" + (t_ == DType::bf16 ? "bf16" : tf32 ? "tf32" : "fp32") +
-             ", " + layout_name(layout) + "): " + chosen);
+    log_once("cuDNN conv " + key + (bench ? ", timed" : "") + ": " + chosen);
   }
 
   void forward(const void* x, const float* w, const float* b, void* y) override {

@@ -5,6 +5,8 @@
 // cudaMemsetAsync) and cuDNN's / cuBLAS's handle-per-stream model.
 #include "cuda_backend.hpp"
 
+#include <cuda_profiler_api.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -225,6 +227,15 @@ void CudaBackend::set_precision(Precision p) {
                                       std::to_string(cc_ % 10) + " (use --precision fp32)",
                                   __FILE__, __LINE__));
   Backend::set_precision(p);
+}
+
+void CudaBackend::set_profiling(bool on) {
+  if (on) {
+    DT_CHECK_CUDA(cudaProfilerStart());
+  } else {
+    DT_CHECK_CUDA(cudaStreamSynchronize(stream_));  // the window's work is done, not just queued
+    DT_CHECK_CUDA(cudaProfilerStop());
+  }
 }
 
 void CudaBackend::check_after(const std::string& what) {

@@ -75,6 +75,7 @@ class CudaBackend final : public Backend {
   void set_precision(Precision p) override;
   [[nodiscard]] bool supports_tf32() const override { return cc_ >= 80; }
   void check_after(const std::string& what) override;
+  void set_profiling(bool on) override;
 
   /// Grows the shared scratch buffer to at least `bytes` (ops call it when they are made).
   void reserve_workspace(std::size_t bytes);
