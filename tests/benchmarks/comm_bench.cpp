@@ -12,6 +12,12 @@
 //                 (plain SGD at a tiny learning rate: the ps applies every push, on --ps-threads
 //                 OpenMP threads, default 1)
 //                 bandwidth = bytes moved (2·B·workers) / time per round
+//   nccl_allreduce  (built with CUDA, and a GPU per rank on every node; skipped otherwise, saying
+//                 why) bare: one ncclAllReduce (in place, float sum) over B bytes of device memory
+//                 on its own stream, then cudaStreamSynchronize; dtrain: the sync exchange's GPU
+//                 path — --bucket-mb buckets started in plan order by GradientAllreduce::start_sum
+//                 (NCCL on its own stream behind the backend's), then wait(). busbw as allreduce (0
+//                 with one rank: the ratio is then the time ratio, which it equals otherwise)
 // allreduce alternates bare and dtrain rounds per size; push-pull alternates blocks of bare rounds
 // and of dtrain's (the ps event loop runs until DONE), three of each; each block after a warm-up
 // round, the median over all rounds reported.
@@ -32,7 +38,14 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/ps/client.hpp"
 #include "dtrain/ps/server.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/sync/allreduce.hpp"
 #include "dtrain/sync/bucketed.hpp"
+
+#ifdef DTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
 
 namespace {
 using namespace dtrain;
@@ -44,8 +57,19 @@ struct Options {
   int ps_threads = 1;  // OpenMP threads of the ps (dtrain's --ps-threads)
   int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
   std::string out = "comm_bench.jsonl";
-  std::string ops = "allreduce,ps_push_pull";
+  std::string ops = "allreduce,ps_push_pull,nccl_allreduce";
 };
+
+/// Whether the comma-separated --ops list names `op`.
+bool has_op(const Options& o, const std::string& op) {
+  std::size_t at = 0;
+  while (at <= o.ops.size()) {
+    const std::size_t comma = std::min(o.ops.find(',', at), o.ops.size());
+    if (o.ops.compare(at, comma - at, op) == 0) return true;
+    at = comma + 1;
+  }
+  return false;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -76,7 +100,9 @@ struct Row {
 
 void report(std::FILE* json, int rank, int ranks, const Row& r) {
   if (rank != 0) return;
-  const double ratio = r.dtrain_gbps / r.bare_gbps;
+  // dtrain_GBps / bare_GBps: both count the same bytes, so the time ratio (defined also where
+  // busbw is 0, one rank).
+  const double ratio = r.bare_s / r.dtrain_s;
   std::printf("%14s %12zu %10.1f %8.2f %10.1f %8.2f %7.3f\n", r.op.c_str(), r.bytes,
               r.bare_s * 1e6, r.bare_gbps, r.dtrain_s * 1e6, r.dtrain_gbps, ratio);
   std::fflush(stdout);
@@ -203,6 +229,102 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   return r;
 }
 
+#ifdef DTRAIN_HAVE_CUDA
+/// An NCCL communicator over MPI_COMM_WORLD on the calling rank's current GPU, and a stream.
+class BareNccl {
+ public:
+  BareNccl() {
+    int rank = 0, ranks = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    ncclUniqueId id{};
+    if (rank == 0) check(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+    DT_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    check(ncclCommInitRank(&comm_, ranks, id, rank) == ncclSuccess, "ncclCommInitRank");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) == cudaSuccess,
+          "cudaStreamCreate");
+  }
+  ~BareNccl() {
+    if (stream_) cudaStreamDestroy(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  BareNccl(const BareNccl&) = delete;
+  BareNccl& operator=(const BareNccl&) = delete;
+  void allreduce(float* data, std::size_t n) {
+    check(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_) == ncclSuccess,
+          "ncclAllReduce");
+    check(cudaStreamSynchronize(stream_) == cudaSuccess, "cudaStreamSynchronize");
+  }
+
+ private:
+  static void check(bool ok, const char* what) {
+    if (!ok) throw LibraryError(std::string("comm_bench: ") + what + " failed");
+  }
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+#endif
+
+/// nccl_allreduce for every size (see the file comment); returns false, with `why`, when it
+/// cannot run here (no CUDA build, or fewer GPUs than ranks on some node). Collective.
+bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::string& why) {
+  MPI_Comm node;
+  DT_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0, local_size = 1;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  const int gpus = cuda_device_count();
+  int ok = gpus >= local_size ? 1 : 0, all = 0;
+  DT_CHECK_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (!all) {
+    why = gpus == 0 ? cuda_unavailable_reason()
+                    : "NCCL needs a GPU per rank; a node has " + std::to_string(local_size) +
+                          " ranks and " + std::to_string(gpus) + " GPUs";
+    return false;
+  }
+#ifdef DTRAIN_HAVE_CUDA
+  auto be = make_cuda_backend(select_gpu_for_local_rank(local, local_size, false));
+  BareNccl bare;
+  auto ours = make_nccl_allreduce(MPI_COMM_WORLD, *be);
+  const auto bucket = static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float));
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+    const std::size_t n = bytes / sizeof(float);
+    DeviceBuffer<float> buf(*be, n);
+    const std::vector<Bucket> buckets = plan_buckets(n, bucket);
+    auto run_bare = [&] { bare.allreduce(buf.data(), n); };
+    auto run_ours = [&] {
+      for (const Bucket& b : buckets) ours->start_sum(buf.data() + b.begin, b.end - b.begin);
+      ours->wait();
+    };
+    auto reset = [&] {  // repeated sums of 1/ranks stay finite
+      be->fill(buf.data(), 1.0f / static_cast<float>(ranks), n);
+      be->synchronize();
+    };
+    std::vector<double> tb, td;
+    reset();
+    timed(MPI_COMM_WORLD, run_bare);
+    timed(MPI_COMM_WORLD, run_ours);
+    for (int i = 0; i < iterations(o, bytes); ++i) {
+      reset();
+      tb.push_back(timed(MPI_COMM_WORLD, run_bare));
+      reset();
+      td.push_back(timed(MPI_COMM_WORLD, run_ours));
+    }
+    const double bus = 2.0 * (ranks - 1) / ranks;
+    Row r{"nccl_allreduce", bytes, median(tb), median(td), 0, 0};
+    r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
+    r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
+    report(json, rank, ranks, r);
+  }
+  return true;
+#else
+  (void)o, (void)json, (void)rank;
+  why = "dtrain was built without CUDA";
+  return false;
+#endif
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -238,16 +360,19 @@ int main(int argc, char** argv) {
                   "# %12s %12s %10s %8s %10s %8s %7s\n",
                   ranks, provided, o.bucket_mb, "op", "bytes", "bare us", "GB/s", "dtrain us",
                   "GB/s", "ratio", "", "", "", "(busbw |", "", "bytes/s)", "");
-    if (o.ops.find("allreduce") != std::string::npos)
+    if (has_op(o, "allreduce"))
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks));
-    if (ranks >= 2 && o.ops.find("ps_push_pull") != std::string::npos) {
+    if (ranks >= 2 && has_op(o, "ps_push_pull")) {
       Cluster cl(MPI_COMM_WORLD, 1);
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) {
         const Row r = bench_push_pull(o, b, cl);
         report(json, rank, ranks, r);
       }
     }
+    std::string why;
+    if (has_op(o, "nccl_allreduce") && !bench_nccl(o, ranks, json, rank, why) && rank == 0)
+      std::printf("# nccl_allreduce skipped: %s\n", why.c_str());
     if (json) std::fclose(json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "comm_bench: %s\n", e.what());

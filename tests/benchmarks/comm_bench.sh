@@ -4,11 +4,14 @@
 #   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed, sync/bucketed.hpp), busbw
 #   ps_push_pull  bare MPI point-to-point vs dtrain's ps push-pull (1 ps, RANKS-1 workers), bytes
 #                 moved per second
+#   nccl_allreduce  with a GPU per rank (skipped otherwise, with the reason): bare ncclAllReduce vs
+#                 dtrain's bucketed NCCL path (GradientAllreduce::start_sum), busbw
 # Usage: tests/benchmarks/comm_bench.sh [RANKS] (default 2). Prints the table and writes
 # docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: MAX_BYTES, BUCKET_MB,
-# OUT_DIR, REPEATS (default 1: runs the whole benchmark that many times, each run's table
-# printed and its lines kept in <out>.runs, and writes per op and size the median over the runs of
-# each figure — for a VM whose speed drifts between runs). Needs a built dtrain (.ci/build.sh
+# OUT_DIR, OPS (comma-separated ops, default all three), REPEATS (default 1: runs the whole
+# benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
+# writes per op and size the median over the runs of each figure — for a VM whose speed drifts
+# between runs). Needs a built dtrain (.ci/build.sh
 # builds build/bin/dtrain_comm_bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +27,7 @@ repeats=${REPEATS:-1}
 : >"$out.runs"
 for ((i = 1; i <= repeats; i++)); do
   mpirun --bind-to none --oversubscribe -np "$ranks" "$bin" --max-bytes "${MAX_BYTES:-268435456}" \
-    --bucket-mb "${BUCKET_MB:-25}" --out "$out"
+    --bucket-mb "${BUCKET_MB:-25}" --ops "${OPS:-allreduce,ps_push_pull,nccl_allreduce}" --out "$out"
   cat "$out" >>"$out.runs"
 done
 if ((repeats > 1)); then
@@ -35,7 +38,8 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     rows.setdefault((r["op"], r["bytes"]), []).append(r)
 with open(sys.argv[2], "w") as f:
-    print(f"# median of {len(next(iter(rows.values())))} runs: dtrain/bare ratio per size")
+    if rows:
+        print(f"# median of {len(next(iter(rows.values())))} runs: dtrain/bare ratio per size")
     for (op, size), runs in rows.items():
         m = {k: (statistics.median(r[k] for r in runs) if isinstance(v, float) else v)
              for k, v in runs[0].items()}

@@ -18,7 +18,8 @@
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
 #   profile   tests/gpu/kernel_profile.sh: per-kernel GPU time of dtrain and PyTorch (ncu)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
-#             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm
+#             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm; first the NCCL
+#             rows with one rank (the one GPU: NCCL needs a GPU per rank)
 #   scaling   the 16-core CPU strong-scaling sweep, WORKERS="1 2 4 8 12", global batch 24 (every
 #             worker count divides it), of $SCALING_MODELS
 #             (default resnet50; one model fits a call's 10 minutes), into $OUT/scaling
@@ -137,8 +138,10 @@ for step in "$@"; do
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
-    comm) for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" REPEATS=3 bash tests/benchmarks/comm_bench.sh "$r"
-          done 2>&1 | tee "$OUTDIR/comm.log" | grep -E "ratio [0-9]|wrote" ;;
+    comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
+            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,ps_push_pull REPEATS=3 \
+              bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
+          grep -E "ratio|wrote|skipped" ;;
     scaling) WORKERS="1 2 4 8 12" GLOBAL_BATCH=${GLOBAL_BATCH:-24} OUT=/tmp/scaling DOCS="$OUTDIR/scaling" \
                bash tests/benchmarks/strong_scaling_models.sh "${SCALING_MODELS:-resnet50}" 2>&1 |
                tee "$OUTDIR/scaling.log" | tail -20 ;;
