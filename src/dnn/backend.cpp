@@ -4,6 +4,8 @@
 // Output sizes follow the cuDNN/oneDNN/PyTorch convention P = ⌊(H + 2·pad − R)/stride⌋ + 1.
 #include "dtrain/dnn/backend.hpp"
 
+#include <chrono>
+
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
@@ -31,6 +33,27 @@ void require_input(const char* what, const Shape& in) {
 }
 
 }  // namespace
+
+namespace {
+void require_mark(int i) {
+  DT_REQUIRE(i >= 0 && i < Backend::kMarks, "stopwatch point " + std::to_string(i) +
+                                                " outside [0, " + std::to_string(Backend::kMarks) + ")");
+}
+}  // namespace
+
+void Backend::mark(int i) {
+  require_mark(i);
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  host_marks_[i] = std::chrono::duration<double>(now).count();
+}
+
+double Backend::seconds_between(int a, int b) {
+  require_mark(a);
+  require_mark(b);
+  DT_REQUIRE(host_marks_[a] >= 0 && host_marks_[b] >= 0,
+             "seconds_between: a stopwatch point was not recorded");
+  return host_marks_[b] - host_marks_[a];
+}
 
 const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
 const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }

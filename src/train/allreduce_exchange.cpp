@@ -7,6 +7,8 @@
 // start_sum). With --overlap false, or GPU gradients staged through host memory for MPI
 // (--allreduce mpi), one allreduce after backward, then a one-float allreduce of the flag.
 #include <algorithm>
+#include <deque>
+#include <optional>
 
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -126,43 +128,57 @@ class AllreduceExchange final : public GradientExchange {
     ExchangeResult r;
     r.stop = flag > 0;
     r.samples = global_samples_at(plan_, s);
-    // Every replica holds the same summed gradient, so every replica takes the same decision.
-    // --skip-nonfinite must look before it updates (a separate pass); otherwise the optimizer
-    // reads finiteness in its own pass, and a non-finite step ends the run (the parameters it
-    // touched are never saved: the last checkpoint stays the newest).
-    bool finite = !c_.skip_nonfinite || be.all_finite(model.grads(), model.param_count());
-    if (finite) {
+    // The gradient check guards the update (a non-finite gradient leaves parameters and optimizer
+    // state as they were) and is read one step late, so that a GPU step never waits for the
+    // device; every replica holds the same summed gradient and so reads the same answer.
+    {
       const TimelineSpan span("optimizer", "optimizer");
       const double t0 = now_seconds();
-      finite = opt_.apply(model.params(), model.grads(), global_step_);
+      be.check_gradient(model.grads(), model.param_count());
+      (void)opt_.apply(model.params(), model.grads(), global_step_);
       r.optimizer_seconds = now_seconds() - t0;
     }
-    if (!finite) {
-      if (!c_.skip_nonfinite) {
-        // Every worker takes this branch at the same step and no rank waits on another, so the
-        // chief alone reports (one message, not one per worker) and every worker leaves with
-        // kExitFault through a clean MPI_Finalize; the last good checkpoint stays the newest.
-        const std::string msg = nonfinite_message(model, mirror_.to_host(model.grads()), global_step_);
-        if (chief_) log_error(msg);
-        throw ReportedError(kExitFault, msg);
-      }
-      ++skipped_;
-      if (chief_)
-        log_warn("skipping global step " + std::to_string(global_step_) +
-                 ": non-finite gradient (--skip-nonfinite)");
-      r.applied = false;
-    }
+    unchecked_.push_back(global_step_);
     r.global_step = ++global_step_;
+    if (unchecked_.size() >= static_cast<std::size_t>(Backend::kMaxPendingChecks)) settle_one(model);
     return r;
   }
 
-  ExchangeResult refresh(Model&) override {
+  void settle(Model& model) override {
+    while (!unchecked_.empty()) settle_one(model);
+  }
+
+  /// Reads the oldest unread gradient check: a non-finite gradient ends the run (its update was
+  /// skipped, and no checkpoint is written before this answer is read: the last one stays the
+  /// newest) or, with --skip-nonfinite, counts as skipped.
+  void settle_one(Model& model) {
+    const std::int64_t step = unchecked_.front();
+    unchecked_.pop_front();
+    const std::optional<std::size_t> bad = model.backend().take_gradient_check();
+    if (!bad) return;
+    if (!c_.skip_nonfinite) {
+      // Every worker reads the same answer at the same step and no rank waits on another, so the
+      // chief alone reports (one message, not one per worker) and every worker leaves with
+      // kExitFault through a clean MPI_Finalize.
+      const std::string msg = nonfinite_message(model, *bad, step);
+      if (chief_) log_error(msg);
+      throw ReportedError(kExitFault, msg);
+    }
+    ++skipped_;
+    if (chief_)
+      log_warn("skipped global step " + std::to_string(step) +
+               ": non-finite gradient (--skip-nonfinite)");
+  }
+
+  ExchangeResult refresh(Model& model) override {
+    settle(model);
     ExchangeResult r;
     r.global_step = global_step_;
     return r;
   }
 
   std::int64_t snapshot(Model& model, CheckpointState& s) override {
+    settle(model);
     Backend& be = model.backend();
     const std::size_t P = model.param_count();
     s.params.resize(P);
@@ -174,8 +190,11 @@ class AllreduceExchange final : public GradientExchange {
     return global_step_;
   }
 
-  void finish() override {}
+  void finish() override {}  // the worker settles before it ends
   [[nodiscard]] bool lockstep() const override { return true; }
+  [[nodiscard]] bool waits_for_device() const override {
+    return allreduce_ != nullptr || buckets_ != nullptr;
+  }
   [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
 
  private:
@@ -191,6 +210,7 @@ class AllreduceExchange final : public GradientExchange {
   std::size_t launched_ = 0;         ///< buckets started this step
   std::int64_t global_step_ = 0;
   std::int64_t skipped_ = 0;
+  std::deque<std::int64_t> unchecked_;  ///< global steps whose gradient check is unread
 };
 
 }  // namespace

@@ -8,18 +8,32 @@
 
 namespace dtrain {
 
-std::string first_nonfinite_tensor(const Model& model, const float* grads) {
+std::string tensor_at(const Model& model, std::size_t index) {
   for (const auto& t : model.param_tensors())
-    for (std::size_t i = 0; i < t.count; ++i)
-      if (!std::isfinite(grads[t.offset + i])) return t.name;
+    if (index >= t.offset && index < t.offset + t.count) return t.name;
   return "";
 }
 
-std::string nonfinite_message(const Model& m, const float* host_grads, std::int64_t step) {
-  const std::string layer = first_nonfinite_tensor(m, host_grads);
+std::string first_nonfinite_tensor(const Model& model, const float* grads) {
+  for (std::size_t i = 0; i < model.param_count(); ++i)
+    if (!std::isfinite(grads[i])) return tensor_at(model, i);
+  return "";
+}
+
+namespace {
+std::string nonfinite_text(const std::string& tensor, std::int64_t step) {
   return error_prefix() + "non-finite gradient at global step " + std::to_string(step) +
-         " in tensor " + (layer.empty() ? "?" : layer) +
+         " in tensor " + (tensor.empty() ? "?" : tensor) +
          " (lower --lr, or pass --skip-nonfinite to skip such steps)";
+}
+}  // namespace
+
+std::string nonfinite_message(const Model& m, std::size_t first_bad, std::int64_t step) {
+  return nonfinite_text(tensor_at(m, first_bad), step);
+}
+
+std::string nonfinite_message(const Model& m, const float* host_grads, std::int64_t step) {
+  return nonfinite_text(first_nonfinite_tensor(m, host_grads), step);
 }
 
 GradsFinal GradientExchange::begin_step(Model& /*model*/, std::int64_t /*s*/, int /*n*/,

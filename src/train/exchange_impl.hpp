@@ -10,7 +10,10 @@
 
 namespace dtrain {
 
-/// "non-finite gradient at global step S in tensor T (lower --lr, or ...)", with the error prefix.
+/// "non-finite gradient at global step S in tensor T (lower --lr, or ...)", with the error prefix;
+/// T is the parameter tensor holding flat index `first_bad`.
+std::string nonfinite_message(const Model& m, std::size_t first_bad, std::int64_t step);
+/// The same for the first non-finite value of host buffer `host_grads` (param_count() floats).
 std::string nonfinite_message(const Model& m, const float* host_grads, std::int64_t step);
 
 /// allreduce (train/allreduce_exchange.cpp).

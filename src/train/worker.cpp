@@ -147,11 +147,13 @@ WorkerOutcome Worker::run() {
     evaluate(c_.epochs - 1);
   }
   profile(-1);
+  exchange_->settle(model_);
   exchange_->finish();
   out_.global_step = global_step_;
   out_.wall_seconds = prior_wall_ + now_seconds() - t_start_;
   out_.train_seconds = train_seconds_;
   out_.data_seconds = data_seconds_;
+  read_device_compute();  // the last step timed on the device
   out_.compute_seconds = compute_seconds_;
   out_.exchange_seconds = exchange_seconds_;
   out_.optimizer_seconds = optimizer_seconds_;
@@ -221,17 +223,29 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
         next(from);
       };
     }
+    // GPU calls return once queued. Where the exchange waits for the device anyway, wait for the
+    // step's kernels first, so that compute time is not billed to the exchange; where it only
+    // queues work, time the step on the device and read it one step late: the host never
+    // stalls the device, which always has the next step queued.
+    const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
+    const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
+    if (on_device) be_.mark(mark);
     model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
     if (nan_fault && !on_final) inject_nan_gradient();
     inject_faults(now_seconds() - t1);
-    // GPU calls return once queued: wait for the step's kernels so that compute time is not billed
-    // to the exchange (a few µs; the exchange waits for them anyway).
-    if (be_.device() == Device::cuda) be_.synchronize();
+    if (on_device) {
+      be_.mark(mark + 1);
+      read_device_compute();  // the step before
+      device_compute_at_ = mark;
+      device_read_ = false;
+    } else if (be_.device() == Device::cuda) {
+      be_.synchronize();
+    }
     const double t2 = now_seconds();
     const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
     const double t3 = now_seconds();
     data_seconds_ += t1 - t0;
-    compute_seconds_ += t2 - t1;
+    if (!on_device) compute_seconds_ += t2 - t1;
     exchange_seconds_ += t3 - t2 - r.optimizer_seconds;
     optimizer_seconds_ += r.optimizer_seconds;
     global_step_ = r.global_step;
@@ -267,6 +281,12 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (log_steps_ > 0) log_interval(epoch);
 }
 
+void Worker::read_device_compute() {
+  if (device_compute_at_ < 0 || device_read_) return;
+  compute_seconds_ += be_.seconds_between(device_compute_at_, device_compute_at_ + 1);
+  device_read_ = true;
+}
+
 void Worker::profile(std::int64_t global_step) {
   const bool on = profile_.contains(global_step);
   if (on == profiling_) return;
@@ -293,6 +313,7 @@ void Worker::inject_faults(double step_seconds) {
 }
 
 void Worker::log_interval(int epoch) {
+  exchange_->settle(model_);  // no log line from a step whose gradient turns out non-finite
   float host[2] = {0, 0};
   be_.copy_to_host(host, stats_.data(), sizeof host);
   be_.fill(stats_.data(), 0.0f, 2);
@@ -436,6 +457,7 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
 }
 
 void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
+  exchange_->settle(model_);
   if (!plan_.has_test) return;
   const TimelineSpan span("evaluation", "evaluation");
   HostBatch batch;
@@ -481,6 +503,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
 }
 
 void Worker::checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite) {
+  exchange_->settle(model_);  // never save a step whose gradient turns out non-finite
   const bool lockstep = exchange_->lockstep();
   if (global_step_ == last_checkpoint_step_ && !rewrite) return;
   const TimelineSpan span("checkpoint", "checkpoint");

@@ -81,6 +81,8 @@ class Worker {
   /// --profile-steps: turns the backend's profiler range on when global_step enters the window
   /// and off when it leaves (or the run ends: profile(-1)).
   void profile(std::int64_t global_step);
+  /// Adds the device time of the last step timed on the device to compute_seconds_, unless read.
+  void read_device_compute();
 
   const Config& c_;
   const Cluster& cluster_;
@@ -107,6 +109,10 @@ class Worker {
   std::vector<float> step_ms_;         ///< this worker's step times in this process, ms
   double staleness_sum_ = 0;
   std::int64_t pushes_ = 0;
+  /// The stopwatch points (Backend::mark) of the last step timed on the device: 0 or 2 (and +1),
+  /// -1 before any; device_read_ once its time is in compute_seconds_.
+  int device_compute_at_ = -1;
+  bool device_read_ = true;
   StepRange profile_;      ///< --profile-steps
   bool profiling_ = false;  ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;

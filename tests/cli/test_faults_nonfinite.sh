@@ -6,6 +6,9 @@
 #      summed gradient; exactly ONE error message, naming global step 15 and the tensor
 #      (7.dense.bias); exit 4 on every rank (clean MPI_Finalize, no abort); ckpt-10 stays the newest
 #      and verifies; no hang.
+#   1b. the NaN in the step before a checkpoint (19, --checkpoint-every 10) and in the run's last
+#      step: the checks are read one step late, yet exit 4 with the same one message, and ckpt-20 /
+#      results.json are never written.
 #   2. the same with --skip-nonfinite: the run completes (exit 0), results.json skipped_steps == 1.
 #   3. async, 1 ps + 2 workers, NaN on worker rank 1 at step >= 15: exit 4, the message names the
 #      step and tensor, every checkpoint verifies and none was written after the fault.
@@ -47,10 +50,22 @@ one_error "non-finite gradient at global step 15" "7.dense.bias"
 [[ $(newest_step "$DIR") -eq 10 ]] || fail "newest checkpoint $(newest_step "$DIR"), want 10"
 verify_ckpts "$DIR"
 
+# The check of a step is read one step late (no GPU step waits for it): a NaN in the last step
+# before a checkpoint must still stop the run before that checkpoint is written, and one in the
+# last step of the run before it ends.
+nan_run sync-nan-before-ckpt 2 nan-gradient@19:1 --mode sync --num-ps 0 --max-steps 60
+[[ $RC -eq 4 ]] || { cat "$LOG"; fail "exit $RC, want 4"; }
+one_error "non-finite gradient at global step 19" "7.dense.bias"
+[[ $(newest_step "$DIR") -eq 10 ]] || fail "newest checkpoint $(newest_step "$DIR"), want 10 (ckpt-20 holds a non-finite step)"
+nan_run sync-nan-last-step 2 nan-gradient@24:0 --mode sync --num-ps 0 --max-steps 25
+[[ $RC -eq 4 ]] || { cat "$LOG"; fail "a NaN in the last step: exit $RC, want 4"; }
+one_error "non-finite gradient at global step 24" "7.dense.bias"
+[[ ! -f $DIR/results.json ]] || fail "a run ending in a non-finite step wrote results.json"
+
 nan_run sync-skip 3 nan-gradient@15:1 --mode sync --num-ps 0 --max-steps 40 --skip-nonfinite
 [[ $RC -eq 0 ]] || { cat "$LOG"; fail "--skip-nonfinite: exit $RC"; }
 [[ $(json_get "$DIR/results.json" skipped_steps) -eq 1 ]] || fail "skipped_steps != 1"
-[[ $(grep -c "skipping global step 15" "$LOG") -eq 1 ]] || { cat "$LOG"; fail "want one skip warning"; }
+[[ $(grep -c "skipped global step 15" "$LOG") -eq 1 ]] || { cat "$LOG"; fail "want one skip warning"; }
 verify_ckpts "$DIR"
 
 nan_run async-nan 3 nan-gradient@15:1 --mode async --num-ps 1 --max-steps 200

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <limits>
 #include <vector>
 
+#include "common/gradient_check.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/optim/dana.hpp"
@@ -107,6 +110,17 @@ TEST(CpuKernels, NonFiniteValuesAreFoundInVectorBodiesAndTails) {
   const float largest = std::numeric_limits<float>::max();
   const std::vector<float> edge = {largest, -largest, std::numeric_limits<float>::denorm_min(), -0.0f};
   EXPECT_TRUE(be->all_finite(edge.data(), edge.size()));
+}
+
+// The guard of the one-step-late gradient check (Backend::check_gradient): see gradient_check.hpp.
+TEST(CpuKernels, GradientChecksGuardTheUpdateAndAnswerInOrder) {
+  auto be = make_cpu_backend();
+  test::expect_gradient_checks_guard_updates(*be);
+}
+
+TEST(CpuKernels, StopwatchTakesTheHostClock) {
+  auto be = make_cpu_backend();
+  test::expect_stopwatch_times(*be, 0.02, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
 }
 
 TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {

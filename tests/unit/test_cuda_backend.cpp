@@ -18,6 +18,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "common/gpu.hpp"
+#include "common/gradient_check.hpp"
 #include "common/model_step.hpp"
 #include "common/nets.hpp"
 #include "dtrain/dnn/bf16.hpp"
@@ -483,6 +484,24 @@ void make_batch(int n, std::vector<float>& x, std::vector<std::int32_t>& y, std:
         x[std::size_t(s) * 64 + i * 8 + j] = noise(gen) + (q == y[s] ? 1.0f : 0.0f);
       }
   }
+}
+
+// check_gradient on the device (first non-finite index by atomicMin, read back through a pinned
+// slot and an event) guarding the optimizer kernel: the CPU's contract, see gradient_check.hpp.
+TEST_F(CudaParity, GradientChecksGuardTheUpdateAndAnswerInOrder) {
+  test::expect_gradient_checks_guard_updates(*gpu_);
+}
+
+// mark() records events on the stream: the time between two points is the device work queued in
+// between (here 20 optimizer passes over 64 Mi floats, well over a millisecond on any GPU).
+TEST_F(CudaParity, StopwatchTimesTheQueuedWork) {
+  constexpr std::size_t n = std::size_t{64} << 20;
+  DeviceBuffer<float> p(*gpu_, n), g(*gpu_, n);
+  OptimizerUpdate u;
+  u.kind = OptimizerKind::sgd;
+  test::expect_stopwatch_times(*gpu_, 1e-3, [&] {
+    for (int i = 0; i < 20; ++i) (void)gpu_->optimizer_update(u, p.data(), g.data(), nullptr, nullptr, n);
+  });
 }
 
 TEST_F(CudaParity, ModelGradientsMatchCpu) {

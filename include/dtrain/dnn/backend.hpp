@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dtrain/tensor/shape.hpp"
@@ -288,6 +289,17 @@ class Backend {
   /// Waits for all work queued on this backend.
   virtual void synchronize() = 0;
 
+  /// Stopwatch points (mark()).
+  static constexpr int kMarks = 4;
+  /// Records stopwatch point i (0 ≤ i < kMarks, overwriting it) where this backend's queue stands
+  /// now: a CUDA event on the stream, so that device time is measured without waiting for the
+  /// device (the trainer reads a step's compute time one step late); the CPU backend, whose calls
+  /// are synchronous, takes the host clock. Throws Error for i outside [0, kMarks).
+  virtual void mark(int i);
+  /// Seconds of the queue between points a and b (b recorded after a), once point b is reached
+  /// (waits for it on a GPU). Throws Error for an index outside [0, kMarks) or a point not recorded.
+  virtual double seconds_between(int a, int b);
+
   virtual std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) = 0;
   virtual std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) = 0;
@@ -353,9 +365,27 @@ class Backend {
   /// v used only by adam; may be nullptr when unused). g is not modified. Returns whether every
   /// g value was finite; the update is applied either way (a caller that would skip a
   /// non-finite step checks all_finite() first; one that stops the run reads this and saves a
-  /// pass over g — the CPU backend reads it in the update's own loop).
+  /// pass over g — the CPU backend reads it in the update's own loop) — unless a
+  /// check_gradient() came before: then the update leaves p, m and v unchanged when the latest
+  /// check found a non-finite value (the CPU returns false; the GPU, which does not wait for the
+  /// answer, returns true: take_gradient_check() tells).
   virtual bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                 float* v, std::size_t n) = 0;
+
+  /// Unread check_gradient() answers allowed at a time.
+  static constexpr int kMaxPendingChecks = 2;
+  /// A gradient check that does not stall the device (the all-finite guard of PyTorch's fused
+  /// optimizers, found_inf, and of TensorFlow's LossScaleOptimizer): queues a search of g[0, n)
+  /// (fp32) for its first non-finite value and returns; the optimizer_update() calls after it,
+  /// until the next check, change nothing if the search finds one. Its answer is read later, in
+  /// order, with take_gradient_check() — a GPU step then needs no host synchronization, and the
+  /// trainer reads each step's answer one step late. The CPU backend searches at once. Throws
+  /// Error when kMaxPendingChecks answers are unread.
+  virtual void check_gradient(const float* g, std::size_t n) = 0;
+  /// The answer of the oldest unread check_gradient(): the index of the first non-finite value,
+  /// or std::nullopt when every value was finite. Waits for the device if the search has not
+  /// finished. Throws Error when no answer is unread.
+  virtual std::optional<std::size_t> take_gradient_check() = 0;
 
  private:
   float label_smoothing_ = 0.0f;
@@ -364,6 +394,7 @@ class Backend {
   Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;
+  double host_marks_[kMarks] = {-1, -1, -1, -1};  ///< mark(): host clock of the points
 };
 
 /// The oneDNN CPU backend (always available).

@@ -31,7 +31,9 @@ struct ExchangeResult {
   /// the ps's count; sync through the ps: the step of the parameters received; bounded
   /// staleness: this worker's clock, the updates its pushes so far complete)
   std::int64_t global_step = 0;
-  bool applied = true;     ///< false when the gradient was not used (non-finite, or dropped late)
+  /// ps modes: false when the gradient was not used (non-finite, or dropped late); allreduce
+  /// learns it one step later (skipped_steps())
+  bool applied = true;
   bool stop = false;       ///< a rank asked to stop (signal), agreed by all workers
   double staleness = 0;    ///< ps modes: global steps between this gradient's parameters and its update
   std::int64_t samples = 0;  ///< samples of all workers this step stands for (throughput)
@@ -62,7 +64,8 @@ class GradientExchange {
   /// After model.train_step() of local step `s`: exchanges model.grads() (gradient of this
   /// worker's `n` samples, pre-scaled by gradient_scale()) and leaves updated parameters in
   /// model.params(). `stop_local` is this rank's stop request. Throws RuntimeFault on a
-  /// non-finite gradient unless --skip-nonfinite, or past --timeout.
+  /// non-finite gradient unless --skip-nonfinite (allreduce: one step later, or at settle()), or
+  /// past --timeout.
   virtual ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) = 0;
   /// Makes model.params() the current global parameters (ps: pull, after every update this
   /// worker's pushes take part in; allreduce: no-op). Returns the current global_step and the
@@ -72,12 +75,23 @@ class GradientExchange {
   /// Fills params, m, v of a checkpoint and returns its global_step (allreduce: every worker;
   /// ps: the chief alone).
   virtual std::int64_t snapshot(Model& model, CheckpointState& s) = 0;
+  /// Reads what step() left to be read later (allreduce: the gradient checks of the last steps,
+  /// Backend::check_gradient), so that nothing is saved, evaluated or logged from a step that
+  /// turns out non-finite: the worker calls it on every worker before a checkpoint, an
+  /// evaluation, a log line and the end. Throws as step() does for a non-finite gradient.
+  virtual void settle(Model& model) { (void)model; }
   /// Ends the exchange (ps: DONE to every ps).
   virtual void finish() = 0;
   /// True when every worker stands at the same global step after every step (allreduce):
   /// evaluation and checkpoints may then be collective over the workers at any step. Otherwise
   /// only epoch ends are common points and mid-epoch evaluation/checkpoints are the chief's.
   [[nodiscard]] virtual bool lockstep() const = 0;
+  /// Whether step() waits for the device's work (GPU gradients summed by NCCL or staged through
+  /// host memory, pushed to a ps). The worker then waits for backward before step(), so that
+  /// compute is not billed to the exchange; an exchange that only queues work (allreduce with one
+  /// GPU worker: nothing to sum, the gradient check read a step late) lets the host run a step
+  /// ahead of the device, and the worker times compute on the device (Backend::mark).
+  [[nodiscard]] virtual bool waits_for_device() const { return true; }
   /// Non-finite gradients skipped (--skip-nonfinite) by this worker (lockstep: by all, identical).
   [[nodiscard]] virtual std::int64_t skipped_steps() const = 0;
 };
@@ -88,5 +102,7 @@ std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& 
 
 /// Name of the first parameter tensor holding a non-finite value in host buffer `grads`, or "".
 std::string first_nonfinite_tensor(const Model& model, const float* grads);
+/// Name of the parameter tensor holding flat parameter index `index`, or "" past the end.
+std::string tensor_at(const Model& model, std::size_t index);
 
 }  // namespace dtrain

@@ -88,6 +88,9 @@ CudaBackend::CudaBackend(int device) : gpu_(device) {
   cublas_ = CublasHandle::create(stream_);
   flag_ = DeviceMemory::create(sizeof(int));
   flag_host_ = PinnedMemory::create(sizeof(int));
+  check_dev_ = DeviceMemory::create(kMaxPendingChecks * sizeof(unsigned long long));
+  check_host_ = PinnedMemory::create(kMaxPendingChecks * sizeof(unsigned long long));
+  for (Event& e : check_done_) e = Event::create();
 }
 
 CudaBackend::~CudaBackend() {
@@ -259,10 +262,54 @@ void CudaBackend::reserve_workspace(std::size_t bytes) {
   workspace_bytes_ = bytes;
 }
 
+void CudaBackend::check_gradient(const float* g, std::size_t n) {
+  DT_REQUIRE(checks_ < kMaxPendingChecks, "check_gradient: " + std::to_string(checks_) +
+                                              " earlier answers are still unread");
+  const int slot = (check_first_ + checks_) % kMaxPendingChecks;
+  auto* dev = check_dev_.as<unsigned long long>() + slot;
+  DT_CHECK_CUDA(cudaMemsetAsync(dev, 0xff, sizeof *dev, stream_));  // kNoIndex
+  launch_first_nonfinite(stream_, g, n, dev);
+  DT_CHECK_CUDA(cudaMemcpyAsync(check_host_.as<unsigned long long>() + slot, dev, sizeof *dev,
+                                cudaMemcpyDeviceToHost, stream_));
+  DT_CHECK_CUDA(cudaEventRecord(check_done_[slot].get(), stream_));
+  guard_ = dev;
+  ++checks_;
+}
+
+void CudaBackend::mark(int i) {
+  DT_REQUIRE(i >= 0 && i < kMarks, "stopwatch point " + std::to_string(i) + " outside [0, " +
+                                       std::to_string(kMarks) + ")");
+  if (!marks_[i]) marks_[i] = Event::create_timed();
+  DT_CHECK_CUDA(cudaEventRecord(marks_[i].get(), stream_));
+  marked_[i] = true;
+}
+
+double CudaBackend::seconds_between(int a, int b) {
+  DT_REQUIRE(a >= 0 && a < kMarks && b >= 0 && b < kMarks && marked_[a] && marked_[b],
+             "seconds_between: stopwatch point " + std::to_string(a) + " or " + std::to_string(b) +
+                 " was not recorded");
+  DT_CHECK_CUDA(cudaEventSynchronize(marks_[b].get()));
+  float ms = 0.0f;
+  DT_CHECK_CUDA(cudaEventElapsedTime(&ms, marks_[a].get(), marks_[b].get()));
+  return 1e-3 * ms;
+}
+
+std::optional<std::size_t> CudaBackend::take_gradient_check() {
+  DT_REQUIRE(checks_ > 0, "take_gradient_check: no check_gradient answer is unread");
+  const int slot = check_first_;
+  DT_CHECK_CUDA(cudaEventSynchronize(check_done_[slot].get()));
+  const unsigned long long first = check_host_.as<unsigned long long>()[slot];
+  check_first_ = (check_first_ + 1) % kMaxPendingChecks;
+  --checks_;
+  if (first == kNoIndex) return std::nullopt;
+  return static_cast<std::size_t>(first);
+}
+
 bool CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                    float* v, std::size_t n) {
-  // A separate finiteness pass (with a host read-back) until a device-side flag exists.
-  const bool finite = all_finite(g, n);
+  // After check_gradient() the device skips the update itself (no host read-back); otherwise a
+  // separate finiteness pass, read back.
+  const bool finite = guard_ != nullptr || all_finite(g, n);
   OptimizerParams k;
   switch (u.kind) {
     case OptimizerKind::sgd:
@@ -292,7 +339,7 @@ bool CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const flo
     k.inv_sqrt_bc2 =
         static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(u.beta2), t)));
   }
-  launch_optimizer_update(stream_, k, p, g, m, v, n);
+  launch_optimizer_update(stream_, k, p, g, m, v, n, guard_);
   return finite;
 }
 

@@ -7,8 +7,10 @@
 // Memory and synchronization rules of this backend:
 // - allocate(): cudaMalloc + cudaMemsetAsync(0) + stream sync (allocation happens at setup).
 // - copy_to_device() returns once host_src may be reused (it waits for the stream), copy_to_host()
-//   once host_dst holds the data; copy_device(), fill(), scale(), ops and optimizer_update() are
-//   asynchronous. all_finite() synchronizes to read its flag.
+//   once host_dst holds the data; copy_device(), fill(), scale(), ops, check_gradient() and
+//   optimizer_update() after a check are asynchronous. all_finite() (and optimizer_update()
+//   without a check before it) synchronizes to read its flag; take_gradient_check() waits for
+//   that check's copy only.
 // - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
 #pragma once
 
@@ -70,6 +72,10 @@ class CudaBackend final : public Backend {
 
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override;
+  void check_gradient(const float* g, std::size_t n) override;
+  void mark(int i) override;
+  double seconds_between(int a, int b) override;
+  std::optional<std::size_t> take_gradient_check() override;
   void set_math(MathMode mode) override;
   /// bf16 needs compute capability ≥ 8.0 (InputError otherwise).
   void set_precision(Precision p) override;
@@ -113,6 +119,15 @@ class CudaBackend final : public Backend {
   std::size_t workspace_bytes_ = 0;
   DeviceMemory flag_;       ///< one int for all_finite()
   PinnedMemory flag_host_;  ///< its host copy
+  /// check_gradient(): kMaxPendingChecks slots of a first non-finite index on the device, their
+  /// pinned host copies, and the events of those copies; a ring, `checks_` unread from `check_first_`.
+  DeviceMemory check_dev_;
+  PinnedMemory check_host_;
+  Event check_done_[kMaxPendingChecks];
+  int check_first_ = 0, checks_ = 0;
+  const unsigned long long* guard_ = nullptr;  ///< the latest check's device slot (optimizer_update)
+  Event marks_[kMarks];  ///< mark(): timed events, made on first use
+  bool marked_[kMarks] = {};
   /// convert_layout's source and destination descriptors by (N, C, H, W, target layout, dtype).
   std::map<std::array<int, 6>, std::pair<TensorDesc, TensorDesc>> layout_descs_;
 };

@@ -93,6 +93,12 @@ class Event : public UniqueHandle<cudaEvent_t, EventTraits> {
     DT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return Event(e);
   }
+  /// An event that records a time stamp (cudaEventElapsedTime).
+  static Event create_timed() {
+    cudaEvent_t e = nullptr;
+    DT_CHECK_CUDA(cudaEventCreate(&e));
+    return Event(e);
+  }
 
   using UniqueHandle::UniqueHandle;  ///< adopts an existing handle
 };

@@ -79,8 +79,20 @@ __global__ void nonfinite_kernel(const float* p, std::size_t n, int* flag) {
   if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
 }
 
+__global__ void first_nonfinite_kernel(const float* p, std::size_t n, unsigned long long* first) {
+  // Each thread's first bad index is its smallest (increasing i); the minimum of those is the
+  // global first. Atomics only where a value is bad.
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    if (!isfinite(p[i])) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+      return;
+    }
+}
+
 __global__ void optimizer_kernel(OptimizerParams u, float* p, const float* g, float* m, float* v,
-                                 std::size_t n) {
+                                 std::size_t n, const unsigned long long* guard) {
+  if (guard != nullptr && *guard != kNoIndex) return;  // a non-finite gradient: skip the step
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     float grad = g[i];
@@ -254,10 +266,18 @@ void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, i
   DT_CHECK_LAUNCH();
 }
 
-void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
-                             const float* g, float* m, float* v, std::size_t n) {
+void launch_first_nonfinite(cudaStream_t stream, const float* p, std::size_t n,
+                            unsigned long long* first) {
   if (n == 0) return;
-  optimizer_kernel<<<grid_for(n), kThreads, 0, stream>>>(u, p, g, m, v, n);
+  first_nonfinite_kernel<<<grid_for(n), kThreads, 0, stream>>>(p, n, first);
+  DT_CHECK_LAUNCH();
+}
+
+void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
+                             const float* g, float* m, float* v, std::size_t n,
+                             const unsigned long long* guard) {
+  if (n == 0) return;
+  optimizer_kernel<<<grid_for(n), kThreads, 0, stream>>>(u, p, g, m, v, n, guard);
   DT_CHECK_LAUNCH();
 }
 

@@ -35,6 +35,11 @@ void launch_relu_backward(cudaStream_t stream, const void* y, const void* dy, vo
                           std::size_t n, Elem t);
 /// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
+/// "No index": what *first holds when launch_first_nonfinite found nothing (set it first).
+inline constexpr unsigned long long kNoIndex = ~0ull;
+/// *first = min(*first, i) over the i < n where p[i] is not finite (Backend::check_gradient).
+void launch_first_nonfinite(cudaStream_t stream, const float* p, std::size_t n,
+                            unsigned long long* first);
 /// dtrain::OptimizerUpdate flattened for the kernel (bias corrections precomputed on the host).
 struct OptimizerParams {
   int kind = 0;  ///< 0 sgd, 1 momentum, 2 adam (OptimizerKind order)
@@ -50,8 +55,11 @@ struct OptimizerParams {
 /// sgd p −= lr·g'; momentum m = μ·m + g', p −= lr·(nesterov ? g' + μ·m : m);
 /// adam m = β1·m + (1−β1)·g', v = β2·v + (1−β2)·g'², p −= step_size·m/(sqrt(v)·inv_sqrt_bc2 + ε)
 /// (torch.optim.Adam's arrangement, identical to the CPU backend's loop).
+/// `guard`: nullptr, or a launch_first_nonfinite result: the update does nothing unless it holds
+/// kNoIndex (read on the device, so the host never waits for it).
 void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
-                             const float* g, float* m, float* v, std::size_t n);
+                             const float* g, float* m, float* v, std::size_t n,
+                             const unsigned long long* guard = nullptr);
 /// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer; y of type
 /// t, b fp32).
 void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);

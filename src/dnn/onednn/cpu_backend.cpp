@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 
 #include "dtrain/core/error.hpp"
@@ -244,6 +245,13 @@ bool all_finite_host(const float* p, std::size_t n) {
   return bad == 0;
 }
 
+std::optional<std::size_t> first_nonfinite_host(const float* p, std::size_t n) {
+  if (all_finite_host(p, n)) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i)
+    if (nonfinite_bit(p[i]) != 0) return i;
+  return std::nullopt;
+}
+
 namespace {
 
 class CpuBackend final : public Backend {
@@ -380,7 +388,21 @@ class CpuBackend final : public Backend {
   }
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
+    if (guard_bad_) return false;  // the latest check_gradient found a non-finite value
     return optimizer_step(u, p, g, m, v, n);
+  }
+  void check_gradient(const float* g, std::size_t n) override {
+    DT_REQUIRE(checks_.size() < static_cast<std::size_t>(kMaxPendingChecks),
+               "check_gradient: " + std::to_string(checks_.size()) +
+                   " earlier answers are still unread");
+    checks_.push_back(first_nonfinite_host(g, n));
+    guard_bad_ = checks_.back().has_value();
+  }
+  std::optional<std::size_t> take_gradient_check() override {
+    DT_REQUIRE(!checks_.empty(), "take_gradient_check: no check_gradient answer is unread");
+    const std::optional<std::size_t> first = checks_.front();
+    checks_.pop_front();
+    return first;
   }
 
  private:
@@ -396,6 +418,8 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Bf16Emulation> bf16_;
+  std::deque<std::optional<std::size_t>> checks_;  ///< unread check_gradient answers
+  bool guard_bad_ = false;  ///< the latest check found a non-finite value: updates do nothing
   /// convert_layout's reorders, made on first use, by (N, C, H, W, target layout, dtype).
   std::map<std::array<int, 6>, Prim> reorders_;
 };

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <cstdlib>
 #include <string>
@@ -165,5 +166,8 @@ bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m
                     std::size_t n);
 /// True when none of the n host floats is ±Inf or NaN (vectorized, over the OpenMP threads).
 bool all_finite_host(const float* p, std::size_t n);
+/// The index of the first ±Inf or NaN among the n host floats, or std::nullopt (all_finite_host
+/// first: the element search runs only where one exists).
+std::optional<std::size_t> first_nonfinite_host(const float* p, std::size_t n);
 
 }  // namespace dtrain::onednn
