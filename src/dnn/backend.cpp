@@ -34,12 +34,10 @@ void require_input(const char* what, const Shape& in) {
 
 }  // namespace
 
-namespace {
-void require_mark(int i) {
-  DT_REQUIRE(i >= 0 && i < Backend::kMarks, "stopwatch point " + std::to_string(i) +
-                                                " outside [0, " + std::to_string(Backend::kMarks) + ")");
+void Backend::require_mark(int i) {
+  DT_REQUIRE(i >= 0 && i < kMarks, "stopwatch point " + std::to_string(i) + " outside [0, " +
+                                       std::to_string(kMarks) + ")");
 }
-}  // namespace
 
 void Backend::mark(int i) {
   require_mark(i);

@@ -114,6 +114,28 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   std::fflush(json);
 }
 
+/// An allreduce row: one warm-up round of each, then iterations(o, bytes) rounds alternating bare
+/// and dtrain, each after reset(); medians, and busbw = bytes / time · 2(ranks − 1) / ranks.
+template <typename Reset, typename Bare, typename Ours>
+Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int ranks,
+                        Reset reset, Bare bare, Ours ours) {
+  std::vector<double> tb, td;
+  reset();
+  timed(MPI_COMM_WORLD, bare);
+  timed(MPI_COMM_WORLD, ours);
+  for (int i = 0; i < iterations(o, bytes); ++i) {
+    reset();
+    tb.push_back(timed(MPI_COMM_WORLD, bare));
+    reset();
+    td.push_back(timed(MPI_COMM_WORLD, ours));
+  }
+  const double bus = 2.0 * (ranks - 1) / ranks;
+  Row r{op, bytes, median(tb), median(td), 0, 0};
+  r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
+  r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
+  return r;
+}
+
 Row bench_allreduce(const Options& o, std::size_t bytes, int ranks) {
   const std::size_t n = bytes / sizeof(float);
   std::vector<float> buf(n + 1, 1.0f);
@@ -127,21 +149,9 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks) {
     buckets.begin(buf.data(), 0.0f);
     (void)buckets.finish(comm_timeout());
   };
-  std::vector<double> tb, td;
-  timed(MPI_COMM_WORLD, bare);
-  timed(MPI_COMM_WORLD, ours);
-  for (int i = 0; i < iterations(o, bytes); ++i) {
-    // Keep the values small: repeated sums of 1.0 stay exact and finite.
-    std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
-    tb.push_back(timed(MPI_COMM_WORLD, bare));
-    std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
-    td.push_back(timed(MPI_COMM_WORLD, ours));
-  }
-  const double bus = 2.0 * (ranks - 1) / ranks;
-  Row r{"allreduce", bytes, median(tb), median(td), 0, 0};
-  r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
-  r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
-  return r;
+  // Keep the values small: repeated sums of 1/ranks stay exact and finite.
+  auto reset = [&] { std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks)); };
+  return alternate_allreduce("allreduce", o, bytes, ranks, reset, bare, ours);
 }
 
 /// Bare point-to-point in the push-pull pattern: each worker sends B and receives B; the ps
@@ -301,21 +311,8 @@ bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::str
       be->fill(buf.data(), 1.0f / static_cast<float>(ranks), n);
       be->synchronize();
     };
-    std::vector<double> tb, td;
-    reset();
-    timed(MPI_COMM_WORLD, run_bare);
-    timed(MPI_COMM_WORLD, run_ours);
-    for (int i = 0; i < iterations(o, bytes); ++i) {
-      reset();
-      tb.push_back(timed(MPI_COMM_WORLD, run_bare));
-      reset();
-      td.push_back(timed(MPI_COMM_WORLD, run_ours));
-    }
-    const double bus = 2.0 * (ranks - 1) / ranks;
-    Row r{"nccl_allreduce", bytes, median(tb), median(td), 0, 0};
-    r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
-    r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
-    report(json, rank, ranks, r);
+    report(json, rank, ranks,
+           alternate_allreduce("nccl_allreduce", o, bytes, ranks, reset, run_bare, run_ours));
   }
   return true;
 #else

@@ -299,6 +299,8 @@ class Backend {
   /// Seconds of the queue between points a and b (b recorded after a), once point b is reached
   /// (waits for it on a GPU). Throws Error for an index outside [0, kMarks) or a point not recorded.
   virtual double seconds_between(int a, int b);
+  /// Throws Error unless 0 ≤ i < kMarks (mark() and seconds_between() of every backend).
+  static void require_mark(int i);
 
   virtual std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) = 0;

@@ -277,17 +277,17 @@ void CudaBackend::check_gradient(const float* g, std::size_t n) {
 }
 
 void CudaBackend::mark(int i) {
-  DT_REQUIRE(i >= 0 && i < kMarks, "stopwatch point " + std::to_string(i) + " outside [0, " +
-                                       std::to_string(kMarks) + ")");
+  require_mark(i);
   if (!marks_[i]) marks_[i] = Event::create_timed();
   DT_CHECK_CUDA(cudaEventRecord(marks_[i].get(), stream_));
   marked_[i] = true;
 }
 
 double CudaBackend::seconds_between(int a, int b) {
-  DT_REQUIRE(a >= 0 && a < kMarks && b >= 0 && b < kMarks && marked_[a] && marked_[b],
-             "seconds_between: stopwatch point " + std::to_string(a) + " or " + std::to_string(b) +
-                 " was not recorded");
+  require_mark(a);
+  require_mark(b);
+  DT_REQUIRE(marked_[a] && marked_[b], "seconds_between: stopwatch point " + std::to_string(a) +
+                                           " or " + std::to_string(b) + " was not recorded");
   DT_CHECK_CUDA(cudaEventSynchronize(marks_[b].get()));
   float ms = 0.0f;
   DT_CHECK_CUDA(cudaEventElapsedTime(&ms, marks_[a].get(), marks_[b].get()));
