@@ -43,27 +43,15 @@ trap 'rm -rf "$tmp"' EXIT
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 batch=${BATCH:-$(grep -E '^\s*batch-size\s*=' "$job" | head -1 | sed 's/.*=\s*//')}
-synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
-extra=(--batch-size "$batch")
-[ "${CHANNELS_LAST:-0}" = 1 ] && extra+=(--layout nhwc)
-[ "${CUDNN_BENCHMARK:-0}" = 1 ] && extra+=(--cudnn-benchmark true)
-precision=${PRECISION:-fp32}
-extra+=(--precision "$precision")
-torch_extra=()
-if [ -n "$synthetic" ]; then
-  # One random batch per worker; an epoch as long as the run, so no evaluation interrupts it.
-  extra+=(--synthetic "$synthetic" --synthetic-samples $(( (warmup + steps) * batch )) --skip-nonfinite)
-  torch_extra+=(--synthetic "$synthetic")
-else
-  extra+=(--test-data "")
-fi
+source tests/benchmarks/framework_args.sh
+framework_args "$job" "$math" $(( (warmup + steps) * batch ))
 
 # dtrain: log every `warmup` steps; the first interval is the warm-up and is dropped.
 timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/time_kb")
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
-  --device "$device" --math "$math" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
-  "${extra[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
+  --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
+  --batch-size "$batch" "${DTRAIN_ARGS[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
 read -r dtrain_rate dtrain_rss <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
 run, warm, batch, time_kb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -81,10 +69,7 @@ PY
 )"
 
 torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$threads"
-            --device "$device" --batch-size "$batch" --math "$math" --precision "$precision"
-            "${torch_extra[@]}")
-[ "${CHANNELS_LAST:-0}" = 1 ] && torch_args+=(--channels-last)
-[ "${CUDNN_BENCHMARK:-0}" = 1 ] && torch_args+=(--cudnn-benchmark)
+            --device "$device" --batch-size "$batch" "${TORCH_ARGS[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
 "${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" <<'PY'

@@ -3,7 +3,8 @@
 #   start_job LOG ARGS...      starts `mpiexec ... dtrain ARGS` in the background; sets JOB_PID
 #   rank_pid R                 pid of world rank R of that job (from /proc/PID/environ)
 #   wait_ckpts DIR N [SECS]    waits until DIR holds >= N complete checkpoints
-#   wait_job [SECS]            waits for the job; sets JOB_RC (124 when it outlived SECS, then killed)
+#   wait_job [SECS]            waits for the job; sets JOB_RC (124 when it outlived SECS: then the
+#                              job's process table goes to stderr and the job is killed)
 #   newest_step DIR            global_step of the newest complete checkpoint (ckpt-*.h5, not .tmp)
 #   verify_ckpts DIR           every complete checkpoint reads back fully (Fletcher32 verified by h5py)
 #   now                        seconds since the epoch, with fractions
@@ -67,6 +68,9 @@ wait_job() {
   local secs=${1:-60} t0=$SECONDS
   while kill -0 "$JOB_PID" 2>/dev/null; do
     if ((SECONDS - t0 >= secs)); then
+      # What each process of the hung job was doing, for the log (ctest --output-on-failure).
+      echo "wait_job: the job outlived $secs s; its processes:" >&2
+      ps -o pid,ppid,stat,wchan:24,etime,pcpu,args --pid "$JOB_PID" --ppid "$JOB_PID" >&2 || true
       kill -KILL "$JOB_PID" 2>/dev/null
       pkill -KILL -P "$JOB_PID" 2>/dev/null
       wait "$JOB_PID" 2>/dev/null

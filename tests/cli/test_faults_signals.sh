@@ -15,7 +15,8 @@
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
-# Every job must end within 30 s of the signal (bounded by 60 s: never a hang).
+# Every job must end within 30 s of the signal (bounded by 60 s: never a hang). The jobs run with
+# --timeout 30, so a wait the stop leaves stuck is named by dtrain itself before the 60 s are up.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -28,7 +29,7 @@ run_and_signal() {
   local log=$dir.log
   echo "== $mode, $np ranks: $sig to $how"
   start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
-    --checkpoint-every 10 --timeout 60 "$@"
+    --checkpoint-every 10 --timeout 30 "$@"
   wait_ckpts "$dir" 1 60
   local t0 r p
   t0=$(now)

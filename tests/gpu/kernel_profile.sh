@@ -26,24 +26,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+source tests/benchmarks/framework_args.sh
+framework_args "$job" "${MATH:-tf32}" $((total * batch))
 dtrain_args=(--config "$job" --mode sync --num-ps 0 --device cuda --batch-size "$batch"
-             --max-steps "$total" --run-dir "$tmp/run" --profile-steps "$window"
-             --math "${MATH:-tf32}" --precision "${PRECISION:-fp32}")
-torch_args=(--config "$job" --device cuda --batch-size "$batch" --math "${MATH:-tf32}"
-            --precision "${PRECISION:-fp32}" --warmup "$total" --steps 1 --profile-steps "$window")
-synthetic=$(grep -E '^\s*synthetic\s*=' "$job" | head -1 | sed 's/.*=\s*//' || true)
-if [ -n "$synthetic" ]; then
-  dtrain_args+=(--synthetic-samples $((total * batch)) --skip-nonfinite)
-  torch_args+=(--synthetic "$synthetic")
-else
-  dtrain_args+=(--test-data "")
-fi
-[ "${CHANNELS_LAST:-0}" = 1 ] && { dtrain_args+=(--layout nhwc); torch_args+=(--channels-last); }
-[ "${CUDNN_BENCHMARK:-0}" = 1 ] && { dtrain_args+=(--cudnn-benchmark true); torch_args+=(--cudnn-benchmark); }
+             --max-steps "$total" --run-dir "$tmp/run" --profile-steps "$window" "${DTRAIN_ARGS[@]}")
+torch_args=(--config "$job" --device cuda --batch-size "$batch" --warmup "$total" --steps 1
+            --profile-steps "$window" "${TORCH_ARGS[@]}")
 
 ncu_args=(--metrics gpu__time_duration.sum --csv --target-processes all --profile-from-start off)
-echo "# $job, batch $batch, steps [$window) of each, ${MATH:-tf32}, ${PRECISION:-fp32}" \
-  "$([ "${CHANNELS_LAST:-0}" = 1 ] && echo ", channels last")$([ "${CUDNN_BENCHMARK:-0}" = 1 ] && echo ", cudnn benchmark")"
+echo "# $job, batch $batch, steps [$window) of each, ${MATH:-tf32}, ${PRECISION:-fp32}$BENCH_LABEL"
 mpirun -np 1 ncu "${ncu_args[@]}" build/bin/dtrain "${dtrain_args[@]}" >"$tmp/dtrain.csv" \
   2>"$tmp/dtrain.err" || tail -5 "$tmp/dtrain.err"
 ncu "${ncu_args[@]}" "$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}" \
