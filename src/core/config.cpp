@@ -226,9 +226,10 @@ void build_table(Table& t, Config& c) {
         "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
         "FMA, matches the CPU backend)");
   t.add("layout", &c.layout,
-        "memory order of the activations on the workers: nchw | nhwc (channels last, PyTorch's "
-        "channels_last: cuDNN's tensor-core convolutions read it without transposes). Parameters, "
-        "checkpoints and the exchange are the same either way");
+        "memory order of the activations on the workers: auto | nchw | nhwc (channels last, "
+        "PyTorch's channels_last: oneDNN's convolution, batchnorm and pooling and cuDNN's "
+        "tensor-core convolutions read it without reorders). auto: nhwc on the CPU, nchw on GPUs. "
+        "Parameters, checkpoints and the exchange are the same either way");
   t.add("precision", &c.precision,
         "activations on the workers: fp32 | bf16 (mixed precision as torch.autocast(bfloat16): "
         "bf16 activations and gradients of activations, fp32 master weights, optimizer, loss and "
@@ -454,7 +455,7 @@ void validate_config(const Config& c) {
   one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
-  one_of("layout", c.layout, {"nchw", "nhwc"});
+  one_of("layout", c.layout, {"auto", "nchw", "nhwc"});
   one_of("precision", c.precision, {"fp32", "bf16"});
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
   non_negative("cache-mb", c.cache_mb);

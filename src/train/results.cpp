@@ -114,7 +114,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["global_batch_size"] = static_cast<std::int64_t>(plan.batch * plan.workers);
   r["device"] = job.device_name;
   r["precision"] = c.precision;  // of the activations (--precision)
-  r["layout"] = c.layout;
+  r["layout"] = job.backend ? std::string(layout_name(job.backend->layout())) : c.layout;  // as run
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
   r["stopped_by"] = out.stopped_by;

@@ -81,7 +81,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name) {
   auto be = make_device_backend(c, cluster, name);
   if (be) {
-    be->set_layout(c.layout == "nhwc" ? Layout::nhwc : Layout::nchw);
+    be->set_layout(layout_of(c, be->device()));
     be->set_precision(precision_of(c));  // InputError: bf16 on an old GPU
   }
   return be;

@@ -13,7 +13,8 @@
 #        BATCH (override the job's batch-size), DEVICE (cpu | cuda, default cpu),
 #        MATH (tf32 | fp32: GPU convolution/matmul math of both, default tf32 on cuda — PyTorch's
 #        cudnn.allow_tf32 and matmul.allow_tf32, dtrain's --math), CHANNELS_LAST=1 (both in
-#        channels-last memory order: PyTorch's channels_last memory format, dtrain's --layout nhwc),
+#        channels-last memory order: PyTorch's channels_last memory format, dtrain's --layout nhwc;
+#        otherwise both NCHW, although dtrain's --layout auto default is nhwc on the CPU),
 #        PRECISION (fp32 | bf16, default fp32: bf16 is dtrain's --precision bf16 against PyTorch's
 #        forward and loss under torch.autocast(dtype=torch.bfloat16)),
 #        CUDNN_BENCHMARK=1 (GPU: both time every convolution algorithm once per shape and run the

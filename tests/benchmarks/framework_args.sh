@@ -7,7 +7,8 @@
 #              a file-based job trains without a test set (no evaluation interrupts the timing)
 #     MATH     tf32 | fp32 (dtrain --math, pytorch_reference.py --math)
 #     SAMPLES  synthetic samples dtrain generates (steps × batch of the whole run)
-#   Env: PRECISION (fp32 | bf16, default fp32), CHANNELS_LAST=1 (--layout nhwc / --channels-last),
+#   Env: PRECISION (fp32 | bf16, default fp32), CHANNELS_LAST=1 (--layout nhwc / --channels-last;
+#        otherwise both NCHW: dtrain --layout nchw, whose default on the CPU is nhwc),
 #        CUDNN_BENCHMARK=1 (--cudnn-benchmark true / --cudnn-benchmark).
 #   Sets the arrays DTRAIN_ARGS and TORCH_ARGS and the string BENCH_LABEL (", channels last, ..."
 #   for the benchmark's title line).
@@ -27,6 +28,8 @@ framework_args() {
     DTRAIN_ARGS+=(--layout nhwc)
     TORCH_ARGS+=(--channels-last)
     BENCH_LABEL+=", channels last"
+  else
+    DTRAIN_ARGS+=(--layout nchw)
   fi
   if [ "${CUDNN_BENCHMARK:-0}" = 1 ]; then
     DTRAIN_ARGS+=(--cudnn-benchmark true)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_train_e2e.sh — end-to-end training through the dtrain binary under mpiexec: async
-# (1 ps + 2 workers) and sync (2 workers) runs of a tiny CNN (conv+batchnorm+relu+maxpool+flatten+
-# dense+dropout+dense) on a learnable synthetic set each lower the training loss (first vs last
-# `train` row of metrics.csv) and reach test accuracy > 0.9; results.json carries the documented
-# keys; `dtrain --help` lists options with defaults; a second run into an existing run dir without
+# (1 ps + 2 workers, --layout nchw) and sync (2 workers, the default --layout auto: nhwc on the CPU)
+# runs of a tiny CNN (conv+batchnorm+relu+maxpool+flatten+dense+dropout+dense) on a learnable
+# synthetic set each lower the training loss (first vs last `train` row of metrics.csv) and reach
+# test accuracy > 0.9; results.json carries the documented keys and the layout each ran; `dtrain --help` lists options with defaults; a second run into an existing run dir without
 # --resume is refused and leaves the old results untouched.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -41,18 +41,21 @@ PY
   ls "$dir"/ckpt-*.h5 >/dev/null 2>&1 || fail "$dir: no checkpoint written"
 }
 
-echo "== async: 1 ps + 2 workers"
+echo "== async: 1 ps + 2 workers, --layout nchw"
 timeout 120 "$MPIEXEC" -n 3 "$DTRAIN" --config "$SCRATCH/job.ini" "${DATA[@]}" --mode async --num-ps 1 \
-  --run-dir "$SCRATCH/async" >"$SCRATCH/async.log" 2>&1 || { cat "$SCRATCH/async.log"; fail "async run failed"; }
+  --layout nchw --run-dir "$SCRATCH/async" >"$SCRATCH/async.log" 2>&1 || { cat "$SCRATCH/async.log"; fail "async run failed"; }
 check_run "$SCRATCH/async" async 3 1
 # async: 512 samples, 2 workers × 16 per batch: 2 × 16 pushes per epoch, 2 epochs
 [[ $(json_get "$SCRATCH/async/results.json" global_step) == 64 ]] || fail "async global_step"
+[[ $(json_get "$SCRATCH/async/results.json" layout) == nchw ]] || fail "async: results.json layout is not nchw"
 
 echo "== sync: 2 workers"
 timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" "${DATA[@]}" --mode sync --num-ps 0 \
   --run-dir "$SCRATCH/sync" >"$SCRATCH/sync.log" 2>&1 || { cat "$SCRATCH/sync.log"; fail "sync run failed"; }
 check_run "$SCRATCH/sync" sync 2 0
 [[ $(json_get "$SCRATCH/sync/results.json" global_step) == 32 ]] || fail "sync global_step"
+# --layout auto (the default) is NHWC on the CPU.
+[[ $(json_get "$SCRATCH/sync/results.json" layout) == nhwc ]] || fail "sync: --layout auto did not run nhwc on the CPU"
 
 echo "== --help"
 help=$(timeout 60 "$DTRAIN" --help)

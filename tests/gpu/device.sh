@@ -90,7 +90,7 @@ probe() {
   data
   log "short CNN runs: early losses, cpu vs cuda+nccl vs cuda+mpi (fp32 math)"
   local common=(--config jobs/fashion_mnist_cnn.ini --mode sync --num-ps 0 --max-steps 200
-                --log-every 50 --test-data "" --math fp32)
+                --log-every 50 --test-data "" --math fp32 --layout nchw)
   for v in "cpu mpi" "cuda nccl" "cuda mpi"; do
     set -- $v
     mpirun -np 1 build/bin/dtrain "${common[@]}" --device "$1" --allreduce "$2" \

@@ -16,6 +16,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "dtrain/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -217,6 +218,7 @@ TEST_F(ConfigTest, UnknownEnumValues) {
   EXPECT_MENTIONS(msg, "--layout");
   EXPECT_MENTIONS(msg, "chw");
   EXPECT_EQ(parse(base({"--layout", "nhwc"})).config.layout, "nhwc");
+  EXPECT_EQ(parse(base({})).config.layout, "auto");
   msg = error_of(base({"--precision", "fp16"}));
   EXPECT_MENTIONS(msg, "--precision");
   EXPECT_MENTIONS(msg, "fp16");
@@ -302,6 +304,17 @@ TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
                             "dense"}),
                   "synthetic-samples");
   EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
+}
+
+TEST_F(ConfigTest, LayoutAutoIsNhwcOnTheCpuAndNchwOnGpus) {
+  Config c = parse(base({})).config;
+  EXPECT_EQ(layout_of(c, Device::cpu), Layout::nhwc);
+  EXPECT_EQ(layout_of(c, Device::cuda), Layout::nchw);
+  for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+    c = parse(base({"--layout", layout_name(l)})).config;
+    EXPECT_EQ(layout_of(c, Device::cpu), l);
+    EXPECT_EQ(layout_of(c, Device::cuda), l);
+  }
 }
 
 TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
