@@ -172,7 +172,7 @@ struct Config {
   bool allow_gpu_sharing = false;
   std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
   /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc on the
-  /// CPU (oneDNN runs convolution, batchnorm and pooling on it without reorders), nchw on GPUs.
+  /// CPU (faster there: train/trainer.hpp layout_of), nchw on GPUs.
   std::string layout = "auto";
   std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer

@@ -35,10 +35,9 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 }
 
 /// --layout on a backend of `device` (the option is validated by Config: "auto" | "nchw" |
-/// "nhwc"). auto: NHWC on the CPU — oneDNN runs convolution, batchnorm and pooling on NHWC
-/// activations directly, while NCHW puts a reorder around each of them and batchnorm on its plain
-/// (ncsp) kernel: Fashion-MNIST CNN ×1.24 samples/s, ResNet-20 ×1.13–1.27, ResNet-50 ×1.05–1.10
-/// (README "Performance") — and NCHW on GPUs until NHWC is measured there.
+/// "nhwc"). auto: NHWC on the CPU — oneDNN's batchnorm has a jit kernel for NHWC but only its
+/// plain (ncsp) one for NCHW: Fashion-MNIST CNN ×1.24 samples/s, ResNet-20 ×1.20, ResNet-50
+/// ×1.08 (README "Results", docs/design.md) — and NCHW on GPUs until NHWC is measured there.
 [[nodiscard]] inline Layout layout_of(const Config& c, Device device) {
   if (c.layout == "nhwc") return Layout::nhwc;
   if (c.layout == "nchw") return Layout::nchw;
