@@ -217,8 +217,8 @@ TEST_F(CudaParity, Bf16CastAndAddRoundAsTheHost) {
   gpu_->copy_to_host(sum.data(), back.data(), n * sizeof(float));
   for (std::size_t i = 1; i < n; ++i)
     ASSERT_EQ(sum[i], round_to_bf16(round_to_bf16(a[i]) + round_to_bf16(b[i]))) << i;
-  // convert_layout of bf16 tensors (cudnnTransformTensor on CUDNN_DATA_BFLOAT16) moves the
-  // elements as the CPU backend's reorder does.
+  // convert_layout of bf16 tensors moves the elements as the CPU backend's reorder does (every
+  // shape, both directions: ConvertLayoutMovesEveryElementAsTheCpu).
   const Shape s{3, 5, 7, 9};
   ASSERT_LE(s.count(), n);
   std::vector<std::uint16_t> nchw(s.count()), want(s.count()), got(s.count());
@@ -231,6 +231,31 @@ TEST_F(CudaParity, Bf16CastAndAddRoundAsTheHost) {
   gpu_->convert_layout(ah.data(), bh.data(), s, Layout::nhwc, DType::bf16);
   gpu_->copy_to_host(got.data(), bh.data(), s.count() * 2);
   EXPECT_EQ(got, want);
+}
+
+TEST_F(CudaParity, ConvertLayoutMovesEveryElementAsTheCpu) {
+  // Shapes of one tile, of several tiles in both matrix dimensions (C and H·W past 32), of a
+  // one-pixel plane, and with odd edges; both directions, both element types (bits compared).
+  for (const Shape& s : {Shape{3, 5, 7, 9}, Shape{2, 40, 6, 7}, Shape{2, 70, 1, 1},
+                         Shape{2, 3, 33, 2}, Shape{1, 33, 65, 3}}) {
+    for (const Layout to : {Layout::nhwc, Layout::nchw}) {
+      for (const DType t : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(s.str() + " to " + layout_name(to) + " " + dtype_name(t));
+        const std::size_t bytes = s.count() * (t == DType::bf16 ? 2 : 4);
+        std::vector<unsigned char> x(bytes), want(bytes), got(bytes);
+        for (std::size_t i = 0; i < bytes; ++i) x[i] = static_cast<unsigned char>(i * 131 + i / 7);
+        DeviceBuffer<unsigned char> xc(*cpu_, bytes), yc(*cpu_, bytes);
+        DeviceBuffer<unsigned char> xg(*gpu_, bytes), yg(*gpu_, bytes);
+        cpu_->copy_to_device(xc.data(), x.data(), bytes);
+        cpu_->convert_layout(xc.data(), yc.data(), s, to, t);
+        cpu_->copy_to_host(want.data(), yc.data(), bytes);
+        gpu_->copy_to_device(xg.data(), x.data(), bytes);
+        gpu_->convert_layout(xg.data(), yg.data(), s, to, t);
+        gpu_->copy_to_host(got.data(), yg.data(), bytes);
+        EXPECT_EQ(got, want);
+      }
+    }
+  }
 }
 
 TEST_F(CudaParity, PoolingForwardBackward) {

@@ -282,7 +282,7 @@ class Backend {
                        std::size_t width, std::size_t rows) = 0;
   /// y = x converted from the other layout to `to` (see Layout): x holds a tensor of logical
   /// shape s (N×C×H×W) of elements of type t in the layout that is not `to`; y receives it in
-  /// `to`. x and y must not overlap. oneDNN's reorder on the CPU, cudnnTransformTensor on CUDA.
+  /// `to`. x and y must not overlap. oneDNN's reorder on the CPU, a tiled transpose kernel on CUDA.
   virtual void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) = 0;
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;

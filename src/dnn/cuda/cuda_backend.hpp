@@ -14,9 +14,7 @@
 // - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
 #pragma once
 
-#include <array>
 #include <cstddef>
-#include <map>
 #include <memory>
 #include <utility>
 #include <string>
@@ -128,8 +126,6 @@ class CudaBackend final : public Backend {
   const unsigned long long* guard_ = nullptr;  ///< the latest check's device slot (optimizer_update)
   Event marks_[kMarks];  ///< mark(): timed events, made on first use
   bool marked_[kMarks] = {};
-  /// convert_layout's source and destination descriptors by (N, C, H, W, target layout, dtype).
-  std::map<std::array<int, 6>, std::pair<TensorDesc, TensorDesc>> layout_descs_;
 };
 
 /// The kernels' element type (kernels.hpp) of a DType.

@@ -200,6 +200,26 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
   }
 }
 
+/// y[b][c][r] = x[b][r][c] through a 32×33 shared tile (the 33rd column keeps the column reads
+/// free of bank conflicts): both the reads of x and the writes of y are coalesced. U is the
+/// element's bits (a transpose moves values, it never computes with them). Block 32×8; grid
+/// (⌈cols/32⌉, ⌈rows/32⌉, batch).
+template <typename U>
+__global__ void transpose_kernel(const U* x, U* y, int rows, int cols) {
+  __shared__ U tile[32][33];
+  const std::size_t base = std::size_t(blockIdx.z) * rows * cols;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = x[base + std::size_t(r) * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) y[base + std::size_t(c) * rows + r] = tile[threadIdx.x][i];
+  }
+}
+
 }  // namespace
 
 void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, std::size_t n) {
@@ -325,6 +345,22 @@ void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int
                                                          classes, grad_scale, smoothing,
                                                          static_cast<T*>(dlogits), stats);
   });
+  DT_CHECK_LAUNCH();
+}
+
+void launch_transpose(cudaStream_t stream, const void* x, void* y, int batch, int rows, int cols,
+                      Elem t) {
+  if (batch == 0 || rows == 0 || cols == 0) return;
+  DT_REQUIRE(batch <= 65535 && (rows + 31) / 32 <= 65535,
+             "transpose: " + std::to_string(batch) + " matrices of " + std::to_string(rows) +
+                 " rows exceed the CUDA grid (at most 65535 and 65535·32)");
+  const dim3 grid((cols + 31) / 32, (rows + 31) / 32, batch), block(32, 8);
+  if (t == Elem::bf16)
+    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const std::uint16_t*>(x),
+                                                 static_cast<std::uint16_t*>(y), rows, cols);
+  else
+    transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const std::uint32_t*>(x),
+                                                 static_cast<std::uint32_t*>(y), rows, cols);
   DT_CHECK_LAUNCH();
 }
 

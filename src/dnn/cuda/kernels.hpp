@@ -60,6 +60,11 @@ struct OptimizerParams {
 void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, float* p,
                              const float* g, float* m, float* v, std::size_t n,
                              const unsigned long long* guard = nullptr);
+/// y[b][c][r] = x[b][r][c]: `batch` row-major rows×cols matrices transposed (x, y must not
+/// overlap; elements of type t). NCHW → NHWC is (N, C, H·W), NHWC → NCHW is (N, H·W, C).
+/// Throws InputError when batch > 65535 or rows > 65535·32 (the grid's z and y limits).
+void launch_transpose(cudaStream_t stream, const void* x, void* y, int batch, int rows, int cols,
+                      Elem t);
 /// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer; y of type
 /// t, b fp32).
 void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);
