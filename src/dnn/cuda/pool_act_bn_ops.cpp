@@ -6,10 +6,13 @@
 // (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu) when there are few
 // channels (see CudaBatchNormOp), else on cudnnBatchNormalizationForwardTraining / Backward;
 // inference on cudnnBatchNormalizationForwardInference (cuDNN calls CUDNN_BATCHNORM_SPATIAL; in the
-// NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT). Descriptors in the backend's layout.
+// NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT through cudnnBatchNormalizationForward-
+// TrainingEx / BackwardEx, with the backend's workspace and a reserve space per op, as PyTorch for
+// channels_last). Descriptors in the backend's layout.
 // Momentum is PyTorch's; running_var holds the unbiased batch variance, as BatchNormDesc documents.
 // Activations are of the backend's act_dtype() (bf16: CUDNN_DATA_BFLOAT16 descriptors, fp32
 // scale, bias and statistics — the derived batchnorm parameter descriptor is fp32 for bf16 data).
+#include <algorithm>
 #include <string>
 
 #include "channel_kernels.hpp"
@@ -126,6 +129,22 @@ class CudaBatchNormOp final : public BatchNormOp {
     // ours only for N·H·W = 1 (where both layouts are the same memory).
     own_ = (!nhwc && 2 * s.c <= be.multiprocessors()) || s.n * s.h * s.w == 1;
     if (own_) scratch_ = DeviceMemory::create(channel_scratch_floats(shape_) * sizeof(float));
+    // NHWC trains through the *Ex entry points, with a workspace and a reserve space, as PyTorch
+    // does for channels_last: cuDNN's fast NHWC kernels are reached only there.
+    ex_ = nhwc && !own_;
+    if (ex_) {
+      std::size_t fwd = 0, bwd = 0;
+      DT_CHECK_CUDNN(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+          be.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_, x_desc_, x_desc_, param_desc_,
+          nullptr, &fwd));
+      DT_CHECK_CUDNN(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+          be.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_, x_desc_, x_desc_, nullptr,
+          x_desc_, param_desc_, nullptr, &bwd));
+      DT_CHECK_CUDNN(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+          be.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, nullptr, x_desc_, &reserve_bytes_));
+      be.reserve_workspace(std::max(fwd, bwd));
+      if (reserve_bytes_ > 0) reserve_ = DeviceMemory::create(reserve_bytes_);
+    }
   }
 
   void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
@@ -135,8 +154,15 @@ class CudaBatchNormOp final : public BatchNormOp {
       launch_bn_forward_training(be_.stream(), shape_, x, y, elem(t_), gamma, beta, running_mean,
                                  running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
                                  saved_inv_var_.as<float>(), scratch_.as<float>());
+    } else if (training && ex_) {
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTrainingEx(
+          be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, x_desc_, x, nullptr,
+          nullptr, x_desc_, y, param_desc_, gamma, beta, static_cast<double>(d_.momentum),
+          running_mean, running_var, static_cast<double>(d_.epsilon), saved_mean_.get(),
+          saved_inv_var_.get(), nullptr, be_.workspace(), be_.workspace_bytes(), reserve_.get(),
+          reserve_bytes_));
     } else if (training) {
-      // saved_inv_var_ is 1/sqrt(var + ε) in both paths (cuDNN's resultSaveInvVariance).
+      // saved_inv_var_ is 1/sqrt(var + ε) in every path (cuDNN's resultSaveInvVariance).
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
           be_.cudnn(), train_mode_, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
           gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
@@ -161,6 +187,15 @@ class CudaBatchNormOp final : public BatchNormOp {
       dx = scratch_dx_.get();
     }
     const float one = 1.0f, zero = 0.0f;
+    if (ex_) {
+      DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
+          be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, x_desc_, x,
+          nullptr, nullptr, x_desc_, dy, nullptr, nullptr, x_desc_, dx, param_desc_, gamma,
+          nullptr, dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(),
+          saved_inv_var_.get(), nullptr, be_.workspace(), be_.workspace_bytes(), reserve_.get(),
+          reserve_bytes_));
+      return;
+    }
     DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
         be_.cudnn(), train_mode_, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
         x_desc_, dx, param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon),
@@ -176,6 +211,9 @@ class CudaBatchNormOp final : public BatchNormOp {
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
   ChannelShape shape_;
   bool own_ = false;      ///< train on channel_kernels.cu (else cuDNN)
+  bool ex_ = false;       ///< cuDNN's *Ex training calls (NHWC)
+  DeviceMemory reserve_;  ///< their reserve space: written by the training forward, read by backward
+  std::size_t reserve_bytes_ = 0;
   DeviceMemory scratch_;  ///< partial sums of the reductions (own_)
   DeviceMemory scratch_dx_;
 };
