@@ -70,9 +70,19 @@ __device__ __forceinline__ void for_chunk(const Geometry g, F f) {
 }
 
 /// Grid-stride over every element of an N×C×H×W tensor, plane by plane: blockIdx.y walks the N·C
-/// planes (c = plane % C once per plane), the x blocks and threads the plane's pixels.
+/// planes (c = plane % C once per plane), the x blocks and threads the plane's pixels. Planes of
+/// one pixel (NHWC seen as (N·H·W)×C×1×1, 1×1 maps) are one flat loop over every thread instead
+/// (plane-per-block would leave all but one thread of each block idle).
 template <typename F>
 __device__ __forceinline__ void for_planes(int planes, int channels, int hw, F f) {
+  if (hw == 1) {
+    const std::size_t step = std::size_t(gridDim.x) * gridDim.y * blockDim.x;
+    for (std::size_t i = (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
+                         threadIdx.x;
+         i < static_cast<std::size_t>(planes); i += step)
+      f(i, static_cast<int>(i % static_cast<std::size_t>(channels)));
+    return;
+  }
   for (int plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const int c = plane % channels;
     const std::size_t base = static_cast<std::size_t>(plane) * hw;
@@ -180,9 +190,12 @@ __global__ void add_channel_bias_kernel(T* y, const float* b, int planes, int ch
              [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
 }
 
-/// Grid of for_planes: enough x blocks to cover a plane, the planes over y (at most 65535).
+/// Grid of for_planes: enough x blocks to cover a plane, the planes over y (at most 65535); for
+/// planes of one pixel, a flat grid of blocks of kThreads elements.
 dim3 plane_grid(const ChannelShape& s) {
   const int hw = s.h * s.w;
+  if (hw == 1)
+    return dim3(1, static_cast<unsigned>(std::min((s.n * s.c + kThreads - 1) / kThreads, 65535)));
   const unsigned x = static_cast<unsigned>(std::min((hw + kThreads - 1) / kThreads, 64));
   const unsigned y = static_cast<unsigned>(std::min(s.n * s.c, 65535));
   return dim3(x, y);

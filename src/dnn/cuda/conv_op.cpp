@@ -26,7 +26,6 @@
 #include "channel_kernels.hpp"
 #include "cuda_backend.hpp"
 #include "dtrain/core/log.hpp"
-#include "kernels.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -226,12 +225,7 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
                                            fwd_algo_, be_.workspace(), be_.workspace_bytes(),
                                            &zero, y_desc_, y));
-    // Planes of one pixel (NHWC seen as (N·H·W)×C×1×1, or a 1×1 output) are rows of C values:
-    // the row kernel spreads them over every thread (a plane-per-block grid would use one).
-    if (bias_ && out_shape_.h * out_shape_.w == 1)
-      launch_add_row_bias(be_.stream(), y, b, out_shape_.n, out_shape_.c, elem(t_));
-    else if (bias_)
-      launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b);
+    if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b);
   }
 
   void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
