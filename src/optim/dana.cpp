@@ -60,7 +60,7 @@ bool DanaMomentum::apply(int w, float* params, const float* grads, std::int64_t 
     const std::size_t e = std::min(end, b + kBlock);
     float* old = old_.data() + static_cast<std::size_t>(omp_get_thread_num()) * kBlock;
     std::memcpy(old, v + b, (e - b) * sizeof(float));
-    finite = opt.apply(params, grads, step, b, e) && finite;
+    finite = opt.apply(params, grads + (b - begin), step, b, e) && finite;
     fold(sum_.data() + b, look_ahead_.data() + b, v + b, old, params + b, f, e - b);
   }
   return finite;

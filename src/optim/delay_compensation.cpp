@@ -39,13 +39,13 @@ void DelayCompensation::compensate(int w, float* g, const float* params, std::si
   for (std::size_t i = begin; i < end; ++i) {
     const float d = seen_[i] ? decay_ : 0.0f;
     seen_[i] = 1;
-    ms[i] = d * ms[i] + (1.0f - d) * g[i] * g[i];
+    ms[i] = d * ms[i] + (1.0f - d) * g[i - begin] * g[i - begin];
   }
   if (at.empty()) return;  // θ_w = θ: nothing to correct
   const float* tw = at.data();
   constexpr float kEps = 1e-7f;
   for (std::size_t i = begin; i < end; ++i)
-    g[i] += lambda0_ / std::sqrt(ms[i] + kEps) * g[i] * g[i] * (params[i] - tw[i]);
+    g[i - begin] += lambda0_ / std::sqrt(ms[i] + kEps) * g[i - begin] * g[i - begin] * (params[i] - tw[i]);
 }
 
 }  // namespace dtrain

@@ -111,7 +111,7 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std:
     e = std::min(e, end);
     if (b >= e) return;
     u.weight_decay = wd;
-    finite = backend_.optimizer_update(u, params + b, grads + b, m_.data() ? m_.data() + b : nullptr,
+    finite = backend_.optimizer_update(u, params + b, grads + (b - begin), m_.data() ? m_.data() + b : nullptr,
                                        v_.data() ? v_.data() + b : nullptr, e - b) && finite;
   };
   const float wd = config_.weight_decay;

@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
             for (std::size_t i = 0; i < chunks.count(); ++i) {
               const std::size_t b = chunks.begin(i), e = b + chunks.size(i);
               if (dana) dana->apply(static_cast<int>(step % 4), params.data(),
-                                             grads.data(), step, b, e);
-              else opt.apply(params.data(), grads.data(), step, b, e);
+                                             grads.data() + b, step, b, e);
+              else opt.apply(params.data(), grads.data() + b, step, b, e);
             }
             ++step;
           },

@@ -37,7 +37,9 @@ int world_size() {
   return n;
 }
 
-constexpr std::size_t kParams = 1003;  // odd, so two shards differ in size
+// Odd, so two shards differ in size; in 1 KiB chunks (256 floats) 10 per shard with 1 ps and 5
+// with 2, more than the ps's ring of async receive buffers (kRingSlots, 4), which then wraps.
+constexpr std::size_t kParams = 2503;
 
 std::vector<float> initial_params() {
   std::vector<float> p(kParams);
@@ -232,8 +234,9 @@ TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) { run_serial_case({1
 TEST(ParameterServer, AdamOnePsEqualsSerialApplication) { run_serial_case({1, "adam", 4, 0}); }
 TEST(ParameterServer, MomentumTwoPsEqualsSerialApplication) { run_serial_case({2, "momentum", 4, 0}); }
 TEST(ParameterServer, AdamTwoPsEqualsSerialApplication) { run_serial_case({2, "adam", 3, 0}); }
-// The pipelined path: each push updated and answered chunk by chunk (1003 floats: chunks of 256,
-// the last partial; with 2 ps, 2 chunks per shard), LOAD and SNAPSHOT parts chunked too.
+// The pipelined path: each push updated and answered chunk by chunk (chunks of 256 floats, the
+// last partial; received through the ps's ring of chunk buffers, reused as they are applied),
+// LOAD and SNAPSHOT parts chunked too.
 TEST(ParameterServer, MomentumOnePsInChunksEqualsSerialApplication) {
   run_serial_case({1, "momentum", 4, 0, 1});
 }

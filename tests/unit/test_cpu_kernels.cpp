@@ -148,7 +148,7 @@ TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
       EXPECT_TRUE(dana.apply(w, p.data(), g.data(), t, 0, n));
     } else {
       for (std::size_t b = 0; b < n; b += 70001)
-        EXPECT_TRUE(dana.apply(w, p.data(), g.data(), t, b, std::min(n, b + 70001)));
+        EXPECT_TRUE(dana.apply(w, p.data(), g.data() + b, t, b, std::min(n, b + 70001)));
     }
     const float lr = learning_rate(c, t, total), f = lr * c.momentum;
     for (std::size_t i = 0; i < n; ++i) {

@@ -59,7 +59,11 @@ TEST(Dana, ChunksEqualTheWholeShardAndLoadSharesTheSum) {
     for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((i * 7 + t * 3) % 5) - 2.0f;
     const int w = static_cast<int>(t % 3);
     whole.apply(w, a.data(), g.data(), t, 0, n);
-    for (std::size_t at = 0; at < n; at += 4) chunked.apply(w, b.data(), g.data(), t, at, std::min(n, at + 4));
+    for (std::size_t at = 0; at < n; at += 4) {  // each chunk's gradient in a buffer of its own
+      const std::size_t e = std::min(n, at + 4);
+      const std::vector<float> piece(g.begin() + static_cast<std::ptrdiff_t>(at), g.begin() + static_cast<std::ptrdiff_t>(e));
+      chunked.apply(w, b.data(), piece.data(), t, at, e);
+    }
   }
   EXPECT_EQ(a, b);
   EXPECT_EQ(std::vector<float>(whole.look_ahead(), whole.look_ahead() + n),

@@ -54,7 +54,12 @@ TEST(DelayCompensation, ChunksEqualTheWholeShardAndWorkersAreSeparate) {
   for (int w : {0, 1, 1}) {
     std::vector<float> a = g, b = g;
     whole.compensate(w, a.data(), now.data(), 0, n);
-    for (std::size_t at = 0; at < n; at += 4) chunked.compensate(w, b.data(), now.data(), at, std::min(n, at + 4));
+    for (std::size_t at = 0; at < n; at += 4) {  // each chunk in a buffer of its own, as a ps receives it
+      const std::size_t e = std::min(n, at + 4);
+      std::vector<float> piece(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(e));
+      chunked.compensate(w, piece.data(), now.data(), at, e);
+      std::copy(piece.begin(), piece.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
+    }
     EXPECT_EQ(a, b) << "worker " << w;
   }
   // Worker 0's and worker 1's θ_w differ, so the same gradient is corrected differently.

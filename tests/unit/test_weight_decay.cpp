@@ -78,7 +78,7 @@ TEST(WeightDecay, ApplySkipsDecayOnExcludedRangesOnly) {
       b.apply(pb.data(), g.data(), step);
       mixed.apply(pm.data(), g.data(), step);
       shard.apply(ps.data(), g.data() + 11, step);
-      for (std::size_t at = 0; at < n; at += 5) chunked.apply(pc.data(), g.data(), step, at, std::min(n, at + 5));
+      for (std::size_t at = 0; at < n; at += 5) chunked.apply(pc.data(), g.data() + at, step, at, std::min(n, at + 5));
     }
     for (std::size_t i = 0; i < n; ++i) {
       const bool excluded = (i >= 10 && i < 16) || i >= 26;
@@ -86,7 +86,7 @@ TEST(WeightDecay, ApplySkipsDecayOnExcludedRangesOnly) {
       EXPECT_EQ(pc[i], pm[i]) << "chunked float " << i;
       if (i >= 11 && i < 27) EXPECT_EQ(ps[i - 11], pm[i]) << "shard float " << i;
     }
-    EXPECT_THROW(chunked.apply(pc.data(), g.data(), 3, 20, n + 1), Error);
+    EXPECT_THROW(chunked.apply(pc.data(), g.data() + 20, 3, 20, n + 1), Error);
     EXPECT_NE(pa[11], pb[11]);  // the decay matters at all
   }
 }

@@ -32,7 +32,8 @@ class DanaMomentum {
   DanaMomentum(const Config& c, Backend& backend, std::size_t n, int workers,
                std::int64_t total_steps, std::vector<FloatRange> no_decay = {});
 
-  /// Applies worker w's gradient (`grads`, the shard's n floats) to params[begin, end) with w's
+  /// Applies worker w's gradient for the range (`grads`: its end − begin floats, host; `params`:
+  /// the shard's n floats) to params[begin, end) with w's
   /// momentum at 0-based global step `step`, and recomputes look_ahead()[begin, end), in
   /// cache-sized blocks over the OpenMP threads (one pass over memory). Returns whether the
   /// gradient values were finite (Optimizer::apply). Throws Error when the range lies outside

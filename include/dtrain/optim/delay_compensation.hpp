@@ -29,7 +29,8 @@ class DelayCompensation {
   /// reply carries, with the values sent.
   void sent(int w, const float* params, std::size_t begin, std::size_t end);
 
-  /// Replaces g[begin, end) (g: the shard's n floats, host) from worker w by
+  /// Replaces worker w's gradient g over floats [begin, end) of the shard (g: those end − begin
+  /// floats, host, g[0] being float `begin`) by
   /// g̃ = g + λ0/√(MS + ε) ⊙ g ⊙ g ⊙ (θ − θ_w), where MS is first updated with this g:
   /// MS ← d·MS + (1 − d)·g² (a float's first push sets MS = g²), and ε = 1e-7. `params` is θ
   /// (n floats, host). Before w's first sent(), θ_w = θ (no correction). Ranges are independent,

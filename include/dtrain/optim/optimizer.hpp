@@ -53,9 +53,10 @@ class Optimizer {
   /// whether every grads value was finite (Backend::optimizer_update: read in the update's pass;
   /// the update is applied either way).
   bool apply(float* params, const float* grads, std::int64_t step);
-  /// The same update restricted to floats [begin, end) of the n (params and grads still point at
-  /// float 0): the values there are exactly those apply() gives, so a ps can update a shard chunk
-  /// by chunk as it arrives. Throws Error unless begin ≤ end ≤ n.
+  /// The same update restricted to floats [begin, end) of the n: `params` still points at float
+  /// 0, `grads` at the range's end − begin floats (a ps's chunk as it arrives, wherever it was
+  /// received). The values there are exactly those apply() gives, so a ps can update a shard
+  /// chunk by chunk. Throws Error unless begin ≤ end ≤ n.
   bool apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
 

@@ -27,7 +27,9 @@
 // Why it cannot deadlock: a worker posts all receives of a reply (header and chunks) before it
 // sends, and has at most one request outstanding per ps; a ps keeps one pre-posted header receive
 // per worker, posts the receives of a request's chunks when its header arrives (the worker sends
-// them, then or later), and re-posts that worker's header receive once the request's payload is
+// them, then or later; an async push's a few at a time into a ring of chunk buffers, the next
+// as each is applied, so its later sends wait only for the ps's loop, which always polls the
+// request's next chunk), and re-posts that worker's header receive once the request's payload is
 // in, so every send has a matching posted receive. A ps never changes parameters a reply is
 // still being sent from: before it updates (or loads) a range it waits for the in-flight reply
 // chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
