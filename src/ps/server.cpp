@@ -4,7 +4,8 @@
 // interleaved, as their chunks arrive (ps-lite's per-key concurrency, at chunk grain). The
 // optimizer runs on the CPU backend over the shard (--ps-threads). Async pushes are applied
 // chunk by chunk, each chunk's reply sent at once, their chunks received into a small ring of
-// chunk buffers per worker that stays in cache (kRingSlots); sync through the ps and bounded staleness
+// chunk buffers per worker that stays in cache (kRingSlots; so are the parts of a LOAD the
+// optimizer has no state for); sync through the ps and bounded staleness
 // gather whole pushes into per-step aggregates whose replies are held until the update they wait
 // for (ps/server.hpp, ps/protocol.hpp).
 #include "dtrain/ps/server.hpp"
@@ -31,10 +32,11 @@ namespace {
 /// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
 constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 
-/// Chunk buffers per worker that an async push is received into, each reused once its chunk is
-/// applied: the receives of a push's chunks are posted this many ahead. The gradient then never
-/// leaves the cache between its copy in and the update, where a shard-sized buffer sent it to
-/// memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 → 0.85–0.98).
+/// Chunk buffers per worker that an async push (or any part the ps does not keep) is received
+/// into, each reused once its chunk is applied: such receives are posted this many ahead. The
+/// gradient then never leaves the cache between its copy in and the update, where a shard-sized
+/// buffer sent it to memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 →
+/// 0.85–0.98), and the ps holds no shard-sized buffer for what it reads once.
 constexpr std::size_t kRingSlots = 4;
 
 /// What becomes of a request's payload.
@@ -47,17 +49,18 @@ enum class Fate {
 };
 
 /// A request whose payload is arriving: the receives of its chunks (parts × chunks, in travel
-/// order, all posted when its header came — an async push's kRingSlots ahead, into its worker's
-/// ring) and what is done with them.
+/// order, posted in that order: into an array at once when its header came, into the worker's
+/// ring kRingSlots ahead of the chunk being processed) and what is done with them.
 struct Incoming {
   bool active = false;
   int tag = 0;
   MsgHeader h;
   Fate fate = Fate::drop;
-  std::vector<float*> dest;             ///< per part: the array its chunks land in
-  float* ring = nullptr;                ///< or (async push): kRingSlots chunk buffers, chunk t in t % kRingSlots
-  std::vector<std::vector<float>> own;  ///< buffers of this request (a push's gradient, dropped parts)
+  std::vector<float*> dest;             ///< per part: the array its chunks land in (nullptr: the ring)
+  float* ring = nullptr;                ///< the worker's kRingSlots chunk buffers: message k in slot k % kRingSlots
+  std::vector<std::vector<float>> own;  ///< buffers of this request (a sync push's gradient)
   std::vector<MPI_Request> reqs;        ///< one per chunk message, completed in order
+  std::size_t posted = 0;               ///< chunk messages whose receive is posted
   std::size_t done = 0;                 ///< chunk messages processed
   std::int64_t step = 0;                ///< apply / join: the global step its update makes
   std::int64_t staleness = 0;
@@ -69,7 +72,7 @@ struct WorkerSlot {
   MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
   bool done = false;
   Incoming req;   ///< the request in progress (req.active), at most one per worker
-  std::vector<float> ring;  ///< kRingSlots chunk buffers for async pushes (allocated at the first)
+  std::vector<float> ring;  ///< kRingSlots chunk buffers (allocated at the first request using them)
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -187,53 +190,53 @@ class ParameterServer {
     return b;
   }
 
-  /// Starts receiving worker w's payload: `parts` arrays (nullptr: a buffer of the request's own;
-  /// none: an async push, into w's ring), each chunk by chunk in travel order (protocol.hpp); the
-  /// receives are posted at once, a ring's kRingSlots ahead (the worker has already posted its
-  /// sends). A payload without chunks completes at once.
+  /// Starts receiving worker w's payload: `parts` arrays (nullptr: through w's ring, read chunk
+  /// by chunk and not kept — an async push's gradient, a LOAD part the optimizer has no state
+  /// for), each chunk by chunk in travel order (protocol.hpp); the receives are posted in message
+  /// order (MPI matches them so), into an array at once, into the ring kRingSlots ahead of the
+  /// chunk being processed (the worker has already posted its sends). A payload without chunks
+  /// completes at once.
   void start(int w, int tag, const MsgHeader& h, Fate fate, std::initializer_list<float*> parts) {
     Incoming& r = slots_[w].req;
     r.active = true;
     r.tag = tag;
     r.h = h;
     r.fate = fate;
-    r.dest.clear();
+    r.dest.assign(parts.begin(), parts.end());
     r.ring = nullptr;
-    r.done = 0;
-    for (float* part : parts) {
-      if (!part) {
-        r.own.push_back(take_buffer());
-        part = r.own.back().data();
-      }
-      r.dest.push_back(part);
-    }
-    std::size_t posted = r.dest.size() * chunks_.count();
-    if (r.dest.empty()) {
+    r.done = r.posted = 0;
+    if (std::find(r.dest.begin(), r.dest.end(), nullptr) != r.dest.end()) {
       std::vector<float>& ring = slots_[w].ring;
-      if (ring.empty()) ring.resize(std::min(kRingSlots, chunks_.count()) * chunks_.largest());
+      if (ring.empty()) ring.resize(kRingSlots * chunks_.largest());  // ≤ kRingSlots × --ps-chunk-kb
       r.ring = ring.data();
-      posted = std::min(kRingSlots, chunks_.count());
     }
-    r.reqs.assign(r.ring ? chunks_.count() : posted, MPI_REQUEST_NULL);
-    for (std::size_t at = 0; at < posted; ++at) post_chunk(w, at);
+    r.reqs.assign(r.dest.size() * chunks_.count(), MPI_REQUEST_NULL);
+    post_chunks(w);
     if (r.reqs.empty()) complete(w);
   }
 
   /// Where chunk message `at` of worker w's request lands: its part's array at the chunk's
-  /// offset, or its ring slot.
+  /// offset, or a ring slot.
   [[nodiscard]] float* chunk_dest(const Incoming& r, std::size_t at) const {
-    if (r.ring) return r.ring + (at % kRingSlots) * chunks_.largest();
-    return r.dest[at / chunks_.count()] + chunks_.begin(chunks_.travel(at % chunks_.count()));
+    float* part = r.dest[at / chunks_.count()];
+    if (!part) return r.ring + (at % kRingSlots) * chunks_.largest();
+    return part + chunks_.begin(chunks_.travel(at % chunks_.count()));
   }
 
-  void post_chunk(int w, std::size_t at) {
+  /// Posts the receives of worker w's request that may be posted now, in message order: up to
+  /// the first one into the ring whose slot still holds an unprocessed chunk.
+  void post_chunks(int w) {
     Incoming& r = slots_[w].req;
-    irecv_bytes(chunk_dest(r, at), chunks_.size(chunks_.travel(at % chunks_.count())) * sizeof(float),
-                cluster_.worker_rank(w), 0, cluster_.payload_comm(), &r.reqs[at]);
+    for (; r.posted < r.reqs.size(); ++r.posted) {
+      const std::size_t at = r.posted;
+      if (!r.dest[at / chunks_.count()] && at >= r.done + kRingSlots) break;
+      irecv_bytes(chunk_dest(r, at), chunks_.size(chunks_.travel(at % chunks_.count())) * sizeof(float),
+                  cluster_.worker_rank(w), 0, cluster_.payload_comm(), &r.reqs[at]);
+    }
   }
 
-  /// The next chunk message of worker w's request has arrived (a ring's slot is reused for the
-  /// chunk kRingSlots later once this one is applied).
+  /// The next chunk message of worker w's request has arrived (its ring slot, if it used one, is
+  /// free again once the chunk is applied).
   void on_chunk(int w) {
     Incoming& r = slots_[w].req;
     const std::size_t at = r.done++;
@@ -241,7 +244,7 @@ class ParameterServer {
     const std::size_t c = chunks_.travel(at % chunks_.count());
     if (r.fate == Fate::undecided) decide_async(w);
     if (r.fate == Fate::apply) apply_chunk(w, c, chunk_dest(r, at));
-    if (r.ring && at + kRingSlots < r.reqs.size()) post_chunk(w, at + kRingSlots);
+    post_chunks(w);
     if (r.done == r.reqs.size()) complete(w);
   }
 
@@ -276,7 +279,6 @@ class ParameterServer {
       if (!b.empty()) free_.push_back(std::move(b));
     r.own.clear();
     r.active = false;
-    if (r.tag == kTagLoad) free_.clear();  // LOAD comes once per run (protocol.hpp)
     post_recv(w);
   }
 
@@ -364,8 +366,8 @@ class ParameterServer {
     r.staleness = 0;
     Fate fate = Fate::join;
     switch (kind_) {
-      case ExchangeKind::ps_async:  // received into w's ring (start)
-        start(w, kTagPush, h, Fate::undecided, {});
+      case ExchangeKind::ps_async:
+        start(w, kTagPush, h, Fate::undecided, {nullptr});  // through w's ring
         return;
       case ExchangeKind::ps_sync:
         r.step = h.seen_step;
@@ -389,7 +391,9 @@ class ParameterServer {
       case ExchangeKind::allreduce:
         throw Error(format_error(who_ + ": a push in allreduce mode", __FILE__, __LINE__));
     }
-    start(w, kTagPush, h, fate, {nullptr});
+    if (fate == Fate::drop) return start(w, kTagPush, h, fate, {nullptr});  // read, not kept
+    r.own.push_back(take_buffer());  // the whole gradient joins an aggregate
+    start(w, kTagPush, h, fate, {r.own.back().data()});
   }
 
   /// Downpour: the push whose first chunk has arrived takes the next global step (its
