@@ -70,7 +70,7 @@ void DanaMomentum::load(const float* sum, const float* params, std::int64_t step
   const float share = 1.0f / static_cast<float>(per_worker_.size());
   for (auto& opt : per_worker_)
     for (std::size_t i = 0; i < n_; ++i) opt->m()[i] = share * sum[i];
-  std::memcpy(sum_.data(), sum, n_ * sizeof(float));
+  if (sum != sum_.data()) std::memcpy(sum_.data(), sum, n_ * sizeof(float));
   update_look_ahead(params, step, 0, n_);
 }
 

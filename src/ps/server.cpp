@@ -99,18 +99,21 @@ class ParameterServer {
         n_(shard.size()), who_("ps " + std::to_string(cluster.me().index)), stop_flag_(stop_flag),
         chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
         backend_(make_cpu_backend()), params_(*backend_, n_),
-        opt_(c, *backend_, n_, total_steps, no_decay), max_steps_(c.max_steps),
-        clock_(workers_, 0), slots_(workers_) {
+        max_steps_(c.max_steps), clock_(workers_, 0), slots_(workers_) {
     replicas_ = kind_ == ExchangeKind::ps_sync && c.replicas_to_aggregate > 0
                     ? std::min(c.replicas_to_aggregate, workers_)
                     : workers_;
-    opt_.use_async_momentum(workers_);  // --async-momentum (async only)
     if (kind_ == ExchangeKind::ps_async && c.delay_compensation > 0.0f)
       dc_.emplace(n_, workers_, c.delay_compensation);
+    // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
+    // rule is one Optimizer over the shard.
     if (kind_ == ExchangeKind::ps_async && c.async_momentum == AsyncMomentum::dana &&
-        opt_.kind() == OptimizerKind::momentum) {
+        optimizer_kind(c.optimizer) == OptimizerKind::momentum) {
       dana_.emplace(c, *backend_, n_, workers_, total_steps, no_decay);
-      dana_->load(opt_.m(), params_.data(), 0);  // zero momenta: θ̂ = θ
+      dana_->load(dana_->momentum_sum(), params_.data(), 0);  // zero momenta: θ̂ = θ
+    } else {
+      opt_.emplace(c, *backend_, n_, total_steps, no_decay);
+      opt_->use_async_momentum(workers_);  // --async-momentum (async only)
     }
     stats_.staleness_histogram.assign(kStalenessBins, 0);
     stats_.worker_pushes.assign(workers_, 0);
@@ -266,7 +269,7 @@ class ParameterServer {
         break;
       case Fate::load:
         global_step_ = r.h.global_step;
-        if (dana_) dana_->load(opt_.m(), params_.data(), global_step_);
+        if (dana_) dana_->load(dana_->momentum_sum(), params_.data(), global_step_);
         max_steps_ = r.h.max_steps;
         std::fill(clock_.begin(), clock_.end(), global_step_);
         pending_.clear();
@@ -330,6 +333,11 @@ class ParameterServer {
       for (std::size_t t = 0; t < chunks_.count(); ++t) send_chunk(w, part, chunks_.travel(t));
   }
 
+  /// The optimizer state a LOAD fills and a SNAPSHOT carries (nullptr: none): the first moment
+  /// or momentum (DANA: the momentum sum), and Adam's second moment.
+  [[nodiscard]] float* state_m() { return dana_ ? dana_->momentum_sum() : opt_->m(); }
+  [[nodiscard]] float* state_v() const { return dana_ ? nullptr : opt_->v(); }
+
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0) {
     reply(w, kTagReply, staleness, flags, {params_.data()});
     if (dc_) dc_->sent(w, params_.data(), 0, n_);
@@ -347,11 +355,11 @@ class ParameterServer {
         return;
       case kTagLoad:
         settle_all();
-        start(w, tag, h, Fate::load, {params_.data(), opt_.m(), opt_.v()});
+        start(w, tag, h, Fate::load, {params_.data(), state_m(), state_v()});
         return;
       case kTagSnapshot:
         reply(w, kTagState, 0, 0,
-              {params_.data(), dana_ ? dana_->momentum_sum() : opt_.m(), opt_.v()});
+              {params_.data(), state_m(), state_v()});
         post_recv(w);
         return;
       default:
@@ -425,7 +433,7 @@ class ParameterServer {
       backend_->scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
     if (dc_) dc_->compensate(w, g, p, b, e);
     if (dana_) dana_->apply(w, p, g, r.step, b, e);
-    else opt_.apply(p, g, r.step, b, e);
+    else opt_->apply(p, g, r.step, b, e);
     const float* sent = dana_ ? dana_->look_ahead() : p;  // DANA: w computes at θ̂ next
     if (dc_) dc_->sent(w, sent, b, e);
     send_chunk(w, sent, c);
@@ -489,7 +497,7 @@ class ParameterServer {
           for (std::ptrdiff_t i = 0; i < n; ++i) s[i] += f * g[i];
         }
         settle_all();
-        opt_.apply(params_.data(), sum.data(), global_step_);
+        opt_->apply(params_.data(), sum.data(), global_step_);
       }
       for (int w = 0; w < workers_; ++w) {
         if (a.samples[w] < 0) continue;
@@ -544,7 +552,7 @@ class ParameterServer {
   const ChunkLayout chunks_;
   std::unique_ptr<Backend> backend_;
   DeviceBuffer<float> params_;
-  Optimizer opt_;
+  std::optional<Optimizer> opt_;  ///< the update, unless dana_ makes it
   std::optional<DelayCompensation> dc_;  ///< --delay-compensation (async only)
   std::optional<DanaMomentum> dana_;     ///< --async-momentum dana (async only)
   int replicas_ = 1;

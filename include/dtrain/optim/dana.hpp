@@ -46,7 +46,8 @@ class DanaMomentum {
   /// Σ_j v_j (n floats): the optimizer state a checkpoint keeps as its momentum.
   [[nodiscard]] float* momentum_sum() { return sum_.data(); }
   /// After a LOAD: sets every v_w = sum / W (the checkpoint kept only the sum; its total is kept)
-  /// and θ̂ = θ − η(step)·γ·sum for `params` (n floats).
+  /// and θ̂ = θ − η(step)·γ·sum for `params` (n floats). `sum` may be momentum_sum() itself
+  /// (a ps receives a LOAD's momentum straight into it).
   void load(const float* sum, const float* params, std::int64_t step);
 
  private:
