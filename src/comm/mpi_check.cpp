@@ -18,7 +18,8 @@ enum class Poll { nothing, progress, done };
 
 /// Polls `test` until it returns Poll::done: for kSpinSeconds after the start, and after every
 /// poll that found progress (some of the requests completed: a pipelined transfer whose chunks
-/// keep arriving), it polls back to back, yielding the core between polls (a ps reply or a peer's
+/// keep arriving), it polls back to back — at once after a poll that found progress, yielding the
+/// core after one that found nothing (a ps reply or a peer's
 /// bucket is usually that close: the round-trip latency of a small push-pull is the bare MPI
 /// latency, not a sleep; and a receiver that sleeps stalls a shared-memory transfer, which the
 /// receiver copies); then it sleeps between polls, doubling the sleep from 50 µs up to 100 µs
@@ -37,9 +38,10 @@ void poll_until(Test test, double timeout_s, const What& what) {
     const Poll p = test();
     if (p == Poll::done) return;
     const double now = now_seconds();
-    if (p == Poll::progress) {
+    if (p == Poll::progress) {  // poll again at once: the rest is usually right behind
       spin_from = now;
       sleep_us = 50;
+      continue;
     }
     if (now - spin_from < kSpinSeconds) {
       std::this_thread::yield();
@@ -66,7 +68,10 @@ void set_comm_timeout(double seconds) { g_timeout = seconds; }
 double comm_timeout() { return g_timeout; }
 
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
-  if (reqs.empty()) return;
+  // Active requests left: done once every one has completed, without a further poll.
+  auto active = static_cast<int>(
+      std::count_if(reqs.begin(), reqs.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; }));
+  if (active == 0) return;
   std::vector<int> index(reqs.size());
   poll_until(
       [&] {
@@ -74,6 +79,8 @@ void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::strin
         DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count,
                                   index.data(), MPI_STATUSES_IGNORE));
         if (count == MPI_UNDEFINED) return Poll::done;  // no active request left
+        active -= count;
+        if (active <= 0) return Poll::done;
         return count > 0 ? Poll::progress : Poll::nothing;
       },
       timeout_s, what);

@@ -3,7 +3,8 @@
 // role table, for every num_ps the world allows; num_ps ≥ world refused on every rank; and
 // all_or_nothing (comm/guard.hpp): a failure on some ranks raises ReportedError on ALL ranks with
 // the exit code of the lowest failing rank, and success returns everywhere; wait_any with a name
-// built only on timeout (the ps event loop's).
+// built only on timeout (the ps event loop's); wait_all over null and active requests, done once
+// the active ones completed, and its timeout.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
@@ -171,6 +173,42 @@ TEST(WaitAny, BuildsItsNameOnlyWhenItTimesOut) {
   MPI_Wait(&send, MPI_STATUS_IGNORE);
   EXPECT_EQ(value, 7);
   EXPECT_EQ(calls, 0);
+}
+
+TEST(WaitAll, ReturnsOnceEveryActiveRequestCompletedAndTimesOutOnTheRest) {
+  // Null entries among the requests are skipped; the wait returns when the active ones have
+  // completed (here in its first poll), each set to MPI_REQUEST_NULL, the data delivered.
+  int in[2] = {0, 0};
+  const int out[2] = {5, 6};
+  std::vector<MPI_Request> reqs(6, MPI_REQUEST_NULL);
+  MPI_Irecv(&in[0], 1, MPI_INT, 0, 4250, MPI_COMM_SELF, &reqs[1]);
+  MPI_Irecv(&in[1], 1, MPI_INT, 0, 4251, MPI_COMM_SELF, &reqs[3]);
+  MPI_Isend(&out[1], 1, MPI_INT, 0, 4251, MPI_COMM_SELF, &reqs[4]);
+  MPI_Isend(&out[0], 1, MPI_INT, 0, 4250, MPI_COMM_SELF, &reqs[5]);
+  wait_all(reqs, 5.0, "self exchange");
+  EXPECT_EQ(in[0], 5);
+  EXPECT_EQ(in[1], 6);
+  for (MPI_Request r : reqs) EXPECT_EQ(r, MPI_REQUEST_NULL);
+  wait_all(reqs, 0.0, "nothing active");  // returns at once, no deadline to miss
+  // A request that never completes: the completed one is freed, the wait times out naming itself.
+  int never = 0, sent = 9, got = 0;
+  std::vector<MPI_Request> mixed(3, MPI_REQUEST_NULL);
+  MPI_Irecv(&never, 1, MPI_INT, 0, 4252, MPI_COMM_SELF, &mixed[0]);
+  MPI_Irecv(&got, 1, MPI_INT, 0, 4253, MPI_COMM_SELF, &mixed[1]);
+  MPI_Isend(&sent, 1, MPI_INT, 0, 4253, MPI_COMM_SELF, &mixed[2]);
+  try {
+    wait_all(mixed, 0.2, "worker 1 pushing gradients with ps 0 (rank 2)");
+    ADD_FAILURE() << "an unmatched receive completed";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(e.operation(), "worker 1 pushing gradients with ps 0 (rank 2)");
+    EXPECT_DOUBLE_EQ(e.seconds(), 0.2);
+  }
+  EXPECT_EQ(got, 9);
+  EXPECT_EQ(mixed[1], MPI_REQUEST_NULL);
+  EXPECT_EQ(mixed[2], MPI_REQUEST_NULL);
+  ASSERT_NE(mixed[0], MPI_REQUEST_NULL);
+  MPI_Cancel(&mixed[0]);
+  MPI_Wait(&mixed[0], MPI_STATUS_IGNORE);
 }
 
 TEST(AllOrNothing, ARankStuckInItsSetUpTimesTheOthersOut) {

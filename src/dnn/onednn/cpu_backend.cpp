@@ -224,8 +224,10 @@ bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m
   // Elementwise, so the chunking (and the number of threads) changes no value.
   constexpr std::size_t kChunk = 1 << 16;
   const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
+  // One chunk (a small ps push): no OpenMP region, whose set-up costs ~0.35 µs of a ~2 µs update.
+  if (chunks <= 1) return optimizer_chunk(u, p, g, m, v, n) == 0;
   std::uint32_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (chunks > 1)
+#pragma omp parallel for schedule(static) reduction(| : bad)
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
     bad |= optimizer_chunk(u, p + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b);
