@@ -19,8 +19,11 @@ namespace dtrain {
 /// Formats an MPI error code with MPI_Error_string.
 std::string mpi_error_string(int code);
 
-/// Waits until every request completes. `what` names the operation (e.g. "push to ps 1").
-/// Throws TimeoutError (core/error.hpp) after timeout_s seconds, LibraryError if a request fails.
+/// Waits until every request completes (MPI_REQUEST_NULL entries are skipped; each completed one
+/// is set to MPI_REQUEST_NULL): returns in the poll that completes the last active one, and polls
+/// again at once after a poll that completed some (the rest of a message train is right behind).
+/// `what` names the operation (e.g. "push to ps 1"). Throws TimeoutError (core/error.hpp) after
+/// timeout_s seconds, LibraryError if a request fails.
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what);
 /// Same for one request.
 void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
