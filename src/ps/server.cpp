@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/big_message.hpp"
@@ -58,7 +59,7 @@ struct Incoming {
   Fate fate = Fate::drop;
   std::vector<float*> dest;             ///< per part: the array its chunks land in (nullptr: the ring)
   float* ring = nullptr;                ///< the worker's kRingSlots chunk buffers: message k in slot k % kRingSlots
-  std::vector<std::vector<float>> own;  ///< buffers of this request (a sync push's gradient)
+  std::vector<float> own;               ///< a sync push's gradient (a shard-sized buffer), else empty
   std::vector<MPI_Request> reqs;        ///< one per chunk message, completed in order
   std::size_t posted = 0;               ///< chunk messages whose receive is posted
   std::size_t done = 0;                 ///< chunk messages processed
@@ -278,9 +279,7 @@ class ParameterServer {
       case Fate::undecided:
         break;
     }
-    for (auto& b : r.own)
-      if (!b.empty()) free_.push_back(std::move(b));
-    r.own.clear();
+    if (!r.own.empty()) free_.push_back(std::exchange(r.own, {}));
     r.active = false;
     post_recv(w);
   }
@@ -400,8 +399,8 @@ class ParameterServer {
         throw Error(format_error(who_ + ": a push in allreduce mode", __FILE__, __LINE__));
     }
     if (fate == Fate::drop) return start(w, kTagPush, h, fate, {nullptr});  // read, not kept
-    r.own.push_back(take_buffer());  // the whole gradient joins an aggregate
-    start(w, kTagPush, h, fate, {r.own.back().data()});
+    r.own = take_buffer();  // the whole gradient joins an aggregate
+    start(w, kTagPush, h, fate, {r.own.data()});
   }
 
   /// Downpour: the push whose first chunk has arrived takes the next global step (its
@@ -465,7 +464,7 @@ class ParameterServer {
                                    "step " + std::to_string(r.step), __FILE__, __LINE__));
     a.samples[w] = r.h.samples;
     a.seen[w] = r.h.seen_step;
-    if (r.h.samples > 0) a.grads[w] = std::move(r.own[0]);
+    if (r.h.samples > 0) a.grads[w] = std::exchange(r.own, {});
     ++a.pushes;
     const std::int64_t wait = kind_ == ExchangeKind::ps_bounded ? r.step + 1 - c_.max_staleness
                                                                  : r.step + 1;
