@@ -10,7 +10,7 @@
 #      step: the checks are read one step late, yet exit 4 with the same one message, and ckpt-20 /
 #      results.json are never written.
 #   2. the same with --skip-nonfinite: the run completes (exit 0), results.json skipped_steps == 1.
-#   3. async, 1 ps + 2 workers, NaN on worker rank 1 at step >= 15: exit 4, the message names the
+#   3. async, 1 ps + 2 workers, NaN on worker rank 1 at step >= 45: exit 4, the message names the
 #      step and tensor, every checkpoint verifies and none was written after the fault.
 #   4. async with --skip-nonfinite: completes, skipped_steps == 1 (summed over the workers).
 #   5. sync, --lr 1e30: exit 4, one message "non-finite gradient at global step N in tensor T".
@@ -68,7 +68,10 @@ nan_run sync-skip 3 nan-gradient@15:1 --mode sync --num-ps 0 --max-steps 40 --sk
 [[ $(grep -c "skipped global step 15" "$LOG") -eq 1 ]] || { cat "$LOG"; fail "want one skip warning"; }
 verify_ckpts "$DIR"
 
-nan_run async-nan 3 nan-gradient@15:1 --mode async --num-ps 1 --max-steps 200
+# The fault fires at global step 45, not 15: with 3 ranks on 2 cores worker 1 can run ahead of the
+# chief, which checkpoints at the first of its own steps past 10 — at 15 that step had once not
+# come yet, and the run stopped with no checkpoint to verify.
+nan_run async-nan 3 nan-gradient@45:1 --mode async --num-ps 1 --max-steps 200
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "exit $RC, want 4"; }
 one_error "non-finite gradient at global step" "7.dense.bias" "rank 1"
 verify_ckpts "$DIR"
