@@ -1,11 +1,13 @@
-// dtrain/core/log.cpp — line-buffered, thread-safe logging.
+// dtrain/core/log.cpp — line-buffered, thread-safe logging; the clock and the polling sleep.
 #include "dtrain/core/log.hpp"
 
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 
 #include "dtrain/core/error.hpp"
 
@@ -35,6 +37,12 @@ void log_warn(const std::string& line) {
 double now_seconds() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+void nap_us(int microseconds) {
+  thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, kNapSlackNs, 0, 0, 0) == 0;
+  (void)slack_set;  // where prctl fails, the sleep is only less precise
+  std::this_thread::sleep_for(std::chrono::microseconds(microseconds));
 }
 
 double peak_rss_mib() {

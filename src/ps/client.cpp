@@ -4,11 +4,11 @@
 #include "dtrain/ps/client.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/ps/protocol.hpp"
 
 namespace dtrain {
@@ -181,7 +181,7 @@ void PsClient::progress_loop() {
       sleep_us = 20;
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    nap_us(sleep_us);
     sleep_us = std::min(2 * sleep_us, 500);
   }
 }

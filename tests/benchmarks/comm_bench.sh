@@ -7,7 +7,10 @@
 #   nccl_allreduce  with a GPU per rank (skipped otherwise, with the reason): bare ncclAllReduce vs
 #                 dtrain's bucketed NCCL path (GradientAllreduce::start_sum), busbw
 # Usage: tests/benchmarks/comm_bench.sh [RANKS] (default 2). Prints the table and writes
-# docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: MAX_BYTES, BUCKET_MB,
+# docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: PIN (one core per
+# world rank, e.g. PIN="0 1 0": ranks 0 and 2 — worker 0 and the ps — share core 0; each rank runs
+# under taskset; default: unpinned, --bind-to none, where the kernel places and moves the ranks),
+# MAX_BYTES, BUCKET_MB,
 # OUT_DIR, OPS (comma-separated ops, default all three), REPEATS (default 1: runs the whole
 # benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
 # writes per op and size the median over the runs of each figure — for a VM whose speed drifts
@@ -25,9 +28,17 @@ mkdir -p "$out_dir"
 out=$out_dir/comm_bench_${ranks}ranks.jsonl
 repeats=${REPEATS:-1}
 : >"$out.runs"
+args=(--max-bytes "${MAX_BYTES:-268435456}" --bucket-mb "${BUCKET_MB:-25}"
+  --ops "${OPS:-allreduce,ps_push_pull,nccl_allreduce}" --out "$out")
+launch=(-np "$ranks" "$bin" "${args[@]}")
+if [ -n "${PIN:-}" ]; then  # MPMD: one app context per rank, each under taskset on its core
+  read -ra cores <<<"$PIN"
+  [ "${#cores[@]}" = "$ranks" ] || { echo "comm_bench: PIN names ${#cores[@]} cores for $ranks ranks" >&2; exit 1; }
+  launch=()
+  for c in "${cores[@]}"; do launch+=(${launch[0]:+:} -np 1 taskset -c "$c" "$bin" "${args[@]}"); done
+fi
 for ((i = 1; i <= repeats; i++)); do
-  mpirun --bind-to none --oversubscribe -np "$ranks" "$bin" --max-bytes "${MAX_BYTES:-268435456}" \
-    --bucket-mb "${BUCKET_MB:-25}" --ops "${OPS:-allreduce,ps_push_pull,nccl_allreduce}" --out "$out"
+  mpirun --bind-to none --oversubscribe "${launch[@]}"
   cat "$out" >>"$out.runs"
 done
 if ((repeats > 1)); then

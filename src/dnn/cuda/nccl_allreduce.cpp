@@ -17,6 +17,7 @@
 
 #include "cuda_backend.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
@@ -178,7 +179,7 @@ class NcclAllreduce final : public GradientAllreduce {
                 "communicator aborted",
             __FILE__, __LINE__));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      nap_us(20);
     }
   }
 
