@@ -53,6 +53,13 @@ double Backend::seconds_between(int a, int b) {
   return host_marks_[b] - host_marks_[a];
 }
 
+bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
+                                         float* v, std::size_t n) {
+  const bool finite = optimizer_update(u, p, g, m, v, n);
+  copy_device(g, p, n * sizeof(float));
+  return finite;
+}
+
 const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
 const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }

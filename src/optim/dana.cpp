@@ -29,20 +29,34 @@ constexpr std::size_t kBlock = 8192;
 constexpr std::size_t kParallelMin = std::size_t{1} << 16;
 
 /// Σ v += v − old; θ̂ = θ − f·Σ v, over n floats (the same operations, in the same order, as
-/// two separate loops).
+/// two separate loops); with kInto θ̂ is written to `into` as well.
+template <bool kInto>
 DT_SIMD_CLONES void fold(float* __restrict sum, float* __restrict look_ahead,
-                         const float* __restrict v, const float* __restrict old,
-                         const float* __restrict params, float f, std::size_t n) {
+                         float* __restrict into, const float* __restrict v,
+                         const float* __restrict old, const float* __restrict params, float f,
+                         std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const float s = sum[i] + (v[i] - old[i]);
     sum[i] = s;
-    look_ahead[i] = params[i] - f * s;
+    const float t = params[i] - f * s;
+    look_ahead[i] = t;
+    if constexpr (kInto) into[i] = t;
   }
 }
 }  // namespace
 
 bool DanaMomentum::apply(int w, float* params, const float* grads, std::int64_t step,
                          std::size_t begin, std::size_t end) {
+  return apply_range(w, params, grads, nullptr, step, begin, end);
+}
+
+bool DanaMomentum::apply_into_grads(int w, float* params, float* grads, std::int64_t step,
+                                    std::size_t begin, std::size_t end) {
+  return apply_range(w, params, grads, grads, step, begin, end);
+}
+
+bool DanaMomentum::apply_range(int w, float* params, const float* grads, float* into,
+                               std::int64_t step, std::size_t begin, std::size_t end) {
   DT_REQUIRE(begin <= end && end <= n_, "DANA: update range outside the parameters");
   Optimizer& opt = *per_worker_.at(static_cast<std::size_t>(w));
   const float* v = opt.m();
@@ -61,7 +75,11 @@ bool DanaMomentum::apply(int w, float* params, const float* grads, std::int64_t 
     float* old = old_.data() + static_cast<std::size_t>(omp_get_thread_num()) * kBlock;
     std::memcpy(old, v + b, (e - b) * sizeof(float));
     finite = opt.apply(params, grads + (b - begin), step, b, e) && finite;
-    fold(sum_.data() + b, look_ahead_.data() + b, v + b, old, params + b, f, e - b);
+    // The block's gradient has been read: with `into`, θ̂ replaces it there.
+    if (into) fold<true>(sum_.data() + b, look_ahead_.data() + b, into + (b - begin), v + b, old,
+                         params + b, f, e - b);
+    else fold<false>(sum_.data() + b, look_ahead_.data() + b, nullptr, v + b, old, params + b, f,
+                     e - b);
   }
   return finite;
 }

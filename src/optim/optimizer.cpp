@@ -91,6 +91,16 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
 
 bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
                       std::size_t end) {
+  return apply_range(params, grads, nullptr, step, begin, end);
+}
+
+bool Optimizer::apply_into_grads(float* params, float* grads, std::int64_t step,
+                                 std::size_t begin, std::size_t end) {
+  return apply_range(params, grads, grads, step, begin, end);
+}
+
+bool Optimizer::apply_range(float* params, const float* grads, float* into, std::int64_t step,
+                            std::size_t begin, std::size_t end) {
   DT_REQUIRE(begin <= end && end <= n_, "optimizer: update range outside the parameters");
   OptimizerUpdate u;
   u.kind = kind_;
@@ -111,8 +121,11 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std:
     e = std::min(e, end);
     if (b >= e) return;
     u.weight_decay = wd;
-    finite = backend_.optimizer_update(u, params + b, grads + (b - begin), m_.data() ? m_.data() + b : nullptr,
-                                       v_.data() ? v_.data() + b : nullptr, e - b) && finite;
+    float* m = m_.data() ? m_.data() + b : nullptr;
+    float* v = v_.data() ? v_.data() + b : nullptr;
+    const bool ok = into ? backend_.optimizer_update_into_grad(u, params + b, into + (b - begin), m, v, e - b)
+                         : backend_.optimizer_update(u, params + b, grads + (b - begin), m, v, e - b);
+    finite = ok && finite;
   };
   const float wd = config_.weight_decay;
   if (no_decay_.empty() || wd == 0.0f) {

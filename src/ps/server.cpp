@@ -3,9 +3,10 @@
 // so the pushes of several workers are received — and, async, applied — chunk by chunk
 // interleaved, as their chunks arrive (ps-lite's per-key concurrency, at chunk grain). The
 // optimizer runs on the CPU backend over the shard (--ps-threads). Async pushes are applied
-// chunk by chunk, each chunk's reply sent at once, their chunks received into a small ring of
-// chunk buffers per worker that stays in cache (kRingSlots; so are the parts of a LOAD the
-// optimizer has no state for); sync through the ps and bounded staleness
+// chunk by chunk, their chunks received into a small ring of chunk buffers per worker that stays
+// in cache (kRingSlots; so are the parts of a LOAD the optimizer has no state for), and each
+// chunk's reply leaves at once from its own ring slot, where the update wrote the new values
+// over the gradient; sync through the ps and bounded staleness
 // gather whole pushes into per-step aggregates whose replies are held until the update they wait
 // for (ps/server.hpp, ps/protocol.hpp).
 #include "dtrain/ps/server.hpp"
@@ -38,6 +39,14 @@ constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 /// gradient then never leaves the cache between its copy in and the update, where a shard-sized
 /// buffer sent it to memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 →
 /// 0.85–0.98), and the ps holds no shard-sized buffer for what it reads once.
+/// A slot is also where its chunk's reply leaves from (the update writes the new parameters over
+/// the gradient: Optimizer::apply_into_grads), so a worker's copy of a reply reads the slot,
+/// never the shard: on shared memory the receiver copies, and a parameter line a worker's core
+/// has read must be taken back from it before the next update can write it — ~7× the update's
+/// own time where the two cores sit far apart (ps_update_bench --cross-core), while a slot is
+/// next written by the receive of a chunk, a copy whose full-line stores pay that less. A slot
+/// takes a new chunk once its reply has left. Slots are used round the ring across requests, so
+/// the next push of a worker lands beside, not on, the slot its last reply is leaving from.
 constexpr std::size_t kRingSlots = 4;
 
 /// What becomes of a request's payload.
@@ -63,6 +72,7 @@ struct Incoming {
   std::vector<MPI_Request> reqs;        ///< one per chunk message, completed in order
   std::size_t posted = 0;               ///< chunk messages whose receive is posted
   std::size_t done = 0;                 ///< chunk messages processed
+  std::size_t ring_base = 0;            ///< message k goes (if to the ring) to slot (ring_base + k) % kRingSlots
   std::int64_t step = 0;                ///< apply / join: the global step its update makes
   std::int64_t staleness = 0;
 };
@@ -74,6 +84,8 @@ struct WorkerSlot {
   bool done = false;
   Incoming req;   ///< the request in progress (req.active), at most one per worker
   std::vector<float> ring;  ///< kRingSlots chunk buffers (allocated at the first request using them)
+  std::vector<MPI_Request> ring_send = std::vector<MPI_Request>(kRingSlots, MPI_REQUEST_NULL);  ///< per slot: its reply in flight
+  std::size_t ring_next = 0;  ///< ring position of the next request's first message
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -139,16 +151,21 @@ class ParameterServer {
           polled_.push_back(s.recv);
           owner_.push_back(-1 - w);
         }
-        if (s.req.active) {
+        if (s.req.active && s.req.posted > s.req.done) {
           polled_.push_back(s.req.reqs[s.req.done]);
           owner_.push_back(w);
+        } else if (s.req.active) {  // its next chunk's slot: the reply leaving from it
+          polled_.push_back(s.ring_send[ring_slot(s.req, s.req.done)]);
+          owner_.push_back(workers_ + w);
         }
       }
       MPI_Status st;
       const int i = wait_any(polled_, c_.timeout, waiting_for_, &st);
       if (i == MPI_UNDEFINED) break;
       const double b0 = now_seconds();
-      if (owner_[i] >= 0) {
+      if (owner_[i] >= workers_) {  // a slot is free: post the receives that waited for it
+        post_chunks(owner_[i] - workers_);
+      } else if (owner_[i] >= 0) {
         on_chunk(owner_[i]);
       } else {
         const int w = -1 - owner_[i];
@@ -165,7 +182,10 @@ class ParameterServer {
       release_held();
       stats_.busy_seconds += now_seconds() - b0;
     }
-    for (auto& s : slots_) wait_one(s.send, c_.timeout, who_ + " flushing replies");
+    for (auto& s : slots_) {
+      wait_one(s.send, c_.timeout, who_ + " flushing replies");
+      wait_all(s.ring_send, c_.timeout, who_ + " flushing replies");
+    }
     settle_all();
     stats_.wall_seconds = now_seconds() - t0;
     return stats_;
@@ -209,6 +229,7 @@ class ParameterServer {
     r.dest.assign(parts.begin(), parts.end());
     r.ring = nullptr;
     r.done = r.posted = 0;
+    r.ring_base = slots_[w].ring_next;
     if (std::find(r.dest.begin(), r.dest.end(), nullptr) != r.dest.end()) {
       std::vector<float>& ring = slots_[w].ring;
       if (ring.empty()) ring.resize(kRingSlots * chunks_.largest());  // ≤ kRingSlots × --ps-chunk-kb
@@ -219,21 +240,33 @@ class ParameterServer {
     if (r.reqs.empty()) complete(w);
   }
 
+  /// The ring slot of chunk message `at` of request r (if its part goes through the ring).
+  [[nodiscard]] static std::size_t ring_slot(const Incoming& r, std::size_t at) {
+    return (r.ring_base + at) % kRingSlots;
+  }
+
   /// Where chunk message `at` of worker w's request lands: its part's array at the chunk's
   /// offset, or a ring slot.
   [[nodiscard]] float* chunk_dest(const Incoming& r, std::size_t at) const {
     float* part = r.dest[at / chunks_.count()];
-    if (!part) return r.ring + (at % kRingSlots) * chunks_.largest();
+    if (!part) return r.ring + ring_slot(r, at) * chunks_.largest();
     return part + chunks_.begin(chunks_.travel(at % chunks_.count()));
   }
 
   /// Posts the receives of worker w's request that may be posted now, in message order: up to
-  /// the first one into the ring whose slot still holds an unprocessed chunk.
+  /// the first one into the ring whose slot still holds an unprocessed chunk or a reply in
+  /// flight (the event loop then polls that reply: run()).
   void post_chunks(int w) {
     Incoming& r = slots_[w].req;
     for (; r.posted < r.reqs.size(); ++r.posted) {
       const std::size_t at = r.posted;
-      if (!r.dest[at / chunks_.count()] && at >= r.done + kRingSlots) break;
+      if (!r.dest[at / chunks_.count()]) {
+        if (at >= r.done + kRingSlots) break;
+        MPI_Request& reply = slots_[w].ring_send[ring_slot(r, at)];
+        int gone = 1;
+        if (reply != MPI_REQUEST_NULL) DT_CHECK_MPI(MPI_Test(&reply, &gone, MPI_STATUS_IGNORE));
+        if (!gone) break;
+      }
       irecv_bytes(chunk_dest(r, at), chunks_.size(chunks_.travel(at % chunks_.count())) * sizeof(float),
                   cluster_.worker_rank(w), 0, cluster_.payload_comm(), &r.reqs[at]);
     }
@@ -247,7 +280,7 @@ class ParameterServer {
     r.reqs[at] = MPI_REQUEST_NULL;
     const std::size_t c = chunks_.travel(at % chunks_.count());
     if (r.fate == Fate::undecided) decide_async(w);
-    if (r.fate == Fate::apply) apply_chunk(w, c, chunk_dest(r, at));
+    if (r.fate == Fate::apply) apply_chunk(w, c, at);
     post_chunks(w);
     if (r.done == r.reqs.size()) complete(w);
   }
@@ -280,6 +313,7 @@ class ParameterServer {
         break;
     }
     if (!r.own.empty()) free_.push_back(std::exchange(r.own, {}));
+    slots_[w].ring_next = r.ring_base + r.reqs.size();
     r.active = false;
     post_recv(w);
   }
@@ -420,22 +454,24 @@ class ParameterServer {
     reply_header(w, kTagReply, r.step + 1, r.staleness, 0);
   }
 
-  /// Async: applies chunk c of worker w's push (its gradient `g`, the chunk's floats) and sends
-  /// it back.
-  void apply_chunk(int w, std::size_t c, float* g) {
+  /// Async: applies chunk c of worker w's push (chunk message `at`, in its ring slot) and sends
+  /// it back from that slot, where the update wrote the chunk's new values (DANA: θ̂, where w
+  /// computes next) over the gradient (kRingSlots).
+  void apply_chunk(int w, std::size_t c, std::size_t at) {
     const TimelineSpan span("apply", "optimizer");
     Incoming& r = slots_[w].req;
+    float* g = chunk_dest(r, at);
     float* p = params_.data();
     const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
-    settle(c);
+    settle(c);  // replies still leaving from the shard (pulls, held replies) read the old values
     if (c_.stale_lr == StaleLr::inverse && r.staleness > 1)
       backend_->scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
     if (dc_) dc_->compensate(w, g, p, b, e);
-    if (dana_) dana_->apply(w, p, g, r.step, b, e);
-    else opt_->apply(p, g, r.step, b, e);
-    const float* sent = dana_ ? dana_->look_ahead() : p;  // DANA: w computes at θ̂ next
-    if (dc_) dc_->sent(w, sent, b, e);
-    send_chunk(w, sent, c);
+    if (dana_) dana_->apply_into_grads(w, p, g, r.step, b, e);
+    else opt_->apply_into_grads(p, g, r.step, b, e);
+    if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
+    isend_bytes(g, (e - b) * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
+                &slots_[w].ring_send[ring_slot(r, at)]);
   }
 
   /// Sync / bounded: worker w's whole gradient joins the aggregate of its step, and its reply
@@ -565,7 +601,7 @@ class ParameterServer {
   ZeroChunk zeros_;             ///< SNAPSHOT without m / v
   std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
   std::vector<MPI_Request> polled_;  ///< the event loop's requests this round
-  std::vector<int> owner_;           ///< per polled request: worker w's chunk (w), its header (−1 − w)
+  std::vector<int> owner_;           ///< per polled request: worker w's chunk (w), its header (−1 − w), the reply leaving the slot its next chunk needs (workers_ + w)
   const std::function<std::string()> waiting_for_{[this] { return waiting_for(); }};
   std::vector<WorkerSlot> slots_;
   PsStats stats_;

@@ -10,16 +10,21 @@
 # docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: PIN (one core per
 # world rank, e.g. PIN="0 1 0": ranks 0 and 2 — worker 0 and the ps — share core 0; each rank runs
 # under taskset; default: unpinned, --bind-to none, where the kernel places and moves the ranks),
-# MAX_BYTES, BUCKET_MB,
+# MAX_BYTES, BUCKET_MB, COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
+# another build's, to compare two versions alternately),
 # OUT_DIR, OPS (comma-separated ops, default all three), REPEATS (default 1: runs the whole
 # benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
 # writes per op and size the median over the runs of each figure — for a VM whose speed drifts
-# between runs). Needs a built dtrain (.ci/build.sh
-# builds build/bin/dtrain_comm_bench).
+# between runs). Before and after each run it measures this machine's cross-core write penalty
+# (dtrain_ps_update_bench --cross-core: the ps's SGD update of 128 KiB right after another core
+# read it, over the same update with the lines in its own cache) and writes it to
+# <out>.cross_core: on a VM it moves with where the host puts the vCPUs, and the push-pull rows
+# with it. Needs a built dtrain (.ci/build.sh builds build/bin/dtrain_comm_bench and
+# dtrain_ps_update_bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=${1:-2}
-bin=build/bin/dtrain_comm_bench
+bin=${COMM_BENCH:-build/bin/dtrain_comm_bench}
 [ -x "$bin" ] || { echo "comm_bench: build first (.ci/build.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
@@ -37,9 +42,21 @@ if [ -n "${PIN:-}" ]; then  # MPMD: one app context per rank, each under taskset
   launch=()
   for c in "${cores[@]}"; do launch+=(${launch[0]:+:} -np 1 taskset -c "$c" "$bin" "${args[@]}"); done
 fi
+# One line: "<when> run <i>: update x<penalty> memcpy x<penalty>" (the ratios of the 32768-float
+# rows), or nothing where the benchmark skips (one CPU).
+cross_core() {
+  local upd=build/bin/dtrain_ps_update_bench
+  [ -x "$upd" ] || return 0
+  "$upd" --cross-core --rules sgd --min-floats 32768 --max-floats 32768 --rounds 100 |
+    awk -v w="$1" '$1 == "memcpy" && NF == 7 {m = $NF} $1 == "sgd" && NF == 7 {u = $NF}
+                   END {if (u != "") printf "%s: cross-core write penalty, 128 KiB: update x%s, memcpy x%s\n", w, u, m}'
+}
+: >"$out.cross_core"
 for ((i = 1; i <= repeats; i++)); do
+  cross_core "before run $i" | tee -a "$out.cross_core"
   mpirun --bind-to none --oversubscribe "${launch[@]}"
   cat "$out" >>"$out.runs"
+  cross_core "after run $i" | tee -a "$out.cross_core"
 done
 if ((repeats > 1)); then
   /usr/bin/python3 - "$out.runs" "$out" <<'PY'

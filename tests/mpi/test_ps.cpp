@@ -5,8 +5,9 @@
 // every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps and with 2
 // ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
 // returning params + m + v, concurrent pushes none of which is lost, pushes issued in pieces
-// (begin_push / push_ready / finish_push: serially equal, and interleaved at the ps none lost), and
-// DONE ending every server.
+// (begin_push / push_ready / finish_push: serially equal, and interleaved at the ps none lost), a
+// reply that survives a worker slow to receive it (the ring slots it leaves from), and DONE ending
+// every server.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,6 +26,7 @@
 #include "dtrain/optim/dana.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/client.hpp"
+#include "dtrain/ps/protocol.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/ps/sharding.hpp"
 
@@ -64,10 +66,11 @@ struct ServedStats {
 /// Runs the servers on the ps ranks and `worker_body` on the workers, then shares the ps statistics
 /// with every rank. Every rank must call it (it ends with a world collective).
 template <typename Body>
-ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body) {
+ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body,
+                  std::size_t params = kParams) {
   std::int64_t mine[2] = {0, 0};
   if (cluster.is_ps()) {
-    const auto shards = shard_ranges(kParams, cluster.num_ps());
+    const auto shards = shard_ranges(params, cluster.num_ps());
     std::atomic<bool> stop{false};
     try {
       const PsStats st = run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
@@ -374,6 +377,66 @@ TEST(ParameterServer, LoadSetsResumeStepAndState) {
     }
     client.done();
   });
+  EXPECT_EQ(st.pushes, 1);
+}
+
+TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
+  // An async reply leaves from the ring slot its chunk arrived in (ps/server.cpp, kRingSlots): a
+  // slot may take a new chunk only once its reply has left. Worker 0 speaks the protocol by hand
+  // (ps/protocol.hpp): it posts the reply's receives and sends a push of 11 chunks, then makes no
+  // MPI call for 0.3 s. On shared memory the ps copies the chunks itself meanwhile and applies the
+  // first 4 into its 4 slots; the 5th chunk needs slot 0, whose reply worker 0 has not copied —
+  // a ps that took it anyway would hand worker 0 chunk 5's parameters as chunk 1's. The chunks
+  // (32 KiB) are above Open MPI's shared-memory eager limit (4 KiB), so a reply's send is not
+  // complete before the worker takes it.
+  constexpr std::size_t kChunkKb = 32, kN = 10 * kChunkKb * 256 + 13;
+  Cluster cluster(MPI_COMM_WORLD, 1);
+  Config cfg = ps_config("sgd");
+  cfg.ps_chunk_kb = kChunkKb;
+  const ServedStats st = serve(cluster, cfg, 1, [&] {
+    PsClient client(cluster, shard_ranges(kN, 1), 60.0, kChunkKb * 1024);
+    if (cluster.is_chief()) {
+      std::vector<float> init(kN), g(kN);
+      for (std::size_t i = 0; i < kN; ++i) {
+        init[i] = std::sin(0.01f * static_cast<float>(i));
+        g[i] = std::cos(0.37f * static_cast<float>(i)) + 2.0f;
+      }
+      client.load(init.data(), nullptr, nullptr, 0, 0);
+      auto cpu = make_cpu_backend();
+      Optimizer opt(cfg, *cpu, kN, 1);
+      std::vector<float> ref = init;
+      opt.apply(ref.data(), g.data(), 0);
+
+      const ChunkLayout chunks(kN, kChunkKb * 1024);
+      ASSERT_GT(chunks.count(), 8u);
+      const int ps = cluster.ps_rank(0);
+      std::vector<float> params(kN, -1.0f);
+      MsgHeader out, in;
+      out.samples = 8;
+      std::vector<MPI_Request> reqs(1 + 2 * chunks.count() + 1, MPI_REQUEST_NULL);
+      std::size_t k = 0;
+      MPI_Irecv(&in, sizeof in, MPI_BYTE, ps, MPI_ANY_TAG, cluster.world(), &reqs[k++]);
+      for (std::size_t t = 0; t < chunks.count(); ++t) {
+        const std::size_t c = chunks.travel(t);
+        MPI_Irecv(params.data() + chunks.begin(c), static_cast<int>(chunks.size(c) * sizeof(float)),
+                  MPI_BYTE, ps, 0, cluster.payload_comm(), &reqs[k++]);
+      }
+      MPI_Isend(&out, sizeof out, MPI_BYTE, ps, kTagPush, cluster.world(), &reqs[k++]);
+      for (std::size_t t = 0; t < chunks.count(); ++t) {
+        const std::size_t c = chunks.travel(t);
+        MPI_Isend(g.data() + chunks.begin(c), static_cast<int>(chunks.size(c) * sizeof(float)),
+                  MPI_BYTE, ps, 0, cluster.payload_comm(), &reqs[k++]);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      MPI_Waitall(static_cast<int>(k), reqs.data(), MPI_STATUSES_IGNORE);
+      EXPECT_EQ(in.global_step, 1);
+      expect_close(params, ref, "the reply to a push received late");
+      const PushResult last = client.pull(params.data());
+      EXPECT_EQ(last.global_step, 1);
+      expect_close(params, ref, "a pull after it");
+    }
+    client.done();
+  }, kN);
   EXPECT_EQ(st.pushes, 1);
 }
 

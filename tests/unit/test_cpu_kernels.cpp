@@ -9,6 +9,7 @@
 #include <cmath>
 #include <thread>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "common/gradient_check.hpp"
@@ -76,16 +77,24 @@ TEST(CpuKernels, OptimizerUpdatesEqualTheScalarLoopBitForBit) {
       std::vector<float> p = ramp(n, 1e-3f, 1), m = ramp(n, 1e-4f, 2), v(n), want_p = p, want_m = m;
       for (std::size_t i = 0; i < n; ++i) v[i] = std::abs(m[i]);
       std::vector<float> want_v = v;
+      // The same updates through optimizer_update_into_grad (an async ps's reply).
+      std::vector<float> p2 = p, m2 = m, v2 = v;
+      const std::string what = "kind " + std::to_string(static_cast<int>(kind)) + " nesterov " +
+                               std::to_string(nesterov) + " n " + std::to_string(n);
       for (u.step = 1; u.step <= 3; ++u.step) {  // Adam's bias correction changes per step
         const std::vector<float> g = ramp(n, 1e-2f, static_cast<int>(u.step) + 3);
         EXPECT_TRUE(be->optimizer_update(u, p.data(), g.data(), m.data(), v.data(), n));
+        std::vector<float> g2 = g;
+        EXPECT_TRUE(be->optimizer_update_into_grad(u, p2.data(), g2.data(), m2.data(), v2.data(), n));
+        EXPECT_EQ(g2, p2) << what << " step " << u.step << ": the gradient's buffer holds p";
         reference_update(u, want_p, g, want_m, want_v);
       }
-      const std::string what = "kind " + std::to_string(static_cast<int>(kind)) + " nesterov " +
-                               std::to_string(nesterov) + " n " + std::to_string(n);
       EXPECT_EQ(p, want_p) << what;
+      EXPECT_EQ(p2, want_p) << what;
       if (kind != OptimizerKind::sgd) EXPECT_EQ(m, want_m) << what;
+      if (kind != OptimizerKind::sgd) EXPECT_EQ(m2, want_m) << what;
       if (kind == OptimizerKind::adam) EXPECT_EQ(v, want_v) << what;
+      if (kind == OptimizerKind::adam) EXPECT_EQ(v2, want_v) << what;
     }
   }
 }
@@ -105,6 +114,8 @@ TEST(CpuKernels, NonFiniteValuesAreFoundInVectorBodiesAndTails) {
       EXPECT_FALSE(be->all_finite(g.data(), kLong)) << "at " << at << " value " << x;
       EXPECT_FALSE(be->optimizer_update(u, p.data(), g.data(), nullptr, nullptr, kLong))
           << "at " << at << " value " << x;
+      EXPECT_FALSE(be->optimizer_update_into_grad(u, p.data(), g.data(), nullptr, nullptr, kLong))
+          << "into the gradient, at " << at << " value " << x;
     }
   }
   const float largest = std::numeric_limits<float>::max();
@@ -116,6 +127,21 @@ TEST(CpuKernels, NonFiniteValuesAreFoundInVectorBodiesAndTails) {
 TEST(CpuKernels, GradientChecksGuardTheUpdateAndAnswerInOrder) {
   auto be = make_cpu_backend();
   test::expect_gradient_checks_guard_updates(*be);
+}
+
+// A guarded update changes nothing, and the gradient's buffer still receives p (the reply).
+TEST(CpuKernels, GuardedUpdateIntoTheGradientLeavesItHoldingTheUnchangedParameters) {
+  auto be = make_cpu_backend();
+  OptimizerUpdate u;
+  const std::size_t n = 1000;
+  std::vector<float> p = ramp(n, 1e-3f, 5), g = ramp(n, 1e-2f, 6);
+  const std::vector<float> p0 = p;
+  g[17] = std::numeric_limits<float>::infinity();
+  be->check_gradient(g.data(), n);
+  EXPECT_FALSE(be->optimizer_update_into_grad(u, p.data(), g.data(), nullptr, nullptr, n));
+  EXPECT_EQ(p, p0);
+  EXPECT_EQ(g, p0);
+  EXPECT_EQ(be->take_gradient_check(), std::optional<std::size_t>(17));
 }
 
 TEST(CpuKernels, StopwatchTakesTheHostClock) {
@@ -135,11 +161,12 @@ TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
   const int workers = 3;
   const std::int64_t total = 50;
   omp_set_num_threads(2);
-  DanaMomentum dana(c, *be, n, workers, total);
+  DanaMomentum dana(c, *be, n, workers, total), replied(c, *be, n, workers, total);
   std::vector<float> p = ramp(n, 1e-3f, 4);
-  std::vector<float> want_p = p, sum(n, 0.0f), look(n);
+  std::vector<float> want_p = p, sum(n, 0.0f), look(n), pr = p;
   std::vector<std::vector<float>> vel(workers, std::vector<float>(n, 0.0f));
   dana.load(sum.data(), p.data(), 0);
+  replied.load(sum.data(), pr.data(), 0);
   for (std::int64_t t = 0; t < 6; ++t) {
     const int w = static_cast<int>(t % workers);
     const std::vector<float> g = ramp(n, 1e-2f, static_cast<int>(t) + 11);
@@ -149,6 +176,16 @@ TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
     } else {
       for (std::size_t b = 0; b < n; b += 70001)
         EXPECT_TRUE(dana.apply(w, p.data(), g.data() + b, t, b, std::min(n, b + 70001)));
+    }
+    // As an async ps applies it: chunk by chunk, each gradient chunk in a buffer that then holds
+    // the chunk's θ̂ (the reply).
+    for (std::size_t b = 0; b < n; b += 70001) {
+      const std::size_t e = std::min(n, b + 70001);
+      std::vector<float> slot(g.begin() + static_cast<std::ptrdiff_t>(b),
+                              g.begin() + static_cast<std::ptrdiff_t>(e));
+      EXPECT_TRUE(replied.apply_into_grads(w, pr.data(), slot.data(), t, b, e));
+      EXPECT_EQ(slot, std::vector<float>(replied.look_ahead() + b, replied.look_ahead() + e))
+          << "step " << t << " chunk at " << b;
     }
     const float lr = learning_rate(c, t, total), f = lr * c.momentum;
     for (std::size_t i = 0; i < n; ++i) {
@@ -163,6 +200,9 @@ TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
   EXPECT_EQ(p, want_p);
   EXPECT_EQ(std::vector<float>(dana.momentum_sum(), dana.momentum_sum() + n), sum);
   EXPECT_EQ(std::vector<float>(dana.look_ahead(), dana.look_ahead() + n), look);
+  EXPECT_EQ(pr, want_p);
+  EXPECT_EQ(std::vector<float>(replied.momentum_sum(), replied.momentum_sum() + n), sum);
+  EXPECT_EQ(std::vector<float>(replied.look_ahead(), replied.look_ahead() + n), look);
   std::vector<float> g(n, 0.0f);
   g[n - 1] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_FALSE(dana.apply(0, p.data(), g.data(), 6, 0, n)) << "a NaN in the last block";

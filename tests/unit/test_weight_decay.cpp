@@ -72,21 +72,36 @@ TEST(WeightDecay, ApplySkipsDecayOnExcludedRangesOnly) {
     // The same, updated chunk by chunk as a ps pipelines a push (chunks of 5 cut through the
     // excluded ranges; the last one partial).
     Optimizer chunked(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
-    std::vector<float> pa = p0, pb = p0, pm = p0, pc = p0, ps(p0.begin() + 11, p0.begin() + 27);
+    // The same as an async ps applies it: each chunk's gradient in a buffer of its own, which then
+    // holds the chunk's new parameters (the reply).
+    Optimizer replied(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
+    std::vector<float> pa = p0, pb = p0, pm = p0, pc = p0, pr = p0, ps(p0.begin() + 11, p0.begin() + 27);
     for (std::int64_t step = 0; step < 3; ++step) {
       a.apply(pa.data(), g.data(), step);
       b.apply(pb.data(), g.data(), step);
       mixed.apply(pm.data(), g.data(), step);
       shard.apply(ps.data(), g.data() + 11, step);
       for (std::size_t at = 0; at < n; at += 5) chunked.apply(pc.data(), g.data() + at, step, at, std::min(n, at + 5));
+      for (std::size_t at = 0; at < n; at += 5) {
+        const std::size_t end = std::min(n, at + 5);
+        std::vector<float> slot(g.begin() + static_cast<std::ptrdiff_t>(at),
+                                g.begin() + static_cast<std::ptrdiff_t>(end));
+        replied.apply_into_grads(pr.data(), slot.data(), step, at, end);
+        EXPECT_EQ(slot, std::vector<float>(pr.begin() + static_cast<std::ptrdiff_t>(at),
+                                           pr.begin() + static_cast<std::ptrdiff_t>(end)))
+            << "the slot holds the chunk's new parameters, step " << step << " chunk at " << at;
+      }
     }
     for (std::size_t i = 0; i < n; ++i) {
       const bool excluded = (i >= 10 && i < 16) || i >= 26;
       EXPECT_EQ(pm[i], excluded ? pb[i] : pa[i]) << "float " << i;
       EXPECT_EQ(pc[i], pm[i]) << "chunked float " << i;
+      EXPECT_EQ(pr[i], pm[i]) << "replied float " << i;
       if (i >= 11 && i < 27) EXPECT_EQ(ps[i - 11], pm[i]) << "shard float " << i;
     }
     EXPECT_THROW(chunked.apply(pc.data(), g.data() + 20, 3, 20, n + 1), Error);
+    std::vector<float> slot(8);
+    EXPECT_THROW(replied.apply_into_grads(pr.data(), slot.data(), 3, 20, n + 1), Error);
     EXPECT_NE(pa[11], pb[11]);  // the decay matters at all
   }
 }

@@ -373,6 +373,13 @@ class Backend {
   /// answer, returns true: take_gradient_check() tells).
   virtual bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                 float* v, std::size_t n) = 0;
+  /// optimizer_update(), after which g[0, n) holds the updated p[0, n) (the same bits): an async
+  /// ps replies from the buffer a push's chunk arrived in instead of from p, so a worker's copy
+  /// of the reply never reads p — whose cache lines the next update would otherwise first have to
+  /// take back from that worker's core (tests/benchmarks/ps_update_bench.cpp --cross-core). The
+  /// CPU backend writes g in the update's own loop; this default copies p afterwards.
+  virtual bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
+                                          float* v, std::size_t n);
 
   /// Unread check_gradient() answers allowed at a time.
   static constexpr int kMaxPendingChecks = 2;

@@ -41,6 +41,11 @@ class DanaMomentum {
   bool apply(int w, float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
 
+  /// apply(w, params, grads, step, begin, end), after which grads[0, end − begin) holds θ̂ of the
+  /// range, look_ahead()[begin, end) (an async ps replies from the buffer the chunk arrived in:
+  /// Backend::optimizer_update_into_grad). Throws Error as apply().
+  bool apply_into_grads(int w, float* params, float* grads, std::int64_t step, std::size_t begin,
+                        std::size_t end);
   /// θ̂ (n floats) as of the last apply() of each range; what a push's reply carries.
   [[nodiscard]] const float* look_ahead() const { return look_ahead_.data(); }
   /// Σ_j v_j (n floats): the optimizer state a checkpoint keeps as its momentum.
@@ -51,6 +56,9 @@ class DanaMomentum {
   void load(const float* sum, const float* params, std::int64_t step);
 
  private:
+  /// apply's work; into: nullptr, or grads itself (apply_into_grads).
+  bool apply_range(int w, float* params, const float* grads, float* into, std::int64_t step,
+                   std::size_t begin, std::size_t end);
   void update_look_ahead(const float* params, std::int64_t step, std::size_t begin,
                          std::size_t end);
   Config c_;

@@ -59,6 +59,12 @@ class Optimizer {
   /// chunk by chunk. Throws Error unless begin ≤ end ≤ n.
   bool apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
+  /// apply(params, grads, step, begin, end), after which grads[0, end − begin) holds the
+  /// range's updated parameters, params[begin, end) (Backend::optimizer_update_into_grad: an
+  /// async ps replies from the buffer the chunk arrived in). Throws Error unless
+  /// begin ≤ end ≤ n.
+  bool apply_into_grads(float* params, float* grads, std::int64_t step, std::size_t begin,
+                        std::size_t end);
 
   /// From now on the momentum coefficient of each step is ps_momentum(config, workers, step,
   /// total_steps) instead of --momentum (an async ps).
@@ -73,6 +79,9 @@ class Optimizer {
   [[nodiscard]] std::int64_t total_steps() const { return total_steps_; }
 
  private:
+  /// apply's range update; into: nullptr, or grads itself (apply_into_grads).
+  bool apply_range(float* params, const float* grads, float* into, std::int64_t step,
+                   std::size_t begin, std::size_t end);
   Config config_;
   Backend& backend_;
   std::size_t n_;

@@ -28,11 +28,12 @@
 // sends, and has at most one request outstanding per ps; a ps keeps one pre-posted header receive
 // per worker, posts the receives of a request's chunks when its header arrives (the worker sends
 // them, then or later; an async push's a few at a time into a ring of chunk buffers, the next
-// as each is applied, so its later sends wait only for the ps's loop, which always polls the
-// request's next chunk), and re-posts that worker's header receive once the request's payload is
-// in, so every send has a matching posted receive. A ps never changes parameters a reply is
-// still being sent from: before it updates (or loads) a range it waits for the in-flight reply
-// chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
+// as each is applied and the reply sent from its slot has left, so its later sends wait only for
+// the ps's loop, which always polls the request's next chunk or that reply — whose receive the
+// worker has posted, so it completes), and re-posts that worker's header receive once the
+// request's payload is in, so every send has a matching posted receive. A ps never changes
+// parameters a reply is still being sent from: before it updates (or loads) a range it waits for
+// the in-flight reply chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
 // (waiting for other workers' pushes) keeps that worker's one request outstanding; the ps answers
 // every held request when it stops applying updates (--max-steps, stop request), so no worker
 // waits for a push that will never come. MPI's non-overtaking rule keeps each worker's messages,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <type_traits>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/simd.hpp"
@@ -157,9 +158,24 @@ DT_SIMD_CLONES std::uint32_t nonfinite_bits(const float* __restrict p, std::size
   return bad;
 }
 
-/// The update over [0, n) of one chunk; returns the OR of nonfinite_bit over g.
-DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __restrict p, const float* __restrict g,
-                              float* __restrict m, float* __restrict v, std::size_t n) {
+/// The gradient of optimizer_chunk: written (the updated parameters) when kIntoGrad.
+template <bool kIntoGrad>
+using GradPtr = std::conditional_t<kIntoGrad, float*, const float*>;
+
+/// p[i] = x, and with kIntoGrad g[i] = x too (Backend::optimizer_update_into_grad).
+template <bool kIntoGrad>
+inline void set_param(float* __restrict p, GradPtr<kIntoGrad> __restrict g, std::size_t i,
+                      float x) {
+  p[i] = x;
+  if constexpr (kIntoGrad) g[i] = x;
+}
+
+/// The update over [0, n) of one chunk; returns the OR of nonfinite_bit over g (read before g[i]
+/// is written, with kIntoGrad).
+template <bool kIntoGrad>
+DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __restrict p,
+                                             GradPtr<kIntoGrad> __restrict g, float* __restrict m,
+                                             float* __restrict v, std::size_t n) {
   const float lr = u.lr;
   const float wd = u.weight_decay;
   std::uint32_t bad = 0;
@@ -167,7 +183,7 @@ DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __
     case OptimizerKind::sgd:
       for (std::size_t i = 0; i < n; ++i) {
         bad |= nonfinite_bit(g[i]);
-        p[i] -= lr * (g[i] + wd * p[i]);
+        set_param<kIntoGrad>(p, g, i, p[i] - lr * (g[i] + wd * p[i]));
       }
       return bad;
     case OptimizerKind::momentum: {
@@ -178,14 +194,14 @@ DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __
           const float gi = g[i] + wd * p[i];
           const float vi = mu * m[i] + gi;
           m[i] = vi;
-          p[i] -= lr * (gi + mu * vi);
+          set_param<kIntoGrad>(p, g, i, p[i] - lr * (gi + mu * vi));
         }
       } else {
         for (std::size_t i = 0; i < n; ++i) {
           bad |= nonfinite_bit(g[i]);
           const float vi = mu * m[i] + (g[i] + wd * p[i]);
           m[i] = vi;
-          p[i] -= lr * vi;
+          set_param<kIntoGrad>(p, g, i, p[i] - lr * vi);
         }
       }
       return bad;
@@ -204,7 +220,7 @@ DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __
         const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+        set_param<kIntoGrad>(p, g, i, p[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps));
       }
       return bad;
     }
@@ -212,10 +228,10 @@ DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __
   DT_ASSERT(false, "unknown optimizer kind");
   return bad;
 }
-}  // namespace
 
-bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
-                    std::size_t n) {
+template <bool kIntoGrad>
+bool optimizer_run(const OptimizerUpdate& u, float* p, GradPtr<kIntoGrad> g, float* m, float* v,
+                   std::size_t n) {
   DT_ASSERT(u.kind == OptimizerKind::sgd || m != nullptr,
             "momentum and adam optimizers need their state buffer m");
   DT_ASSERT(u.kind != OptimizerKind::adam || v != nullptr, "adam optimizer needs its buffer v");
@@ -225,14 +241,26 @@ bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m
   constexpr std::size_t kChunk = 1 << 16;
   const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
   // One chunk (a small ps push): no OpenMP region, whose set-up costs ~0.35 µs of a ~2 µs update.
-  if (chunks <= 1) return optimizer_chunk(u, p, g, m, v, n) == 0;
+  if (chunks <= 1) return optimizer_chunk<kIntoGrad>(u, p, g, m, v, n) == 0;
   std::uint32_t bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
-    bad |= optimizer_chunk(u, p + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr, e - b);
+    bad |= optimizer_chunk<kIntoGrad>(u, p + b, g + b, m ? m + b : nullptr, v ? v + b : nullptr,
+                                      e - b);
   }
   return bad == 0;
+}
+}  // namespace
+
+bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
+                    std::size_t n) {
+  return optimizer_run<false>(u, p, g, m, v, n);
+}
+
+bool optimizer_step_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m, float* v,
+                              std::size_t n) {
+  return optimizer_run<true>(u, p, g, m, v, n);
 }
 
 bool all_finite_host(const float* p, std::size_t n) {
@@ -392,6 +420,14 @@ class CpuBackend final : public Backend {
                         std::size_t n) override {
     if (guard_bad_) return false;  // the latest check_gradient found a non-finite value
     return optimizer_step(u, p, g, m, v, n);
+  }
+  bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
+                                  float* v, std::size_t n) override {
+    if (guard_bad_) {  // nothing applied: g still becomes p
+      copy(g, p, n * sizeof(float));
+      return false;
+    }
+    return optimizer_step_into_grad(u, p, g, m, v, n);
   }
   void check_gradient(const float* g, std::size_t n) override {
     DT_REQUIRE(checks_.size() < static_cast<std::size_t>(kMaxPendingChecks),

@@ -164,6 +164,9 @@ std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, floa
 /// whether every g value was finite (read in the same pass; the update is applied regardless).
 bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                     std::size_t n);
+/// optimizer_step, writing each updated p[i] to g[i] too (Backend::optimizer_update_into_grad).
+bool optimizer_step_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m, float* v,
+                              std::size_t n);
 /// True when none of the n host floats is ±Inf or NaN (vectorized, over the OpenMP threads).
 bool all_finite_host(const float* p, std::size_t n);
 /// The index of the first ±Inf or NaN among the n host floats, or std::nullopt (all_finite_host
