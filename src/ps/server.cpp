@@ -12,9 +12,11 @@
 #include "dtrain/ps/server.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,23 @@ constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 /// the next push of a worker lands beside, not on, the slot its last reply is leaving from.
 constexpr std::size_t kRingSlots = 4;
 
+/// Ring receives posted ahead of the chunk being processed, for a worker on another node: the
+/// network moves those chunks while the ps updates (kRingSlots). For a worker on the ps's own
+/// node one: on shared memory the receiving process copies a message in itself, inside its MPI
+/// progress, so receives posted further ahead only make it copy several chunks before it can
+/// update the first and let the worker copy that reply on its own core (comm_bench, 2 ranks,
+/// 256 KiB in two chunks: both copied in before the first update, 25 of a 50 µs round trip).
+/// DTRAIN_TEST_PS_REMOTE=1 (for tests) counts every worker as remote, so that one machine runs
+/// the network's way too.
+std::size_t ring_ahead(const Cluster& cluster, int w) {
+  static const bool all_remote = [] {
+    const char* v = std::getenv("DTRAIN_TEST_PS_REMOTE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  const int node = cluster.ranks()[static_cast<std::size_t>(cluster.worker_rank(w))].node;
+  return node == cluster.me().node && !all_remote ? 1 : kRingSlots;
+}
+
 /// What becomes of a request's payload.
 enum class Fate {
   undecided,  ///< async push: decided when its first chunk arrives (staleness counts from there)
@@ -60,7 +79,7 @@ enum class Fate {
 
 /// A request whose payload is arriving: the receives of its chunks (parts × chunks, in travel
 /// order, posted in that order: into an array at once when its header came, into the worker's
-/// ring kRingSlots ahead of the chunk being processed) and what is done with them.
+/// ring ring_ahead() ahead of the chunk being processed) and what is done with them.
 struct Incoming {
   bool active = false;
   int tag = 0;
@@ -86,6 +105,7 @@ struct WorkerSlot {
   std::vector<float> ring;  ///< kRingSlots chunk buffers (allocated at the first request using them)
   std::vector<MPI_Request> ring_send = std::vector<MPI_Request>(kRingSlots, MPI_REQUEST_NULL);  ///< per slot: its reply in flight
   std::size_t ring_next = 0;  ///< ring position of the next request's first message
+  std::size_t ahead = kRingSlots;  ///< ring receives posted ahead (ring_ahead)
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -132,7 +152,10 @@ class ParameterServer {
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
     sending_.resize(chunks_.count());
-    for (int w = 0; w < workers_; ++w) post_recv(w);
+    for (int w = 0; w < workers_; ++w) {
+      slots_[w].ahead = ring_ahead(cluster_, w);
+      post_recv(w);
+    }
   }
 
   ParameterServer(const ParameterServer&) = delete;  // waiting_for_ points at this object
@@ -217,7 +240,7 @@ class ParameterServer {
   /// Starts receiving worker w's payload: `parts` arrays (nullptr: through w's ring, read chunk
   /// by chunk and not kept — an async push's gradient, a LOAD part the optimizer has no state
   /// for), each chunk by chunk in travel order (protocol.hpp); the receives are posted in message
-  /// order (MPI matches them so), into an array at once, into the ring kRingSlots ahead of the
+  /// order (MPI matches them so), into an array at once, into the ring ring_ahead() ahead of the
   /// chunk being processed (the worker has already posted its sends). A payload without chunks
   /// completes at once.
   void start(int w, int tag, const MsgHeader& h, Fate fate, std::initializer_list<float*> parts) {
@@ -254,14 +277,14 @@ class ParameterServer {
   }
 
   /// Posts the receives of worker w's request that may be posted now, in message order: up to
-  /// the first one into the ring whose slot still holds an unprocessed chunk or a reply in
-  /// flight (the event loop then polls that reply: run()).
+  /// the first one into the ring that is more than ring_ahead() past the chunk being processed or
+  /// whose slot still has a reply in flight (the event loop then polls that reply: run()).
   void post_chunks(int w) {
     Incoming& r = slots_[w].req;
     for (; r.posted < r.reqs.size(); ++r.posted) {
       const std::size_t at = r.posted;
       if (!r.dest[at / chunks_.count()]) {
-        if (at >= r.done + kRingSlots) break;
+        if (at >= r.done + slots_[w].ahead) break;
         MPI_Request& reply = slots_[w].ring_send[ring_slot(r, at)];
         int gone = 1;
         if (reply != MPI_REQUEST_NULL) DT_CHECK_MPI(MPI_Test(&reply, &gone, MPI_STATUS_IGNORE));
