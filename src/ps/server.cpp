@@ -222,11 +222,16 @@ class ParameterServer {
 
   /// The timeout message of the event loop: the requests whose payload is still expected.
   [[nodiscard]] std::string waiting_for() const {
-    std::string busy;
-    for (int w = 0; w < workers_; ++w)
-      if (slots_[w].req.active) busy += (busy.empty() ? "" : ", ") + std::to_string(w);
+    std::string busy, replies;
+    for (int w = 0; w < workers_; ++w) {
+      const Incoming& r = slots_[w].req;
+      if (!r.active) continue;
+      std::string& list = r.posted > r.done ? busy : replies;  // run(): what is polled for w
+      list += (list.empty() ? "" : ", ") + std::to_string(w);
+    }
     return who_ + " waiting for worker messages" +
-           (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")");
+           (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +
+           (replies.empty() ? "" : " (worker(s) " + replies + " to receive a reply from a ring slot)");
   }
 
   /// A buffer of n_ floats, reused.
