@@ -105,7 +105,6 @@ struct WorkerSlot {
   std::vector<float> ring;  ///< kRingSlots chunk buffers (allocated at the first request using them)
   std::vector<MPI_Request> ring_send = std::vector<MPI_Request>(kRingSlots, MPI_REQUEST_NULL);  ///< per slot: its reply in flight
   std::size_t ring_next = 0;  ///< ring position of the next request's first message
-  std::size_t ahead = kRingSlots;  ///< ring receives posted ahead (ring_ahead)
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -152,10 +151,7 @@ class ParameterServer {
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
     sending_.resize(chunks_.count());
-    for (int w = 0; w < workers_; ++w) {
-      slots_[w].ahead = ring_ahead(cluster_, w);
-      post_recv(w);
-    }
+    for (int w = 0; w < workers_; ++w) post_recv(w);
   }
 
   ParameterServer(const ParameterServer&) = delete;  // waiting_for_ points at this object
@@ -289,7 +285,7 @@ class ParameterServer {
     for (; r.posted < r.reqs.size(); ++r.posted) {
       const std::size_t at = r.posted;
       if (!r.dest[at / chunks_.count()]) {
-        if (at >= r.done + slots_[w].ahead) break;
+        if (at >= r.done + ring_ahead(cluster_, w)) break;
         MPI_Request& reply = slots_[w].ring_send[ring_slot(r, at)];
         int gone = 1;
         if (reply != MPI_REQUEST_NULL) DT_CHECK_MPI(MPI_Test(&reply, &gone, MPI_STATUS_IGNORE));

@@ -423,10 +423,8 @@ class CpuBackend final : public Backend {
   }
   bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                   float* v, std::size_t n) override {
-    if (guard_bad_) {  // nothing applied: g still becomes p
-      copy(g, p, n * sizeof(float));
-      return false;
-    }
+    // Guarded (nothing applied): the default, which copies the unchanged p into g.
+    if (guard_bad_) return Backend::optimizer_update_into_grad(u, p, g, m, v, n);
     return optimizer_step_into_grad(u, p, g, m, v, n);
   }
   void check_gradient(const float* g, std::size_t n) override {
