@@ -46,8 +46,10 @@ start_job() {
 
 rank_pid() {
   local r=$1 p
+  # grep reads the NUL-separated environ itself: no pipe whose writer a grep -q that has found
+  # its match can cut off (SIGPIPE), which under pipefail read as "not this rank".
   for p in $(pgrep -P "$JOB_PID"); do
-    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+    if grep -qzx "OMPI_COMM_WORLD_RANK=$r" "/proc/$p/environ" 2>/dev/null; then
       echo "$p"
       return 0
     fi
