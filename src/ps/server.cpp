@@ -491,8 +491,10 @@ class ParameterServer {
     if (c_.stale_lr == StaleLr::inverse && r.staleness > 1)
       backend_->scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
     if (dc_) dc_->compensate(w, g, p, b, e);
+    const double t0 = now_seconds();
     if (dana_) dana_->apply_into_grads(w, p, g, r.step, b, e);
     else opt_->apply_into_grads(p, g, r.step, b, e);
+    stats_.optimizer_seconds += now_seconds() - t0;
     if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
     isend_bytes(g, (e - b) * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
                 &slots_[w].ring_send[ring_slot(r, at)]);
@@ -542,6 +544,7 @@ class ParameterServer {
       for (int s : a.samples) total += std::max(s, 0);
       if (total > 0) {
         const TimelineSpan span("aggregate+apply", "optimizer");
+        const double t0 = now_seconds();
         // Σ_w (n_w / N)·g_w in worker order: the same bits whatever the arrival order.
         std::vector<float>& sum = scratch_;
         sum.assign(n_, 0.0f);
@@ -557,6 +560,7 @@ class ParameterServer {
         }
         settle_all();
         opt_->apply(params_.data(), sum.data(), global_step_);
+        stats_.optimizer_seconds += now_seconds() - t0;
       }
       for (int w = 0; w < workers_; ++w) {
         if (a.samples[w] < 0) continue;

@@ -13,8 +13,8 @@ namespace dtrain {
 namespace {
 
 // Layout of the reduced vector: scalars, then the histogram, then two per-worker lists.
-enum Slot { kPushes, kUpdates, kIgnored, kDropped, kStaleSum, kStaleMax, kBusy, kRss, kTrainRss,
-            kScalars };
+enum Slot { kPushes, kUpdates, kIgnored, kDropped, kStaleSum, kStaleMax, kBusy, kOptimizer, kRss,
+            kTrainRss, kScalars };
 
 std::string format_seconds(double s) {
   char b[32];
@@ -42,6 +42,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
     v[kStaleSum] = static_cast<double>(ps->staleness_sum);
     v[kStaleMax] = static_cast<double>(ps->staleness_max);
     v[kBusy] = ps->busy_seconds / std::max(ps->wall_seconds, 1e-9);
+    v[kOptimizer] = ps->optimizer_seconds / std::max(ps->wall_seconds, 1e-9);
     for (int b = 0; b < kStalenessBins; ++b)
       v[kScalars + b] = static_cast<double>(ps->staleness_histogram[b]);
     for (std::size_t w = 0; w < W; ++w) {
@@ -68,6 +69,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   st.ps.staleness_sum = static_cast<std::int64_t>(v[kStaleSum]);
   st.ps.staleness_max = static_cast<std::int64_t>(v[kStaleMax]);
   st.ps.busy_seconds = v[kBusy];  // as a fraction of the ps's wall time
+  st.ps.optimizer_seconds = v[kOptimizer];  // likewise
   st.ps.wall_seconds = 1;
   st.ps.staleness_histogram = as_counts(v, kScalars, kStalenessBins);
   st.ps.worker_pushes = as_counts(v, kScalars + kStalenessBins, W);
@@ -121,6 +123,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["skipped_steps"] = out.skipped;
   r["staleness_mean"] = out.staleness_mean;
   r["ps_busy_fraction"] = st.ps.busy_seconds;  // 0 without ps
+  r["ps_optimizer_fraction"] = st.ps.optimizer_seconds;  // of the ps's wall time, in the updates
   if (job.num_ps > 0) {
     // The ps's view (max over ps ranks): every gradient it used or dropped, per worker.
     r["staleness_max"] = st.ps.staleness_max;

@@ -11,7 +11,10 @@
 //                 as its message arrives; dtrain: PsClient::push_pull against run_parameter_server
 //                 (plain SGD at a tiny learning rate: the ps applies every push, on --ps-threads
 //                 OpenMP threads, default 1)
-//                 bandwidth = bytes moved (2·B·workers) / time per round
+//                 bandwidth = bytes moved (2·B·workers) / time per round; "ps upd us": the
+//                 ps's time in the optimizer per round (PsStats::optimizer_seconds over its
+//                 updates, × workers) — work bare point-to-point does not do, on the critical
+//                 path where the ps shares a core
 //   nccl_allreduce  (built with CUDA, and a GPU per rank on every node; skipped otherwise, saying
 //                 why) bare: one ncclAllReduce (in place, float sum) over B bytes of device memory
 //                 on its own stream, then cudaStreamSynchronize; dtrain: the sync exchange's GPU
@@ -96,6 +99,7 @@ struct Row {
   std::string op;
   std::size_t bytes;
   double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
+  double ps_update_s = -1;  ///< push-pull: the ps's optimizer time per round (−1: not measured)
 };
 
 void report(std::FILE* json, int rank, int ranks, const Row& r) {
@@ -103,14 +107,17 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   // dtrain_GBps / bare_GBps: both count the same bytes, so the time ratio (defined also where
   // busbw is 0, one rank).
   const double ratio = r.bare_s / r.dtrain_s;
-  std::printf("%14s %12zu %10.1f %8.2f %10.1f %8.2f %7.3f\n", r.op.c_str(), r.bytes,
-              r.bare_s * 1e6, r.bare_gbps, r.dtrain_s * 1e6, r.dtrain_gbps, ratio);
+  char upd[32] = "-";
+  if (r.ps_update_s >= 0) std::snprintf(upd, sizeof upd, "%.1f", r.ps_update_s * 1e6);
+  std::printf("%14s %12zu %10.1f %8.2f %10.1f %8.2f %7.3f %10s\n", r.op.c_str(), r.bytes,
+              r.bare_s * 1e6, r.bare_gbps, r.dtrain_s * 1e6, r.dtrain_gbps, ratio, upd);
   std::fflush(stdout);
   std::fprintf(json,
                "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
-               "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f}\n",
+               "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f%s}\n",
                r.op.c_str(), ranks, r.bytes, r.bare_gbps, r.dtrain_gbps, ratio, r.bare_s * 1e6,
-               r.dtrain_s * 1e6);
+               r.dtrain_s * 1e6,
+               r.ps_update_s >= 0 ? (", \"ps_update_us\": " + std::string(upd)).c_str() : "");
   std::fflush(json);
 }
 
@@ -180,9 +187,10 @@ void bare_push_pull(const Cluster& cl, std::vector<char>& a, std::vector<std::ve
 
 /// dtrain's push-pull rounds against one ps session (run_parameter_server until every worker
 /// sent DONE): a warm-up round, then `rounds` timed ones appended to `td` (max over workers).
+/// On the ps, adds its session's statistics to `ps`.
 void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, int rounds,
                             std::vector<float>& grads, std::vector<float>& params,
-                            std::vector<double>& td) {
+                            std::vector<double>& td, PsStats& ps) {
   Config c;
   c.mode = Mode::async;
   c.optimizer = "sgd";
@@ -194,7 +202,9 @@ void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, 
   if (cl.is_ps()) {
     omp_set_num_threads(o.ps_threads);
     const std::atomic<bool> stop{false};
-    (void)run_parameter_server(cl, c, shard, 1 << 30, stop);  // until every worker sent DONE
+    const PsStats s = run_parameter_server(cl, c, shard, 1 << 30, stop);  // until all sent DONE
+    ps.updates += s.updates;
+    ps.optimizer_seconds += s.optimizer_seconds;
     return;
   }
   PsClient client(cl, {shard}, comm_timeout(), static_cast<std::size_t>(o.ps_chunk_kb) * 1024);
@@ -219,6 +229,7 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   std::vector<std::vector<char>> in(cl.is_ps() ? W : 1, std::vector<char>(bytes));
   std::vector<float> grads(cl.is_worker() ? n : 0, 0.0f), params(cl.is_worker() ? n : 0, 0.0f);
   std::vector<double> tb, td;
+  PsStats ps;
   // dtrain's rounds come in blocks (the ps event loop runs until every worker sent DONE), so the
   // two alternate by block — bare, dtrain, three times — against drift of the machine's speed.
   constexpr int kBlocks = 3;
@@ -228,7 +239,7 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
       const double t = timed(cl.world(), [&] { bare_push_pull(cl, a, in); });
       if (i > 0) tb.push_back(t);
     }
-    dtrain_push_pull_block(o, n, cl, per_block, grads, params, td);
+    dtrain_push_pull_block(o, n, cl, per_block, grads, params, td, ps);
     MPI_Barrier(cl.world());
   }
   // The chief (world rank 0) reports.
@@ -236,6 +247,10 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   const double moved = 2.0 * static_cast<double>(bytes) * W;
   r.bare_gbps = moved / r.bare_s / 1e9;
   r.dtrain_gbps = r.dtrain_s > 0 ? moved / r.dtrain_s / 1e9 : 0;
+  // Every round makes one update per worker (warm-up rounds included, on both sides).
+  double upd = ps.updates > 0 ? ps.optimizer_seconds * W / static_cast<double>(ps.updates) : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &upd, 1, MPI_DOUBLE, MPI_MAX, cl.world());  // the ps's
+  r.ps_update_s = upd;
   return r;
 }
 
@@ -353,10 +368,10 @@ int main(int argc, char** argv) {
     if (rank == 0 && !json) throw InputError("comm_bench: cannot write " + o.out);
     if (rank == 0)
       std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %.0f MiB\n"
-                  "# %12s %12s %10s %8s %10s %8s %7s\n"
-                  "# %12s %12s %10s %8s %10s %8s %7s\n",
+                  "# %12s %12s %10s %8s %10s %8s %7s %10s\n"
+                  "# %12s %12s %10s %8s %10s %8s %7s %10s\n",
                   ranks, provided, o.bucket_mb, "op", "bytes", "bare us", "GB/s", "dtrain us",
-                  "GB/s", "ratio", "", "", "", "(busbw |", "", "bytes/s)", "");
+                  "GB/s", "ratio", "ps upd us", "", "", "", "(busbw |", "", "bytes/s)", "", "");
     if (has_op(o, "allreduce"))
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks));

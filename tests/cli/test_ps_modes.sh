@@ -108,6 +108,9 @@ p, a = (json.load(open(f)) for f in sys.argv[1:])
 assert p["global_step"] == a["global_step"], (p["global_step"], a["global_step"])
 assert abs(p["test_accuracy"] - a["test_accuracy"]) <= 0.05, (p["test_accuracy"], a["test_accuracy"])
 assert p["dropped_gradients"] == 0 and sum(p["pushes_per_worker"]) == 3 * p["global_step"], p
+# The ps's time in the optimizer is part of its busy time, and no ps at all reports none.
+assert 0 < p["ps_optimizer_fraction"] <= p["ps_busy_fraction"] < 1, p
+assert a["ps_optimizer_fraction"] == 0, a
 print(f"   test accuracy: through the ps {p['test_accuracy']:.4f}, allreduce {a['test_accuracy']:.4f}")
 PY
 
@@ -133,6 +136,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert sum(r["staleness_histogram"]) == sum(r["pushes_per_worker"]) == r["global_step"], r
 assert r["dropped_gradients"] == 0
+assert 0 < r["ps_optimizer_fraction"] <= r["ps_busy_fraction"] < 1, r
 print(f"   {r['global_step']} pushes, staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']}")
 PY
 

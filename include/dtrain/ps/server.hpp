@@ -54,6 +54,7 @@ struct PsStats {
   std::vector<std::int64_t> worker_pushes;        ///< per worker: gradients used
   std::vector<std::int64_t> worker_dropped;       ///< per worker: late gradients dropped
   double busy_seconds = 0;          ///< time spent applying updates and replying
+  double optimizer_seconds = 0;     ///< of busy_seconds: in the optimizer (the updates themselves)
   double wall_seconds = 0;
 };
 
