@@ -108,6 +108,8 @@ def build_rows(runs, time_key):
                 "samples_per_s": med("samples_per_sec"), "speedup": speedup,
                 "efficiency": speedup / w, "test_accuracy": med("test_accuracy"),
                 "ps_busy": med("ps_busy_fraction") if mode == "async" else float("nan"),
+                # of the ps's wall time, in the optimizer's updates (older results: nan)
+                "ps_optimizer": med("ps_optimizer_fraction") if mode == "async" else float("nan"),
                 "staleness": med("staleness_mean") if mode == "async" else float("nan"),
                 "data_s": med("data_seconds"), "compute_s": med("compute_seconds"),
                 "exchange_s": med("exchange_seconds"), "cpu_share": med("cpu_share"),
@@ -125,7 +127,7 @@ COLUMNS = [  # key, header, format
     ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
     ("samples_per_s", "samples/s", lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"), ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
-    ("ps_busy", "ps busy", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
+    ("ps_busy", "ps busy", "{:.4f}"), ("ps_optimizer", "ps optimizer", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
     ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
     ("data_s", "data s", "{:.2f}"),
     ("data_ms", "data ms/step", "{:.1f}"), ("compute_ms", "compute ms/step", "{:.1f}"),

@@ -50,6 +50,9 @@ for row in rows:
                      ("comm_ms", "step_exposed_comm_ms"), ("optimizer_ms", "step_optimizer_ms")):
         assert abs(float(row[col]) - r[key]) <= 1e-3 * max(1.0, abs(r[key])), (col, row[col], r[key])
     assert float(row["compute_ms"]) > 0, row
+    if row["mode"] == "async":  # the ps's share in the optimizer: results.json's, within ps busy
+        assert abs(float(row["ps_optimizer"]) - r["ps_optimizer_fraction"]) <= 1e-4, (row, r)
+        assert 0 < float(row["ps_optimizer"]) <= float(row["ps_busy"]), row
     if row["workers"] == "1":
         assert float(row["speedup"]) == 1.0, row
 md = open(f"{out}/report.md").read()
