@@ -53,6 +53,13 @@ double Backend::seconds_between(int a, int b) {
   return host_marks_[b] - host_marks_[a];
 }
 
+void check_softmax_xent(int batch, int classes, float smoothing) {
+  DT_REQUIRE(batch >= 1 && classes >= 1, "softmax cross-entropy: batch and classes must be >= 1, got " +
+                                             std::to_string(batch) + " and " + std::to_string(classes));
+  DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
+             "softmax cross-entropy: label smoothing must be in [0, 1), got " + std::to_string(smoothing));
+}
+
 bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                          float* v, std::size_t n) {
   const bool finite = optimizer_update(u, p, g, m, v, n);

@@ -224,6 +224,11 @@ class SoftmaxXentOp {
                                 float grad_scale, void* dlogits, float* stats) = 0;
 };
 
+/// The arguments of a SoftmaxXentOp, checked by every backend's: batches of up to `batch`
+/// samples of `classes` logits, label smoothing ε = `smoothing`. Throws InputError unless
+/// batch ≥ 1, classes ≥ 1 and 0 ≤ ε < 1.
+void check_softmax_xent(int batch, int classes, float smoothing);
+
 /// Hyper-parameters of one optimizer update over a flat range of parameters.
 enum class OptimizerKind { sgd, momentum, adam };
 struct OptimizerUpdate {

@@ -49,12 +49,7 @@ class CudaSoftmaxXentOp final : public SoftmaxXentOp {
  public:
   CudaSoftmaxXentOp(CudaBackend& be, int batch, int classes, float smoothing)
       : be_(be), batch_(batch), classes_(classes), smoothing_(smoothing), t_(be.act_dtype()) {
-    DT_REQUIRE(batch >= 1 && classes >= 1,
-               "softmax cross-entropy: batch and classes must be >= 1, got " +
-                   std::to_string(batch) + " and " + std::to_string(classes));
-    DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
-               "softmax cross-entropy: label smoothing must be in [0, 1), got " +
-                   std::to_string(smoothing));
+    check_softmax_xent(batch, classes, smoothing);
   }
 
   void forward_backward(const void* logits, const std::int32_t* labels, int n, float grad_scale,
