@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <string>
 
 #include "common/layer_rig.hpp"
 #include "dtrain/core/error.hpp"
@@ -211,6 +212,25 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
   smooth1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s1.data());  // label 0
   plain1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s2.data());
   EXPECT_GT(to_host(*be_, s1.data(), 2)[0], to_host(*be_, s2.data(), 2)[0] + 1.0f);
+}
+
+TEST_F(CpuLayers, SoftmaxCrossEntropyRejectsBadArgumentsNamingThem) {
+  auto message = [&](int batch, int classes, float eps) -> std::string {
+    be_->set_label_smoothing(eps);
+    try {
+      (void)be_->make_softmax_xent(batch, classes);
+    } catch (const InputError& e) {
+      be_->set_label_smoothing(0.0f);
+      return e.what();
+    }
+    be_->set_label_smoothing(0.0f);
+    return "no error";
+  };
+  EXPECT_NE(message(0, 10, 0.0f).find("batch and classes must be >= 1, got 0 and 10"), std::string::npos);
+  EXPECT_NE(message(4, 0, 0.0f).find("got 4 and 0"), std::string::npos);
+  EXPECT_NE(message(4, 10, 1.0f).find("label smoothing must be in [0, 1), got 1.0"), std::string::npos);
+  EXPECT_NE(message(4, 10, -0.1f).find("label smoothing must be in [0, 1)"), std::string::npos);
+  EXPECT_EQ(message(4, 10, 0.5f), "no error");
 }
 
 // ---------------------------------------------------------------- forward values by hand
