@@ -156,6 +156,12 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   add_provenance(r, job.provenance);
   write_results_json(c.run_dir, r);
   char line[320];
+  if (job.num_ps > 0) {  // the ps side of the step anatomy (its updates are not in the workers')
+    std::snprintf(line, sizeof line,
+                  "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer",
+                  100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds);
+    log_info(line);
+  }
   std::snprintf(line, sizeof line,
                 "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | test accuracy %.4f | "
                 "test loss %.4f | %.1f samples/s | wall %s | results %s/results.json",

@@ -131,9 +131,14 @@ PY
 
 echo "== 5. async bookkeeping"
 run async 4 --mode async --num-ps 1
-"$PY" - "$SCRATCH/async/results.json" <<'PY'
-import json, sys
+"$PY" - "$SCRATCH/async/results.json" "$SCRATCH/async.log" <<'PY'
+import json, re, sys
 r = json.load(open(sys.argv[1]))
+m = re.search(r"# ps \(max over ps ranks\): busy ([0-9.]+)% of its wall time, ([0-9.]+)% in the optimizer",
+              open(sys.argv[2]).read())
+assert m, "no ps line in the log"
+assert abs(float(m[1]) - 100 * r["ps_busy_fraction"]) <= 0.06, (m[0], r["ps_busy_fraction"])
+assert abs(float(m[2]) - 100 * r["ps_optimizer_fraction"]) <= 0.06, (m[0], r["ps_optimizer_fraction"])
 assert sum(r["staleness_histogram"]) == sum(r["pushes_per_worker"]) == r["global_step"], r
 assert r["dropped_gradients"] == 0
 assert 0 < r["ps_optimizer_fraction"] <= r["ps_busy_fraction"] < 1, r
