@@ -14,6 +14,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/io/hdf5.hpp"
 
@@ -85,7 +86,7 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
     flush_file(root, tmp);
   }
   fsync_path(tmp, false);
-  fs::rename(tmp, final_path);
+  replace_file(tmp, final_path);
   fsync_path(run_dir, true);
 
   const auto all = list_checkpoints(run_dir);

@@ -101,7 +101,7 @@ void BucketedAllreduce::loop() {
       if (watch_until_ > 0 && now_seconds() > watch_until_) {
         // The caller is blocked in MPI_Allreduce past the deadline: no peer will come. Report
         // like any timeout and end the job (MPI_Abort is allowed from any thread).
-        const std::string msg = timeout_message(watch_bucket_, watch_timeout_);
+        const std::string msg = timeout_error(watch_bucket_, watch_timeout_).what();
         lock.unlock();
         log_error(msg);
         MPI_Abort(MPI_COMM_WORLD, kExitFault);
@@ -141,7 +141,7 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
                                 std::chrono::duration<double>(timeout_s));
       if (!cv_.wait_until(lock, deadline, [&] { return done_ == launched_; })) {
         stuck_ = true;
-        throw RuntimeFault(timeout_message(done_, timeout_s));
+        throw timeout_error(done_, timeout_s);
       }
       if (!error_.empty()) throw LibraryError(error_);
     }
@@ -166,15 +166,14 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
   return out;
 }
 
-std::string BucketedAllreduce::timeout_message(std::size_t k, double timeout_s) const {
+TimeoutError BucketedAllreduce::timeout_error(std::size_t k, double timeout_s) const {
   int size = 0;
   MPI_Comm_size(comm_, &size);
   const Bucket& b = buckets_[k];
   return TimeoutError(timeout_s, "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
                                      std::to_string(buckets_.size()) + " (" +
                                      std::to_string((b.end - b.begin) * sizeof(float)) +
-                                     " bytes) over the " + std::to_string(size) + " workers")
-      .what();
+                                     " bytes) over the " + std::to_string(size) + " workers");
 }
 
 }  // namespace dtrain

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -13,6 +14,7 @@ namespace dtrain {
 
 MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries) {
   const fs::path p = fs::path(run_dir) / "metrics.csv";
+  path_ = p.string();
   const bool fresh = !fs::exists(p);
   out_.open(p, std::ios::app);
   if (!out_) throw Error("cannot open '" + p.string() + "' for appending");
@@ -32,6 +34,7 @@ void MetricsWriter::write(const MetricsRow& r) {
        << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << ','
        << r.ms_per_step << ',' << r.exposed_comm_ms << '\n';
   out_.flush();
+  if (!out_) throw Error(format_error("cannot append to '" + path_ + "'", __FILE__, __LINE__));
   if (summary_) summary_->write(r);
 }
 
@@ -91,13 +94,7 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
   }
   os << "}\n";
   const fs::path final_path = fs::path(run_dir) / "results.json";
-  const fs::path tmp = final_path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << os.str();
-    if (!out) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, final_path);
+  write_file_atomically(final_path.string(), os.str());
 }
 
 }  // namespace dtrain

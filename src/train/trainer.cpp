@@ -14,6 +14,7 @@
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
@@ -213,7 +214,7 @@ void announce(const Config& c, const Job& job) {
   log_info(job.cluster->role_table());
   log_info(job.model_report);
   log_info(describe_plan(job.plan));
-  std::ofstream(fs::path(c.run_dir) / "config.ini") << c.effective_ini;
+  write_file_atomically((fs::path(c.run_dir) / "config.ini").string(), c.effective_ini);
 }
 
 /// --timeline: every rank starts its clock at the same barrier (one node: one clock; across nodes
@@ -269,13 +270,7 @@ void write_timeline(const Config& c, const Job& job) {
   }
   out += "\n]}\n";
   const fs::path path = fs::path(c.run_dir) / "timeline.json";
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << out;
-    if (!f) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, path);
+  write_file_atomically(path.string(), out);
   log_info("# timeline " + path.string());
 }
 

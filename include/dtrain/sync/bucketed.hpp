@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/error.hpp"
+
 namespace dtrain {
 
 /// A bucket: floats [begin, end) of the gradient buffer.
@@ -48,6 +50,8 @@ struct BucketedOutcome {
   double wait_seconds = 0;  ///< time finish() blocked: communication not hidden behind backward
 };
 
+/// The sync exchange's gradient allreduce in buckets (PyTorch DDP's reducer, Horovod's tensor
+/// fusion): one step is begin(), ready() as backward finishes layers, finish().
 class BucketedAllreduce {
  public:
   /// `comm` (borrowed, must outlive this) holds the workers; `count` gradient floats, reduced in
@@ -56,6 +60,8 @@ class BucketedAllreduce {
   /// all, with MPI_Iallreduce.
   /// `overlap`: buckets start as ready() reports them; false: all start in finish() (no
   /// overlap with backward: the "before" of the overlap measurements, --no-overlap).
+  /// Throws InputError for a bucket of INT_MAX floats or more (--bucket-mb), LibraryError when
+  /// MPI_Query_thread fails.
   BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap);
   /// Joins the communication thread, or leaves it behind when a bucket timed out (the process is
   /// about to abort: MPI_Abort ends the rank with the thread still inside MPI_Allreduce).
@@ -71,7 +77,7 @@ class BucketedAllreduce {
   void ready(std::size_t from);
   /// Waits for the handed-over buckets, sums the remaining ones on the calling thread, and
   /// returns with every bucket summed in place. Past `timeout_s` seconds in one wait: throws
-  /// RuntimeFault naming the bucket and the workers (or, blocked inside MPI_Allreduce, the
+  /// TimeoutError naming the bucket and the workers (or, blocked inside MPI_Allreduce, the
   /// watching thread prints that message and calls MPI_Abort with kExitFault). Throws
   /// LibraryError when MPI_Allreduce fails.
   BucketedOutcome finish(double timeout_s);
@@ -82,7 +88,8 @@ class BucketedAllreduce {
  private:
   void hand_over(std::size_t from);  ///< queues the buckets inside [from, count)
   void reduce(std::size_t k, int track);  ///< bucket k: the allreduce (any thread; timeline track)
-  [[nodiscard]] std::string timeout_message(std::size_t k, double timeout_s) const;
+  /// The deadline of bucket k passed (--timeout, seconds): the error naming it and the workers.
+  [[nodiscard]] TimeoutError timeout_error(std::size_t k, double timeout_s) const;
   void loop();                 ///< the communication thread
 
   MPI_Comm comm_;

@@ -50,6 +50,7 @@ class MetricsWriter {
   void write(const MetricsRow& r);
 
  private:
+  std::string path_;  ///< <run_dir>/metrics.csv
   std::ofstream out_;
   std::unique_ptr<SummaryWriter> summary_;
 };

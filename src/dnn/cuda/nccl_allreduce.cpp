@@ -171,13 +171,14 @@ class NcclAllreduce final : public GradientAllreduce {
       check_nccl(ncclCommGetAsyncError(comm_.get(), &async), "ncclCommGetAsyncError");
       check_nccl(async, "ncclAllReduce (asynchronous error)");
       if (std::chrono::steady_clock::now() > deadline) {
+        int ranks = 0;
+        (void)ncclCommCount(comm_.get(), &ranks);  // before the abort frees the communicator
         comm_.abort();
-        throw LibraryError(format_error(
-            "ncclAllReduce of " + std::to_string(n) + " floats did not finish within " +
-                std::to_string(timeout_s) +
-                " s (a peer died or ranks called allreduce a different number of times); "
-                "communicator aborted",
-            __FILE__, __LINE__));
+        throw TimeoutError(timeout_s,
+                           "ncclAllReduce of " + std::to_string(n * sizeof(float)) +
+                               " bytes over the " + std::to_string(ranks) + " workers",
+                           "a peer died or the ranks called allreduce a different number of "
+                           "times; communicator aborted");
       }
       nap_us(20);
     }

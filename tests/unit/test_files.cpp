@@ -1,0 +1,112 @@
+// tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all
+// (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
+// (train/report.hpp).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
+#include "dtrain/train/report.hpp"
+
+namespace fs = std::filesystem;
+using namespace dtrain;
+
+namespace {
+
+/// A fresh directory for one test, removed at the end.
+struct ScratchDir {
+  fs::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("dtrain_files_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// what() of the Error `fn` throws ("no error" when it throws none).
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(Files, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
+  ScratchDir d("replace");
+  const std::string p = (d.path / "results.json").string();
+  write_file_atomically(p, "{\"a\": 1}\n");
+  EXPECT_EQ(read(p), "{\"a\": 1}\n");
+  write_file_atomically(p, "{\"a\": 2}\n");
+  EXPECT_EQ(read(p), "{\"a\": 2}\n");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+TEST(Files, AFailedWriteNamesTheFileAndKeepsTheOldOne) {
+  ScratchDir d("fail");
+  const std::string p = (d.path / "results.json").string();
+  write_file_atomically(p, "old\n");
+  fs::create_directory(p + ".tmp");  // the temporary cannot be opened as a file
+  const std::string msg = error_of([&] { write_file_atomically(p, "new\n"); });
+  EXPECT_NE(msg.find("cannot write '" + p + ".tmp'"), std::string::npos) << msg;
+  EXPECT_EQ(read(p), "old\n");
+  // A directory that does not exist: the same error, naming the file.
+  const std::string missing = (d.path / "no_such_dir" / "x.json").string();
+  EXPECT_NE(error_of([&] { write_file_atomically(missing, "x"); }).find(missing + ".tmp"),
+            std::string::npos);
+}
+
+TEST(Files, AFailedRenameNamesBothPathsAndTheReason) {
+  ScratchDir d("rename");
+  const std::string from = (d.path / "a.tmp").string(), to = (d.path / "full").string();
+  write_file_atomically(from, "x");
+  fs::create_directories(fs::path(to) / "child");  // rename(2) cannot replace a non-empty directory
+  const std::string msg = error_of([&] { replace_file(from, to); });
+  EXPECT_NE(msg.find("cannot rename '" + from + "' to '" + to + "': "), std::string::npos) << msg;
+  EXPECT_TRUE(fs::exists(from));
+  EXPECT_TRUE(fs::exists(fs::path(to) / "child"));
+}
+
+TEST(Files, AMetricsRowThatCannotBeWrittenIsAnErrorNamingMetricsCsv) {
+  ScratchDir d("metrics");
+  fs::create_symlink("/dev/full", d.path / "metrics.csv");  // every write: ENOSPC
+  MetricsWriter w(d.path.string());
+  MetricsRow r;
+  r.kind = "train";
+  r.global_step = 1;
+  const std::string msg = error_of([&] { w.write(r); });
+  EXPECT_NE(msg.find("cannot append to '" + (d.path / "metrics.csv").string() + "'"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Files, MetricsRowsAppendAfterTheHeader) {
+  ScratchDir d("rows");
+  {
+    MetricsWriter w(d.path.string());
+    MetricsRow r;
+    r.kind = "train";
+    r.global_step = 7;
+    w.write(r);
+  }
+  const std::string csv = read(d.path / "metrics.csv");
+  EXPECT_EQ(csv.rfind("kind,global_step,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\ntrain,7,"), std::string::npos) << csv;
+}
