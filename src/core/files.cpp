@@ -13,8 +13,8 @@ void replace_file(const std::string& from, const std::string& to) {
   std::error_code ec;
   std::filesystem::rename(from, to, ec);
   if (ec)
-    throw Error(format_error("cannot rename '" + from + "' to '" + to + "': " + ec.message(),
-                             __FILE__, __LINE__));
+    throw LibraryError(format_error(
+        "cannot rename '" + from + "' to '" + to + "': " + ec.message(), __FILE__, __LINE__));
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
@@ -23,7 +23,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) throw Error(format_error("cannot write '" + tmp + "'", __FILE__, __LINE__));
+    if (!out) throw LibraryError(format_error("cannot write '" + tmp + "'", __FILE__, __LINE__));
   }
   replace_file(tmp, path);
 }

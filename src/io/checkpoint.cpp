@@ -25,10 +25,10 @@ namespace {
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw Error("cannot open '" + path + "' to fsync it");
+  if (fd < 0) throw LibraryError("cannot open '" + path + "' to fsync it");
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) throw Error("fsync of '" + path + "' failed");
+  if (rc != 0) throw LibraryError("fsync of '" + path + "' failed");
 }
 
 void write_floats(hid_t loc, const std::string& name, const std::vector<float>& v,

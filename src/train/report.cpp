@@ -34,7 +34,8 @@ void MetricsWriter::write(const MetricsRow& r) {
        << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << ','
        << r.ms_per_step << ',' << r.exposed_comm_ms << '\n';
   out_.flush();
-  if (!out_) throw Error(format_error("cannot append to '" + path_ + "'", __FILE__, __LINE__));
+  if (!out_)
+    throw LibraryError(format_error("cannot append to '" + path_ + "'", __FILE__, __LINE__));
   if (summary_) summary_->write(r);
 }
 

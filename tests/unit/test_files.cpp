@@ -22,7 +22,8 @@ namespace {
 struct ScratchDir {
   fs::path path;
   explicit ScratchDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("dtrain_files_" + name + "_" + std::to_string(::getpid()))) {
+      : path(fs::temp_directory_path() /
+             ("dtrain_files_" + name + "_" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -67,6 +68,7 @@ TEST(Files, AFailedWriteNamesTheFileAndKeepsTheOldOne) {
   const std::string msg = error_of([&] { write_file_atomically(p, "new\n"); });
   EXPECT_NE(msg.find("cannot write '" + p + ".tmp'"), std::string::npos) << msg;
   EXPECT_EQ(read(p), "old\n");
+  EXPECT_THROW(write_file_atomically(p, "new\n"), LibraryError);  // exit code 3, as other I/O
   // A directory that does not exist: the same error, naming the file.
   const std::string missing = (d.path / "no_such_dir" / "x.json").string();
   EXPECT_NE(error_of([&] { write_file_atomically(missing, "x"); }).find(missing + ".tmp"),
@@ -95,6 +97,7 @@ TEST(Files, AMetricsRowThatCannotBeWrittenIsAnErrorNamingMetricsCsv) {
   EXPECT_NE(msg.find("cannot append to '" + (d.path / "metrics.csv").string() + "'"),
             std::string::npos)
       << msg;
+  EXPECT_THROW(w.write(r), LibraryError);
 }
 
 TEST(Files, MetricsRowsAppendAfterTheHeader) {

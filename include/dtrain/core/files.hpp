@@ -8,13 +8,14 @@
 
 namespace dtrain {
 
-/// Renames `from` over `to` (replacing it atomically). Throws Error naming both paths and the
-/// system's reason when the rename fails (e.g. they lie on different file systems).
+/// Renames `from` over `to` (replacing it atomically). Throws LibraryError (a failed system
+/// call: exit code 3) naming both paths and the system's reason when the rename fails (e.g. they
+/// lie on different file systems).
 void replace_file(const std::string& from, const std::string& to);
 
-/// Writes `text` to `path` whole: into `path`.tmp, then replace_file() over `path`. Throws Error
-/// naming the file when it cannot be written (a full disk, a missing directory); `path` is then
-/// left as it was.
+/// Writes `text` to `path` whole: into `path`.tmp, then replace_file() over `path`. Throws
+/// LibraryError naming the file when it cannot be written (a full disk, a missing directory);
+/// `path` is then left as it was.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace dtrain
