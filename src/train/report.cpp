@@ -1,6 +1,7 @@
 // dtrain/train/report.cpp — metrics.csv and results.json.
 #include "dtrain/train/report.hpp"
 
+#include <cerrno>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -28,6 +29,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& s
 MetricsWriter::~MetricsWriter() = default;
 
 void MetricsWriter::write(const MetricsRow& r) {
+  errno = 0;  // a failed write below leaves its reason
   out_ << r.kind << ',' << r.global_step << ',' << r.epoch << ',' << std::fixed
        << std::setprecision(3) << r.wall_seconds << ',' << std::setprecision(6) << r.loss << ','
        << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
@@ -35,7 +37,8 @@ void MetricsWriter::write(const MetricsRow& r) {
        << r.ms_per_step << ',' << r.exposed_comm_ms << '\n';
   out_.flush();
   if (!out_)
-    throw LibraryError(format_error("cannot append to '" + path_ + "'", __FILE__, __LINE__));
+    throw LibraryError(
+        format_error("cannot append to '" + path_ + "'" + errno_reason(), __FILE__, __LINE__));
   if (summary_) summary_->write(r);
 }
 

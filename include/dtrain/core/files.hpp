@@ -18,4 +18,8 @@ void replace_file(const std::string& from, const std::string& to);
 /// `path` is then left as it was.
 void write_file_atomically(const std::string& path, const std::string& text);
 
+/// ": <strerror(errno)>" when errno is set, else "": the system's reason after a failed stream
+/// operation (set errno = 0 before it).
+std::string errno_reason();
+
 }  // namespace dtrain
