@@ -125,6 +125,9 @@ CheckpointState read_checkpoint(const std::string& path) {
     std::vector<hsize_t> dims;
     s.model_state = read_dataset_floats(root, "model_state", where, &dims);
     s.state_rows = dims.empty() ? 1 : static_cast<int>(dims[0]);
+    // Every writer stores at least one row (write_checkpoint): none would average to NaN.
+    DT_REQUIRE(s.state_rows >= 1, where + ": model_state has no rows (dims " +
+                                      std::to_string(dims.empty() ? 0 : dims[0]) + " × …)");
     return s;
   } catch (const InputError&) {
     throw;

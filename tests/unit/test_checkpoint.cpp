@@ -13,6 +13,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/io/checkpoint.hpp"
+#include "dtrain/io/hdf5.hpp"
 
 namespace fs = std::filesystem;
 
@@ -190,6 +191,23 @@ TEST_F(CheckpointTest, NewerFormatVersionIsRefused) {
   } catch (const InputError& e) {
     EXPECT_MENTIONS(e.what(), path);
     EXPECT_MENTIONS(e.what(), "format version");
+  }
+}
+
+TEST_F(CheckpointTest, ModelStateWithoutRowsIsRefused) {
+  write_checkpoint(dir_, state(9), 3);
+  const std::string path = checkpoint_path(dir_, 9);
+  {  // rewritten as 0 rows of 8: mean_of_rows would make every running statistic NaN
+    H5File f = open_file_rw(path);
+    DT_CHECK_HDF5(H5Ldelete(f.get(), "model_state", H5P_DEFAULT), path);
+    write_dataset_floats(f.get(), "model_state", {0, 8}, nullptr);
+  }
+  try {
+    read_checkpoint(path);
+    ADD_FAILURE() << "a model_state of 0 rows accepted";
+  } catch (const InputError& e) {
+    EXPECT_MENTIONS(e.what(), path);
+    EXPECT_MENTIONS(e.what(), "model_state has no rows");
   }
 }
 
