@@ -37,6 +37,9 @@ std::vector<RankInfo> compute_layout(const std::vector<int>& node_of_rank, int n
 /// The MPI world split into roles. Construction is collective over `world`.
 class Cluster {
  public:
+  /// Places `num_ps` ps ranks (compute_layout) and splits `world` into role_comm() and
+  /// payload_comm(). Throws InputError unless 0 ≤ num_ps < the world size, LibraryError when an
+  /// MPI call fails.
   Cluster(MPI_Comm world, int num_ps);
   ~Cluster();
   Cluster(const Cluster&) = delete;
@@ -60,11 +63,14 @@ class Cluster {
   /// Cores of this rank's node (std::thread::hardware_concurrency(), at least 1): with
   /// me().local_size, whether the node has a core per rank.
   [[nodiscard]] static int node_cores();
-  /// World rank of ps k / worker w.
+  /// World rank of ps k (0 ≤ k < num_ps()) / worker w (0 ≤ w < num_workers()); throws
+  /// std::out_of_range otherwise.
   [[nodiscard]] int ps_rank(int k) const { return ps_ranks_.at(k); }
   [[nodiscard]] int worker_rank(int w) const { return worker_ranks_.at(w); }
   [[nodiscard]] const std::vector<RankInfo>& ranks() const { return ranks_; }
-  /// Records this rank's device and shares all devices (collective over world).
+  /// Records this rank's device and shares all devices (collective over world); each name is cut
+  /// to its first 31 characters. Throws TimeoutError when the allgather does not complete within
+  /// comm_timeout() seconds, LibraryError when an MPI call fails.
   void set_devices(const std::string& my_device);
   /// The role table: one line per rank (rank, node, host, role, index, device).
   [[nodiscard]] std::string role_table() const;

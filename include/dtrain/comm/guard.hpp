@@ -13,7 +13,9 @@ namespace dtrain {
 /// Thrown on every rank after a guarded phase failed somewhere; the message was already printed.
 class ReportedError : public Error {
  public:
+  /// code: the process exit code (an ExitCode, e.g. kExitFault); msg: what() (may be empty).
   ReportedError(int code, const std::string& msg) : Error(msg), code_(code) {}
+  /// The exit code main() returns for it, after MPI_Finalize and without printing or MPI_Abort.
   [[nodiscard]] int code() const { return code_; }
 
  private:
@@ -26,7 +28,9 @@ class ReportedError : public Error {
 /// some ranks could skip by throwing early, except deterministic ones every rank reaches. The
 /// agreement is non-blocking with the comm_timeout() deadline (--timeout): a rank whose fn takes
 /// longer makes the waiting ranks throw TimeoutError "timed out after T s waiting in: agreeing on
-/// the set-up ...".
+/// the set-up ...". A ReportedError thrown by fn is rethrown at once, without the agreement step;
+/// a failed MPI call of the agreement throws LibraryError. The ReportedError's what() is this
+/// rank's own message (empty where fn succeeded).
 void all_or_nothing(MPI_Comm comm, const std::function<void()>& fn);
 
 }  // namespace dtrain

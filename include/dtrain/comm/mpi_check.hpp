@@ -25,11 +25,14 @@ std::string mpi_error_string(int code);
 /// `what` names the operation (e.g. "push to ps 1"). Throws TimeoutError (core/error.hpp) after
 /// timeout_s seconds, LibraryError if a request fails.
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what);
-/// Same for one request.
+/// Same for one request; `status` (may be nullptr: ignored) receives its MPI_Status. Throws
+/// TimeoutError after timeout_s seconds, LibraryError if MPI_Test fails.
 void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
               MPI_Status* status = nullptr);
 /// Waits until one of the requests completes and returns its index (MPI_UNDEFINED if all are
-/// inactive). Throws TimeoutError (core/error.hpp) after timeout_s seconds.
+/// inactive); the completed request is set to MPI_REQUEST_NULL and its MPI_Status written to
+/// `status` (may be nullptr: ignored). Throws TimeoutError (core/error.hpp) after timeout_s
+/// seconds, LibraryError if MPI_Testany fails.
 int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what,
              MPI_Status* status);
 /// The same, the name built by what() only when the wait times out: for a loop that waits
@@ -37,12 +40,15 @@ int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string
 int wait_any(std::vector<MPI_Request>& reqs, double timeout_s,
              const std::function<std::string()>& what, MPI_Status* status);
 
-/// Process-wide default for the waits (set from --timeout).
+/// Process-wide default for the waits, in seconds (set from --timeout).
 void set_comm_timeout(double seconds);
+/// The value of the last set_comm_timeout(), in seconds (300 before any call).
 double comm_timeout();
 
 }  // namespace dtrain
 
+/// Evaluates the MPI call once and throws dtrain::LibraryError "<call> failed: <MPI_Error_string>
+/// (file:line)" unless it returns MPI_SUCCESS.
 #define DT_CHECK_MPI(call)                                                                \
   do {                                                                                    \
     const int dt_mpi_rc_ = (call);                                                        \

@@ -109,13 +109,16 @@ std::ostream& operator<<(std::ostream& os, E e) {
   return os << to_string(e);
 }
 
+/// Every option of a run, as parsed and validated by parse_config() (defaults below). Step counts
+/// are global steps unless a comment says otherwise; sizes carry their unit (MiB, KiB, pixels).
 struct Config {
   // data
   std::string train_data;         ///< HDF5 file (see docs/data.md)
   std::string test_data;          ///< HDF5 file; empty = no evaluation
   int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
   std::int64_t cache_mb = 1024;   ///< in-memory training rows when they fit (MiB; 0: off)
-  int random_crop = 0;            ///< training augmentation: pad by N, crop back at a random offset
+  /// training augmentation: pad by N pixels, crop back to H×W at a random offset (0: off)
+  int random_crop = 0;
   bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
@@ -123,7 +126,7 @@ struct Config {
   // model
   std::vector<std::string> layers;  ///< one `layer =` line each (see layers/layer.hpp)
   // training
-  Mode mode = Mode::async;
+  Mode mode = Mode::async;        ///< async (Downpour through the ps) | sync (see Mode)
   /// async: a worker whose parameters are more than S global steps old waits for fresher ones
   /// before it computes (stale synchronous parallel); -1: unbounded (Downpour). S = 0 is bulk
   /// synchronous through the ps.
@@ -136,40 +139,48 @@ struct Config {
   /// async: DC-ASGD-a's λ0 (optim/delay_compensation.hpp); 0: off
   float delay_compensation = 0.0f;
   AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
-  int epochs = 1;
+  int epochs = 1;                 ///< passes over the training set (> 0)
   std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
   int batch_size = 64;            ///< per worker
   int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;         ///< seed of initialisation, data order, augmentation and dropout
   int log_every = 50;             ///< chief log line every N local steps
   std::int64_t eval_every = 0;    ///< also evaluate every N global steps (0: at epoch ends only)
-  double target_accuracy = 0;     ///< > 0: record when an evaluation first reaches it (results.json)
+  /// a test accuracy, a fraction in [0, 1]: > 0 records the wall time and global step of the first
+  /// evaluation that reaches it (results.json); 0: off
+  double target_accuracy = 0;
   bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
-  bool shuffle = true;
+  bool shuffle = true;            ///< reshuffle the training set every epoch (from seed)
   // optimizer
   std::string optimizer = "momentum";  ///< sgd | momentum | adam
-  float lr = 0.05f;
-  float momentum = 0.9f;
-  bool nesterov = false;
+  float lr = 0.05f;               ///< base learning rate (> 0), before --lr-scaling and schedule
+  float momentum = 0.9f;          ///< momentum coefficient μ of the momentum optimizer (≥ 0)
+  bool nesterov = false;          ///< Nesterov momentum
+  /// Adam's β1 and β2, each in [0, 1), and ε (> 0)
   float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
-  float weight_decay = 0.0f;
+  float weight_decay = 0.0f;      ///< L2 weight decay wd added to the gradient, g += wd·p (≥ 0)
   /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
   std::string no_weight_decay_on;
   float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
   std::string lr_schedule = "constant";  ///< constant | step | cosine
+  /// linear warm-up over this many global steps (0: none). --mode async without --max-staleness
+  /// and with --async-schedule sync-steps multiplies it, lr_step_size and lr_decay_steps by the
+  /// workers (effective_for_workers)
   std::int64_t warmup_steps = 0;
   std::int64_t lr_step_size = 1000;  ///< step schedule: decay every N global steps
   float lr_gamma = 0.1f;             ///< step schedule factor
   std::int64_t lr_decay_steps = 0;   ///< cosine: steps to reach lr_min (0 = the run's total steps)
-  float lr_min = 0.0f;
+  float lr_min = 0.0f;               ///< cosine schedule: final learning rate (≥ 0)
   /// none | linear: in sync mode multiply lr (and lr_min) by the number of workers (the linear
   /// scaling rule, Goyal et al. 2017), so that both modes use the same learning rate per sample:
   /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.
   std::string lr_scaling = "none";
   // cluster
+  /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps);
+  /// the other ranks are workers
   int num_ps = 1;
   std::string device = "cpu";     ///< cpu | cuda | auto
-  bool allow_gpu_sharing = false;
+  bool allow_gpu_sharing = false; ///< allow more ranks than GPUs on a node
   std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
   /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc on the
   /// CPU (faster there: train/trainer.hpp layout_of), nchw on GPUs.
@@ -188,16 +199,16 @@ struct Config {
   int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);
                                   ///< 0 = cores per node / ranks per node
   // checkpoints and output
-  std::string run_dir = "runs/default";
+  std::string run_dir = "runs/default";  ///< checkpoints, metrics.csv, results.json (non-empty)
   std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)
-  int keep_checkpoints = 3;
-  bool resume = false;
+  int keep_checkpoints = 3;       ///< how many newest checkpoints to keep (> 0)
+  bool resume = false;            ///< continue from the newest valid checkpoint in run_dir
   bool timeline = false;          ///< write a Chrome trace of every rank to <run_dir>/timeline.json
   bool summaries = true;          ///< the chief writes TensorBoard event files into run_dir
   std::int64_t summary_every = 0; ///< train summaries every N global steps (0: every log row)
   // faults
   double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
-  bool skip_nonfinite = false;
+  bool skip_nonfinite = false;    ///< skip steps with non-finite gradients (false: stop the run)
 
   // inference (dtrain predict)
   std::string command = "train";  ///< train | predict (the subcommand; train when none is given)

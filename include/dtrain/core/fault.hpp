@@ -23,8 +23,11 @@ namespace dtrain {
 
 enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang, hang_reader, slow };
 
+/// A parsed DTRAIN_FAULT value.
 struct FaultSpec {
   FaultKind kind = FaultKind::none;
+  /// The @STEP threshold (≥ 0, default 0) that fault_fires() compares with: a global step, but for
+  /// hang-reader a batch index within the reader's epoch
   std::int64_t step = 0;
   int rank = -1;  ///< world rank, -1: any
   double factor = 1;  ///< slow: the slowdown factor (> 1)
@@ -33,14 +36,16 @@ struct FaultSpec {
 /// Parses a DTRAIN_FAULT value (exposed for tests). Throws InputError on a malformed value.
 FaultSpec parse_fault_spec(const std::string& value);
 
-/// Reads DTRAIN_FAULT once (main() calls it right after MPI_Init); later calls do nothing.
+/// Reads DTRAIN_FAULT once (main() calls it right after MPI_Init); later calls do nothing, even
+/// after a failed first one. Throws InputError naming DTRAIN_FAULT on a malformed value.
 void init_fault_injection(int world_rank);
 
 /// The slowdown factor of a `slow*F` fault on this rank; 1 without one.
 double fault_slowdown();
 
 /// True exactly once: the first time it is called with kind == the injected kind, this rank
-/// matching and global_step >= the injected step.
+/// matching and global_step >= the injected step (for hang_reader the caller passes the batch
+/// index as global_step).
 bool fault_fires(FaultKind kind, std::int64_t global_step);
 
 }  // namespace dtrain

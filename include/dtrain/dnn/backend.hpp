@@ -192,6 +192,7 @@ struct DenseDesc {
 class DenseOp {
  public:
   virtual ~DenseOp() = default;
+  /// y = x·Wᵀ + b: x N×I and y N×O activations, w O×I and b O fp32 parameters.
   virtual void forward(const void* x, const float* w, const float* b, void* y) = 0;
   /// dx = dy·W (skipped when dx == nullptr), dW = dyᵀ·x, db = Σₙ dy.
   virtual void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
@@ -205,6 +206,7 @@ class DropoutOp {
   /// The mask is drawn from a counter-based generator keyed by `seed` (so a resumed run draws the
   /// same masks as an uninterrupted one); the op keeps the mask for backward.
   virtual void forward(const void* x, void* y, bool training, std::uint64_t seed) = 0;
+  /// dx = dy · mask (0 or 1/(1−p) per element) of the last training forward.
   virtual void backward(const void* dy, void* dx) = 0;
 };
 
@@ -219,7 +221,10 @@ class SoftmaxXentOp {
   /// number of correct argmax predictions to stats[0] and stats[1] (device floats, not cleared
   /// here; computed in fp32 whatever the precision). If dlogits != nullptr, writes
   /// dlogits = (softmax − q) · grad_scale, n×classes activations.
-  /// n may be smaller than the batch the op was made for (last partial batch).
+  /// n may be smaller than the batch the op was made for (last partial batch). The CPU backend
+  /// throws InputError for n outside [0, batch] or a label outside [0, classes); the CUDA backend
+  /// throws Error for n > batch and, for a label outside [0, classes), adds NaN to stats[0] and
+  /// writes that sample's dlogits as zeros.
   virtual void forward_backward(const void* logits, const std::int32_t* labels, int n,
                                 float grad_scale, void* dlogits, float* stats) = 0;
 };
@@ -229,16 +234,17 @@ class SoftmaxXentOp {
 /// batch ≥ 1, classes ≥ 1 and 0 ≤ ε < 1.
 void check_softmax_xent(int batch, int classes, float smoothing);
 
-/// Hyper-parameters of one optimizer update over a flat range of parameters.
+/// The update rule: SGD, SGD with momentum (optionally Nesterov), or Adam.
 enum class OptimizerKind { sgd, momentum, adam };
+/// Hyper-parameters of one optimizer update over a flat range of parameters.
 struct OptimizerUpdate {
   OptimizerKind kind = OptimizerKind::sgd;
   float lr = 0.01f;            ///< learning rate of this step (schedule already applied)
   float momentum = 0.9f;       ///< momentum: v = μ·v + g
   bool nesterov = false;       ///< Nesterov: p −= lr·(g + μ·v)
   float beta1 = 0.9f;          ///< Adam (Kingma & Ba 2015)
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
+  float beta2 = 0.999f;        ///< Adam: decay of the second moment v
+  float epsilon = 1e-8f;       ///< Adam: added to √v̂ in the denominator
   float weight_decay = 0.0f;   ///< L2: g += wd·p (coupled, as torch.optim.SGD/Adam)
   std::int64_t step = 1;       ///< 1-based update count, for Adam's bias correction
 };
@@ -255,11 +261,15 @@ class Backend {
   virtual void deallocate(void* p) noexcept = 0;
   /// Host memory for staging transfers to/from this device (pinned on CUDA, 64-byte aligned
   /// malloc on CPU); zero-filled. Used for MPI traffic (Debian's Open MPI is not CUDA-aware).
+  /// Throws LibraryError when the allocation fails.
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void deallocate_host(void* p) noexcept = 0;
   /// Copies between host and this device (bytes). Host buffers may be pageable or pinned.
   virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// Copies `bytes` bytes from device src to host_dst; on CUDA waits for the queued work first,
+  /// so host_dst holds the data when it returns.
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  /// Copies `bytes` bytes between two device buffers (queued on the stream on CUDA).
   virtual void copy_device(void* dst, const void* src, std::size_t bytes) = 0;
   /// Host-to-device copy that need not finish before it returns (the training batch): the CUDA
   /// backend copies host_src into one of two pinned staging buffers and queues the DMA on its
@@ -299,20 +309,37 @@ class Backend {
   /// Records stopwatch point i (0 ≤ i < kMarks, overwriting it) where this backend's queue stands
   /// now: a CUDA event on the stream, so that device time is measured without waiting for the
   /// device (the trainer reads a step's compute time one step late); the CPU backend, whose calls
-  /// are synchronous, takes the host clock. Throws Error for i outside [0, kMarks).
+  /// are synchronous, takes the host clock. Throws InputError for i outside [0, kMarks), and
+  /// LibraryError if the CUDA event call fails.
   virtual void mark(int i);
   /// Seconds of the queue between points a and b (b recorded after a), once point b is reached
-  /// (waits for it on a GPU). Throws Error for an index outside [0, kMarks) or a point not recorded.
+  /// (waits for it on a GPU). Throws InputError for an index outside [0, kMarks) or a point not
+  /// recorded, and LibraryError if a CUDA event call fails.
   virtual double seconds_between(int a, int b);
-  /// Throws Error unless 0 ≤ i < kMarks (mark() and seconds_between() of every backend).
+  /// Throws InputError unless 0 ≤ i < kMarks (mark() and seconds_between() of every backend).
   static void require_mark(int i);
 
+  // The op factories below build an op for one shape in this backend's current layout, precision
+  // and math (oneDNN primitives on the CPU, cuDNN/cuBLAS descriptors and kernels on CUDA). Each
+  // throws InputError for the arguments named and LibraryError when oneDNN, CUDA, cuDNN or cuBLAS
+  // fails to build it.
+  /// A convolution; InputError from d.output() (input not positive, out_channels < 1, kernel or
+  /// stride < 1, pad < 0, kernel larger than the padded input).
   virtual std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) = 0;
+  /// A max or average pooling; InputError from d.output() (input not positive, kernel or stride
+  /// < 1, pad < 0 or more than half the kernel, window larger than the padded input).
   virtual std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) = 0;
+  /// An elementwise relu or sigmoid over `shape`; InputError when shape.count() is 0.
   virtual std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) = 0;
+  /// A spatial batchnorm; InputError unless every dimension of d.input ≥ 1, d.epsilon > 0 (and
+  /// ≥ CUDNN_BN_MIN_EPSILON on CUDA) and d.momentum ∈ [0, 1].
   virtual std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) = 0;
+  /// A fully connected layer; InputError unless batch, inputs and outputs are ≥ 1.
   virtual std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) = 0;
+  /// Inverted dropout of rate p over `shape`; InputError unless p ∈ [0, 1) and shape.count() > 0.
   virtual std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) = 0;
+  /// Softmax cross-entropy for batches of up to `batch` samples of `classes` logits, with
+  /// label_smoothing(); InputError from check_softmax_xent().
   virtual std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) = 0;
   /// Label smoothing ε ∈ [0, 1) of the softmax cross-entropy ops made after this call
   /// (--label-smoothing; see SoftmaxXentOp). Set before the model is built.
@@ -375,7 +402,8 @@ class Backend {
   /// pass over g — the CPU backend reads it in the update's own loop) — unless a
   /// check_gradient() came before: then the update leaves p, m and v unchanged when the latest
   /// check found a non-finite value (the CPU returns false; the GPU, which does not wait for the
-  /// answer, returns true: take_gradient_check() tells).
+  /// answer, returns true: take_gradient_check() tells). Throws Error when m (momentum, Adam) or
+  /// v (Adam) is missing, InputError for Adam with u.step < 1, LibraryError on a failed CUDA call.
   virtual bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m,
                                 float* v, std::size_t n) = 0;
   /// optimizer_update(), after which g[0, n) holds the updated p[0, n) (the same bits): an async
@@ -394,11 +422,11 @@ class Backend {
   /// until the next check, change nothing if the search finds one. Its answer is read later, in
   /// order, with take_gradient_check() — a GPU step then needs no host synchronization, and the
   /// trainer reads each step's answer one step late. The CPU backend searches at once. Throws
-  /// Error when kMaxPendingChecks answers are unread.
+  /// InputError when kMaxPendingChecks answers are unread (LibraryError on a failed CUDA call).
   virtual void check_gradient(const float* g, std::size_t n) = 0;
   /// The answer of the oldest unread check_gradient(): the index of the first non-finite value,
   /// or std::nullopt when every value was finite. Waits for the device if the search has not
-  /// finished. Throws Error when no answer is unread.
+  /// finished. Throws InputError when no answer is unread (LibraryError on a failed CUDA call).
   virtual std::optional<std::size_t> take_gradient_check() = 0;
 
  private:
@@ -423,7 +451,9 @@ int cuda_device_count();
 /// cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA runtime version)").
 /// Never throws.
 std::string cuda_unavailable_reason();
-/// The cuDNN/cuBLAS backend on GPU `device`. Throws Error when built without CUDA.
+/// The cuDNN/cuBLAS backend on GPU `device`. Throws Error when built without CUDA; in a CUDA build,
+/// InputError when no GPU is visible or `device` is outside [0, cuda_device_count()), and
+/// LibraryError when a CUDA, cuDNN or cuBLAS set-up call fails.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
 /// The GPU a rank should use, from its node-local rank (MPI_COMM_TYPE_SHARED rank) and the number

@@ -20,13 +20,16 @@ namespace dtrain {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
+/// Everything one checkpoint holds (the file layout above); what write_checkpoint() writes and
+/// read_checkpoint() returns.
 struct CheckpointState {
   int format_version = kCheckpointFormatVersion;
+  /// Global steps (updates) applied to `params`: the step training resumes at; names the file
   std::int64_t global_step = 0;
   std::int64_t epoch = 0;          ///< epoch in progress (0-based)
   std::int64_t step_in_epoch = 0;  ///< local steps of that epoch already done (data cursor)
   std::uint64_t seed = 0;          ///< data order and dropout are pure functions of seed + counters
-  int num_workers = 1;
+  int num_workers = 1;             ///< workers of the run that wrote it
   std::string mode;                ///< "sync" | "async"
   std::string model_signature;     ///< Model::signature()
   std::string config;              ///< effective configuration (INI)
@@ -34,6 +37,8 @@ struct CheckpointState {
   std::vector<float> params;       ///< P floats
   std::vector<float> m, v;         ///< optimizer state: P floats each, or empty
   std::vector<float> model_state;  ///< state_rows × S floats
+  /// Rows of model_state: one per worker, in worker order, where workers step in lockstep
+  /// (allreduce); else 1 (the chief's statistics)
   int state_rows = 1;
 };
 
@@ -41,14 +46,17 @@ struct CheckpointState {
 /// checkpoint's model_state or the workers' statistics gathered in worker order): their mean,
 /// accumulated in double in row order and rounded once to float, so rows that are all equal give
 /// that row bit for bit. Training averages the workers' statistics with this function and
-/// `dtrain predict` applies it to a checkpoint, so both evaluate with the same bits.
+/// `dtrain predict` applies it to a checkpoint, so both evaluate with the same bits. row_count ≥ 1
+/// (not checked: 0 gives NaNs).
 std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S);
 
 /// Path of the checkpoint of `global_step` in run_dir.
 std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step);
 
-/// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints.
-/// Throws LibraryError / Error on I/O failure; the previous checkpoints are untouched then.
+/// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints; keep
+/// ≥ 1 (--keep-checkpoints, validated positive; 0 would remove the file just written). Throws
+/// LibraryError on I/O failure — HDF5, fsync, or the rename (naming both paths); the previous
+/// checkpoints are untouched then.
 void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep);
 
 /// Reads and verifies one checkpoint. Throws InputError naming the file when it is not a dtrain

@@ -64,9 +64,10 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
 /// float32 with no mean/std. Throws InputError naming --synthetic and the expected format for a
 /// malformed spec, a size outside [1, 65536], classes outside [2, 1000000] or a sample of more than
-/// 2^31 − 1 floats.
+/// 2^31 − 1 floats, and InputError naming --synthetic-samples for num_samples < 1.
 DatasetInfo synthetic_dataset(const std::string& spec, std::int64_t num_samples);
-/// Just the parse of synthetic_dataset() (sample shape and class count), for option validation.
+/// Just the parse of synthetic_dataset() (sample shape and class count; num_samples left 0), for
+/// option validation. Throws InputError for `spec` as synthetic_dataset() does.
 DatasetInfo parse_synthetic(const std::string& spec);
 
 /// Deadline of one open_dataset_info() call (default 120 s). HDF5 can loop forever, or crash, on

@@ -121,9 +121,11 @@ void flush_file(hid_t file, const std::string& what);
 // ---- objects --------------------------------------------------------------------------------------
 
 /// True when `name` (a path relative to loc, no intermediate groups required to exist) names a link.
+/// Never throws: a failed H5Lexists (an invalid loc too) answers false.
 bool has_link(hid_t loc, const std::string& name);
 
-/// True when object obj has an attribute called name.
+/// True when object obj has an attribute called name. Throws LibraryError when H5Aexists fails
+/// (e.g. obj is not an open object).
 bool has_attribute(hid_t obj, const std::string& name);
 
 /// Opens dataset `name` under loc with access property list dapl (e.g. a chunk-cache setting).

@@ -59,6 +59,8 @@ struct ParamDef {
   std::string name;  ///< e.g. "weight", "bias", "gamma", "running_mean"
   Shape shape;
   Init init = Init::zeros;
+  /// Inputs feeding one output unit, used by Init::he_normal: C·R·S for a conv weight (input
+  /// channels × kernel height × width), I for a dense weight; 1 for every other tensor.
   int fan_in = 1;
 };
 

@@ -38,6 +38,8 @@ struct TensorInfo {
   std::size_t offset = 0;   ///< in floats, from the start of the flat buffer
   std::size_t count = 0;    ///< floats
   Init init = Init::zeros;
+  /// Inputs feeding one output unit, the n of He-normal's N(0, √(2/n)): C·R·S for a conv
+  /// weight, I for a dense weight; 1 for every other tensor (unused).
   int fan_in = 1;
 };
 
@@ -53,13 +55,15 @@ class Model {
 
   /// Builds the network. `sample` is 1×C×H×W from the dataset, `max_batch` the largest batch
   /// that will be passed. Throws InputError naming the layer line on any bad layer or graph
-  /// (unknown or later input, duplicate name, shapes that do not fit, an unused output).
+  /// (unknown or later input, duplicate name, shapes that do not fit, an unused output), and
+  /// InputError for no layers, num_classes < 2, max_batch < 1 or a last layer whose output is not
+  /// N×num_classes×1×1; LibraryError when the backend fails to allocate or build an op.
   Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
         int num_classes, int max_batch);
   /// Layout only: the same checks, parameter/state tables, signature and summary, but no backend,
   /// no ops and no memory (for ranks that only need the layout, e.g. parameter servers).
   /// `max_batch` sizes the activation plan that summary() reports, `act` its element type (the
-  /// workers' Backend::act_dtype()).
+  /// workers' Backend::act_dtype()). Throws InputError as the first constructor.
   Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
         int max_batch = 1, DType act = DType::f32);
   ~Model();
@@ -79,24 +83,32 @@ class Model {
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
 
   /// Writes initial parameters (He-normal weights, zero biases, γ = 1, β = 0) and state
-  /// (running mean 0, running var 1), deterministically from `seed`.
+  /// (running mean 0, running var 1), deterministically from `seed`. Throws Error on a
+  /// layout-only model, LibraryError when the copy to the device fails.
   void initialize(std::uint64_t seed);
 
-  /// One training step on n ≤ max_batch samples: x (device, n×C×H×W), labels (device int32, n).
+  /// One training step on n ≤ max_batch samples: x (device, fp32 n×C×H×W in NCHW order whatever
+  /// Backend::layout(): converted and/or rounded to bf16 as the backend needs), labels (device
+  /// int32, n, in [0, num_classes())).
   /// Overwrites grads() with grad_scale·∂(Σ loss)/∂θ; adds Σ loss and #correct to stats[0..1]
   /// (device floats). `step_seed` keys dropout. n == 0 zeroes grads(). `on_final`, if set, is
   /// called after each layer's backward (layers in reverse line order; parameters lie in line
   /// order) with the offset from which the gradients are final: at least once, the last time
   /// with 0. The backend may still be computing them (a GPU stream): the callback must order
-  /// any use after the backend's work.
+  /// any use after the backend's work. Throws Error when n > max_batch (or n < 0) or on a
+  /// layout-only model, InputError for a label outside [0, num_classes()) on the CPU backend (the
+  /// GPU adds NaN to the loss instead), LibraryError when a backend call fails.
   void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
 
-  /// Inference forward on n samples; adds Σ loss and #correct to stats[0..1] (device floats).
+  /// Inference forward on n ≤ max_batch samples, x and labels as in train_step(); adds Σ loss and
+  /// #correct to stats[0..1] (device floats). n == 0 does nothing. Throws as train_step().
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
 
   /// Inference forward on n ≤ max_batch samples x (device, n×C×H×W) — the forward evaluate()
-  /// runs — and copies the n×num_classes() logits to host_logits (host memory, row-major).
+  /// runs; x fp32 NCHW as in train_step() — and copies the n×num_classes() fp32 logits to
+  /// host_logits (host memory, row-major). n == 0 does nothing. Throws Error when n > max_batch
+  /// or on a layout-only model, LibraryError when a backend call fails.
   void logits(const float* x, int n, float* host_logits);
 
   /// Identifies the architecture: one line per layer with its description, its inputs when they
@@ -108,7 +120,7 @@ class Model {
   [[nodiscard]] const Shape& sample_shape() const { return sample_; }
   [[nodiscard]] int num_classes() const { return num_classes_; }
   [[nodiscard]] int max_batch() const { return max_batch_; }
-  /// The backend; throws for a layout-only model.
+  /// The backend; throws Error for a layout-only model.
   [[nodiscard]] Backend& backend() const;
 
  private:

@@ -28,7 +28,8 @@ class DanaMomentum {
   /// A shard of `n` floats served to `workers` workers, on `backend` (host memory: the ps's CPU
   /// backend); `no_decay` as for Optimizer. The momenta start at 0 and the look-ahead at 0: call
   /// load() once the parameters are set. Holds workers + 2 shard-sized vectors.
-  /// Throws Error unless c.optimizer is momentum and workers ≥ 1.
+  /// Throws InputError unless c.optimizer is momentum and workers ≥ 1 (or for a bad no_decay
+  /// range, as Optimizer), LibraryError when the momenta cannot be allocated.
   DanaMomentum(const Config& c, Backend& backend, std::size_t n, int workers,
                std::int64_t total_steps, std::vector<FloatRange> no_decay = {});
 
@@ -36,14 +37,14 @@ class DanaMomentum {
   /// the shard's n floats) to params[begin, end) with w's
   /// momentum at 0-based global step `step`, and recomputes look_ahead()[begin, end), in
   /// cache-sized blocks over the OpenMP threads (one pass over memory). Returns whether the
-  /// gradient values were finite (Optimizer::apply). Throws Error when the range lies outside
-  /// the shard.
+  /// gradient values were finite (Optimizer::apply). Throws InputError unless begin ≤ end ≤ n,
+  /// std::out_of_range for w outside [0, workers).
   bool apply(int w, float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
 
   /// apply(w, params, grads, step, begin, end), after which grads[0, end − begin) holds θ̂ of the
   /// range, look_ahead()[begin, end) (an async ps replies from the buffer the chunk arrived in:
-  /// Backend::optimizer_update_into_grad). Throws Error as apply().
+  /// Backend::optimizer_update_into_grad). Throws as apply().
   bool apply_into_grads(int w, float* params, float* grads, std::int64_t step, std::size_t begin,
                         std::size_t end);
   /// θ̂ (n floats) as of the last apply() of each range; what a push's reply carries.

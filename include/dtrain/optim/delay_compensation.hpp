@@ -20,13 +20,14 @@ class DelayCompensation {
  public:
   /// For a shard of `n` floats served to `workers` workers; `lambda0` > 0 (the paper uses 0.04–2
   /// for DC-ASGD-a). `mean_square_decay` in [0, 1): weight of the old mean square (paper: 0.95).
-  /// Holds workers + 1 copies of the shard (θ_w per worker and the mean square). Throws Error on
-  /// lambda0 ≤ 0, workers < 1 or a decay outside [0, 1).
+  /// Holds workers + 1 copies of the shard (θ_w per worker and the mean square). Throws
+  /// InputError unless lambda0 is finite and > 0, workers ≥ 1 and the decay is in [0, 1).
   DelayCompensation(std::size_t n, int workers, float lambda0, float mean_square_decay = 0.95f);
 
   /// Records that worker `w` (0-based) now holds floats [begin, end) of `params` (the shard's n
   /// floats, host): the θ_w its next gradient will have been computed at. Call for every range a
-  /// reply carries, with the values sent.
+  /// reply carries, with the values sent. Throws InputError unless begin ≤ end ≤ n,
+  /// std::out_of_range for w outside [0, workers).
   void sent(int w, const float* params, std::size_t begin, std::size_t end);
 
   /// Replaces worker w's gradient g over floats [begin, end) of the shard (g: those end − begin
@@ -34,7 +35,7 @@ class DelayCompensation {
   /// g̃ = g + λ0/√(MS + ε) ⊙ g ⊙ g ⊙ (θ − θ_w), where MS is first updated with this g:
   /// MS ← d·MS + (1 − d)·g² (a float's first push sets MS = g²), and ε = 1e-7. `params` is θ
   /// (n floats, host). Before w's first sent(), θ_w = θ (no correction). Ranges are independent,
-  /// so a shard may be compensated chunk by chunk; each float once per push.
+  /// so a shard may be compensated chunk by chunk; each float once per push. Throws as sent().
   void compensate(int w, float* g, const float* params, std::size_t begin, std::size_t end);
 
  private:

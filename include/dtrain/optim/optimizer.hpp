@@ -23,13 +23,19 @@ struct FloatRange {
 /// The parameters --no-weight-decay-on excludes from weight decay — `bias`: tensors named
 /// "*.bias"; `bn`: batchnorm's "*.gamma" and "*.beta" — clipped to the slice [begin, end) of the
 /// flat parameter buffer and shifted to start at 0 (a ps shard; [0, param_count) for the whole
-/// model). Sorted, adjacent ranges merged; empty when the option is empty.
+/// model). Sorted, adjacent ranges merged; empty when the option is empty. Throws InputError for an
+/// item of --no-weight-decay-on other than bias or bn.
 std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
                                         std::size_t begin, std::size_t end);
 
 /// Learning rate for 0-based global step `step` of a run with `total_steps` steps:
 /// warm-up lr·(step+1)/warmup_steps for step < warmup_steps, then the schedule of
-/// `c.lr_schedule` measured from the end of warm-up. Pure function.
+/// `c.lr_schedule` measured from the end of warm-up, t = step − warmup_steps:
+///   step    lr·lr_gamma^⌊t / lr_step_size⌋
+///   cosine  lr_min + ½·(lr − lr_min)·(1 + cos(π·min(1, t / T))), T = lr_decay_steps if > 0,
+///           else total_steps − warmup_steps (at least 1)
+///   constant, or any other name (validate_config() refuses those): lr.
+/// Pure function.
 float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps);
 
 /// The momentum coefficient an async ps applies at 0-based global step `step` of `total_steps`
@@ -41,10 +47,14 @@ float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t 
 /// OptimizerKind from "sgd" | "momentum" | "adam". Throws InputError otherwise.
 OptimizerKind optimizer_kind(const std::string& name);
 
+/// The optimizer of `n` parameters on one backend: owns the state (m, v) and turns the global step
+/// into an OptimizerUpdate (learning_rate(), momentum) run by Backend::optimizer_update.
 class Optimizer {
  public:
   /// Allocates zeroed state for `n` parameters on `backend` (momentum: n floats; Adam: 2n).
-  /// no_decay: ranges of [0, n) updated without weight decay (from no_decay_ranges()).
+  /// no_decay: ranges of [0, n) updated without weight decay (from no_decay_ranges()). Throws
+  /// InputError for an unknown c.optimizer or a no_decay range that is empty or not inside [0, n),
+  /// and LibraryError when the state cannot be allocated.
   Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
             std::vector<FloatRange> no_decay = {});
 
@@ -56,12 +66,12 @@ class Optimizer {
   /// The same update restricted to floats [begin, end) of the n: `params` still points at float
   /// 0, `grads` at the range's end − begin floats (a ps's chunk as it arrives, wherever it was
   /// received). The values there are exactly those apply() gives, so a ps can update a shard
-  /// chunk by chunk. Throws Error unless begin ≤ end ≤ n.
+  /// chunk by chunk. Throws InputError unless begin ≤ end ≤ n.
   bool apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
              std::size_t end);
   /// apply(params, grads, step, begin, end), after which grads[0, end − begin) holds the
   /// range's updated parameters, params[begin, end) (Backend::optimizer_update_into_grad: an
-  /// async ps replies from the buffer the chunk arrived in). Throws Error unless
+  /// async ps replies from the buffer the chunk arrived in). Throws InputError unless
   /// begin ≤ end ≤ n.
   bool apply_into_grads(float* params, float* grads, std::int64_t step, std::size_t begin,
                         std::size_t end);

@@ -3,9 +3,9 @@
 //
 // All buffers are host memory of `total` floats (the full flat parameter buffer); the client sends
 // each ps's range of it and receives into it in place, in chunks (ps/protocol.hpp). Calls block
-// until every ps answered or --timeout passes (RuntimeFault naming the ps). A push may also be
-// issued in pieces while backward runs (begin_push / push_ready / finish_push: ps-lite's ticketed
-// Push, Wait), a progress thread driving MPI meanwhile. Not thread-safe.
+// until every ps answered or --timeout passes (TimeoutError, a RuntimeFault, naming the ps). A
+// push may also be issued in pieces while backward runs (begin_push / push_ready / finish_push:
+// ps-lite's ticketed Push, Wait), a progress thread driving MPI meanwhile. Not thread-safe.
 #pragma once
 
 #include <atomic>
@@ -30,17 +30,21 @@ struct PushResult {
 
 class PsClient {
  public:
-  /// `chunk_bytes`: the payload chunk of the protocol (--ps-chunk-kb · 1024; the ps must use the
-  /// same). Throws Error when it holds no float.
+  /// `shards`: one ShardRange per ps, exactly cluster.num_ps() entries (more throw
+  /// std::out_of_range here). `timeout_s`: the deadline of every wait, seconds. `chunk_bytes`: the
+  /// payload chunk of the protocol (--ps-chunk-kb · 1024; the ps must use the same). Throws
+  /// InputError when chunk_bytes holds no float, LibraryError when MPI_Query_thread fails.
   PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
            std::size_t chunk_bytes = kDefaultChunkBytes);
 
   /// Fetches the parameters into params (total floats) once every ps has applied `wait_step`
-  /// global steps (or stopped applying). Returns the smallest global_step over the ps.
+  /// global steps (or stopped applying). Returns the smallest global_step over the ps. Throws
+  /// TimeoutError when a ps does not answer within timeout_s, LibraryError when an MPI call fails.
   PushResult pull(float* params, std::int64_t wait_step = 0);
   /// Sends grads (total floats, gradient of the mean loss over `samples` samples; 0: no gradient,
   /// its values are ignored) and receives the parameters the ps answers with (ps/server.hpp) into
-  /// params. `stop` asks every rank to stop. Returns the smallest global_step over the ps.
+  /// params. `stop` asks every rank to stop. Returns the smallest global_step over the ps. Throws
+  /// as pull().
   PushResult push_pull(const float* grads, int samples, float* params, bool stop);
 
   /// push_pull in pieces, so that its chunks leave while backward still produces the gradient:
@@ -53,18 +57,22 @@ class PsClient {
   /// may be made. With MPI_THREAD_MULTIPLE a progress thread polls the requests meanwhile, so that
   /// the replies (which this rank copies, on shared memory) and the ps's sends complete while the
   /// caller computes; otherwise push_ready polls them. finish_push throws as push_pull does, and
-  /// LibraryError when the progress thread's MPI_Testsome failed.
+  /// LibraryError when the progress thread's MPI_Testsome failed. begin_push and push_ready throw
+  /// LibraryError when an MPI call fails (push_ready's own MPI_Testsome runs only without
+  /// MPI_THREAD_MULTIPLE).
   void begin_push(const float* grads, int samples, float* params, bool stop);
   void push_ready(std::size_t from);
   PushResult finish_push();
   /// Chief only, before training: sets every ps's shard, optimizer state (m, v may be nullptr:
-  /// zeros) and global_step; `max_steps` caps the pushes each ps applies.
+  /// zeros) and global_step; `max_steps` caps the pushes each ps applies. Throws as pull().
   void load(const float* params, const float* m, const float* v, std::int64_t global_step,
             std::int64_t max_steps);
   /// Chief only: gathers parameters and optimizer state from every ps (each ps answers with its
-  /// shard as of its own current step). Returns the smallest global_step over the ps.
+  /// shard as of its own current step) into params, m and v, each non-null and of `total` floats
+  /// (a ps whose optimizer has no m or v sends zeros). Returns the smallest global_step over the
+  /// ps. Throws InputError for a null array, else as pull().
   std::int64_t snapshot(float* params, float* m, float* v);
-  /// Tells every ps this worker is finished.
+  /// Tells every ps this worker is finished (waits until the headers are sent). Throws as pull().
   void done();
   ~PsClient();
   PsClient(const PsClient&) = delete;

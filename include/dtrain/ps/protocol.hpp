@@ -78,14 +78,16 @@ static_assert(sizeof(MsgHeader) == 48, "MsgHeader must keep the float payload 16
 /// The default payload chunk (--ps-chunk-kb 1024): 1 MiB.
 inline constexpr std::size_t kDefaultChunkBytes = std::size_t{1} << 20;
 
+/// The smallest chunk ChunkLayout picks unless the --ps-chunk-kb limit is smaller: 128 KiB (each
+/// message costs a few µs: smaller chunks measured slower in tests/benchmarks/comm_bench.sh).
+inline constexpr std::size_t kMinChunkBytes = std::size_t{128} << 10;
 /// How one part of `n` floats is cut into chunks: chunk i covers floats [begin(i), begin(i) +
 /// size(i)); every chunk but the last is full. A chunk holds at most `chunk_bytes` (the
 /// --ps-chunk-kb limit) and, for parts of more than 8 × kMinChunkBytes, about n / 8 floats, so that
-/// a 1 MiB push still pipelines in 8 steps; never less than kMinChunkBytes (each message costs a
-/// few µs: smaller chunks measured slower in tests/benchmarks/comm_bench.sh) unless the limit is
+/// a 1 MiB push still pipelines in 8 steps; never less than kMinChunkBytes unless the limit is
 /// smaller. n = 0: no chunk. Both sides derive the same layout from n.
-inline constexpr std::size_t kMinChunkBytes = std::size_t{128} << 10;
 struct ChunkLayout {
+  /// n: floats in the part; per: floats in a full chunk (all but possibly the last; ≥ 1).
   std::size_t n = 0, per = 1;
   /// `chunk_bytes` ≥ sizeof(float) (a smaller value is taken as one float).
   ChunkLayout(std::size_t floats, std::size_t chunk_bytes) : n(floats) {
@@ -93,12 +95,15 @@ struct ChunkLayout {
     const std::size_t eighth = std::max(kMinChunkBytes / sizeof(float), (floats + 7) / 8);
     per = std::min(limit, eighth);
   }
+  /// Number of chunks, ceil(n / per); 0 when n = 0.
   [[nodiscard]] std::size_t count() const { return (n + per - 1) / per; }
   /// The chunk that travels t-th (0 ≤ t < count()): the last one first.
   [[nodiscard]] std::size_t travel(std::size_t t) const { return count() - 1 - t; }
   /// Floats in the largest chunk (the first), at least 1.
   [[nodiscard]] std::size_t largest() const { return std::max<std::size_t>(1, std::min(n, per)); }
+  /// Index of chunk i's first float in the part: i × per.
   [[nodiscard]] std::size_t begin(std::size_t i) const { return i * per; }
+  /// Floats in chunk i: per, less for the last chunk, 0 for i ≥ count().
   [[nodiscard]] std::size_t size(std::size_t i) const {
     return i * per >= n ? 0 : (n - i * per < per ? n - i * per : per);
   }
@@ -110,7 +115,7 @@ struct ChunkLayout {
 class ZeroChunk {
  public:
   /// `floats` zeros, from a buffer of `largest` floats (the same value on every call until
-  /// release()). Throws Error when floats > largest.
+  /// release()). Throws InputError when floats exceeds the buffer (the first call's `largest`).
   const float* get(std::size_t floats, std::size_t largest) {
     if (zeros_.empty()) zeros_.assign(largest, 0.0f);
     DT_REQUIRE(floats <= zeros_.size(), "ps protocol: a chunk larger than the protocol's");

@@ -61,8 +61,10 @@ struct PsStats {
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
 /// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
 /// `no_decay`: ranges of the shard (0-based) without weight decay (no_decay_ranges()).
-/// Throws RuntimeFault when no message arrives for --timeout seconds, Error on a malformed
-/// message.
+/// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds, Error on a
+/// malformed message, InputError from the optimizer, DANA or delay-compensation set-up (unknown
+/// --optimizer, a no_decay range outside the shard, an invalid λ0), LibraryError when an MPI call
+/// or an allocation fails.
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
                              const std::vector<FloatRange>& no_decay = {});

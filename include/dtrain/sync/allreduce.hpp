@@ -21,7 +21,9 @@ class GradientAllreduce {
   virtual ~GradientAllreduce() = default;
   /// In place: data[i] = Σ_workers data[i], data a device pointer of the trainer's backend,
   /// n floats. Collective over the worker communicator; blocks until the result is in `data`.
-  /// Throws LibraryError on failure (the NCCL communicator is aborted first).
+  /// Throws LibraryError when an MPI, CUDA or NCCL call fails and TimeoutError when the sum does
+  /// not complete within comm_timeout() seconds (NCCL: the communicator is aborted first). The
+  /// MPI version staging a GPU's data through host memory throws Error when n > max_floats.
   virtual void allreduce_sum(float* data, std::size_t n) = 0;
   /// "mpi" or "nccl".
   [[nodiscard]] virtual std::string name() const = 0;
@@ -33,18 +35,26 @@ class GradientAllreduce {
   /// Default (MPI through host memory): the whole allreduce_sum at once, wait() a no-op.
   /// Throws as allreduce_sum (NCCL: errors of an enqueued sum surface in wait()).
   virtual void start_sum(float* data, std::size_t n) { allreduce_sum(data, n); }
+  /// Returns once every sum start_sum() queued is in its `data`. NCCL: polls its stream and
+  /// ncclCommGetAsyncError; throws LibraryError on an NCCL or CUDA error, TimeoutError naming the
+  /// ncclAllReduce when the sums do not finish within comm_timeout() seconds (the communicator
+  /// is aborted first in both cases). Default (MPI): a no-op.
   virtual void wait() {}
   /// True when start_sum returns before its sum is done (NCCL, on its own stream).
   [[nodiscard]] virtual bool asynchronous() const { return false; }
 };
 
-/// MPI_Allreduce over `comm`; stages through host memory when the backend is a GPU.
-/// The communicator is borrowed and must outlive the object.
+/// MPI_Allreduce over `comm`; stages through host memory when the backend is a GPU: a pinned
+/// staging buffer of `max_floats` floats (ignored on the CPU backend), the largest n that
+/// allreduce_sum then takes. The communicator is borrowed and must outlive the object. Throws
+/// LibraryError when the staging buffer cannot be allocated.
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
                                                       std::size_t max_floats);
 
 /// ncclAllReduce over the ranks of `comm` (unique id broadcast with MPI), on its own stream.
-/// Throws Error when built without CUDA or when `backend` is not a CUDA backend.
+/// Collective over `comm`. Throws Error when built without CUDA or when `backend` is not a CUDA
+/// backend, LibraryError when an MPI, CUDA or NCCL set-up call fails (ncclCommInitRank: e.g. two
+/// ranks on one GPU), TimeoutError when the unique id's broadcast exceeds comm_timeout() seconds.
 std::unique_ptr<GradientAllreduce> make_nccl_allreduce(MPI_Comm comm, Backend& backend);
 
 }  // namespace dtrain

@@ -45,7 +45,8 @@ class GradientExchange {
   virtual ~GradientExchange() = default;
   /// Sets the starting parameters on every worker: from `resume` if given, else the chief's
   /// model.initialize(seed) (allreduce: broadcast; ps: the chief loads the ps, workers pull).
-  /// Collective over the workers. Throws RuntimeFault past --timeout.
+  /// Collective over the workers. Throws TimeoutError (a RuntimeFault) past --timeout,
+  /// LibraryError when an MPI or device call fails.
   virtual void start(Model& model, const CheckpointState* resume, std::int64_t global_step) = 0;
   /// Local training steps of this worker in one epoch (its shard of the training set).
   [[nodiscard]] virtual std::int64_t local_steps(int epoch) const = 0;
@@ -63,24 +64,31 @@ class GradientExchange {
   virtual GradsFinal begin_step(Model& model, std::int64_t s, int n, bool stop_local);
   /// After model.train_step() of local step `s`: exchanges model.grads() (gradient of this
   /// worker's `n` samples, pre-scaled by gradient_scale()) and leaves updated parameters in
-  /// model.params(). `stop_local` is this rank's stop request. Throws RuntimeFault on a
-  /// non-finite gradient unless --skip-nonfinite (allreduce: one step later, or at settle()), or
-  /// past --timeout.
+  /// model.params(). `stop_local` is this rank's stop request. On a non-finite gradient, unless
+  /// --skip-nonfinite: the ps exchanges throw RuntimeFault at once; the allreduce exchange throws
+  /// ReportedError(kExitFault) (comm/guard.hpp; the chief has logged the message) one step later,
+  /// or at settle(). Past --timeout: TimeoutError (with MPI_THREAD_MULTIPLE on the CPU, a bucket
+  /// summed on this thread is watched by the communication thread, which calls MPI_Abort with
+  /// exit code 4). LibraryError when an MPI, NCCL or CUDA call fails.
   virtual ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) = 0;
   /// Makes model.params() the current global parameters (ps: pull, after every update this
   /// worker's pushes take part in; allreduce: no-op). Returns the current global_step and the
   /// samples of all workers behind the global steps it moved past since this worker's last
   /// step() (async: other workers' last pushes of the epoch), so that throughput counts them.
+  /// Throws, allreduce: as settle(); ps: TimeoutError past --timeout, LibraryError when an MPI
+  /// call fails.
   virtual ExchangeResult refresh(Model& model) = 0;
   /// Fills params, m, v of a checkpoint and returns its global_step (allreduce: every worker;
-  /// ps: the chief alone).
+  /// ps: the chief alone). Throws, allreduce: as settle(), and LibraryError when a copy from the
+  /// device fails; ps: TimeoutError past --timeout, LibraryError when an MPI call fails.
   virtual std::int64_t snapshot(Model& model, CheckpointState& s) = 0;
   /// Reads what step() left to be read later (allreduce: the gradient checks of the last steps,
   /// Backend::check_gradient), so that nothing is saved, evaluated or logged from a step that
   /// turns out non-finite: the worker calls it on every worker before a checkpoint, an
   /// evaluation, a log line and the end. Throws as step() does for a non-finite gradient.
   virtual void settle(Model& model) { (void)model; }
-  /// Ends the exchange (ps: DONE to every ps).
+  /// Ends the exchange (ps: DONE to every ps; allreduce: nothing). ps: throws TimeoutError past
+  /// --timeout, LibraryError when an MPI call fails.
   virtual void finish() = 0;
   /// True when every worker stands at the same global step after every step (allreduce):
   /// evaluation and checkpoints may then be collective over the workers at any step. Otherwise
@@ -96,7 +104,11 @@ class GradientExchange {
   [[nodiscard]] virtual std::int64_t skipped_steps() const = 0;
 };
 
-/// The exchange of exchange_kind(c) for this worker. `plan` must outlive it.
+/// The exchange of exchange_kind(c) for this worker. `plan` must outlive it. Throws InputError
+/// for an unknown --optimizer or --no-weight-decay-on item, or (CPU allreduce) a --bucket-mb
+/// bucket of INT_MAX floats or more; LibraryError when an allocation or an MPI, CUDA or NCCL
+/// set-up call fails; TimeoutError when the NCCL unique id does not arrive within --timeout.
+/// --allreduce is ignored on the CPU (always MPI buckets).
 std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& cluster,
                                                 const TrainPlan& plan, Model& model);
 

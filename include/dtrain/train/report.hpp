@@ -21,12 +21,15 @@ namespace dtrain {
 struct MetricsRow {
   std::string kind;
   std::int64_t global_step = 0;
-  int epoch = 0;
-  double wall_seconds = 0;
+  int epoch = 0;               ///< 1-based epoch the row falls in
+  double wall_seconds = 0;     ///< wall time of training so far, seconds, before a resume too
+  /// Mean softmax cross-entropy per sample (nats; the --label-smoothing target): train rows over
+  /// the chief's own samples of the interval, test rows over the evaluated test samples
   double loss = 0;
+  /// Fraction of those samples whose argmax logit is the label, in [0, 1]
   double accuracy = 0;
   double samples_per_sec = 0;  ///< all workers together; 0 for test rows
-  double lr = 0;
+  double lr = 0;               ///< learning_rate() of the last global step applied; 0 in test rows
   double staleness = 0;        ///< mean staleness of this worker's pushes (async), else 0
   double ms_per_step = 0;      ///< the chief's mean step time over the interval (train rows)
   double exposed_comm_ms = 0;  ///< the chief's mean exposed communication per step, ms: time
@@ -46,7 +49,9 @@ class MetricsWriter {
   /// summaries.enabled, creates a new event file in run_dir. Throws Error naming the file.
   explicit MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries = {});
   ~MetricsWriter();
-  /// Appends one row to metrics.csv (flushed) and writes its summary. Throws Error on failure.
+  /// Appends one row to metrics.csv (flushed) and writes its summary. Throws LibraryError naming
+  /// metrics.csv and the system's reason when the append fails (a full disk), Error naming the
+  /// event file when the summary cannot be written.
   void write(const MetricsRow& r);
 
  private:
@@ -55,10 +60,14 @@ class MetricsWriter {
   std::unique_ptr<SummaryWriter> summary_;
 };
 
-/// A JSON object of numbers, strings, nulls (std::monostate) and arrays of strings or integers,
-/// written as <run_dir>/results.json via a temporary file and rename. Throws Error naming the file.
+/// One value of a results.json entry: a number, a string, null (std::monostate), or an array of
+/// strings or integers.
 using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate,
                                std::vector<std::string>, std::vector<std::int64_t>>;
+/// Writes `kv` as one JSON object, keys in order, to <run_dir>/results.json via
+/// <run_dir>/results.json.tmp and a rename (core/files.hpp write_file_atomically). Throws
+/// LibraryError naming the file when the write or the rename fails; results.json is then left
+/// as it was.
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv);
 
 }  // namespace dtrain

@@ -15,7 +15,8 @@ namespace dtrain {
 
 /// Installs the handlers (idempotent). Async-signal-safe handlers only touch atomics and _exit.
 void install_signal_handlers();
-/// True once a stop signal arrived (or request_stop() was called).
+/// True once SIGTERM, SIGUSR1 or SIGINT arrived after install_signal_handlers(): only the handler
+/// sets the flag (a stop asked by another rank reaches this one through the exchange instead).
 bool stop_requested();
 /// The flag itself, for loops that forward it (the ps puts it in every reply).
 const std::atomic<bool>& stop_flag();

@@ -26,7 +26,8 @@ void set_threads(const Config& c, const Cluster& cluster);
 /// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
 /// "cuda:N"): --device, one GPU per node-local worker, with --math, --layout and --precision set.
 /// Throws InputError when --device cuda finds no GPU or more local workers than GPUs without
-/// --allow-gpu-sharing, or for --precision bf16 on a GPU older than compute capability 8.0.
+/// --allow-gpu-sharing, or for --math tf32 or --precision bf16 on a GPU older than compute
+/// capability 8.0; LibraryError when a CUDA, cuDNN, cuBLAS or oneDNN set-up call fails.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
 
 /// --precision as a Precision (the option is validated by Config: "fp32" | "bf16").
