@@ -1,7 +1,13 @@
 // dtrain/sync/mpi_allreduce.cpp — gradient sum with MPI_Iallreduce over the worker communicator,
 // waited on with a deadline; GPU gradients are staged through pinned host memory because Debian's
 // Open MPI is not CUDA-aware.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
@@ -9,8 +15,11 @@ namespace {
 
 class MpiAllreduce final : public GradientAllreduce {
  public:
-  MpiAllreduce(MPI_Comm comm, Backend& backend, std::size_t max_floats)
-      : comm_(comm), backend_(backend) {
+  MpiAllreduce(MPI_Comm comm, Backend& backend, std::size_t max_floats, std::size_t max_count)
+      : comm_(comm), backend_(backend), max_count_(max_count) {
+    DT_REQUIRE(max_count >= 1 && max_count <= kMpiMaxCount,
+               "mpi allreduce: the count limit must be in [1, INT_MAX], got " +
+                   std::to_string(max_count));
     if (backend.device() != Device::cpu) {
       staging_ = static_cast<float*>(backend.allocate_host(max_floats * sizeof(float)));
       capacity_ = max_floats;
@@ -29,10 +38,16 @@ class MpiAllreduce final : public GradientAllreduce {
       backend_.copy_to_host(staging_, data, n * sizeof(float));
       host = staging_;
     }
-    MPI_Request req = MPI_REQUEST_NULL;
-    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
-                                &req));
-    wait_one(req, comm_timeout(), "gradient allreduce over the workers");
+    // One MPI_Iallreduce per max_count_ floats (an MPI count is an int): every piece posted, in
+    // the same order on every rank, then waited for together.
+    std::vector<MPI_Request> reqs;
+    for (std::size_t at = 0; at < n; at += max_count_) {
+      const std::size_t len = std::min(max_count_, n - at);
+      reqs.emplace_back(MPI_REQUEST_NULL);
+      DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host + at, static_cast<int>(len), MPI_FLOAT,
+                                  MPI_SUM, comm_, &reqs.back()));
+    }
+    wait_all(reqs, comm_timeout(), "gradient allreduce over the workers");
     if (staging_) backend_.copy_to_device(data, staging_, n * sizeof(float));
   }
   [[nodiscard]] std::string name() const override { return "mpi"; }
@@ -42,13 +57,15 @@ class MpiAllreduce final : public GradientAllreduce {
   Backend& backend_;
   float* staging_ = nullptr;
   std::size_t capacity_ = 0;
+  std::size_t max_count_;  ///< floats per MPI_Iallreduce
 };
 
 }  // namespace
 
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
-                                                      std::size_t max_floats) {
-  return std::make_unique<MpiAllreduce>(comm, backend, max_floats);
+                                                      std::size_t max_floats,
+                                                      std::size_t max_count) {
+  return std::make_unique<MpiAllreduce>(comm, backend, max_floats, max_count);
 }
 
 #ifndef DTRAIN_HAVE_CUDA

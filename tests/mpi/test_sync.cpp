@@ -7,10 +7,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
 #include "dtrain/sync/allreduce.hpp"
@@ -23,13 +25,14 @@ void world(int& rank, int& size) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 }
 
-TEST(MpiAllreduce, SumsRankDependentData) {
+/// make_mpi_allreduce(max_count) sums rank-dependent data of the sizes given exactly on every rank.
+void check_mpi_sums(std::size_t max_count, std::initializer_list<std::size_t> sizes) {
   int rank = 0, W = 1;
   world(rank, W);
   auto cpu = make_cpu_backend();
-  auto ar = make_mpi_allreduce(MPI_COMM_WORLD, *cpu, 1 << 20);
+  auto ar = make_mpi_allreduce(MPI_COMM_WORLD, *cpu, 1 << 20, max_count);
   EXPECT_EQ(ar->name(), "mpi");
-  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{(1 << 20) - 3}}) {
+  for (std::size_t n : sizes) {
     DeviceBuffer<float> buf(*cpu, n);
     std::vector<float> host(n);
     // Small integers: every partial sum is exact, whatever order MPI adds in.
@@ -44,8 +47,19 @@ TEST(MpiAllreduce, SumsRankDependentData) {
       if (host[i] != want && bad++ == 0)
         ADD_FAILURE() << "n " << n << " element " << i << " is " << host[i] << ", expected " << want;
     }
-    EXPECT_EQ(bad, 0u) << "n " << n;
+    EXPECT_EQ(bad, 0u) << "n " << n << ", max_count " << max_count;
   }
+}
+
+TEST(MpiAllreduce, SumsRankDependentData) {
+  check_mpi_sums(INT_MAX, {1, 7, 1000, (1 << 20) - 3});
+}
+
+// Sums past the count limit go as several MPI_Iallreduce calls (an MPI count is an int): a
+// lowered limit splits 2500 floats into 1000 + 1000 + 500, every element still summed once.
+TEST(MpiAllreduce, SumsPastTheCountLimitInPieces) {
+  check_mpi_sums(1000, {999, 1000, 1001, 2500});
+  EXPECT_THROW(make_mpi_allreduce(MPI_COMM_WORLD, *make_cpu_backend(), 16, 0), InputError);
 }
 
 const std::vector<std::string> kLayers = {"conv filters=4 kernel=3 pad=1", "relu", "maxpool kernel=2",

@@ -6,6 +6,7 @@
 // host buffers: `--allreduce mpi`), and NCCL on device memory (`--allreduce nccl`, Horovod/DDP style).
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -46,10 +47,13 @@ class GradientAllreduce {
 
 /// MPI_Allreduce over `comm`; stages through host memory when the backend is a GPU: a pinned
 /// staging buffer of `max_floats` floats (ignored on the CPU backend), the largest n that
-/// allreduce_sum then takes. The communicator is borrowed and must outlive the object. Throws
-/// LibraryError when the staging buffer cannot be allocated.
+/// allreduce_sum then takes. A sum of n floats is posted as ceil(n / max_count) MPI_Iallreduce
+/// calls of at most `max_count` floats (an MPI count is an int: default INT_MAX; lower only to
+/// test the split). The communicator is borrowed and must outlive the object. Throws InputError
+/// for max_count outside [1, INT_MAX], LibraryError when the staging buffer cannot be allocated.
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
-                                                      std::size_t max_floats);
+                                                      std::size_t max_floats,
+                                                      std::size_t max_count = INT_MAX);
 
 /// ncclAllReduce over the ranks of `comm` (unique id broadcast with MPI), on its own stream.
 /// Collective over `comm`. Throws Error when built without CUDA or when `backend` is not a CUDA
