@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -295,8 +296,12 @@ po::parsed_options parse_job_file(const std::string& path, const po::options_des
   namespace fs = std::filesystem;
   DT_REQUIRE(fs::exists(path), "job file '" + path + "' does not exist");
   DT_REQUIRE(fs::is_regular_file(path), "job file '" + path + "' is not a regular file");
-  std::ifstream in(path);
-  DT_REQUIRE(in.good(), "job file '" + path + "' cannot be read");
+  std::ifstream file(path, std::ios::binary);
+  DT_REQUIRE(file.good(), "job file '" + path + "' cannot be read");
+  std::stringstream in;
+  in << file.rdbuf();
+  // A UTF-8 byte-order mark (some Windows editors write one) is not part of the first line.
+  if (in.str().rfind("\xEF\xBB\xBF", 0) == 0) in.seekg(3);
   po::parsed_options parsed(&desc);
   try {
     parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
@@ -339,8 +344,15 @@ ParseResult parse_config(int argc, const char* const* argv) {
   }
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run(),
-              vm);
+    const po::parsed_options parsed =
+        po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run();
+    // A word that is no option's value (a misspelt subcommand, a stray token) would be dropped.
+    for (const po::option& o : parsed.options)
+      if (o.position_key >= 0)
+        throw InputError("command line: unexpected argument '" +
+                         (o.value.empty() ? o.string_key : o.value.front()) +
+                         "' (usage: dtrain [train | predict] --option value ...; see dtrain --help)");
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
   }
@@ -415,13 +427,14 @@ void validate_config(const Config& c) {
       throw InputError("option --" + opt + ": invalid value '" + v + "' (expected " + list + ")");
     }
   };
+  // Both refuse NaN and infinity too: a number the run could not use.
   auto positive = [](const std::string& opt, double v) {
-    if (!(v > 0))
-      throw InputError("option --" + opt + ": must be > 0, got " + to_text(v));
+    if (!(v > 0) || !std::isfinite(v))
+      throw InputError("option --" + opt + ": must be a finite number > 0, got " + to_text(v));
   };
   auto non_negative = [](const std::string& opt, double v) {
-    if (!(v >= 0))
-      throw InputError("option --" + opt + ": must be >= 0, got " + to_text(v));
+    if (!(v >= 0) || !std::isfinite(v))
+      throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
   };
   if (!c.synthetic.empty()) {
     (void)parse_synthetic(c.synthetic);  // InputError naming --synthetic
@@ -440,6 +453,14 @@ void validate_config(const Config& c) {
   } else if (c.command == "train") {
     DT_REQUIRE(!c.train_data.empty(),
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
+  }
+  if (c.command == "train") {
+    for (const auto& [opt, v] : {std::pair<const char*, const std::string&>{"checkpoint", c.checkpoint},
+                                 {"data", c.data}, {"out", c.out}})
+      DT_REQUIRE(v.empty(), std::string("option --") + opt + " '" + v +
+                                "': belongs to `dtrain predict`, and this is a training run (did "
+                                "you mean `dtrain predict ...`? a training run resumes from its "
+                                "--run-dir with --resume)");
   }
   if (c.command == "predict") {
     DT_REQUIRE(!c.checkpoint.empty(), "dtrain predict: option --checkpoint is required");
@@ -472,6 +493,8 @@ void validate_config(const Config& c) {
                  to_text(c.target_accuracy));
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
+  DT_REQUIRE(c.momentum < 1, "option --momentum: must be in [0, 1) (the velocity would grow "
+                             "without bound), got " + to_text(c.momentum));
   non_negative("weight-decay", c.weight_decay);
   DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
              "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
@@ -487,6 +510,9 @@ void validate_config(const Config& c) {
   positive("lr-gamma", c.lr_gamma);
   non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
   non_negative("lr-min", c.lr_min);
+  DT_REQUIRE(c.lr_schedule != "cosine" || c.lr_min <= c.lr,
+             "option --lr-min: the cosine schedule decays from --lr (" + to_text(c.lr) +
+                 ") down to --lr-min, which must not exceed it; got " + to_text(c.lr_min));
   DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
   DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
   positive("adam-epsilon", c.adam_epsilon);

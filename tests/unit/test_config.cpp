@@ -205,6 +205,45 @@ TEST_F(ConfigTest, NonPositiveSizes) {
   }
 }
 
+TEST_F(ConfigTest, InfiniteValuesAreRefusedLikeNaN) {
+  for (const char* opt : {"--lr", "--momentum", "--weight-decay", "--lr-min", "--timeout"}) {
+    SCOPED_TRACE(opt);
+    const std::string msg = error_of(base({opt, "inf"}));
+    EXPECT_MENTIONS(msg, opt);
+    EXPECT_MENTIONS(msg, "finite");
+  }
+}
+
+TEST_F(ConfigTest, MomentumBelowOneAndLrMinAtMostLr) {
+  EXPECT_MENTIONS(error_of(base({"--momentum", "1.5"})), "option --momentum: must be in [0, 1)");
+  EXPECT_MENTIONS(error_of(base({"--momentum", "1"})), "--momentum");
+  EXPECT_EQ(parse(base({"--momentum", "0.99"})).config.momentum, 0.99f);
+  const std::string msg = error_of(base({"--lr", "0.5", "--lr-schedule", "cosine", "--lr-min", "1"}));
+  EXPECT_MENTIONS(msg, "option --lr-min");
+  EXPECT_MENTIONS(msg, "must not exceed");
+  // Only the cosine schedule decays to --lr-min.
+  EXPECT_EQ(parse(base({"--lr", "0.5", "--lr-min", "1"})).config.lr_min, 1.0f);
+}
+
+TEST_F(ConfigTest, StrayArgumentsAndPredictOptionsInTrainingAreRefused) {
+  std::vector<std::string> typo = base();
+  typo.insert(typo.begin(), "predcit");  // a misspelt subcommand must not start a training run
+  EXPECT_MENTIONS(error_of(typo), "unexpected argument 'predcit'");
+  EXPECT_MENTIONS(error_of(base({"extra_token"})), "unexpected argument 'extra_token'");
+  for (const char* opt : {"--checkpoint", "--data", "--out"}) {
+    SCOPED_TRACE(opt);
+    const std::string msg = error_of(base({opt, "x.h5"}));
+    EXPECT_MENTIONS(msg, std::string("option ") + opt + " 'x.h5'");
+    EXPECT_MENTIONS(msg, "dtrain predict");
+  }
+}
+
+TEST_F(ConfigTest, AJobFileWithAUtf8ByteOrderMarkReads) {
+  const std::string ini = write_ini("\xEF\xBB\xBF[data]\ntrain-data = t.h5\n[model]\nlayer = dense\n");
+  const ParseResult r = parse({"--config", ini});
+  EXPECT_EQ(r.config.train_data, "t.h5");
+}
+
 TEST_F(ConfigTest, UnknownEnumValues) {
   std::string msg = error_of(base({"--mode", "fast"}));
   EXPECT_MENTIONS(msg, "--mode");
