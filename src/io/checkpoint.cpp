@@ -167,7 +167,7 @@ std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir
 
 void check_checkpoint_compatible(const CheckpointState& s, const std::string& path,
                                  const std::string& model_signature, const std::string& mode,
-                                 std::size_t param_count) {
+                                 std::size_t param_count, const std::string& optimizer) {
   const std::string where = "checkpoint '" + path + "'";
   if (s.model_signature != model_signature) {
     std::istringstream a(s.model_signature), b(model_signature);
@@ -190,6 +190,34 @@ void check_checkpoint_compatible(const CheckpointState& s, const std::string& pa
              where + ": holds " + std::to_string(s.params.size()) + " parameters, the model has " +
                  std::to_string(param_count));
   DT_REQUIRE(s.m.empty() || s.m.size() == param_count, where + ": optimizer state size mismatch");
+  if (!optimizer.empty()) {
+    // The effective configuration the checkpoint carries has an "optimizer = NAME" line.
+    std::istringstream ini(s.config);
+    for (std::string line; std::getline(ini, line);) {
+      const std::string key = "optimizer = ";
+      if (line.rfind(key, 0) != 0) continue;
+      const std::string written = line.substr(key.size());
+      DT_REQUIRE(written == optimizer,
+                 where + " was written with --optimizer " + written +
+                     ", this run uses --optimizer " + optimizer +
+                     " (its optimizer state does not carry over: resume with --optimizer " +
+                     written + ", or start a new --run-dir)");
+      break;
+    }
+  }
+}
+
+std::vector<std::string> run_outputs(const std::string& run_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "results.json" || name == "metrics.csv" || name == "config.ini" ||
+        name == "timeline.json" || name.rfind("events.out.tfevents.", 0) == 0)
+      found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
 void prepare_run_dir(const std::string& run_dir) {

@@ -120,6 +120,15 @@ int run_predict(const Config& c) {
     DT_REQUIRE(!fs::exists(c.out) && !fs::is_symlink(c.out),
                "option --out: '" + c.out + "' already exists; dtrain predict never overwrites a "
                "file (remove it or choose another --out)");
+    {  // its folder must exist and take new files: found now, not after scoring every sample
+      const fs::path dir = fs::path(c.out).parent_path().empty() ? fs::path(".")
+                                                                 : fs::path(c.out).parent_path();
+      DT_REQUIRE(fs::is_directory(dir), "option --out: '" + c.out + "': its directory '" +
+                                            dir.string() + "' does not exist");
+      DT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0,
+                 "option --out: '" + c.out + "': its directory '" + dir.string() +
+                     "' is not writable");
+    }
     ckpt = read_checkpoint(c.checkpoint);
     std::string input;
     checkpoint_input(ckpt, c.checkpoint, input, classes);

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -151,25 +152,42 @@ void acquire_resources(const Config& c, Job& job) {
     if (!job.cluster->is_chief()) return;
     prepare_run_dir(c.run_dir);
     const auto existing = list_checkpoints(c.run_dir);
+    const std::vector<std::string> outputs = run_outputs(c.run_dir);
+    std::string listed;  // "metrics.csv, config.ini"
+    for (const std::string& o : outputs) listed += (listed.empty() ? "" : ", ") + o;
+    const bool finished = std::find(outputs.begin(), outputs.end(), "results.json") != outputs.end();
     if (c.resume) {
       job.resume = load_latest_checkpoint(c.run_dir);
       if (job.resume)
         // Name the checkpoint actually read: a corrupt newer one may have been skipped.
         check_checkpoint_compatible(*job.resume, checkpoint_path(c.run_dir, job.resume->global_step),
-                                    job.signature, std::string(to_string(c.mode)), job.param_count);
+                                    job.signature, std::string(to_string(c.mode)), job.param_count,
+                                    c.optimizer);
       else if (!existing.empty())
         // Every checkpoint failed to verify (each was reported above): starting over would bury
         // them under new ones, so refuse and leave the run dir as it is.
         throw InputError("--resume: none of the " + std::to_string(existing.size()) +
                          " checkpoints in '" + c.run_dir + "' verifies (newest: '" +
                          existing.front() + "'; see the warnings above); nothing was overwritten");
+      else if (finished)
+        // A finished run without checkpoints: nothing to continue, and starting over would
+        // replace its results.
+        throw InputError("--resume: '" + c.run_dir + "' holds a finished run (" + listed +
+                         ") but no checkpoint to continue from; choose another --run-dir "
+                         "(nothing was overwritten)");
       else
-        log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch");
+        // A run stopped before its first checkpoint (a requeued Slurm job): start it again.
+        log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
+                 (outputs.empty() ? std::string()
+                                  : " (its " + listed + " stay; metrics.csv keeps the earlier "
+                                    "attempt's rows before the new ones)"));
     } else {
-      DT_REQUIRE(existing.empty() && !fs::exists(fs::path(c.run_dir) / "results.json"),
-                 "option --run-dir: '" + c.run_dir +
-                     "' already holds a run (checkpoints or results.json); pass --resume to "
-                     "continue it or choose another --run-dir (nothing was overwritten)");
+      DT_REQUIRE(existing.empty() && outputs.empty(),
+                 "option --run-dir: '" + c.run_dir + "' already holds a run (" +
+                     (existing.empty() ? "" : std::to_string(existing.size()) + " checkpoint(s)" +
+                                                  std::string(outputs.empty() ? "" : ", ")) +
+                     listed + "); pass --resume to continue it or choose another --run-dir "
+                     "(nothing was overwritten)");
     }
   });
   job.cluster->set_devices(job.device_name);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/cli/test_bad_input.sh — bad input through the dtrain binary under `mpiexec -n 3` (and once
 # without mpiexec): missing / non-HDF5 / malformed datasets, out-of-range and negative labels, an
-# unknown layer type, bad option values, an unknown job-file key, impossible ps counts and a run dir
-# that is a regular file. Each must exit non-zero within the deadline (never hang: every run is
-# wrapped in `timeout 60`, and exit 124 counts as a failure), print exactly ONE `dtrain: error:`
-# message (the ranks agree, they do not all report), and name the file / option at fault.
+# unknown layer type, bad option values, an unknown job-file key, impossible ps counts, a run dir
+# that is a regular file, a stray word or misspelt subcommand, a run dir holding a run's outputs
+# without checkpoints, and --resume of a finished run without checkpoints. Each must exit non-zero
+# within the deadline (never hang: every run is wrapped in `timeout 60`, and exit 124 counts as a
+# failure), print exactly ONE `dtrain: error:` message (the ranks agree, they do not all report),
+# and name the file / option at fault.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -46,4 +48,22 @@ expect_error 3 "--ps-chunk-kb" "${JOB[@]}" "${GOOD[@]}" --ps-chunk-kb 0
 expect_error 3 "--run-dir|$SCRATCH/run_dir_file" --config "$SCRATCH/job.ini" "${GOOD[@]}" --run-dir "$SCRATCH/run_dir_file"
 [[ -f $SCRATCH/run_dir_file && $(cat "$SCRATCH/run_dir_file") == "not a directory" ]] || fail "the run-dir file was touched"
 [[ ! -e $SCRATCH/run ]] || fail "a failed start created a run dir: $(ls -R "$SCRATCH/run")"
+# A misspelt subcommand or a stray word is an error, not a training run into the job's run dir.
+expect_error 3 "unexpected argument 'predcit'" predcit "${JOB[@]}" "${GOOD[@]}"
+expect_error 3 "option --checkpoint|dtrain predict" "${JOB[@]}" "${GOOD[@]}" --checkpoint x.h5
+[[ ! -e $SCRATCH/run ]] || fail "a refused command line created a run dir"
+# A run dir holding a run's outputs but no checkpoint (a run that crashed before its first one,
+# or files of the user's own) is refused, and not a byte of them changes.
+mkdir -p "$SCRATCH/held"
+echo "the user's own config" >"$SCRATCH/held/config.ini"
+echo "a,b" >"$SCRATCH/held/metrics.csv"
+expect_error 3 "already holds a run|config.ini, metrics.csv" "${GOOD[@]}" --config "$SCRATCH/job.ini" --run-dir "$SCRATCH/held"
+[[ $(cat "$SCRATCH/held/config.ini") == "the user's own config" && $(cat "$SCRATCH/held/metrics.csv") == "a,b" ]] ||
+  fail "a refused run changed the files in its run dir"
+# --resume of a finished run without checkpoints: nothing to continue, its results are kept.
+mkdir -p "$SCRATCH/finished"
+echo '{"test_accuracy": 0.5}' >"$SCRATCH/finished/results.json"
+expect_error 3 "--resume|holds a finished run|results.json" "${GOOD[@]}" --config "$SCRATCH/job.ini" --run-dir "$SCRATCH/finished" --resume
+[[ $(cat "$SCRATCH/finished/results.json") == '{"test_accuracy": 0.5}' && $(ls "$SCRATCH/finished") == results.json ]] ||
+  fail "--resume of a finished run changed its run dir: $(ls "$SCRATCH/finished")"
 echo "PASS ($cases cases)"

@@ -84,6 +84,11 @@ expect_error 2 "--out|$SCRATCH/e3.h5|already exists" predict --config "$SCRATCH/
   --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/e3.h5"
 [[ $last_rc -eq 2 ]] || fail "exit $last_rc, want 2"
 [[ $(cat "$SCRATCH/e3.h5") == "keep me" ]] || fail "the existing output was overwritten"
+# --out in a folder that does not exist: named at set-up (input, exit 2), not an HDF5 failure
+# after scoring.
+expect_error 2 "--out|$SCRATCH/no_such_dir/e4.h5|does not exist" predict --config "$SCRATCH/job.ini" \
+  --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/no_such_dir/e4.h5"
+[[ $last_rc -eq 2 ]] || fail "exit $last_rc for --out in a missing folder, want 2"
 [[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 ]] || fail "a refused predict wrote its output"
 ! ls "$SCRATCH"/*.tmp 2>/dev/null || fail "a temporary file was left behind"
 

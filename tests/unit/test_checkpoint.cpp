@@ -245,6 +245,23 @@ TEST_F(CheckpointTest, CompatibilityChecksNameTheFile) {
   }
 }
 
+TEST_F(CheckpointTest, ResumingWithAnotherOptimizerIsRefused) {
+  CheckpointState s = state(1);
+  s.config = "# effective dtrain configuration\n[optimizer]\noptimizer = momentum\nlr = 0.1\n";
+  const std::string path = dir_ + "/ckpt-0000000001.h5";
+  EXPECT_NO_THROW(check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size(),
+                                              "momentum"));
+  // predict passes no optimizer: any checkpoint's parameters score the same.
+  EXPECT_NO_THROW(check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size()));
+  try {
+    check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size(), "adam");
+    ADD_FAILURE() << "a momentum checkpoint resumed with adam";
+  } catch (const InputError& e) {
+    EXPECT_MENTIONS(e.what(), path);
+    EXPECT_MENTIONS(e.what(), "written with --optimizer momentum, this run uses --optimizer adam");
+  }
+}
+
 TEST_F(CheckpointTest, PrepareRunDir) {
   const std::string nested = dir_ + "/a/b/run";
   prepare_run_dir(nested);

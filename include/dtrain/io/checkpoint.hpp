@@ -72,13 +72,20 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir);
 
 /// Throws InputError naming `path` when the checkpoint does not fit this run: another model
-/// signature (the first differing layer is quoted), another mode, or a parameter count mismatch.
+/// signature (the first differing layer is quoted), another mode, a parameter count mismatch, or
+/// — when `optimizer` is given (resuming a training run) — another --optimizer than the one its
+/// config records (the optimizer state m, v would not mean what this run's update expects).
 void check_checkpoint_compatible(const CheckpointState& s, const std::string& path,
                                  const std::string& model_signature, const std::string& mode,
-                                 std::size_t param_count);
+                                 std::size_t param_count, const std::string& optimizer = "");
 
 /// Makes sure run_dir exists (creating it) and is a writable directory; throws InputError naming
 /// it otherwise (a regular file, no permission).
 void prepare_run_dir(const std::string& run_dir);
+
+/// The files of a run's outputs other than checkpoints present in run_dir, by name, sorted:
+/// results.json, metrics.csv, config.ini, timeline.json, events.out.tfevents.* (a run that
+/// crashed before its first checkpoint leaves some of them). Empty when run_dir does not exist.
+std::vector<std::string> run_outputs(const std::string& run_dir);
 
 }  // namespace dtrain
