@@ -42,4 +42,9 @@ std::string format_error(const std::string& what, const char* file, int line) {
   return error_prefix() + what + " (" + file + ":" + std::to_string(line) + ")";
 }
 
+std::string without_error_prefix(const std::string& msg) {
+  const std::string prefix = error_prefix();
+  return !prefix.empty() && msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
+}
+
 }  // namespace dtrain

@@ -43,7 +43,7 @@ class LayerArgs {
     try {
       return f();
     } catch (const InputError& e) {
-      fail(e.what());
+      fail(without_error_prefix(e.what()));  // fail() adds the rank prefix once
     }
   }
 

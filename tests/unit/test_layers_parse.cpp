@@ -166,6 +166,19 @@ TEST_F(LayerParse, ImpossibleShapesNameTheLine) {
                {"layer 'conv filters=4 kernel=9'", "kernel 9 is larger", "2x1x5x5"});
 }
 
+TEST_F(LayerParse, AShapeErrorNamesTheRankOnce) {
+  set_error_context("rank 7 worker 6 host");  // as main() does
+  try {
+    (void)make("conv filters=4 kernel=9", Shape{2, 1, 5, 5});
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("[rank 7 worker 6 host] layer 'conv filters=4 kernel=9': ", 0), 0u) << msg;
+    EXPECT_EQ(msg.find("[rank 7", 1), std::string::npos) << "the rank is named twice: " << msg;
+  }
+  set_error_context("");
+}
+
 TEST_F(LayerParse, PoolKernelLargerThanInput) {
   expect_error("maxpool kernel=4", Shape{2, 3, 3, 3},
                {"layer 'maxpool kernel=4'", "kernel 4 is larger", "2x3x3x3"});

@@ -74,6 +74,9 @@ std::string error_prefix();
 
 /// Formats "<prefix>what (file:line)". Used by the DT_* macros.
 std::string format_error(const std::string& what, const char* file, int line);
+/// `msg` without the error_prefix() it starts with (unchanged otherwise): for an error rethrown
+/// with more context, so that the message names the rank once.
+std::string without_error_prefix(const std::string& msg);
 
 }  // namespace dtrain
 
