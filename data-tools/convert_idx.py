@@ -12,16 +12,22 @@ random batches), `labels` int64 N, root attributes `mean`/`std` (float32, per ch
 computed from the images unless --mean-std-from names a file to copy them from), `num_classes`
 (number of class names, else max(label)+1) and `class_names` when known.
 
-Each output is written to a temporary name in the same directory, checked against the schema
-(h5info.validate), then renamed: an interrupted run never leaves a half-written file. An existing
-output is never replaced without --force. IDX magic numbers, dimensions and sizes are validated.
-Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage.
+All inputs are read and checked (IDX magic numbers, dimensions, sizes, labels against the class
+names) before anything is written; no output directory is created for bad input. Each output is
+written to a temporary name in its directory, checked against the schema (h5info.validate), and the
+outputs are renamed only when all of them are complete (--fashion-mnist: train.h5 and test.h5
+together): a failed or interrupted run (SIGINT, SIGTERM, SIGHUP) never leaves a half-written file
+or only one of the splits. An existing output is never replaced without --force.
+Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage, 128+N killed by
+signal N (130: interrupted).
 Run with Debian's interpreter: /usr/bin/python3 convert_idx.py ...
 """
 
 import argparse
 import gzip
+import math
 import os
+import signal
 import sys
 
 import h5py
@@ -77,7 +83,7 @@ def read_idx(path):
         raise ConvertError(f"{path}: truncated IDX header")
     dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
     dtype = np.dtype(IDX_DTYPES[code])
-    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = header + math.prod(dims) * dtype.itemsize  # Python ints: no overflow
     if len(data) != expected:
         raise ConvertError(f"{path}: size {len(data)} bytes does not match its header "
                            f"(dims {dims}, {dtype.itemsize}-byte values: expected {expected} bytes)")
@@ -100,7 +106,19 @@ def load_split(images_path, labels_path):
                            f"{labels.shape[0]} labels")
     if images.shape[0] == 0:
         raise ConvertError(f"{images_path}: zero images")
+    if labels.min() < 0:
+        i = int(np.argmin(labels))
+        raise ConvertError(f"{labels_path}: label {labels[i]} at index {i}, expected labels >= 0")
     return images[:, None, :, :], labels.astype(np.int64)
+
+
+def num_classes_of(labels_path, labels, class_names):
+    """len(class_names), else max(label)+1; labels must lie below it (load_split checked >= 0)."""
+    num_classes = len(class_names) if class_names else int(labels.max()) + 1
+    if labels.max() >= num_classes:
+        raise ConvertError(f"{labels_path}: labels span [{labels.min()}, {labels.max()}] but there are "
+                           f"{num_classes} class names")
+    return num_classes
 
 
 def mean_std(images, rows=4096):
@@ -118,6 +136,8 @@ def mean_std(images, rows=4096):
 
 def mean_std_from(path):
     """Reads the mean/std attributes of an existing schema file."""
+    if not os.path.isfile(path):
+        raise ConvertError(f"{path}: " + ("is a directory" if os.path.isdir(path) else "no such file"))
     try:
         with h5py.File(path, "r") as f:
             if "mean" not in f.attrs or "std" not in f.attrs:
@@ -138,24 +158,31 @@ def parse_class_names(spec):
     return names
 
 
-def check_writable(out, force):
-    """Refuses an existing output unless force; ensures the directory exists."""
+def check_output(out, force):
+    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
+    if os.path.isdir(out):
+        raise ConvertError(f"cannot write {out}: it is a directory")
     if os.path.exists(out) and not force:
         raise ConvertError(f"{out}: exists; not overwriting (use --force)")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    parent = os.path.dirname(out) or "."
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        raise ConvertError(f"cannot write {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConvertError(f"cannot write {out}: {parent} is not writable")
 
 
-def write_schema_file(out, images, labels, mean, std, class_names, force):
-    """Writes one split to `out` via a temporary file that is validated, then renamed."""
-    check_writable(out, force)
-    num_classes = len(class_names) if class_names else int(labels.max()) + 1
-    if labels.min() < 0 or labels.max() >= num_classes:
-        raise ConvertError(f"{out}: labels span [{labels.min()}, {labels.max()}] but there are "
-                           f"{num_classes} class names")
-    if mean.size not in (1, images.shape[1]) or std.size != mean.size:
-        raise ConvertError(f"{out}: mean/std have {mean.size}/{std.size} values for {images.shape[1]} channels")
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+def temp_name(out):
+    """The hidden temporary file beside `out` that is written first and renamed to `out`."""
+    return os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+
+
+def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
+    """Writes one split to its temporary file `tmp` (creating the directory) and checks it against
+    the schema; the caller renames it to `out` or removes it."""
     try:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
         with h5py.File(tmp, "w") as f:
             chunks = (min(CHUNK_SAMPLES, images.shape[0]),) + images.shape[1:]
             f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks)
@@ -168,15 +195,39 @@ def write_schema_file(out, images, labels, mean, std, class_names, force):
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         h5info.validate(tmp, scan_pixels=False)
-        if os.path.exists(out) and not force:  # appeared while we were writing
-            raise ConvertError(f"{out}: exists; not overwriting (use --force)")
-        os.replace(tmp, out)
     except h5info.SchemaError as e:
         raise ConvertError(f"{out}: written file fails the schema check: {e}") from None
+    except OSError as e:
+        raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
+
+
+def write_outputs(splits, mean, std, class_names, force):
+    """splits: [(out, images, labels, num_classes)]. Every split goes to a temporary file first;
+    all are renamed only when all were written, and the temporaries are removed on any error or
+    interruption."""
+    for out, images, _, _ in splits:
+        if mean.size not in (1, images.shape[1]) or std.size != mean.size:
+            raise ConvertError(f"{out}: mean/std have {mean.size}/{std.size} values for "
+                               f"{images.shape[1]} channels")
+    tmps = [temp_name(out) for out, *_ in splits]
+    try:
+        for tmp, (out, images, labels, num_classes) in zip(tmps, splits):
+            write_temp(out, tmp, images, labels, mean, std, num_classes, class_names)
+        for out, *_ in splits:  # appeared while we were writing
+            check_output(out, force)
+        for tmp, (out, *_) in zip(tmps, splits):
+            try:
+                os.replace(tmp, out)
+            except OSError as e:
+                raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return num_classes
+        for tmp in tmps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    for out, images, _, num_classes in splits:
+        print(f"convert_idx.py: wrote {out}: {images.shape[0]} samples "
+              f"{'×'.join(map(str, images.shape[1:]))} uint8, {num_classes} classes, "
+              f"mean {mean.tolist()} std {std.tolist()}")
 
 
 def find_idx(directory, stem):
@@ -188,18 +239,23 @@ def find_idx(directory, stem):
 
 
 def convert_fashion_mnist(src, out_dir, force):
-    """Writes out_dir/train.h5 and out_dir/test.h5; mean/std of the training set go to both."""
+    """Writes out_dir/train.h5 and out_dir/test.h5 (both or neither); mean/std of the training set
+    go to both."""
     outs = {split: os.path.join(out_dir, split + ".h5") for split in FASHION_FILES}
     for out in outs.values():
-        check_writable(out, force)  # refuse before converting anything
-    splits = {split: load_split(find_idx(src, img), find_idx(src, lab))
-              for split, (img, lab) in FASHION_FILES.items()}
-    mean, std = mean_std(splits["train"][0])
-    for split, (images, labels) in splits.items():
-        k = write_schema_file(outs[split], images, labels, mean, std, CLASS_NAMES["fashion"], force)
-        print(f"convert_idx.py: wrote {outs[split]}: {images.shape[0]} samples "
-              f"{'×'.join(map(str, images.shape[1:]))} uint8, {k} classes, "
-              f"mean {mean.tolist()} std {std.tolist()}")
+        check_output(out, force)  # refuse before converting anything
+    splits = []
+    for split, (img, lab) in FASHION_FILES.items():  # read and check both before writing either
+        images_path, labels_path = find_idx(src, img), find_idx(src, lab)
+        images, labels = load_split(images_path, labels_path)
+        k = num_classes_of(labels_path, labels, CLASS_NAMES["fashion"])
+        splits.append((outs[split], images, labels, k))
+    mean, std = mean_std(splits[0][1])
+    write_outputs(splits, mean, std, CLASS_NAMES["fashion"], force)
+
+
+def _exit_on_signal(signo, _frame):
+    raise SystemExit(128 + signo)  # unwinds through the finally blocks that remove temporaries
 
 
 def main(argv=None):
@@ -218,6 +274,8 @@ def main(argv=None):
     parser.add_argument("--out-dir", metavar="DIR", help="output directory for --fashion-mnist")
     parser.add_argument("--force", action="store_true", help="replace existing outputs")
     args = parser.parse_args(argv)
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, _exit_on_signal)
 
     try:
         if args.fashion_mnist:
@@ -227,18 +285,19 @@ def main(argv=None):
             return 0
         if not (args.images and args.labels and args.out):
             parser.error("need --images, --labels and --out (or --fashion-mnist DIR --out-dir DIR)")
-        check_writable(args.out, args.force)
+        check_output(args.out, args.force)
         class_names = parse_class_names(args.class_names)
         images, labels = load_split(args.images, args.labels)
+        k = num_classes_of(args.labels, labels, class_names)
         mean, std = mean_std_from(args.mean_std_from) if args.mean_std_from else mean_std(images)
-        k = write_schema_file(args.out, images, labels, mean, std, class_names, args.force)
-        print(f"convert_idx.py: wrote {args.out}: {images.shape[0]} samples "
-              f"{'×'.join(map(str, images.shape[1:]))} uint8, {k} classes, "
-              f"mean {mean.tolist()} std {std.tolist()}")
+        write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0
     except ConvertError as e:
         print(f"convert_idx.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("convert_idx.py: interrupted; no output written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

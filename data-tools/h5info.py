@@ -164,10 +164,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Exit status 0: all valid; 1: a schema violation; 2: usage.")
     parser.add_argument("files", nargs="+", metavar="FILE", help="dataset files (.h5)")
-    parser.add_argument("--expected-classes", type=int, default=None,
-                        help="also require labels < K (the training set's num_classes)")
+    parser.add_argument("--expected-classes", type=int, default=None, metavar="K",
+                        help="also require labels < K (the training set's num_classes, K >= 1)")
     parser.add_argument("--no-pixels", action="store_true", help="skip the pixel scan (fast)")
     args = parser.parse_args(argv)
+    if args.expected_classes is not None and args.expected_classes < 1:
+        parser.error(f"--expected-classes must be >= 1 (got {args.expected_classes})")
     status = 0
     for path in args.files:
         try:

@@ -189,6 +189,21 @@ def read_like(path):
     return summary["class_names"], summary["mean"].astype(np.float32), summary["std"].astype(np.float32)
 
 
+def check_output(out, force):
+    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
+    if os.path.isdir(out):
+        raise ConvertError(f"cannot write {out}: it is a directory")
+    if os.path.exists(out) and not force:
+        raise ConvertError(f"{out}: exists; not overwriting (use --force)")
+    parent = os.path.dirname(out) or "."
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        raise ConvertError(f"cannot write {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConvertError(f"cannot write {out}: {parent} is not writable")
+
+
 def split_items(files, labels, val_fraction, seed):
     """[(path, label)] for train and test: per class, round(f·n) images (at most n − 1) drawn for test."""
     rng = np.random.default_rng(seed)
@@ -228,9 +243,12 @@ def convert(args):
     else:
         outs = [(args.out, train)]
     for out, _ in outs:
-        if os.path.exists(out) and not args.force:
-            raise ConvertError(f"{out}: exists; not overwriting (use --force)")
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        check_output(out, args.force)
+    for out, _ in outs:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        except OSError as e:
+            raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
 
     sample_bytes = channels * size[0] * size[1]
     chunk = max(1, min(CHUNK_SAMPLES, CHUNK_BYTES // sample_bytes))
@@ -263,10 +281,12 @@ def convert(args):
         for wr in writers:
             wr.finish(mean, std, class_names)
         for wr in writers:  # only now, with every output complete
-            if os.path.exists(wr.out) and not args.force:
-                raise ConvertError(f"{wr.out}: exists; not overwriting (use --force)")
+            check_output(wr.out, args.force)
         for wr in writers:
-            os.replace(wr.tmp, wr.out)
+            try:
+                os.replace(wr.tmp, wr.out)
+            except OSError as e:
+                raise ConvertError(f"cannot write {wr.out}: {e.strerror or e}") from None
     finally:
         if pool is not None:
             pool.terminate()

@@ -2,10 +2,12 @@
 """data-tools/plot_metrics.py — loss and accuracy against time (or step) of one or more dtrain runs.
 
 Usage: /usr/bin/python3 data-tools/plot_metrics.py RUN [RUN ...] [--out PLOT.png] [--x time|step]
-                                                   [--label NAME ...] [--title TEXT]
+                                                   [--label NAME ...] [--title TEXT] [--force]
 
   RUN      a run dir (holding metrics.csv) or a metrics.csv file
-  --out    the PNG to write (default: metrics.png)
+  --out    the plot to write (default: metrics.png); its extension picks the format (png, pdf, svg,
+           jpg, ... as matplotlib supports); without one, a PNG is written to OUT.png
+  --force  replace an existing plot (without it an existing output is an error)
   --x      time (default): the run's wall_seconds column (training time, continued across a resume);
            step: global_step
   --label  one legend name per RUN (default: the run dir's name)
@@ -15,30 +17,76 @@ ms_per_step,exposed_comm_ms (older runs: without the last two)
 with kind = train (the chief's log interval: its own minibatches) or test (the test set, after each
 epoch). Train rows are drawn as lines, test rows as markers joined by dotted lines, one colour per
 run; left: loss, right: accuracy. Runs resumed from a checkpoint repeat a few steps: rows are taken
-as they come, sorted by step. Run with Debian's /usr/bin/python3 (python3-matplotlib).
+as they come, sorted by step. A run that is still writing may end in an unfinished line (no newline
+at the end, too few fields or a cut value): that line is skipped with a warning; a bad row anywhere
+else is an error naming FILE:LINE and the column. The plot is written to a temporary file and
+renamed. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage.
+Run with Debian's /usr/bin/python3 (python3-matplotlib).
 """
 import argparse
 import csv
+import io
 import os
+import signal
 import sys
+
+NEED = ("kind", "global_step", "wall_seconds", "loss", "accuracy")
+
+
+def error(msg):
+    sys.exit(f"plot_metrics.py: error: {msg}")
+
+
+def parse_row(row, col):
+    """(step, wall_seconds, loss, accuracy) of one train/test row; raises ValueError naming the
+    column that is not a number."""
+    values = []
+    for name, conv in (("global_step", int), ("wall_seconds", float), ("loss", float),
+                       ("accuracy", float)):
+        try:
+            values.append(conv(row[col[name]]))
+        except ValueError:
+            raise ValueError(f"column '{name}' is {row[col[name]]!r}, expected "
+                             f"{'an integer' if conv is int else 'a number'}") from None
+    return tuple(values)
 
 
 def read_metrics(path):
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.csv")
     if not os.path.isfile(path):
-        sys.exit(f"plot_metrics.py: error: no metrics.csv at '{path}'")
+        error(f"no metrics.csv at '{path}'")
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8-sig")
+    except OSError as e:
+        error(f"{path}: cannot read: {e.strerror or e}")
+    except UnicodeDecodeError:
+        error(f"{path}: not a text CSV file (not UTF-8); expected dtrain's metrics.csv")
     rows = {"train": [], "test": []}
-    with open(path, newline="") as f:
-        rd = csv.DictReader(f)
-        need = {"kind", "global_step", "wall_seconds", "loss", "accuracy"}
-        if not rd.fieldnames or not need.issubset(rd.fieldnames):
-            sys.exit(f"plot_metrics.py: error: {path}: columns {rd.fieldnames}, need {sorted(need)}")
-        for r in rd:
-            if r["kind"] not in rows:
+    rd = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(rd, [])
+        col = {name: header.index(name) for name in NEED if name in header}
+        if len(col) < len(NEED):
+            error(f"{path}: columns {header}, need {sorted(NEED)}")
+        unfinished = not text.endswith(("\n", "\r"))  # the run may still be writing its last line
+        for row in rd:
+            if not row:
                 continue
-            rows[r["kind"]].append((int(r["global_step"]), float(r["wall_seconds"]),
-                                    float(r["loss"]), float(r["accuracy"])))
+            try:
+                if len(row) <= max(col.values()):
+                    raise ValueError(f"{len(row)} fields, but the header has {len(header)} (a short row)")
+                if row[col["kind"]] in rows:
+                    rows[row[col["kind"]]].append(parse_row(row, col))
+            except ValueError as e:
+                if unfinished and rd.line_num == text.count("\n") + 1:
+                    print(f"plot_metrics.py: warning: {path}:{rd.line_num}: skipping the unfinished "
+                          f"last line ({e}; the run is still writing?)", file=sys.stderr)
+                    continue
+                error(f"{path}:{rd.line_num}: {e}")
+    except csv.Error as e:
+        error(f"{path}:{rd.line_num}: not CSV: {e}")
     for k in rows:
         rows[k].sort()
     if not rows["train"] and not rows["test"]:
@@ -46,21 +94,55 @@ def read_metrics(path):
     return path, rows
 
 
+def check_output(out, force):
+    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
+    if os.path.isdir(out):
+        error(f"cannot write {out}: it is a directory")
+    if os.path.exists(out) and not force:
+        error(f"{out}: exists; not overwriting (use --force)")
+    parent = os.path.dirname(out) or "."
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        error(f"cannot write {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        error(f"cannot write {out}: {parent} is not writable")
+
+
+def _exit_on_signal(signo, _frame):
+    raise SystemExit(128 + signo)  # unwinds through the finally that removes the temporary
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--out", default="metrics.png")
+    ap.add_argument("--out", default="metrics.png",
+                    help="the plot to write (default: metrics.png); its extension picks the format "
+                    "(png, pdf, svg, ...); without an extension a PNG is written to OUT.png")
     ap.add_argument("--x", choices=["time", "step"], default="time")
     ap.add_argument("--label", nargs="*")
     ap.add_argument("--title", default="")
+    ap.add_argument("--force", action="store_true", help="replace an existing output")
     a = ap.parse_args()
     if a.label and len(a.label) != len(a.runs):
-        sys.exit(f"plot_metrics.py: error: {len(a.label)} labels for {len(a.runs)} runs")
+        error(f"{len(a.label)} labels for {len(a.runs)} runs")
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    out, fmt = a.out, os.path.splitext(a.out)[1][1:].lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if not fmt:
+        if os.path.isdir(out):
+            error(f"cannot write {out}: it is a directory (give a file, e.g. {os.path.join(out, 'metrics.png')})")
+        out, fmt = out + ".png", "png"
+    elif fmt not in formats:
+        ap.error(f"--out {a.out}: unknown plot format '.{fmt}' (supported: {', '.join(sorted(formats))})")
+    check_output(out, a.force)
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
     xi = 1 if a.x == "time" else 0
@@ -85,10 +167,20 @@ def main():
     if a.title:
         fig.suptitle(a.title, fontsize=10)
     fig.tight_layout()
-    if os.path.dirname(a.out):
-        os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    fig.savefig(a.out, dpi=120)
-    print(f"wrote {a.out} ({len(a.runs)} runs)")
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, _exit_on_signal)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+    try:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        fig.savefig(tmp, dpi=120, format=fmt)
+        check_output(out, a.force)  # appeared while we were drawing
+        os.replace(tmp, out)
+    except OSError as e:
+        error(f"cannot write {out}: {e.strerror or e}")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    print(f"wrote {out} ({len(a.runs)} runs)")
 
 
 if __name__ == "__main__":

@@ -37,16 +37,18 @@ die() {
   echo "run_strong_scaling.sh: error: $*" >&2
   exit 2
 }
+# need_value "$@": the option in $1 must be followed by a value.
+need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --job) job=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
-    --ps) ps_list=$2; shift 2 ;;
-    --global-batch) gb=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --job) need_value "$@"; job=$2; shift 2 ;;
+    --workers) need_value "$@"; workers=$2; shift 2 ;;
+    --modes) need_value "$@"; modes=$2; shift 2 ;;
+    --ps) need_value "$@"; ps_list=$2; shift 2 ;;
+    --global-batch) need_value "$@"; gb=$2; shift 2 ;;
+    --steps) need_value "$@"; steps=$2; shift 2 ;;
+    --threads) need_value "$@"; threads=$2; shift 2 ;;
+    --out) need_value "$@"; out=$2; shift 2 ;;
     --plan) plan_only=1; shift ;;
     --no-report) report=0; shift ;;
     --) shift; break ;;
@@ -59,6 +61,10 @@ isnum() { [[ $1 =~ ^[0-9]+$ ]]; }
 isnum "$gb" && [ "$gb" -gt 0 ] || die "--global-batch '$gb' is not a positive number"
 isnum "$steps" && [ "$steps" -gt 0 ] || die "--steps '$steps' is not a positive number"
 isnum "$threads" || die "--threads '$threads' is not a number"
+[[ $workers =~ [^[:space:]] ]] || die "--workers: empty list (give worker counts, e.g. \"1 2 4\")"
+[[ $modes =~ [^[:space:]] ]] || die "--modes: empty list (give \"sync async\", sync or async)"
+[[ ! $modes =~ async ]] || [[ $ps_list =~ [^[:space:]] ]] ||
+  die "--ps: empty list, but async mode needs ps counts (e.g. \"1 2\")"
 
 # ---------------------------------------------------------------- the plan
 plan=()
@@ -82,6 +88,7 @@ for m in $modes; do
     done
   done
 done
+[ ${#plan[@]} -gt 0 ] || die "empty plan (--workers '$workers', --modes '$modes', --ps '$ps_list')"
 out=${out:-runs/scaling-$(date +%Y%m%d-%H%M%S)}
 # run_args NAME MODE PS MAX_STEPS: the dtrain options of one run (after --config JOB).
 run_args() {
@@ -150,5 +157,6 @@ for line in "${plan[@]}"; do
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
 if [ "$report" = 1 ]; then
-  "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$out/report"
+  # --force: a rerun into the same --out (to complete a sweep) regenerates the report.
+  "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$out/report" --force
 fi

@@ -2,14 +2,18 @@
 """data-tools/scaling_report.py — strong-scaling table and plot from a folder of dtrain runs.
 
 Usage: /usr/bin/python3 data-tools/scaling_report.py DIR [DIR ...] [--out PREFIX] [--time train|wall]
+                                                      [--title TEXT] [--force]
 
   DIR        folders searched recursively for results.json (one per run: data-tools/
-             run_strong_scaling.sh or slurm/submit_strong_scaling.sh make them)
+             run_strong_scaling.sh or slurm/submit_strong_scaling.sh make them); a run found
+             twice (a folder given twice, or inside another given folder) counts once
   --out      writes PREFIX.md (Markdown table), PREFIX.csv and PREFIX.png (speedup and parallel
              efficiency against workers, ideal line drawn, one line per mode / ps count; and the
              step anatomy of every run as stacked bars: data, compute, exposed communication,
              optimizer, in ms per step)
-             (default: DIR/scaling, for the first DIR)
+             (default: DIR/scaling, for the first DIR). The three are written to temporary files
+             and renamed only when all three are complete.
+  --force    replace existing outputs (without it an existing PREFIX.md/.csv/.png is an error)
   --time     which time T is: train (default) = results.json's train_seconds, the chief's time
              inside training steps (reading batches, forward/backward, gradient exchange), so
              start-up, the final evaluation and checkpoint writing are left out; wall = wall_seconds,
@@ -20,37 +24,97 @@ speedup(N) = T1 / TN and parallel efficiency(N) = T1 / (N * TN), where T1 is the
 same series (same mode and ps count); a series without a 1-worker run uses its smallest worker count
 M as the base (speedup = M * TM / TN) and says so. Several runs of the same configuration: the
 median T is used and the count shown. Runs of a series that trained on different numbers of
-samples are reported (they are not the same problem).
+samples are reported (they are not the same problem). A results.json that is not valid JSON, not an
+object, lacks a required key or has a value of the wrong type (say num_workers "three" or 0,
+train_seconds null) is skipped with a warning naming the file and the key; a bad launcher.json is
+ignored with a warning. Exit status: 0 done, 1 no usable run or an output that may not be written
+(message on stderr), 2 bad usage.
 Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
 """
 import argparse
 import csv
 import json
+import math
 import os
+import signal
 import statistics
 import sys
 
+# results.json keys the report reads: key -> (kind, minimum): "str" a non-empty string, "int" an
+# integer, "num" a number (finite where a minimum is given); optional keys may be absent or null.
+REQUIRED = {"mode": ("str", None), "num_ps": ("int", 0), "num_workers": ("int", 1),
+            "train_seconds": ("num", 0), "wall_seconds": ("num", 0)}
+OPTIONAL = {"samples": ("int", 0), "world_size": ("int", 1), "global_batch_size": ("int", 0)}
+OPTIONAL.update((k, ("num", None)) for k in (
+    "samples_per_sec", "test_accuracy", "ps_busy_fraction", "ps_optimizer_fraction",
+    "staleness_mean", "data_seconds", "compute_seconds", "exchange_seconds", "step_data_ms",
+    "step_compute_ms", "step_exposed_comm_ms", "step_optimizer_ms"))
+LAUNCHER = {k: ("num", 0) for k in ("cpu_seconds", "elapsed_seconds", "ranks", "load1_before",
+                                    "load1_after")}
+
+
+def warn(msg):
+    print(f"scaling_report.py: warning: {msg}", file=sys.stderr)
+
+
+def error(msg):
+    sys.exit(f"scaling_report.py: error: {msg}")
+
+
+def json_kind(v):
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(v), "a number")
+
+
+def bad_value(d, spec):
+    """The first key of d whose value does not fit spec (key -> (kind, minimum)), described, or None."""
+    for key, (kind, low) in spec.items():
+        if key not in d:
+            continue
+        v = d[key]
+        if kind == "str":
+            ok = isinstance(v, str) and v != ""
+            want = "a non-empty string"
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and \
+                (math.isfinite(v) or (kind == "num" and low is None)) and \
+                (kind == "num" or float(v).is_integer()) and (low is None or v >= low)
+            want = ("an integer" if kind == "int" else "a number") + \
+                (f" >= {low}" if low is not None else "")
+        if not ok:
+            return f"{key} = {json.dumps(v)}, expected {want}"
+    return None
+
 
 def load_runs(dirs):
-    runs = []
+    runs, seen, skipped = [], set(), 0
     for d in dirs:
         if not os.path.isdir(d):
-            sys.exit(f"scaling_report.py: error: '{d}' is not a folder")
+            error(f"'{d}' is not a folder")
         for root, _, files in os.walk(d):
             if "results.json" not in files:
                 continue
             path = os.path.join(root, "results.json")
+            if os.path.realpath(path) in seen:  # a folder given twice, or nested in another
+                continue
+            seen.add(os.path.realpath(path))
             try:
                 with open(path) as f:
                     r = json.load(f)
             except (OSError, ValueError) as e:
-                print(f"scaling_report.py: warning: skipping {path}: {e}", file=sys.stderr)
+                warn(f"skipping {path}: {e}")
+                skipped += 1
                 continue
-            missing = [k for k in ("mode", "num_ps", "num_workers", "train_seconds", "wall_seconds")
-                       if k not in r]
-            if missing:
-                print(f"scaling_report.py: warning: skipping {path}: no {', '.join(missing)}",
-                      file=sys.stderr)
+            if not isinstance(r, dict):
+                warn(f"skipping {path}: not a JSON object but {json_kind(r)}")
+                skipped += 1
+                continue
+            for k in [k for k in OPTIONAL if k in r and r[k] is None]:
+                del r[k]  # an optional value written as null: as if absent
+            missing = [k for k in REQUIRED if k not in r]
+            problem = f"no {', '.join(missing)}" if missing else bad_value(r, {**REQUIRED, **OPTIONAL})
+            if problem:
+                warn(f"skipping {path}: {problem}")
+                skipped += 1
                 continue
             r["_path"] = path
             lj = os.path.join(root, "launcher.json")  # written by run_strong_scaling.sh
@@ -58,13 +122,19 @@ def load_runs(dirs):
                 try:
                     with open(lj) as f:
                         l = json.load(f)
+                    if not isinstance(l, dict):
+                        raise ValueError(f"not a JSON object but {json_kind(l)}")
+                    missing = [k for k in LAUNCHER if k not in l]
+                    problem = f"no {', '.join(missing)}" if missing else bad_value(l, LAUNCHER)
+                    if problem:
+                        raise ValueError(problem)
                     r["cpu_share"] = l["cpu_seconds"] / max(l["elapsed_seconds"] * l["ranks"], 1e-9)
                     r["cpu_seconds"] = l["cpu_seconds"]
                     r["load1"] = (l["load1_before"] + l["load1_after"]) / 2
-                except (OSError, ValueError, KeyError) as e:
-                    print(f"scaling_report.py: warning: ignoring {lj}: {e}", file=sys.stderr)
+                except (OSError, ValueError) as e:
+                    warn(f"ignoring {lj}: {e}")
             runs.append(r)
-    return runs
+    return runs, skipped
 
 
 def median(xs):
@@ -116,7 +186,8 @@ def build_rows(runs, time_key):
                 # Step anatomy (results.json step_*_ms, mean per step over the workers).
                 "data_ms": med("step_data_ms"), "compute_ms": med("step_compute_ms"),
                 "comm_ms": med("step_exposed_comm_ms"), "optimizer_ms": med("step_optimizer_ms"),
-                "cpu_s": med("cpu_seconds"), "cpu_eff": cpu_base / med("cpu_seconds"),
+                "cpu_s": med("cpu_seconds"),
+                "cpu_eff": cpu_base / med("cpu_seconds") if med("cpu_seconds") > 0 else float("nan"),
                 "load1": med("load1"),
             })
     return rows, notes
@@ -228,29 +299,78 @@ def write_plot(path, rows, time_key, title):
     write_anatomy(ax3, rows)
     fig.suptitle(f"{title} (T = {time_key}_seconds)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")  # path may be a temporary name without .png
     plt.close(fig)
+
+
+def check_output(out, force):
+    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
+    if os.path.isdir(out):
+        error(f"cannot write {out}: it is a directory")
+    if os.path.exists(out) and not force:
+        error(f"{out}: exists; not overwriting (use --force)")
+    parent = os.path.dirname(out) or "."
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        error(f"cannot write {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        error(f"cannot write {out}: {parent} is not writable")
+
+
+def _exit_on_signal(signo, _frame):
+    raise SystemExit(128 + signo)  # unwinds through the finally that removes the temporaries
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+")
-    ap.add_argument("--out")
+    ap.add_argument("--out", metavar="PREFIX",
+                    help="writes PREFIX.md, PREFIX.csv, PREFIX.png (default: DIR/scaling, first DIR)")
     ap.add_argument("--time", choices=["train", "wall"], default="train")
     ap.add_argument("--title", default="dtrain strong scaling")
+    ap.add_argument("--force", action="store_true", help="replace existing PREFIX.md/.csv/.png")
     a = ap.parse_args()
-    runs = load_runs(a.dirs)
+    for d in a.dirs:
+        if not os.path.isdir(d):
+            error(f"'{d}' is not a folder")
+    out = a.out or os.path.join(a.dirs[0], "scaling")
+    for path in (out + ".md", out + ".csv", out + ".png"):
+        check_output(path, a.force)  # refuse before reading anything
+    runs, skipped = load_runs(a.dirs)
     if not runs:
-        sys.exit(f"scaling_report.py: error: no results.json under {' '.join(a.dirs)}")
+        error(f"no {'usable ' if skipped else ''}results.json under {' '.join(a.dirs)}"
+              + (f" ({skipped} skipped, see the warnings above)" if skipped else ""))
     time_key = f"{a.time}_seconds"
     rows, notes = build_rows(runs, time_key)
-    out = a.out or os.path.join(a.dirs[0], "scaling")
-    if os.path.dirname(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-    write_markdown(out + ".md", rows, notes, a.time)
-    write_csv(out + ".csv", rows)
-    write_plot(out + ".png", rows, a.time, a.title)
+
+    # All three to temporary files first, renamed only when all three are complete.
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, _exit_on_signal)
+    writers = [(out + ".md", lambda p: write_markdown(p, rows, notes, a.time)),
+               (out + ".csv", lambda p: write_csv(p, rows)),
+               (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))]
+    tmps = [os.path.join(os.path.dirname(os.path.abspath(path)),
+                         f".{os.path.basename(path)}.tmp-{os.getpid()}") for path, _ in writers]
+    try:
+        for tmp, (path, write) in zip(tmps, writers):
+            try:
+                os.makedirs(os.path.dirname(tmp), exist_ok=True)
+                write(tmp)
+            except OSError as e:
+                error(f"cannot write {path}: {e.strerror or e}")
+        for tmp, (path, _) in zip(tmps, writers):
+            check_output(path, a.force)  # appeared while we were writing
+        for tmp, (path, _) in zip(tmps, writers):
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                error(f"cannot write {path}: {e.strerror or e}")
+    finally:
+        for tmp in tmps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
     with open(out + ".md") as f:
         sys.stdout.write(f.read())
     print(f"\nwrote {out}.md, {out}.csv, {out}.png ({len(runs)} runs)")

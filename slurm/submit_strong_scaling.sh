@@ -54,7 +54,7 @@ if [ "${REPORT:-1}" = 1 ]; then
   deps=$(IFS=:; echo "${ids[*]}")
   id=$(sbatch --parsable -J scaling-report --ntasks=1 --dependency="afterany:$deps" \
     -o "$out/report-%j.out" "${sbatch_args[@]}" \
-    --wrap "${PYTHON:-/usr/bin/python3} data-tools/scaling_report.py '$out' --out '$out/report'") ||
+    --wrap "${PYTHON:-/usr/bin/python3} data-tools/scaling_report.py '$out' --out '$out/report' --force") ||
     die "sbatch of the report job failed"
   echo "report ${id%%;*} -> $out/report.md, $out/report.csv, $out/report.png"
 fi

@@ -24,7 +24,7 @@ for m in $models; do
   bash data-tools/run_strong_scaling.sh --job "$job" --workers "${WORKERS:-1 2 4}" \
     --modes "${MODES:-sync async}" --ps 1 --global-batch "${GLOBAL_BATCH:-8}" --steps "${STEPS:-6}" \
     --out "$out" --no-report -- --log-every 1 --summaries false
-  /usr/bin/python3 data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" \
+  /usr/bin/python3 data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
     --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores"
   cp "$out/sweep.log" "$docs/sweep.log"
 done

@@ -3,6 +3,9 @@
 # real Fashion-MNIST (when installed) → train.h5/test.h5 with 60000/10000 samples; a small IDX pair
 # written here → a schema file; refusal to overwrite; bad IDX inputs fail with a message and leave no
 # file behind; h5info.py rejects broken files (also those written by the C++ make_dataset tool).
+# Bad outputs and inputs (an output that is a directory or under a file, a negative label, an
+# oversized IDX header, a --fashion-mnist set whose test split is bad, SIGTERM while writing):
+# exit 1 with one line naming the file, no traceback, no output or directory left behind.
 # Environment (set by CTest; defaults for a manual run): SRC (repo root), BIN (tool dir), SCRATCH.
 set -euo pipefail
 
@@ -23,6 +26,15 @@ expect_fail() {
   "$@" >"$SCRATCH/out.txt" 2>"$SCRATCH/err.txt" || rc=$?
   [ "$rc" -ne 0 ] || fail "expected failure, got exit 0: $*"
   grep -qF -- "$needle" "$SCRATCH/err.txt" || fail "stderr lacks '$needle' for: $* (stderr: $(cat "$SCRATCH/err.txt"))"
+}
+# expect_rc RC NEEDLE CMD... : CMD must exit with RC, print NEEDLE on stderr, and no traceback.
+expect_rc() {
+  local want=$1 needle=$2; shift 2
+  local rc=0
+  "$@" >"$SCRATCH/out.txt" 2>"$SCRATCH/err.txt" || rc=$?
+  [ "$rc" = "$want" ] || fail "exit $rc (want $want): $* (stderr: $(cat "$SCRATCH/err.txt"))"
+  grep -qF -- "$needle" "$SCRATCH/err.txt" || fail "stderr lacks '$needle' for: $* (stderr: $(cat "$SCRATCH/err.txt"))"
+  ! grep -q Traceback "$SCRATCH/err.txt" || fail "traceback for: $* (stderr: $(cat "$SCRATCH/err.txt"))"
 }
 
 rm -rf "$SCRATCH"
@@ -47,6 +59,18 @@ open(f"{d}/lab49", "wb").write(idx(labels[:49]))
 open(f"{d}/badmagic", "wb").write(b"\x01\x02" + idx(images)[2:])
 open(f"{d}/short", "wb").write(idx(images)[:-7])
 open(f"{d}/badlabel", "wb").write(idx(np.full(50, 7, np.uint8)))
+neg = (np.arange(50) % 3).astype(np.int8)
+neg[4] = -2
+open(f"{d}/neglabel", "wb").write(bytes([0, 0, 0x09, 1]) + struct.pack(">I", 50) + neg.tobytes())
+open(f"{d}/huge", "wb").write(bytes([0, 0, 0x08, 3]) + struct.pack(">III", 4000000000, 4000000000, 4000000000))
+# Two small Fashion-MNIST-like folders: fm-ok (valid), fm-bad (a test label 12 >= the 10 classes).
+import os, shutil
+for name, test_labels in (("fm-ok", labels), ("fm-bad", np.full(50, 12, np.uint8))):
+    os.makedirs(f"{d}/{name}")
+    shutil.copy(f"{d}/img.gz", f"{d}/{name}/train-images-idx3-ubyte.gz")
+    shutil.copy(f"{d}/lab", f"{d}/{name}/train-labels-idx1-ubyte")
+    shutil.copy(f"{d}/img.gz", f"{d}/{name}/t10k-images-idx3-ubyte.gz")
+    open(f"{d}/{name}/t10k-labels-idx1-ubyte", "wb").write(idx(test_labels))
 EOF
 
 mkdir -p "$SCRATCH/small"
@@ -80,6 +104,53 @@ expect_fail "no such file" $CONVERT --images "$SCRATCH/nonexistent" --labels "$S
 expect_fail "3 class names" $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/badlabel" --out "$SCRATCH/bad/o.h5" --class-names "x,y,z"
 [ -z "$(ls -A "$SCRATCH/bad")" ] || fail "failed conversions left files: $(ls -A "$SCRATCH/bad")"
 
+# ---- bad outputs and inputs: one line naming the file, no traceback, nothing written --------------
+mkdir -p "$SCRATCH/bad/dir.h5"
+expect_rc 1 "cannot write $SCRATCH/bad/dir.h5: it is a directory" \
+  $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/bad/dir.h5" --force
+[ -z "$(ls -A "$SCRATCH/bad/dir.h5")" ] && rmdir "$SCRATCH/bad/dir.h5" || fail "wrote into the output directory"
+expect_rc 1 "cannot write $SCRATCH/lab/sub/o.h5: $SCRATCH/lab is not a directory" \
+  $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/lab/sub/o.h5"
+expect_rc 1 "$SCRATCH/neglabel: label -2 at index 4" \
+  $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/neglabel" --out "$SCRATCH/bad/new/o.h5"
+expect_rc 1 "$SCRATCH/huge: size 16 bytes does not match its header (dims [4000000000, 4000000000, 4000000000], 1-byte values: expected 64000000000000000000000000016 bytes)" \
+  $CONVERT --images "$SCRATCH/huge" --labels "$SCRATCH/lab" --out "$SCRATCH/bad/new/o.h5"
+[ ! -e "$SCRATCH/bad/new" ] || fail "refused conversions created the output directory"
+# --fashion-mnist: a bad test split is found before train.h5 is written; no output dir is created.
+expect_rc 1 "$SCRATCH/fm-bad/t10k-labels-idx1-ubyte: labels span [12, 12] but there are 10 class names" \
+  $CONVERT --fashion-mnist "$SCRATCH/fm-bad" --out-dir "$SCRATCH/fm-bad-out"
+expect_rc 1 "$SCRATCH/nowhere: no train-images-idx3-ubyte[.gz]" \
+  $CONVERT --fashion-mnist "$SCRATCH/nowhere" --out-dir "$SCRATCH/fm-bad-out"
+[ ! -e "$SCRATCH/fm-bad-out" ] || fail "a refused --fashion-mnist left $(ls -A "$SCRATCH/fm-bad-out")"
+expect_rc 1 "cannot write $SCRATCH/lab/train.h5: $SCRATCH/lab is not a directory" \
+  $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/lab"
+# SIGTERM while the second split (test.h5) is being checked, train.h5 complete in its temporary:
+# exit 143, no traceback, neither split nor a temporary left behind.
+mkdir -p "$SCRATCH/fm-term"
+rc=0
+$PY -B - "$SRC/data-tools" "$SCRATCH/fm-ok" "$SCRATCH/fm-term" 2>"$SCRATCH/err.txt" <<'EOF' || rc=$?
+import os, runpy, signal, sys
+tools, src, out = sys.argv[1:]
+sys.path.insert(0, tools)
+import h5info
+validate, calls = h5info.validate, []
+def validate_then_kill(*args, **kwargs):
+    calls.append(args[0])
+    if len(calls) == 2:
+        temps = sorted(f".{s}.h5.tmp-{os.getpid()}" for s in ("train", "test"))
+        assert sorted(os.listdir(out)) == temps, os.listdir(out)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return validate(*args, **kwargs)
+h5info.validate = validate_then_kill
+sys.argv = ["convert_idx.py", "--fashion-mnist", src, "--out-dir", out]
+runpy.run_path(f"{tools}/convert_idx.py", run_name="__main__")
+EOF
+[ "$rc" = 143 ] || fail "SIGTERM during --fashion-mnist: exit $rc (want 143): $(cat "$SCRATCH/err.txt")"
+! grep -q Traceback "$SCRATCH/err.txt" || fail "SIGTERM printed a traceback: $(cat "$SCRATCH/err.txt")"
+[ -z "$(ls -A "$SCRATCH/fm-term")" ] || fail "SIGTERM left $(ls -A "$SCRATCH/fm-term")"
+$CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-term" >/dev/null || fail "small --fashion-mnist"
+[ "$(ls -A "$SCRATCH/fm-term" | tr '\n' ' ')" = "test.h5 train.h5 " ] || fail "small --fashion-mnist wrote $(ls -A "$SCRATCH/fm-term")"
+
 # ---- h5info rejects broken files ---------------------------------------------------------------------
 $PY - "$SCRATCH/bad_rank.h5" <<'EOF'
 import sys, h5py, numpy as np
@@ -90,6 +161,8 @@ EOF
 expect_fail "dataset \`images\` has rank 3" $H5INFO "$SCRATCH/bad_rank.h5"
 echo "not hdf5" >"$SCRATCH/text.h5"
 expect_fail "not an HDF5 file" $H5INFO "$SCRATCH/text.h5"
+expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"
+expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes -1 "$SCRATCH/small/a.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then
   "$BIN/make_dataset" "$SCRATCH/synth.h5" --n 40 --c 3 --h 4 --w 4 --classes 5 >/dev/null || fail "make_dataset"
   $H5INFO "$SCRATCH/synth.h5" >/dev/null || fail "h5info rejects a valid make_dataset file"

@@ -7,7 +7,9 @@
 #     line, exit 2 on every rank, and leave the run dir unwritten;
 #  3. a ResNet-20 of tiny widths (data-tools/make_model_jobs.py --width-div 4) trains in sync mode
 #     (2 workers) and in async mode, and a stopped-and-resumed sync run ends bit-identical to one
-#     that never stopped;
+#     that never stopped; make_model_jobs.py keeps an existing job file without --force, and bad
+#     options (an unknown --only name, --width-div 0, an --out-dir that is a file) are one error that
+#     writes nothing;
 #  4. a graph model on --synthetic data (sync and async).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -54,6 +56,27 @@ bad "layer #2 'relu'|used by no later layer" "conv filters=2 name=a" "relu" "den
 
 echo "== 3. tiny ResNet-20: sync and async training, bit-exact sync resume"
 "$PY" "$SRC/data-tools/make_model_jobs.py" --out-dir "$SCRATCH/jobs" --width-div 4 --only resnet20_cifar >/dev/null
+mj_fails() {  # mj_fails RC NEEDLE ARGS...: make_model_jobs.py must exit RC with NEEDLE, no traceback
+  local want=$1 needle=$2 rc=0
+  shift 2
+  "$PY" "$SRC/data-tools/make_model_jobs.py" "$@" >"$SCRATCH/mj.log" 2>&1 || rc=$?
+  [[ $rc -eq $want ]] && grep -qF -- "$needle" "$SCRATCH/mj.log" && ! grep -q Traceback "$SCRATCH/mj.log" ||
+    { cat "$SCRATCH/mj.log"; fail "make_model_jobs.py $*: exit $rc, want $want and '$needle'"; }
+  echo "-- exit $rc: $(grep -m1 error: "$SCRATCH/mj.log")"
+}
+before=$(md5sum <"$SCRATCH/jobs/resnet20_cifar.ini")
+mj_fails 1 "$SCRATCH/jobs/resnet20_cifar.ini: exists; not overwriting (use --force)" \
+  --out-dir "$SCRATCH/jobs" --width-div 2 --only resnet20_cifar vgg16_imagenet
+[[ $(md5sum <"$SCRATCH/jobs/resnet20_cifar.ini") == "$before" && ! -e $SCRATCH/jobs/vgg16_imagenet.ini ]] ||
+  fail "a refused make_model_jobs.py changed or added job files: $(ls "$SCRATCH/jobs")"
+"$PY" "$SRC/data-tools/make_model_jobs.py" --out-dir "$SCRATCH/jobs" --width-div 4 --only resnet20_cifar --force \
+  >/dev/null || fail "make_model_jobs.py --force"
+mj_fails 2 "argument --only: invalid choice: 'resnet20'" --out-dir "$SCRATCH/jobs-bad" --only resnet20
+mj_fails 2 "--width-div must be >= 1" --out-dir "$SCRATCH/jobs-bad" --width-div 0
+mj_fails 1 "cannot write $SCRATCH/good.h5: not a directory" --out-dir "$SCRATCH/good.h5" --only resnet20_cifar
+mkdir -p "$SCRATCH/jobs-bad/vgg16_imagenet.ini"
+mj_fails 1 "cannot write $SCRATCH/jobs-bad/vgg16_imagenet.ini: it is a directory" --out-dir "$SCRATCH/jobs-bad" --width-div 8
+[[ $(ls -A "$SCRATCH/jobs-bad") == vgg16_imagenet.ini ]] || fail "refused make_model_jobs.py runs wrote $(ls -A "$SCRATCH/jobs-bad")"
 make_data train 256 --seed 21 --template-seed 9
 make_data test 64 --seed 22 --template-seed 9
 COMMON=(--config "$SCRATCH/jobs/resnet20_cifar.ini" --train-data "$SCRATCH/train.h5"

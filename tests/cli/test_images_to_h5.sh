@@ -4,8 +4,9 @@
 # case extensions, a stray text file) → train.h5 + test.h5 (--val-fraction) that h5info.py accepts,
 # with the expected shapes, labels, class names and exact pixels; dtrain trains on them for an epoch;
 # --like maps a separate validation tree onto the training classes. A corrupt JPEG, a truncated PNG,
-# an empty class folder, an existing output and an interruption: exit non-zero with a message naming
-# the file or folder, and no output or temporary file left behind.
+# an empty class folder, an existing output, an output that is a directory or under a file, and an
+# interruption: exit non-zero with a message naming the file or folder (no traceback), and no output
+# or temporary file left behind.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 TOOL="$PY $SRC/data-tools/images_to_h5.py"
@@ -146,6 +147,16 @@ $TOOL "$SCRATCH/tree" --size 8 --out "$SCRATCH/out/train.h5" --force --quiet || 
 rc=0
 $TOOL "$SCRATCH/tree" --size 8 --out "$SCRATCH/o6.h5" --val-fraction 0.1 >/dev/null 2>&1 || rc=$?
 [[ $rc -eq 2 ]] || fail "--val-fraction without --out-dir: exit $rc, want 2 (usage)"
+# An output that is a directory (even with --force), or under a file: exit 1, one line, nothing written.
+convert_fails "cannot write $SCRATCH/o8/d/train.h5: it is a directory" "$SCRATCH/o8/d/train.h5" \
+  "$SCRATCH/tree" --size 8 --out-dir "$SCRATCH/o8/d" --val-fraction 0.2 --force
+convert_fails "cannot write $SCRATCH/o8/x.h5: it is a directory" "$SCRATCH/o8/x.h5" \
+  "$SCRATCH/tree" --size 8 --out "$SCRATCH/o8/x.h5" --force
+convert_fails "cannot write $SCRATCH/pattern.npy/sub/t.h5: $SCRATCH/pattern.npy is not a directory" "$SCRATCH/o8/e" \
+  "$SCRATCH/tree" --size 8 --out "$SCRATCH/pattern.npy/sub/t.h5"
+! grep -q Traceback "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "traceback for an output under a file"; }
+[[ $(ls -A "$SCRATCH/o8" "$SCRATCH/o8/d" | tr '\n' ' ') == "$SCRATCH/o8: d e x.h5  $SCRATCH/o8/d: train.h5 " ]] ||
+  fail "left behind: $(ls -AR "$SCRATCH/o8")"
 
 echo "== interrupted (SIGTERM) halfway: no output, no temporary"
 "$PY" - "$SCRATCH/big" <<'PY'

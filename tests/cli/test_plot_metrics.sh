@@ -2,8 +2,12 @@
 # tests/cli/test_plot_metrics.sh — data-tools/plot_metrics.py on the metrics.csv of a real short run
 # (sync, 2 workers, evaluations every 8 steps; and a resumed async run, whose rows repeat steps):
 # the PNG exists, is a valid PNG of the expected size, and is not blank (many distinct colours
-# in both panels: the curves were drawn). A missing metrics.csv is one clear error. Skipped (77)
-# when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
+# in both panels: the curves were drawn). A missing metrics.csv is one clear error. Bad input
+# (a non-numeric value, a short row, a binary file; an unknown --out format, an output that exists
+# without --force, is a directory or lies under a file) is one line naming FILE:LINE and the column,
+# or the file or option, without a traceback, and no plot is written or replaced; an unfinished
+# last line (a run still writing) is skipped with a warning. Skipped (77) when matplotlib is missing
+# (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 if ! "$PY" -c "import matplotlib" 2>/dev/null; then
@@ -47,4 +51,47 @@ rc=$?
 set -e
 [[ $rc -ne 0 ]] && grep -q "no metrics.csv at '$SCRATCH/nowhere" "$SCRATCH/err.log" || { cat "$SCRATCH/err.log"; fail "missing input: exit $rc"; }
 [[ ! -e $SCRATCH/none.png ]] || fail "a PNG was written for a missing input"
+
+# plot_fails RC NEEDLE ARGS...: plot_metrics.py must exit RC with NEEDLE on stderr, no traceback,
+# and write no file $SCRATCH/bad.png (nor leave a temporary).
+plot_fails() {
+  local want=$1 needle=$2
+  shift 2
+  local rc=0
+  "$PY" "$plot" "$@" >"$SCRATCH/err.log" 2>&1 || rc=$?
+  [[ $rc -eq $want ]] || { cat "$SCRATCH/err.log"; fail "exit $rc (want $want): $*"; }
+  grep -qF -- "$needle" "$SCRATCH/err.log" || { cat "$SCRATCH/err.log"; fail "no '$needle' in the message for: $*"; }
+  ! grep -q Traceback "$SCRATCH/err.log" || { cat "$SCRATCH/err.log"; fail "traceback for: $*"; }
+  [[ ! -f $SCRATCH/bad.png && -z $(ls -A "$SCRATCH" | grep '^\.bad\.png\.tmp') ]] || fail "a plot was written for: $*"
+  echo "-- exit $rc: $(head -1 "$SCRATCH/err.log")"
+}
+csv=$SCRATCH/sync/metrics.csv
+n=$(wc -l <"$csv")
+sed '3s/^\(train,[^,]*,[^,]*,[^,]*,\)[^,]*/\1n\/a/' "$csv" >"$SCRATCH/badnum.csv"
+plot_fails 1 "$SCRATCH/badnum.csv:3: column 'loss' is 'n/a', expected a number" "$SCRATCH/badnum.csv" --out "$SCRATCH/bad.png"
+sed '3s/^\([^,]*,[^,]*,[^,]*\),.*/\1/' "$csv" >"$SCRATCH/short.csv"
+plot_fails 1 "$SCRATCH/short.csv:3: 3 fields, but the header has" "$SCRATCH/short.csv" --out "$SCRATCH/bad.png"
+cp "$SCRATCH/train.h5" "$SCRATCH/binary.csv"
+plot_fails 1 "$SCRATCH/binary.csv: not a text CSV file" "$SCRATCH/binary.csv" --out "$SCRATCH/bad.png"
+plot_fails 2 "--out $SCRATCH/bad.h5x: unknown plot format '.h5x'" "$SCRATCH/nowhere" --out "$SCRATCH/bad.h5x"
+mkdir -p "$SCRATCH/bad.png"
+plot_fails 1 "cannot write $SCRATCH/bad.png: it is a directory" "$SCRATCH/sync" --out "$SCRATCH/bad.png" --force
+rmdir "$SCRATCH/bad.png" || fail "wrote into the directory $SCRATCH/bad.png"
+plot_fails 1 "cannot write $SCRATCH/job.ini/bad.png: $SCRATCH/job.ini is not a directory" "$SCRATCH/sync" --out "$SCRATCH/job.ini/bad.png"
+# A run still writing: the unfinished last line (no newline) is skipped with a warning.
+{ cat "$csv"; printf 'train,99999,9,99.0,0.1'; } >"$SCRATCH/writing.csv"
+"$PY" "$plot" "$SCRATCH/writing.csv" --out "$SCRATCH/writing.png" >"$SCRATCH/err.log" 2>&1 ||
+  { cat "$SCRATCH/err.log"; fail "a metrics.csv with an unfinished last line was refused"; }
+grep -qF "warning: $SCRATCH/writing.csv:$((n + 1)): skipping the unfinished last line" "$SCRATCH/err.log" ||
+  { cat "$SCRATCH/err.log"; fail "no warning about the unfinished last line"; }
+[[ -s $SCRATCH/writing.png ]] || fail "no plot for a metrics.csv with an unfinished last line"
+# An existing plot is kept without --force, replaced with it; no extension: OUT.png, and said so.
+before=$(md5sum <"$SCRATCH/plot_time.png")
+plot_fails 1 "$SCRATCH/plot_time.png: exists; not overwriting (use --force)" "$SCRATCH/async" --out "$SCRATCH/plot_time.png"
+[[ $(md5sum <"$SCRATCH/plot_time.png") == "$before" ]] || fail "a refused plot changed plot_time.png"
+"$PY" "$plot" "$SCRATCH/async" --out "$SCRATCH/plot_time.png" --force >/dev/null || fail "--force"
+[[ $(md5sum <"$SCRATCH/plot_time.png") != "$before" ]] || fail "--force did not replace plot_time.png"
+"$PY" "$plot" "$SCRATCH/async" --out "$SCRATCH/noext" >"$SCRATCH/err.log" 2>&1 || fail "--out without an extension"
+grep -qF "wrote $SCRATCH/noext.png" "$SCRATCH/err.log" && [[ -s $SCRATCH/noext.png && ! -e $SCRATCH/noext ]] ||
+  { cat "$SCRATCH/err.log"; fail "--out without an extension: not written to (or not named as) noext.png"; }
 echo "PASS"

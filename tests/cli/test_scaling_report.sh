@@ -9,7 +9,13 @@
 #   - the step anatomy columns (data, compute, exposed comm, optimizer ms/step) equal the runs'
 #     results.json step_*_ms fields, and compute is > 0;
 #   - the PNG is a real image with the three panels drawn (speedup, efficiency, anatomy).
-# Bad input: a global batch that does not split over the workers is one clear error, before any run.
+# Bad input: a global batch that does not split over the workers, an empty --workers or --modes, an
+# option without its value: one clear error (exit 2), before any run. scaling_report.py: a run folder
+# given twice counts once; results.json with wrongly typed values (num_workers "three" or 0,
+# train_seconds null, samples "lots", an array) are skipped with a warning naming the file and key
+# (no usable run: exit 1); a bad launcher.json is ignored with a warning; an existing report is kept
+# without --force; an output that is a directory or under a file, or a plot that fails to write,
+# leaves no .md/.csv/.png behind; never a traceback.
 # Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -75,4 +81,88 @@ fi
 grep -q "global-batch 8 does not split evenly over 3 workers" "$SCRATCH/bad.log" ||
   { cat "$SCRATCH/bad.log"; fail "no clear error for an uneven global batch"; }
 [[ ! -e $SCRATCH/bad ]] || fail "the refused sweep created its output folder"
+# sweep_fails NEEDLE ARGS...: run_strong_scaling.sh --plan must exit 2 with NEEDLE, no shell error.
+sweep_fails() {
+  local needle=$1 rc=0
+  shift
+  bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" --plan "$@" >"$SCRATCH/bad.log" 2>&1 || rc=$?
+  [[ $rc -eq 2 ]] && grep -qF -- "$needle" "$SCRATCH/bad.log" && ! grep -q "unbound variable" "$SCRATCH/bad.log" ||
+    { cat "$SCRATCH/bad.log"; fail "run_strong_scaling.sh $*: exit $rc, want 2 and '$needle'"; }
+  echo "-- exit $rc: $(head -1 "$SCRATCH/bad.log")"
+}
+sweep_fails "--workers: empty list" --workers ""
+sweep_fails "--modes: empty list" --modes " "
+sweep_fails "--out needs a value" --workers 1 --out
+sweep_fails "--ps needs a value" --ps
+
+report=$SRC/data-tools/scaling_report.py
+# report_fails RC NEEDLE ARGS...: scaling_report.py must exit RC with NEEDLE on stderr, no traceback,
+# and write none of $SCRATCH/bad.md, .csv, .png (no temporaries either).
+report_fails() {
+  local want=$1 needle=$2 rc=0
+  shift 2
+  "$PY" "$report" "$@" >"$SCRATCH/report.log" 2>&1 || rc=$?
+  [[ $rc -eq $want ]] && grep -qF -- "$needle" "$SCRATCH/report.log" && ! grep -q Traceback "$SCRATCH/report.log" ||
+    { cat "$SCRATCH/report.log"; fail "scaling_report.py $*: exit $rc, want $want and '$needle'"; }
+  for f in bad.md bad.csv bad.png; do [[ ! -f $SCRATCH/$f ]] || fail "scaling_report.py $*: wrote $f"; done
+  [[ -z $(ls -A "$SCRATCH" | grep '^\.bad\..*\.tmp-') ]] || fail "scaling_report.py $*: left temporaries"
+  echo "-- exit $rc: $(grep -m1 error: "$SCRATCH/report.log")"
+}
+sums=$(cat "$out"/report.{md,csv,png} | md5sum)
+report_fails 1 "$out/report.md: exists; not overwriting (use --force)" "$out" --out "$out/report"
+[[ $(cat "$out"/report.{md,csv,png} | md5sum) == "$sums" ]] || fail "a refused report changed the old one"
+"$PY" "$report" "$out" "$out" "$out/sync-w1" --out "$out/report" --force --title again >"$SCRATCH/report.log" 2>&1 ||
+  { cat "$SCRATCH/report.log"; fail "scaling_report.py --force"; }
+grep -q "(4 runs)" "$SCRATCH/report.log" || { tail -1 "$SCRATCH/report.log"; fail "folders given twice were counted twice"; }
+[[ $(cat "$out"/report.{md,csv,png} | md5sum) != "$sums" ]] || fail "--force did not replace the report"
+mkdir -p "$SCRATCH/bad.png"
+report_fails 1 "cannot write $SCRATCH/bad.png: it is a directory" "$out" --out "$SCRATCH/bad" --force
+rmdir "$SCRATCH/bad.png" || fail "scaling_report.py wrote into the directory bad.png"
+report_fails 1 "cannot write $SCRATCH/job.ini/bad.md: $SCRATCH/job.ini is not a directory" "$out" --out "$SCRATCH/job.ini/bad"
+# A plot that fails to write (disk full): no .md or .csv either.
+rc=0
+"$PY" -B - "$SRC/data-tools" "$out" "$SCRATCH/bad" >"$SCRATCH/report.log" 2>&1 <<'PY' || rc=$?
+import sys
+sys.path.insert(0, sys.argv[1])
+import scaling_report
+def disk_full(path, *args):
+    open(path, "w").write("partial")
+    raise OSError(28, "No space left on device")
+scaling_report.write_plot = disk_full
+sys.argv = ["scaling_report.py", sys.argv[2], "--out", sys.argv[3]]
+scaling_report.main()
+PY
+[[ $rc -eq 1 ]] && grep -qF "cannot write $SCRATCH/bad.png: No space left on device" "$SCRATCH/report.log" ||
+  { cat "$SCRATCH/report.log"; fail "a failed plot: exit $rc, want 1 and a message naming bad.png"; }
+for f in bad.md bad.csv bad.png; do [[ ! -f $SCRATCH/$f ]] || fail "a failed plot left $f"; done
+[[ -z $(ls -A "$SCRATCH" | grep '^\.bad\..*\.tmp-') ]] || fail "a failed plot left temporaries"
+# Wrongly typed results.json values: those runs are skipped with a warning naming file and key.
+"$PY" - "$out/sync-w1" "$SCRATCH/runs" <<'PY'
+import json, os, shutil, sys
+src, dst = sys.argv[1:]
+good = json.load(open(f"{src}/results.json"))
+bad = {"strworkers": {"num_workers": "three"}, "zeroworkers": {"num_workers": 0},
+       "nulltime": {"train_seconds": None}, "strsamples": {"samples": "lots"}}
+for name, change in bad.items():
+    os.makedirs(f"{dst}/bad/{name}")
+    json.dump({**good, **change}, open(f"{dst}/bad/{name}/results.json", "w"))
+os.makedirs(f"{dst}/bad/array")
+json.dump([good], open(f"{dst}/bad/array/results.json", "w"))
+shutil.copytree(src, f"{dst}/good")
+json.dump({"elapsed_seconds": 2.0, "cpu_seconds": 1.5, "ranks": 1, "cores": 2, "load1_before": "x",
+           "load1_after": 0.5}, open(f"{dst}/good/launcher.json", "w"))
+PY
+"$PY" "$report" "$SCRATCH/runs" --out "$SCRATCH/mixed" >"$SCRATCH/report.log" 2>&1 ||
+  { cat "$SCRATCH/report.log"; fail "scaling_report.py refused a folder with one good run"; }
+for w in "bad/strworkers/results.json: num_workers = \"three\", expected an integer >= 1" \
+         "bad/zeroworkers/results.json: num_workers = 0, expected an integer >= 1" \
+         "bad/nulltime/results.json: train_seconds = null, expected a number >= 0" \
+         "bad/strsamples/results.json: samples = \"lots\", expected an integer >= 0" \
+         "bad/array/results.json: not a JSON object" \
+         "ignoring $SCRATCH/runs/good/launcher.json: load1_before = \"x\""; do
+  grep -qF -- "$w" "$SCRATCH/report.log" || { cat "$SCRATCH/report.log"; fail "no warning '$w'"; }
+done
+! grep -q Traceback "$SCRATCH/report.log" && grep -q "(1 runs)" "$SCRATCH/report.log" ||
+  { cat "$SCRATCH/report.log"; fail "the bad runs were not skipped"; }
+report_fails 1 "no usable results.json under $SCRATCH/runs/bad (5 skipped" "$SCRATCH/runs/bad" --out "$SCRATCH/bad"
 echo "PASS"
