@@ -36,6 +36,7 @@ import numpy as np
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h5info  # noqa: E402  (schema validation shared with h5info.py)
+import outputs  # noqa: E402  (the output checks every writing tool shares)
 
 # IDX type codes (third magic byte) → big-endian numpy dtype.
 IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -159,18 +160,10 @@ def parse_class_names(spec):
 
 
 def check_output(out, force):
-    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
-    if os.path.isdir(out):
-        raise ConvertError(f"cannot write {out}: it is a directory")
-    if os.path.exists(out) and not force:
-        raise ConvertError(f"{out}: exists; not overwriting (use --force)")
-    parent = os.path.dirname(out) or "."
-    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
-        parent = os.path.dirname(parent) or "."
-    if not os.path.isdir(parent):
-        raise ConvertError(f"cannot write {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConvertError(f"cannot write {out}: {parent} is not writable")
+    """Raises ConvertError unless `out` may be written (outputs.output_problem)."""
+    problem = outputs.output_problem(out, force)
+    if problem:
+        raise ConvertError(problem)
 
 
 def temp_name(out):

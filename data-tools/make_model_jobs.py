@@ -23,6 +23,9 @@ import argparse
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import outputs  # noqa: E402  (the output checks every writing tool shares)
+
 DATA = 0  # the network input; layers are numbered from 1 in line order
 
 
@@ -307,18 +310,10 @@ def error(msg):
 
 
 def check_output(out, force):
-    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
-    if os.path.isdir(out):
-        error(f"cannot write {out}: it is a directory")
-    if os.path.exists(out) and not force:
-        error(f"{out}: exists; not overwriting (use --force)")
-    parent = os.path.dirname(out) or "."
-    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
-        parent = os.path.dirname(parent) or "."
-    if not os.path.isdir(parent):
-        error(f"cannot write {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        error(f"cannot write {out}: {parent} is not writable")
+    """Exits with an error unless `out` may be written (outputs.output_problem)."""
+    problem = outputs.output_problem(out, force)
+    if problem:
+        error(problem)
 
 
 def main():

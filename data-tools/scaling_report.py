@@ -40,6 +40,9 @@ import signal
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import outputs  # noqa: E402  (the output checks every writing tool shares)
+
 # results.json keys the report reads: key -> (kind, minimum): "str" a non-empty string, "int" an
 # integer, "num" a number (finite where a minimum is given); optional keys may be absent or null.
 REQUIRED = {"mode": ("str", None), "num_ps": ("int", 0), "num_workers": ("int", 1),
@@ -304,18 +307,10 @@ def write_plot(path, rows, time_key, title):
 
 
 def check_output(out, force):
-    """Refuses an output that exists (unless force) or that cannot be a file; creates nothing."""
-    if os.path.isdir(out):
-        error(f"cannot write {out}: it is a directory")
-    if os.path.exists(out) and not force:
-        error(f"{out}: exists; not overwriting (use --force)")
-    parent = os.path.dirname(out) or "."
-    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
-        parent = os.path.dirname(parent) or "."
-    if not os.path.isdir(parent):
-        error(f"cannot write {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        error(f"cannot write {out}: {parent} is not writable")
+    """Exits with an error unless `out` may be written (outputs.output_problem)."""
+    problem = outputs.output_problem(out, force)
+    if problem:
+        error(problem)
 
 
 def _exit_on_signal(signo, _frame):

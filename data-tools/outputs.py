@@ -1,0 +1,22 @@
+"""data-tools/outputs.py — the output checks every writing tool shares (convert_idx, images_to_h5,
+plot_metrics, scaling_report, make_model_jobs): an output is refused before anything is read or
+written when it exists (unless --force), is a directory, or cannot become a file — so a failed run
+never replaces or half-writes what is there."""
+import os
+
+
+def output_problem(out, force):
+    """What keeps `out` from being written, as one message naming it, or None. Creates nothing.
+    `force`: an existing file may be replaced."""
+    if os.path.isdir(out):
+        return f"cannot write {out}: it is a directory"
+    if os.path.exists(out) and not force:
+        return f"{out}: exists; not overwriting (use --force)"
+    parent = os.path.dirname(out) or "."
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable directory
+        parent = os.path.dirname(parent) or "."
+    if not os.path.isdir(parent):
+        return f"cannot write {out}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write {out}: {parent} is not writable"
+    return None
