@@ -27,7 +27,6 @@ import argparse
 import gzip
 import math
 import os
-import signal
 import sys
 
 import h5py
@@ -247,10 +246,6 @@ def convert_fashion_mnist(src, out_dir, force):
     write_outputs(splits, mean, std, CLASS_NAMES["fashion"], force)
 
 
-def _exit_on_signal(signo, _frame):
-    raise SystemExit(128 + signo)  # unwinds through the finally blocks that remove temporaries
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -267,8 +262,7 @@ def main(argv=None):
     parser.add_argument("--out-dir", metavar="DIR", help="output directory for --fashion-mnist")
     parser.add_argument("--force", action="store_true", help="replace existing outputs")
     args = parser.parse_args(argv)
-    for signo in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, _exit_on_signal)
+    outputs.exit_cleanly_on_signals()
 
     try:
         if args.fashion_mnist:

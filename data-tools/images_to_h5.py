@@ -32,7 +32,6 @@ usage. Run with Debian's interpreter: /usr/bin/python3 images_to_h5.py ...
 
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -296,10 +295,6 @@ def convert(args):
         print(f"images_to_h5.py: {total} images in {time.time() - t0:.1f} s ({rate:.0f}/s)", file=sys.stderr)
 
 
-def _exit_on_signal(signo, _frame):
-    raise SystemExit(128 + signo)  # unwinds through the finally blocks that remove temporaries
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -329,8 +324,7 @@ def main(argv=None):
         parser.error("--val-fraction needs --out-dir (it writes train.h5 and test.h5)")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
-    for signo in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, _exit_on_signal)
+    outputs.exit_cleanly_on_signals()
     try:
         convert(args)
         return 0

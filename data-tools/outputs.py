@@ -20,3 +20,15 @@ def output_problem(out, force):
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"cannot write {out}: {parent} is not writable"
     return None
+
+
+def _exit_on_signal(signo, _frame):
+    raise SystemExit(128 + signo)  # unwinds through the finally blocks that remove temporaries
+
+
+def exit_cleanly_on_signals():
+    """SIGTERM and SIGHUP (a killed job, a closed terminal) end the tool with exit code 128 + N
+    through SystemExit, so that its `finally` blocks remove the temporary files it was writing."""
+    import signal
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, _exit_on_signal)

@@ -27,7 +27,6 @@ import argparse
 import csv
 import io
 import os
-import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -104,10 +103,6 @@ def check_output(out, force):
         error(problem)
 
 
-def _exit_on_signal(signo, _frame):
-    raise SystemExit(128 + signo)  # unwinds through the finally that removes the temporary
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -162,8 +157,7 @@ def main():
     if a.title:
         fig.suptitle(a.title, fontsize=10)
     fig.tight_layout()
-    for signo in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, _exit_on_signal)
+    outputs.exit_cleanly_on_signals()
     tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)

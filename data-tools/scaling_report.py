@@ -36,7 +36,6 @@ import csv
 import json
 import math
 import os
-import signal
 import statistics
 import sys
 
@@ -313,10 +312,6 @@ def check_output(out, force):
         error(problem)
 
 
-def _exit_on_signal(signo, _frame):
-    raise SystemExit(128 + signo)  # unwinds through the finally that removes the temporaries
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -341,8 +336,7 @@ def main():
     rows, notes = build_rows(runs, time_key)
 
     # All three to temporary files first, renamed only when all three are complete.
-    for signo in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, _exit_on_signal)
+    outputs.exit_cleanly_on_signals()
     writers = [(out + ".md", lambda p: write_markdown(p, rows, notes, a.time)),
                (out + ".csv", lambda p: write_csv(p, rows)),
                (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))]
