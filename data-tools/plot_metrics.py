@@ -115,8 +115,8 @@ def main():
     ap.add_argument("--title", default="")
     ap.add_argument("--force", action="store_true", help="replace an existing output")
     a = ap.parse_args()
-    if a.label and len(a.label) != len(a.runs):
-        error(f"{len(a.label)} labels for {len(a.runs)} runs")
+    if a.label is not None and len(a.label) != len(a.runs):  # a usage error: exit 2
+        ap.error(f"--label: {len(a.label)} names for {len(a.runs)} runs (give one per RUN)")
 
     import matplotlib
     matplotlib.use("Agg")

@@ -73,6 +73,8 @@ sed '3s/^\([^,]*,[^,]*,[^,]*\),.*/\1/' "$csv" >"$SCRATCH/short.csv"
 plot_fails 1 "$SCRATCH/short.csv:3: 3 fields, but the header has" "$SCRATCH/short.csv" --out "$SCRATCH/bad.png"
 cp "$SCRATCH/train.h5" "$SCRATCH/binary.csv"
 plot_fails 1 "$SCRATCH/binary.csv: not a text CSV file" "$SCRATCH/binary.csv" --out "$SCRATCH/bad.png"
+# One --label per run: a usage error (exit 2) before anything is read.
+plot_fails 2 "--label: 1 names for 2 runs" "$SCRATCH/sync" "$SCRATCH/async" --label one --out "$SCRATCH/bad.png"
 plot_fails 2 "--out $SCRATCH/bad.h5x: unknown plot format '.h5x'" "$SCRATCH/nowhere" --out "$SCRATCH/bad.h5x"
 mkdir -p "$SCRATCH/bad.png"
 plot_fails 1 "cannot write $SCRATCH/bad.png: it is a directory" "$SCRATCH/sync" --out "$SCRATCH/bad.png" --force
