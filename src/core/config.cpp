@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -482,6 +483,10 @@ void validate_config(const Config& c) {
   non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
   one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
+  // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
+  DT_REQUIRE(c.seed <= static_cast<std::uint64_t>(INT64_MAX),
+             "option --seed: must be an integer from 0 to 9223372036854775807, got " +
+                 std::to_string(c.seed) + " (a negative number?)");
   positive("epochs", c.epochs);
   positive("batch-size", c.batch_size);
   non_negative("global-batch-size", c.global_batch_size);

@@ -225,6 +225,11 @@ TEST_F(ConfigTest, MomentumBelowOneAndLrMinAtMostLr) {
   EXPECT_EQ(parse(base({"--lr", "0.5", "--lr-min", "1"})).config.lr_min, 1.0f);
 }
 
+TEST_F(ConfigTest, ANegativeSeedIsRefusedNotWrapped) {
+  EXPECT_MENTIONS(error_of(base({"--seed", "-1"})), "option --seed: must be an integer from 0");
+  EXPECT_EQ(parse(base({"--seed", "9223372036854775807"})).config.seed, 9223372036854775807ull);
+}
+
 TEST_F(ConfigTest, StrayArgumentsAndPredictOptionsInTrainingAreRefused) {
   std::vector<std::string> typo = base();
   typo.insert(typo.begin(), "predcit");  // a misspelt subcommand must not start a training run
