@@ -236,7 +236,14 @@ def convert(args):
         outs = [(args.out, train)]
     for out, _ in outs:
         check_output(out, args.force)
+    created = []  # folders this run creates, deepest last: removed again if it fails
     for out, _ in outs:
+        d = os.path.dirname(os.path.abspath(out))
+        missing = []
+        while not os.path.exists(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        created += [m for m in reversed(missing) if m not in created]
         try:
             os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         except OSError as e:
@@ -249,6 +256,7 @@ def convert(args):
         import multiprocessing
         pool = multiprocessing.Pool(args.workers)
     writers = []
+    complete = False
     total = sum(len(items) for _, items in outs)
     done, t0, last = 0, time.time(), time.time()
     try:
@@ -279,11 +287,17 @@ def convert(args):
                 os.replace(wr.tmp, wr.out)
             except OSError as e:
                 raise ConvertError(f"cannot write {wr.out}: {e.strerror or e}") from None
+        complete = True
     finally:
         if pool is not None:
             pool.terminate()
         for wr in writers:
             wr.discard()
+        for d in reversed(created) if not complete else []:  # a failed run leaves no new folder
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
     if not args.quiet:
         for wr in writers:
             print(f"images_to_h5.py: wrote {wr.out}: {wr.n} samples {channels}×{size[0]}×{size[1]} "

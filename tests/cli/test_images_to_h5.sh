@@ -137,6 +137,9 @@ convert_fails "val2/kiwi: class folder not among the 3 class names" "$SCRATCH/o-
 echo "== bad trees and outputs: an error naming the file or folder, nothing left behind"
 convert_fails "corrupt/banana/img03.jpg: cannot decode image" "$SCRATCH/o1" "$SCRATCH/corrupt" --size 8 --out-dir "$SCRATCH/o1" --val-fraction 0.2
 convert_fails "truncated/cherry/img02.png: cannot decode image" "$SCRATCH/o2" "$SCRATCH/truncated" --size 8 --out "$SCRATCH/o2/t.h5"
+# An output folder the run would create is not left behind when it fails.
+convert_fails "truncated/cherry/img02.png: cannot decode image" "$SCRATCH/o2b" "$SCRATCH/truncated" --size 8 --out "$SCRATCH/o2b/new/deeper/t.h5"
+[[ ! -e $SCRATCH/o2b/new ]] || fail "a failed conversion left the folders it created: $(find "$SCRATCH/o2b")"
 convert_fails "empty/durian: empty class folder" "$SCRATCH/o3" "$SCRATCH/empty" --size 8 --out "$SCRATCH/o3/t.h5"
 convert_fails "no class folders" "$SCRATCH/o4" "$SCRATCH/exact/one" --size 8 --out "$SCRATCH/o4/t.h5"
 before=$(md5sum <"$SCRATCH/out/train.h5")
