@@ -165,11 +165,6 @@ def check_output(out, force):
         raise ConvertError(problem)
 
 
-def temp_name(out):
-    """The hidden temporary file beside `out` that is written first and renamed to `out`."""
-    return os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
-
-
 def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
     """Writes one split to its temporary file `tmp` (creating the directory) and checks it against
     the schema; the caller renames it to `out` or removes it."""
@@ -201,7 +196,7 @@ def write_outputs(splits, mean, std, class_names, force):
         if mean.size not in (1, images.shape[1]) or std.size != mean.size:
             raise ConvertError(f"{out}: mean/std have {mean.size}/{std.size} values for "
                                f"{images.shape[1]} channels")
-    tmps = [temp_name(out) for out, *_ in splits]
+    tmps = [outputs.temp_name(out) for out, *_ in splits]
     try:
         for tmp, (out, images, labels, num_classes) in zip(tmps, splits):
             write_temp(out, tmp, images, labels, mean, std, num_classes, class_names)

@@ -128,8 +128,7 @@ class SplitWriter:
 
     def __init__(self, out, n, size, channels, chunk):
         self.out = out
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(out)),
-                                f".{os.path.basename(out)}.tmp-{os.getpid()}")
+        self.tmp = outputs.temp_name(out)
         self.n, self.at = n, 0
         self.hist = np.zeros((channels, 256), np.int64)  # exact per-channel pixel histograms
         self.file = h5py.File(self.tmp, "w")

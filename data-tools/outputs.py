@@ -1,7 +1,8 @@
 """data-tools/outputs.py — the output checks every writing tool shares (convert_idx, images_to_h5,
 plot_metrics, scaling_report, make_model_jobs): an output is refused before anything is read or
-written when it exists (unless --force), is a directory, or cannot become a file — so a failed run
-never replaces or half-writes what is there."""
+written when it exists (unless --force), is a directory, or cannot become a file; it is then
+written under a hidden temporary name beside it and renamed, and SIGTERM/SIGHUP exit through the
+code that removes that temporary — so a failed run never replaces or half-writes what is there."""
 import os
 
 
@@ -20,6 +21,12 @@ def output_problem(out, force):
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"cannot write {out}: {parent} is not writable"
     return None
+
+
+def temp_name(out):
+    """The hidden temporary file beside `out` that is written first and renamed to `out`."""
+    return os.path.join(os.path.dirname(os.path.abspath(out)),
+                        f".{os.path.basename(out)}.tmp-{os.getpid()}")
 
 
 def _exit_on_signal(signo, _frame):

@@ -158,7 +158,7 @@ def main():
         fig.suptitle(a.title, fontsize=10)
     fig.tight_layout()
     outputs.exit_cleanly_on_signals()
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+    tmp = outputs.temp_name(out)
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         fig.savefig(tmp, dpi=120, format=fmt)

@@ -340,8 +340,7 @@ def main():
     writers = [(out + ".md", lambda p: write_markdown(p, rows, notes, a.time)),
                (out + ".csv", lambda p: write_csv(p, rows)),
                (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))]
-    tmps = [os.path.join(os.path.dirname(os.path.abspath(path)),
-                         f".{os.path.basename(path)}.tmp-{os.getpid()}") for path, _ in writers]
+    tmps = [outputs.temp_name(path) for path, _ in writers]
     try:
         for tmp, (path, write) in zip(tmps, writers):
             try:

@@ -4,8 +4,8 @@
 
 #include <boost/program_options.hpp>
 #include <charconv>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>

@@ -54,10 +54,12 @@ double Backend::seconds_between(int a, int b) {
 }
 
 void check_softmax_xent(int batch, int classes, float smoothing) {
-  DT_REQUIRE(batch >= 1 && classes >= 1, "softmax cross-entropy: batch and classes must be >= 1, got " +
-                                             std::to_string(batch) + " and " + std::to_string(classes));
+  DT_REQUIRE(batch >= 1 && classes >= 1,
+             "softmax cross-entropy: batch and classes must be >= 1, got " + std::to_string(batch) +
+                 " and " + std::to_string(classes));
   DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
-             "softmax cross-entropy: label smoothing must be in [0, 1), got " + std::to_string(smoothing));
+             "softmax cross-entropy: label smoothing must be in [0, 1), got " +
+                 std::to_string(smoothing));
 }
 
 bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,

@@ -116,7 +116,7 @@ class CpuDropout final : public DropoutOp {
 class CpuSoftmaxXent final : public SoftmaxXentOp {
  public:
   CpuSoftmaxXent(int batch, int classes, float smoothing)
-      : batch_(batch), classes_(classes), eps_(smoothing) {
+      : batch_(batch), classes_(classes), smoothing_(smoothing) {
     check_softmax_xent(batch, classes, smoothing);
   }
 
@@ -143,11 +143,11 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
       double sum = 0.0;
       for (std::size_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(l[j] - mx));
       const double lse = static_cast<double>(mx) + std::log(sum);
-      if (eps_ > 0.0) {  // −Σ q_j log p_j with q = (1 − ε)·onehot + ε/K
+      if (smoothing_ > 0.0) {  // −Σ q_j log p_j with q = (1 − ε)·onehot + ε/K
         double sum_l = 0.0;
         for (std::size_t j = 0; j < k; ++j) sum_l += static_cast<double>(l[j]);
-        loss_sum += lse - (1.0 - eps_) * static_cast<double>(l[label]) -
-                    eps_ / static_cast<double>(k) * sum_l;
+        loss_sum += lse - (1.0 - smoothing_) * static_cast<double>(l[label]) -
+                    smoothing_ / static_cast<double>(k) * sum_l;
       } else {
         loss_sum += lse - static_cast<double>(l[label]);
       }
@@ -155,7 +155,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
       if (dlogits != nullptr) {
         float* d = dlogits + static_cast<std::size_t>(s) * k;
         const double inv_sum = 1.0 / sum;
-        const double off = eps_ / static_cast<double>(k), on = 1.0 - eps_ + off;
+        const double off = smoothing_ / static_cast<double>(k), on = 1.0 - smoothing_ + off;
         for (std::size_t j = 0; j < k; ++j) {  // ε = 0: on = 1, off = 0 exactly
           const double prob = std::exp(static_cast<double>(l[j] - mx)) * inv_sum;
           d[j] = static_cast<float>((prob - (j == static_cast<std::size_t>(label) ? on : off)) *
@@ -170,7 +170,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
  private:
   int batch_;
   int classes_;
-  double eps_;  ///< label smoothing ε
+  double smoothing_;  ///< label smoothing ε
 };
 
 }  // namespace
