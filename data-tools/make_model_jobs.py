@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the job files of the standard CNNs in dtrain's layer-graph syntax (docs/models.md):
 
   jobs/resnet20_cifar.ini       He et al. 2016 §4.2, option-A shortcuts: 269,434 params on 1x28x28

@@ -50,15 +50,9 @@ void set_threads(const Config& c, const Cluster& cluster) {
   omp_set_num_threads(threads);
 }
 
-namespace {
-/// The worker's backend for --device (nullptr on a ps), before --layout and --precision.
-std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& cluster,
-                                             std::string& name) {
-  bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
-  if (cluster.is_ps() || !want_gpu) {
-    name = "cpu";
-    return cluster.is_ps() ? nullptr : make_cpu_backend();
-  }
+int planned_gpu(const Config& c, const Cluster& cluster) {
+  const bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
+  if (cluster.is_ps() || !want_gpu) return -1;
   DT_REQUIRE(cuda_available(), "option --device cuda: no CUDA device on host " +
                                    cluster.me().host +
                                    (cuda_device_count() == 0 ? " (or dtrain built without CUDA)" : ""));
@@ -69,8 +63,18 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
     if (r.rank < cluster.world_rank()) ++local;
     ++local_workers;
   }
-  const int gpu = select_gpu_for_local_rank(local, local_workers, c.allow_gpu_sharing);
-  name = "cuda:" + std::to_string(gpu);
+  return select_gpu_for_local_rank(local, local_workers, c.allow_gpu_sharing);
+}
+
+namespace {
+std::string device_name_of(int gpu) { return gpu < 0 ? "cpu" : "cuda:" + std::to_string(gpu); }
+
+/// The worker's backend for --device (nullptr on a ps), before --layout and --precision.
+std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& cluster,
+                                             std::string& name) {
+  const int gpu = planned_gpu(c, cluster);
+  name = device_name_of(gpu);
+  if (gpu < 0) return cluster.is_ps() ? nullptr : make_cpu_backend();
   auto be = make_cuda_backend(gpu);
   const bool tf32 = c.math == "tf32" || (c.math == "auto" && be->supports_tf32());
   be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
@@ -114,6 +118,8 @@ Job check_job(const Config& c) {
     DT_REQUIRE(c.replicas_to_aggregate <= cl.num_workers(),
                "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
                    " is more than the " + std::to_string(cl.num_workers()) + " workers");
+    // The device, as a real run picks it (no backend made): --dry-run checks and shows it too.
+    job.device_name = device_name_of(planned_gpu(c, cl));
     job.plan = make_plan(c, cl.num_workers());
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                        act_dtype_of(precision_of(c)));
@@ -335,6 +341,7 @@ int run_training(const Config& c) {
   set_comm_timeout(c.timeout);
   Job job = check_job(c);
   if (c.dry_run) {
+    job.cluster->set_devices(job.device_name);  // the role table's device column
     report_dry_run(c, job);
     return kExitOk;
   }

@@ -11,7 +11,8 @@
 # Environment: WORKERS (default "1 2 4"), GLOBAL_BATCH (default 8), STEPS (default 6),
 #   OUT (default runs/scaling-models), DOCS (default docs/scaling), MODES (default "sync async").
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
-# sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12".
+# sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
+# (the global batch must split evenly over every worker count).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 models=${1:-"resnet50 vgg16"}

@@ -66,4 +66,17 @@ echo '{"test_accuracy": 0.5}' >"$SCRATCH/finished/results.json"
 expect_error 3 "--resume|holds a finished run|results.json" "${GOOD[@]}" --config "$SCRATCH/job.ini" --run-dir "$SCRATCH/finished" --resume
 [[ $(cat "$SCRATCH/finished/results.json") == '{"test_accuracy": 0.5}' && $(ls "$SCRATCH/finished") == results.json ]] ||
   fail "--resume of a finished run changed its run dir: $(ls "$SCRATCH/finished")"
+
+# --dry-run refuses a device a real run could not get, and shows the one it would use: without a
+# usable GPU --device cuda is an error naming the option and the host; with one GPU, two workers
+# need --allow-gpu-sharing, and one worker shows cuda:0 in the role table.
+auto=$(timeout 60 "$MPIEXEC" -n 1 "$DTRAIN" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 0 --device auto --dry-run 2>&1) ||
+  fail "--device auto --dry-run failed: $auto"
+if grep -q "cuda:0  (chief)" <<<"$auto"; then
+  expect_error 2 "--allow-gpu-sharing" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 0 --device cuda --dry-run
+else
+  grep -q "worker      0  cpu  (chief)" <<<"$auto" || fail "--device auto --dry-run shows no device: $auto"
+  expect_error 2 "option --device cuda|no CUDA device on host" "${JOB[@]}" "${GOOD[@]}" --device cuda --dry-run
+fi
+[[ ! -e $SCRATCH/run ]] || fail "--dry-run created the run dir"
 echo "PASS ($cases cases)"

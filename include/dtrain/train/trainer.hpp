@@ -23,6 +23,13 @@ namespace dtrain {
 /// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
 void set_threads(const Config& c, const Cluster& cluster);
 
+/// The GPU this rank trains on for --device, as make_backend() will pick it, without creating
+/// anything: -1 for the CPU (every ps, --device cpu, --device auto without a usable GPU), else the
+/// node-local worker rank modulo the node's GPUs (select_gpu_for_local_rank). Throws InputError
+/// when --device cuda finds no GPU or more local workers than GPUs without --allow-gpu-sharing.
+/// Used by the job check, so --dry-run refuses what a real run would.
+int planned_gpu(const Config& c, const Cluster& cluster);
+
 /// This rank's compute backend (nullptr on a ps) and its device name for the role table ("cpu",
 /// "cuda:N"): --device, one GPU per node-local worker, with --math, --layout and --precision set.
 /// Throws InputError when --device cuda finds no GPU or more local workers than GPUs without
