@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -337,10 +338,22 @@ bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::str
 #endif
 }
 
-Options parse(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: mpirun -np N dtrain_comm_bench [--ops allreduce,ps_push_pull,nccl_allreduce]\n"
+    "         [--min-bytes B (65536)] [--max-bytes B (268435456)] [--iters N (0: by size)]\n"
+    "         [--bucket-mb MB (25)] [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
+    "         [--out FILE (comm_bench.jsonl)]\n"
+    "  (tests/benchmarks/comm_bench.sh runs it over 2..N ranks and repeats; see its header)\n";
+
+/// The options; nullopt for --help / -h (the usage is printed). InputError for an unknown option
+/// or one without its value.
+std::optional<Options> parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") return std::nullopt;
+    if (i + 1 >= argc) throw InputError("option " + k + " needs a value");
+    const std::string v = argv[i + 1];
     if (k == "--min-bytes") o.min_bytes = std::stoull(v);
     else if (k == "--max-bytes") o.max_bytes = std::stoull(v);
     else if (k == "--bucket-mb") o.bucket_mb = std::stod(v);
@@ -349,7 +362,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--ops") o.ops = v;
     else if (k == "--ps-threads") o.ps_threads = std::stoi(v);
     else if (k == "--ps-chunk-kb") o.ps_chunk_kb = std::stoi(v);
-    else throw InputError("comm_bench: unknown option " + k);
+    else throw InputError("unknown option " + k + " (--help lists them)");
   }
   return o;
 }
@@ -362,7 +375,13 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   try {
-    const Options o = parse(argc, argv);
+    const std::optional<Options> parsed = parse(argc, argv);
+    if (!parsed) {
+      if (rank == 0) std::fputs(kUsage, stdout);
+      MPI_Finalize();
+      return 0;
+    }
+    const Options& o = *parsed;
     set_comm_timeout(120);
     std::FILE* json = rank == 0 ? std::fopen(o.out.c_str(), "w") : nullptr;
     if (rank == 0 && !json) throw InputError("comm_bench: cannot write " + o.out);

@@ -136,6 +136,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> rules{"sgd", "momentum", "adam", "dana"};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::puts("usage: dtrain_ps_update_bench [--min-floats N (16384)] [--max-floats N (67108864)]\n"
+                "         [--rounds R (0: by size)] [--threads T (1)]\n"
+                "         [--rules sgd,momentum,adam,dana] [--cross-core]");
+      return 0;
+    }
     if (k == "--cross-core") {
       cross_core = true;
       continue;
