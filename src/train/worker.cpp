@@ -52,7 +52,12 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
         c.run_dir, SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
 }
 
-Worker::~Worker() = default;
+Worker::~Worker() {
+  // The exchange first: while an error unwinds, its NCCL communicator must be aborted before the
+  // device buffers below are freed (cudaFree waits for the device, NCCL's stream included, which
+  // a sum a dead peer never joins would hold forever).
+  exchange_.reset();
+}
 
 void Worker::make_synthetic_batch() {
   // One batch of random images (N(0, 1), like tf_cnn_benchmarks' and PyTorch's randn) and labels

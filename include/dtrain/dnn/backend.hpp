@@ -57,7 +57,10 @@ const char* dtype_name(DType t);
 /// fp32 (no loss scaling: bf16 has fp32's exponent range). On CUDA the ops run natively in bf16
 /// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); the CPU backend emulates it — it rounds
 /// the same tensors to bf16 and computes in fp32 on converted copies — so the CPU runs the same
-/// model code and numerics (slower than fp32: a test and reference path).
+/// model code and numerics (slower than fp32: a test and reference path). Two differences of at
+/// most one bf16 rounding per element remain: cuDNN writes a convolution's weight gradient in the
+/// filter's type (bf16, as PyTorch's autocast does) before dtrain widens it, and on CUDA a layer's
+/// bias is added to the bf16-rounded product (the emulation rounds the sum once).
 enum class Precision { fp32, bf16 };
 /// "fp32" | "bf16".
 const char* precision_name(Precision p);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "channel_kernels.hpp"
 #include "cuda_check.hpp"
@@ -74,7 +75,7 @@ __device__ __forceinline__ void for_chunk(const Geometry g, F f) {
 /// one pixel (NHWC seen as (N·H·W)×C×1×1, 1×1 maps) are one flat loop over every thread instead
 /// (plane-per-block would leave all but one thread of each block idle).
 template <typename F>
-__device__ __forceinline__ void for_planes(int planes, int channels, int hw, F f) {
+__device__ __forceinline__ void for_planes(std::int64_t planes, int channels, int hw, F f) {
   if (hw == 1) {
     const std::size_t step = std::size_t(gridDim.x) * gridDim.y * blockDim.x;
     for (std::size_t i = (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
@@ -83,8 +84,8 @@ __device__ __forceinline__ void for_planes(int planes, int channels, int hw, F f
       f(i, static_cast<int>(i % static_cast<std::size_t>(channels)));
     return;
   }
-  for (int plane = blockIdx.y; plane < planes; plane += gridDim.y) {
-    const int c = plane % channels;
+  for (std::int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int c = static_cast<int>(plane % channels);
     const std::size_t base = static_cast<std::size_t>(plane) * hw;
     for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < hw; s += gridDim.x * blockDim.x)
       f(base + s, c);
@@ -166,7 +167,7 @@ __global__ void finish_backward_kernel(const float* partial_a, const float* part
 
 template <typename T>
 __global__ void normalize_kernel(const T* x, T* y, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, int planes, int channels,
+                                 const float* gamma, const float* beta, std::int64_t planes, int channels,
                                  int hw) {
   for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     store(y, i, (load(x, i) - mean[c]) * invstd[c] * gamma[c] + beta[c]);
@@ -177,7 +178,7 @@ __global__ void normalize_kernel(const T* x, T* y, const float* mean, const floa
 template <typename T>
 __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
                              const float* invstd, const float* gamma, const float* dgamma,
-                             const float* dbeta, int planes, int channels, int hw, float m) {
+                             const float* dbeta, std::int64_t planes, int channels, int hw, float m) {
   for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     const float xhat = (load(x, i) - mean[c]) * invstd[c];
     store(dx, i, gamma[c] * invstd[c] / m * (m * load(dy, i) - dbeta[c] - xhat * dgamma[c]));
@@ -185,23 +186,25 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
 }
 
 template <typename T>
-__global__ void add_channel_bias_kernel(T* y, const float* b, int planes, int channels, int hw) {
+__global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels, int hw) {
   for_planes(planes, channels, hw,
              [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
 }
+
+/// N·C, in 64 bits: NHWC seen as (N·H·W)×C makes it the element count, which can pass 2^31.
+std::int64_t planes(const ChannelShape& s) { return std::int64_t{s.n} * s.c; }
 
 /// Grid of for_planes: enough x blocks to cover a plane, the planes over y (at most 65535); for
 /// planes of one pixel, a flat grid of blocks of kThreads elements.
 dim3 plane_grid(const ChannelShape& s) {
   const int hw = s.h * s.w;
+  const std::int64_t n = planes(s);
   if (hw == 1)
-    return dim3(1, static_cast<unsigned>(std::min((s.n * s.c + kThreads - 1) / kThreads, 65535)));
+    return dim3(1, static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535)));
   const unsigned x = static_cast<unsigned>(std::min((hw + kThreads - 1) / kThreads, 64));
-  const unsigned y = static_cast<unsigned>(std::min(s.n * s.c, 65535));
+  const unsigned y = static_cast<unsigned>(std::min<std::int64_t>(n, 65535));
   return dim3(x, y);
 }
-
-int planes(const ChannelShape& s) { return s.n * s.c; }
 
 unsigned channel_blocks(int c) { return static_cast<unsigned>((c + kThreads - 1) / kThreads); }
 

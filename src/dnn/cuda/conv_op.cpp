@@ -135,8 +135,11 @@ class CudaConvOp final : public ConvOp {
     }
     // bf16 runs on tensor cores whatever --math says (there is no bf16 FMA path worth having).
     const bool tf32 = be.math() == MathMode::tf32 || t_ == DType::bf16;
+    // Without tensor ops every descriptor is FMA math: a pick reported as CUDNN_DEFAULT_MATH would
+    // otherwise let cuDNN use TF32 for fp32 data on compute capability >= 8.0.
     auto make_desc = [&](cudnnMathType_t m) {
-      return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w, m);
+      return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w,
+                                     tf32 ? m : CUDNN_FMA_MATH);
     };
     const ConvolutionDesc query = make_desc(tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     bias_ = d.bias;

@@ -149,6 +149,7 @@ void CudaBackend::upload(void* dst, const void* host_src, std::size_t bytes) {
   else s.done = Event::create();
   if (s.bytes < bytes) {
     s.mem = PinnedMemory();
+    s.bytes = 0;  // a failed create below leaves no stale size behind
     s.mem = PinnedMemory::create(bytes);
     s.bytes = bytes;
   }

@@ -3,7 +3,9 @@
 //
 // Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`;
 // every rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both
-// calls are collective over `comm`, so every rank must construct the object at the same point. Each
+// calls are collective over `comm`, so every rank must construct the object at the same point
+// (between them every rank agrees that its device, stream and event were set up, and a watchdog
+// ends the job if the join outlives --timeout: ncclCommInitRank itself has no deadline). Each
 // sum (start_sum(): a bucket, while backward runs; allreduce_sum(): start and wait) runs on the
 // object's own stream after an event recorded on the backend's stream (so the gradients computed
 // there are complete, and the kernels queued later overlap it); wait() then waits for the NCCL
@@ -11,11 +13,14 @@
 // aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no
 // rank stays blocked inside NCCL.
 #include <chrono>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "cuda_backend.hpp"
+#include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/sync/allreduce.hpp"
@@ -48,9 +53,31 @@ class NcclComm {
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  /// Collective over the `size` ranks sharing `id`.
-  void init(int size, const ncclUniqueId& id, int rank) {
+  /// Collective over the `size` ranks sharing `id`. ncclCommInitRank blocks until every rank has
+  /// joined, and no abort can reach a communicator that does not exist yet: a watchdog thread
+  /// ends the job past `timeout_s` (TimeoutError's message, then MPI_Abort with its exit code,
+  /// as the bucket watchdog in sync/bucketed.cpp does), so a rank lost inside NCCL's set-up
+  /// cannot hold the others forever.
+  void init(int size, const ncclUniqueId& id, int rank, double timeout_s) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
+      log_error(TimeoutError(timeout_s, "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
+                                            std::to_string(size) + " joining the NCCL communicator)",
+                             "a peer rank is stuck, died, or cannot reach this one")
+                    .what());
+      MPI_Abort(MPI_COMM_WORLD, kExitFault);
+    });
     const ncclResult_t r = ncclCommInitRank(&comm_, size, id, rank);
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_one();
+    watchdog.join();
     if (r != ncclSuccess) {
       comm_ = nullptr;
       throw LibraryError(format_error(
@@ -96,10 +123,15 @@ class NcclAllreduce final : public GradientAllreduce {
                                           ncclGetErrorString(static_cast<ncclResult_t>(msg.status)),
                                       __FILE__, __LINE__));
     const ncclUniqueId& id = msg.id;
-    DT_CHECK_CUDA(cudaSetDevice(be.gpu()));
-    stream_ = cuda::Stream::create();
-    ready_ = cuda::Event::create();
-    comm_.init(size, id, rank);
+    // What can fail here happens before NCCL's blocking join, and every rank agrees that it
+    // succeeded everywhere (with the deadline), so a rank failing it cannot leave the others
+    // waiting in ncclCommInitRank.
+    all_or_nothing(comm, [&] {
+      DT_CHECK_CUDA(cudaSetDevice(be.gpu()));
+      stream_ = cuda::Stream::create();
+      ready_ = cuda::Event::create();
+    });
+    comm_.init(size, id, rank, comm_timeout());
   }
 
   ~NcclAllreduce() override {
