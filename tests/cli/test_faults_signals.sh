@@ -35,7 +35,10 @@ run_and_signal() {
   t0=$(now)
   case $how in
     mpirun) kill -"$sig" "$JOB_PID" ;;
-    ranks) for ((r = 0; r < np; ++r)); do p=$(rank_pid $r) && kill -"$sig" "$p"; done ;;
+    ranks) for ((r = 0; r < np; ++r)); do
+             p=$(rank_pid $r) || fail "rank $r not found among the children of mpiexec"
+             kill -"$sig" "$p"
+           done ;;
     chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
   esac
   wait_job 60

@@ -87,6 +87,11 @@ acc=$(json_get "$SCRATCH/sync/results.json" test_accuracy)
 "$PY" -c "import sys; a = float(sys.argv[1]); sys.exit(0 if a > 0.5 else 1)" "$acc" ||
   fail "tiny ResNet-20 (sync) did not learn: test accuracy $acc"
 run 3 "$SCRATCH/async" --epochs 2 --mode async --num-ps 1 --lr 0.02
+# 2 workers × 8 pushes × 2 epochs; 4 classes, so chance is 0.25 (sync above: ~0.7, async ~0.67).
+[[ $(json_get "$SCRATCH/async/results.json" global_step) == 32 ]] || fail "async: global_step is not 32"
+acc=$(json_get "$SCRATCH/async/results.json" test_accuracy)
+"$PY" -c "import sys; a = float(sys.argv[1]); sys.exit(0 if a > 0.4 else 1)" "$acc" ||
+  fail "tiny ResNet-20 (async) did not learn: test accuracy $acc"
 COMMON+=(--epochs 6 --lr-decay-steps 48)  # 8 steps per epoch: step 40 is mid-epoch 5; a cosine of fixed length
 check_resume 2 resnet
 
@@ -97,5 +102,6 @@ run 2 "$SCRATCH/synth-sync" --epochs 2
 [[ $(json_get "$SCRATCH/synth-sync/results.json" global_step) == 12 ]] || fail "synthetic sync: wrong global_step"
 grep -q "synthetic 3x16x16:5" "$SCRATCH/synth-sync/results.json" || fail "results.json does not name the synthetic set"
 run 3 "$SCRATCH/synth-async" --epochs 1 --mode async --num-ps 1
+[[ $(json_get "$SCRATCH/synth-async/results.json" global_step) == 12 ]] || fail "synthetic async: wrong global_step"
 expect_error 2 "--synthetic|CxHxW:classes" --config "$SCRATCH/jobs/resnet20_cifar.ini" --train-data "" --test-data "" --synthetic 3x16x16 --run-dir "$SCRATCH/x"
 echo "PASS"

@@ -33,7 +33,7 @@ for opts in "--seccomp-bpf" ""; do
     break
   fi
 done
-[[ ${#STRACE[@]} -gt 0 ]] || echo "NOTE: strace does not work here: the no-data-files check is skipped"
+[[ ${#STRACE[@]} -gt 0 ]] || echo "NOTE: strace does not work here: the no-data-files check is skipped (exit 77 at the end)"
 
 # traced NP DIR ARGS...: a dtrain run that must succeed, each rank under strace (traces in DIR.trace/).
 traced() {
@@ -73,8 +73,8 @@ want = {"mode": mode, "num_workers": workers, "global_step": step, "samples": sa
         "epochs_completed": 1, "train_data": "synthetic " + spec, "stopped_by": "completed"}
 for k, v in want.items():
     assert r[k] == v, f"{d}: results.json {k} = {r[k]!r}, expected {v!r}"
-# No I/O: the time spent waiting for data is two clock reads per step.
-assert r["data_seconds"] < 0.05, f"{d}: data_seconds {r['data_seconds']}"
+# Waiting for data is part of the training time (no I/O at all is what the strace check shows).
+assert 0 <= r["data_seconds"] <= r["train_seconds"], f"{d}: data_seconds {r['data_seconds']}"
 assert 0 <= r["test_accuracy"] <= 1 and math.isfinite(r["test_loss"]), r
 tests = [x for x in csv.DictReader(open(d + "/metrics.csv")) if x["kind"] == "test"]
 assert len(tests) == 1, f"{d}: expected one test row, got {len(tests)}"
@@ -152,4 +152,8 @@ expect_error 2 "exclusive|--test-data '$SCRATCH/small.h5'" --config "$SCRATCH/sy
 expect_error 2 "--synthetic-samples|2 × 64" "${BAD[@]}" --synthetic "$SPEC" --synthetic-samples 100
 expect_error 0 "--synthetic-samples" "${BAD[@]}" --synthetic "$SPEC" --synthetic-samples 0
 [[ ! -e $SCRATCH/bad ]] || fail "a refused run created its run dir"
+if [[ ${#STRACE[@]} -eq 0 ]]; then
+  echo "PASS, but the no-data-files check could not run (strace missing or not permitted): skipped"
+  exit 77
+fi
 echo "PASS"
