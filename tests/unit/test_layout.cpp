@@ -53,11 +53,12 @@ TEST(Layout, ConvertPlacesEveryElementByTheFormula) {
 struct Pair {
   std::unique_ptr<Backend> be[2];
   std::unique_ptr<Model> m[2];
-  Pair(const Shape& sample, int classes, int max_batch) {
+  Pair(const Shape& sample, int classes, int max_batch,
+       const std::vector<std::string>& net = test::kLayoutNet) {
     for (int k = 0; k < 2; ++k) {
       be[k] = make_cpu_backend();
       be[k]->set_layout(k == 0 ? Layout::nchw : Layout::nhwc);
-      m[k] = std::make_unique<Model>(*be[k], test::kLayoutNet, sample, classes, max_batch);
+      m[k] = std::make_unique<Model>(*be[k], net, sample, classes, max_batch);
       m[k]->initialize(17);
     }
   }
@@ -98,6 +99,35 @@ TEST(Layout, NhwcModelComputesWhatNchwComputes) {
     fresh.train_step(swapped.data(), yd.data(), n, 1.0f / static_cast<float>(n), 9, stats.data());
     EXPECT_GT(max_rel(to_host(be, fresh.grads(), fresh.param_count()), r[0].grads), 1e-2);
   }
+}
+
+// Convolutions of 64 or more input and output channels run on the nhwc tensors themselves
+// (no reorder, conv_pool.cpp kNxcMinChannels), narrower ones in oneDNN's blocked layouts: both
+// routes, forward and both backward passes, against NCHW.
+TEST(Layout, WideConvolutionsOnNhwcComputeWhatNchwComputes) {
+  const std::vector<std::string> net = {
+      "conv filters=64 kernel=3 pad=1",             // 3 -> 64: blocked
+      "relu name=r",
+      "conv filters=64 kernel=3 pad=1",             // 64 -> 64: nhwc in place
+      "batchnorm",
+      "conv filters=72 kernel=1 bias=false",        // 64 -> 72, 1x1: nhwc in place
+      "relu",
+      "conv filters=64 kernel=3 stride=2 pad=1",    // 72 -> 64, strided
+      "flatten",
+      "dense"};
+  const Shape sample{1, 3, 6, 5};
+  const int classes = 3, n = 4;
+  Pair p(sample, classes, n, net);
+  const auto x = uniform_values(sample.with_n(n).count(), 23, -1.0f, 1.0f);
+  const std::vector<std::int32_t> labels{0, 2, 1, 2};
+  test::StepOutputs r[2];
+  for (int k = 0; k < 2; ++k) r[k] = test::run_step(*p.m[k], x, labels);
+  EXPECT_NEAR(r[1].loss[0], r[0].loss[0], 1e-5 * std::abs(r[0].loss[0]));
+  EXPECT_LE(max_rel(r[1].grads, r[0].grads), 1e-4);
+  EXPECT_LE(max_rel(r[1].logits, r[0].logits), 1e-5);
+  double g = 0;
+  for (float v : r[0].grads) g = std::max(g, static_cast<double>(std::abs(v)));
+  EXPECT_GT(g, 1e-3);
 }
 
 }  // namespace
