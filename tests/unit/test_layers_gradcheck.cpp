@@ -164,15 +164,20 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
     op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
     return static_cast<double>(to_host(*be_, stats.data(), 2)[0]);
   };
-  // The loss is −Σ q log softmax with q = (1 − ε)·onehot + ε/K, computed here directly.
-  double want = 0.0;
+  // The loss is −Σ q log softmax with q = (1 − ε)·onehot + ε/K, computed here directly; with
+  // ε = 0 (want_plain) −Σ log softmax of the label, whose dlogits are softmax − onehot.
+  double want = 0.0, want_plain = 0.0;
+  std::vector<double> softmax(static_cast<std::size_t>(n * k));
   for (int s = 0; s < n; ++s) {
     double z = 0.0;
     for (int j = 0; j < k; ++j) z += std::exp(static_cast<double>(logits[s * k + j]));
     for (int j = 0; j < k; ++j) {
       const double q = (j == labels[s] ? 1.0 - eps : 0.0) + eps / k;
       want -= q * (static_cast<double>(logits[s * k + j]) - std::log(z));
+      softmax[static_cast<std::size_t>(s * k + j)] =
+          std::exp(static_cast<double>(logits[s * k + j])) / z;
     }
+    want_plain -= static_cast<double>(logits[s * k + labels[s]]) - std::log(z);
   }
   EXPECT_NEAR(loss_at(logits, dl.data()), want, 1e-4);
   const auto analytic = to_host(*be_, dl.data(), n * k);
@@ -189,23 +194,17 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
     EXPECT_NEAR(std::accumulate(analytic.begin() + s * k, analytic.begin() + (s + 1) * k, 0.0f),
                 0.0f, 1e-6f);
   }
-  // An op made after set_label_smoothing(0) is the plain loss: −Σ log softmax of the label, and
-  // dlogits = softmax − onehot, both computed here in double.
+  // An op made after set_label_smoothing(0) is the plain loss (want_plain, softmax above).
   auto plain = be_->make_softmax_xent(n, k);
   auto dlog = to_device(*be_, logits);
   DeviceBuffer<float> dplain(*be_, n * k), splain(*be_, 2);
   be_->fill(splain.data(), 0.0f, 2);
   plain->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dplain.data(), splain.data());
   const auto got = to_host(*be_, dplain.data(), n * k);
-  double want_plain = 0.0;
-  for (int s = 0; s < n; ++s) {
-    double z = 0.0;
-    for (int j = 0; j < k; ++j) z += std::exp(static_cast<double>(logits[s * k + j]));
-    want_plain -= static_cast<double>(logits[s * k + labels[s]]) - std::log(z);
-    for (int j = 0; j < k; ++j) {
-      const double p = std::exp(static_cast<double>(logits[s * k + j])) / z;
-      EXPECT_NEAR(got[s * k + j], p - (j == labels[s] ? 1.0 : 0.0), 1e-5) << "dlogits[" << s * k + j << "]";
-    }
+  for (int i = 0; i < n * k; ++i) {
+    const double onehot = i % k == labels[i / k] ? 1.0 : 0.0;
+    EXPECT_NEAR(got[i], softmax[static_cast<std::size_t>(i)] - onehot, 1e-5)
+        << "dlogits[" << i << "]";
   }
   EXPECT_NEAR(to_host(*be_, splain.data(), 2)[0], want_plain, 1e-4);
   // Smoothing raises the loss of a confident right answer.

@@ -167,8 +167,8 @@ __global__ void finish_backward_kernel(const float* partial_a, const float* part
 
 template <typename T>
 __global__ void normalize_kernel(const T* x, T* y, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, std::int64_t planes, int channels,
-                                 int hw) {
+                                 const float* gamma, const float* beta, std::int64_t planes,
+                                 int channels, int hw) {
   for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     store(y, i, (load(x, i) - mean[c]) * invstd[c] * gamma[c] + beta[c]);
   });
@@ -178,7 +178,8 @@ __global__ void normalize_kernel(const T* x, T* y, const float* mean, const floa
 template <typename T>
 __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
                              const float* invstd, const float* gamma, const float* dgamma,
-                             const float* dbeta, std::int64_t planes, int channels, int hw, float m) {
+                             const float* dbeta, std::int64_t planes, int channels, int hw,
+                             float m) {
   for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     const float xhat = (load(x, i) - mean[c]) * invstd[c];
     store(dx, i, gamma[c] * invstd[c] / m * (m * load(dy, i) - dbeta[c] - xhat * dgamma[c]));
@@ -186,7 +187,8 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
 }
 
 template <typename T>
-__global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels, int hw) {
+__global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels,
+                                        int hw) {
   for_planes(planes, channels, hw,
              [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
 }
@@ -200,7 +202,8 @@ dim3 plane_grid(const ChannelShape& s) {
   const int hw = s.h * s.w;
   const std::int64_t n = planes(s);
   if (hw == 1)
-    return dim3(1, static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535)));
+    return dim3(1, static_cast<unsigned>(
+                       std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535)));
   const unsigned x = static_cast<unsigned>(std::min((hw + kThreads - 1) / kThreads, 64));
   const unsigned y = static_cast<unsigned>(std::min<std::int64_t>(n, 65535));
   return dim3(x, y);
