@@ -107,6 +107,9 @@ WorkerOutcome Worker::run() {
   }
   exchange_->start(model_, resume_ ? &*resume_ : nullptr, global_step_);
   resume_.reset();  // free the host copy
+  // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
+  if (cluster_.is_chief() && be_.act_dtype() == DType::bf16)
+    log_info("# worker 0 backend: " + be_.name());
 
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = global_step_;

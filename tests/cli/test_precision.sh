@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # tests/cli/test_precision.sh — --precision bf16 (mixed precision: bf16 activations, fp32 master
-# weights; emulated on the CPU backend) end to end through the dtrain binary:
+# weights; on the CPU backend oneDNN's bf16 kernels where the CPU has them, else emulated) end to
+# end through the dtrain binary:
 #  1. the tiny CNN in sync (2 workers) and async (1 ps + 2 workers) mode in both precisions:
-#     results.json records the precision, bf16 plans half the activation memory, and bf16 learns
-#     what fp32 learns (test accuracy within 0.05, and well above chance);
+#     results.json records the precision, bf16 plans half the activation memory, bf16 learns
+#     what fp32 learns (test accuracy within 0.05, and well above chance), and the log says which
+#     bf16 kernels ran (how many ops on oneDNN's bf16 kernels, how many emulated);
 #  2. a tiny ResNet-20 in bf16 and NHWC (branches, residual adds, batchnorm, zeropad);
 #  3. a stopped-and-resumed bf16 run ends bit-identical to one that never stopped (parameters,
 #     optimizer state and checkpoints are fp32 whatever the precision);
@@ -29,6 +31,14 @@ for mode in sync async; do
     [[ $(json_get "$SCRATCH/$mode-$p/results.json" precision) == "$p" ]] ||
       fail "$mode-$p: results.json does not record --precision $p"
   done
+  line=$(grep "^# worker 0 backend: " "$SCRATCH/$mode-bf16.log") ||
+    fail "$mode-bf16: the log does not say which bf16 kernels ran"
+  [[ $line =~ bf16:\ ([0-9]+)\ ops\ on\ oneDNN.s\ bf16\ kernels,\ ([0-9]+)\ emulated ]] ||
+    fail "$mode-bf16: unexpected backend line: $line"
+  (( BASH_REMATCH[1] + BASH_REMATCH[2] > 0 )) || fail "$mode-bf16: no bf16 op counted: $line"
+  ! grep -q "^# worker 0 backend: " "$SCRATCH/$mode-fp32.log" ||
+    fail "$mode-fp32: an fp32 run logs bf16 kernels"
+  echo "$mode-bf16: $line"
   f=$(json_get "$SCRATCH/$mode-fp32/results.json" test_accuracy)
   b=$(json_get "$SCRATCH/$mode-bf16/results.json" test_accuracy)
   echo "$mode: test accuracy fp32 $f, bf16 $b"

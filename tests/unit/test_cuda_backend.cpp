@@ -600,15 +600,16 @@ TEST_F(CudaParity, NhwcModelMatchesCpu) {
 }
 
 // --precision bf16 natively on cuDNN/cuBLAS (bf16 tensors, fp32 accumulation on tensor cores, bf16
-// filter copies, our kernels on bf16) against the CPU backend's bf16 emulation (which rounds the
-// same tensors and computes in fp32), in both layouts, full and partial batch. They differ only in
+// filter copies, our kernels on bf16) against the CPU backend's bf16 emulation (CpuBf16::emulated,
+// on any CPU: it rounds the same tensors and computes in fp32), in both layouts, full and partial
+// batch. They differ only in
 // summation order and in where a sum is rounded (cuDNN rounds the conv output before the bias add
 // and writes the weight gradient in bf16), so the agreement is a few bf16 ulps, not 1e-4.
 TEST_F(CudaParity, Bf16ModelMatchesCpu) {
   const Shape sample{1, 3, 8, 6};
   for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
     SCOPED_TRACE(layout_name(layout));
-    auto cpu = make_cpu_backend();
+    auto cpu = make_cpu_backend(CpuBf16::emulated);
     auto gpu = make_cuda_backend(0);
     for (Backend* be : {cpu.get(), gpu.get()}) {
       be->set_layout(layout);

@@ -55,12 +55,14 @@ const char* dtype_name(DType t);
 /// every op accumulates in fp32, batchnorm statistics, the loss and its softmax are computed in
 /// fp32, and parameter gradients, the optimizer and everything exchanged or checkpointed stay
 /// fp32 (no loss scaling: bf16 has fp32's exponent range). On CUDA the ops run natively in bf16
-/// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); the CPU backend emulates it — it rounds
-/// the same tensors to bf16 and computes in fp32 on converted copies — so the CPU runs the same
-/// model code and numerics (slower than fp32: a test and reference path). Two differences of at
-/// most one bf16 rounding per element remain: cuDNN writes a convolution's weight gradient in the
-/// filter's type (bf16, as PyTorch's autocast does) before dtrain widens it, and on CUDA a layer's
-/// bias is added to the bf16-rounded product (the emulation rounds the sum once).
+/// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); so does the CPU backend on a CPU with
+/// bf16 instructions (oneDNN's bf16 kernels; CpuBf16). Elsewhere the CPU backend emulates it — it
+/// rounds the same tensors to bf16 and computes in fp32 on converted copies — so any CPU runs the
+/// same model code and numerics (slower than fp32: a test and reference path). Against the
+/// emulation, two differences of at most one bf16 rounding per element remain on CUDA: cuDNN
+/// writes a convolution's weight gradient in the filter's type (bf16, as PyTorch's autocast does)
+/// before dtrain widens it, and a layer's bias is added to the bf16-rounded product (the
+/// emulation, like oneDNN, rounds the sum once).
 enum class Precision { fp32, bf16 };
 /// "fp32" | "bf16".
 const char* precision_name(Precision p);
@@ -256,7 +258,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   [[nodiscard]] virtual Device device() const = 0;
-  /// "cpu (oneDNN 2.6)" or "cuda:0 (NVIDIA H100, cuDNN 9.x)".
+  /// "cpu (oneDNN 2.6.3)" or "cuda:0 (NVIDIA H100, cuDNN 9.x)"; a CPU backend that has made
+  /// bf16 ops adds how many run on oneDNN's bf16 kernels and how many are emulated (CpuBf16):
+  /// "cpu (oneDNN 2.6.3; bf16: 53 ops on oneDNN's bf16 kernels, 2 emulated)".
   [[nodiscard]] virtual std::string name() const = 0;
 
   /// Device memory, 64-byte aligned; zero-filled. Throws LibraryError when out of memory.
@@ -442,8 +446,17 @@ class Backend {
   double host_marks_[kMarks] = {-1, -1, -1, -1};  ///< mark(): host clock of the points
 };
 
-/// The oneDNN CPU backend (always available).
-std::unique_ptr<Backend> make_cpu_backend();
+/// How the CPU backend runs Precision::bf16. native: each op on oneDNN's bf16 kernels where this
+/// CPU has non-reference ones (AVX512_BF16 or AMX: oneDNN's avx512_core_bf16 ISA and later, e.g.
+/// Cooper Lake, Sapphire Rapids, Zen 4 — as PyTorch's CPU autocast), the emulation for the rest
+/// (dropout and the loss always; every op on a CPU without bf16 kernels). emulated: every op
+/// under the emulation (fp32 kernels on bf16-rounded tensors, src/dnn/bf16_emulation.hpp) — the
+/// reference the CUDA bf16 path is tested against.
+enum class CpuBf16 { native, emulated };
+
+/// The oneDNN CPU backend (always available). Throws LibraryError when oneDNN cannot make its
+/// engine.
+std::unique_ptr<Backend> make_cpu_backend(CpuBf16 bf16 = CpuBf16::native);
 
 /// True when dtrain was built with CUDA and at least one GPU is visible.
 bool cuda_available();

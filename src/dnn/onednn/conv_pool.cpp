@@ -29,10 +29,13 @@ memory::dims dims_of(const Hw& v) { return {v.h, v.w}; }
 
 class OneDnnConv final : public ConvOp {
  public:
-  OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout) : out_(d.output()) {
+  /// t: the activations' type (f32 | bf16). With bf16, built() is false when oneDNN has no
+  /// non-reference bf16 kernel for one of the three primitives.
+  OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    dnnl_guard("convolution", shape, [&] { build(ctx, d, layout, shape); });
+    dnnl_guard("convolution", shape, [&] { built_ = build(ctx, d, layout, t, shape); });
   }
+  [[nodiscard]] bool built() const { return built_; }
 
   void forward(const void* x, const float* w, const float* b, void* y) override {
     p_.forward(x, w, b, y);
@@ -55,25 +58,30 @@ class OneDnnConv final : public ConvOp {
   // the blocked route is taken.
   static constexpr int kNxcMinChannels = 64;
 
-  void build(const Context& ctx, const ConvDesc& d, Layout layout, const std::string& shape) {
+  bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
+             const std::string& shape) {
     const bool wide = layout == Layout::nhwc && d.input.c >= kNxcMinChannels &&
                       d.out_channels >= kNxcMinChannels;
-    if (!wide || !build(ctx, d, layout, shape, true)) build(ctx, d, layout, shape, false);
+    return (wide && build(ctx, d, layout, t, shape, true)) ||
+           build(ctx, d, layout, t, shape, false);
   }
 
   /// Builds the three primitives with activations in oneDNN's choice of layout, or (nxc) in the
-  /// backend's nhwc; returns false, building nothing, when nxc would run a reference kernel.
-  bool build(const Context& ctx, const ConvDesc& d, Layout layout, const std::string& shape,
-             bool nxc) {
-    const memory::desc src = md_act(d.input, layout);
-    const memory::desc dst = md_act(out_, layout);
+  /// backend's nhwc; returns false when a primitive would run a reference kernel where that is
+  /// not wanted (nxc, which has the blocked route to fall back on; bf16, which has the
+  /// emulation). The weights reach the primitives as bf16 copies under bf16 (the staged reorder
+  /// rounds them); their gradient is written in fp32 either way.
+  bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
+             const std::string& shape, bool nxc) {
+    const bool avoid_ref = nxc || t == DType::bf16;
+    auto reference = [&](const auto& pd) { return avoid_ref && is_reference_impl(pd.impl_info_str()); };
+    const memory::desc src = md_act(d.input, layout, t);
+    const memory::desc dst = md_act(out_, layout, t);
     const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
     const memory::desc wei(wdims, memory::data_type::f32, memory::format_tag::oihw);
     const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
-    auto any_w = [](const memory::desc& md) {
-      return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
-    };
-    auto act = [&](const memory::desc& md) { return nxc ? md : any_w(md); };
+    const memory::desc wei_t = md_any(wei, t), dwei = md_any(wei, DType::f32);
+    auto act = [&](const memory::desc& md) { return nxc ? md : md_any(md, t); };
     const memory::dims strides = dims_of(d.stride);
     const memory::dims pad = dims_of(d.pad);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -81,32 +89,33 @@ class OneDnnConv final : public ConvOp {
     const auto alg = algorithm::convolution_direct;
     p_.bias = d.bias;
 
-    const auto fd = d.bias ? dnnl::convolution_forward::desc(fwd_kind, alg, act(src), any_w(wei),
-                                                             bias, act(dst), strides, pad, pad)
-                           : dnnl::convolution_forward::desc(fwd_kind, alg, act(src), any_w(wei),
+    const auto fd = d.bias ? dnnl::convolution_forward::desc(fwd_kind, alg, act(src), wei_t, bias,
+                                                             act(dst), strides, pad, pad)
+                           : dnnl::convolution_forward::desc(fwd_kind, alg, act(src), wei_t,
                                                              act(dst), strides, pad, pad);
     const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
-    if (nxc && std::string(fpd.impl_info_str()).rfind("ref", 0) == 0) return false;
+    const dnnl::convolution_backward_data::desc bdd(alg, act(src), wei_t, act(dst), strides, pad,
+                                                    pad);
+    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
+    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(
+                                  alg, act(src), dwei, bias, act(dst), strides, pad, pad)
+                            : dnnl::convolution_backward_weights::desc(alg, act(src), dwei,
+                                                                       act(dst), strides, pad, pad);
+    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
+    if (reference(fpd) || reference(bdpd) || reference(bwpd)) return false;
+
     p_.fwd = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
     p_.fwd.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
     p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
     if (d.bias) p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
     p_.fwd.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    const dnnl::convolution_backward_data::desc bdd(alg, act(src), any_w(wei), act(dst), strides,
-                                                    pad, pad);
-    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
     p_.bwd_data = Prim::make<dnnl::convolution_backward_data>(ctx, bdpd,
                                                               "convolution_backward_data", shape);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
 
-    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(
-                                  alg, act(src), any_w(wei), bias, act(dst), strides, pad, pad)
-                            : dnnl::convolution_backward_weights::desc(alg, act(src), any_w(wei),
-                                                                       act(dst), strides, pad, pad);
-    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
     p_.bwd_weights = Prim::make<dnnl::convolution_backward_weights>(
         ctx, bwpd, "convolution_backward_weights", shape);
     p_.bwd_weights.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
@@ -118,15 +127,19 @@ class OneDnnConv final : public ConvOp {
 
   Shape out_;
   WeightedPrims p_;
+  bool built_ = false;
 };
 
 class OneDnnPool final : public PoolOp {
  public:
-  OneDnnPool(const Context& ctx, const PoolDesc& d, Layout layout) : out_(d.output()) {
+  /// t: the activations' type; with bf16, built() is false where oneDNN has only a reference
+  /// bf16 kernel.
+  OneDnnPool(const Context& ctx, const PoolDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
     dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
-               [&] { build(ctx, d, layout, shape); });
+               [&] { built_ = build(ctx, d, layout, t, shape); });
   }
+  [[nodiscard]] bool built() const { return built_; }
 
   // One forward_training primitive serves both modes: for max pooling it also writes the
   // workspace (cheap), so a later backward always finds what it needs.
@@ -146,14 +159,15 @@ class OneDnnPool final : public PoolOp {
   // oneDNN's jit pooling needs a channel-blocked source (nChw8c on AVX2, nChw16c on AVX-512); the
   // plain-nchw fallback (simple_nchw) is several times slower. The op therefore pools in the
   // blocked layout and reorders at its boundary (Prim::staged_arg).
-  void build(const Context& ctx, const PoolDesc& d, Layout layout, const std::string& shape) {
-    const memory::desc src = md_act(d.input, layout);
-    const memory::desc dst = md_act(out_, layout);
+  bool build(const Context& ctx, const PoolDesc& d, Layout layout, DType t,
+             const std::string& shape) {
+    const memory::desc src = md_act(d.input, layout, t);
+    const memory::desc dst = md_act(out_, layout, t);
     const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
     const memory::format_tag blocked =
         avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
-    const memory::desc bsrc(src.dims(), memory::data_type::f32, blocked);
-    const memory::desc bdst(dst.dims(), memory::data_type::f32, blocked);
+    const memory::desc bsrc(src.dims(), dnnl_type(t), blocked);
+    const memory::desc bdst(dst.dims(), dnnl_type(t), blocked);
     const memory::dims strides = dims_of(d.stride);
     const memory::dims kernel = dims_of(d.kernel);
     const memory::dims pad = dims_of(d.pad);
@@ -164,12 +178,15 @@ class OneDnnPool final : public PoolOp {
     const dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, bsrc, bdst, strides,
                                          kernel, pad, pad);
     const dnnl::pooling_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    const dnnl::pooling_backward::desc bd(alg, bsrc, bdst, strides, kernel, pad, pad);
+    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
+    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
+                             is_reference_impl(bpd.impl_info_str())))
+      return false;
     fwd_ = Prim::make<dnnl::pooling_forward>(ctx, fpd, "pooling_forward", shape);
     fwd_.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
     fwd_.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    const dnnl::pooling_backward::desc bd(alg, bsrc, bdst, strides, kernel, pad, pad);
-    const dnnl::pooling_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
     bwd_ = Prim::make<dnnl::pooling_backward>(ctx, bpd, "pooling_backward", shape);
     bwd_.staged_arg(DNNL_ARG_DIFF_DST, dst, bpd.diff_dst_desc(), false);
     bwd_.staged_arg(DNNL_ARG_DIFF_SRC, src, bpd.diff_src_desc(), true);
@@ -180,20 +197,24 @@ class OneDnnPool final : public PoolOp {
       fwd_.owned_arg(DNNL_ARG_WORKSPACE, workspace);
       bwd_.owned_arg(DNNL_ARG_WORKSPACE, workspace);
     }
+    return true;
   }
 
   Shape out_;
   Prim fwd_, bwd_;
+  bool built_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout) {
-  return std::make_unique<OneDnnConv>(ctx, d, layout);
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout,
+                                     DType t) {
+  return if_built<ConvOp>(std::make_unique<OneDnnConv>(ctx, d, layout, t));
 }
 
-std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout) {
-  return std::make_unique<OneDnnPool>(ctx, d, layout);
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout,
+                                     DType t) {
+  return if_built<PoolOp>(std::make_unique<OneDnnPool>(ctx, d, layout, t));
 }
 
 }  // namespace dtrain::onednn

@@ -30,14 +30,20 @@ namespace dtrain::onednn {
                                   __FILE__, __LINE__));
 }
 
+dnnl::memory::data_type dnnl_type(DType t) {
+  return t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
 dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t) {
-  return {{s.n, s.c, s.h, s.w},
-          t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32,
+  return {{s.n, s.c, s.h, s.w}, dnnl_type(t),
           layout == Layout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw};
 }
-dnnl::memory::desc md_nc(int n, int c) {
-  return {{n, c}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nc};
+dnnl::memory::desc md_nc(int n, int c, DType t) {
+  return {{n, c}, dnnl_type(t), dnnl::memory::format_tag::nc};
 }
+dnnl::memory::desc md_any(const dnnl::memory::desc& md, DType t) {
+  return {md.dims(), dnnl_type(t), dnnl::memory::format_tag::any};
+}
+bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
 dnnl::memory::desc md_x(std::size_t n) {
   return {{static_cast<dnnl::memory::dim>(n)},
           dnnl::memory::data_type::f32,
@@ -286,15 +292,19 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() {
+  explicit CpuBackend(CpuBf16 bf16) : bf16_kernels_(bf16) {
     dnnl_guard("engine/stream creation", "", [&] { ctx_ = std::make_unique<Context>(); });
   }
 
   [[nodiscard]] Device device() const override { return Device::cpu; }
   [[nodiscard]] std::string name() const override {
     const auto* v = dnnl::version();
-    return "cpu (oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-           std::to_string(v->patch) + ")";
+    std::string s = "cpu (oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+                    "." + std::to_string(v->patch);
+    if (native_ops_ + emulated_ops_ > 0)
+      s += "; bf16: " + std::to_string(native_ops_) + " ops on oneDNN's bf16 kernels, " +
+           std::to_string(emulated_ops_) + " emulated";
+    return s + ")";
   }
 
   void* allocate(std::size_t bytes) override { return aligned_zeroed_alloc(bytes); }
@@ -387,34 +397,39 @@ class CpuBackend final : public Backend {
     dnnl_guard("stream wait", "", [&] { ctx_->stream.wait(); });
   }
 
-  // Under Precision::bf16 every op is the fp32 one wrapped by the emulation (bf16_emulation.hpp).
+  // Under Precision::bf16 an op is oneDNN's bf16 one where this CPU has a fast kernel for it
+  // (CpuBf16::native), else the fp32 op wrapped by the emulation (bf16_emulation.hpp).
   std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override {
-    auto op = make_conv_op(*ctx_, d, layout());
-    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
+    return make_op([&](DType t) { return make_conv_op(*ctx_, d, layout(), t); },
+                   [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override {
-    auto op = make_pool_op(*ctx_, d, layout());
-    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
+    return make_op([&](DType t) { return make_pool_op(*ctx_, d, layout(), t); },
+                   [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override {
-    auto op = make_activation_op(*ctx_, kind, shape);
-    return bf16() ? bf16()->wrap_activation(shape, std::move(op)) : std::move(op);
+    return make_op([&](DType t) { return make_activation_op(*ctx_, kind, shape, t); },
+                   [&](Bf16Emulation& e, auto op) { return e.wrap_activation(shape, std::move(op)); });
   }
   std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override {
-    auto op = make_batchnorm_op(*ctx_, d, layout());
-    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
+    return make_op([&](DType t) { return make_batchnorm_op(*ctx_, d, layout(), t); },
+                   [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<DenseOp> make_dense(const DenseDesc& d) override {
-    auto op = make_dense_op(*ctx_, d);
-    return bf16() ? bf16()->wrap(d, std::move(op)) : std::move(op);
+    return make_op([&](DType t) { return make_dense_op(*ctx_, d, t); },
+                   [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) override {
     auto op = make_dropout_op(shape, p);
-    return bf16() ? bf16()->wrap_dropout(shape, std::move(op)) : std::move(op);
+    if (!bf16()) return op;
+    ++emulated_ops_;
+    return bf16()->wrap_dropout(shape, std::move(op));
   }
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
     auto op = make_softmax_xent_op(batch, classes, label_smoothing());
-    return bf16() ? bf16()->wrap_loss(batch, classes, std::move(op)) : std::move(op);
+    if (!bf16()) return op;
+    ++emulated_ops_;
+    return bf16()->wrap_loss(batch, classes, std::move(op));
   }
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
@@ -446,12 +461,28 @@ class CpuBackend final : public Backend {
   static void copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
+  /// An op from make(DType): under Precision::bf16 the native bf16 one (CpuBf16::native) when
+  /// make(bf16) builds one, else make(f32) wrapped by wrap(emulation, op); fp32: make(f32).
+  template <typename Make, typename Wrap>
+  auto make_op(Make make, Wrap wrap) -> decltype(make(DType::f32)) {
+    if (precision() == Precision::bf16 && bf16_kernels_ == CpuBf16::native)
+      if (auto op = make(DType::bf16)) {
+        ++native_ops_;
+        return op;
+      }
+    auto op = make(DType::f32);
+    if (!bf16()) return op;
+    ++emulated_ops_;
+    return wrap(*bf16(), std::move(op));
+  }
   /// The bf16 emulation under Precision::bf16 (made on first use), else nullptr.
   Bf16Emulation* bf16() {
     if (precision() != Precision::bf16) return nullptr;
     if (!bf16_) bf16_ = std::make_unique<Bf16Emulation>(*this);
     return bf16_.get();
   }
+  CpuBf16 bf16_kernels_;
+  int native_ops_ = 0, emulated_ops_ = 0;  ///< bf16 ops made by make_op, for name()
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Bf16Emulation> bf16_;
   std::deque<std::optional<std::size_t>> checks_;  ///< unread check_gradient answers
@@ -464,5 +495,7 @@ class CpuBackend final : public Backend {
 }  // namespace dtrain::onednn
 
 namespace dtrain {
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<onednn::CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(CpuBf16 bf16) {
+  return std::make_unique<onednn::CpuBackend>(bf16);
+}
 }  // namespace dtrain

@@ -21,13 +21,16 @@ using dnnl::prop_kind;
 
 class OneDnnDense final : public DenseOp {
  public:
-  OneDnnDense(const Context& ctx, const DenseDesc& d) {
+  /// t: the activations' type; with bf16, built() is false where oneDNN has only a reference
+  /// bf16 kernel.
+  OneDnnDense(const Context& ctx, const DenseDesc& d, DType t) {
     const std::string shape = "x " + std::to_string(d.batch) + "x" + std::to_string(d.inputs) +
                               ", W " + std::to_string(d.outputs) + "x" + std::to_string(d.inputs);
     DT_REQUIRE(d.batch >= 1 && d.inputs >= 1 && d.outputs >= 1,
                "dense: batch, inputs and outputs must be >= 1, got " + shape);
-    dnnl_guard("inner_product", shape, [&] { build(ctx, d, shape); });
+    dnnl_guard("inner_product", shape, [&] { built_ = build(ctx, d, t, shape); });
   }
+  [[nodiscard]] bool built() const { return built_; }
 
   void forward(const void* x, const float* w, const float* b, void* y) override {
     p_.forward(x, w, b, y);
@@ -39,40 +42,50 @@ class OneDnnDense final : public DenseOp {
   }
 
  private:
-  void build(const Context& ctx, const DenseDesc& d, const std::string& shape) {
-    const memory::desc src = md_nc(d.batch, d.inputs);
-    const memory::desc dst = md_nc(d.batch, d.outputs);
+  // Activations in nc; the weights in oi, read by the primitives in oi (fp32) or as a bf16 copy
+  // in oneDNN's layout (bf16: the staged reorder rounds them); their gradient is fp32 oi.
+  bool build(const Context& ctx, const DenseDesc& d, DType t, const std::string& shape) {
+    const memory::desc src = md_nc(d.batch, d.inputs, t);
+    const memory::desc dst = md_nc(d.batch, d.outputs, t);
     const memory::desc wei({d.outputs, d.inputs}, memory::data_type::f32, memory::format_tag::oi);
+    const memory::desc wei_t = t == DType::f32 ? wei : md_any(wei, t);
     const memory::desc bias = md_x(static_cast<std::size_t>(d.outputs));
     const dnnl::primitive_attr attr = user_scratchpad_attr();
 
-    const dnnl::inner_product_forward::desc fd(prop_kind::forward_training, src, wei, bias, dst);
+    const dnnl::inner_product_forward::desc fd(prop_kind::forward_training, src, wei_t, bias, dst);
     const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    const dnnl::inner_product_backward_data::desc bdd(src, wei_t, dst);
+    const dnnl::inner_product_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
+    const dnnl::inner_product_backward_weights::desc bwd(src, wei, bias, dst);
+    const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
+    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
+                             is_reference_impl(bdpd.impl_info_str()) ||
+                             is_reference_impl(bwpd.impl_info_str())))
+      return false;
+
     p_.fwd = Prim::make<dnnl::inner_product_forward>(ctx, fpd, "inner_product_forward", shape);
     p_.fwd.user_arg(DNNL_ARG_SRC, src);
-    p_.fwd.user_arg(DNNL_ARG_WEIGHTS, wei);
+    p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
     p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
     p_.fwd.user_arg(DNNL_ARG_DST, dst);
 
-    const dnnl::inner_product_backward_data::desc bdd(src, wei, dst);
-    const dnnl::inner_product_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
     p_.bwd_data = Prim::make<dnnl::inner_product_backward_data>(ctx, bdpd,
                                                               "inner_product_backward_data", shape);
     p_.bwd_data.user_arg(DNNL_ARG_DIFF_DST, dst);
-    p_.bwd_data.user_arg(DNNL_ARG_WEIGHTS, wei);
+    p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
     p_.bwd_data.user_arg(DNNL_ARG_DIFF_SRC, src);
 
-    const dnnl::inner_product_backward_weights::desc bwd(src, wei, bias, dst);
-    const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
     p_.bwd_weights = Prim::make<dnnl::inner_product_backward_weights>(
         ctx, bwpd, "inner_product_backward_weights", shape);
     p_.bwd_weights.user_arg(DNNL_ARG_SRC, src);
     p_.bwd_weights.user_arg(DNNL_ARG_DIFF_DST, dst);
-    p_.bwd_weights.user_arg(DNNL_ARG_DIFF_WEIGHTS, wei);
+    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
     p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+    return true;
   }
 
   WeightedPrims p_;
+  bool built_ = false;
 };
 
 class CpuDropout final : public DropoutOp {
@@ -175,8 +188,8 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
 
 }  // namespace
 
-std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d) {
-  return std::make_unique<OneDnnDense>(ctx, d);
+std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d, DType t) {
+  return if_built<DenseOp>(std::make_unique<OneDnnDense>(ctx, d, t));
 }
 
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p) {

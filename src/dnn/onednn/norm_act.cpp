@@ -20,11 +20,14 @@ using dnnl::prop_kind;
 
 class OneDnnActivation final : public ActivationOp {
  public:
-  OneDnnActivation(const Context& ctx, ActKind kind, const Shape& shape) : kind_(kind) {
+  /// t: the activations' type; with bf16, built() is false where oneDNN has only a reference
+  /// bf16 kernel.
+  OneDnnActivation(const Context& ctx, ActKind kind, const Shape& shape, DType t) : kind_(kind) {
     DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
     dnnl_guard(kind == ActKind::relu ? "eltwise relu" : "eltwise logistic", shape.str(),
-               [&] { build(ctx, shape.str(), shape.count()); });
+               [&] { built_ = build(ctx, shape.str(), shape.count(), t); });
   }
+  [[nodiscard]] bool built() const { return built_; }
 
   void forward(const void* x, void* y) override {
     fwd_.set(DNNL_ARG_SRC, x);
@@ -42,35 +45,43 @@ class OneDnnActivation final : public ActivationOp {
   }
 
  private:
-  void build(const Context& ctx, const std::string& shape, std::size_t count) {
-    const memory::desc md = md_x(count);
+  bool build(const Context& ctx, const std::string& shape, std::size_t count, DType t) {
+    const memory::desc md({static_cast<memory::dim>(count)}, dnnl_type(t), memory::format_tag::x);
     const algorithm alg = kind_ == ActKind::relu ? algorithm::eltwise_relu_use_dst_for_bwd
                                                  : algorithm::eltwise_logistic_use_dst_for_bwd;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     const dnnl::eltwise_forward::desc fd(prop_kind::forward_training, alg, md, 0.0f, 0.0f);
     const dnnl::eltwise_forward::primitive_desc fpd(fd, attr, ctx.engine);
+    const dnnl::eltwise_backward::desc bd(alg, md, md, 0.0f, 0.0f);
+    const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
+    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
+                             is_reference_impl(bpd.impl_info_str())))
+      return false;
     fwd_ = Prim::make<dnnl::eltwise_forward>(ctx, fpd, "eltwise_forward", shape);
     fwd_.user_arg(DNNL_ARG_SRC, md);
     fwd_.user_arg(DNNL_ARG_DST, md);
 
-    const dnnl::eltwise_backward::desc bd(alg, md, md, 0.0f, 0.0f);
-    const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
     bwd_ = Prim::make<dnnl::eltwise_backward>(ctx, bpd, "eltwise_backward", shape);
     bwd_.user_arg(DNNL_ARG_DST, md);
     bwd_.user_arg(DNNL_ARG_DIFF_DST, md);
     bwd_.user_arg(DNNL_ARG_DIFF_SRC, md);
+    return true;
   }
 
   ActKind kind_;
   Prim fwd_, bwd_;
+  bool built_ = false;
 };
 
 class OneDnnBatchNorm final : public BatchNormOp {
  public:
-  OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d, Layout layout)
+  /// t: the activations' type; with bf16, built() is false where oneDNN has only a reference
+  /// bf16 kernel.
+  OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d, Layout layout, DType t)
       : ctx_(ctx),
         d_(d),
         layout_(layout),
+        t_(t),
         mean_(static_cast<std::size_t>(d.input.c)),
         var_(static_cast<std::size_t>(d.input.c)),
         unused_shift_(static_cast<std::size_t>(d.input.c)) {
@@ -81,8 +92,9 @@ class OneDnnBatchNorm final : public BatchNormOp {
                "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
     DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
                "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
-    dnnl_guard("batch_normalization", s.str(), [&] { build(s.str()); });
+    dnnl_guard("batch_normalization", s.str(), [&] { built_ = build(s.str()); });
   }
+  [[nodiscard]] bool built() const { return built_; }
 
   void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* y, bool training) override {
@@ -104,7 +116,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
   void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
                 float* dbeta) override {
     if (dx == nullptr) {  // first layer of the net: dx is not wanted but oneDNN must write it
-      if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());
+      if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());  // floats: room for bf16 too
       dx = dx_scratch_.data();
     }
     bwd_.set(DNNL_ARG_SRC, x);
@@ -117,9 +129,9 @@ class OneDnnBatchNorm final : public BatchNormOp {
   }
 
  private:
-  void build(const std::string& shape) {
+  bool build(const std::string& shape) {
     using dnnl::normalization_flags;
-    const memory::desc md = md_act(d_.input, layout_);
+    const memory::desc md = md_act(d_.input, layout_, t_);
     const memory::desc cmd = md_x(static_cast<std::size_t>(d_.input.c));
     const normalization_flags ss = normalization_flags::use_scale | normalization_flags::use_shift;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -129,6 +141,15 @@ class OneDnnBatchNorm final : public BatchNormOp {
     const dnnl::batch_normalization_forward::desc td(prop_kind::forward_training, md, d_.epsilon,
                                                      ss);
     const dnnl::batch_normalization_forward::primitive_desc tpd(td, attr, ctx_.engine);
+    const dnnl::batch_normalization_forward::desc id(prop_kind::forward_inference, md, d_.epsilon,
+                                                     ss | normalization_flags::use_global_stats);
+    const dnnl::batch_normalization_forward::primitive_desc ipd(id, attr, ctx_.engine);
+    const dnnl::batch_normalization_backward::desc bd(prop_kind::backward, md, md, d_.epsilon, ss);
+    const dnnl::batch_normalization_backward::primitive_desc bpd(bd, attr, ctx_.engine, tpd);
+    if (t_ == DType::bf16 && (is_reference_impl(tpd.impl_info_str()) ||
+                              is_reference_impl(ipd.impl_info_str()) ||
+                              is_reference_impl(bpd.impl_info_str())))
+      return false;
     train_ =
         Prim::make<dnnl::batch_normalization_forward>(ctx_, tpd, "bnorm_forward_training", shape);
     declare_io(train_, md, cmd, DNNL_ARG_SRC, DNNL_ARG_DST);
@@ -136,9 +157,6 @@ class OneDnnBatchNorm final : public BatchNormOp {
     train_.owned_arg(DNNL_ARG_MEAN, mean);
     train_.owned_arg(DNNL_ARG_VARIANCE, var);
 
-    const dnnl::batch_normalization_forward::desc id(prop_kind::forward_inference, md, d_.epsilon,
-                                                     ss | normalization_flags::use_global_stats);
-    const dnnl::batch_normalization_forward::primitive_desc ipd(id, attr, ctx_.engine);
     infer_ =
         Prim::make<dnnl::batch_normalization_forward>(ctx_, ipd, "bnorm_forward_inference", shape);
     declare_io(infer_, md, cmd, DNNL_ARG_SRC, DNNL_ARG_DST);
@@ -146,8 +164,6 @@ class OneDnnBatchNorm final : public BatchNormOp {
     infer_.user_arg(DNNL_ARG_MEAN, cmd);
     infer_.user_arg(DNNL_ARG_VARIANCE, cmd);
 
-    const dnnl::batch_normalization_backward::desc bd(prop_kind::backward, md, md, d_.epsilon, ss);
-    const dnnl::batch_normalization_backward::primitive_desc bpd(bd, attr, ctx_.engine, tpd);
     bwd_ = Prim::make<dnnl::batch_normalization_backward>(ctx_, bpd, "bnorm_backward", shape);
     declare_io(bwd_, md, cmd, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC);
     bwd_.user_arg(DNNL_ARG_SRC, md);
@@ -157,6 +173,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
     bwd_.owned_arg(DNNL_ARG_SHIFT, memory(cmd, ctx_.engine, unused_shift_.data()));
     bwd_.user_arg(DNNL_ARG_DIFF_SCALE, cmd);
     bwd_.user_arg(DNNL_ARG_DIFF_SHIFT, cmd);
+    return true;
   }
 
   /// Declares a data input, a data output (both N×C×H×W) and the scale (C) of one primitive.
@@ -183,22 +200,24 @@ class OneDnnBatchNorm final : public BatchNormOp {
   const Context& ctx_;
   BatchNormDesc d_;
   Layout layout_;
+  DType t_;
   HostArray mean_, var_;    // batch statistics of the last training forward (biased variance)
   HostArray unused_shift_;  // zeros bound to backward's DNNL_ARG_SHIFT
   HostArray dx_scratch_;    // only for backward(dx == nullptr), made on first use
   Prim train_, infer_, bwd_;
+  bool built_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kind,
-                                                 const Shape& shape) {
-  return std::make_unique<OneDnnActivation>(ctx, kind, shape);
+                                                 const Shape& shape, DType t) {
+  return if_built<ActivationOp>(std::make_unique<OneDnnActivation>(ctx, kind, shape, t));
 }
 
 std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d,
-                                               Layout layout) {
-  return std::make_unique<OneDnnBatchNorm>(ctx, d, layout);
+                                               Layout layout, DType t) {
+  return if_built<BatchNormOp>(std::make_unique<OneDnnBatchNorm>(ctx, d, layout, t));
 }
 
 }  // namespace dtrain::onednn

@@ -60,8 +60,15 @@ decltype(auto) dnnl_guard(const std::string& what, const std::string& shape, F&&
 /// Plain memory descriptors, fp32 unless stated: md_act is an activation of shape s (N×C×H×W)
 /// in `layout` (format_tag nchw or nhwc) of elements of type t.
 dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t = DType::f32);
-dnnl::memory::desc md_nc(int n, int c);
+dnnl::memory::desc md_nc(int n, int c, DType t = DType::f32);
 dnnl::memory::desc md_x(std::size_t n);
+/// oneDNN's data type for t: f32 | bf16.
+dnnl::memory::data_type dnnl_type(DType t);
+/// `md`'s dimensions with data type t and format_tag::any (oneDNN picks the layout).
+dnnl::memory::desc md_any(const dnnl::memory::desc& md, DType t);
+/// True when oneDNN runs the primitive of `impl` (primitive_desc::impl_info_str()) with a
+/// reference kernel ("ref:any", "ref_...": plain loops, many times slower than its jit kernels).
+bool is_reference_impl(const char* impl);
 
 /// Primitive attributes with a user-managed scratchpad (so execution never allocates).
 dnnl::primitive_attr user_scratchpad_attr();
@@ -149,15 +156,31 @@ class HostArray {
   std::unique_ptr<float, void (*)(void*)> p_{nullptr, &aligned_free};
 };
 
+/// `op` as its interface type, or nullptr when op->built() is false (a bf16 op oneDNN has no
+/// fast kernel for: the factories below).
+template <typename Base, typename Op>
+std::unique_ptr<Base> if_built(std::unique_ptr<Op> op) {
+  return op->built() ? std::unique_ptr<Base>(std::move(op)) : nullptr;
+}
+
 // Op factories (one translation unit per family); each throws InputError for a bad shape and
-// LibraryError when oneDNN cannot create the primitive.
-std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout);
-std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout);
+// LibraryError when oneDNN cannot create the primitive. `t` is the type of the activations and
+// their gradients (the tensors between layers): f32, or bf16 — oneDNN's native bf16 kernels
+// (AVX512_BF16 / AMX), reading bf16 copies of the fp32 weights (reordered per call with
+// round-to-nearest-even), accumulating in fp32, writing fp32 parameter gradients; scales, shifts,
+// biases and batch statistics stay fp32. With t = bf16 a factory returns nullptr, building
+// nothing, where oneDNN has no bf16 kernel on this CPU or only a reference one (the backend then
+// uses the fp32 op under its bf16 emulation).
+std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout,
+                                     DType t = DType::f32);
+std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout,
+                                     DType t = DType::f32);
 std::unique_ptr<ActivationOp> make_activation_op(const Context& ctx, ActKind kind,
-                                                 const Shape& shape);
+                                                 const Shape& shape, DType t = DType::f32);
 std::unique_ptr<BatchNormOp> make_batchnorm_op(const Context& ctx, const BatchNormDesc& d,
-                                               Layout layout);
-std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d);
+                                               Layout layout, DType t = DType::f32);
+std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d,
+                                       DType t = DType::f32);
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
 std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing);
 /// Plain-loop optimizer step (see OptimizerUpdate), in chunks over the OpenMP threads; returns
