@@ -1,6 +1,7 @@
-// src/dnn/bf16_emulation.hpp (private) — Precision::bf16 on a backend without bf16 kernels (the
-// CPU backend: oneDNN 2.6 has bf16 primitives only on AVX-512 CPUs): each op of the fp32 backend
-// is wrapped so that its activations are stored in bf16 while it computes in fp32.
+// src/dnn/bf16_emulation.hpp (private) — Precision::bf16 where a backend has no fast bf16 kernel
+// (the CPU backend on a CPU without bf16 instructions, a few ops on any CPU, and every op under
+// CpuBf16::emulated): each op of the fp32 backend is wrapped so that its activations are stored
+// in bf16 while it computes in fp32.
 //
 // A wrapped op converts its bf16 activation inputs to fp32 scratch, rounds the fp32 weights it
 // reads to bf16 values (as a GPU's bf16 tensor-core kernels read bf16 copies of them), runs the
