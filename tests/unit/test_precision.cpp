@@ -7,6 +7,7 @@
 // cuDNN/cuBLAS bf16 against this CPU emulation is CudaParity.Bf16ModelMatchesCpu.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -88,6 +89,15 @@ struct Pair {
   }
 };
 
+/// One training step of each of p's models on the same batch of n samples of `sample`'s shape
+/// (uniform in [-1, 1), seed 7 + n; labels (3i + 2) mod classes).
+std::array<test::StepOutputs, 2> step_both(Pair& p, const Shape& sample, int classes, int n) {
+  const auto x = uniform_values(sample.with_n(n).count(), 7 + n, -1.0f, 1.0f);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = (3 * i + 2) % classes;
+  return {test::run_step(*p.m[0], x, labels), test::run_step(*p.m[1], x, labels)};
+}
+
 TEST(Precision, Bf16ModelStaysWithinBf16OfFp32) {
   const Shape sample{1, 3, 8, 6};
   const int classes = 4, max_batch = 6;
@@ -98,11 +108,7 @@ TEST(Precision, Bf16ModelStaysWithinBf16OfFp32) {
     EXPECT_EQ(2 * p.m[1]->activation_bytes(), p.m[0]->activation_bytes());
     for (const int n : {max_batch, 4}) {  // the full batch and a partial last batch
       SCOPED_TRACE("batch " + std::to_string(n));
-      const auto x = uniform_values(sample.with_n(n).count(), 7 + n, -1.0f, 1.0f);
-      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = (3 * i + 2) % classes;
-      const test::StepOutputs f = test::run_step(*p.m[0], x, labels);
-      const test::StepOutputs h = test::run_step(*p.m[1], x, labels);
+      const auto [f, h] = step_both(p, sample, classes, n);
       // bf16 keeps 8 significant bits (relative rounding error ≤ 2^-9 ≈ 0.2 %) at every layer's
       // output and every activation gradient; across the 18 layers that compounds to about 1 %.
       EXPECT_NEAR(h.loss[0], f.loss[0], 2e-2 * std::abs(f.loss[0]));
@@ -138,11 +144,7 @@ TEST(Precision, NativeBf16KernelsComputeWhatTheEmulationComputes) {
         << emulated;
     for (const int n : {max_batch, 4}) {
       SCOPED_TRACE("batch " + std::to_string(n));
-      const auto x = uniform_values(sample.with_n(n).count(), 7 + n, -1.0f, 1.0f);
-      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = (3 * i + 2) % classes;
-      const test::StepOutputs a = test::run_step(*p.m[0], x, labels);
-      const test::StepOutputs e = test::run_step(*p.m[1], x, labels);
+      const auto [a, e] = step_both(p, sample, classes, n);
       // One bf16 ulp is 2^-8 ≈ 3.9e-3 of a value (measured on an AVX512_BF16 host: the weight
       // gradients 5e-4 apart, the rest equal); bf16 against fp32 is 1e-2 .. 5e-2 apart (above).
       EXPECT_NEAR(a.loss[0], e.loss[0], 1e-3 * std::abs(e.loss[0]));
