@@ -446,10 +446,12 @@ class Backend {
   double host_marks_[kMarks] = {-1, -1, -1, -1};  ///< mark(): host clock of the points
 };
 
-/// How the CPU backend runs Precision::bf16. native: each op on oneDNN's bf16 kernels where this
-/// CPU has non-reference ones (AVX512_BF16 or AMX: oneDNN's avx512_core_bf16 ISA and later, e.g.
-/// Cooper Lake, Sapphire Rapids, Zen 4 — as PyTorch's CPU autocast), the emulation for the rest
-/// (dropout and the loss always; every op on a CPU without bf16 kernels). emulated: every op
+/// How the CPU backend runs Precision::bf16. native: each op on oneDNN's bf16 kernels where oneDNN
+/// has non-reference ones for this CPU — made for AVX512_BF16 and AMX (oneDNN's avx512_core_bf16
+/// ISA and later: Cooper Lake, Sapphire Rapids, Zen 4; as PyTorch's CPU autocast); on an AVX-512
+/// CPU without them oneDNN's bf16 kernels emulate those instructions, possibly slower than fp32
+/// — and the emulation below for the rest: dropout and the loss always, batchnorm on NCHW
+/// activations, every op on a CPU without bf16 kernels. emulated: every op
 /// under the emulation (fp32 kernels on bf16-rounded tensors, src/dnn/bf16_emulation.hpp) — the
 /// reference the CUDA bf16 path is tested against.
 enum class CpuBf16 { native, emulated };
