@@ -235,8 +235,8 @@ void build_table(Table& t, Config& c) {
   t.add("precision", &c.precision,
         "activations on the workers: fp32 | bf16 (mixed precision as torch.autocast(bfloat16): "
         "bf16 activations and gradients of activations, fp32 master weights, optimizer, loss and "
-        "exchange; native on GPUs of compute capability >= 8.0 and on CPUs with bf16 "
-        "instructions (AVX512_BF16, AMX: oneDNN's bf16 kernels), emulated on other CPUs)");
+        "exchange; native on GPUs of compute capability >= 8.0 and on AVX-512 CPUs (oneDNN's "
+        "bf16 kernels, fast with AVX512_BF16 or AMX), emulated on other CPUs)");
   t.add("cudnn-benchmark", &c.cudnn_benchmark,
         "GPU convolutions: time every cuDNN algorithm once per problem when the model is built "
         "and run the fastest (PyTorch's cudnn.benchmark = True; seconds at start-up) instead of "

@@ -55,8 +55,9 @@ const char* dtype_name(DType t);
 /// every op accumulates in fp32, batchnorm statistics, the loss and its softmax are computed in
 /// fp32, and parameter gradients, the optimizer and everything exchanged or checkpointed stay
 /// fp32 (no loss scaling: bf16 has fp32's exponent range). On CUDA the ops run natively in bf16
-/// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); so does the CPU backend on a CPU with
-/// bf16 instructions (oneDNN's bf16 kernels; CpuBf16). Elsewhere the CPU backend emulates it — it
+/// (cuDNN/cuBLAS tensor cores, compute capability ≥ 8.0); so does the CPU backend on AVX-512 CPUs
+/// (oneDNN's bf16 kernels, fast with AVX512_BF16 or AMX; CpuBf16: they round at the same places
+/// as the emulation, summing in another order). Elsewhere the CPU backend emulates it — it
 /// rounds the same tensors to bf16 and computes in fp32 on converted copies — so any CPU runs the
 /// same model code and numerics (slower than fp32: a test and reference path). Against the
 /// emulation, two differences of at most one bf16 rounding per element remain on CUDA: cuDNN
@@ -259,7 +260,8 @@ class Backend {
   virtual ~Backend() = default;
   [[nodiscard]] virtual Device device() const = 0;
   /// "cpu (oneDNN 2.6.3)" or "cuda:0 (NVIDIA H100, cuDNN 9.x)"; a CPU backend that has made
-  /// bf16 ops adds how many run on oneDNN's bf16 kernels and how many are emulated (CpuBf16):
+  /// bf16 ops adds how many of the ops made so far (by every model on it, for every batch size)
+  /// run on oneDNN's bf16 kernels and how many are emulated (CpuBf16):
   /// "cpu (oneDNN 2.6.3; bf16: 53 ops on oneDNN's bf16 kernels, 2 emulated)".
   [[nodiscard]] virtual std::string name() const = 0;
 
@@ -450,8 +452,9 @@ class Backend {
 /// has non-reference ones for this CPU — made for AVX512_BF16 and AMX (oneDNN's avx512_core_bf16
 /// ISA and later: Cooper Lake, Sapphire Rapids, Zen 4; as PyTorch's CPU autocast); on an AVX-512
 /// CPU without them oneDNN's bf16 kernels emulate those instructions, possibly slower than fp32
-/// — and the emulation below for the rest: dropout and the loss always, batchnorm on NCHW
-/// activations, every op on a CPU without bf16 kernels. emulated: every op
+/// — and the emulation below for the rest: dropout and the loss always, batchnorm where oneDNN
+/// has only its plain-loop kernels (NCHW, or NHWC with C not a multiple of 16), every op on a CPU
+/// without AVX-512 (oneDNN 2.6 has no bf16 primitives there). emulated: every op
 /// under the emulation (fp32 kernels on bf16-rounded tensors, src/dnn/bf16_emulation.hpp) — the
 /// reference the CUDA bf16 path is tested against.
 enum class CpuBf16 { native, emulated };

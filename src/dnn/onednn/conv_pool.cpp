@@ -33,7 +33,9 @@ class OneDnnConv final : public ConvOp {
   /// non-reference bf16 kernel for one of the three primitives.
   OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    dnnl_guard("convolution", shape, [&] { built_ = build(ctx, d, layout, t, shape); });
+    dnnl_guard("convolution", shape, [&] {
+      built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, layout, t, shape); });
+    });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -54,8 +56,9 @@ class OneDnnConv final : public ConvOp {
   // (oneDNN's nxc jit / brgemm kernels, as PyTorch's channels_last): no reorder on either side.
   // ResNet-50 (2 threads, batch 32, AVX-512 host, 4 alternated runs): 6,965-7,257 -> 6,004-6,326
   // ms per step. Narrower convolutions keep the blocked route (the Fashion-MNIST CNN's 1->32->64
-  // measured no faster in nxc). Should oneDNN offer only a reference kernel for an nxc problem,
-  // the blocked route is taken.
+  // measured no faster in nxc). Should oneDNN offer only a reference kernel for one of an nxc
+  // problem's three primitives (forward, backward data, backward weights), the blocked route is
+  // taken.
   static constexpr int kNxcMinChannels = 64;
 
   bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
@@ -137,7 +140,9 @@ class OneDnnPool final : public PoolOp {
   OneDnnPool(const Context& ctx, const PoolDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
     dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
-               [&] { built_ = build(ctx, d, layout, t, shape); });
+               [&] {
+                 built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, layout, t, shape); });
+               });
   }
   [[nodiscard]] bool built() const { return built_; }
 

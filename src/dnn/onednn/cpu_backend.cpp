@@ -43,7 +43,10 @@ dnnl::memory::desc md_nc(int n, int c, DType t) {
 dnnl::memory::desc md_any(const dnnl::memory::desc& md, DType t) {
   return {md.dims(), dnnl_type(t), dnnl::memory::format_tag::any};
 }
-bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+bool is_reference_impl(const char* impl) {
+  const std::string s(impl);
+  return s.rfind("ref", 0) == 0 || s.find("_ref") != std::string::npos;
+}
 dnnl::memory::desc md_x(std::size_t n) {
   return {{static_cast<dnnl::memory::dim>(n)},
           dnnl::memory::data_type::f32,

@@ -28,7 +28,9 @@ class OneDnnDense final : public DenseOp {
                               ", W " + std::to_string(d.outputs) + "x" + std::to_string(d.inputs);
     DT_REQUIRE(d.batch >= 1 && d.inputs >= 1 && d.outputs >= 1,
                "dense: batch, inputs and outputs must be >= 1, got " + shape);
-    dnnl_guard("inner_product", shape, [&] { built_ = build(ctx, d, t, shape); });
+    dnnl_guard("inner_product", shape, [&] {
+      built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, t, shape); });
+    });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -43,7 +45,8 @@ class OneDnnDense final : public DenseOp {
 
  private:
   // Activations in nc; the weights in oi, read by the primitives in oi (fp32) or as a bf16 copy
-  // in oneDNN's layout (bf16: the staged reorder rounds them); their gradient is fp32 oi.
+  // in oneDNN's layout (bf16: the staged reorder rounds them); their gradient is fp32, written in
+  // oi (fp32) or in oneDNN's layout and reordered to oi (bf16: its brgemm kernels' choice).
   bool build(const Context& ctx, const DenseDesc& d, DType t, const std::string& shape) {
     const memory::desc src = md_nc(d.batch, d.inputs, t);
     const memory::desc dst = md_nc(d.batch, d.outputs, t);
@@ -56,7 +59,8 @@ class OneDnnDense final : public DenseOp {
     const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, ctx.engine);
     const dnnl::inner_product_backward_data::desc bdd(src, wei_t, dst);
     const dnnl::inner_product_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
-    const dnnl::inner_product_backward_weights::desc bwd(src, wei, bias, dst);
+    const memory::desc dwei = t == DType::f32 ? wei : md_any(wei, DType::f32);
+    const dnnl::inner_product_backward_weights::desc bwd(src, dwei, bias, dst);
     const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
     if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
                              is_reference_impl(bdpd.impl_info_str()) ||

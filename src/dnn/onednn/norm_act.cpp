@@ -25,7 +25,10 @@ class OneDnnActivation final : public ActivationOp {
   OneDnnActivation(const Context& ctx, ActKind kind, const Shape& shape, DType t) : kind_(kind) {
     DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
     dnnl_guard(kind == ActKind::relu ? "eltwise relu" : "eltwise logistic", shape.str(),
-               [&] { built_ = build(ctx, shape.str(), shape.count(), t); });
+               [&] {
+                 built_ = build_unless_unimplemented(
+                     t, [&] { return build(ctx, shape.str(), shape.count(), t); });
+               });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -92,7 +95,9 @@ class OneDnnBatchNorm final : public BatchNormOp {
                "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
     DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
                "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
-    dnnl_guard("batch_normalization", s.str(), [&] { built_ = build(s.str()); });
+    dnnl_guard("batch_normalization", s.str(), [&] {
+      built_ = build_unless_unimplemented(t, [&] { return build(s.str()); });
+    });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -176,10 +181,13 @@ class OneDnnBatchNorm final : public BatchNormOp {
   }
 
   /// A bf16 batchnorm kernel slower than the emulation's fp32 one: a reference kernel, or the
-  /// plain-layout (NCHW) "ncsp_bnorm", which converts element by element — ResNet-50 NCHW bf16
-  /// (batch 32, 2 threads, AVX512_BF16): 63 % of the step, its backward 4× the fp32 kernel's time.
+  /// plain-loop kernels "ncsp_bnorm" (NCHW) and "nspc_bnorm" (NHWC with C not a multiple of the
+  /// jit kernel's 16 channels), which convert element by element — ResNet-50 NCHW bf16 (batch 32,
+  /// 2 threads, AVX512_BF16): 63 % of the step, its backward 4× the fp32 kernel's time.
   static bool slow_bf16(const char* impl) {
-    return is_reference_impl(impl) || std::string(impl).rfind("ncsp_bnorm", 0) == 0;
+    const std::string s(impl);
+    return is_reference_impl(impl) || s.rfind("ncsp_bnorm", 0) == 0 ||
+           s.rfind("nspc_bnorm", 0) == 0;
   }
 
   /// Declares a data input, a data output (both N×C×H×W) and the scale (C) of one primitive.

@@ -67,8 +67,22 @@ dnnl::memory::data_type dnnl_type(DType t);
 /// `md`'s dimensions with data type t and format_tag::any (oneDNN picks the layout).
 dnnl::memory::desc md_any(const dnnl::memory::desc& md, DType t);
 /// True when oneDNN runs the primitive of `impl` (primitive_desc::impl_info_str()) with a
-/// reference kernel ("ref:any", "ref_...": plain loops, many times slower than its jit kernels).
+/// reference kernel ("ref:any", "ref_...", "bnorm_ref:any": plain loops, many times slower than
+/// its jit kernels).
 bool is_reference_impl(const char* impl);
+
+/// build(), or false when t is bf16 and oneDNN has no bf16 implementation of a primitive at all
+/// (dnnl::error with status dnnl_unimplemented: oneDNN 2.6 has bf16 primitives, even reference
+/// ones, only on AVX-512 CPUs). Other errors propagate.
+template <typename Build>
+bool build_unless_unimplemented(DType t, Build&& build) {
+  try {
+    return build();
+  } catch (const dnnl::error& e) {
+    if (t == DType::bf16 && e.status == dnnl_unimplemented) return false;
+    throw;
+  }
+}
 
 /// Primitive attributes with a user-managed scratchpad (so execution never allocates).
 dnnl::primitive_attr user_scratchpad_attr();
@@ -166,11 +180,12 @@ std::unique_ptr<Base> if_built(std::unique_ptr<Op> op) {
 // Op factories (one translation unit per family); each throws InputError for a bad shape and
 // LibraryError when oneDNN cannot create the primitive. `t` is the type of the activations and
 // their gradients (the tensors between layers): f32, or bf16 — oneDNN's native bf16 kernels
-// (AVX512_BF16 / AMX), reading bf16 copies of the fp32 weights (reordered per call with
+// (made for AVX512_BF16 / AMX), reading bf16 copies of the fp32 weights (reordered per call with
 // round-to-nearest-even), accumulating in fp32, writing fp32 parameter gradients; scales, shifts,
 // biases and batch statistics stay fp32. With t = bf16 a factory returns nullptr, building
-// nothing, where oneDNN has no bf16 kernel on this CPU or only a reference one (the backend then
-// uses the fp32 op under its bf16 emulation).
+// nothing, where oneDNN has no bf16 primitive on this CPU (no AVX-512) or only a slow one (a
+// reference kernel; batchnorm's plain-loop ncsp/nspc kernels): the backend then uses the fp32 op
+// under its bf16 emulation.
 std::unique_ptr<ConvOp> make_conv_op(const Context& ctx, const ConvDesc& d, Layout layout,
                                      DType t = DType::f32);
 std::unique_ptr<PoolOp> make_pool_op(const Context& ctx, const PoolDesc& d, Layout layout,
