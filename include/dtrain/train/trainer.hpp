@@ -43,9 +43,11 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 }
 
 /// --layout on a backend of `device` (the option is validated by Config: "auto" | "nchw" |
-/// "nhwc"). auto: NHWC on the CPU — oneDNN's batchnorm has a jit kernel for NHWC but only its
-/// plain (ncsp) one for NCHW: Fashion-MNIST CNN ×1.24 samples/s, ResNet-20 ×1.20, ResNet-50
-/// ×1.08 (README "Results", docs/design.md) — and NCHW on GPUs until NHWC is measured there.
+/// "nhwc"). auto: NHWC on the CPU — oneDNN's jit batchnorm and its wide convolutions read NHWC in
+/// place, where NCHW goes through reorders to their blocked layouts (measured when NCHW batchnorm
+/// still ran oneDNN's plain ncsp loop: Fashion-MNIST CNN ×1.24 samples/s, ResNet-20 ×1.20,
+/// ResNet-50 ×1.08; README "Results", docs/design.md) — and NCHW on GPUs until NHWC is measured
+/// there.
 [[nodiscard]] inline Layout layout_of(const Config& c, Device device) {
   if (c.layout == "nhwc") return Layout::nhwc;
   if (c.layout == "nchw") return Layout::nchw;
