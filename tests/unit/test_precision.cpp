@@ -74,8 +74,8 @@ TEST(Bf16, BackendCastAndAddRoundTheSameWay) {
 }
 
 /// The same model on two CPU backends of one layout, the same weights: by default in fp32 and in
-/// bf16 (oneDNN's bf16 kernels where it has them for this CPU); `second` picks the second backend's bf16 kernels,
-/// `first` the first's precision.
+/// bf16 (oneDNN's bf16 kernels where it has them for this CPU); `second` picks the second
+/// backend's bf16 kernels, `first` the first's precision.
 struct Pair {
   std::unique_ptr<Backend> be[2];
   std::unique_ptr<Model> m[2];
@@ -139,10 +139,11 @@ std::pair<int, int> bf16_ops(const std::string& name) {
   return {native, emulated};
 }
 
-// oneDNN's bf16 kernels (CpuBf16::native, on an AVX-512 CPU; fast with AVX512_BF16 or AMX) against the emulation
-// (fp32 kernels on the same bf16-rounded tensors): both round the same tensors at the same places
-// and accumulate in fp32, so they differ only where a different summation order moves a sum
-// across a bf16 rounding boundary — a few bf16 ulps at most, well inside bf16-vs-fp32's distance.
+// oneDNN's bf16 kernels (CpuBf16::native, on an AVX-512 CPU; fast with AVX512_BF16 or AMX)
+// against the emulation (fp32 kernels on the same bf16-rounded tensors): both round the same
+// tensors at the same places and accumulate in fp32, so they differ only where a different
+// summation order moves a sum across a bf16 rounding boundary — a few bf16 ulps at most, well
+// inside bf16-vs-fp32's distance.
 TEST(Precision, NativeBf16KernelsComputeWhatTheEmulationComputes) {
   const Shape sample{1, 3, 8, 6};
   const int classes = 4, max_batch = 6;

@@ -77,7 +77,9 @@ class OneDnnConv final : public ConvOp {
   bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
              const std::string& shape, bool nxc) {
     const bool avoid_ref = nxc || t == DType::bf16;
-    auto reference = [&](const auto& pd) { return avoid_ref && is_reference_impl(pd.impl_info_str()); };
+    auto reference = [&](const auto& pd) {
+      return avoid_ref && is_reference_impl(pd.impl_info_str());
+    };
     const memory::desc src = md_act(d.input, layout, t);
     const memory::desc dst = md_act(out_, layout, t);
     const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
@@ -141,7 +143,8 @@ class OneDnnPool final : public PoolOp {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
     dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
                [&] {
-                 built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, layout, t, shape); });
+                 built_ = build_unless_unimplemented(
+                     t, [&] { return build(ctx, d, layout, t, shape); });
                });
   }
   [[nodiscard]] bool built() const { return built_; }

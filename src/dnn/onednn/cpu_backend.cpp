@@ -412,7 +412,9 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override {
     return make_op([&](DType t) { return make_activation_op(*ctx_, kind, shape, t); },
-                   [&](Bf16Emulation& e, auto op) { return e.wrap_activation(shape, std::move(op)); });
+                   [&](Bf16Emulation& e, auto op) {
+                     return e.wrap_activation(shape, std::move(op));
+                   });
   }
   std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override {
     return make_op([&](DType t) { return make_batchnorm_op(*ctx_, d, layout(), t); },

@@ -121,7 +121,8 @@ class OneDnnBatchNorm final : public BatchNormOp {
   void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
                 float* dbeta) override {
     if (dx == nullptr) {  // first layer of the net: dx is not wanted but oneDNN must write it
-      if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());  // floats: room for bf16 too
+      // floats: room for bf16 too
+      if (dx_scratch_.size() == 0) dx_scratch_ = HostArray(d_.input.count());
       dx = dx_scratch_.data();
     }
     bwd_.set(DNNL_ARG_SRC, x);
@@ -161,7 +162,8 @@ class OneDnnBatchNorm final : public BatchNormOp {
     const dnnl::batch_normalization_forward::desc id(prop_kind::forward_inference, pmd, d_.epsilon,
                                                      ss | normalization_flags::use_global_stats);
     const dnnl::batch_normalization_forward::primitive_desc ipd(id, attr, ctx_.engine);
-    const dnnl::batch_normalization_backward::desc bd(prop_kind::backward, pmd, pmd, d_.epsilon, ss);
+    const dnnl::batch_normalization_backward::desc bd(prop_kind::backward, pmd, pmd, d_.epsilon,
+                                                      ss);
     const dnnl::batch_normalization_backward::primitive_desc bpd(bd, attr, ctx_.engine, tpd);
     if (t_ == DType::bf16 && (slow_bf16(tpd.impl_info_str()) || slow_bf16(ipd.impl_info_str()) ||
                               slow_bf16(bpd.impl_info_str())))
