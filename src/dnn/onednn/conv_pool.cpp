@@ -33,9 +33,7 @@ class OneDnnConv final : public ConvOp {
   /// non-reference bf16 kernel for one of the three primitives.
   OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    dnnl_guard("convolution", shape, [&] {
-      built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, layout, t, shape); });
-    });
+    built_ = build_op("convolution", shape, t, [&] { return build(ctx, d, layout, t, shape); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -76,10 +74,6 @@ class OneDnnConv final : public ConvOp {
   /// rounds them); their gradient is written in fp32 either way.
   bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
              const std::string& shape, bool nxc) {
-    const bool avoid_ref = nxc || t == DType::bf16;
-    auto reference = [&](const auto& pd) {
-      return avoid_ref && is_reference_impl(pd.impl_info_str());
-    };
     const memory::desc src = md_act(d.input, layout, t);
     const memory::desc dst = md_act(out_, layout, t);
     const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
@@ -107,7 +101,7 @@ class OneDnnConv final : public ConvOp {
                             : dnnl::convolution_backward_weights::desc(alg, act(src), dwei,
                                                                        act(dst), strides, pad, pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
-    if (reference(fpd) || reference(bdpd) || reference(bwpd)) return false;
+    if (avoided_reference(nxc || t == DType::bf16, fpd, bdpd, bwpd)) return false;
 
     p_.fwd = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
     p_.fwd.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
@@ -141,11 +135,8 @@ class OneDnnPool final : public PoolOp {
   /// bf16 kernel.
   OneDnnPool(const Context& ctx, const PoolDesc& d, Layout layout, DType t) : out_(d.output()) {
     const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    dnnl_guard(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape,
-               [&] {
-                 built_ = build_unless_unimplemented(
-                     t, [&] { return build(ctx, d, layout, t, shape); });
-               });
+    built_ = build_op(d.kind == PoolKind::max ? "max pooling" : "avg pooling", shape, t,
+                      [&] { return build(ctx, d, layout, t, shape); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -171,11 +162,7 @@ class OneDnnPool final : public PoolOp {
              const std::string& shape) {
     const memory::desc src = md_act(d.input, layout, t);
     const memory::desc dst = md_act(out_, layout, t);
-    const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
-    const memory::format_tag blocked =
-        avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
-    const memory::desc bsrc(src.dims(), dnnl_type(t), blocked);
-    const memory::desc bdst(dst.dims(), dnnl_type(t), blocked);
+    const memory::desc bsrc = md_blocked(src, t), bdst = md_blocked(dst, t);
     const memory::dims strides = dims_of(d.stride);
     const memory::dims kernel = dims_of(d.kernel);
     const memory::dims pad = dims_of(d.pad);
@@ -188,9 +175,7 @@ class OneDnnPool final : public PoolOp {
     const dnnl::pooling_forward::primitive_desc fpd(fd, attr, ctx.engine);
     const dnnl::pooling_backward::desc bd(alg, bsrc, bdst, strides, kernel, pad, pad);
     const dnnl::pooling_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
-    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
-                             is_reference_impl(bpd.impl_info_str())))
-      return false;
+    if (avoided_reference(t == DType::bf16, fpd, bpd)) return false;
     fwd_ = Prim::make<dnnl::pooling_forward>(ctx, fpd, "pooling_forward", shape);
     fwd_.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
     fwd_.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);

@@ -47,10 +47,13 @@ bool is_reference_impl(const char* impl) {
   const std::string s(impl);
   return s.rfind("ref", 0) == 0 || s.find("_ref") != std::string::npos;
 }
-dnnl::memory::desc md_x(std::size_t n) {
-  return {{static_cast<dnnl::memory::dim>(n)},
-          dnnl::memory::data_type::f32,
-          dnnl::memory::format_tag::x};
+dnnl::memory::desc md_x(std::size_t n, DType t) {
+  return {{static_cast<dnnl::memory::dim>(n)}, dnnl_type(t), dnnl::memory::format_tag::x};
+}
+dnnl::memory::desc md_blocked(const dnnl::memory::desc& md, DType t) {
+  const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  return {md.dims(), dnnl_type(t),
+          avx512 ? dnnl::memory::format_tag::nChw16c : dnnl::memory::format_tag::nChw8c};
 }
 
 dnnl::primitive_attr user_scratchpad_attr() {
@@ -425,16 +428,15 @@ class CpuBackend final : public Backend {
                    [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<DropoutOp> make_dropout(const Shape& shape, float p) override {
-    auto op = make_dropout_op(shape, p);
-    if (!bf16()) return op;
-    ++emulated_ops_;
-    return bf16()->wrap_dropout(shape, std::move(op));
+    return emulated(make_dropout_op(shape, p), [&](Bf16Emulation& e, auto op) {
+      return e.wrap_dropout(shape, std::move(op));
+    });
   }
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
-    auto op = make_softmax_xent_op(batch, classes, label_smoothing());
-    if (!bf16()) return op;
-    ++emulated_ops_;
-    return bf16()->wrap_loss(batch, classes, std::move(op));
+    return emulated(make_softmax_xent_op(batch, classes, label_smoothing()),
+                    [&](Bf16Emulation& e, auto op) {
+                      return e.wrap_loss(batch, classes, std::move(op));
+                    });
   }
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
@@ -475,7 +477,11 @@ class CpuBackend final : public Backend {
         ++native_ops_;
         return op;
       }
-    auto op = make(DType::f32);
+    return emulated(make(DType::f32), wrap);
+  }
+  /// The fp32 op: as it is under Precision::fp32, wrapped by wrap(emulation, op) under bf16.
+  template <typename Op, typename Wrap>
+  Op emulated(Op op, Wrap wrap) {
     if (!bf16()) return op;
     ++emulated_ops_;
     return wrap(*bf16(), std::move(op));

@@ -28,9 +28,7 @@ class OneDnnDense final : public DenseOp {
                               ", W " + std::to_string(d.outputs) + "x" + std::to_string(d.inputs);
     DT_REQUIRE(d.batch >= 1 && d.inputs >= 1 && d.outputs >= 1,
                "dense: batch, inputs and outputs must be >= 1, got " + shape);
-    dnnl_guard("inner_product", shape, [&] {
-      built_ = build_unless_unimplemented(t, [&] { return build(ctx, d, t, shape); });
-    });
+    built_ = build_op("inner_product", shape, t, [&] { return build(ctx, d, t, shape); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -62,10 +60,7 @@ class OneDnnDense final : public DenseOp {
     const memory::desc dwei = t == DType::f32 ? wei : md_any(wei, DType::f32);
     const dnnl::inner_product_backward_weights::desc bwd(src, dwei, bias, dst);
     const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
-    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
-                             is_reference_impl(bdpd.impl_info_str()) ||
-                             is_reference_impl(bwpd.impl_info_str())))
-      return false;
+    if (avoided_reference(t == DType::bf16, fpd, bdpd, bwpd)) return false;
 
     p_.fwd = Prim::make<dnnl::inner_product_forward>(ctx, fpd, "inner_product_forward", shape);
     p_.fwd.user_arg(DNNL_ARG_SRC, src);

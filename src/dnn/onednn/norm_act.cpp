@@ -24,11 +24,8 @@ class OneDnnActivation final : public ActivationOp {
   /// bf16 kernel.
   OneDnnActivation(const Context& ctx, ActKind kind, const Shape& shape, DType t) : kind_(kind) {
     DT_REQUIRE(shape.count() > 0, "activation: empty shape " + shape.str());
-    dnnl_guard(kind == ActKind::relu ? "eltwise relu" : "eltwise logistic", shape.str(),
-               [&] {
-                 built_ = build_unless_unimplemented(
-                     t, [&] { return build(ctx, shape.str(), shape.count(), t); });
-               });
+    built_ = build_op(kind == ActKind::relu ? "eltwise relu" : "eltwise logistic", shape.str(), t,
+                      [&] { return build(ctx, shape.str(), shape.count(), t); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -49,7 +46,7 @@ class OneDnnActivation final : public ActivationOp {
 
  private:
   bool build(const Context& ctx, const std::string& shape, std::size_t count, DType t) {
-    const memory::desc md({static_cast<memory::dim>(count)}, dnnl_type(t), memory::format_tag::x);
+    const memory::desc md = md_x(count, t);
     const algorithm alg = kind_ == ActKind::relu ? algorithm::eltwise_relu_use_dst_for_bwd
                                                  : algorithm::eltwise_logistic_use_dst_for_bwd;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -57,9 +54,7 @@ class OneDnnActivation final : public ActivationOp {
     const dnnl::eltwise_forward::primitive_desc fpd(fd, attr, ctx.engine);
     const dnnl::eltwise_backward::desc bd(alg, md, md, 0.0f, 0.0f);
     const dnnl::eltwise_backward::primitive_desc bpd(bd, attr, ctx.engine, fpd);
-    if (t == DType::bf16 && (is_reference_impl(fpd.impl_info_str()) ||
-                             is_reference_impl(bpd.impl_info_str())))
-      return false;
+    if (avoided_reference(t == DType::bf16, fpd, bpd)) return false;
     fwd_ = Prim::make<dnnl::eltwise_forward>(ctx, fpd, "eltwise_forward", shape);
     fwd_.user_arg(DNNL_ARG_SRC, md);
     fwd_.user_arg(DNNL_ARG_DST, md);
@@ -95,9 +90,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
                "batchnorm: epsilon must be > 0, got " + std::to_string(d.epsilon));
     DT_REQUIRE(d.momentum >= 0.0f && d.momentum <= 1.0f,
                "batchnorm: momentum must be in [0, 1], got " + std::to_string(d.momentum));
-    dnnl_guard("batch_normalization", s.str(), [&] {
-      built_ = build_unless_unimplemented(t, [&] { return build(s.str()); });
-    });
+    built_ = build_op("batch_normalization", s.str(), t, [&] { return build(s.str()); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -144,12 +137,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
     // 32, 2 threads, AVX512_BF16 host, alternated runs: fp32 9.8–10.5 → 10.8–11.7 samples/s, bf16
     // (then emulated in fp32) 13.5–13.9 → 16.8–17.9 (native). NHWC is read in place (nspc: jit).
     const memory::desc md = md_act(d_.input, layout_, t_);
-    const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
-    const memory::desc pmd =
-        layout_ == Layout::nchw
-            ? memory::desc(md.dims(), dnnl_type(t_),
-                           avx512 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c)
-            : md;
+    const memory::desc pmd = layout_ == Layout::nchw ? md_blocked(md, t_) : md;
     const memory::desc cmd = md_x(static_cast<std::size_t>(d_.input.c));
     const normalization_flags ss = normalization_flags::use_scale | normalization_flags::use_shift;
     const dnnl::primitive_attr attr = user_scratchpad_attr();

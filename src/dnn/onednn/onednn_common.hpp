@@ -61,7 +61,10 @@ decltype(auto) dnnl_guard(const std::string& what, const std::string& shape, F&&
 /// in `layout` (format_tag nchw or nhwc) of elements of type t.
 dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t = DType::f32);
 dnnl::memory::desc md_nc(int n, int c, DType t = DType::f32);
-dnnl::memory::desc md_x(std::size_t n);
+dnnl::memory::desc md_x(std::size_t n, DType t = DType::f32);
+/// `md`'s dimensions in the channel-blocked layout of oneDNN's jit kernels for this CPU (nChw16c
+/// on AVX-512, nChw8c below), elements of type t.
+dnnl::memory::desc md_blocked(const dnnl::memory::desc& md, DType t);
 /// oneDNN's data type for t: f32 | bf16.
 dnnl::memory::data_type dnnl_type(DType t);
 /// `md`'s dimensions with data type t and format_tag::any (oneDNN picks the layout).
@@ -70,18 +73,27 @@ dnnl::memory::desc md_any(const dnnl::memory::desc& md, DType t);
 /// reference kernel ("ref:any", "ref_...", "bnorm_ref:any": plain loops, many times slower than
 /// its jit kernels).
 bool is_reference_impl(const char* impl);
+/// True when `avoid` and one of the primitive descriptors runs a reference kernel: an op's
+/// check before it builds a route it has a faster alternative to (bf16: the emulation).
+template <typename... PD>
+bool avoided_reference(bool avoid, const PD&... pds) {
+  return avoid && (is_reference_impl(pds.impl_info_str()) || ...);
+}
 
-/// build(), or false when t is bf16 and oneDNN has no bf16 implementation of a primitive at all
-/// (dnnl::error with status dnnl_unimplemented: oneDNN 2.6 has bf16 primitives, even reference
-/// ones, only on AVX-512 CPUs). Other errors propagate.
+/// An op's build() (returning whether it built the op) under dnnl_guard(what, shape): false when
+/// t is bf16 and oneDNN has no bf16 implementation of a primitive at all (dnnl::error with status
+/// dnnl_unimplemented: oneDNN 2.6 has bf16 primitives, even reference ones, only on AVX-512
+/// CPUs); any other dnnl::error becomes LibraryError naming the primitive and shape.
 template <typename Build>
-bool build_unless_unimplemented(DType t, Build&& build) {
-  try {
-    return build();
-  } catch (const dnnl::error& e) {
-    if (t == DType::bf16 && e.status == dnnl_unimplemented) return false;
-    throw;
-  }
+bool build_op(const std::string& what, const std::string& shape, DType t, Build&& build) {
+  return dnnl_guard(what, shape, [&] {
+    try {
+      return build();
+    } catch (const dnnl::error& e) {
+      if (t == DType::bf16 && e.status == dnnl_unimplemented) return false;
+      throw;
+    }
+  });
 }
 
 /// Primitive attributes with a user-managed scratchpad (so execution never allocates).
