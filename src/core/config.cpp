@@ -261,6 +261,9 @@ void build_table(Table& t, Config& c) {
   t.add("ps-chunk-kb", &c.ps_chunk_kb,
         "parameter-server messages travel in chunks of this many KiB: a ps updates chunk c of a "
         "push and sends it back while chunk c + 1 arrives (any shard size, past 2 GiB too)");
+  t.add("ps-shm", &c.ps_shm,
+        "async: a worker on its ps's node pushes through a chunk ring in shared memory, so the ps "
+        "only updates and each worker makes its own copies (false: MPI messages only)");
   t.add("ps-threads", &c.ps_threads,
         "OpenMP threads of each ps rank: the optimizer update and the sync aggregation run on them "
         "(0: cores per node / ranks per node; default 1: a ps sharing cores with workers)");

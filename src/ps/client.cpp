@@ -1,9 +1,10 @@
 // dtrain/ps/client.cpp — worker side of the ps protocol: receives posted before sends, one
 // outstanding request per ps, payload chunks straight from and into the caller's arrays,
-// deadline-aware waits.
+// deadline-aware waits; async pushes to a ps on this node through the ring it shares.
 #include "dtrain/ps/client.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -19,6 +20,13 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
       chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
+  const std::size_t K = shards_.size();
+  rings_.resize(K);
+  ring_tried_.assign(K, 0);
+  via_ring_.assign(K, 0);
+  ring_replies_.resize(K);
+  replied_.assign(K, 0);
+  wanted_.assign(K, 0);
   int level = MPI_THREAD_SINGLE;
   DT_CHECK_MPI(MPI_Query_thread(&level));
   threaded_ = level >= MPI_THREAD_MULTIPLE;
@@ -49,6 +57,11 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   headers_in_.resize(K);
   headers_out_.resize(K);
   sent_.assign(K, 0);
+  via_ring_.assign(K, 0);
+  replied_.assign(K, 0);
+  wanted_.assign(K, 0);
+  ring_src_ = nullptr;
+  ring_dst_ = answered && reply_parts > 0 ? out[0] : nullptr;
   // Every receive of the replies first (protocol.hpp): the header, then each part's chunks in
   // travel order straight into its array.
   for (int k = 0; k < K && answered; ++k) {
@@ -58,6 +71,14 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
     DT_CHECK_MPI(MPI_Irecv(&headers_in_[k], sizeof(MsgHeader), MPI_BYTE, ps, MPI_ANY_TAG,
                            cluster_.world(), &reqs_.back()));
     const ChunkLayout& chunks = layouts_[k];
+    via_ring_[k] = tag == kTagPush && rings_[k].has_value();
+    if (via_ring_[k]) {  // one zero-byte message per reply chunk: its values wait in the slot
+      DT_REQUIRE(out[0] != nullptr, "ps client: a reply part without a destination");
+      ring_replies_[k].assign(chunks.count(), MPI_REQUEST_NULL);
+      for (MPI_Request& r : ring_replies_[k])
+        DT_CHECK_MPI(MPI_Irecv(nullptr, 0, MPI_BYTE, ps, 0, cluster_.payload_comm(), &r));
+      continue;
+    }
     for (int part = 0; part < reply_parts; ++part) {
       DT_REQUIRE(out[part] != nullptr, "ps client: a reply part without a destination");
       for (std::size_t t = 0; t < chunks.count(); ++t) {
@@ -71,6 +92,7 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   for (int k = 0; k < K; ++k) {
     headers_out_[k] = header;
     headers_out_[k].seen_step = seen_[k];
+    if (via_ring_[k]) headers_out_[k].flags |= kFlagShm;
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k),
                            tag, cluster_.world(), &reqs_.back()));
@@ -78,6 +100,12 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
 }
 
 void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
+  if (via_ring_[k]) {
+    ring_src_ = part;
+    wanted_[k] = std::max(wanted_[k], upto);
+    write_ring(k);
+    return;
+  }
   const ShardRange& s = shards_[k];
   const ChunkLayout& chunks = layouts_[k];
   for (; sent_[k] < upto; ++sent_[k]) {
@@ -89,12 +117,90 @@ void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
   }
 }
 
+void PsClient::write_ring(std::size_t k) {
+  const ShardRange& s = shards_[k];
+  const ChunkLayout& chunks = layouts_[k];
+  float* ring = rings_[k]->data();
+  const int ps = cluster_.ps_rank(static_cast<int>(k));
+  // Chunk t goes to slot t mod kRingSlots once chunk t − kRingSlots's reply has been copied out.
+  for (; sent_[k] < wanted_[k] && sent_[k] < replied_[k] + kRingSlots; ++sent_[k]) {
+    const std::size_t c = chunks.travel(sent_[k]), len = chunks.size(c);
+    float* slot = ring + (sent_[k] % kRingSlots) * chunks.largest();
+    const float* from = ring_src_ ? ring_src_ + s.begin + chunks.begin(c) : zeros(len);
+    std::copy(from, from + len, slot);
+    std::atomic_thread_fence(std::memory_order_release);  // the chunk before its message
+    reqs_.emplace_back();
+    DT_CHECK_MPI(MPI_Isend(slot, 0, MPI_BYTE, ps, 0, cluster_.payload_comm(), &reqs_.back()));
+  }
+}
+
+bool PsClient::progress_rings() {
+  bool moved = false;
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    if (!via_ring_[k]) continue;
+    const ShardRange& s = shards_[k];
+    const ChunkLayout& chunks = layouts_[k];
+    const float* ring = rings_[k]->data();
+    std::vector<MPI_Request>& replies = ring_replies_[k];
+    while (replied_[k] < replies.size()) {  // replies come in order (MPI's non-overtaking rule)
+      int flag = 0;
+      DT_CHECK_MPI(MPI_Test(&replies[replied_[k]], &flag, MPI_STATUS_IGNORE));
+      if (!flag) break;
+      std::atomic_thread_fence(std::memory_order_acquire);  // the slot's values after the message
+      const std::size_t c = chunks.travel(replied_[k]);
+      const float* slot = ring + (replied_[k] % kRingSlots) * chunks.largest();
+      std::copy(slot, slot + chunks.size(c), ring_dst_ + s.begin + chunks.begin(c));
+      ++replied_[k];
+      moved = true;
+    }
+    const std::size_t before = sent_[k];
+    write_ring(k);
+    moved = moved || sent_[k] != before;
+  }
+  return moved;
+}
+
+void PsClient::drain_rings(const std::string& what) {
+  std::vector<MPI_Request> next;
+  std::vector<std::size_t> ps;
+  for (;;) {
+    progress_rings();
+    next.clear();
+    ps.clear();
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      if (!via_ring_[k] || replied_[k] == ring_replies_[k].size()) continue;
+      next.push_back(ring_replies_[k][replied_[k]]);
+      ps.push_back(k);
+    }
+    if (next.empty()) return;
+    const int i = wait_any(next, timeout_, what, nullptr);
+    ring_replies_[ps[static_cast<std::size_t>(i)]][replied_[ps[static_cast<std::size_t>(i)]]] =
+        MPI_REQUEST_NULL;  // completed: progress_rings copies it out
+  }
+}
+
+void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
+  if (ring_tried_[k] || h.ring_fd < 0 || h.ring_pid <= 0) return;
+  ring_tried_[k] = 1;
+  std::string why;
+  rings_[k] = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
+                               &why);
+  if (!rings_[k])
+    log_warn("worker " + std::to_string(cluster_.me().index) + ": cannot map the ring ps " +
+             std::to_string(k) + " shares (" + why + "); pushes to it travel as MPI messages");
+}
+
 PushResult PsClient::wait(int tag) {
-  wait_all(reqs_, timeout_, "worker " + std::to_string(cluster_.me().index) + " " +
-                                tag_name(tag) + " with " + peers_);
+  const std::string what = "worker " + std::to_string(cluster_.me().index) + " " +
+                           tag_name(tag) + " with " + peers_;
+  drain_rings(what);
+  wait_all(reqs_, timeout_, what);
   PushResult r;
   for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k) {
     const MsgHeader& h = headers_in_[k];
+    map_ring(k, h);
+    if (via_ring_[k]) ++shared_pushes_;
+    via_ring_[k] = 0;
     seen_[k] = h.global_step;
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
     r.staleness = std::max(r.staleness, h.staleness);
@@ -139,6 +245,7 @@ void PsClient::push_ready(std::size_t from) {
     send_chunks(k, push_grads_, upto);
   }
   if (!threaded_) {  // drive the transfers in flight from here
+    progress_rings();
     int count = 0;
     index_.resize(reqs_.size());
     DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
@@ -153,6 +260,7 @@ PushResult PsClient::finish_push() {
     progress_.join();
   }
   push_grads_ = nullptr;
+  if (progress_failure_) std::rethrow_exception(progress_failure_);
   if (progress_error_ != MPI_SUCCESS)
     throw LibraryError(format_error("MPI_Testsome on a push in flight failed: " +
                                         mpi_error_string(progress_error_), __FILE__, __LINE__));
@@ -167,8 +275,15 @@ void PsClient::progress_loop() {
   std::vector<int> index;
   while (polling_) {
     int count = 0;
+    bool ring_moved = false;
     {
       const std::lock_guard<std::mutex> lock(mu_);
+      try {  // copies the replies out of shared rings and writes the chunks they free
+        ring_moved = progress_rings();
+      } catch (...) {  // finish_push rethrows it
+        progress_failure_ = std::current_exception();
+        return;
+      }
       index.resize(reqs_.size());
       const int rc = MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
                                   index.data(), MPI_STATUSES_IGNORE);
@@ -177,7 +292,7 @@ void PsClient::progress_loop() {
         return;
       }
     }
-    if (count > 0 && count != MPI_UNDEFINED) {
+    if (ring_moved || (count > 0 && count != MPI_UNDEFINED)) {
       sleep_us = 20;
       continue;
     }

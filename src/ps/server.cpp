@@ -8,10 +8,14 @@
 // chunk's reply leaves at once from its own ring slot, where the update wrote the new values
 // over the gradient; sync through the ps and bounded staleness
 // gather whole pushes into per-step aggregates whose replies are held until the update they wait
-// for (ps/server.hpp, ps/protocol.hpp).
+// for (ps/server.hpp, ps/protocol.hpp). A worker on the ps's node pushes async gradients through
+// a ring it shares with the ps instead (ps/shared_ring.hpp): the ps then only updates the slots.
 #include "dtrain/ps/server.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -29,6 +33,7 @@
 #include "dtrain/optim/delay_compensation.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/protocol.hpp"
+#include "dtrain/ps/shared_ring.hpp"
 
 namespace dtrain {
 namespace {
@@ -36,8 +41,9 @@ namespace {
 /// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
 constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 
-/// Chunk buffers per worker that an async push (or any part the ps does not keep) is received
-/// into, each reused once its chunk is applied: such receives are posted this many ahead. The
+/// kRingSlots (ps/protocol.hpp): chunk buffers per worker that an async push (or any part the ps
+/// does not keep) is received into, each reused once its chunk is applied: such receives are
+/// posted this many ahead. The
 /// gradient then never leaves the cache between its copy in and the update, where a shard-sized
 /// buffer sent it to memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 →
 /// 0.85–0.98), and the ps holds no shard-sized buffer for what it reads once.
@@ -49,7 +55,7 @@ constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 /// next written by the receive of a chunk, a copy whose full-line stores pay that less. A slot
 /// takes a new chunk once its reply has left. Slots are used round the ring across requests, so
 /// the next push of a worker lands beside, not on, the slot its last reply is leaving from.
-constexpr std::size_t kRingSlots = 4;
+/// A worker on the ps's node has its async pushes' ring in shared memory instead (--ps-shm).
 
 /// Ring receives posted ahead of the chunk being processed, for a worker on another node: the
 /// network moves those chunks while the ps updates (kRingSlots). For a worker on the ps's own
@@ -58,14 +64,17 @@ constexpr std::size_t kRingSlots = 4;
 /// update the first and let the worker copy that reply on its own core (comm_bench, 2 ranks,
 /// 256 KiB in two chunks: both copied in before the first update, 25 of a 50 µs round trip).
 /// DTRAIN_TEST_PS_REMOTE=1 (for tests) counts every worker as remote, so that one machine runs
-/// the network's way too.
-std::size_t ring_ahead(const Cluster& cluster, int w) {
+/// the network's way too (and no ring is shared).
+bool local_worker(const Cluster& cluster, int w) {
   static const bool all_remote = [] {
     const char* v = std::getenv("DTRAIN_TEST_PS_REMOTE");
     return v != nullptr && std::string(v) == "1";
   }();
   const int node = cluster.ranks()[static_cast<std::size_t>(cluster.worker_rank(w))].node;
-  return node == cluster.me().node && !all_remote ? 1 : kRingSlots;
+  return node == cluster.me().node && !all_remote;
+}
+std::size_t ring_ahead(const Cluster& cluster, int w) {
+  return local_worker(cluster, w) ? 1 : kRingSlots;
 }
 
 /// What becomes of a request's payload.
@@ -94,6 +103,7 @@ struct Incoming {
   std::size_t ring_base = 0;            ///< message k goes (if to the ring) to slot (ring_base + k) % kRingSlots
   std::int64_t step = 0;                ///< apply / join: the global step its update makes
   std::int64_t staleness = 0;
+  bool shm = false;  ///< an async push through the shared ring: chunk messages are zero-byte
 };
 
 struct WorkerSlot {
@@ -105,6 +115,7 @@ struct WorkerSlot {
   std::vector<float> ring;  ///< kRingSlots chunk buffers (allocated at the first request using them)
   std::vector<MPI_Request> ring_send = std::vector<MPI_Request>(kRingSlots, MPI_REQUEST_NULL);  ///< per slot: its reply in flight
   std::size_t ring_next = 0;  ///< ring position of the next request's first message
+  std::optional<SharedRing> shm;  ///< the ring shared with a worker on this node (async, --ps-shm)
 };
 
 /// The gradients that make one global step's update (sync through the ps, bounded staleness).
@@ -151,6 +162,7 @@ class ParameterServer {
     stats_.worker_pushes.assign(workers_, 0);
     stats_.worker_dropped.assign(workers_, 0);
     sending_.resize(chunks_.count());
+    if (kind_ == ExchangeKind::ps_async && c.ps_shm) share_rings();
     for (int w = 0; w < workers_; ++w) post_recv(w);
   }
 
@@ -211,6 +223,19 @@ class ParameterServer {
   }
 
  private:
+  /// A shared ring for each worker on this node, named in every reply header from now on.
+  void share_rings() {
+    for (int w = 0; w < workers_; ++w) {
+      if (!local_worker(cluster_, w)) continue;
+      try {
+        slots_[w].shm = SharedRing::create(shared_ring_bytes(chunks_.largest()));
+      } catch (const LibraryError& e) {
+        log_warn(who_ + ": no shared ring for worker " + std::to_string(w) +
+                 ", its pushes travel as MPI messages: " + e.what());
+      }
+    }
+  }
+
   void post_recv(int w) {
     DT_CHECK_MPI(MPI_Irecv(&slots_[w].in, sizeof(MsgHeader), MPI_BYTE, cluster_.worker_rank(w),
                            MPI_ANY_TAG, cluster_.world(), &slots_[w].recv));
@@ -244,17 +269,22 @@ class ParameterServer {
   /// order (MPI matches them so), into an array at once, into the ring ring_ahead() ahead of the
   /// chunk being processed (the worker has already posted its sends). A payload without chunks
   /// completes at once.
-  void start(int w, int tag, const MsgHeader& h, Fate fate, std::initializer_list<float*> parts) {
+  /// `shm`: an async push through w's shared ring (its one part is nullptr), from slot 0.
+  void start(int w, int tag, const MsgHeader& h, Fate fate, std::initializer_list<float*> parts,
+             bool shm = false) {
     Incoming& r = slots_[w].req;
     r.active = true;
     r.tag = tag;
     r.h = h;
     r.fate = fate;
+    r.shm = shm;
     r.dest.assign(parts.begin(), parts.end());
     r.ring = nullptr;
     r.done = r.posted = 0;
-    r.ring_base = slots_[w].ring_next;
-    if (std::find(r.dest.begin(), r.dest.end(), nullptr) != r.dest.end()) {
+    r.ring_base = shm ? 0 : slots_[w].ring_next;
+    if (shm) {
+      r.ring = slots_[w].shm->data();
+    } else if (std::find(r.dest.begin(), r.dest.end(), nullptr) != r.dest.end()) {
       std::vector<float>& ring = slots_[w].ring;
       if (ring.empty()) ring.resize(kRingSlots * chunks_.largest());  // ≤ kRingSlots × --ps-chunk-kb
       r.ring = ring.data();
@@ -282,6 +312,12 @@ class ParameterServer {
   /// whose slot still has a reply in flight (the event loop then polls that reply: run()).
   void post_chunks(int w) {
     Incoming& r = slots_[w].req;
+    if (r.shm) {  // zero-byte messages: every receive at once (the worker owns the slots' pace)
+      for (; r.posted < r.reqs.size(); ++r.posted)
+        DT_CHECK_MPI(MPI_Irecv(nullptr, 0, MPI_BYTE, cluster_.worker_rank(w), 0,
+                               cluster_.payload_comm(), &r.reqs[r.posted]));
+      return;
+    }
     for (; r.posted < r.reqs.size(); ++r.posted) {
       const std::size_t at = r.posted;
       if (!r.dest[at / chunks_.count()]) {
@@ -303,8 +339,10 @@ class ParameterServer {
     const std::size_t at = r.done++;
     r.reqs[at] = MPI_REQUEST_NULL;
     const std::size_t c = chunks_.travel(at % chunks_.count());
+    if (r.shm) std::atomic_thread_fence(std::memory_order_acquire);  // the worker's chunk
     if (r.fate == Fate::undecided) decide_async(w);
     if (r.fate == Fate::apply) apply_chunk(w, c, at);
+    else if (r.shm) answer_in_slot(w, c, at);  // not applied: the current parameters
     post_chunks(w);
     if (r.done == r.reqs.size()) complete(w);
   }
@@ -319,8 +357,9 @@ class ParameterServer {
         ++stats_.updates;
         count_used(w, r.staleness);
         break;
-      case Fate::drop:
-        reply_params(w, r.staleness, kFlagDropped);
+      case Fate::drop:  // through the shared ring every chunk has been answered already
+        if (r.shm) reply_header(w, kTagReply, global_step_, r.staleness, kFlagDropped);
+        else reply_params(w, r.staleness, kFlagDropped);
         break;
       case Fate::join:
         join(w);
@@ -337,7 +376,8 @@ class ParameterServer {
         break;
     }
     if (!r.own.empty()) free_.push_back(std::exchange(r.own, {}));
-    slots_[w].ring_next = r.ring_base + r.reqs.size();
+    if (r.shm) ++stats_.shared_ring_pushes;
+    else slots_[w].ring_next = r.ring_base + r.reqs.size();
     r.active = false;
     post_recv(w);
   }
@@ -378,6 +418,10 @@ class ParameterServer {
     s.out.global_step = global_step;
     s.out.staleness = staleness;
     s.out.flags = flags | ((stop_flag_.load() || stop_seen_) ? kFlagStop : 0);
+    if (s.shm) {
+      s.out.ring_pid = static_cast<std::int32_t>(getpid());
+      s.out.ring_fd = s.shm->fd();
+    }
     DT_CHECK_MPI(MPI_Isend(&s.out, sizeof(MsgHeader), MPI_BYTE, cluster_.worker_rank(w), tag,
                            cluster_.world(), &s.send));
   }
@@ -430,9 +474,15 @@ class ParameterServer {
     Incoming& r = slots_[w].req;
     r.staleness = 0;
     Fate fate = Fate::join;
+    if ((h.flags & kFlagShm) && kind_ != ExchangeKind::ps_async)
+      throw Error(format_error(who_ + ": worker " + std::to_string(w) + " pushed through a shared "
+                                   "ring, which only async pushes use", __FILE__, __LINE__));
     switch (kind_) {
-      case ExchangeKind::ps_async:
-        start(w, kTagPush, h, Fate::undecided, {nullptr});  // through w's ring
+      case ExchangeKind::ps_async:  // through w's ring, private or shared
+        if ((h.flags & kFlagShm) && !slots_[w].shm)
+          throw Error(format_error(who_ + ": worker " + std::to_string(w) + " pushed through a "
+                                       "shared ring this ps did not offer", __FILE__, __LINE__));
+        start(w, kTagPush, h, Fate::undecided, {nullptr}, (h.flags & kFlagShm) != 0);
         return;
       case ExchangeKind::ps_sync:
         r.step = h.seen_step;
@@ -496,8 +546,35 @@ class ParameterServer {
     else opt_->apply_into_grads(p, g, r.step, b, e);
     stats_.optimizer_seconds += now_seconds() - t0;
     if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
-    isend_bytes(g, (e - b) * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
-                &slots_[w].ring_send[ring_slot(r, at)]);
+    send_slot(w, at, g, e - b);
+  }
+
+  /// Sends the reply chunk in slot `at` of worker w's request (`floats` values at g): the values
+  /// themselves, or through the shared ring a zero-byte message that hands the slot back.
+  void send_slot(int w, std::size_t at, float* g, std::size_t floats) {
+    const Incoming& r = slots_[w].req;
+    MPI_Request& send = slots_[w].ring_send[ring_slot(r, at)];
+    if (!r.shm) {
+      isend_bytes(g, floats * sizeof(float), cluster_.worker_rank(w), 0, cluster_.payload_comm(),
+                  &send);
+      return;
+    }
+    wait_one(send, comm_timeout(), who_ + " handing a shared ring slot to worker " +
+                                       std::to_string(w));  // its last zero-byte message
+    std::atomic_thread_fence(std::memory_order_release);  // the slot's values before the message
+    DT_CHECK_MPI(MPI_Isend(g, 0, MPI_BYTE, cluster_.worker_rank(w), 0, cluster_.payload_comm(),
+                           &send));
+  }
+
+  /// A push through the shared ring that is not applied: chunk c of its reply is the shard's
+  /// current values, written into the chunk's slot.
+  void answer_in_slot(int w, std::size_t c, std::size_t at) {
+    const Incoming& r = slots_[w].req;
+    float* g = chunk_dest(r, at);
+    const std::size_t b = chunks_.begin(c), e = b + chunks_.size(c);
+    std::copy(params_.data() + b, params_.data() + e, g);
+    if (dc_) dc_->sent(w, params_.data(), b, e);
+    send_slot(w, at, g, e - b);
   }
 
   /// Sync / bounded: worker w's whole gradient joins the aggregate of its step, and its reply

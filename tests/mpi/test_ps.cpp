@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
@@ -60,7 +61,7 @@ std::vector<float> gradient(int w, int r) {
 
 /// What one server run reports to every rank (summed over ps ranks).
 struct ServedStats {
-  std::int64_t pushes = 0, ignored = 0;
+  std::int64_t pushes = 0, ignored = 0, shared_ring_pushes = 0;
 };
 
 /// Runs the servers on the ps ranks and `worker_body` on the workers, then shares the ps statistics
@@ -68,7 +69,7 @@ struct ServedStats {
 template <typename Body>
 ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body,
                   std::size_t params = kParams) {
-  std::int64_t mine[2] = {0, 0};
+  std::int64_t mine[3] = {0, 0, 0};
   if (cluster.is_ps()) {
     const auto shards = shard_ranges(params, cluster.num_ps());
     std::atomic<bool> stop{false};
@@ -76,6 +77,7 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
       const PsStats st = run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
       mine[0] = st.pushes;
       mine[1] = st.ignored;
+      mine[2] = st.shared_ring_pushes;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "parameter server threw: " << e.what();
     }
@@ -86,9 +88,9 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
       ADD_FAILURE() << "worker threw: " << e.what();
     }
   }
-  std::int64_t sum[2] = {0, 0};
-  MPI_Allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return {sum[0], sum[1]};
+  std::int64_t sum[3] = {0, 0, 0};
+  MPI_Allreduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return {sum[0], sum[1], sum[2]};
 }
 
 /// Relative+absolute closeness of two float vectors; reports the first mismatch.
@@ -128,7 +130,14 @@ struct SerialCase {
   int chunk_kb = 1024;         // --ps-chunk-kb; 1: 256-float chunks, several per shard
   bool dana = false;           // --async-momentum dana: a push's reply is the look-ahead θ̂
   bool issued = false;         // pushes issued in pieces (begin_push / push_ready / finish_push)
+  bool shm = true;             // --ps-shm: async pushes through the ring a ps shares with its node
 };
+
+/// DTRAIN_TEST_PS_REMOTE=1 (mpi_tests_np3_ps_remote): the ps count every worker as remote.
+bool all_remote() {
+  const char* v = std::getenv("DTRAIN_TEST_PS_REMOTE");
+  return v != nullptr && std::string(v) == "1";
+}
 
 /// One push of `g` through `client`, whole (push_pull) or issued in pieces as backward would
 /// hand them over: from the end of the buffer down, in uneven steps.
@@ -155,6 +164,9 @@ void run_serial_case(const SerialCase& k) {
   cfg.max_steps = k.max_steps;
   cfg.ps_chunk_kb = k.chunk_kb;
   if (k.dana) cfg.async_momentum = AsyncMomentum::dana;
+  cfg.ps_shm = k.shm;
+  // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none.
+  const std::int64_t shared = k.shm && !all_remote() ? pushes * cluster.num_ps() : 0;
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
     // The serial reference, computed by every worker.
@@ -227,10 +239,12 @@ void run_serial_case(const SerialCase& k) {
       expect_close(v, ref_v, "snapshot v");  // zeros for momentum
       EXPECT_TRUE(std::any_of(m.begin(), m.end(), [](float x) { return x != 0.0f; }));
     }
+    EXPECT_EQ(client.shared_ring_pushes(), shared / workers);
     client.done();
   });
   EXPECT_EQ(st.pushes, applied * cluster.num_ps()) << "every ps counts every applied push";
   EXPECT_EQ(st.ignored, (pushes - applied) * cluster.num_ps());
+  EXPECT_EQ(st.shared_ring_pushes, shared) << "pushes through a shared ring, over all ps";
 }
 
 TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0}); }
@@ -259,6 +273,13 @@ TEST(ParameterServer, IssuedPushesInChunksEqualSerialApplication) {
 }
 TEST(ParameterServer, IssuedDanaPushesPastMaxStepsEqualSerialApplication) {
   run_serial_case({1, "momentum", 4, 5, 1, true, true});
+}
+// The same cases with MPI messages only (--ps-shm false): the shared ring changes no value.
+TEST(ParameterServer, WithoutSharedRingsIssuedPushesInChunksEqualSerialApplication) {
+  run_serial_case({2, "adam", 3, 0, 1, false, true, false});
+}
+TEST(ParameterServer, WithoutSharedRingsDanaPushesPastMaxStepsEqualSerialApplication) {
+  run_serial_case({1, "momentum", 4, 5, 1, true, false, false});
 }
 TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) { run_serial_case({1, "momentum", 4, 5, 1024, true}); }
 

@@ -196,6 +196,7 @@ struct Config {
   bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
   int ps_chunk_kb = 1024;         ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
+  bool ps_shm = true;             ///< async pushes of a ps's own node through a shared ring
   int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);
                                   ///< 0 = cores per node / ranks per node
   // checkpoints and output

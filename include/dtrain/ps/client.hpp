@@ -5,18 +5,24 @@
 // each ps's range of it and receives into it in place, in chunks (ps/protocol.hpp). Calls block
 // until every ps answered or --timeout passes (TimeoutError, a RuntimeFault, naming the ps). A
 // push may also be issued in pieces while backward runs (begin_push / push_ready / finish_push:
-// ps-lite's ticketed Push, Wait), a progress thread driving MPI meanwhile. Not thread-safe.
+// ps-lite's ticketed Push, Wait), a progress thread driving MPI meanwhile. An async push to a ps on
+// this rank's node goes through the ring the ps shares with it, once a reply named it
+// (ps/shared_ring.hpp): this rank writes the chunks in and copies the replies out. Not
+// thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/ps/protocol.hpp"
+#include "dtrain/ps/shared_ring.hpp"
 #include "dtrain/ps/sharding.hpp"
 
 namespace dtrain {
@@ -74,6 +80,8 @@ class PsClient {
   std::int64_t snapshot(float* params, float* m, float* v);
   /// Tells every ps this worker is finished (waits until the headers are sent). Throws as pull().
   void done();
+  /// Pushes sent through a shared ring so far (all ps together; one per ps per push).
+  [[nodiscard]] std::int64_t shared_ring_pushes() const { return shared_pushes_; }
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -89,8 +97,19 @@ class PsClient {
   void post(int tag, MsgHeader header, int reply_parts, const std::vector<float*>& out);
   /// Sends ps k's range of `part` (nullptr: zeros), chunks [sent_[k], upto) in travel order.
   void send_chunks(std::size_t k, const float* part, std::size_t upto);
-  /// Waits for every request, then reads the reply headers.
+  /// Waits for every request, then reads the reply headers (and maps a shared ring one names).
   PushResult wait(int tag);
+  /// Shared rings: copies out every reply chunk that has come and writes the chunks whose slots
+  /// that freed (up to wanted_). True when it did either.
+  bool progress_rings();
+  /// Writes ps k's chunks [sent_[k], wanted_[k]) into free slots of its ring, each followed by
+  /// its zero-byte message.
+  void write_ring(std::size_t k);
+  /// Waits (deadline: timeout_) until every shared-ring chunk of the request has been answered
+  /// and copied out; `what` names the operation in a TimeoutError.
+  void drain_rings(const std::string& what);
+  /// Maps the ring a reply header names, once per ps; logs why not where it cannot.
+  void map_ring(std::size_t k, const MsgHeader& h);
   void progress_loop();  ///< the progress thread of an issued push
   /// A chunk of `floats` zeros to send for a nullptr part.
   const float* zeros(std::size_t floats);
@@ -105,6 +124,15 @@ class PsClient {
   std::vector<MPI_Request> reqs_;
   std::vector<int> index_;             // MPI_Testsome's output
   ZeroChunk zeros_;
+  // Shared rings (per ps; rings_[k] empty: MPI messages only).
+  std::vector<std::optional<SharedRing>> rings_;
+  std::vector<char> ring_tried_;       // a header named ps k's ring: mapped, or refused once
+  std::vector<char> via_ring_;         // the request in flight goes through ps k's ring
+  std::vector<std::vector<MPI_Request>> ring_replies_;  // its zero-byte reply messages
+  std::vector<std::size_t> replied_, wanted_;  // reply chunks copied out; chunks handed over
+  const float* ring_src_ = nullptr;    // the pushed gradient, for the chunks still to be written
+  float* ring_dst_ = nullptr;          // the parameters the replies go to
+  std::int64_t shared_pushes_ = 0;
   // An issued push (begin_push .. finish_push).
   const float* push_grads_ = nullptr;
   std::vector<std::size_t> sent_;      // per ps: chunks sent, in travel order
@@ -112,6 +140,7 @@ class PsClient {
   std::mutex mu_;                      // reqs_ between the caller and the progress thread
   std::atomic<bool> polling_{false};
   int progress_error_ = MPI_SUCCESS;   // the progress thread's MPI failure (read after join)
+  std::exception_ptr progress_failure_;  // the progress thread's exception (read after join)
   std::thread progress_;
 };
 

@@ -38,6 +38,14 @@
 // every held request when it stops applying updates (--max-steps, stop request), so no worker
 // waits for a push that will never come. MPI's non-overtaking rule keeps each worker's messages,
 // and each request's chunks, in order.
+// A worker on the ps's own node pushes async gradients through a ring shared with the ps
+// (ps/shared_ring.hpp) once a reply header has named it (ring_pid, ring_fd): its PUSH header
+// carries kFlagShm, chunk message t is a zero-byte message sent after the worker wrote the chunk
+// into slot t mod kRingSlots, and the ps answers each chunk with a zero-byte message once it wrote
+// the reply's values into that slot (the updated parameters, or the current ones for a push it
+// does not apply). A slot changes hands only by these messages: the worker writes chunk t only
+// after it copied out the reply of chunk t − kRingSlots, so no deadline is lost and the order
+// argument above holds unchanged.
 #pragma once
 
 #include <algorithm>
@@ -62,7 +70,12 @@ enum PsTag : int {
 enum PsFlag : std::int32_t {
   kFlagStop = 1,     ///< a rank asked to stop (signal): checkpoint and exit at the next boundary
   kFlagDropped = 2,  ///< ps → worker: the push was not applied (late, or after the last step)
+  kFlagShm = 4,      ///< worker → ps PUSH: its chunks lie in the shared ring (zero-byte messages)
 };
+
+/// Chunk slots of a worker's ring on the ps (an async push is received, updated and answered a
+/// chunk at a time through them), private or shared with a worker on the ps's node.
+inline constexpr std::size_t kRingSlots = 4;
 
 struct MsgHeader {
   std::int64_t global_step = 0;  ///< ps → worker: pushes applied by this ps; LOAD: step to resume at
@@ -72,8 +85,17 @@ struct MsgHeader {
   std::int32_t flags = 0;        ///< PsFlag bits
   std::int64_t max_steps = 0;    ///< LOAD: the run's --max-steps (0: none)
   std::int64_t wait_step = 0;    ///< PULL: answer once global_step ≥ wait_step
+  std::int32_t ring_pid = 0;     ///< ps → worker: the process holding the shared ring (0: none)
+  std::int32_t ring_fd = -1;     ///< ps → worker: its descriptor of the ring (SharedRing::open)
+  std::int64_t reserved = 0;
 };
-static_assert(sizeof(MsgHeader) == 48, "MsgHeader must keep the float payload 16-byte aligned");
+static_assert(sizeof(MsgHeader) == 64, "MsgHeader must keep the float payload 16-byte aligned");
+
+/// Bytes of a worker's shared ring: kRingSlots chunks of `largest_chunk` floats
+/// (ChunkLayout::largest() of the ps's shard).
+[[nodiscard]] inline std::size_t shared_ring_bytes(std::size_t largest_chunk) {
+  return kRingSlots * largest_chunk * sizeof(float);
+}
 
 /// The default payload chunk (--ps-chunk-kb 1024): 1 MiB.
 inline constexpr std::size_t kDefaultChunkBytes = std::size_t{1} << 20;

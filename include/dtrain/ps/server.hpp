@@ -56,6 +56,7 @@ struct PsStats {
   double busy_seconds = 0;          ///< time spent applying updates and replying
   double optimizer_seconds = 0;     ///< of busy_seconds: in the optimizer (the updates themselves)
   double wall_seconds = 0;
+  std::int64_t shared_ring_pushes = 0;  ///< async pushes that came through a shared ring (--ps-shm)
 };
 
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
