@@ -14,7 +14,7 @@ namespace {
 
 // Layout of the reduced vector: scalars, then the histogram, then two per-worker lists.
 enum Slot { kPushes, kUpdates, kIgnored, kDropped, kStaleSum, kStaleMax, kBusy, kOptimizer, kRss,
-            kTrainRss, kScalars };
+            kTrainRss, kSharedRing, kScalars };
 
 std::string format_seconds(double s) {
   char b[32];
@@ -43,6 +43,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
     v[kStaleMax] = static_cast<double>(ps->staleness_max);
     v[kBusy] = ps->busy_seconds / std::max(ps->wall_seconds, 1e-9);
     v[kOptimizer] = ps->optimizer_seconds / std::max(ps->wall_seconds, 1e-9);
+    v[kSharedRing] = static_cast<double>(ps->shared_ring_pushes);
     for (int b = 0; b < kStalenessBins; ++b)
       v[kScalars + b] = static_cast<double>(ps->staleness_histogram[b]);
     for (std::size_t w = 0; w < W; ++w) {
@@ -71,6 +72,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   st.ps.busy_seconds = v[kBusy];  // as a fraction of the ps's wall time
   st.ps.optimizer_seconds = v[kOptimizer];  // likewise
   st.ps.wall_seconds = 1;
+  st.ps.shared_ring_pushes = static_cast<std::int64_t>(v[kSharedRing]);
   st.ps.staleness_histogram = as_counts(v, kScalars, kStalenessBins);
   st.ps.worker_pushes = as_counts(v, kScalars + kStalenessBins, W);
   st.ps.worker_dropped = as_counts(v, kScalars + kStalenessBins + W, W);
@@ -133,6 +135,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
     r["dropped_per_worker"] = st.ps.worker_dropped;
     r["dropped_gradients"] = st.ps.dropped;
     r["ignored_pushes"] = st.ps.ignored;
+    r["ps_shared_ring_pushes"] = st.ps.shared_ring_pushes;  // async pushes through --ps-shm rings
   } else {
     r["staleness_max"] = std::int64_t{0};
   }
@@ -158,8 +161,11 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   char line[320];
   if (job.num_ps > 0) {  // the ps side of the step anatomy (its updates are not in the workers')
     std::snprintf(line, sizeof line,
-                  "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer",
-                  100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds);
+                  "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer; "
+                  "%lld of %lld pushes through shared rings",
+                  100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds,
+                  static_cast<long long>(st.ps.shared_ring_pushes),
+                  static_cast<long long>(st.ps.pushes + st.ps.ignored + st.ps.dropped));
     log_info(line);
   }
   std::snprintf(line, sizeof line,

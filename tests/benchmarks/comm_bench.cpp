@@ -10,7 +10,9 @@
 //                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
 //                 as its message arrives; dtrain: PsClient::push_pull against run_parameter_server
 //                 (plain SGD at a tiny learning rate: the ps applies every push, on --ps-threads
-//                 OpenMP threads, default 1)
+//                 OpenMP threads, default 1; with --ps-shm 1, the default, as in training, the
+//                 workers on the ps's node push through the ring it shares with them,
+//                 ps/shared_ring.hpp — JSON "ps_shared_ring": the fraction of pushes that did)
 //                 bandwidth = bytes moved (2·B·workers) / time per round; "ps upd us": the
 //                 ps's time in the optimizer per round (PsStats::optimizer_seconds over its
 //                 updates, × workers) — work bare point-to-point does not do, on the critical
@@ -60,6 +62,7 @@ struct Options {
   int iters = 0;  // 0: by size
   int ps_threads = 1;  // OpenMP threads of the ps (dtrain's --ps-threads)
   int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
+  bool ps_shm = true;      // dtrain's --ps-shm
   std::string out = "comm_bench.jsonl";
   std::string ops = "allreduce,ps_push_pull,nccl_allreduce";
 };
@@ -101,6 +104,7 @@ struct Row {
   std::size_t bytes;
   double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
   double ps_update_s = -1;  ///< push-pull: the ps's optimizer time per round (−1: not measured)
+  double shared_ring = -1;  ///< push-pull: fraction of pushes through a shared ring (−1: n/a)
 };
 
 void report(std::FILE* json, int rank, int ranks, const Row& r) {
@@ -113,12 +117,14 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   std::printf("%14s %12zu %10.1f %8.2f %10.1f %8.2f %7.3f %10s\n", r.op.c_str(), r.bytes,
               r.bare_s * 1e6, r.bare_gbps, r.dtrain_s * 1e6, r.dtrain_gbps, ratio, upd);
   std::fflush(stdout);
+  std::string extra;
+  if (r.ps_update_s >= 0) extra += ", \"ps_update_us\": " + std::string(upd);
+  if (r.shared_ring >= 0) extra += ", \"ps_shared_ring\": " + std::to_string(r.shared_ring);
   std::fprintf(json,
                "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
                "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f%s}\n",
                r.op.c_str(), ranks, r.bytes, r.bare_gbps, r.dtrain_gbps, ratio, r.bare_s * 1e6,
-               r.dtrain_s * 1e6,
-               r.ps_update_s >= 0 ? (", \"ps_update_us\": " + std::string(upd)).c_str() : "");
+               r.dtrain_s * 1e6, extra.c_str());
   std::fflush(json);
 }
 
@@ -199,6 +205,7 @@ void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, 
   c.weight_decay = 0;
   c.lr = 1e-9;
   c.ps_chunk_kb = o.ps_chunk_kb;
+  c.ps_shm = o.ps_shm;
   const ShardRange shard{0, n};
   if (cl.is_ps()) {
     omp_set_num_threads(o.ps_threads);
@@ -206,6 +213,8 @@ void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, 
     const PsStats s = run_parameter_server(cl, c, shard, 1 << 30, stop);  // until all sent DONE
     ps.updates += s.updates;
     ps.optimizer_seconds += s.optimizer_seconds;
+    ps.pushes += s.pushes;
+    ps.shared_ring_pushes += s.shared_ring_pushes;
     return;
   }
   PsClient client(cl, {shard}, comm_timeout(), static_cast<std::size_t>(o.ps_chunk_kb) * 1024);
@@ -252,6 +261,10 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   double upd = ps.updates > 0 ? ps.optimizer_seconds * W / static_cast<double>(ps.updates) : 0;
   MPI_Allreduce(MPI_IN_PLACE, &upd, 1, MPI_DOUBLE, MPI_MAX, cl.world());  // the ps's
   r.ps_update_s = upd;
+  double shared = ps.pushes > 0 ? static_cast<double>(ps.shared_ring_pushes) /
+                                      static_cast<double>(ps.pushes) : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_DOUBLE, MPI_MAX, cl.world());  // the ps's
+  r.shared_ring = shared;
   return r;
 }
 
@@ -342,6 +355,7 @@ constexpr const char* kUsage =
     "usage: mpirun -np N dtrain_comm_bench [--ops allreduce,ps_push_pull,nccl_allreduce]\n"
     "         [--min-bytes B (65536)] [--max-bytes B (268435456)] [--iters N (0: by size)]\n"
     "         [--bucket-mb MB (25)] [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
+    "         [--ps-shm 0|1 (1)]\n"
     "         [--out FILE (comm_bench.jsonl)]\n"
     "  (tests/benchmarks/comm_bench.sh runs it over 2..N ranks and repeats; see its header)\n";
 
@@ -362,6 +376,7 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (k == "--ops") o.ops = v;
     else if (k == "--ps-threads") o.ps_threads = std::stoi(v);
     else if (k == "--ps-chunk-kb") o.ps_chunk_kb = std::stoi(v);
+    else if (k == "--ps-shm") o.ps_shm = std::stoi(v) != 0;
     else throw InputError("unknown option " + k + " (--help lists them)");
   }
   return o;
@@ -386,10 +401,11 @@ int main(int argc, char** argv) {
     std::FILE* json = rank == 0 ? std::fopen(o.out.c_str(), "w") : nullptr;
     if (rank == 0 && !json) throw InputError("comm_bench: cannot write " + o.out);
     if (rank == 0)
-      std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %.0f MiB\n"
+      std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %.0f MiB, "
+                  "ps shared rings %s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n",
-                  ranks, provided, o.bucket_mb, "op", "bytes", "bare us", "GB/s", "dtrain us",
+                  ranks, provided, o.bucket_mb, o.ps_shm ? "on" : "off", "op", "bytes", "bare us", "GB/s", "dtrain us",
                   "GB/s", "ratio", "ps upd us", "", "", "", "(busbw |", "", "bytes/s)", "", "");
     if (has_op(o, "allreduce"))
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)

@@ -10,7 +10,8 @@
 # docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: PIN (one core per
 # world rank, e.g. PIN="0 1 0": ranks 0 and 2 — worker 0 and the ps — share core 0; each rank runs
 # under taskset; default: unpinned, --bind-to none, where the kernel places and moves the ranks),
-# MAX_BYTES, BUCKET_MB, COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
+# MAX_BYTES, BUCKET_MB, PS_SHM (0: dtrain's push-pull without its shared rings, --ps-shm false),
+# COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
 # another build's, to compare two versions alternately),
 # OUT_DIR, OPS (comma-separated ops, default all three), REPEATS (default 1: runs the whole
 # benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
@@ -33,7 +34,7 @@ mkdir -p "$out_dir"
 out=$out_dir/comm_bench_${ranks}ranks.jsonl
 repeats=${REPEATS:-1}
 : >"$out.runs"
-args=(--max-bytes "${MAX_BYTES:-268435456}" --bucket-mb "${BUCKET_MB:-25}"
+args=(--max-bytes "${MAX_BYTES:-268435456}" --bucket-mb "${BUCKET_MB:-25}" --ps-shm "${PS_SHM:-1}"
   --ops "${OPS:-allreduce,ps_push_pull,nccl_allreduce}" --out "$out")
 launch=(-np "$ranks" "$bin" "${args[@]}")
 if [ -n "${PIN:-}" ]; then  # MPMD: one app context per rank, each under taskset on its core
