@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <utility>
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -173,7 +175,15 @@ void PsClient::drain_rings(const std::string& what) {
       ps.push_back(k);
     }
     if (next.empty()) return;
-    const int i = wait_any(next, timeout_, what, nullptr);
+    // A timeout names the ps whose ring replies are still missing.
+    const std::function<std::string()> name = [&] {
+      std::string list;
+      for (std::size_t k : ps)
+        list += (list.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
+                std::to_string(cluster_.ps_rank(static_cast<int>(k))) + ")";
+      return what + " (the replies in the shared ring of " + list + ")";
+    };
+    const int i = wait_any(next, timeout_, name, nullptr);
     ring_replies_[ps[static_cast<std::size_t>(i)]][replied_[ps[static_cast<std::size_t>(i)]]] =
         MPI_REQUEST_NULL;  // completed: progress_rings copies it out
   }
@@ -184,7 +194,7 @@ void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
   ring_tried_[k] = 1;
   std::string why;
   rings_[k] = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
-                               &why);
+                               h.ring_token, &why);
   if (!rings_[k])
     log_warn("worker " + std::to_string(cluster_.me().index) + ": cannot map the ring ps " +
              std::to_string(k) + " shares (" + why + "); pushes to it travel as MPI messages");
@@ -260,10 +270,11 @@ PushResult PsClient::finish_push() {
     progress_.join();
   }
   push_grads_ = nullptr;
-  if (progress_failure_) std::rethrow_exception(progress_failure_);
+  if (progress_failure_) std::rethrow_exception(std::exchange(progress_failure_, nullptr));
   if (progress_error_ != MPI_SUCCESS)
     throw LibraryError(format_error("MPI_Testsome on a push in flight failed: " +
-                                        mpi_error_string(progress_error_), __FILE__, __LINE__));
+                                        mpi_error_string(std::exchange(progress_error_, MPI_SUCCESS)),
+                                    __FILE__, __LINE__));
   return wait(kTagPush);
 }
 

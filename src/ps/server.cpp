@@ -41,21 +41,20 @@ namespace {
 /// Element loops shorter than this stay on one thread (--ps-threads): starting a team costs more.
 constexpr std::ptrdiff_t kParallelMin = 1 << 16;
 
-/// kRingSlots (ps/protocol.hpp): chunk buffers per worker that an async push (or any part the ps
-/// does not keep) is received into, each reused once its chunk is applied: such receives are
-/// posted this many ahead. The
-/// gradient then never leaves the cache between its copy in and the update, where a shard-sized
-/// buffer sent it to memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 →
-/// 0.85–0.98), and the ps holds no shard-sized buffer for what it reads once.
-/// A slot is also where its chunk's reply leaves from (the update writes the new parameters over
-/// the gradient: Optimizer::apply_into_grads), so a worker's copy of a reply reads the slot,
-/// never the shard: on shared memory the receiver copies, and a parameter line a worker's core
-/// has read must be taken back from it before the next update can write it — ~7× the update's
-/// own time where the two cores sit far apart (ps_update_bench --cross-core), while a slot is
-/// next written by the receive of a chunk, a copy whose full-line stores pay that less. A slot
-/// takes a new chunk once its reply has left. Slots are used round the ring across requests, so
-/// the next push of a worker lands beside, not on, the slot its last reply is leaving from.
-/// A worker on the ps's node has its async pushes' ring in shared memory instead (--ps-shm).
+// kRingSlots (ps/protocol.hpp): chunk buffers per worker that an async push (or any part the ps
+// does not keep) is received into, each reused once its chunk is applied: such receives are
+// posted this many ahead. The gradient then never leaves the cache between its copy in and the update, where a shard-sized
+// buffer sent it to memory and back (comm_bench, 3 ranks, 64 MiB: push-pull/bare 0.74–0.76 →
+// 0.85–0.98), and the ps holds no shard-sized buffer for what it reads once.
+// A slot is also where its chunk's reply leaves from (the update writes the new parameters over
+// the gradient: Optimizer::apply_into_grads), so a worker's copy of a reply reads the slot,
+// never the shard: on shared memory the receiver copies, and a parameter line a worker's core
+// has read must be taken back from it before the next update can write it — ~7× the update's
+// own time where the two cores sit far apart (ps_update_bench --cross-core), while a slot is
+// next written by the receive of a chunk, a copy whose full-line stores pay that less. A slot
+// takes a new chunk once its reply has left. Slots are used round the ring across requests, so
+// the next push of a worker lands beside, not on, the slot its last reply is leaving from.
+// A worker on the ps's node has its async pushes' ring in shared memory instead (--ps-shm).
 
 /// Ring receives posted ahead of the chunk being processed, for a worker on another node: the
 /// network moves those chunks while the ps updates (kRingSlots). For a worker on the ps's own
@@ -229,7 +228,7 @@ class ParameterServer {
       if (!local_worker(cluster_, w)) continue;
       try {
         slots_[w].shm = SharedRing::create(shared_ring_bytes(chunks_.largest()));
-      } catch (const LibraryError& e) {
+      } catch (const std::exception& e) {  // memfd, mmap, or the token's random_device
         log_warn(who_ + ": no shared ring for worker " + std::to_string(w) +
                  ", its pushes travel as MPI messages: " + e.what());
       }
@@ -358,7 +357,7 @@ class ParameterServer {
         count_used(w, r.staleness);
         break;
       case Fate::drop:  // through the shared ring every chunk has been answered already
-        if (r.shm) reply_header(w, kTagReply, global_step_, r.staleness, kFlagDropped);
+        if (r.shm) reply_header(w, kTagReply, r.step, r.staleness, kFlagDropped);
         else reply_params(w, r.staleness, kFlagDropped);
         break;
       case Fate::join:
@@ -421,6 +420,7 @@ class ParameterServer {
     if (s.shm) {
       s.out.ring_pid = static_cast<std::int32_t>(getpid());
       s.out.ring_fd = s.shm->fd();
+      s.out.ring_token = s.shm->token();
     }
     DT_CHECK_MPI(MPI_Isend(&s.out, sizeof(MsgHeader), MPI_BYTE, cluster_.worker_rank(w), tag,
                            cluster_.world(), &s.send));
@@ -517,6 +517,7 @@ class ParameterServer {
   void decide_async(int w) {
     Incoming& r = slots_[w].req;
     r.fate = Fate::drop;
+    r.step = global_step_;  // through a shared ring, the reply's chunks are θ from here on
     if (finished()) {
       ++stats_.ignored;
       return;

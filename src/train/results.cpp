@@ -162,10 +162,9 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   if (job.num_ps > 0) {  // the ps side of the step anatomy (its updates are not in the workers')
     std::snprintf(line, sizeof line,
                   "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer; "
-                  "%lld of %lld pushes through shared rings",
+                  "%lld pushes through shared rings",
                   100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds,
-                  static_cast<long long>(st.ps.shared_ring_pushes),
-                  static_cast<long long>(st.ps.pushes + st.ps.ignored + st.ps.dropped));
+                  static_cast<long long>(st.ps.shared_ring_pushes));
     log_info(line);
   }
   std::snprintf(line, sizeof line,

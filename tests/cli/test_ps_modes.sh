@@ -136,7 +136,7 @@ run async 4 --mode async --num-ps 1
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 m = re.search(r"# ps \(max over ps ranks\): busy ([0-9.]+)% of its wall time, ([0-9.]+)% in the "
-              r"optimizer; ([0-9]+) of ([0-9]+) pushes through shared rings", open(sys.argv[2]).read())
+              r"optimizer; ([0-9]+) pushes through shared rings", open(sys.argv[2]).read())
 assert m, "no ps line in the log"
 assert abs(float(m[1]) - 100 * r["ps_busy_fraction"]) <= 0.06, (m[0], r["ps_busy_fraction"])
 assert abs(float(m[2]) - 100 * r["ps_optimizer_fraction"]) <= 0.06, (m[0], r["ps_optimizer_fraction"])
@@ -145,9 +145,9 @@ assert r["dropped_gradients"] == 0
 assert 0 < r["ps_optimizer_fraction"] <= r["ps_busy_fraction"] < 1, r
 # One node, --ps-shm by default: every worker maps the ps's ring from its first reply (the LOAD's
 # or its first pull's), so every push takes it (at most the first per worker might not).
-shared, pushes = int(m[3]), int(m[4])
-assert shared == r["ps_shared_ring_pushes"] and pushes >= r["global_step"], (m[0], r)
-assert shared >= pushes - 3, f"only {shared} of {pushes} pushes took the shared ring"
+shared = int(m[3])
+assert shared == r["ps_shared_ring_pushes"], (m[0], r)
+assert shared >= r["global_step"] - 3, f"only {shared} of {r['global_step']} pushes took the ring"
 print(f"   {r['global_step']} pushes, staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']}")
 PY
 

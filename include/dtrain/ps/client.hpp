@@ -63,7 +63,8 @@ class PsClient {
   /// may be made. With MPI_THREAD_MULTIPLE a progress thread polls the requests meanwhile, so that
   /// the replies (which this rank copies, on shared memory) and the ps's sends complete while the
   /// caller computes; otherwise push_ready polls them. finish_push throws as push_pull does, and
-  /// LibraryError when the progress thread's MPI_Testsome failed. begin_push and push_ready throw
+  /// LibraryError when the progress thread's MPI_Testsome failed (or rethrows what its copies
+  /// through a shared ring threw); the failure is reported once. begin_push and push_ready throw
   /// LibraryError when an MPI call fails (push_ready's own MPI_Testsome runs only without
   /// MPI_THREAD_MULTIPLE).
   void begin_push(const float* grads, int samples, float* params, bool stop);

@@ -39,11 +39,11 @@
 // waits for a push that will never come. MPI's non-overtaking rule keeps each worker's messages,
 // and each request's chunks, in order.
 // A worker on the ps's own node pushes async gradients through a ring shared with the ps
-// (ps/shared_ring.hpp) once a reply header has named it (ring_pid, ring_fd): its PUSH header
-// carries kFlagShm, chunk message t is a zero-byte message sent after the worker wrote the chunk
-// into slot t mod kRingSlots, and the ps answers each chunk with a zero-byte message once it wrote
-// the reply's values into that slot (the updated parameters, or the current ones for a push it
-// does not apply). A slot changes hands only by these messages: the worker writes chunk t only
+// (ps/shared_ring.hpp) once a reply header has named it (ring_pid, ring_fd, ring_token): its PUSH
+// header carries kFlagShm, chunk message t is a zero-byte message sent after the worker wrote the
+// chunk into slot t mod kRingSlots, and the ps answers each chunk with a zero-byte message once
+// it wrote the reply's values into that slot (the updated parameters, or the current ones for a
+// push it does not apply). A slot changes hands only by these messages: the worker writes chunk t only
 // after it copied out the reply of chunk t − kRingSlots, so no deadline is lost and the order
 // argument above holds unchanged.
 #pragma once
@@ -87,11 +87,11 @@ struct MsgHeader {
   std::int64_t wait_step = 0;    ///< PULL: answer once global_step ≥ wait_step
   std::int32_t ring_pid = 0;     ///< ps → worker: the process holding the shared ring (0: none)
   std::int32_t ring_fd = -1;     ///< ps → worker: its descriptor of the ring (SharedRing::open)
-  std::int64_t reserved = 0;
+  std::int64_t ring_token = 0;   ///< ps → worker: the token the ring starts with
 };
 static_assert(sizeof(MsgHeader) == 64, "MsgHeader must keep the float payload 16-byte aligned");
 
-/// Bytes of a worker's shared ring: kRingSlots chunks of `largest_chunk` floats
+/// Usable bytes of a worker's shared ring: kRingSlots chunks of `largest_chunk` floats
 /// (ChunkLayout::largest() of the ps's shard).
 [[nodiscard]] inline std::size_t shared_ring_bytes(std::size_t largest_chunk) {
   return kRingSlots * largest_chunk * sizeof(float);

@@ -13,29 +13,40 @@
 // The ps makes the segment (memfd_create: anonymous, freed with its last mapping, so a killed job
 // leaves nothing in /dev/shm) and names it in its reply headers by pid and file descriptor; the
 // worker maps it through /proc/<pid>/fd/<fd>, which needs the same user and a readable /proc —
-// where it cannot, it says why once and keeps to MPI messages.
+// where it cannot, it says why once and keeps to MPI messages. The segment starts with a random
+// token the header carries too, so a worker that sees another process under that pid (a ps in
+// another PID namespace) refuses the segment instead of sharing the wrong memory.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace dtrain {
 
-/// A shared memory segment of `bytes`, mapped read-write in this process.
+/// A shared memory segment of `bytes` usable bytes, mapped read-write in this process, after a
+/// kHeaderBytes header that holds its token.
 class SharedRing {
  public:
-  /// Makes a segment of `bytes` (> 0) zero-filled bytes (memfd_create, ftruncate, mmap). Throws
-  /// LibraryError naming the call and errno's text when one fails.
+  /// Bytes before the usable area: the token, padded to a cache line.
+  static constexpr std::size_t kHeaderBytes = 64;
+  /// Makes a segment of kHeaderBytes + `bytes` (> 0) bytes (memfd_create, ftruncate, mmap): zeros
+  /// after a random nonzero token (token()). Throws LibraryError naming the call and errno's text
+  /// when one fails.
   static SharedRing create(std::size_t bytes);
-  /// Maps the segment that process `pid` holds open as descriptor `fd`, which must be exactly
-  /// `bytes` long. Returns std::nullopt and sets *why (the call, path and errno's text, or the
-  /// size found) when it cannot be opened, is another size, or cannot be mapped.
-  static std::optional<SharedRing> open(int pid, int fd, std::size_t bytes, std::string* why);
+  /// Maps the segment that process `pid` holds open as descriptor `fd`, which must hold `bytes`
+  /// usable bytes and start with `token`. Returns std::nullopt and sets *why (the call, path and
+  /// errno's text, the size found, or a token mismatch) when it cannot be opened, is another
+  /// size or segment, or cannot be mapped.
+  static std::optional<SharedRing> open(int pid, int fd, std::size_t bytes, std::int64_t token,
+                                        std::string* why);
 
-  /// The mapping, `bytes()` long, 64-byte aligned (page aligned).
+  /// The usable area, `bytes()` long, 64-byte aligned.
   [[nodiscard]] float* data() const { return data_; }
   [[nodiscard]] std::size_t bytes() const { return bytes_; }
+  /// The segment's token (what a reply header names it by, with pid and descriptor).
+  [[nodiscard]] std::int64_t token() const { return token_; }
   /// This process's descriptor of the segment (what a worker opens through /proc).
   [[nodiscard]] int fd() const { return fd_; }
 
@@ -47,11 +58,13 @@ class SharedRing {
   ~SharedRing();
 
  private:
-  SharedRing(float* data, std::size_t bytes, int fd) : data_(data), bytes_(bytes), fd_(fd) {}
+  SharedRing(char* base, std::size_t bytes, int fd);
   void reset() noexcept;
+  char* base_ = nullptr;  ///< the mapping: header, then data_
   float* data_ = nullptr;
   std::size_t bytes_ = 0;
   int fd_ = -1;
+  std::int64_t token_ = 0;
 };
 
 }  // namespace dtrain
