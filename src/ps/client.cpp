@@ -22,13 +22,7 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
       chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
-  const std::size_t K = shards_.size();
-  rings_.resize(K);
-  ring_tried_.assign(K, 0);
-  via_ring_.assign(K, 0);
-  ring_replies_.resize(K);
-  replied_.assign(K, 0);
-  wanted_.assign(K, 0);
+  rings_.resize(shards_.size());
   int level = MPI_THREAD_SINGLE;
   DT_CHECK_MPI(MPI_Query_thread(&level));
   threaded_ = level >= MPI_THREAD_MULTIPLE;
@@ -59,9 +53,10 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   headers_in_.resize(K);
   headers_out_.resize(K);
   sent_.assign(K, 0);
-  via_ring_.assign(K, 0);
-  replied_.assign(K, 0);
-  wanted_.assign(K, 0);
+  for (Ring& ring : rings_) {
+    ring.in_use = false;
+    ring.replied = ring.wanted = 0;
+  }
   ring_src_ = nullptr;
   ring_dst_ = answered && reply_parts > 0 ? out[0] : nullptr;
   // Every receive of the replies first (protocol.hpp): the header, then each part's chunks in
@@ -73,11 +68,12 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
     DT_CHECK_MPI(MPI_Irecv(&headers_in_[k], sizeof(MsgHeader), MPI_BYTE, ps, MPI_ANY_TAG,
                            cluster_.world(), &reqs_.back()));
     const ChunkLayout& chunks = layouts_[k];
-    via_ring_[k] = tag == kTagPush && rings_[k].has_value();
-    if (via_ring_[k]) {  // one zero-byte message per reply chunk: its values wait in the slot
+    Ring& ring = rings_[k];
+    ring.in_use = tag == kTagPush && ring.segment.has_value();
+    if (ring.in_use) {  // one zero-byte message per reply chunk: its values wait in the slot
       DT_REQUIRE(out[0] != nullptr, "ps client: a reply part without a destination");
-      ring_replies_[k].assign(chunks.count(), MPI_REQUEST_NULL);
-      for (MPI_Request& r : ring_replies_[k])
+      ring.replies.assign(chunks.count(), MPI_REQUEST_NULL);
+      for (MPI_Request& r : ring.replies)
         DT_CHECK_MPI(MPI_Irecv(nullptr, 0, MPI_BYTE, ps, 0, cluster_.payload_comm(), &r));
       continue;
     }
@@ -94,7 +90,7 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   for (int k = 0; k < K; ++k) {
     headers_out_[k] = header;
     headers_out_[k].seen_step = seen_[k];
-    if (via_ring_[k]) headers_out_[k].flags |= kFlagShm;
+    if (rings_[k].in_use) headers_out_[k].flags |= kFlagShm;
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k),
                            tag, cluster_.world(), &reqs_.back()));
@@ -102,9 +98,9 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
 }
 
 void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
-  if (via_ring_[k]) {
+  if (rings_[k].in_use) {
     ring_src_ = part;
-    wanted_[k] = std::max(wanted_[k], upto);
+    rings_[k].wanted = std::max(rings_[k].wanted, upto);
     write_ring(k);
     return;
   }
@@ -122,12 +118,12 @@ void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
 void PsClient::write_ring(std::size_t k) {
   const ShardRange& s = shards_[k];
   const ChunkLayout& chunks = layouts_[k];
-  float* ring = rings_[k]->data();
+  const Ring& ring = rings_[k];
   const int ps = cluster_.ps_rank(static_cast<int>(k));
   // Chunk t goes to slot t mod kRingSlots once chunk t − kRingSlots's reply has been copied out.
-  for (; sent_[k] < wanted_[k] && sent_[k] < replied_[k] + kRingSlots; ++sent_[k]) {
+  for (; sent_[k] < ring.wanted && sent_[k] < ring.replied + kRingSlots; ++sent_[k]) {
     const std::size_t c = chunks.travel(sent_[k]), len = chunks.size(c);
-    float* slot = ring + (sent_[k] % kRingSlots) * chunks.largest();
+    float* slot = ring.segment->data() + (sent_[k] % kRingSlots) * chunks.largest();
     const float* from = ring_src_ ? ring_src_ + s.begin + chunks.begin(c) : zeros(len);
     std::copy(from, from + len, slot);
     std::atomic_thread_fence(std::memory_order_release);  // the chunk before its message
@@ -139,20 +135,19 @@ void PsClient::write_ring(std::size_t k) {
 bool PsClient::progress_rings() {
   bool moved = false;
   for (std::size_t k = 0; k < shards_.size(); ++k) {
-    if (!via_ring_[k]) continue;
+    Ring& ring = rings_[k];
+    if (!ring.in_use) continue;
     const ShardRange& s = shards_[k];
     const ChunkLayout& chunks = layouts_[k];
-    const float* ring = rings_[k]->data();
-    std::vector<MPI_Request>& replies = ring_replies_[k];
-    while (replied_[k] < replies.size()) {  // replies come in order (MPI's non-overtaking rule)
+    while (ring.replied < ring.replies.size()) {  // in order (MPI's non-overtaking rule)
       int flag = 0;
-      DT_CHECK_MPI(MPI_Test(&replies[replied_[k]], &flag, MPI_STATUS_IGNORE));
+      DT_CHECK_MPI(MPI_Test(&ring.replies[ring.replied], &flag, MPI_STATUS_IGNORE));
       if (!flag) break;
       std::atomic_thread_fence(std::memory_order_acquire);  // the slot's values after the message
-      const std::size_t c = chunks.travel(replied_[k]);
-      const float* slot = ring + (replied_[k] % kRingSlots) * chunks.largest();
+      const std::size_t c = chunks.travel(ring.replied);
+      const float* slot = ring.segment->data() + (ring.replied % kRingSlots) * chunks.largest();
       std::copy(slot, slot + chunks.size(c), ring_dst_ + s.begin + chunks.begin(c));
-      ++replied_[k];
+      ++ring.replied;
       moved = true;
     }
     const std::size_t before = sent_[k];
@@ -170,8 +165,9 @@ void PsClient::drain_rings(const std::string& what) {
     next.clear();
     ps.clear();
     for (std::size_t k = 0; k < shards_.size(); ++k) {
-      if (!via_ring_[k] || replied_[k] == ring_replies_[k].size()) continue;
-      next.push_back(ring_replies_[k][replied_[k]]);
+      const Ring& ring = rings_[k];
+      if (!ring.in_use || ring.replied == ring.replies.size()) continue;
+      next.push_back(ring.replies[ring.replied]);
       ps.push_back(k);
     }
     if (next.empty()) return;
@@ -184,18 +180,19 @@ void PsClient::drain_rings(const std::string& what) {
       return what + " (the replies in the shared ring of " + list + ")";
     };
     const int i = wait_any(next, timeout_, name, nullptr);
-    ring_replies_[ps[static_cast<std::size_t>(i)]][replied_[ps[static_cast<std::size_t>(i)]]] =
-        MPI_REQUEST_NULL;  // completed: progress_rings copies it out
+    Ring& done = rings_[ps[static_cast<std::size_t>(i)]];
+    done.replies[done.replied] = MPI_REQUEST_NULL;  // completed: progress_rings copies it out
   }
 }
 
 void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
-  if (ring_tried_[k] || h.ring_fd < 0 || h.ring_pid <= 0) return;
-  ring_tried_[k] = 1;
+  Ring& ring = rings_[k];
+  if (ring.tried || h.ring_fd < 0 || h.ring_pid <= 0) return;
+  ring.tried = true;
   std::string why;
-  rings_[k] = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
+  ring.segment = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
                                h.ring_token, &why);
-  if (!rings_[k])
+  if (!ring.segment)
     log_warn("worker " + std::to_string(cluster_.me().index) + ": cannot map the ring ps " +
              std::to_string(k) + " shares (" + why + "); pushes to it travel as MPI messages");
 }
@@ -209,8 +206,8 @@ PushResult PsClient::wait(int tag) {
   for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k) {
     const MsgHeader& h = headers_in_[k];
     map_ring(k, h);
-    if (via_ring_[k]) ++shared_pushes_;
-    via_ring_[k] = 0;
+    if (rings_[k].in_use) ++shared_pushes_;
+    rings_[k].in_use = false;
     seen_[k] = h.global_step;
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
     r.staleness = std::max(r.staleness, h.staleness);

@@ -474,14 +474,11 @@ class ParameterServer {
     Incoming& r = slots_[w].req;
     r.staleness = 0;
     Fate fate = Fate::join;
-    if ((h.flags & kFlagShm) && kind_ != ExchangeKind::ps_async)
+    if ((h.flags & kFlagShm) && !slots_[w].shm)  // offered only by an async ps (share_rings)
       throw Error(format_error(who_ + ": worker " + std::to_string(w) + " pushed through a shared "
-                                   "ring, which only async pushes use", __FILE__, __LINE__));
+                                   "ring this ps did not offer", __FILE__, __LINE__));
     switch (kind_) {
       case ExchangeKind::ps_async:  // through w's ring, private or shared
-        if ((h.flags & kFlagShm) && !slots_[w].shm)
-          throw Error(format_error(who_ + ": worker " + std::to_string(w) + " pushed through a "
-                                       "shared ring this ps did not offer", __FILE__, __LINE__));
         start(w, kTagPush, h, Fate::undecided, {nullptr}, (h.flags & kFlagShm) != 0);
         return;
       case ExchangeKind::ps_sync:

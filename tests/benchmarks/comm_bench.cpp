@@ -405,8 +405,9 @@ int main(int argc, char** argv) {
                   "ps shared rings %s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n",
-                  ranks, provided, o.bucket_mb, o.ps_shm ? "on" : "off", "op", "bytes", "bare us", "GB/s", "dtrain us",
-                  "GB/s", "ratio", "ps upd us", "", "", "", "(busbw |", "", "bytes/s)", "", "");
+                  ranks, provided, o.bucket_mb, o.ps_shm ? "on" : "off", "op", "bytes", "bare us",
+                  "GB/s", "dtrain us", "GB/s", "ratio", "ps upd us", "", "", "", "(busbw |", "",
+                  "bytes/s)", "", "");
     if (has_op(o, "allreduce"))
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks));

@@ -101,9 +101,9 @@ class PsClient {
   /// Waits for every request, then reads the reply headers (and maps a shared ring one names).
   PushResult wait(int tag);
   /// Shared rings: copies out every reply chunk that has come and writes the chunks whose slots
-  /// that freed (up to wanted_). True when it did either.
+  /// that freed (up to Ring::wanted). True when it did either.
   bool progress_rings();
-  /// Writes ps k's chunks [sent_[k], wanted_[k]) into free slots of its ring, each followed by
+  /// Writes ps k's chunks [sent_[k], Ring::wanted) into free slots of its ring, each followed by
   /// its zero-byte message.
   void write_ring(std::size_t k);
   /// Waits (deadline: timeout_) until every shared-ring chunk of the request has been answered
@@ -125,12 +125,16 @@ class PsClient {
   std::vector<MPI_Request> reqs_;
   std::vector<int> index_;             // MPI_Testsome's output
   ZeroChunk zeros_;
-  // Shared rings (per ps; rings_[k] empty: MPI messages only).
-  std::vector<std::optional<SharedRing>> rings_;
-  std::vector<char> ring_tried_;       // a header named ps k's ring: mapped, or refused once
-  std::vector<char> via_ring_;         // the request in flight goes through ps k's ring
-  std::vector<std::vector<MPI_Request>> ring_replies_;  // its zero-byte reply messages
-  std::vector<std::size_t> replied_, wanted_;  // reply chunks copied out; chunks handed over
+  /// What this rank shares with one ps: the ring, and the request in flight through it.
+  struct Ring {
+    std::optional<SharedRing> segment;  ///< empty: MPI messages only
+    bool tried = false;                 ///< a header named the ring: mapped, or refused once
+    bool in_use = false;                ///< the request in flight goes through it
+    std::vector<MPI_Request> replies;   ///< its zero-byte reply messages, one per chunk
+    std::size_t replied = 0;            ///< reply chunks copied out
+    std::size_t wanted = 0;             ///< chunks handed over (push_ready)
+  };
+  std::vector<Ring> rings_;            // per ps
   const float* ring_src_ = nullptr;    // the pushed gradient, for the chunks still to be written
   float* ring_dst_ = nullptr;          // the parameters the replies go to
   std::int64_t shared_pushes_ = 0;

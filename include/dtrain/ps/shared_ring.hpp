@@ -43,10 +43,10 @@ class SharedRing {
                                         std::string* why);
 
   /// The usable area, `bytes()` long, 64-byte aligned.
-  [[nodiscard]] float* data() const { return data_; }
+  [[nodiscard]] float* data() const { return reinterpret_cast<float*>(base_ + kHeaderBytes); }
   [[nodiscard]] std::size_t bytes() const { return bytes_; }
   /// The segment's token (what a reply header names it by, with pid and descriptor).
-  [[nodiscard]] std::int64_t token() const { return token_; }
+  [[nodiscard]] std::int64_t token() const;
   /// This process's descriptor of the segment (what a worker opens through /proc).
   [[nodiscard]] int fd() const { return fd_; }
 
@@ -58,13 +58,11 @@ class SharedRing {
   ~SharedRing();
 
  private:
-  SharedRing(char* base, std::size_t bytes, int fd);
+  SharedRing(char* base, std::size_t bytes, int fd) : base_(base), bytes_(bytes), fd_(fd) {}
   void reset() noexcept;
-  char* base_ = nullptr;  ///< the mapping: header, then data_
-  float* data_ = nullptr;
+  char* base_ = nullptr;  ///< the mapping: the header (the token), then data()
   std::size_t bytes_ = 0;
   int fd_ = -1;
-  std::int64_t token_ = 0;
 };
 
 }  // namespace dtrain
