@@ -242,6 +242,11 @@ void build_table(Table& t, Config& c) {
         "GPU convolutions: time every cuDNN algorithm once per problem when the model is built "
         "and run the fastest (PyTorch's cudnn.benchmark = True; seconds at start-up) instead of "
         "cuDNN's heuristic choice; ignored on the CPU");
+  t.add("fuse", &c.fuse,
+        "layer fusion: auto (a relu runs inside the add or batchnorm before it — one pass for a "
+        "residual block's add + relu, cuDNN's fused batchnorm + relu on GPUs in the NHWC layout — "
+        "and convolutions add their input gradient in place) | off (every layer alone: the parity "
+        "reference; same results except bf16 sums rounded once instead of twice)");
   t.add("profile-steps", &c.profile_steps,
         "GPU profiling window A:B: global steps [A, B) run between cudaProfilerStart and "
         "cudaProfilerStop, so that `nsys profile --capture-range=cudaProfilerApi` or `ncu "
@@ -483,6 +488,7 @@ void validate_config(const Config& c) {
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
   one_of("layout", c.layout, {"auto", "nchw", "nhwc"});
+  one_of("fuse", c.fuse, {"auto", "off"});
   one_of("precision", c.precision, {"fp32", "bf16"});
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
   non_negative("cache-mb", c.cache_mb);

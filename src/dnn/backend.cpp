@@ -5,6 +5,7 @@
 #include "dtrain/dnn/backend.hpp"
 
 #include <chrono>
+#include <utility>
 
 #include "dtrain/core/error.hpp"
 
@@ -33,6 +34,32 @@ void require_input(const char* what, const Shape& in) {
 }
 
 }  // namespace
+
+void ConvOp::set_accumulate_dx(bool on) {
+  if (on) throw LibraryError("conv: this backend's convolution cannot accumulate into dx");
+}
+
+void BatchNormOp::backward_relu(const void* /*x*/, const void* /*y*/, const float* /*gamma*/,
+                                const float* /*beta*/, const void* /*dy*/, void* /*dx*/,
+                                float* /*dgamma*/, float* /*dbeta*/) {
+  throw LibraryError("batchnorm: backward_relu without a fused relu (enable_relu() said false)");
+}
+
+void Backend::add_relu(void* y, const void* a, const void* b, std::size_t n, DType t,
+                       ActivationOp& relu) {
+  if (y == b) std::swap(a, b);  // y = b + a: IEEE addition is commutative, the bits are the same
+  if (y != a) copy_device(y, a, n * dtype_size(t));
+  add(y, b, n, t);
+  relu.forward(y, y);
+}
+
+void Backend::relu_backward_fanout(const void* y, const void* dy, void* dx0, void* dx1,
+                                   std::size_t n, DType t, ActivationOp& relu) {
+  if (dx0 == nullptr) std::swap(dx0, dx1);
+  if (dx0 == nullptr) return;
+  relu.backward(y, y, dy, dx0);
+  if (dx1 != nullptr) copy_device(dx1, dx0, n * dtype_size(t));
+}
 
 void Backend::require_mark(int i) {
   DT_REQUIRE(i >= 0 && i < kMarks, "stopwatch point " + std::to_string(i) + " outside [0, " +

@@ -35,16 +35,32 @@ class AddLayer final : public MergeLayer {
  public:
   AddLayer(const std::vector<Shape>& in, Backend* be) : MergeLayer("add", in, in[0], be) {}
 
+  /// Two inputs and a backend: y = max(x0 + x1, 0) through Backend::add_relu (one pass on CUDA).
+  bool absorb_relu() override {
+    if (be_ == nullptr || in_.size() != 2) return false;
+    relu_ = be_->make_activation(ActKind::relu, out_);
+    return true;
+  }
+  /// With a fused relu backward reads y (the relu's output) for its mask.
+  [[nodiscard]] BackwardNeeds needs() const override { return {false, relu_ != nullptr, false}; }
+
   void forward(LayerInputs x, void* y, const StepContext& /*ctx*/) override {
     check_arity(x);
+    if (relu_) return be().add_relu(y, x[0], x[1], out_.count(), be().act_dtype(), *relu_);
     be().copy_device(y, x[0], act_bytes(be(), out_));
     for (std::size_t i = 1; i < x.size(); ++i) be().add(y, x[i], out_.count(), be().act_dtype());
   }
-  void backward(LayerInputs x, const void* /*y*/, const void* dy, LayerInputGrads dx) override {
+  void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) override {
     check_arity(x);
+    if (relu_)
+      return be().relu_backward_fanout(y, dy, dx[0], dx[1], out_.count(), be().act_dtype(),
+                                       *relu_);
     for (void* d : dx)
       if (d != nullptr) be().copy_device(d, dy, act_bytes(be(), out_));
   }
+
+ private:
+  std::unique_ptr<ActivationOp> relu_;  ///< absorb_relu(): the relu this layer applies
 };
 
 class ConcatLayer final : public MergeLayer {

@@ -45,6 +45,12 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
     if (d_.bias) defs.push_back({"bias", Shape{f, 1, 1, 1}, Init::zeros, 1});
     return defs;
   }
+  [[nodiscard]] bool can_accumulate_dx() const override {
+    return op_ != nullptr && op_->can_accumulate_dx();
+  }
+  void set_accumulate_dx(bool on) override {
+    if (op_ != nullptr) op_->set_accumulate_dx(on);
+  }
   [[nodiscard]] std::string describe() const override {
     return "conv(filters=" + std::to_string(d_.out_channels) + ",kernel=" + d_.kernel.str() +
            ",stride=" + d_.stride.str() + ",pad=" + d_.pad.str() + (d_.bias ? "" : ",bias=false") +
@@ -112,13 +118,19 @@ class BatchNormLayer final : public LayerBase {
     const Shape c{d_.input.c, 1, 1, 1};
     return {{"running_mean", c, Init::zeros, 1}, {"running_var", c, Init::ones, 1}};
   }
+  /// With a fused relu backward also reads y (the relu's output), as the relu did.
+  [[nodiscard]] BackwardNeeds needs() const override { return {true, relu_, false}; }
+  bool absorb_relu() override { return relu_ = op_ != nullptr && op_->enable_relu(); }
   void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
     op_->forward(x, p_[0], p_[1], s_[0], s_[1], y, ctx.training);
   }
-  void backward_one(const void* x, const void* /*y*/, const void* dy, void* dx) override {
+  void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     require_bound(op_.get());
-    op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+    if (relu_)
+      op_->backward_relu(x, y, p_[0], p_[1], dy, dx, g_[0], g_[1]);
+    else
+      op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }
   [[nodiscard]] std::string describe() const override {
     return "batchnorm(eps=" + format_float(d_.epsilon) + ",momentum=" + format_float(d_.momentum) +
@@ -128,6 +140,7 @@ class BatchNormLayer final : public LayerBase {
  private:
   BatchNormDesc d_;
   std::unique_ptr<BatchNormOp> op_;
+  bool relu_ = false;  ///< absorb_relu() succeeded: the op applies relu itself
 };
 
 }  // namespace

@@ -93,6 +93,16 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
       if (nodes[i].needs.input) bwd_reader[t] = std::min(bwd_reader[t], i);
     }
   }
+  // An absorbed relu's output shares its input's buffer: whoever reads either in backward keeps
+  // the one buffer, tracked as the output's (the input, the producer's output, has no other use).
+  for (std::size_t i = 0; i < L; ++i) {
+    if (!nodes[i].absorbed) continue;
+    DT_ASSERT(i > 0 && nodes[i].inputs.size() == 1 && nodes[i].inputs[0] == static_cast<int>(i) &&
+                  consumers[i] == 1 && size[i] == size[i + 1],
+              "memory plan: an absorbed relu must be the sole reader of the layer before it");
+    bwd_reader[i + 1] = std::min(bwd_reader[i + 1], bwd_reader[i]);
+    bwd_reader[i] = kNone;
+  }
 
   // Buffer ids: act_buf[t] (shared by tensors computed in place), grad_buf[t], per-step scratch.
   Lifetimes life;
@@ -102,6 +112,10 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
   // Forward.
   for (std::size_t i = 0; i < L; ++i, life.tick()) {
     const PlanNode& n = nodes[i];
+    if (n.absorbed) {  // the producer already wrote the relu's output into its own buffer
+      act_buf[i + 1] = act_buf[i];
+      continue;
+    }
     const auto u = n.inputs.size() == 1 ? static_cast<std::size_t>(n.inputs[0]) : 0;
     const bool in_place = n.needs.in_place && u != 0 && consumers[u] == 1 &&
                           bwd_reader[u] == kNone && size[u] == size[i + 1];
@@ -122,23 +136,30 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
   life.tick();
 
   // Backward.
-  std::vector<std::vector<bool>> accumulate(L);
+  std::vector<std::vector<bool>> accumulate(L), adds(L);
   for (std::size_t i = L; i-- > 0; life.tick()) {
+    if (nodes[i].absorbed) {  // no backward of its own: the producer reads the shared gradient
+      grad_buf[i] = grad_buf[i + 1];
+      dx_buf[i].push_back(grad_buf[i]);
+      accumulate[i].push_back(false);
+      adds[i].push_back(false);
+      continue;
+    }
     std::vector<std::size_t> scratch;
     for (int v : nodes[i].inputs) {
       const auto t = static_cast<std::size_t>(v);
+      const bool first = t != 0 && grad_buf[t] == kNone;
+      if (first) grad_buf[t] = life.acquire(size[t]);
       if (t == 0) {
         dx_buf[i].push_back(kNone);
-        accumulate[i].push_back(false);
-      } else if (grad_buf[t] == kNone) {
-        grad_buf[t] = life.acquire(size[t]);
+      } else if (first || nodes[i].can_accumulate) {
         dx_buf[i].push_back(grad_buf[t]);
-        accumulate[i].push_back(false);
       } else {
         scratch.push_back(life.acquire(size[t]));
         dx_buf[i].push_back(scratch.back());
-        accumulate[i].push_back(true);
       }
+      accumulate[i].push_back(t != 0 && !first && !nodes[i].can_accumulate);
+      adds[i].push_back(t != 0 && !first && nodes[i].can_accumulate);
     }
     for (std::size_t s : scratch) life.release(s);
     life.release(grad_buf[i + 1]);
@@ -160,6 +181,7 @@ MemoryPlan plan_memory(const std::vector<PlanNode>& nodes) {
   for (std::size_t i = 0; i < L; ++i) {
     for (std::size_t id : dx_buf[i]) plan.backward[i].dx.push_back(at(id));
     plan.backward[i].accumulate = accumulate[i];
+    plan.backward[i].adds_in_place = adds[i];
   }
   return plan;
 }

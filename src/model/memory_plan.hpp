@@ -24,12 +24,20 @@ struct PlanNode {
   std::vector<int> inputs;  ///< tensor ids: 0 = network input, i + 1 = output of layer i
   std::size_t out_elements;   ///< output size at the largest batch
   BackwardNeeds needs;
+  /// A relu run inside the layer before it (Layer::absorb_relu): its input is that layer's output
+  /// alone, its output and that output share one buffer, and so do their gradients; it does not
+  /// run, and its producer reads the shared output in backward (the producer's needs.output).
+  bool absorbed = false;
+  /// The layer's backward can add into its one input's gradient (Layer::can_accumulate_dx).
+  bool can_accumulate = false;
 };
 
 /// Where one layer's backward writes each input gradient (arena offsets in elements).
 struct PlanStep {
   std::vector<std::size_t> dx;   ///< per input; kNoSlot for the network input
   std::vector<bool> accumulate;  ///< true: dx is scratch, to be added to the input's gradient
+  /// true: dx is the input's gradient itself, which the layer adds into (set_accumulate_dx).
+  std::vector<bool> adds_in_place;
 };
 
 struct MemoryPlan {

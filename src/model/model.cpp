@@ -85,7 +85,11 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   std::vector<PlanNode> nodes;
   for (std::size_t i = 0; i < stack->layers.size(); ++i) {
     const Layer& l = *stack->layers[i];
-    nodes.push_back({inputs_[i], l.output_shape().count(), l.needs()});
+    PlanNode node{inputs_[i], l.output_shape().count(), l.needs()};
+    node.absorbed = absorbed_[i];
+    if (node.absorbed) node.needs = {false, false, false};  // it never runs
+    node.can_accumulate = backend != nullptr && backend->fuse() && l.can_accumulate_dx();
+    nodes.push_back(node);
   }
   plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes));
   activation_bytes_ = plan_->total_elements * act_size_;
@@ -163,7 +167,39 @@ std::unique_ptr<Model::Stack> Model::make_stack(int n, Backend* be) {
     out.push_back(stack->layers.back()->output_shape());
   }
   if (be != nullptr) stack->loss = be->make_softmax_xent(n, num_classes_);
+  fuse(*stack);
   return stack;
+}
+
+void Model::fuse(Stack& s) {
+  const std::size_t L = s.layers.size();
+  if (!absorbed_.empty()) {  // a later batch size: the same layers fuse
+    for (std::size_t i = 1; i < L; ++i)
+      DT_ASSERT(!absorbed_[i] || s.layers[i - 1]->absorb_relu(),
+                "model: layer #" + std::to_string(i) + " fused a relu at one batch size only");
+    return;
+  }
+  absorbed_.assign(L, false);
+  if (backend_ == nullptr || !backend_->fuse()) return;
+  std::vector<int> consumers(L + 1, 0);
+  for (const auto& in : inputs_)
+    for (int t : in) ++consumers[static_cast<std::size_t>(t)];
+  // Layer i (a relu) reads tensor i, the output of layer i - 1, and nothing else does.
+  for (std::size_t i = 1; i < L; ++i)
+    absorbed_[i] = specs_[i].type == "relu" && inputs_[i].size() == 1 &&
+                   inputs_[i][0] == static_cast<int>(i) && consumers[i] == 1 &&
+                   !absorbed_[i - 1] && s.layers[i - 1]->absorb_relu();
+}
+
+std::size_t Model::fused_relus() const {
+  return static_cast<std::size_t>(std::count(absorbed_.begin(), absorbed_.end(), true));
+}
+
+std::size_t Model::in_place_gradient_sums() const {
+  std::size_t n = 0;
+  for (const auto& step : plan_->backward)
+    n += static_cast<std::size_t>(std::count(step.adds_in_place.begin(), step.adds_in_place.end(), true));
+  return n;
 }
 
 Backend& Model::backend() const {
@@ -186,6 +222,10 @@ Model::Stack& Model::stack_for(int n) {
 void Model::bind(Stack& s) {
   // Every stack's layers point into the same flat buffers, which never move.
   std::size_t pi = 0, si = 0;
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const auto& adds = plan_->backward[i].adds_in_place;
+    if (std::find(adds.begin(), adds.end(), true) != adds.end()) s.layers[i]->set_accumulate_dx(true);
+  }
   for (auto& l : s.layers) {
     std::vector<float*> p, g, st;
     for (std::size_t k = 0; k < l->param_defs().size(); ++k, ++pi) {
@@ -244,6 +284,7 @@ void* Model::act(int tensor, const void* x) const {
 void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
   std::vector<const void*> in;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    if (absorbed_[i]) continue;  // the layer before applied it
     in.clear();
     for (int t : inputs_[i]) in.push_back(act(t, x));
     StepContext lc = ctx;
@@ -277,6 +318,10 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
   std::vector<const void*> in;
   std::vector<void*> din;
   for (std::size_t i = L; i-- > 0;) {
+    if (absorbed_[i]) {  // the layer before reads the relu's gradient and output itself
+      if (on_final) on_final(grads_final_from_[i]);
+      continue;
+    }
     const PlanStep& step = plan_->backward[i];
     in.clear();
     din.clear();
@@ -368,6 +413,7 @@ std::string Model::summary() const {
         from += (from.empty() ? "  <- " : ",") + (n.empty() ? "#" + std::to_string(t) : n);
       }
     }
+    if (absorbed_.size() > i && absorbed_[i]) from += "  (runs inside #" + std::to_string(i) + ")";
     char line[400];
     std::snprintf(line, sizeof line, "#  %3zu %-14s %-48s -> %-14s %9zu params%s\n", i + 1,
                   name.c_str(), s.layers[i]->describe().c_str(), o.with_n(1).str().c_str(), np,

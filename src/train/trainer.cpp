@@ -88,6 +88,7 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   auto be = make_device_backend(c, cluster, name);
   if (be) {
     be->set_layout(layout_of(c, be->device()));
+    be->set_fuse(c.fuse != "off");
     be->set_precision(precision_of(c));  // InputError: bf16 on an old GPU
   }
   return be;

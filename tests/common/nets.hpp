@@ -54,4 +54,32 @@ inline const std::vector<std::string> kLayoutNet = {
     "dense",
 };
 
+/// Two ResNet blocks (He et al. 2016) on 1×3×8×8 inputs, every pattern layer fusion rewrites: a
+/// bottleneck with an identity shortcut (r0 feeds a conv and the add: the conv adds its input
+/// gradient in place), a stride-2 block with a projection shortcut (r1 feeds two convs),
+/// batchnorm → relu (cuDNN's fused batchnorm + relu on GPUs in NHWC) and add → relu (one pass).
+inline const std::vector<std::string> kResidualNet = {
+    "conv filters=8 kernel=3 pad=1 bias=false",
+    "batchnorm",
+    "relu name=r0",
+    "conv filters=4 kernel=1 bias=false",
+    "batchnorm",
+    "relu",
+    "conv filters=4 kernel=3 pad=1 bias=false",
+    "batchnorm",
+    "relu",
+    "conv filters=8 kernel=1 bias=false",
+    "batchnorm name=bn3",
+    "add input=bn3,r0",
+    "relu name=r1",
+    "conv filters=16 kernel=1 stride=2 bias=false",
+    "batchnorm name=proj",
+    "conv filters=16 kernel=3 stride=2 pad=1 bias=false input=r1",
+    "batchnorm name=bn4",
+    "add input=bn4,proj",
+    "relu",
+    "globalavgpool",
+    "dense",
+};
+
 }  // namespace dtrain::test

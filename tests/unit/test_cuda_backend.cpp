@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -231,6 +232,65 @@ TEST_F(CudaParity, Bf16CastAndAddRoundAsTheHost) {
   gpu_->convert_layout(ah.data(), bh.data(), s, Layout::nhwc, DType::bf16);
   gpu_->copy_to_host(got.data(), bh.data(), s.count() * 2);
   EXPECT_EQ(got, want);
+}
+
+/// relu(v) as the kernels compute it: NaN passes.
+float host_relu(float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }
+
+// The vectorized element-wise kernels (16-byte packs, elem.cuh) and the fused add + relu and
+// relu-backward fan-out equal the host's arithmetic bit for bit in fp32 and bf16, at sizes that
+// leave a tail after the last pack and at pointers one element off a 16-byte boundary (the
+// scalar path).
+TEST_F(CudaParity, VectorizedElementwiseMatchesTheHost) {
+  for (const DType t : {DType::f32, DType::bf16}) {
+    for (const std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(8), std::size_t(1001)}) {
+      for (const std::size_t off : {std::size_t(0), std::size_t(1)}) {
+        SCOPED_TRACE(std::string(t == DType::bf16 ? "bf16" : "fp32") + " n=" + std::to_string(n) +
+                     " offset=" + std::to_string(off));
+        const bool bf = t == DType::bf16;
+        auto r = [&](float v) { return bf ? round_to_bf16(v) : v; };
+        auto a = random_vec(n, 41), b = random_vec(n, 42), dy = random_vec(n, 43);
+        if (n > 2) a[2] = std::numeric_limits<float>::quiet_NaN();
+        // Device tensors of type t at element offset `off`, filled from fp32 host vectors.
+        const std::size_t es = dtype_size(t);
+        const std::size_t stride = (n + 8 + 15) / 16 * 16;  // tensors 16-element aligned, + off
+        DeviceBuffer<std::byte> buf(*gpu_, 6 * stride * es);
+        DeviceBuffer<float> f32(*gpu_, n);
+        auto at = [&](int k) { return buf.data() + (k * stride + off) * es; };
+        auto put = [&](int k, const std::vector<float>& v) {
+          gpu_->copy_to_device(f32.data(), v.data(), n * sizeof(float));
+          gpu_->cast(f32.data(), DType::f32, at(k), t, n);
+        };
+        auto get = [&](int k) {
+          gpu_->cast(at(k), t, f32.data(), DType::f32, n);
+          std::vector<float> v(n);
+          gpu_->copy_to_host(v.data(), f32.data(), n * sizeof(float));
+          return v;
+        };
+        put(0, a);
+        put(1, b);
+        put(2, dy);
+        auto relu = gpu_->make_activation(ActKind::relu, Shape{static_cast<int>(n), 1, 1, 1});
+        gpu_->add_relu(at(3), at(0), at(1), n, t, *relu);  // y = relu(a + b)
+        gpu_->relu_backward_fanout(at(3), at(2), at(4), at(5), n, t, *relu);
+        const auto y = get(3), d0 = get(4), d1 = get(5);
+        relu->forward(at(0), at(0));  // in place
+        const auto ra = get(0);
+        for (std::size_t i = 0; i < n; ++i) {
+          const float want = r(host_relu(r(a[i]) + r(b[i])));
+          if (std::isnan(a[i])) {
+            ASSERT_TRUE(std::isnan(y[i]) && std::isnan(ra[i])) << i;
+            continue;
+          }
+          ASSERT_EQ(y[i], want) << i;
+          ASSERT_EQ(ra[i], host_relu(r(a[i]))) << i;
+          const float g = want > 0.0f ? r(dy[i]) : 0.0f;
+          ASSERT_EQ(d0[i], g) << i;
+          ASSERT_EQ(d1[i], g) << i;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(CudaParity, ConvertLayoutMovesEveryElementAsTheCpu) {
@@ -618,6 +678,58 @@ TEST_F(CudaParity, Bf16ModelMatchesCpu) {
     Model mc(*cpu, test::kLayoutNet, sample, 4, 16);
     Model mg(*gpu, test::kLayoutNet, sample, 4, 16);
     expect_models_agree(mc, mg, sample, 4, 60, {3e-2, 1e-2, 1e-2, 2e-2});
+  }
+}
+
+// Fusion on the GPU (--fuse auto, the default) against every layer alone (--fuse off) on the
+// same GPU: the ResNet blocks of test::kResidualNet with relus inside the adds (one kernel each
+// way), inside cuDNN's NHWC batchnorm (CUDNN_BATCHNORM_OPS_BN_ACTIVATION, where cuDNN offers it
+// for the type) and the convolutions' input gradients summed in place (cuDNN's β = 1). Stated
+// tolerances (norm-wise relative, test::run_step's outputs): fp32 math 1e-5 (the same arithmetic
+// in another order: the fused batchnorm kernel's reductions); bf16 2e-2 for gradients and 1e-2
+// for the rest (a fused sum is rounded to bf16 once instead of twice).
+TEST_F(CudaParity, FusedResidualNetMatchesUnfused) {
+  const Shape sample{1, 3, 8, 8};
+  struct Case {
+    Layout layout;
+    Precision precision;
+    double grads, rest;
+  };
+  for (const Case& c : {Case{Layout::nchw, Precision::fp32, 1e-5, 1e-5},
+                        Case{Layout::nhwc, Precision::fp32, 1e-5, 1e-5},
+                        Case{Layout::nhwc, Precision::bf16, 2e-2, 1e-2}}) {
+    const std::string what = std::string(layout_name(c.layout)) +
+                             (c.precision == Precision::bf16 ? " bf16" : " fp32");
+    SCOPED_TRACE(what);
+    std::unique_ptr<Backend> be[2] = {make_cuda_backend(0), make_cuda_backend(0)};
+    for (auto& b : be) {
+      b->set_layout(c.layout);
+      b->set_precision(c.precision);
+    }
+    be[1]->set_fuse(false);
+    Model fused(*be[0], test::kResidualNet, sample, 4, 12);
+    Model plain(*be[1], test::kResidualNet, sample, 4, 12);
+    EXPECT_EQ(plain.fused_relus(), 0u);
+    EXPECT_EQ(plain.in_place_gradient_sums(), 0u);
+    EXPECT_GE(fused.fused_relus(), 2u);  // the two add → relu pairs at least
+    EXPECT_EQ(fused.in_place_gradient_sums(), 2u);
+    std::printf("[ fusion   ] %s: %zu of 7 relus fused (%zu into batchnorm), %zu in-place sums\n",
+                what.c_str(), fused.fused_relus(), fused.fused_relus() - 2,
+                fused.in_place_gradient_sums());
+    fused.initialize(7);
+    plain.initialize(7);
+    for (const int n : {12, 5}) {
+      SCOPED_TRACE("batch " + std::to_string(n));
+      const auto x = random_vec(sample.with_n(n).count(), 70 + n);
+      std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % 4;
+      const test::StepOutputs f = test::run_step(fused, x, y), p = test::run_step(plain, x, y);
+      EXPECT_LE(rel_err(f.grads, p.grads), c.grads);
+      EXPECT_LE(rel_err(f.state, p.state), c.rest);
+      EXPECT_LE(rel_err(f.loss, p.loss), c.rest);
+      EXPECT_LE(rel_err(f.eval, p.eval), c.rest);
+      EXPECT_LE(rel_err(f.logits, p.logits), c.rest);
+    }
   }
 }
 

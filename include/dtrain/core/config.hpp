@@ -188,6 +188,9 @@ struct Config {
   std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
   bool cudnn_benchmark = false;   ///< GPU: time every convolution algorithm once (cudnnFind*)
+  /// Layer fusion: auto (relu into the add or batchnorm before it, in-place gradient sums where
+  /// the backend has them) | off (every layer alone). See Backend::set_fuse.
+  std::string fuse = "auto";
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;

@@ -130,6 +130,13 @@ class ConvOp {
   /// db = Σ dy over N, P, Q (skipped without bias).
   virtual void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                         float* db) = 0;
+  /// Whether backward can add into dx instead of overwriting it (set_accumulate_dx). The CUDA op
+  /// can (cuDNN's β = 1: one pass instead of a scratch gradient and an add); default false.
+  [[nodiscard]] virtual bool can_accumulate_dx() const { return false; }
+  /// on: later backward calls write dx += conv_bwd_data(dy, w) (the input's gradient from its
+  /// other consumers already in dx; bf16: the sum in fp32, rounded once). Only when
+  /// can_accumulate_dx(); throws LibraryError otherwise.
+  virtual void set_accumulate_dx(bool on);
 };
 
 enum class PoolKind { max, avg };
@@ -186,6 +193,16 @@ class BatchNormOp {
   /// dx, dgamma, dbeta from dy, using the statistics saved by the last training forward.
   virtual void backward(const void* x, const float* gamma, const void* dy, void* dx,
                         float* dgamma, float* dbeta) = 0;
+  /// Fuses the relu that follows: from now on forward writes y = max(BN(x), 0) (training and
+  /// inference), and backward_relu() replaces backward(). Returns false, changing nothing, where
+  /// the op has no fused kernel (the default; the CUDA op in the NHWC layout has one: cuDNN's
+  /// CUDNN_BATCHNORM_OPS_BN_ACTIVATION, as MXNet's and NVIDIA's MLPerf ResNet-50 use).
+  virtual bool enable_relu() { return false; }
+  /// After enable_relu(): dx, dgamma, dbeta from the gradient dy of the fused output y
+  /// (y = max(BN(x), 0) of the last training forward, made with these gamma and beta; the relu's
+  /// mask is applied inside). Throws LibraryError when enable_relu() did not succeed.
+  virtual void backward_relu(const void* x, const void* y, const float* gamma, const float* beta,
+                             const void* dy, void* dx, float* dgamma, float* dbeta);
 };
 
 /// Fully connected y = x·Wᵀ + b. x: N×I (any N×C×H×W with C·H·W = I), W: O×I, b: O, y: N×O.
@@ -296,6 +313,17 @@ class Backend {
   /// y[i] += x[i] for i < n elements of type t (x == y allowed; bf16: the sum is computed in fp32
   /// and rounded). Residual sums and the accumulation of activation gradients.
   virtual void add(void* y, const void* x, std::size_t n, DType t) = 0;
+  /// y[i] = max(a[i] + b[i], 0) for i < n elements of type t (y may alias a or b; bf16: the sum
+  /// rounded, then the max, which equals add() followed by `relu` bit for bit). The end of a
+  /// residual block. Default: copy_device, add() and relu.forward (a relu ActivationOp over at
+  /// least n elements); the CUDA backend does it in one pass.
+  virtual void add_relu(void* y, const void* a, const void* b, std::size_t n, DType t,
+                        ActivationOp& relu);
+  /// The backward of add_relu: dx0[i] = dx1[i] = (y[i] > 0 ? dy[i] : 0) from add_relu's output y;
+  /// dx0 or dx1 may be nullptr (no gradient wanted). Default: relu.backward then copy_device; the
+  /// CUDA backend writes both in one pass.
+  virtual void relu_backward_fanout(const void* y, const void* dy, void* dx0, void* dx1,
+                                    std::size_t n, DType t, ActivationOp& relu);
   /// y[i] = x[i] converted from `from` to `to` for i < n (f32 → bf16 rounds to nearest even;
   /// bf16 → f32 is exact; equal types copy). x and y must not overlap.
   virtual void cast(const void* x, DType from, void* y, DType to, std::size_t n) = 0;
@@ -364,6 +392,14 @@ class Backend {
   /// may then differ between runs and ranks. Ignored by the CPU backend (oneDNN picks its own).
   void set_cudnn_benchmark(bool on) { cudnn_benchmark_ = on; }
   [[nodiscard]] bool cudnn_benchmark() const { return cudnn_benchmark_; }
+  /// Whether models built on this backend fuse a relu into the layer before it where that layer
+  /// has a fused form (add → add_relu; batchnorm → the op's enable_relu()) and let convolutions
+  /// add their input gradient in place (ConvOp::set_accumulate_dx): --fuse auto (true, the
+  /// default) | off (false: every layer runs alone, the parity reference). Set before the model
+  /// is built. Results are identical either way except where a fused kernel rounds once instead
+  /// of twice (bf16 gradient sums).
+  void set_fuse(bool on) { fuse_ = on; }
+  [[nodiscard]] bool fuse() const { return fuse_; }
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
   [[nodiscard]] MathMode math() const { return math_; }
@@ -442,6 +478,7 @@ class Backend {
   float label_smoothing_ = 0.0f;
   MathMode math_ = MathMode::fp32;
   bool cudnn_benchmark_ = false;
+  bool fuse_ = true;
   Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;

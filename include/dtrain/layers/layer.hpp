@@ -111,6 +111,18 @@ class Layer {
   /// dx[i] (overwritten; skipped where nullptr) and parameter gradients (overwritten) from dy.
   /// x and y hold what forward() saw, as far as needs() asks for them.
   virtual void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) = 0;
+  /// Fusion (the model asks, with Backend::fuse()): apply relu to this layer's own output, so that
+  /// the relu layer right after it need not run. When it returns true, forward writes
+  /// max(layer(x), 0), backward receives that output as y and its gradient as dy, and needs()
+  /// reports output = true. False (the default) where the layer has no fused form on its backend.
+  virtual bool absorb_relu() { return false; }
+  /// Whether backward can add the input gradient into dx[0] instead of overwriting it (a
+  /// convolution on cuDNN: β = 1), saving the scratch gradient and the add that a tensor read by
+  /// several layers otherwise needs. Default false.
+  [[nodiscard]] virtual bool can_accumulate_dx() const { return false; }
+  /// on: later backward calls write dx[0] += ∂L/∂x. Only where can_accumulate_dx() (LibraryError
+  /// otherwise).
+  virtual void set_accumulate_dx(bool on) { (void)on; }
   /// Short description with arguments, e.g. "conv(filters=32,kernel=3,stride=1,pad=1)".
   [[nodiscard]] virtual std::string describe() const = 0;
 };

@@ -81,6 +81,11 @@ class Model {
   [[nodiscard]] float* state() const { return state_.data(); }
   /// Planned activation + activation-gradient memory for training at max_batch (bytes).
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
+  /// Relu layers that run inside the layer before them (Backend::fuse(); 0 with fusion off).
+  [[nodiscard]] std::size_t fused_relus() const;
+  /// Layers whose backward adds into an input gradient in place (ConvOp::set_accumulate_dx)
+  /// instead of writing a scratch gradient that an add then sums.
+  [[nodiscard]] std::size_t in_place_gradient_sums() const;
 
   /// Writes initial parameters (He-normal weights, zero biases, γ = 1, β = 0) and state
   /// (running mean 0, running var 1), deterministically from `seed`. Throws Error on a
@@ -130,6 +135,9 @@ class Model {
   void build_graph(const std::vector<std::string>& layer_lines);
   Stack& stack_for(int n);
   std::unique_ptr<Stack> make_stack(int n, Backend* be);
+  /// Fusion (Backend::fuse()): on the first stack, decides which relu layers run inside the
+  /// layer before them (absorbed_) and asks those layers; on later stacks, asks the same layers.
+  void fuse(Stack& s);
   void bind(Stack& s);
   void run_forward(Stack& s, const void* input, const StepContext& ctx);
   /// Activation `tensor` (0: the network input `input`, i + 1: layer i's output) in the arena.
@@ -149,6 +157,9 @@ class Model {
   std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
   std::size_t act_size_ = sizeof(float);  ///< bytes per activation element (Backend::act_size())
   std::vector<std::size_t> grads_final_from_;  ///< per layer: its first parameter's offset
+  /// Per layer: a relu run inside the layer before it (Layer::absorb_relu), skipped itself; empty
+  /// until the first stack is built.
+  std::vector<bool> absorbed_;
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
   DeviceBuffer<std::byte> arena_;  ///< activation memory (see MemoryPlan), shared by every stack

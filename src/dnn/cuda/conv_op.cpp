@@ -16,6 +16,8 @@
 // fp32 compute, cuDNN's BFLOAT16_CONFIG; tensor-op algorithms allowed), the filter a per-call
 // bf16 copy of the fp32 weights; cuDNN writes the weight gradient in bf16, widened into the fp32
 // dw. The filter copy made by forward is reused by the backward of the same step.
+// set_accumulate_dx: backward-data blends into dx with β = 1 (the gradient of a tensor that
+// several layers read, summed without a scratch buffer).
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -239,7 +241,7 @@ class CudaConvOp final : public ConvOp {
       const void* f = filter_ready_ && copies() ? converted() : filter(w);
       DT_CHECK_CUDNN(cudnnConvolutionBackwardData(
           be_.cudnn(), &one, w_desc_, f, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
-          be_.workspace(), be_.workspace_bytes(), &zero, x_desc_, dx));
+          be_.workspace(), be_.workspace_bytes(), &dx_beta_, x_desc_, dx));
     }
     filter_ready_ = false;
     // cuDNN writes the gradient in the filter's layout and type; it reaches dw (fp32 KCRS)
@@ -258,6 +260,10 @@ class CudaConvOp final : public ConvOp {
     if (bias_)
       launch_channel_sum(be_.stream(), out_shape_, dy, elem(t_), db, bias_scratch_.as<float>());
   }
+
+  /// cuDNN blends: dx = 1·conv_bwd_data(dy, w) + β·dx.
+  [[nodiscard]] bool can_accumulate_dx() const override { return true; }
+  void set_accumulate_dx(bool on) override { dx_beta_ = on ? 1.0f : 0.0f; }
 
  private:
   /// The filter as cuDNN reads it: w itself (fp32 KCRS), or w rounded to bf16 into w_lp_ and/or
@@ -293,6 +299,7 @@ class CudaConvOp final : public ConvOp {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
   bool bias_ = true;
+  float dx_beta_ = 0.0f;  ///< 1: backward adds into dx (set_accumulate_dx)
   ChannelShape out_shape_;
   DeviceMemory bias_scratch_;
 };

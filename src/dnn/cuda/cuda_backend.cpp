@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels.hpp"
 
@@ -175,6 +176,17 @@ void CudaBackend::zero(void* p, std::size_t bytes) {
 
 void CudaBackend::add(void* y, const void* x, std::size_t n, DType t) {
   launch_add(stream_, y, x, n, elem(t));
+}
+
+void CudaBackend::add_relu(void* y, const void* a, const void* b, std::size_t n, DType t,
+                           ActivationOp& /*relu: one fused kernel instead*/) {
+  launch_add_relu(stream_, y, a, b, n, elem(t));
+}
+
+void CudaBackend::relu_backward_fanout(const void* y, const void* dy, void* dx0, void* dx1,
+                                       std::size_t n, DType t, ActivationOp& /*relu*/) {
+  if (dx0 == nullptr) std::swap(dx0, dx1);
+  if (dx0 != nullptr) launch_relu_backward_fanout(stream_, y, dy, dx0, dx1, n, elem(t));
 }
 
 void CudaBackend::cast(const void* x, DType from, void* y, DType to, std::size_t n) {

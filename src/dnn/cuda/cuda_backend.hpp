@@ -53,6 +53,12 @@ class CudaBackend final : public Backend {
   void scale(float* p, float alpha, std::size_t n) override;
   void zero(void* p, std::size_t bytes) override;
   void add(void* y, const void* x, std::size_t n, DType t) override;
+  /// One pass (launch_add_relu); `relu` is not used.
+  void add_relu(void* y, const void* a, const void* b, std::size_t n, DType t,
+                ActivationOp& relu) override;
+  /// One pass writing both gradients (launch_relu_backward_fanout); `relu` is not used.
+  void relu_backward_fanout(const void* y, const void* dy, void* dx0, void* dx1, std::size_t n,
+                            DType t, ActivationOp& relu) override;
   void cast(const void* x, DType from, void* y, DType to, std::size_t n) override;
   void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t rows) override;

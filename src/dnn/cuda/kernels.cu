@@ -5,8 +5,9 @@
 // activation kernels (add, relu, bias add, dropout, softmax cross-entropy) take fp32 or bf16
 // activations (templates on the element type, elem.cuh: fp32 arithmetic, bf16 stores rounded to
 // nearest even); fill, scale, the finiteness check and the optimizer work on fp32 parameters only.
-// Element-wise kernels use grid-stride loops; every launcher follows kernels.hpp (enqueue on the
-// given stream, check the launch, no sync).
+// Element-wise kernels use grid-stride loops; the activation ones (cast, relu, add, add + relu)
+// move 16-byte packs (launch_vectorized, elem.cuh). Every launcher follows kernels.hpp (enqueue on
+// the given stream, check the launch, no sync).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -39,37 +40,74 @@ __global__ void scale_kernel(float* p, float alpha, std::size_t n) {
     p[i] *= alpha;
 }
 
+/// relu keeping NaN (the non-finite checks downstream see it): v > 0 or NaN passes.
+__device__ __forceinline__ float relu(float v) { return v > 0.0f || v != v ? v : 0.0f; }
+/// relu's gradient from the output y: dy where y > 0 (or NaN), else 0.
+__device__ __forceinline__ float relu_grad(float y, float dy) {
+  return y > 0.0f || y != y ? dy : 0.0f;
+}
+
+// Element-wise functors for launch_vectorized (elem.cuh): apply<V>(i) handles [i, i + V).
 template <typename From, typename To>
-__global__ void cast_kernel(const From* x, To* y, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    store(y, i, load(x, i));
-}
-
-template <typename T>
-__global__ void relu_forward_kernel(const T* x, T* y, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const float v = load(x, i);
-    store(y, i, v > 0.0f || v != v ? v : 0.0f);  // NaN passes (the non-finite checks see it)
+struct CastOp {
+  const From* x;
+  To* y;
+  template <int V>
+  __device__ void apply(std::size_t i) const {
+    float a[V];
+    load_n<V>(x, i, a);
+    store_n<V>(y, i, a);
   }
-}
+};
 
 template <typename T>
-__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const float v = load(y, i);
-    store(dx, i, v > 0.0f || v != v ? load(dy, i) : 0.0f);
+struct ReluForwardOp {
+  const T* x;
+  T* y;
+  template <int V>
+  __device__ void apply(std::size_t i) const {
+    float a[V];
+    load_n<V>(x, i, a);
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = relu(a[k]);
+    store_n<V>(y, i, a);
   }
-}
+};
 
 template <typename T>
-__global__ void add_kernel(T* y, const T* x, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    store(y, i, load(y, i) + load(x, i));
-}
+struct ReluBackwardOp {  // dx0 = relu'(y)·dy, and dx1 the same when not nullptr
+  const T* y;
+  const T* dy;
+  T* dx0;
+  T* dx1;
+  template <int V>
+  __device__ void apply(std::size_t i) const {
+    float a[V], d[V];
+    load_n<V>(y, i, a);
+    load_n<V>(dy, i, d);
+#pragma unroll
+    for (int k = 0; k < V; ++k) d[k] = relu_grad(a[k], d[k]);
+    store_n<V>(dx0, i, d);
+    if (dx1 != nullptr) store_n<V>(dx1, i, d);
+  }
+};
+
+template <typename T>
+struct AddOp {  // y = a + b, then relu when `relu`
+  T* y;
+  const T* a;
+  const T* b;
+  bool relu_after;
+  template <int V>
+  __device__ void apply(std::size_t i) const {
+    float u[V], w[V];
+    load_n<V>(a, i, u);
+    load_n<V>(b, i, w);
+#pragma unroll
+    for (int k = 0; k < V; ++k) u[k] = relu_after ? relu(u[k] + w[k]) : u[k] + w[k];
+    store_n<V>(y, i, u);
+  }
+};
 
 __global__ void nonfinite_kernel(const float* p, std::size_t n, int* flag) {
   bool bad = false;
@@ -228,12 +266,17 @@ void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to
     DT_CHECK_CUDA(cudaMemcpyAsync(y, x, n * elem_bytes(from), cudaMemcpyDeviceToDevice, stream));
     return;
   }
+  // Packs of 4 (16 bytes of fp32, 8 of bf16).
   if (from == Elem::f32)
-    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(x),
-                                                      static_cast<__nv_bfloat16*>(y), n);
+    launch_vectorized<float>(stream, n,
+                             CastOp<float, __nv_bfloat16>{static_cast<const float*>(x),
+                                                          static_cast<__nv_bfloat16*>(y)},
+                             {x, y});
   else
-    cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
-                                                      static_cast<float*>(y), n);
+    launch_vectorized<float>(stream, n,
+                             CastOp<__nv_bfloat16, float>{static_cast<const __nv_bfloat16*>(x),
+                                                          static_cast<float*>(y)},
+                             {x, y});
   DT_CHECK_LAUNCH();
 }
 
@@ -241,19 +284,39 @@ void launch_relu_forward(cudaStream_t stream, const void* x, void* y, std::size_
   if (n == 0) return;
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
-                                                              static_cast<T*>(y), n);
+    launch_vectorized<T>(stream, n, ReluForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y)},
+                         {x, y});
   });
   DT_CHECK_LAUNCH();
 }
 
 void launch_relu_backward(cudaStream_t stream, const void* y, const void* dy, void* dx,
                           std::size_t n, Elem t) {
+  launch_relu_backward_fanout(stream, y, dy, dx, nullptr, n, t);
+}
+
+void launch_relu_backward_fanout(cudaStream_t stream, const void* y, const void* dy, void* dx0,
+                                 void* dx1, std::size_t n, Elem t) {
   if (n == 0) return;
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+    launch_vectorized<T>(stream, n,
+                         ReluBackwardOp<T>{static_cast<const T*>(y), static_cast<const T*>(dy),
+                                           static_cast<T*>(dx0), static_cast<T*>(dx1)},
+                         {y, dy, dx0, dx1});
+  });
+  DT_CHECK_LAUNCH();
+}
+
+void launch_add_relu(cudaStream_t stream, void* y, const void* a, const void* b, std::size_t n,
+                     Elem t, bool relu_after) {
+  if (n == 0) return;
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_vectorized<T>(stream, n,
+                         AddOp<T>{static_cast<T*>(y), static_cast<const T*>(a),
+                                  static_cast<const T*>(b), relu_after},
+                         {y, a, b});
   });
   DT_CHECK_LAUNCH();
 }
@@ -271,13 +334,7 @@ void launch_scale(cudaStream_t stream, float* p, float alpha, std::size_t n) {
 }
 
 void launch_add(cudaStream_t stream, void* y, const void* x, std::size_t n, Elem t) {
-  if (n == 0) return;
-  dispatch_elem(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    add_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x),
-                                                     n);
-  });
-  DT_CHECK_LAUNCH();
+  launch_add_relu(stream, y, y, x, n, t, false);
 }
 
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag) {

@@ -33,6 +33,14 @@ void launch_relu_forward(cudaStream_t stream, const void* x, void* y, std::size_
 /// dx[i] = y[i] > 0 (or NaN) ? dy[i] : 0, from the forward's output y (dy == dx allowed).
 void launch_relu_backward(cudaStream_t stream, const void* y, const void* dy, void* dx,
                           std::size_t n, Elem t);
+/// The same gradient written to two buffers in one pass: dx0[i] = dx1[i] = relu'(y[i])·dy[i]
+/// (dx1 may be nullptr) — the backward of relu(a + b), whose two inputs get the same gradient.
+void launch_relu_backward_fanout(cudaStream_t stream, const void* y, const void* dy, void* dx0,
+                                 void* dx1, std::size_t n, Elem t);
+/// y[i] = a[i] + b[i], then max(·, 0) (NaN kept) when relu_after; y may alias a or b. One pass
+/// instead of copy + add + relu: the end of a residual block (He et al. 2016).
+void launch_add_relu(cudaStream_t stream, void* y, const void* a, const void* b, std::size_t n,
+                     Elem t, bool relu_after = true);
 /// Sets *flag (device int, must be 0 beforehand) to 1 when some p[i], i < n, is not finite.
 void launch_nonfinite_flag(cudaStream_t stream, const float* p, std::size_t n, int* flag);
 /// "No index": what *first holds when launch_first_nonfinite found nothing (set it first).

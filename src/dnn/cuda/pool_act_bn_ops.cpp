@@ -16,6 +16,7 @@
 #include <string>
 
 #include "channel_kernels.hpp"
+#include "dtrain/core/log.hpp"
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
 
@@ -155,12 +156,24 @@ class CudaBatchNormOp final : public BatchNormOp {
                                  running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
                                  saved_inv_var_.as<float>(), scratch_.as<float>());
     } else if (training && ex_) {
-      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTrainingEx(
-          be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, x_desc_, x, nullptr,
-          nullptr, x_desc_, y, param_desc_, gamma, beta, static_cast<double>(d_.momentum),
-          running_mean, running_var, static_cast<double>(d_.epsilon), saved_mean_.get(),
-          saved_inv_var_.get(), nullptr, be_.workspace(), be_.workspace_bytes(), reserve_.get(),
-          reserve_bytes_));
+      auto run = [&] {
+        return cudnnBatchNormalizationForwardTrainingEx(
+            be_.cudnn(), train_mode_, ops(), &one, &zero, x_desc_, x, nullptr, nullptr, x_desc_, y,
+            param_desc_, gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
+            static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get(), relu_desc(),
+            be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_);
+      };
+      if (relu_ && !unfused_relu_ && run() != CUDNN_STATUS_SUCCESS) {
+        // cuDNN sized the fused call but refuses to run it: batchnorm, then our relu, from now on
+        // (backward_relu masks dy first).
+        unfused_relu_ = true;
+        log_info("cuDNN refused its fused batchnorm + relu for " + d_.input.str() +
+                 "; running the two apart");
+      } else if (relu_ && !unfused_relu_) {
+        return;
+      }
+      DT_CHECK_CUDNN(run());
+      if (unfused_relu_) launch_relu_forward(be_.stream(), y, y, d_.input.count(), elem(t_));
     } else if (training) {
       // saved_inv_var_ is 1/sqrt(var + ε) in every path (cuDNN's resultSaveInvVariance).
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
@@ -171,7 +184,52 @@ class CudaBatchNormOp final : public BatchNormOp {
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
           be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
           gamma, beta, running_mean, running_var, static_cast<double>(d_.epsilon)));
+      if (relu_) launch_relu_forward(be_.stream(), y, y, d_.input.count(), elem(t_));
     }
+  }
+
+  /// The relu fuses where cuDNN's NHWC *Ex kernels accept CUDNN_BATCHNORM_OPS_BN_ACTIVATION for
+  /// this shape and type (asked once: workspace and reserve sizes of the fused forward and
+  /// backward); elsewhere false, and the relu stays a layer of its own.
+  bool enable_relu() override {
+    if (!ex_) return relu_;
+    if (relu_) return true;
+    act_ = ActivationDesc::create(CUDNN_ACTIVATION_RELU);
+    const auto fused = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    std::size_t fwd = 0, bwd = 0, reserve = 0;
+    const bool ok =
+        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+            be_.cudnn(), train_mode_, fused, x_desc_, nullptr, x_desc_, param_desc_, act_,
+            &fwd) == CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+            be_.cudnn(), train_mode_, fused, x_desc_, x_desc_, x_desc_, nullptr, x_desc_,
+            param_desc_, act_, &bwd) == CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+            be_.cudnn(), train_mode_, fused, act_, x_desc_, &reserve) == CUDNN_STATUS_SUCCESS;
+    if (!ok) return false;
+    be_.reserve_workspace(std::max(fwd, bwd));
+    if (reserve > reserve_bytes_) {
+      reserve_ = DeviceMemory::create(reserve);
+      reserve_bytes_ = reserve;
+    }
+    relu_ = true;
+    return true;
+  }
+
+  void backward_relu(const void* x, const void* y, const float* gamma, const float* beta,
+                     const void* dy, void* dx, float* dgamma, float* dbeta) override {
+    DT_REQUIRE(relu_, "batchnorm: backward_relu without a fused relu");
+    const float one = 1.0f, zero = 0.0f;
+    if (unfused_relu_) {  // the forward ran the two apart: the relu's mask, then batchnorm alone
+      if (!masked_dy_) masked_dy_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
+      launch_relu_backward(be_.stream(), y, dy, masked_dy_.get(), d_.input.count(), elem(t_));
+      return backward(x, gamma, masked_dy_.get(), dx, dgamma, dbeta);
+    }
+    DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
+        be_.cudnn(), train_mode_, ops(), &one, &zero, &one, &zero, x_desc_, x, x_desc_, y,
+        x_desc_, dy, nullptr, nullptr, x_desc_, dx_or_scratch(dx), param_desc_, gamma, beta,
+        dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get(),
+        act_, be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_));
   }
 
   void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
@@ -181,11 +239,7 @@ class CudaBatchNormOp final : public BatchNormOp {
                          saved_inv_var_.as<float>(), dx, dgamma, dbeta, scratch_.as<float>());
       return;
     }
-    if (dx == nullptr) {
-      // cuDNN always writes dx; a first-layer batchnorm gets a scratch buffer, made once.
-      if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
-      dx = scratch_dx_.get();
-    }
+    dx = dx_or_scratch(dx);
     const float one = 1.0f, zero = 0.0f;
     if (ex_) {
       DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
@@ -203,9 +257,28 @@ class CudaBatchNormOp final : public BatchNormOp {
   }
 
  private:
+  /// cuDNN always writes dx; a first-layer batchnorm (dx == nullptr) gets a scratch buffer, made
+  /// once.
+  void* dx_or_scratch(void* dx) {
+    if (dx != nullptr) return dx;
+    if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
+    return scratch_dx_.get();
+  }
+  [[nodiscard]] bool fused() const { return relu_ && !unfused_relu_; }
+  [[nodiscard]] cudnnBatchNormOps_t ops() const {
+    return fused() ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  }
+  [[nodiscard]] cudnnActivationDescriptor_t relu_desc() const {
+    return fused() ? act_.get() : nullptr;
+  }
+
   CudaBackend& be_;
   BatchNormDesc d_;
   DType t_ = DType::f32;  ///< of x, y, dx, dy
+  bool relu_ = false;     ///< enable_relu(): cuDNN's BN_ACTIVATION ops (ex_ only)
+  bool unfused_relu_ = false;  ///< cuDNN refused the fused call at run time: relu kernels instead
+  ActivationDesc act_;    ///< their relu
+  DeviceMemory masked_dy_;  ///< unfused_relu_: relu'(y)·dy for the plain backward
   TensorDesc x_desc_, param_desc_;
   cudnnBatchNormMode_t train_mode_ = CUDNN_BATCHNORM_SPATIAL;  ///< of training forward and backward
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward

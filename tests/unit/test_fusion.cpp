@@ -1,0 +1,97 @@
+// tests/unit/test_fusion.cpp — layer fusion (Backend::set_fuse, --fuse): the memory plan of an
+// absorbed relu (one buffer for the producer's output and the relu's, one for their gradients)
+// and of a layer that adds its input gradient in place (no scratch); on the CPU backend a ResNet
+// graph trained fused and unfused gives the same bits (the default add_relu and
+// relu_backward_fanout are the unfused ops in one call). The CUDA kernels and cuDNN's fused
+// batchnorm are compared with their unfused paths in test_cuda_backend.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/layer_rig.hpp"
+#include "common/model_step.hpp"
+#include "common/nets.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/model/model.hpp"
+#include "model/memory_plan.hpp"
+
+namespace dtrain {
+namespace {
+
+/// conv (1) → add (2) with the conv and the input's conv (0) → relu (3, absorbed) → dense (4):
+/// tensor 1 (conv 0's output) feeds conv 1 and the add.
+std::vector<PlanNode> residual_nodes(bool fuse) {
+  std::vector<PlanNode> n = {
+      {{0}, 100, {true, false, false}},     // conv 0
+      {{1}, 100, {true, false, false}},     // conv 1
+      {{2, 1}, 100, {false, fuse, false}},  // add: reads its output when the relu is inside
+      {{3}, 100, {false, true, true}},      // relu
+      {{4}, 10, {true, false, false}},      // dense
+  };
+  n[3].absorbed = fuse;
+  if (fuse) n[3].needs = {false, false, false};
+  n[1].can_accumulate = fuse;
+  return n;
+}
+
+TEST(Fusion, PlanSharesTheAbsorbedReluBuffersAndSumsInPlace) {
+  const MemoryPlan fused = plan_memory(residual_nodes(true));
+  // The add writes the relu's output: one buffer, and one gradient buffer.
+  EXPECT_EQ(fused.act[3], fused.act[4]);
+  EXPECT_EQ(fused.grad[3], fused.grad[4]);
+  // Tensor 1's gradient: the add writes it first, conv 1 adds into it — no scratch, no add.
+  ASSERT_EQ(fused.backward[1].dx.size(), 1u);
+  EXPECT_EQ(fused.backward[1].dx[0], fused.grad[1]);
+  EXPECT_FALSE(fused.backward[1].accumulate[0]);
+  EXPECT_TRUE(fused.backward[1].adds_in_place[0]);
+  EXPECT_EQ(fused.backward[2].dx[1], fused.grad[1]);
+  EXPECT_FALSE(fused.backward[2].adds_in_place[1]);
+
+  const MemoryPlan plain = plan_memory(residual_nodes(false));
+  EXPECT_NE(plain.backward[1].dx[0], plain.grad[1]);  // a scratch buffer, then an add
+  EXPECT_TRUE(plain.backward[1].accumulate[0]);
+  EXPECT_FALSE(plain.backward[1].adds_in_place[0]);
+  // Nothing live at once overlaps: the fused add's output buffer is not reused before the
+  // relu's readers are done (the dense layer reads it in backward).
+  EXPECT_NE(fused.act[4], fused.act[5]);
+}
+
+TEST(Fusion, AnAbsorbedReluMustBeTheOnlyReaderOfItsInput) {
+  std::vector<PlanNode> n = residual_nodes(true);
+  n[4].inputs = {4, 3};  // the dense layer also reads the add's output
+  EXPECT_THROW(plan_memory(n), Error);
+}
+
+/// The same ResNet graph on the CPU backend, fused and unfused: identical bits in every output
+/// of a training step, and the fused model really fused (both add → relu pairs; the CPU backend's
+/// batchnorm has no fused relu, and oneDNN's convolution cannot add into dx).
+TEST(Fusion, CpuResidualNetFusedEqualsUnfusedBitForBit) {
+  const Shape sample{1, 3, 8, 8};
+  auto fused_be = make_cpu_backend(), plain_be = make_cpu_backend();
+  plain_be->set_fuse(false);
+  Model fused(*fused_be, test::kResidualNet, sample, 4, 12);
+  Model plain(*plain_be, test::kResidualNet, sample, 4, 12);
+  EXPECT_EQ(fused.fused_relus(), 2u);
+  EXPECT_EQ(plain.fused_relus(), 0u);
+  EXPECT_EQ(fused.in_place_gradient_sums(), 0u);
+  EXPECT_EQ(fused.signature(), plain.signature());  // checkpoints do not see fusion
+  EXPECT_NE(fused.summary().find("(runs inside #12)"), std::string::npos) << fused.summary();
+  fused.initialize(5);
+  plain.initialize(5);
+  for (const int n : {12, 5}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto x = test::uniform_values(sample.with_n(n).count(), 31 + n, -1.0f, 1.0f);
+    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (3 * i + 1) % 4;
+    const test::StepOutputs a = test::run_step(fused, x, y), b = test::run_step(plain, x, y);
+    EXPECT_EQ(a.grads, b.grads);
+    EXPECT_EQ(a.state, b.state);
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.eval, b.eval);
+    EXPECT_EQ(a.logits, b.logits);
+    EXPECT_GT(*std::max_element(a.grads.begin(), a.grads.end()), 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
