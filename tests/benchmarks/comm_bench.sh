@@ -7,9 +7,10 @@
 #   nccl_allreduce  with a GPU per rank (skipped otherwise, with the reason): bare ncclAllReduce vs
 #                 dtrain's bucketed NCCL path (GradientAllreduce::start_sum), busbw
 # Usage: tests/benchmarks/comm_bench.sh [RANKS] (default 2). Prints the table and writes
-# docs/results/comm_bench_<RANKS>ranks.jsonl (one JSON object per line). Env: PIN (one core per
-# world rank, e.g. PIN="0 1 0": ranks 0 and 2 — worker 0 and the ps — share core 0; each rank runs
-# under taskset; default: unpinned, --bind-to none, where the kernel places and moves the ranks),
+# docs/results/communication/<today>/comm_bench_<RANKS>ranks.jsonl (one JSON object per line).
+# Env: PIN (one core per world rank, e.g. PIN="0 1 0": ranks 0 and 2 — worker 0 and the ps — share
+# core 0; each rank runs under taskset; default: unpinned, --bind-to none, where the kernel places
+# and moves the ranks),
 # MAX_BYTES, BUCKET_MB, PS_SHM (0: dtrain's push-pull without its shared rings, --ps-shm false),
 # COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
 # another build's, to compare two versions alternately),
@@ -29,7 +30,7 @@ bin=${COMM_BENCH:-build/bin/dtrain_comm_bench}
 [ -x "$bin" ] || { echo "comm_bench: build first (.ci/build.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
-out_dir=${OUT_DIR:-docs/results}
+out_dir=${OUT_DIR:-docs/results/communication/$(date +%F)}
 mkdir -p "$out_dir"
 out=$out_dir/comm_bench_${ranks}ranks.jsonl
 repeats=${REPEATS:-1}

@@ -4,12 +4,13 @@
 # data: compute and communication without storage), sync (bucketed allreduce) and async (1 ps),
 # a fixed global batch split over 1, 2, 4 ... workers, one OpenMP thread per rank (one core per
 # worker), every run training on the same STEPS × GLOBAL_BATCH samples. Each model's table, CSV
-# and plot (speedup, efficiency, step anatomy) go to docs/scaling/<model>/ via
+# and plot (speedup, efficiency, step anatomy) go to docs/results/scaling/<date>/<model>/ via
 # data-tools/run_strong_scaling.sh and data-tools/scaling_report.py.
 #
 # Usage: tests/benchmarks/strong_scaling_models.sh [MODELS]   (default: "resnet50 vgg16")
 # Environment: WORKERS (default "1 2 4"), GLOBAL_BATCH (default 8), STEPS (default 6),
-#   OUT (default runs/scaling-models), DOCS (default docs/scaling), MODES (default "sync async").
+#   OUT (default runs/scaling-models), DOCS (default docs/results/scaling/<today>), MODES (default
+#   "sync async").
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
 # sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
 # (the global batch must split evenly over every worker count).
@@ -20,7 +21,7 @@ for m in $models; do
   job=jobs/${m}_imagenet.ini
   [ -f "$job" ] || { echo "strong_scaling_models.sh: no job file $job" >&2; exit 2; }
   out=${OUT:-runs/scaling-models}/$m
-  docs=${DOCS:-docs/scaling}/$m
+  docs=${DOCS:-docs/results/scaling/$(date +%F)}/$m
   mkdir -p "$docs"
   bash data-tools/run_strong_scaling.sh --job "$job" --workers "${WORKERS:-1 2 4}" \
     --modes "${MODES:-sync async}" --ps 1 --global-batch "${GLOBAL_BATCH:-8}" --steps "${STEPS:-6}" \
