@@ -45,6 +45,18 @@ void BatchNormOp::backward_relu(const void* /*x*/, const void* /*y*/, const floa
   throw LibraryError("batchnorm: backward_relu without a fused relu (enable_relu() said false)");
 }
 
+void BatchNormOp::forward_add_relu(const void* /*x*/, const void* /*z*/, const float* /*gamma*/,
+                                   const float* /*beta*/, float* /*running_mean*/,
+                                   float* /*running_var*/, void* /*y*/, bool /*training*/) {
+  throw LibraryError("batchnorm: forward_add_relu without enable_add_relu()");
+}
+
+void BatchNormOp::backward_add_relu(const void* /*x*/, const void* /*y*/, const float* /*gamma*/,
+                                    const float* /*beta*/, const void* /*dy*/, void* /*dx*/,
+                                    void* /*dz*/, float* /*dgamma*/, float* /*dbeta*/) {
+  throw LibraryError("batchnorm: backward_add_relu without enable_add_relu()");
+}
+
 void Backend::add_relu(void* y, const void* a, const void* b, std::size_t n, DType t,
                        ActivationOp& relu) {
   if (y == b) std::swap(a, b);  // y = b + a: IEEE addition is commutative, the bits are the same

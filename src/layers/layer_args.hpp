@@ -109,10 +109,10 @@ class LayerBase : public Layer {
     g_ = grads;
     s_ = state;
   }
-  void forward(LayerInputs x, void* y, const StepContext& ctx) final {
+  void forward(LayerInputs x, void* y, const StepContext& ctx) override {
     forward_one(x[0], y, ctx);
   }
-  void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) final {
+  void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) override {
     backward_one(x[0], y, dy, dx[0]);
   }
 

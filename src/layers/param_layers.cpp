@@ -118,16 +118,35 @@ class BatchNormLayer final : public LayerBase {
     const Shape c{d_.input.c, 1, 1, 1};
     return {{"running_mean", c, Init::zeros, 1}, {"running_var", c, Init::ones, 1}};
   }
-  /// With a fused relu backward also reads y (the relu's output), as the relu did.
-  [[nodiscard]] BackwardNeeds needs() const override { return {true, relu_, false}; }
-  bool absorb_relu() override { return relu_ = op_ != nullptr && op_->enable_relu(); }
+  /// With a fused epilogue backward also reads y (the relu's output), as the relu did.
+  [[nodiscard]] BackwardNeeds needs() const override {
+    return {true, epilogue_ != Epilogue::none, false};
+  }
+  bool absorb_relu() override { return absorb(Epilogue::relu); }
+  bool absorb_add_relu() override { return absorb(Epilogue::add_relu); }
+  [[nodiscard]] std::vector<Shape> input_shapes() const override {
+    if (epilogue_ == Epilogue::add_relu) return {in_, in_};  // x and the add's other input z
+    return {in_};
+  }
+  void forward(LayerInputs x, void* y, const StepContext& ctx) override {
+    if (epilogue_ != Epilogue::add_relu) return forward_one(x[0], y, ctx);
+    require_bound(op_.get());
+    DT_ASSERT(x.size() == 2, "batchnorm + add + relu: expected 2 inputs");
+    op_->forward_add_relu(x[0], x[1], p_[0], p_[1], s_[0], s_[1], y, ctx.training);
+  }
+  void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) override {
+    if (epilogue_ != Epilogue::add_relu) return backward_one(x[0], y, dy, dx[0]);
+    require_bound(op_.get());
+    DT_ASSERT(x.size() == 2 && dx.size() == 2, "batchnorm + add + relu: expected 2 inputs");
+    op_->backward_add_relu(x[0], y, p_[0], p_[1], dy, dx[0], dx[1], g_[0], g_[1]);
+  }
   void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
     op_->forward(x, p_[0], p_[1], s_[0], s_[1], y, ctx.training);
   }
   void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     require_bound(op_.get());
-    if (relu_)
+    if (epilogue_ == Epilogue::relu)
       op_->backward_relu(x, y, p_[0], p_[1], dy, dx, g_[0], g_[1]);
     else
       op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
@@ -138,9 +157,18 @@ class BatchNormLayer final : public LayerBase {
   }
 
  private:
+  /// What the layer absorbed (the op applies it): nothing, the relu after it, or add + relu.
+  enum class Epilogue { none, relu, add_relu };
+  bool absorb(Epilogue e) {
+    if (op_ == nullptr || epilogue_ != Epilogue::none) return false;
+    const bool ok = e == Epilogue::relu ? op_->enable_relu() : op_->enable_add_relu();
+    if (ok) epilogue_ = e;
+    return ok;
+  }
+
   BatchNormDesc d_;
   std::unique_ptr<BatchNormOp> op_;
-  bool relu_ = false;  ///< absorb_relu() succeeded: the op applies relu itself
+  Epilogue epilogue_ = Epilogue::none;
 };
 
 }  // namespace

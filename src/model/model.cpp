@@ -85,7 +85,7 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   std::vector<PlanNode> nodes;
   for (std::size_t i = 0; i < stack->layers.size(); ++i) {
     const Layer& l = *stack->layers[i];
-    PlanNode node{inputs_[i], l.output_shape().count(), l.needs()};
+    PlanNode node{run_inputs_[i], l.output_shape().count(), l.needs()};
     node.absorbed = absorbed_[i];
     if (node.absorbed) node.needs = {false, false, false};  // it never runs
     node.can_accumulate = backend != nullptr && backend->fuse() && l.can_accumulate_dx();
@@ -173,32 +173,66 @@ std::unique_ptr<Model::Stack> Model::make_stack(int n, Backend* be) {
 
 void Model::fuse(Stack& s) {
   const std::size_t L = s.layers.size();
-  if (!absorbed_.empty()) {  // a later batch size: the same layers fuse
-    for (std::size_t i = 1; i < L; ++i)
-      DT_ASSERT(!absorbed_[i] || s.layers[i - 1]->absorb_relu(),
-                "model: layer #" + std::to_string(i) + " fused a relu at one batch size only");
+  if (!fused_.empty()) {  // a later batch size: the same layers fuse
+    for (std::size_t i = 0; i < L; ++i) {
+      const bool ok = fused_[i] == 0 || (fused_[i] == 1 ? s.layers[i]->absorb_relu()
+                                                        : s.layers[i]->absorb_add_relu());
+      DT_ASSERT(ok, "model: layer #" + std::to_string(i + 1) + " fused at one batch size only");
+    }
     return;
   }
   absorbed_.assign(L, false);
+  fused_.assign(L, 0);
+  host_.assign(L, 0);
+  run_inputs_ = inputs_;
   if (backend_ == nullptr || !backend_->fuse()) return;
   std::vector<int> consumers(L + 1, 0);
   for (const auto& in : inputs_)
     for (int t : in) ++consumers[static_cast<std::size_t>(t)];
-  // Layer i (a relu) reads tensor i, the output of layer i - 1, and nothing else does.
-  for (std::size_t i = 1; i < L; ++i)
-    absorbed_[i] = specs_[i].type == "relu" && inputs_[i].size() == 1 &&
-                   inputs_[i][0] == static_cast<int>(i) && consumers[i] == 1 &&
-                   !absorbed_[i - 1] && s.layers[i - 1]->absorb_relu();
+  // Layer i reads tensor i (the output of layer i − 1) alone, and nothing else reads it.
+  auto sole_reader = [&](std::size_t i) {
+    return inputs_[i].size() == 1 && inputs_[i][0] == static_cast<int>(i) && consumers[i] == 1;
+  };
+  for (std::size_t a = 1; a + 1 < L; ++a)
+    if (specs_[a].type == "add" && specs_[a + 1].type == "relu" && sole_reader(a + 1))
+      fuse_add_relu(s, a, consumers);
+  for (std::size_t i = 1; i < L; ++i) {
+    if (specs_[i].type != "relu" || absorbed_[i] || absorbed_[i - 1] || fused_[i - 1] != 0 ||
+        !sole_reader(i) || !s.layers[i - 1]->absorb_relu())
+      continue;
+    absorbed_[i] = true;
+    host_[i] = i - 1;
+    fused_[i - 1] = 1;
+  }
 }
 
-std::size_t Model::fused_relus() const {
+bool Model::fuse_add_relu(Stack& s, std::size_t a, const std::vector<int>& consumers) {
+  // The add reads the batchnorm right before it (tensor a, read by nothing else) and z.
+  const std::size_t p = a - 1;
+  const auto bn = static_cast<int>(a);
+  const std::vector<int>& in = inputs_[a];
+  if (specs_[p].type != "batchnorm" || in.size() != 2 || consumers[a] != 1 || absorbed_[p] ||
+      (in[0] != bn && in[1] != bn) || in[0] == in[1])
+    return false;
+  const int z = in[0] == bn ? in[1] : in[0];
+  if (z == 0 || !s.layers[p]->absorb_add_relu()) return false;  // z: a layer's output
+  fused_[p] = 2;
+  absorbed_[a] = absorbed_[a + 1] = true;
+  host_[a] = host_[a + 1] = p;
+  run_inputs_[p] = {inputs_[p][0], z};
+  run_inputs_[a] = {bn};
+  return true;
+}
+
+std::size_t Model::fused_layers() const {
   return static_cast<std::size_t>(std::count(absorbed_.begin(), absorbed_.end(), true));
 }
 
 std::size_t Model::in_place_gradient_sums() const {
   std::size_t n = 0;
   for (const auto& step : plan_->backward)
-    n += static_cast<std::size_t>(std::count(step.adds_in_place.begin(), step.adds_in_place.end(), true));
+    n += static_cast<std::size_t>(
+        std::count(step.adds_in_place.begin(), step.adds_in_place.end(), true));
   return n;
 }
 
@@ -284,9 +318,9 @@ void* Model::act(int tensor, const void* x) const {
 void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
   std::vector<const void*> in;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
-    if (absorbed_[i]) continue;  // the layer before applied it
+    if (absorbed_[i]) continue;  // its host layer applied it
     in.clear();
-    for (int t : inputs_[i]) in.push_back(act(t, x));
+    for (int t : run_inputs_[i]) in.push_back(act(t, x));
     StepContext lc = ctx;
     lc.seed = mix_seed(ctx.seed, i);
     s.layers[i]->forward(in, act(static_cast<int>(i) + 1, x), lc);
@@ -318,15 +352,15 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
   std::vector<const void*> in;
   std::vector<void*> din;
   for (std::size_t i = L; i-- > 0;) {
-    if (absorbed_[i]) {  // the layer before reads the relu's gradient and output itself
+    if (absorbed_[i]) {  // its host layer reads the shared gradient and output itself
       if (on_final) on_final(grads_final_from_[i]);
       continue;
     }
     const PlanStep& step = plan_->backward[i];
     in.clear();
     din.clear();
-    for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
-      in.push_back(act(inputs_[i][k], input));
+    for (std::size_t k = 0; k < run_inputs_[i].size(); ++k) {
+      in.push_back(act(run_inputs_[i][k], input));
       din.push_back(step.dx[k] == kNoSlot ? nullptr : at(step.dx[k]));
     }
     const auto y = static_cast<int>(i) + 1;
@@ -334,9 +368,9 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     if (be.debug_sync())
       be.check_after("backward of layer " + std::to_string(i + 1) + " (" + s.layers[i]->type() +
                      ")");
-    for (std::size_t k = 0; k < inputs_[i].size(); ++k) {
+    for (std::size_t k = 0; k < run_inputs_[i].size(); ++k) {
       if (!step.accumulate[k]) continue;
-      const auto t = static_cast<std::size_t>(inputs_[i][k]);
+      const auto t = static_cast<std::size_t>(run_inputs_[i][k]);
       const std::size_t count = s.layers[i]->input_shapes()[k].count();
       be.add(at(plan_->grad[t]), din[k], count, be.act_dtype());
     }
@@ -413,7 +447,8 @@ std::string Model::summary() const {
         from += (from.empty() ? "  <- " : ",") + (n.empty() ? "#" + std::to_string(t) : n);
       }
     }
-    if (absorbed_.size() > i && absorbed_[i]) from += "  (runs inside #" + std::to_string(i) + ")";
+    if (absorbed_.size() > i && absorbed_[i])
+      from += "  (runs inside #" + std::to_string(host_[i] + 1) + ")";
     char line[400];
     std::snprintf(line, sizeof line, "#  %3zu %-14s %-48s -> %-14s %9zu params%s\n", i + 1,
                   name.c_str(), s.layers[i]->describe().c_str(), o.with_n(1).str().c_str(), np,

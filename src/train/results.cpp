@@ -121,6 +121,10 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["layout"] = job.backend ? std::string(layout_name(job.backend->layout())) : c.layout;  // as run
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
+  r["fuse"] = c.fuse;
+  // The chief's GPU memory at its peak (Backend::device_peak_bytes, MiB); 0 on the CPU.
+  r["gpu_peak_allocated_mb"] =
+      job.backend ? static_cast<double>(job.backend->device_peak_bytes()) / (1 << 20) : 0.0;
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
   r["staleness_mean"] = out.staleness_mean;

@@ -19,7 +19,9 @@
 #        forward and loss under torch.autocast(dtype=torch.bfloat16)),
 #        CUDNN_BENCHMARK=1 (GPU: both time every convolution algorithm once per shape and run the
 #        fastest — PyTorch's cudnn.benchmark = True, dtrain's --cudnn-benchmark; default: both use
-#        cuDNN's heuristics),
+#        cuDNN's heuristics), FUSE (dtrain's --fuse: auto, the default, | off),
+#        On a GPU each framework's peak GPU memory is printed too (dtrain's results.json
+#        gpu_peak_allocated_mb, PyTorch's torch.cuda.max_memory_allocated).
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing).
 # Needs a built dtrain (tests/run_all.sh or .ci/build.sh) and, for file-based jobs, the converted
@@ -52,8 +54,9 @@ timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/time_kb")
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
   --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
-  --batch-size "$batch" "${DTRAIN_ARGS[@]}" --run-dir "$tmp/dtrain" > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
-read -r dtrain_rate dtrain_rss <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
+  --batch-size "$batch" "${DTRAIN_ARGS[@]}" --fuse "${FUSE:-auto}" --run-dir "$tmp/dtrain" \
+  > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
+read -r dtrain_rate dtrain_rss dtrain_gpu <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
 run, warm, batch, time_kb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rows = [r for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
@@ -65,7 +68,7 @@ res = json.load(open(f"{run}/results.json"))
 rss = res.get("train_peak_rss_mb", res.get("peak_rss_mb"))
 if rss is None:  # an older dtrain: the largest RSS of mpirun and the rank, from /usr/bin/time (KiB)
     rss = int(open(time_kb).read().split()[-1]) / 1024 if os.path.exists(time_kb) else 0
-print(steps * batch / secs, rss)
+print(steps * batch / secs, rss, res.get("gpu_peak_allocated_mb", 0))
 PY
 )"
 
@@ -73,21 +76,27 @@ torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$thre
             --device "$device" --batch-size "$batch" "${TORCH_ARGS[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" <<'PY'
+"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" "$dtrain_gpu" "${FUSE:-auto}" <<'PY'
 import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
-d, d_rss = float(sys.argv[6]), float(sys.argv[7])
+d, d_rss, d_gpu = float(sys.argv[6]), float(sys.argv[7]), float(sys.argv[10])
 t = json.loads(sys.argv[8])
+gpu = device == "cuda"
 layout = ", channels last (PyTorch channels_last, dtrain --layout nhwc)" if t.get("channels_last") else ""
 if t.get("precision") == "bf16":
     layout += ", bf16 (PyTorch autocast, dtrain --precision bf16)"
 if t.get("cudnn_benchmark"):
     layout += ", conv algorithms timed (cudnn.benchmark, dtrain --cudnn-benchmark)"
+if sys.argv[11] != "auto":
+    layout += f", dtrain --fuse {sys.argv[11]}"
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
-print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}")
-print(f"{'dtrain':<24}{d:>12.2f}{d_rss:>15.0f}")
-print(f"{'pytorch ' + t['torch']:<24}{t['samples_per_sec']:>12.2f}{t['peak_rss_mb']:>15.0f}")
+t_gpu = t.get("peak_gpu_mb", 0.0)
+print(f"{'framework':<24}{'samples/s':>12}{'peak RSS MiB':>15}" + (f"{'peak GPU MiB':>15}" if gpu else ""))
+print(f"{'dtrain':<24}{d:>12.2f}{d_rss:>15.0f}" + (f"{d_gpu:>15.0f}" if gpu else ""))
+print(f"{'pytorch ' + t['torch']:<24}{t['samples_per_sec']:>12.2f}{t['peak_rss_mb']:>15.0f}" +
+      (f"{t_gpu:>15.0f}" if gpu else ""))
 print(f"ratio dtrain/pytorch: samples/s {d / t['samples_per_sec']:.2f}, "
-      f"peak RSS {d_rss / t['peak_rss_mb']:.2f}")
+      f"peak RSS {d_rss / t['peak_rss_mb']:.2f}" +
+      (f", peak GPU memory {d_gpu / t_gpu:.2f}" if gpu and t_gpu > 0 else ""))
 PY

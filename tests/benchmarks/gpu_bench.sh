@@ -9,6 +9,10 @@
 #   resnet50bf16        ResNet-50, batch 128, bf16 mixed precision in both (dtrain --precision bf16,
 #                       PyTorch torch.autocast(bfloat16)), both channels-last
 #   resnet50fp32        ResNet-50, batch 128, full fp32 math in both
+#   resnet50bf16b256    resnet50bf16 at batch 256
+#   resnet50bf16nofuse  resnet50bf16 with dtrain's --fuse off (what fusion gives, same call)
+#   inception3bf16      Inception-v3 (3x299x299), batch 128, bf16, channels last in both
+#   vgg16bf16           VGG-16, batch 128, bf16, channels last in both
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both
 #                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
@@ -46,7 +50,7 @@ if dt and tt:
 PY
   rm -rf "$tmp"
 }
-for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 tta}; do
+for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 resnet50bf16b256 resnet50bf16nofuse inception3bf16 vgg16bf16 tta}; do
   case $row in
     cnn64) BATCH=64 STEPS=600 WARMUP=50 bench jobs/fashion_mnist_cnn.ini ;;
     cnn512) BATCH=512 STEPS=300 WARMUP=30 bench jobs/fashion_mnist_cnn.ini ;;
@@ -54,6 +58,10 @@ for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 tt
     resnet50cl) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 bench jobs/resnet50_imagenet.ini ;;
     resnet50bf16) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/resnet50_imagenet.ini ;;
     resnet50fp32) BATCH=128 STEPS=30 WARMUP=10 MATH=fp32 bench jobs/resnet50_imagenet.ini ;;
+    resnet50bf16b256) BATCH=256 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/resnet50_imagenet.ini ;;
+    resnet50bf16nofuse) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 FUSE=off bench jobs/resnet50_imagenet.ini ;;
+    inception3bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/inception3_imagenet.ini ;;
+    vgg16bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/vgg16_imagenet.ini ;;
     tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;
   esac

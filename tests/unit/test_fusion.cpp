@@ -71,8 +71,8 @@ TEST(Fusion, CpuResidualNetFusedEqualsUnfusedBitForBit) {
   plain_be->set_fuse(false);
   Model fused(*fused_be, test::kResidualNet, sample, 4, 12);
   Model plain(*plain_be, test::kResidualNet, sample, 4, 12);
-  EXPECT_EQ(fused.fused_relus(), 2u);
-  EXPECT_EQ(plain.fused_relus(), 0u);
+  EXPECT_EQ(fused.fused_layers(), 2u);
+  EXPECT_EQ(plain.fused_layers(), 0u);
   EXPECT_EQ(fused.in_place_gradient_sums(), 0u);
   EXPECT_EQ(fused.signature(), plain.signature());  // checkpoints do not see fusion
   EXPECT_NE(fused.summary().find("(runs inside #12)"), std::string::npos) << fused.summary();

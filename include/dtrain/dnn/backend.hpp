@@ -203,6 +203,21 @@ class BatchNormOp {
   /// mask is applied inside). Throws LibraryError when enable_relu() did not succeed.
   virtual void backward_relu(const void* x, const void* y, const float* gamma, const float* beta,
                              const void* dy, void* dx, float* dgamma, float* dbeta);
+  /// Fuses a residual add and the relu after it (the end of a ResNet block): after it returns
+  /// true, forward_add_relu and backward_add_relu replace forward and backward. False (the
+  /// default), changing nothing, where the op has no fused kernel (the CUDA op in NHWC:
+  /// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION).
+  virtual bool enable_add_relu() { return false; }
+  /// y = max(BN(x) + z, 0); z has x's shape. Otherwise as forward.
+  virtual void forward_add_relu(const void* x, const void* z, const float* gamma,
+                                const float* beta, float* running_mean, float* running_var,
+                                void* y, bool training);
+  /// From dy of forward_add_relu's output y: dz = (y > 0 ? dy : 0), and dx, dgamma, dbeta as
+  /// backward with that masked gradient. dx or dz may be nullptr (not wanted). Throws
+  /// LibraryError when enable_add_relu() did not succeed.
+  virtual void backward_add_relu(const void* x, const void* y, const float* gamma,
+                                 const float* beta, const void* dy, void* dx, void* dz,
+                                 float* dgamma, float* dbeta);
 };
 
 /// Fully connected y = x·Wᵀ + b. x: N×I (any N×C×H×W with C·H·W = I), W: O×I, b: O, y: N×O.
@@ -340,6 +355,10 @@ class Backend {
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.
   virtual void synchronize() = 0;
+  /// The most device memory this process's allocations held at once (bytes): on CUDA every
+  /// cudaMalloc dtrain made (parameters, activation arena, workspaces, op buffers; not the CUDA
+  /// context nor cuDNN's and cuBLAS's own), as torch.cuda.max_memory_allocated; 0 on the CPU.
+  [[nodiscard]] virtual std::size_t device_peak_bytes() const { return 0; }
 
   /// Stopwatch points (mark()).
   static constexpr int kMarks = 4;

@@ -116,6 +116,12 @@ class Layer {
   /// max(layer(x), 0), backward receives that output as y and its gradient as dy, and needs()
   /// reports output = true. False (the default) where the layer has no fused form on its backend.
   virtual bool absorb_relu() { return false; }
+  /// Fusion of a residual block's end: take the add after this layer and the relu after that.
+  /// When it returns true the layer gains a second input z (the add's other input, of this
+  /// layer's output shape; input_shapes() lists it), forward writes max(layer(x) + z, 0),
+  /// backward receives that output as y and its gradient as dy and writes dx[1] = ∂L/∂z, and
+  /// needs() reports output = true. False (the default) where there is no fused form.
+  virtual bool absorb_add_relu() { return false; }
   /// Whether backward can add the input gradient into dx[0] instead of overwriting it (a
   /// convolution on cuDNN: β = 1), saving the scratch gradient and the add that a tensor read by
   /// several layers otherwise needs. Default false.

@@ -81,8 +81,9 @@ class Model {
   [[nodiscard]] float* state() const { return state_.data(); }
   /// Planned activation + activation-gradient memory for training at max_batch (bytes).
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
-  /// Relu layers that run inside the layer before them (Backend::fuse(); 0 with fusion off).
-  [[nodiscard]] std::size_t fused_relus() const;
+  /// Layers that run inside another (Backend::fuse(); 0 with fusion off): relus inside the add
+  /// or batchnorm before them, adds (with their relu) inside the batchnorm before them.
+  [[nodiscard]] std::size_t fused_layers() const;
   /// Layers whose backward adds into an input gradient in place (ConvOp::set_accumulate_dx)
   /// instead of writing a scratch gradient that an add then sums.
   [[nodiscard]] std::size_t in_place_gradient_sums() const;
@@ -135,9 +136,13 @@ class Model {
   void build_graph(const std::vector<std::string>& layer_lines);
   Stack& stack_for(int n);
   std::unique_ptr<Stack> make_stack(int n, Backend* be);
-  /// Fusion (Backend::fuse()): on the first stack, decides which relu layers run inside the
-  /// layer before them (absorbed_) and asks those layers; on later stacks, asks the same layers.
+  /// Fusion (Backend::fuse()): on the first stack, decides which layers run inside another
+  /// (absorbed_, host_) — a relu inside the add or batchnorm before it, a batchnorm's following
+  /// add + relu inside the batchnorm — and asks the host layers (Layer::absorb_relu,
+  /// absorb_add_relu); on later stacks, asks the same layers.
   void fuse(Stack& s);
+  /// Tries to fold the add at `a` and the relu after it into the batchnorm at a − 1.
+  bool fuse_add_relu(Stack& s, std::size_t a, const std::vector<int>& consumers);
   void bind(Stack& s);
   void run_forward(Stack& s, const void* input, const StepContext& ctx);
   /// Activation `tensor` (0: the network input `input`, i + 1: layer i's output) in the arena.
@@ -157,9 +162,15 @@ class Model {
   std::size_t param_count_ = 0, state_count_ = 0, activation_bytes_ = 0;
   std::size_t act_size_ = sizeof(float);  ///< bytes per activation element (Backend::act_size())
   std::vector<std::size_t> grads_final_from_;  ///< per layer: its first parameter's offset
-  /// Per layer: a relu run inside the layer before it (Layer::absorb_relu), skipped itself; empty
-  /// until the first stack is built.
+  /// Per layer: run inside another layer (host_), skipped itself; empty until the first stack.
   std::vector<bool> absorbed_;
+  /// Per layer: what it absorbed — 0 nothing, 1 the relu after it, 2 the add + relu after it.
+  std::vector<int> fused_;
+  /// Per layer: the layer an absorbed one runs inside (for the summary).
+  std::vector<std::size_t> host_;
+  /// Per layer: the tensors it reads when run — inputs_, except that a batchnorm that absorbed an
+  /// add also reads the add's other input, and the absorbed add then reads only the batchnorm.
+  std::vector<std::vector<int>> run_inputs_;
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
   DeviceBuffer<std::byte> arena_;  ///< activation memory (see MemoryPlan), shared by every stack

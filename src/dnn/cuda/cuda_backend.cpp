@@ -108,6 +108,7 @@ void* CudaBackend::allocate(std::size_t bytes) {
                                         name_ + " failed: " + cudaGetErrorString(e),
                                     __FILE__, __LINE__));
   }
+  note_device_alloc(p, bytes);
   DeviceMemory owner(p);  // freed if the memset fails
   DT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
   DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -115,7 +116,9 @@ void* CudaBackend::allocate(std::size_t bytes) {
 }
 
 void CudaBackend::deallocate(void* p) noexcept {
-  if (p) DT_CHECK_CUDA_NOTHROW(cudaFree(p));
+  if (p == nullptr) return;
+  note_device_free(p);
+  DT_CHECK_CUDA_NOTHROW(cudaFree(p));
 }
 
 void* CudaBackend::allocate_host(std::size_t bytes) {

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) override;
   bool all_finite(const float* p, std::size_t n) override;
   void synchronize() override;
+  [[nodiscard]] std::size_t device_peak_bytes() const override { return cuda::device_peak_bytes(); }
 
   std::unique_ptr<ConvOp> make_conv(const ConvDesc& d) override;
   std::unique_ptr<PoolOp> make_pool(const PoolDesc& d) override;

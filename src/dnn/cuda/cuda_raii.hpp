@@ -16,6 +16,15 @@
 
 namespace dtrain::cuda {
 
+/// The device memory this process took with cudaMalloc through dtrain (DeviceMemory,
+/// CudaBackend::allocate; device_memory.cpp), counted as PyTorch's torch.cuda.memory_allocated:
+/// the CUDA context and what cuDNN and cuBLAS allocate themselves are not in it. Thread-safe.
+/// note_device_alloc records `bytes` at `p`, note_device_free forgets p (unknown p: nothing).
+void note_device_alloc(const void* p, std::size_t bytes) noexcept;
+void note_device_free(const void* p) noexcept;
+/// The largest total of recorded allocations live at once since the process started (bytes).
+std::size_t device_peak_bytes() noexcept;
+
 /// Owner of one handle of type H released by Traits::destroy(H) (noexcept).
 template <typename H, typename Traits>
 class UniqueHandle {
@@ -67,7 +76,7 @@ DT_DETAIL_TRAITS(PoolDescTraits, cudnnPoolingDescriptor_t,
                  DT_CHECK_CUDNN_NOTHROW(cudnnDestroyPoolingDescriptor(h)));
 DT_DETAIL_TRAITS(ActDescTraits, cudnnActivationDescriptor_t,
                  DT_CHECK_CUDNN_NOTHROW(cudnnDestroyActivationDescriptor(h)));
-DT_DETAIL_TRAITS(DeviceMemTraits, void*, DT_CHECK_CUDA_NOTHROW(cudaFree(h)));
+DT_DETAIL_TRAITS(DeviceMemTraits, void*, note_device_free(h); DT_CHECK_CUDA_NOTHROW(cudaFree(h)));
 DT_DETAIL_TRAITS(HostMemTraits, void*, DT_CHECK_CUDA_NOTHROW(cudaFreeHost(h)));
 #undef DT_DETAIL_TRAITS
 
@@ -244,6 +253,7 @@ class DeviceMemory : public UniqueHandle<void*, DeviceMemTraits> {
     if (bytes == 0) return DeviceMemory();
     void* p = nullptr;
     DT_CHECK_CUDA(cudaMalloc(&p, bytes));
+    note_device_alloc(p, bytes);
     return DeviceMemory(p);
   }
   template <typename T>

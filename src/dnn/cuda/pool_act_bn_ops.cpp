@@ -9,6 +9,10 @@
 // NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT through cudnnBatchNormalizationForward-
 // TrainingEx / BackwardEx, with the backend's workspace and a reserve space per op, as PyTorch for
 // channels_last). Descriptors in the backend's layout.
+// Epilogues (BatchNormOp::enable_relu / enable_add_relu, for layer fusion): in NHWC training
+// cuDNN's fused CUDNN_BATCHNORM_OPS_BN_ACTIVATION / _BN_ADD_ACTIVATION calls (as MXNet and
+// NVIDIA's MLPerf ResNet-50 use them), probed once per op; inference, and any call cuDNN refuses
+// at run time, runs the plain batchnorm and our relu / add + relu kernels.
 // Momentum is PyTorch's; running_var holds the unbiased batch variance, as BatchNormDesc documents.
 // Activations are of the backend's act_dtype() (bf16: CUDNN_DATA_BFLOAT16 descriptors, fp32
 // scale, bias and statistics — the derived batchnorm parameter descriptor is fp32 for bf16 data).
@@ -150,86 +154,32 @@ class CudaBatchNormOp final : public BatchNormOp {
 
   void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* y, bool training) override {
-    const float one = 1.0f, zero = 0.0f;
-    if (training && own_) {
-      launch_bn_forward_training(be_.stream(), shape_, x, y, elem(t_), gamma, beta, running_mean,
-                                 running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
-                                 saved_inv_var_.as<float>(), scratch_.as<float>());
-    } else if (training && ex_) {
-      auto run = [&] {
-        return cudnnBatchNormalizationForwardTrainingEx(
-            be_.cudnn(), train_mode_, ops(), &one, &zero, x_desc_, x, nullptr, nullptr, x_desc_, y,
-            param_desc_, gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
-            static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get(), relu_desc(),
-            be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_);
-      };
-      if (relu_ && !unfused_relu_ && run() != CUDNN_STATUS_SUCCESS) {
-        // cuDNN sized the fused call but refuses to run it: batchnorm, then our relu, from now on
-        // (backward_relu masks dy first).
-        unfused_relu_ = true;
-        log_info("cuDNN refused its fused batchnorm + relu for " + d_.input.str() +
-                 "; running the two apart");
-      } else if (relu_ && !unfused_relu_) {
-        return;
-      }
-      DT_CHECK_CUDNN(run());
-      if (unfused_relu_) launch_relu_forward(be_.stream(), y, y, d_.input.count(), elem(t_));
-    } else if (training) {
-      // saved_inv_var_ is 1/sqrt(var + ε) in every path (cuDNN's resultSaveInvVariance).
-      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
-          be_.cudnn(), train_mode_, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
-          gamma, beta, static_cast<double>(d_.momentum), running_mean, running_var,
-          static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get()));
-    } else {
-      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
-          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
-          gamma, beta, running_mean, running_var, static_cast<double>(d_.epsilon)));
-      if (relu_) launch_relu_forward(be_.stream(), y, y, d_.input.count(), elem(t_));
-    }
+    run_forward(x, nullptr, gamma, beta, running_mean, running_var, y, training);
+  }
+  void forward_add_relu(const void* x, const void* z, const float* gamma, const float* beta,
+                        float* running_mean, float* running_var, void* y,
+                        bool training) override {
+    DT_REQUIRE(epilogue_ == Epilogue::add_relu, "batchnorm: forward_add_relu without the fusion");
+    run_forward(x, z, gamma, beta, running_mean, running_var, y, training);
   }
 
-  /// The relu fuses where cuDNN's NHWC *Ex kernels accept CUDNN_BATCHNORM_OPS_BN_ACTIVATION for
-  /// this shape and type (asked once: workspace and reserve sizes of the fused forward and
-  /// backward); elsewhere false, and the relu stays a layer of its own.
-  bool enable_relu() override {
-    if (!ex_) return relu_;
-    if (relu_) return true;
-    act_ = ActivationDesc::create(CUDNN_ACTIVATION_RELU);
-    const auto fused = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-    std::size_t fwd = 0, bwd = 0, reserve = 0;
-    const bool ok =
-        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-            be_.cudnn(), train_mode_, fused, x_desc_, nullptr, x_desc_, param_desc_, act_,
-            &fwd) == CUDNN_STATUS_SUCCESS &&
-        cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-            be_.cudnn(), train_mode_, fused, x_desc_, x_desc_, x_desc_, nullptr, x_desc_,
-            param_desc_, act_, &bwd) == CUDNN_STATUS_SUCCESS &&
-        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-            be_.cudnn(), train_mode_, fused, act_, x_desc_, &reserve) == CUDNN_STATUS_SUCCESS;
-    if (!ok) return false;
-    be_.reserve_workspace(std::max(fwd, bwd));
-    if (reserve > reserve_bytes_) {
-      reserve_ = DeviceMemory::create(reserve);
-      reserve_bytes_ = reserve;
-    }
-    relu_ = true;
-    return true;
-  }
+  /// The epilogues fuse where cuDNN's NHWC *Ex kernels accept CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+  /// (relu) or _BN_ADD_ACTIVATION (add + relu) for this shape and type (asked once: workspace and
+  /// reserve sizes of the fused forward and backward); elsewhere false, and the model keeps the
+  /// layers apart.
+  bool enable_relu() override { return enable(Epilogue::relu); }
+  bool enable_add_relu() override { return enable(Epilogue::add_relu); }
 
   void backward_relu(const void* x, const void* y, const float* gamma, const float* beta,
                      const void* dy, void* dx, float* dgamma, float* dbeta) override {
-    DT_REQUIRE(relu_, "batchnorm: backward_relu without a fused relu");
-    const float one = 1.0f, zero = 0.0f;
-    if (unfused_relu_) {  // the forward ran the two apart: the relu's mask, then batchnorm alone
-      if (!masked_dy_) masked_dy_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
-      launch_relu_backward(be_.stream(), y, dy, masked_dy_.get(), d_.input.count(), elem(t_));
-      return backward(x, gamma, masked_dy_.get(), dx, dgamma, dbeta);
-    }
-    DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
-        be_.cudnn(), train_mode_, ops(), &one, &zero, &one, &zero, x_desc_, x, x_desc_, y,
-        x_desc_, dy, nullptr, nullptr, x_desc_, dx_or_scratch(dx), param_desc_, gamma, beta,
-        dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get(),
-        act_, be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_));
+    DT_REQUIRE(epilogue_ == Epilogue::relu, "batchnorm: backward_relu without the fusion");
+    run_backward(x, y, gamma, beta, dy, dx, nullptr, dgamma, dbeta);
+  }
+  void backward_add_relu(const void* x, const void* y, const float* gamma, const float* beta,
+                         const void* dy, void* dx, void* dz, float* dgamma,
+                         float* dbeta) override {
+    DT_REQUIRE(epilogue_ == Epilogue::add_relu, "batchnorm: backward_add_relu without the fusion");
+    run_backward(x, y, gamma, beta, dy, dx, dz, dgamma, dbeta);
   }
 
   void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
@@ -239,7 +189,7 @@ class CudaBatchNormOp final : public BatchNormOp {
                          saved_inv_var_.as<float>(), dx, dgamma, dbeta, scratch_.as<float>());
       return;
     }
-    dx = dx_or_scratch(dx);
+    dx = or_scratch(dx, scratch_dx_);
     const float one = 1.0f, zero = 0.0f;
     if (ex_) {
       DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
@@ -250,35 +200,137 @@ class CudaBatchNormOp final : public BatchNormOp {
           reserve_bytes_));
       return;
     }
-    DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
-        be_.cudnn(), train_mode_, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy,
-        x_desc_, dx, param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon),
-        saved_mean_.get(), saved_inv_var_.get()));
+    legacy_backward(x, gamma, dy, dx, dgamma, dbeta);
   }
 
  private:
-  /// cuDNN always writes dx; a first-layer batchnorm (dx == nullptr) gets a scratch buffer, made
-  /// once.
-  void* dx_or_scratch(void* dx) {
-    if (dx != nullptr) return dx;
-    if (!scratch_dx_) scratch_dx_ = DeviceMemory::create(d_.input.count() * dtype_size(t_));
-    return scratch_dx_.get();
+  /// What runs after the normalization (enable_relu / enable_add_relu).
+  enum class Epilogue { none, relu, add_relu };
+
+  bool enable(Epilogue e) {
+    if (epilogue_ != Epilogue::none) return epilogue_ == e;
+    if (!ex_) return false;
+    if (!act_) act_ = ActivationDesc::create(CUDNN_ACTIVATION_RELU);
+    const cudnnBatchNormOps_t ops = e == Epilogue::relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+                                                        : CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    const cudnnTensorDescriptor_t z = e == Epilogue::add_relu ? x_desc_.get() : nullptr;
+    std::size_t fwd = 0, bwd = 0, reserve = 0;
+    const bool ok =
+        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+            be_.cudnn(), train_mode_, ops, x_desc_, z, x_desc_, param_desc_, act_, &fwd) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+            be_.cudnn(), train_mode_, ops, x_desc_, x_desc_, x_desc_, z, x_desc_, param_desc_,
+            act_, &bwd) == CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(be_.cudnn(), train_mode_, ops, act_,
+                                                             x_desc_, &reserve) ==
+            CUDNN_STATUS_SUCCESS;
+    if (!ok) return false;
+    be_.reserve_workspace(std::max(fwd, bwd));
+    if (reserve > reserve_bytes_) {
+      reserve_ = DeviceMemory::create(reserve);
+      reserve_bytes_ = reserve;
+    }
+    epilogue_ = e;
+    fused_ops_ = ops;
+    return true;
   }
-  [[nodiscard]] bool fused() const { return relu_ && !unfused_relu_; }
-  [[nodiscard]] cudnnBatchNormOps_t ops() const {
-    return fused() ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+
+  /// Batch normalization of x, then the epilogue (z: the add's other input, add_relu only): in
+  /// cuDNN's fused training call where it runs, else by our kernels after the plain call.
+  void run_forward(const void* x, const void* z, const float* gamma, const float* beta,
+                   float* running_mean, float* running_var, void* y, bool training) {
+    const float one = 1.0f, zero = 0.0f;
+    const auto momentum = static_cast<double>(d_.momentum);
+    const auto eps = static_cast<double>(d_.epsilon);
+    if (training && ex_) {
+      if (epilogue_ != Epilogue::none && fused_) {
+        const cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
+            be_.cudnn(), train_mode_, fused_ops_, &one, &zero, x_desc_, x,
+            z != nullptr ? x_desc_.get() : nullptr, z, x_desc_, y, param_desc_, gamma, beta,
+            momentum, running_mean, running_var, eps, saved_mean_.get(), saved_inv_var_.get(),
+            act_, be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_);
+        if (st == CUDNN_STATUS_SUCCESS) return;
+        // cuDNN sized the fused call but refuses to run it: the plain call and our kernels.
+        fused_ = false;
+        log_info(std::string("cuDNN refused its fused batchnorm epilogue (") +
+                 cudnnGetErrorString(st) + ") for " + d_.input.str() + "; running it apart");
+      }
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTrainingEx(
+          be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, x_desc_, x, nullptr,
+          nullptr, x_desc_, y, param_desc_, gamma, beta, momentum, running_mean, running_var, eps,
+          saved_mean_.get(), saved_inv_var_.get(), nullptr, be_.workspace(),
+          be_.workspace_bytes(), reserve_.get(), reserve_bytes_));
+    } else if (training && own_) {
+      launch_bn_forward_training(be_.stream(), shape_, x, y, elem(t_), gamma, beta, running_mean,
+                                 running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
+                                 saved_inv_var_.as<float>(), scratch_.as<float>());
+    } else if (training) {
+      // saved_inv_var_ is 1/sqrt(var + ε) in every path (cuDNN's resultSaveInvVariance).
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
+          be_.cudnn(), train_mode_, &one, &zero, x_desc_, x, x_desc_, y, param_desc_, gamma, beta,
+          momentum, running_mean, running_var, eps, saved_mean_.get(), saved_inv_var_.get()));
+    } else {
+      DT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
+          be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x, x_desc_, y, param_desc_,
+          gamma, beta, running_mean, running_var, eps));
+    }
+    const std::size_t n = d_.input.count();
+    if (epilogue_ == Epilogue::relu) launch_relu_forward(be_.stream(), y, y, n, elem(t_));
+    if (epilogue_ == Epilogue::add_relu) launch_add_relu(be_.stream(), y, y, z, n, elem(t_));
   }
-  [[nodiscard]] cudnnActivationDescriptor_t relu_desc() const {
-    return fused() ? act_.get() : nullptr;
+
+  /// The epilogue's backward, then batch normalization's: one fused cuDNN call where the forward
+  /// ran fused, else the relu's mask (and dz) by our kernel and cuDNN's plain backward (the
+  /// non-Ex call, which reads only the saved statistics).
+  void run_backward(const void* x, const void* y, const float* gamma, const float* beta,
+                    const void* dy, void* dx, void* dz, float* dgamma, float* dbeta) {
+    const bool add = epilogue_ == Epilogue::add_relu;
+    if (add) dz = or_scratch(dz, scratch_dz_);
+    if (fused_) {
+      const float one = 1.0f, zero = 0.0f;
+      const cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
+          be_.cudnn(), train_mode_, fused_ops_, &one, &zero, &one, &zero, x_desc_, x, x_desc_, y,
+          x_desc_, dy, add ? x_desc_.get() : nullptr, dz, x_desc_, or_scratch(dx, scratch_dx_),
+          param_desc_, gamma, beta, dgamma, dbeta, static_cast<double>(d_.epsilon),
+          saved_mean_.get(), saved_inv_var_.get(), act_, be_.workspace(), be_.workspace_bytes(),
+          reserve_.get(), reserve_bytes_);
+      if (st == CUDNN_STATUS_SUCCESS) return;
+      fused_ = false;
+      log_info(std::string("cuDNN refused its fused batchnorm epilogue's backward (") +
+               cudnnGetErrorString(st) + ") for " + d_.input.str() + "; running it apart");
+    }
+    void* masked = or_scratch(nullptr, masked_dy_);
+    launch_relu_backward_fanout(be_.stream(), y, dy, masked, add ? dz : nullptr,
+                                d_.input.count(), elem(t_));
+    legacy_backward(x, gamma, masked, or_scratch(dx, scratch_dx_), dgamma, dbeta);
+  }
+
+  void legacy_backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
+                       float* dbeta) {
+    const float one = 1.0f, zero = 0.0f;
+    DT_CHECK_CUDNN(cudnnBatchNormalizationBackward(
+        be_.cudnn(), train_mode_, &one, &zero, &one, &zero, x_desc_, x, x_desc_, dy, x_desc_, dx,
+        param_desc_, gamma, dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(),
+        saved_inv_var_.get()));
+  }
+
+  /// p, or (p == nullptr) an activation-sized scratch buffer `mem`, made once: cuDNN always
+  /// writes dx and dz, and a first-layer batchnorm gets no dx.
+  void* or_scratch(void* p, DeviceMemory& mem) {
+    if (p != nullptr) return p;
+    if (!mem) mem = DeviceMemory::create(d_.input.count() * dtype_size(t_));
+    return mem.get();
   }
 
   CudaBackend& be_;
   BatchNormDesc d_;
   DType t_ = DType::f32;  ///< of x, y, dx, dy
-  bool relu_ = false;     ///< enable_relu(): cuDNN's BN_ACTIVATION ops (ex_ only)
-  bool unfused_relu_ = false;  ///< cuDNN refused the fused call at run time: relu kernels instead
-  ActivationDesc act_;    ///< their relu
-  DeviceMemory masked_dy_;  ///< unfused_relu_: relu'(y)·dy for the plain backward
+  Epilogue epilogue_ = Epilogue::none;
+  cudnnBatchNormOps_t fused_ops_ = CUDNN_BATCHNORM_OPS_BN;  ///< of the epilogue (ex_ only)
+  bool fused_ = true;   ///< false once cuDNN refused the fused call: our kernels run the epilogue
+  ActivationDesc act_;  ///< the epilogue's relu
+  DeviceMemory masked_dy_, scratch_dz_;  ///< the unfused epilogue's relu'(y)·dy; an unwanted dz
   TensorDesc x_desc_, param_desc_;
   cudnnBatchNormMode_t train_mode_ = CUDNN_BATCHNORM_SPATIAL;  ///< of training forward and backward
   DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
