@@ -3,6 +3,7 @@
 # Throughput rows go through tests/benchmarks/bench_vs_pytorch.sh with DEVICE=cuda (one worker,
 # sync; samples/s of each over the timed steps, warm-up excluded, and the ratio dtrain / PyTorch):
 #   cnn64, cnn512       the Fashion-MNIST CNN (jobs/fashion_mnist_cnn.ini) at batch 64 and 512, TF32
+#   cnn64cl, cnn512cl   the same with both in channels-last order
 #   resnet50            ResNet-50 on synthetic 3x224x224 data, batch 128, TF32, PyTorch NCHW
 #   resnet50cl          the same with both in channels-last order (PyTorch channels_last, dtrain
 #                       --layout nhwc: the layout tensor-core convolutions read)
@@ -54,6 +55,8 @@ for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 re
   case $row in
     cnn64) BATCH=64 STEPS=600 WARMUP=50 bench jobs/fashion_mnist_cnn.ini ;;
     cnn512) BATCH=512 STEPS=300 WARMUP=30 bench jobs/fashion_mnist_cnn.ini ;;
+    cnn64cl) BATCH=64 STEPS=600 WARMUP=50 CHANNELS_LAST=1 bench jobs/fashion_mnist_cnn.ini ;;
+    cnn512cl) BATCH=512 STEPS=300 WARMUP=30 CHANNELS_LAST=1 bench jobs/fashion_mnist_cnn.ini ;;
     resnet50) BATCH=128 STEPS=40 WARMUP=10 bench jobs/resnet50_imagenet.ini ;;
     resnet50cl) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 bench jobs/resnet50_imagenet.ini ;;
     resnet50bf16) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/resnet50_imagenet.ini ;;

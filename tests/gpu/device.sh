@@ -12,7 +12,8 @@
 #             tests with DTRAIN_REQUIRE_GPU=1, and a short CNN run on cpu, cuda+nccl, cuda+mpi
 #             (early losses side by side)
 #   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1)
-#   sanitize  the GPU unit tests and the one-rank NCCL test under compute-sanitizer memcheck
+#   sanitize  the GPU unit tests (SANITIZE_FILTER, a gtest filter; default Cuda*) and the
+#             one-rank NCCL test under compute-sanitizer memcheck
 #   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
@@ -105,7 +106,7 @@ probe() {
 sanitize() {
   log "compute-sanitizer memcheck: GPU unit tests"
   DTRAIN_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
-    build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 | tail -15
+    build/tests/dtrain_unit_tests --gtest_filter="${SANITIZE_FILTER:-Cuda*}" 2>&1 | tail -15
   echo "unit tests under memcheck: exit ${PIPESTATUS[0]}"
   log "compute-sanitizer memcheck: one-rank NCCL / MPI staging"
   # NCCL probes kernel images for every architecture at init (cudaFuncGetAttributes answers
