@@ -16,7 +16,7 @@ build=${BUILD_DIR:-build}
 # CUDA archs 90 (H100/H200) and 80 (A100) keep the fat binaries small; -DDTRAIN_REQUIRE_CUDA=ON
 # makes a CPU-only fallback a configure error instead of a silent surprise on the GPU machine.
 BUILD_DIR=$build bash .ci/build.sh -DDTRAIN_REQUIRE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-80;90}"
-ldd "$build/bin/dtrain" | grep -q libcudnn || { echo "stage: $build/bin/dtrain has no cuDNN" >&2; exit 1; }
+ldd "$build/bin/dtrain" | grep libcudnn >/dev/null || { echo "stage: $build/bin/dtrain has no cuDNN" >&2; exit 1; }
 
 out=.device
 rm -rf "$out/build.tar.xz"
