@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
@@ -21,24 +20,13 @@
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
 #include "dtrain/model/model.hpp"
+#include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace dtrain {
 namespace {
-
-/// The model input and class count a checkpoint was trained for: its signature's first line,
-/// "input 1xCxHxW classes K" (model/model.cpp).
-void checkpoint_input(const CheckpointState& s, const std::string& path, std::string& input,
-                      int& classes) {
-  std::istringstream line(s.model_signature.substr(0, s.model_signature.find('\n')));
-  std::string word_input, word_classes;
-  line >> word_input >> input >> word_classes >> classes;
-  DT_REQUIRE(line && word_input == "input" && word_classes == "classes" && classes > 0,
-             "checkpoint '" + path + "': its model signature does not start with "
-             "'input <shape> classes <K>'");
-}
 
 /// First sample and sample count of rank r of R: whole batches of a global grid of `batch`.
 std::pair<std::int64_t, std::int64_t> share(std::int64_t n, int batch, int r, int R) {
@@ -130,36 +118,25 @@ int run_predict(const Config& c) {
                      "' is not writable");
     }
     ckpt = read_checkpoint(c.checkpoint);
-    std::string input;
-    checkpoint_input(ckpt, c.checkpoint, input, classes);
+    const CheckpointInput input = checkpoint_input(ckpt, c.checkpoint);
+    classes = input.classes;
     info = open_dataset_info(c.data, classes,
                              "the class count of checkpoint '" + c.checkpoint + "'", true);
-    DT_REQUIRE(info.sample.str() == input,
+    DT_REQUIRE(info.sample.str() == input.sample,
                "option --data '" + c.data + "': images are " + info.sample.str() +
                    " per sample, but the model of checkpoint '" + c.checkpoint + "' takes " +
-                   input);
+                   input.sample);
     DT_REQUIRE(info.num_samples * classes < (std::int64_t{1} << 31),
                "option --data '" + c.data + "': " + std::to_string(info.num_samples) + " samples × " +
                    std::to_string(classes) + " classes exceed one gather (2^31 values); split it");
     set_threads(c, *cluster);
     backend = make_backend(c, *cluster, device);
     model = std::make_unique<Model>(*backend, c.layers, info.sample, classes, batch);
-    check_checkpoint_compatible(ckpt, c.checkpoint, model->signature(), ckpt.mode,
-                                model->param_count());
-    const std::size_t S = model->state_count();
-    DT_REQUIRE(ckpt.model_state.size() == S * static_cast<std::size_t>(ckpt.state_rows) ||
-                   (S == 0 && ckpt.model_state.size() <= static_cast<std::size_t>(ckpt.state_rows)),
-               "checkpoint '" + c.checkpoint + "': model_state holds " +
-                   std::to_string(ckpt.model_state.size()) + " values, the model needs " +
-                   std::to_string(ckpt.state_rows) + " × " + std::to_string(S));
+    check_inference_compatible(ckpt, c.checkpoint, *model);
   });
   Model& m = *model;
   Backend& be = *backend;
-  be.copy_to_device(m.params(), ckpt.params.data(), ckpt.params.size() * sizeof(float));
-  if (const std::size_t S = m.state_count()) {
-    const std::vector<float> state = mean_of_rows(ckpt.model_state.data(), ckpt.state_rows, S);
-    be.copy_to_device(m.state(), state.data(), S * sizeof(float));
-  }
+  load_for_inference(ckpt, m, be);
   ckpt.params = {};
   ckpt.m = {};
   ckpt.v = {};

@@ -19,9 +19,9 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
-#include "dtrain/io/checkpoint.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
+#include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/provenance.hpp"
 #include "dtrain/train/signals.hpp"
 #include "job.hpp"
@@ -96,13 +96,6 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 
 namespace {
 
-/// Broadcast from the chief over the workers, with the communication deadline.
-void worker_bcast(void* data, int count, MPI_Datatype type, MPI_Comm comm, const char* what) {
-  MPI_Request req;
-  DT_CHECK_MPI(MPI_Ibcast(data, count, type, 0, comm, &req));
-  wait_one(req, comm_timeout(), std::string("broadcast of the resume point: ") + what);
-}
-
 /// Phase 1 — the checks every rank makes identically (options, datasets, model, roles,
 /// shards): one error, on every rank, before anything is touched.
 Job check_job(const Config& c) {
@@ -156,77 +149,10 @@ void acquire_resources(const Config& c, Job& job) {
     set_threads(c, *job.cluster);
     job.backend = make_backend(c, *job.cluster, job.device_name);
     if (job.backend) job.backend->set_label_smoothing(c.label_smoothing);  // before the loss ops
-    if (!job.cluster->is_chief()) return;
-    prepare_run_dir(c.run_dir);
-    const auto existing = list_checkpoints(c.run_dir);
-    const std::vector<std::string> outputs = run_outputs(c.run_dir);
-    std::string listed;  // "metrics.csv, config.ini"
-    for (const std::string& o : outputs) listed += (listed.empty() ? "" : ", ") + o;
-    const bool finished = std::find(outputs.begin(), outputs.end(), "results.json") != outputs.end();
-    if (c.resume) {
-      job.resume = load_latest_checkpoint(c.run_dir);
-      if (job.resume)
-        // Name the checkpoint actually read: a corrupt newer one may have been skipped.
-        check_checkpoint_compatible(*job.resume, checkpoint_path(c.run_dir, job.resume->global_step),
-                                    job.signature, std::string(to_string(c.mode)), job.param_count,
-                                    c.optimizer);
-      else if (!existing.empty())
-        // Every checkpoint failed to verify (each was reported above): starting over would bury
-        // them under new ones, so refuse and leave the run dir as it is.
-        throw InputError("--resume: none of the " + std::to_string(existing.size()) +
-                         " checkpoints in '" + c.run_dir + "' verifies (newest: '" +
-                         existing.front() + "'; see the warnings above); nothing was overwritten");
-      else if (finished)
-        // A finished run without checkpoints: nothing to continue, and starting over would
-        // replace its results.
-        throw InputError("--resume: '" + c.run_dir + "' holds a finished run (" + listed +
-                         ") but no checkpoint to continue from; choose another --run-dir "
-                         "(nothing was overwritten)");
-      else
-        // A run stopped before its first checkpoint (a requeued Slurm job): start it again.
-        log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
-                 (outputs.empty() ? std::string()
-                                  : " (its " + listed + " stay; metrics.csv keeps the earlier "
-                                    "attempt's rows before the new ones)"));
-    } else {
-      DT_REQUIRE(existing.empty() && outputs.empty(),
-                 "option --run-dir: '" + c.run_dir + "' already holds a run (" +
-                     (existing.empty() ? "" : std::to_string(existing.size()) + " checkpoint(s)" +
-                                                  std::string(outputs.empty() ? "" : ", ")) +
-                     listed + "); pass --resume to continue it or choose another --run-dir "
-                     "(nothing was overwritten)");
-    }
+    if (job.cluster->is_chief()) job.resume = find_resume_point(c, job.signature, job.param_count);
   });
   job.cluster->set_devices(job.device_name);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
-}
-
-/// The chief's resume point to every worker (allreduce replicas need the parameters too).
-void share_resume_point(Job& job) {
-  if (!job.cluster->is_worker()) return;
-  MPI_Comm wc = job.cluster->role_comm();
-  int has = job.resume ? 1 : 0;
-  worker_bcast(&has, 1, MPI_INT, wc, "present");
-  if (!has) return;
-  if (!job.resume) job.resume.emplace();
-  CheckpointState& s = *job.resume;
-  std::int64_t hdr[6] = {s.global_step, s.epoch, s.step_in_epoch,
-                         static_cast<std::int64_t>(s.m.size()),
-                         static_cast<std::int64_t>(s.v.size()),
-                         static_cast<std::int64_t>(s.model_state.size())};
-  worker_bcast(hdr, 6, MPI_INT64_T, wc, "steps and sizes");
-  worker_bcast(&s.state_rows, 1, MPI_INT, wc, "batchnorm rows");
-  worker_bcast(&s.wall_seconds, 1, MPI_DOUBLE, wc, "wall time");
-  s.global_step = hdr[0];
-  s.epoch = hdr[1];
-  s.step_in_epoch = hdr[2];
-  s.params.resize(job.param_count);
-  s.m.resize(hdr[3]);
-  s.v.resize(hdr[4]);
-  s.model_state.resize(hdr[5]);
-  for (auto* v : {&s.params, &s.m, &s.v, &s.model_state})
-    if (!v->empty())
-      worker_bcast(v->data(), static_cast<int>(v->size()), MPI_FLOAT, wc, "parameters and state");
 }
 
 /// The log header (rank 0), role/model/plan tables and config.ini (the chief).
@@ -347,7 +273,8 @@ int run_training(const Config& c) {
     return kExitOk;
   }
   acquire_resources(c, job);
-  share_resume_point(job);
+  // The chief's resume point to every worker (allreduce replicas need the parameters too).
+  share_resume_point(*job.cluster, job.param_count, job.resume);
   announce(c, job);
   start_timeline(c);
   // What workers and ps train with: --lr-scaling, --async-schedule applied.

@@ -1,6 +1,7 @@
 // dtrain/train/worker.cpp — per-epoch loop: prefetching reader → model step → gradient exchange;
-// stop at --max-steps or on a signal; evaluation, batchnorm-state averaging and checkpoints at
-// epoch ends (and evaluation every --eval-every steps); chief logging to stdout and metrics.csv.
+// stop at --max-steps or on a signal; evaluation and batchnorm-state averaging at epoch ends (and
+// evaluation every --eval-every steps); chief logging to stdout and metrics.csv. Restore and
+// checkpoints: the Checkpointer's hooks (train/checkpointer.hpp), called at the loop's points.
 #include "worker.hpp"
 
 #include <algorithm>
@@ -46,6 +47,8 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
       y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
   exchange_ = make_exchange(c, cluster, plan, model_);
+  checkpointer_.emplace(c, cluster, plan, backend, model_, *exchange_,
+                        [this] { return prior_wall_ + now_seconds() - t_start_; });
   if (plan.synthetic) make_synthetic_batch();
   if (cluster_.is_chief())
     metrics_ = std::make_unique<MetricsWriter>(
@@ -81,39 +84,18 @@ void Worker::make_synthetic_batch() {
 }
 
 WorkerOutcome Worker::run() {
-  int first_epoch = 0;
-  std::int64_t first_step = 0;
   const bool resumed = resume_.has_value();
-  if (resume_) {
-    global_step_ = resume_->global_step;
-    first_epoch = static_cast<int>(resume_->epoch);
-    first_step = resume_->step_in_epoch;
-    prior_wall_ = resume_->wall_seconds;
-    // Batchnorm statistics: this worker's row when the worker count matches, else the mean.
-    const std::size_t S = model_.state_count();
-    const int rows = resume_->state_rows;
-    const std::vector<float> row =
-        rows == plan_.workers
-            ? std::vector<float>(resume_->model_state.begin() + w_ * S,
-                                 resume_->model_state.begin() + (w_ + 1) * S)
-            : mean_of_rows(resume_->model_state.data(), rows, S);
-    if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
-    if (cluster_.is_chief())
-      log_info("# resuming from global_step " + std::to_string(global_step_) + ", epoch " +
-               std::to_string(first_epoch + 1) + ", step " + std::to_string(first_step) +
-               " of the epoch");
-  } else {
-    model_.initialize(c_.seed);
-  }
-  exchange_->start(model_, resume_ ? &*resume_ : nullptr, global_step_);
-  resume_.reset();  // free the host copy
+  const TrainPosition from = checkpointer_->restore(std::move(resume_), prior_wall_);
+  resume_.reset();  // moved from (restore() freed the host copy)
+  global_step_ = from.global_step;
+  const int first_epoch = from.epoch;
+  const std::int64_t first_step = from.step_in_epoch;
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
   if (cluster_.is_chief() && be_.act_dtype() == DType::bf16)
     log_info("# worker 0 backend: " + be_.name());
 
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = global_step_;
-  ckpt_bucket_ = c_.checkpoint_every > 0 ? global_step_ / c_.checkpoint_every : 0;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
   if (resumed && cluster_.is_chief() && c_.target_accuracy > 0) {
     // Reached before the interruption? metrics.csv holds every evaluation up to the checkpoint.
@@ -129,24 +111,19 @@ WorkerOutcome Worker::run() {
     worker_sum(cluster_.role_comm(), flags, 2);
     stop_signal_ = flags[0] > 0;
     stop_max_ = flags[1] > 0;
-    const bool lockstep = exchange_->lockstep();
     if (stop_signal_ || stop_max_) {
-      // Lockstep: checkpoint before any epoch-end work so that a resumed run continues bit for bit.
-      if (lockstep || stop_signal_) checkpoint(epoch, cursor_);
+      checkpointer_->at_stop(position(epoch), stop_signal_);
       if (stop_signal_) break;  // leave quickly: no evaluation
     }
     average_model_state();
     const ExchangeResult fresh = exchange_->refresh(model_);
     global_step_ = fresh.global_step;
     out_.samples += fresh.samples;
-    // ps modes keep one row of statistics (no bit-exact resume): checkpoint after the averaging, so
-    // the checkpoint holds what this evaluation uses (dtrain predict), also over a mid-epoch
-    // checkpoint of the chief at the same step.
-    if (stop_max_ && !lockstep) checkpoint(epoch, cursor_, true);
+    if (stop_max_) checkpointer_->after_averaging(position(epoch));
     evaluate(epoch);
     if (stop_max_) break;
     out_.epochs_done = epoch + 1;
-    checkpoint(epoch + 1, 0, !lockstep);
+    checkpointer_->at_epoch_end({global_step_, epoch + 1, 0});
   }
   if (first_epoch >= c_.epochs) {
     // --resume of a finished run: nothing left to train, but report the model's test metrics
@@ -194,7 +171,6 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
                    static_cast<std::size_t>(c_.cache_mb) << 20);
   }
   HostBatch batch;
-  const bool lockstep = exchange_->lockstep();
   cursor_ = start;
   for (std::int64_t s = start; !exchange_->epoch_over(epoch, s, global_step_); ++s) {
     if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
@@ -271,17 +247,13 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       break;
     }
     if (log_steps_ >= c_.log_every) log_interval(epoch);
-    if (c_.checkpoint_every > 0 && global_step_ / c_.checkpoint_every > ckpt_bucket_) {
-      ckpt_bucket_ = global_step_ / c_.checkpoint_every;
-      // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone.
-      if (lockstep || cluster_.is_chief()) checkpoint(epoch, cursor_);
-    }
+    checkpointer_->after_step(position(epoch));
     if (c_.eval_every > 0 && global_step_ / c_.eval_every > eval_bucket_) {
       eval_bucket_ = global_step_ / c_.eval_every;
       // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
       const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
                         (c_.max_steps > 0 && global_step_ >= c_.max_steps);
-      if (!last && (lockstep || cluster_.is_chief())) evaluate_between(epoch);
+      if (!last) evaluate_between(epoch);
     }
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
@@ -431,8 +403,10 @@ void Worker::average_model_state() {
 }
 
 void Worker::evaluate_between(int epoch) {
+  const bool lockstep = exchange_->lockstep();
+  if (!lockstep && !cluster_.is_chief()) return;  // the chief evaluates alone (below)
   const double t0 = now_seconds();
-  if (exchange_->lockstep()) {
+  if (lockstep) {
     // Every worker is at the same step. Evaluate with the workers' mean batchnorm statistics, as
     // at epoch ends, then give each worker its own back: evaluating never changes the training
     // state, so a run with --eval-every trains bit for bit as one without.
@@ -508,45 +482,6 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
                      0, 0});
     note_target(out_.test_accuracy, global_step_, wall);
   }
-}
-
-void Worker::checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite) {
-  exchange_->settle(model_);  // never save a step whose gradient turns out non-finite
-  const bool lockstep = exchange_->lockstep();
-  if (global_step_ == last_checkpoint_step_ && !rewrite) return;
-  const TimelineSpan span("checkpoint", "checkpoint");
-  CheckpointState s;
-  const std::size_t S = model_.state_count();
-  std::vector<float> mine(std::max<std::size_t>(S, 1));
-  be_.copy_to_host(mine.data(), model_.state(), mine.size() * sizeof(float));
-  if (lockstep) {
-    // Every worker's batchnorm statistics, so a resumed run continues bit for bit.
-    s.state_rows = plan_.workers;
-    s.model_state.resize(mine.size() * plan_.workers);
-    MPI_Request req;
-    DT_CHECK_MPI(MPI_Igather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
-                             s.model_state.data(), static_cast<int>(mine.size()), MPI_FLOAT, 0,
-                             cluster_.role_comm(), &req));
-    wait_one(req, comm_timeout(), "gathering batchnorm statistics for a checkpoint");
-  } else {
-    s.state_rows = 1;
-    s.model_state = mine;
-  }
-  last_checkpoint_step_ = global_step_;
-  if (!cluster_.is_chief()) return;
-  s.global_step = exchange_->snapshot(model_, s);
-  if (!lockstep) s.global_step = std::max(s.global_step, global_step_);
-  s.epoch = epoch;
-  s.step_in_epoch = step_in_epoch;
-  s.seed = c_.seed;
-  s.num_workers = plan_.workers;
-  s.mode = std::string(to_string(c_.mode));
-  s.model_signature = model_.signature();
-  s.config = c_.effective_ini;
-  s.wall_seconds = prior_wall_ + now_seconds() - t_start_;
-  if (S == 0) s.model_state.assign(s.state_rows, 0.0f);
-  write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
-  log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
 }
 
 }  // namespace dtrain

@@ -12,6 +12,7 @@
 #include "dtrain/core/config.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
+#include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/exchange.hpp"
 #include "dtrain/train/report.hpp"
 #include "dtrain/train/trainer.hpp"
@@ -57,13 +58,13 @@ class Worker {
   /// Test-set evaluation. all workers (default): each its shard, summed (collective); alone: this
   /// worker on the whole test set (async --eval-every, chief only). Chief: logs, metrics.csv row.
   void evaluate(int epoch, bool epoch_end = true, bool alone = false);
-  /// --eval-every after a step that crossed a multiple of N global steps (see worker.cpp).
+  /// --eval-every after a step that crossed a multiple of N global steps (see worker.cpp): every
+  /// worker in lockstep (collective), else the chief alone (the others return at once).
   void evaluate_between(int epoch);
   void note_target(double accuracy, std::int64_t step, double wall);  ///< --target-accuracy
   void average_model_state();
-  /// rewrite: write even when this step was checkpointed already (async epoch ends, whose
-  /// averaged batchnorm statistics replace the chief's own of a mid-epoch checkpoint).
-  void checkpoint(int epoch, std::int64_t step_in_epoch, bool rewrite = false);
+  /// Where training stands in `epoch`: global_step_ and cursor_ (the checkpointer's position).
+  [[nodiscard]] TrainPosition position(int epoch) const { return {global_step_, epoch, cursor_}; }
   void log_interval(int epoch);
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
   /// the run's global steps done, ETA (async: staleness).
@@ -90,14 +91,14 @@ class Worker {
   Backend& be_;
   Model model_;
   std::unique_ptr<GradientExchange> exchange_;
+  std::optional<Checkpointer> checkpointer_;  ///< made right after exchange_, which it refers to
   std::optional<CheckpointState> resume_;
   std::unique_ptr<MetricsWriter> metrics_;
   DeviceBuffer<float> x_, stats_;
   DeviceBuffer<std::int32_t> y_;
   int w_;
-  std::int64_t global_step_ = 0, last_checkpoint_step_ = -1;
+  std::int64_t global_step_ = 0;
   std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
-  std::int64_t ckpt_bucket_ = 0;  ///< global_step / checkpoint_every at the last checkpoint
   std::int64_t eval_bucket_ = 0;  ///< global_step / eval_every at the last --eval-every check
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators

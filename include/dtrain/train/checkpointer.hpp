@@ -1,0 +1,147 @@
+// dtrain/train/checkpointer.hpp — the one home of checkpointing above the file format: the run
+// directory and resume policy (which checkpoint, if any, a run continues from), the resume point's
+// broadcast to the workers, restoring a worker, when a training run saves and what state it
+// assembles, and the checks `dtrain predict` makes before it scores with a checkpoint.
+//
+// Below it: io/checkpoint.hpp (the HDF5 layout, the atomic write, checksums, verification) and each
+// GradientExchange's snapshot() (the parameters and optimizer state, which only the exchange holds:
+// the replicas' own copy, or the ps shards gathered with SNAPSHOT requests).
+//
+// When a training run saves (Checkpointer's hooks, called by the worker's loop):
+//   after_step      --checkpoint-every N: a step that crossed a multiple of N global steps.
+//                   Lockstep exchanges (allreduce): every worker, at the same step; else the chief
+//                   alone (its snapshot gathers the ps shards).
+//   at_stop         the loop stopped (signal, --max-steps), before any epoch-end work. Lockstep:
+//                   always, so that a resumed run continues bit for bit; else only on a signal.
+//   after_averaging ps modes stopped by --max-steps: after the batchnorm averaging, rewriting a
+//                   mid-epoch checkpoint of the same step, so that it holds what evaluation uses.
+//   at_epoch_end    an epoch's end (after its evaluation): the position of the next epoch; ps
+//                   modes rewrite a mid-epoch checkpoint of the same step (averaged statistics).
+// A step already saved is not saved again (unless rewritten as above).
+//
+// What a checkpoint holds besides the exchange's snapshot: batchnorm statistics as one row per
+// worker, in worker order (lockstep: gathered, so that each worker resumes with its own), or the
+// chief's row alone (ps modes: workers are not at a common step); the position (global step, epoch,
+// step in the epoch), the seed, worker count, mode, model signature, effective configuration and
+// the training wall time before it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/io/checkpoint.hpp"
+#include "dtrain/model/model.hpp"
+#include "dtrain/train/exchange.hpp"
+#include "dtrain/train/plan.hpp"
+
+namespace dtrain {
+
+/// Where training stands: where a checkpoint resumes, and where one is saved.
+struct TrainPosition {
+  std::int64_t global_step = 0;   ///< updates applied so far
+  int epoch = 0;                  ///< epoch in progress (0-based)
+  std::int64_t step_in_epoch = 0; ///< local steps of that epoch done (the data cursor)
+};
+
+/// The chief's part of a run's set-up, inside the all_or_nothing() phase: makes c.run_dir (a
+/// writable directory) and returns the checkpoint to resume from. Without --resume the run dir
+/// must hold no run (checkpoints or outputs, see run_outputs()): std::nullopt, else InputError
+/// naming the directory and what it holds. With --resume: the newest checkpoint that verifies
+/// (corrupt newer ones are skipped with a warning), checked against this job
+/// (check_checkpoint_compatible: the model `signature`, c.mode, `param_count` parameters,
+/// c.optimizer); std::nullopt with a warning when the run dir holds neither checkpoints nor
+/// results.json (a run stopped before its first checkpoint starts over). Throws InputError when
+/// no checkpoint verifies, when a finished run has no checkpoint, or when the newest readable one
+/// does not fit; nothing is overwritten then.
+std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
+                                                 std::size_t param_count);
+
+/// Collective over the workers (cluster.role_comm(); a ps returns at once): the chief's resume
+/// point (`resume`, std::nullopt for a fresh start) to every worker. Afterwards every worker's
+/// `resume` holds the position, wall time, `param_count` parameters, the optimizer state and the
+/// batchnorm rows (not the metadata strings). Throws TimeoutError past --timeout, LibraryError
+/// when an MPI call fails.
+void share_resume_point(const Cluster& cluster, std::size_t param_count,
+                        std::optional<CheckpointState>& resume);
+
+/// One worker's checkpointing in a training run (see the top of this file). Holds references to
+/// everything it is given, which must outlive it. Not thread-safe (the training thread only).
+class Checkpointer {
+ public:
+  /// wall_seconds: the run's training wall time so far, read when a checkpoint is written.
+  Checkpointer(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
+               Model& model, GradientExchange& exchange, std::function<double()> wall_seconds);
+
+  /// Sets the worker's starting state and starts the exchange (GradientExchange::start). With a
+  /// resume point (share_resume_point()): this worker's batchnorm row when the checkpoint has one
+  /// per worker of this run, else the mean of its rows (mean_of_rows); the chief logs the
+  /// position. Without: model.initialize(c.seed). Returns the position training continues from
+  /// (zero without a resume point); `wall_seconds` receives the checkpoint's training time (0).
+  /// Collective over the workers; throws as GradientExchange::start().
+  TrainPosition restore(std::optional<CheckpointState> resume, double& wall_seconds);
+
+  /// After each training step at position `at` (at.step_in_epoch: steps done): saves when
+  /// --checkpoint-every was crossed since the last check. Lockstep: every worker calls it;
+  /// otherwise each worker may, and only the chief saves. Throws as save().
+  void after_step(const TrainPosition& at);
+  /// The epoch's loop stopped at `at`, by a signal (`signal`) or --max-steps: saves (lockstep, or a
+  /// signal) before the epoch-end work. Every worker calls it. Throws as save().
+  void at_stop(const TrainPosition& at, bool signal);
+  /// After the epoch-end batchnorm averaging of a run stopped by --max-steps: ps modes save (a
+  /// rewrite), lockstep does nothing (at_stop() saved). Every worker calls it. Throws as save().
+  void after_averaging(const TrainPosition& at);
+  /// After an epoch's evaluation: saves position `next` (the next epoch, step 0); ps modes
+  /// rewrite a checkpoint of the same step. Every worker calls it. Throws as save().
+  void at_epoch_end(const TrainPosition& next);
+
+ private:
+  /// Settles the exchange, then — unless `at.global_step` was saved already and !rewrite — gathers
+  /// the batchnorm rows (lockstep: collective over the workers) and, on the chief, snapshots the
+  /// exchange and writes <run_dir>/ckpt-<step>.h5 atomically (write_checkpoint()). Throws as
+  /// GradientExchange::settle()/snapshot(), TimeoutError past --timeout, LibraryError when the
+  /// write fails (the previous checkpoints stay).
+  void save(const TrainPosition& at, bool rewrite = false);
+  /// This worker's batchnorm statistics as a checkpoint's rows (lockstep: every worker's, on the
+  /// chief; collective over the workers).
+  void gather_model_state(CheckpointState& s);
+
+  const Config& c_;
+  const Cluster& cluster_;
+  const TrainPlan& plan_;
+  Backend& be_;
+  Model& model_;
+  GradientExchange& exchange_;
+  std::function<double()> wall_seconds_;
+  const bool lockstep_;
+  std::int64_t last_step_ = -1;  ///< global step of the last checkpoint (written or gathered)
+  std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
+};
+
+/// What a checkpoint's model takes, from its signature's first line "input 1xCxHxW classes K".
+struct CheckpointInput {
+  std::string sample;  ///< "CxHxW", as SampleShape::str()
+  int classes = 0;
+};
+
+/// The input shape and class count of checkpoint `s`, read from `path`. Throws InputError naming
+/// `path` when its model signature does not start with "input <shape> classes <K>" (K ≥ 1).
+CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& path);
+
+/// `dtrain predict`'s checks of checkpoint `s` (read from `path`) against `model`, the job's layers
+/// built for the checkpoint's input: check_checkpoint_compatible() with the checkpoint's own mode,
+/// and a model_state of state_rows × model.state_count() floats. Throws InputError naming `path`.
+void check_inference_compatible(const CheckpointState& s, const std::string& path,
+                                const Model& model);
+
+/// Copies checkpoint `s`'s parameters and the mean of its batchnorm rows (mean_of_rows(), the
+/// statistics training evaluates with) into `model` on `backend`. `s` must have passed
+/// check_inference_compatible() for `model`. Throws LibraryError when a device copy fails.
+void load_for_inference(const CheckpointState& s, Model& model, Backend& backend);
+
+}  // namespace dtrain

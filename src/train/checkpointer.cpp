@@ -1,0 +1,240 @@
+// dtrain/train/checkpointer.cpp — checkpointing above the file format (see checkpointer.hpp): the
+// run directory and resume policy, the resume point's broadcast, a worker's restore, when a run
+// saves and what it assembles, and `dtrain predict`'s checks.
+#include "dtrain/train/checkpointer.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
+
+namespace dtrain {
+namespace {
+
+/// Broadcast from the chief over the workers, with the communication deadline.
+void worker_bcast(void* data, int count, MPI_Datatype type, MPI_Comm comm, const char* what) {
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Ibcast(data, count, type, 0, comm, &req));
+  wait_one(req, comm_timeout(), std::string("broadcast of the resume point: ") + what);
+}
+
+/// "metrics.csv, config.ini": a run dir's outputs for a message.
+std::string list_names(const std::vector<std::string>& names) {
+  std::string listed;
+  for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  return listed;
+}
+
+/// --resume found no checkpoint that verifies: refuse when the run dir holds checkpoints (all
+/// corrupt) or a finished run, else warn and start from scratch.
+void resume_without_checkpoint(const Config& c, const std::vector<std::string>& existing,
+                               const std::vector<std::string>& outputs) {
+  const std::string listed = list_names(outputs);
+  const bool finished =
+      std::find(outputs.begin(), outputs.end(), "results.json") != outputs.end();
+  if (!existing.empty())
+    // Every checkpoint failed to verify (each was reported above): starting over would bury
+    // them under new ones, so refuse and leave the run dir as it is.
+    throw InputError("--resume: none of the " + std::to_string(existing.size()) +
+                     " checkpoints in '" + c.run_dir + "' verifies (newest: '" +
+                     existing.front() + "'; see the warnings above); nothing was overwritten");
+  if (finished)
+    // A finished run without checkpoints: nothing to continue, and starting over would
+    // replace its results.
+    throw InputError("--resume: '" + c.run_dir + "' holds a finished run (" + listed +
+                     ") but no checkpoint to continue from; choose another --run-dir "
+                     "(nothing was overwritten)");
+  // A run stopped before its first checkpoint (a requeued Slurm job): start it again.
+  log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
+           (outputs.empty() ? std::string()
+                            : " (its " + listed + " stay; metrics.csv keeps the earlier "
+                              "attempt's rows before the new ones)"));
+}
+
+}  // namespace
+
+std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
+                                                 std::size_t param_count) {
+  prepare_run_dir(c.run_dir);
+  const auto existing = list_checkpoints(c.run_dir);
+  const std::vector<std::string> outputs = run_outputs(c.run_dir);
+  if (!c.resume) {
+    DT_REQUIRE(existing.empty() && outputs.empty(),
+               "option --run-dir: '" + c.run_dir + "' already holds a run (" +
+                   (existing.empty() ? "" : std::to_string(existing.size()) + " checkpoint(s)" +
+                                                std::string(outputs.empty() ? "" : ", ")) +
+                   list_names(outputs) + "); pass --resume to continue it or choose another "
+                   "--run-dir (nothing was overwritten)");
+    return std::nullopt;
+  }
+  std::optional<CheckpointState> resume = load_latest_checkpoint(c.run_dir);
+  if (resume)
+    // Name the checkpoint actually read: a corrupt newer one may have been skipped.
+    check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step),
+                                signature, std::string(to_string(c.mode)), param_count,
+                                c.optimizer);
+  else
+    resume_without_checkpoint(c, existing, outputs);
+  return resume;
+}
+
+void share_resume_point(const Cluster& cluster, std::size_t param_count,
+                        std::optional<CheckpointState>& resume) {
+  if (!cluster.is_worker()) return;
+  MPI_Comm wc = cluster.role_comm();
+  int has = resume ? 1 : 0;
+  worker_bcast(&has, 1, MPI_INT, wc, "present");
+  if (!has) return;
+  if (!resume) resume.emplace();
+  CheckpointState& s = *resume;
+  std::int64_t hdr[6] = {s.global_step, s.epoch, s.step_in_epoch,
+                         static_cast<std::int64_t>(s.m.size()),
+                         static_cast<std::int64_t>(s.v.size()),
+                         static_cast<std::int64_t>(s.model_state.size())};
+  worker_bcast(hdr, 6, MPI_INT64_T, wc, "steps and sizes");
+  worker_bcast(&s.state_rows, 1, MPI_INT, wc, "batchnorm rows");
+  worker_bcast(&s.wall_seconds, 1, MPI_DOUBLE, wc, "wall time");
+  s.global_step = hdr[0];
+  s.epoch = hdr[1];
+  s.step_in_epoch = hdr[2];
+  s.params.resize(param_count);
+  s.m.resize(hdr[3]);
+  s.v.resize(hdr[4]);
+  s.model_state.resize(hdr[5]);
+  for (auto* v : {&s.params, &s.m, &s.v, &s.model_state})
+    if (!v->empty())
+      worker_bcast(v->data(), static_cast<int>(v->size()), MPI_FLOAT, wc, "parameters and state");
+}
+
+Checkpointer::Checkpointer(const Config& c, const Cluster& cluster, const TrainPlan& plan,
+                           Backend& backend, Model& model, GradientExchange& exchange,
+                           std::function<double()> wall_seconds)
+    : c_(c), cluster_(cluster), plan_(plan), be_(backend), model_(model), exchange_(exchange),
+      wall_seconds_(std::move(wall_seconds)), lockstep_(exchange.lockstep()) {}
+
+TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, double& wall_seconds) {
+  TrainPosition at;
+  wall_seconds = 0;
+  if (resume) {
+    at = {resume->global_step, static_cast<int>(resume->epoch), resume->step_in_epoch};
+    wall_seconds = resume->wall_seconds;
+    // Batchnorm statistics: this worker's row when the worker count matches, else the mean.
+    const std::size_t S = model_.state_count();
+    const int rows = resume->state_rows, w = cluster_.me().index;
+    const std::vector<float> row =
+        rows == plan_.workers
+            ? std::vector<float>(resume->model_state.begin() + w * S,
+                                 resume->model_state.begin() + (w + 1) * S)
+            : mean_of_rows(resume->model_state.data(), rows, S);
+    if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
+    if (cluster_.is_chief())
+      log_info("# resuming from global_step " + std::to_string(at.global_step) + ", epoch " +
+               std::to_string(at.epoch + 1) + ", step " + std::to_string(at.step_in_epoch) +
+               " of the epoch");
+  } else {
+    model_.initialize(c_.seed);
+  }
+  exchange_.start(model_, resume ? &*resume : nullptr, at.global_step);
+  bucket_ = c_.checkpoint_every > 0 ? at.global_step / c_.checkpoint_every : 0;
+  return at;
+}
+
+void Checkpointer::after_step(const TrainPosition& at) {
+  if (c_.checkpoint_every <= 0 || at.global_step / c_.checkpoint_every <= bucket_) return;
+  bucket_ = at.global_step / c_.checkpoint_every;
+  // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone.
+  if (lockstep_ || cluster_.is_chief()) save(at);
+}
+
+void Checkpointer::at_stop(const TrainPosition& at, bool signal) {
+  // Lockstep: checkpoint before any epoch-end work so that a resumed run continues bit for bit.
+  if (lockstep_ || signal) save(at);
+}
+
+void Checkpointer::after_averaging(const TrainPosition& at) {
+  // ps modes keep one row of statistics (no bit-exact resume): checkpoint after the averaging, so
+  // the checkpoint holds what this evaluation uses (dtrain predict), also over a mid-epoch
+  // checkpoint of the chief at the same step.
+  if (!lockstep_) save(at, true);
+}
+
+void Checkpointer::at_epoch_end(const TrainPosition& next) { save(next, !lockstep_); }
+
+void Checkpointer::gather_model_state(CheckpointState& s) {
+  const std::size_t S = model_.state_count();
+  std::vector<float> mine(std::max<std::size_t>(S, 1));
+  be_.copy_to_host(mine.data(), model_.state(), mine.size() * sizeof(float));
+  if (!lockstep_) {
+    s.state_rows = 1;
+    s.model_state = std::move(mine);
+    return;
+  }
+  // Every worker's batchnorm statistics, so a resumed run continues bit for bit.
+  s.state_rows = plan_.workers;
+  s.model_state.resize(mine.size() * plan_.workers);
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Igather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
+                           s.model_state.data(), static_cast<int>(mine.size()), MPI_FLOAT, 0,
+                           cluster_.role_comm(), &req));
+  wait_one(req, comm_timeout(), "gathering batchnorm statistics for a checkpoint");
+}
+
+void Checkpointer::save(const TrainPosition& at, bool rewrite) {
+  exchange_.settle(model_);  // never save a step whose gradient turns out non-finite
+  if (at.global_step == last_step_ && !rewrite) return;
+  const TimelineSpan span("checkpoint", "checkpoint");
+  CheckpointState s;
+  gather_model_state(s);
+  last_step_ = at.global_step;
+  if (!cluster_.is_chief()) return;
+  s.global_step = exchange_.snapshot(model_, s);
+  if (!lockstep_) s.global_step = std::max(s.global_step, at.global_step);
+  s.epoch = at.epoch;
+  s.step_in_epoch = at.step_in_epoch;
+  s.seed = c_.seed;
+  s.num_workers = plan_.workers;
+  s.mode = std::string(to_string(c_.mode));
+  s.model_signature = model_.signature();
+  s.config = c_.effective_ini;
+  s.wall_seconds = wall_seconds_();
+  if (model_.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
+  write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
+  log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
+}
+
+CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& path) {
+  CheckpointInput in;
+  std::istringstream line(s.model_signature.substr(0, s.model_signature.find('\n')));
+  std::string word_input, word_classes;
+  line >> word_input >> in.sample >> word_classes >> in.classes;
+  DT_REQUIRE(line && word_input == "input" && word_classes == "classes" && in.classes > 0,
+             "checkpoint '" + path + "': its model signature does not start with "
+             "'input <shape> classes <K>'");
+  return in;
+}
+
+void check_inference_compatible(const CheckpointState& s, const std::string& path,
+                                const Model& model) {
+  check_checkpoint_compatible(s, path, model.signature(), s.mode, model.param_count());
+  const std::size_t S = model.state_count();
+  const auto rows = static_cast<std::size_t>(s.state_rows);
+  DT_REQUIRE(s.model_state.size() == S * rows || (S == 0 && s.model_state.size() <= rows),
+             "checkpoint '" + path + "': model_state holds " +
+                 std::to_string(s.model_state.size()) + " values, the model needs " +
+                 std::to_string(s.state_rows) + " × " + std::to_string(S));
+}
+
+void load_for_inference(const CheckpointState& s, Model& model, Backend& backend) {
+  backend.copy_to_device(model.params(), s.params.data(), s.params.size() * sizeof(float));
+  if (const std::size_t S = model.state_count()) {
+    const std::vector<float> state = mean_of_rows(s.model_state.data(), s.state_rows, S);
+    backend.copy_to_device(model.state(), state.data(), S * sizeof(float));
+  }
+}
+
+}  // namespace dtrain
