@@ -2,11 +2,12 @@
 // default, or `predict`), one rank's role, error reporting.
 // Errors in set-up are agreed on by every rank (one message, same exit code, clean MPI_Finalize);
 // an error during training is printed by the rank that hit it, which then calls MPI_Abort so that
-// no peer is left waiting.
+// no peer is left waiting. Every message starts with the rank tag ("[rank R ...]", log_error()).
 #include <mpi.h>
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/core/config.hpp"
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // The rank tag of every error until the job knows this rank's role (train/trainer.cpp,
+  // train/predict.cpp): option and job-file errors name their rank too.
+  dtrain::set_error_context("rank " + std::to_string(rank));
   int code = 0;
   try {
     dtrain::ParseResult parsed;

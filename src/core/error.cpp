@@ -47,4 +47,8 @@ std::string without_error_prefix(const std::string& msg) {
   return !prefix.empty() && msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
 }
 
+std::string with_error_prefix(const std::string& msg) {
+  return msg.rfind("[rank ", 0) == 0 ? msg : error_prefix() + msg;
+}
+
 }  // namespace dtrain

@@ -24,7 +24,7 @@ void log_info(const std::string& line) {
 
 void log_error(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_log_mu);
-  std::fprintf(stderr, "dtrain: error: %s\n", line.c_str());
+  std::fprintf(stderr, "dtrain: error: %s\n", with_error_prefix(line).c_str());
   std::fflush(stderr);
 }
 

@@ -256,7 +256,8 @@ void BatchReader::run() noexcept {
       std::rethrow_exception(err);
     } catch (const LibraryError& e) {
       err = std::make_exception_ptr(
-          InputError(info_.path + ": corrupt or unreadable data in the dataset file: " + e.what()));
+          InputError(info_.path + ": corrupt or unreadable data in the dataset file: " +
+                     without_error_prefix(e.what())));  // log_error() tags the message once
     } catch (const std::bad_alloc&) {
       err = std::make_exception_ptr(
           InputError(info_.path + ": corrupt dataset file (declared sizes too large to read)"));

@@ -132,7 +132,7 @@ CheckpointState read_checkpoint(const std::string& path) {
   } catch (const InputError&) {
     throw;
   } catch (const Error& e) {
-    throw InputError(where + " is corrupt or truncated: " + e.what());
+    throw InputError(where + " is corrupt or truncated: " + without_error_prefix(e.what()));
   }
 }
 

@@ -317,7 +317,8 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
     check_images_stored(info);
     return info;
   } catch (const LibraryError& e) {
-    throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " + e.what());
+    throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " +
+                     without_error_prefix(e.what()));  // log_error() tags the message once
   } catch (const std::bad_alloc&) {
     throw InputError(path + ": corrupt dataset file (declared sizes too large to read)");
   } catch (const std::length_error&) {

@@ -77,6 +77,10 @@ std::string format_error(const std::string& what, const char* file, int line);
 /// `msg` without the error_prefix() it starts with (unchanged otherwise): for an error rethrown
 /// with more context, so that the message names the rank once.
 std::string without_error_prefix(const std::string& msg);
+/// `msg` with the rank tag in front: unchanged when it starts with one already ("[rank "), else
+/// error_prefix() + msg (msg itself before set_error_context()). log_error() prints every message
+/// through it, so each error reaching main() names its rank whether or not its throw site did.
+std::string with_error_prefix(const std::string& msg);
 
 }  // namespace dtrain
 

@@ -9,7 +9,9 @@ namespace dtrain {
 /// Prints one line to stdout (flushed). Thread-safe.
 void log_info(const std::string& line);
 
-/// Prints one line to stderr, prefixed with "dtrain: error: " and the error context. Thread-safe.
+/// Prints one line to stderr, prefixed with "dtrain: error: " and the rank tag (the error context,
+/// core/error.hpp: with_error_prefix(), which leaves a line that starts with one as it is).
+/// Thread-safe.
 void log_error(const std::string& line);
 
 /// Prints one line to stderr, prefixed with "dtrain: warning: ". Thread-safe.
