@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "memory_plan.hpp"
 
@@ -112,6 +113,10 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
   bind(*stack);
   stacks_[max_batch] = std::move(stack);
+  if (backend->fuse())
+    log_info("fusion: " + std::to_string(fused_layers()) + " layers run inside another (relu in "
+             "the add or batchnorm before it, add + relu in the batchnorm before it), " +
+             std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
 }
 
 Model::~Model() = default;
