@@ -17,30 +17,11 @@ export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 "$build/bin/make_dataset" "$out/train.h5" --n 2048 --c 1 --h 16 --w 16 --classes 10 --seed 1 >/dev/null
 "$build/bin/make_dataset" "$out/test.h5" --n 512 --c 1 --h 16 --w 16 --classes 10 --seed 2 >/dev/null
-cat >"$out/job.ini" <<'INI'
-[model]
-layer = conv filters=8 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense units=32
-layer = relu
-layer = dropout rate=0.1
-layer = dense
-[train]
-epochs = 100000
-batch-size = 32
-log-every = 200
-[optimizer]
-optimizer = adam
-lr = 0.001
-[checkpoint]
-checkpoint-every = 500
-keep-checkpoints = 2
-INI
-mpirun -n 4 "$build/bin/dtrain" --config "$out/job.ini" --train-data "$out/train.h5" \
-  --test-data "$out/test.h5" --num-ps 1 --max-steps "$STEPS" --run-dir "$out/run" >"$out/train.log" 2>&1 &
+# The tests' tiny CNN (tests/common/tiny_cnn.ini) with Adam, long enough for STEPS, checkpoints.
+mpirun -n 4 "$build/bin/dtrain" --config tests/common/tiny_cnn.ini --epochs 100000 --batch-size 32 \
+  --log-every 200 --optimizer adam --lr 0.001 --checkpoint-every 500 --keep-checkpoints 2 \
+  --timeout 300 --train-data "$out/train.h5" --test-data "$out/test.h5" --num-ps 1 \
+  --max-steps "$STEPS" --run-dir "$out/run" >"$out/train.log" 2>&1 &
 job=$!
 echo "t_s,rank,rss_kib" >"$out/soak_rss.csv"
 t0=$(date +%s.%N)

@@ -23,34 +23,10 @@ make_data() {
   "$BIN/make_dataset" "$SCRATCH/$name.h5" --n "$n" --c 1 --h 12 --w 12 --classes 4 "$@" >/dev/null
 }
 
-# write_job FILE: the tiny CNN job used by the end-to-end tests (data paths given on the command line).
+# write_job FILE: the tiny CNN job used by the end-to-end tests (data paths given on the command
+# line): a copy of tests/common/tiny_cnn.ini, which tests may edit.
 write_job() {
-  cat >"$1" <<'INI'
-[model]
-layer = conv filters=6 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense units=24
-layer = relu
-layer = dropout rate=0.2
-layer = dense
-
-[train]
-epochs = 2
-batch-size = 16
-seed = 3
-log-every = 4
-
-[optimizer]
-optimizer = momentum
-lr = 0.02
-momentum = 0.9
-
-[faults]
-timeout = 60
-INI
+  cp "${SRC:?set SRC to the repository root}/tests/common/tiny_cnn.ini" "$1"
 }
 
 # json_get FILE KEY: prints results.json's value of KEY.

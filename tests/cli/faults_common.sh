@@ -11,29 +11,14 @@
 
 now() { date +%s.%N; }
 
-# Learnable data and a small, fast model (batchnorm: the model has state too).
+# Learnable data and the tiny CNN (tests/common/tiny_cnn.ini; batchnorm: the model has state too),
+# trained for many epochs (the tests stop it) at seed 7, lr 0.01, a log line every 10 steps and the
+# default --timeout (tests pass their own).
 make_fault_data() {
   [[ -f $SCRATCH/fx.h5 ]] || "$BIN/make_dataset" "$SCRATCH/fx.h5" --n 1024 --c 1 --h 12 --w 12 --classes 4 --seed 5 >/dev/null
-  cat >"$SCRATCH/fx.ini" <<'INI'
-[model]
-layer = conv filters=4 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense units=16
-layer = relu
-layer = dense
-[train]
-epochs = 1000
-batch-size = 16
-seed = 7
-log-every = 10
-[optimizer]
-optimizer = momentum
-lr = 0.01
-momentum = 0.9
-INI
+  sed -e 's/^epochs = .*/epochs = 1000/' -e 's/^seed = .*/seed = 7/' -e 's/^log-every = .*/log-every = 10/' \
+    -e 's/^lr = .*/lr = 0.01/' -e '/^\[faults\]$/,$d' \
+    "${SRC:?set SRC to the repository root}/tests/common/tiny_cnn.ini" >"$SCRATCH/fx.ini"
   FX=(--config "$SCRATCH/fx.ini" --train-data "$SCRATCH/fx.h5")
 }
 

@@ -4,7 +4,7 @@
 # learning rate.
 #   1. sync, 3 workers, NaN on rank 1 at step 15 (--checkpoint-every 10): every worker sees the same
 #      summed gradient; exactly ONE error message, naming global step 15 and the tensor
-#      (7.dense.bias); exit 4 on every rank (clean MPI_Finalize, no abort); ckpt-10 stays the newest
+#      (8.dense.bias); exit 4 on every rank (clean MPI_Finalize, no abort); ckpt-10 stays the newest
 #      and verifies; no hang.
 #   1b. the NaN in the step before a checkpoint (19, --checkpoint-every 10) and in the run's last
 #      step: the checks are read one step late, yet exit 4 with the same one message, and ckpt-20 /
@@ -45,7 +45,7 @@ one_error() {  # one_error WORD...: exactly one error line, containing every wor
 
 nan_run sync-nan 3 nan-gradient@15:1 --mode sync --num-ps 0 --max-steps 60
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "exit $RC, want 4"; }
-one_error "non-finite gradient at global step 15" "7.dense.bias"
+one_error "non-finite gradient at global step 15" "8.dense.bias"
 ! grep -q "exited on signal\|MPI_ABORT" "$LOG" || { cat "$LOG"; fail "sync: a rank was aborted/killed"; }
 [[ $(newest_step "$DIR") -eq 10 ]] || fail "newest checkpoint $(newest_step "$DIR"), want 10"
 verify_ckpts "$DIR"
@@ -55,11 +55,11 @@ verify_ckpts "$DIR"
 # last step of the run before it ends.
 nan_run sync-nan-before-ckpt 2 nan-gradient@19:1 --mode sync --num-ps 0 --max-steps 60
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "exit $RC, want 4"; }
-one_error "non-finite gradient at global step 19" "7.dense.bias"
+one_error "non-finite gradient at global step 19" "8.dense.bias"
 [[ $(newest_step "$DIR") -eq 10 ]] || fail "newest checkpoint $(newest_step "$DIR"), want 10 (ckpt-20 holds a non-finite step)"
 nan_run sync-nan-last-step 2 nan-gradient@24:0 --mode sync --num-ps 0 --max-steps 25
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "a NaN in the last step: exit $RC, want 4"; }
-one_error "non-finite gradient at global step 24" "7.dense.bias"
+one_error "non-finite gradient at global step 24" "8.dense.bias"
 [[ ! -f $DIR/results.json ]] || fail "a run ending in a non-finite step wrote results.json"
 
 nan_run sync-skip 3 nan-gradient@15:1 --mode sync --num-ps 0 --max-steps 40 --skip-nonfinite
@@ -73,7 +73,7 @@ verify_ckpts "$DIR"
 # come yet, and the run stopped with no checkpoint to verify.
 nan_run async-nan 3 nan-gradient@45:1 --mode async --num-ps 1 --max-steps 200
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "exit $RC, want 4"; }
-one_error "non-finite gradient at global step" "7.dense.bias" "rank 1"
+one_error "non-finite gradient at global step" "8.dense.bias" "rank 1"
 verify_ckpts "$DIR"
 last=$(grep "^# checkpoint" "$LOG" | tail -1)
 [[ $last == *"ckpt-$(printf %010d "$(newest_step "$DIR")").h5" ]] || fail "a checkpoint appeared after the fault"

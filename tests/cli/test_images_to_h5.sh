@@ -100,21 +100,8 @@ print("pixels, grayscale shape and mean/std as expected")
 PY
 
 echo "== dtrain trains on the converted files (1 epoch, sync, 2 workers)"
-cat >"$SCRATCH/img.ini" <<'INI'
-[model]
-layer = conv filters=8 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense
-[train]
-epochs = 1
-batch-size = 8
-[optimizer]
-lr = 0.05
-INI
-timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/img.ini" --mode sync --num-ps 0 \
+write_job "$SCRATCH/img.ini"
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/img.ini" --epochs 1 --batch-size 8 --mode sync --num-ps 0 \
   --train-data "$SCRATCH/out/train.h5" --test-data "$SCRATCH/out/test.h5" --run-dir "$SCRATCH/run" \
   --random-crop 2 --random-flip >"$SCRATCH/train.log" 2>&1 || { cat "$SCRATCH/train.log"; fail "dtrain failed on the converted files"; }
 grep -q "3 classes" "$SCRATCH/train.log" || fail "dtrain did not see 3 classes"

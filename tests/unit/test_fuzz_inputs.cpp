@@ -190,30 +190,20 @@ TEST_F(FuzzTest, DatasetMutationsEndInSuccessOrInputError) {
   }
 }
 
-const char* kJob = R"([model]
-layer = conv filters=4 kernel=3 pad=1
-layer = batchnorm
-layer = relu
-layer = maxpool kernel=2
-layer = flatten
-layer = dense units=8
-layer = dropout rate=0.2
-layer = dense
-
-[train]
-epochs = 2
-batch-size = 16
-seed = 3
-log-every = 4
-
-[optimizer]
-optimizer = momentum
-lr = 0.02
-momentum = 0.9
-
-[faults]
-timeout = 60
-)";
+/// The tests' tiny CNN job (tests/common/tiny_cnn.ini, its path compiled in by
+/// tests/CMakeLists.txt) without its comment lines, read once: the valid job every job-file case
+/// mutates (every edit lands on a line the parser reads).
+const std::string& base_job() {
+  static const std::string text = [] {
+    std::ifstream f(DTRAIN_TINY_CNN_JOB);
+    EXPECT_TRUE(f) << "cannot read " << DTRAIN_TINY_CNN_JOB;
+    std::string job;
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind('#', 0) != 0) job += line + "\n";
+    return job;
+  }();
+  return text;
+}
 
 std::string mutate_job(std::mt19937_64& rng) {
   static const std::vector<std::string> tokens = {
@@ -221,7 +211,7 @@ std::string mutate_job(std::mt19937_64& rng) {
       "]", "true", "-0", "3.5", "1e-40", "conv", "dense units=-3", "kernel=0", "filters=0",
       "rate=1.5", "pad=-1", "stride=0", "units=", "\xff\xfe", "layer", "#", ";", "\t"};
   std::vector<std::string> lines;
-  std::istringstream in(kJob);
+  std::istringstream in(base_job());
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % std::max<std::size_t>(n, 1)); };
   auto token = [&] { return tokens[pick(tokens.size())]; };
