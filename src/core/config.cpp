@@ -242,6 +242,10 @@ void build_table(Table& t, Config& c) {
         "GPU convolutions: time every cuDNN algorithm once per problem when the model is built "
         "and run the fastest (PyTorch's cudnn.benchmark = True; seconds at start-up) instead of "
         "cuDNN's heuristic choice; ignored on the CPU");
+  t.add("deterministic", &c.deterministic,
+        "GPU convolutions: prefer cuDNN's deterministic algorithms, so that two runs on the same "
+        "GPU give the same bits (PyTorch's cudnn.deterministic = True; may be slower); false: "
+        "cuDNN's first choice, as PyTorch's default");
   t.add("fuse", &c.fuse,
         "layer fusion: auto (a relu runs inside the add or batchnorm before it — one pass for a "
         "residual block's add + relu, cuDNN's fused batchnorm + relu on GPUs in the NHWC layout — "

@@ -80,6 +80,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
   be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
   if (c.debug_sync) be->set_debug_sync(true);
   be->set_cudnn_benchmark(c.cudnn_benchmark);
+  be->set_deterministic(c.deterministic);
   return be;
 }
 }  // namespace

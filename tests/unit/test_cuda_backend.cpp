@@ -243,6 +243,9 @@ float host_relu(float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }
 // scalar path).
 TEST_F(CudaParity, VectorizedElementwiseMatchesTheHost) {
   for (const DType t : {DType::f32, DType::bf16}) {
+    // The relu op works on the backend's activation type: a backend of precision t.
+    auto be = make_cuda_backend(0);
+    be->set_precision(t == DType::bf16 ? Precision::bf16 : Precision::fp32);
     for (const std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(8), std::size_t(1001)}) {
       for (const std::size_t off : {std::size_t(0), std::size_t(1)}) {
         SCOPED_TRACE(std::string(t == DType::bf16 ? "bf16" : "fp32") + " n=" + std::to_string(n) +
@@ -254,25 +257,25 @@ TEST_F(CudaParity, VectorizedElementwiseMatchesTheHost) {
         // Device tensors of type t at element offset `off`, filled from fp32 host vectors.
         const std::size_t es = dtype_size(t);
         const std::size_t stride = (n + 8 + 15) / 16 * 16;  // tensors 16-element aligned, + off
-        DeviceBuffer<std::byte> buf(*gpu_, 6 * stride * es);
-        DeviceBuffer<float> f32(*gpu_, n);
+        DeviceBuffer<std::byte> buf(*be, 6 * stride * es);
+        DeviceBuffer<float> f32(*be, n);
         auto at = [&](int k) { return buf.data() + (k * stride + off) * es; };
         auto put = [&](int k, const std::vector<float>& v) {
-          gpu_->copy_to_device(f32.data(), v.data(), n * sizeof(float));
-          gpu_->cast(f32.data(), DType::f32, at(k), t, n);
+          be->copy_to_device(f32.data(), v.data(), n * sizeof(float));
+          be->cast(f32.data(), DType::f32, at(k), t, n);
         };
         auto get = [&](int k) {
-          gpu_->cast(at(k), t, f32.data(), DType::f32, n);
+          be->cast(at(k), t, f32.data(), DType::f32, n);
           std::vector<float> v(n);
-          gpu_->copy_to_host(v.data(), f32.data(), n * sizeof(float));
+          be->copy_to_host(v.data(), f32.data(), n * sizeof(float));
           return v;
         };
         put(0, a);
         put(1, b);
         put(2, dy);
-        auto relu = gpu_->make_activation(ActKind::relu, Shape{static_cast<int>(n), 1, 1, 1});
-        gpu_->add_relu(at(3), at(0), at(1), n, t, *relu);  // y = relu(a + b)
-        gpu_->relu_backward_fanout(at(3), at(2), at(4), at(5), n, t, *relu);
+        auto relu = be->make_activation(ActKind::relu, Shape{static_cast<int>(n), 1, 1, 1});
+        be->add_relu(at(3), at(0), at(1), n, t, *relu);  // y = relu(a + b)
+        be->relu_backward_fanout(at(3), at(2), at(4), at(5), n, t, *relu);
         const auto y = get(3), d0 = get(4), d1 = get(5);
         relu->forward(at(0), at(0));  // in place
         const auto ra = get(0);

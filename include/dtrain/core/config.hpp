@@ -191,6 +191,7 @@ struct Config {
   /// Layer fusion: auto (relu into the add or batchnorm before it, in-place gradient sums where
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
   std::string fuse = "auto";
+  bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;

@@ -418,6 +418,11 @@ class Backend {
   /// is built. Results are identical either way except where a fused kernel rounds once instead
   /// of twice (bf16 gradient sums).
   void set_fuse(bool on) { fuse_ = on; }
+  /// Whether GPU convolutions prefer cuDNN's deterministic algorithms (bit-reproducible runs on
+  /// the same GPU; PyTorch's torch.backends.cudnn.deterministic = True) over the first one cuDNN
+  /// ranks. Default false, as PyTorch. Set before the model is built; ignored by the CPU backend.
+  void set_deterministic(bool on) { deterministic_ = on; }
+  [[nodiscard]] bool deterministic() const { return deterministic_; }
   [[nodiscard]] bool fuse() const { return fuse_; }
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
@@ -498,6 +503,7 @@ class Backend {
   MathMode math_ = MathMode::fp32;
   bool cudnn_benchmark_ = false;
   bool fuse_ = true;
+  bool deterministic_ = false;
   Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;

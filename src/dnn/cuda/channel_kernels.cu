@@ -186,6 +186,28 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
   });
 }
 
+/// Column sums of a rows×cols row-major matrix (NHWC seen as (N·H·W)×C: the conv bias gradient
+/// in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of the rows,
+/// threadIdx.x the column (a warp reads 32 consecutive elements), threadIdx.y one of 8 row lanes;
+/// the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads it. Deterministic.
+template <typename T>
+__global__ void column_partial_kernel(const T* x, std::int64_t rows, int cols, int chunks,
+                                      float* partial) {
+  __shared__ float lanes[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const std::int64_t r0 = rows * blockIdx.y / chunks, r1 = rows * (blockIdx.y + 1) / chunks;
+  float acc = 0.0f;
+  if (c < cols)
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += 8)
+      acc += load(x, static_cast<std::size_t>(r) * cols + c);
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  float sum = 0.0f;
+  for (int k = 0; k < 8; ++k) sum += lanes[k][threadIdx.x];
+  partial[static_cast<std::size_t>(c) * chunks + blockIdx.y] = sum;
+}
+
 template <typename T>
 __global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels,
                                         int hw) {
@@ -223,12 +245,34 @@ int channel_chunks(const ChannelShape& s) {
   return std::max(1, std::min(s.n, want));
 }
 
+/// Row chunks of column_partial_kernel for an (N·H·W)×C matrix: about 4 blocks per SM of an H100
+/// in all (⌈C/32⌉ column tiles each), at least 1 and at most one per row.
+int column_chunks(const ChannelShape& s) {
+  const int tiles = (s.c + 31) / 32;
+  return static_cast<int>(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(std::int64_t{s.n}, (528 + tiles - 1) / tiles)));
+}
+
 std::size_t channel_scratch_floats(const ChannelShape& s) {
-  return 2 * static_cast<std::size_t>(s.c) * static_cast<std::size_t>(channel_chunks(s));
+  const int chunks = s.h * s.w == 1 ? std::max(channel_chunks(s), column_chunks(s))
+                                    : channel_chunks(s);
+  return 2 * static_cast<std::size_t>(s.c) * static_cast<std::size_t>(chunks);
 }
 
 void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* x, Elem t,
                         float* out, float* scratch) {
+  if (s.h * s.w == 1) {  // row-major (N·H·W)×C: column sums, coalesced
+    const int chunks = column_chunks(s);
+    dispatch_elem(t, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      column_partial_kernel<<<dim3((s.c + 31) / 32, chunks), dim3(32, 8), 0, stream>>>(
+          static_cast<const T*>(x), std::int64_t{s.n}, s.c, chunks, scratch);
+    });
+    finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, chunks, 1.0f,
+                                                                     out);
+    DT_CHECK_LAUNCH();
+    return;
+  }
   const Geometry g = geometry(s);
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;

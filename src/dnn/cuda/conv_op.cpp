@@ -7,8 +7,9 @@
 // cudnn.benchmark = True, TensorFlow's autotuning) — the first that fits
 // kConvWorkspaceLimit and has an allowed math type. --math tf32 (the speed setting): cuDNN's first
 // such choice, as PyTorch with cudnn.benchmark off. --math fp32 (the parity setting): never a
-// tensor-op math type (results match the fp32 CPU backend), and a deterministic algorithm
-// (bit-reproducible runs) when one fits, else the first fitting one. Each direction gets
+// tensor-op math type (results match the fp32 CPU backend). --deterministic true (PyTorch's
+// cudnn.deterministic): a deterministic algorithm (bit-reproducible runs) when one fits, else
+// the first fitting one. Each direction gets
 // its own descriptor set to the chosen algorithm's math type (as cudnnGet*Algorithm_v7 asks), and
 // the choice is logged once per process and shape. The workspace is the backend's shared one.
 // With the backend's NHWC layout x and y are NHWC and the filter KRSC (converted per call).
@@ -53,13 +54,13 @@ const char* math_name(cudnnMathType_t m) {
 /// One direction's pick from cuDNN's ranked list (Perf: cudnnConvolution*AlgoPerf_t).
 template <typename Perf>
 Perf pick_algorithm(const std::vector<Perf>& perfs, int returned, bool allow_tensor_op,
-                    const char* what, const std::string& shape) {
+                    bool deterministic, const char* what, const std::string& shape) {
   for (int strict = 1; strict >= 0; --strict) {
     for (int i = 0; i < returned; ++i) {
       const Perf& p = perfs[static_cast<std::size_t>(i)];
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kConvWorkspaceLimit) continue;
       if (!allow_tensor_op && is_tensor_op(p.mathType)) continue;
-      if (strict && !allow_tensor_op && p.determinism != CUDNN_DETERMINISTIC) continue;
+      if (strict && deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
       return p;
     }
   }
@@ -83,7 +84,8 @@ std::string describe(const char* what, const Perf& p) {
 /// process by `what` and `key` (the problem: shapes, math, dtype, layout), so a network's repeated
 /// convolutions (ResNet-50's identical blocks) are timed once, as PyTorch's cudnn.benchmark cache.
 template <typename Perf, typename Ask>
-Perf choose(int max, bool benchmark, const char* what, const std::string& key, bool tf32, Ask ask) {
+Perf choose(int max, bool benchmark, const char* what, const std::string& key, bool tf32,
+            bool deterministic, Ask ask) {
   static std::mutex mu;
   static std::map<std::string, Perf> timed;
   const std::string id = std::string(what) + " " + key;
@@ -94,7 +96,7 @@ Perf choose(int max, bool benchmark, const char* what, const std::string& key, b
   int got = 0;
   std::vector<Perf> perf(static_cast<std::size_t>(std::max(max, 1)));
   DT_CHECK_CUDNN(ask(max, &got, perf.data()));
-  const Perf p = pick_algorithm(perf, got, tf32, what, key);
+  const Perf p = pick_algorithm(perf, got, tf32, deterministic, what, key);
   if (benchmark) {
     const std::lock_guard<std::mutex> lock(mu);
     timed.emplace(id, p);
@@ -121,8 +123,9 @@ class CudaConvOp final : public ConvOp {
     y_desc_ = TensorDesc::of(out, layout, t_);
     // NHWC activations take a KRSC filter (what PyTorch's channels_last weights are): the K×C×R×S
     // weights are converted into w_krsc_ per call, the gradient back from dw_krsc_ (nothing to
-    // convert for 1×1 kernels or one input channel, where the two orders coincide). bf16 first
-    // rounds them into w_lp_ (and widens the gradient from dw_lp_).
+    // convert for 1×1 kernels or one input channel, where the two orders coincide); bf16 rounds
+    // in the same kernel. Otherwise bf16 rounds them into w_lp_ (and widens the gradient from
+    // dw_lp_).
     w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w, t_);
     w_shape_ = Shape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
     const std::size_t wbytes = w_shape_.count() * dtype_size(t_);
@@ -131,7 +134,7 @@ class CudaConvOp final : public ConvOp {
       w_krsc_ = DeviceMemory::create(wbytes);
       dw_krsc_ = DeviceMemory::create(wbytes);
     }
-    if (t_ != DType::f32) {
+    if (t_ != DType::f32 && !krsc_) {
       w_lp_ = DeviceMemory::create(wbytes);
       dw_lp_ = DeviceMemory::create(wbytes);
     }
@@ -161,16 +164,17 @@ class CudaConvOp final : public ConvOp {
         " filters=" + std::to_string(d.out_channels);
     cudnnHandle_t handle = be.cudnn();
     const bool bench = be.cudnn_benchmark();
+    const bool det = be.deterministic();
     // What makes two convolutions the same problem for the benchmark's cache.
     const std::string key = shape + (t_ == DType::bf16 ? " bf16" : tf32 ? " tf32" : " fp32") + " " +
-                            layout_name(layout);
+                            layout_name(layout) + (det ? " deterministic" : "");
     std::size_t need = 0;
     std::string chosen;
     {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionFwdAlgoPerf_t>(
-          max, bench, "forward", key, tf32, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+          max, bench, "forward", key, tf32, det, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
                                                                 y_desc_, n, got, r)
                          : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
@@ -184,7 +188,7 @@ class CudaConvOp final : public ConvOp {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-          max, bench, "backward-data", key, tf32,
+          max, bench, "backward-data", key, tf32, det,
           [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_, query,
                                                                      x_desc_, n, got, r)
@@ -199,7 +203,7 @@ class CudaConvOp final : public ConvOp {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          max, bench, "backward-filter", key, tf32,
+          max, bench, "backward-filter", key, tf32, det,
           [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc_, y_desc_,
                                                                        query, w_desc_, n, got, r)
@@ -245,16 +249,16 @@ class CudaConvOp final : public ConvOp {
     }
     filter_ready_ = false;
     // cuDNN writes the gradient in the filter's layout and type; it reaches dw (fp32 KCRS)
-    // through dw_krsc_ (layout) and dw_lp_ (type) where those differ.
+    // through dw_krsc_ (layout, and type in the same pass) or dw_lp_ (type only).
     void* dw_cudnn = krsc_ ? dw_krsc_.get() : t_ != DType::f32 ? dw_lp_.get() : dw;
     DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
         be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
         be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw_cudnn));
-    if (krsc_) {  // KRSC → KCRS
-      void* kcrs = t_ != DType::f32 ? dw_lp_.get() : dw;
-      be_.convert_layout(dw_krsc_.get(), kcrs, w_shape_, Layout::nchw, t_);
-    }
-    if (t_ != DType::f32) be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
+    if (krsc_)  // KRSC (of type t_) → fp32 KCRS: per filter an (R·S)×C matrix transposed
+      launch_transpose(be_.stream(), dw_krsc_.get(), elem(t_), dw, Elem::f32, w_shape_.n,
+                       w_shape_.h * w_shape_.w, w_shape_.c);
+    else if (t_ != DType::f32)
+      be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
     // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
     // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
     if (bias_)
@@ -266,19 +270,17 @@ class CudaConvOp final : public ConvOp {
   void set_accumulate_dx(bool on) override { dx_beta_ = on ? 1.0f : 0.0f; }
 
  private:
-  /// The filter as cuDNN reads it: w itself (fp32 KCRS), or w rounded to bf16 into w_lp_ and/or
-  /// converted to KRSC into w_krsc_.
+  /// The filter as cuDNN reads it: w itself (fp32 KCRS), w rounded to bf16 into w_lp_, or w
+  /// converted to KRSC (and rounded, in the same kernel) into w_krsc_.
   const void* filter(const float* w) {
-    const void* f = w;
-    if (t_ != DType::f32) {
-      be_.cast(w, DType::f32, w_lp_.get(), t_, w_shape_.count());
-      f = w_lp_.get();
+    if (krsc_) {  // fp32 KCRS → KRSC of type t_ in one pass: per filter a C×(R·S) matrix
+      launch_transpose(be_.stream(), w, Elem::f32, w_krsc_.get(), elem(t_), w_shape_.n,
+                       w_shape_.c, w_shape_.h * w_shape_.w);
+      return w_krsc_.get();
     }
-    if (krsc_) {
-      be_.convert_layout(f, w_krsc_.get(), w_shape_, Layout::nhwc, t_);
-      f = w_krsc_.get();
-    }
-    return f;
+    if (t_ == DType::f32) return w;
+    be_.cast(w, DType::f32, w_lp_.get(), t_, w_shape_.count());
+    return w_lp_.get();
   }
   /// Whether filter() makes a copy (bf16 and/or KRSC) rather than returning w.
   [[nodiscard]] bool copies() const { return krsc_ || t_ != DType::f32; }

@@ -10,8 +10,11 @@
 // the given stream, check the launch, no sync).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "cuda_check.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
@@ -258,6 +261,50 @@ __global__ void transpose_kernel(const U* x, U* y, int rows, int cols) {
   }
 }
 
+/// transpose_kernel with a type conversion (fp32 ↔ bf16): the tile holds fp32 values.
+template <typename From, typename To>
+__global__ void transpose_cast_kernel(const From* x, To* y, int rows, int cols) {
+  __shared__ float tile[32][33];
+  const std::size_t base = std::size_t(blockIdx.z) * rows * cols;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = load(x, base + std::size_t(r) * cols + c);
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) store(y, base + std::size_t(c) * rows + r, tile[threadIdx.x][i]);
+  }
+}
+
+/// The transpose of matrices with few rows (an image batch's 1-3 channels, NCHW → NHWC): one
+/// thread per column j of matrix b reads its `rows` values (each row's reads coalesced across
+/// the warp) and writes them contiguously, converting From → To; a 32×32 tile would leave most of
+/// its threads idle.
+template <typename From, typename To>
+__global__ void transpose_few_rows_kernel(const From* x, To* y, int rows, std::int64_t cols,
+                                          std::int64_t total) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t b = i / cols, j = i - b * cols;
+    const std::size_t src = std::size_t(b) * rows * cols + std::size_t(j);
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t to = std::size_t(i) * rows + r, from = src + std::size_t(r) * cols;
+      if constexpr (std::is_same_v<From, To>)
+        y[to] = x[from];  // bits moved as they are (NaN payloads too)
+      else
+        store(y, to, load(x, from));
+    }
+  }
+}
+
+/// Calls f(ElemTag<From>{}, ElemTag<To>{}) for the element types of `from` and `to`.
+template <typename F>
+void dispatch_pair(Elem from, Elem to, F&& f) {
+  dispatch_elem(from, [&](auto a) { dispatch_elem(to, [&](auto b) { f(a, b); }); });
+}
+
 }  // namespace
 
 void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, std::size_t n) {
@@ -407,12 +454,53 @@ void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int
 
 void launch_transpose(cudaStream_t stream, const void* x, void* y, int batch, int rows, int cols,
                       Elem t) {
+  launch_transpose(stream, x, t, y, t, batch, rows, cols);
+}
+
+void launch_transpose(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, int batch,
+                      int rows, int cols) {
   if (batch == 0 || rows == 0 || cols == 0) return;
+  constexpr int kFewRows = 8;
+  if (rows <= kFewRows && from == to) {  // the element's bits, as transpose_kernel moves them
+    const std::int64_t total = std::int64_t{batch} * cols;
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65536));
+    if (from == Elem::bf16)
+      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(
+          static_cast<const std::uint16_t*>(x), static_cast<std::uint16_t*>(y), rows,
+          std::int64_t{cols}, total);
+    else
+      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(
+          static_cast<const std::uint32_t*>(x), static_cast<std::uint32_t*>(y), rows,
+          std::int64_t{cols}, total);
+    DT_CHECK_LAUNCH();
+    return;
+  }
+  if (from != to) {
+    dispatch_pair(from, to, [&](auto a, auto b) {
+      using From = typename decltype(a)::type;
+      using To = typename decltype(b)::type;
+      const auto* xs = static_cast<const From*>(x);
+      auto* ys = static_cast<To*>(y);
+      if (rows <= kFewRows) {
+        const std::int64_t total = std::int64_t{batch} * cols;
+        const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65536));
+        transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(xs, ys, rows, std::int64_t{cols}, total);
+      } else {
+        DT_REQUIRE(batch <= 65535 && (rows + 31) / 32 <= 65535,
+                   "transpose: " + std::to_string(batch) + " matrices of " + std::to_string(rows) +
+                       " rows exceed the CUDA grid (at most 65535 and 65535·32)");
+        const dim3 grid((cols + 31) / 32, (rows + 31) / 32, batch), block(32, 8);
+        transpose_cast_kernel<<<grid, block, 0, stream>>>(xs, ys, rows, cols);
+      }
+    });
+    DT_CHECK_LAUNCH();
+    return;
+  }
   DT_REQUIRE(batch <= 65535 && (rows + 31) / 32 <= 65535,
              "transpose: " + std::to_string(batch) + " matrices of " + std::to_string(rows) +
                  " rows exceed the CUDA grid (at most 65535 and 65535·32)");
   const dim3 grid((cols + 31) / 32, (rows + 31) / 32, batch), block(32, 8);
-  if (t == Elem::bf16)
+  if (from == Elem::bf16)
     transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const std::uint16_t*>(x),
                                                  static_cast<std::uint16_t*>(y), rows, cols);
   else

@@ -73,6 +73,11 @@ void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, floa
 /// Throws InputError when batch > 65535 or rows > 65535·32 (the grid's z and y limits).
 void launch_transpose(cudaStream_t stream, const void* x, void* y, int batch, int rows, int cols,
                       Elem t);
+/// The same with a conversion: x of type `from`, y of type `to` (fp32 ↔ bf16 rounds as
+/// launch_cast) — a filter's fp32 KCRS weights to the bf16 KRSC copy cuDNN reads, in one pass.
+/// Matrices of at most 8 rows (an image batch's channels) take a one-thread-per-column kernel.
+void launch_transpose(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, int batch,
+                      int rows, int cols);
 /// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer; y of type
 /// t, b fp32).
 void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);
