@@ -87,105 +87,118 @@ Scores score(Model& model, Backend& be, const DatasetInfo& info, std::int64_t be
   return out;
 }
 
-}  // namespace
-
-int run_predict(const Config& c) {
-  set_comm_timeout(c.timeout);
-  MPI_Comm world = MPI_COMM_WORLD;
+/// What `dtrain predict` scores with once set up: this rank, its model holding the checkpoint's
+/// parameters and evaluation statistics, and the data.
+struct Predictor {
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
-  CheckpointState ckpt;
   DatasetInfo info;
-  std::string device;
   int classes = 0;
-  const int batch = c.batch_size;
-  // Set-up: every check on every rank, one agreed error.
-  all_or_nothing(world, [&] {
-    cluster = std::make_unique<Cluster>(world, 0);  // every rank scores
-    set_error_context("rank " + std::to_string(cluster->world_rank()) + " predict " +
-                      cluster->me().host);
-    DT_REQUIRE(!fs::exists(c.out) && !fs::is_symlink(c.out),
-               "option --out: '" + c.out + "' already exists; dtrain predict never overwrites a "
-               "file (remove it or choose another --out)");
-    {  // its folder must exist and take new files: found now, not after scoring every sample
-      const fs::path dir = fs::path(c.out).parent_path().empty() ? fs::path(".")
-                                                                 : fs::path(c.out).parent_path();
-      DT_REQUIRE(fs::is_directory(dir), "option --out: '" + c.out + "': its directory '" +
-                                            dir.string() + "' does not exist");
-      DT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0,
-                 "option --out: '" + c.out + "': its directory '" + dir.string() +
-                     "' is not writable");
-    }
+  std::int64_t global_step = 0;  ///< the checkpoint's
+};
+
+/// --out must not exist, and its folder must exist and take new files: found now, not after
+/// scoring every sample. Throws InputError naming --out.
+void check_out_path(const Config& c) {
+  DT_REQUIRE(!fs::exists(c.out) && !fs::is_symlink(c.out),
+             "option --out: '" + c.out + "' already exists; dtrain predict never overwrites a "
+             "file (remove it or choose another --out)");
+  const fs::path dir =
+      fs::path(c.out).parent_path().empty() ? fs::path(".") : fs::path(c.out).parent_path();
+  DT_REQUIRE(fs::is_directory(dir), "option --out: '" + c.out + "': its directory '" +
+                                        dir.string() + "' does not exist");
+  DT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0,
+             "option --out: '" + c.out + "': its directory '" + dir.string() +
+                 "' is not writable");
+}
+
+/// Set-up: every check on every rank, one agreed error (all_or_nothing); then the checkpoint's
+/// parameters and statistics go into the model.
+Predictor set_up(const Config& c) {
+  Predictor p;
+  CheckpointState ckpt;
+  all_or_nothing(MPI_COMM_WORLD, [&] {
+    p.cluster = std::make_unique<Cluster>(MPI_COMM_WORLD, 0);  // every rank scores
+    set_error_context("rank " + std::to_string(p.cluster->world_rank()) + " predict " +
+                      p.cluster->me().host);
+    check_out_path(c);
     ckpt = read_checkpoint(c.checkpoint);
     const CheckpointInput input = checkpoint_input(ckpt, c.checkpoint);
-    classes = input.classes;
-    info = open_dataset_info(c.data, classes,
-                             "the class count of checkpoint '" + c.checkpoint + "'", true);
-    DT_REQUIRE(info.sample.str() == input.sample,
-               "option --data '" + c.data + "': images are " + info.sample.str() +
+    p.classes = input.classes;
+    p.info = open_dataset_info(c.data, p.classes,
+                               "the class count of checkpoint '" + c.checkpoint + "'", true);
+    DT_REQUIRE(p.info.sample.str() == input.sample,
+               "option --data '" + c.data + "': images are " + p.info.sample.str() +
                    " per sample, but the model of checkpoint '" + c.checkpoint + "' takes " +
                    input.sample);
-    DT_REQUIRE(info.num_samples * classes < (std::int64_t{1} << 31),
-               "option --data '" + c.data + "': " + std::to_string(info.num_samples) + " samples × " +
-                   std::to_string(classes) + " classes exceed one gather (2^31 values); split it");
-    set_threads(c, *cluster);
-    backend = make_backend(c, *cluster, device);
-    model = std::make_unique<Model>(*backend, c.layers, info.sample, classes, batch);
-    check_inference_compatible(ckpt, c.checkpoint, *model);
+    DT_REQUIRE(p.info.num_samples * p.classes < (std::int64_t{1} << 31),
+               "option --data '" + c.data + "': " + std::to_string(p.info.num_samples) +
+                   " samples × " + std::to_string(p.classes) +
+                   " classes exceed one gather (2^31 values); split it");
+    set_threads(c, *p.cluster);
+    std::string device;
+    p.backend = make_backend(c, *p.cluster, device);
+    p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, c.batch_size);
+    check_inference_compatible(ckpt, c.checkpoint, *p.model);
   });
-  Model& m = *model;
-  Backend& be = *backend;
-  load_for_inference(ckpt, m, be);
-  ckpt.params = {};
-  ckpt.m = {};
-  ckpt.v = {};
+  load_for_inference(ckpt, *p.model, *p.backend);
+  p.global_step = ckpt.global_step;
+  return p;
+}
 
-  const int R = cluster->world_size(), r = cluster->world_rank();
-  const auto [begin, n] = share(info.num_samples, batch, r, R);
-  const Scores mine = score(m, be, info, begin, n, batch);
-
-  // Gather to rank 0 in rank order = the input's order (the shares are contiguous and ascending).
+/// Every rank's scores on rank 0 (empty elsewhere), in rank order = the input's order (the shares
+/// are contiguous and ascending); `correct` summed. Collective over MPI_COMM_WORLD.
+Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
+  const int R = p.cluster->world_size(), r = p.cluster->world_rank();
+  const std::int64_t N = p.info.num_samples;
+  const int K = p.classes;
   std::vector<int> counts(R), probs_counts(R), displs(R), probs_displs(R);
   for (int q = 0; q < R; ++q) {
-    const auto [b, k] = share(info.num_samples, batch, q, R);
+    const auto [b, k] = share(N, batch, q, R);
     counts[q] = static_cast<int>(k);
     displs[q] = static_cast<int>(b);
-    probs_counts[q] = static_cast<int>(k * classes);
-    probs_displs[q] = static_cast<int>(b * classes);
+    probs_counts[q] = static_cast<int>(k * K);
+    probs_displs[q] = static_cast<int>(b * K);
   }
   const bool root = r == 0;
-  std::vector<std::int32_t> predictions(root ? info.num_samples : 0);
-  std::vector<float> probabilities(root ? info.num_samples * classes : 0);
-  std::int64_t correct = mine.correct;
+  Scores all;
+  all.predictions.resize(root ? N : 0);
+  all.probabilities.resize(root ? N * K : 0);
+  all.correct = mine.correct;
+  MPI_Comm world = MPI_COMM_WORLD;
   MPI_Request req[3];
-  DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T, predictions.data(),
-                            counts.data(), displs.data(), MPI_INT32_T, 0, world, &req[0]));
+  DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T,
+                            all.predictions.data(), counts.data(), displs.data(), MPI_INT32_T, 0,
+                            world, &req[0]));
   DT_CHECK_MPI(MPI_Igatherv(mine.probabilities.data(), probs_counts[r], MPI_FLOAT,
-                            probabilities.data(), probs_counts.data(), probs_displs.data(),
+                            all.probabilities.data(), probs_counts.data(), probs_displs.data(),
                             MPI_FLOAT, 0, world, &req[1]));
-  DT_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : &correct, &correct, 1, MPI_INT64_T, MPI_SUM, 0,
-                           world, &req[2]));
+  DT_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : &all.correct, &all.correct, 1, MPI_INT64_T,
+                           MPI_SUM, 0, world, &req[2]));
   for (auto& q : req) wait_one(q, comm_timeout(), "gathering predictions to rank 0");
+  return all;
+}
 
-  const double accuracy = static_cast<double>(correct) / static_cast<double>(info.num_samples);
-  all_or_nothing(world, [&] {
-    if (!root) return;
+/// Rank 0 writes <out>.tmp, fsyncs it and hard-links it to --out (see predict.hpp); every rank
+/// agrees on the outcome (all_or_nothing).
+void write_predictions(const Config& c, const Predictor& p, const Scores& all, double accuracy) {
+  all_or_nothing(MPI_COMM_WORLD, [&] {
+    if (p.cluster->world_rank() != 0) return;
     const std::string tmp = c.out + ".tmp";
+    const auto N = static_cast<hsize_t>(p.info.num_samples);
     {
       std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
       H5File f = create_file(tmp);
-      write_dataset_int32s(f.get(), "predictions", {static_cast<hsize_t>(info.num_samples)},
-                           predictions.data());
-      write_dataset_floats(f.get(), "probabilities",
-                           {static_cast<hsize_t>(info.num_samples), static_cast<hsize_t>(classes)},
-                           probabilities.data());
+      write_dataset_int32s(f.get(), "predictions", {N}, all.predictions.data());
+      write_dataset_floats(f.get(), "probabilities", {N, static_cast<hsize_t>(p.classes)},
+                           all.probabilities.data());
       write_attr_string(f.get(), "checkpoint", c.checkpoint);
-      write_attr_int(f.get(), "global_step", ckpt.global_step);
+      write_attr_int(f.get(), "global_step", p.global_step);
       write_attr_string(f.get(), "data", c.data);
-      write_attr_int(f.get(), "num_samples", info.num_samples);
+      write_attr_int(f.get(), "num_samples", p.info.num_samples);
       write_attr_string(f.get(), "dtrain_version", dtrain_version());
-      if (info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
+      if (p.info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
       flush_file(f.get(), tmp);
     }
     fsync_file(tmp);
@@ -195,19 +208,38 @@ int run_predict(const Config& c) {
     DT_REQUIRE(!ec, "option --out: cannot create '" + c.out + "': " + ec.message() +
                         " (nothing was overwritten)");
   });
-  if (root) {
-    char line[512];
-    std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
-                  "%s (global_step %lld) | predictions %s",
-                  static_cast<long long>(info.num_samples), c.data.c_str(), R,
-                  c.checkpoint.c_str(), static_cast<long long>(ckpt.global_step), c.out.c_str());
+}
+
+/// Rank 0's closing lines: what was scored, and the accuracy on labeled data.
+void report(const Config& c, const Predictor& p, std::int64_t correct, double accuracy) {
+  if (p.cluster->world_rank() != 0) return;
+  char line[512];
+  std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
+                "%s (global_step %lld) | predictions %s",
+                static_cast<long long>(p.info.num_samples), c.data.c_str(),
+                p.cluster->world_size(), c.checkpoint.c_str(),
+                static_cast<long long>(p.global_step), c.out.c_str());
+  log_info(line);
+  if (p.info.has_labels) {
+    std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct)", accuracy,
+                  static_cast<long long>(correct), static_cast<long long>(p.info.num_samples));
     log_info(line);
-    if (info.has_labels) {
-      std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct)", accuracy,
-                    static_cast<long long>(correct), static_cast<long long>(info.num_samples));
-      log_info(line);
-    }
   }
+}
+
+}  // namespace
+
+int run_predict(const Config& c) {
+  set_comm_timeout(c.timeout);
+  const Predictor p = set_up(c);
+  const int batch = c.batch_size;
+  const auto [begin, n] =
+      share(p.info.num_samples, batch, p.cluster->world_rank(), p.cluster->world_size());
+  const Scores all = gather_scores(p, score(*p.model, *p.backend, p.info, begin, n, batch), batch);
+  const double accuracy =
+      static_cast<double>(all.correct) / static_cast<double>(p.info.num_samples);
+  write_predictions(c, p, all, accuracy);
+  report(c, p, all.correct, accuracy);
   return kExitOk;
 }
 
