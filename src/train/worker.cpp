@@ -156,20 +156,9 @@ WorkerOutcome Worker::run() {
 }
 
 void Worker::train_epoch(int epoch, std::int64_t first_step) {
-  const std::int64_t steps = exchange_->local_steps(epoch);
-  const std::int64_t start = std::min<std::int64_t>(first_step, steps);
+  const std::int64_t start = std::min<std::int64_t>(first_step, exchange_->local_steps(epoch));
   std::optional<BatchReader> reader;  // none for synthetic data
-  const std::int64_t my_samples = shard_size(plan_.train.num_samples, w_, plan_.workers);
-  if (!plan_.synthetic) {
-    auto indices =
-        epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
-    const auto my_batches =
-        static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
-    reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
-                   std::min<std::int64_t>(start, my_batches),
-                   Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch},
-                   static_cast<std::size_t>(c_.cache_mb) << 20);
-  }
+  if (!plan_.synthetic) open_reader(reader, epoch, start);
   HostBatch batch;
   cursor_ = start;
   for (std::int64_t s = start; !exchange_->epoch_over(epoch, s, global_step_); ++s) {
@@ -178,87 +167,116 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
       break;
     }
     profile(global_step_);
-    const double t0 = now_seconds();
-    int n = 0;
-    std::optional<TimelineSpan> data_span(std::in_place, "data wait", "data");
-    if (!reader) {
-      n = static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
-    } else if (reader->next(batch)) {
-      n = batch.n;  // sync: a shorter shard may run out one step early
-    }
-    if (n > 0 && reader) {
-      be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-      be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
-    }
-    data_span.reset();
-    const double t1 = now_seconds();
-    const float scale = exchange_->gradient_scale(s, n);
-    const std::uint64_t key = mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
+    StepTimes t;
+    t.start = now_seconds();
+    const int n = next_batch(reader, batch, s);
+    t.data_done = now_seconds();
     const bool stop_local = stop_requested();
-    GradsFinal on_final = exchange_->begin_step(model_, s, n, stop_local);
-    // DTRAIN_FAULT nan: the NaN must be in the gradient before its bucket leaves (test-only).
-    const bool nan_fault = fault_fires(FaultKind::nan_gradient, global_step_);
-    if (nan_fault && on_final) {
-      on_final = [this, next = std::move(on_final), done = false](std::size_t from) mutable {
-        if (!done && from <= model_.param_tensors().back().offset) {
-          inject_nan_gradient();
-          done = true;
-        }
-        next(from);
-      };
-    }
-    // GPU calls return once queued. Where the exchange waits for the device anyway, wait for the
-    // step's kernels first, so that compute time is not billed to the exchange; where it only
-    // queues work, time the step on the device and read it one step late: the host never
-    // stalls the device, which always has the next step queued.
-    const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
-    const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
-    if (on_device) be_.mark(mark);
-    model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
-    if (nan_fault && !on_final) inject_nan_gradient();
-    inject_faults(now_seconds() - t1);
-    if (on_device) {
-      be_.mark(mark + 1);
-      read_device_compute();  // the step before
-      device_compute_at_ = mark;
-      device_read_ = false;
-    } else if (be_.device() == Device::cuda) {
-      be_.synchronize();
-    }
-    const double t2 = now_seconds();
+    const bool on_device = compute_step(s, n, stop_local, t.data_done);
+    t.compute_done = now_seconds();
     const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
-    const double t3 = now_seconds();
-    data_seconds_ += t1 - t0;
-    if (!on_device) compute_seconds_ += t2 - t1;
-    exchange_seconds_ += t3 - t2 - r.optimizer_seconds;
-    optimizer_seconds_ += r.optimizer_seconds;
-    global_step_ = r.global_step;
-    cursor_ = s + 1;
-    staleness_sum_ += r.staleness;
-    ++pushes_;
-    train_seconds_ += now_seconds() - t0;
-    step_ms_.push_back(static_cast<float>(1e3 * (t3 - t0)));
-    ++log_steps_;
-    log_samples_local_ += n;
-    log_samples_global_ += r.samples;
-    out_.samples += r.samples;
+    t.exchange_done = now_seconds();
+    account_step(r, s, n, on_device, t);
     if (r.stop) {
       stop_signal_ = true;
       break;
     }
-    if (log_steps_ >= c_.log_every) log_interval(epoch);
-    checkpointer_->after_step(position(epoch));
-    if (c_.eval_every > 0 && global_step_ / c_.eval_every > eval_bucket_) {
-      eval_bucket_ = global_step_ / c_.eval_every;
-      // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
-      const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
-                        (c_.max_steps > 0 && global_step_ >= c_.max_steps);
-      if (!last) evaluate_between(epoch);
-    }
+    end_step(epoch, s);
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
   out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
+}
+
+void Worker::open_reader(std::optional<BatchReader>& reader, int epoch, std::int64_t start) {
+  auto indices =
+      epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
+  const auto my_batches =
+      static_cast<std::int64_t>((indices.size() + plan_.batch - 1) / plan_.batch);
+  reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
+                 std::min<std::int64_t>(start, my_batches),
+                 Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch},
+                 static_cast<std::size_t>(c_.cache_mb) << 20);
+}
+
+int Worker::next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std::int64_t s) {
+  const TimelineSpan span("data wait", "data");
+  if (!reader) {  // synthetic: the batch is on the device; this step's share of the shard
+    const std::int64_t my_samples = shard_size(plan_.train.num_samples, w_, plan_.workers);
+    return static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
+  }
+  if (!reader->next(batch)) return 0;  // sync: a shorter shard may run out one step early
+  if (batch.n > 0) {
+    be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
+    be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+  }
+  return batch.n;
+}
+
+bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
+  const float scale = exchange_->gradient_scale(s, n);
+  const std::uint64_t key =
+      mix_seed(mix_seed(c_.seed, static_cast<std::uint64_t>(global_step_)), w_);
+  GradsFinal on_final = exchange_->begin_step(model_, s, n, stop_local);
+  // DTRAIN_FAULT nan: the NaN must be in the gradient before its bucket leaves (test-only).
+  const bool nan_fault = fault_fires(FaultKind::nan_gradient, global_step_);
+  if (nan_fault && on_final) {
+    on_final = [this, next = std::move(on_final), done = false](std::size_t from) mutable {
+      if (!done && from <= model_.param_tensors().back().offset) {
+        inject_nan_gradient();
+        done = true;
+      }
+      next(from);
+    };
+  }
+  // GPU calls return once queued. Where the exchange waits for the device anyway, wait for the
+  // step's kernels first, so that compute time is not billed to the exchange; where it only
+  // queues work, time the step on the device and read it one step late: the host never
+  // stalls the device, which always has the next step queued.
+  const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
+  const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
+  if (on_device) be_.mark(mark);
+  model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
+  if (nan_fault && !on_final) inject_nan_gradient();
+  inject_faults(now_seconds() - t1);
+  if (on_device) {
+    be_.mark(mark + 1);
+    read_device_compute();  // the step before
+    device_compute_at_ = mark;
+    device_read_ = false;
+  } else if (be_.device() == Device::cuda) {
+    be_.synchronize();
+  }
+  return on_device;
+}
+
+void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool on_device,
+                          const StepTimes& t) {
+  data_seconds_ += t.data_done - t.start;
+  if (!on_device) compute_seconds_ += t.compute_done - t.data_done;
+  exchange_seconds_ += t.exchange_done - t.compute_done - r.optimizer_seconds;
+  optimizer_seconds_ += r.optimizer_seconds;
+  global_step_ = r.global_step;
+  cursor_ = s + 1;
+  staleness_sum_ += r.staleness;
+  ++pushes_;
+  train_seconds_ += now_seconds() - t.start;
+  step_ms_.push_back(static_cast<float>(1e3 * (t.exchange_done - t.start)));
+  ++log_steps_;
+  log_samples_local_ += n;
+  log_samples_global_ += r.samples;
+  out_.samples += r.samples;
+}
+
+void Worker::end_step(int epoch, std::int64_t s) {
+  if (log_steps_ >= c_.log_every) log_interval(epoch);
+  checkpointer_->after_step(position(epoch));
+  if (c_.eval_every <= 0 || global_step_ / c_.eval_every <= eval_bucket_) return;
+  eval_bucket_ = global_step_ / c_.eval_every;
+  // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
+  const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
+                    (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+  if (!last) evaluate_between(epoch);
 }
 
 void Worker::read_device_compute() {

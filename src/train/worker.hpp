@@ -10,6 +10,7 @@
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/io/dataset.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
 #include "dtrain/train/checkpointer.hpp"
@@ -54,7 +55,27 @@ class Worker {
   WorkerOutcome run();
 
  private:
+  /// now_seconds() at the points of one training step.
+  struct StepTimes {
+    double start = 0, data_done = 0, compute_done = 0, exchange_done = 0;
+  };
+  /// One epoch's training steps from local step first_step: per step next_batch → compute_step →
+  /// the exchange → account_step → end_step; stops at --max-steps or a stop request.
   void train_epoch(int epoch, std::int64_t first_step);
+  /// The prefetching reader of this worker's shard of `epoch`, positioned at local step `start`.
+  void open_reader(std::optional<BatchReader>& reader, int epoch, std::int64_t start);
+  /// Local step `s`'s batch in x_, y_ (from `reader`; none: the synthetic batch already there);
+  /// returns its sample count (0: this worker's shard is done).
+  int next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std::int64_t s);
+  /// Forward and backward of local step `s` (n samples), the exchange begun as gradients become
+  /// final (and the DTRAIN_FAULT hooks); t1: when the batch was ready. True when the step is
+  /// timed on the device (read one step late, read_device_compute()).
+  bool compute_step(std::int64_t s, int n, bool stop_local, double t1);
+  /// The step's times, counts and global step into the run's and the log interval's totals.
+  void account_step(const ExchangeResult& r, std::int64_t s, int n, bool on_device,
+                    const StepTimes& t);
+  /// After local step `s`: the log line, the checkpointer's --checkpoint-every, --eval-every.
+  void end_step(int epoch, std::int64_t s);
   /// Test-set evaluation. all workers (default): each its shard, summed (collective); alone: this
   /// worker on the whole test set (async --eval-every, chief only). Chief: logs, metrics.csv row.
   void evaluate(int epoch, bool epoch_end = true, bool alone = false);
