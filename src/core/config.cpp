@@ -246,6 +246,9 @@ void build_table(Table& t, Config& c) {
         "GPU convolutions: prefer cuDNN's deterministic algorithms, so that two runs on the same "
         "GPU give the same bits (PyTorch's cudnn.deterministic = True; may be slower); false: "
         "cuDNN's first choice, as PyTorch's default");
+  t.add("conv-workspace-mb", &c.conv_workspace_mb,
+        "GPU convolutions: the most workspace one cuDNN algorithm may use, in MiB (0: 512); the "
+        "faster algorithms for large activations (VGG's first layers at batch 128) may need more");
   t.add("fuse", &c.fuse,
         "layer fusion: auto (a relu runs inside the add or batchnorm before it — one pass for a "
         "residual block's add + relu, cuDNN's fused batchnorm + relu on GPUs in the NHWC layout — "
@@ -546,6 +549,9 @@ void validate_config(const Config& c) {
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);
+  DT_REQUIRE(c.conv_workspace_mb >= 0 && c.conv_workspace_mb <= 1 << 20,
+             "option --conv-workspace-mb: must be in [0, 1048576] MiB, got " +
+                 std::to_string(c.conv_workspace_mb));
   DT_REQUIRE(c.bucket_mb >= 0 && c.bucket_mb <= 2047,
              "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
                  to_text(c.bucket_mb));

@@ -192,6 +192,7 @@ struct Config {
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
   std::string fuse = "auto";
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
+  int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;

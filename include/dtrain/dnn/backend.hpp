@@ -423,6 +423,11 @@ class Backend {
   /// ranks. Default false, as PyTorch. Set before the model is built; ignored by the CPU backend.
   void set_deterministic(bool on) { deterministic_ = on; }
   [[nodiscard]] bool deterministic() const { return deterministic_; }
+  /// The most workspace one GPU convolution algorithm may use, in MiB (0: the backend's default,
+  /// 512 MiB on CUDA); cuDNN's faster algorithms for large activations may need more. Set before
+  /// the model is built; ignored by the CPU backend.
+  void set_conv_workspace_mb(std::size_t mb) { conv_workspace_mb_ = mb; }
+  [[nodiscard]] std::size_t conv_workspace_mb() const { return conv_workspace_mb_; }
   [[nodiscard]] bool fuse() const { return fuse_; }
   /// Whether set_math(MathMode::tf32) is possible (a GPU of compute capability ≥ 8.0).
   [[nodiscard]] virtual bool supports_tf32() const { return false; }
@@ -504,6 +509,7 @@ class Backend {
   bool cudnn_benchmark_ = false;
   bool fuse_ = true;
   bool deterministic_ = false;
+  std::size_t conv_workspace_mb_ = 0;
   Precision precision_ = Precision::fp32;
   Layout layout_ = Layout::nchw;
   bool debug_sync_ = false;

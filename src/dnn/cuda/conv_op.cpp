@@ -5,7 +5,8 @@
 // cudnnGet*Algorithm_v7 heuristics (no cost; the default), or with --cudnn-benchmark every
 // algorithm timed on this GPU by cudnnFind*Algorithm once per problem (PyTorch's
 // cudnn.benchmark = True, TensorFlow's autotuning) — the first that fits
-// kConvWorkspaceLimit and has an allowed math type. --math tf32 (the speed setting): cuDNN's first
+// the workspace limit (--conv-workspace-mb, default kConvWorkspaceLimit) and has an allowed
+// math type. --math tf32 (the speed setting): cuDNN's first
 // such choice, as PyTorch with cudnn.benchmark off. --math fp32 (the parity setting): never a
 // tensor-op math type (results match the fp32 CPU backend). --deterministic true (PyTorch's
 // cudnn.deterministic): a deterministic algorithm (bit-reproducible runs) when one fits, else
@@ -54,11 +55,12 @@ const char* math_name(cudnnMathType_t m) {
 /// One direction's pick from cuDNN's ranked list (Perf: cudnnConvolution*AlgoPerf_t).
 template <typename Perf>
 Perf pick_algorithm(const std::vector<Perf>& perfs, int returned, bool allow_tensor_op,
-                    bool deterministic, const char* what, const std::string& shape) {
+                    bool deterministic, std::size_t limit, const char* what,
+                    const std::string& shape) {
   for (int strict = 1; strict >= 0; --strict) {
     for (int i = 0; i < returned; ++i) {
       const Perf& p = perfs[static_cast<std::size_t>(i)];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kConvWorkspaceLimit) continue;
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > limit) continue;
       if (!allow_tensor_op && is_tensor_op(p.mathType)) continue;
       if (strict && deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
       return p;
@@ -85,7 +87,7 @@ std::string describe(const char* what, const Perf& p) {
 /// convolutions (ResNet-50's identical blocks) are timed once, as PyTorch's cudnn.benchmark cache.
 template <typename Perf, typename Ask>
 Perf choose(int max, bool benchmark, const char* what, const std::string& key, bool tf32,
-            bool deterministic, Ask ask) {
+            bool deterministic, std::size_t limit, Ask ask) {
   static std::mutex mu;
   static std::map<std::string, Perf> timed;
   const std::string id = std::string(what) + " " + key;
@@ -96,7 +98,7 @@ Perf choose(int max, bool benchmark, const char* what, const std::string& key, b
   int got = 0;
   std::vector<Perf> perf(static_cast<std::size_t>(std::max(max, 1)));
   DT_CHECK_CUDNN(ask(max, &got, perf.data()));
-  const Perf p = pick_algorithm(perf, got, tf32, deterministic, what, key);
+  const Perf p = pick_algorithm(perf, got, tf32, deterministic, limit, what, key);
   if (benchmark) {
     const std::lock_guard<std::mutex> lock(mu);
     timed.emplace(id, p);
@@ -165,16 +167,19 @@ class CudaConvOp final : public ConvOp {
     cudnnHandle_t handle = be.cudnn();
     const bool bench = be.cudnn_benchmark();
     const bool det = be.deterministic();
+    const std::size_t limit =
+        be.conv_workspace_mb() > 0 ? be.conv_workspace_mb() << 20 : kConvWorkspaceLimit;
     // What makes two convolutions the same problem for the benchmark's cache.
     const std::string key = shape + (t_ == DType::bf16 ? " bf16" : tf32 ? " tf32" : " fp32") + " " +
-                            layout_name(layout) + (det ? " deterministic" : "");
+                            layout_name(layout) + (det ? " deterministic" : "") + " ws<=" +
+                            std::to_string(limit >> 20) + "MiB";
     std::size_t need = 0;
     std::string chosen;
     {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionFwdAlgoPerf_t>(
-          max, bench, "forward", key, tf32, det, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+          max, bench, "forward", key, tf32, det, limit, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
                                                                 y_desc_, n, got, r)
                          : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
@@ -188,7 +193,7 @@ class CudaConvOp final : public ConvOp {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-          max, bench, "backward-data", key, tf32, det,
+          max, bench, "backward-data", key, tf32, det, limit,
           [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_, query,
                                                                      x_desc_, n, got, r)
@@ -203,7 +208,7 @@ class CudaConvOp final : public ConvOp {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          max, bench, "backward-filter", key, tf32, det,
+          max, bench, "backward-filter", key, tf32, det, limit,
           [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc_, y_desc_,
                                                                        query, w_desc_, n, got, r)

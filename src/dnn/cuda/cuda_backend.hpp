@@ -25,8 +25,9 @@
 
 namespace dtrain::cuda {
 
-/// Upper bound of the cuDNN convolution workspace one op may use (bytes). The workspace itself is
-/// one buffer per backend (workspace()), sized to the largest any op asked for.
+/// Default upper bound of the cuDNN convolution workspace one op may use (bytes; Backend::
+/// set_conv_workspace_mb overrides it). The workspace itself is one buffer per backend
+/// (workspace()), sized to the largest any op asked for.
 inline constexpr std::size_t kConvWorkspaceLimit = std::size_t(512) << 20;
 
 class CudaBackend final : public Backend {
