@@ -230,8 +230,9 @@ void build_table(Table& t, Config& c) {
   t.add("layout", &c.layout,
         "memory order of the activations on the workers: auto | nchw | nhwc (channels last, "
         "PyTorch's channels_last: faster on the CPU, where oneDNN's batchnorm and wide "
-        "convolutions read it in place, and for cuDNN's tensor-core convolutions). auto: nhwc on "
-        "the CPU, nchw on GPUs. "
+        "convolutions read it in place, and for cuDNN's tensor-core convolutions and fused "
+        "batchnorm). auto: nhwc, except nchw on GPUs with --math fp32 in fp32 precision (FMA "
+        "convolutions run faster in NCHW). "
         "Parameters, checkpoints and the exchange are the same either way");
   t.add("precision", &c.precision,
         "activations on the workers: fp32 | bf16 (mixed precision as torch.autocast(bfloat16): "

@@ -350,10 +350,15 @@ TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
   EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
 }
 
-TEST_F(ConfigTest, LayoutAutoIsNhwcOnTheCpuAndNchwOnGpus) {
+TEST_F(ConfigTest, LayoutAutoIsNhwcExceptFmaMathOnGpus) {
   Config c = parse(base({})).config;
   EXPECT_EQ(layout_of(c, Device::cpu), Layout::nhwc);
-  EXPECT_EQ(layout_of(c, Device::cuda), Layout::nchw);
+  EXPECT_EQ(layout_of(c, Device::cuda), Layout::nhwc);
+  c = parse(base({"--math", "fp32"})).config;
+  EXPECT_EQ(layout_of(c, Device::cpu), Layout::nhwc);
+  EXPECT_EQ(layout_of(c, Device::cuda), Layout::nchw);  // FMA convolutions: NCHW is faster
+  c = parse(base({"--math", "fp32", "--precision", "bf16"})).config;
+  EXPECT_EQ(layout_of(c, Device::cuda), Layout::nhwc);  // bf16 runs on tensor cores anyway
   for (const Layout l : {Layout::nchw, Layout::nhwc}) {
     c = parse(base({"--layout", layout_name(l)})).config;
     EXPECT_EQ(layout_of(c, Device::cpu), l);

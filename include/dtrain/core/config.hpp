@@ -182,8 +182,8 @@ struct Config {
   std::string device = "cpu";     ///< cpu | cuda | auto
   bool allow_gpu_sharing = false; ///< allow more ranks than GPUs on a node
   std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
-  /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc on the
-  /// CPU (faster there: train/trainer.hpp layout_of), nchw on GPUs.
+  /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc, except
+  /// nchw on GPUs with --math fp32 in fp32 precision (train/trainer.hpp layout_of).
   std::string layout = "auto";
   std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
