@@ -247,6 +247,16 @@ void build_table(Table& t, Config& c) {
         "GPU convolutions: prefer cuDNN's deterministic algorithms, so that two runs on the same "
         "GPU give the same bits (PyTorch's cudnn.deterministic = True; may be slower); false: "
         "cuDNN's first choice, as PyTorch's default");
+  t.add("pipeline-stages", &c.pipeline_stages,
+        "model parallelism: cut the model into this many pipeline stages (balanced by flops, or "
+        "at the layers' stage= keys); --dry-run prints the stage table (stage execution across "
+        "ranks is not built yet: a run needs 1)");
+  t.add("micro-batches", &c.micro_batches,
+        "pipeline micro-batches per mini-batch (must divide --batch-size); with "
+        "--pipeline-stages, for the stage table's memory and bubble");
+  t.add("schedule", &c.schedule,
+        "pipeline schedule: 1f1b (PipeDream-Flush: stage s holds at most P - s micro-batches) | "
+        "gpipe (all M micro-batches forward, then all backward)");
   t.add("conv-workspace-mb", &c.conv_workspace_mb,
         "GPU convolutions: the most workspace one cuDNN algorithm may use, in MiB (0: 512); the "
         "faster algorithms for large activations (VGG's first layers at batch 128) may need more");
@@ -508,6 +518,17 @@ void validate_config(const Config& c) {
                  std::to_string(c.seed) + " (a negative number?)");
   positive("epochs", c.epochs);
   positive("batch-size", c.batch_size);
+  positive("pipeline-stages", c.pipeline_stages);
+  positive("micro-batches", c.micro_batches);
+  one_of("schedule", c.schedule, {"gpipe", "1f1b"});
+  DT_REQUIRE(c.batch_size % c.micro_batches == 0,
+             "option --micro-batches: " + std::to_string(c.micro_batches) +
+                 " does not divide --batch-size " + std::to_string(c.batch_size) +
+                 " (every micro-batch has the same number of samples)");
+  DT_REQUIRE(c.dry_run || (c.pipeline_stages == 1 && c.micro_batches == 1),
+             "option --pipeline-stages / --micro-batches: running stages across ranks is not "
+             "built yet; --dry-run prints the stage plan (a run needs --pipeline-stages 1 "
+             "--micro-batches 1)");
   non_negative("global-batch-size", c.global_batch_size);
   non_negative("max-steps", static_cast<double>(c.max_steps));
   positive("log-every", c.log_every);

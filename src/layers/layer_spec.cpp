@@ -42,7 +42,7 @@ LayerSpec parse_layer_spec(const std::string& text) {
     const std::string key = token.substr(0, eq);
     const std::string value = token.substr(eq + 1);
     if (spec.args.count(key) || (key == "name" && !spec.name.empty()) ||
-        (key == "input" && !spec.inputs.empty())) {
+        (key == "input" && !spec.inputs.empty()) || (key == "stage" && spec.stage >= 0)) {
       fail("argument '" + key + "' given twice");
     }
     if (key == "name") {
@@ -63,6 +63,12 @@ LayerSpec parse_layer_spec(const std::string& text) {
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
+    } else if (key == "stage") {
+      int k = -1;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), k);
+      if (ec != std::errc() || end != value.data() + value.size() || k < 0 || k > 4096)
+        fail("bad stage '" + value + "': expected a pipeline stage number 0..4096");
+      spec.stage = k;
     } else {
       spec.args.emplace(key, value);
     }

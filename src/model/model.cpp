@@ -229,6 +229,32 @@ bool Model::fuse_add_relu(Stack& s, std::size_t a, const std::vector<int>& consu
   return true;
 }
 
+std::vector<LayerInfo> Model::layers() const {
+  const Stack& s = *stacks_.at(max_batch_);
+  std::vector<LayerInfo> out;
+  std::size_t pi = 0;
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    const Layer& l = *s.layers[i];
+    LayerInfo info;
+    info.type = l.type();
+    info.name = specs_[i].name;
+    info.inputs = inputs_[i];
+    info.output = l.output_shape().with_n(1);
+    info.stage = specs_[i].stage;
+    std::size_t weights = 0;
+    for (std::size_t k = 0; k < l.param_defs().size(); ++k, ++pi) {
+      info.params += params_info_[pi].count;
+      if (k == 0) weights = params_info_[pi].count;
+    }
+    const auto pixels = static_cast<double>(info.output.h) * info.output.w;
+    info.forward_flops = info.type == "conv" || info.type == "dense"
+                             ? 2.0 * static_cast<double>(weights) * pixels
+                             : static_cast<double>(info.output.count());
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 std::size_t Model::fused_layers() const {
   return static_cast<std::size_t>(std::count(absorbed_.begin(), absorbed_.end(), true));
 }

@@ -19,6 +19,7 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/model/pipeline_plan.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/checkpointer.hpp"
@@ -123,6 +124,13 @@ Job check_job(const Config& c) {
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();
     job.model_report = layout.summary();
+    if (c.pipeline_stages > 1 || c.micro_batches > 1) {
+      const std::vector<LayerInfo> layers = layout.layers();
+      const PipelinePlan pipe = plan_pipeline(layers, c.pipeline_stages, c.micro_batches,
+                                              parse_schedule(c.schedule));
+      job.model_report += describe_pipeline(pipe, layers, job.plan.batch,
+                                            dtype_size(act_dtype_of(precision_of(c))));
+    }
     if (job.num_ps > 0) {
       job.shards = shard_ranges(job.param_count, job.num_ps);
       job.model_report += describe_shards(job.shards, layout.param_tensors());

@@ -366,6 +366,22 @@ TEST_F(ConfigTest, LayoutAutoIsNhwcExceptFmaMathOnGpus) {
   }
 }
 
+TEST_F(ConfigTest, PipelineOptionsAreCheckedAndPlanOnly) {
+  EXPECT_MENTIONS(error_of(base({"--micro-batches", "3", "--batch-size", "32", "--dry-run",
+                                 "true"})),
+                  "does not divide --batch-size 32");
+  EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "2"})), "not built yet");
+  EXPECT_MENTIONS(error_of(base({"--schedule", "zb", "--dry-run", "true"})), "schedule");
+  EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "0", "--dry-run", "true"})),
+                  "pipeline-stages");
+  const Config c = parse(base({"--pipeline-stages", "2", "--micro-batches", "4", "--batch-size",
+                               "32", "--schedule", "gpipe", "--dry-run", "true"}))
+                       .config;
+  EXPECT_EQ(c.pipeline_stages, 2);
+  EXPECT_EQ(c.micro_batches, 4);
+  EXPECT_EQ(c.schedule, "gpipe");
+}
+
 TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
   EXPECT_TRUE(parse_step_range("").empty());
   const StepRange r = parse_step_range("50:60");

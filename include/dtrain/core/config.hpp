@@ -193,6 +193,11 @@ struct Config {
   std::string fuse = "auto";
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
+  /// Model parallelism (model/pipeline_plan.hpp): pipeline stages P, micro-batches M per
+  /// mini-batch (M divides batch_size) and their schedule (gpipe | 1f1b). P = 1, M = 1: none.
+  int pipeline_stages = 1;
+  int micro_batches = 1;
+  std::string schedule = "1f1b";
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;

@@ -7,11 +7,13 @@
 //   layer = relu name=r1
 //   layer = conv filters=64 kernel=1x7 pad=0x3 input=r1
 //   layer = add input=r1,c2
-// Two keys every layer accepts:
+// Keys every layer accepts:
 //   name=NAME     names the layer's output (letters, digits, '_', '-', '.'; unique; `data` is the
 //                 network input and reserved),
 //   input=A[,B..] takes the outputs of earlier named layers (or `data`); default: the previous
-//                 line's layer (the first line: `data`).
+//                 line's layer (the first line: `data`),
+//   stage=K       with --pipeline-stages: pipeline stage K (0, 1, ...) starts at this layer
+//                 (model/pipeline_plan.hpp); without it the cut is balanced automatically.
 // Types: conv, maxpool, avgpool, globalavgpool, relu, sigmoid, batchnorm, dropout, flatten, dense
 // (one input each) and add, concat (two or more inputs) and zeropad. Window sizes (kernel, stride,
 // pad) are `K` (square) or `HxW`. The softmax cross-entropy loss follows the last line, whose
@@ -37,6 +39,7 @@ struct LayerSpec {
   std::map<std::string, std::string> args;  ///< the type's arguments (not name= / input=)
   std::string name;                         ///< name=, or empty
   std::vector<std::string> inputs;          ///< input=, or empty (the previous layer)
+  int stage = -1;  ///< stage=K: this layer starts pipeline stage K (--pipeline-stages); -1: none
   std::string text;  ///< the original line, for error messages
 };
 

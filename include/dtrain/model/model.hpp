@@ -43,6 +43,20 @@ struct TensorInfo {
   int fan_in = 1;
 };
 
+/// One layer as a pipeline planner or a cost model sees it (Model::layers()).
+struct LayerInfo {
+  std::string type;         ///< "conv", "relu", ...
+  std::string name;         ///< name=, or empty
+  std::vector<int> inputs;  ///< tensor ids: 0 = the network input, i + 1 = layer i's output
+  Shape output;             ///< per sample (N = 1)
+  std::size_t params = 0;   ///< trainable floats
+  int stage = -1;           ///< the line's stage= (this layer starts that pipeline stage), or -1
+  /// Forward floating-point operations per sample: 2·weights·H·W of the output for conv and
+  /// dense (each weight takes part in one multiply-add per output pixel), the output's element
+  /// count for every other layer (one operation per element).
+  double forward_flops = 0;
+};
+
 /// Called by Model::train_step() as backward proceeds: grads()[from, param_count()) are final
 /// (`from` decreases from call to call and ends at 0). Gradient buckets start reducing from here.
 using GradsFinal = std::function<void(std::size_t from)>;
@@ -81,6 +95,9 @@ class Model {
   [[nodiscard]] float* state() const { return state_.data(); }
   /// Planned activation + activation-gradient memory for training at max_batch (bytes).
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
+  /// Every layer in line order, with its shape, parameters and forward cost (works on a
+  /// layout-only model).
+  [[nodiscard]] std::vector<LayerInfo> layers() const;
   /// Layers that run inside another (Backend::fuse(); 0 with fusion off): relus inside the add
   /// or batchnorm before them, adds (with their relu) inside the batchnorm before them.
   [[nodiscard]] std::size_t fused_layers() const;
