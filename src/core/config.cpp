@@ -252,8 +252,10 @@ void build_table(Table& t, Config& c) {
         "at the layers' stage= keys); --dry-run prints the stage table (stage execution across "
         "ranks is not built yet: a run needs 1)");
   t.add("micro-batches", &c.micro_batches,
-        "pipeline micro-batches per mini-batch (must divide --batch-size); with "
-        "--pipeline-stages, for the stage table's memory and bubble");
+        "micro-batches per mini-batch (must divide --batch-size): each worker runs them one after "
+        "another and sums their gradients before the exchange (gradient accumulation; batchnorm "
+        "statistics per micro-batch, as GPipe); with --pipeline-stages, the stage table's memory "
+        "and bubble");
   t.add("schedule", &c.schedule,
         "pipeline schedule: 1f1b (PipeDream-Flush: stage s holds at most P - s micro-batches) | "
         "gpipe (all M micro-batches forward, then all backward)");
@@ -525,10 +527,10 @@ void validate_config(const Config& c) {
              "option --micro-batches: " + std::to_string(c.micro_batches) +
                  " does not divide --batch-size " + std::to_string(c.batch_size) +
                  " (every micro-batch has the same number of samples)");
-  DT_REQUIRE(c.dry_run || (c.pipeline_stages == 1 && c.micro_batches == 1),
-             "option --pipeline-stages / --micro-batches: running stages across ranks is not "
-             "built yet; --dry-run prints the stage plan (a run needs --pipeline-stages 1 "
-             "--micro-batches 1)");
+  DT_REQUIRE(c.dry_run || c.pipeline_stages == 1,
+             "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
+                 ": running stages across ranks is not built yet; --dry-run prints the stage plan "
+                 "(a run needs --pipeline-stages 1; --micro-batches M alone accumulates gradients)");
   non_negative("global-batch-size", c.global_batch_size);
   non_negative("max-steps", static_cast<double>(c.max_steps));
   positive("log-every", c.log_every);

@@ -289,7 +289,8 @@ void Model::bind(Stack& s) {
   std::size_t pi = 0, si = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const auto& adds = plan_->backward[i].adds_in_place;
-    if (std::find(adds.begin(), adds.end(), true) != adds.end()) s.layers[i]->set_accumulate_dx(true);
+    if (std::find(adds.begin(), adds.end(), true) != adds.end())
+      s.layers[i]->set_accumulate_dx(true);
   }
   for (auto& l : s.layers) {
     std::vector<float*> p, g, st;
@@ -406,6 +407,41 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
       be.add(at(plan_->grad[t]), din[k], count, be.act_dtype());
     }
     if (on_final) on_final(grads_final_from_[i]);
+  }
+}
+
+void Model::train_step_micro(const float* x, const std::int32_t* labels, int n, int micro_batches,
+                             float grad_scale, std::uint64_t step_seed, float* stats,
+                             const GradsFinal& on_final) {
+  const int M = std::max(1, std::min(micro_batches, n));
+  if (M == 1) return train_step(x, labels, n, grad_scale, step_seed, stats, on_final);
+  Backend& be = backend();
+  if (grad_sum_.size() == 0)
+    grad_sum_ = DeviceBuffer<float>(be, std::max<std::size_t>(param_count_, 1));
+  const std::size_t per_sample = sample_.count();
+  for (int m = 0; m < M; ++m) {
+    const int a = static_cast<int>(static_cast<std::int64_t>(n) * m / M);
+    const int b = static_cast<int>(static_cast<std::int64_t>(n) * (m + 1) / M);
+    const auto seed = mix_seed(step_seed, 0x6d6963726fULL + static_cast<std::uint64_t>(m));
+    const float* xm = x + static_cast<std::size_t>(a) * per_sample;
+    if (m + 1 < M) {  // M ≤ n: every slice holds a sample
+      train_step(xm, labels + a, b - a, grad_scale, seed, stats);
+      if (m == 0)
+        be.copy_device(grad_sum_.data(), grads_.data(), param_count_ * sizeof(float));
+      else
+        be.add(grad_sum_.data(), grads_.data(), param_count_, DType::f32);
+      continue;
+    }
+    // The last slice: each range its backward finishes gets the earlier slices' sum, then the
+    // caller hears of it (a bucket may leave at once).
+    std::size_t done = param_count_;
+    train_step(xm, labels + a, b - a, grad_scale, seed, stats, [&](std::size_t from) {
+      if (from < done) {
+        be.add(grads_.data() + from, grad_sum_.data() + from, done - from, DType::f32);
+        done = from;
+      }
+      if (on_final) on_final(from);
+    });
   }
 }
 

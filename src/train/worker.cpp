@@ -236,7 +236,8 @@ bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
   const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
   const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
   if (on_device) be_.mark(mark);
-  model_.train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
+  model_.train_step_micro(x_.data(), y_.data(), n, c_.micro_batches, scale, key, stats_.data(),
+                          on_final);
   if (nan_fault && !on_final) inject_nan_gradient();
   inject_faults(now_seconds() - t1);
   if (on_device) {

@@ -371,6 +371,7 @@ TEST_F(ConfigTest, PipelineOptionsAreCheckedAndPlanOnly) {
                                  "true"})),
                   "does not divide --batch-size 32");
   EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "2"})), "not built yet");
+  EXPECT_EQ(parse(base({"--micro-batches", "4", "--batch-size", "32"})).config.micro_batches, 4);
   EXPECT_MENTIONS(error_of(base({"--schedule", "zb", "--dry-run", "true"})), "schedule");
   EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "0", "--dry-run", "true"})),
                   "pipeline-stages");

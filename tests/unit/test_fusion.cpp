@@ -93,5 +93,52 @@ TEST(Fusion, CpuResidualNetFusedEqualsUnfusedBitForBit) {
   }
 }
 
+/// Gradient accumulation (Model::train_step_micro): M micro-batches give the sum of M separate
+/// train_step calls on the slices, bit for bit (the same batch-norm updates in the same order),
+/// with on_final reporting every range once, the last time from 0.
+TEST(MicroBatches, AccumulateTheSlicesGradientsBitForBit) {
+  const Shape sample{1, 3, 8, 8};
+  const int n = 10, M = 4;  // slices of 2, 3, 2, 3 samples
+  auto be_a = make_cpu_backend(), be_b = make_cpu_backend();
+  Model a(*be_a, test::kResidualNet, sample, 4, n);
+  Model b(*be_b, test::kResidualNet, sample, 4, n);
+  a.initialize(3);
+  b.initialize(3);
+  const auto x = test::uniform_values(sample.with_n(n).count(), 77, -1.0f, 1.0f);
+  std::vector<std::int32_t> y(n);
+  for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (7 * i + 3) % 4;
+  auto xa = test::to_device(*be_a, x), xb = test::to_device(*be_b, x);
+  DeviceBuffer<std::int32_t> ya(*be_a, n), yb(*be_b, n);
+  be_a->copy_to_device(ya.data(), y.data(), y.size() * sizeof(std::int32_t));
+  be_b->copy_to_device(yb.data(), y.data(), y.size() * sizeof(std::int32_t));
+  DeviceBuffer<float> sa(*be_a, 2), sb(*be_b, 2);
+  be_a->fill(sa.data(), 0.0f, 2);
+  be_b->fill(sb.data(), 0.0f, 2);
+  std::vector<std::size_t> seen;
+  a.train_step_micro(xa.data(), ya.data(), n, M, 1.0f / n, 5, sa.data(),
+                     [&](std::size_t from) { seen.push_back(from); });
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), 0u);
+  // The same slices by hand, summed in the same order.
+  std::vector<float> sum;
+  const std::size_t per = sample.count();
+  for (int m = 0; m < M; ++m) {
+    const int lo = n * m / M, hi = n * (m + 1) / M;
+    b.train_step(xb.data() + lo * per, yb.data() + lo, hi - lo, 1.0f / n, 0, sb.data());
+    const auto g = test::to_host(*be_b, b.grads(), b.param_count());
+    if (m == 0) {
+      sum = g;
+    } else if (m + 1 < M) {
+      for (std::size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+    } else {
+      for (std::size_t i = 0; i < g.size(); ++i) sum[i] = g[i] + sum[i];
+    }
+  }
+  EXPECT_EQ(test::to_host(*be_a, a.grads(), a.param_count()), sum);
+  EXPECT_EQ(test::to_host(*be_a, a.state(), a.state_count()),
+            test::to_host(*be_b, b.state(), b.state_count()));
+  EXPECT_EQ(test::to_host(*be_a, sa.data(), 2), test::to_host(*be_b, sb.data(), 2));
+}
+
 }  // namespace
 }  // namespace dtrain

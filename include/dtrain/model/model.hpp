@@ -124,6 +124,19 @@ class Model {
   void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
 
+  /// train_step() over `micro_batches` slices of the n samples, one after another, their
+  /// gradients summed: gradient accumulation, GPipe's micro-batches on a single stage (Huang et al.
+  /// 2019). Slice m holds samples [n·m/M, n·(m+1)/M) (empty slices are skipped); batch-norm
+  /// statistics (and running averages) are per micro-batch, dropout is keyed per micro-batch
+  /// (step_seed mixed with m), stats collect every slice. grads() ends as the sum of the slices'
+  /// grad_scale-weighted gradients; `on_final` is called during the last slice's backward only,
+  /// after the earlier slices' sum was added to each final range. micro_batches ≤ 1 is
+  /// train_step(). Needs one extra param_count() floats on the backend (made on first use).
+  /// Throws as train_step().
+  void train_step_micro(const float* x, const std::int32_t* labels, int n, int micro_batches,
+                        float grad_scale, std::uint64_t step_seed, float* stats,
+                        const GradsFinal& on_final = {});
+
   /// Inference forward on n ≤ max_batch samples, x and labels as in train_step(); adds Σ loss and
   /// #correct to stats[0..1] (device floats). n == 0 does nothing. Throws as train_step().
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
@@ -194,6 +207,7 @@ class Model {
   DeviceBuffer<std::byte> input_;  ///< the batch as the first layer reads it (network_input)
   DeviceBuffer<float> input_f32_;  ///< the batch converted to NHWC before rounding (bf16 + NHWC)
   DeviceBuffer<float> logits_f32_;  ///< logits() cast to fp32 (bf16 only)
+  DeviceBuffer<float> grad_sum_;    ///< train_step_micro: the earlier micro-batches' gradients
   std::map<int, std::unique_ptr<Stack>> stacks_;
 };
 
