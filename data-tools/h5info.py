@@ -4,7 +4,8 @@
 For each FILE prints: number of samples N, sample shape C×H×W, image and label dtypes, num_classes
 (attribute or max(label)+1), the class histogram (with class names when present), the mean/std
 attributes, and pixel min/max/mean (raw units). Then checks the schema with the same rules as
-dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 of rank 4, `labels` integer of
+dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 of rank 4 (or encoded JPEG/PNG
+images: variable-length uint8 of rank 1 with attribute `channels` and dataset `image_shapes`), `labels` integer of
 rank 1 with the same N > 0, labels in [0, num_classes) (without a `num_classes` attribute, at most
 half of the max(label)+1 classes may be empty), mean/std both or neither with 1 or C
 finite values and std > 0, class_names strings, one per class, float pixels finite.
@@ -72,15 +73,35 @@ def validate(path, expected_classes=None, scan_pixels=True):
             if name not in f or not isinstance(f[name], h5py.Dataset):
                 raise SchemaError(f"no dataset `{name}`")
         images, labels = f["images"], f["labels"]
-        if images.ndim != 4:
+        encoded = h5py.check_vlen_dtype(images.dtype) is not None
+        if encoded:  # encoded JPEG/PNG bytes, one variable-length uint8 row per image
+            if h5py.check_vlen_dtype(images.dtype) != np.dtype("uint8") or images.ndim != 1:
+                raise SchemaError(f"dataset `images` is variable-length {h5py.check_vlen_dtype(images.dtype)} "
+                                  f"of rank {images.ndim}, expected variable-length uint8 of rank 1 (encoded images)")
+            ch = np.asarray(f.attrs.get("channels", -1)).reshape(-1)
+            if ch.size != 1 or ch.dtype.kind not in "iu" or int(ch[0]) not in (1, 3):
+                raise SchemaError(f"attribute `channels` = {f.attrs.get('channels')!r}, expected 1 or 3 (encoded images)")
+            if "image_shapes" not in f or not isinstance(f["image_shapes"], h5py.Dataset):
+                raise SchemaError("no dataset `image_shapes` (N×3: C, H, W per encoded image)")
+            shapes = f["image_shapes"]
+            if shapes.shape != (images.shape[0], 3) or shapes.dtype.kind not in "iu":
+                raise SchemaError(f"dataset `image_shapes` has shape {shapes.shape} {shapes.dtype}, "
+                                  f"expected integer {(images.shape[0], 3)}")
+            sh = shapes[...]
+            if sh.size and (sh.min() < 1 or sh.max() > (1 << 20)):
+                raise SchemaError("dataset `image_shapes` has a size outside [1, 2^20]")
+            n, c = images.shape[0], int(ch[0])
+            h = w = "var"
+        elif images.ndim != 4:
             raise SchemaError(f"dataset `images` has rank {images.ndim} {images.shape}, expected rank 4 (N×C×H×W)")
-        if images.dtype not in (np.dtype("uint8"), np.dtype("float32")):
+        if not encoded and images.dtype not in (np.dtype("uint8"), np.dtype("float32")):
             raise SchemaError(f"dataset `images` has dtype {images.dtype}, expected uint8 or float32")
         if labels.ndim != 1:
             raise SchemaError(f"dataset `labels` has rank {labels.ndim} {labels.shape}, expected rank 1 (N)")
         if labels.dtype.kind not in "iu":
             raise SchemaError(f"dataset `labels` has dtype {labels.dtype}, expected an integer type")
-        n, c, h, w = images.shape
+        if not encoded:
+            n, c, h, w = images.shape
         if labels.shape[0] != n:
             raise SchemaError(f"dataset `images` has N = {n} samples but dataset `labels` has {labels.shape[0]}")
         if n == 0:
@@ -118,12 +139,18 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"attribute `class_names` has {len(names)} names, expected num_classes = {num_classes}")
 
         summary = {
-            "path": path, "n": n, "shape": (c, h, w), "dtype": str(images.dtype),
+            "path": path, "n": n, "shape": (c, h, w),
+            "dtype": "encoded (variable-length uint8)" if encoded else str(images.dtype),
             "label_dtype": str(labels.dtype), "num_classes": num_classes,
             "histogram": np.bincount(y, minlength=num_classes), "mean": mean, "std": std,
             "class_names": names, "chunks": images.chunks,
         }
-        if scan_pixels:
+        if encoded:
+            sh = f["image_shapes"][...]
+            probe = range(0, n, max(1, n // 1000))  # the mean size of up to ~1000 images
+            summary["encoded_bytes"] = int(n * sum(len(images[i]) for i in probe) / len(probe))
+            summary["image_sizes"] = (int(sh[:, 1].min()), int(sh[:, 1].max()), int(sh[:, 2].min()), int(sh[:, 2].max()))
+        elif scan_pixels:
             lo, hi, total = np.inf, -np.inf, 0.0
             for start in range(0, n, ROWS_PER_READ):
                 block = images[start:start + ROWS_PER_READ]
@@ -151,6 +178,9 @@ def format_summary(s):
         lines.append(f"  mean / std   {np.round(s['mean'], 6).tolist()} / {np.round(s['std'], 6).tolist()}")
     else:
         lines.append("  mean / std   (none: pixels used as " + ("raw/255)" if s["dtype"] == "uint8" else "stored)"))
+    if "image_sizes" in s:
+        hmin, hmax, wmin, wmax = s["image_sizes"]
+        lines.append(f"  stored       H {hmin}–{hmax}, W {wmin}–{wmax}, ≈{s['encoded_bytes'] / s['n'] / 1024:.1f} KiB an image")
     if "pixel_min" in s:
         lines.append(f"  pixels       min {s['pixel_min']:g}  max {s['pixel_max']:g}  mean {s['pixel_mean']:.4f} (raw units)")
     lines.append("  classes:")

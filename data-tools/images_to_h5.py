@@ -4,6 +4,7 @@
     images_to_h5.py ROOT --size 32x32 --out data/mine/train.h5
     images_to_h5.py ROOT --size 64 --channels 1 --out-dir data/mine --val-fraction 0.1   (train.h5, test.h5)
     images_to_h5.py VAL_ROOT --size 64 --out data/mine/val.h5 --like data/mine/train.h5
+    images_to_h5.py ROOT --store encoded --max-side 256 --out-dir data/mine --val-fraction 0.05
 
 The tree is the ImageNet / torchvision ImageFolder layout: every sub-folder of ROOT is a class,
 in sorted order (label k = the k-th folder name, as ImageFolder numbers them), holding .jpg, .jpeg
@@ -18,6 +19,11 @@ attributes `num_classes`, `class_names` (the folder names) and per-channel `mean
 the training set's values). --like FILE takes class names, labels and mean/std from an existing
 training file instead (for a separate validation tree; it may lack some classes).
 
+--store encoded keeps each image's JPEG/PNG bytes instead (re-encoded only when its shorter side
+exceeds --max-side or its mode is not L/RGB): `images` variable-length uint8 N, `image_shapes` N×3
+(C, H, W as stored), attribute `channels`, labels and attributes as above, mean/std of the decoded
+images; dtrain decodes, crops and resizes them while it trains (docs/data.md, "Encoded images").
+
 Memory stays flat: the images are read, resized and written one chunk of samples at a time into
 datasets created at their final size; nothing grows with the number of images except the list of
 file names. Each output is written to a hidden temporary file in its directory, checked against
@@ -31,6 +37,7 @@ usage. Run with Debian's interpreter: /usr/bin/python3 images_to_h5.py ...
 """
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -51,6 +58,7 @@ import outputs  # noqa: E402  (the output checks every writing tool shares)
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 CHUNK_SAMPLES = 256          # samples per chunk (at most), as convert_idx.py
 CHUNK_BYTES = 8 << 20        # ... and at most this many bytes per chunk for large images
+ENCODED_CHUNK = 1024         # --store encoded: rows per chunk of `images` (references) and `image_shapes`
 
 
 class ConvertError(Exception):
@@ -123,6 +131,45 @@ def _load_job(job):
     return load_image(*job)
 
 
+def load_encoded(path, channels, max_side, quality):
+    """--store encoded: (bytes as uint8 array, (C, H, W) as stored, C×256 histogram of the pixels
+    converted to `channels`). The file's own bytes are kept when it is a JPEG or PNG in mode L or
+    RGB whose shorter side is at most max_side (0: no limit); otherwise the image is converted to
+    `channels`, its shorter side scaled down to max_side (bilinear) and re-encoded in its own format
+    (JPEG at `quality`; anything else as PNG). Raises ConvertError naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        with Image.open(io.BytesIO(raw)) as im:
+            im.load()  # decode fully: truncated or corrupt data fails here
+            fmt = im.format
+            scale = max_side / min(im.size) if max_side and min(im.size) > max_side else 1.0
+            if scale == 1.0 and fmt in ("JPEG", "PNG") and im.mode in ("L", "RGB"):
+                stored = im
+            else:
+                stored = im.convert("RGB" if channels == 3 else "L")
+                if scale < 1.0:
+                    size = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
+                    stored = stored.resize(size, Image.BILINEAR)
+                out = io.BytesIO()
+                if fmt == "JPEG":
+                    stored.save(out, format="JPEG", quality=quality)
+                else:
+                    stored.save(out, format="PNG")
+                raw = out.getvalue()
+            pixels = np.asarray(stored.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ConvertError(f"{path}: cannot decode image: {e}") from None
+    pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
+    hist = np.stack([np.bincount(pixels[:, :, c].reshape(-1), minlength=256) for c in range(channels)])
+    shape = (1 if stored.mode == "L" else 3, stored.height, stored.width)
+    return np.frombuffer(raw, dtype=np.uint8), shape, hist
+
+
+def _load_encoded_job(job):
+    return load_encoded(*job)
+
+
 class SplitWriter:
     """One output file, written chunk by chunk into datasets created at their final size."""
 
@@ -175,6 +222,38 @@ class SplitWriter:
             pass
         if os.path.exists(self.tmp):
             os.remove(self.tmp)
+
+
+class EncodedWriter(SplitWriter):
+    """--store encoded: `images` variable-length uint8 (one encoded image per row), `image_shapes`
+    N×3 int32 (C, H, W as stored), `labels`; root attribute `channels`. Chunked along N."""
+
+    def __init__(self, out, n, channels, chunk):  # noqa: D401 - same life cycle as SplitWriter
+        self.out = out
+        self.tmp = outputs.temp_name(out)
+        self.n, self.at = n, 0
+        self.hist = np.zeros((channels, 256), np.int64)
+        self.file = h5py.File(self.tmp, "w")
+        self.images = self.file.create_dataset("images", shape=(n,), dtype=h5py.vlen_dtype(np.uint8),
+                                               chunks=(min(chunk, n),))
+        self.shapes = self.file.create_dataset("image_shapes", shape=(n, 3), dtype=np.int32,
+                                               chunks=(min(chunk, n), 3))
+        self.labels = self.file.create_dataset("labels", shape=(n,), dtype=np.int64)
+        self.file.attrs["channels"] = np.int64(channels)
+        self.file.attrs["store"] = "encoded"
+
+    def write_encoded(self, results, labels):
+        """results: [(bytes uint8 array, (C, H, W), histogram)] of load_encoded, in order."""
+        k = len(results)
+        rows = np.empty(k, dtype=object)
+        for i, (data, _, _) in enumerate(results):
+            rows[i] = data
+        self.images[self.at:self.at + k] = rows
+        self.shapes[self.at:self.at + k] = np.array([shape for _, shape, _ in results], np.int32)
+        self.labels[self.at:self.at + k] = labels
+        for _, _, hist in results:
+            self.hist += hist
+        self.at += k
 
 
 def read_like(path):
@@ -248,8 +327,9 @@ def convert(args):
         except OSError as e:
             raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
 
-    sample_bytes = channels * size[0] * size[1]
-    chunk = max(1, min(CHUNK_SAMPLES, CHUNK_BYTES // sample_bytes))
+    encoded = args.store == "encoded"
+    sample_bytes = channels * size[0] * size[1] if not encoded else 1
+    chunk = max(1, min(CHUNK_SAMPLES, CHUNK_BYTES // sample_bytes)) if not encoded else ENCODED_CHUNK
     pool = None
     if args.workers > 1:
         import multiprocessing
@@ -260,17 +340,27 @@ def convert(args):
     done, t0, last = 0, time.time(), time.time()
     try:
         for out, items in outs:
-            wr = SplitWriter(out, len(items), size, channels, chunk)
+            wr = EncodedWriter(out, len(items), channels, chunk) if encoded else \
+                SplitWriter(out, len(items), size, channels, chunk)
             writers.append(wr)
-            block = np.empty((chunk, channels) + tuple(size), np.uint8)
+            block = None if encoded else np.empty((chunk, channels) + tuple(size), np.uint8)
             for start in range(0, len(items), chunk):  # one chunk of samples in memory at a time
                 part = items[start:start + chunk]
-                jobs = [(p, size, channels, args.fit) for p, _ in part]
-                arrays = pool.map(_load_job, jobs, chunksize=max(1, len(jobs) // (4 * args.workers))) \
-                    if pool else map(_load_job, jobs)
-                for i, a in enumerate(arrays):
-                    block[i] = a
-                wr.write(block[:len(part)], np.array([lab for _, lab in part], np.int64))
+                if encoded:
+                    jobs = [(p, channels, args.max_side, args.quality) for p, _ in part]
+                    fn = _load_encoded_job
+                else:
+                    jobs = [(p, size, channels, args.fit) for p, _ in part]
+                    fn = _load_job
+                arrays = pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * args.workers))) \
+                    if pool else map(fn, jobs)
+                labels_part = np.array([lab for _, lab in part], np.int64)
+                if encoded:
+                    wr.write_encoded(list(arrays), labels_part)
+                else:
+                    for i, a in enumerate(arrays):
+                        block[i] = a
+                    wr.write(block[:len(part)], labels_part)
                 done += len(part)
                 if not args.quiet and time.time() - last > 10:
                     last = time.time()
@@ -299,8 +389,9 @@ def convert(args):
                 pass
     if not args.quiet:
         for wr in writers:
-            print(f"images_to_h5.py: wrote {wr.out}: {wr.n} samples {channels}×{size[0]}×{size[1]} "
-                  f"uint8, {len(class_names)} classes, mean {[round(float(x), 4) for x in mean]} "
+            what = (f"encoded images (JPEG/PNG bytes, {os.path.getsize(wr.out) / max(wr.n, 1) / 1024:.1f} KiB "
+                    f"an image on disk), {channels} channels") if encoded else f"{channels}×{size[0]}×{size[1]} uint8"
+            print(f"images_to_h5.py: wrote {wr.out}: {wr.n} samples {what}, {len(class_names)} classes, mean {[round(float(x), 4) for x in mean]} "
                   f"std {[round(float(x), 4) for x in std]}")
         if skipped:
             print(f"images_to_h5.py: skipped {skipped} files that are not .jpg/.jpeg/.png", file=sys.stderr)
@@ -313,8 +404,16 @@ def main(argv=None):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("root", metavar="ROOT", help="tree of class folders: ROOT/<class>/*.jpg|jpeg|png")
-    parser.add_argument("--size", type=parse_size, required=True, metavar="HxW",
-                        help="output image size, HxW or N for NxN (e.g. 32x32)")
+    parser.add_argument("--store", choices=("pixels", "encoded"), default="pixels",
+                        help="pixels: decoded, resized uint8 N×C×H×W (default); encoded: each image's "
+                        "JPEG/PNG bytes (variable-length uint8), decoded by dtrain while it trains")
+    parser.add_argument("--size", type=parse_size, metavar="HxW",
+                        help="output image size, HxW or N for NxN (e.g. 32x32); required with --store pixels")
+    parser.add_argument("--max-side", type=int, default=0, metavar="S",
+                        help="--store encoded: re-encode images whose shorter side exceeds S with the "
+                        "shorter side S (0: keep every image's size; default)")
+    parser.add_argument("--quality", type=int, default=90,
+                        help="--store encoded: JPEG quality of re-encoded JPEGs (default 90)")
     parser.add_argument("--channels", type=int, choices=(1, 3), default=3,
                         help="3: RGB (default), 1: grayscale")
     parser.add_argument("--fit", choices=("crop", "stretch"), default="crop",
@@ -337,6 +436,15 @@ def main(argv=None):
         parser.error("--val-fraction needs --out-dir (it writes train.h5 and test.h5)")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
+    if args.store == "pixels" and args.size is None:
+        parser.error("--size is required with --store pixels")
+    if args.store == "encoded" and (args.size is not None or args.fit != "crop"):
+        parser.error("--size / --fit resize decoded pixels; with --store encoded use --max-side "
+                     "(dtrain crops and resizes while it trains)")
+    if args.max_side < 0 or (args.max_side and args.store != "encoded"):
+        parser.error("--max-side must be >= 0 and needs --store encoded")
+    if not 1 <= args.quality <= 100:
+        parser.error("--quality must be in [1, 100]")
     outputs.exit_cleanly_on_signals()
     try:
         convert(args)

@@ -142,6 +142,21 @@ void build_table(Table& t, Config& c) {
   t.add("random-flip", &c.random_flip,
         "augment training images: mirror left-right with probability 1/2, drawn from (--seed, "
         "epoch, sample)");
+  t.add("random-resized-crop", &c.random_resized_crop,
+        "encoded images (JPEG/PNG in the file): train on SxS crops as torchvision "
+        "RandomResizedCrop(S): area 8-100 %, aspect ratio 3/4-4/3, bilinear, drawn from (--seed, "
+        "epoch, sample) (0: training images take the evaluation's centre crop)");
+  t.add("center-crop", &c.center_crop,
+        "encoded images: evaluate on the central SxS crop after --eval-resize (0: the "
+        "--random-resized-crop size)");
+  t.add("eval-resize", &c.eval_resize,
+        "encoded images: scale the shorter side to this many pixels before the centre crop (0: "
+        "round(S / 0.875), 256 for 224)");
+  t.add("data-threads", &c.data_threads,
+        "encoded images: decode threads per worker (one is the prefetch thread itself)");
+  t.add("on-bad-image", &c.on_bad_image,
+        "encoded images: skip (a corrupt or truncated image is left out of its batch and counted "
+        "in the log and results.json) | fail (the run stops naming the file and sample)");
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
@@ -529,6 +544,11 @@ void validate_config(const Config& c) {
                  " (every micro-batch has the same number of samples)");
   DT_REQUIRE(c.dry_run || c.pipeline_stages == 1,
              "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
+  non_negative("random-resized-crop", c.random_resized_crop);
+  non_negative("center-crop", c.center_crop);
+  non_negative("eval-resize", c.eval_resize);
+  positive("data-threads", c.data_threads);
+  one_of("on-bad-image", c.on_bad_image, {"skip", "fail"});
                  ": running stages across ranks is not built yet; --dry-run prints the stage plan "
                  "(a run needs --pipeline-stages 1; --micro-batches M alone accumulates gradients)");
   non_negative("global-batch-size", c.global_batch_size);

@@ -32,6 +32,7 @@
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
+#include "encoded.hpp"
 #include "input_fail.hpp"
 
 namespace dtrain {
@@ -51,6 +52,8 @@ struct BatchReader::Reader {
   std::vector<std::int32_t> labels;      ///< label of indices[i]
   std::vector<float> pad_value;          ///< augmentation: normalized raw 0, per channel
   std::vector<float> plain;              ///< augmentation: one normalized sample before the crop
+  std::unique_ptr<EncodedSource> encoded;  ///< encoded files: decode pool and buffers
+  std::vector<std::int64_t> batch_rows;  ///< encoded files: this batch's samples, batch order
 };
 
 namespace {
@@ -148,9 +151,9 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     }
   }
   const std::vector<hsize_t> dims = dataset_dims(r.images.get());
-  DT_REQUIRE(dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
+  DT_REQUIRE(info_.encoded || (dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
                  static_cast<int>(dims[1]) == info_.sample.c && static_cast<int>(dims[2]) == info_.sample.h &&
-                 static_cast<int>(dims[3]) == info_.sample.w,
+                 static_cast<int>(dims[3]) == info_.sample.w),
              info_.path + ": dataset `images` changed since it was validated");
   const bool norm = !info_.mean.empty();
   DT_REQUIRE(!norm || (static_cast<int>(info_.mean.size()) == info_.sample.c &&
@@ -172,6 +175,14 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
                             : norm          ? (0.0f - info_.mean[c]) / info_.stddev[c]
                                             : 0.0f);
     r.plain.resize(info_.sample.sample_count());
+  }
+  if (info_.encoded) {
+    DT_REQUIRE(dims.size() == 1 && static_cast<std::int64_t>(dims[0]) == info_.num_samples,
+               info_.path + ": dataset `images` changed since it was validated");
+    DT_REQUIRE(augment_.crop_pad == 0, info_.path + ": --random-crop (pad and crop) needs decoded "
+                                       "pixels; encoded images take --random-resized-crop");
+    r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(), &r.lut);
+    cache_bytes = 0;  // encoded rows are read per batch
   }
   if (!indices_.empty() && cache_bytes > 0) {
     const auto [lo, hi] = std::minmax_element(indices_.begin(), indices_.end());
@@ -205,6 +216,8 @@ void BatchReader::read_rows(std::int64_t first, std::size_t count, void* dst) {
 BatchReader::~BatchReader() { stop(); }
 
 bool BatchReader::cached() const { return !reader_->cache.empty(); }
+
+std::int64_t BatchReader::bad_images() const { return bad_images_.load(); }
 
 void BatchReader::start() {
   free_.clear();
@@ -279,6 +292,11 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   Reader& r = *reader_;
   const std::int64_t begin = k * batch_size_;
   const int m = static_cast<int>(std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
+  if (r.encoded) {  // decode pool: bytes, decode, crop, flip, normalize (encoded.cpp)
+    r.batch_rows.assign(indices_.begin() + begin, indices_.begin() + begin + m);
+    r.encoded->fill(r.batch_rows, r.labels.data() + begin, augment_, out, bad_images_);
+    return;
+  }
   const std::size_t sample = info_.sample.sample_count();
   const std::size_t elem = info_.is_uint8 ? 1 : sizeof(float);
 

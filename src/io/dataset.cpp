@@ -25,6 +25,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
+#include "encoded.hpp"
 #include "input_fail.hpp"
 
 namespace dtrain {
@@ -128,23 +129,29 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   info.path = path;
   H5File file = open_file_read(path);
 
-  // images: rank 4, uint8 or float32.
+  // images: rank 4, uint8 or float32 — or rank 1 of encoded images (variable-length uint8).
   H5Dataset images = open_dataset(file.get(), "images", path);
-  const std::vector<hsize_t> idims = dataset_dims(images.get());
+  std::vector<hsize_t> idims = dataset_dims(images.get());
+  if (is_encoded_images(images.get())) {
+    read_encoded_schema(file.get(), images.get(), info);
+    idims = {static_cast<hsize_t>(info.num_samples), static_cast<hsize_t>(info.sample.c), 1, 1};
+  }
   if (idims.size() != 4)
     DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
                   dims_str(idims) + "), expected rank 4 (N×C×H×W)");
   const H5TypeInfo itype = dataset_type(images.get());
-  const bool is_u8 = itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed;
-  const bool is_f32 = itype.cls == H5T_FLOAT && itype.size == 4;
+  const bool is_u8 = info.encoded || (itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed);
+  const bool is_f32 = !info.encoded && itype.cls == H5T_FLOAT && itype.size == 4;
   if (!is_u8 && !is_f32)
-    DT_INPUT_FAIL(path + ": dataset `images` has dtype " + itype.str() + ", expected uint8 or float32");
+    DT_INPUT_FAIL(path + ": dataset `images` has dtype " + itype.str() +
+                  ", expected uint8 or float32 (or variable-length uint8: encoded images)");
   for (int d = 1; d < 4; ++d)
     if (idims[d] < 1 || idims[d] > static_cast<hsize_t>(INT_MAX))
       DT_INPUT_FAIL(path + ": dataset `images` has shape " + dims_str(idims) +
                     ", expected C, H, W in [1, 2^31)");
   info.is_uint8 = is_u8;
-  info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
+  if (!info.encoded)
+    info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
 
   if (labels_optional && expected_classes > 0 && !has_link(file.get(), "labels")) {
     if (idims[0] == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
@@ -314,7 +321,10 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {
     DatasetInfo info = read_dataset_info(path, expected_classes, expected_from, labels_optional);
-    check_images_stored(info);
+    if (info.encoded)
+      probe_encoded(info);  // a file of nothing but bad images fails here, at start
+    else
+      check_images_stored(info);
     return info;
   } catch (const LibraryError& e) {
     throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " +
@@ -324,6 +334,18 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
   } catch (const std::length_error&) {
     throw InputError(path + ": corrupt dataset file (declared sizes too large to read)");
   }
+}
+
+void configure_decode(DatasetInfo& info, const DecodeOptions& opts) {
+  if (!info.encoded) return;
+  DT_REQUIRE(opts.crop >= 1, info.path + ": encoded images (JPEG/PNG bytes) need an output size: "
+                             "--random-resized-crop SIZE (training) or --center-crop SIZE");
+  DT_REQUIRE(opts.random_resized || opts.resize >= opts.crop,
+             "option --eval-resize " + std::to_string(opts.resize) + ": smaller than the centre crop " +
+                 std::to_string(opts.crop) + " (--center-crop), expected ≥");
+  DT_REQUIRE(opts.threads >= 1, "option --data-threads: must be ≥ 1, got " + std::to_string(opts.threads));
+  info.decode = opts;
+  info.sample = Shape{1, info.sample.c, opts.crop, opts.crop};
 }
 
 std::int64_t shard_size(std::int64_t n, int worker, int workers) {

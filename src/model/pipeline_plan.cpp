@@ -27,7 +27,8 @@ std::vector<std::size_t> cuts_from_job(const std::vector<LayerInfo>& layers, int
                layer_text(layers, i) + " has stage=" + std::to_string(k) + " but the stage that " +
                    "starts next is " + std::to_string(expected) +
                    (k > expected ? " (stage " + std::to_string(expected) + " would be empty)"
-                                 : " (each stage starts once, in order; stage 0 at the first layer)"));
+                                 : " (each stage starts once, in order; stage 0 at the first "
+                                   "layer)"));
     first.push_back(i);
   }
   DT_REQUIRE(static_cast<int>(first.size()) == stages,
@@ -143,10 +144,12 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
                       : layers[static_cast<std::size_t>(t - 1)].name.empty()
                             ? "#" + std::to_string(t)
                             : layers[static_cast<std::size_t>(t - 1)].name);
-    const double recv_mib = static_cast<double>(st.receive_elements) * micro * act_bytes / (1 << 20);
+    const double recv_mib =
+        static_cast<double>(st.receive_elements) * micro * act_bytes / (1 << 20);
     const double held_mib = static_cast<double>(st.stash_elements) * micro * st.in_flight *
                             act_bytes / (1 << 20);
-    std::snprintf(line, sizeof line, "#  %5zu  %4zu-%-6zu %9zu  %11.2f  %-20s %7.2f MiB  %7.1f MiB (%d in flight)\n",
+    std::snprintf(line, sizeof line,
+                  "#  %5zu  %4zu-%-6zu %9zu  %11.2f  %-20s %7.2f MiB  %7.1f MiB (%d in flight)\n",
                   s, st.first + 1, st.last + 1, st.params, st.flops * batch / 1e9,
                   from.substr(0, 20).c_str(), recv_mib, held_mib, st.in_flight);
     out += line;

@@ -2,10 +2,22 @@
 #include "dtrain/train/plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+
+DecodeOptions decode_options(const Config& c, bool train) {
+  DecodeOptions d;
+  d.crop = c.center_crop > 0 ? c.center_crop : c.random_resized_crop;
+  d.random_resized = train && c.random_resized_crop > 0;
+  if (d.random_resized) d.crop = c.random_resized_crop;
+  d.resize = c.eval_resize > 0 ? c.eval_resize : static_cast<int>(std::lround(d.crop / 0.875));
+  d.threads = c.data_threads;
+  d.fail_on_bad = c.on_bad_image == "fail";
+  return d;
+}
 
 TrainPlan make_plan(const Config& c, int workers) {
   TrainPlan p;
@@ -30,7 +42,14 @@ TrainPlan make_plan(const Config& c, int workers) {
                    std::to_string(p.test.num_samples) + ")");
   } else {
     p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
+    configure_decode(p.train, decode_options(c, true));
   }
+  DT_REQUIRE(p.train.encoded || c.random_resized_crop == 0,
+             "option --random-resized-crop: needs encoded images (JPEG/PNG bytes, written by "
+             "images_to_h5.py --store encoded), but " + p.train.path + " holds decoded pixels");
+  DT_REQUIRE(!p.train.encoded || c.random_crop == 0,
+             "option --random-crop: pads decoded pixels; " + p.train.path +
+                 " holds encoded images: use --random-resized-crop SIZE");
   check_dataset_fits(p.train, workers, p.batch);
   DT_REQUIRE(c.random_crop <= std::min(p.train.sample.h, p.train.sample.w),
              "option --random-crop " + std::to_string(c.random_crop) + ": pads by more than the " +
@@ -38,6 +57,7 @@ TrainPlan make_plan(const Config& c, int workers) {
                  " images of " + p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
+    configure_decode(p.test, decode_options(c, false));
     DT_REQUIRE(p.test.sample == p.train.sample,
                "--test-data '" + c.test_data + "': images are " + p.test.sample.str() +
                    " per sample but the training set's are " + p.train.sample.str());

@@ -18,6 +18,7 @@
 #include "dtrain/core/version.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/train/plan.hpp"
 #include "dtrain/io/hdf5.hpp"
 #include "dtrain/model/model.hpp"
 #include "dtrain/train/checkpointer.hpp"
@@ -147,6 +148,9 @@ Predictor set_up(const Config& c) {
   return p;
 }
 
+    DecodeOptions decode = decode_options(c, false);  // encoded images: the evaluation's crop
+    decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
+    configure_decode(p.info, decode);
 /// Every rank's scores on rank 0 (empty elsewhere), in rank order = the input's order (the shares
 /// are contiguous and ascending); `correct` summed. Collective over MPI_COMM_WORLD.
 Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {

@@ -127,6 +127,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
       job.backend ? static_cast<double>(job.backend->device_peak_bytes()) / (1 << 20) : 0.0;
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
+  r["bad_images_skipped"] = out.bad_images;  // encoded images left out (--on-bad-image skip)
   r["staleness_mean"] = out.staleness_mean;
   r["ps_busy_fraction"] = st.ps.busy_seconds;  // 0 without ps
   r["ps_optimizer_fraction"] = st.ps.optimizer_seconds;  // of the ps's wall time, in the updates

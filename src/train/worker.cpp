@@ -149,6 +149,12 @@ WorkerOutcome Worker::run() {
     worker_sum(cluster_.role_comm(), &skipped, 1);
     out_.skipped = static_cast<std::int64_t>(skipped);
   }
+  double bad = static_cast<double>(out_.bad_images);  // every worker reaches this point
+  worker_sum(cluster_.role_comm(), &bad, 1);
+  out_.bad_images = static_cast<std::int64_t>(bad);
+  if (out_.bad_images > 0 && cluster_.is_chief())
+    log_warn("# bad images skipped: " + std::to_string(out_.bad_images) +
+             " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
@@ -184,6 +190,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     end_step(epoch, s);
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
+  if (reader) out_.bad_images += reader->bad_images();
   out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
 }
@@ -481,6 +488,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
       model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
       count += batch.n;
     }
+    out_.bad_images += reader.bad_images();
   }
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
   be_.copy_to_device(stats_.data(), saved, sizeof saved);

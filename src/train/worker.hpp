@@ -38,6 +38,7 @@ struct WorkerOutcome {
   double anatomy_ms[4] = {0, 0, 0, 0};
   std::int64_t samples = 0;     ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
+  std::int64_t bad_images = 0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
   double staleness_mean = 0;
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
   /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)

@@ -120,6 +120,12 @@ struct Config {
   /// training augmentation: pad by N pixels, crop back to H×W at a random offset (0: off)
   int random_crop = 0;
   bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
+  // encoded images (JPEG/PNG bytes, docs/data.md): decode pool and the ImageNet transforms
+  int random_resized_crop = 0;    ///< training: RandomResizedCrop(S) to S×S pixels (0: centre crop)
+  int center_crop = 0;            ///< evaluation (and training without it): S×S (0: = random_resized_crop)
+  int eval_resize = 0;            ///< shorter side before the centre crop (0: round(S / 0.875))
+  int data_threads = 1;           ///< decode threads per reader
+  std::string on_bad_image = "skip";  ///< skip (count and leave out) | fail
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
   std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch

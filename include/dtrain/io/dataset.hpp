@@ -13,6 +13,7 @@
 // block, so the workers together see each sample exactly once per epoch without communication.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -26,6 +27,18 @@
 
 namespace dtrain {
 
+/// How a batch reader turns encoded images (DatasetInfo::encoded) into samples; set by the
+/// trainer from the options (--random-resized-crop, --center-crop, --eval-resize, --data-threads,
+/// --on-bad-image) through configure_decode(). Plain data.
+struct DecodeOptions {
+  int crop = 0;                 ///< S: every sample is C×S×S (0: not configured yet)
+  bool random_resized = false;  ///< RandomResizedCrop(S) (training); else Resize(resize) + CenterCrop(S)
+  int resize = 0;               ///< shorter side before the centre crop, ≥ crop
+  int threads = 1;              ///< decode threads of one reader (the reader thread is one of them)
+  bool fail_on_bad = false;     ///< a bad image stops the run (else it is skipped and counted)
+  double dct_ratio = 1.0;       ///< JPEG DCT scaling while the crop stays ≥ this × S (0: never)
+};
+
 /// What open_dataset_info() learned about one split file. Plain data: copyable, thread-safe to read.
 struct DatasetInfo {
   std::string path;             ///< the file
@@ -37,7 +50,16 @@ struct DatasetInfo {
   std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
   std::vector<std::string> class_names;  ///< num_classes names, or empty
   bool has_labels = true;       ///< false: no `labels` dataset (labels_optional; batches get label 0)
+  /// `images` holds encoded JPEG/PNG bytes (variable-length uint8, rank 1; docs/data.md); then
+  /// sample is 1×C×S×S with S = decode.crop (1×C×0×0 until configure_decode()) and is_uint8 is true.
+  bool encoded = false;
+  DecodeOptions decode;         ///< encoded files only
 };
+
+/// Sets the transforms of an encoded file (info.encoded) and its sample shape 1×C×S×S, S =
+/// opts.crop. Throws InputError naming the option for crop < 1, resize < crop (centre crop),
+/// threads < 1. A no-op on decoded-pixel files.
+void configure_decode(DatasetInfo& info, const DecodeOptions& opts);
 
 /// Opens `path`, validates it against the schema and returns its description. Reads every label
 /// (they are small) but no images. Thread-safe (locks hdf5_mutex()).
@@ -145,6 +167,12 @@ struct HostBatch {
 /// thread does all HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe.
 /// Buffers are allocated once (a ring of `depth` batches plus one staging buffer).
 ///
+/// Encoded files (info.encoded, configured by configure_decode()): each batch's rows are read with
+/// one point-selection H5Dread, then decoded, cropped (augment's seed and epoch key the random
+/// crops and flips), normalized and placed in order by info.decode.threads threads (the reader
+/// thread and helpers it owns; src/io/encoded.hpp) with no lock held; bad images are left out or
+/// end the run (DecodeOptions::fail_on_bad, bad_images()). cache_bytes does not apply.
+///
 /// Use from one thread (next(), skip() and batches() are not safe to call concurrently). Errors in
 /// the reader thread (I/O failure → LibraryError; non-finite float pixel → InputError naming file,
 /// `images` and the sample index) are rethrown by next() once the batches before it are taken.
@@ -179,6 +207,10 @@ class BatchReader {
   bool next(HostBatch& out);
   /// Whether the rows are held in memory (see cache_bytes).
   [[nodiscard]] bool cached() const;
+  /// Encoded files: images skipped so far as bad (corrupt, truncated, not JPEG/PNG) under
+  /// --on-bad-image skip; each is left out of its batch (HostBatch::n shrinks) and logged once.
+  /// Thread-safe.
+  [[nodiscard]] std::int64_t bad_images() const;
   /// ceil(indices.size() / batch_size), counting batches skipped at the start.
   [[nodiscard]] std::int64_t batches() const;
   /// Batches delivered or skipped so far (the data cursor to store in a checkpoint).
@@ -217,6 +249,7 @@ class BatchReader {
   bool stuck_ = false;              ///< next() timed out: the thread is detached, not joined
   std::exception_ptr error_;
   std::thread thread_;
+  std::atomic<std::int64_t> bad_images_{0};
 
   struct Reader;                    ///< HDF5 handles and staging buffers, owned by the thread
   std::unique_ptr<Reader> reader_;

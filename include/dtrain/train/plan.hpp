@@ -27,6 +27,11 @@ struct TrainPlan {
 /// naming the file/option at fault.
 TrainPlan make_plan(const Config& c, int workers);
 
+/// The decode options of encoded images from the configuration: train = true gives the training
+/// reader's (--random-resized-crop S when given, else the centre crop), false the evaluation's
+/// (--eval-resize, --center-crop, whose 0 means the --random-resized-crop size). Pure.
+DecodeOptions decode_options(const Config& c, bool train);
+
 /// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
 /// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
 std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker);

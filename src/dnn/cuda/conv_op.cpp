@@ -1,6 +1,7 @@
 // src/dnn/cuda/conv_op.cpp — 2-D convolution on cuDNN (legacy API of cudnn_cnn.h, cuDNN 9):
 // cudnnConvolutionForward, cudnnConvolutionBackwardData / BackwardFilter; the bias (unless
-// bias=false) added and its gradient summed by our per-channel kernels (channel_kernels.cu); kernel, stride and padding per axis (1×7, 7×1 for Inception).
+// bias=false) added and its gradient summed by our per-channel kernels (channel_kernels.cu);
+// kernel, stride and padding per axis (1×7, 7×1 for Inception).
 // Algorithms are chosen once per shape in the constructor from cuDNN's ranked list — the
 // cudnnGet*Algorithm_v7 heuristics (no cost; the default), or with --cudnn-benchmark every
 // algorithm timed on this GPU by cudnnFind*Algorithm once per problem (PyTorch's
@@ -153,7 +154,8 @@ class CudaConvOp final : public ConvOp {
     // The per-channel kernels see an NHWC tensor as (N·H·W)×C×1×1, the same memory.
     out_shape_ = layout == Layout::nhwc ? ChannelShape{out.n * out.h * out.w, out.c, 1, 1}
                                         : ChannelShape{out.n, out.c, out.h, out.w};
-    if (bias_) bias_scratch_ = DeviceMemory::create(channel_scratch_floats(out_shape_) * sizeof(float));
+    if (bias_)
+      bias_scratch_ = DeviceMemory::create(channel_scratch_floats(out_shape_) * sizeof(float));
 
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(
@@ -179,7 +181,8 @@ class CudaConvOp final : public ConvOp {
       int max = 0;
       DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
       const auto p = choose<cudnnConvolutionFwdAlgoPerf_t>(
-          max, bench, "forward", key, tf32, det, limit, [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+          max, bench, "forward", key, tf32, det, limit,
+          [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
             return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
                                                                 y_desc_, n, got, r)
                          : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
@@ -195,8 +198,8 @@ class CudaConvOp final : public ConvOp {
       const auto p = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
           max, bench, "backward-data", key, tf32, det, limit,
           [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
-            return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_, query,
-                                                                     x_desc_, n, got, r)
+            return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_,
+                                                                     query, x_desc_, n, got, r)
                          : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_, y_desc_,
                                                                        query, x_desc_, n, got, r);
           });

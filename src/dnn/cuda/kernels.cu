@@ -483,8 +483,10 @@ void launch_transpose(cudaStream_t stream, const void* x, Elem from, void* y, El
       auto* ys = static_cast<To*>(y);
       if (rows <= kFewRows) {
         const std::int64_t total = std::int64_t{batch} * cols;
-        const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65536));
-        transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(xs, ys, rows, std::int64_t{cols}, total);
+        const auto blocks =
+            static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65536));
+        transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(xs, ys, rows, std::int64_t{cols},
+                                                              total);
       } else {
         DT_REQUIRE(batch <= 65535 && (rows + 31) / 32 <= 65535,
                    "transpose: " + std::to_string(batch) + " matrices of " + std::to_string(rows) +

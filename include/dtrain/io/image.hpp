@@ -1,0 +1,126 @@
+// dtrain/io/image.hpp — encoded images (JPEG, PNG) to network input: decode, the standard
+// ImageNet transforms and Pillow's bilinear resampling, all on the CPU, one image per call.
+//
+// Decoding: JPEG with libjpeg-turbo's TurboJPEG API (accurate integer IDCT and fancy upsampling,
+// libjpeg's defaults, which is what Pillow decodes with), optionally scaled by 1/2, 1/4 or 1/8 in
+// the DCT domain when the crop is much larger than the output; PNG with libpng (8-bit, palette and
+// 16-bit expanded, alpha dropped). Colour conversion follows Pillow's Image.convert: gray → RGB
+// replicates, RGB → L is (19595 R + 38470 G + 7471 B + 2^15) >> 16.
+//
+// Transforms follow torchvision 0.x on PIL images:
+//   RandomResizedCrop(S, scale=(0.08, 1), ratio=(3/4, 4/3)) — random_resized_crop_box();
+//   Resize(R) + CenterCrop(S) — center_crop_box();
+//   F.resized_crop = img.crop(box).resize((S, S), BILINEAR) — resample_crop(), which reproduces
+//   Pillow's ImagingResample (Resample.c: triangle filter widened by the scale when shrinking,
+//   22-bit fixed-point coefficients, horizontal pass then vertical, each rounded to uint8).
+// Every random draw is counter_hash of (key, draw number): a pure function of the key, which the
+// batch reader derives from (seed, epoch, sample index), so a resumed run crops identically.
+//
+// Errors: a corrupt, truncated or unsupported image throws ImageError (what() names the decoder's
+// reason, not the file: the caller knows the file and sample index). Thread-safe: no shared state;
+// each thread should own its ImageDecoder.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+/// A bad image: corrupt, truncated, not JPEG/PNG, or too large (more than 2^28 pixels).
+class ImageError : public std::runtime_error {
+ public:
+  explicit ImageError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+/// Pixels, interleaved H×W×C uint8 (C = 1 gray or 3 RGB), rows packed (stride W·C bytes).
+struct Image8 {
+  int width = 0, height = 0, channels = 0;
+  std::vector<std::uint8_t> pixels;
+};
+
+/// What an encoded image's header says. format: "jpeg" or "png".
+struct ImageHeader {
+  std::string format;
+  int width = 0, height = 0;
+  int channels = 0;  ///< 1 (gray) or 3 (colour) as stored (PNG alpha not counted)
+};
+
+/// A crop rectangle in pixels of the full-size image: columns [x, x + w), rows [y, y + h).
+struct CropBox {
+  int x = 0, y = 0, w = 0, h = 0;
+  bool operator==(const CropBox&) const = default;
+};
+
+/// Decodes encoded images; owns a TurboJPEG handle (not shareable between threads).
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  /// Reads the header of `size` bytes at `data` (JPEG by its FF D8 marker, PNG by its signature).
+  /// Throws ImageError for anything else or an unreadable header.
+  ImageHeader header(const std::uint8_t* data, std::size_t size);
+
+  /// Decodes the whole image into `out` with `channels` (1 or 3) channels. `scale_denom` ∈ {1, 2,
+  /// 4, 8} shrinks a JPEG in the DCT domain to ceil(W / d) × ceil(H / d) (PNG ignores it: d = 1).
+  /// Returns the denominator used. Throws ImageError for a corrupt or truncated image (libjpeg
+  /// warnings about premature end of data count as errors) or one of more than 2^28 pixels.
+  int decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out, int scale_denom = 1);
+
+ private:
+  void* tj_ = nullptr;  ///< tjhandle
+};
+
+/// torchvision RandomResizedCrop.get_params(img, scale=(0.08, 1), ratio=(3/4, 4/3)) for an image of
+/// width × height, with the uniform draws taken from counter_hash(key, 0..) instead of torch's
+/// generator: up to 10 tries of area fraction U(0.08, 1) and log-aspect U(log 3/4, log 4/3),
+/// w = round(sqrt(A·r)), h = round(sqrt(A/r)) (round half to even, as Python), accepted when
+/// 0 < w ≤ width and 0 < h ≤ height, then y ∈ [0, height − h], x ∈ [0, width − w] uniform;
+/// otherwise the central crop clamped to the ratio range. Pure function; width, height ≥ 1.
+CropBox random_resized_crop_box(int width, int height, std::uint64_t key);
+
+/// torchvision Resize(resize) + CenterCrop(crop) as a box in the full image: the resized image is
+/// resize × floor(resize · long / short) (shorter side = resize), the crop starts at
+/// round((resized − crop) / 2) in each axis (round half to even). Returns the box in *resized*
+/// pixels plus the resized size in rw, rh (used by resample_window()). crop ≤ resize required.
+CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, int& rh);
+
+/// Pillow's Image.resize((out_w, out_h), BILINEAR, box=(x0, y0, x1, y1)) of the interleaved image
+/// `src` (width × height × channels, row stride `stride` bytes), but computing only the output
+/// window columns [wx, wx + ww) and rows [wy, wy + wh), written packed (ww·channels bytes a row)
+/// to dst. Bit-exact with Pillow 9 for 8-bit L and RGB images. Box coordinates are floats in
+/// source pixels (0 ≤ x0 < x1 ≤ width, likewise y).
+void resample_window(const std::uint8_t* src, int width, int height, int channels, std::size_t stride,
+                     double x0, double y0, double x1, double y1, int out_w, int out_h, int wx, int wy,
+                     int ww, int wh, std::uint8_t* dst);
+
+/// img.crop(box).resize((out_w, out_h), BILINEAR) in Pillow — what torchvision's resized_crop does
+/// to a PIL image — into dst (out_h × out_w × channels, packed). box must lie inside the image.
+void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, std::uint8_t* dst);
+
+/// What transform_image() does to one image.
+struct ImageTransform {
+  int out = 0;                ///< S: output is S × S
+  bool random_crop = false;   ///< true: RandomResizedCrop(S); false: Resize(resize) + CenterCrop(S)
+  int resize = 0;             ///< shorter side before the centre crop (≥ S)
+  bool flip = false;          ///< mirror left–right (the caller draws it)
+  /// Decode a JPEG at 1/d (DCT scaling) when the crop, shrunk by d, is still ≥ dct_ratio × S in
+  /// both axes; 0 disables DCT scaling (exact Pillow equality).
+  double dct_ratio = 1.0;
+};
+
+/// Decodes `data`, crops and resizes it as `t` says (random draws from `key`) and writes the
+/// result as planar C×S×S uint8 to dst (C = channels). `scratch` is reused between calls. Returns
+/// the crop box drawn (full-resolution pixels, or resized pixels for the centre crop). Throws
+/// ImageError for a bad image.
+CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
+                        const ImageTransform& t, std::uint64_t key, Image8& scratch,
+                        std::vector<std::uint8_t>& tmp, std::uint8_t* dst);
+
+}  // namespace dtrain

@@ -1,0 +1,246 @@
+// dtrain/io/encoded.cpp — src/io/encoded.hpp: datasets of encoded images (schema, the all-bad
+// probe, point-selection reads of variable-length rows) and the decode pool that turns a batch's
+// bytes into normalized samples with io/image.hpp's decode and transforms.
+#include "encoded.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/dnn/counter_rng.hpp"
+#include "dtrain/io/image.hpp"
+#include "input_fail.hpp"
+
+namespace dtrain {
+
+bool is_encoded_images(hid_t images) {
+  H5Datatype type(DT_CHECK_HDF5(H5Dget_type(images), "images datatype"));
+  if (H5Tget_class(type.get()) != H5T_VLEN) return false;
+  H5Datatype base(DT_CHECK_HDF5(H5Tget_super(type.get()), "images base datatype"));
+  return H5Tget_class(base.get()) == H5T_INTEGER && H5Tget_size(base.get()) == 1 &&
+         H5Tget_sign(base.get()) == H5T_SGN_NONE;
+}
+
+void read_encoded_schema(hid_t file, hid_t images, DatasetInfo& info) {
+  const std::string& path = info.path;
+  const std::vector<hsize_t> dims = dataset_dims(images);
+  if (dims.size() != 1)
+    DT_INPUT_FAIL(path + ": dataset `images` of variable-length uint8 (encoded images) has rank " +
+                  std::to_string(dims.size()) + ", expected rank 1 (N)");
+  if (!has_attribute(file, "channels"))
+    DT_INPUT_FAIL(path + ": encoded images need root attribute `channels` (1 or 3), which is missing");
+  const std::int64_t c = read_attr_int(file, "channels", path);
+  if (c != 1 && c != 3) DT_INPUT_FAIL(path + ": attribute `channels` = " + std::to_string(c) + ", expected 1 or 3");
+  if (!has_link(file, "image_shapes"))
+    DT_INPUT_FAIL(path + ": encoded images need dataset `image_shapes` (N×3: C, H, W per image), which is missing");
+  std::vector<hsize_t> sdims;
+  const std::vector<std::int64_t> shapes = read_dataset_int64s(file, "image_shapes", path, &sdims);
+  if (sdims.size() != 2 || sdims[0] != dims[0] || sdims[1] != 3)
+    DT_INPUT_FAIL(path + ": dataset `image_shapes` has shape " +
+                  (sdims.size() == 2 ? std::to_string(sdims[0]) + "×" + std::to_string(sdims[1]) : "of rank " + std::to_string(sdims.size())) +
+                  ", expected N×3 = " + std::to_string(dims[0]) + "×3");
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    if (shapes[i] < 1 || shapes[i] > (1 << 20))
+      DT_INPUT_FAIL(path + ": dataset `image_shapes` has " + std::to_string(shapes[i]) + " at sample " +
+                    std::to_string(i / 3) + ", expected sizes in [1, 2^20]");
+  info.encoded = true;
+  info.is_uint8 = true;
+  info.num_samples = static_cast<std::int64_t>(dims[0]);
+  info.sample = Shape{1, static_cast<int>(c), 0, 0};
+}
+
+void read_encoded_rows(hid_t images, const std::vector<std::int64_t>& rows,
+                       std::vector<std::vector<std::uint8_t>>& out, const std::string& path) {
+  out.resize(rows.size());
+  if (rows.empty()) return;
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  const std::string where = path + " `images`";
+  H5Dataspace fspace(DT_CHECK_HDF5(H5Dget_space(images), where));
+  std::vector<hsize_t> coords(rows.begin(), rows.end());
+  DT_CHECK_HDF5(H5Sselect_elements(fspace.get(), H5S_SELECT_SET, coords.size(), coords.data()), where);
+  const hsize_t n = rows.size();
+  H5Dataspace mspace(DT_CHECK_HDF5(H5Screate_simple(1, &n, nullptr), where));
+  H5Datatype vtype(DT_CHECK_HDF5(H5Tvlen_create(H5T_NATIVE_UINT8), where));
+  std::vector<hvl_t> buf(rows.size());
+  DT_CHECK_HDF5(H5Dread(images, vtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()), where);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto* p = static_cast<const std::uint8_t*>(buf[i].p);
+    out[i].assign(p, p + buf[i].len);
+  }
+  H5Dvlen_reclaim(vtype.get(), mspace.get(), H5P_DEFAULT, buf.data());
+}
+
+void probe_encoded(const DatasetInfo& info) {
+  std::vector<std::int64_t> rows;
+  const std::int64_t k = std::min<std::int64_t>(64, info.num_samples);
+  for (std::int64_t i = 0; i < k; ++i) rows.push_back(i * info.num_samples / k);
+  std::vector<std::vector<std::uint8_t>> bytes;
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    H5File file = open_file_read(info.path);
+    H5Dataset images = open_dataset(file.get(), "images", info.path);
+    read_encoded_rows(images.get(), rows, bytes, info.path);
+  }
+  ImageDecoder dec;
+  Image8 img;
+  std::string first_error;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    try {
+      dec.decode(bytes[i].data(), bytes[i].size(), info.sample.c, img);
+      return;
+    } catch (const ImageError& e) {
+      if (first_error.empty()) first_error = "sample " + std::to_string(rows[i]) + ": " + e.what();
+    }
+  }
+  DT_INPUT_FAIL(info.path + ": dataset `images`: none of the " + std::to_string(rows.size()) +
+                " encoded images probed" + (k < info.num_samples ? " (spread over the file)" : "") +
+                " decodes (" + first_error + "), expected JPEG or PNG images");
+}
+
+// ---- ParallelFor ----
+ParallelFor::ParallelFor(int threads) {
+  for (int t = 1; t < threads; ++t) helpers_.emplace_back([this, t] { work(t); });
+}
+
+ParallelFor::~ParallelFor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : helpers_) t.join();
+}
+
+void ParallelFor::work(int thread) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      ++busy_;
+    }
+    for (int i; (i = next_.fetch_add(1)) < n_;) {
+      try {
+        (*fn_.load())(i, thread);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --busy_;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void ParallelFor::run(int n, const std::function<void(int, int)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;  // both atomic: a helper still leaving the previous run may read them
+    next_ = 0;
+    error_ = nullptr;
+    ++generation_;
+  }
+  cv_.notify_all();
+  for (int i; (i = next_.fetch_add(1)) < n;) {
+    try {
+      fn(i, 0);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  // Helpers that woke for this generation finish their last index before busy_ drops to 0; one
+  // that has not woken yet finds next_ ≥ n and does nothing.
+  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+// ---- EncodedSource ----
+struct EncodedSource::Scratch {
+  ImageDecoder decoder;
+  Image8 image;
+  std::vector<std::uint8_t> tmp;
+  std::vector<std::uint8_t> planar;  ///< C×S×S before normalization
+};
+
+EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut)
+    : info_(info), images_(images), lut_(lut), pool_(std::max(1, info.decode.threads)) {
+  DT_REQUIRE(info_.decode.crop >= 1, info_.path + ": encoded images need an output size "
+                                     "(--random-resized-crop SIZE or --center-crop SIZE)");
+  for (int t = 0; t < pool_.threads(); ++t) scratch_.push_back(std::make_unique<Scratch>());
+}
+
+EncodedSource::~EncodedSource() = default;
+
+void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
+                         const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad) {
+  const int m = static_cast<int>(rows.size());
+  read_encoded_rows(images_, rows, bytes_, info_.path);
+  const int c = info_.sample.c, s = info_.decode.crop;
+  const std::size_t sample = static_cast<std::size_t>(c) * s * s;
+  out.x.resize(static_cast<std::size_t>(m) * sample);
+  out.y.resize(static_cast<std::size_t>(m));
+  errors_.assign(static_cast<std::size_t>(m), std::string());
+  ImageTransform t;
+  t.out = s;
+  t.random_crop = info_.decode.random_resized;
+  t.resize = info_.decode.resize;
+  t.dct_ratio = info_.decode.dct_ratio;
+  pool_.run(m, [&](int p, int thread) {
+    Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
+    const std::uint64_t key = mix_seed(
+        mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
+        static_cast<std::uint64_t>(rows[static_cast<std::size_t>(p)]));
+    ImageTransform tp = t;
+    tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
+    std::vector<std::uint8_t>& planar = sc.planar;
+    planar.resize(sample);
+    const auto& b = bytes_[static_cast<std::size_t>(p)];
+    try {
+      transform_image(sc.decoder, b.data(), b.size(), c, tp, key, sc.image, sc.tmp, planar.data());
+    } catch (const ImageError& e) {
+      errors_[static_cast<std::size_t>(p)] = e.what();
+      return;
+    }
+    // Normalize in the same pass (LUT of (v/255 − mean[c]) / std[c]) into the batch slot.
+    float* dst = out.x.data() + static_cast<std::size_t>(p) * sample;
+    const std::size_t plane = static_cast<std::size_t>(s) * s;
+    for (int ch = 0; ch < c; ++ch) {
+      const float* lut = lut_->data() + static_cast<std::size_t>(ch) * 256;
+      const std::uint8_t* src = planar.data() + ch * plane;
+      for (std::size_t j = 0; j < plane; ++j) dst[ch * plane + j] = lut[src[j]];
+    }
+  });
+  // Compact: bad images leave the batch (or end the run), in batch order.
+  int kept = 0;
+  for (int p = 0; p < m; ++p) {
+    const std::string& err = errors_[static_cast<std::size_t>(p)];
+    if (!err.empty()) {
+      const std::string msg = info_.path + ": dataset `images` sample " +
+                              std::to_string(rows[static_cast<std::size_t>(p)]) + " is a bad image: " + err;
+      if (info_.decode.fail_on_bad)
+        throw InputError(msg + " (--on-bad-image fail; `skip` leaves such images out)");
+      const std::int64_t count = ++bad;
+      if (count <= 10) log_warn(msg + "; skipped (--on-bad-image skip)" + (count == 10 ? "; further ones are counted, not logged" : ""));
+      continue;
+    }
+    if (kept != p)
+      std::memmove(out.x.data() + static_cast<std::size_t>(kept) * sample,
+                   out.x.data() + static_cast<std::size_t>(p) * sample, sample * sizeof(float));
+    out.y[static_cast<std::size_t>(kept)] = labels[p];
+    ++kept;
+  }
+  out.n = kept;
+  out.x.resize(static_cast<std::size_t>(kept) * sample);
+  out.y.resize(static_cast<std::size_t>(kept));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,387 @@
+// dtrain/io/image.cpp — io/image.hpp: JPEG (TurboJPEG) and PNG (libpng) decoding, Pillow's bilinear
+// resampling and torchvision's crop boxes. See the header for the contracts and the sources
+// followed; the resampler is a transcription of Pillow 9's libImaging/Resample.c for 8-bit images.
+#include "dtrain/io/image.hpp"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstring>
+
+#include "dtrain/dnn/counter_rng.hpp"
+
+namespace dtrain {
+namespace {
+
+constexpr std::int64_t kMaxPixels = std::int64_t{1} << 28;
+
+void check_size(int w, int h) {
+  if (w < 1 || h < 1 || static_cast<std::int64_t>(w) * h > kMaxPixels)
+    throw ImageError("image size " + std::to_string(w) + "x" + std::to_string(h) +
+                     " outside [1, 2^28 pixels]");
+}
+
+bool is_jpeg(const std::uint8_t* d, std::size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
+bool is_png(const std::uint8_t* d, std::size_t n) { return n >= 8 && png_sig_cmp(d, 0, 8) == 0; }
+
+/// Pillow's RGB → L (Convert.c, L24): ITU-R 601-2 luma in 16-bit fixed point.
+void rgb_to_gray(const std::uint8_t* rgb, std::size_t pixels, std::uint8_t* gray) {
+  for (std::size_t i = 0; i < pixels; ++i, rgb += 3)
+    gray[i] = static_cast<std::uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+}
+
+// ---- PNG (libpng's classic API: its transforms match Pillow's unpackers) ----
+struct PngSource {
+  const std::uint8_t* data;
+  std::size_t left;
+  char message[200] = "";
+};
+
+extern "C" void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->left) png_error(png, "truncated PNG data");
+  std::memcpy(out, src->data, n);
+  src->data += n;
+  src->left -= n;
+}
+extern "C" void png_on_error(png_structp png, png_const_charp msg) {
+  auto* src = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof src->message, "%s", msg);
+  png_longjmp(png, 1);
+}
+extern "C" void png_on_warning(png_structp, png_const_charp) {}
+
+/// Decodes into out as 8-bit gray (1) or RGB (3) as stored, alpha stripped; returns false with
+/// src.message set on error. No C++ object with a destructor is created between setjmp and the
+/// calls that may longjmp, except `rows`, whose storage is owned by the caller's frame.
+bool png_decode_raw(PngSource& src, Image8& out, std::vector<png_bytep>& rows) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+  if (!png) {
+    std::snprintf(src.message, sizeof src.message, "out of memory");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (!info || setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, &src, png_read_mem);
+  png_set_user_limits(png, 1 << 20, 1 << 20);
+  png_read_info(png, info);
+  const int color = png_get_color_type(png, info);
+  png_set_expand(png);      // palette → RGB, gray < 8 bits → 8, tRNS → alpha
+  png_set_strip_16(png);    // the high byte, as Pillow's ";16B" unpackers
+  png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const auto w = static_cast<int>(png_get_image_width(png, info));
+  const auto h = static_cast<int>(png_get_image_height(png, info));
+  if (w < 1 || h < 1 || static_cast<std::int64_t>(w) * h > kMaxPixels) png_error(png, "image too large");
+  const int ch = png_get_channels(png, info);
+  if (ch != 1 && ch != 3) png_error(png, "unsupported PNG channel layout");
+  (void)color;
+  out.width = w;
+  out.height = h;
+  out.channels = ch;
+  out.pixels.resize(static_cast<std::size_t>(w) * h * ch);
+  rows.resize(static_cast<std::size_t>(h));
+  for (int y = 0; y < h; ++y) rows[static_cast<std::size_t>(y)] = out.pixels.data() + static_cast<std::size_t>(y) * w * ch;
+  png_read_image(png, rows.data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+// ---- Pillow's resampler (Resample.c), 8 bits per channel ----
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+struct Coeffs {
+  int ksize = 0;
+  std::vector<int> bounds;  ///< per output: xmin, count
+  std::vector<int> k;       ///< per output: ksize fixed-point weights
+};
+
+/// precompute_coeffs() + normalize_coeffs_8bpc() for the bilinear (triangle) filter.
+void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
+  double scale = (in1 - in0) / out_size, filterscale = scale;
+  if (filterscale < 1.0) filterscale = 1.0;
+  const double support = 1.0 * filterscale;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.bounds.assign(static_cast<std::size_t>(out_size) * 2, 0);
+  c.k.assign(static_cast<std::size_t>(out_size) * c.ksize, 0);
+  std::vector<double> kk(static_cast<std::size_t>(c.ksize));
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      double t = (x + xmin - center + 0.5) * ss;
+      if (t < 0) t = -t;
+      const double w = t < 1.0 ? 1.0 - t : 0.0;
+      kk[static_cast<std::size_t>(x)] = w;
+      ww += w;
+    }
+    int* k = c.k.data() + static_cast<std::size_t>(xx) * c.ksize;
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? kk[static_cast<std::size_t>(x)] / ww : kk[static_cast<std::size_t>(x)];
+      k[x] = v < 0 ? static_cast<int>(-0.5 + v * (1 << kPrecisionBits))
+                   : static_cast<int>(0.5 + v * (1 << kPrecisionBits));
+    }
+    c.bounds[static_cast<std::size_t>(xx) * 2] = xmin;
+    c.bounds[static_cast<std::size_t>(xx) * 2 + 1] = xmax;
+  }
+}
+
+inline std::uint8_t clip8(int v) {
+  v >>= kPrecisionBits;
+  return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+double uniform01(std::uint64_t key, std::uint64_t n) {
+  return static_cast<double>(counter_hash(key, n) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int round_half_even(double v) { return static_cast<int>(std::nearbyint(v)); }
+
+}  // namespace
+
+ImageDecoder::ImageDecoder() : tj_(tjInitDecompress()) {
+  if (!tj_) throw ImageError(std::string("cannot create a TurboJPEG decompressor: ") + tjGetErrorStr2(nullptr));
+}
+
+ImageDecoder::~ImageDecoder() {
+  if (tj_) tjDestroy(tj_);
+}
+
+ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
+  ImageHeader h;
+  if (is_jpeg(data, size)) {
+    int w = 0, ht = 0, sub = 0, cs = 0;
+    if (tjDecompressHeader3(tj_, data, static_cast<unsigned long>(size), &w, &ht, &sub, &cs) != 0)
+      throw ImageError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj_));
+    if (w < 1 || ht < 1) throw ImageError("corrupt or truncated JPEG header (no frame size)");
+    check_size(w, ht);
+    h.format = "jpeg";
+    h.width = w;
+    h.height = ht;
+    h.channels = cs == TJCS_GRAY ? 1 : 3;
+    return h;
+  }
+  if (is_png(data, size)) {
+    if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0) throw ImageError("corrupt PNG header (no IHDR)");
+    auto be32 = [&](std::size_t at) {
+      return static_cast<std::int64_t>(data[at]) << 24 | data[at + 1] << 16 | data[at + 2] << 8 | data[at + 3];
+    };
+    const std::int64_t w = be32(16), ht = be32(20);
+    if (w < 1 || ht < 1 || w > (1 << 20) || ht > (1 << 20)) throw ImageError("corrupt PNG header (size)");
+    check_size(static_cast<int>(w), static_cast<int>(ht));
+    h.format = "png";
+    h.width = static_cast<int>(w);
+    h.height = static_cast<int>(ht);
+    const int color = size > 25 ? data[25] : 0;
+    h.channels = (color == 0 || color == 4) ? 1 : 3;
+    return h;
+  }
+  throw ImageError(size == 0 ? "empty image (0 bytes)" : "not a JPEG or PNG image (unknown signature)");
+}
+
+int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out, int scale_denom) {
+  if (channels != 1 && channels != 3) throw ImageError("channels must be 1 or 3");
+  const ImageHeader h = header(data, size);
+  if (h.format == "jpeg") {
+    const int d = scale_denom == 2 || scale_denom == 4 || scale_denom == 8 ? scale_denom : 1;
+    const tjscalingfactor sf{1, d};
+    const int w = TJSCALED(h.width, sf), ht = TJSCALED(h.height, sf);
+    // Gray output straight from a gray JPEG; from a colour one through RGB and Pillow's luma.
+    const bool direct = channels == 3 || h.channels == 1;
+    const int pf = direct ? (channels == 1 ? TJPF_GRAY : TJPF_RGB) : TJPF_RGB;
+    const int pch = direct ? channels : 3;
+    out.width = w;
+    out.height = ht;
+    out.channels = channels;
+    out.pixels.resize(static_cast<std::size_t>(w) * ht * pch);
+    if (tjDecompress2(tj_, data, static_cast<unsigned long>(size), out.pixels.data(), w, w * pch, ht, pf, 0) != 0) {
+      const std::string msg = tjGetErrorStr2(tj_);
+      // Warnings (extraneous bytes, a corrupt Huffman code) leave a usable image, as in Pillow;
+      // a premature end of data does not (Pillow: "image file is truncated").
+      if (tjGetErrorCode(tj_) == TJERR_FATAL || msg.find("Premature end") != std::string::npos)
+        throw ImageError("corrupt or truncated JPEG: " + msg);
+    }
+    if (!direct) {
+      rgb_to_gray(out.pixels.data(), static_cast<std::size_t>(w) * ht, out.pixels.data());
+      out.pixels.resize(static_cast<std::size_t>(w) * ht);
+    }
+    return d;
+  }
+  PngSource src{data, size};
+  std::vector<png_bytep> rows;
+  Image8 raw;
+  if (!png_decode_raw(src, raw, rows)) throw ImageError(std::string("corrupt or truncated PNG: ") + src.message);
+  const std::size_t px = static_cast<std::size_t>(raw.width) * raw.height;
+  if (raw.channels == channels) {
+    std::swap(out, raw);
+  } else {
+    out.width = raw.width;
+    out.height = raw.height;
+    out.channels = channels;
+    out.pixels.resize(px * channels);
+    if (channels == 1) {
+      rgb_to_gray(raw.pixels.data(), px, out.pixels.data());
+    } else {
+      for (std::size_t i = 0; i < px; ++i) std::fill_n(out.pixels.data() + 3 * i, 3, raw.pixels[i]);
+    }
+  }
+  return 1;
+}
+
+CropBox random_resized_crop_box(int width, int height, std::uint64_t key) {
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (0.08 + (1.0 - 0.08) * uniform01(key, 2 * attempt));
+    const double ratio = std::exp(log_lo + (log_hi - log_lo) * uniform01(key, 2 * attempt + 1));
+    const int w = round_half_even(std::sqrt(target * ratio));
+    const int h = round_half_even(std::sqrt(target / ratio));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      CropBox b{0, 0, w, h};
+      b.y = static_cast<int>(counter_hash(key, 20) % static_cast<std::uint64_t>(height - h + 1));
+      b.x = static_cast<int>(counter_hash(key, 21) % static_cast<std::uint64_t>(width - w + 1));
+      return b;
+    }
+  }
+  // Fallback: the central crop, its aspect ratio clamped to [3/4, 4/3].
+  const double in_ratio = static_cast<double>(width) / height;
+  CropBox b{0, 0, width, height};
+  if (in_ratio < 3.0 / 4.0) {
+    b.h = round_half_even(width / (3.0 / 4.0));
+  } else if (in_ratio > 4.0 / 3.0) {
+    b.w = round_half_even(height * (4.0 / 3.0));
+  }
+  b.h = std::clamp(b.h, 1, height);
+  b.w = std::clamp(b.w, 1, width);
+  b.y = (height - b.h) / 2;
+  b.x = (width - b.w) / 2;
+  return b;
+}
+
+CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, int& rh) {
+  if (width <= height) {
+    rw = resize;
+    rh = static_cast<int>(static_cast<double>(resize) * height / width);
+  } else {
+    rh = resize;
+    rw = static_cast<int>(static_cast<double>(resize) * width / height);
+  }
+  CropBox b{0, 0, crop, crop};
+  b.y = round_half_even((rh - crop) / 2.0);
+  b.x = round_half_even((rw - crop) / 2.0);
+  return b;
+}
+
+void resample_window(const std::uint8_t* src, int width, int height, int channels, std::size_t stride,
+                     double x0, double y0, double x1, double y1, int out_w, int out_h, int wx, int wy,
+                     int ww, int wh, std::uint8_t* dst) {
+  thread_local Coeffs ch, cv;
+  thread_local std::vector<std::uint8_t> temp;
+  precompute(width, x0, x1, out_w, ch);
+  precompute(height, y0, y1, out_h, cv);
+  // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
+  const int first = cv.bounds[static_cast<std::size_t>(wy) * 2];
+  const int last = cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2] + cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2 + 1];
+  const int rows = last - first;
+  const std::size_t trow = static_cast<std::size_t>(ww) * channels;
+  temp.resize(static_cast<std::size_t>(rows) * trow);
+  const int half = 1 << (kPrecisionBits - 1);
+  for (int r = 0; r < rows; ++r) {
+    const std::uint8_t* in = src + static_cast<std::size_t>(first + r) * stride;
+    std::uint8_t* o = temp.data() + static_cast<std::size_t>(r) * trow;
+    for (int xx = 0; xx < ww; ++xx) {
+      const int xmin = ch.bounds[static_cast<std::size_t>(wx + xx) * 2];
+      const int xmax = ch.bounds[static_cast<std::size_t>(wx + xx) * 2 + 1];
+      const int* k = ch.k.data() + static_cast<std::size_t>(wx + xx) * ch.ksize;
+      for (int c = 0; c < channels; ++c) {
+        int ss = half;
+        const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * channels + c;
+        for (int x = 0; x < xmax; ++x) ss += p[static_cast<std::size_t>(x) * channels] * k[x];
+        o[static_cast<std::size_t>(xx) * channels + c] = clip8(ss);
+      }
+    }
+  }
+  for (int yy = 0; yy < wh; ++yy) {
+    const int ymin = cv.bounds[static_cast<std::size_t>(wy + yy) * 2] - first;
+    const int ymax = cv.bounds[static_cast<std::size_t>(wy + yy) * 2 + 1];
+    const int* k = cv.k.data() + static_cast<std::size_t>(wy + yy) * cv.ksize;
+    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * trow;
+    for (std::size_t i = 0; i < trow; ++i) {
+      int ss = half;
+      const std::uint8_t* p = temp.data() + static_cast<std::size_t>(ymin) * trow + i;
+      for (int y = 0; y < ymax; ++y) ss += p[static_cast<std::size_t>(y) * trow] * k[y];
+      o[i] = clip8(ss);
+    }
+  }
+}
+
+void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, std::uint8_t* dst) {
+  const std::size_t stride = static_cast<std::size_t>(img.width) * img.channels;
+  const std::uint8_t* origin = img.pixels.data() + static_cast<std::size_t>(box.y) * stride +
+                               static_cast<std::size_t>(box.x) * img.channels;
+  resample_window(origin, box.w, box.h, img.channels, stride, 0, 0, box.w, box.h, out_w, out_h, 0, 0,
+                  out_w, out_h, dst);
+}
+
+CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
+                        const ImageTransform& t, std::uint64_t key, Image8& img,
+                        std::vector<std::uint8_t>& tmp, std::uint8_t* dst) {
+  const ImageHeader h = dec.header(data, size);
+  const int s = t.out;
+  tmp.resize(static_cast<std::size_t>(s) * s * channels);
+  CropBox box;
+  // Largest DCT denominator d ∈ {8, 4, 2} that keeps `extent` / d ≥ dct_ratio × need (JPEG only).
+  auto pick_denom = [&](int ew, int eh, int need_w, int need_h) {
+    if (t.dct_ratio <= 0 || h.format != "jpeg") return 1;
+    for (int d = 8; d >= 2; d /= 2)
+      if (ew / d >= t.dct_ratio * need_w && eh / d >= t.dct_ratio * need_h) return d;
+    return 1;
+  };
+  if (t.random_crop) {
+    box = random_resized_crop_box(h.width, h.height, key);
+    const int d = dec.decode(data, size, channels, img, pick_denom(box.w, box.h, s, s));
+    if (d == 1) {
+      if (img.width != h.width || img.height != h.height) throw ImageError("image size differs from its header");
+      resample_crop(img, box, s, s, tmp.data());
+    } else {  // the same box in the 1/d image (float coordinates), resampled from there
+      resample_window(img.pixels.data(), img.width, img.height, channels,
+                      static_cast<std::size_t>(img.width) * channels, static_cast<double>(box.x) / d,
+                      static_cast<double>(box.y) / d, std::min<double>(img.width, static_cast<double>(box.x + box.w) / d),
+                      std::min<double>(img.height, static_cast<double>(box.y + box.h) / d), s, s, 0, 0, s, s,
+                      tmp.data());
+    }
+  } else {
+    int rw = 0, rh = 0;
+    box = center_crop_box(h.width, h.height, t.resize, s, rw, rh);
+    if (box.x < 0 || box.y < 0) throw ImageError("centre crop larger than the resized image");
+    dec.decode(data, size, channels, img, pick_denom(h.width, h.height, rw, rh));
+    resample_window(img.pixels.data(), img.width, img.height, channels,
+                    static_cast<std::size_t>(img.width) * channels, 0, 0, img.width, img.height, rw, rh,
+                    box.x, box.y, s, s, tmp.data());
+  }
+  // Interleaved S×S×C → planar C×S×S, mirrored when asked.
+  const std::size_t plane = static_cast<std::size_t>(s) * s;
+  for (int y = 0; y < s; ++y)
+    for (int x = 0; x < s; ++x) {
+      const int sx = t.flip ? s - 1 - x : x;
+      const std::uint8_t* p = tmp.data() + (static_cast<std::size_t>(y) * s + sx) * channels;
+      for (int c = 0; c < channels; ++c) dst[c * plane + static_cast<std::size_t>(y) * s + x] = p[c];
+    }
+  return box;
+}
+
+}  // namespace dtrain

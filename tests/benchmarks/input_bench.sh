@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# tests/benchmarks/input_bench.sh — the input pipeline against PyTorch's, both in this one run on the
+# same files: decode + RandomResizedCrop(224) + flip + normalize, samples/s per core.
+#   dtrain:  build/bin/dtrain_input_bench on the files converted with images_to_h5.py --store
+#            encoded (the JPEG bytes kept as they are): HDF5 read, TurboJPEG decode (DCT scaling
+#            where the crop allows), Pillow-exact bilinear resize, flip, normalization to float32,
+#            over --data-threads N;
+#   PyTorch: torchvision ImageFolder over the same JPEG files, RandomResizedCrop(224),
+#            RandomHorizontalFlip, ToTensor, Normalize, DataLoader with N worker processes
+#            (0 for one core: decoding in the main process), torch threads 1.
+# The images are made here: Fashion-MNIST pictures upscaled to about ImageNet's typical 500×375
+# (sides 400-500 × 300-375, a third portrait), coloured and with mild sensor-like noise, saved as
+# JPEG quality 90 (about the size of an ImageNet JPEG).
+#
+# Usage: tests/benchmarks/input_bench.sh [THREADS...]      (default "1 2")
+#   env: IMAGES (default 600), SAMPLES per measurement (default 1536), BUILD (default build),
+#        TORCH_PYTHON (interpreter with torch + torchvision; default /opt/torchbench/bin/python,
+#        created with pip from PyPI if missing), OUT (results folder; default
+#        docs/results/input/<today>), REPEATS (default 3: the best of each is reported).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+threads=("$@")
+[[ ${#threads[@]} -gt 0 ]] || threads=(1 2)
+images=${IMAGES:-600}
+samples=${SAMPLES:-1536}
+repeats=${REPEATS:-3}
+out=${OUT:-docs/results/input/$(date +%F)}
+py=${TORCH_PYTHON:-/opt/torchbench/bin/python}
+if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
+  echo "# installing the PyTorch reference into /opt/torchbench (benchmark only)" >&2
+  python3 -m venv /opt/torchbench && /opt/torchbench/bin/pip install -q torch torchvision numpy h5py
+  py=/opt/torchbench/bin/python
+fi
+[[ -x $build/bin/dtrain_input_bench ]] || { echo "input_bench.sh: build $build/bin/dtrain_input_bench first" >&2; exit 1; }
+work=$(mktemp -d /tmp/dtrain-input-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+/usr/bin/python3 - "$work/jpeg" "$images" <<'PY'
+import gzip, os, sys
+import numpy as np
+from PIL import Image
+root, n = sys.argv[1], int(sys.argv[2])
+with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
+    y = np.frombuffer(f.read(), np.uint8, offset=8)
+rng = np.random.default_rng(0)
+total = 0
+for i in range(n):
+    w, h = int(rng.integers(400, 501)), int(rng.integers(300, 376))
+    if i % 3 == 0:
+        w, h = h, w
+    g = np.asarray(Image.fromarray(x[i]).resize((w, h), Image.BICUBIC), np.float32)
+    tint = rng.uniform(0.4, 1.0, size=3)
+    rgb = g[:, :, None] * tint + rng.uniform(0, 60, size=3) + rng.normal(0, 6, size=(h, w, 3))
+    im = Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8))
+    d = f"{root}/c{int(y[i])}"
+    os.makedirs(d, exist_ok=True)
+    im.save(f"{d}/{i:05d}.jpg", quality=90)
+    total += os.path.getsize(f"{d}/{i:05d}.jpg")
+print(f"# {n} JPEG files, mean {total / n / 1024:.1f} KiB", file=sys.stderr)
+PY
+/usr/bin/python3 data-tools/images_to_h5.py "$work/jpeg" --store encoded --out "$work/enc.h5" --quiet
+
+mkdir -p "$out"
+log=$out/input_bench.txt
+{
+  echo "# tests/benchmarks/input_bench.sh ${threads[*]}  (IMAGES=$images SAMPLES=$samples REPEATS=$repeats BUILD=$build)"
+  echo "# $(date -u +%FT%TZ) host $(hostname) $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "# dtrain $(git describe --always --dirty 2>/dev/null)"
+} | tee "$log"
+best() {  # best of REPEATS runs of a command printing one JSON line: the line with the top samples_per_s
+  local lines=()
+  for ((r = 0; r < repeats; ++r)); do lines+=("$("$@")"); done
+  printf '%s\n' "${lines[@]}" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+print(json.dumps(max(rows, key=lambda r: r["samples_per_s"])))'
+}
+for t in "${threads[@]}"; do
+  d=$(best "$build/bin/dtrain_input_bench" "$work/enc.h5" --threads "$t" --samples "$samples")
+  w=$((t == 1 ? 0 : t))
+  p=$(best "$py" tests/benchmarks/input_reference.py "$work/jpeg" --workers "$w" --samples "$samples")
+  echo "dtrain  threads $t: $d" | tee -a "$log"
+  echo "pytorch workers $w: $p" | tee -a "$log"
+  /usr/bin/python3 - "$t" "$d" "$p" <<'PY' | tee -a "$log"
+import json, sys
+t, d, p = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+dc, pc = d["samples_per_s"] / t, p["samples_per_s"] / t
+print(f"| {t} | {d['samples_per_s']:.0f} | {dc:.0f} | {p['samples_per_s']:.0f} | {pc:.0f} | ×{dc / pc:.2f} |")
+PY
+done
+echo "# rows: | threads (cores) | dtrain samples/s | dtrain per core | PyTorch samples/s | PyTorch per core | dtrain / PyTorch |" | tee -a "$log"
+echo "input_bench.sh: wrote $log"

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# tests/cli/test_encoded_images.sh — encoded images end to end (docs/data.md "Encoded images"):
+#  1. pixels: dtrain's decode + crop + resize (+ flip) of real JPEG and PNG files — Fashion-MNIST
+#     images upscaled to varied sizes, gray and colour, written here with Pillow — equals Pillow's
+#     decode + img.crop(box).resize(S, BILINEAR) for the same box, and torchvision's Resize(R) +
+#     CenterCrop(S), within 1 grey level on >= 99.9 % of pixels (build/bin/image_tool);
+#  2. images_to_h5.py --store encoded: the schema (variable-length uint8 `images`, `image_shapes`,
+#     `channels`, labels, class names, mean/std), the original bytes kept, --max-side re-encoding,
+#     h5info.py accepting it, and a failed conversion leaving nothing behind;
+#  3. dtrain trains on it (--random-resized-crop, --random-flip, --data-threads 2, centre-crop
+#     evaluation) with resumable, bit-identical results for the same seed;
+#  4. bad images: --on-bad-image skip leaves them out and counts them (log, results.json), fail
+#     stops naming the file and sample index, a file of nothing but bad images fails at start.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+TOOL="$PY $SRC/data-tools/images_to_h5.py"
+H5INFO="$PY $SRC/data-tools/h5info.py"
+FMNIST=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+[[ -r $FMNIST ]] || { echo "SKIP: no Fashion-MNIST package (dataset-fashion-mnist)"; exit 77; }
+
+echo "== 1. pixels against Pillow (JPEG and PNG, gray and RGB, 40-400 px sides)"
+"$PY" - "$SCRATCH" <<'PY'
+import gzip, os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
+    y = np.frombuffer(f.read(), np.uint8, offset=8)
+rng = np.random.default_rng(5)
+os.makedirs(f"{d}/pix", exist_ok=True)
+cmds, refs = [], []
+def ref_array(im, c, s):
+    return np.asarray(im).reshape(s, s, c).transpose(2, 0, 1)
+for i in range(240):
+    w, h = int(rng.integers(40, 400)), int(rng.integers(40, 400))
+    im = Image.fromarray(x[i]).resize((w, h), Image.BICUBIC)
+    if i % 2:  # colour: a different tone curve per channel
+        g = np.asarray(im).astype(np.int32)
+        im = Image.fromarray(np.stack([g, 255 - g, (g * 3) % 256], -1).astype(np.uint8))
+    ext = "png" if i % 3 == 0 else "jpg"
+    p = f"{d}/pix/img{i}.{ext}"
+    im.save(p, quality=int(rng.integers(70, 96))) if ext == "jpg" else im.save(p)
+    c = 3 if i % 4 < 2 else 1
+    s = int(rng.integers(8, 80))
+    bw, bh = int(rng.integers(1, w + 1)), int(rng.integers(1, h + 1))
+    bx, by = int(rng.integers(0, w - bw + 1)), int(rng.integers(0, h - bh + 1))
+    flip = int(rng.integers(0, 2))
+    with Image.open(p) as src:
+        img = src.convert("RGB" if c == 3 else "L")
+    cmds.append(f"crop {p} {c} {bx} {by} {bw} {bh} {s} {flip}")
+    r = img.crop((bx, by, bx + bw, by + bh)).resize((s, s), Image.BILINEAR)
+    refs.append(ref_array(r.transpose(Image.FLIP_LEFT_RIGHT) if flip else r, c, s))
+    R = int(rng.integers(s, 2 * s + 20))  # torchvision Resize(R) + CenterCrop(s)
+    cmds.append(f"center {p} {c} {R} {s}")
+    W, H = img.size
+    nw, nh = (R, int(R * H / W)) if W <= H else (int(R * W / H), R)
+    top, left = int(round((nh - s) / 2.0)), int(round((nw - s) / 2.0))
+    refs.append(ref_array(img.resize((nw, nh), Image.BILINEAR).crop((left, top, left + s, top + s)), c, s))
+open(f"{d}/pix/cmds.txt", "w").write("\n".join(cmds) + "\n")
+np.save(f"{d}/pix/refs.npy", np.concatenate([r.reshape(-1) for r in refs]))
+PY
+"$BIN/image_tool" "$SCRATCH/pix/out.bin" <"$SCRATCH/pix/cmds.txt" >"$SCRATCH/pix/res.txt" || fail "image_tool failed"
+[[ $(grep -c '^ok' "$SCRATCH/pix/res.txt") -eq 480 ]] || { grep -v '^ok' "$SCRATCH/pix/res.txt" | head; fail "not every image decoded"; }
+"$PY" - "$SCRATCH" <<'PY' || fail "pixels differ from Pillow's"
+import sys, numpy as np
+d = sys.argv[1]
+ref = np.load(f"{d}/pix/refs.npy").astype(np.int16)
+out = np.fromfile(f"{d}/pix/out.bin", np.uint8).astype(np.int16)
+assert ref.size == out.size, (ref.size, out.size)
+diff = np.abs(ref - out)
+within = float((diff <= 1).mean())
+print(f"{ref.size} pixels (480 crops): {100 * within:.4f} % within 1 grey level, {100 * float((diff == 0).mean()):.4f} % equal, max diff {diff.max()}")
+assert within >= 0.999
+PY
+
+echo "== flip is the mirror image; the random crop is a pure function of its key"
+p=$SCRATCH/pix/img1.jpg
+printf 'rrc %s 3 32 77 0\nrrc %s 3 32 77 1\nrrc %s 3 32 77 0\nrrc %s 3 32 78 0\n' "$p" "$p" "$p" "$p" |
+  "$BIN/image_tool" "$SCRATCH/pix/rrc.bin" >"$SCRATCH/pix/rrc.txt"
+"$PY" - "$SCRATCH" <<'PY' || fail "flip or key"
+import sys, numpy as np
+d = sys.argv[1]
+a = np.fromfile(f"{d}/pix/rrc.bin", np.uint8).reshape(4, 3, 32, 32)
+boxes = open(f"{d}/pix/rrc.txt").read().split("\n")
+assert np.array_equal(a[1], a[0][:, :, ::-1]), "flip is not the mirror image"
+assert np.array_equal(a[2], a[0]) and boxes[0] == boxes[2], "same key, different crop"
+assert boxes[3] != boxes[0], "another key, same crop"
+PY
+
+echo "== 2. images_to_h5.py --store encoded"
+"$PY" - "$SCRATCH" <<'PY'
+import gzip, os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
+    y = np.frombuffer(f.read(), np.uint8, offset=8)
+rng = np.random.default_rng(2)
+names = ["tshirt", "trouser", "pullover", "dress"]
+count = {k: 0 for k in range(4)}
+for i in range(2000):
+    k = int(y[i])
+    if k >= 4 or count[k] >= 60:
+        continue
+    count[k] += 1
+    s = int(rng.integers(28, 90))
+    im = Image.fromarray(x[i]).resize((s, int(s * rng.uniform(0.75, 1.33))), Image.BILINEAR)
+    os.makedirs(f"{d}/tree/{names[k]}", exist_ok=True)
+    if count[k] % 4 == 0:
+        im.save(f"{d}/tree/{names[k]}/i{i}.png")
+    else:
+        im.convert("RGB").save(f"{d}/tree/{names[k]}/i{i}.JPG", quality=92)
+PY
+$TOOL "$SCRATCH/tree" --store encoded --channels 1 --out-dir "$SCRATCH/enc" --val-fraction 0.25 --quiet ||
+  fail "--store encoded failed"
+$H5INFO "$SCRATCH/enc/train.h5" "$SCRATCH/enc/test.h5" >"$SCRATCH/h5info.txt" || { cat "$SCRATCH/h5info.txt"; fail "h5info rejects the encoded files"; }
+grep -q "encoded" "$SCRATCH/h5info.txt" || fail "h5info does not say encoded"
+"$PY" - "$SCRATCH" <<'PY' || fail "encoded schema"
+import io, os, sys, glob
+import h5py, numpy as np
+from PIL import Image
+d = sys.argv[1]
+files = sorted(glob.glob(f"{d}/tree/*/*"))
+by_bytes = {open(p, "rb").read(): p for p in files}
+with h5py.File(f"{d}/enc/train.h5", "r") as f, h5py.File(f"{d}/enc/test.h5", "r") as t:
+    im = f["images"]
+    assert h5py.check_vlen_dtype(im.dtype) == np.uint8 and im.ndim == 1 and im.chunks is not None
+    assert int(f.attrs["channels"]) == 1 and int(f.attrs["num_classes"]) == 4
+    assert [str(s) for s in f.attrs["class_names"]] == ["dress", "pullover", "trouser", "tshirt"]
+    assert im.shape[0] + t["images"].shape[0] == 240 and t["images"].shape[0] == 60
+    sh, lab = f["image_shapes"][()], f["labels"][()]
+    pix = []
+    for i in range(im.shape[0]):
+        raw = im[i].tobytes()
+        src = by_bytes.get(raw)
+        assert src is not None, f"row {i}: bytes are not one of the files (kept as they are)"
+        cls = os.path.basename(os.path.dirname(src))
+        assert lab[i] == ["dress", "pullover", "trouser", "tshirt"].index(cls)
+        with Image.open(io.BytesIO(raw)) as p:
+            assert tuple(sh[i]) == ({"L": 1, "RGB": 3}[p.mode], p.height, p.width), (sh[i], p.mode, p.size)
+            pix.append(np.asarray(p.convert("L"), np.float64).reshape(-1) / 255)
+    allp = np.concatenate(pix)
+    assert abs(allp.mean() - float(f.attrs["mean"][0])) < 1e-5 and abs(allp.std() - float(f.attrs["std"][0])) < 1e-5
+    assert np.array_equal(f.attrs["mean"], t.attrs["mean"])
+print("schema, bytes, labels, shapes and mean/std as expected")
+PY
+$TOOL "$SCRATCH/tree" --store encoded --max-side 32 --channels 3 --out "$SCRATCH/small.h5" --quiet || fail "--max-side"
+"$PY" - "$SCRATCH" <<'PY' || fail "--max-side"
+import io, sys, h5py, numpy as np
+from PIL import Image
+with h5py.File(f"{sys.argv[1]}/small.h5", "r") as f:
+    sh = f["image_shapes"][()]
+    assert min(sh[:, 1].min(), sh[:, 2].min()) >= 1 and np.minimum(sh[:, 1], sh[:, 2]).max() == 32, sh[:5]
+    for i in range(len(sh)):
+        with Image.open(io.BytesIO(f["images"][i].tobytes())) as p:
+            assert (p.height, p.width) == tuple(sh[i, 1:])
+PY
+echo "-- a failed conversion leaves nothing behind"
+mkdir -p "$SCRATCH/badtree/a" "$SCRATCH/badtree/b" "$SCRATCH/o-bad"
+cp "$SCRATCH"/tree/dress/*.JPG "$SCRATCH/badtree/a/" && cp "$SCRATCH"/tree/trouser/*.png "$SCRATCH/badtree/b/"
+printf 'not a jpeg' >"$SCRATCH/badtree/b/zz.jpg"
+rc=0
+$TOOL "$SCRATCH/badtree" --store encoded --out-dir "$SCRATCH/o-bad" --val-fraction 0.2 >"$SCRATCH/err.txt" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "a corrupt image did not fail the conversion (rc $rc)"; }
+grep -q "badtree/b/zz.jpg: cannot decode image" "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "message"; }
+[[ -z $(ls -A "$SCRATCH/o-bad") ]] || fail "left behind: $(ls -A "$SCRATCH/o-bad")"
+rc=0
+$TOOL "$SCRATCH/tree" --store encoded --size 32 --out "$SCRATCH/x.h5" >"$SCRATCH/err.txt" 2>&1 || rc=$?
+[[ $rc -eq 2 ]] && grep -q "max-side" "$SCRATCH/err.txt" || fail "--size with --store encoded accepted"
+
+echo "== 3. dtrain trains on encoded files (random-resized crop 24, flip, 2 decode threads)"
+write_job "$SCRATCH/job.ini"
+train() {  # train NAME ARGS...
+  local name=$1
+  shift
+  timeout 180 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" --epochs 2 --batch-size 8 --mode sync \
+    --num-ps 0 --run-dir "$SCRATCH/$name" "$@" >"$SCRATCH/$name.log" 2>&1
+}
+train run1 --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
+  --random-flip --data-threads 2 --eval-resize 28 || { cat "$SCRATCH/run1.log"; fail "training on encoded files"; }
+[[ $(json_get "$SCRATCH/run1/results.json" epochs_completed) -eq 2 ]] || fail "epochs"
+[[ $(json_get "$SCRATCH/run1/results.json" bad_images_skipped) -eq 0 ]] || fail "bad images counted in a clean file"
+grep -q "1x24x24" "$SCRATCH/run1.log" || grep -q "1×24×24" "$SCRATCH/run1.log" || { grep -i sample "$SCRATCH/run1.log" | head -3; fail "sample shape not 1x24x24"; }
+train run2 --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
+  --random-flip --data-threads 1 --eval-resize 28 || { cat "$SCRATCH/run2.log"; fail "second run"; }
+"$PY" - "$SCRATCH" <<'PY' || fail "1 and 2 decode threads trained differently"
+import json, sys
+d = sys.argv[1]
+a, b = (json.load(open(f"{d}/{r}/results.json")) for r in ("run1", "run2"))
+assert a["test_loss"] == b["test_loss"] and a["test_accuracy"] == b["test_accuracy"], (a["test_loss"], b["test_loss"])
+print(f"same seed, 1 and 2 decode threads: test loss {a['test_loss']:.6f} both")
+PY
+rc=0
+train run3 --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h5" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "random-resized-crop SIZE" "$SCRATCH/run3.log" || { cat "$SCRATCH/run3.log"; fail "no output size accepted"; }
+rc=0
+train run4 --train-data "$SCRATCH/enc/train.h5" --random-resized-crop 24 --random-crop 2 || rc=$?
+[[ $rc -eq 2 ]] && grep -q "option --random-crop" "$SCRATCH/run4.log" || { cat "$SCRATCH/run4.log"; fail "--random-crop on encoded accepted"; }
+
+echo "== 4. bad images: skip (counted), fail (named), all bad (at start)"
+"$PY" - "$SCRATCH" <<'PY'
+import shutil, sys, h5py, numpy as np
+d = sys.argv[1]
+shutil.copy(f"{d}/enc/train.h5", f"{d}/bad.h5")
+with h5py.File(f"{d}/bad.h5", "r+") as f:
+    im = f["images"]
+    im[3] = im[3][: len(im[3]) // 2]                     # truncated
+    im[7] = np.frombuffer(b"garbage bytes", np.uint8)    # not an image
+    im[11] = np.zeros(0, np.uint8)                       # empty
+shutil.copy(f"{d}/enc/test.h5", f"{d}/allbad.h5")
+with h5py.File(f"{d}/allbad.h5", "r+") as f:
+    for i in range(f["images"].shape[0]):
+        f["images"][i] = np.frombuffer(b"\xff\xd8\xff junk", np.uint8)
+PY
+train skip --train-data "$SCRATCH/bad.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
+  --data-threads 2 || { cat "$SCRATCH/skip.log"; fail "skip mode failed"; }
+[[ $(json_get "$SCRATCH/skip/results.json" bad_images_skipped) -eq 6 ]] ||
+  fail "expected 3 bad images × 2 epochs skipped, results.json says $(json_get "$SCRATCH/skip/results.json" bad_images_skipped)"
+grep -q "bad.h5: dataset \`images\` sample 7 is a bad image" "$SCRATCH/skip.log" || { cat "$SCRATCH/skip.log"; fail "skip not logged"; }
+grep -q "# bad images skipped: 6" "$SCRATCH/skip.log" || fail "no summary line"
+rc=0
+train failrun --train-data "$SCRATCH/bad.h5" --random-resized-crop 24 --on-bad-image fail || rc=$?
+[[ $rc -eq 2 ]] || { cat "$SCRATCH/failrun.log"; fail "fail mode: rc $rc, expected 2"; }
+grep -qE "bad.h5: dataset \`images\` sample (3|7|11) is a bad image" "$SCRATCH/failrun.log" || { cat "$SCRATCH/failrun.log"; fail "fail mode does not name file and sample"; }
+rc=0
+train allbad --train-data "$SCRATCH/allbad.h5" --random-resized-crop 24 || rc=$?
+[[ $rc -eq 2 ]] && grep -q "allbad.h5: dataset \`images\`: none of the 60 encoded images probed decodes" "$SCRATCH/allbad.log" ||
+  { cat "$SCRATCH/allbad.log"; fail "an all-bad file did not fail at start"; }
+[[ ! -e $SCRATCH/allbad/results.json ]] || fail "the all-bad run wrote results"
+echo "PASS"

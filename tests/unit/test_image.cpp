@@ -1,0 +1,149 @@
+// tests/unit/test_image.cpp — io/image.hpp's crop boxes in closed form (torchvision's
+// RandomResizedCrop and Resize + CenterCrop), Pillow's resampler on images whose result is known,
+// bad-image errors, and the decode pool (src/io/encoded.hpp). Pixel equality with Pillow on real
+// JPEG/PNG files: tests/cli/test_encoded_images.sh.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include "dtrain/dnn/counter_rng.hpp"
+#include "dtrain/io/image.hpp"
+#include "io/encoded.hpp"
+
+namespace dtrain {
+namespace {
+
+double u01(std::uint64_t key, std::uint64_t n) {
+  return static_cast<double>(counter_hash(key, n) >> 11) / 9007199254740992.0;
+}
+
+TEST(ImageTransform, RandomResizedCropFirstDrawInClosedForm) {
+  // For keys whose first try fits, the box is torchvision's formula applied to the first two draws.
+  int checked = 0;
+  for (std::uint64_t key = 1; key <= 200; ++key) {
+    const int W = 500, H = 375;
+    const double area = W * H * (0.08 + 0.92 * u01(key, 0));
+    const double ratio = std::exp(std::log(0.75) + (std::log(4.0 / 3) - std::log(0.75)) * u01(key, 1));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(area * ratio)));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(area / ratio)));
+    if (w > W || h > H) continue;
+    const CropBox b = random_resized_crop_box(W, H, key);
+    EXPECT_EQ(b.w, w) << key;
+    EXPECT_EQ(b.h, h) << key;
+    EXPECT_EQ(b.y, static_cast<int>(counter_hash(key, 20) % static_cast<std::uint64_t>(H - h + 1)));
+    EXPECT_EQ(b.x, static_cast<int>(counter_hash(key, 21) % static_cast<std::uint64_t>(W - w + 1)));
+    ++checked;
+  }
+  EXPECT_GT(checked, 150);
+}
+
+TEST(ImageTransform, RandomResizedCropStaysInsideWithTheRecipesScaleAndRatio) {
+  double min_frac = 1, max_frac = 0;
+  std::set<int> xs;
+  for (std::uint64_t key = 0; key < 5000; ++key) {
+    const CropBox b = random_resized_crop_box(320, 240, mix_seed(7, key));
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_LE(b.x + b.w, 320);
+    ASSERT_LE(b.y + b.h, 240);
+    const double frac = static_cast<double>(b.w) * b.h / (320.0 * 240.0);
+    min_frac = std::min(min_frac, frac);
+    max_frac = std::max(max_frac, frac);
+    const double r = static_cast<double>(b.w) / b.h;
+    EXPECT_GT(r, 0.75 * 0.9);  // rounding of small sides widens the range a little
+    EXPECT_LT(r, 4.0 / 3 * 1.1);
+    xs.insert(b.x);
+  }
+  EXPECT_NEAR(min_frac, 0.08, 0.01);
+  EXPECT_GT(max_frac, 0.9);
+  EXPECT_GT(xs.size(), 100u);  // offsets spread
+  // Pure function of the key.
+  EXPECT_EQ(random_resized_crop_box(320, 240, 99), random_resized_crop_box(320, 240, 99));
+  EXPECT_NE(random_resized_crop_box(320, 240, 99), random_resized_crop_box(320, 240, 100));
+}
+
+TEST(ImageTransform, RandomResizedCropFallsBackToTheClampedCentre) {
+  // No try fits a 1000×10 strip (h ≥ sqrt(800 / (4/3)) > 10): torchvision's central crop with the
+  // ratio clamped to 4/3: h = 10, w = round(13.33) = 13, x = (1000 − 13) // 2.
+  EXPECT_EQ(random_resized_crop_box(1000, 10, 5), (CropBox{493, 0, 13, 10}));
+  EXPECT_EQ(random_resized_crop_box(10, 1000, 5), (CropBox{0, 493, 10, 13}));
+}
+
+TEST(ImageTransform, CenterCropBoxIsTorchvisionsResizeAndCenterCrop) {
+  int rw = 0, rh = 0;
+  // 500×375 → Resize(256): 341×256 (int(256·500/375) = 341); crop 224 at round(58.5) = 58, 16.
+  EXPECT_EQ(center_crop_box(500, 375, 256, 224, rw, rh), (CropBox{58, 16, 224, 224}));
+  EXPECT_EQ(rw, 341);
+  EXPECT_EQ(rh, 256);
+  // Portrait: 375×500 → 256×341; square stays square.
+  EXPECT_EQ(center_crop_box(375, 500, 256, 224, rw, rh), (CropBox{16, 58, 224, 224}));
+  EXPECT_EQ(center_crop_box(64, 64, 32, 28, rw, rh), (CropBox{2, 2, 28, 28}));
+  EXPECT_EQ(rw, 32);
+}
+
+TEST(ImageTransform, ResampleIdentityConstantAndHalving) {
+  Image8 img{6, 4, 3, {}};
+  img.pixels.resize(6 * 4 * 3);
+  std::iota(img.pixels.begin(), img.pixels.end(), 0);
+  std::vector<std::uint8_t> out(img.pixels.size());
+  resample_crop(img, {0, 0, 6, 4}, 6, 4, out.data());
+  EXPECT_EQ(out, img.pixels);  // same size: Pillow's coefficients are the identity
+  // Halving 4×2 → 2×1: Pillow's triangle widened to support 2 gives taps 3/7, 3/7, 1/7 at the
+  // edge (row 0: (30 + 60 + 30) / 7 = 17.1 → 17, row 1: 400 / 7 → 57; second column 230 / 7 → 33
+  // and 510 / 7 → 73), then the two rows average: 37 and 53.
+  Image8 g{4, 2, 1, {10, 20, 30, 40, 50, 60, 70, 80}};
+  std::vector<std::uint8_t> half(2);
+  resample_crop(g, {0, 0, 4, 2}, 2, 1, half.data());
+  EXPECT_EQ(half[0], 37);
+  EXPECT_EQ(half[1], 53);
+  Image8 flat{9, 7, 1, std::vector<std::uint8_t>(63, 77)};
+  std::vector<std::uint8_t> o(5 * 3);
+  resample_crop(flat, {1, 2, 7, 5}, 5, 3, o.data());
+  for (auto v : o) EXPECT_EQ(v, 77);
+}
+
+TEST(ImageDecode, BadBytesThrowImageErrorWithAReason) {
+  ImageDecoder dec;
+  Image8 img;
+  const std::uint8_t junk[] = {'h', 'e', 'l', 'l', 'o'};
+  EXPECT_THROW(dec.decode(junk, sizeof junk, 3, img), ImageError);
+  EXPECT_THROW(dec.decode(junk, 0, 3, img), ImageError);
+  const std::uint8_t jpeg_start[] = {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J', 'F', 'I', 'F'};
+  try {
+    dec.decode(jpeg_start, sizeof jpeg_start, 3, img);
+    FAIL() << "a truncated JPEG header decoded";
+  } catch (const ImageError& e) {
+    EXPECT_NE(std::string(e.what()).find("JPEG"), std::string::npos) << e.what();
+  }
+  const std::uint8_t png_sig[] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+  EXPECT_THROW(dec.decode(png_sig, sizeof png_sig, 1, img), ImageError);
+}
+
+TEST(DecodePool, RunsEveryIndexOnceAndRethrows) {
+  for (int threads : {1, 2, 4}) {
+    ParallelFor pool(threads);
+    for (int round = 0; round < 50; ++round) {
+      std::vector<std::atomic<int>> hits(97);
+      pool.run(97, [&](int i, int t) {
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, threads);
+        ++hits[static_cast<std::size_t>(i)];
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+    EXPECT_THROW(pool.run(10, [](int i, int) {
+      if (i == 7) throw std::runtime_error("bad");
+    }),
+                 std::runtime_error);
+    int n = 0;
+    pool.run(0, [&](int, int) { ++n; });
+    EXPECT_EQ(n, 0);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
