@@ -515,6 +515,11 @@ void validate_config(const Config& c) {
   }
   non_negative("num-classes", c.num_classes);
   non_negative("random-crop", c.random_crop);
+  non_negative("random-resized-crop", c.random_resized_crop);
+  non_negative("center-crop", c.center_crop);
+  non_negative("eval-resize", c.eval_resize);
+  positive("data-threads", c.data_threads);
+  one_of("on-bad-image", c.on_bad_image, {"skip", "fail"});
   DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
              "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
@@ -544,11 +549,6 @@ void validate_config(const Config& c) {
                  " (every micro-batch has the same number of samples)");
   DT_REQUIRE(c.dry_run || c.pipeline_stages == 1,
              "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
-  non_negative("random-resized-crop", c.random_resized_crop);
-  non_negative("center-crop", c.center_crop);
-  non_negative("eval-resize", c.eval_resize);
-  positive("data-threads", c.data_threads);
-  one_of("on-bad-image", c.on_bad_image, {"skip", "fail"});
                  ": running stages across ranks is not built yet; --dry-run prints the stage plan "
                  "(a run needs --pipeline-stages 1; --micro-batches M alone accumulates gradients)");
   non_negative("global-batch-size", c.global_batch_size);
