@@ -67,7 +67,7 @@ mkdir -p "$out"
 log=$out/input_bench.txt
 {
   echo "# tests/benchmarks/input_bench.sh ${threads[*]}  (IMAGES=$images SAMPLES=$samples REPEATS=$repeats BUILD=$build)"
-  echo "# $(date -u +%FT%TZ) host $(hostname) $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "# $(date -u +%FT%TZ) host $(hostname) $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# dtrain $(git describe --always --dirty 2>/dev/null)"
 } | tee "$log"
 best() {  # best of REPEATS runs of a command printing one JSON line: the line with the top samples_per_s
