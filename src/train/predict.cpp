@@ -129,6 +129,9 @@ Predictor set_up(const Config& c) {
     p.classes = input.classes;
     p.info = open_dataset_info(c.data, p.classes,
                                "the class count of checkpoint '" + c.checkpoint + "'", true);
+    DecodeOptions decode = decode_options(c, false);  // encoded images: the evaluation's crop
+    decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
+    configure_decode(p.info, decode);
     DT_REQUIRE(p.info.sample.str() == input.sample,
                "option --data '" + c.data + "': images are " + p.info.sample.str() +
                    " per sample, but the model of checkpoint '" + c.checkpoint + "' takes " +
@@ -148,9 +151,6 @@ Predictor set_up(const Config& c) {
   return p;
 }
 
-    DecodeOptions decode = decode_options(c, false);  // encoded images: the evaluation's crop
-    decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
-    configure_decode(p.info, decode);
 /// Every rank's scores on rank 0 (empty elsewhere), in rank order = the input's order (the shares
 /// are contiguous and ascending); `correct` summed. Collective over MPI_COMM_WORLD.
 Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
