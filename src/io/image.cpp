@@ -145,6 +145,29 @@ inline std::uint8_t clip8(int v) {
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+/// Pillow's horizontal pass (ImagingResampleHorizontal_8bpc) over `rows` source rows from `first`,
+/// output columns [wx, wx + ww), for C interleaved channels.
+template <int C>
+void horizontal_pass(const std::uint8_t* src, std::size_t stride, int first, int rows, const Coeffs& ch,
+                     int wx, int ww, std::uint8_t* out) {
+  const int half = 1 << (kPrecisionBits - 1);
+  for (int r = 0; r < rows; ++r) {
+    const std::uint8_t* in = src + static_cast<std::size_t>(first + r) * stride;
+    std::uint8_t* o = out + static_cast<std::size_t>(r) * ww * C;
+    for (int xx = 0; xx < ww; ++xx) {
+      const int xmin = ch.bounds[static_cast<std::size_t>(wx + xx) * 2];
+      const int xmax = ch.bounds[static_cast<std::size_t>(wx + xx) * 2 + 1];
+      const int* k = ch.k.data() + static_cast<std::size_t>(wx + xx) * ch.ksize;
+      const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * C;
+      int ss[C];
+      for (int c = 0; c < C; ++c) ss[c] = half;
+      for (int x = 0; x < xmax; ++x)
+        for (int c = 0; c < C; ++c) ss[c] += p[x * C + c] * k[x];
+      for (int c = 0; c < C; ++c) o[xx * C + c] = clip8(ss[c]);
+    }
+  }
+}
+
 double uniform01(std::uint64_t key, std::uint64_t n) {
   return static_cast<double>(counter_hash(key, n) >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -299,33 +322,29 @@ void resample_window(const std::uint8_t* src, int width, int height, int channel
   const int rows = last - first;
   const std::size_t trow = static_cast<std::size_t>(ww) * channels;
   temp.resize(static_cast<std::size_t>(rows) * trow);
+  if (channels == 3)
+    horizontal_pass<3>(src, stride, first, rows, ch, wx, ww, temp.data());
+  else
+    horizontal_pass<1>(src, stride, first, rows, ch, wx, ww, temp.data());
+  // Vertical pass, one output row at a time as a sum of whole source rows: the same integer sums
+  // as Pillow's per-pixel loop (integer addition is exact in any order), but contiguous, so the
+  // compiler vectorizes it.
+  thread_local std::vector<int> acc;
+  acc.resize(trow);
   const int half = 1 << (kPrecisionBits - 1);
-  for (int r = 0; r < rows; ++r) {
-    const std::uint8_t* in = src + static_cast<std::size_t>(first + r) * stride;
-    std::uint8_t* o = temp.data() + static_cast<std::size_t>(r) * trow;
-    for (int xx = 0; xx < ww; ++xx) {
-      const int xmin = ch.bounds[static_cast<std::size_t>(wx + xx) * 2];
-      const int xmax = ch.bounds[static_cast<std::size_t>(wx + xx) * 2 + 1];
-      const int* k = ch.k.data() + static_cast<std::size_t>(wx + xx) * ch.ksize;
-      for (int c = 0; c < channels; ++c) {
-        int ss = half;
-        const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * channels + c;
-        for (int x = 0; x < xmax; ++x) ss += p[static_cast<std::size_t>(x) * channels] * k[x];
-        o[static_cast<std::size_t>(xx) * channels + c] = clip8(ss);
-      }
-    }
-  }
   for (int yy = 0; yy < wh; ++yy) {
     const int ymin = cv.bounds[static_cast<std::size_t>(wy + yy) * 2] - first;
     const int ymax = cv.bounds[static_cast<std::size_t>(wy + yy) * 2 + 1];
     const int* k = cv.k.data() + static_cast<std::size_t>(wy + yy) * cv.ksize;
-    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * trow;
-    for (std::size_t i = 0; i < trow; ++i) {
-      int ss = half;
-      const std::uint8_t* p = temp.data() + static_cast<std::size_t>(ymin) * trow + i;
-      for (int y = 0; y < ymax; ++y) ss += p[static_cast<std::size_t>(y) * trow] * k[y];
-      o[i] = clip8(ss);
+    int* a = acc.data();
+    std::fill(a, a + trow, half);
+    for (int y = 0; y < ymax; ++y) {
+      const int w = k[y];
+      const std::uint8_t* p = temp.data() + static_cast<std::size_t>(ymin + y) * trow;
+      for (std::size_t i = 0; i < trow; ++i) a[i] += p[i] * w;
     }
+    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * trow;
+    for (std::size_t i = 0; i < trow; ++i) o[i] = clip8(a[i]);
   }
 }
 
