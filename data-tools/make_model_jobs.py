@@ -8,9 +8,13 @@
 
 Each model is written out layer by layer after torchvision's definition (the paper's for ResNet-20),
 in torchvision's parameter order, so `dtrain --dry-run` prints torchvision's parameter count and
-tests/benchmarks/pytorch_reference.py --param-count (the same graph in PyTorch) agrees. A line gets
+tests/benchmarks/pytorch_reference.py --param-count (the same graph in PyTorch) agrees. Every layer
+with parameters is named as torchvision's module (`conv1`, `layer1.0.bn2`, `features.0`,
+`Mixed_5b.branch1x1.conv`, `fc`; ResNet-20 as torchvision's ResNet would name it), so dtrain's
+tensor names are torchvision's state_dict keys (`layer1.0.bn2.running_var`; docs/checkpoints.md) and
+`dtrain export` writes a file torchvision loads with load_state_dict(strict=True). A line gets
 `input=` only where it does not take the previous line's output, and `name=` where a later line takes
-its output by name (and on block outputs, for reading).
+its output by name, on block outputs (for reading) and on every layer with parameters.
 
 Usage: data-tools/make_model_jobs.py [--out-dir jobs] [--width-div K] [--only NAME ...] [--force]
   --width-div K divides every channel count by K >= 1 (tiny versions for tests).
@@ -46,17 +50,20 @@ class Net:
         return len(self.layers)
 
     def conv(self, x, filters, k, s=1, p=0, bias=True, name=None):
+        """A conv line; `name` is torchvision's module name where it has one."""
         spec = f"conv filters={self.w(filters)} kernel={k}"
         spec += (f" stride={s}" if str(s) != "1" else "") + (f" pad={p}" if str(p) != "0" else "")
         return self.add(spec + ("" if bias else " bias=false"), x, name=name)
 
-    def conv_bn(self, x, filters, k=1, s=1, p=0, relu=True, name=None):
-        """conv without bias + batchnorm (+ relu): torchvision's BasicConv2d and ResNet conv-bn pairs;
-        `name` names the last of them."""
-        self.conv(x, filters, k, s, p, bias=False)
-        bn = self.add("batchnorm" + (f" eps={self.bn_eps}" if self.bn_eps else ""),
-                      name=None if relu else name)
-        return self.add("relu", name=name) if relu else bn
+    def conv_bn(self, x, filters, k=1, s=1, p=0, relu=True, name=None, conv=None, bn=None):
+        """conv without bias + batchnorm (+ relu): torchvision's BasicConv2d and ResNet conv-bn pairs.
+        `conv` and `bn` are torchvision's module names of the two (default: `name`.conv and
+        `name`.bn, BasicConv2d's); `name` names the relu's output (without relu: ignored, the
+        batchnorm's name is its output's)."""
+        self.conv(x, filters, k, s, p, bias=False, name=conv or (name and name + ".conv"))
+        out = self.add("batchnorm" + (f" eps={self.bn_eps}" if self.bn_eps else ""),
+                       name=bn or (name and name + ".bn"))
+        return self.add("relu", name=name) if relu else out
 
     def text(self):
         by_name = {i for n, (_, ins, _) in enumerate(self.layers, 1) if ins != [n - 1] for i in ins}
@@ -80,18 +87,18 @@ def resnet20(div):
     option A where the shape changes (subsample by a 1x1 stride-2 average pool = x[:, :, ::2, ::2],
     zero-pad the new channels, half on each side)."""
     net = Net(div)
-    x = net.conv_bn(DATA, 16, 3, 1, 1, name="conv1")
+    x = net.conv_bn(DATA, 16, 3, 1, 1, name="relu", conv="conv1", bn="bn1")
     cin = 16
-    for stage, width in enumerate([16, 32, 64], start=2):
+    for stage, width in enumerate([16, 32, 64], start=1):
         for b in range(3):
-            blk = f"res{stage}{'abc'[b]}"
-            s = 2 if stage > 2 and b == 0 else 1
-            h = net.conv_bn(x, width, 3, s, 1)
-            h = net.conv_bn(h, width, 3, 1, 1, relu=False, name=blk + "_branch2b")
+            blk = f"layer{stage}.{b}"
+            s = 2 if stage > 1 and b == 0 else 1
+            h = net.conv_bn(x, width, 3, s, 1, conv=blk + ".conv1", bn=blk + ".bn1")
+            h = net.conv_bn(h, width, 3, 1, 1, relu=False, conv=blk + ".conv2", bn=blk + ".bn2")
             sc = x
             if s != 1 or cin != width:
                 net.add("avgpool kernel=1 stride=2", x)
-                sc = net.add(f"zeropad channels={net.w(width)}", name=blk + "_branch1")
+                sc = net.add(f"zeropad channels={net.w(width)}", name=blk + ".shortcut")
             net.add("add", h, sc)
             x = net.add("relu", name=blk)
             cin = width
@@ -104,18 +111,19 @@ def resnet50(div):
     """torchvision.models.resnet50: bottlenecks [3, 4, 6, 3], stride on the 3x3 conv (v1.5),
     projection shortcut (1x1 conv + batchnorm) on each stage's first block."""
     net = Net(div)
-    net.conv_bn(DATA, 64, 7, 2, 3, name="conv1")
-    x = net.add("maxpool kernel=3 stride=2 pad=1", name="pool1")
-    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=2):
+    net.conv_bn(DATA, 64, 7, 2, 3, conv="conv1", bn="bn1")
+    x = net.add("maxpool kernel=3 stride=2 pad=1", name="maxpool")
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
         for b in range(blocks):
-            blk = f"res{stage}{'abcdef'[b]}"
-            s = 2 if stage > 2 and b == 0 else 1
-            h = net.conv_bn(x, width, 1)
-            h = net.conv_bn(h, width, 3, s, 1)
-            h = net.conv_bn(h, 4 * width, 1, relu=False, name=blk + "_branch2c")
+            blk = f"layer{stage}.{b}"
+            s = 2 if stage > 1 and b == 0 else 1
+            h = net.conv_bn(x, width, 1, conv=blk + ".conv1", bn=blk + ".bn1")
+            h = net.conv_bn(h, width, 3, s, 1, conv=blk + ".conv2", bn=blk + ".bn2")
+            h = net.conv_bn(h, 4 * width, 1, relu=False, conv=blk + ".conv3", bn=blk + ".bn3")
             sc = x
             if b == 0:
-                sc = net.conv_bn(x, 4 * width, 1, s, relu=False, name=blk + "_branch1")
+                sc = net.conv_bn(x, 4 * width, 1, s, relu=False, conv=blk + ".downsample.0",
+                                 bn=blk + ".downsample.1")
             net.add("add", h, sc)
             x = net.add("relu", name=blk)
     net.add("globalavgpool")
@@ -127,16 +135,19 @@ def vgg16(div):
     """torchvision.models.vgg16 (configuration D, no batchnorm). Its AdaptiveAvgPool2d(7) is the
     identity on the 7x7 maps of a 224x224 input and is left out."""
     net = Net(div)
+    f = 0  # index in torchvision's `features` Sequential: conv, relu, ..., maxpool
     for stage, (width, n) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)], start=1):
         for i in range(n):
-            net.conv(None, width, 3, 1, 1, name=f"conv{stage}_{i + 1}")
+            net.conv(None, width, 3, 1, 1, name=f"features.{f}")
             net.add("relu")
-        net.add("maxpool kernel=2 stride=2", name=f"pool{stage}")
-    for fc in ("fc6", "fc7"):
+            f += 2
+        net.add("maxpool kernel=2 stride=2", name=f"features.{f}")
+        f += 1
+    for fc in ("classifier.0", "classifier.3"):  # classifier: linear, relu, dropout, ...
         net.add(f"dense units={net.w(4096)}", name=fc)
         net.add("relu")
         net.add("dropout rate=0.5")
-    net.add("dense", name="fc8")
+    net.add("dense", name="classifier.6")
     return net
 
 
@@ -145,66 +156,74 @@ def inception3(div):
     (eps 0.001) + relu; branches in torchvision's order; the pool branches average 3x3, stride 1,
     pad 1 (torchvision counts the padding in those averages, dtrain's avgpool does not)."""
     net = Net(div, bn_eps="0.001")
-    c = net.conv_bn
-    c(DATA, 32, 3, 2)  # Conv2d_1a_3x3
-    c(None, 32, 3)  # Conv2d_2a_3x3
-    c(None, 64, 3, 1, 1)  # Conv2d_2b_3x3
-    net.add("maxpool kernel=3 stride=2", name="pool1")
-    c(None, 80, 1)  # Conv2d_3b_1x1
-    c(None, 192, 3)  # Conv2d_4a_3x3
-    x = net.add("maxpool kernel=3 stride=2", name="pool2")
+    c = net.conv_bn  # name=: torchvision's BasicConv2d (its .conv, .bn; the relu's output)
+    c(DATA, 32, 3, 2, name="Conv2d_1a_3x3")
+    c(None, 32, 3, name="Conv2d_2a_3x3")
+    c(None, 64, 3, 1, 1, name="Conv2d_2b_3x3")
+    net.add("maxpool kernel=3 stride=2", name="maxpool1")
+    c(None, 80, 1, name="Conv2d_3b_1x1")
+    c(None, 192, 3, name="Conv2d_4a_3x3")
+    x = net.add("maxpool kernel=3 stride=2", name="maxpool2")
 
-    def pool_branch(x, filters, name):
+    def pool_branch(x, filters, m):
         net.add("avgpool kernel=3 stride=1 pad=1", x)
-        return c(None, filters, 1, name=name)
+        return c(None, filters, 1, name=m + ".branch_pool")
 
     def block_a(x, pool_features, m):  # InceptionA
-        b1 = c(x, 64, 1, name=m + "_1x1")
-        b5 = c(c(x, 48, 1), 64, 5, 1, 2, name=m + "_5x5")
-        b3 = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 1, 1, name=m + "_3x3dbl")
-        return net.add("concat", b1, b5, b3, pool_branch(x, pool_features, m + "_pool"), name=m)
+        b1 = c(x, 64, 1, name=m + ".branch1x1")
+        b5 = c(c(x, 48, 1, name=m + ".branch5x5_1"), 64, 5, 1, 2, name=m + ".branch5x5_2")
+        b3 = c(c(c(x, 64, 1, name=m + ".branch3x3dbl_1"), 96, 3, 1, 1, name=m + ".branch3x3dbl_2"),
+               96, 3, 1, 1, name=m + ".branch3x3dbl_3")
+        return net.add("concat", b1, b5, b3, pool_branch(x, pool_features, m), name=m)
 
     def block_b(x, m):  # InceptionB (grid reduction 35 -> 17)
-        b3 = c(x, 384, 3, 2, name=m + "_3x3")
-        bd = c(c(c(x, 64, 1), 96, 3, 1, 1), 96, 3, 2, name=m + "_3x3dbl")
-        bp = net.add("maxpool kernel=3 stride=2", x, name=m + "_pool")
+        b3 = c(x, 384, 3, 2, name=m + ".branch3x3")
+        bd = c(c(c(x, 64, 1, name=m + ".branch3x3dbl_1"), 96, 3, 1, 1, name=m + ".branch3x3dbl_2"),
+               96, 3, 2, name=m + ".branch3x3dbl_3")
+        bp = net.add("maxpool kernel=3 stride=2", x, name=m + ".branch_pool")
         return net.add("concat", b3, bd, bp, name=m)
 
     def block_c(x, c7, m):  # InceptionC: factorized 7x7
-        b1 = c(x, 192, 1, name=m + "_1x1")
-        b7 = c(c(c(x, c7, 1), c7, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0", name=m + "_7x7")
-        bd = c(c(c(c(c(x, c7, 1), c7, "7x1", 1, "3x0"), c7, "1x7", 1, "0x3"), c7, "7x1", 1, "3x0"),
-               192, "1x7", 1, "0x3", name=m + "_7x7dbl")
-        return net.add("concat", b1, b7, bd, pool_branch(x, 192, m + "_pool"), name=m)
+        b1 = c(x, 192, 1, name=m + ".branch1x1")
+        b7 = c(c(c(x, c7, 1, name=m + ".branch7x7_1"), c7, "1x7", 1, "0x3", name=m + ".branch7x7_2"),
+               192, "7x1", 1, "3x0", name=m + ".branch7x7_3")
+        bd = c(x, c7, 1, name=m + ".branch7x7dbl_1")
+        bd = c(bd, c7, "7x1", 1, "3x0", name=m + ".branch7x7dbl_2")
+        bd = c(bd, c7, "1x7", 1, "0x3", name=m + ".branch7x7dbl_3")
+        bd = c(bd, c7, "7x1", 1, "3x0", name=m + ".branch7x7dbl_4")
+        bd = c(bd, 192, "1x7", 1, "0x3", name=m + ".branch7x7dbl_5")
+        return net.add("concat", b1, b7, bd, pool_branch(x, 192, m), name=m)
 
     def block_d(x, m):  # InceptionD (grid reduction 17 -> 8)
-        b3 = c(c(x, 192, 1), 320, 3, 2, name=m + "_3x3")
-        b7 = c(c(c(c(x, 192, 1), 192, "1x7", 1, "0x3"), 192, "7x1", 1, "3x0"), 192, 3, 2,
-               name=m + "_7x7x3")
-        bp = net.add("maxpool kernel=3 stride=2", x, name=m + "_pool")
+        b3 = c(c(x, 192, 1, name=m + ".branch3x3_1"), 320, 3, 2, name=m + ".branch3x3_2")
+        b7 = c(x, 192, 1, name=m + ".branch7x7x3_1")
+        b7 = c(b7, 192, "1x7", 1, "0x3", name=m + ".branch7x7x3_2")
+        b7 = c(b7, 192, "7x1", 1, "3x0", name=m + ".branch7x7x3_3")
+        b7 = c(b7, 192, 3, 2, name=m + ".branch7x7x3_4")
+        bp = net.add("maxpool kernel=3 stride=2", x, name=m + ".branch_pool")
         return net.add("concat", b3, b7, bp, name=m)
 
     def block_e(x, m):  # InceptionE: expanded filter banks
-        b1 = c(x, 320, 1, name=m + "_1x1")
-        t = c(x, 384, 1, name=m + "_3x3_1")
-        b3a = c(t, 384, "1x3", 1, "0x1", name=m + "_3x3_2a")
-        b3b = c(t, 384, "3x1", 1, "1x0", name=m + "_3x3_2b")
-        d = c(c(x, 448, 1), 384, 3, 1, 1, name=m + "_3x3dbl_2")
-        bda = c(d, 384, "1x3", 1, "0x1", name=m + "_3x3dbl_3a")
-        bdb = c(d, 384, "3x1", 1, "1x0", name=m + "_3x3dbl_3b")
-        bp = pool_branch(x, 192, m + "_pool")
+        b1 = c(x, 320, 1, name=m + ".branch1x1")
+        t = c(x, 384, 1, name=m + ".branch3x3_1")
+        b3a = c(t, 384, "1x3", 1, "0x1", name=m + ".branch3x3_2a")
+        b3b = c(t, 384, "3x1", 1, "1x0", name=m + ".branch3x3_2b")
+        d = c(c(x, 448, 1, name=m + ".branch3x3dbl_1"), 384, 3, 1, 1, name=m + ".branch3x3dbl_2")
+        bda = c(d, 384, "1x3", 1, "0x1", name=m + ".branch3x3dbl_3a")
+        bdb = c(d, 384, "3x1", 1, "1x0", name=m + ".branch3x3dbl_3b")
+        bp = pool_branch(x, 192, m)
         # torchvision concatenates [b1, cat(b3a, b3b), cat(bda, bdb), bp]: the same channel order.
         return net.add("concat", b1, b3a, b3b, bda, bdb, bp, name=m)
 
-    x = block_a(x, 32, "mixed_5b")
-    x = block_a(x, 64, "mixed_5c")
-    x = block_a(x, 64, "mixed_5d")
-    x = block_b(x, "mixed_6a")
-    for m, c7 in [("mixed_6b", 128), ("mixed_6c", 160), ("mixed_6d", 160), ("mixed_6e", 192)]:
+    x = block_a(x, 32, "Mixed_5b")
+    x = block_a(x, 64, "Mixed_5c")
+    x = block_a(x, 64, "Mixed_5d")
+    x = block_b(x, "Mixed_6a")
+    for m, c7 in [("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)]:
         x = block_c(x, c7, m)
-    x = block_d(x, "mixed_7a")
-    x = block_e(x, "mixed_7b")
-    block_e(x, "mixed_7c")
+    x = block_d(x, "Mixed_7a")
+    x = block_e(x, "Mixed_7b")
+    block_e(x, "Mixed_7c")
     net.add("globalavgpool")
     net.add("dropout rate=0.5")
     net.add("dense", name="fc")

@@ -1,5 +1,5 @@
 // dtrain — the command-line entry point: MPI start-up, options, the subcommand (`train`, the
-// default, or `predict`), one rank's role, error reporting.
+// default, `predict` or `export`), one rank's role, error reporting.
 // Errors in set-up are agreed on by every rank (one message, same exit code, clean MPI_Finalize);
 // an error during training is printed by the rank that hit it, which then calls MPI_Abort so that
 // no peer is left waiting. Every message starts with the rank tag ("[rank R ...]", log_error()).
@@ -15,6 +15,7 @@
 #include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/train/predict.hpp"
+#include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -38,8 +39,10 @@ int main(int argc, char** argv) {
     if (parsed.help) {
       if (rank == 0) std::cout << parsed.help_text;
     } else {
-      code = parsed.config.command == "predict" ? dtrain::run_predict(parsed.config)
-                                                : dtrain::run_training(parsed.config);
+      const std::string& command = parsed.config.command;
+      code = command == "predict"  ? dtrain::run_predict(parsed.config)
+             : command == "export" ? dtrain::run_export(parsed.config)
+                                   : dtrain::run_training(parsed.config);
     }
   } catch (const dtrain::ReportedError& e) {
     code = e.code();

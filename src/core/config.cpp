@@ -332,6 +332,16 @@ void build_table(Table& t, Config& c) {
   t.add("out", &c.out,
         "predict: HDF5 file to create with `predictions` (N int32) and `probabilities` (N×classes "
         "float32) in the input's order; refused if it exists");
+  t.group("Named tensors (--init-from, dtrain export)", "tensors");
+  t.add("init-from", &c.init_from,
+        "train, predict: start from this safetensors file's tensors, by name (e.g. a torchvision "
+        "state_dict saved with safetensors; strict: every tensor of the model and no other); a "
+        "checkpoint to --resume from has priority");
+  t.add("init-exclude", &c.init_exclude,
+        "comma-separated tensor name prefixes --init-from leaves at the seed's initialisation "
+        "(e.g. fc. for a new head)");
+  t.add("format", &c.export_format, "export: output format (safetensors)");
+  t.add("dtype", &c.export_dtype, "export: float tensors as f32 | bf16");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -384,7 +394,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
 
   // The subcommand: `dtrain predict ...`, `dtrain train ...`, or `dtrain --option ...` (train).
   std::vector<const char*> args(argv, argv + argc);
-  if (argc > 1 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "predict")) {
+  if (argc > 1 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "predict" ||
+                   std::string(argv[1]) == "export")) {
     c.command = argv[1];
     args.erase(args.begin() + 1);
   }
@@ -397,7 +408,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
       if (o.position_key >= 0)
         throw InputError("command line: unexpected argument '" +
                          (o.value.empty() ? o.string_key : o.value.front()) +
-                         "' (usage: dtrain [train | predict] --option value ...; see dtrain --help)");
+                         "' (usage: dtrain [train | predict | export] --option value ...; see "
+                         "dtrain --help)");
     po::store(parsed, vm);
   } catch (const po::error& e) {
     throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
@@ -407,6 +419,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
     os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
           "       mpirun -np N dtrain predict --config JOB.ini --checkpoint CKPT.h5 --data X.h5 "
           "--out P.h5\n"
+          "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
+          "[--dtype bf16]\n"
           "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
           "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
        << cli;
@@ -509,9 +523,19 @@ void validate_config(const Config& c) {
                                 "--run-dir with --resume)");
   }
   if (c.command == "predict") {
-    DT_REQUIRE(!c.checkpoint.empty(), "dtrain predict: option --checkpoint is required");
+    DT_REQUIRE(c.checkpoint.empty() != c.init_from.empty(),
+               "dtrain predict: give exactly one of --checkpoint and --init-from");
     DT_REQUIRE(!c.data.empty(), "dtrain predict: option --data is required");
     DT_REQUIRE(!c.out.empty(), "dtrain predict: option --out is required");
+  }
+  DT_REQUIRE(c.init_exclude.empty() || !c.init_from.empty(),
+             "option --init-exclude: only with --init-from");
+  if (c.command == "export") {
+    DT_REQUIRE(!c.checkpoint.empty(), "dtrain export: option --checkpoint is required");
+    DT_REQUIRE(!c.out.empty(), "dtrain export: option --out is required");
+    one_of("format", c.export_format, {"safetensors"});
+    one_of("dtype", c.export_dtype, {"f32", "bf16"});
+    return;  // the model and data come from the checkpoint
   }
   non_negative("num-classes", c.num_classes);
   non_negative("random-crop", c.random_crop);

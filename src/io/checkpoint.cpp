@@ -36,6 +36,89 @@ void write_floats(hid_t loc, const std::string& name, const std::vector<float>& 
   write_dataset_floats(loc, name, dims, v.data());
 }
 
+/// Creates `name` in `group`: a virtual float32 dataset of shape `vdims` over the hyperslab
+/// [start, start + count) of the file's dataset `source` (of shape `sdims`). The two selections
+/// hold as many elements in the same row-major order, so the view reads the source's bytes as a
+/// tensor of its own shape.
+void write_view(hid_t group, const std::string& name, const std::vector<hsize_t>& vdims,
+                const std::string& source, const std::vector<hsize_t>& sdims,
+                const std::vector<hsize_t>& start, const std::vector<hsize_t>& count) {
+  const std::string what = "named tensor '" + name + "'";
+  H5Dataspace vspace(DT_CHECK_HDF5(
+      H5Screate_simple(static_cast<int>(vdims.size()), vdims.data(), nullptr), what));
+  H5Dataspace sspace(DT_CHECK_HDF5(
+      H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr), what));
+  DT_CHECK_HDF5(H5Sselect_hyperslab(sspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                    count.data(), nullptr), what);
+  H5PropList dcpl(DT_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), what));
+  DT_CHECK_HDF5(H5Pset_virtual(dcpl.get(), vspace.get(), ".", source.c_str(), sspace.get()), what);
+  H5Dataset d(DT_CHECK_HDF5(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, vspace.get(),
+                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), what));
+}
+
+/// Checks that `tensors` cover [0, total) in order (offsets ascending, no gap, dims matching);
+/// InputError naming `what` otherwise.
+void check_cover(const std::vector<CheckpointTensor>& tensors, std::size_t total,
+                 const std::string& what) {
+  std::size_t at = 0;
+  for (const CheckpointTensor& t : tensors) {
+    std::int64_t n = 1;
+    for (std::int64_t d : t.dims) n *= d;
+    DT_REQUIRE(t.offset == at && static_cast<std::size_t>(n) == t.count && t.count > 0,
+               what + ": tensor '" + t.name + "' does not continue the buffer at float " +
+                   std::to_string(at) + " with its shape's count");
+    at += t.count;
+  }
+  DT_REQUIRE(at == total, what + ": the named tensors cover " + std::to_string(at) + " of " +
+                              std::to_string(total) + " floats");
+}
+
+/// Format 2's named tensors: /tensors/<name> over /params, /buffers/<name> over /model_state
+/// (rows × S), and the root attributes param_names, buffer_names.
+void write_named_tensors(hid_t root, const CheckpointState& s, hsize_t rows) {
+  const hsize_t P = s.params.size(), S = s.model_state.size() / rows;
+  std::vector<std::string> names;
+  H5Group tg = create_group(root, "tensors");
+  for (const CheckpointTensor& t : s.param_tensors) {
+    write_view(tg.get(), t.name, {t.dims.begin(), t.dims.end()}, "/params", {P}, {t.offset},
+               {t.count});
+    names.push_back(t.name);
+  }
+  write_attr_strings(root, "param_names", names);
+  names.clear();
+  H5Group bg = create_group(root, "buffers");
+  for (const CheckpointTensor& t : s.buffer_tensors) {
+    write_view(bg.get(), t.name, {rows, t.count}, "/model_state", {rows, S}, {0, t.offset},
+               {rows, t.count});
+    names.push_back(t.name);
+  }
+  write_attr_strings(root, "buffer_names", names);
+}
+
+/// Reads format 2's name lists and the named datasets' shapes (the buffers' without the row
+/// dimension) into s.param_tensors / s.buffer_tensors, checking they cover the flat buffers.
+void read_named_tensors(hid_t root, CheckpointState& s, const std::string& where) {
+  const auto read = [&](const char* list, const char* group, bool rows) {
+    std::vector<CheckpointTensor> out;
+    std::size_t at = 0;
+    for (const std::string& name : read_attr_strings(root, list, where)) {
+      H5Dataset d = open_dataset(root, std::string(group) + "/" + name, where);
+      std::vector<hsize_t> dims = dataset_dims(d.get());
+      if (rows && !dims.empty()) dims.erase(dims.begin());
+      CheckpointTensor t{name, {dims.begin(), dims.end()}, at, 1};
+      for (hsize_t x : dims) t.count *= x;
+      at += t.count;
+      out.push_back(std::move(t));
+    }
+    return out;
+  };
+  s.param_tensors = read("param_names", "tensors", false);
+  s.buffer_tensors = read("buffer_names", "buffers", true);
+  check_cover(s.param_tensors, s.params.size(), where + " /tensors");
+  if (!s.buffer_tensors.empty())
+    check_cover(s.buffer_tensors, s.model_state.size() / s.state_rows, where + " /buffers");
+}
+
 }  // namespace
 
 std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S) {
@@ -73,6 +156,12 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
     const hsize_t rows = static_cast<hsize_t>(std::max(s.state_rows, 1));
     write_floats(root, "model_state", s.model_state,
                  {rows, static_cast<hsize_t>(s.model_state.size() / rows)});
+    if (!s.param_tensors.empty()) {
+      check_cover(s.param_tensors, s.params.size(), tmp + " parameters");
+      if (!s.buffer_tensors.empty())
+        check_cover(s.buffer_tensors, s.model_state.size() / rows, tmp + " batchnorm buffers");
+      write_named_tensors(root, s, rows);
+    }
     write_attr_int(root, "format_version", s.format_version);
     write_attr_int(root, "global_step", s.global_step);
     write_attr_int(root, "epoch", s.epoch);
@@ -128,6 +217,8 @@ CheckpointState read_checkpoint(const std::string& path) {
     // Every writer stores at least one row (write_checkpoint): none would average to NaN.
     DT_REQUIRE(s.state_rows >= 1, where + ": model_state has no rows (dims " +
                                       std::to_string(dims.empty() ? 0 : dims[0]) + " × …)");
+    if (s.format_version >= 2 && has_attribute(root, "param_names"))
+      read_named_tensors(root, s, where);
     return s;
   } catch (const InputError&) {
     throw;

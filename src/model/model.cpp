@@ -23,12 +23,31 @@ struct Model::Stack {
 };
 
 namespace {
+/// PyTorch's shape of a layer's tensor (TensorInfo::dims): 4-d conv weights, 2-d dense weights,
+/// 1-d everything else (bias, batchnorm).
+std::vector<std::int64_t> torch_dims(const std::string& type, const ParamDef& d) {
+  if (type == "conv" && d.name == "weight") return {d.shape.n, d.shape.c, d.shape.h, d.shape.w};
+  if (type == "dense" && d.name == "weight") return {d.shape.n, d.shape.c};
+  return {static_cast<std::int64_t>(d.shape.count())};
+}
+
+/// PyTorch's name of a layer's tensor: batchnorm's γ and β are its weight and bias.
+std::string torch_param(const std::string& name) {
+  if (name == "gamma") return "weight";
+  if (name == "beta") return "bias";
+  return name;
+}
+
+/// `prefix`: the layer's public name (TensorInfo::key before ".<param>").
 std::vector<TensorInfo> place(const std::vector<ParamDef>& defs, std::size_t layer,
-                              const std::string& type, std::size_t& offset) {
+                              const std::string& type, const std::string& prefix,
+                              std::size_t& offset) {
   std::vector<TensorInfo> out;
   for (const auto& d : defs) {
     TensorInfo t;
     t.name = std::to_string(layer) + "." + type + "." + d.name;
+    t.key = prefix + "." + torch_param(d.name);
+    t.dims = torch_dims(type, d);
     t.shape = d.shape;
     t.offset = offset;
     t.count = d.shape.count();
@@ -70,8 +89,23 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   for (std::size_t i = 0; i < stack->layers.size(); ++i) {
     const Layer& l = *stack->layers[i];
     first_param.push_back(poff);
-    for (auto& t : place(l.param_defs(), i, l.type(), poff)) params_info_.push_back(t);
-    for (auto& t : place(l.state_defs(), i, l.type(), soff)) state_info_.push_back(t);
+    const std::string prefix =
+        specs_[i].name.empty() ? std::to_string(i) + "." + l.type() : specs_[i].name;
+    for (auto& t : place(l.param_defs(), i, l.type(), prefix, poff)) params_info_.push_back(t);
+    for (auto& t : place(l.state_defs(), i, l.type(), prefix, soff)) state_info_.push_back(t);
+  }
+  {  // Public names must be unique: a name= may equal a generated "<index>.<type>".
+    std::map<std::string, std::string> seen;  // key -> internal name
+    for (const auto* list : {&params_info_, &state_info_})
+      for (const TensorInfo& t : *list) {
+        const auto [it, fresh] = seen.emplace(t.key, t.name);
+        const auto layer = [](const std::string& n) { return std::stoul(n) + 1; };
+        if (!fresh)
+          throw InputError("model: tensor name '" + t.key + "' is given to layer #" +
+                           std::to_string(layer(it->second)) + " and layer #" +
+                           std::to_string(layer(t.name)) + " (a name= equals a generated "
+                           "'<index>.<type>' name); rename one of them");
+      }
   }
   // Offsets grow with the line, so after layer i's backward grads[first_param[i], P) are final.
   grads_final_from_ = std::move(first_param);
@@ -305,7 +339,16 @@ void Model::bind(Stack& s) {
 }
 
 void Model::initialize(std::uint64_t seed) {
-  std::vector<float> host(param_count_);
+  std::vector<float> host, state;
+  initial_values(seed, host, state);
+  Backend& be = backend();
+  be.copy_to_device(params_.data(), host.data(), host.size() * sizeof(float));
+  be.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
+}
+
+void Model::initial_values(std::uint64_t seed, std::vector<float>& host,
+                           std::vector<float>& state) const {
+  host.assign(param_count_, 0.0f);
   for (std::size_t t = 0; t < params_info_.size(); ++t) {
     const TensorInfo& info = params_info_[t];
     std::mt19937_64 rng(mix_seed(seed, t));
@@ -317,13 +360,10 @@ void Model::initialize(std::uint64_t seed) {
       host[info.offset + i] = v;
     }
   }
-  Backend& be = backend();
-  be.copy_to_device(params_.data(), host.data(), host.size() * sizeof(float));
-  std::vector<float> state(std::max<std::size_t>(state_count_, 1), 0.0f);
+  state.assign(std::max<std::size_t>(state_count_, 1), 0.0f);
   for (const auto& info : state_info_)
     for (std::size_t i = 0; i < info.count; ++i)
       state[info.offset + i] = info.init == Init::ones ? 1.0f : 0.0f;
-  be.copy_to_device(state_.data(), state.data(), state.size() * sizeof(float));
 }
 
 const void* Model::network_input(const float* x, int n) {

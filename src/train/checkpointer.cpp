@@ -132,7 +132,7 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
                                  resume->model_state.begin() + (w + 1) * S)
             : mean_of_rows(resume->model_state.data(), rows, S);
     if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
-    if (cluster_.is_chief())
+    if (cluster_.is_chief() && !resume->config.empty())  // empty: --init-from's start
       log_info("# resuming from global_step " + std::to_string(at.global_step) + ", epoch " +
                std::to_string(at.epoch + 1) + ", step " + std::to_string(at.step_in_epoch) +
                " of the epoch");
@@ -203,8 +203,18 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   s.config = c_.effective_ini;
   s.wall_seconds = wall_seconds_();
   if (model_.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
+  name_tensors(s, model_);
   write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
   log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
+}
+
+void name_tensors(CheckpointState& s, const Model& model) {
+  s.param_tensors.clear();
+  s.buffer_tensors.clear();
+  for (const TensorInfo& t : model.param_tensors())
+    s.param_tensors.push_back({t.key, t.dims, t.offset, t.count});
+  for (const TensorInfo& t : model.state_tensors())
+    s.buffer_tensors.push_back({t.key, t.dims, t.offset, t.count});
 }
 
 CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& path) {

@@ -22,6 +22,7 @@
 #include "dtrain/io/hdf5.hpp"
 #include "dtrain/model/model.hpp"
 #include "dtrain/train/checkpointer.hpp"
+#include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -114,6 +115,27 @@ void check_out_path(const Config& c) {
                  "' is not writable");
 }
 
+/// set_up() with --init-from instead of a checkpoint: the classes from --synthetic's spec or
+/// --num-classes (else the data's), the sample shape from --data, the tensors by name
+/// (load_pretrained(), strict) into the model on every rank.
+void set_up_pretrained(const Config& c, Predictor& p) {
+  const int classes =
+      !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
+  p.info = open_dataset_info(c.data, classes, "--num-classes", true);
+  DecodeOptions decode = decode_options(c, false);  // encoded images: as set_up()
+  decode.fail_on_bad = true;
+  configure_decode(p.info, decode);
+  p.classes = p.info.num_classes;
+  set_threads(c, *p.cluster);
+  std::string device;
+  p.backend = make_backend(c, *p.cluster, device);
+  p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, c.batch_size);
+  const PretrainedValues v =
+      load_pretrained(c.init_from, *p.model, init_exclude_prefixes(c.init_exclude), c.seed);
+  p.backend->copy_to_device(p.model->params(), v.params.data(), v.params.size() * sizeof(float));
+  p.backend->copy_to_device(p.model->state(), v.state.data(), v.state.size() * sizeof(float));
+}
+
 /// Set-up: every check on every rank, one agreed error (all_or_nothing); then the checkpoint's
 /// parameters and statistics go into the model.
 Predictor set_up(const Config& c) {
@@ -124,6 +146,7 @@ Predictor set_up(const Config& c) {
     set_error_context("rank " + std::to_string(p.cluster->world_rank()) + " predict " +
                       p.cluster->me().host);
     check_out_path(c);
+    if (!c.init_from.empty()) return set_up_pretrained(c, p);
     ckpt = read_checkpoint(c.checkpoint);
     const CheckpointInput input = checkpoint_input(ckpt, c.checkpoint);
     p.classes = input.classes;
@@ -146,6 +169,7 @@ Predictor set_up(const Config& c) {
     p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, c.batch_size);
     check_inference_compatible(ckpt, c.checkpoint, *p.model);
   });
+  if (!c.init_from.empty()) return p;
   load_for_inference(ckpt, *p.model, *p.backend);
   p.global_step = ckpt.global_step;
   return p;
@@ -197,7 +221,7 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
       write_dataset_int32s(f.get(), "predictions", {N}, all.predictions.data());
       write_dataset_floats(f.get(), "probabilities", {N, static_cast<hsize_t>(p.classes)},
                            all.probabilities.data());
-      write_attr_string(f.get(), "checkpoint", c.checkpoint);
+      write_attr_string(f.get(), "checkpoint", c.init_from.empty() ? c.checkpoint : c.init_from);
       write_attr_int(f.get(), "global_step", p.global_step);
       write_attr_string(f.get(), "data", c.data);
       write_attr_int(f.get(), "num_samples", p.info.num_samples);
@@ -221,7 +245,8 @@ void report(const Config& c, const Predictor& p, std::int64_t correct, double ac
   std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
                 "%s (global_step %lld) | predictions %s",
                 static_cast<long long>(p.info.num_samples), c.data.c_str(),
-                p.cluster->world_size(), c.checkpoint.c_str(),
+                p.cluster->world_size(),
+                (c.init_from.empty() ? c.checkpoint : c.init_from).c_str(),
                 static_cast<long long>(p.global_step), c.out.c_str());
   log_info(line);
   if (p.info.has_labels) {

@@ -23,6 +23,7 @@
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/checkpointer.hpp"
+#include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/provenance.hpp"
 #include "dtrain/train/signals.hpp"
 #include "job.hpp"
@@ -160,6 +161,13 @@ void acquire_resources(const Config& c, Job& job) {
     job.backend = make_backend(c, *job.cluster, job.device_name);
     if (job.backend) job.backend->set_label_smoothing(c.label_smoothing);  // before the loss ops
     if (job.cluster->is_chief()) job.resume = find_resume_point(c, job.signature, job.param_count);
+    // --init-from starts a run; a checkpoint to resume from has priority (pretrained.hpp).
+    if (job.cluster->is_chief() && !c.init_from.empty() && job.resume)
+      log_info("# --init-from " + c.init_from + " not used: resuming from a checkpoint");
+    if (job.cluster->is_chief() && !c.init_from.empty() && !job.resume)
+      job.resume = initial_point(c, Model(c.layers, job.plan.train.sample,
+                                          job.plan.train.num_classes, job.plan.batch,
+                                          act_dtype_of(precision_of(c))));
   });
   job.cluster->set_devices(job.device_name);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);

@@ -232,6 +232,11 @@ struct Config {
   std::string checkpoint;         ///< predict: the checkpoint to score with
   std::string data;               ///< predict: HDF5 images (labels optional) to score
   std::string out;                ///< predict: the predictions file to create (never overwritten)
+  // named tensors (train/pretrained.hpp)
+  std::string init_from;          ///< train, predict: start from this safetensors file's tensors
+  std::string init_exclude;       ///< comma-separated name prefixes --init-from leaves out
+  std::string export_format = "safetensors";  ///< export: --format (safetensors)
+  std::string export_dtype = "f32";           ///< export: --dtype f32 | bf16
 
   std::string config_file;        ///< the job file read, if any
   std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
@@ -245,7 +250,7 @@ struct ParseResult {
 };
 
 /// Parses argv (and the job file named by --config). Validates every value. argv[1] may name the
-/// subcommand, `train` (the default when argv[1] is an option) or `predict`.
+/// subcommand, `train` (the default when argv[1] is an option), `predict` or `export`.
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
 

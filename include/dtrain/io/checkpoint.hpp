@@ -9,6 +9,15 @@
 // Layout: /params (P floats), /optimizer/m, /optimizer/v (P floats or empty), /model_state
 // (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
 // global_step, epoch, step_in_epoch, seed, num_workers, mode, model_signature, config, wall_seconds.
+// Format 2 adds the named tensors: /tensors/<name> for every parameter, in PyTorch's layout and
+// shape (conv weight OIHW [O, I, kH, kW], dense weight [out, in], biases and batchnorm γ/β [C]),
+// and /buffers/<name> for every batchnorm buffer, [W, C] (worker w's statistics in row w; PyTorch's
+// tensor is their mean, mean_of_rows()), named as Model's TensorInfo::key ("layer1.0.bn2.weight");
+// root attributes param_names and buffer_names list them in flat-buffer order. Each is an HDF5
+// virtual dataset over its range of /params or /model_state: h5ls, h5py and every HDF5 reader see
+// a dataset of that shape, while the bytes are stored (and checksummed) once, in the flat buffers
+// — so named tensors cost a checkpoint no write or read time (docs/checkpoints.md). Format 1 (no
+// names) still reads.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +27,16 @@
 
 namespace dtrain {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
+
+/// One named tensor of a checkpoint: a contiguous range of a flat buffer (params or one row of
+/// model_state), in flat-buffer order.
+struct CheckpointTensor {
+  std::string name;                ///< TensorInfo::key, e.g. "conv1.weight"
+  std::vector<std::int64_t> dims;  ///< PyTorch's shape; product = the range's length
+  std::size_t offset = 0;          ///< first float in the buffer
+  std::size_t count = 0;           ///< floats
+};
 
 /// Everything one checkpoint holds (the file layout above); what write_checkpoint() writes and
 /// read_checkpoint() returns.
@@ -40,6 +58,10 @@ struct CheckpointState {
   /// Rows of model_state: one per worker, in worker order, where workers step in lockstep
   /// (allreduce); else 1 (the chief's statistics)
   int state_rows = 1;
+  /// Format 2: the parameters' names and shapes (covering params in order) and the batchnorm
+  /// buffers' (covering one row of model_state). Empty for a format-1 file; write_checkpoint()
+  /// then stores no names.
+  std::vector<CheckpointTensor> param_tensors, buffer_tensors;
 };
 
 /// The batchnorm statistics evaluation uses, from `rows` rows of S floats each (row-major, e.g. a
@@ -54,13 +76,18 @@ std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S)
 std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step);
 
 /// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints; keep
-/// ≥ 1 (--keep-checkpoints, validated positive; 0 would remove the file just written). Throws
-/// LibraryError on I/O failure — HDF5, fsync, or the rename (naming both paths); the previous
-/// checkpoints are untouched then.
+/// ≥ 1 (--keep-checkpoints, validated positive; 0 would remove the file just written). Writes
+/// format 2's layout, s.format_version (kCheckpointFormatVersion unless a test says otherwise)
+/// in its attribute; s.param_tensors / s.buffer_tensors, when given, must cover
+/// params / one model_state row exactly, in order (Error otherwise). Throws LibraryError on I/O
+/// failure — HDF5, fsync, or the rename (naming both paths); the previous checkpoints are
+/// untouched then.
 void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep);
 
-/// Reads and verifies one checkpoint. Throws InputError naming the file when it is not a dtrain
-/// checkpoint, has a newer format version, or fails its checksums / is truncated.
+/// Reads and verifies one checkpoint (format 1 or 2; format 2 fills param_tensors and
+/// buffer_tensors from its name lists and the named datasets' shapes). Throws InputError naming
+/// the file when it is not a dtrain checkpoint, has a newer format version, fails its checksums /
+/// is truncated, or its names do not cover its buffers.
 CheckpointState read_checkpoint(const std::string& path);
 
 /// Complete checkpoints in run_dir, newest (highest global_step) first; `.tmp` files excluded.

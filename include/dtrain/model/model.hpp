@@ -33,7 +33,17 @@ struct MemoryPlan;  // src/model/memory_plan.hpp
 
 /// Where one tensor lives in a flat buffer.
 struct TensorInfo {
-  std::string name;         ///< "<index>.<type>.<param>", e.g. "0.conv.weight"
+  /// Internal name "<index>.<type>.<param>", e.g. "0.conv.weight" (0-based line index; dtrain's
+  /// parameter names gamma/beta): what signature() lists, so renaming a layer never changes it
+  std::string name;
+  /// Stable public name, a PyTorch state_dict key: "<layer>.<param>" with <layer> the line's
+  /// name= (e.g. "layer1.0.conv1") or, without one, "<index>.<type>" ("3.conv"), and <param>
+  /// PyTorch's: weight, bias (batchnorm γ, β too), running_mean, running_var. Unique in a model.
+  /// Checkpoints, `dtrain export` and --init-from use it.
+  std::string key;
+  /// PyTorch's shape of the tensor (the same row-major data): conv weight [O, I, kH, kW] (OIHW),
+  /// dense weight [out, in], every bias and batchnorm tensor [C].
+  std::vector<std::int64_t> dims;
   Shape shape;
   std::size_t offset = 0;   ///< in floats, from the start of the flat buffer
   std::size_t count = 0;    ///< floats
@@ -109,6 +119,10 @@ class Model {
   /// (running mean 0, running var 1), deterministically from `seed`. Throws Error on a
   /// layout-only model, LibraryError when the copy to the device fails.
   void initialize(std::uint64_t seed);
+  /// The values initialize(seed) writes, on the host (works on a layout-only model):
+  /// param_count() parameters and max(state_count(), 1) state floats.
+  void initial_values(std::uint64_t seed, std::vector<float>& params,
+                      std::vector<float>& state) const;
 
   /// One training step on n ≤ max_batch samples: x (device, fp32 n×C×H×W in NCHW order whatever
   /// Backend::layout(): converted and/or rounded to bf16 as the backend needs), labels (device

@@ -123,6 +123,10 @@ class Checkpointer {
   std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
 };
 
+/// Fills s.param_tensors and s.buffer_tensors (format 2's named tensors) from `model`'s
+/// TensorInfo keys, PyTorch shapes and offsets; write_checkpoint() then stores them.
+void name_tensors(CheckpointState& s, const Model& model);
+
 /// What a checkpoint's model takes, from its signature's first line "input 1xCxHxW classes K".
 struct CheckpointInput {
   std::string sample;  ///< "CxHxW", as SampleShape::str()
