@@ -21,6 +21,11 @@
 #                     NAME RANKS JOB DTRAIN_OPTIONS... (--run-dir OUT/NAME among them);
 #                     slurm/submit_strong_scaling.sh submits these lines
 #   --no-report       do not run data-tools/scaling_report.py at the end
+#   --ceiling         also measure the host's ceiling for every worker count N > 1: N independent
+#                     one-worker runs started together (sync, no exchange: one rank each, batch
+#                     global-batch/N — the per-worker batch of the N-worker runs — for the sync
+#                     run's step count), into OUT/ceiling-wN/r<k>/; scaling_report.py adds their
+#                     summed samples/s and each run's efficiency against it (issue 36)
 # Environment: DTRAIN (default build/bin/dtrain), MPIRUN (default mpirun), PYTHON (default
 #   /usr/bin/python3, Debian's interpreter with numpy/matplotlib), EPOCHS (default 1000: the step
 #   count decides).
@@ -32,7 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 job=jobs/fashion_mnist_cnn.ini workers="1 2" modes="sync async" ps_list="1" gb=128 steps=200
-threads=1 out="" plan_only=0 report=1
+threads=1 out="" plan_only=0 report=1 ceiling=0
 die() {
   echo "run_strong_scaling.sh: error: $*" >&2
   exit 2
@@ -51,6 +56,7 @@ while [ $# -gt 0 ]; do
     --out) need_value "$@"; out=$2; shift 2 ;;
     --plan) plan_only=1; shift ;;
     --no-report) report=0; shift ;;
+    --ceiling) ceiling=1; shift ;;
     --) shift; break ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -155,6 +161,33 @@ for line in "${plan[@]}"; do
     >"$dir/launcher.json"
   echo "$name: $(cat "$dir/launcher.json")" | tee -a "$out/sweep.log"
 done
+# ---------------------------------------------------------------- the host's ceiling
+if [ "$ceiling" = 1 ]; then
+  for w in $workers; do
+    [ "$w" -gt 1 ] || continue
+    cdir=$out/ceiling-w$w
+    if [ -f "$cdir/r$w/results.json" ]; then
+      echo "ceiling-w$w: done before, skipped" | tee -a "$out/sweep.log"
+      continue
+    fi
+    rm -rf "$cdir"
+    mkdir -p "$cdir"
+    echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps ...) started together" |
+      tee -a "$out/sweep.log"
+    pids=()
+    for ((k = 1; k <= w; k++)); do
+      "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
+        --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
+        --threads "$threads" --run-dir "$cdir/r$k" "${extra[@]}" >"$cdir/r$k.log" 2>&1 &
+      pids+=($!)
+    done
+    failed=0
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    [ "$failed" = 0 ] || { tail -n 30 "$cdir"/r*.log >&2; die "a ceiling run of $w failed (logs: $cdir/r*.log)"; }
+    echo "ceiling-w$w: samples/s $(cat "$cdir"/r*/results.json | sed -n -E 's/.*"samples_per_sec": ([0-9.e+-]+).*/\1/p' | tr '\n' ' ')" |
+      tee -a "$out/sweep.log"
+  done
+fi
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
 if [ "$report" = 1 ]; then
   # --force: a rerun into the same --out (to complete a sweep) regenerates the report.

@@ -29,13 +29,22 @@ object, lacks a required key or has a value of the wrong type (say num_workers "
 train_seconds null) is skipped with a warning naming the file and the key; a bad launcher.json is
 ignored with a warning. Exit status: 0 done, 1 no usable run or an output that may not be written
 (message on stderr), 2 bad usage.
+Host ceiling (run_strong_scaling.sh --ceiling, issue 36): results.json files under a folder
+ceiling-wN/ are not runs of a series but N independent one-worker runs started together, each with
+the per-worker batch of the N-worker runs and no exchange; their summed samples/s is the host's
+ceiling for N workers (for N = 1, the 1-worker sync run), and every row gains "ceiling
+samples/s", "efficiency vs ceiling" (its samples/s over the ceiling's) and the ceiling runs'
+median compute ms/step.
+Without matplotlib the table (.md) and .csv are still written, and no .png (a warning says so).
 Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
 """
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -195,6 +204,48 @@ def build_rows(runs, time_key):
     return rows, notes
 
 
+def add_ceiling(rows, ceiling_runs):
+    """Adds the host-ceiling columns to every row (see the module comment). Returns notes."""
+    by_w, notes = {}, []
+    for r in ceiling_runs:
+        m = re.search(r"ceiling-w(\d+)", r["_path"])
+        by_w.setdefault(int(m.group(1)), []).append(r)
+    for w, rs in sorted(by_w.items()):
+        if len(rs) != w:
+            notes.append(f"ceiling for {w} workers: {len(rs)} runs found, {w} expected")
+    one = [r for r in rows if r["mode"] == "sync" and r["workers"] == 1]
+    for r in rows:
+        w = r["workers"]
+        if w == 1:
+            ceil = one[0]["samples_per_s"] if one else float("nan")
+            comp = one[0]["compute_ms"] if one else float("nan")
+        elif w in by_w:
+            ceil = sum(x["samples_per_sec"] for x in by_w[w])
+            comp = median([x["step_compute_ms"] for x in by_w[w] if "step_compute_ms" in x])
+        else:
+            ceil = comp = float("nan")
+        r["ceiling_samples_per_s"] = ceil
+        r["ceiling_eff"] = r["samples_per_s"] / ceil if ceil == ceil and ceil > 0 else float("nan")
+        r["ceiling_compute_ms"] = comp
+    return notes
+
+
+CEILING_COLUMNS = [
+    ("ceiling_samples_per_s", "ceiling samples/s",
+     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("ceiling_eff", "efficiency vs ceiling", "{:.2f}"),
+    ("ceiling_compute_ms", "ceiling compute ms/step", "{:.1f}"),
+]
+
+
+def columns_for(rows):
+    """COLUMNS, with the ceiling's after "efficiency" when the rows have them."""
+    if not rows or "ceiling_eff" not in rows[0]:
+        return COLUMNS
+    at = [k for k, _, _ in COLUMNS].index("efficiency") + 1
+    return COLUMNS[:at] + CEILING_COLUMNS + COLUMNS[at:]
+
+
 COLUMNS = [  # key, header, format
     ("workers", "workers", "{:d}"), ("ps", "ps", "{:d}"), ("mode", "mode", "{}"),
     ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
@@ -218,11 +269,12 @@ def fmt(v, f):
 
 
 def write_markdown(path, rows, notes, time_key):
+    cols = columns_for(rows)
     with open(path, "w") as f:
-        f.write("| " + " | ".join(h for _, h, _ in COLUMNS) + " |\n")
-        f.write("|" + "|".join("---:" if k not in ("mode",) else "---" for k, _, _ in COLUMNS) + "|\n")
+        f.write("| " + " | ".join(h for _, h, _ in cols) + " |\n")
+        f.write("|" + "|".join("---:" if k not in ("mode",) else "---" for k, _, _ in cols) + "|\n")
         for r in rows:
-            f.write("| " + " | ".join(fmt(r[k], fm) for k, _, fm in COLUMNS) + " |\n")
+            f.write("| " + " | ".join(fmt(r[k], fm) for k, _, fm in cols) + " |\n")
         f.write(f"\nT = {time_key}_seconds (chief). speedup = T1/TN, efficiency = T1/(N·TN), T1 = the "
                 "1-worker run of the same mode and ps count. compute/exchange/data s: the chief's "
                 "split of train s (forward+backward / gradient exchange / waiting for the batch). ms/step: "
@@ -233,17 +285,24 @@ def write_markdown(path, rows, notes, time_key):
                 "cpu s: CPU seconds of all ranks (user + system); cpu eff = cpu s of the 1-worker run / cpu s "
                 "(the extra work the parallel run did for the same samples, whatever share of the cores "
                 "it got); load: the 1-minute load average around the run (other work on the machine).\n")
+        if cols is not COLUMNS:
+            f.write("\nceiling samples/s: the host's ceiling for N workers — N independent one-worker "
+                    "runs started together with the same per-worker batch and no exchange, their "
+                    "samples/s summed (N = 1: the 1-worker sync run); efficiency vs ceiling = "
+                    "samples/s / ceiling samples/s; ceiling compute ms/step: the median of those "
+                    "runs' forward+backward per step.\n")
         for n in notes:
             f.write(f"\nNote: {n}\n")
 
 
 def write_csv(path, rows):
+    cols = columns_for(rows)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([k for k, _, _ in COLUMNS] + ["global_batch", "samples"])
+        w.writerow([k for k, _, _ in cols] + ["global_batch", "samples"])
         for r in rows:
             w.writerow([("" if isinstance(r[k], float) and r[k] != r[k] else
-                         (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])) for k, _, _ in COLUMNS]
+                         (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k])) for k, _, _ in cols]
                        + [r["global_batch"], r["samples"]])
 
 
@@ -332,14 +391,23 @@ def main():
     if not runs:
         error(f"no {'usable ' if skipped else ''}results.json under {' '.join(a.dirs)}"
               + (f" ({skipped} skipped, see the warnings above)" if skipped else ""))
+    ceiling_runs = [r for r in runs if re.search(r"ceiling-w\d+", r["_path"])]
+    runs = [r for r in runs if r not in ceiling_runs]
+    if not runs:
+        error(f"no results.json of a scaling run under {' '.join(a.dirs)} (only ceiling runs)")
     time_key = f"{a.time}_seconds"
     rows, notes = build_rows(runs, time_key)
+    if ceiling_runs:
+        notes += add_ceiling(rows, ceiling_runs)
+    plot = importlib.util.find_spec("matplotlib") is not None
+    if not plot:
+        warn(f"no matplotlib in {sys.executable}: writing {out}.md and {out}.csv, no {out}.png")
 
     # All three to temporary files first, renamed only when all three are complete.
     outputs.exit_cleanly_on_signals()
     writers = [(out + ".md", lambda p: write_markdown(p, rows, notes, a.time)),
                (out + ".csv", lambda p: write_csv(p, rows)),
-               (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))]
+               (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))][:3 if plot else 2]
     tmps = [outputs.temp_name(path) for path, _ in writers]
     try:
         for tmp, (path, write) in zip(tmps, writers):
@@ -361,7 +429,8 @@ def main():
                 os.remove(tmp)
     with open(out + ".md") as f:
         sys.stdout.write(f.read())
-    print(f"\nwrote {out}.md, {out}.csv, {out}.png ({len(runs)} runs)")
+    print(f"\nwrote {out}.md, {out}.csv{', ' + out + '.png' if plot else ''} ({len(runs)} runs"
+          + (f", {len(ceiling_runs)} ceiling runs)" if ceiling_runs else ")"))
 
 
 if __name__ == "__main__":

@@ -289,7 +289,14 @@ void build_table(Table& t, Config& c) {
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
-  t.add("allreduce", &c.allreduce, "sync gradient exchange: auto | mpi | nccl");
+  t.add("allreduce", &c.allreduce,
+        "sync gradient exchange: auto (GPUs: nccl; CPU: hierarchical, or mpi where a node's "
+        "workers cannot share memory or --wire-dtype is 16-bit) | mpi | hierarchical (the workers "
+        "of a node sum through shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
+  t.add("wire-dtype", &c.wire_dtype,
+        "sync allreduce over MPI: gradients travel between ranks as fp32 | bf16 | fp16 (each "
+        "rounded once, summed in fp32 at the receiver: half the bytes; hierarchical: the leaders' "
+        "hop)");
   t.add("bucket-mb", &c.bucket_mb,
         "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
         "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
@@ -557,7 +564,17 @@ void validate_config(const Config& c) {
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
   non_negative("cache-mb", c.cache_mb);
   one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
-  one_of("allreduce", c.allreduce, {"auto", "mpi", "nccl"});
+  one_of("allreduce", c.allreduce, {"auto", "mpi", "hierarchical", "nccl"});
+  one_of("wire-dtype", c.wire_dtype, {"fp32", "bf16", "fp16"});
+  DT_REQUIRE(c.wire_dtype == "fp32" || exchange_kind(c) == ExchangeKind::allreduce,
+             "option --wire-dtype: " + c.wire_dtype + " applies to the sync allreduce (--mode "
+             "sync --num-ps 0); ps pushes travel in fp32");
+  DT_REQUIRE(!(c.allreduce == "nccl" && c.device == "cpu"),
+             "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take auto, "
+             "mpi or hierarchical");
+  DT_REQUIRE(!(c.allreduce == "hierarchical" && c.device == "cuda"),
+             "option --allreduce: hierarchical is for CPU workers (GPU workers: nccl, whose rings "
+             "already run inside the node, or mpi)");
   // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
   DT_REQUIRE(c.seed <= static_cast<std::uint64_t>(INT64_MAX),
              "option --seed: must be an integer from 0 to 9223372036854775807, got " +

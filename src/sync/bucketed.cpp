@@ -2,6 +2,7 @@
 // sync/bucketed.hpp for the design and its measurements).
 #include "dtrain/sync/bucketed.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -26,7 +27,7 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats) {
 
 
 BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats,
-                                     bool overlap)
+                                     bool overlap, const ReduceOptions& how)
     : comm_(comm), count_(count), buckets_(plan_buckets(count, bucket_floats)) {
   for (const Bucket& b : buckets_)
     DT_REQUIRE(b.end - b.begin < static_cast<std::size_t>(INT_MAX),
@@ -36,6 +37,24 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size
   DT_CHECK_MPI(MPI_Query_thread(&level));
   threaded_ = level >= MPI_THREAD_MULTIPLE;
   overlap_ = overlap && threaded_;
+  if (how.hierarchical) {
+    std::size_t largest = 0;
+    for (const Bucket& b : buckets_) largest = std::max(largest, b.end - b.begin);
+    try {
+      hier_ = std::make_unique<HierarchicalAllreduce>(comm, largest + 1, how.wire,
+                                                      how.ranks_per_node);
+    } catch (const LibraryError& e) {  // thrown on every rank alike (hierarchical.hpp)
+      if (!how.fallback_to_flat) throw;
+      int rank = 0;
+      MPI_Comm_rank(comm, &rank);
+      if (rank == 0)
+        log_warn("--allreduce auto: summing with MPI_Allreduce, not hierarchically: " +
+                 without_error_prefix(e.what()));
+    }
+  }
+  if (!hier_ && how.wire != WireDtype::fp32) {
+    wire_ = std::make_unique<WireAllreduce>(comm, how.wire);
+  }
   if (threaded_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -78,7 +97,15 @@ void BucketedAllreduce::reduce(std::size_t k, int track) {
   const Bucket& b = buckets_[k];
   // The first bucket also carries the flag in the spare float after the gradients.
   const std::size_t n = b.end - b.begin + (k == 0 ? 1 : 0);
-  if (threaded_) {
+  if (hier_ || wire_) {
+    // The thread's sums are watched by finish()'s wait; the thread-less path waits itself.
+    const TimelineSpan span("allreduce bucket", "exchange", track);
+    const std::string what = "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
+                             std::to_string(buckets_.size()) + " over the workers";
+    const double timeout = threaded_ ? comm_timeout() : timeout_s_;
+    if (hier_) hier_->sum(data_ + b.begin, n, threaded_, timeout, what);
+    else wire_->sum(data_ + b.begin, n, threaded_, timeout, what);
+  } else if (threaded_) {
     const TimelineSpan span("allreduce bucket", "exchange", track);
     DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data_ + b.begin, static_cast<int>(n), MPI_FLOAT,
                                MPI_SUM, comm_));
@@ -112,14 +139,14 @@ void BucketedAllreduce::loop() {
     const std::size_t k = queue_.front();
     queue_.pop_front();
     lock.unlock();
-    std::string error;
+    std::exception_ptr error;
     try {
       reduce(k, Timeline::kCommTrack);
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (...) {
+      error = std::current_exception();
     }
     lock.lock();
-    if (!error.empty() && error_.empty()) error_ = error;
+    if (error && !error_) error_ = error;
     ++done_;
     cv_.notify_all();
   }
@@ -136,14 +163,16 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
     // First the buckets already handed over (the thread sums them in order) ...
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Hierarchical sums keep their own deadline in shared memory and name the late workers:
+      // this wait gives them a second more.
       const auto deadline = std::chrono::steady_clock::now() +
                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(timeout_s));
+                                std::chrono::duration<double>(timeout_s + (hier_ ? 1.0 : 0.0)));
       if (!cv_.wait_until(lock, deadline, [&] { return done_ == launched_; })) {
         stuck_ = true;
         throw timeout_error(done_, timeout_s);
       }
-      if (!error_.empty()) throw LibraryError(error_);
+      if (error_) std::rethrow_exception(error_);
     }
     // ... then the rest on this thread, which would only wait for them anyway: no hand-over
     // latency (a thread wake-up costs more than a 1 MiB bucket's margin). The idle
@@ -151,7 +180,8 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
     for (std::size_t k = launched_; k < buckets_.size(); ++k) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        watch_until_ = now_seconds() + timeout_s;
+        // (Hierarchical: a second more, as above.)
+        watch_until_ = now_seconds() + timeout_s + (hier_ ? 1.0 : 0.0);
         watch_timeout_ = timeout_s;
         watch_bucket_ = k;
       }

@@ -2,6 +2,7 @@
 // waited on with a deadline; GPU gradients are staged through pinned host memory because Debian's
 // Open MPI is not CUDA-aware.
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ namespace {
 
 class MpiAllreduce final : public GradientAllreduce {
  public:
-  MpiAllreduce(MPI_Comm comm, Backend& backend, std::size_t max_floats, std::size_t max_count)
+  MpiAllreduce(MPI_Comm comm, Backend& backend, std::size_t max_floats, std::size_t max_count,
+               WireDtype wire)
       : comm_(comm), backend_(backend), max_count_(max_count) {
     DT_REQUIRE(max_count >= 1 && max_count <= kMpiMaxCount,
                "mpi allreduce: the count limit must be in [1, INT_MAX], got " +
@@ -24,6 +26,7 @@ class MpiAllreduce final : public GradientAllreduce {
       staging_ = static_cast<float*>(backend.allocate_host(max_floats * sizeof(float)));
       capacity_ = max_floats;
     }
+    if (wire != WireDtype::fp32) wire_ = std::make_unique<WireAllreduce>(comm, wire);
   }
   ~MpiAllreduce() override {
     if (staging_) backend_.deallocate_host(staging_);
@@ -37,6 +40,14 @@ class MpiAllreduce final : public GradientAllreduce {
       DT_ASSERT(n <= capacity_, "allreduce larger than its staging buffer");
       backend_.copy_to_host(staging_, data, n * sizeof(float));
       host = staging_;
+    }
+    if (wire_) {  // 16 bits on the wire, one piece of at most max_count_ floats after another
+      for (std::size_t at = 0; at < n; at += max_count_)
+        wire_->sum(host + at, std::min(max_count_, n - at), false, comm_timeout(),
+                   "gradient allreduce over the workers (--wire-dtype " +
+                       std::string(to_string(wire_->dtype())) + ")");
+      if (staging_) backend_.copy_to_device(data, staging_, n * sizeof(float));
+      return;
     }
     // One MPI_Iallreduce per max_count_ floats (an MPI count is an int): every piece posted, in
     // the same order on every rank, then waited for together.
@@ -58,14 +69,15 @@ class MpiAllreduce final : public GradientAllreduce {
   float* staging_ = nullptr;
   std::size_t capacity_ = 0;
   std::size_t max_count_;  ///< floats per MPI_Iallreduce
+  std::unique_ptr<WireAllreduce> wire_;  ///< --wire-dtype bf16|fp16
 };
 
 }  // namespace
 
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
                                                       std::size_t max_floats,
-                                                      std::size_t max_count) {
-  return std::make_unique<MpiAllreduce>(comm, backend, max_floats, max_count);
+                                                      std::size_t max_count, WireDtype wire) {
+  return std::make_unique<MpiAllreduce>(comm, backend, max_floats, max_count, wire);
 }
 
 #ifndef DTRAIN_HAVE_CUDA

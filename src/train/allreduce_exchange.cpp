@@ -7,6 +7,8 @@
 // start_sum). With --overlap false, or GPU gradients staged through host memory for MPI
 // (--allreduce mpi), one allreduce after backward, then a one-float allreduce of the flag.
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <deque>
 #include <optional>
 
@@ -17,11 +19,19 @@
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/sync/allreduce.hpp"
 #include "dtrain/sync/bucketed.hpp"
+#include "dtrain/sync/wire.hpp"
 #include "exchange_impl.hpp"
 #include "host_mirror.hpp"
 
 namespace dtrain {
 namespace {
+
+/// Test only: DTRAIN_TEST_RANKS_PER_NODE=k makes --allreduce hierarchical treat every k
+/// consecutive workers as one node (several leaders on one machine); unset or 0: real nodes.
+int test_ranks_per_node() {
+  const char* v = std::getenv("DTRAIN_TEST_RANKS_PER_NODE");
+  return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+}
 
 class AllreduceExchange final : public GradientExchange {
  public:
@@ -33,16 +43,36 @@ class AllreduceExchange final : public GradientExchange {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;
     const bool nccl = gpu && (c.allreduce == "nccl" || (c.allreduce == "auto" && !c.allow_gpu_sharing));
+    const WireDtype wire = parse_wire_dtype(c.wire_dtype);
     if (!gpu) {
+      DT_REQUIRE(c.allreduce != "nccl", "option --allreduce: nccl needs GPU workers (--device "
+                                        "cuda); CPU workers take auto, mpi or hierarchical");
       const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
-      buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap);
+      ReduceOptions how;
+      // auto: hierarchical (measured 1.6-4.8x bare MPI_Allreduce on 2-3 ranks of one node,
+      // docs/results/communication/), MPI_Allreduce where a node cannot share memory; with a
+      // 16-bit --wire-dtype the flat sum, whose every hop carries 16 bits (hierarchical
+      // compresses the leaders' hop only).
+      how.hierarchical = c.allreduce == "hierarchical" ||
+                         (c.allreduce == "auto" && wire == WireDtype::fp32);
+      how.fallback_to_flat = c.allreduce == "auto";
+      how.wire = wire;
+      how.ranks_per_node = test_ranks_per_node();
+      buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap,
+                                                     how);
       return;
     }
+    DT_REQUIRE(c.allreduce != "hierarchical",
+               "option --allreduce: hierarchical is for CPU workers (GPU workers: nccl, whose "
+               "rings already run inside the node, or mpi)");
+    DT_REQUIRE(!nccl || wire == WireDtype::fp32,
+               "option --wire-dtype: " + c.wire_dtype + " applies to the MPI paths; with NCCL "
+               "use --allreduce mpi or --wire-dtype fp32");
     // One GPU worker: the sum over one replica is its own gradient (PyTorch does no allreduce on
     // one GPU either); skipping it saves a launch, a poll and, for --allreduce mpi, two copies.
     if (plan.workers == 1) return;
     allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
-                      : make_mpi_allreduce(comm_, be, model.param_count());
+                      : make_mpi_allreduce(comm_, be, model.param_count(), INT_MAX, wire);
     // NCCL: buckets summed on its stream as backward queues their last kernels, the flag in the
     // spare float of the first (as on CPU). MPI through host memory: one sum after backward.
     if (allreduce_->asynchronous() && c.overlap) {

@@ -5,6 +5,11 @@
 //   allreduce     bare: MPI_Allreduce(MPI_IN_PLACE, B bytes of floats, MPI_SUM) over all ranks
 //                 dtrain: the sync exchange's path (sync/bucketed.hpp): the same buffer summed in
 //                 --bucket-mb buckets on the communication thread, with the finiteness scan
+//   hier_allreduce  bare: as above; dtrain: the same buckets summed hierarchically
+//                 (--allreduce hierarchical, sync/hierarchical.hpp: shared memory inside the
+//                 node, MPI between node leaders; --ranks-per-node K: nodes of K ranks)
+//   wire_allreduce  bare: as above; dtrain: the buckets with --wire-dtype (default bf16) on the
+//                 wire, summed in fp32 (sync/wire.hpp); busbw counts fp32 bytes for both
 //   ps_push_pull  1 ps (the last rank) and n−1 workers; per round every worker sends B bytes to the
 //                 ps and receives B bytes back.
 //                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
@@ -64,7 +69,9 @@ struct Options {
   int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
   bool ps_shm = true;      // dtrain's --ps-shm
   std::string out = "comm_bench.jsonl";
-  std::string ops = "allreduce,ps_push_pull,nccl_allreduce";
+  std::string ops = "allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce";
+  std::string wire_dtype = "bf16";  // wire_allreduce's --wire-dtype
+  int ranks_per_node = 0;           // hier_allreduce: nodes of this many ranks (0: real nodes)
 };
 
 /// Whether the comma-separated --ops list names `op`.
@@ -150,11 +157,16 @@ Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int
   return r;
 }
 
-Row bench_allreduce(const Options& o, std::size_t bytes, int ranks) {
+/// allreduce, hier_allreduce and wire_allreduce: bare MPI_Allreduce against the bucketed sync
+/// exchange summing each bucket as `how` says (MPI_Allreduce; shared memory + node leaders; the
+/// values 16 bits on the wire). busbw counts fp32 bytes for both, so the ratio is the time ratio.
+Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* op = "allreduce",
+                    const ReduceOptions& how = {}) {
   const std::size_t n = bytes / sizeof(float);
   std::vector<float> buf(n + 1, 1.0f);
   BucketedAllreduce buckets(MPI_COMM_WORLD, n,
-                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)), true);
+                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)), true,
+                            how);
   auto bare = [&] {
     DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                                MPI_COMM_WORLD));
@@ -165,7 +177,7 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks) {
   };
   // Keep the values small: repeated sums of 1/ranks stay exact and finite.
   auto reset = [&] { std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks)); };
-  return alternate_allreduce("allreduce", o, bytes, ranks, reset, bare, ours);
+  return alternate_allreduce(op, o, bytes, ranks, reset, bare, ours);
 }
 
 /// Bare point-to-point in the push-pull pattern: each worker sends B and receives B; the ps
@@ -352,10 +364,11 @@ bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::str
 }
 
 constexpr const char* kUsage =
-    "usage: mpirun -np N dtrain_comm_bench [--ops allreduce,ps_push_pull,nccl_allreduce]\n"
+    "usage: mpirun -np N dtrain_comm_bench\n"
+    "         [--ops allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce]\n"
     "         [--min-bytes B (65536)] [--max-bytes B (268435456)] [--iters N (0: by size)]\n"
     "         [--bucket-mb MB (25)] [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
-    "         [--ps-shm 0|1 (1)]\n"
+    "         [--ps-shm 0|1 (1)] [--wire-dtype bf16|fp16|fp32 (bf16)] [--ranks-per-node K (0)]\n"
     "         [--out FILE (comm_bench.jsonl)]\n"
     "  (tests/benchmarks/comm_bench.sh runs it over 2..N ranks and repeats; see its header)\n";
 
@@ -377,6 +390,8 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (k == "--ps-threads") o.ps_threads = std::stoi(v);
     else if (k == "--ps-chunk-kb") o.ps_chunk_kb = std::stoi(v);
     else if (k == "--ps-shm") o.ps_shm = std::stoi(v) != 0;
+    else if (k == "--wire-dtype") o.wire_dtype = v;
+    else if (k == "--ranks-per-node") o.ranks_per_node = std::stoi(v);
     else throw InputError("unknown option " + k + " (--help lists them)");
   }
   return o;
@@ -411,6 +426,19 @@ int main(int argc, char** argv) {
     if (has_op(o, "allreduce"))
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks));
+    if (has_op(o, "hier_allreduce")) {
+      ReduceOptions how;
+      how.hierarchical = true;
+      how.ranks_per_node = o.ranks_per_node;
+      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+        report(json, rank, ranks, bench_allreduce(o, b, ranks, "hier_allreduce", how));
+    }
+    if (has_op(o, "wire_allreduce")) {
+      ReduceOptions how;
+      how.wire = parse_wire_dtype(o.wire_dtype);
+      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+        report(json, rank, ranks, bench_allreduce(o, b, ranks, "wire_allreduce", how));
+    }
     if (ranks >= 2 && has_op(o, "ps_push_pull")) {
       Cluster cl(MPI_COMM_WORLD, 1);
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) {

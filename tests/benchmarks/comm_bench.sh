@@ -2,6 +2,9 @@
 # Benchmark: dtrain's communication paths against bare MPI (tests/benchmarks/comm_bench.cpp), in
 # the same run and process set, nccl-tests style: for 64 KiB .. 256 MiB
 #   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed, sync/bucketed.hpp), busbw
+#   hier_allreduce  bare MPI_Allreduce vs the same with --allreduce hierarchical (shared memory in
+#                 the node, MPI between leaders; RANKS_PER_NODE=K fakes nodes of K ranks), busbw
+#   wire_allreduce  bare MPI_Allreduce vs the same with WIRE_DTYPE (default bf16) on the wire
 #   ps_push_pull  bare MPI point-to-point vs dtrain's ps push-pull (1 ps, RANKS-1 workers), bytes
 #                 moved per second
 #   nccl_allreduce  with a GPU per rank (skipped otherwise, with the reason): bare ncclAllReduce vs
@@ -14,7 +17,7 @@
 # MAX_BYTES, BUCKET_MB, PS_SHM (0: dtrain's push-pull without its shared rings, --ps-shm false),
 # COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
 # another build's, to compare two versions alternately),
-# OUT_DIR, OPS (comma-separated ops, default all three), REPEATS (default 1: runs the whole
+# OUT_DIR, OPS (comma-separated ops, default all five), WIRE_DTYPE, RANKS_PER_NODE, REPEATS (default 1: runs the whole
 # benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
 # writes per op and size the median over the runs of each figure — for a VM whose speed drifts
 # between runs). Before and after each run it measures this machine's cross-core write penalty
@@ -36,7 +39,8 @@ out=$out_dir/comm_bench_${ranks}ranks.jsonl
 repeats=${REPEATS:-1}
 : >"$out.runs"
 args=(--max-bytes "${MAX_BYTES:-268435456}" --bucket-mb "${BUCKET_MB:-25}" --ps-shm "${PS_SHM:-1}"
-  --ops "${OPS:-allreduce,ps_push_pull,nccl_allreduce}" --out "$out")
+  --ops "${OPS:-allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce}"
+  --wire-dtype "${WIRE_DTYPE:-bf16}" --ranks-per-node "${RANKS_PER_NODE:-0}" --out "$out")
 launch=(-np "$ranks" "$bin" "${args[@]}")
 if [ -n "${PIN:-}" ]; then  # MPMD: one app context per rank, each under taskset on its core
   read -ra cores <<<"$PIN"

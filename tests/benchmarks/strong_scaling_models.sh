@@ -10,13 +10,17 @@
 # Usage: tests/benchmarks/strong_scaling_models.sh [MODELS]   (default: "resnet50 vgg16")
 # Environment: WORKERS (default "1 2 4"), GLOBAL_BATCH (default 8), STEPS (default 6),
 #   OUT (default runs/scaling-models), DOCS (default docs/results/scaling/<today>), MODES (default
-#   "sync async").
+#   "sync async"), CEILING=1 (also the host's ceiling: run_strong_scaling.sh --ceiling, and the
+#   report's efficiency against it), PYTHON (default /usr/bin/python3: the report's interpreter;
+#   without matplotlib it writes the table and CSV only).
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
 # sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
 # (the global batch must split evenly over every worker count).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 models=${1:-"resnet50 vgg16"}
+ceiling=()
+[ "${CEILING:-0}" = 1 ] && ceiling=(--ceiling)
 for m in $models; do
   job=jobs/${m}_imagenet.ini
   [ -f "$job" ] || { echo "strong_scaling_models.sh: no job file $job" >&2; exit 2; }
@@ -25,8 +29,8 @@ for m in $models; do
   mkdir -p "$docs"
   bash data-tools/run_strong_scaling.sh --job "$job" --workers "${WORKERS:-1 2 4}" \
     --modes "${MODES:-sync async}" --ps 1 --global-batch "${GLOBAL_BATCH:-8}" --steps "${STEPS:-6}" \
-    --out "$out" --no-report -- --log-every 1 --summaries false
-  /usr/bin/python3 data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
+    --out "$out" --no-report "${ceiling[@]}" -- --log-every 1 --summaries false
+  "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
     --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores"
   cp "$out/sweep.log" "$docs/sweep.log"
 done

@@ -100,10 +100,11 @@ PY
 elapsed() { "$PY" -c "import math,sys; print(math.ceil(float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
 
 # kill_case MODE NP RANK ROLE ARGS...: SIGKILL world rank RANK (whose role-table row must read ROLE).
+# CASE_TAG (optional) tells apart the run dirs of two cases with the same MODE and RANK.
 kill_case() {
   local mode=$1 np=$2 rank=$3 role=$4
   shift 4
-  local dir=$SCRATCH/$mode-r$rank log=$SCRATCH/$mode-r$rank.log
+  local dir=$SCRATCH/$mode-r$rank${CASE_TAG:-} log=$SCRATCH/$mode-r$rank${CASE_TAG:-}.log
   echo "== $mode, $np ranks: SIGKILL rank $rank ($role)"
   start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
     --checkpoint-every 8 --keep-checkpoints 3 --timeout 60 "$@"
@@ -120,7 +121,10 @@ kill_case() {
   [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "the job did not end within 60 s of the kill"; }
   ((took <= 30)) || { cat "$log"; fail "the job took $took s (> 30) to end after the kill"; }
   [[ $JOB_RC -ne 0 ]] || { cat "$log"; fail "exit 0 after a rank was killed"; }
-  grep -Eq "rank $rank .*signal 9" "$log" || { cat "$log"; fail "no message naming the killed rank $rank"; }
+  # mpirun's "rank R ... signal 9", or dtrain's own when it saw the death first (--allreduce
+  # hierarchical watches its node's workers: "worker W (world rank R, pid P...) died").
+  grep -Eq "rank $rank .*signal 9|\(world rank $rank, pid [0-9]+[^)]*\) died" "$log" ||
+    { cat "$log"; fail "no message naming the killed rank $rank"; }
   grep -Eq "^# +$rank +[0-9]+ +[^ ]+ +$role " "$log" || { cat "$log"; fail "the role table does not map rank $rank to $role"; }
   verify_ckpts "$dir" || fail "a checkpoint left by the killed job does not verify"
   local step

@@ -4,6 +4,8 @@
 #      (the gradient's, or the epoch-end metrics' if the stop fell on an epoch boundary); after
 #      --timeout one reports "[rank R ...] timed out after 5 s waiting in: ... allreduce ..." and the
 #      job aborts (non-zero) — well before the 60 s bound.
+#      With --allreduce hierarchical the others wait in shared memory, and the message names the
+#      stopped worker ("waiting for worker 1 (world rank 1, pid P)").
 #   2. async, 1 ps + 1 worker: the ps (rank 1) stopped with SIGSTOP: the worker reports waiting in an
 #      exchange "with ps 0 (rank 1)" and the job aborts. (With more workers, one already waiting for
 #      the others in an epoch-end allreduce may time out first: then that operation is named.)
@@ -61,6 +63,10 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
 }
 
 stuck_case sync-stop 3 stop:1 "allreduce/gathering batchnorm statistics" --mode sync --num-ps 0
+# (Where the stop falls outside the gradient's sum, the batchnorm statistics or the metrics are
+# what the others wait in, over MPI.)
+stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce of metrics" \
+  --mode sync --num-ps 0 --allreduce hierarchical
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1

@@ -21,9 +21,17 @@
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
 #             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm; first the NCCL
 #             rows with one rank (the one GPU: NCCL needs a GPU per rank)
-#   scaling   the 16-core CPU strong-scaling sweep, WORKERS="1 2 4 8 12", global batch 24 (every
-#             worker count divides it), of $SCALING_MODELS
-#             (default resnet50; one model fits a call's 10 minutes), into $OUT/scaling
+#   scaling [MODEL [GLOBAL_BATCH]]
+#             the 16-core CPU strong-scaling sweep of issue 36: MODEL (default resnet50:
+#             jobs/MODEL_imagenet.ini), WORKERS="1 2 4 8 12", GLOBAL_BATCH (default 96: every
+#             worker count divides it), STEPS (default 2) sync steps per run, sync and async (1 ps),
+#             plus the host's ceiling (N independent one-worker runs started together, per-worker
+#             batch GLOBAL_BATCH/N, no exchange: run_strong_scaling.sh --ceiling); the report —
+#             samples/s, T1/(N·TN) and the efficiency against the ceiling, step anatomy — as table
+#             and CSV (and a plot where matplotlib exists) in $OUT/scaling/MODEL/. Expected
+#             duration with the defaults on the 16-core H100/H200 machines: ~7 minutes (ResNet-50
+#             takes ~0.25 s per sample on one core: 2 × 96 samples per run, 14 runs, ~8 s start-up
+#             each); keep timeout_s at 600. Example: bash tests/gpu/device.sh scaling resnet50 96
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -129,7 +137,9 @@ run_ctest() {
 }
 
 setup
-for step in "$@"; do
+while [ $# -gt 0 ]; do
+  step=$1
+  shift
   case $step in
     probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
     units) DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
@@ -140,12 +150,18 @@ for step in "$@"; do
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
     comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
-            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,ps_push_pull REPEATS=3 \
+            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,hier_allreduce,ps_push_pull REPEATS=3 \
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
           grep -E "ratio|wrote|skipped" ;;
-    scaling) WORKERS="1 2 4 8 12" GLOBAL_BATCH=${GLOBAL_BATCH:-24} OUT=/tmp/scaling DOCS="$OUTDIR/scaling" \
-               bash tests/benchmarks/strong_scaling_models.sh "${SCALING_MODELS:-resnet50}" 2>&1 |
-               tee "$OUTDIR/scaling.log" | tail -20 ;;
+    scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}
+             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|comm|scaling)$ ]]; then
+               model=$1; shift
+               if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
+             fi
+             WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 \
+               OUT=/tmp/scaling DOCS="$OUTDIR/scaling" PYTHON=python3 \
+               bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
+               tee "$OUTDIR/scaling.log" | tail -24 ;;
     *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | comm | scaling)" >&2; exit 2 ;;
   esac
 done

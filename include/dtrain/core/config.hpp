@@ -207,7 +207,8 @@ struct Config {
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;
-  std::string allreduce = "auto";  ///< auto | mpi | nccl
+  std::string allreduce = "auto";  ///< auto | mpi | hierarchical | nccl
+  std::string wire_dtype = "fp32";  ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node

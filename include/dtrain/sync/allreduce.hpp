@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 
@@ -49,11 +50,14 @@ class GradientAllreduce {
 /// staging buffer of `max_floats` floats (ignored on the CPU backend), the largest n that
 /// allreduce_sum then takes. A sum of n floats is posted as ceil(n / max_count) MPI_Iallreduce
 /// calls of at most `max_count` floats (an MPI count is an int: default INT_MAX; lower only to
-/// test the split). The communicator is borrowed and must outlive the object. Throws InputError
-/// for max_count outside [1, INT_MAX], LibraryError when the staging buffer cannot be allocated.
+/// test the split). `wire`: bf16 or fp16 send the values in 16 bits and sum them in fp32 at the
+/// receiver (sync/wire.hpp, --wire-dtype), one WireAllreduce per max_count floats. The
+/// communicator is borrowed and must outlive the object. Throws InputError for max_count outside
+/// [1, INT_MAX], LibraryError when the staging buffer cannot be allocated.
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
                                                       std::size_t max_floats,
-                                                      std::size_t max_count = INT_MAX);
+                                                      std::size_t max_count = INT_MAX,
+                                                      WireDtype wire = WireDtype::fp32);
 
 /// ncclAllReduce over the ranks of `comm` (unique id broadcast with MPI), on its own stream.
 /// Collective over `comm`. Throws Error when built without CUDA or when `backend` is not a CUDA

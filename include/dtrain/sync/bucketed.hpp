@@ -11,6 +11,9 @@
 // The buckets still pending when backward ends are summed by the caller itself in finish()
 // (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
 // it reports the bucket like any timeout and ends the job with MPI_Abort.
+// How a bucket is summed is ReduceOptions' choice: MPI_Allreduce, hierarchically through the
+// node's shared memory (sync/hierarchical.hpp, --allreduce), or 16 bits on the wire summed in
+// fp32 (sync/wire.hpp, --wire-dtype).
 //
 // The spare float after the gradients (Model::kGradSpare) carries the step's flag (a rank's stop
 // request) inside the first bucket, so the stop decision costs no collective of its own. Whether
@@ -24,12 +27,16 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/sync/hierarchical.hpp"
+#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 
@@ -43,6 +50,22 @@ struct Bucket {
 /// from the end of the buffer: result[0] ends at `count`. bucket_floats == 0 or ≥ count: one
 /// bucket. count == 0: one empty bucket.
 std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
+
+/// How each bucket is summed (`--allreduce`, `--wire-dtype`).
+struct ReduceOptions {
+  /// false: MPI_Allreduce over the workers; true: shared memory inside each node, MPI between
+  /// the node leaders (sync/hierarchical.hpp).
+  bool hierarchical = false;
+  /// Gradients between ranks in fp32, bf16 or fp16, summed in fp32 (sync/wire.hpp). With
+  /// `hierarchical`, only the leaders' hop (the one that leaves the node) uses it.
+  WireDtype wire = WireDtype::fp32;
+  /// Test only: hierarchical nodes of this many consecutive worker ranks (0: real nodes).
+  int ranks_per_node = 0;
+  /// hierarchical where a node's workers cannot share memory (no /proc access, another user):
+  /// true (--allreduce auto) falls back to the flat sum on every rank, with a warning; false
+  /// (--allreduce hierarchical) throws.
+  bool fallback_to_flat = false;
+};
 
 /// What a step's reduction found.
 struct BucketedOutcome {
@@ -60,9 +83,12 @@ class BucketedAllreduce {
   /// all, with MPI_Iallreduce.
   /// `overlap`: buckets start as ready() reports them; false: all start in finish() (no
   /// overlap with backward: the "before" of the overlap measurements, --no-overlap).
+  /// `how`: the algorithm and wire format of each bucket's sum (default: MPI_Allreduce in fp32).
+  /// Collective over `comm` when `how.hierarchical` (the node's shared segment is made here).
   /// Throws InputError for a bucket of INT_MAX floats or more (--bucket-mb), LibraryError when
-  /// MPI_Query_thread fails.
-  BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap);
+  /// MPI_Query_thread fails or a rank cannot map its node's shared segment.
+  BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap,
+                    const ReduceOptions& how = {});
   /// Joins the communication thread, or leaves it behind when a bucket timed out (the process is
   /// about to abort: MPI_Abort ends the rank with the thread still inside MPI_Allreduce).
   ~BucketedAllreduce();
@@ -79,7 +105,8 @@ class BucketedAllreduce {
   /// returns with every bucket summed in place. Past `timeout_s` seconds in one wait: throws
   /// TimeoutError naming the bucket and the workers (or, blocked inside MPI_Allreduce, the
   /// watching thread prints that message and calls MPI_Abort with kExitFault). Throws
-  /// LibraryError when MPI_Allreduce fails.
+  /// LibraryError when MPI_Allreduce fails; hierarchical: RuntimeFault naming a worker that died
+  /// in the node's shared-memory exchange, TimeoutError naming the workers it waits for.
   BucketedOutcome finish(double timeout_s);
 
   [[nodiscard]] const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -108,9 +135,11 @@ class BucketedAllreduce {
   double watch_until_ = 0;         ///< > 0: the caller reduces inline; its deadline (now_seconds)
   double watch_timeout_ = 0;
   std::size_t watch_bucket_ = 0;
-  std::string error_;              ///< the first failure of the communication thread
+  std::exception_ptr error_;       ///< the first failure of the communication thread
   bool stop_ = false;
   bool stuck_ = false;             ///< finish() timed out: the thread may never return
+  std::unique_ptr<WireAllreduce> wire_;          ///< --wire-dtype bf16|fp16, flat
+  std::unique_ptr<HierarchicalAllreduce> hier_;  ///< --allreduce hierarchical
   std::thread thread_;
 };
 

@@ -1,0 +1,91 @@
+// dtrain/sync/hierarchical.hpp — the gradient sum in two levels (`--allreduce hierarchical`):
+// the workers of one node add through shared memory, one leader per node sums the node totals
+// over MPI, and the result comes back through the same memory (Horovod's hierarchical allreduce,
+// NCCL's intra-node rings; Sergeev & Del Balso 2018, Jia et al. 2018 "Highly Scalable Deep
+// Learning Training System with Mixed-Precision", §3.3).
+//
+// Memory: the node's leader (lowest worker rank of the node) makes one memfd segment
+// (ps/shared_ring.hpp: freed with its last mapping, nothing left in /dev/shm after a kill) and
+// every worker of the node maps it: a control line per local rank (its pid and an arrival
+// counter) and two sets of L slots of `capacity` floats (L = the node's workers), used by
+// alternate sums: 2·L·capacity floats per node (25 MiB buckets, 12 workers: 600 MiB).
+//
+// One sum of n floats, every local rank l (the protocol; every wait has a deadline):
+//   1. copies its data into slot l of this sum's set;                    then barrier A
+//   2. adds segment l (n/L of the floats) of all L slots, in slot order, into slot 0;
+//                                                                           barrier B
+//   3. the leader sums slot 0 over the leaders with MPI (WireAllreduce: --wire-dtype applies to
+//      this hop, the only one that leaves the node);                     barrier C (several nodes)
+//   4. copies slot 0 out.
+// Sum k+2 reuses sum k's set only after every rank passed sum k+1's barrier A, i.e. finished
+// copying sum k out; nothing else is shared, so no lock. A barrier is a per-rank counter in the
+// control lines (std::atomic_ref, lock-free, so it works across processes); a waiter spins
+// briefly, then yields, then naps 20 µs, and checks that every late peer is alive (kill(pid, 0)):
+// one dead for 10 s (time for mpirun to end a job whose rank failed or called MPI_Abort, so that
+// that rank's exit code and message stay the only ones) ends the wait with RuntimeFault naming
+// its worker rank, world rank and pid; past the deadline, TimeoutError naming the ranks not yet
+// arrived.
+//
+// Equivalence: every rank ends with the same bits (it copies one slot 0). With 2 workers on a
+// node the sum is a + b, the bits of MPI_Allreduce; with more, the order of the additions is slot
+// order, which MPI does not promise: the same to within (L − 1)·2^-24·Σ|x| relative
+// (tests/mpi/test_hierarchical.cpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/ps/shared_ring.hpp"
+#include "dtrain/sync/wire.hpp"
+
+namespace dtrain {
+
+class HierarchicalAllreduce {
+ public:
+  /// Collective over `workers` (borrowed, must outlive this): splits it by node
+  /// (MPI_COMM_TYPE_SHARED; `ranks_per_node` > 0 cuts each node further into groups of that many
+  /// consecutive worker ranks, for tests of several leaders on one machine), makes and maps the
+  /// node's segment for sums of up to `capacity` floats. Throws LibraryError on every rank alike
+  /// (after agreeing over `workers`) when a rank cannot make or map the segment, naming that rank
+  /// and why; the caller may then fall back to a flat allreduce on every rank.
+  HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity, WireDtype leaders_wire,
+                        int ranks_per_node = 0);
+  ~HierarchicalAllreduce();
+  HierarchicalAllreduce(const HierarchicalAllreduce&) = delete;
+  HierarchicalAllreduce& operator=(const HierarchicalAllreduce&) = delete;
+
+  /// data[i] = Σ_workers data[i], n ≤ capacity floats, in place (the protocol above). Every
+  /// worker calls it with the same n, in the same order. `blocking`: the leaders' MPI call is
+  /// blocking (a caller with its own watchdog); false: non-blocking, waited with the deadline.
+  /// Throws TimeoutError naming the ranks not arrived after timeout_s seconds in one barrier,
+  /// RuntimeFault naming a dead peer, LibraryError when an MPI call fails. Not thread-safe.
+  void sum(float* data, std::size_t n, bool blocking, double timeout_s, const std::string& what);
+
+  [[nodiscard]] int local_ranks() const { return local_size_; }
+  [[nodiscard]] int nodes() const { return nodes_; }
+  [[nodiscard]] bool leader() const { return local_rank_ == 0; }
+
+ private:
+  void barrier(double timeout_s, const std::string& what, const char* phase);
+  [[nodiscard]] float* slot(int set, int l) const;
+
+  MPI_Comm node_ = MPI_COMM_NULL;     ///< the workers of this node (owned)
+  MPI_Comm leaders_ = MPI_COMM_NULL;  ///< one rank per node (owned; null on non-leaders)
+  int local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  std::size_t capacity_ = 0;
+  std::vector<int> worker_rank_of_;  ///< node-local rank → worker rank, for messages
+  std::vector<int> world_rank_of_;   ///< node-local rank → world rank
+  std::unique_ptr<SharedRing> segment_;
+  std::uint64_t* control_ = nullptr;  ///< L lines of 8 words: [0] pid, [1] arrivals
+  float* slots_ = nullptr;
+  std::uint64_t arrivals_ = 0;  ///< barriers this rank has entered
+  std::uint64_t sums_ = 0;      ///< sums done (picks the slot set)
+  std::unique_ptr<WireAllreduce> inter_;
+};
+
+}  // namespace dtrain

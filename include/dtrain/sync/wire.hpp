@@ -1,0 +1,71 @@
+// dtrain/sync/wire.hpp — gradients on the wire in 16 bits, summed in fp32 at the receiver
+// (`--wire-dtype fp32|bf16|fp16`; Horovod's Compression.fp16, PyTorch DDP's bf16_compress_hook).
+//
+// Horovod and DDP cast the gradient to 16 bits and let the collective add in 16 bits, so every
+// partial sum is rounded again. dtrain's wire sum rounds each contribution once, adds in fp32 and
+// rounds the sum once: a reduce-scatter done as an MPI_Alltoallv of 16-bit segments (worker j
+// receives everyone's segment j and adds them in fp32, in rank order), then an MPI_Allgatherv of
+// the 16-bit sums (Rabenseifner's reduce-scatter + allgather, with the same bytes per rank as a
+// ring allreduce: half of fp32's). Every worker ends with the same bits (the allgather hands out
+// one rounding of one fp32 sum), so replicas stay bit-identical.
+//
+// Error (documented tolerance, tests/mpi/test_wire.cpp): with u the wire's unit roundoff (bf16:
+// 2^-8, fp16: 2^-11 in its normal range) and W workers, each element of the result differs from
+// the exact Σ_r x_r by at most (2u + W·2^-24)·Σ_r |x_r|, plus (W + 1)·2^-25 for fp16, whose
+// subnormals are spaced 2^-24. fp16 overflows to ±Inf past 65504 (the step then fails the
+// finiteness check, as any non-finite gradient); bf16 has fp32's range.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+/// The number format of gradients between ranks.
+enum class WireDtype { fp32, bf16, fp16 };
+
+/// "fp32" | "bf16" | "fp16" → WireDtype. Throws InputError naming `option` otherwise.
+WireDtype parse_wire_dtype(const std::string& text, const std::string& option = "--wire-dtype");
+/// The option's spelling of `w`.
+const char* to_string(WireDtype w);
+/// Bytes per value on the wire: 4 or 2.
+std::size_t wire_bytes(WireDtype w);
+
+/// IEEE binary16 bits nearest to f (ties to even; NaN stays NaN, beyond ±65504 → ±Inf), the
+/// branch-free construction of github.com/Maratyszcza/FP16 (MIT), which vectorizes.
+std::uint16_t float_to_fp16(float f);
+/// The fp32 value of binary16 bits h (exact).
+float fp16_to_float(std::uint16_t h);
+
+/// dst[i] = the 16-bit encoding of src[i] in `w` (bf16 or fp16), n values.
+void encode_wire(WireDtype w, const float* src, std::uint16_t* dst, std::size_t n);
+/// dst[i] = the fp32 value of src[i] (exact), n values.
+void decode_wire(WireDtype w, const std::uint16_t* src, float* dst, std::size_t n);
+
+/// data[i] = Σ_workers data[i] over `comm` with the values on the wire in `w` (see the file
+/// comment; fp32: one MPI_Allreduce, as the plain path). Collective: every rank of comm calls
+/// it with the same n, w and order. `blocking`: blocking MPI collectives (a caller with a
+/// watchdog of its own: sync/bucketed.hpp's communication thread); false: non-blocking ones
+/// waited for with `timeout_s` seconds (TimeoutError naming `what`). Keeps its scratch buffers
+/// (about 2n bytes each, twice) in the object between calls; not thread-safe. Throws
+/// LibraryError when an MPI call fails, InputError when n ≥ INT_MAX.
+class WireAllreduce {
+ public:
+  WireAllreduce(MPI_Comm comm, WireDtype w);
+  void sum(float* data, std::size_t n, bool blocking, double timeout_s, const std::string& what);
+  [[nodiscard]] WireDtype dtype() const { return wire_; }
+
+ private:
+  MPI_Comm comm_;
+  WireDtype wire_;
+  int rank_ = 0, size_ = 1;
+  std::vector<std::uint16_t> send_, recv_;  ///< the rank's encoding; the received segments
+  std::vector<float> acc_;                  ///< this rank's segment, summed in fp32
+  std::vector<int> counts_, displs_;
+};
+
+}  // namespace dtrain

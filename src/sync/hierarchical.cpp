@@ -1,0 +1,219 @@
+// dtrain/sync/hierarchical.cpp — two-level gradient sum: shared memory inside a node, MPI
+// between node leaders (see sync/hierarchical.hpp for the protocol).
+#include "dtrain/sync/hierarchical.hpp"
+
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/simd.hpp"
+
+namespace dtrain {
+namespace {
+
+constexpr std::size_t kLineWords = 8;  // one 64-byte control line per local rank
+constexpr std::size_t kAlignFloats = 16;
+constexpr double kDeadGrace = 10.0;  // seconds a dead peer goes unreported (see barrier())
+
+/// acc[i] += x[i] over n floats.
+DT_SIMD_CLONES void add_into(float* acc, const float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+/// False when process `pid` is gone or a zombie (killed, not yet reaped by its launcher).
+bool alive(std::uint64_t pid) {
+  if (pid == 0) return true;  // not published yet
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  const std::size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+int comm_rank(MPI_Comm c) {
+  int r = 0;
+  DT_CHECK_MPI(MPI_Comm_rank(c, &r));
+  return r;
+}
+int comm_size(MPI_Comm c) {
+  int s = 0;
+  DT_CHECK_MPI(MPI_Comm_size(c, &s));
+  return s;
+}
+
+}  // namespace
+
+HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity,
+                                             WireDtype leaders_wire, int ranks_per_node) {
+  const int worker_rank = comm_rank(workers);
+  MPI_Comm shared = MPI_COMM_NULL;
+  DT_CHECK_MPI(MPI_Comm_split_type(workers, MPI_COMM_TYPE_SHARED, worker_rank, MPI_INFO_NULL,
+                                   &shared));
+  if (ranks_per_node > 0) {
+    DT_CHECK_MPI(MPI_Comm_split(shared, worker_rank / ranks_per_node, worker_rank, &node_));
+    MPI_Comm_free(&shared);
+  } else {
+    node_ = shared;
+  }
+  local_rank_ = comm_rank(node_);
+  local_size_ = comm_size(node_);
+  DT_CHECK_MPI(MPI_Comm_split(workers, local_rank_ == 0 ? 0 : MPI_UNDEFINED, worker_rank,
+                              &leaders_));
+  if (leaders_ != MPI_COMM_NULL) nodes_ = comm_size(leaders_);
+  DT_CHECK_MPI(MPI_Bcast(&nodes_, 1, MPI_INT, 0, node_));
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  worker_rank_of_.resize(local_size_);
+  world_rank_of_.resize(local_size_);
+  DT_CHECK_MPI(MPI_Allgather(&worker_rank, 1, MPI_INT, worker_rank_of_.data(), 1, MPI_INT, node_));
+  DT_CHECK_MPI(MPI_Allgather(&world_rank, 1, MPI_INT, world_rank_of_.data(), 1, MPI_INT, node_));
+  if (leaders_ != MPI_COMM_NULL && nodes_ > 1)
+    inter_ = std::make_unique<WireAllreduce>(leaders_, leaders_wire);
+  // Alone on its node a rank shares nothing (the leaders' MPI sum alone), but it still takes
+  // part in the agreement below, which spans every worker.
+  const bool share = local_size_ > 1;
+  capacity_ = (capacity + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  if (capacity_ == 0) capacity_ = kAlignFloats;
+  const std::size_t L = static_cast<std::size_t>(local_size_);
+  const std::size_t control_bytes = L * kLineWords * sizeof(std::uint64_t);
+  const std::size_t bytes = control_bytes + 2 * L * capacity_ * sizeof(float);
+  // The leader makes the segment, names it to its node, every other rank maps it.
+  std::string why;
+  long long id[3] = {0, -1, 0};  // pid, fd, token
+  if (share && local_rank_ == 0) {
+    try {
+      segment_ = std::make_unique<SharedRing>(SharedRing::create(bytes));
+      id[0] = getpid();
+      id[1] = segment_->fd();
+      id[2] = segment_->token();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  if (share) {
+    DT_CHECK_MPI(MPI_Bcast(id, 3, MPI_LONG_LONG, 0, node_));
+    if (local_rank_ != 0 && id[1] >= 0) {
+      auto ring = SharedRing::open(static_cast<int>(id[0]), static_cast<int>(id[1]), bytes,
+                                   id[2], &why);
+      if (ring) segment_ = std::make_unique<SharedRing>(std::move(*ring));
+    } else if (local_rank_ != 0) {
+      why = "the node's leader could not make the segment";
+    }
+  }
+  int failed = (segment_ || !share) ? 0 : 1, any = 0;
+  DT_CHECK_MPI(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, workers));
+  if (any) {
+    if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);  // no destructor after a throw
+    MPI_Comm_free(&node_);
+    throw LibraryError(format_error(
+        "--allreduce hierarchical: " +
+            (failed ? "worker rank " + std::to_string(worker_rank) +
+                          " cannot share the node's memory: " + why
+                    : std::string("another worker cannot share its node's memory")) +
+            " (use --allreduce mpi)",
+        __FILE__, __LINE__));
+  }
+  if (!share) return;
+  control_ = reinterpret_cast<std::uint64_t*>(segment_->data());
+  slots_ = reinterpret_cast<float*>(reinterpret_cast<char*>(segment_->data()) + control_bytes);
+  std::atomic_ref<std::uint64_t>(control_[local_rank_ * kLineWords])
+      .store(static_cast<std::uint64_t>(getpid()), std::memory_order_release);
+  DT_CHECK_MPI(MPI_Barrier(node_));  // every pid published before the first sum
+}
+
+HierarchicalAllreduce::~HierarchicalAllreduce() {
+  if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+}
+
+float* HierarchicalAllreduce::slot(int set, int l) const {
+  return slots_ + (static_cast<std::size_t>(set) * static_cast<std::size_t>(local_size_) +
+                   static_cast<std::size_t>(l)) * capacity_;
+}
+
+void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, const char* phase) {
+  ++arrivals_;
+  std::atomic_ref<std::uint64_t>(control_[local_rank_ * kLineWords + 1])
+      .store(arrivals_, std::memory_order_release);
+  const double t0 = now_seconds();
+  double next_check = t0 + 0.01;
+  double dead_since = -1;  // when a late peer was first seen dead
+  for (int l = 0; l < local_size_; ++l) {
+    std::atomic_ref<std::uint64_t> arrived(control_[l * kLineWords + 1]);
+    for (long polls = 0; arrived.load(std::memory_order_acquire) < arrivals_; ++polls) {
+      if (polls < 64) continue;
+      const double now = now_seconds();
+      if (now - t0 < 2e-4) {
+        sched_yield();
+        continue;
+      }
+      const timespec nap{0, 20000};
+      nanosleep(&nap, nullptr);
+      if (now < next_check) continue;
+      next_check = now + 0.01;
+      // Who is late, and is any of them dead?
+      std::string late;
+      for (int p = 0; p < local_size_; ++p) {
+        if (std::atomic_ref<std::uint64_t>(control_[p * kLineWords + 1])
+                .load(std::memory_order_acquire) >= arrivals_)
+          continue;
+        const std::uint64_t pid =
+            std::atomic_ref<std::uint64_t>(control_[p * kLineWords]).load(std::memory_order_acquire);
+        const std::string who = "worker " + std::to_string(worker_rank_of_[p]) + " (world rank " +
+                                std::to_string(world_rank_of_[p]) + ", pid " +
+                                std::to_string(pid) + (p == 0 ? ", the node's leader" : "") + ")";
+        if (!alive(pid)) {
+          // A peer that failed on its own has called MPI_Abort, and mpirun is about to end this
+          // process too: its message is the one to read. Only a death nobody reports (SIGKILL,
+          // a launcher that does not kill the rest) is ours to name, after a grace period.
+          if (dead_since < 0) dead_since = now;
+          if (now - dead_since >= kDeadGrace)
+            throw RuntimeFault(format_error(what + " (" + phase + "): " + who +
+                                                " died; the job cannot go on",
+                                            __FILE__, __LINE__));
+        }
+        late += (late.empty() ? "" : ", ") + who;
+      }
+      if (now - t0 > timeout_s)
+        throw TimeoutError(timeout_s, what + " (" + phase + ", shared memory), waiting for " + late);
+    }
+  }
+}
+
+void HierarchicalAllreduce::sum(float* data, std::size_t n, bool blocking, double timeout_s,
+                                const std::string& what) {
+  if (n == 0) return;
+  if (local_size_ == 1) {  // alone on the node: the leaders' sum only
+    if (inter_) inter_->sum(data, n, blocking, timeout_s, what + " between the node leaders");
+    return;
+  }
+  DT_ASSERT(n <= capacity_, "hierarchical allreduce larger than its slots");
+  const int set = static_cast<int>(sums_++ & 1);
+  std::memcpy(slot(set, local_rank_), data, n * sizeof(float));
+  barrier(timeout_s, what, "copying in");
+  const std::size_t L = static_cast<std::size_t>(local_size_);
+  const std::size_t me = static_cast<std::size_t>(local_rank_);
+  const std::size_t lo = me * n / L, hi = (me + 1) * n / L;
+  float* total = slot(set, 0);
+  for (int l = 1; l < local_size_; ++l) add_into(total + lo, slot(set, l) + lo, hi - lo);
+  barrier(timeout_s, what, "summing in the node");
+  if (nodes_ > 1) {
+    if (inter_) inter_->sum(total, n, blocking, timeout_s, what + " between the node leaders");
+    barrier(timeout_s, what, "the leaders' sum");
+  }
+  std::memcpy(data, total, n * sizeof(float));
+}
+
+}  // namespace dtrain

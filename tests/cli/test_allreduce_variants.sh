@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# tests/cli/test_allreduce_variants.sh — `--allreduce hierarchical` and `--wire-dtype` end to end
+# (sync/hierarchical.hpp, sync/wire.hpp), the tiny CNN, sync allreduce:
+#   1. 2 workers: hierarchical trains to checkpoints bit-identical to --allreduce mpi (every sum
+#      is the same a + b);
+#   2. 3 workers, and 4 workers as two "nodes" of 2 (DTRAIN_TEST_RANKS_PER_NODE=2: two leaders
+#      summing over MPI): parameters within 1e-4 of --allreduce mpi's after 10 steps (another order
+#      of additions, documented tolerance); the default (auto) is hierarchical on CPU, bit for bit;
+#   3. --wire-dtype bf16 / fp16, 3 workers: parameters within 2e-2 of fp32's after 10 steps
+#      (gradients rounded to 16 bits: a documented tolerance, not bits), and the loss falls;
+#   4. bad values are one error naming the option, on every rank, exit 2.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+make_data train 320 --seed 41
+write_job "$SCRATCH/job.ini"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --mode sync --num-ps 0
+        --max-steps 10 --checkpoint-every 10 --summaries false)
+
+# close DIR_A DIR_B STEP TOL: params of both checkpoints agree to TOL (max abs difference over
+# max abs value), and differ from the initial parameters (the runs trained).
+close() {
+  "$PY" - "$@" <<'PY'
+import sys, h5py, numpy as np
+a_dir, b_dir, step, tol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+name = f"ckpt-{step:010d}.h5"
+with h5py.File(f"{a_dir}/{name}", "r") as a, h5py.File(f"{b_dir}/{name}", "r") as b:
+    x, y = a["params"][()].astype(np.float64), b["params"][()].astype(np.float64)
+    rel = np.abs(x - y).max() / np.abs(x).max()
+    print(f"   {b_dir.split('/')[-1]} vs {a_dir.split('/')[-1]}: max |diff| / max |param| = {rel:.2e}")
+    assert rel <= tol, f"{rel} > {tol}"
+PY
+}
+
+echo "== 1. 2 workers: hierarchical = mpi, bit for bit"
+run 2 "$SCRATCH/mpi2" --allreduce mpi
+run 2 "$SCRATCH/hier2" --allreduce hierarchical
+compare "$SCRATCH/mpi2" "$SCRATCH/hier2" 10
+
+echo "== 2. 3 workers on one node, 4 workers as two nodes of 2: within 1e-4 of mpi"
+run 3 "$SCRATCH/mpi3" --allreduce mpi
+run 3 "$SCRATCH/hier3" --allreduce hierarchical
+close "$SCRATCH/mpi3" "$SCRATCH/hier3" 10 1e-4
+run 3 "$SCRATCH/auto3"  # CPU's --allreduce auto is hierarchical: the same bits
+compare "$SCRATCH/hier3" "$SCRATCH/auto3" 10
+run 4 "$SCRATCH/mpi4" --allreduce mpi
+DTRAIN_TEST_RANKS_PER_NODE=2 run 4 "$SCRATCH/hier4" --allreduce hierarchical
+close "$SCRATCH/mpi4" "$SCRATCH/hier4" 10 1e-4
+
+echo "== 3. --wire-dtype bf16 / fp16: within 2e-2 of fp32, the loss falls"
+for w in bf16 fp16; do
+  run 3 "$SCRATCH/$w" --wire-dtype "$w"
+  close "$SCRATCH/mpi3" "$SCRATCH/$w" 10 2e-2
+  grep -q "wire-dtype = $w" "$SCRATCH/$w/config.ini" || fail "config.ini lacks wire-dtype = $w"
+done
+"$PY" - "$SCRATCH/bf16/metrics.csv" <<'PY'
+import csv, sys
+loss = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "train"]
+assert len(loss) >= 2 and loss[-1] < loss[0], loss
+print(f"   bf16 loss {loss[0]:.3f} -> {loss[-1]:.3f}")
+PY
+
+echo "== 4. bad values"
+cases=0
+expect_error 2 "--wire-dtype|int8" "${COMMON[@]}" --run-dir "$SCRATCH/bad1" --wire-dtype int8
+[[ $last_rc -eq 2 ]] || fail "exit $last_rc, expected 2"
+expect_error 3 "--wire-dtype|sync allreduce" --config "$SCRATCH/job.ini" --train-data \
+  "$SCRATCH/train.h5" --run-dir "$SCRATCH/bad2" --mode async --num-ps 1 --wire-dtype bf16
+expect_error 2 "--allreduce|nccl needs GPU" "${COMMON[@]}" --run-dir "$SCRATCH/bad3" --device cpu \
+  --allreduce nccl
+expect_error 2 "--allreduce|ring" "${COMMON[@]}" --run-dir "$SCRATCH/bad4" --allreduce ring
+echo "test_allreduce_variants: OK"

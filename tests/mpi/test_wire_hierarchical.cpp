@@ -1,0 +1,241 @@
+// tests/mpi/test_wire_hierarchical.cpp — the two new ways of summing a bucket, against what each
+// promises (run under mpiexec -n 2, 3 and 4, oversubscribed):
+//   --wire-dtype bf16|fp16 (sync/wire.hpp): the result equals, bit for bit on every rank, the
+//     reference computed here from every rank's inputs — each value rounded once to 16 bits,
+//     added in fp32 in rank order, the sum rounded once — and lies within the documented
+//     tolerance (2u + W·2^-24)·Σ|x| (+ (W + 1)·2^-25 for fp16) of the exact sum; fp32 equals
+//     MPI_Allreduce.
+//   --allreduce hierarchical (sync/hierarchical.hpp): one node, two-rank nodes and one-rank nodes
+//     (DTRAIN_TEST_RANKS_PER_NODE's knob, ReduceOptions::ranks_per_node); the result is the same
+//     bits on every rank, equals MPI_Allreduce bit for bit with 2 workers, equals the reference
+//     sum in node order where the order is known, and MPI_Allreduce to (W − 1)·2^-24·Σ|x| where
+//     the leaders' MPI order is not; through BucketedAllreduce with the stop flag, threads on.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "dtrain/dnn/bf16.hpp"
+#include "dtrain/sync/bucketed.hpp"
+#include "dtrain/sync/hierarchical.hpp"
+#include "dtrain/sync/wire.hpp"
+
+namespace dtrain {
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+/// Rank r's value i: gradient-like, signs mixed, magnitudes over several decades, some tiny.
+float input(int r, std::size_t i) {
+  const double t = static_cast<double>(i) * 0.61803 + r * 1.3;
+  return static_cast<float>(std::sin(t) * std::pow(10.0, -1.0 - static_cast<double>((i + r) % 6)));
+}
+
+float round_wire(WireDtype w, float f) {
+  if (w == WireDtype::bf16) return round_to_bf16(f);
+  return fp16_to_float(float_to_fp16(f));
+}
+
+/// True when every rank holds the same bits in `v`.
+bool same_on_every_rank(const std::vector<float>& v) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+TEST(WireAllreduce, SixteenBitsSumInFp32AndMatchTheReferenceBitForBit) {
+  const int rank = world_rank(), W = world_size();
+  for (WireDtype w : {WireDtype::bf16, WireDtype::fp16}) {
+    WireAllreduce ar(MPI_COMM_WORLD, w);
+    const double u = w == WireDtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const double tiny = w == WireDtype::fp16 ? (W + 1) * std::ldexp(1.0, -25) : 0.0;
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{100003}}) {
+      for (bool blocking : {true, false}) {
+        std::vector<float> data(n);
+        for (std::size_t i = 0; i < n; ++i) data[i] = input(rank, i);
+        ar.sum(data.data(), n, blocking, 60, "test");
+        std::size_t wrong = 0, outside = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          float acc = 0;
+          double exact = 0, mag = 0;
+          for (int r = 0; r < W; ++r) {
+            acc += round_wire(w, input(r, i));
+            exact += input(r, i);
+            mag += std::fabs(input(r, i));
+          }
+          if (data[i] != round_wire(w, acc) && wrong++ == 0)
+            ADD_FAILURE() << to_string(w) << " n " << n << " element " << i << ": " << data[i]
+                          << " vs reference " << round_wire(w, acc);
+          const double bound = (2 * u + W * std::ldexp(1.0, -24)) * mag + tiny;
+          if (std::fabs(data[i] - exact) > bound && outside++ == 0)
+            ADD_FAILURE() << to_string(w) << " element " << i << " off by "
+                          << std::fabs(data[i] - exact) << " > " << bound;
+        }
+        EXPECT_EQ(wrong, 0u);
+        EXPECT_EQ(outside, 0u);
+        EXPECT_TRUE(same_on_every_rank(data));
+      }
+    }
+  }
+}
+
+TEST(WireAllreduce, Fp32IsTheBareAllreduce) {
+  // Blocking: MPI_Allreduce's bits; non-blocking: MPI_Iallreduce's (Open MPI's two families may
+  // add in different orders from 3 ranks on).
+  const int rank = world_rank();
+  const std::size_t n = 4097;
+  WireAllreduce ar(MPI_COMM_WORLD, WireDtype::fp32);
+  for (bool blocking : {true, false}) {
+    std::vector<float> a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = input(rank, i);
+    ar.sum(a.data(), n, blocking, 60, "test");
+    if (blocking) {
+      MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else {
+      MPI_Request req;
+      MPI_Iallreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                     &req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << "blocking " << blocking;
+  }
+}
+
+TEST(WireFormat, ParsesTheOptionAndNamesItInErrors) {
+  EXPECT_EQ(parse_wire_dtype("bf16"), WireDtype::bf16);
+  EXPECT_EQ(parse_wire_dtype("fp16"), WireDtype::fp16);
+  EXPECT_EQ(parse_wire_dtype("fp32"), WireDtype::fp32);
+  try {
+    (void)parse_wire_dtype("int8");
+    ADD_FAILURE() << "int8 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--wire-dtype"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HierarchicalAllreduce, EveryNodeShapeSumsAsPromised) {
+  const int rank = world_rank(), W = world_size();
+  for (int per_node : {0, 2, 1}) {
+    HierarchicalAllreduce ar(MPI_COMM_WORLD, 100004, WireDtype::fp32, per_node);
+    const int L = per_node == 0 ? W : std::min(per_node, W);
+    EXPECT_EQ(ar.nodes(), (W + L - 1) / L) << "ranks per node " << per_node;
+    for (std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{4096}, std::size_t{100003}}) {
+      for (int round = 0; round < 3; ++round) {  // both slot sets, then the first again
+        for (bool blocking : {true, false}) {
+          std::vector<float> data(n), bare(n);
+          for (std::size_t i = 0; i < n; ++i) data[i] = bare[i] = input(rank + round, i);
+          ar.sum(data.data(), n, blocking, 60, "test");
+          MPI_Allreduce(MPI_IN_PLACE, bare.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                        MPI_COMM_WORLD);
+          EXPECT_TRUE(same_on_every_rank(data)) << "ranks per node " << per_node << " n " << n;
+          // Where the order of additions is known: in node order, node totals in node order
+          // (two leaders add a + b, which MPI cannot order differently).
+          const bool known = ar.nodes() <= 2;
+          std::size_t wrong = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            float want = 0, mag = 0;
+            if (known) {
+              float node_total[2] = {0, 0};
+              for (int r = 0; r < W; ++r) {
+                float& t = node_total[r / L];
+                t = (r % L == 0) ? input(r + round, i) : t + input(r + round, i);
+              }
+              want = ar.nodes() == 1 ? node_total[0] : node_total[0] + node_total[1];
+            }
+            for (int r = 0; r < W; ++r) mag += std::fabs(input(r + round, i));
+            const bool ok = known ? data[i] == want
+                                  : std::fabs(data[i] - bare[i]) <=
+                                        (W - 1) * std::ldexp(1.0f, -23) * mag;
+            if (!ok && wrong++ == 0)
+              ADD_FAILURE() << "ranks per node " << per_node << " n " << n << " element " << i
+                            << ": " << data[i] << " (MPI: " << bare[i] << ")";
+            if (W == 2 && data[i] != bare[i] && wrong++ == 0)
+              ADD_FAILURE() << "2 workers: not MPI_Allreduce's bits at " << i;
+          }
+          EXPECT_EQ(wrong, 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(HierarchicalAllreduce, BucketsWithTheFlagAndAWireBetweenLeaders) {
+  const int rank = world_rank(), W = world_size();
+  for (int per_node : {0, 1, 2}) {
+    for (WireDtype w : {WireDtype::fp32, WireDtype::bf16}) {
+      for (bool overlap : {true, false}) {
+        const std::size_t n = 30011;
+        ReduceOptions how;
+        how.hierarchical = true;
+        how.wire = w;
+        how.ranks_per_node = per_node;
+        BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, overlap, how);
+        for (int step = 0; step < 3; ++step) {
+          std::vector<float> data(n + 1);
+          // Small integers: exact in fp32 and bf16 whatever the order (sums below 256).
+          for (std::size_t i = 0; i < n; ++i)
+            data[i] = static_cast<float>((rank + static_cast<int>(i % 13) + step) % 40);
+          ar.begin(data.data(), rank == W - 1 ? 1.0f : 0.0f);
+          for (std::size_t from = n; from > 0; from = from > 5000 ? from - 5000 : 0) ar.ready(from);
+          EXPECT_EQ(ar.finish(60).flag, 1.0f);
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            float want = 0;
+            for (int r = 0; r < W; ++r)
+              want += static_cast<float>((r + static_cast<int>(i % 13) + step) % 40);
+            if (data[i] != want && bad++ == 0)
+              ADD_FAILURE() << "per node " << per_node << " wire " << to_string(w) << " element "
+                            << i << " is " << data[i] << ", expected " << want;
+          }
+          EXPECT_EQ(bad, 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(BucketedAllreduce, WireDtypeThroughTheBuckets) {
+  const int rank = world_rank(), W = world_size();
+  const std::size_t n = 20000;
+  ReduceOptions how;
+  how.wire = WireDtype::fp16;
+  BucketedAllreduce ar(MPI_COMM_WORLD, n, 3000, true, how);
+  std::vector<float> data(n + 1);
+  for (std::size_t i = 0; i < n; ++i) data[i] = input(rank, i);
+  ar.begin(data.data(), 0.0f);
+  for (std::size_t from = n; from > 0; from = from > 2500 ? from - 2500 : 0) ar.ready(from);
+  EXPECT_EQ(ar.finish(60).flag, 0.0f);
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double exact = 0, mag = 0;
+    for (int r = 0; r < W; ++r) {
+      exact += input(r, i);
+      mag += std::fabs(input(r, i));
+    }
+    const double bound = (2 * std::ldexp(1.0, -11) + W * std::ldexp(1.0, -24)) * mag +
+                         (W + 1) * std::ldexp(1.0, -25);
+    if (std::fabs(data[i] - exact) > bound) ++outside;
+  }
+  EXPECT_EQ(outside, 0u);
+  data.resize(n);
+  EXPECT_TRUE(same_on_every_rank(data));
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,93 @@
+// tests/unit/test_wire_format.cpp — the 16-bit wire encodings of sync/wire.hpp: fp16 against the
+// compiler's own IEEE binary16 (_Float16, round to nearest even) for every fp16 value and a
+// sweep of fp32 bit patterns (ties, subnormals, overflow, NaN); bf16 against dnn/bf16.hpp; the
+// array encoders against the scalar ones.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "dtrain/dnn/bf16.hpp"
+#include "dtrain/sync/wire.hpp"
+
+namespace dtrain {
+namespace {
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+std::uint16_t half_bits(_Float16 h) {
+  std::uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+TEST(WireFormat, Fp16DecodesEveryValueExactly) {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    _Float16 ref;
+    const auto bits = static_cast<std::uint16_t>(h);
+    std::memcpy(&ref, &bits, sizeof ref);
+    const float want = static_cast<float>(ref);
+    const float got = fp16_to_float(bits);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << std::hex << h;
+    }
+  }
+}
+
+TEST(WireFormat, Fp16EncodesAsTheCompilerRoundsToNearestEven) {
+  std::size_t checked = 0;
+  // Every 2^13-th pattern hits each fp16 value's neighbourhood; the ±1..3 around each one are
+  // the ties and the values just beside them.
+  for (std::uint64_t base = 0; base < (1ull << 32); base += 1u << 13) {
+    for (std::int64_t d = -3; d <= 3; ++d) {
+      const auto u = static_cast<std::uint32_t>(static_cast<std::int64_t>(base) + d);
+      const float f = from_bits(u);
+      const std::uint16_t got = float_to_fp16(f);
+      if (std::isnan(f)) {
+        ASSERT_TRUE(std::isnan(fp16_to_float(got))) << std::hex << u;
+        continue;
+      }
+      ASSERT_EQ(got, half_bits(static_cast<_Float16>(f))) << std::hex << u << " = " << f;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 3'000'000u);
+  EXPECT_EQ(float_to_fp16(70000.0f), 0x7C00u);    // beyond 65504: +Inf
+  EXPECT_EQ(float_to_fp16(-1e-9f), 0x8000u);      // below half the smallest subnormal: -0
+  EXPECT_EQ(fp16_to_float(float_to_fp16(65504.0f)), 65504.0f);
+}
+
+TEST(WireFormat, ArrayEncodersMatchTheScalarOnes) {
+  std::vector<float> x(1027);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(0.1f * static_cast<float>(i)) * std::pow(10.0f, -static_cast<float>(i % 9));
+  x[5] = std::numeric_limits<float>::infinity();
+  std::vector<std::uint16_t> e(x.size());
+  std::vector<float> back(x.size());
+  encode_wire(WireDtype::bf16, x.data(), e.data(), x.size());
+  decode_wire(WireDtype::bf16, e.data(), back.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(e[i], float_to_bf16(x[i])) << i;
+    ASSERT_EQ(back[i], round_to_bf16(x[i])) << i;
+  }
+  encode_wire(WireDtype::fp16, x.data(), e.data(), x.size());
+  decode_wire(WireDtype::fp16, e.data(), back.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(e[i], float_to_fp16(x[i])) << i;
+    ASSERT_EQ(back[i], fp16_to_float(float_to_fp16(x[i]))) << i;
+  }
+  EXPECT_EQ(wire_bytes(WireDtype::fp32), 4u);
+  EXPECT_EQ(wire_bytes(WireDtype::bf16), 2u);
+  EXPECT_STREQ(to_string(WireDtype::fp16), "fp16");
+}
+
+}  // namespace
+}  // namespace dtrain
