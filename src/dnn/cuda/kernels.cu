@@ -51,28 +51,24 @@ __device__ __forceinline__ float relu_grad(float y, float dy) {
 }
 
 // Element-wise functors for launch_vectorized (elem.cuh): apply<V>(i) handles [i, i + V).
-template <typename From, typename To>
-struct CastOp {
+struct Identity {  // a cast: the conversion is in load_n / store_n
+  __device__ float operator()(float v) const { return v; }
+};
+struct Relu {
+  __device__ float operator()(float v) const { return relu(v); }
+};
+
+/// y = f(x) element-wise, From → To (a cast with Identity, relu with Relu).
+template <typename From, typename To, typename F>
+struct MapOp {
   const From* x;
   To* y;
   template <int V>
   __device__ void apply(std::size_t i) const {
     float a[V];
     load_n<V>(x, i, a);
-    store_n<V>(y, i, a);
-  }
-};
-
-template <typename T>
-struct ReluForwardOp {
-  const T* x;
-  T* y;
-  template <int V>
-  __device__ void apply(std::size_t i) const {
-    float a[V];
-    load_n<V>(x, i, a);
 #pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = relu(a[k]);
+    for (int k = 0; k < V; ++k) a[k] = F{}(a[k]);
     store_n<V>(y, i, a);
   }
 };
@@ -316,13 +312,13 @@ void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to
   // Packs of 4 (16 bytes of fp32, 8 of bf16).
   if (from == Elem::f32)
     launch_vectorized<float>(stream, n,
-                             CastOp<float, __nv_bfloat16>{static_cast<const float*>(x),
-                                                          static_cast<__nv_bfloat16*>(y)},
+                             MapOp<float, __nv_bfloat16, Identity>{
+                                 static_cast<const float*>(x), static_cast<__nv_bfloat16*>(y)},
                              {x, y});
   else
     launch_vectorized<float>(stream, n,
-                             CastOp<__nv_bfloat16, float>{static_cast<const __nv_bfloat16*>(x),
-                                                          static_cast<float*>(y)},
+                             MapOp<__nv_bfloat16, float, Identity>{
+                                 static_cast<const __nv_bfloat16*>(x), static_cast<float*>(y)},
                              {x, y});
   DT_CHECK_LAUNCH();
 }
@@ -331,7 +327,7 @@ void launch_relu_forward(cudaStream_t stream, const void* x, void* y, std::size_
   if (n == 0) return;
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_vectorized<T>(stream, n, ReluForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y)},
+    launch_vectorized<T>(stream, n, MapOp<T, T, Relu>{static_cast<const T*>(x), static_cast<T*>(y)},
                          {x, y});
   });
   DT_CHECK_LAUNCH();
