@@ -192,12 +192,14 @@ if ! "$TORCH_PY" -c "import torch, torchvision, safetensors, h5py" 2>/dev/null; 
   TORCH_PY=/opt/torchexport/bin/python
   echo "# installing torch, torchvision, safetensors from PyPI into /opt/torchexport (test-only)"
   if ! { /usr/bin/python3 -m venv /opt/torchexport &&
-         /opt/torchexport/bin/pip install -q --timeout 60 torch torchvision safetensors numpy h5py; } \
+         timeout 360 /opt/torchexport/bin/pip install -q --timeout 60 torch torchvision safetensors \
+           numpy h5py; } \
       >"$SCRATCH/torch_install.log" 2>&1 ||
      ! "$TORCH_PY" -c "import torch, torchvision, safetensors, h5py" 2>/dev/null; then
     tail -5 "$SCRATCH/torch_install.log"
     echo "SKIPPED (cases 1-4 passed): no Python with torch, torchvision and safetensors, and pip" \
-         "could not install them from PyPI (offline?); set DTRAIN_TORCH_PYTHON to one"
+         "could not install them from PyPI within 6 minutes (offline? slow?); set" \
+         "DTRAIN_TORCH_PYTHON to one"
     exit 77
   fi
 fi
