@@ -30,6 +30,9 @@ struct PlanNode {
   bool absorbed = false;
   /// The layer's backward can add into its one input's gradient (Layer::can_accumulate_dx).
   bool can_accumulate = false;
+  /// The layer runs here. A pipeline stage plans only its own layers (Model's LayerRange): the
+  /// others get no buffers; what they produce and this stage reads arrives from the stage before.
+  bool active = true;
 };
 
 /// Where one layer's backward writes each input gradient (arena offsets in elements).
@@ -50,6 +53,12 @@ struct MemoryPlan {
 };
 
 /// Plans the layers (in execution order; inputs refer to earlier layers only).
-MemoryPlan plan_memory(const std::vector<PlanNode>& nodes);
+///
+/// A pipeline stage (some nodes inactive): every tensor an active layer reads from an inactive one
+/// (`received`) gets a buffer from the start of the step, and its gradient one live to the end
+/// (sent back to the stage before). Each tensor in `sent` (produced here or received, read by a
+/// later stage) stays live to the end of forward; its gradient arrives then, in place of the
+/// loss's (`sent` empty: the last active layer's output feeds the loss).
+MemoryPlan plan_memory(const std::vector<PlanNode>& nodes, const std::vector<int>& sent = {});
 
 }  // namespace dtrain

@@ -13,14 +13,10 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "memory_plan.hpp"
+#include "model_stack.hpp"
 
 namespace dtrain {
 
-/// The layers built for one batch size, plus the loss op.
-struct Model::Stack {
-  std::vector<std::unique_ptr<Layer>> layers;
-  std::unique_ptr<SoftmaxXentOp> loss;
-};
 
 namespace {
 /// PyTorch's shape of a layer's tensor (TensorInfo::dims): 4-d conv weights, 2-d dense weights,
@@ -66,33 +62,93 @@ std::string where(std::size_t i, const LayerSpec& spec) {
 
 Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
              int num_classes, int max_batch)
-    : Model(&backend, layer_lines, sample, num_classes, max_batch, backend.act_dtype()) {}
+    : Model(&backend, layer_lines, sample, num_classes, max_batch, backend.act_dtype(),
+            LayerRange{}, 1) {}
 
 Model::Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
              int max_batch, DType act)
-    : Model(nullptr, layer_lines, sample, num_classes, max_batch, act) {}
+    : Model(nullptr, layer_lines, sample, num_classes, max_batch, act, LayerRange{}, 1) {}
+
+Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
+             int num_classes, int max_batch, const LayerRange& part, int slots)
+    : Model(&backend, layer_lines, sample, num_classes, max_batch, backend.act_dtype(), part,
+            slots) {}
 
 Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
-             int num_classes, int max_batch, DType act)
+             int num_classes, int max_batch, DType act, const LayerRange& part, int slots)
     : backend_(backend), sample_(sample.with_n(1)), num_classes_(num_classes),
-      max_batch_(max_batch), act_size_(dtype_size(act)) {
+      max_batch_(max_batch), act_size_(dtype_size(act)), part_(part), slots_(slots) {
   DT_REQUIRE(!layer_lines.empty(), "model: no layers given (add `layer = ...` lines)");
   DT_REQUIRE(num_classes >= 2, "model: need at least 2 classes, got " +
                                    std::to_string(num_classes));
   DT_REQUIRE(max_batch >= 1, "model: batch size must be >= 1");
+  DT_REQUIRE(slots >= 1, "model: a stage needs at least one activation slot");
+  part_.last = std::min(part_.last, layer_lines.size() - 1);
+  DT_REQUIRE(part_.first <= part_.last,
+             "model: stage layers " + std::to_string(part_.first + 1) + ".." +
+                 std::to_string(part_.last + 1) + " are empty or past the model's " +
+                 std::to_string(layer_lines.size()) + " layers");
   build_graph(layer_lines);
+  find_crossings();
 
   // Build the max-batch stack first: it fixes the tensor layout and validates every shape.
   auto stack = make_stack(max_batch, backend);
-  std::size_t poff = 0, soff = 0;
+  place_tensors(*stack);
+  const Shape out = stack->layers.back()->output_shape();
+  DT_REQUIRE(out.c == num_classes && out.h == 1 && out.w == 1,
+             "model: the last layer '" + specs_.back().text + "' outputs " + out.str() +
+                 " but the loss needs N x " + std::to_string(num_classes) +
+                 " x 1 x 1 (one logit per class; end with `layer = dense`)");
+  plan(*stack);
+
+  if (backend == nullptr) {
+    stacks_[{max_batch, 0}] = std::move(stack);
+    return;
+  }
+  params_ = DeviceBuffer<float>(*backend, param_count_);
+  grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
+  state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
+  arena_ = DeviceBuffer<std::byte>(
+      *backend, std::max<std::size_t>(activation_bytes_ * static_cast<std::size_t>(slots_), 1));
+  // See network_input() and logits().
+  const std::size_t batch_count = sample_.with_n(max_batch).count();
+  const bool convert = backend->differs_from_nchw(sample_);
+  const bool cast = backend->act_dtype() != DType::f32;
+  if ((convert || cast) && part_.first == 0)
+    input_ = DeviceBuffer<std::byte>(*backend,
+                                     batch_count * act_size_ * static_cast<std::size_t>(slots_));
+  if (convert && cast && part_.first == 0) input_f32_ = DeviceBuffer<float>(*backend, batch_count);
+  if (cast && has_loss())
+    logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
+  bind(*stack);
+  stacks_[{max_batch, 0}] = std::move(stack);
+  if (backend->fuse())
+    log_info("fusion: " + std::to_string(fused_layers()) + " layers run inside another (relu in "
+             "the add or batchnorm before it, add + relu in the batchnorm before it), " +
+             std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
+}
+
+void Model::place_tensors(const Stack& stack) {
+  std::size_t poff = 0, soff = 0, pseed = 0, sseed = 0;
   std::vector<std::size_t> first_param;  // per layer: its first parameter's offset
-  for (std::size_t i = 0; i < stack->layers.size(); ++i) {
-    const Layer& l = *stack->layers[i];
+  for (std::size_t i = 0; i < stack.layers.size(); ++i) {
+    const Layer& l = *stack.layers[i];
     first_param.push_back(poff);
+    if (!inside(i)) {  // another stage's: counted for the initial values' keys only
+      pseed += l.param_defs().size();
+      sseed += l.state_defs().size();
+      continue;
+    }
     const std::string prefix =
         specs_[i].name.empty() ? std::to_string(i) + "." + l.type() : specs_[i].name;
-    for (auto& t : place(l.param_defs(), i, l.type(), prefix, poff)) params_info_.push_back(t);
-    for (auto& t : place(l.state_defs(), i, l.type(), prefix, soff)) state_info_.push_back(t);
+    for (auto& t : place(l.param_defs(), i, l.type(), prefix, poff)) {
+      t.seed_index = pseed++;
+      params_info_.push_back(t);
+    }
+    for (auto& t : place(l.state_defs(), i, l.type(), prefix, soff)) {
+      t.seed_index = sseed++;
+      state_info_.push_back(t);
+    }
   }
   {  // Public names must be unique: a name= may equal a generated "<index>.<type>".
     std::map<std::string, std::string> seen;  // key -> internal name
@@ -109,48 +165,23 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   }
   // Offsets grow with the line, so after layer i's backward grads[first_param[i], P) are final.
   grads_final_from_ = std::move(first_param);
-  const Shape out = stack->layers.back()->output_shape();
-  DT_REQUIRE(out.c == num_classes && out.h == 1 && out.w == 1,
-             "model: the last layer '" + specs_.back().text + "' outputs " + out.str() +
-                 " but the loss needs N x " + std::to_string(num_classes) +
-                 " x 1 x 1 (one logit per class; end with `layer = dense`)");
   param_count_ = poff;
   state_count_ = soff;
+}
 
+void Model::plan(const Stack& stack) {
   std::vector<PlanNode> nodes;
-  for (std::size_t i = 0; i < stack->layers.size(); ++i) {
-    const Layer& l = *stack->layers[i];
+  for (std::size_t i = 0; i < stack.layers.size(); ++i) {
+    const Layer& l = *stack.layers[i];
     PlanNode node{run_inputs_[i], l.output_shape().count(), l.needs()};
     node.absorbed = absorbed_[i];
     if (node.absorbed) node.needs = {false, false, false};  // it never runs
-    node.can_accumulate = backend != nullptr && backend->fuse() && l.can_accumulate_dx();
+    node.can_accumulate = backend_ != nullptr && backend_->fuse() && l.can_accumulate_dx();
+    node.active = inside(i);
     nodes.push_back(node);
   }
-  plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes));
+  plan_ = std::make_unique<MemoryPlan>(plan_memory(nodes, sent_));
   activation_bytes_ = plan_->total_elements * act_size_;
-
-  if (backend == nullptr) {
-    stacks_[max_batch] = std::move(stack);
-    return;
-  }
-  params_ = DeviceBuffer<float>(*backend, param_count_);
-  grads_ = DeviceBuffer<float>(*backend, param_count_ + kGradSpare);
-  state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
-  arena_ = DeviceBuffer<std::byte>(*backend, std::max<std::size_t>(activation_bytes_, 1));
-  // See network_input() and logits().
-  const std::size_t batch_count = sample_.with_n(max_batch).count();
-  const bool convert = backend->differs_from_nchw(sample_);
-  const bool cast = backend->act_dtype() != DType::f32;
-  if (convert || cast) input_ = DeviceBuffer<std::byte>(*backend, batch_count * act_size_);
-  if (convert && cast) input_f32_ = DeviceBuffer<float>(*backend, batch_count);
-  if (cast)
-    logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
-  bind(*stack);
-  stacks_[max_batch] = std::move(stack);
-  if (backend->fuse())
-    log_info("fusion: " + std::to_string(fused_layers()) + " layers run inside another (relu in "
-             "the add or batchnorm before it, add + relu in the batchnorm before it), " +
-             std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
 }
 
 Model::~Model() = default;
@@ -202,10 +233,11 @@ std::unique_ptr<Model::Stack> Model::make_stack(int n, Backend* be) {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     std::vector<Shape> in;
     for (int t : inputs_[i]) in.push_back(out[static_cast<std::size_t>(t)]);
-    stack->layers.push_back(make_layer(specs_[i], in, num_classes_, be));
+    // Another stage's layers: layout only (shapes and tensor sizes), no ops, no memory.
+    stack->layers.push_back(make_layer(specs_[i], in, num_classes_, inside(i) ? be : nullptr));
     out.push_back(stack->layers.back()->output_shape());
   }
-  if (be != nullptr) stack->loss = be->make_softmax_xent(n, num_classes_);
+  if (be != nullptr && has_loss()) stack->loss = be->make_softmax_xent(n, num_classes_);
   fuse(*stack);
   return stack;
 }
@@ -232,11 +264,14 @@ void Model::fuse(Stack& s) {
   auto sole_reader = [&](std::size_t i) {
     return inputs_[i].size() == 1 && inputs_[i][0] == static_cast<int>(i) && consumers[i] == 1;
   };
+  // A stage fuses only its own layers (a pipeline cut between two ends the fusion).
   for (std::size_t a = 1; a + 1 < L; ++a)
-    if (specs_[a].type == "add" && specs_[a + 1].type == "relu" && sole_reader(a + 1))
+    if (specs_[a].type == "add" && specs_[a + 1].type == "relu" && sole_reader(a + 1) &&
+        inside(a - 1) && inside(a + 1))
       fuse_add_relu(s, a, consumers);
   for (std::size_t i = 1; i < L; ++i) {
-    if (specs_[i].type != "relu" || absorbed_[i] || absorbed_[i - 1] || fused_[i - 1] != 0 ||
+    if (specs_[i].type != "relu" || !inside(i - 1) || !inside(i) || absorbed_[i] ||
+        absorbed_[i - 1] || fused_[i - 1] != 0 ||
         !sole_reader(i) || !s.layers[i - 1]->absorb_relu())
       continue;
     absorbed_[i] = true;
@@ -264,9 +299,8 @@ bool Model::fuse_add_relu(Stack& s, std::size_t a, const std::vector<int>& consu
 }
 
 std::vector<LayerInfo> Model::layers() const {
-  const Stack& s = *stacks_.at(max_batch_);
+  const Stack& s = *stacks_.at({max_batch_, 0});
   std::vector<LayerInfo> out;
-  std::size_t pi = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const Layer& l = *s.layers[i];
     LayerInfo info;
@@ -276,9 +310,9 @@ std::vector<LayerInfo> Model::layers() const {
     info.output = l.output_shape().with_n(1);
     info.stage = specs_[i].stage;
     std::size_t weights = 0;
-    for (std::size_t k = 0; k < l.param_defs().size(); ++k, ++pi) {
-      info.params += params_info_[pi].count;
-      if (k == 0) weights = params_info_[pi].count;
+    for (const ParamDef& d : l.param_defs()) {
+      info.params += d.shape.count();
+      if (weights == 0) weights = d.shape.count();
     }
     const auto pixels = static_cast<double>(info.output.h) * info.output.w;
     info.forward_flops = info.type == "conv" || info.type == "dense"
@@ -309,11 +343,13 @@ Backend& Model::backend() const {
 Model::Stack& Model::stack_for(int n) {
   DT_ASSERT(backend_ != nullptr, "model: a layout-only model cannot run");
   DT_ASSERT(n >= 1 && n <= max_batch_, "batch of " + std::to_string(n) + " exceeds the model's");
-  auto it = stacks_.find(n);
+  // Layers keep what their backward needs from forward (batch-norm statistics, pooling indices):
+  // each activation slot (a micro-batch in flight) has layers of its own.
+  auto it = stacks_.find({n, slot_});
   if (it == stacks_.end()) {
     auto stack = make_stack(n, backend_);
     bind(*stack);
-    it = stacks_.emplace(n, std::move(stack)).first;
+    it = stacks_.emplace(std::make_pair(n, slot_), std::move(stack)).first;
   }
   return *it->second;
 }
@@ -326,7 +362,9 @@ void Model::bind(Stack& s) {
     if (std::find(adds.begin(), adds.end(), true) != adds.end())
       s.layers[i]->set_accumulate_dx(true);
   }
-  for (auto& l : s.layers) {
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    if (!inside(i)) continue;
+    Layer* l = s.layers[i].get();
     std::vector<float*> p, g, st;
     for (std::size_t k = 0; k < l->param_defs().size(); ++k, ++pi) {
       p.push_back(params_.data() + params_info_[pi].offset);
@@ -351,7 +389,7 @@ void Model::initial_values(std::uint64_t seed, std::vector<float>& host,
   host.assign(param_count_, 0.0f);
   for (std::size_t t = 0; t < params_info_.size(); ++t) {
     const TensorInfo& info = params_info_[t];
-    std::mt19937_64 rng(mix_seed(seed, t));
+    std::mt19937_64 rng(mix_seed(seed, info.seed_index));
     std::normal_distribution<float> normal(0.0f, std::sqrt(2.0f / static_cast<float>(info.fan_in)));
     for (std::size_t i = 0; i < info.count; ++i) {
       float v = 0.0f;
@@ -371,25 +409,31 @@ const void* Model::network_input(const float* x, int n) {
   Backend& be = backend();
   const Shape s = sample_.with_n(n);
   const DType t = be.act_dtype();
+  std::byte* dst =  // this slot's copy: micro-batches in flight each keep their input
+      input_.data() + static_cast<std::size_t>(slot_) * sample_.with_n(max_batch_).count() * act_size_;
   if (t == DType::f32) {
-    be.convert_layout(x, input_.data(), s, Layout::nhwc, t);
+    be.convert_layout(x, dst, s, Layout::nhwc, t);
   } else if (!be.differs_from_nchw(s)) {
-    be.cast(x, DType::f32, input_.data(), t, s.count());
+    be.cast(x, DType::f32, dst, t, s.count());
   } else {  // convert in fp32, then round
     be.convert_layout(x, input_f32_.data(), s, Layout::nhwc, DType::f32);
-    be.cast(input_f32_.data(), DType::f32, input_.data(), t, s.count());
+    be.cast(input_f32_.data(), DType::f32, dst, t, s.count());
   }
-  return input_.data();
+  return dst;
 }
 
 void* Model::act(int tensor, const void* x) const {
   if (tensor == 0) return const_cast<void*>(x);  // the network input is read only
-  return arena_.data() + plan_->act[static_cast<std::size_t>(tensor)] * act_size_;
+  return at(plan_->act[static_cast<std::size_t>(tensor)]);
+}
+
+void* Model::at(std::size_t offset) const {
+  return arena_.data() + static_cast<std::size_t>(slot_) * activation_bytes_ + offset * act_size_;
 }
 
 void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
   std::vector<const void*> in;
-  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+  for (std::size_t i = part_.first; i <= part_.last; ++i) {
     if (absorbed_[i]) continue;  // its host layer applied it
     in.clear();
     for (int t : run_inputs_[i]) in.push_back(act(t, x));
@@ -404,26 +448,34 @@ void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
 
 void Model::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                        std::uint64_t step_seed, float* stats, const GradsFinal& on_final) {
-  Backend& be = backend();
   if (n == 0) {
-    be.fill(grads_.data(), 0.0f, param_count_);
+    backend().fill(grads_.data(), 0.0f, param_count_);
     if (on_final) on_final(0);
     return;
   }
   Stack& s = stack_for(n);
   const void* input = network_input(x, n);
-  const std::size_t L = s.layers.size();
-  auto at = [&](std::size_t offset) -> void* { return arena_.data() + offset * act_size_; };
   {
     const TimelineSpan span("forward", "compute");  // with the loss and its gradient
     run_forward(s, input, StepContext{true, step_seed});
-    s.loss->forward_backward(act(static_cast<int>(L), input), labels, n, grad_scale,
-                             at(plan_->grad[L]), stats);
+    run_loss(s, input, labels, n, grad_scale, stats, true);
   }
+  run_backward(s, input, on_final);
+}
+
+void Model::run_loss(Stack& s, const void* input, const std::int32_t* labels, int n,
+                     float grad_scale, float* stats, bool training) {
+  const std::size_t L = s.layers.size();
+  s.loss->forward_backward(act(static_cast<int>(L), input), labels, n, training ? grad_scale : 0,
+                           training ? at(plan_->grad[L]) : nullptr, stats);
+}
+
+void Model::run_backward(Stack& s, const void* input, const GradsFinal& on_final) {
+  Backend& be = backend();
   const TimelineSpan span("backward", "compute");
   std::vector<const void*> in;
   std::vector<void*> din;
-  for (std::size_t i = L; i-- > 0;) {
+  for (std::size_t i = part_.last + 1; i-- > part_.first;) {
     if (absorbed_[i]) {  // its host layer reads the shared gradient and output itself
       if (on_final) on_final(grads_final_from_[i]);
       continue;
@@ -456,20 +508,15 @@ void Model::train_step_micro(const float* x, const std::int32_t* labels, int n, 
   const int M = std::max(1, std::min(micro_batches, n));
   if (M == 1) return train_step(x, labels, n, grad_scale, step_seed, stats, on_final);
   Backend& be = backend();
-  if (grad_sum_.size() == 0)
-    grad_sum_ = DeviceBuffer<float>(be, std::max<std::size_t>(param_count_, 1));
   const std::size_t per_sample = sample_.count();
   for (int m = 0; m < M; ++m) {
     const int a = static_cast<int>(static_cast<std::int64_t>(n) * m / M);
     const int b = static_cast<int>(static_cast<std::int64_t>(n) * (m + 1) / M);
-    const auto seed = mix_seed(step_seed, 0x6d6963726fULL + static_cast<std::uint64_t>(m));
+    const auto seed = micro_batch_seed(step_seed, m);
     const float* xm = x + static_cast<std::size_t>(a) * per_sample;
     if (m + 1 < M) {  // M ≤ n: every slice holds a sample
       train_step(xm, labels + a, b - a, grad_scale, seed, stats);
-      if (m == 0)
-        be.copy_device(grad_sum_.data(), grads_.data(), param_count_ * sizeof(float));
-      else
-        be.add(grad_sum_.data(), grads_.data(), param_count_, DType::f32);
+      accumulate_micro(m, M);
       continue;
     }
     // The last slice: each range its backward finishes gets the earlier slices' sum, then the
@@ -522,11 +569,15 @@ std::string wiring(const std::vector<int>& in, std::size_t i) {
 std::string Model::signature() const {
   std::ostringstream os;
   os << "input " << sample_.str() << " classes " << num_classes_ << "\n";
-  const Stack& s = *stacks_.at(max_batch_);
+  const Stack& s = *stacks_.at({max_batch_, 0});
   std::size_t pi = 0, si = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const auto& l = s.layers[i];
     os << l->describe() << wiring(inputs_[i], i);
+    if (!inside(i)) {  // a pipeline stage lists its own tensors only
+      os << "\n";
+      continue;
+    }
     for (std::size_t k = 0; k < l->param_defs().size(); ++k, ++pi)
       os << " " << params_info_[pi].name << ":" << params_info_[pi].shape.str();
     for (std::size_t k = 0; k < l->state_defs().size(); ++k, ++si)
@@ -538,7 +589,7 @@ std::string Model::signature() const {
 
 std::string Model::summary() const {
   std::ostringstream os;
-  const Stack& s = *stacks_.at(max_batch_);
+  const Stack& s = *stacks_.at({max_batch_, 0});
   os << "# model: input 1x" << sample_.c << "x" << sample_.h << "x" << sample_.w << ", "
      << num_classes_ << " classes, " << param_count_ << " parameters ("
      << param_count_ * 4 / 1024.0 << " KiB), " << s.layers.size() << " layers\n";

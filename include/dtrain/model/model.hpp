@@ -51,6 +51,17 @@ struct TensorInfo {
   /// Inputs feeding one output unit, the n of He-normal's N(0, √(2/n)): C·R·S for a conv
   /// weight, I for a dense weight; 1 for every other tensor (unused).
   int fan_in = 1;
+  /// Index of the tensor among all the model's parameter (or state) tensors in line order: what
+  /// keys its initial values, so that a pipeline stage initialises its tensors as the whole
+  /// model does. Equal to the index in param_tensors() / state_tensors() for a whole model.
+  std::size_t seed_index = 0;
+};
+
+/// The layers a pipeline stage runs: lines [first, last] (0-based, inclusive) of the job's layer
+/// order (model/pipeline_plan.hpp cuts them). The default is the whole model.
+struct LayerRange {
+  std::size_t first = 0;
+  std::size_t last = static_cast<std::size_t>(-1);
 };
 
 /// One layer as a pipeline planner or a cost model sees it (Model::layers()).
@@ -66,6 +77,10 @@ struct LayerInfo {
   /// count for every other layer (one operation per element).
   double forward_flops = 0;
 };
+
+/// The dropout key of micro-batch m of a step keyed `step_seed` (Model::train_step_micro and the
+/// pipeline stages alike, so that both drop the same units).
+std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m);
 
 /// Called by Model::train_step() as backward proceeds: grads()[from, param_count()) are final
 /// (`from` decreases from call to call and ends at 0). Gradient buckets start reducing from here.
@@ -90,6 +105,16 @@ class Model {
   /// workers' Backend::act_dtype()). Throws InputError as the first constructor.
   Model(const std::vector<std::string>& layer_lines, const Shape& sample, int num_classes,
         int max_batch = 1, DType act = DType::f32);
+  /// One pipeline stage: the layers of `part` only (the others are parsed and checked but get
+  /// no ops and no memory), its parameters, gradients and state a flat buffer of their own in
+  /// line order (TensorInfo::offset from the stage's first tensor), and `slots` activation
+  /// arenas of the stage's plan at `max_batch` samples (the micro-batch): one per micro-batch in
+  /// flight (GPipe: M, 1F1B: P − stage). The stage receives received_tensors() from the stage
+  /// before and sends sent_tensors() to the next; the last stage (part.last the last line) ends
+  /// with the loss. Throws as the first constructor, and InputError for an empty or out-of-range
+  /// part, slots < 1, or a stage other than the first that reads the network input.
+  Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
+        int num_classes, int max_batch, const LayerRange& part, int slots);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -161,6 +186,50 @@ class Model {
   /// or on a layout-only model, LibraryError when a backend call fails.
   void logits(const float* x, int n, float* host_logits);
 
+  // ---- pipeline stages (a Model built for a LayerRange; src/model/stage.cpp) ----
+
+  /// The layers this model runs (the whole model unless built for a LayerRange).
+  [[nodiscard]] const LayerRange& part() const { return part_; }
+  /// True when the model ends with the loss (the whole model, or the last stage).
+  [[nodiscard]] bool has_loss() const { return part_.last + 1 == specs_.size(); }
+  /// Tensor ids (0 = network input, i + 1 = layer i's output) produced before part().first and
+  /// read at or after it — what the stage before sends, in increasing id order; empty for the
+  /// first stage.
+  [[nodiscard]] const std::vector<int>& received_tensors() const { return received_; }
+  /// Tensor ids produced at or before part().last and read after it (passed through included),
+  /// in increasing id order; empty for the last stage.
+  [[nodiscard]] const std::vector<int>& sent_tensors() const { return sent_; }
+  /// Elements of tensor `t` (received or sent) at n samples; its bytes are this times
+  /// Backend::act_size().
+  [[nodiscard]] std::size_t tensor_elements(int t, int n) const;
+  /// Device pointers of tensor `t` (received or sent) and of its gradient in activation slot
+  /// `slot` (in Backend::act_dtype(), in the backend's layout): forward_micro() reads the
+  /// received values and writes the sent ones there, backward_micro() reads the sent gradients
+  /// and writes the received ones. Throws Error for a tensor that does not cross a cut of this
+  /// stage or a slot out of range.
+  [[nodiscard]] void* tensor_value(int slot, int t) const;
+  [[nodiscard]] void* tensor_grad(int slot, int t) const;
+  [[nodiscard]] int slots() const { return slots_; }
+  /// Forward of this stage's layers on one micro-batch of n ≤ max_batch samples in slot `slot`:
+  /// x (first stage: device fp32 NCHW n×C×H×W, as train_step(); must stay valid until
+  /// backward_micro of the slot) and the received tensors in the slot as input; on the last stage
+  /// then the loss (labels: device int32, n), adding Σ loss and #correct to stats[0..1] and, when
+  /// training, writing grad_scale·∂loss/∂logits. `training` false: inference mode (batch-norm
+  /// running statistics, no dropout), nothing kept for backward. `seed` keys dropout as
+  /// train_step()'s step_seed does. Throws as train_step().
+  void forward_micro(int slot, const float* x, const std::int32_t* labels, int n, float grad_scale,
+                     std::uint64_t seed, float* stats, bool training);
+  /// Backward of this stage's layers for the micro-batch forward_micro() left in `slot`, from
+  /// the loss's gradient (last stage) or the sent tensors' gradients (tensor_grad); writes the
+  /// received tensors' gradients and overwrites grads() with this micro-batch's parameter
+  /// gradients; on_final as in train_step(). Throws as train_step().
+  void backward_micro(int slot, int n, const GradsFinal& on_final = {});
+  /// Gradient accumulation over micro-batches, in micro-batch order: after the backward of
+  /// micro-batch m of M, keeps the running sum (m = 0: a copy; then added) and, for m = M − 1,
+  /// adds it into grads(), which then holds g_{M−1} + (g_0 + … + g_{M−2}) — bit for bit what
+  /// train_step_micro() leaves. M ≤ 1 does nothing.
+  void accumulate_micro(int m, int M);
+
   /// Identifies the architecture: one line per layer with its description, its inputs when they
   /// are not the previous layer, and its tensor shapes. Two models accept each other's
   /// checkpoints iff their signatures are equal.
@@ -176,7 +245,19 @@ class Model {
  private:
   struct Stack;
   Model(Backend* backend, const std::vector<std::string>& layer_lines, const Shape& sample,
-        int num_classes, int max_batch, DType act);
+        int num_classes, int max_batch, DType act, const LayerRange& part, int slots);
+  [[nodiscard]] bool inside(std::size_t layer) const {
+    return layer >= part_.first && layer <= part_.last;
+  }
+  /// received_ and sent_ from the graph and part_ (InputError for a later stage reading data).
+  void find_crossings();
+  /// Lays out the parameters and state of the layers inside part_ (params_info_, state_info_).
+  void place_tensors(const Stack& stack);
+  void plan(const Stack& stack);
+  /// The loss's forward and backward on the logits (last stage), stats as train_step().
+  void run_loss(Stack& s, const void* input, const std::int32_t* labels, int n, float grad_scale,
+                float* stats, bool training);
+  void run_backward(Stack& s, const void* input, const GradsFinal& on_final);
   void build_graph(const std::vector<std::string>& layer_lines);
   Stack& stack_for(int n);
   std::unique_ptr<Stack> make_stack(int n, Backend* be);
@@ -189,8 +270,11 @@ class Model {
   bool fuse_add_relu(Stack& s, std::size_t a, const std::vector<int>& consumers);
   void bind(Stack& s);
   void run_forward(Stack& s, const void* input, const StepContext& ctx);
-  /// Activation `tensor` (0: the network input `input`, i + 1: layer i's output) in the arena.
+  /// Activation `tensor` (0: the network input `input`, i + 1: layer i's output) in the arena
+  /// of the current slot (slot_).
   [[nodiscard]] void* act(int tensor, const void* input) const;
+  /// The gradient of tensor `t` (plan offset `offset`) in the current slot.
+  [[nodiscard]] void* at(std::size_t offset) const;
   /// The batch x (n samples, fp32 NCHW as the data reader delivers it) in the backend's layout
   /// and act_dtype(): x itself, or converted (Backend::differs_from_nchw(sample)) and/or rounded
   /// to bf16 into input_.
@@ -217,12 +301,21 @@ class Model {
   std::vector<std::vector<int>> run_inputs_;
   DeviceBuffer<float> params_, grads_, state_;
   std::unique_ptr<MemoryPlan> plan_;
-  DeviceBuffer<std::byte> arena_;  ///< activation memory (see MemoryPlan), shared by every stack
-  DeviceBuffer<std::byte> input_;  ///< the batch as the first layer reads it (network_input)
+  LayerRange part_;
+  int slots_ = 1;
+  int slot_ = 0;  ///< the activation slot the steps use (pipeline micro-batches in flight)
+  std::vector<int> received_, sent_;
+  std::vector<const void*> slot_input_;  ///< per slot: the network input its forward read
+  /// activation memory (see MemoryPlan), shared by every stack: slots_ arenas of
+  /// activation_bytes_ each
+  DeviceBuffer<std::byte> arena_;
+  /// the batch as the first layer reads it (network_input), one per slot
+  DeviceBuffer<std::byte> input_;
   DeviceBuffer<float> input_f32_;  ///< the batch converted to NHWC before rounding (bf16 + NHWC)
   DeviceBuffer<float> logits_f32_;  ///< logits() cast to fp32 (bf16 only)
   DeviceBuffer<float> grad_sum_;    ///< train_step_micro: the earlier micro-batches' gradients
-  std::map<int, std::unique_ptr<Stack>> stacks_;
+  /// Layers per (batch size, activation slot).
+  std::map<std::pair<int, int>, std::unique_ptr<Stack>> stacks_;
 };
 
 }  // namespace dtrain
