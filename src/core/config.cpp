@@ -588,10 +588,6 @@ void validate_config(const Config& c) {
              "option --micro-batches: " + std::to_string(c.micro_batches) +
                  " does not divide --batch-size " + std::to_string(c.batch_size) +
                  " (every micro-batch has the same number of samples)");
-  DT_REQUIRE(c.dry_run || c.pipeline_stages == 1,
-             "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
-                 ": running stages across ranks is not built yet; --dry-run prints the stage plan "
-                 "(a run needs --pipeline-stages 1; --micro-batches M alone accumulates gradients)");
   non_negative("global-batch-size", c.global_batch_size);
   non_negative("max-steps", static_cast<double>(c.max_steps));
   positive("log-every", c.log_every);

@@ -113,9 +113,9 @@ void share_resume_point(const Cluster& cluster, std::size_t param_count,
 
 Checkpointer::Checkpointer(const Config& c, const Cluster& cluster, const TrainPlan& plan,
                            Backend& backend, Model& model, GradientExchange& exchange,
-                           std::function<double()> wall_seconds)
+                           std::function<double()> wall_seconds, const PipelineGroup* pipe)
     : c_(c), cluster_(cluster), plan_(plan), be_(backend), model_(model), exchange_(exchange),
-      wall_seconds_(std::move(wall_seconds)), lockstep_(exchange.lockstep()) {}
+      wall_seconds_(std::move(wall_seconds)), pipe_(pipe), lockstep_(exchange.lockstep()) {}
 
 TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, double& wall_seconds) {
   TrainPosition at;
@@ -193,17 +193,22 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   last_step_ = at.global_step;
   if (!cluster_.is_chief()) return;
   s.global_step = exchange_.snapshot(model_, s);
+  if (pipe_ != nullptr) {  // the stage leaders' parts to the chief, as one whole model
+    if (model_.state_count() == 0) s.model_state.clear();
+    if (!pipe_->assemble(s)) return;
+  }
+  const Model& layout = pipe_ != nullptr ? pipe_->whole() : model_;
   if (!lockstep_) s.global_step = std::max(s.global_step, at.global_step);
   s.epoch = at.epoch;
   s.step_in_epoch = at.step_in_epoch;
   s.seed = c_.seed;
   s.num_workers = plan_.workers;
   s.mode = std::string(to_string(c_.mode));
-  s.model_signature = model_.signature();
+  s.model_signature = layout.signature();
   s.config = c_.effective_ini;
   s.wall_seconds = wall_seconds_();
-  if (model_.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
-  name_tensors(s, model_);
+  if (layout.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
+  name_tensors(s, layout);
   write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
   log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
 }

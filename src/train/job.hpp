@@ -10,6 +10,7 @@
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
+#include "dtrain/model/pipeline_plan.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/ps/sharding.hpp"
@@ -28,6 +29,8 @@ struct Job {
   std::string signature;                 ///< the model's layout (checkpoint compatibility)
   std::string model_report;              ///< layer table and shard table, printed by the chief
   std::vector<ShardRange> shards;        ///< ps modes: the ps ranges
+  /// --pipeline-stages P > 1: the model's cut into stages (stages == 1 otherwise)
+  PipelinePlan pipeline;
   std::vector<FloatRange> ps_no_decay;   ///< a ps: its shard's ranges without weight decay
   std::unique_ptr<Backend> backend;      ///< a worker's compute backend
   std::string device_name;               ///< "cpu", "cuda:0"

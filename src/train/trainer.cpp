@@ -21,6 +21,7 @@
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/pipeline_plan.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "dtrain/pipeline/group.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/pretrained.hpp"
@@ -100,6 +101,16 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 
 namespace {
 
+/// --pipeline-stages P > 1: the exchange it composes with and the rank count; returns the
+/// data-parallel replicas D = workers / P. Throws InputError naming the option.
+int check_pipeline_ranks(const Config& c, int workers) {
+  DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
+             "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
+                 ": pipeline stages exchange their gradients by allreduce among each stage's "
+                 "replicas; run with --mode sync --num-ps 0 (the ps modes are not pipelined)");
+  return pipeline_place(0, workers, c.pipeline_stages).replicas;
+}
+
 /// Phase 1 — the checks every rank makes identically (options, datasets, model, roles,
 /// shards): one error, on every rank, before anything is touched.
 Job check_job(const Config& c) {
@@ -118,7 +129,10 @@ Job check_job(const Config& c) {
                    " is more than the " + std::to_string(cl.num_workers()) + " workers");
     // The device, as a real run picks it (no backend made): --dry-run checks and shows it too.
     job.device_name = device_name_of(planned_gpu(c, cl));
-    job.plan = make_plan(c, cl.num_workers());
+    // A pipeline's D replicas of P stages share out the data as D workers would.
+    const int replicas =
+        c.pipeline_stages > 1 ? check_pipeline_ranks(c, cl.num_workers()) : cl.num_workers();
+    job.plan = make_plan(c, replicas);
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                        act_dtype_of(precision_of(c)));
     job.param_count = layout.param_count();
@@ -127,9 +141,9 @@ Job check_job(const Config& c) {
     job.model_report = layout.summary();
     if (c.pipeline_stages > 1 || c.micro_batches > 1) {
       const std::vector<LayerInfo> layers = layout.layers();
-      const PipelinePlan pipe = plan_pipeline(layers, c.pipeline_stages, c.micro_batches,
-                                              parse_schedule(c.schedule));
-      job.model_report += describe_pipeline(pipe, layers, job.plan.batch,
+      job.pipeline = plan_pipeline(layers, c.pipeline_stages, c.micro_batches,
+                                   parse_schedule(c.schedule));
+      job.model_report += describe_pipeline(job.pipeline, layers, job.plan.batch,
                                             dtype_size(act_dtype_of(precision_of(c))));
     }
     if (job.num_ps > 0) {
@@ -271,7 +285,18 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
              "), the implicit momentum of asynchronous workers");
   if (chief && job.plan.synthetic && (c.random_crop > 0 || c.random_flip))
     log_warn("--random-crop / --random-flip have no effect on --synthetic data");
-  Worker worker(effective, *job.cluster, job.plan, *job.backend, std::move(job.resume));
+  // A pipeline stage trains its layers among its replicas (pipeline/group.hpp), from its slice
+  // of the resume point.
+  std::optional<Model> layout;
+  std::unique_ptr<PipelineGroup> pipe;
+  if (job.pipeline.stages > 1) {
+    layout.emplace(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
+                   act_dtype_of(precision_of(c)));
+    pipe = std::make_unique<PipelineGroup>(*job.cluster, *layout, job.pipeline);
+    if (job.resume) job.resume = pipe->slice(*job.resume);
+  }
+  Worker worker(effective, pipe ? pipe->stage_cluster() : *job.cluster, job.plan, *job.backend,
+                std::move(job.resume), pipe.get());
   const WorkerOutcome out = worker.run();
   const RunStats st = gather_run_stats(job, nullptr, &out);
   if (chief) write_results(c, job, out, st);

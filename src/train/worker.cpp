@@ -39,18 +39,33 @@ std::string format_duration(double seconds) {
 }
 }  // namespace
 
+namespace {
+/// The stage's activation slots for its schedule (1 without a pipeline).
+int slots_of(const Config& c, const PipelineGroup* pipe) {
+  if (pipe == nullptr) return 1;
+  return stage_slots(parse_schedule(c.schedule), pipe->place().stage, pipe->place().stages,
+                     c.micro_batches);
+}
+}  // namespace
+
 Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
-               std::optional<CheckpointState> resume)
-    : c_(c), cluster_(cluster), plan_(plan), be_(backend),
-      model_(backend, c.layers, plan.train.sample, plan.train.num_classes, plan.batch),
+               std::optional<CheckpointState> resume, const PipelineGroup* pipe)
+    : c_(c), cluster_(cluster), plan_(plan), be_(backend), pipe_(pipe),
+      reports_(cluster.is_chief() && (pipe == nullptr || pipe->place().last())),
+      model_(backend, c.layers, plan.train.sample, plan.train.num_classes,
+             pipe ? plan.batch / c.micro_batches : plan.batch,
+             pipe ? pipe->layers() : LayerRange{}, slots_of(c, pipe)),
       resume_(std::move(resume)),
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
       y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
+  if (pipe != nullptr)
+    runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), parse_schedule(c.schedule),
+                                               c.micro_batches);
   exchange_ = make_exchange(c, cluster, plan, model_);
   checkpointer_.emplace(c, cluster, plan, backend, model_, *exchange_,
-                        [this] { return prior_wall_ + now_seconds() - t_start_; });
+                        [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
   if (plan.synthetic) make_synthetic_batch();
-  if (cluster_.is_chief())
+  if (reports_)
     metrics_ = std::make_unique<MetricsWriter>(
         c.run_dir, SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
 }
@@ -91,13 +106,13 @@ WorkerOutcome Worker::run() {
   const int first_epoch = from.epoch;
   const std::int64_t first_step = from.step_in_epoch;
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
-  if (cluster_.is_chief() && be_.act_dtype() == DType::bf16)
+  if (reports_ && be_.act_dtype() == DType::bf16)
     log_info("# worker 0 backend: " + be_.name());
 
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = global_step_;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
-  if (resumed && cluster_.is_chief() && c_.target_accuracy > 0) {
+  if (resumed && reports_ && c_.target_accuracy > 0) {
     // Reached before the interruption? metrics.csv holds every evaluation up to the checkpoint.
     if (const auto row = first_test_reaching(c_.run_dir, c_.target_accuracy, global_step_)) {
       out_.time_to_accuracy = row->wall_seconds;
@@ -152,7 +167,7 @@ WorkerOutcome Worker::run() {
   double bad = static_cast<double>(out_.bad_images);  // every worker reaches this point
   worker_sum(cluster_.role_comm(), &bad, 1);
   out_.bad_images = static_cast<std::int64_t>(bad);
-  if (out_.bad_images > 0 && cluster_.is_chief())
+  if (out_.bad_images > 0 && reports_)
     log_warn("# bad images skipped: " + std::to_string(out_.bad_images) +
              " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
@@ -243,8 +258,11 @@ bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
   const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
   const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
   if (on_device) be_.mark(mark);
-  model_.train_step_micro(x_.data(), y_.data(), n, c_.micro_batches, scale, key, stats_.data(),
-                          on_final);
+  if (runner_)
+    runner_->train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
+  else
+    model_.train_step_micro(x_.data(), y_.data(), n, c_.micro_batches, scale, key, stats_.data(),
+                            on_final);
   if (nan_fault && !on_final) inject_nan_gradient();
   inject_faults(now_seconds() - t1);
   if (on_device) {
@@ -330,7 +348,7 @@ void Worker::log_interval(int epoch) {
   const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
   out_.train_loss = loss;
   out_.train_accuracy = acc;
-  if (cluster_.is_chief()) {
+  if (reports_) {
     const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
     const double wall = prior_wall_ + now - t_start_;
     const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
@@ -394,7 +412,7 @@ void Worker::summarize_step_times() {
   DT_CHECK_MPI(MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0,
                            cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
-  if (!cluster_.is_chief()) return;
+  if (!reports_) return;
   std::string line = "# step time ms p50/p90/max per worker:";
   std::string anatomy = "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
   for (int w = 0; w < plan_.workers; ++w) {
@@ -464,6 +482,13 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
   log_info(line);
 }
 
+void Worker::evaluate_batch(int n) {
+  if (runner_)
+    runner_->evaluate(x_.data(), y_.data(), n, stats_.data());
+  else
+    model_.evaluate(x_.data(), y_.data(), n, stats_.data());
+}
+
 void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   exchange_->settle(model_);
   if (!plan_.has_test) return;
@@ -476,7 +501,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   double count = 0;
   if (plan_.synthetic) {  // the test set is this worker's synthetic batch
     const auto n = static_cast<int>(shard_size(plan_.test.num_samples, w_, plan_.workers));
-    model_.evaluate(x_.data(), y_.data(), n, stats_.data());
+    evaluate_batch(n);
     count = n;
   } else {
     auto indices = alone ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
@@ -485,7 +510,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     while (reader.next(batch)) {
       be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
       be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
-      model_.evaluate(x_.data(), y_.data(), batch.n, stats_.data());
+      evaluate_batch(batch.n);
       count += batch.n;
     }
     out_.bad_images += reader.bad_images();
@@ -496,7 +521,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   if (!alone) worker_sum(cluster_.role_comm(), v, 3);
   out_.test_loss = v[0] / v[2];
   out_.test_accuracy = v[1] / v[2];
-  if (cluster_.is_chief()) {
+  if (reports_) {
     const double wall = prior_wall_ + now_seconds() - t_start_;
     char line[200];
     std::snprintf(line, sizeof line,

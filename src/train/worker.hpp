@@ -13,6 +13,8 @@
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
+#include "dtrain/pipeline/group.hpp"
+#include "dtrain/pipeline/runner.hpp"
 #include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/exchange.hpp"
 #include "dtrain/train/report.hpp"
@@ -50,8 +52,10 @@ struct WorkerOutcome {
 
 class Worker {
  public:
+  /// `pipe`: a pipelined run's group (else nullptr); `cluster` is then the stage's replicas
+  /// (PipelineGroup::stage_cluster()), the model this worker's stage, and `resume` its slice.
   Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
-         std::optional<CheckpointState> resume);
+         std::optional<CheckpointState> resume, const PipelineGroup* pipe = nullptr);
   ~Worker();
   WorkerOutcome run();
 
@@ -101,6 +105,8 @@ class Worker {
   /// DTRAIN_FAULT nan: writes a NaN into the last parameter tensor's gradient.
   void inject_nan_gradient();
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
+  /// Inference forward of the n samples in x_, y_, stats into stats_ (through the pipeline).
+  void evaluate_batch(int n);
   /// --profile-steps: turns the backend's profiler range on when global_step enters the window
   /// and off when it leaves (or the run ends: profile(-1)).
   void profile(std::int64_t global_step);
@@ -111,7 +117,12 @@ class Worker {
   const Cluster& cluster_;
   const TrainPlan& plan_;
   Backend& be_;
+  const PipelineGroup* pipe_;
+  /// The worker that logs, writes metrics.csv and reports: the chief (in a pipeline, worker 0
+  /// runs the last stage and is its replicas' chief too).
+  const bool reports_;
   Model model_;
+  std::unique_ptr<PipelineRunner> runner_;  ///< pipelined runs
   std::unique_ptr<GradientExchange> exchange_;
   std::optional<Checkpointer> checkpointer_;  ///< made right after exchange_, which it refers to
   std::optional<CheckpointState> resume_;

@@ -37,6 +37,7 @@
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
+#include "dtrain/pipeline/group.hpp"
 #include "dtrain/train/exchange.hpp"
 #include "dtrain/train/plan.hpp"
 
@@ -75,8 +76,12 @@ void share_resume_point(const Cluster& cluster, std::size_t param_count,
 class Checkpointer {
  public:
   /// wall_seconds: the run's training wall time so far, read when a checkpoint is written.
+  /// `pipe` (pipelined runs; else nullptr): `cluster` is then the stage's replicas and `model`
+  /// the stage, and the chief assembles the stages' parts into the whole model's checkpoint
+  /// (PipelineGroup::assemble).
   Checkpointer(const Config& c, const Cluster& cluster, const TrainPlan& plan, Backend& backend,
-               Model& model, GradientExchange& exchange, std::function<double()> wall_seconds);
+               Model& model, GradientExchange& exchange, std::function<double()> wall_seconds,
+               const PipelineGroup* pipe = nullptr);
 
   /// Sets the worker's starting state and starts the exchange (GradientExchange::start). With a
   /// resume point (share_resume_point()): this worker's batchnorm row when the checkpoint has one
@@ -118,6 +123,7 @@ class Checkpointer {
   Model& model_;
   GradientExchange& exchange_;
   std::function<double()> wall_seconds_;
+  const PipelineGroup* pipe_;
   const bool lockstep_;
   std::int64_t last_step_ = -1;  ///< global step of the last checkpoint (written or gathered)
   std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
