@@ -111,6 +111,11 @@ void Cluster::set_devices(const std::string& my_device) {
   for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].device = std::string(&all[r * kLen]);
 }
 
+void Cluster::label_workers(const std::function<std::string(int)>& part_of) {
+  for (auto& r : ranks_)
+    if (r.role == Role::worker) r.part = part_of(r.index);
+}
+
 std::string Cluster::role_table() const {
   std::ostringstream os;
   os << "# " << world_size() << " ranks on " << num_nodes_ << " node(s): " << num_ps_
@@ -118,8 +123,9 @@ std::string Cluster::role_table() const {
   os << "# rank  node  host                  role    index  device\n";
   for (const auto& r : ranks_) {
     char line[160];
-    std::snprintf(line, sizeof line, "# %4d  %4d  %-20s  %-6s  %5d  %s%s\n", r.rank, r.node,
+    std::snprintf(line, sizeof line, "# %4d  %4d  %-20s  %-6s  %5d  %s%s%s\n", r.rank, r.node,
                   r.host.c_str(), r.role == Role::ps ? "ps" : "worker", r.index, r.device.c_str(),
+                  r.part.empty() ? "" : ("  " + r.part).c_str(),
                   (r.role == Role::worker && r.index == 0) ? "  (chief)" : "");
     os << line;
   }

@@ -65,6 +65,27 @@ std::vector<std::size_t> balanced_cuts(const std::vector<LayerInfo>& layers, int
   return first;
 }
 
+/// What crosses into stage `st`: every tensor made before its first layer and read there or
+/// later (a residual shortcut passes through a stage that does not read it), as
+/// Model::received_tensors(). Only the first stage may read the network input (InputError).
+void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, bool first_stage) {
+  std::vector<bool> crosses(layers.size() + 1, false);
+  for (std::size_t i = st.first; i < layers.size(); ++i)
+    for (int t : layers[i].inputs) {
+      DT_REQUIRE(t != 0 || first_stage || i < st.first,
+                 layer_text(layers, i) + " reads the network input but runs after the first "
+                 "pipeline stage; only the first stage reads data (move the cut after it)");
+      if (t > 0 && static_cast<std::size_t>(t - 1) < st.first)
+        crosses[static_cast<std::size_t>(t)] = true;
+    }
+  if (first_stage) st.receives.push_back(0);  // the data
+  for (std::size_t t = 1; t < crosses.size(); ++t) {
+    if (!crosses[t]) continue;
+    st.receives.push_back(static_cast<int>(t));
+    st.receive_elements += layers[t - 1].output.count();
+  }
+}
+
 }  // namespace
 
 const char* to_string(PipelineSchedule s) {
@@ -106,16 +127,8 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
       st.params += layers[i].params;
       st.flops += 3.0 * layers[i].forward_flops;
       st.stash_elements += layers[i].output.count();
-      for (int t : layers[i].inputs) {
-        const bool earlier = t == 0 || static_cast<std::size_t>(t - 1) < st.first;
-        if (!earlier || std::find(st.receives.begin(), st.receives.end(), t) != st.receives.end())
-          continue;
-        st.receives.push_back(t);
-        // The network input's size is the first layer's input: not in LayerInfo; count it as the
-        // first stage's read of the data (0 elements received from a stage).
-        if (t > 0) st.receive_elements += layers[static_cast<std::size_t>(t - 1)].output.count();
-      }
     }
+    receive_across(layers, st, s == 0);
     st.stash_elements += st.receive_elements;
     plan.stage.push_back(st);
   }

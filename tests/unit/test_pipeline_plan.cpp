@@ -76,10 +76,20 @@ TEST(PipelinePlan, ACutThroughAResidualBlockCarriesBothPaths) {
   const PipelinePlan p = plan_pipeline(layers, 2, 2, PipelineSchedule::one_f_one_b);
   EXPECT_TRUE(p.from_job);
   EXPECT_EQ(firsts(p), (std::vector<std::size_t>{0, 3}));
-  EXPECT_EQ(p.stage[1].receives, (std::vector<int>{3, 2}));
+  EXPECT_EQ(p.stage[1].receives, (std::vector<int>{2, 3}));  // in tensor order
   EXPECT_EQ(p.stage[1].receive_elements, 2 * Shape({1, 2, 3, 4}).count());
   EXPECT_EQ(p.stage[0].receives, (std::vector<int>{0}));  // the data
-  EXPECT_NE(describe_pipeline(p, layers, 8, 4).find("#3,r"), std::string::npos);
+  EXPECT_NE(describe_pipeline(p, layers, 8, 4).find("r,#3"), std::string::npos);
+  // Three stages, cut before the second conv too: r passes through the middle stage, which
+  // receives and sends it without reading it (Model::received_tensors() agrees).
+  layers[2].stage = 1;
+  layers[3].stage = 2;
+  const PipelinePlan q = plan_pipeline(layers, 3, 2, PipelineSchedule::one_f_one_b);
+  EXPECT_EQ(q.stage[1].receives, (std::vector<int>{2}));
+  EXPECT_EQ(q.stage[2].receives, (std::vector<int>{2, 3}));
+  // Only the first stage reads the data.
+  layers[3].inputs = {3, 0};
+  EXPECT_THROW(plan_pipeline(layers, 3, 2, PipelineSchedule::one_f_one_b), InputError);
 }
 
 TEST(PipelinePlan, BadCutsNameWhatIsWrong) {

@@ -11,6 +11,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct RankInfo {
   Role role = Role::worker;
   int index = 0;       ///< ps index or worker index
   std::string device = "cpu";  ///< filled in by the trainer (e.g. "cuda:1")
+  std::string part;  ///< a worker's pipeline stage and replica ("stage 1/2, replica 0"), or ""
 };
 
 /// Pure placement: node_of_rank[r] is the node of world rank r. Returns one RankInfo per rank
@@ -72,7 +74,10 @@ class Cluster {
   /// to its first 31 characters. Throws TimeoutError when the allgather does not complete within
   /// comm_timeout() seconds, LibraryError when an MPI call fails.
   void set_devices(const std::string& my_device);
-  /// The role table: one line per rank (rank, node, host, role, index, device).
+  /// Labels every worker with what `part_of(worker index)` returns (RankInfo::part), shown by
+  /// role_table() in a last column. Local: every rank labels identically.
+  void label_workers(const std::function<std::string(int)>& part_of);
+  /// The role table: one line per rank (rank, node, host, role, index, device, part).
   [[nodiscard]] std::string role_table() const;
 
  private:
