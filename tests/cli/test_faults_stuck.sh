@@ -14,6 +14,8 @@
 #      job aborts.
 #   4. sync through the ps: the same hook: the others wait for the update (held replies) or the ps
 #      for the missing push, and the watchdog aborts the job.
+#   6. a pipeline (--pipeline-stages 2): DTRAIN_FAULT=hang@20:1 stops stage 0 (world rank 1);
+#      stage 1 waits for its activations and the watchdog names the stage and its rank.
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
@@ -72,4 +74,7 @@ stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
+# 6. a pipeline stage stuck: its neighbour names it.
+stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|from stage 0 (world rank 1)" \
+  --mode sync --num-ps 0 --pipeline-stages 2 --micro-batches 4
 echo "PASS"

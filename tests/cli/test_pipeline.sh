@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tests/cli/test_pipeline.sh — pipeline model parallelism end to end (--pipeline-stages,
+# --micro-batches, --schedule; pipeline/, docs/pipeline.md):
+#   1. equivalence: the tiny CNN cut into P = 2 and 4 stages, M = 4, GPipe and 1F1B, with D = 1
+#      and D = 2 replicas, writes checkpoints bit-identical (parameters, momentum, batch-norm rows)
+#      to the same job on D ranks with P = 1 accumulating the same 4 micro-batches; ResNet-20 with
+#      P = 2 likewise.
+#   2. checkpoints keep the whole model's format: a run stopped at step 17 with P = 2 resumes with
+#      P = 1 (and one with P = 1 resumes with P = 2) and ends bit-identical to a straight run;
+#      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
+#   3. the role table shows each worker's stage; --timeline has the stages' waits.
+#   4. bad shapes, each one clear error on every rank: stages not dividing the workers, more
+#      stages than layers, M not dividing the batch, a stage= cut leaving an empty stage, a ps mode.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+make_data train 96 --seed 21 --template-seed 9
+make_data test 40 --seed 23 --template-seed 9
+write_job "$SCRATCH/job.ini"
+DATA=(--train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5" --threads 1 --mode sync
+      --num-ps 0)
+COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4)
+
+echo "== 1. P stages x D replicas equal P = 1 accumulating the same micro-batches"
+run 1 "$SCRATCH/ref1" --epochs 2
+run 2 "$SCRATCH/ref2" --epochs 2
+for sched in gpipe 1f1b; do
+  run 2 "$SCRATCH/p2-$sched" --epochs 2 --pipeline-stages 2 --schedule "$sched"
+  compare "$SCRATCH/ref1" "$SCRATCH/p2-$sched" 12
+  run 4 "$SCRATCH/p4-$sched" --epochs 2 --pipeline-stages 4 --schedule "$sched"
+  compare "$SCRATCH/ref1" "$SCRATCH/p4-$sched" 12
+  run 4 "$SCRATCH/p2d2-$sched" --epochs 2 --pipeline-stages 2 --schedule "$sched"
+  compare "$SCRATCH/ref2" "$SCRATCH/p2d2-$sched" 6
+done
+COMMON=(--config "$SRC/jobs/resnet20_cifar.ini" "${DATA[@]}" --micro-batches 4 --batch-size 16
+        --max-steps 4 --epochs 1)
+run 1 "$SCRATCH/res1"
+run 2 "$SCRATCH/res2" --pipeline-stages 2
+compare "$SCRATCH/res1" "$SCRATCH/res2" 4
+COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4)
+
+echo "== 2. checkpoints across stage counts; predict"
+for pair in "2 1" "1 2"; do
+  read -r first then <<<"$pair"
+  straight=$SCRATCH/straight-$then resumed=$SCRATCH/from$first-to$then
+  [[ -d $straight ]] || run "$then" "$straight" --epochs 2 --max-steps 10 --pipeline-stages "$then"
+  run "$first" "$resumed" --epochs 2 --max-steps 5 --pipeline-stages "$first"
+  run "$then" "$resumed" --epochs 2 --max-steps 10 --pipeline-stages "$then" --resume
+  grep -q "resuming from global_step 5" "$resumed.log" || fail "$resumed did not resume at 5"
+  compare "$straight" "$resumed" 10
+done
+for d in ref1 p2-1f1b; do
+  timeout 120 "$DTRAIN" predict --config "$SCRATCH/job.ini" --checkpoint "$SCRATCH/$d/ckpt-0000000012.h5" \
+    --data "$SCRATCH/test.h5" --threads 1 --out "$SCRATCH/$d.pred.h5" >"$SCRATCH/$d.pred.log" 2>&1 ||
+    { cat "$SCRATCH/$d.pred.log"; fail "predict of the $d checkpoint"; }
+done
+"$PY" - "$SCRATCH/ref1.pred.h5" "$SCRATCH/p2-1f1b.pred.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:])
+keys = [k for k in a.keys() if isinstance(a[k], h5py.Dataset)]
+assert keys, "predict wrote no datasets"
+for k in keys:
+    assert np.array_equal(a[k][()], b[k][()]), k
+print(f"   predict: {', '.join(keys)} identical for the pipelined checkpoint")
+PY
+
+echo "== 3. role table, timeline"
+grep -q "stage 1/2, replica 0  (chief)" "$SCRATCH/p2-1f1b.log" || fail "no stage column in the role table"
+grep -q "stage 0/2, replica 1" "$SCRATCH/p2d2-1f1b.log" || fail "no replica in the role table"
+run 2 "$SCRATCH/tl" --epochs 1 --max-steps 3 --pipeline-stages 2 --timeline
+"$PY" - "$SCRATCH/tl/timeline.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+waits = {e["pid"] for e in ev if e.get("name") == "pipeline-wait"}
+fwd = {e["pid"] for e in ev if e.get("name") == "forward"}
+assert fwd == {0, 1}, fwd
+assert waits, "no pipeline-wait spans"
+print(f"   timeline: forward on ranks {sorted(fwd)}, pipeline waits on ranks {sorted(waits)}")
+PY
+
+echo "== 4. bad shapes"
+expect_error 3 "--pipeline-stages 2|3 workers|multiple of the stages" "${COMMON[@]}" \
+  --run-dir "$SCRATCH/bad1" --pipeline-stages 2
+sed '/^layer = /d; /^\[model\]$/a layer = dense' "$SCRATCH/job.ini" >"$SCRATCH/one.ini"
+expect_error 2 "--pipeline-stages 2|only 1 layers" --config "$SCRATCH/one.ini" "${DATA[@]}" \
+  --run-dir "$SCRATCH/bad2" --pipeline-stages 2
+expect_error 2 "--micro-batches|does not divide" --config "$SCRATCH/job.ini" "${DATA[@]}" \
+  --run-dir "$SCRATCH/bad3" --pipeline-stages 2 --micro-batches 3
+sed 's/^layer = dense units=24$/layer = dense units=24 stage=2/' "$SCRATCH/job.ini" >"$SCRATCH/gap.ini"
+grep -q "stage=2" "$SCRATCH/gap.ini" || fail "the stage= edit did not apply"
+expect_error 2 "stage=2|stage 1 would be empty" --config "$SCRATCH/gap.ini" "${DATA[@]}" \
+  --run-dir "$SCRATCH/bad4" --pipeline-stages 2
+expect_error 2 "--pipeline-stages 2|--num-ps 0" --config "$SCRATCH/job.ini" --threads 1 \
+  --train-data "$SCRATCH/train.h5" --run-dir "$SCRATCH/bad5" --pipeline-stages 2 --mode async \
+  --num-ps 1
+for d in bad1 bad2 bad3 bad4 bad5; do
+  [[ ! -e $SCRATCH/$d ]] || [[ -z $(ls -A "$SCRATCH/$d") ]] || fail "$d: a refused run wrote files"
+done
+echo "PASS"
