@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# tests/benchmarks/pipeline_bench.sh — pipeline model parallelism measured (docs/pipeline.md):
+#   memory    VGG-16 (jobs/vgg16_imagenet.ini, synthetic 3x224x224, batch 16): peak RSS of the
+#             largest rank (results.json train_peak_rss_mb) at P = 1, 2, 4 (1F1B, M = 4) beside
+#             the plan's activations per stage (--dry-run table), and GPipe against 1F1B at M = 8.
+#   bubble    ResNet-20 (synthetic 1x28x28, batch 64): with --timeline, each stage's share of its
+#             time spent waiting for a neighbour (pipeline-wait spans) against (P-1)/(M+P-1), and
+#             samples/s of the pipeline against pure data parallelism (P = 1) on the same ranks.
+#   accuracy  ResNet-20 on Fashion-MNIST, EPOCHS epochs (default 2), seed 1: P = 1 against P = 2,
+#             M = 4 (needs data/fashion_mnist/*.h5: jobs/run_fashion_mnist.sh).
+# More ranks than cores run oversubscribed (mpiexec --oversubscribe): the table says how many
+# cores there were.
+# Usage: tests/benchmarks/pipeline_bench.sh [memory] [bubble] [accuracy]   (default: all three)
+#   env: BUILD (default build), OUT (default docs/results/pipeline/<today>), EPOCHS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+out=${OUT:-docs/results/pipeline/$(date +%F)}
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(memory bubble accuracy)
+py=/usr/bin/python3
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+echo "# $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# train NP NAME ARGS...: one run into $runs/NAME (log beside it).
+train() {
+  local np=$1 name=$2
+  shift 2
+  mpiexec --oversubscribe -n "$np" "$build/bin/dtrain" train --threads 1 --mode sync --num-ps 0 \
+    --run-dir "$runs/$name" "$@" >"$runs/$name.log" 2>&1 || { tail -20 "$runs/$name.log"; exit 1; }
+}
+get() { "$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+
+memory() {
+  local vgg=(--config jobs/vgg16_imagenet.ini --synthetic 3x224x224:1000 --train-data ""
+             --test-data "" --batch-size 16 --max-steps 2 --epochs 1 --log-every 1)
+  echo "== memory: VGG-16, batch 16, peak RSS of the largest rank after 2 steps"
+  echo "| P | M | schedule | ranks | train peak RSS MiB (largest rank) | plan: activations held per stage MiB |"
+  echo "|---:|---:|---|---:|---:|---|"
+  for cfg in "1 4 1f1b" "2 4 1f1b" "4 4 1f1b" "2 8 gpipe" "2 8 1f1b"; do
+    read -r P M s <<<"$cfg"
+    train "$P" "vgg-$P-$M-$s" "${vgg[@]}" --pipeline-stages "$P" --micro-batches "$M" --schedule "$s"
+    local held
+    held=$(grep -E "^#  +[0-9]+  +[0-9]+-" "$runs/vgg-$P-$M-$s.log" | awk '{print $(NF-4)}' |
+           paste -sd/ -)
+    echo "| $P | $M | $s | $P | $(get "$runs/vgg-$P-$M-$s/results.json" train_peak_rss_mb) | ${held:-whole model} |"
+  done | tee "$out/memory.md"
+}
+
+bubble() {
+  local res=(--config jobs/resnet20_cifar.ini --synthetic 1x28x28:10 --train-data "" --test-data ""
+             --batch-size 64 --max-steps 12 --epochs 1 --log-every 4 --timeline)
+  echo "== bubble: ResNet-20, batch 64 per replica, 12 steps"
+  echo "| ranks | P | D | M | schedule | bubble (P-1)/(M+P-1) | measured wait share per stage | samples/s | samples/s P = 1 on the same ranks |"
+  echo "|---:|---:|---:|---:|---|---:|---|---:|---:|"
+  for ranks in 2 4; do
+    train "$ranks" "dp-$ranks" "${res[@]}"
+    local dp
+    dp=$(get "$runs/dp-$ranks/results.json" samples_per_sec)
+    for cfg in "2 4 1f1b" "2 8 1f1b" "2 8 gpipe" "4 8 1f1b"; do
+      read -r P M s <<<"$cfg"
+      ((ranks % P == 0)) || continue
+      local name="rn-$ranks-$P-$M-$s"
+      train "$ranks" "$name" "${res[@]}" --pipeline-stages "$P" --micro-batches "$M" --schedule "$s"
+      local share
+      share=$("$py" - "$runs/$name/timeline.json" "$P" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+P = int(sys.argv[2])
+busy, wait = {}, {}
+for e in ev:
+    if e.get("ph") != "X": continue
+    if e["name"] in ("forward", "backward"): busy[e["pid"]] = busy.get(e["pid"], 0) + e["dur"]
+    if e["name"] == "pipeline-wait": wait[e["pid"]] = wait.get(e["pid"], 0) + e["dur"]
+# worker w runs stage P-1-(w % P); pid = world rank = worker index (no ps)
+by_stage = {}
+for pid in busy:
+    s = P - 1 - pid % P
+    by_stage.setdefault(s, []).append(wait.get(pid, 0) / (busy[pid] + wait.get(pid, 0)))
+print(" / ".join(f"{sum(v) / len(v):.2f}" for s, v in sorted(by_stage.items())))
+PY
+)
+      printf '| %d | %d | %d | %d | %s | %.3f | %s | %s | %s |\n' "$ranks" "$P" $((ranks / P)) "$M" \
+        "$s" "$("$py" -c "print(($P-1)/($M+$P-1))")" "$share" \
+        "$(get "$runs/$name/results.json" samples_per_sec)" "$dp"
+    done
+  done | tee "$out/bubble.md"
+}
+
+accuracy() {
+  local epochs=${EPOCHS:-2}
+  local acc=(--config jobs/resnet20_cifar.ini --train-data data/fashion_mnist/train.h5
+             --test-data data/fashion_mnist/test.h5 --epochs "$epochs" --seed 1 --log-every 200)
+  echo "== accuracy: ResNet-20 on Fashion-MNIST, $epochs epochs, seed 1"
+  echo "| run | ranks | test accuracy | samples/s |"
+  echo "|---|---:|---:|---:|"
+  train 1 acc-p1 "${acc[@]}"
+  train 2 acc-p2 "${acc[@]}" --pipeline-stages 2 --micro-batches 4
+  for r in "acc-p1 1 P = 1" "acc-p2 2 P = 2, M = 4, 1F1B"; do
+    read -r name ranks label <<<"$r"
+    echo "| $label | $ranks | $(get "$runs/$name/results.json" test_accuracy) | $(get "$runs/$name/results.json" samples_per_sec) |"
+  done | tee "$out/accuracy.md"
+}
+
+for p in "${parts[@]}"; do "$p"; done
