@@ -23,7 +23,7 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
-echo "# $(nproc) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "# $(nproc --all) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # train NP NAME ARGS...: one run into $runs/NAME (log beside it).
 train() {
