@@ -52,8 +52,9 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
                std::optional<CheckpointState> resume, const PipelineGroup* pipe)
     : c_(c), cluster_(cluster), plan_(plan), be_(backend), pipe_(pipe),
       reports_(cluster.is_chief() && (pipe == nullptr || pipe->place().last())),
+      // Micro-batches (a pipeline, or accumulation) need activations for one micro-batch only.
       model_(backend, c.layers, plan.train.sample, plan.train.num_classes,
-             pipe ? plan.batch / c.micro_batches : plan.batch,
+             plan.batch / std::max(c.micro_batches, 1),
              pipe ? pipe->layers() : LayerRange{}, slots_of(c, pipe)),
       resume_(std::move(resume)),
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
@@ -483,10 +484,13 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
 }
 
 void Worker::evaluate_batch(int n) {
-  if (runner_)
-    runner_->evaluate(x_.data(), y_.data(), n, stats_.data());
-  else
-    model_.evaluate(x_.data(), y_.data(), n, stats_.data());
+  if (runner_) return runner_->evaluate(x_.data(), y_.data(), n, stats_.data());
+  const std::size_t per = plan_.train.sample.sample_count();
+  for (int a = 0; a < n; a += model_.max_batch()) {  // in micro-batches (--micro-batches)
+    const int rows = std::min(model_.max_batch(), n - a);
+    model_.evaluate(x_.data() + static_cast<std::size_t>(a) * per, y_.data() + a, rows,
+                    stats_.data());
+  }
 }
 
 void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
