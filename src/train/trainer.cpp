@@ -133,12 +133,16 @@ Job check_job(const Config& c) {
     const int replicas =
         c.pipeline_stages > 1 ? check_pipeline_ranks(c, cl.num_workers()) : cl.num_workers();
     job.plan = make_plan(c, replicas);
-    if (c.pipeline_stages > 1)
+    if (c.pipeline_stages > 1) {
       job.cluster->label_workers([&](int w) {
         const PipelinePlace p = pipeline_place(w, cl.num_workers(), c.pipeline_stages);
         return "stage " + std::to_string(p.stage) + "/" + std::to_string(p.stages) +
                ", replica " + std::to_string(p.replica);
       });
+      if (cl.is_worker())  // errors name the stage too
+        set_error_context("rank " + std::to_string(world_rank) + " worker " +
+                          std::to_string(cl.me().index) + " " + cl.me().part + " " + cl.me().host);
+    }
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                        act_dtype_of(precision_of(c)));
     job.param_count = layout.param_count();

@@ -8,6 +8,7 @@
 #             samples/s of the pipeline against pure data parallelism (P = 1) on the same ranks.
 #   accuracy  ResNet-20 on Fashion-MNIST, EPOCHS epochs (default 2), seed 1: P = 1 against P = 2,
 #             M = 4 (needs data/fashion_mnist/*.h5: jobs/run_fashion_mnist.sh).
+# Needs GNU time (/usr/bin/time, Debian package time) for the per-stage peak RSS.
 # More ranks than cores run oversubscribed (mpiexec --oversubscribe): the table says how many
 # cores there were.
 # Usage: tests/benchmarks/pipeline_bench.sh [memory] [bubble] [accuracy]   (default: all three)
@@ -25,12 +26,27 @@ runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 echo "# $(nproc --all) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
-# train NP NAME ARGS...: one run into $runs/NAME (log beside it).
+# train NP NAME ARGS...: one run into $runs/NAME (log beside it); each rank's peak RSS (GNU time)
+# in the log as "rank R peak-rss-kib K".
 train() {
   local np=$1 name=$2
   shift 2
-  mpiexec --oversubscribe -n "$np" "$build/bin/dtrain" train --threads 1 --mode sync --num-ps 0 \
-    --run-dir "$runs/$name" "$@" >"$runs/$name.log" 2>&1 || { tail -20 "$runs/$name.log"; exit 1; }
+  mpiexec --oversubscribe -n "$np" bash -c \
+    'exec /usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK peak-rss-kib %M" "$0" "$@"' \
+    "$build/bin/dtrain" train --threads 1 --mode sync --num-ps 0 --run-dir "$runs/$name" "$@" \
+    >"$runs/$name.log" 2>&1 || { tail -20 "$runs/$name.log"; exit 1; }
+}
+# stage_rss LOG P: each stage's peak RSS in MiB, "s0/s1/..." (worker w runs stage P-1-w%P).
+stage_rss() {
+  "$py" - "$1" "$2" <<'PY'
+import re, sys
+P = int(sys.argv[2])
+rss = {}
+for m in re.finditer(r"rank (\d+) peak-rss-kib (\d+)", open(sys.argv[1]).read()):
+    s = P - 1 - int(m.group(1)) % P
+    rss[s] = max(rss.get(s, 0), int(m.group(2)) / 1024)
+print("/".join(f"{rss[s]:.0f}" for s in sorted(rss)))
+PY
 }
 get() { "$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
@@ -38,15 +54,16 @@ memory() {
   local vgg=(--config jobs/vgg16_imagenet.ini --synthetic 3x224x224:1000 --train-data ""
              --test-data "" --batch-size 16 --max-steps 2 --epochs 1 --log-every 1)
   echo "== memory: VGG-16, batch 16, peak RSS of the largest rank after 2 steps"
-  echo "| P | M | schedule | ranks | train peak RSS MiB (largest rank) | plan: activations held per stage MiB |"
-  echo "|---:|---:|---|---:|---:|---|"
+  echo "| P | M | schedule | ranks | peak RSS MiB per stage (whole run) | train peak RSS MiB (largest rank) | plan: activations held per stage MiB |"
+  echo "|---:|---:|---|---:|---|---:|---|"
   for cfg in "1 4 1f1b" "2 4 1f1b" "4 4 1f1b" "2 8 gpipe" "2 8 1f1b"; do
     read -r P M s <<<"$cfg"
     train "$P" "vgg-$P-$M-$s" "${vgg[@]}" --pipeline-stages "$P" --micro-batches "$M" --schedule "$s"
     local held
     held=$(grep -E "^#  +[0-9]+  +[0-9]+-" "$runs/vgg-$P-$M-$s.log" | awk '{print $(NF-4)}' |
            paste -sd/ -)
-    echo "| $P | $M | $s | $P | $(get "$runs/vgg-$P-$M-$s/results.json" train_peak_rss_mb) | ${held:-whole model} |"
+    echo "| $P | $M | $s | $P | $(stage_rss "$runs/vgg-$P-$M-$s.log" "$P") |" \
+      "$(get "$runs/vgg-$P-$M-$s/results.json" train_peak_rss_mb) | ${held:-whole model} |"
   done | tee "$out/memory.md"
 }
 

@@ -366,11 +366,11 @@ TEST_F(ConfigTest, LayoutAutoIsNhwcExceptFmaMathOnGpus) {
   }
 }
 
-TEST_F(ConfigTest, PipelineOptionsAreCheckedAndPlanOnly) {
+TEST_F(ConfigTest, PipelineOptionsAreChecked) {
   EXPECT_MENTIONS(error_of(base({"--micro-batches", "3", "--batch-size", "32", "--dry-run",
                                  "true"})),
                   "does not divide --batch-size 32");
-  EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "2"})), "not built yet");
+  EXPECT_EQ(parse(base({"--pipeline-stages", "2"})).config.pipeline_stages, 2);  // ranks: trainer
   EXPECT_EQ(parse(base({"--micro-batches", "4", "--batch-size", "32"})).config.micro_batches, 4);
   EXPECT_MENTIONS(error_of(base({"--schedule", "zb", "--dry-run", "true"})), "schedule");
   EXPECT_MENTIONS(error_of(base({"--pipeline-stages", "0", "--dry-run", "true"})),
