@@ -61,11 +61,16 @@ def _hw(v):
 
 class Graph(nn.Module):
     """dtrain's layer graph (layers/layer.hpp): nodes run in line order; `name=` names an output,
-    `input=a,b` takes earlier outputs ('data' is the image); add sums, concat joins channels."""
+    `input=a,b` takes earlier outputs ('data' is the image); add sums, concat joins channels.
+    A layer with parameters or buffers sits at dtrain's tensor name for it (model.hpp
+    TensorInfo::key): its `name=` ("layer1.0.conv1", nested as torchvision nests it), else
+    "<line index>.<type>" ("0.conv"), so that state_dict() has the keys of `dtrain export` and
+    `--init-from` and loads either way with strict=True. Layers without state are held in `ops`
+    (no state_dict keys) so that train() / eval() reach them."""
 
     def __init__(self, layers, c, h, w, classes):
         super().__init__()
-        self.mods, self.inputs = nn.ModuleList(), []
+        self.mods, self.inputs, self.ops = [], [], nn.ModuleList()
         names, shapes = {"data": 0}, [(c, h, w)]
         for i, line in enumerate(layers):
             parts = line.split()
@@ -101,7 +106,7 @@ class Graph(nn.Module):
                 m, out = nn.Flatten(), (c0 * h0 * w0, 1, 1)
             elif kind == "dense":
                 units = int(args.get("units", classes))
-                m, out = nn.Sequential(nn.Flatten(), nn.Linear(c0 * h0 * w0, units)), (units, 1, 1)
+                m, out = Dense(c0 * h0 * w0, units), (units, 1, 1)
             elif kind == "zeropad":
                 m, out = ZeroPad(c0, int(args["channels"])), (int(args["channels"]), h0, w0)
             elif kind == "add":
@@ -110,6 +115,10 @@ class Graph(nn.Module):
                 m, out = Concat(), (sum(t[0] for t in shp), h0, w0)
             else:
                 sys.exit(f"pytorch_reference: unknown layer '{line}'")
+            if m.state_dict():  # parameters or buffers
+                _attach(self, name or f"{i}.{kind}", m)
+            else:
+                self.ops.append(m)
             self.mods.append(m)
             self.inputs.append(ins)
             shapes.append(out)
@@ -137,6 +146,25 @@ class Graph(nn.Module):
                 y = m(args[0])
             outs.append(y)
         return outs[-1].flatten(1)
+
+
+def _attach(root, path, module):
+    """Registers `module` under the dotted `path` below `root`, with plain nn.Module containers
+    for the parts before the last ("layer1.0.conv1": root.layer1, its "0", that one's conv1)."""
+    *parents, leaf = path.split(".")
+    node = root
+    for part in parents:
+        if part not in node._modules:
+            node.add_module(part, nn.Module())
+        node = node._modules[part]
+    node.add_module(leaf, module)
+
+
+class Dense(nn.Linear):
+    """dtrain's dense layer: flattens its input (N x C x H x W -> N x CHW), then x W^T + b."""
+
+    def forward(self, x):
+        return super().forward(x.flatten(1))
 
 
 class Add(nn.Module):

@@ -12,14 +12,15 @@
 #   4. bad input, each one error naming the file, exit 2, nothing written: a truncated file, JSON
 #      that does not parse, a header over 100 MB, overlapping offsets, an unknown dtype, missing /
 #      unexpected names and a shape mismatch (all listed in one message), an existing --out.
-#   5. real clients (a Python with torch, torchvision and safetensors: $DTRAIN_TORCH_PYTHON, or
-#      /opt/torchexport created from PyPI on demand; exit 77 = skipped with the reason when neither
-#      can be had): a seeded torchvision ResNet-50 (batchnorm statistics of the 4 test images)
-#      saved with safetensors loads with --init-from and dtrain predict's probabilities give
-#      PyTorch's eval-mode logits (l_i - l_max = log p_i - log p_max, ≤ 1e-4 relative to the
-#      largest; classes whose probability underflows left out, ≥ 90 % compared); then one dtrain
-#      training step from it (synthetic data), exported: torchvision.models.resnet50() loads it
-#      with load_state_dict(strict=True) and its logits equal dtrain predict's the same way.
+#   5. real clients (a Python with torch, torchvision and safetensors: torch_python.sh; exit 77 =
+#      skipped with the reason when none can be had): a seeded torchvision ResNet-50 (batchnorm
+#      statistics of the 4 test images) saved with safetensors loads with --init-from and dtrain
+#      predict's probabilities give PyTorch's eval-mode logits (torch_compare.py: l_i - l_max =
+#      log p_i - log p_max, ≤ 1e-4 relative to the largest; classes whose probability underflows
+#      left out, ≥ 90 % compared); then one dtrain training step from it (synthetic data),
+#      exported: torchvision.models.resnet50() loads it with load_state_dict(strict=True) and its
+#      logits equal dtrain predict's the same way.
+#      The CNN and ResNet-20 jobs: test_export_graphs.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 FIX=$SRC/tests/cli/fixtures
@@ -187,22 +188,8 @@ expect_error 0 "$SCRATCH/test.h5|not a dtrain checkpoint" export --checkpoint "$
 [[ ! -e $SCRATCH/x.safetensors ]] || fail "export of a non-checkpoint wrote its output"
 
 echo "== 5. PyTorch: torchvision loads dtrain's ResNet-50, dtrain loads torchvision's"
-TORCH_PY=${DTRAIN_TORCH_PYTHON:-/opt/torchexport/bin/python}
-if ! "$TORCH_PY" -c "import torch, torchvision, safetensors, h5py" 2>/dev/null; then
-  TORCH_PY=/opt/torchexport/bin/python
-  echo "# installing torch, torchvision, safetensors from PyPI into /opt/torchexport (test-only)"
-  if ! { /usr/bin/python3 -m venv /opt/torchexport &&
-         timeout 360 /opt/torchexport/bin/pip install -q --timeout 60 torch torchvision safetensors \
-           numpy h5py; } \
-      >"$SCRATCH/torch_install.log" 2>&1 ||
-     ! "$TORCH_PY" -c "import torch, torchvision, safetensors, h5py" 2>/dev/null; then
-    tail -5 "$SCRATCH/torch_install.log"
-    echo "SKIPPED (cases 1-4 passed): no Python with torch, torchvision and safetensors, and pip" \
-         "could not install them from PyPI within 6 minutes (offline? slow?); set" \
-         "DTRAIN_TORCH_PYTHON to one"
-    exit 77
-  fi
-fi
+TORCH_SKIP_NOTE="cases 1-4 passed"
+source "$(dirname "$0")/torch_python.sh"
 R50=$SRC/jobs/resnet50_imagenet.ini
 THREADS=2
 # Torchvision's ResNet-50, seeded, with batchnorm statistics of the 4 test images (train mode,
@@ -232,20 +219,9 @@ echo "-- torchvision state_dict -> dtrain predict --init-from"
 predict "$SCRATCH/torch_pred.h5" --config "$R50" --init-from "$SCRATCH/torch_r50.safetensors" \
   --data "$SCRATCH/images.h5"
 "$TORCH_PY" - "$SCRATCH" <<'PY'
-import sys, h5py, numpy as np
-def compare(logits, probs):
-    """dtrain predict writes softmax(logits): log p_i - log p_max = l_i - l_max exactly, for every
-    class whose probability did not underflow (p > 1e-30). Returns the largest difference over the
-    largest |l_i - l_max| (relative), and how many logits it compared."""
-    p = probs.astype(np.float64)
-    top = p.argmax(1)
-    rows = np.arange(len(p))
-    keep = p > 1e-30
-    a = (logits - logits[rows, top][:, None])[keep]
-    b = (np.log(np.where(keep, p, 1)) - np.log(p[rows, top])[:, None])[keep]
-    assert (logits.argmax(1) == top).all(), "another class is the most likely"
-    assert keep.sum() >= 0.9 * keep.size, f"only {keep.sum()} of {keep.size} probabilities > 1e-30"
-    return np.abs(a - b).max() / max(np.abs(a).max(), 1.0), int(keep.sum())
+import os, sys, h5py, numpy as np
+sys.path.insert(0, os.environ["SRC"] + "/tests/cli")
+from torch_compare import compare
 s = sys.argv[1]
 rel, used = compare(np.load(f"{s}/torch_logits.npy").astype(np.float64),
                     h5py.File(f"{s}/torch_pred.h5", "r")["probabilities"][()])
@@ -260,20 +236,9 @@ r50=$(ls "$SCRATCH"/r50/ckpt-*.h5 | tail -1)
 "$DTRAIN" export --checkpoint "$r50" --out "$SCRATCH/r50.safetensors" >/dev/null
 predict "$SCRATCH/r50_pred.h5" --config "$R50" --checkpoint "$r50" --data "$SCRATCH/images.h5"
 "$TORCH_PY" - "$SCRATCH" <<'PY'
-import sys, h5py, numpy as np
-def compare(logits, probs):
-    """dtrain predict writes softmax(logits): log p_i - log p_max = l_i - l_max exactly, for every
-    class whose probability did not underflow (p > 1e-30). Returns the largest difference over the
-    largest |l_i - l_max| (relative), and how many logits it compared."""
-    p = probs.astype(np.float64)
-    top = p.argmax(1)
-    rows = np.arange(len(p))
-    keep = p > 1e-30
-    a = (logits - logits[rows, top][:, None])[keep]
-    b = (np.log(np.where(keep, p, 1)) - np.log(p[rows, top])[:, None])[keep]
-    assert (logits.argmax(1) == top).all(), "another class is the most likely"
-    assert keep.sum() >= 0.9 * keep.size, f"only {keep.sum()} of {keep.size} probabilities > 1e-30"
-    return np.abs(a - b).max() / max(np.abs(a).max(), 1.0), int(keep.sum())
+import os, sys, h5py, numpy as np
+sys.path.insert(0, os.environ["SRC"] + "/tests/cli")
+from torch_compare import compare
 import torch, torchvision
 from safetensors.torch import load_file
 s = sys.argv[1]
