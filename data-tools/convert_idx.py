@@ -6,11 +6,16 @@ One split:
                    --out data/train.h5 [--mean-std-from other.h5] [--class-names fashion|digits|"a,b,..."]
 Fashion-MNIST (train.h5 and test.h5; mean/std from the training set written to both):
     convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist
+A subset of the classes, relabelled 0..k-1 in the order given (e.g. for fine-tuning on held-out
+classes: pretrain on 0-4, fine-tune on 5-9, labels 5..9 becoming 0..4; either mode):
+    convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fm_5-9 --classes 5-9
 
 Output (docs/data.md): `images` uint8 N×1×H×W chunked by 256 samples (fast hyperslab reads of
 random batches), `labels` int64 N, root attributes `mean`/`std` (float32, per channel, of pixel/255;
 computed from the images unless --mean-std-from names a file to copy them from), `num_classes`
-(number of class names, else max(label)+1) and `class_names` when known.
+(number of class names, else max(label)+1) and `class_names` when known. With --classes, only the
+samples of those classes, relabelled, `num_classes` = their number, their names, and mean/std of
+the kept (training) images.
 
 All inputs are read and checked (IDX magic numbers, dimensions, sizes, labels against the class
 names) before anything is written; no output directory is created for bad input. Each output is
@@ -158,6 +163,46 @@ def parse_class_names(spec):
     return names
 
 
+def parse_classes(spec):
+    """'5-9', '0,2,4' or '0-2,7' -> the class ids in that order (None for None). Raises
+    ConvertError for anything else, a negative id, an empty range or an id given twice."""
+    if spec is None:
+        return None
+    ids = []
+    for item in spec.split(","):
+        lo, dash, hi = item.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ConvertError(f"--classes {spec!r}: {item.strip()!r} is not a class id or a range "
+                               "A-B (e.g. 5-9 or 0,2,4)") from None
+        if first < 0 or last < first:
+            raise ConvertError(f"--classes {spec!r}: {item.strip()!r} is not a range of ids >= 0")
+        ids.extend(range(first, last + 1))
+    twice = sorted({c for c in ids if ids.count(c) > 1})
+    if twice:
+        raise ConvertError(f"--classes {spec!r}: class {twice[0]} given twice")
+    return ids
+
+
+def select_classes(labels_path, images, labels, num_classes, classes):
+    """The samples of `classes` (ids below num_classes), in file order, labels relabelled to
+    their position in `classes`. Raises ConvertError naming the label file for an id the file
+    cannot have or one with no samples."""
+    beyond = [c for c in classes if c >= num_classes]
+    if beyond:
+        raise ConvertError(f"{labels_path}: --classes asks for class {beyond[0]} but there are "
+                           f"{num_classes} classes (0-{num_classes - 1})")
+    new_label = np.full(num_classes, -1, np.int64)
+    new_label[classes] = np.arange(len(classes))
+    keep = new_label[labels] >= 0
+    counts = np.bincount(labels[keep], minlength=num_classes)
+    empty = [c for c in classes if counts[c] == 0]
+    if empty:
+        raise ConvertError(f"{labels_path}: no sample of class {empty[0]} (--classes)")
+    return images[keep], new_label[labels[keep]]
+
+
 def check_output(out, force):
     """Raises ConvertError unless `out` may be written (outputs.output_problem)."""
     problem = outputs.output_problem(out, force)
@@ -225,9 +270,9 @@ def find_idx(directory, stem):
     raise ConvertError(f"{directory}: no {stem}[.gz]")
 
 
-def convert_fashion_mnist(src, out_dir, force):
+def convert_fashion_mnist(src, out_dir, force, classes=None):
     """Writes out_dir/train.h5 and out_dir/test.h5 (both or neither); mean/std of the training set
-    go to both."""
+    go to both. `classes`: only those (select_classes), the class names theirs."""
     outs = {split: os.path.join(out_dir, split + ".h5") for split in FASHION_FILES}
     for out in outs.values():
         check_output(out, force)  # refuse before converting anything
@@ -235,10 +280,14 @@ def convert_fashion_mnist(src, out_dir, force):
     for split, (img, lab) in FASHION_FILES.items():  # read and check both before writing either
         images_path, labels_path = find_idx(src, img), find_idx(src, lab)
         images, labels = load_split(images_path, labels_path)
-        k = num_classes_of(labels_path, labels, CLASS_NAMES["fashion"])
+        names = CLASS_NAMES["fashion"]
+        k = num_classes_of(labels_path, labels, names)
+        if classes:
+            images, labels = select_classes(labels_path, images, labels, k, classes)
+            names, k = [names[c] for c in classes], len(classes)
         splits.append((outs[split], images, labels, k))
     mean, std = mean_std(splits[0][1])
-    write_outputs(splits, mean, std, CLASS_NAMES["fashion"], force)
+    write_outputs(splits, mean, std, names, force)
 
 
 def main(argv=None):
@@ -255,6 +304,8 @@ def main(argv=None):
     parser.add_argument("--fashion-mnist", metavar="DIR",
                         help="convert the four Fashion-MNIST IDX files in DIR (needs --out-dir)")
     parser.add_argument("--out-dir", metavar="DIR", help="output directory for --fashion-mnist")
+    parser.add_argument("--classes", metavar="IDS", help="keep only these classes, relabelled "
+                        "0..k-1 in this order: '5-9', '0,2,4', '0-2,7'")
     parser.add_argument("--force", action="store_true", help="replace existing outputs")
     args = parser.parse_args(argv)
     outputs.exit_cleanly_on_signals()
@@ -263,14 +314,20 @@ def main(argv=None):
         if args.fashion_mnist:
             if not args.out_dir or args.images or args.labels or args.out:
                 parser.error("--fashion-mnist takes --out-dir (and not --images/--labels/--out)")
-            convert_fashion_mnist(args.fashion_mnist, args.out_dir, args.force)
+            convert_fashion_mnist(args.fashion_mnist, args.out_dir, args.force,
+                                  parse_classes(args.classes))
             return 0
         if not (args.images and args.labels and args.out):
             parser.error("need --images, --labels and --out (or --fashion-mnist DIR --out-dir DIR)")
         check_output(args.out, args.force)
         class_names = parse_class_names(args.class_names)
+        classes = parse_classes(args.classes)
         images, labels = load_split(args.images, args.labels)
         k = num_classes_of(args.labels, labels, class_names)
+        if classes:
+            images, labels = select_classes(args.labels, images, labels, k, classes)
+            class_names = [class_names[c] for c in classes] if class_names else None
+            k = len(classes)
         mean, std = mean_std_from(args.mean_std_from) if args.mean_std_from else mean_std(images)
         write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0

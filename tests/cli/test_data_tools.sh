@@ -3,6 +3,8 @@
 # real Fashion-MNIST (when installed) → train.h5/test.h5 with 60000/10000 samples; a small IDX pair
 # written here → a schema file; refusal to overwrite; bad IDX inputs fail with a message and leave no
 # file behind; h5info.py rejects broken files (also those written by the C++ make_dataset tool).
+# --classes keeps a subset relabelled in the order given (small file; Fashion-MNIST 5-9), and
+# refuses a bad list, an id beyond the classes and a class without samples.
 # Bad outputs and inputs (an output that is a directory or under a file, a negative label, an
 # oversized IDX header, a --fashion-mnist set whose test split is bad, SIGTERM while writing):
 # exit 1 with one line naming the file, no traceback, no output or directory left behind.
@@ -86,6 +88,31 @@ $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/smal
   --mean-std-from "$SCRATCH/small/a.h5" || fail "convert with --mean-std-from"
 [ "$($H5INFO --no-pixels "$SCRATCH/small/a.h5" | grep 'mean / std')" = "$($H5INFO --no-pixels "$SCRATCH/small/b.h5" | grep 'mean / std')" ] \
   || fail "--mean-std-from did not copy mean/std"
+
+# ---- --classes: a subset, relabelled in the order given -------------------------------------------
+$CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/small/sub.h5" \
+  --class-names "x,y,z" --classes 2,0 >/dev/null || fail "convert with --classes 2,0"
+$PY - "$SCRATCH/img.gz" "$SCRATCH/small/sub.h5" <<'EOF2' || fail "--classes 2,0 wrote the wrong subset"
+import gzip, sys, h5py, numpy as np
+src = np.frombuffer(gzip.open(sys.argv[1]).read(), np.uint8, offset=16).reshape(50, 1, 4, 5)
+label = np.arange(50) % 3
+keep = label != 1
+with h5py.File(sys.argv[2], "r") as f:
+    assert np.array_equal(f["images"][()], src[keep]), "images are not the kept samples in order"
+    assert np.array_equal(f["labels"][()], np.where(label[keep] == 2, 0, 1)), f["labels"][()]
+    assert f.attrs["num_classes"] == 2 and list(f.attrs["class_names"]) == ["z", "x"]
+    mean = src[keep].astype(np.float64).mean() / 255
+    assert abs(f.attrs["mean"][0] - mean) < 1e-6, (f.attrs["mean"], mean)
+EOF2
+mkdir -p "$SCRATCH/badcls"
+for bad in "3|asks for class 3 but there are 3 classes (0-2)" "1-x|'1-x' is not a class id or a range" \
+           "0,1-2,0|class 0 given twice" "2-1|'2-1' is not a range of ids >= 0"; do
+  expect_rc 1 "${bad#*|}" $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" \
+    --out "$SCRATCH/badcls/o.h5" --classes "${bad%%|*}"
+done
+expect_rc 1 "$SCRATCH/lab: no sample of class 3 (--classes)" $CONVERT --images "$SCRATCH/img.gz" \
+  --labels "$SCRATCH/lab" --out "$SCRATCH/badcls/o.h5" --class-names "a,b,c,d" --classes 1,3
+[ -z "$(ls -A "$SCRATCH/badcls")" ] || fail "refused --classes left $(ls -A "$SCRATCH/badcls")"
 
 # ---- refusal to overwrite, --force -------------------------------------------------------------------
 before=$(md5sum <"$SCRATCH/small/a.h5")
@@ -187,6 +214,14 @@ if [ -d "$FASHION" ]; then
   grep -q "Ankle boot" "$SCRATCH/fm.txt" || fail "class names missing"
   [ "$(grep -c 'mean / std   \[0.286' "$SCRATCH/fm.txt")" = 2 ] || fail "train mean/std not on both splits: $(grep 'mean' "$SCRATCH/fm.txt")"
   expect_fail "exists; not overwriting" $CONVERT --fashion-mnist "$FASHION" --out-dir "$SCRATCH/fm"
+  $CONVERT --fashion-mnist "$FASHION" --out-dir "$SCRATCH/fm59" --classes 5-9 >/dev/null ||
+    fail "convert Fashion-MNIST --classes 5-9"
+  $H5INFO "$SCRATCH/fm59/train.h5" "$SCRATCH/fm59/test.h5" >"$SCRATCH/fm59.txt" || fail "h5info 5-9"
+  grep -q "samples      30000$" "$SCRATCH/fm59.txt" || fail "5-9: train.h5 does not hold 30000 samples"
+  grep -q "samples      5000$" "$SCRATCH/fm59.txt" || fail "5-9: test.h5 does not hold 5000 samples"
+  [ "$(grep -c "num_classes  5$" "$SCRATCH/fm59.txt")" = 2 ] || fail "5-9: num_classes is not 5"
+  grep -Eq "^ +0 Sandal +6000 " "$SCRATCH/fm59.txt" || fail "5-9: Sandal is not class 0 of 6000"
+  grep -Eq "^ +4 Ankle boot +1000 " "$SCRATCH/fm59.txt" || fail "5-9: Ankle boot is not class 4"
 else
   note "PASS, but $FASHION is not installed (dataset-fashion-mnist, .ci/install-deps.sh): the real-data conversion is skipped"
   exit 77
