@@ -188,8 +188,9 @@ void build_table(Table& t, Config& c) {
         "record in results.json the wall time and global step of the first evaluation whose test "
         "accuracy reaches this (time_to_accuracy_seconds, step_at_accuracy; 0: off)");
   t.add("dry-run", &c.dry_run,
-        "check the job (options, data, model graph, cluster shape), print the role and model "
-        "tables, and exit without training or writing anything");
+        "check the job (options, data, model graph, cluster shape, the --init-from file's names "
+        "and shapes), print the role and model tables, and exit without training or writing "
+        "anything");
   t.group("Optimizer", "optimizer");
   t.add("optimizer", &c.optimizer, "sgd | momentum | adam");
   t.add("lr", &c.lr, "base learning rate");

@@ -28,6 +28,7 @@ struct Job {
   std::size_t param_count = 0, activation_bytes = 0;
   std::string signature;                 ///< the model's layout (checkpoint compatibility)
   std::string model_report;              ///< layer table and shard table, printed by the chief
+  std::string init_report;               ///< --dry-run --init-from: check_init_from()'s line
   std::vector<ShardRange> shards;        ///< ps modes: the ps ranges
   /// --pipeline-stages P > 1: the model's cut into stages (stages == 1 otherwise)
   PipelinePlan pipeline;

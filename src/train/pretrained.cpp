@@ -60,6 +60,14 @@ void name_from_config(CheckpointState& s, const std::string& path) {
   name_tensors(s, layout);
 }
 
+/// "6 tensors <verb>, 4 excluded (--init-exclude P: the seed's initialisation)".
+std::string init_counts(const Config& c, const PretrainedValues& v, const std::string& verb) {
+  return std::to_string(v.loaded) + " tensors " + verb +
+         (v.excluded ? ", " + std::to_string(v.excluded) + " excluded (--init-exclude " +
+                           c.init_exclude + ": the seed's initialisation)"
+                     : std::string());
+}
+
 }  // namespace
 
 std::vector<std::string> init_exclude_prefixes(const std::string& list) {
@@ -134,11 +142,15 @@ CheckpointState initial_point(const Config& c, const Model& layout) {
   s.params = std::move(v.params);
   s.model_state = std::move(v.state);
   s.state_rows = 1;
-  log_info("# --init-from " + c.init_from + ": " + std::to_string(v.loaded) + " tensors loaded" +
-           (v.excluded ? ", " + std::to_string(v.excluded) + " excluded (--init-exclude " +
-                             c.init_exclude + ": the seed's initialisation)"
-                       : std::string()));
+  log_info("# --init-from " + c.init_from + ": " + init_counts(c, v, "loaded"));
   return s;
+}
+
+std::string check_init_from(const Config& c, const Model& layout) {
+  const PretrainedValues v =
+      load_pretrained(c.init_from, layout, init_exclude_prefixes(c.init_exclude), c.seed);
+  return "# --init-from " + c.init_from + ": fits the model (names and shapes): " +
+         init_counts(c, v, "to load");
 }
 
 std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::string& path,

@@ -149,6 +149,8 @@ Job check_job(const Config& c) {
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();
     job.model_report = layout.summary();
+    // --dry-run reads the --init-from file as a run would (a run reads it on the chief alone).
+    if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     if (c.pipeline_stages > 1 || c.micro_batches > 1) {
       const std::vector<LayerInfo> layers = layout.layers();
       job.pipeline = plan_pipeline(layers, c.pipeline_stages, c.micro_batches,
@@ -174,7 +176,7 @@ void report_dry_run(const Config& c, const Job& job) {
   if (job.cluster->world_rank() != 0) return;
   log_info("# dtrain --dry-run of " + (c.config_file.empty() ? "the command line" : c.config_file) +
            ": the job is valid\n" + job.cluster->role_table() + "\n" + job.model_report + "\n" +
-           describe_plan(job.plan));
+           describe_plan(job.plan) + (job.init_report.empty() ? "" : "\n" + job.init_report));
 }
 
 /// Phase 2 — per-rank resources (threads, device) and the chief's run directory and resume

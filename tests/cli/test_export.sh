@@ -8,10 +8,12 @@
 #      it exports under the names its model gets.
 #   3. export → predict --init-from scores exactly as predict --checkpoint; --dtype bf16 holds the
 #      bf16 rounding of every float; --init-exclude re-initialises a head of another size and
-#      training starts from the rest; --resume from a checkpoint has priority over --init-from.
+#      training starts from the rest; --dry-run checks the file (names, shapes) and reports what it
+#      loads, writing nothing; --resume from a checkpoint has priority over --init-from.
 #   4. bad input, each one error naming the file, exit 2, nothing written: a truncated file, JSON
 #      that does not parse, a header over 100 MB, overlapping offsets, an unknown dtype, missing /
-#      unexpected names and a shape mismatch (all listed in one message), an existing --out.
+#      unexpected names and a shape mismatch (all listed in one message; --dry-run too), an
+#      existing --out.
 #   5. real clients (a Python with torch, torchvision and safetensors: torch_python.sh; exit 77 =
 #      skipped with the reason when none can be had): a seeded torchvision ResNet-50 (batchnorm
 #      statistics of the 4 test images) saved with safetensors loads with --init-from and dtrain
@@ -132,6 +134,15 @@ with h5py.File(sys.argv[2], "r") as f:
     assert 0 < moved < 0.5, f"conv1 moved {moved} from the loaded weights in 3 steps"
 print(f"   fine-tuned from the file (conv weights within {moved:.3g} of it after 3 steps), new head 20 units")
 PY
+echo "-- --dry-run checks the --init-from file, trains nothing"
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/job20.ini" --train-data "$SCRATCH/train.h5" \
+  --test-data "$SCRATCH/test.h5" --threads 1 --mode sync --num-ps 0 --run-dir "$SCRATCH/dry" \
+  --init-from "$SCRATCH/m16.safetensors" --init-exclude 5.dense,8.dense --dry-run \
+  >"$SCRATCH/dry.log" 2>&1 || { cat "$SCRATCH/dry.log"; fail "--dry-run --init-from"; }
+grep -q "^# --init-from $SCRATCH/m16.safetensors: fits the model (names and shapes): 6 tensors to load, 4 excluded" \
+  "$SCRATCH/dry.log" || { cat "$SCRATCH/dry.log"; fail "--dry-run did not report the --init-from file"; }
+[[ ! -e $SCRATCH/dry ]] || fail "--dry-run --init-from wrote $SCRATCH/dry"
+! grep -q "global_step" "$SCRATCH/dry.log" || { cat "$SCRATCH/dry.log"; fail "--dry-run trained"; }
 run 2 "$SCRATCH/sync" --mode sync --num-ps 0 --epochs 3 --resume --init-from "$SCRATCH/m16.safetensors"
 grep -q "init-from .* not used: resuming from a checkpoint" "$SCRATCH/sync.log" ||
   { cat "$SCRATCH/sync.log"; fail "--resume did not take priority over --init-from"; }
@@ -179,6 +190,9 @@ bad names "missing 1: 0.conv.bias|unexpected 1: conv1.bias|shape mismatch 1: 5.d
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias" "${COMMON[@]}" \
   --run-dir "$SCRATCH/badrun" --init-from "$SCRATCH/names.safetensors"
 [[ -z $(ls -A "$SCRATCH/badrun" 2>/dev/null) ]] || fail "a refused --init-from run wrote into its run dir"
+expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias|unexpected 1: conv1.bias" \
+  "${COMMON[@]}" --run-dir "$SCRATCH/baddry" --init-from "$SCRATCH/names.safetensors" --dry-run
+[[ $last_rc -eq 2 && ! -e $SCRATCH/baddry ]] || fail "--dry-run of a bad --init-from: exit $last_rc"
 cp "$SCRATCH/m16.safetensors" "$SCRATCH/keep.safetensors"
 expect_error 0 "$SCRATCH/keep.safetensors|already exists" export --checkpoint "$ckpt" \
   --out "$SCRATCH/keep.safetensors"

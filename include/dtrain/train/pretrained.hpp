@@ -58,6 +58,12 @@ PretrainedValues load_pretrained(const std::string& path, const Model& model,
 /// load_pretrained().
 CheckpointState initial_point(const Config& c, const Model& layout);
 
+/// --dry-run with --init-from: every check load_pretrained() makes of c.init_from against
+/// `layout` (names, shapes, dtypes, the file's structure), nothing kept. Returns the line the dry
+/// run prints: "# --init-from FILE: fits the model (names and shapes): N tensors to load[, M
+/// excluded (--init-exclude ...)]". Throws as load_pretrained().
+std::string check_init_from(const Config& c, const Model& layout);
+
 /// The named tensors `dtrain export` writes for checkpoint `s` (read from `path`), in flat-buffer
 /// order: parameters, then per batchnorm its running_mean, running_var (mean_of_rows over the
 /// workers) and num_batches_tracked (I64 scalar = global step); floats as "F32" or, with dtype
