@@ -2,9 +2,9 @@
 // shard, per optimizer rule, against one memcpy of the gradient in the same process (the least a
 // ps does with a push: receive it once).
 //
-// For each shard size the ps's update runs as the async ps runs it (ps/server.cpp): over the
-// shard in --ps-chunk-kb chunks (default 1 MiB), with the rule's state (momentum, Adam's m and v,
-// DANA's per-worker momenta and look-ahead, 4 workers); the median of the timed rounds after
+// For each shard size the ps's update runs as the async ps runs it (ps/async_applier.cpp): over
+// the shard in --ps-chunk-kb chunks (default 1 MiB), with the rule's state (momentum, Adam's m and
+// v, DANA's per-worker momenta and look-ahead, 4 workers); the median of the timed rounds after
 // warm-up. Prints µs per push, ns per parameter and the ratio update / memcpy.
 //
 // --cross-core adds what the same work costs right after another core has read the array it

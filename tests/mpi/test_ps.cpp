@@ -402,7 +402,7 @@ TEST(ParameterServer, LoadSetsResumeStepAndState) {
 }
 
 TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
-  // An async reply leaves from the ring slot its chunk arrived in (ps/server.cpp, kRingSlots): a
+  // An async reply leaves from the ring slot its chunk arrived in (ps/server_io.cpp, kRingSlots): a
   // slot may take a new chunk only once its reply has left. Worker 0 speaks the protocol by hand
   // (ps/protocol.hpp): it posts the reply's receives and sends a push of 11 chunks, then makes no
   // MPI call for 0.3 s. On shared memory the ps copies the chunks itself meanwhile and applies the

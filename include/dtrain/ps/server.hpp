@@ -5,7 +5,8 @@
 // worker sent DONE. It polls every worker's header and the payload chunks of every request in
 // progress together, so several workers' pushes arrive — and, async, are applied — interleaved
 // chunk by chunk (a worker may send its chunks while its backward still runs). How a push
-// becomes an update depends on exchange_kind(config):
+// becomes an update depends on exchange_kind(config), one update rule per mode chosen once at
+// start (src/ps/update_rule.hpp: AsyncApplier, SyncAggregator, BoundedAggregator):
 //   ps_async    every push is applied on arrival, one global step each (Downpour SGD), chunk by
 //               chunk as it arrives, each chunk's reply sent at once; the push takes its global
 //               step, and its staleness, when its first chunk arrives. A SNAPSHOT taken

@@ -1,0 +1,145 @@
+// dtrain/ps/async_applier.cpp — the ps_async update rule: Downpour SGD (Dean et al. 2012). A
+// push takes the next global step when its first chunk arrives, and is applied chunk by chunk as
+// the chunks come, each chunk's reply sent at once from the ring slot the update wrote its new
+// values into (ps/server_io.cpp). The momentum rule is --async-momentum: dana (per-worker
+// momentum, the reply is the look-ahead position: optim/dana.hpp) or one Optimizer (lr-scaled,
+// compensated, as-given); --delay-compensation λ0 corrects the gradient for its staleness first
+// (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse it is divided by its
+// staleness τ ≥ 1 (Zhang et al. 2016).
+#include <algorithm>
+#include <atomic>
+#include <optional>
+
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/timeline.hpp"
+#include "dtrain/optim/dana.hpp"
+#include "dtrain/optim/delay_compensation.hpp"
+#include "update_rule.hpp"
+
+namespace dtrain {
+namespace {
+
+class AsyncApplier final : public UpdateRule {
+ public:
+  AsyncApplier(ServerCore& core, std::int64_t total_steps, const std::vector<FloatRange>& no_decay)
+      : core_(core) {
+    const Config& c = core.config();
+    const std::size_t n = core.size();
+    if (c.delay_compensation > 0.0f) dc_.emplace(n, core.workers(), c.delay_compensation);
+    // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
+    // rule is one Optimizer over the shard.
+    if (c.async_momentum == AsyncMomentum::dana &&
+        optimizer_kind(c.optimizer) == OptimizerKind::momentum) {
+      dana_.emplace(c, core.backend(), n, core.workers(), total_steps, no_decay);
+      dana_->load(dana_->momentum_sum(), core.params(), 0);  // zero momenta: θ̂ = θ
+    } else {
+      opt_.emplace(c, core.backend(), n, total_steps, no_decay);
+      opt_->use_async_momentum(core.workers());  // --async-momentum
+    }
+  }
+
+  void on_push(int w, const MsgHeader& h) override {
+    core_.request(w).staleness = 0;  // through w's ring, private or shared
+    core_.start(w, kTagPush, h, Fate::undecided, {nullptr}, (h.flags & kFlagShm) != 0);
+  }
+
+  void on_chunk(int w, std::size_t c, std::size_t at) override {
+    Incoming& r = core_.request(w);
+    if (r.fate == Fate::undecided) decide(w);
+    if (r.fate == Fate::apply) apply_chunk(w, c, at);
+    else if (r.shm) answer_in_slot(w, c, at);  // not applied: the current parameters
+  }
+
+  void on_pushed(int w) override {
+    Incoming& r = core_.request(w);
+    if (r.fate == Fate::undecided) decide(w);  // a shard without chunks
+    if (r.fate == Fate::apply) {  // every chunk's reply has gone
+      ++core_.stats().updates;
+      core_.count_used(w, r.staleness);
+    } else if (r.shm) {  // every chunk has been answered in its slot already
+      core_.reply_header(w, kTagReply, r.step, r.staleness, kFlagDropped);
+    } else {
+      core_.reply_params(w, r.staleness, kFlagDropped);
+    }
+  }
+
+  void on_load() override {
+    if (dana_) dana_->load(dana_->momentum_sum(), core_.params(), core_.global_step());
+  }
+
+  /// DANA: the momentum sum.
+  float* state_m() override { return dana_ ? dana_->momentum_sum() : opt_->m(); }
+  float* state_v() override { return dana_ ? nullptr : opt_->v(); }
+
+  void on_sent(int w, const float* values, std::size_t begin, std::size_t end) override {
+    if (dc_) dc_->sent(w, values, begin, end);
+  }
+
+  bool shares_rings() const override { return core_.config().ps_shm; }
+
+ private:
+  /// The push whose first chunk has arrived takes the next global step (its staleness: updates
+  /// since w's parameters) and is applied chunk by chunk from here — unless the ps has stopped
+  /// applying updates or it carries no gradient (non-finite, skipped).
+  void decide(int w) {
+    Incoming& r = core_.request(w);
+    r.fate = Fate::drop;
+    r.step = core_.global_step();  // through a shared ring, the reply's chunks are θ from here on
+    if (core_.finished()) {
+      ++core_.stats().ignored;
+      return;
+    }
+    if (r.h.samples == 0) return;  // just the parameters back, the step's rhythm kept
+    r.fate = Fate::apply;
+    r.step = core_.advance_step();
+    r.staleness = r.step - r.h.seen_step;
+    core_.reply_header(w, kTagReply, r.step + 1, r.staleness, 0);
+  }
+
+  /// Applies chunk c of worker w's push (chunk message `at`, in its ring slot) and sends it back
+  /// from that slot, where the update wrote the chunk's new values (DANA: θ̂, where w computes
+  /// next) over the gradient (kRingSlots).
+  void apply_chunk(int w, std::size_t c, std::size_t at) {
+    const TimelineSpan span("apply", "optimizer");
+    Incoming& r = core_.request(w);
+    float* g = core_.chunk_dest(r, at);
+    float* p = core_.params();
+    const std::size_t b = core_.chunks().begin(c), e = b + core_.chunks().size(c);
+    core_.settle(c);  // replies still leaving from the shard (pulls, held replies) read old values
+    if (core_.config().stale_lr == StaleLr::inverse && r.staleness > 1)
+      core_.backend().scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
+    if (dc_) dc_->compensate(w, g, p, b, e);
+    const double t0 = now_seconds();
+    if (dana_) dana_->apply_into_grads(w, p, g, r.step, b, e);
+    else opt_->apply_into_grads(p, g, r.step, b, e);
+    core_.stats().optimizer_seconds += now_seconds() - t0;
+    if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
+    core_.send_slot(w, at, g, e - b);
+  }
+
+  /// A push through the shared ring that is not applied: chunk c of its reply is the shard's
+  /// current values, written into the chunk's slot.
+  void answer_in_slot(int w, std::size_t c, std::size_t at) {
+    const Incoming& r = core_.request(w);
+    float* g = core_.chunk_dest(r, at);
+    const float* p = core_.params();
+    const std::size_t b = core_.chunks().begin(c), e = b + core_.chunks().size(c);
+    std::copy(p + b, p + e, g);
+    if (dc_) dc_->sent(w, p, b, e);
+    core_.send_slot(w, at, g, e - b);
+  }
+
+  ServerCore& core_;
+  std::optional<Optimizer> opt_;         ///< the update, unless dana_ makes it
+  std::optional<DelayCompensation> dc_;  ///< --delay-compensation
+  std::optional<DanaMomentum> dana_;     ///< --async-momentum dana
+};
+
+}  // namespace
+
+std::unique_ptr<UpdateRule> make_async_applier(ServerCore& core, std::int64_t total_steps,
+                                               const std::vector<FloatRange>& no_decay) {
+  return std::make_unique<AsyncApplier>(core, total_steps, no_decay);
+}
+
+}  // namespace dtrain
