@@ -21,7 +21,7 @@
 int main(int argc, char** argv) {
   int provided = 0;
   // MULTIPLE: the sync allreduce reduces gradient buckets on a communication thread while the
-  // training thread computes (sync/bucketed.hpp); with less it reduces them after backward.
+  // training thread computes (collectives/bucketed.hpp); with less it reduces them after backward.
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;

@@ -2,24 +2,25 @@
 // (pre-scaled by 1 / the step's samples over all workers) with an allreduce, and every worker
 // applies the same optimizer step, so the replicas stay bit-identical. The gradient is summed in
 // --bucket-mb buckets while backward runs, the stop flag riding in the spare float of the first
-// bucket: on CPU by MPI on a communication thread (sync/bucketed.hpp), on GPU by NCCL on its own
-// stream, each bucket queued behind the backward kernels that make it (sync/allreduce.hpp,
-// start_sum). With --overlap false, or GPU gradients staged through host memory for MPI
-// (--allreduce mpi), one allreduce after backward, then a one-float allreduce of the flag.
+// bucket: on CPU by MPI on a communication thread (collectives/bucketed.hpp), on GPU by NCCL on
+// its own stream, each bucket queued behind the backward kernels that make it
+// (collectives/allreduce.hpp, start_sum). With --overlap false, or GPU gradients staged through
+// host memory for MPI (--allreduce mpi), one allreduce after backward, then a one-float allreduce
+// of the flag.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <deque>
 #include <optional>
 
+#include "dtrain/collectives/allreduce.hpp"
+#include "dtrain/collectives/bucketed.hpp"
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/optim/optimizer.hpp"
-#include "dtrain/sync/allreduce.hpp"
-#include "dtrain/sync/bucketed.hpp"
-#include "dtrain/sync/wire.hpp"
 #include "exchange_impl.hpp"
 #include "host_mirror.hpp"
 

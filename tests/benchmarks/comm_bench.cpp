@@ -3,13 +3,13 @@
 // doc/PERFORMANCE.md): algbw = bytes / time; allreduce busbw = algbw · 2(n−1)/n.
 //
 //   allreduce     bare: MPI_Allreduce(MPI_IN_PLACE, B bytes of floats, MPI_SUM) over all ranks
-//                 dtrain: the sync exchange's path (sync/bucketed.hpp): the same buffer summed in
-//                 --bucket-mb buckets on the communication thread, with the finiteness scan
-//   hier_allreduce  bare: as above; dtrain: the same buckets summed hierarchically
-//                 (--allreduce hierarchical, sync/hierarchical.hpp: shared memory inside the
+//                 dtrain: the sync exchange's path (collectives/bucketed.hpp): the same buffer
+//                 summed in --bucket-mb buckets on the communication thread, with the finiteness
+//   scan hier_allreduce  bare: as above; dtrain: the same buckets summed hierarchically
+//                 (--allreduce hierarchical, collectives/hierarchical.hpp: shared memory inside the
 //                 node, MPI between node leaders; --ranks-per-node K: nodes of K ranks)
 //   wire_allreduce  bare: as above; dtrain: the buckets with --wire-dtype (default bf16) on the
-//                 wire, summed in fp32 (sync/wire.hpp); busbw counts fp32 bytes for both
+//                 wire, summed in fp32 (collectives/wire.hpp); busbw counts fp32 bytes for both
 //   ps_push_pull  1 ps (the last rank) and n−1 workers; per round every worker sends B bytes to the
 //                 ps and receives B bytes back.
 //                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
@@ -43,15 +43,15 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/collectives/allreduce.hpp"
+#include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/dnn/backend.hpp"
 #include "dtrain/ps/client.hpp"
 #include "dtrain/ps/server.hpp"
-#include "dtrain/dnn/backend.hpp"
-#include "dtrain/sync/allreduce.hpp"
-#include "dtrain/sync/bucketed.hpp"
 
 #ifdef DTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>

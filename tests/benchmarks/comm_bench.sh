@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: dtrain's communication paths against bare MPI (tests/benchmarks/comm_bench.cpp), in
 # the same run and process set, nccl-tests style: for 64 KiB .. 256 MiB
-#   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed, sync/bucketed.hpp), busbw
+#   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed,
+#                 collectives/bucketed.hpp), busbw
 #   hier_allreduce  bare MPI_Allreduce vs the same with --allreduce hierarchical (shared memory in
 #                 the node, MPI between leaders; RANKS_PER_NODE=K fakes nodes of K ranks), busbw
 #   wire_allreduce  bare MPI_Allreduce vs the same with WIRE_DTYPE (default bf16) on the wire

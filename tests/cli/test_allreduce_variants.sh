@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cli/test_allreduce_variants.sh — `--allreduce hierarchical` and `--wire-dtype` end to end
-# (sync/hierarchical.hpp, sync/wire.hpp), the tiny CNN, sync allreduce:
+# (collectives/hierarchical.hpp, collectives/wire.hpp), the tiny CNN, sync allreduce:
 #   1. 2 workers: hierarchical trains to checkpoints bit-identical to --allreduce mpi (every sum
 #      is the same a + b);
 #   2. 3 workers, and 4 workers as two "nodes" of 2 (DTRAIN_TEST_RANKS_PER_NODE=2: two leaders

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/cli/test_buckets.sh — the bucketed sync allreduce (sync/bucketed.hpp) end to end, 2 workers:
+# tests/cli/test_buckets.sh — the bucketed sync allreduce (collectives/bucketed.hpp) end to end,
+# 2 workers:
 #   1. one bucket after backward (--bucket-mb 0 --overlap false), the default buckets overlapped
 #      with backward, and many small buckets (--bucket-mb 0.002: 524 floats each) train to
 #      bit-identical checkpoints (2 ranks: every element is the same a + b);

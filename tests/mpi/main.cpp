@@ -29,7 +29,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  // As dtrain does: the bucketed allreduce (sync/bucketed.hpp) runs its communication thread.
+  // As dtrain does: the bucketed allreduce (collectives/bucketed.hpp) runs its communication
+  // thread.
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;

@@ -1,10 +1,10 @@
-// tests/mpi/test_bucketed.cpp — the bucketed gradient allreduce (sync/bucketed.hpp): bucket plans;
-// exact sums of rank-dependent data for many bucket sizes and hand-over orders, the flag riding in
-// the first bucket; a non-finite value on one rank seen by every rank; and a model's gradients
-// summed bucket by bucket while backward runs equal the same gradients summed in one allreduce
-// after backward (bit for bit with 2 ranks: a + b = b + a; with more, MPI picks its algorithm
-// by message size and may add in another order, so to 1e-5 relative) and are the same on every
-// rank.
+// tests/mpi/test_bucketed.cpp — the bucketed gradient allreduce (collectives/bucketed.hpp): bucket
+// plans; exact sums of rank-dependent data for many bucket sizes and hand-over orders, the flag
+// riding in the first bucket; a non-finite value on one rank seen by every rank; and a model's
+// gradients summed bucket by bucket while backward runs equal the same gradients summed in one
+// allreduce after backward (bit for bit with 2 ranks: a + b = b + a; with more, MPI picks its
+// algorithm by message size and may add in another order, so to 1e-5 relative) and are the same on
+// every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
-#include "dtrain/sync/bucketed.hpp"
 
 namespace dtrain {
 namespace {

@@ -1,11 +1,11 @@
-// tests/mpi/test_cuda_allreduce.cpp — the NCCL gradient allreduce (src/dnn/cuda/nccl_allreduce.cpp)
-// against the MPI one (src/sync/mpi_allreduce.cpp, staged through pinned memory) and against the
-// closed-form sum, on device buffers of several sizes. Inputs are rank-seeded multiples of 0.25 so
-// every partial sum is exact in fp32 and the comparison can be exact whatever the reduction order.
-// NCCL needs one GPU per rank on every node (it rejects two ranks on one GPU), the MPI staging
-// path any GPU; otherwise every rank skips together (the decision is collective, so no rank is
-// left waiting in NCCL). ctest also runs these with one rank (mpi_tests_np1_cuda), so that a
-// one-GPU machine exercises NCCL.
+// tests/mpi/test_cuda_allreduce.cpp — the NCCL gradient allreduce
+// (src/collectives/nccl_allreduce.cpp) against the MPI one (src/collectives/mpi_allreduce.cpp,
+// staged through pinned memory) and against the closed-form sum, on device buffers of several
+// sizes. Inputs are rank-seeded multiples of 0.25 so every partial sum is exact in fp32 and the
+// comparison can be exact whatever the reduction order. NCCL needs one GPU per rank on every node
+// (it rejects two ranks on one GPU), the MPI staging path any GPU; otherwise every rank skips
+// together (the decision is collective, so no rank is left waiting in NCCL). ctest also runs these
+// with one rank (mpi_tests_np1_cuda), so that a one-GPU machine exercises NCCL.
 // Uses the MPI test executable's own main (MPI initialized once).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu.hpp"
+#include "dtrain/collectives/allreduce.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
-#include "dtrain/sync/allreduce.hpp"
-#include "common/gpu.hpp"
 
 namespace dtrain {
 namespace {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/collectives/allreduce.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
-#include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
 namespace {

@@ -1,15 +1,16 @@
 // tests/mpi/test_wire_hierarchical.cpp — the two new ways of summing a bucket, against what each
 // promises (run under mpiexec -n 2, 3 and 4, oversubscribed):
-//   --wire-dtype bf16|fp16 (sync/wire.hpp): the result equals, bit for bit on every rank, the
-//     reference computed here from every rank's inputs — each value rounded once to 16 bits,
+//   --wire-dtype bf16|fp16 (collectives/wire.hpp): the result equals, bit for bit on every rank,
+//     the reference computed here from every rank's inputs — each value rounded once to 16 bits,
 //     added in fp32 in rank order, the sum rounded once — and lies within the documented
 //     tolerance (2u + W·2^-24)·Σ|x| (+ (W + 1)·2^-25 for fp16) of the exact sum; fp32 equals
 //     MPI_Allreduce.
-//   --allreduce hierarchical (sync/hierarchical.hpp): one node, two-rank nodes and one-rank nodes
-//     (DTRAIN_TEST_RANKS_PER_NODE's knob, ReduceOptions::ranks_per_node); the result is the same
-//     bits on every rank, equals MPI_Allreduce bit for bit with 2 workers, equals the reference
-//     sum in node order where the order is known, and MPI_Allreduce to (W − 1)·2^-24·Σ|x| where
-//     the leaders' MPI order is not; through BucketedAllreduce with the stop flag, threads on.
+//   --allreduce hierarchical (collectives/hierarchical.hpp): one node, two-rank nodes and one-rank
+//     nodes (DTRAIN_TEST_RANKS_PER_NODE's knob, ReduceOptions::ranks_per_node); the result is the
+//     same bits on every rank, equals MPI_Allreduce bit for bit with 2 workers, equals the
+//     reference sum in node order where the order is known, and MPI_Allreduce to (W − 1)·2^-24·Σ|x|
+//     where the leaders' MPI order is not; through BucketedAllreduce with the stop flag, threads
+//     on.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -18,10 +19,10 @@
 #include <cstring>
 #include <vector>
 
+#include "dtrain/collectives/bucketed.hpp"
+#include "dtrain/collectives/hierarchical.hpp"
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/dnn/bf16.hpp"
-#include "dtrain/sync/bucketed.hpp"
-#include "dtrain/sync/hierarchical.hpp"
-#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 namespace {

@@ -1,7 +1,7 @@
-// tests/unit/test_wire_format.cpp — the 16-bit wire encodings of sync/wire.hpp: fp16 against the
-// compiler's own IEEE binary16 (_Float16, round to nearest even) for every fp16 value and a
-// sweep of fp32 bit patterns (ties, subnormals, overflow, NaN); bf16 against dnn/bf16.hpp; the
-// array encoders against the scalar ones.
+// tests/unit/test_wire_format.cpp — the 16-bit wire encodings of collectives/wire.hpp: fp16
+// against the compiler's own IEEE binary16 (_Float16, round to nearest even) for every fp16 value
+// and a sweep of fp32 bit patterns (ties, subnormals, overflow, NaN); bf16 against dnn/bf16.hpp;
+// the array encoders against the scalar ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/dnn/bf16.hpp"
-#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 namespace {

@@ -17,7 +17,7 @@ namespace dtrain {
 
 class Timeline {
  public:
-  /// The track of the communication thread (sync/bucketed.hpp); the training thread's is 0.
+  /// The track of the communication thread (collectives/bucketed.hpp); the training thread's is 0.
   static constexpr int kCommTrack = 1;
   /// The process's timeline.
   static Timeline& instance();

@@ -1,15 +1,15 @@
-// dtrain/sync/mpi_allreduce.cpp — gradient sum with MPI_Iallreduce over the worker communicator,
-// waited on with a deadline; GPU gradients are staged through pinned host memory because Debian's
-// Open MPI is not CUDA-aware.
+// dtrain/collectives/mpi_allreduce.cpp — gradient sum with MPI_Iallreduce over the worker
+// communicator, waited on with a deadline; GPU gradients are staged through pinned host memory
+// because Debian's Open MPI is not CUDA-aware.
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dtrain/collectives/allreduce.hpp"
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
-#include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
 namespace {

@@ -1,4 +1,4 @@
-// dtrain/sync/wire.hpp — gradients on the wire in 16 bits, summed in fp32 at the receiver
+// dtrain/collectives/wire.hpp — gradients on the wire in 16 bits, summed in fp32 at the receiver
 // (`--wire-dtype fp32|bf16|fp16`; Horovod's Compression.fp16, PyTorch DDP's bf16_compress_hook).
 //
 // Horovod and DDP cast the gradient to 16 bits and let the collective add in 16 bits, so every
@@ -49,7 +49,7 @@ void decode_wire(WireDtype w, const std::uint16_t* src, float* dst, std::size_t 
 /// data[i] = Σ_workers data[i] over `comm` with the values on the wire in `w` (see the file
 /// comment; fp32: one MPI_Allreduce, as the plain path). Collective: every rank of comm calls
 /// it with the same n, w and order. `blocking`: blocking MPI collectives (a caller with a
-/// watchdog of its own: sync/bucketed.hpp's communication thread); false: non-blocking ones
+/// watchdog of its own: collectives/bucketed.hpp's communication thread); false: non-blocking ones
 /// waited for with `timeout_s` seconds (TimeoutError naming `what`). Keeps its scratch buffers
 /// (about 2n bytes each, twice) in the object between calls; not thread-safe. Throws
 /// LibraryError when an MPI call fails, InputError when n ≥ INT_MAX.

@@ -1,5 +1,6 @@
-// dtrain/sync/wire.cpp — 16-bit gradients on the wire, summed in fp32 (see sync/wire.hpp).
-#include "dtrain/sync/wire.hpp"
+// dtrain/collectives/wire.cpp — 16-bit gradients on the wire, summed in fp32 (see
+// collectives/wire.hpp).
+#include "dtrain/collectives/wire.hpp"
 
 #include <climits>
 #include <cstring>

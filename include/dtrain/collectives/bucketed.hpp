@@ -1,4 +1,4 @@
-// dtrain/sync/bucketed.hpp — the flat gradient reduced in buckets while backward still runs
+// dtrain/collectives/bucketed.hpp — the flat gradient reduced in buckets while backward still runs
 // (PyTorch DDP's reducer, Li et al. 2020 "PyTorch Distributed", VLDB; Horovod's tensor fusion).
 //
 // The gradient buffer (host floats, N×... flattened: the model's parameters in line order) is cut
@@ -12,8 +12,8 @@
 // (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
 // it reports the bucket like any timeout and ends the job with MPI_Abort.
 // How a bucket is summed is ReduceOptions' choice: MPI_Allreduce, hierarchically through the
-// node's shared memory (sync/hierarchical.hpp, --allreduce), or 16 bits on the wire summed in
-// fp32 (sync/wire.hpp, --wire-dtype).
+// node's shared memory (collectives/hierarchical.hpp, --allreduce), or 16 bits on the wire summed
+// in fp32 (collectives/wire.hpp, --wire-dtype).
 //
 // The spare float after the gradients (Model::kGradSpare) carries the step's flag (a rank's stop
 // request) inside the first bucket, so the stop decision costs no collective of its own. Whether
@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/collectives/hierarchical.hpp"
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/core/error.hpp"
-#include "dtrain/sync/hierarchical.hpp"
-#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 
@@ -54,9 +54,9 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
 /// How each bucket is summed (`--allreduce`, `--wire-dtype`).
 struct ReduceOptions {
   /// false: MPI_Allreduce over the workers; true: shared memory inside each node, MPI between
-  /// the node leaders (sync/hierarchical.hpp).
+  /// the node leaders (collectives/hierarchical.hpp).
   bool hierarchical = false;
-  /// Gradients between ranks in fp32, bf16 or fp16, summed in fp32 (sync/wire.hpp). With
+  /// Gradients between ranks in fp32, bf16 or fp16, summed in fp32 (collectives/wire.hpp). With
   /// `hierarchical`, only the leaders' hop (the one that leaves the node) uses it.
   WireDtype wire = WireDtype::fp32;
   /// Test only: hierarchical nodes of this many consecutive worker ranks (0: real nodes).

@@ -1,6 +1,6 @@
-// dtrain/sync/bucketed.cpp — bucketed gradient allreduce on a communication thread (see
-// sync/bucketed.hpp for the design and its measurements).
-#include "dtrain/sync/bucketed.hpp"
+// dtrain/collectives/bucketed.cpp — bucketed gradient allreduce on a communication thread (see
+// collectives/bucketed.hpp for the design and its measurements).
+#include "dtrain/collectives/bucketed.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,6 @@
-// src/dnn/cuda/nccl_allreduce.cpp — make_nccl_allreduce() of dtrain/sync/allreduce.hpp: in-place
-// ncclAllReduce(sum, float) over the ranks of an MPI communicator, Horovod / PyTorch-DDP style.
+// src/collectives/nccl_allreduce.cpp — make_nccl_allreduce() of dtrain/collectives/allreduce.hpp:
+// in-place ncclAllReduce(sum, float) over the ranks of an MPI communicator, Horovod / PyTorch-DDP
+// style.
 //
 // Protocol: rank 0 of `comm` calls ncclGetUniqueId and MPI_Bcasts the 128-byte id over `comm`;
 // every rank then calls ncclCommInitRank(size, id, rank) on its current GPU (the backend's). Both
@@ -19,11 +20,11 @@
 #include <string>
 #include <thread>
 
-#include "cuda_backend.hpp"
+#include "../dnn/cuda/cuda_backend.hpp"
+#include "dtrain/collectives/allreduce.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
-#include "dtrain/sync/allreduce.hpp"
 
 namespace dtrain {
 namespace {
@@ -56,7 +57,7 @@ class NcclComm {
   /// Collective over the `size` ranks sharing `id`. ncclCommInitRank blocks until every rank has
   /// joined, and no abort can reach a communicator that does not exist yet: a watchdog thread
   /// ends the job past `timeout_s` (TimeoutError's message, then MPI_Abort with its exit code,
-  /// as the bucket watchdog in sync/bucketed.cpp does), so a rank lost inside NCCL's set-up
+  /// as the bucket watchdog in collectives/bucketed.cpp does), so a rank lost inside NCCL's set-up
   /// cannot hold the others forever.
   void init(int size, const ncclUniqueId& id, int rank, double timeout_s) {
     std::mutex mu;

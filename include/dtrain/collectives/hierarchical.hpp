@@ -1,8 +1,8 @@
-// dtrain/sync/hierarchical.hpp — the gradient sum in two levels (`--allreduce hierarchical`):
-// the workers of one node add through shared memory, one leader per node sums the node totals
-// over MPI, and the result comes back through the same memory (Horovod's hierarchical allreduce,
-// NCCL's intra-node rings; Sergeev & Del Balso 2018, Jia et al. 2018 "Highly Scalable Deep
-// Learning Training System with Mixed-Precision", §3.3).
+// dtrain/collectives/hierarchical.hpp — the gradient sum in two levels
+// (`--allreduce hierarchical`): the workers of one node add through shared memory, one leader per
+// node sums the node totals over MPI, and the result comes back through the same memory (Horovod's
+// hierarchical allreduce, NCCL's intra-node rings; Sergeev & Del Balso 2018, Jia et al. 2018
+// "Highly Scalable Deep Learning Training System with Mixed-Precision", §3.3).
 //
 // Memory: the node's leader (lowest worker rank of the node) makes one memfd segment
 // (ps/shared_ring.hpp: freed with its last mapping, nothing left in /dev/shm after a kill) and
@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/ps/shared_ring.hpp"
-#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 

@@ -1,4 +1,4 @@
-// dtrain/sync/allreduce.hpp — gradient averaging for synchronous data-parallel training.
+// dtrain/collectives/allreduce.hpp — gradient averaging for synchronous data-parallel training.
 //
 // Every worker calls allreduce_sum() on its gradient buffer in the same order; afterwards all hold the
 // element-wise sum (the trainer pre-scales gradients by 1/global_batch so the sum is the mean).
@@ -13,8 +13,8 @@
 
 #include <mpi.h>
 
+#include "dtrain/collectives/wire.hpp"
 #include "dtrain/dnn/backend.hpp"
-#include "dtrain/sync/wire.hpp"
 
 namespace dtrain {
 
@@ -51,7 +51,7 @@ class GradientAllreduce {
 /// allreduce_sum then takes. A sum of n floats is posted as ceil(n / max_count) MPI_Iallreduce
 /// calls of at most `max_count` floats (an MPI count is an int: default INT_MAX; lower only to
 /// test the split). `wire`: bf16 or fp16 send the values in 16 bits and sum them in fp32 at the
-/// receiver (sync/wire.hpp, --wire-dtype), one WireAllreduce per max_count floats. The
+/// receiver (collectives/wire.hpp, --wire-dtype), one WireAllreduce per max_count floats. The
 /// communicator is borrowed and must outlive the object. Throws InputError for max_count outside
 /// [1, INT_MAX], LibraryError when the staging buffer cannot be allocated.
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,

@@ -1,6 +1,6 @@
-// dtrain/sync/hierarchical.cpp — two-level gradient sum: shared memory inside a node, MPI
-// between node leaders (see sync/hierarchical.hpp for the protocol).
-#include "dtrain/sync/hierarchical.hpp"
+// dtrain/collectives/hierarchical.cpp — two-level gradient sum: shared memory inside a node, MPI
+// between node leaders (see collectives/hierarchical.hpp for the protocol).
+#include "dtrain/collectives/hierarchical.hpp"
 
 #include <sched.h>
 #include <signal.h>
