@@ -7,7 +7,8 @@
 // returning params + m + v, concurrent pushes none of which is lost, pushes issued in pieces
 // (begin_push / push_ready / finish_push: serially equal, and interleaved at the ps none lost), a
 // reply that survives a worker slow to receive it (the ring slots it leaves from), and DONE ending
-// every server.
+// every server. The aggregating rules (sync through the ps, bounded staleness 0): one update per
+// step, the samples-weighted mean, replies held until it; backup workers' late pushes dropped.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -61,7 +62,7 @@ std::vector<float> gradient(int w, int r) {
 
 /// What one server run reports to every rank (summed over ps ranks).
 struct ServedStats {
-  std::int64_t pushes = 0, ignored = 0, shared_ring_pushes = 0;
+  std::int64_t pushes = 0, ignored = 0, shared_ring_pushes = 0, dropped = 0;
 };
 
 /// Runs the servers on the ps ranks and `worker_body` on the workers, then shares the ps statistics
@@ -69,7 +70,7 @@ struct ServedStats {
 template <typename Body>
 ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body,
                   std::size_t params = kParams) {
-  std::int64_t mine[3] = {0, 0, 0};
+  std::int64_t mine[4] = {0, 0, 0, 0};
   if (cluster.is_ps()) {
     const auto shards = shard_ranges(params, cluster.num_ps());
     std::atomic<bool> stop{false};
@@ -78,6 +79,7 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
       mine[0] = st.pushes;
       mine[1] = st.ignored;
       mine[2] = st.shared_ring_pushes;
+      mine[3] = st.dropped;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "parameter server threw: " << e.what();
     }
@@ -88,9 +90,9 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
       ADD_FAILURE() << "worker threw: " << e.what();
     }
   }
-  std::int64_t sum[3] = {0, 0, 0};
-  MPI_Allreduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return {sum[0], sum[1], sum[2]};
+  std::int64_t sum[4] = {0, 0, 0, 0};
+  MPI_Allreduce(mine, sum, 4, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return {sum[0], sum[1], sum[2], sum[3]};
 }
 
 /// Relative+absolute closeness of two float vectors; reports the first mismatch.
@@ -459,6 +461,110 @@ TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
     client.done();
   }, kN);
   EXPECT_EQ(st.pushes, 1);
+}
+
+/// The aggregating update rules (ps_sync, ps_bounded), SGD at lr 0.5 without weight decay: every
+/// worker pushes `rounds` gradients at once, gradient(w, r) with w + 1 samples, so round r must
+/// make exactly one update, θ ← θ − lr·Σ_w (n_w / N)·g_w summed in worker order, and every reply
+/// of round r must carry global step r + 1 and the parameters after it, none dropped.
+void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
+  const int num_ps = world_size() >= 3 ? 2 : 1;
+  Cluster cluster(MPI_COMM_WORLD, num_ps);
+  const int workers = cluster.num_workers();
+  Config cfg;
+  cfg.mode = mode;
+  cfg.num_ps = num_ps;
+  cfg.max_staleness = max_staleness;
+  cfg.optimizer = "sgd";
+  cfg.lr = 0.5f;
+  cfg.weight_decay = 0.0f;
+  cfg.timeout = 60.0;
+  cfg.ps_chunk_kb = 1;  // chunks of 256 floats: a sync push is received whole in several
+  const ServedStats st = serve(cluster, cfg, rounds, [&] {
+    // The reference after each round, in the ps's order: the weighted sum, then the update.
+    std::vector<std::vector<float>> after;
+    std::vector<float> ref = initial_params();
+    const float total = static_cast<float>(workers * (workers + 1) / 2);
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<float> sum(kParams, 0.0f);
+      for (int w = 0; w < workers; ++w) {
+        const std::vector<float> g = gradient(w, r);
+        const float f = static_cast<float>(w + 1) / total;
+        for (std::size_t i = 0; i < kParams; ++i) sum[i] += f * g[i];
+      }
+      for (std::size_t i = 0; i < kParams; ++i) ref[i] -= cfg.lr * sum[i];
+      after.push_back(ref);
+    }
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024);
+    const int me = cluster.me().index;
+    if (cluster.is_chief()) client.load(initial_params().data(), nullptr, nullptr, 0, 0);
+    MPI_Barrier(cluster.role_comm());
+    std::vector<float> params(kParams);
+    client.pull(params.data());
+    for (int r = 0; r < rounds; ++r) {
+      const PushResult res = client.push_pull(gradient(me, r).data(), me + 1, params.data(), false);
+      EXPECT_EQ(res.global_step, r + 1) << "round " << r;
+      EXPECT_FALSE(res.dropped) << "round " << r;
+      expect_close(params, after[r], "reply in round " + std::to_string(r), 1e-5f);
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, static_cast<std::int64_t>(rounds) * workers * num_ps);
+  EXPECT_EQ(st.dropped, 0);
+  EXPECT_EQ(st.ignored, 0);
+}
+
+TEST(ParameterServer, SyncThroughThePsAppliesTheWeightedMeanOncePerStep) {
+  run_aggregate_case(Mode::sync, -1, 5);
+}
+TEST(ParameterServer, BoundedStalenessZeroAppliesWhatSyncApplies) {
+  run_aggregate_case(Mode::async, 0, 5);
+}
+
+/// Sync through the ps with --replicas-to-aggregate 1: workers push one at a time on the same
+/// parameters, so worker 0's push makes each step and every later one is late: dropped, answered
+/// at once with the new parameters and its staleness (1), never applied.
+TEST(ParameterServer, SyncBackupWorkersLatePushesAreDropped) {
+  const int num_ps = world_size() >= 3 ? 2 : 1;
+  Cluster cluster(MPI_COMM_WORLD, num_ps);
+  const int workers = cluster.num_workers();
+  constexpr int kRounds = 3;
+  Config cfg;
+  cfg.mode = Mode::sync;
+  cfg.num_ps = num_ps;
+  cfg.replicas_to_aggregate = 1;
+  cfg.optimizer = "sgd";
+  cfg.lr = 0.5f;
+  cfg.weight_decay = 0.0f;
+  cfg.timeout = 60.0;
+  const ServedStats st = serve(cluster, cfg, kRounds, [&] {
+    std::vector<float> ref = initial_params();
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0);
+    const int me = cluster.me().index;
+    if (cluster.is_chief()) client.load(ref.data(), nullptr, nullptr, 0, 0);
+    MPI_Barrier(cluster.role_comm());
+    std::vector<float> params(kParams);
+    for (int r = 0; r < kRounds; ++r) {
+      EXPECT_EQ(client.pull(params.data()).global_step, r);  // every worker on step r
+      MPI_Barrier(cluster.role_comm());
+      const std::vector<float> g0 = gradient(0, r);
+      for (std::size_t i = 0; i < kParams; ++i) ref[i] -= cfg.lr * g0[i];
+      for (int w = 0; w < workers; ++w) {
+        if (w == me) {
+          const PushResult res = client.push_pull(gradient(w, r).data(), 8, params.data(), false);
+          EXPECT_EQ(res.global_step, r + 1);
+          EXPECT_EQ(res.dropped, w > 0) << "worker " << w << ", round " << r;
+          EXPECT_EQ(res.staleness, w > 0 ? 1 : 0) << "worker " << w << ", round " << r;
+          expect_close(params, ref, "reply to worker " + std::to_string(w), 1e-5f);
+        }
+        MPI_Barrier(cluster.role_comm());  // pass the token
+      }
+    }
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, kRounds * num_ps);
+  EXPECT_EQ(st.dropped, static_cast<std::int64_t>(kRounds) * (workers - 1) * num_ps);
+  EXPECT_EQ(st.ignored, 0);
 }
 
 }  // namespace
