@@ -7,7 +7,6 @@
 // (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse it is divided by its
 // staleness τ ≥ 1 (Zhang et al. 2016).
 #include <algorithm>
-#include <atomic>
 #include <optional>
 
 #include "dtrain/core/log.hpp"

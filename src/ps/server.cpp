@@ -5,17 +5,17 @@
 // LOAD, SNAPSHOT and DONE are served here; a PUSH goes to the update rule chosen at start
 // (ps/update_rule.hpp), whose optimizer runs on the CPU backend over the shard (--ps-threads).
 // The chunk receives and the replies are ps/server_io.cpp's.
-#include <unistd.h>
+
+#include "dtrain/ps/server.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
-#include "dtrain/ps/server.hpp"
 #include "server_core.hpp"
 #include "update_rule.hpp"
 
