@@ -152,6 +152,41 @@ PushResult push(PsClient& client, const std::vector<float>& g, int samples, std:
   return client.finish_push();
 }
 
+/// The pushes of a serial case applied one by one in the global order with an in-process optimizer
+/// (or DANA) on the CPU backend: the reply each push must get, the final θ, and the m and v a
+/// snapshot must return.
+struct SerialReference {
+  std::vector<std::vector<float>> after;  ///< reference reply to each push
+  std::vector<float> params, m, v;
+
+  SerialReference(const Config& cfg, bool with_dana, int workers, std::int64_t pushes,
+                  std::int64_t applied, std::int64_t total_steps)
+      : params(initial_params()), m(kParams), v(kParams, 0.0f) {
+    auto cpu = make_cpu_backend();
+    Optimizer opt(cfg, *cpu, kParams, total_steps);
+    opt.use_async_momentum(workers);
+    std::optional<DanaMomentum> dana;
+    if (with_dana) {
+      dana.emplace(cfg, *cpu, kParams, workers, total_steps);
+      dana->load(std::vector<float>(kParams, 0.0f).data(), params.data(), 0);
+    }
+    for (std::int64_t t = 0; t < pushes; ++t) {
+      const int w = static_cast<int>(t % workers);
+      const std::vector<float> g = gradient(w, static_cast<int>(t / workers));
+      if (t < applied && with_dana) {
+        dana->apply(w, params.data(), g.data(), t, 0, kParams);
+        after.emplace_back(dana->look_ahead(), dana->look_ahead() + kParams);
+        continue;
+      }
+      if (t < applied) opt.apply(params.data(), g.data(), t);
+      after.push_back(params);  // a push past --max-steps is answered with θ
+    }
+    const float* m_dev = with_dana ? dana->momentum_sum() : opt.m();
+    cpu->copy_to_host(m.data(), m_dev, kParams * sizeof(float));
+    if (opt.v()) cpu->copy_to_host(v.data(), opt.v(), kParams * sizeof(float));
+  }
+};
+
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
 /// a snapshot against the serial reference, and the servers' counts.
 void run_serial_case(const SerialCase& k) {
@@ -171,9 +206,6 @@ void run_serial_case(const SerialCase& k) {
   const std::int64_t shared = k.shm && !all_remote() ? pushes * cluster.num_ps() : 0;
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
-    // The serial reference, computed by every worker.
-    auto cpu = make_cpu_backend();
-    std::vector<float> ref = initial_params();
     // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
     // μ − (1 − 1/W)·lr(step)/lr.
     for (std::int64_t t : {std::int64_t{0}, pushes / 2, pushes - 1})
@@ -181,25 +213,7 @@ void run_serial_case(const SerialCase& k) {
                   std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers) *
                                                     learning_rate(cfg, t, total_steps) / cfg.lr),
                   1e-6f);
-    Optimizer opt(cfg, *cpu, kParams, total_steps);
-    opt.use_async_momentum(workers);
-    std::optional<DanaMomentum> dana;
-    if (k.dana) {
-      dana.emplace(cfg, *cpu, kParams, workers, total_steps);
-      dana->load(std::vector<float>(kParams, 0.0f).data(), ref.data(), 0);
-    }
-    std::vector<std::vector<float>> after;  // reference reply to each push
-    for (std::int64_t t = 0; t < pushes; ++t) {
-      const int w = static_cast<int>(t % workers);
-      const std::vector<float> g = gradient(w, static_cast<int>(t / workers));
-      if (t < applied && k.dana) {
-        dana->apply(w, ref.data(), g.data(), t, 0, kParams);
-        after.emplace_back(dana->look_ahead(), dana->look_ahead() + kParams);
-        continue;
-      }
-      if (t < applied) opt.apply(ref.data(), g.data(), t);
-      after.push_back(ref);  // a push past --max-steps is answered with θ
-    }
+    const SerialReference ref(cfg, k.dana, workers, pushes, applied, total_steps);  // every worker
 
     PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
                     static_cast<std::size_t>(k.chunk_kb) * 1024);
@@ -222,23 +236,20 @@ void run_serial_case(const SerialCase& k) {
           const PushResult res = push(client, gradient(w, r), 8, params, k.issued);
           EXPECT_EQ(res.global_step, std::min(t + 1, applied)) << "push " << t;
           EXPECT_FALSE(res.stop_requested);
-          expect_close(params, after[t], "reply to push " + std::to_string(t));
+          expect_close(params, ref.after[t], "reply to push " + std::to_string(t));
         }
         MPI_Barrier(wc);  // pass the token
       }
     }
     const PushResult last = client.pull(params.data());
     EXPECT_EQ(last.global_step, applied);
-    expect_close(params, ref, "final pull");  // a pull returns θ (DANA too)
+    expect_close(params, ref.params, "final pull");  // a pull returns θ (DANA too)
     if (cluster.is_chief()) {
       std::vector<float> p(kParams, -1.0f), m(kParams, -1.0f), v(kParams, -1.0f);
       EXPECT_EQ(client.snapshot(p.data(), m.data(), v.data()), applied);
-      expect_close(p, ref, "snapshot params");
-      std::vector<float> ref_m(kParams), ref_v(kParams, 0.0f);
-      cpu->copy_to_host(ref_m.data(), k.dana ? dana->momentum_sum() : opt.m(), kParams * sizeof(float));
-      if (opt.v()) cpu->copy_to_host(ref_v.data(), opt.v(), kParams * sizeof(float));
-      expect_close(m, ref_m, "snapshot m");
-      expect_close(v, ref_v, "snapshot v");  // zeros for momentum
+      expect_close(p, ref.params, "snapshot params");
+      expect_close(m, ref.m, "snapshot m");
+      expect_close(v, ref.v, "snapshot v");  // zeros for momentum
       EXPECT_TRUE(std::any_of(m.begin(), m.end(), [](float x) { return x != 0.0f; }));
     }
     EXPECT_EQ(client.shared_ring_pushes(), shared / workers);
