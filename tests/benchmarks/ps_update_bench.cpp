@@ -127,13 +127,17 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// The command line (see --help).
+struct Options {
   std::size_t min_floats = 1 << 14, max_floats = 1 << 26;
   int rounds = 0, threads = 1;
   bool cross_core = false;
   std::vector<std::string> rules{"sgd", "momentum", "adam", "dana"};
+};
+
+/// Reads the command line into `o`. Returns the exit code when the program is to end here
+/// (--help: 0; a bad option: 2, after a message), else -1.
+int parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
@@ -143,7 +147,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (k == "--cross-core") {
-      cross_core = true;
+      o.cross_core = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -151,29 +155,87 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string v = argv[++i];
-    if (k == "--min-floats") min_floats = std::stoull(v);
-    else if (k == "--max-floats") max_floats = std::stoull(v);
-    else if (k == "--rounds") rounds = std::stoi(v);
-    else if (k == "--threads") threads = std::stoi(v);
-    else if (k == "--rules") rules = split(v);
+    if (k == "--min-floats") o.min_floats = std::stoull(v);
+    else if (k == "--max-floats") o.max_floats = std::stoull(v);
+    else if (k == "--rounds") o.rounds = std::stoi(v);
+    else if (k == "--threads") o.threads = std::stoi(v);
+    else if (k == "--rules") o.rules = split(v);
     else {
       std::fprintf(stderr, "ps_update_bench: unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  for (const std::string& r : rules) {
+  for (const std::string& r : o.rules) {
     if (r != "sgd" && r != "momentum" && r != "adam" && r != "dana") {
       std::fprintf(stderr, "ps_update_bench: --rules: unknown rule '%s' (sgd, momentum, adam, dana)\n",
                    r.c_str());
       return 2;
     }
   }
+  return -1;
+}
+
+/// The rows of one shard size n: memcpy, then each rule's update in 1 MiB chunks (and, with
+/// `remote`, the same right after another core read the array written).
+void bench_size(std::size_t n, const Options& o, Backend& backend, RemoteReader* remote) {
+  const int r = o.rounds > 0 ? o.rounds : n <= (1u << 18) ? 200 : n <= (1u << 22) ? 30 : 8;
+  std::vector<float> params(n, 0.5f), grads(n, 1e-3f), copy(n);
+  const ChunkLayout chunks(n, kDefaultChunkBytes);
+  // Prints one row; `written` is the array the work stores to (what the reader reads first).
+  auto row = [&](const std::string& name, const std::function<void()>& fn, const float* written,
+                 double base) {
+    const double t = seconds_of(fn, r);
+    std::printf("  %10s %10zu %12.1f %10.3f %10.2f", name.c_str(), n, t * 1e6, t * 1e9 / n,
+                base > 0 ? t / base : 1.0);
+    if (remote) {
+      const double tr = seconds_of(fn, r, [&] { remote->read(written, n); });
+      std::printf(" %14.1f %10.2f", tr * 1e6, tr / t);
+    }
+    std::printf("\n");
+    return t;
+  };
+  const double base = row(
+      "memcpy", [&] { std::memcpy(copy.data(), grads.data(), n * sizeof(float)); }, copy.data(),
+      0);
+  for (const std::string& rule : o.rules) {
+    Config c;
+    c.optimizer = rule == "dana" ? "momentum" : rule;
+    c.momentum = 0.9f;
+    c.weight_decay = 1e-4f;
+    c.lr = 1e-6f;
+    Optimizer opt(c, backend, n, 1 << 30);
+    std::optional<DanaMomentum> dana;
+    if (rule == "dana") dana.emplace(c, backend, n, 4, 1 << 30);
+    std::int64_t step = 0;
+    // DANA's reply carries its look-ahead, the array a worker reads; every other rule's, θ.
+    const float* sent = dana ? dana->look_ahead() : params.data();
+    row(
+        rule,
+        [&] {
+          for (std::size_t i = 0; i < chunks.count(); ++i) {
+            const std::size_t b = chunks.begin(i), e = b + chunks.size(i);
+            if (dana) dana->apply(static_cast<int>(step % 4), params.data(), grads.data() + b, step,
+                                  b, e);
+            else opt.apply(params.data(), grads.data() + b, step, b, e);
+          }
+          ++step;
+        },
+        sent, base);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const int code = parse_options(argc, argv, o); code >= 0) return code;
   std::optional<RemoteReader> remote;
-  if (cross_core) {
+  if (o.cross_core) {
     const std::vector<int> cpus = allowed_cpus();
     if (cpus.size() < 2) {
       std::printf("# ps_update_bench: --cross-core skipped: this process may run on one CPU only\n");
-      cross_core = false;
+      o.cross_core = false;
     } else {
       pin_to(cpus[0]);
       remote.emplace(cpus[1]);
@@ -181,63 +243,18 @@ int main(int argc, char** argv) {
                   cpus[1]);
     }
   }
-  omp_set_num_threads(threads);
+  omp_set_num_threads(o.threads);
   auto backend = make_cpu_backend();
   {  // ~0.1 s of copies first, so that the first size is not timed while the core's clock rises
     std::vector<float> a(1 << 22, 1.0f), b(1 << 22);
     for (int i = 0; i < 40; ++i) std::memcpy(b.data(), a.data(), a.size() * sizeof(float));
   }
   std::printf("# ps_update_bench: one push's update over a shard in 1 MiB chunks, %d thread(s)\n"
-              "# %10s %10s %12s %10s %10s", threads, "rule", "floats", "us/push", "ns/float",
+              "# %10s %10s %12s %10s %10s", o.threads, "rule", "floats", "us/push", "ns/float",
               "x memcpy");
-  if (cross_core) std::printf(" %14s %10s", "us after read", "x local");
+  if (o.cross_core) std::printf(" %14s %10s", "us after read", "x local");
   std::printf("\n");
-  for (std::size_t n = min_floats; n <= max_floats; n *= 4) {
-    const int r = rounds > 0 ? rounds : n <= (1u << 18) ? 200 : n <= (1u << 22) ? 30 : 8;
-    std::vector<float> params(n, 0.5f), grads(n, 1e-3f), copy(n);
-    const ChunkLayout chunks(n, kDefaultChunkBytes);
-    // Prints one row; `written` is the array the work stores to (what the reader reads first).
-    auto row = [&](const std::string& name, const std::function<void()>& fn, const float* written,
-                   double base) {
-      const double t = seconds_of(fn, r);
-      std::printf("  %10s %10zu %12.1f %10.3f %10.2f", name.c_str(), n, t * 1e6, t * 1e9 / n,
-                  base > 0 ? t / base : 1.0);
-      if (cross_core) {
-        const double tr = seconds_of(fn, r, [&] { remote->read(written, n); });
-        std::printf(" %14.1f %10.2f", tr * 1e6, tr / t);
-      }
-      std::printf("\n");
-      return t;
-    };
-    const double base = row(
-        "memcpy", [&] { std::memcpy(copy.data(), grads.data(), n * sizeof(float)); }, copy.data(),
-        0);
-    for (const std::string& rule : rules) {
-      Config c;
-      c.optimizer = rule == "dana" ? "momentum" : rule;
-      c.momentum = 0.9f;
-      c.weight_decay = 1e-4f;
-      c.lr = 1e-6f;
-      Optimizer opt(c, *backend, n, 1 << 30);
-      std::optional<DanaMomentum> dana;
-      if (rule == "dana") dana.emplace(c, *backend, n, 4, 1 << 30);
-      std::int64_t step = 0;
-      // DANA's reply carries its look-ahead, the array a worker reads; every other rule's, θ.
-      const float* sent = dana ? dana->look_ahead() : params.data();
-      row(
-          rule,
-          [&] {
-            for (std::size_t i = 0; i < chunks.count(); ++i) {
-              const std::size_t b = chunks.begin(i), e = b + chunks.size(i);
-              if (dana) dana->apply(static_cast<int>(step % 4), params.data(),
-                                             grads.data() + b, step, b, e);
-              else opt.apply(params.data(), grads.data() + b, step, b, e);
-            }
-            ++step;
-          },
-          sent, base);
-    }
-    std::fflush(stdout);
-  }
+  for (std::size_t n = o.min_floats; n <= o.max_floats; n *= 4)
+    bench_size(n, o, *backend, remote ? &*remote : nullptr);
   return 0;
 }
