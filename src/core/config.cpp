@@ -348,8 +348,10 @@ void build_table(Table& t, Config& c) {
   t.add("init-exclude", &c.init_exclude,
         "comma-separated tensor name prefixes --init-from leaves at the seed's initialisation "
         "(e.g. fc. for a new head)");
-  t.add("format", &c.export_format, "export: output format (safetensors)");
-  t.add("dtype", &c.export_dtype, "export: float tensors as f32 | bf16");
+  t.add("format", &c.export_format,
+        "export: output format: safetensors (the named tensors) | onnx (the inference graph, "
+        "opset 17)");
+  t.add("dtype", &c.export_dtype, "export --format safetensors: float tensors as f32 | bf16");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -429,6 +431,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
           "--out P.h5\n"
           "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
           "[--dtype bf16]\n"
+          "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
           "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
           "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
        << cli;
@@ -541,8 +544,11 @@ void validate_config(const Config& c) {
   if (c.command == "export") {
     DT_REQUIRE(!c.checkpoint.empty(), "dtrain export: option --checkpoint is required");
     DT_REQUIRE(!c.out.empty(), "dtrain export: option --out is required");
-    one_of("format", c.export_format, {"safetensors"});
+    one_of("format", c.export_format, {"safetensors", "onnx"});
     one_of("dtype", c.export_dtype, {"f32", "bf16"});
+    DT_REQUIRE(c.export_format == "safetensors" || c.export_dtype == "f32",
+               "option --dtype: " + c.export_dtype + " applies to --format safetensors; an ONNX "
+               "export holds float32 tensors");
     return;  // the model and data come from the checkpoint
   }
   non_negative("num-classes", c.num_classes);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,12 @@ std::string check_init_from(const Config& c, const Model& layout);
 /// when neither gives names that fit its buffers.
 std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::string& path,
                                        const std::string& dtype);
+
+/// The model of checkpoint `s` (read from `path`), layout only: rebuilt from the `layer =` lines
+/// of the configuration it carries, for its input shape and class count (checkpoint_input()).
+/// Throws InputError naming `path` when that model's signature is not the checkpoint's, and what
+/// Model's constructor throws.
+std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path);
 
 /// `dtrain export` (c.command == "export") on MPI_COMM_WORLD; rank 0 works, every rank agrees on
 /// the outcome (one error, as run_predict()). Returns the exit code (0). Errors: --checkpoint
