@@ -333,13 +333,16 @@ void build_table(Table& t, Config& c) {
         "log rows, so at most one per --log-every interval); 0: every log row. Evaluations are "
         "always written");
   t.group("Inference (dtrain predict)", "predict");
-  t.add("checkpoint", &c.checkpoint, "predict: checkpoint (ckpt-*.h5) of the job's model to score with");
+  t.add("checkpoint", &c.checkpoint,
+        "predict: checkpoint (ckpt-*.h5) of the job's model to score with; export: the checkpoint "
+        "to export");
   t.add("data", &c.data,
         "predict: HDF5 file of images (N×C×H×W, the model's input; `labels` optional: then the "
         "accuracy is printed)");
   t.add("out", &c.out,
         "predict: HDF5 file to create with `predictions` (N int32) and `probabilities` (N×classes "
-        "float32) in the input's order; refused if it exists");
+        "float32) in the input's order; export: the safetensors or ONNX file to create; refused "
+        "if it exists");
   t.group("Named tensors (--init-from, dtrain export)", "tensors");
   t.add("init-from", &c.init_from,
         "train, predict: start from this safetensors file's tensors, by name (e.g. a torchvision "
