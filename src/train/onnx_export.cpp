@@ -92,7 +92,7 @@ class GraphBuilder {
     const LayerInfo& l = g_.layers[i];
     const std::string name = l.name.empty() ? std::to_string(i) + "." + l.type : l.name;
     const bool reserved = name == "input" || name == "logits" || name == "probabilities";
-    Layer at{l, i, name, reserved ? name + "/out" : name};
+    LayerRef at{l, i, name, reserved ? name + "/out" : name};
     values_.push_back(map_layer(at));
     shapes_.push_back(l.output);
   }
@@ -108,14 +108,15 @@ class GraphBuilder {
   }
 
  private:
-  struct Layer {
+  /// One layer being mapped.
+  struct LayerRef {
     const LayerInfo& info;
     std::size_t index;
     std::string name;  ///< the layer's public name (its nodes' names)
     std::string out;   ///< the name of its output value
   };
 
-  Value map_layer(const Layer& l) {
+  Value map_layer(const LayerRef& l) {
     const std::string& t = l.info.type;
     if (t == "conv") return conv(l);
     if (t == "batchnorm") return batchnorm(l);
@@ -137,7 +138,7 @@ class GraphBuilder {
                      "flatten, dense, add, concat, zeropad); nothing was written");
   }
 
-  Value conv(const Layer& l) {
+  Value conv(const LayerRef& l) {
     const std::vector<const TensorInfo*>& p = params_.at(l.index);
     std::vector<std::string> in{rank4(l, input(l, 0)).name};
     for (const TensorInfo* t : p) in.push_back(initializer(*t, g_.param_values));
@@ -149,7 +150,7 @@ class GraphBuilder {
     return {l.out, 4};
   }
 
-  Value batchnorm(const Layer& l) {
+  Value batchnorm(const LayerRef& l) {
     const std::vector<const TensorInfo*>& p = params_.at(l.index);  // γ, β
     const std::vector<const TensorInfo*>& s = state_.at(l.index);   // running mean, var
     const Value x = input(l, 0);
@@ -163,7 +164,7 @@ class GraphBuilder {
     return {l.out, x.rank};
   }
 
-  Value pool(const Layer& l) {
+  Value pool(const LayerRef& l) {
     const bool max = l.info.type == "maxpool";
     onnx::NodeProto& n =
         node(max ? "MaxPool" : "AveragePool", {rank4(l, input(l, 0)).name}, l.out, l.name);
@@ -175,7 +176,7 @@ class GraphBuilder {
     return {l.out, 4};
   }
 
-  Value dense(const Layer& l) {
+  Value dense(const LayerRef& l) {
     const std::vector<const TensorInfo*>& p = params_.at(l.index);  // weight [out, in], bias
     const Value x = rank2(input(l, 0), l.name + "/flatten");
     set_int(node("Gemm",
@@ -187,7 +188,7 @@ class GraphBuilder {
   }
 
   /// add / concat: inputs of mixed rank all become 4-d.
-  Value merge(const Layer& l) {
+  Value merge(const LayerRef& l) {
     std::vector<Value> in;
     int rank = 2;
     for (std::size_t k = 0; k < l.info.inputs.size(); ++k) {
@@ -205,7 +206,7 @@ class GraphBuilder {
     return {l.out, rank};
   }
 
-  Value zeropad(const Layer& l) {
+  Value zeropad(const LayerRef& l) {
     const Value x = input(l, 0);
     const int c = shapes_.at(static_cast<std::size_t>(l.info.inputs.at(0))).c;
     const std::int64_t first = (l.info.output.c - c) / 2, after = l.info.output.c - c - first;
@@ -217,12 +218,12 @@ class GraphBuilder {
   }
 
   /// Input k of layer l.
-  const Value& input(const Layer& l, std::size_t k) const {
+  const Value& input(const LayerRef& l, std::size_t k) const {
     return values_.at(static_cast<std::size_t>(l.info.inputs.at(k)));
   }
 
   /// v as 4-d N×C×1×1 (Unsqueeze of a 2-d value; a 4-d one as it is).
-  Value rank4(const Layer& l, const Value& v, const std::string& tag = "") {
+  Value rank4(const LayerRef& l, const Value& v, const std::string& tag = "") {
     if (v.rank == 4) return v;
     const std::string out = l.name + "/unsqueeze" + tag;
     node("Unsqueeze", {v.name, int64_initializer(out + "/axes", {2, 3})}, out, out);
