@@ -19,8 +19,8 @@ target_link_libraries(dtrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} ${HDF5_LIBRARIES
 target_compile_definitions(dtrain_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})
 
 find_package(Boost REQUIRED COMPONENTS program_options)   # also Boost.CRC (header-only)
-# TensorBoard event files: libprotobuf + protoc (Debian libprotobuf-dev, protobuf-compiler);
-# CMake's FindProtobuf provides protobuf::libprotobuf and protobuf_generate().
+# TensorBoard event files and ONNX models: libprotobuf + protoc (Debian libprotobuf-dev,
+# protobuf-compiler); CMake's FindProtobuf provides protobuf::libprotobuf and protobuf_generate().
 find_package(Protobuf REQUIRED)
 find_package(dnnl CONFIG REQUIRED)   # Debian's config needs ocl-icd-opencl-dev
 find_package(Threads REQUIRED)

@@ -333,13 +333,16 @@ void build_table(Table& t, Config& c) {
         "log rows, so at most one per --log-every interval); 0: every log row. Evaluations are "
         "always written");
   t.group("Inference (dtrain predict)", "predict");
-  t.add("checkpoint", &c.checkpoint, "predict: checkpoint (ckpt-*.h5) of the job's model to score with");
+  t.add("checkpoint", &c.checkpoint,
+        "predict: checkpoint (ckpt-*.h5) of the job's model to score with; export: the checkpoint "
+        "to export");
   t.add("data", &c.data,
         "predict: HDF5 file of images (N×C×H×W, the model's input; `labels` optional: then the "
         "accuracy is printed)");
   t.add("out", &c.out,
         "predict: HDF5 file to create with `predictions` (N int32) and `probabilities` (N×classes "
-        "float32) in the input's order; refused if it exists");
+        "float32) in the input's order; export: the safetensors or ONNX file to create; refused "
+        "if it exists");
   t.group("Named tensors (--init-from, dtrain export)", "tensors");
   t.add("init-from", &c.init_from,
         "train, predict: start from this safetensors file's tensors, by name (e.g. a torchvision "
@@ -348,8 +351,10 @@ void build_table(Table& t, Config& c) {
   t.add("init-exclude", &c.init_exclude,
         "comma-separated tensor name prefixes --init-from leaves at the seed's initialisation "
         "(e.g. fc. for a new head)");
-  t.add("format", &c.export_format, "export: output format (safetensors)");
-  t.add("dtype", &c.export_dtype, "export: float tensors as f32 | bf16");
+  t.add("format", &c.export_format,
+        "export: output format: safetensors (the named tensors) | onnx (the inference graph, "
+        "opset 17)");
+  t.add("dtype", &c.export_dtype, "export --format safetensors: float tensors as f32 | bf16");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -429,6 +434,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
           "--out P.h5\n"
           "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
           "[--dtype bf16]\n"
+          "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
           "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
           "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
        << cli;
@@ -541,8 +547,11 @@ void validate_config(const Config& c) {
   if (c.command == "export") {
     DT_REQUIRE(!c.checkpoint.empty(), "dtrain export: option --checkpoint is required");
     DT_REQUIRE(!c.out.empty(), "dtrain export: option --out is required");
-    one_of("format", c.export_format, {"safetensors"});
+    one_of("format", c.export_format, {"safetensors", "onnx"});
     one_of("dtype", c.export_dtype, {"f32", "bf16"});
+    DT_REQUIRE(c.export_format == "safetensors" || c.export_dtype == "f32",
+               "option --dtype: " + c.export_dtype + " applies to --format safetensors; an ONNX "
+               "export holds float32 tensors");
     return;  // the model and data come from the checkpoint
   }
   non_negative("num-classes", c.num_classes);

@@ -1,5 +1,9 @@
-// dtrain/core/files.cpp — atomic replacement of output files (core/files.hpp).
+// dtrain/core/files.cpp — atomic replacement of output files, and new files that never replace
+// one (core/files.hpp).
 #include "dtrain/core/files.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -35,6 +39,59 @@ void write_file_atomically(const std::string& path, const std::string& text) {
                                       __LINE__));
   }
   replace_file(tmp, path);
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw LibraryError("cannot open '" + path + "' to fsync it" + errno_reason());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw LibraryError("fsync of '" + path + "' failed");
+}
+
+void require_new_file(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  DT_REQUIRE(!fs::exists(path) && !fs::is_symlink(path),
+             "option " + option + ": '" + path + "' already exists; dtrain never overwrites a file "
+             "(remove it or choose another " + option + ")");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".")
+                                                            : fs::path(path).parent_path();
+  DT_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0,
+             "option " + option + ": '" + path + "': its directory '" + dir.string() +
+                 "' does not exist or is not writable");
+}
+
+void publish_new_file(const std::string& tmp, const std::string& path) {
+  std::error_code ec;
+  try {
+    fsync_path(tmp);
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  std::filesystem::create_hard_link(tmp, path, ec);  // EEXIST rather than replace a file
+  std::error_code ignored;
+  std::filesystem::remove(tmp, ignored);
+  if (ec)
+    throw LibraryError("cannot link '" + tmp + "' to '" + path + "': " + ec.message() +
+                       " (nothing was overwritten)");
+}
+
+void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string tmp = path + ".tmp";
+  try {
+    errno = 0;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw LibraryError("cannot create '" + tmp + "'" + errno_reason());
+    write(out);
+    out.flush();
+    if (!out) throw LibraryError("writing '" + tmp + "' failed (disk full?)" + errno_reason());
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  publish_new_file(tmp, path);
 }
 
 }  // namespace dtrain

@@ -1,10 +1,7 @@
 // dtrain/io/safetensors.cpp — the safetensors format (see safetensors.hpp): header through
-// nlohmann::json, validated before any offset is trusted; atomic write by temporary file, fsync
-// and hard link.
+// nlohmann::json, validated before any offset is trusted; written by create_new_file() (temporary
+// file, fsync, hard link: core/files.hpp).
 #include "dtrain/io/safetensors.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -15,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/dnn/bf16.hpp"
 
 namespace fs = std::filesystem;
@@ -38,14 +36,6 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
   return n;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw LibraryError("cannot open '" + path + "' to fsync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw LibraryError("fsync of '" + path + "' failed");
 }
 
 }  // namespace
@@ -87,14 +77,7 @@ std::vector<float> safetensor_floats(const SafeTensor& t, const std::string& fil
 
 void write_safetensors(const std::string& path, const std::vector<SafeTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  DT_REQUIRE(!fs::exists(path) && !fs::is_symlink(path),
-             "option --out: '" + path + "' already exists; dtrain never overwrites a file "
-             "(remove it or choose another --out)");
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".")
-                                                            : fs::path(path).parent_path();
-  DT_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0,
-             "option --out: '" + path + "': its directory '" + dir.string() +
-                 "' does not exist or is not writable");
+  require_new_file(path, "--out");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t at = 0;
@@ -111,29 +94,13 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
   text.append((8 - text.size() % 8) % 8, ' ');
   const std::uint64_t n = text.size();
 
-  const std::string tmp = path + ".tmp";
-  try {
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) throw LibraryError("cannot create '" + tmp + "'");
-      out.write(reinterpret_cast<const char*>(&n), 8);
-      out.write(text.data(), static_cast<std::streamsize>(text.size()));
-      for (const SafeTensor& t : tensors)
-        out.write(reinterpret_cast<const char*>(t.data.data()),
-                  static_cast<std::streamsize>(t.data.size()));
-      out.flush();
-      if (!out) throw LibraryError("writing '" + tmp + "' failed (disk full?)");
-    }
-    fsync_path(tmp);
-    std::error_code ec;
-    fs::create_hard_link(tmp, path, ec);  // fails rather than replace a file that appeared
-    if (ec) throw LibraryError("cannot link '" + tmp + "' to '" + path + "': " + ec.message());
-    fs::remove(tmp, ec);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
+  create_new_file(path, [&](std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const SafeTensor& t : tensors)
+      out.write(reinterpret_cast<const char*>(t.data.data()),
+                static_cast<std::streamsize>(t.data.size()));
+  });
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

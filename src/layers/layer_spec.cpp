@@ -193,6 +193,14 @@ void check_bind(const std::string& layer, const std::vector<float*>& params,
 
 }  // namespace layers
 
+std::string Layer::describe() const {
+  std::string s = type();
+  const auto args = arguments();
+  for (std::size_t i = 0; i < args.size(); ++i)
+    s += (i ? "," : "(") + args[i].first + "=" + args[i].second;
+  return args.empty() ? s : s + ")";
+}
+
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const std::vector<Shape>& inputs,
                                   int num_classes, Backend* backend) {
   layers::LayerArgs args(spec);

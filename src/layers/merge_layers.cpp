@@ -17,7 +17,6 @@ class MergeLayer : public Layer {
   [[nodiscard]] std::vector<Shape> input_shapes() const override { return in_; }
   [[nodiscard]] Shape output_shape() const override { return out_; }
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, false}; }
-  [[nodiscard]] std::string describe() const override { return type_; }
 
  protected:
   Backend& be() const { return backend_of(be_, type_); }

@@ -51,10 +51,13 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
   void set_accumulate_dx(bool on) override {
     if (op_ != nullptr) op_->set_accumulate_dx(on);
   }
-  [[nodiscard]] std::string describe() const override {
-    return "conv(filters=" + std::to_string(d_.out_channels) + ",kernel=" + d_.kernel.str() +
-           ",stride=" + d_.stride.str() + ",pad=" + d_.pad.str() + (d_.bias ? "" : ",bias=false") +
-           ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    std::vector<std::pair<std::string, std::string>> a{{"filters", std::to_string(d_.out_channels)},
+                                                       {"kernel", d_.kernel.str()},
+                                                       {"stride", d_.stride.str()},
+                                                       {"pad", d_.pad.str()}};
+    if (!d_.bias) a.emplace_back("bias", "false");
+    return a;
   }
 
  private:
@@ -80,8 +83,8 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
     return {{"weight", Shape{units_, inputs_, 1, 1}, Init::he_normal, inputs_},
             {"bias", Shape{units_, 1, 1, 1}, Init::zeros, 1}};
   }
-  [[nodiscard]] std::string describe() const override {
-    return "dense(units=" + std::to_string(units_) + ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    return {{"units", std::to_string(units_)}};
   }
 
  protected:
@@ -151,9 +154,8 @@ class BatchNormLayer final : public LayerBase {
     else
       op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }
-  [[nodiscard]] std::string describe() const override {
-    return "batchnorm(eps=" + format_float(d_.epsilon) + ",momentum=" + format_float(d_.momentum) +
-           ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    return {{"eps", format_float(d_.epsilon)}, {"momentum", format_float(d_.momentum)}};
   }
 
  private:

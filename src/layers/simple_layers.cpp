@@ -25,10 +25,9 @@ class PoolLayer final : public LayerBase {
 
   // cuDNN's pooling backward reads x and y (oneDNN's only its workspace).
   [[nodiscard]] BackwardNeeds needs() const override { return {true, true, false}; }
-  [[nodiscard]] std::string describe() const override {
-    if (global_) return type_;
-    return type_ + "(kernel=" + d_.kernel.str() + ",stride=" + d_.stride.str() +
-           ",pad=" + d_.pad.str() + ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    if (global_) return {};
+    return {{"kernel", d_.kernel.str()}, {"stride", d_.stride.str()}, {"pad", d_.pad.str()}};
   }
 
  protected:
@@ -53,7 +52,6 @@ class ActivationLayer final : public LayerBase {
 
   // Both derivatives are functions of y (ActivationOp::backward), so x may be overwritten.
   [[nodiscard]] BackwardNeeds needs() const override { return {false, true, true}; }
-  [[nodiscard]] std::string describe() const override { return type_; }
 
  protected:
   void forward_one(const void* x, void* y, const StepContext& /*ctx*/) override {
@@ -75,8 +73,8 @@ class DropoutLayer final : public LayerBase {
 
   // The op keeps its mask: backward reads neither x nor y.
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, true}; }
-  [[nodiscard]] std::string describe() const override {
-    return "dropout(rate=" + format_float(rate_) + ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    return {{"rate", format_float(rate_)}};
   }
 
  protected:
@@ -111,7 +109,6 @@ class FlattenLayer final : public CopyLayer {
         convert_(be != nullptr && be->differs_from_nchw(in)) {}
   // NCHW (or nothing to convert): the same memory, run in place. NHWC: y is the NCHW order.
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, !convert_}; }
-  [[nodiscard]] std::string describe() const override { return "flatten"; }
 
  protected:
   // In place (x == y) these are no-ops.
@@ -135,8 +132,8 @@ class ZeroPadLayer final : public CopyLayer {
       : CopyLayer("zeropad", in, Shape{in.n, channels, in.h, in.w}, be),
         first_((channels - in.c) / 2) {}
   [[nodiscard]] BackwardNeeds needs() const override { return {false, false, false}; }
-  [[nodiscard]] std::string describe() const override {
-    return "zeropad(channels=" + std::to_string(out_.c) + ")";
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
+    return {{"channels", std::to_string(out_.c)}};
   }
 
  protected:

@@ -307,6 +307,7 @@ std::vector<LayerInfo> Model::layers() const {
     info.type = l.type();
     info.name = specs_[i].name;
     info.inputs = inputs_[i];
+    info.arguments = l.arguments();
     info.output = l.output_shape().with_n(1);
     info.stage = specs_[i].stage;
     std::size_t weights = 0;

@@ -3,17 +3,14 @@
 // rank 0 and an atomic HDF5 write.
 #include "dtrain/train/predict.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/version.hpp"
 #include "dtrain/io/checkpoint.hpp"
@@ -24,8 +21,6 @@
 #include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/trainer.hpp"
-
-namespace fs = std::filesystem;
 
 namespace dtrain {
 namespace {
@@ -38,14 +33,6 @@ std::pair<std::int64_t, std::int64_t> share(std::int64_t n, int batch, int r, in
   const std::int64_t begin = std::min(first * batch, n);
   const std::int64_t end = std::min((first + shard_size(batches, r, R)) * batch, n);
   return {begin, end - begin};
-}
-
-void fsync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  DT_REQUIRE(fd >= 0, "cannot open '" + path + "' to fsync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  DT_REQUIRE(rc == 0, "fsync of '" + path + "' failed");
 }
 
 struct Scores {
@@ -100,21 +87,6 @@ struct Predictor {
   std::int64_t global_step = 0;  ///< the checkpoint's
 };
 
-/// --out must not exist, and its folder must exist and take new files: found now, not after
-/// scoring every sample. Throws InputError naming --out.
-void check_out_path(const Config& c) {
-  DT_REQUIRE(!fs::exists(c.out) && !fs::is_symlink(c.out),
-             "option --out: '" + c.out + "' already exists; dtrain predict never overwrites a "
-             "file (remove it or choose another --out)");
-  const fs::path dir =
-      fs::path(c.out).parent_path().empty() ? fs::path(".") : fs::path(c.out).parent_path();
-  DT_REQUIRE(fs::is_directory(dir), "option --out: '" + c.out + "': its directory '" +
-                                        dir.string() + "' does not exist");
-  DT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0,
-             "option --out: '" + c.out + "': its directory '" + dir.string() +
-                 "' is not writable");
-}
-
 /// set_up() with --init-from instead of a checkpoint: the classes from --synthetic's spec or
 /// --num-classes (else the data's), the sample shape from --data, the tensors by name
 /// (load_pretrained(), strict) into the model on every rank.
@@ -145,7 +117,7 @@ Predictor set_up(const Config& c) {
     p.cluster = std::make_unique<Cluster>(MPI_COMM_WORLD, 0);  // every rank scores
     set_error_context("rank " + std::to_string(p.cluster->world_rank()) + " predict " +
                       p.cluster->me().host);
-    check_out_path(c);
+    require_new_file(c.out, "--out");  // found now, not after scoring
     if (!c.init_from.empty()) return set_up_pretrained(c, p);
     ckpt = read_checkpoint(c.checkpoint);
     const CheckpointInput input = checkpoint_input(ckpt, c.checkpoint);
@@ -229,12 +201,7 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
       if (p.info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
       flush_file(f.get(), tmp);
     }
-    fsync_file(tmp);
-    std::error_code ec;
-    fs::create_hard_link(tmp, c.out, ec);  // fails (EEXIST) instead of replacing a file
-    fs::remove(tmp);
-    DT_REQUIRE(!ec, "option --out: cannot create '" + c.out + "': " + ec.message() +
-                        " (nothing was overwritten)");
+    publish_new_file(tmp, c.out);
   });
 }
 

@@ -10,11 +10,13 @@
 
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/version.hpp"
 #include "dtrain/dnn/bf16.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/train/checkpointer.hpp"
+#include "dtrain/train/onnx_export.hpp"
 
 namespace dtrain {
 namespace {
@@ -43,23 +45,6 @@ std::string listed(const std::vector<std::string>& names) {
   return out;
 }
 
-/// Names and shapes of a format-1 checkpoint: its model rebuilt from the configuration it carries.
-void name_from_config(CheckpointState& s, const std::string& path) {
-  std::vector<std::string> layers;
-  std::istringstream ini(s.config);
-  for (std::string line; std::getline(ini, line);)
-    if (line.rfind("layer = ", 0) == 0) layers.push_back(line.substr(8));
-  const CheckpointInput in = checkpoint_input(s, path);
-  // in.sample is Shape::str() of one sample, "1xCxHxW": parse_synthetic() takes "CxHxW:K".
-  const std::string chw = in.sample.rfind("1x", 0) == 0 ? in.sample.substr(2) : in.sample;
-  const DatasetInfo sample = parse_synthetic(chw + ":" + std::to_string(in.classes));
-  const Model layout(layers, sample.sample, in.classes, 1);
-  DT_REQUIRE(layout.signature() == s.model_signature,
-             "checkpoint '" + path + "': the model rebuilt from the configuration it carries "
-             "does not match its model signature; cannot name its tensors");
-  name_tensors(s, layout);
-}
-
 /// "6 tensors <verb>, 4 excluded (--init-exclude P: the seed's initialisation)".
 std::string init_counts(const Config& c, const PretrainedValues& v, const std::string& verb) {
   return std::to_string(v.loaded) + " tensors " + verb +
@@ -69,6 +54,22 @@ std::string init_counts(const Config& c, const PretrainedValues& v, const std::s
 }
 
 }  // namespace
+
+std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path) {
+  std::vector<std::string> layers;
+  std::istringstream ini(s.config);
+  for (std::string line; std::getline(ini, line);)
+    if (line.rfind("layer = ", 0) == 0) layers.push_back(line.substr(8));
+  const CheckpointInput in = checkpoint_input(s, path);
+  // in.sample is Shape::str() of one sample, "1xCxHxW": parse_synthetic() takes "CxHxW:K".
+  const std::string chw = in.sample.rfind("1x", 0) == 0 ? in.sample.substr(2) : in.sample;
+  const DatasetInfo sample = parse_synthetic(chw + ":" + std::to_string(in.classes));
+  auto layout = std::make_unique<Model>(layers, sample.sample, in.classes, 1);
+  DT_REQUIRE(layout->signature() == s.model_signature,
+             "checkpoint '" + path + "': the model rebuilt from the configuration it carries "
+             "does not match its model signature");
+  return layout;
+}
 
 std::vector<std::string> init_exclude_prefixes(const std::string& list) {
   std::vector<std::string> out;
@@ -156,7 +157,7 @@ std::string check_init_from(const Config& c, const Model& layout) {
 std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::string& path,
                                        const std::string& dtype) {
   CheckpointState s = s_in;  // names: its own, or its model's (format 1)
-  if (s.param_tensors.empty()) name_from_config(s, path);
+  if (s.param_tensors.empty()) name_tensors(s, *checkpoint_model(s, path));  // format 1
   const bool bf16 = dtype == "bf16";
   const auto floats = [&](const std::string& name, const std::vector<std::int64_t>& dims,
                           const float* v, std::size_t n) {
@@ -196,25 +197,31 @@ std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::s
 int run_export(const Config& c) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::size_t count = 0;
+  std::string written;
   all_or_nothing(MPI_COMM_WORLD, [&] {
     if (rank != 0) return;
+    require_new_file(c.out, "--out");  // before reading a checkpoint of maybe gigabytes
     const CheckpointState s = read_checkpoint(c.checkpoint);
-    const std::vector<SafeTensor> tensors = export_tensors(s, c.checkpoint, c.export_dtype);
-    count = tensors.size();
-    const std::map<std::string, std::string> metadata{
-        {"format", "pt"},
+    std::vector<std::pair<std::string, std::string>> metadata{
         {"dtrain.version", dtrain_version()},
         {"dtrain.checkpoint", c.checkpoint},
         {"dtrain.global_step", std::to_string(s.global_step)},
         {"dtrain.model_signature", s.model_signature},
         {"dtrain.job", s.config}};
-    write_safetensors(c.out, tensors, metadata);
+    if (c.export_format == "onnx") {
+      const OnnxSummary o = export_onnx(s, c.checkpoint, c.out, metadata);
+      written = std::to_string(o.nodes) + " nodes, " + std::to_string(o.initializers) +
+                " initializers (ONNX, opset " + std::to_string(kOnnxOpset) + ", float32)";
+      return;
+    }
+    const std::vector<SafeTensor> tensors = export_tensors(s, c.checkpoint, c.export_dtype);
+    metadata.emplace_back("format", "pt");
+    write_safetensors(c.out, tensors, {metadata.begin(), metadata.end()});
+    written = std::to_string(tensors.size()) + " tensors (safetensors, " +
+              (c.export_dtype == "bf16" ? "BF16" : "F32") + ")";
   });
   if (rank == 0)
-    log_info("dtrain export: " + std::to_string(count) + " tensors of checkpoint " +
-             c.checkpoint + " -> " + c.out + " (safetensors, " +
-             (c.export_dtype == "bf16" ? "BF16" : "F32") + ")");
+    log_info("dtrain export: checkpoint " + c.checkpoint + " -> " + c.out + ": " + written);
   return kExitOk;
 }
 

@@ -34,6 +34,36 @@ json_get() {
   "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
 
+# predict_into OUT ARGS...: one dtrain predict that must succeed (--threads ${THREADS:-1}).
+predict_into() {
+  local out=$1
+  shift
+  timeout 300 "$DTRAIN" predict --threads "${THREADS:-1}" --out "$out" "$@" >"$out.log" 2>&1 ||
+    { cat "$out.log"; fail "predict into $out failed: $*"; }
+}
+
+# pypi_python VAR GIVEN VENV "IMPORTS" PACKAGES...: sets VAR to a Python that can `import
+# IMPORTS`: GIVEN (a test's DTRAIN_*_PYTHON; may be empty), else VENV/bin/python, the venv created
+# and PACKAGES installed from PyPI when it lacks them (test-only; pip bounded at 6 minutes, so
+# that a slow or absent network never runs into ctest's timeout). Returns 1 with the install log's
+# tail printed when none can be had: the caller skips (exit 77) with its reason.
+pypi_python() {
+  local var=$1 given=$2 venv=$3 imports=$4
+  shift 4
+  local py=${given:-$venv/bin/python} log=$SCRATCH/pip_${venv//\//_}.log
+  if ! "$py" -c "import $imports" 2>/dev/null; then
+    py=$venv/bin/python
+    echo "# installing $* from PyPI into $venv (test-only)"
+    if ! { /usr/bin/python3 -m venv "$venv" &&
+           timeout 360 "$venv/bin/pip" install -q --timeout 60 "$@"; } >"$log" 2>&1 ||
+       ! "$py" -c "import $imports" 2>/dev/null; then
+      tail -5 "$log"
+      return 1
+    fi
+  fi
+  printf -v "$var" '%s' "$py"
+}
+
 # Resume checks (tests/cli/test_resume.sh, test_graph_models.sh). They use COMMON (an array of
 # dtrain options every run gets).
 # run NP DIR ARGS...: one dtrain run that must succeed.

@@ -32,14 +32,7 @@ make_data test 40 --seed 23 --template-seed 9
 write_job "$SCRATCH/job.ini"
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
         --threads 1)
-# predict OUT ARGS...: one dtrain predict that must succeed (--threads $THREADS).
-THREADS=1
-predict() {
-  local out=$1
-  shift
-  timeout 300 "$DTRAIN" predict --threads "$THREADS" --out "$out" "$@" >"$out.log" 2>&1 ||
-    { cat "$out.log"; fail "predict into $out failed: $*"; }
-}
+THREADS=1  # predict_into's (common.sh)
 
 echo "== 1. named tensors in a checkpoint"
 run 2 "$SCRATCH/sync" --mode sync --num-ps 0 --epochs 2
@@ -62,7 +55,7 @@ print("   /tensors: 8 parameters in PyTorch shapes = /params; /buffers: 2 worker
 PY
 
 echo "== 2. a format-1 checkpoint still loads"
-predict "$SCRATCH/v1.h5" --config "$SCRATCH/job.ini" --checkpoint "$FIX/ckpt_v1_tiny_cnn.h5" \
+predict_into "$SCRATCH/v1.h5" --config "$SCRATCH/job.ini" --checkpoint "$FIX/ckpt_v1_tiny_cnn.h5" \
   --data "$SCRATCH/test.h5"
 "$PY" - "$SCRATCH/v1.h5" "$FIX/ckpt_v1_tiny_cnn.probabilities.txt" <<'PY' || fail "format 1"
 import sys, h5py, numpy as np
@@ -78,8 +71,9 @@ grep -q "11 tensors" "$SCRATCH/export_v1.log" || { cat "$SCRATCH/export_v1.log";
 echo "== 3. export, --init-from, --init-exclude, --dtype bf16, --resume first"
 "$DTRAIN" export --checkpoint "$ckpt" --out "$SCRATCH/m.safetensors" >/dev/null
 "$DTRAIN" export --checkpoint "$ckpt" --out "$SCRATCH/m16.safetensors" --dtype bf16 >/dev/null
-predict "$SCRATCH/p_ckpt.h5" --config "$SCRATCH/job.ini" --checkpoint "$ckpt" --data "$SCRATCH/test.h5"
-predict "$SCRATCH/p_init.h5" --config "$SCRATCH/job.ini" --init-from "$SCRATCH/m.safetensors" \
+predict_into "$SCRATCH/p_ckpt.h5" --config "$SCRATCH/job.ini" --checkpoint "$ckpt" \
+  --data "$SCRATCH/test.h5"
+predict_into "$SCRATCH/p_init.h5" --config "$SCRATCH/job.ini" --init-from "$SCRATCH/m.safetensors" \
   --data "$SCRATCH/test.h5"
 "$PY" - "$SCRATCH" "$ckpt" <<'PY' || fail "export round trip"
 import sys, json, struct, h5py, numpy as np
@@ -230,7 +224,8 @@ with torch.no_grad():
 save_file(t.state_dict(), f"{s}/torch_r50.safetensors")
 PY
 echo "-- torchvision state_dict -> dtrain predict --init-from"
-predict "$SCRATCH/torch_pred.h5" --config "$R50" --init-from "$SCRATCH/torch_r50.safetensors" \
+predict_into "$SCRATCH/torch_pred.h5" --config "$R50" \
+  --init-from "$SCRATCH/torch_r50.safetensors" \
   --data "$SCRATCH/images.h5"
 "$TORCH_PY" - "$SCRATCH" <<'PY'
 import os, sys, h5py, numpy as np
@@ -248,7 +243,7 @@ timeout 600 "$DTRAIN" --config "$R50" --run-dir "$SCRATCH/r50" --max-steps 1 --b
   >"$SCRATCH/r50.log" 2>&1 || { cat "$SCRATCH/r50.log"; fail "ResNet-50 step"; }
 r50=$(ls "$SCRATCH"/r50/ckpt-*.h5 | tail -1)
 "$DTRAIN" export --checkpoint "$r50" --out "$SCRATCH/r50.safetensors" >/dev/null
-predict "$SCRATCH/r50_pred.h5" --config "$R50" --checkpoint "$r50" --data "$SCRATCH/images.h5"
+predict_into "$SCRATCH/r50_pred.h5" --config "$R50" --checkpoint "$r50" --data "$SCRATCH/images.h5"
 "$TORCH_PY" - "$SCRATCH" <<'PY'
 import os, sys, h5py, numpy as np
 sys.path.insert(0, os.environ["SRC"] + "/tests/cli")

@@ -1,5 +1,6 @@
 """tests/cli/torch_compare.py — imported by the PyTorch checks (test_export.sh,
-test_export_graphs.sh): PyTorch's logits against the probabilities `dtrain predict` writes."""
+test_export_graphs.sh) and the ONNX Runtime one (test_export_onnx.sh): another runtime's logits
+against the probabilities `dtrain predict` writes."""
 import numpy as np
 
 

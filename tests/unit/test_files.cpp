@@ -1,5 +1,5 @@
-// tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all
-// (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
+// tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all, files
+// named by --out never replace one (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
 // (train/report.hpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -84,6 +84,48 @@ TEST(Files, AFailedRenameNamesBothPathsAndTheReason) {
   EXPECT_NE(msg.find("cannot rename '" + from + "' to '" + to + "': "), std::string::npos) << msg;
   EXPECT_TRUE(fs::exists(from));
   EXPECT_TRUE(fs::exists(fs::path(to) / "child"));
+}
+
+TEST(Files, CreateNewFileWritesWholeAndNeverReplaces) {
+  ScratchDir d("create");
+  const std::string p = (d.path / "m.onnx").string();
+  create_new_file(p, [](std::ostream& o) { o << "model"; });
+  EXPECT_EQ(read(p), "model");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  // The file exists: the link fails (EEXIST) instead of replacing it, and the temporary goes.
+  const std::string msg = error_of([&] { create_new_file(p, [](std::ostream& o) { o << "x"; }); });
+  EXPECT_NE(msg.find("cannot link '" + p + ".tmp' to '" + p + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nothing was overwritten"), std::string::npos) << msg;
+  EXPECT_EQ(read(p), "model");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  // The writer throws half-way: no file, no temporary, the writer's error passed on.
+  const std::string q = (d.path / "half.onnx").string();
+  EXPECT_THROW(create_new_file(q,
+                               [](std::ostream& o) {
+                                 o << "half";
+                                 throw InputError("layer #2 has no mapping");
+                               }),
+               InputError);
+  EXPECT_FALSE(fs::exists(q));
+  EXPECT_FALSE(fs::exists(q + ".tmp"));
+}
+
+TEST(Files, RequireNewFileNamesTheOptionAndWhatIsWrong) {
+  ScratchDir d("require");
+  const std::string p = (d.path / "m.onnx").string();
+  require_new_file(p, "--out");  // nothing there, directory writable
+  write_file_atomically(p, "x");
+  std::string msg = error_of([&] { require_new_file(p, "--out"); });
+  EXPECT_NE(msg.find("option --out: '" + p + "' already exists; dtrain never overwrites a file"),
+            std::string::npos)
+      << msg;
+  fs::create_symlink(d.path / "nowhere", d.path / "dangling");  // a link to nothing counts too
+  EXPECT_THROW(require_new_file((d.path / "dangling").string(), "--out"), InputError);
+  const std::string missing = (d.path / "no_dir" / "m.onnx").string();
+  msg = error_of([&] { require_new_file(missing, "--out"); });
+  EXPECT_NE(msg.find("its directory '" + (d.path / "no_dir").string() + "' does not exist"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Files, AMetricsRowThatCannotBeWrittenIsAnErrorNamingMetricsCsv) {

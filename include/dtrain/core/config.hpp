@@ -236,7 +236,7 @@ struct Config {
   // named tensors (train/pretrained.hpp)
   std::string init_from;          ///< train, predict: start from this safetensors file's tensors
   std::string init_exclude;       ///< comma-separated name prefixes --init-from leaves out
-  std::string export_format = "safetensors";  ///< export: --format (safetensors)
+  std::string export_format = "safetensors";  ///< export: --format safetensors | onnx
   std::string export_dtype = "f32";           ///< export: --dtype f32 | bf16
 
   std::string config_file;        ///< the job file read, if any

@@ -3,7 +3,14 @@
 // file system, POSIX), so a reader — or a job killed half-way — sees the old file or the new
 // one, never a torn one. Used for results.json, timeline.json and checkpoints (io/checkpoint.hpp,
 // which also fsyncs).
+//
+// What a user names with --out (`dtrain predict`, `dtrain export`) is never replaced: it is
+// written beside its name (<name>.tmp), fsynced, and then hard-linked to its name — link(2) fails
+// with EEXIST instead of replacing a file that appeared meanwhile — so it appears complete or not
+// at all, and only where nothing was.
 #pragma once
+#include <functional>
+#include <ostream>
 #include <string>
 
 namespace dtrain {
@@ -21,5 +28,25 @@ void write_file_atomically(const std::string& path, const std::string& text);
 /// ": <strerror(errno)>" when errno is set, else "": the system's reason after a failed stream
 /// operation (set errno = 0 before it).
 std::string errno_reason();
+
+/// fsync(2) of the file or directory `path`. Throws LibraryError naming it when it cannot be
+/// opened or the fsync fails.
+void fsync_path(const std::string& path);
+
+/// Checks that `path` can be created without replacing anything: it does not exist (nor is a
+/// dangling link) and its directory exists and takes new files. Throws InputError
+/// "option <option>: '<path>' already exists; dtrain never overwrites a file ..." or "...: its
+/// directory '<dir>' does not exist or is not writable".
+void require_new_file(const std::string& path, const std::string& option);
+
+/// Makes the complete file `tmp` appear as `path`: fsync_path(tmp), a hard link `tmp` → `path`
+/// (fails rather than replace a file), `tmp` removed whatever happens. Throws LibraryError naming
+/// both paths when the link fails (`path` exists: nothing was overwritten).
+void publish_new_file(const std::string& tmp, const std::string& path);
+
+/// Creates `path` from the bytes `write` puts into the stream it is given (binary), whole or not
+/// at all: into `path`.tmp, then publish_new_file(). Throws LibraryError when the stream fails
+/// (a full disk) and passes on what `write` throws; the temporary file is removed then.
+void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write);
 
 }  // namespace dtrain

@@ -26,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/dnn/backend.hpp"
@@ -132,8 +133,16 @@ class Layer {
   /// on: later backward calls write dx[0] += ∂L/∂x. Only where can_accumulate_dx() (LibraryError
   /// otherwise).
   virtual void set_accumulate_dx(bool on) { (void)on; }
-  /// Short description with arguments, e.g. "conv(filters=32,kernel=3,stride=1,pad=1)".
-  [[nodiscard]] virtual std::string describe() const = 0;
+  /// The layer's arguments with every default filled in, in describe()'s order and text: conv
+  /// filters, kernel, stride, pad (windows as "K" or "HxW") and bias=false when it has none;
+  /// maxpool/avgpool kernel, stride, pad; batchnorm eps, momentum; dense units; dropout rate;
+  /// zeropad channels; nothing for the others. What an exporter reads (train/onnx_export.hpp).
+  [[nodiscard]] virtual std::vector<std::pair<std::string, std::string>> arguments() const {
+    return {};
+  }
+  /// Short description, type() and arguments(): "conv(filters=32,kernel=3,stride=1,pad=1)",
+  /// "relu". Part of Model::signature(), so its text never changes.
+  [[nodiscard]] std::string describe() const;
 };
 
 /// Builds the layer for `spec` on input shapes `inputs` (N×C×H×W each, input= order), with ops

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/dnn/backend.hpp"
@@ -69,6 +70,8 @@ struct LayerInfo {
   std::string type;         ///< "conv", "relu", ...
   std::string name;         ///< name=, or empty
   std::vector<int> inputs;  ///< tensor ids: 0 = the network input, i + 1 = layer i's output
+  /// Layer::arguments(): the type's arguments, defaults filled in ("kernel" → "3", ...)
+  std::vector<std::pair<std::string, std::string>> arguments;
   Shape output;             ///< per sample (N = 1)
   std::size_t params = 0;   ///< trainable floats
   int stage = -1;           ///< the line's stage= (this layer starts that pipeline stage), or -1

@@ -9,6 +9,9 @@
 //       holds format "pt", the job (the checkpoint's configuration), model signature, global step,
 //       checkpoint path and dtrain version. Format-1 checkpoints (no names) are named by
 //       rebuilding their model from the configuration they carry.
+//   dtrain export --checkpoint C.h5 --format onnx --out M.onnx
+//       the inference graph with the same tensors (train/onnx_export.hpp); the same metadata as
+//       metadata_props.
 //   dtrain [train] --init-from M.safetensors [--init-exclude fc.,...]
 //   dtrain predict --init-from M.safetensors ...
 //       starts from the file's tensors instead of the seed's initialisation (train) or a
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,9 +77,17 @@ std::string check_init_from(const Config& c, const Model& layout);
 std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::string& path,
                                        const std::string& dtype);
 
-/// `dtrain export` (c.command == "export") on MPI_COMM_WORLD; rank 0 works, every rank agrees on
-/// the outcome (one error, as run_predict()). Returns the exit code (0). Errors: --checkpoint
-/// unreadable or not a dtrain checkpoint, --out existing or not writable (nothing is written).
+/// The model of checkpoint `s` (read from `path`), layout only: rebuilt from the `layer =` lines
+/// of the configuration it carries, for its input shape and class count (checkpoint_input()).
+/// Throws InputError naming `path` when that model's signature is not the checkpoint's, and what
+/// Model's constructor throws.
+std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path);
+
+/// `dtrain export` (c.command == "export") on MPI_COMM_WORLD: --format safetensors
+/// (export_tensors(), write_safetensors()) or onnx (export_onnx()); rank 0 works, every rank agrees
+/// on the outcome (one error, as run_predict()). Returns the exit code (0). Errors, with nothing
+/// written: --out existing or its directory missing (checked before the checkpoint is read),
+/// --checkpoint unreadable or not a dtrain checkpoint, a layer without an ONNX mapping.
 int run_export(const Config& c);
 
 }  // namespace dtrain
