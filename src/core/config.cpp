@@ -192,13 +192,21 @@ void build_table(Table& t, Config& c) {
         "and shapes), print the role and model tables, and exit without training or writing "
         "anything");
   t.group("Optimizer", "optimizer");
-  t.add("optimizer", &c.optimizer, "sgd | momentum | adam");
+  t.add("optimizer", &c.optimizer,
+        "sgd | momentum | adam | lars (momentum with a per-tensor trust ratio, You et al. 2017) | "
+        "lamb (Adam with a per-tensor trust ratio, You et al. 2020); lars and lamb leave biases "
+        "and batchnorm parameters unadapted and undecayed, and need --mode sync --num-ps 0 on CPU "
+        "workers");
   t.add("lr", &c.lr, "base learning rate");
   t.add("momentum", &c.momentum, "momentum coefficient (momentum optimizer)");
   t.add("nesterov", &c.nesterov, "Nesterov momentum");
   t.add("beta1", &c.beta1, "Adam β1");
   t.add("beta2", &c.beta2, "Adam β2");
-  t.add("adam-epsilon", &c.adam_epsilon, "Adam ε");
+  t.add("adam-epsilon", &c.adam_epsilon, "Adam ε (and LAMB's)");
+  t.add("lars-eta", &c.lars_eta,
+        "LARS trust coefficient eta: a tensor's gradient is scaled by "
+        "eta * |w| / (|g| + weight_decay * |w| + lars-eps)");
+  t.add("lars-eps", &c.lars_epsilon, "LARS: added to the trust ratio's denominator");
   t.add("weight-decay", &c.weight_decay, "L2 weight decay added to the gradient");
   t.add("no-weight-decay-on", &c.no_weight_decay_on,
         "parameters without weight decay, comma-separated: bias (every *.bias), bn (batchnorm "
@@ -206,12 +214,16 @@ void build_table(Table& t, Config& c) {
   t.add("label-smoothing", &c.label_smoothing,
         "label smoothing eps in [0, 1): the loss's target is (1 - eps) one-hot + eps / classes "
         "(Szegedy et al. 2016; test loss too)");
-  t.add("lr-schedule", &c.lr_schedule, "constant | step | cosine (after warm-up)");
+  t.add("lr-schedule", &c.lr_schedule,
+        "constant | step | cosine | poly (after warm-up; poly: lr-min + (lr - lr-min) * "
+        "(1 - t/T)^lr-power)");
   t.add("warmup-steps", &c.warmup_steps, "linear warm-up over this many global steps");
   t.add("lr-step-size", &c.lr_step_size, "step schedule: multiply by --lr-gamma every N steps");
   t.add("lr-gamma", &c.lr_gamma, "step schedule factor");
-  t.add("lr-decay-steps", &c.lr_decay_steps, "cosine schedule length (0: the whole run)");
-  t.add("lr-min", &c.lr_min, "cosine schedule final learning rate");
+  t.add("lr-decay-steps", &c.lr_decay_steps,
+        "cosine and poly schedule length after warm-up (0: the rest of the run)");
+  t.add("lr-min", &c.lr_min, "cosine and poly schedules' final learning rate");
+  t.add("lr-power", &c.lr_power, "poly schedule's power");
   t.add("lr-scaling", &c.lr_scaling,
         "none | linear: sync mode multiplies --lr by the number of workers (linear scaling rule)");
   t.add("stale-lr", &c.stale_lr,
@@ -493,6 +505,20 @@ StepRange parse_step_range(const std::string& spec) {
   return r;
 }
 
+namespace {
+/// --optimizer lars | lamb: one update over whole tensors on CPU workers (optim/optimizer.hpp).
+void validate_layerwise(const Config& c) {
+  if (c.optimizer != "lars" && c.optimizer != "lamb") return;
+  DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
+             "option --optimizer: " + c.optimizer + " needs --mode sync --num-ps 0 (allreduce): "
+             "its trust ratios take norms over whole tensors, but a parameter server holds a shard "
+             "cut across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
+  DT_REQUIRE(c.device != "cuda",
+             "option --optimizer: " + c.optimizer + " is not implemented on the CUDA backend "
+             "(the layer-wise rules run on CPU workers: --device cpu)");
+}
+}  // namespace
+
 void validate_config(const Config& c) {
   auto one_of = [](const std::string& opt, const std::string& v, std::set<std::string> ok) {
     if (!ok.count(v)) {
@@ -564,8 +590,8 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
              "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
-  one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam"});
-  one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine"});
+  one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam", "lars", "lamb"});
+  one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine", "poly"});
   one_of("device", c.device, {"cpu", "cuda", "auto"});
   one_of("math", c.math, {"auto", "tf32", "fp32"});
   one_of("layout", c.layout, {"auto", "nchw", "nhwc"});
@@ -624,9 +650,14 @@ void validate_config(const Config& c) {
   positive("lr-gamma", c.lr_gamma);
   non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
   non_negative("lr-min", c.lr_min);
-  DT_REQUIRE(c.lr_schedule != "cosine" || c.lr_min <= c.lr,
-             "option --lr-min: the cosine schedule decays from --lr (" + to_text(c.lr) +
-                 ") down to --lr-min, which must not exceed it; got " + to_text(c.lr_min));
+  DT_REQUIRE((c.lr_schedule != "cosine" && c.lr_schedule != "poly") || c.lr_min <= c.lr,
+             "option --lr-min: the " + c.lr_schedule + " schedule decays from --lr (" +
+                 to_text(c.lr) + ") down to --lr-min, which must not exceed it; got " +
+                 to_text(c.lr_min));
+  positive("lr-power", c.lr_power);
+  positive("lars-eta", c.lars_eta);
+  non_negative("lars-eps", c.lars_epsilon);
+  validate_layerwise(c);
   DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
   DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
   positive("adam-epsilon", c.adam_epsilon);

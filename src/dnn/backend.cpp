@@ -101,6 +101,31 @@ void check_softmax_xent(int batch, int classes, float smoothing) {
                  std::to_string(smoothing));
 }
 
+std::size_t check_layerwise(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments) {
+  DT_REQUIRE(u.kind == OptimizerKind::lars || u.kind == OptimizerKind::lamb,
+             "layerwise_update: the optimizer must be lars or lamb");
+  DT_REQUIRE(u.kind != OptimizerKind::lamb || u.step >= 1,
+             "lamb: step must be >= 1, got " + std::to_string(u.step));
+  DT_REQUIRE(!segments.empty(), "layerwise_update: no parameter tensors");
+  std::size_t at = 0;
+  for (const ParamSegment& s : segments) {
+    DT_REQUIRE(s.begin == at && s.end > s.begin,
+               "layerwise_update: tensor ranges must be non-empty and contiguous from 0, got [" +
+                   std::to_string(s.begin) + ", " + std::to_string(s.end) + ") after " +
+                   std::to_string(at));
+    at = s.end;
+  }
+  return at;
+}
+
+bool Backend::layerwise_update(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments,
+                               float* p, const float* g, float* m, float* v) {
+  (void)segments, (void)p, (void)g, (void)m, (void)v;
+  throw InputError(std::string("option --optimizer: ") +
+                   (u.kind == OptimizerKind::lamb ? "lamb" : "lars") + " is not implemented on " +
+                   name() + " (the layer-wise rules run on CPU workers: --device cpu)");
+}
+
 bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                          float* v, std::size_t n) {
   const bool finite = optimizer_update(u, p, g, m, v, n);

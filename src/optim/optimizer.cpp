@@ -9,6 +9,23 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+namespace {
+
+/// min(1, t / T) of the cosine and polynomial schedules: T = lr_decay_steps if > 0, else the
+/// steps after warm-up (at least 1).
+double decay_fraction(const Config& c, std::int64_t t, std::int64_t total_steps) {
+  std::int64_t span = c.lr_decay_steps > 0 ? c.lr_decay_steps : total_steps - c.warmup_steps;
+  if (span <= 0) span = 1;
+  return std::min<double>(1.0, static_cast<double>(t) / static_cast<double>(span));
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+bool is_bias(const TensorInfo& t) { return ends_with(t.name, ".bias"); }
+bool is_bn(const TensorInfo& t) { return ends_with(t.name, ".gamma") || ends_with(t.name, ".beta"); }
+
+}  // namespace
 
 float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps) {
   if (c.warmup_steps > 0 && step < c.warmup_steps)
@@ -18,10 +35,12 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
     return c.lr * std::pow(c.lr_gamma, static_cast<float>(t / c.lr_step_size));
   }
   if (c.lr_schedule == "cosine") {
-    std::int64_t span = c.lr_decay_steps > 0 ? c.lr_decay_steps : total_steps - c.warmup_steps;
-    if (span <= 0) span = 1;
-    const double frac = std::min<double>(1.0, static_cast<double>(t) / static_cast<double>(span));
+    const double frac = decay_fraction(c, t, total_steps);
     return static_cast<float>(c.lr_min + 0.5 * (c.lr - c.lr_min) * (1.0 + std::cos(M_PI * frac)));
+  }
+  if (c.lr_schedule == "poly") {
+    const double frac = decay_fraction(c, t, total_steps);
+    return static_cast<float>(c.lr_min + (c.lr - c.lr_min) * std::pow(1.0 - frac, c.lr_power));
   }
   return c.lr;
 }
@@ -40,8 +59,31 @@ OptimizerKind optimizer_kind(const std::string& name) {
   if (name == "sgd") return OptimizerKind::sgd;
   if (name == "momentum") return OptimizerKind::momentum;
   if (name == "adam") return OptimizerKind::adam;
+  if (name == "lars") return OptimizerKind::lars;
+  if (name == "lamb") return OptimizerKind::lamb;
   throw InputError("option --optimizer: unknown optimizer '" + name +
-                   "' (expected sgd | momentum | adam)");
+                   "' (expected sgd | momentum | adam | lars | lamb)");
+}
+
+std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors, std::size_t n) {
+  DT_REQUIRE(n > 0, "lars/lamb: the model has no parameters");
+  std::vector<const TensorInfo*> order;
+  for (const TensorInfo& t : tensors)
+    if (t.count > 0) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  std::vector<ParamSegment> out;
+  std::size_t at = 0;
+  for (const TensorInfo* t : order) {
+    DT_REQUIRE(t->offset >= at && t->offset + t->count <= n,
+               "lars/lamb: parameter tensor " + t->name + " overlaps another or lies outside the " +
+                   std::to_string(n) + " parameters");
+    if (t->offset > at) out.push_back({at, t->offset, false});
+    out.push_back({t->offset, t->offset + t->count, !is_bias(*t) && !is_bn(*t)});
+    at = t->offset + t->count;
+  }
+  if (at < n) out.push_back({at, n, false});
+  return out;
 }
 
 std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
@@ -55,13 +97,9 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
       throw InputError("option --no-weight-decay-on: unknown parameter kind '" + item +
                        "' (expected a comma-separated list of bias, bn)");
   }
-  auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   std::vector<FloatRange> found;
   for (const TensorInfo& t : tensors) {
-    const bool skip = (bias && ends_with(t.name, ".bias")) ||
-                      (bn && (ends_with(t.name, ".gamma") || ends_with(t.name, ".beta")));
+    const bool skip = (bias && is_bias(t)) || (bn && is_bn(t));
     const std::size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.count, end);
     if (skip && b < e) found.push_back({b - begin, e - begin});
   }
@@ -76,13 +114,22 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 }
 
 Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
-                     std::vector<FloatRange> no_decay)
+                     std::vector<FloatRange> no_decay, std::vector<ParamSegment> segments)
     : config_(c), backend_(backend), n_(n), total_steps_(total_steps),
       kind_(optimizer_kind(c.optimizer)), no_decay_(std::move(no_decay)) {
   for (const FloatRange& r : no_decay_)
     DT_REQUIRE(r.begin < r.end && r.end <= n_, "optimizer: no-decay range outside the parameters");
+  if (is_layerwise(kind_)) {
+    segments_ = std::move(segments);
+    OptimizerUpdate u;
+    u.kind = kind_;
+    DT_REQUIRE(!segments_.empty() && check_layerwise(u, segments_) == n_,
+               "optimizer: " + c.optimizer + " needs the tensors covering all " +
+                   std::to_string(n_) + " parameters");
+  }
   if (kind_ != OptimizerKind::sgd) m_ = DeviceBuffer<float>(backend, n);
-  if (kind_ == OptimizerKind::adam) v_ = DeviceBuffer<float>(backend, n);
+  if (kind_ == OptimizerKind::adam || kind_ == OptimizerKind::lamb)
+    v_ = DeviceBuffer<float>(backend, n);
 }
 
 bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
@@ -113,6 +160,14 @@ bool Optimizer::apply_range(float* params, const float* grads, float* into, std:
   u.epsilon = config_.adam_epsilon;
   u.weight_decay = config_.weight_decay;
   u.step = step + 1;
+  u.lars_eta = config_.lars_eta;
+  u.lars_epsilon = config_.lars_epsilon;
+  if (is_layerwise(kind_)) {
+    DT_REQUIRE(begin == 0 && end == n_ && into == nullptr,
+               "optimizer: " + config_.optimizer + " updates all parameters at once (its trust "
+               "ratios need whole tensors), not a range or a ps chunk");
+    return backend_.layerwise_update(u, segments_, params, grads, m_.data(), v_.data());
+  }
   // The update is elementwise, so running it per range (of equal decay, or a ps's chunk) changes
   // no value.
   bool finite = true;

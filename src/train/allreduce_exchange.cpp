@@ -39,7 +39,10 @@ class AllreduceExchange final : public GradientExchange {
   AllreduceExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
       : c_(c), plan_(plan), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
         opt_(c, model.backend(), model.param_count(), plan.total_steps,
-             no_decay_ranges(c, model.param_tensors(), 0, model.param_count())),
+             no_decay_ranges(c, model.param_tensors(), 0, model.param_count()),
+             is_layerwise(optimizer_kind(c.optimizer))
+                 ? param_segments(model.param_tensors(), model.param_count())
+                 : std::vector<ParamSegment>{}),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;

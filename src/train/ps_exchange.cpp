@@ -156,7 +156,8 @@ class PsExchange : public GradientExchange {
     const std::int64_t step = client_.snapshot(s.params.data(), m.data(), v.data());
     const OptimizerKind kind = optimizer_kind(c_.optimizer);
     s.m = kind == OptimizerKind::sgd ? std::vector<float>{} : std::move(m);
-    s.v = kind == OptimizerKind::adam ? std::move(v) : std::vector<float>{};
+    s.v = kind == OptimizerKind::adam || kind == OptimizerKind::lamb ? std::move(v)
+                                                                     : std::vector<float>{};
     return step;
   }
 

@@ -496,5 +496,48 @@ TEST(LearningRate, CosineEndpoints) {
   EXPECT_NEAR(learning_rate(c, 20, 100), 0.02f, 1e-7);
 }
 
+TEST(LearningRate, PolynomialAfterWarmup) {
+  Config c;
+  c.lr = 0.8f;
+  c.lr_min = 0.0f;
+  c.lr_schedule = "poly";
+  c.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 110), 0.4f);  // warm-up: 0.8·5/10
+  EXPECT_FLOAT_EQ(learning_rate(c, 10, 110), 0.8f);  // t = 0: the peak
+  // Power 2 over T = 110 − 10 = 100 steps: lr·(1 − t/100)².
+  EXPECT_NEAR(learning_rate(c, 35, 110), 0.8f * 0.75f * 0.75f, 1e-7);  // t = 25
+  EXPECT_NEAR(learning_rate(c, 60, 110), 0.2f, 1e-7);                    // t = 50
+  EXPECT_NEAR(learning_rate(c, 110, 110), 0.0f, 1e-7);
+  EXPECT_NEAR(learning_rate(c, 900, 110), 0.0f, 1e-7);  // clamped after the end
+  c.lr_power = 1.0f;  // linear decay, down to lr_min, over an explicit length
+  c.lr_min = 0.2f;
+  c.lr_decay_steps = 40;
+  EXPECT_NEAR(learning_rate(c, 20, 110), 0.65f, 1e-6);  // t = 10: 0.2 + 0.6·0.75
+  EXPECT_NEAR(learning_rate(c, 50, 110), 0.2f, 1e-7);
+}
+
+TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
+  const Config c = parse(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0",
+                               "--lars-eta", "0.002", "--lars-eps", "1e-9"}))
+                       .config;
+  EXPECT_FLOAT_EQ(c.lars_eta, 0.002f);
+  EXPECT_FLOAT_EQ(c.lars_epsilon, 1e-9f);
+  // Sync through a ps, async: a ps's shard cuts tensors.
+  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "1"})),
+                  "--mode sync --num-ps 0");
+  EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb"})), "--mode sync --num-ps 0");
+  EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0",
+                                 "--device", "cuda"})),
+                  "not implemented on the CUDA backend");
+  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0",
+                                 "--lars-eta", "0"})),
+                  "--lars-eta");
+  EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr-power", "-1"})), "--lr-power");
+  EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr", "0.1", "--lr-min", "0.2"})),
+                  "--lr-min");
+  EXPECT_EQ(optimizer_kind("lars"), OptimizerKind::lars);
+  EXPECT_EQ(optimizer_kind("lamb"), OptimizerKind::lamb);
+}
+
 }  // namespace
 }  // namespace dtrain

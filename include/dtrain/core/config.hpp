@@ -158,25 +158,28 @@ struct Config {
   bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
   bool shuffle = true;            ///< reshuffle the training set every epoch (from seed)
   // optimizer
-  std::string optimizer = "momentum";  ///< sgd | momentum | adam
+  std::string optimizer = "momentum";  ///< sgd | momentum | adam | lars | lamb
   float lr = 0.05f;               ///< base learning rate (> 0), before --lr-scaling and schedule
   float momentum = 0.9f;          ///< momentum coefficient μ of the momentum optimizer (≥ 0)
   bool nesterov = false;          ///< Nesterov momentum
   /// Adam's β1 and β2, each in [0, 1), and ε (> 0)
   float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
+  float lars_eta = 0.001f;        ///< LARS trust coefficient η (> 0; You et al. 2017)
+  float lars_epsilon = 0.0f;      ///< LARS: added to the trust ratio's denominator (≥ 0)
   float weight_decay = 0.0f;      ///< L2 weight decay wd added to the gradient, g += wd·p (≥ 0)
   /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
   std::string no_weight_decay_on;
   float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
-  std::string lr_schedule = "constant";  ///< constant | step | cosine
+  std::string lr_schedule = "constant";  ///< constant | step | cosine | poly
   /// linear warm-up over this many global steps (0: none). --mode async without --max-staleness
   /// and with --async-schedule sync-steps multiplies it, lr_step_size and lr_decay_steps by the
   /// workers (effective_for_workers)
   std::int64_t warmup_steps = 0;
   std::int64_t lr_step_size = 1000;  ///< step schedule: decay every N global steps
   float lr_gamma = 0.1f;             ///< step schedule factor
-  std::int64_t lr_decay_steps = 0;   ///< cosine: steps to reach lr_min (0 = the run's total steps)
-  float lr_min = 0.0f;               ///< cosine schedule: final learning rate (≥ 0)
+  std::int64_t lr_decay_steps = 0;   ///< cosine, poly: steps to reach lr_min (0 = the whole run)
+  float lr_min = 0.0f;               ///< cosine and poly schedules: final learning rate (≥ 0)
+  float lr_power = 2.0f;             ///< poly schedule: the power p of (1 − t/T)^p (> 0)
   /// none | linear: in sync mode multiply lr (and lr_min) by the number of workers (the linear
   /// scaling rule, Goyal et al. 2017), so that both modes use the same learning rate per sample:
   /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.

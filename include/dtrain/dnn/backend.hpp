@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtrain/tensor/shape.hpp"
 
@@ -272,8 +273,9 @@ class SoftmaxXentOp {
 /// batch ≥ 1, classes ≥ 1 and 0 ≤ ε < 1.
 void check_softmax_xent(int batch, int classes, float smoothing);
 
-/// The update rule: SGD, SGD with momentum (optionally Nesterov), or Adam.
-enum class OptimizerKind { sgd, momentum, adam };
+/// The update rule: SGD, SGD with momentum (optionally Nesterov), Adam, or the layer-wise
+/// rules LARS and LAMB (Backend::layerwise_update).
+enum class OptimizerKind { sgd, momentum, adam, lars, lamb };
 /// Hyper-parameters of one optimizer update over a flat range of parameters.
 struct OptimizerUpdate {
   OptimizerKind kind = OptimizerKind::sgd;
@@ -284,8 +286,25 @@ struct OptimizerUpdate {
   float beta2 = 0.999f;        ///< Adam: decay of the second moment v
   float epsilon = 1e-8f;       ///< Adam: added to √v̂ in the denominator
   float weight_decay = 0.0f;   ///< L2: g += wd·p (coupled, as torch.optim.SGD/Adam)
-  std::int64_t step = 1;       ///< 1-based update count, for Adam's bias correction
+  std::int64_t step = 1;       ///< 1-based update count, for Adam's (and LAMB's) bias correction
+  float lars_eta = 0.001f;     ///< LARS trust coefficient η
+  float lars_epsilon = 0.0f;   ///< LARS: added to the trust ratio's denominator
 };
+
+/// Floats [begin, end) of the flat parameter buffer holding one tensor, and whether the
+/// layer-wise rules adapt it (trust ratio and weight decay) — false for biases and batch-norm
+/// parameters, You et al.'s exclusion: those take the plain momentum / Adam step with the
+/// global learning rate and no weight decay.
+struct ParamSegment {
+  std::size_t begin = 0, end = 0;
+  bool adapt = true;
+  friend bool operator==(const ParamSegment&, const ParamSegment&) = default;
+};
+
+/// The arguments of Backend::layerwise_update, checked by every backend's: u.kind lars or lamb,
+/// u.step ≥ 1 for lamb, segments non-empty, each non-empty and starting where the previous ended,
+/// the first at 0. Returns n = segments.back().end. Throws InputError otherwise.
+std::size_t check_layerwise(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments);
 
 class Backend {
  public:
@@ -487,6 +506,25 @@ class Backend {
   /// CPU backend writes g in the update's own loop; this default copies p afterwards.
   virtual bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                           float* v, std::size_t n);
+
+  /// One LARS or LAMB step (u.kind) over the tensors `segments`, which cover [0, n) in order
+  /// (n = segments.back().end), each tensor's norms taken over its whole range. With g' = g + wd·p
+  /// on adapted tensors (wd = 0 and trust 1 on the others):
+  ///   lars (You, Gitman, Ginsburg 2017, in torchlars/apex LARC's arrangement): trust
+  ///     t = η‖p‖/(‖g‖ + wd‖p‖ + lars_epsilon) (1 when ‖p‖ or ‖g‖ is 0); m = μ·m + t·g',
+  ///     p −= lr·(nesterov ? t·g' + μ·m : m).
+  ///   lamb (You et al. 2020, Algorithm 2 with φ = identity): m = β1·m + (1−β1)·g,
+  ///     v = β2·v + (1−β2)·g², r = m̂/(√v̂ + ε) + wd·p (m̂, v̂ bias-corrected with u.step),
+  ///     t = ‖p‖/‖r‖ (1 when either is 0), p −= lr·t·r.
+  /// Norms accumulate in double, one tensor in one fixed order, so the result does not depend
+  /// on the thread count (sync replicas stay bit-identical). p, g, m (and v for lamb) are device
+  /// pointers of n floats. Returns whether every g was finite (the update is applied either way,
+  /// unless a check_gradient() found a non-finite value: then nothing changes, as
+  /// optimizer_update()). Throws InputError for another u.kind, segments that are empty, not
+  /// contiguous from 0, or empty ones; Error when m or (lamb) v is missing. The default (the CUDA
+  /// backend) throws InputError: the rules run on CPU workers only.
+  virtual bool layerwise_update(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments,
+                                float* p, const float* g, float* m, float* v);
 
   /// Unread check_gradient() answers allowed at a time.
   static constexpr int kMaxPendingChecks = 2;

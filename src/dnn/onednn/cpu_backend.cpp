@@ -153,14 +153,6 @@ void* aligned_zeroed_alloc(std::size_t bytes) {
 void aligned_free(void* p) noexcept { std::free(p); }
 
 namespace {
-/// 1 in bit 31 when x is ±Inf or NaN (all-ones exponent: adding one to it carries into bit 31),
-/// else 0 there: OR-ed over a range, a branch-free finiteness test the compiler vectorizes.
-inline std::uint32_t nonfinite_bit(float x) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof u);
-  return ((u & 0x7f800000u) + 0x00800000u) & 0x80000000u;
-}
-
 // The element-wise passes below exist for AVX2 and baseline x86-64 (core/simd.hpp).
 
 /// The OR of nonfinite_bit over p[0, n).
@@ -236,6 +228,9 @@ DT_SIMD_CLONES std::uint32_t optimizer_chunk(const OptimizerUpdate& u, float* __
       }
       return bad;
     }
+    case OptimizerKind::lars:
+    case OptimizerKind::lamb:
+      break;  // layer-wise: optimizer_run refuses them
   }
   DT_ASSERT(false, "unknown optimizer kind");
   return bad;
@@ -249,6 +244,8 @@ bool optimizer_run(const OptimizerUpdate& u, float* p, GradPtr<kIntoGrad> g, flo
   DT_ASSERT(u.kind != OptimizerKind::adam || v != nullptr, "adam optimizer needs its buffer v");
   DT_REQUIRE(u.kind != OptimizerKind::adam || u.step >= 1,
              "adam: step must be >= 1, got " + std::to_string(u.step));
+  DT_REQUIRE(u.kind != OptimizerKind::lars && u.kind != OptimizerKind::lamb,
+             "optimizer_update: lars and lamb need each tensor's range (layerwise_update)");
   // Elementwise, so the chunking (and the number of threads) changes no value.
   constexpr std::size_t kChunk = 1 << 16;
   const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
@@ -442,6 +439,11 @@ class CpuBackend final : public Backend {
                         std::size_t n) override {
     if (guard_bad_) return false;  // the latest check_gradient found a non-finite value
     return optimizer_step(u, p, g, m, v, n);
+  }
+  bool layerwise_update(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments,
+                        float* p, const float* g, float* m, float* v) override {
+    if (guard_bad_) return false;  // as optimizer_update
+    return layerwise_step(u, segments, p, g, m, v);
   }
   bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                   float* v, std::size_t n) override {

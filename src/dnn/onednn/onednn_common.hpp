@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -210,6 +212,17 @@ std::unique_ptr<DenseOp> make_dense_op(const Context& ctx, const DenseDesc& d,
                                        DType t = DType::f32);
 std::unique_ptr<DropoutOp> make_dropout_op(const Shape& shape, float p);
 std::unique_ptr<SoftmaxXentOp> make_softmax_xent_op(int batch, int classes, float label_smoothing);
+/// 1 in bit 31 when x is ±Inf or NaN (all-ones exponent: adding one to it carries into bit 31),
+/// else 0 there: OR-ed over a range, a branch-free finiteness test the compiler vectorizes.
+inline std::uint32_t nonfinite_bit(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return ((u & 0x7f800000u) + 0x00800000u) & 0x80000000u;
+}
+/// Backend::layerwise_update on host memory (LARS or LAMB), the tensors over the OpenMP threads;
+/// returns whether every g value was finite. Throws as check_layerwise().
+bool layerwise_step(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments, float* p,
+                    const float* g, float* m, float* v);
 /// Plain-loop optimizer step (see OptimizerUpdate), in chunks over the OpenMP threads; returns
 /// whether every g value was finite (read in the same pass; the update is applied regardless).
 bool optimizer_step(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
