@@ -13,7 +13,7 @@ Usage: /usr/bin/python3 data-tools/plot_metrics.py RUN [RUN ...] [--out PLOT.png
   --label  one legend name per RUN (default: the run dir's name)
 
 metrics.csv columns: kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness,
-ms_per_step,exposed_comm_ms (older runs: without the last two)
+ms_per_step,exposed_comm_ms,top5 (older runs: without the last one to three)
 with kind = train (the chief's log interval: its own minibatches) or test (the test set, after each
 epoch). Train rows are drawn as lines, test rows as markers joined by dotted lines, one colour per
 run; left: loss, right: accuracy. Runs resumed from a checkpoint repeat a few steps: rows are taken

@@ -92,6 +92,13 @@ double Backend::seconds_between(int a, int b) {
   return host_marks_[b] - host_marks_[a];
 }
 
+int classes_ranked_before(const float* logits, int classes, int label) {
+  const float at = logits[label];
+  int before = 0;
+  for (int j = 0; j < classes; ++j) before += (logits[j] > at || (logits[j] == at && j < label));
+  return before;
+}
+
 void check_softmax_xent(int batch, int classes, float smoothing) {
   DT_REQUIRE(batch >= 1 && classes >= 1,
              "softmax cross-entropy: batch and classes must be >= 1, got " + std::to_string(batch) +

@@ -39,6 +39,7 @@ struct Scores {
   std::vector<std::int32_t> predictions;  ///< n
   std::vector<float> probabilities;       ///< n × classes
   std::int64_t correct = 0;
+  std::int64_t top5 = 0;  ///< samples whose label is among the kTopK largest logits
 };
 
 /// Scores samples [begin, begin + n) of info with model.
@@ -70,7 +71,10 @@ Scores score(Model& model, Backend& be, const DatasetInfo& info, std::int64_t be
       for (int j = 0; j < K; ++j)
         p[j] = static_cast<float>(std::exp(static_cast<double>(l[j]) - l[arg]) / sum);
       out.predictions[row] = arg;
-      if (info.has_labels && b.y[static_cast<std::size_t>(s)] == arg) ++out.correct;
+      if (!info.has_labels) continue;
+      const std::int32_t label = b.y[static_cast<std::size_t>(s)];
+      if (label == arg) ++out.correct;
+      if (label >= 0 && label < K && classes_ranked_before(l, K, label) < kTopK) ++out.top5;
     }
   }
   return out;
@@ -148,7 +152,7 @@ Predictor set_up(const Config& c) {
 }
 
 /// Every rank's scores on rank 0 (empty elsewhere), in rank order = the input's order (the shares
-/// are contiguous and ascending); `correct` summed. Collective over MPI_COMM_WORLD.
+/// are contiguous and ascending); `correct` and `top5` summed. Collective over MPI_COMM_WORLD.
 Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
   const int R = p.cluster->world_size(), r = p.cluster->world_rank();
   const std::int64_t N = p.info.num_samples;
@@ -166,8 +170,9 @@ Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
   all.predictions.resize(root ? N : 0);
   all.probabilities.resize(root ? N * K : 0);
   all.correct = mine.correct;
+  all.top5 = mine.top5;
   MPI_Comm world = MPI_COMM_WORLD;
-  MPI_Request req[3];
+  MPI_Request req[4];
   DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T,
                             all.predictions.data(), counts.data(), displs.data(), MPI_INT32_T, 0,
                             world, &req[0]));
@@ -176,13 +181,16 @@ Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
                             MPI_FLOAT, 0, world, &req[1]));
   DT_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : &all.correct, &all.correct, 1, MPI_INT64_T,
                            MPI_SUM, 0, world, &req[2]));
+  DT_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : &all.top5, &all.top5, 1, MPI_INT64_T, MPI_SUM, 0,
+                           world, &req[3]));
   for (auto& q : req) wait_one(q, comm_timeout(), "gathering predictions to rank 0");
   return all;
 }
 
 /// Rank 0 writes <out>.tmp, fsyncs it and hard-links it to --out (see predict.hpp); every rank
 /// agrees on the outcome (all_or_nothing).
-void write_predictions(const Config& c, const Predictor& p, const Scores& all, double accuracy) {
+void write_predictions(const Config& c, const Predictor& p, const Scores& all, double accuracy,
+                       double top5) {
   all_or_nothing(MPI_COMM_WORLD, [&] {
     if (p.cluster->world_rank() != 0) return;
     const std::string tmp = c.out + ".tmp";
@@ -199,6 +207,7 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
       write_attr_int(f.get(), "num_samples", p.info.num_samples);
       write_attr_string(f.get(), "dtrain_version", dtrain_version());
       if (p.info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
+      if (p.info.has_labels) write_attr_double(f.get(), "top5_accuracy", top5);
       flush_file(f.get(), tmp);
     }
     publish_new_file(tmp, c.out);
@@ -206,7 +215,8 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
 }
 
 /// Rank 0's closing lines: what was scored, and the accuracy on labeled data.
-void report(const Config& c, const Predictor& p, std::int64_t correct, double accuracy) {
+void report(const Config& c, const Predictor& p, std::int64_t correct, double accuracy,
+            double top5) {
   if (p.cluster->world_rank() != 0) return;
   char line[512];
   std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
@@ -217,8 +227,9 @@ void report(const Config& c, const Predictor& p, std::int64_t correct, double ac
                 static_cast<long long>(p.global_step), c.out.c_str());
   log_info(line);
   if (p.info.has_labels) {
-    std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct)", accuracy,
-                  static_cast<long long>(correct), static_cast<long long>(p.info.num_samples));
+    std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct) | top-5 accuracy %.10g",
+                  accuracy, static_cast<long long>(correct),
+                  static_cast<long long>(p.info.num_samples), top5);
     log_info(line);
   }
 }
@@ -234,8 +245,9 @@ int run_predict(const Config& c) {
   const Scores all = gather_scores(p, score(*p.model, *p.backend, p.info, begin, n, batch), batch);
   const double accuracy =
       static_cast<double>(all.correct) / static_cast<double>(p.info.num_samples);
-  write_predictions(c, p, all, accuracy);
-  report(c, p, all.correct, accuracy);
+  const double top5 = static_cast<double>(all.top5) / static_cast<double>(p.info.num_samples);
+  write_predictions(c, p, all, accuracy, top5);
+  report(c, p, all.correct, accuracy, top5);
   return kExitOk;
 }
 

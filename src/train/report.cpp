@@ -21,7 +21,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& s
   if (!out_) throw Error("cannot open '" + p.string() + "' for appending");
   if (fresh)
     out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness,"
-            "ms_per_step,exposed_comm_ms\n";
+            "ms_per_step,exposed_comm_ms,top5\n";
   out_.flush();
   if (summaries.enabled) summary_ = std::make_unique<SummaryWriter>(run_dir, summaries);
 }
@@ -34,7 +34,8 @@ void MetricsWriter::write(const MetricsRow& r) {
        << std::setprecision(3) << r.wall_seconds << ',' << std::setprecision(6) << r.loss << ','
        << r.accuracy << ',' << std::setprecision(1) << r.samples_per_sec << ','
        << std::setprecision(6) << r.lr << ',' << std::setprecision(3) << r.staleness << ','
-       << r.ms_per_step << ',' << r.exposed_comm_ms << '\n';
+       << r.ms_per_step << ',' << r.exposed_comm_ms << ',' << std::setprecision(6) << r.top5
+       << '\n';
   out_.flush();
   if (!out_)
     throw LibraryError(

@@ -87,6 +87,7 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   const double sps = out.train_seconds > 0 ? out.samples / out.train_seconds : 0.0;
   std::map<std::string, JsonValue> r;
   r["test_accuracy"] = out.test_accuracy;
+  r["test_top5"] = out.test_top5;
   r["test_loss"] = out.test_loss;
   r["train_loss"] = out.train_loss;
   r["train_accuracy"] = out.train_accuracy;

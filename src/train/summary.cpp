@@ -29,6 +29,7 @@ struct Column {
 constexpr Column kColumns[] = {
     {"train", "train/loss", [](const MetricsRow& r) { return r.loss; }},
     {"train", "train/accuracy", [](const MetricsRow& r) { return r.accuracy; }},
+    {"train", "train/top5", [](const MetricsRow& r) { return r.top5; }},
     {"train", "train/learning_rate", [](const MetricsRow& r) { return r.lr; }},
     {"train", "train/samples_per_sec", [](const MetricsRow& r) { return r.samples_per_sec; }},
     {"train", "train/staleness", [](const MetricsRow& r) { return r.staleness; }},
@@ -38,6 +39,7 @@ constexpr Column kColumns[] = {
     {"train", "train/wall_seconds", [](const MetricsRow& r) { return r.wall_seconds; }},
     {"test", "test/loss", [](const MetricsRow& r) { return r.loss; }},
     {"test", "test/accuracy", [](const MetricsRow& r) { return r.accuracy; }},
+    {"test", "test/top5", [](const MetricsRow& r) { return r.top5; }},
 };
 
 double unix_seconds() {

@@ -57,7 +57,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
              plan.batch / std::max(c.micro_batches, 1),
              pipe ? pipe->layers() : LayerRange{}, slots_of(c, pipe)),
       resume_(std::move(resume)),
-      x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, 2),
+      x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, kStatsFloats),
       y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
   if (pipe != nullptr)
     runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), parse_schedule(c.schedule),
@@ -339,14 +339,15 @@ void Worker::inject_faults(double step_seconds) {
 
 void Worker::log_interval(int epoch) {
   exchange_->settle(model_);  // no log line from a step whose gradient turns out non-finite
-  float host[2] = {0, 0};
+  float host[kStatsFloats] = {};
   be_.copy_to_host(host, stats_.data(), sizeof host);
-  be_.fill(stats_.data(), 0.0f, 2);
+  be_.fill(stats_.data(), 0.0f, kStatsFloats);
   const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
   // samples/s of all workers: exact with allreduce; ps modes: from the global steps (estimate).
   const double sps = static_cast<double>(log_samples_global_) / dt;
   const double loss = log_samples_local_ ? host[0] / log_samples_local_ : 0.0;
   const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
+  const double top5 = log_samples_local_ ? host[2] / log_samples_local_ : 0.0;
   out_.train_loss = loss;
   out_.train_accuracy = acc;
   if (reports_) {
@@ -358,7 +359,7 @@ void Worker::log_interval(int epoch) {
     const double exposed_ms = per_step * (exchange_seconds_ - log_exchange_start_);
     log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
     metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
-                     ms_per_step, exposed_ms});
+                     ms_per_step, exposed_ms, top5});
   }
   t_log_ = now;
   log_global_start_ = global_step_;
@@ -498,8 +499,8 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   if (!plan_.has_test) return;
   const TimelineSpan span("evaluation", "evaluation");
   HostBatch batch;
-  float zero[2] = {0, 0}, sums[2];
-  float saved[2];
+  float zero[kStatsFloats] = {}, sums[kStatsFloats];
+  float saved[kStatsFloats];
   be_.copy_to_host(saved, stats_.data(), sizeof saved);  // keep the training interval's sums
   be_.copy_to_device(stats_.data(), zero, sizeof zero);
   double count = 0;
@@ -521,21 +522,23 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   }
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
   be_.copy_to_device(stats_.data(), saved, sizeof saved);
-  double v[3] = {sums[0], sums[1], count};
-  if (!alone) worker_sum(cluster_.role_comm(), v, 3);
-  out_.test_loss = v[0] / v[2];
-  out_.test_accuracy = v[1] / v[2];
+  double v[4] = {sums[0], sums[1], sums[2], count};
+  if (!alone) worker_sum(cluster_.role_comm(), v, 4);
+  out_.test_loss = v[0] / v[3];
+  out_.test_accuracy = v[1] / v[3];
+  out_.test_top5 = v[2] / v[3];
   if (reports_) {
     const double wall = prior_wall_ + now_seconds() - t_start_;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | %lld "
-                  "samples | %.1f s",
+                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | "
+                  "top-5 %.4f | %lld samples | %.1f s",
                   epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_),
-                  out_.test_loss, out_.test_accuracy, static_cast<long long>(v[2]), wall);
+                  out_.test_loss, out_.test_accuracy, out_.test_top5, static_cast<long long>(v[3]),
+                  wall);
     log_info(line);
     metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
-                     0, 0});
+                     0, 0, 0, 0, out_.test_top5});
     note_target(out_.test_accuracy, global_step_, wall);
   }
 }

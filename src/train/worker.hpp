@@ -25,7 +25,9 @@ namespace dtrain {
 struct WorkerOutcome {
   std::int64_t global_step = 0;
   int epochs_done = 0;
-  double test_loss = 0, test_accuracy = 0;
+  /// test_top5: fraction of test samples with the label among the 5 largest logits (1 when the
+  /// model has ≤ 5 classes)
+  double test_loss = 0, test_accuracy = 0, test_top5 = 0;
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
   double train_seconds = 0;     ///< time inside training steps
   double train_peak_rss_mib = 0;  ///< peak RSS when the last training step ended (before checkpoints)

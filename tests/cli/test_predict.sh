@@ -2,8 +2,9 @@
 # tests/cli/test_predict.sh — distributed inference (`dtrain predict`, train/predict.hpp).
 #   1. a sync run (2 workers, 2 full epochs) and an async run stopped by --max-steps 13 (1 ps + 2
 #      workers): `dtrain predict` on the test set with each run's final checkpoint prints exactly the
-#      run's final test_accuracy (results.json). The test set's classes are drawn from other templates
-#      than the training set's, so the accuracy is far from 0 and 1 and every argmax counts.
+#      run's final test_accuracy (results.json), and its top-5 accuracy the run's test_top5 (1 here:
+#      4 classes). The test set's classes are drawn from other templates than the training set's,
+#      so the accuracy is far from 0 and 1 and every argmax counts.
 #   2. outputs of 1, 2 and 4 ranks: `predictions` and `probabilities` byte-identical; predictions are
 #      the probabilities' argmax, rows sum to 1; the same predictions without a `labels` dataset
 #      (then no accuracy is printed).
@@ -38,6 +39,10 @@ for run in sync async; do
   echo "$run: predict accuracy $printed, results.json test_accuracy $want"
   "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a == b and 0.05 < a < 0.95 else 1)" \
     "$printed" "$want" || { cat "$SCRATCH/$run.p2.h5.log"; fail "$run: predict's accuracy $printed != test_accuracy $want"; }
+  top5=$(sed -n 's/^accuracy .* top-5 accuracy \([^ ]*\)$/\1/p' "$SCRATCH/$run.p2.h5.log")
+  want5=$(json_get "$SCRATCH/$run/results.json" test_top5)
+  "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) == float(sys.argv[2]) == 1 else 1)" \
+    "$top5" "$want5" || fail "$run: predict's top-5 '$top5', test_top5 $want5 (4 classes: both 1)"
 done
 
 echo "== 2. 1, 2 and 4 ranks: identical outputs; unlabeled input"

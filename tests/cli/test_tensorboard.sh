@@ -50,14 +50,15 @@ for path in files:
 
 acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0})
 acc.Reload()
-decimals = {"loss": 6, "accuracy": 6, "lr": 6, "samples_per_sec": 1, "staleness": 3, "ms_per_step": 3,
+decimals = {"loss": 6, "accuracy": 6, "top5": 6, "lr": 6, "samples_per_sec": 1, "staleness": 3, "ms_per_step": 3,
             "exposed_comm_ms": 3,
             "wall_seconds": 3, "epoch": 0}
-tags = {"train/loss": "loss", "train/accuracy": "accuracy", "train/learning_rate": "lr",
+tags = {"train/loss": "loss", "train/accuracy": "accuracy", "train/top5": "top5",
+        "train/learning_rate": "lr",
         "train/samples_per_sec": "samples_per_sec", "train/staleness": "staleness",
         "train/ms_per_step": "ms_per_step", "train/exposed_comm_ms": "exposed_comm_ms",
         "train/epoch": "epoch", "train/wall_seconds": "wall_seconds",
-        "test/loss": "loss", "test/accuracy": "accuracy"}
+        "test/loss": "loss", "test/accuracy": "accuracy", "test/top5": "top5"}
 assert sorted(acc.Tags()["scalars"]) == sorted(tags), acc.Tags()["scalars"]
 
 # Which rows must be there: every test row; train rows as --summary-every selects them (the

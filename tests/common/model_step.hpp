@@ -11,7 +11,7 @@ namespace dtrain::test {
 
 /// What StepRun::run() reads back, all fp32 on the host.
 struct StepOutputs {
-  std::vector<float> loss;    ///< the training step's stats: Σ loss, #correct
+  std::vector<float> loss;    ///< the training step's stats: Σ loss, #correct, #top-5 hits
   std::vector<float> grads;   ///< param_count() parameter gradients
   std::vector<float> state;   ///< state_count() floats after the step (running statistics)
   std::vector<float> eval;    ///< evaluate()'s stats on the same batch after the step

@@ -132,7 +132,7 @@ TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
   std::vector<std::int32_t> y(B);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i + 101 * rank));
   for (int i = 0; i < B; ++i) y[i] = (i + rank) % kClasses;
-  DeviceBuffer<float> dx(*cpu, x.size()), stats(*cpu, 2);
+  DeviceBuffer<float> dx(*cpu, x.size()), stats(*cpu, kStatsFloats);
   DeviceBuffer<std::int32_t> dy(*cpu, B);
   cpu->copy_to_device(dx.data(), x.data(), x.size() * sizeof(float));
   cpu->copy_to_device(dy.data(), y.data(), y.size() * sizeof(std::int32_t));

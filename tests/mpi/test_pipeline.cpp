@@ -88,9 +88,9 @@ void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
     ref.push_back(std::make_unique<Model>(*be, layers, kSample, kClasses, kBatch));
     ref.back()->initialize(17);
   }
-  DeviceBuffer<float> stats(*be, 2), ref_stats(*be, 2);
-  be->fill(stats.data(), 0.0f, 2);
-  be->fill(ref_stats.data(), 0.0f, 2);
+  DeviceBuffer<float> stats(*be, kStatsFloats), ref_stats(*be, kStatsFloats);
+  be->fill(stats.data(), 0.0f, kStatsFloats);
+  be->fill(ref_stats.data(), 0.0f, kStatsFloats);
   const float scale = 1.0f / static_cast<float>(D * kBatch);
   for (int step = 0; step < kSteps; ++step) {
     const Replica b = batch_of(step, d);
@@ -109,8 +109,8 @@ void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
       auto rx = test::to_device(*be, rb.x);
       DeviceBuffer<std::int32_t> ry(*be, kBatch);
       be->copy_to_device(ry.data(), rb.y.data(), rb.y.size() * sizeof(std::int32_t));
-      DeviceBuffer<float> scratch(*be, 2);
-      be->fill(scratch.data(), 0.0f, 2);
+      DeviceBuffer<float> scratch(*be, kStatsFloats);
+      be->fill(scratch.data(), 0.0f, kStatsFloats);
       ref[r]->train_step_micro(rx.data(), ry.data(), kBatch, kMicro, scale, 100 + step,
                                r == d ? ref_stats.data() : scratch.data());
       const auto rg = test::to_host(*be, ref[r]->grads(), ref[r]->param_count());
@@ -141,7 +141,9 @@ void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
         << what;
   }
   if (stage.has_loss())
-    EXPECT_EQ(test::to_host(*be, stats.data(), 2), test::to_host(*be, ref_stats.data(), 2)) << what;
+    EXPECT_EQ(test::to_host(*be, stats.data(), kStatsFloats),
+              test::to_host(*be, ref_stats.data(), kStatsFloats))
+        << what;
   MPI_Comm_free(&pipe);
   MPI_Comm_free(&replicas);
 }
@@ -187,9 +189,9 @@ TEST(Pipeline, EverySchedulePatternFinishesAndAccumulatesExactly) {
         auto x = test::to_device(*be, xh);
         DeviceBuffer<std::int32_t> y(*be, static_cast<std::size_t>(n));
         be->copy_to_device(y.data(), yh.data(), yh.size() * sizeof(std::int32_t));
-        DeviceBuffer<float> a(*be, 2), b(*be, 2);
-        be->fill(a.data(), 0.0f, 2);
-        be->fill(b.data(), 0.0f, 2);
+        DeviceBuffer<float> a(*be, kStatsFloats), b(*be, kStatsFloats);
+        be->fill(a.data(), 0.0f, kStatsFloats);
+        be->fill(b.data(), 0.0f, kStatsFloats);
         runner.train_step(x.data(), y.data(), n, 1.0f / n, 9, a.data());
         whole.train_step_micro(x.data(), y.data(), n, M, 1.0f / n, 9, b.data());
         const std::string what = std::string(to_string(sched)) + " M=" + std::to_string(M) +
@@ -201,12 +203,13 @@ TEST(Pipeline, EverySchedulePatternFinishesAndAccumulatesExactly) {
         EXPECT_EQ(test::to_host(*be, stage.grads(), stage.param_count()),
                   test::to_host(*be, whole.grads() + at, stage.param_count()))
             << what;
-        be->fill(a.data(), 0.0f, 2);
-        be->fill(b.data(), 0.0f, 2);
+        be->fill(a.data(), 0.0f, kStatsFloats);
+        be->fill(b.data(), 0.0f, kStatsFloats);
         runner.evaluate(x.data(), y.data(), n, a.data());
         whole.evaluate(x.data(), y.data(), n, b.data());
         if (stage.has_loss()) {  // the pipeline sums the loss per micro-batch: rounding differs
-          const auto pa = test::to_host(*be, a.data(), 2), pb = test::to_host(*be, b.data(), 2);
+          const auto pa = test::to_host(*be, a.data(), kStatsFloats),
+                     pb = test::to_host(*be, b.data(), kStatsFloats);
           EXPECT_NEAR(pa[0], pb[0], 1e-5 * std::abs(pb[0])) << what;
           EXPECT_EQ(pa[1], pb[1]) << what;
         }

@@ -84,11 +84,11 @@ TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
   Model mine(*cpu, kLayers, sample, kClasses, B);
   mine.initialize(11);
   const std::size_t P = mine.param_count();
-  DeviceBuffer<float> xs(*cpu, B * per), stats(*cpu, 2);
+  DeviceBuffer<float> xs(*cpu, B * per), stats(*cpu, kStatsFloats);
   DeviceBuffer<std::int32_t> ys(*cpu, B);
   cpu->copy_to_device(xs.data(), x.data() + static_cast<std::size_t>(rank) * B * per, B * per * sizeof(float));
   cpu->copy_to_device(ys.data(), y.data() + static_cast<std::size_t>(rank) * B, B * sizeof(std::int32_t));
-  cpu->fill(stats.data(), 0.0f, 2);
+  cpu->fill(stats.data(), 0.0f, kStatsFloats);
   mine.train_step(xs.data(), ys.data(), B, 1.0f / static_cast<float>(N), /*step_seed=*/5, stats.data());
   auto ar = make_mpi_allreduce(MPI_COMM_WORLD, *cpu, P);
   ar->allreduce_sum(mine.grads(), P);
@@ -103,11 +103,11 @@ TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
   Model whole(*cpu, kLayers, sample, kClasses, N);
   whole.initialize(11);
   ASSERT_EQ(whole.param_count(), P);
-  DeviceBuffer<float> xa(*cpu, x.size()), sa(*cpu, 2);
+  DeviceBuffer<float> xa(*cpu, x.size()), sa(*cpu, kStatsFloats);
   DeviceBuffer<std::int32_t> ya(*cpu, y.size());
   cpu->copy_to_device(xa.data(), x.data(), x.size() * sizeof(float));
   cpu->copy_to_device(ya.data(), y.data(), y.size() * sizeof(std::int32_t));
-  cpu->fill(sa.data(), 0.0f, 2);
+  cpu->fill(sa.data(), 0.0f, kStatsFloats);
   whole.train_step(xa.data(), ya.data(), N, 1.0f / static_cast<float>(N), 5, sa.data());
   std::vector<float> want(P);
   cpu->copy_to_host(want.data(), whole.grads(), P * sizeof(float));

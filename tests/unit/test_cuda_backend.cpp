@@ -507,7 +507,7 @@ TEST_F(CudaParity, SoftmaxCrossEntropy) {
   std::vector<float> logits = random_vec(std::size_t(batch) * classes, 61, -4.0f, 4.0f);
   std::vector<std::int32_t> labels(batch);
   for (int i = 0; i < batch; ++i) labels[i] = (i * 7) % classes;
-  Twin l = twin(logits), dl = zeros(logits.size()), stats = twin({1.5f, 2.0f});  // accumulates
+  Twin l = twin(logits), dl = zeros(logits.size()), stats = twin({1.5f, 2.0f, 3.0f});  // accumulates
   DeviceBuffer<std::int32_t> lab_c(*cpu_, batch), lab_g(*gpu_, batch);
   cpu_->copy_to_device(lab_c.data(), labels.data(), batch * sizeof(std::int32_t));
   gpu_->copy_to_device(lab_g.data(), labels.data(), batch * sizeof(std::int32_t));
@@ -518,6 +518,7 @@ TEST_F(CudaParity, SoftmaxCrossEntropy) {
     const std::vector<float> sc = host(*cpu_, stats.cpu), sg = host(*gpu_, stats.gpu);
     EXPECT_NEAR(sg[0], sc[0], 1e-4 * std::abs(sc[0]));
     EXPECT_EQ(sg[1], sc[1]);
+    EXPECT_EQ(sg[2], sc[2]);  // top-5 hits
   }
   // Loss only (dlogits == nullptr) still accumulates the statistics.
   g_op->forward_backward(l.gpu.data(), lab_g.data(), batch, 1.0f, nullptr, stats.gpu.data());
@@ -609,7 +610,7 @@ TEST_F(CudaParity, ModelGradientsMatchCpu) {
     std::vector<float> x;
     std::vector<std::int32_t> y;
     make_batch(n, x, y, 81);
-    Twin xs = twin(x), stats = zeros(2);
+    Twin xs = twin(x), stats = zeros(kStatsFloats);
     DeviceBuffer<std::int32_t> yc(*cpu_, n), yg(*gpu_, n);
     cpu_->copy_to_device(yc.data(), y.data(), n * sizeof(std::int32_t));
     gpu_->copy_to_device(yg.data(), y.data(), n * sizeof(std::int32_t));
@@ -744,7 +745,7 @@ TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {
   Model model(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);
   model.initialize(3);
   DeviceBuffer<float> m(*gpu_, model.param_count()), v(*gpu_, model.param_count());
-  DeviceBuffer<float> x(*gpu_, std::size_t(n) * 64), stats(*gpu_, 2);
+  DeviceBuffer<float> x(*gpu_, std::size_t(n) * 64), stats(*gpu_, kStatsFloats);
   DeviceBuffer<std::int32_t> y(*gpu_, n);
   OptimizerUpdate u;
   u.kind = OptimizerKind::adam;
@@ -756,7 +757,7 @@ TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {
     make_batch(n, hx, hy, 1000 + step);
     gpu_->copy_to_device(x.data(), hx.data(), hx.size() * sizeof(float));
     gpu_->copy_to_device(y.data(), hy.data(), hy.size() * sizeof(std::int32_t));
-    gpu_->fill(stats.data(), 0.0f, 2);
+    gpu_->fill(stats.data(), 0.0f, kStatsFloats);
     model.train_step(x.data(), y.data(), n, 1.0f / n, step, stats.data());
     u.step = step;
     gpu_->optimizer_update(u, model.params(), model.grads(), m.data(), v.data(),

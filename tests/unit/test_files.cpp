@@ -150,9 +150,12 @@ TEST(Files, MetricsRowsAppendAfterTheHeader) {
     MetricsRow r;
     r.kind = "train";
     r.global_step = 7;
+    r.top5 = 0.625;
     w.write(r);
   }
   const std::string csv = read(d.path / "metrics.csv");
   EXPECT_EQ(csv.rfind("kind,global_step,", 0), 0u) << csv;
+  EXPECT_NE(csv.find(",exposed_comm_ms,top5\n"), std::string::npos) << csv;  // the last column
   EXPECT_NE(csv.find("\ntrain,7,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.625000\n"), std::string::npos) << csv;
 }

@@ -111,9 +111,9 @@ TEST(MicroBatches, AccumulateTheSlicesGradientsBitForBit) {
   DeviceBuffer<std::int32_t> ya(*be_a, n), yb(*be_b, n);
   be_a->copy_to_device(ya.data(), y.data(), y.size() * sizeof(std::int32_t));
   be_b->copy_to_device(yb.data(), y.data(), y.size() * sizeof(std::int32_t));
-  DeviceBuffer<float> sa(*be_a, 2), sb(*be_b, 2);
-  be_a->fill(sa.data(), 0.0f, 2);
-  be_b->fill(sb.data(), 0.0f, 2);
+  DeviceBuffer<float> sa(*be_a, kStatsFloats), sb(*be_b, kStatsFloats);
+  be_a->fill(sa.data(), 0.0f, kStatsFloats);
+  be_b->fill(sb.data(), 0.0f, kStatsFloats);
   std::vector<std::size_t> seen;
   a.train_step_micro(xa.data(), ya.data(), n, M, 1.0f / n, 5, sa.data(),
                      [&](std::size_t from) { seen.push_back(from); });
@@ -137,7 +137,7 @@ TEST(MicroBatches, AccumulateTheSlicesGradientsBitForBit) {
   EXPECT_EQ(test::to_host(*be_a, a.grads(), a.param_count()), sum);
   EXPECT_EQ(test::to_host(*be_a, a.state(), a.state_count()),
             test::to_host(*be_b, b.state(), b.state_count()));
-  EXPECT_EQ(test::to_host(*be_a, sa.data(), 2), test::to_host(*be_b, sb.data(), 2));
+  EXPECT_EQ(test::to_host(*be_a, sa.data(), kStatsFloats), test::to_host(*be_b, sb.data(), kStatsFloats));
 }
 
 }  // namespace

@@ -122,12 +122,12 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropy) {
   const std::vector<std::int32_t> labels{0, 3, 4, 1};
   DeviceBuffer<std::int32_t> dlab(*be_, n);
   be_->copy_to_device(dlab.data(), labels.data(), n * sizeof(std::int32_t));
-  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, 2);
+  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, kStatsFloats);
   auto loss_at = [&](const std::vector<float>& l, float* dlogits) {
     auto dlog = to_device(*be_, l);
-    be_->fill(stats.data(), 0.0f, 2);
+    be_->fill(stats.data(), 0.0f, kStatsFloats);
     op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
-    return static_cast<double>(to_host(*be_, stats.data(), 2)[0]);
+    return static_cast<double>(to_host(*be_, stats.data(), kStatsFloats)[0]);
   };
   loss_at(logits, dl.data());
   const auto analytic = to_host(*be_, dl.data(), n * k);
@@ -157,12 +157,12 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
   const std::vector<std::int32_t> labels{2, 0, 4, 2};
   DeviceBuffer<std::int32_t> dlab(*be_, n);
   be_->copy_to_device(dlab.data(), labels.data(), n * sizeof(std::int32_t));
-  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, 2);
+  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, kStatsFloats);
   auto loss_at = [&](const std::vector<float>& l, float* dlogits) {
     auto dlog = to_device(*be_, l);
-    be_->fill(stats.data(), 0.0f, 2);
+    be_->fill(stats.data(), 0.0f, kStatsFloats);
     op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
-    return static_cast<double>(to_host(*be_, stats.data(), 2)[0]);
+    return static_cast<double>(to_host(*be_, stats.data(), kStatsFloats)[0]);
   };
   // The loss is −Σ q log softmax with q = (1 − ε)·onehot + ε/K, computed here directly; with
   // ε = 0 (want_plain) −Σ log softmax of the label, whose dlogits are softmax − onehot.
@@ -197,8 +197,8 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
   // An op made after set_label_smoothing(0) is the plain loss (want_plain, softmax above).
   auto plain = be_->make_softmax_xent(n, k);
   auto dlog = to_device(*be_, logits);
-  DeviceBuffer<float> dplain(*be_, n * k), splain(*be_, 2);
-  be_->fill(splain.data(), 0.0f, 2);
+  DeviceBuffer<float> dplain(*be_, n * k), splain(*be_, kStatsFloats);
+  be_->fill(splain.data(), 0.0f, kStatsFloats);
   plain->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dplain.data(), splain.data());
   const auto got = to_host(*be_, dplain.data(), n * k);
   for (int i = 0; i < n * k; ++i) {
@@ -206,19 +206,19 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
     EXPECT_NEAR(got[i], softmax[static_cast<std::size_t>(i)] - onehot, 1e-5)
         << "dlogits[" << i << "]";
   }
-  EXPECT_NEAR(to_host(*be_, splain.data(), 2)[0], want_plain, 1e-4);
+  EXPECT_NEAR(to_host(*be_, splain.data(), kStatsFloats)[0], want_plain, 1e-4);
   // Smoothing raises the loss of a confident right answer.
   auto sure = to_device(*be_, {20, 0, 0, 0, 0});
   be_->set_label_smoothing(0.2f);
   auto smooth1 = be_->make_softmax_xent(1, k);
   be_->set_label_smoothing(0.0f);
   auto plain1 = be_->make_softmax_xent(1, k);
-  DeviceBuffer<float> s1(*be_, 2), s2(*be_, 2);
-  be_->fill(s1.data(), 0.0f, 2);
-  be_->fill(s2.data(), 0.0f, 2);
+  DeviceBuffer<float> s1(*be_, kStatsFloats), s2(*be_, kStatsFloats);
+  be_->fill(s1.data(), 0.0f, kStatsFloats);
+  be_->fill(s2.data(), 0.0f, kStatsFloats);
   smooth1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s1.data());  // label 0
   plain1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s2.data());
-  EXPECT_GT(to_host(*be_, s1.data(), 2)[0], to_host(*be_, s2.data(), 2)[0] + 1.0f);
+  EXPECT_GT(to_host(*be_, s1.data(), kStatsFloats)[0], to_host(*be_, s2.data(), kStatsFloats)[0] + 1.0f);
 }
 
 TEST_F(CpuLayers, SoftmaxCrossEntropyRejectsBadArgumentsNamingThem) {
@@ -345,10 +345,10 @@ TEST_F(CpuLayers, SoftmaxXentValuesStatsAndPartialBatch) {
   const std::vector<std::int32_t> labels{2, 1, 0};
   DeviceBuffer<std::int32_t> dlab(*be_, 3);
   be_->copy_to_device(dlab.data(), labels.data(), sizeof(std::int32_t) * 3);
-  DeviceBuffer<float> dl(*be_, 9), stats(*be_, 2);
-  be_->fill(stats.data(), 0.0f, 2);
+  DeviceBuffer<float> dl(*be_, 9), stats(*be_, kStatsFloats);
+  be_->fill(stats.data(), 0.0f, kStatsFloats);
   op->forward_backward(logits.data(), dlab.data(), 3, 0.5f, dl.data(), stats.data());
-  const auto st = to_host(*be_, stats.data(), 2);
+  const auto st = to_host(*be_, stats.data(), kStatsFloats);
   const double l0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
   EXPECT_NEAR(st[0], l0 + 1000.0 + std::log(3.0), 1e-3);  // large logits stay finite
   EXPECT_EQ(st[1], 2.0f);  // sample 0 right, sample 1 wrong, sample 2 tie → index 0 = label
@@ -359,10 +359,31 @@ TEST_F(CpuLayers, SoftmaxXentValuesStatsAndPartialBatch) {
   // A partial batch touches only its n rows and accumulates into stats.
   be_->fill(dl.data(), 7.0f, 9);
   op->forward_backward(logits.data(), dlab.data(), 1, 1.0f, dl.data(), stats.data());
-  const auto st2 = to_host(*be_, stats.data(), 2);
+  const auto st2 = to_host(*be_, stats.data(), kStatsFloats);
   EXPECT_NEAR(st2[0], st[0] + l0, 1e-3);
   EXPECT_EQ(st2[1], 3.0f);
+  EXPECT_EQ(st[2], 3.0f);  // 3 classes ≤ 5: every sample is a top-5 hit
+  EXPECT_EQ(st2[2], 4.0f);
   EXPECT_EQ(to_host(*be_, dl.data() + 3, 6), std::vector<float>(6, 7.0f));
+}
+
+TEST_F(CpuLayers, SoftmaxXentTop5CountsRanksWithTheArgmaxTieRule) {
+  constexpr int kClasses = 7, kN = 5;
+  auto op = be_->make_softmax_xent(kN, kClasses);
+  auto logits = to_device(*be_, {7, 6, 5, 4, 3, 2, 1,  // label 4: 4 classes before it, a hit
+                                 7, 6, 5, 4, 3, 2, 1,  // label 5: 5 before it, a miss
+                                 0, 0, 0, 0, 0, 0, 0,  // label 4: ties, the 4 lower classes first
+                                 0, 0, 0, 0, 0, 0, 0,  // label 5: 5 lower classes first, a miss
+                                 0, 0, 0, 0, 0, 0, 9});  // label 6: the argmax, top-1 and top-5
+  const std::vector<std::int32_t> labels{4, 5, 4, 5, 6};
+  DeviceBuffer<std::int32_t> dlab(*be_, kN);
+  be_->copy_to_device(dlab.data(), labels.data(), sizeof(std::int32_t) * kN);
+  DeviceBuffer<float> stats(*be_, kStatsFloats);
+  be_->fill(stats.data(), 0.0f, kStatsFloats);
+  op->forward_backward(logits.data(), dlab.data(), kN, 1.0f, nullptr, stats.data());
+  const auto st = to_host(*be_, stats.data(), kStatsFloats);
+  EXPECT_EQ(st[1], 1.0f);
+  EXPECT_EQ(st[2], 3.0f);
 }
 
 // ---------------------------------------------------------------- optimizer updates

@@ -9,25 +9,15 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "common/tensor_table.hpp"
 
 namespace dtrain {
 namespace {
 
 // offsets: conv.weight 0..4, bn.gamma 4..6, bn.beta 6..8, dense.weight 8..10, dense.bias 10..12
 std::vector<TensorInfo> tensors() {
-  std::vector<TensorInfo> t;
-  std::size_t at = 0;
-  for (auto [name, count] : std::vector<std::pair<std::string, std::size_t>>{
-           {"0.conv.weight", 4}, {"1.batchnorm.gamma", 2}, {"1.batchnorm.beta", 2},
-           {"2.dense.weight", 2}, {"2.dense.bias", 2}}) {
-    TensorInfo i;
-    i.name = name;
-    i.offset = at;
-    i.count = count;
-    at += count;
-    t.push_back(i);
-  }
-  return t;
+  return test::tensor_table({{"0.conv.weight", 4}, {"1.batchnorm.gamma", 2},
+                             {"1.batchnorm.beta", 2}, {"2.dense.weight", 2}, {"2.dense.bias", 2}});
 }
 
 constexpr std::size_t kN = 12;

@@ -95,7 +95,7 @@ TEST(Layout, NhwcModelComputesWhatNchwComputes) {
     EXPECT_GT(max_abs(r[0].grads), 1e-3);
     Backend& be = *p.be[0];
     auto xd = test::to_device(be, x);
-    DeviceBuffer<float> swapped(be, x.size()), stats(be, 2);
+    DeviceBuffer<float> swapped(be, x.size()), stats(be, kStatsFloats);
     be.convert_layout(xd.data(), swapped.data(), sample.with_n(n), Layout::nhwc, DType::f32);
     DeviceBuffer<std::int32_t> yd(be, static_cast<std::size_t>(n));
     be.copy_to_device(yd.data(), labels.data(), labels.size() * sizeof(std::int32_t));

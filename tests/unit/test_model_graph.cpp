@@ -27,7 +27,7 @@ class ModelGraph : public ::testing::Test {
 /// Σ loss of one training forward at the current parameters.
 double training_loss(Model& m, Backend& be, const DeviceBuffer<float>& x,
                      const DeviceBuffer<std::int32_t>& y, int n, DeviceBuffer<float>& stats) {
-  be.fill(stats.data(), 0.0f, 2);
+  be.fill(stats.data(), 0.0f, kStatsFloats);
   m.train_step(x.data(), y.data(), n, 1.0f, 3, stats.data());
   return to_host(be, stats.data(), 1)[0];
 }
@@ -40,7 +40,7 @@ TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
   DeviceBuffer<std::int32_t> y(*be_, n);
   const std::int32_t labels[3] = {0, 2, 1};
   be_->copy_to_device(y.data(), labels, sizeof labels);
-  DeviceBuffer<float> stats(*be_, 2);
+  DeviceBuffer<float> stats(*be_, kStatsFloats);
   training_loss(m, *be_, x, y, n, stats);
   const auto grads = to_host(*be_, m.grads(), m.param_count());
   auto params = to_host(*be_, m.params(), m.param_count());

@@ -73,11 +73,12 @@ struct Rig {
   Outcome whole() {
     Model m(*be, net, sample, classes, n);
     m.initialize(3);
-    DeviceBuffer<float> stats(*be, 2);
-    be->fill(stats.data(), 0.0f, 2);
+    DeviceBuffer<float> stats(*be, kStatsFloats);
+    be->fill(stats.data(), 0.0f, kStatsFloats);
     m.train_step_micro(xd.data(), yd.data(), n, M, 1.0f / n, 5, stats.data());
     return {test::to_host(*be, m.grads(), m.param_count()),
-            test::to_host(*be, m.state(), m.state_count()), test::to_host(*be, stats.data(), 2)};
+            test::to_host(*be, m.state(), m.state_count()),
+            test::to_host(*be, stats.data(), kStatsFloats)};
   }
 
   /// The stages [first[s], first[s + 1]) each run their `schedule` order, interleaved as the
@@ -96,8 +97,8 @@ struct Rig {
       st.back()->initialize(3);
       ops.push_back(stage_schedule(schedule, s, P, M));
     }
-    DeviceBuffer<float> stats(*be, 2);
-    be->fill(stats.data(), 0.0f, 2);
+    DeviceBuffer<float> stats(*be, kStatsFloats);
+    be->fill(stats.data(), 0.0f, kStatsFloats);
     const std::size_t per = sample.count();
     // done[s][m]: 1 = forwarded, 2 = backwarded; fwd[s][m] / bwd[s][m]: what stage s sent for
     // micro-batch m (messages: the sender's slot may be reused before the receiver runs).
@@ -137,7 +138,7 @@ struct Rig {
       for (float g : test::to_host(*be, m->grads(), m->param_count())) out.grads.push_back(g);
       for (float v : test::to_host(*be, m->state(), m->state_count())) out.state.push_back(v);
     }
-    out.stats = test::to_host(*be, stats.data(), 2);
+    out.stats = test::to_host(*be, stats.data(), kStatsFloats);
     return out;
   }
 };

@@ -191,11 +191,11 @@ TEST(Precision, Bf16TrainingFollowsFp32) {
     auto xd = test::to_device(be, x);
     DeviceBuffer<std::int32_t> yd(be, labels.size());
     be.copy_to_device(yd.data(), labels.data(), labels.size() * sizeof(std::int32_t));
-    DeviceBuffer<float> stats(be, 2);
+    DeviceBuffer<float> stats(be, kStatsFloats);
     OptimizerUpdate u;
     u.lr = 0.3f;
     for (int step = 0; step < 60; ++step) {
-      be.fill(stats.data(), 0.0f, 2);
+      be.fill(stats.data(), 0.0f, kStatsFloats);
       m.train_step(xd.data(), yd.data(), n, 1.0f / n, 5, stats.data());
       const float loss = to_host(be, stats.data(), 1)[0] / n;
       (step == 0 ? first[k] : last[k]) = loss;

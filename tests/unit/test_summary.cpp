@@ -56,17 +56,19 @@ TEST(Summary, NewFileNeverOverwritesAndStartsWithFileVersion) {
 }
 
 TEST(Summary, ScalarsPerRowKind) {
-  MetricsRow train{"train", 12, 2, 3.5, 0.25, 0.75, 1000, 0.01, 1.5, 42.0, 7.5};
+  MetricsRow train{"train", 12, 2, 3.5, 0.25, 0.75, 1000, 0.01, 1.5, 42.0, 7.5, 0.875};
   const auto t = summary_scalars(train);
-  ASSERT_EQ(t.size(), 9u);
+  ASSERT_EQ(t.size(), 10u);
   EXPECT_EQ(t[0], (Scalar{"train/loss", 0.25}));
-  EXPECT_EQ(t[5], (Scalar{"train/ms_per_step", 42.0}));
-  EXPECT_EQ(t[6], (Scalar{"train/exposed_comm_ms", 7.5}));
-  EXPECT_EQ(t[7], (Scalar{"train/epoch", 2.0}));
-  MetricsRow test{"test", 12, 2, 3.5, 0.5, 0.9, 0, 0, 0};
+  EXPECT_EQ(t[2], (Scalar{"train/top5", 0.875}));
+  EXPECT_EQ(t[6], (Scalar{"train/ms_per_step", 42.0}));
+  EXPECT_EQ(t[7], (Scalar{"train/exposed_comm_ms", 7.5}));
+  EXPECT_EQ(t[8], (Scalar{"train/epoch", 2.0}));
+  MetricsRow test{"test", 12, 2, 3.5, 0.5, 0.9, 0, 0, 0, 0, 0, 0.97};
   const auto e = summary_scalars(test);
-  ASSERT_EQ(e.size(), 2u);
+  ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[1], (Scalar{"test/accuracy", 0.9}));
+  EXPECT_EQ(e[2], (Scalar{"test/top5", 0.97}));
 }
 
 }  // namespace

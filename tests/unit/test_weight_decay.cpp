@@ -8,6 +8,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "common/tensor_table.hpp"
 
 namespace dtrain {
 namespace {
@@ -15,19 +16,8 @@ namespace {
 std::vector<TensorInfo> tensors() {
   // offsets: conv.weight 0..10, conv.bias 10..12, bn.gamma 12..14, bn.beta 14..16,
   // dense.weight 16..26, dense.bias 26..28
-  std::vector<TensorInfo> t;
-  std::size_t at = 0;
-  for (auto [name, count] : std::vector<std::pair<std::string, std::size_t>>{
-           {"0.conv.weight", 10}, {"0.conv.bias", 2}, {"1.batchnorm.gamma", 2},
-           {"1.batchnorm.beta", 2}, {"2.dense.weight", 10}, {"2.dense.bias", 2}}) {
-    TensorInfo i;
-    i.name = name;
-    i.offset = at;
-    i.count = count;
-    at += count;
-    t.push_back(i);
-  }
-  return t;
+  return test::tensor_table({{"0.conv.weight", 10}, {"0.conv.bias", 2}, {"1.batchnorm.gamma", 2},
+                             {"1.batchnorm.beta", 2}, {"2.dense.weight", 10}, {"2.dense.bias", 2}});
 }
 
 Config with(const std::string& kinds, const std::string& optimizer = "momentum") {

@@ -249,6 +249,17 @@ class DropoutOp {
   virtual void backward(const void* dy, void* dx) = 0;
 };
 
+/// Floats of the statistics SoftmaxXentOp::forward_backward (and Model's steps) add to:
+/// Σ loss, #correct (top-1), #top-5 hits.
+inline constexpr int kStatsFloats = 3;
+/// How many leading classes a top-k hit may rank behind (top-5 accuracy).
+inline constexpr int kTopK = 5;
+
+/// Classes of the row logits[0, classes) that rank before `label`: a larger logit, or an equal
+/// one at a lower index (the argmax's tie rule: the first maximum). 0: the argmax is the label;
+/// < kTopK: a top-5 hit. Host memory; pure function.
+int classes_ranked_before(const float* logits, int classes, int label);
+
 /// Softmax cross-entropy over K = `classes` logits per sample, against the target
 /// q = (1 − ε)·onehot(label) + ε/K — label smoothing (Szegedy et al. 2016) with the ε of the
 /// backend that made the op (Backend::label_smoothing(); 0 gives the plain loss):
@@ -256,9 +267,12 @@ class DropoutOp {
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
-  /// logits: n×classes activations, labels: n int32 in [0, classes) (device). Adds Σ loss and the
-  /// number of correct argmax predictions to stats[0] and stats[1] (device floats, not cleared
-  /// here; computed in fp32 whatever the precision). If dlogits != nullptr, writes
+  /// logits: n×classes activations, labels: n int32 in [0, classes) (device). Adds Σ loss, the
+  /// number of correct argmax predictions and the number of top-5 hits to stats[0], stats[1] and
+  /// stats[2] (kStatsFloats device floats, not cleared here; computed in fp32 whatever the
+  /// precision). Ties rank the lower class first (the argmax is the first maximal logit), so a
+  /// sample is a top-5 hit when fewer than 5 classes rank before its label: every sample when
+  /// classes ≤ 5. If dlogits != nullptr, writes
   /// dlogits = (softmax − q) · grad_scale, n×classes activations.
   /// n may be smaller than the batch the op was made for (last partial batch). The CPU backend
   /// throws InputError for n outside [0, batch] or a label outside [0, classes); the CUDA backend

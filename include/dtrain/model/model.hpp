@@ -155,11 +155,11 @@ class Model {
   /// One training step on n ≤ max_batch samples: x (device, fp32 n×C×H×W in NCHW order whatever
   /// Backend::layout(): converted and/or rounded to bf16 as the backend needs), labels (device
   /// int32, n, in [0, num_classes())).
-  /// Overwrites grads() with grad_scale·∂(Σ loss)/∂θ; adds Σ loss and #correct to stats[0..1]
-  /// (device floats). `step_seed` keys dropout. n == 0 zeroes grads(). `on_final`, if set, is
-  /// called after each layer's backward (layers in reverse line order; parameters lie in line
-  /// order) with the offset from which the gradients are final: at least once, the last time
-  /// with 0. The backend may still be computing them (a GPU stream): the callback must order
+  /// Overwrites grads() with grad_scale·∂(Σ loss)/∂θ; adds Σ loss, #correct and #top-5 hits to
+  /// stats[0..2] (kStatsFloats device floats). `step_seed` keys dropout. n == 0 zeroes grads().
+  /// `on_final`, if set, is called after each layer's backward (layers in reverse line order;
+  /// parameters lie in line order) with the offset from which the gradients are final: at least
+  /// once, the last time with 0. The backend may still be computing them (a GPU stream): the callback must order
   /// any use after the backend's work. Throws Error when n > max_batch (or n < 0) or on a
   /// layout-only model, InputError for a label outside [0, num_classes()) on the CPU backend (the
   /// GPU adds NaN to the loss instead), LibraryError when a backend call fails.
@@ -179,8 +179,9 @@ class Model {
                         float grad_scale, std::uint64_t step_seed, float* stats,
                         const GradsFinal& on_final = {});
 
-  /// Inference forward on n ≤ max_batch samples, x and labels as in train_step(); adds Σ loss and
-  /// #correct to stats[0..1] (device floats). n == 0 does nothing. Throws as train_step().
+  /// Inference forward on n ≤ max_batch samples, x and labels as in train_step(); adds Σ loss,
+  /// #correct and #top-5 hits to stats[0..2] (kStatsFloats device floats). n == 0 does nothing.
+  /// Throws as train_step().
   void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
 
   /// Inference forward on n ≤ max_batch samples x (device, n×C×H×W) — the forward evaluate()
@@ -216,7 +217,7 @@ class Model {
   /// Forward of this stage's layers on one micro-batch of n ≤ max_batch samples in slot `slot`:
   /// x (first stage: device fp32 NCHW n×C×H×W, as train_step(); must stay valid until
   /// backward_micro of the slot) and the received tensors in the slot as input; on the last stage
-  /// then the loss (labels: device int32, n), adding Σ loss and #correct to stats[0..1] and, when
+  /// then the loss (labels: device int32, n), adding Σ loss, #correct and #top-5 hits to stats[0..2] and, when
   /// training, writing grad_scale·∂loss/∂logits. `training` false: inference mode (batch-norm
   /// running statistics, no dropout), nothing kept for backward. `seed` keys dropout as
   /// train_step()'s step_seed does. Throws as train_step().

@@ -17,7 +17,8 @@
 // Output: rank 0 gathers every rank's rows and writes one HDF5 file — `predictions` (N int32:
 // argmax of the logits, the first maximum, as the loss's accuracy counts) and `probabilities`
 // (N×classes float32: softmax of the logits, computed in double), in the input's order, with root
-// attributes checkpoint, global_step, data, num_samples and (labeled data) accuracy — to
+// attributes checkpoint, global_step, data, num_samples and (labeled data) accuracy and
+// top5_accuracy (the label among the 5 largest logits; 1 with ≤ 5 classes) — to
 // `<out>.tmp`, fsyncs it and hard-links it to `<out>` (which fails rather than replace a file that
 // appeared meanwhile), so P.h5 exists only when complete and nothing is ever overwritten.
 #pragma once

@@ -34,6 +34,9 @@ struct MetricsRow {
   double ms_per_step = 0;      ///< the chief's mean step time over the interval (train rows)
   double exposed_comm_ms = 0;  ///< the chief's mean exposed communication per step, ms: time
                                ///< waiting on the exchange after backward (train rows)
+  /// Fraction of the samples whose label is among the 5 largest logits (ties: the lower class
+  /// first), in [0, 1]; 1 when the model has ≤ 5 classes
+  double top5 = 0;
 };
 
 /// The first `test` row of <run_dir>/metrics.csv with accuracy ≥ target and global_step ≤

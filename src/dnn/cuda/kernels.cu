@@ -226,6 +226,18 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
     atomicAdd(&stats[0], valid ? loss : NAN);
     if (valid && best_idx == label) atomicAdd(&stats[1], 1.0f);
   }
+  // Top-5: the classes ranking before the label (a larger logit, or an equal one at a lower
+  // index, the argmax's tie rule), counted over the lanes.
+  int before = 0;
+  if (valid) {
+    const float xl = load(x, label);
+    for (int c = lane; c < classes; c += 32) {
+      const float xc = load(x, c);
+      before += (xc > xl || (xc == xl && c < label)) ? 1 : 0;
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) before += __shfl_xor_sync(0xffffffffu, before, off);
+  if (lane == 0 && valid && before < 5) atomicAdd(&stats[2], 1.0f);
   if (dlogits != nullptr) {
     T* d = dlogits + std::size_t(sample) * classes;
     const float inv_sum = 1.0f / sum;

@@ -140,7 +140,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
                                           " outside [0, " + std::to_string(batch_) + "]");
     const std::size_t k = static_cast<std::size_t>(classes_);
     double loss_sum = 0.0;
-    int correct = 0;
+    int correct = 0, top5 = 0;
     for (int s = 0; s < n; ++s) {
       const float* l = logits + static_cast<std::size_t>(s) * k;
       const std::int32_t label = labels[s];
@@ -164,6 +164,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
         loss_sum += lse - static_cast<double>(l[label]);
       }
       correct += argmax == static_cast<std::size_t>(label) ? 1 : 0;
+      top5 += classes_ranked_before(l, classes_, label) < kTopK ? 1 : 0;
       if (dlogits != nullptr) {
         float* d = dlogits + static_cast<std::size_t>(s) * k;
         const double inv_sum = 1.0 / sum;
@@ -177,6 +178,7 @@ class CpuSoftmaxXent final : public SoftmaxXentOp {
     }
     stats[0] += static_cast<float>(loss_sum);
     stats[1] += static_cast<float>(correct);
+    stats[2] += static_cast<float>(top5);
   }
 
  private:

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/cli/test_layerwise.sh — the large-batch recipe end to end (optim/optimizer.hpp: LARS,
+# LAMB; train/report.hpp: top-5).
+#   1. --optimizer lars and lamb (sync allreduce, 2 workers, warm-up + poly decay over 35 steps,
+#      not tied to --max-steps, so both parts of a resumed run see the same schedule): the run learns
+#      (test accuracy well above chance), and a run stopped at step 17 and resumed to 40 ends
+#      bit-identical to a straight run — parameters, m, and LAMB's v (the checkpointed state).
+#   2. top-5 on 10 classes: results.json test_top5 = the last test row of metrics.csv = what
+#      `dtrain predict` prints for the final checkpoint = the top-5 of its stored probabilities
+#      (numpy), strictly between the top-1 accuracy and 1; with the 4-class data it is exactly 1.
+#   3. one error each: lars in a ps mode (the shard cuts tensors), lamb with --device cuda.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+make_data train 512 --seed 21 --template-seed 9
+make_data test 256 --seed 23 --template-seed 9
+write_job "$SCRATCH/job.ini"
+RECIPE=(--threads 1 --mode sync --num-ps 0 --epochs 3 --warmup-steps 5 --lr-schedule poly
+        --lr-decay-steps 35 --weight-decay 1e-4)
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        "${RECIPE[@]}")
+
+echo "== 1. lars and lamb learn and resume bit-identically"
+LARS=(--optimizer lars --lr 1 --lars-eta 0.02)
+LAMB=(--optimizer lamb --lr 0.01)
+check_resume 2 lars "${LARS[@]}"
+check_resume 2 lamb "${LAMB[@]}"
+for tag in lars lamb; do
+  acc=$(json_get "$SCRATCH/$tag-straight/results.json" test_accuracy)
+  top5=$(json_get "$SCRATCH/$tag-straight/results.json" test_top5)
+  echo "$tag: test accuracy $acc after 40 steps, top-5 $top5 (4 classes)"
+  "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)" "$acc" ||
+    fail "$tag: test accuracy $acc after 40 steps (chance 0.25): it did not learn"
+  [[ $top5 == 1.0 || $top5 == 1 ]] || fail "$tag: top-5 $top5 with 4 classes (must be 1)"
+done
+
+echo "== 2. top-5 on 10 classes: results.json = metrics.csv = predict = numpy"
+make_data train10 512 --seed 31 --template-seed 5 --classes 10
+make_data test10 300 --seed 33 --template-seed 6 --classes 10
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train10.h5"
+        --test-data "$SCRATCH/test10.h5" "${RECIPE[@]}")
+d=$SCRATCH/top5
+run 2 "$d" "${LARS[@]}" --max-steps 12
+ckpt=$(ls "$d"/ckpt-*.h5 | tail -1)
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --config "$SCRATCH/job.ini" --checkpoint "$ckpt" \
+  --data "$SCRATCH/test10.h5" --out "$SCRATCH/p10.h5" --threads 1 >"$SCRATCH/p10.log" 2>&1 ||
+  { cat "$SCRATCH/p10.log"; fail "predict failed"; }
+printed=$(sed -n 's/^accuracy .* top-5 accuracy \([^ ]*\)$/\1/p' "$SCRATCH/p10.log")
+"$PY" - "$d" "$SCRATCH/p10.h5" "$SCRATCH/test10.h5" "$printed" <<'PY' || fail "top-5 disagrees"
+import csv, json, sys, h5py, numpy as np
+run, pred, data, printed = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+r = json.load(open(f"{run}/results.json"))
+rows = [x for x in csv.DictReader(open(f"{run}/metrics.csv")) if x["kind"] == "test"]
+probs = h5py.File(pred, "r")["probabilities"][()]
+labels = h5py.File(data, "r")["labels"][()]
+# Classes ranked before the label (higher probability, or equal at a lower index) < 5.
+p_label = probs[np.arange(len(labels)), labels][:, None]
+idx = np.arange(probs.shape[1])[None, :]
+before = ((probs > p_label) | ((probs == p_label) & (idx < labels[:, None]))).sum(axis=1)
+mine = float((before < 5).mean())
+top5, acc = r["test_top5"], r["test_accuracy"]
+print(f"test_top5 {top5}, metrics.csv {rows[-1]['top5']}, predict {printed}, numpy {mine}, "
+      f"top-1 {acc}")
+assert abs(float(rows[-1]["top5"]) - top5) < 1e-6, "metrics.csv"
+assert printed == top5, "predict"
+assert abs(mine - top5) <= 1.0 / len(labels) + 1e-12, "numpy"
+assert acc < top5 < 1, "top-5 must lie strictly between top-1 and 1 here"
+PY
+
+echo "== 3. refused where the trust ratio cannot be computed"
+expect_error 3 "--mode sync --num-ps 0|shard" --config "$SCRATCH/job.ini" --train-data \
+  "$SCRATCH/train.h5" --optimizer lars --mode async --num-ps 1
+expect_error 2 "lamb|CUDA" --config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" \
+  --optimizer lamb --mode sync --num-ps 0 --device cuda
+echo "PASS"
