@@ -2,7 +2,6 @@
 // (epoch_shard, shard_size, check_dataset_fits) of io/dataset.hpp. The batch reader is in
 // batch_reader.cpp.
 #include <algorithm>
-#include <charconv>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include <random>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/synthetic_spec.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
 #include "encoded.hpp"
@@ -387,34 +387,10 @@ std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_
 }
 
 DatasetInfo parse_synthetic(const std::string& spec) {
-  const std::string format = "expected CxHxW:classes with positive integers, e.g. 3x224x224:1000";
-  auto fail = [&](const std::string& why) {
-    throw InputError("option --synthetic '" + spec + "': " + why + (why.empty() ? "" : " (") +
-                     format + (why.empty() ? "" : ")"));
-  };
-  int v[4] = {0, 0, 0, 0};
-  const char* p = spec.data();
-  const char* end = spec.data() + spec.size();
-  const char seps[4] = {'x', 'x', ':', '\0'};
-  for (int k = 0; k < 4; ++k) {
-    const auto [next, ec] = std::from_chars(p, end, v[k]);
-    if (ec != std::errc() || next == p) fail("");
-    p = next;
-    if (k < 3) {
-      if (p == end || *p != seps[k]) fail("");
-      ++p;
-    }
-  }
-  if (p != end) fail("");
-  for (int k = 0; k < 3; ++k)
-    if (v[k] < 1 || v[k] > 65536) fail("image sizes must be in [1, 65536]");
-  if (v[3] < 2 || v[3] > 1000000) fail("classes must be in [2, 1000000]");
+  const SyntheticSpec parsed = parse_synthetic_spec(spec);
   DatasetInfo info;
-  info.sample = Shape{1, v[0], v[1], v[2]};
-  if (info.sample.sample_count() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    fail("a sample of " + std::to_string(info.sample.sample_count()) +
-         " floats is too large, at most 2^31 - 1");
-  info.num_classes = v[3];
+  info.sample = Shape{1, parsed.channels, parsed.height, parsed.width};
+  info.num_classes = parsed.classes;
   info.path = "synthetic " + spec;
   return info;
 }

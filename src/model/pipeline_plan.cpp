@@ -88,16 +88,6 @@ void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, boo
 
 }  // namespace
 
-const char* to_string(PipelineSchedule s) {
-  return s == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
-}
-
-PipelineSchedule parse_schedule(const std::string& text) {
-  if (text == "gpipe") return PipelineSchedule::gpipe;
-  if (text == "1f1b") return PipelineSchedule::one_f_one_b;
-  throw InputError("option --schedule: expected gpipe or 1f1b, got '" + text + "'");
-}
-
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
                            PipelineSchedule schedule) {
   DT_REQUIRE(stages >= 1, "option --pipeline-stages: must be >= 1, got " + std::to_string(stages));
@@ -143,7 +133,8 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
   std::snprintf(line, sizeof line,
                 "# pipeline: %d stages x %d micro-batches of %d samples, %s, cut %s; bubble "
                 "(P-1)/(M+P-1) = %.3f\n",
-                plan.stages, plan.micro_batches, micro, to_string(plan.schedule),
+                plan.stages, plan.micro_batches, micro,
+                std::string(to_string(plan.schedule)).c_str(),
                 plan.from_job ? "at the job's stage= keys" : "balanced by flops", plan.bubble);
   std::string out = line;
   out += "#  stage  layers       params    GFLOP/batch  receives (per micro-batch)       "

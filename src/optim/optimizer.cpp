@@ -14,10 +14,10 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
   if (c.warmup_steps > 0 && step < c.warmup_steps)
     return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
   const std::int64_t t = step - c.warmup_steps;
-  if (c.lr_schedule == "step") {
+  if (c.lr_schedule == LrSchedule::step) {
     return c.lr * std::pow(c.lr_gamma, static_cast<float>(t / c.lr_step_size));
   }
-  if (c.lr_schedule == "cosine") {
+  if (c.lr_schedule == LrSchedule::cosine) {
     std::int64_t span = c.lr_decay_steps > 0 ? c.lr_decay_steps : total_steps - c.warmup_steps;
     if (span <= 0) span = 1;
     const double frac = std::min<double>(1.0, static_cast<double>(t) / static_cast<double>(span));
@@ -34,14 +34,6 @@ float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t 
   if (c.async_momentum == AsyncMomentum::lr_scaled)
     implicit *= std::clamp(learning_rate(c, step, total_steps) / c.lr, 0.0f, 1.0f);
   return std::max(0.0f, c.momentum - implicit);
-}
-
-OptimizerKind optimizer_kind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "momentum") return OptimizerKind::momentum;
-  if (name == "adam") return OptimizerKind::adam;
-  throw InputError("option --optimizer: unknown optimizer '" + name +
-                   "' (expected sgd | momentum | adam)");
 }
 
 std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
@@ -77,8 +69,8 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 
 Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
                      std::vector<FloatRange> no_decay)
-    : config_(c), backend_(backend), n_(n), total_steps_(total_steps),
-      kind_(optimizer_kind(c.optimizer)), no_decay_(std::move(no_decay)) {
+    : config_(c), backend_(backend), n_(n), total_steps_(total_steps), kind_(c.optimizer),
+      no_decay_(std::move(no_decay)) {
   for (const FloatRange& r : no_decay_)
     DT_REQUIRE(r.begin < r.end && r.end <= n_, "optimizer: no-decay range outside the parameters");
   if (kind_ != OptimizerKind::sgd) m_ = DeviceBuffer<float>(backend, n);

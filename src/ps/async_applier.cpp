@@ -28,7 +28,7 @@ class AsyncApplier final : public UpdateRule {
     // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
     // rule is one Optimizer over the shard.
     if (c.async_momentum == AsyncMomentum::dana &&
-        optimizer_kind(c.optimizer) == OptimizerKind::momentum) {
+        c.optimizer == OptimizerKind::momentum) {
       dana_.emplace(c, core.backend(), n, core.workers(), total_steps, no_decay);
       dana_->load(dana_->momentum_sum(), core.params(), 0);  // zero momenta: θ̂ = θ
     } else {

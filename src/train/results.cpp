@@ -117,11 +117,12 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["batch_size"] = static_cast<std::int64_t>(plan.batch);
   r["global_batch_size"] = static_cast<std::int64_t>(plan.batch * plan.workers);
   r["device"] = job.device_name;
-  r["precision"] = c.precision;  // of the activations (--precision)
-  r["layout"] = job.backend ? std::string(layout_name(job.backend->layout())) : c.layout;  // as run
+  r["precision"] = std::string(to_string(c.precision));  // of the activations (--precision)
+  r["layout"] = std::string(job.backend ? layout_name(job.backend->layout())  // as run
+                                        : to_string(c.layout));
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
-  r["fuse"] = c.fuse;
+  r["fuse"] = std::string(to_string(c.fuse));
   // The chief's GPU memory at its peak (Backend::device_peak_bytes, MiB); 0 on the CPU.
   r["gpu_peak_allocated_mb"] =
       job.backend ? static_cast<double>(job.backend->device_peak_bytes()) / (1 << 20) : 0.0;

@@ -44,9 +44,6 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
 /// μ. Other modes (and W = 1): μ. Pure function.
 float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t total_steps);
 
-/// OptimizerKind from "sgd" | "momentum" | "adam". Throws InputError otherwise.
-OptimizerKind optimizer_kind(const std::string& name);
-
 /// The optimizer of `n` parameters on one backend: owns the state (m, v) and turns the global step
 /// into an OptimizerUpdate (learning_rate(), momentum) run by Backend::optimizer_update.
 class Optimizer {
