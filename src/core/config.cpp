@@ -439,7 +439,6 @@ void store_command_line(const std::vector<const char*>& args, const po::options_
 /// --train-data or --test-data there drops its --synthetic.
 void store_job_file(const std::string& path, const po::options_description& desc,
                     po::variables_map& vm) {
-  po::parsed_options job = parse_job_file(path, desc);
   auto on_command_line = [&](const char* key) {
     return vm.count(key) && !vm[key].defaulted() && !vm[key].as<std::string>().empty();
   };
@@ -447,10 +446,11 @@ void store_job_file(const std::string& path, const po::options_description& desc
   if (on_command_line("synthetic")) replaced = {"train-data", "test-data"};
   if (on_command_line("train-data") || on_command_line("test-data"))
     replaced.push_back("synthetic");
-  std::erase_if(job.options, [&](const po::option& o) {
-    return std::find(replaced.begin(), replaced.end(), o.string_key) != replaced.end();
-  });
   try {
+    po::parsed_options job = parse_job_file(path, desc);
+    std::erase_if(job.options, [&](const po::option& o) {
+      return std::find(replaced.begin(), replaced.end(), o.string_key) != replaced.end();
+    });
     po::store(job, vm);
   } catch (const po::error& e) {
     throw InputError("job file '" + path + "': " + e.what());

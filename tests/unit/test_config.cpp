@@ -162,6 +162,10 @@ TEST_F(ConfigTest, UnknownKeyInJobFileNamesFileAndKey) {
   const std::string msg = error_of(base({"--config", ini}));
   EXPECT_MENTIONS(msg, "bad_key.ini");
   EXPECT_MENTIONS(msg, "learning-speed");
+  // A key that is only a section prefix ("train.") names no option: an InputError, not Boost's
+  // "ambiguous option" escaping as an internal error.
+  const std::string empty = write_ini("[train]\nepochs = 2\ntrain. = 3\n", "empty_key.ini");
+  EXPECT_MENTIONS(error_of(base({"--config", empty})), "empty_key.ini");
 }
 
 TEST_F(ConfigTest, MissingJobFileIsNamed) {
