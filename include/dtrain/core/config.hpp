@@ -2,8 +2,10 @@
 // options) serves the command line, INI job files and --help.
 //
 // Job files are INI; sections are for readability only: `[optimizer]\nlr = 0.1` sets `--lr`.
-// The command line overrides the job file. Unknown keys and invalid values raise InputError naming
-// the file or option and what was expected.
+// The command line overrides the job file, key by key, and as a data source: --synthetic there
+// drops the job file's --train-data/--test-data, --train-data or --test-data its --synthetic.
+// Unknown keys and invalid values raise InputError naming the file or option and what was
+// expected; named values (--optimizer sgd, ...) are parsed once into the enums of core/options.hpp.
 #pragma once
 
 #include <cstdint>
