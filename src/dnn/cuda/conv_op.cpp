@@ -201,7 +201,8 @@ class CudaConvOp final : public ConvOp {
     // convert for 1×1 kernels or one input channel, where the two orders coincide); bf16 rounds
     // in the same kernel. Otherwise bf16 rounds them into w_lp_ (and widens the gradient from
     // dw_lp_).
-    w_desc_ = FilterDesc::make(layout, desc_.out_channels, in.c, desc_.kernel.h, desc_.kernel.w, t_);
+    w_desc_ =
+        FilterDesc::make(layout, desc_.out_channels, in.c, desc_.kernel.h, desc_.kernel.w, t_);
     w_shape_ = Shape{desc_.out_channels, in.c, desc_.kernel.h, desc_.kernel.w};
     const std::size_t wbytes = w_shape_.count() * dtype_size(t_);
     krsc_ = be_.differs_from_nchw(w_shape_);
@@ -237,12 +238,12 @@ class CudaConvOp final : public ConvOp {
   /// What makes two convolutions the same problem for the benchmark's cache (and the log).
   [[nodiscard]] std::string problem_key() const {
     const ConvDesc& d = desc_;
-    const std::string shape =
-        d.input.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() + " p=" + d.pad.str() +
-        " filters=" + std::to_string(d.out_channels);
-    return shape + (t_ == DType::bf16 ? " bf16" : tf32_ ? " tf32" : " fp32") + " " +
-           layout_name(be_.layout()) + (be_.deterministic() ? " deterministic" : "") + " ws<=" +
-           std::to_string(workspace_limit() >> 20) + "MiB";
+    const std::string shape = d.input.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() +
+                              " p=" + d.pad.str() + " filters=" + std::to_string(d.out_channels);
+    const std::string math = t_ == DType::bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32");
+    return shape + math + " " + layout_name(be_.layout()) +
+           (be_.deterministic() ? " deterministic" : "") +
+           " ws<=" + std::to_string(workspace_limit() >> 20) + "MiB";
   }
 
   /// The forward, backward-data and backward-filter algorithms (cuDNN's heuristics, or timed with
