@@ -133,8 +133,7 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
   std::snprintf(line, sizeof line,
                 "# pipeline: %d stages x %d micro-batches of %d samples, %s, cut %s; bubble "
                 "(P-1)/(M+P-1) = %.3f\n",
-                plan.stages, plan.micro_batches, micro,
-                std::string(to_string(plan.schedule)).c_str(),
+                plan.stages, plan.micro_batches, micro, to_string(plan.schedule),
                 plan.from_job ? "at the job's stage= keys" : "balanced by flops", plan.bubble);
   std::string out = line;
   out += "#  stage  layers       params    GFLOP/batch  receives (per micro-batch)       "

@@ -292,7 +292,7 @@ void expect_enum_option(const std::string& key, E Config::*field, std::vector<st
   for (const auto& [value, name] : EnumNames<E>::table) {
     SCOPED_TRACE(key + " " + std::string(name));
     EXPECT_EQ(parse_enum<E>(name, key), value);
-    EXPECT_EQ(to_string(value), name);
+    EXPECT_STREQ(to_string(value), name);
     const Config c = parse_with({"--" + key, std::string(name)});
     EXPECT_EQ(c.*field, value);
     EXPECT_MENTIONS(c.effective_ini, "\n" + key + " = " + std::string(name) + "\n");

@@ -119,10 +119,10 @@ concept NamedEnum = requires {
   EnumNames<E>::table;
 };
 
-#define DTRAIN_ENUM_NAMES(E, N, ...)                                                     \
-  template <>                                                                            \
-  struct EnumNames<E> {                                                                  \
-    static constexpr std::array<std::pair<E, std::string_view>, N> table{{__VA_ARGS__}}; \
+#define DTRAIN_ENUM_NAMES(E, N, ...)                                                \
+  template <>                                                                       \
+  struct EnumNames<E> {                                                             \
+    static constexpr std::array<std::pair<E, const char*>, N> table{{__VA_ARGS__}}; \
   }
 DTRAIN_ENUM_NAMES(Mode, 2, {Mode::async, "async"}, {Mode::sync, "sync"});
 DTRAIN_ENUM_NAMES(ExchangeKind, 4, {ExchangeKind::allreduce, "allreduce"},
@@ -162,9 +162,9 @@ DTRAIN_ENUM_NAMES(ExportFormat, 2, {ExportFormat::safetensors, "safetensors"},
 DTRAIN_ENUM_NAMES(ExportDtype, 2, {ExportDtype::f32, "f32"}, {ExportDtype::bf16, "bf16"});
 #undef DTRAIN_ENUM_NAMES
 
-/// The name of an enum value ("?" for a value outside the table).
+/// The name of an enum value, a NUL-terminated literal ("?" for a value outside the table).
 template <NamedEnum E>
-[[nodiscard]] constexpr std::string_view to_string(E e) {
+[[nodiscard]] constexpr const char* to_string(E e) {
   for (const auto& [v, name] : EnumNames<E>::table)
     if (v == e) return name;
   return "?";
@@ -187,7 +187,7 @@ template <NamedEnum E>
 template <NamedEnum E>
 [[nodiscard]] constexpr bool find_enum(std::string_view text, E& out) {
   for (const auto& [value, name] : EnumNames<E>::table) {
-    if (name == text) {
+    if (std::string_view(name) == text) {
       out = value;
       return true;
     }
