@@ -486,7 +486,7 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
   cfg.mode = mode;
   cfg.num_ps = num_ps;
   cfg.max_staleness = max_staleness;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::sgd;
   cfg.lr = 0.5f;
   cfg.weight_decay = 0.0f;
   cfg.timeout = 60.0;
@@ -544,7 +544,7 @@ TEST(ParameterServer, SyncBackupWorkersLatePushesAreDropped) {
   cfg.mode = Mode::sync;
   cfg.num_ps = num_ps;
   cfg.replicas_to_aggregate = 1;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::sgd;
   cfg.lr = 0.5f;
   cfg.weight_decay = 0.0f;
   cfg.timeout = 60.0;
