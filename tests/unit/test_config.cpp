@@ -352,8 +352,14 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   EXPECT_EQ(e.export_format, ExportFormat::safetensors);
   EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.st", "--dtype", "f16"}),
                   "f32 | bf16");
-  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.st", "--format", "onnx"}),
-                  "(expected safetensors)");
+  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.st", "--format", "tf"}),
+                  "(expected safetensors | onnx)");
+  EXPECT_EQ(parse({"export", "--checkpoint", "c.h5", "--out", "m.onnx", "--format", "onnx"})
+                .config.export_format,
+            ExportFormat::onnx);
+  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.onnx", "--format", "onnx",
+                            "--dtype", "bf16"}),
+                  "applies to --format safetensors");
   EXPECT_EQ(parse({"predict", "--checkpoint", "c.h5", "--data", "x.h5", "--out", "p.h5",
                    "--train-data", "t.h5", "--layer", "dense"})
                 .config.command,
