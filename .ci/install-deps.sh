@@ -2,14 +2,14 @@
 # Installs the Debian 12 packages dtrain needs, only those missing (apt-get needs root or sudo).
 # Used by both README commands. Includes the packages of the local-Slurm test (tests/cli/test_slurm.sh:
 # slurmctld slurmd slurm-client munge; installing them starts no daemon); DTRAIN_WITH_SLURM=0 leaves them out.
-# strace: the no-data-files check of tests/cli/test_synthetic.sh.
+# strace: the no-data-files check of tests/cli/test_synthetic.sh. clang-format: tests/style_check.sh.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libboost-program-options-dev libboost-dev libprotobuf-dev protobuf-compiler libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libgtest-dev
       nlohmann-json3-dev
       libturbojpeg0-dev libpng-dev
       dataset-fashion-mnist python3 python3-h5py python3-numpy python3-matplotlib python3-pil
-      strace)
+      strace clang-format)
 if [ "${DTRAIN_WITH_SLURM:-1}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -39,10 +39,11 @@ int main(int argc, char** argv) {
     if (parsed.help) {
       if (rank == 0) std::cout << parsed.help_text;
     } else {
-      const std::string& command = parsed.config.command;
-      code = command == "predict"  ? dtrain::run_predict(parsed.config)
-             : command == "export" ? dtrain::run_export(parsed.config)
-                                   : dtrain::run_training(parsed.config);
+      using dtrain::Subcommand;
+      const Subcommand command = parsed.config.command;
+      code = command == Subcommand::predict          ? dtrain::run_predict(parsed.config)
+             : command == Subcommand::export_tensors ? dtrain::run_export(parsed.config)
+                                                     : dtrain::run_training(parsed.config);
     }
   } catch (const dtrain::ReportedError& e) {
     code = e.code();

@@ -3,6 +3,7 @@
 #include "dtrain/core/config.hpp"
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -10,12 +11,11 @@
 #include <fstream>
 #include <functional>
 #include <iomanip>
-#include <set>
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/synthetic_spec.hpp"
 #include "dtrain/core/version.hpp"
-#include "dtrain/io/dataset.hpp"
 
 namespace po = boost::program_options;
 
@@ -44,16 +44,13 @@ template <NamedEnum E>
 void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
   po::validators::check_first_occurrence(out);
   const std::string& v = po::validators::get_single_string(values);
-  std::string list;
-  for (const auto& [value, name] : EnumNames<E>::table) {
-    if (name == v) {
-      out = value;
-      return;
-    }
-    list += (list.empty() ? "" : " | ") + std::string(name);
+  E value{};
+  if (find_enum(v, value)) {
+    out = value;
+    return;
   }
   po::error_with_option_name e("option '%canonical_option%': invalid value '%value%' (expected " +
-                               list + ")");
+                               enum_choices<E>() + ")");
   e.set_substitute("value", v);
   throw e;
 }
@@ -119,7 +116,8 @@ class Table {
   std::string section_;
 };
 
-void build_table(Table& t, Config& c) {
+/// The options of one group of --help (and section of the job file), in --help order.
+void add_data_options(Table& t, Config& c) {
   t.group("Data", "data");
   t.add("train-data", &c.train_data, "training set, HDF5 (images N×C×H×W uint8|float32, labels N)");
   t.add("test-data", &c.test_data, "test set, HDF5, evaluated after every epoch (empty: none)");
@@ -129,8 +127,8 @@ void build_table(Table& t, Config& c) {
   t.add("synthetic", &c.synthetic,
         "CxHxW:classes, e.g. 3x224x224:1000: random images and labels made once per worker (in "
         "device memory) replace the data files: compute and communication without I/O, as "
-        "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off; excludes --train-data and "
-        "--test-data)");
+        "tf_cnn_benchmarks and Horovod's synthetic benchmark (empty: off; excludes --train-data "
+        "and --test-data; on the command line it replaces a job file's)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
   t.add("cache-mb", &c.cache_mb,
@@ -157,6 +155,9 @@ void build_table(Table& t, Config& c) {
   t.add("on-bad-image", &c.on_bad_image,
         "encoded images: skip (a corrupt or truncated image is left out of its batch and counted "
         "in the log and results.json) | fail (the run stops naming the file and sample)");
+}
+
+void add_training_options(Table& t, Config& c) {
   t.group("Model", "model");
   t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
@@ -191,6 +192,9 @@ void build_table(Table& t, Config& c) {
         "check the job (options, data, model graph, cluster shape, the --init-from file's names "
         "and shapes), print the role and model tables, and exit without training or writing "
         "anything");
+}
+
+void add_optimizer_options(Table& t, Config& c) {
   t.group("Optimizer", "optimizer");
   t.add("optimizer", &c.optimizer,
         "sgd | momentum | adam | lars (momentum with a per-tensor trust ratio, You et al. 2017) | "
@@ -245,12 +249,19 @@ void build_table(Table& t, Config& c) {
         "async: what --warmup-steps, --lr-step-size and --lr-decay-steps count: sync-steps (global "
         "steps of a sync run of the same workers, W pushes each: the same schedule per sample as "
         "sync) | pushes (async global steps)");
+}
+
+void add_cluster_options(Table& t, Config& c) {
   t.group("Cluster", "cluster");
   t.add("num-ps", &c.num_ps,
         "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps); the "
         "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
+}
+
+/// The cluster group, continued: the GPU workers and the exchange.
+void add_device_options(Table& t, Config& c) {
   t.add("math", &c.math,
         "GPU convolutions and matrix products: auto (tf32 on compute capability >= 8.0, as "
         "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
@@ -327,6 +338,9 @@ void build_table(Table& t, Config& c) {
   t.add("ps-threads", &c.ps_threads,
         "OpenMP threads of each ps rank: the optimizer update and the sync aggregation run on them "
         "(0: cores per node / ranks per node; default 1: a ps sharing cores with workers)");
+}
+
+void add_output_options(Table& t, Config& c) {
   t.group("Checkpoints and output", "checkpoint");
   t.add("run-dir", &c.run_dir, "directory for checkpoints, metrics.csv and results.json");
   t.add("checkpoint-every", &c.checkpoint_every,
@@ -372,6 +386,15 @@ void build_table(Table& t, Config& c) {
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
 }
 
+void build_table(Table& t, Config& c) {
+  add_data_options(t, c);
+  add_training_options(t, c);
+  add_optimizer_options(t, c);
+  add_cluster_options(t, c);
+  add_device_options(t, c);
+  add_output_options(t, c);
+}
+
 /// Reads the job file, dropping "section." from keys. Unknown keys are errors naming the file.
 po::parsed_options parse_job_file(const std::string& path, const po::options_description& desc) {
   namespace fs = std::filesystem;
@@ -402,6 +425,64 @@ po::parsed_options parse_job_file(const std::string& path, const po::options_des
   return parsed;
 }
 
+/// The command line's options (argv without the subcommand) into vm. Throws InputError for an
+/// unknown option, a bad value or a word that is no option's value.
+void store_command_line(const std::vector<const char*>& args, const po::options_description& cli,
+                        po::variables_map& vm) {
+  try {
+    const po::parsed_options parsed =
+        po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run();
+    // A word that is no option's value (a misspelt subcommand, a stray token) would be dropped.
+    for (const po::option& o : parsed.options)
+      if (o.position_key >= 0)
+        throw InputError("command line: unexpected argument '" +
+                         (o.value.empty() ? o.string_key : o.value.front()) +
+                         "' (usage: dtrain [train | predict | export] --option value ...; see "
+                         "dtrain --help)");
+    po::store(parsed, vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
+  }
+}
+
+/// The job file's options into vm, under the command line's: a key the command line gives keeps
+/// its command-line value (po::store keeps the first), and a data source the command line names
+/// replaces the job file's — --synthetic there drops the job file's --train-data and --test-data,
+/// --train-data or --test-data there drops its --synthetic.
+void store_job_file(const std::string& path, const po::options_description& desc,
+                    po::variables_map& vm) {
+  auto on_command_line = [&](const char* key) {
+    return vm.count(key) && !vm[key].defaulted() && !vm[key].as<std::string>().empty();
+  };
+  std::vector<std::string> replaced;
+  if (on_command_line("synthetic")) replaced = {"train-data", "test-data"};
+  if (on_command_line("train-data") || on_command_line("test-data"))
+    replaced.push_back("synthetic");
+  try {
+    po::parsed_options job = parse_job_file(path, desc);
+    std::erase_if(job.options, [&](const po::option& o) {
+      return std::find(replaced.begin(), replaced.end(), o.string_key) != replaced.end();
+    });
+    po::store(job, vm);
+  } catch (const po::error& e) {
+    throw InputError("job file '" + path + "': " + e.what());
+  }
+}
+
+std::string help_text(const po::options_description& cli) {
+  std::ostringstream os;
+  os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
+        "       mpirun -np N dtrain predict --config JOB.ini --checkpoint CKPT.h5 --data X.h5 "
+        "--out P.h5\n"
+        "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
+        "[--dtype bf16]\n"
+        "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
+        "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
+        "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
+     << cli;
+  return os.str();
+}
+
 }  // namespace
 
 ParseResult parse_config(int argc, const char* const* argv) {
@@ -419,54 +500,16 @@ ParseResult parse_config(int argc, const char* const* argv) {
 
   // The subcommand: `dtrain predict ...`, `dtrain train ...`, or `dtrain --option ...` (train).
   std::vector<const char*> args(argv, argv + argc);
-  if (argc > 1 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "predict" ||
-                   std::string(argv[1]) == "export")) {
-    c.command = argv[1];
-    args.erase(args.begin() + 1);
-  }
+  if (argc > 1 && find_enum(argv[1], c.command)) args.erase(args.begin() + 1);
   po::variables_map vm;
-  try {
-    const po::parsed_options parsed =
-        po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run();
-    // A word that is no option's value (a misspelt subcommand, a stray token) would be dropped.
-    for (const po::option& o : parsed.options)
-      if (o.position_key >= 0)
-        throw InputError("command line: unexpected argument '" +
-                         (o.value.empty() ? o.string_key : o.value.front()) +
-                         "' (usage: dtrain [train | predict | export] --option value ...; see "
-                         "dtrain --help)");
-    po::store(parsed, vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
-  }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
-          "       mpirun -np N dtrain predict --config JOB.ini --checkpoint CKPT.h5 --data X.h5 "
-          "--out P.h5\n"
-          "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
-          "[--dtype bf16]\n"
-          "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
-          "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
-          "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
-       << cli;
+  store_command_line(args, cli, vm);
+  if (vm.count("help") || vm.count("version")) {
     r.help = true;
-    r.help_text = os.str();
+    r.help_text =
+        vm.count("help") ? help_text(cli) : std::string("dtrain ") + dtrain_version() + "\n";
     return r;
   }
-  if (vm.count("version")) {
-    r.help = true;
-    r.help_text = std::string("dtrain ") + dtrain_version() + "\n";
-    return r;
-  }
-  if (vm.count("config")) {
-    const std::string path = vm["config"].as<std::string>();
-    try {
-      po::store(parse_job_file(path, desc), vm);
-    } catch (const po::error& e) {
-      throw InputError("job file '" + path + "': " + e.what());
-    }
-  }
+  if (vm.count("config")) store_job_file(vm["config"].as<std::string>(), desc, vm);
   try {
     po::notify(vm);
   } catch (const po::error& e) {
@@ -479,7 +522,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
 
 Config effective_for_workers(const Config& c, int workers) {
   Config e = c;
-  if (steps_aggregate_workers(c) && c.lr_scaling == "linear") {
+  if (steps_aggregate_workers(c) && c.lr_scaling == LrScaling::linear) {
     e.lr *= static_cast<float>(workers);
     e.lr_min *= static_cast<float>(workers);
   }
@@ -506,55 +549,56 @@ StepRange parse_step_range(const std::string& spec) {
 }
 
 namespace {
+
+// Both refuse NaN and infinity too: a number the run could not use.
+void positive(const std::string& opt, double v) {
+  if (!(v > 0) || !std::isfinite(v))
+    throw InputError("option --" + opt + ": must be a finite number > 0, got " + to_text(v));
+}
+void non_negative(const std::string& opt, double v) {
+  if (!(v >= 0) || !std::isfinite(v))
+    throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
+}
+
 /// --optimizer lars | lamb: one update over whole tensors on CPU workers (optim/optimizer.hpp).
 void validate_layerwise(const Config& c) {
-  if (c.optimizer != "lars" && c.optimizer != "lamb") return;
+  if (c.optimizer != OptimizerKind::lars && c.optimizer != OptimizerKind::lamb) return;
+  const std::string name = to_string(c.optimizer);
   DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
-             "option --optimizer: " + c.optimizer + " needs --mode sync --num-ps 0 (allreduce): "
-             "its trust ratios take norms over whole tensors, but a parameter server holds a shard "
-             "cut across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
-  DT_REQUIRE(c.device != "cuda",
-             "option --optimizer: " + c.optimizer + " is not implemented on the CUDA backend "
-             "(the layer-wise rules run on CPU workers: --device cpu)");
+             "option --optimizer: " + name + " needs --mode sync --num-ps 0 (allreduce): its trust "
+             "ratios take norms over whole tensors, but a parameter server holds a shard cut "
+             "across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
+  DT_REQUIRE(c.device != DeviceOption::cuda,
+             "option --optimizer: " + name + " is not implemented on the CUDA backend (the "
+             "layer-wise rules run on CPU workers: --device cpu)");
 }
-}  // namespace
 
-void validate_config(const Config& c) {
-  auto one_of = [](const std::string& opt, const std::string& v, std::set<std::string> ok) {
-    if (!ok.count(v)) {
-      std::string list;
-      for (const auto& s : ok) list += (list.empty() ? "" : " | ") + s;
-      throw InputError("option --" + opt + ": invalid value '" + v + "' (expected " + list + ")");
-    }
-  };
-  // Both refuse NaN and infinity too: a number the run could not use.
-  auto positive = [](const std::string& opt, double v) {
-    if (!(v > 0) || !std::isfinite(v))
-      throw InputError("option --" + opt + ": must be a finite number > 0, got " + to_text(v));
-  };
-  auto non_negative = [](const std::string& opt, double v) {
-    if (!(v >= 0) || !std::isfinite(v))
-      throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
-  };
+/// The data files or --synthetic, and --synthetic-samples.
+void check_data_source(const Config& c) {
   if (!c.synthetic.empty()) {
-    (void)parse_synthetic(c.synthetic);  // InputError naming --synthetic
+    (void)parse_synthetic_spec(c.synthetic);  // InputError naming --synthetic
     if (!c.train_data.empty() || !c.test_data.empty()) {
       const std::string files =
           (c.train_data.empty() ? "" : "--train-data '" + c.train_data + "'") +
           (c.train_data.empty() || c.test_data.empty() ? "" : " and ") +
           (c.test_data.empty() ? "" : "--test-data '" + c.test_data + "'");
       throw InputError("options --synthetic and --train-data/--test-data are mutually exclusive: "
-                       "--synthetic '" + c.synthetic + "' replaces the data files, but " + files +
+                       "--synthetic '" +
+                       c.synthetic + "' replaces the data files, but " + files +
                        (c.train_data.empty() || c.test_data.empty() ? " is" : " are") +
-                       " set too (on the command line, --synthetic \"\" trains on the files, "
-                       "--train-data \"\" --test-data \"\" on synthetic data)");
+                       " set too (a job file's data files give way to --synthetic on the command "
+                       "line, its --synthetic to --train-data or --test-data there)");
     }
     positive("synthetic-samples", static_cast<double>(c.synthetic_samples));
-  } else if (c.command == "train") {
+  } else if (c.command == Subcommand::train) {
     DT_REQUIRE(!c.train_data.empty(),
                "option --train-data: no training set given (or use --synthetic CxHxW:classes)");
   }
-  if (c.command == "train") {
+}
+
+/// The options of `dtrain predict` and `dtrain export`, refused where they do not belong.
+void check_subcommand(const Config& c) {
+  if (c.command == Subcommand::train) {
     for (const auto& [opt, v] : {std::pair<const char*, const std::string&>{"checkpoint", c.checkpoint},
                                  {"data", c.data}, {"out", c.out}})
       DT_REQUIRE(v.empty(), std::string("option --") + opt + " '" + v +
@@ -562,7 +606,7 @@ void validate_config(const Config& c) {
                                 "you mean `dtrain predict ...`? a training run resumes from its "
                                 "--run-dir with --resume)");
   }
-  if (c.command == "predict") {
+  if (c.command == Subcommand::predict) {
     DT_REQUIRE(c.checkpoint.empty() != c.init_from.empty(),
                "dtrain predict: give exactly one of --checkpoint and --init-from");
     DT_REQUIRE(!c.data.empty(), "dtrain predict: option --data is required");
@@ -570,47 +614,46 @@ void validate_config(const Config& c) {
   }
   DT_REQUIRE(c.init_exclude.empty() || !c.init_from.empty(),
              "option --init-exclude: only with --init-from");
-  if (c.command == "export") {
+  if (c.command == Subcommand::export_tensors) {
     DT_REQUIRE(!c.checkpoint.empty(), "dtrain export: option --checkpoint is required");
     DT_REQUIRE(!c.out.empty(), "dtrain export: option --out is required");
-    one_of("format", c.export_format, {"safetensors", "onnx"});
-    one_of("dtype", c.export_dtype, {"f32", "bf16"});
-    DT_REQUIRE(c.export_format == "safetensors" || c.export_dtype == "f32",
-               "option --dtype: " + c.export_dtype + " applies to --format safetensors; an ONNX "
-               "export holds float32 tensors");
-    return;  // the model and data come from the checkpoint
+    DT_REQUIRE(c.export_format == ExportFormat::safetensors || c.export_dtype == ExportDtype::f32,
+               "option --dtype: " + std::string(to_string(c.export_dtype)) +
+                   " applies to --format safetensors; an ONNX export holds float32 tensors");
   }
+}
+
+/// Augmentation, decoding and the model.
+void check_input_and_model(const Config& c) {
   non_negative("num-classes", c.num_classes);
   non_negative("random-crop", c.random_crop);
   non_negative("random-resized-crop", c.random_resized_crop);
   non_negative("center-crop", c.center_crop);
   non_negative("eval-resize", c.eval_resize);
   positive("data-threads", c.data_threads);
-  one_of("on-bad-image", c.on_bad_image, {"skip", "fail"});
+  non_negative("cache-mb", c.cache_mb);
   DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
              "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
-  one_of("optimizer", c.optimizer, {"sgd", "momentum", "adam", "lars", "lamb"});
-  one_of("lr-schedule", c.lr_schedule, {"constant", "step", "cosine", "poly"});
-  one_of("device", c.device, {"cpu", "cuda", "auto"});
-  one_of("math", c.math, {"auto", "tf32", "fp32"});
-  one_of("layout", c.layout, {"auto", "nchw", "nhwc"});
-  one_of("fuse", c.fuse, {"auto", "off"});
-  one_of("precision", c.precision, {"fp32", "bf16"});
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
-  non_negative("cache-mb", c.cache_mb);
-  one_of("lr-scaling", c.lr_scaling, {"none", "linear"});
-  one_of("allreduce", c.allreduce, {"auto", "mpi", "hierarchical", "nccl"});
-  one_of("wire-dtype", c.wire_dtype, {"fp32", "bf16", "fp16"});
-  DT_REQUIRE(c.wire_dtype == "fp32" || exchange_kind(c) == ExchangeKind::allreduce,
-             "option --wire-dtype: " + c.wire_dtype + " applies to the sync allreduce (--mode "
-             "sync --num-ps 0); ps pushes travel in fp32");
-  DT_REQUIRE(!(c.allreduce == "nccl" && c.device == "cpu"),
+}
+
+/// The sync allreduce's path and wire type against the mode and device.
+void check_exchange_path(const Config& c) {
+  DT_REQUIRE(c.wire_dtype == WireDtype::fp32 || exchange_kind(c) == ExchangeKind::allreduce,
+             "option --wire-dtype: " + std::string(to_string(c.wire_dtype)) +
+                 " applies to the sync allreduce (--mode sync --num-ps 0); ps pushes travel in "
+                 "fp32");
+  DT_REQUIRE(!(c.allreduce == AllreduceOption::nccl && c.device == DeviceOption::cpu),
              "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take auto, "
              "mpi or hierarchical");
-  DT_REQUIRE(!(c.allreduce == "hierarchical" && c.device == "cuda"),
+  DT_REQUIRE(!(c.allreduce == AllreduceOption::hierarchical && c.device == DeviceOption::cuda),
              "option --allreduce: hierarchical is for CPU workers (GPU workers: nccl, whose rings "
              "already run inside the node, or mpi)");
+}
+
+/// Steps, batches, micro-batches and pipeline stages, evaluation.
+void check_steps_and_batches(const Config& c) {
   // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
   DT_REQUIRE(c.seed <= static_cast<std::uint64_t>(INT64_MAX),
              "option --seed: must be an integer from 0 to 9223372036854775807, got " +
@@ -619,7 +662,6 @@ void validate_config(const Config& c) {
   positive("batch-size", c.batch_size);
   positive("pipeline-stages", c.pipeline_stages);
   positive("micro-batches", c.micro_batches);
-  one_of("schedule", c.schedule, {"gpipe", "1f1b"});
   DT_REQUIRE(c.batch_size % c.micro_batches == 0,
              "option --micro-batches: " + std::to_string(c.micro_batches) +
                  " does not divide --batch-size " + std::to_string(c.batch_size) +
@@ -631,6 +673,10 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.target_accuracy >= 0 && c.target_accuracy <= 1,
              "option --target-accuracy: must be in [0, 1] (0: off), got " +
                  to_text(c.target_accuracy));
+}
+
+/// The optimizer, weight decay and the learning-rate schedule.
+void check_optimizer(const Config& c) {
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
   DT_REQUIRE(c.momentum < 1, "option --momentum: must be in [0, 1) (the velocity would grow "
@@ -638,22 +684,21 @@ void validate_config(const Config& c) {
   non_negative("weight-decay", c.weight_decay);
   DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
              "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
-  {
-    std::stringstream list(c.no_weight_decay_on);
-    for (std::string item; std::getline(list, item, ',');)
-      DT_REQUIRE(item == "bias" || item == "bn",
-                 "option --no-weight-decay-on: unknown parameter kind '" + item +
-                     "' (expected a comma-separated list of bias, bn)");
-  }
+  std::stringstream list(c.no_weight_decay_on);
+  for (std::string item; std::getline(list, item, ',');)
+    DT_REQUIRE(item == "bias" || item == "bn",
+               "option --no-weight-decay-on: unknown parameter kind '" + item +
+                   "' (expected a comma-separated list of bias, bn)");
   non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
   positive("lr-step-size", static_cast<double>(c.lr_step_size));
   positive("lr-gamma", c.lr_gamma);
   non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
   non_negative("lr-min", c.lr_min);
-  DT_REQUIRE((c.lr_schedule != "cosine" && c.lr_schedule != "poly") || c.lr_min <= c.lr,
-             "option --lr-min: the " + c.lr_schedule + " schedule decays from --lr (" +
-                 to_text(c.lr) + ") down to --lr-min, which must not exceed it; got " +
-                 to_text(c.lr_min));
+  DT_REQUIRE((c.lr_schedule != LrSchedule::cosine && c.lr_schedule != LrSchedule::poly) ||
+                 c.lr_min <= c.lr,
+             "option --lr-min: the " + std::string(to_string(c.lr_schedule)) +
+                 " schedule decays from --lr (" + to_text(c.lr) +
+                 ") down to --lr-min, which must not exceed it; got " + to_text(c.lr_min));
   positive("lr-power", c.lr_power);
   positive("lars-eta", c.lars_eta);
   non_negative("lars-eps", c.lars_epsilon);
@@ -661,6 +706,10 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
   DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
   positive("adam-epsilon", c.adam_epsilon);
+}
+
+/// Sizes and deadlines of the cluster, its output and its communication.
+void check_cluster_sizes(const Config& c) {
   non_negative("num-ps", c.num_ps);
   non_negative("threads", c.threads);
   non_negative("ps-threads", c.ps_threads);
@@ -678,6 +727,10 @@ void validate_config(const Config& c) {
              "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
                  to_text(c.bucket_mb));
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
+}
+
+/// The options of one mode (async staleness and delay compensation, sync backup workers).
+void check_mode(const Config& c) {
   DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
              "option --num-ps: async mode needs at least one parameter server (got 0); use "
              "--mode sync for allreduce without ps");
@@ -697,6 +750,20 @@ void validate_config(const Config& c) {
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "
              "(--mode sync --num-ps K > 0)");
+}
+
+}  // namespace
+
+void validate_config(const Config& c) {
+  check_data_source(c);
+  check_subcommand(c);
+  if (c.command == Subcommand::export_tensors) return;  // the model and data: the checkpoint's
+  check_input_and_model(c);
+  check_exchange_path(c);
+  check_steps_and_batches(c);
+  check_optimizer(c);
+  check_cluster_sizes(c);
+  check_mode(c);
 }
 
 ExchangeKind exchange_kind(const Config& c) {

@@ -58,6 +58,96 @@ struct BatchReader::Reader {
 
 namespace {
 
+/// The labels of samples `indices` as int32 (0 each for a file without labels), each checked to
+/// lie in [0, num_classes). Throws InputError naming the file otherwise.
+std::vector<std::int32_t> labels_of(hid_t file, const DatasetInfo& info,
+                                    const std::vector<std::int64_t>& indices) {
+  if (!info.has_labels) return std::vector<std::int32_t>(indices.size(), 0);  // inference
+  const std::vector<std::int64_t> all = read_dataset_int64s(file, "labels", info.path);
+  DT_REQUIRE(static_cast<std::int64_t>(all.size()) == info.num_samples,
+             info.path + ": dataset `labels` changed since it was validated");
+  std::vector<std::int32_t> out(indices.size());
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const std::int64_t label = all[static_cast<std::size_t>(indices[i])];
+    DT_REQUIRE(label >= 0 && label < info.num_classes,
+               info.path + ": dataset `labels` has label " + std::to_string(label) + " at sample " +
+                   std::to_string(indices[i]) + ", expected [0, " +
+                   std::to_string(info.num_classes) + ")");
+    out[i] = static_cast<std::int32_t>(label);
+  }
+  return out;
+}
+
+/// uint8 files: the normalized value of every byte, 256 per channel — exactly the per-pixel
+/// formula, tabulated; float files: empty.
+std::vector<float> uint8_lut(const DatasetInfo& info) {
+  if (!info.is_uint8) return {};
+  const bool norm = !info.mean.empty();
+  std::vector<float> lut(static_cast<std::size_t>(info.sample.c) * 256);
+  for (int c = 0; c < info.sample.c; ++c)
+    for (int b = 0; b < 256; ++b) {
+      float v = static_cast<float>(b);
+      v /= 255.0f;
+      if (norm) v = (v - info.mean[c]) / info.stddev[c];
+      lut[static_cast<std::size_t>(c) * 256 + b] = v;
+    }
+  return lut;
+}
+
+/// Augmentation's padding per channel: the normalized value of raw 0, as a 0 pixel reads.
+std::vector<float> pad_values(const DatasetInfo& info, const std::vector<float>& lut) {
+  const bool norm = !info.mean.empty();
+  std::vector<float> pad;
+  for (int c = 0; c < info.sample.c; ++c)
+    pad.push_back(info.is_uint8 ? lut[static_cast<std::size_t>(c) * 256]
+                  : norm        ? (0.0f - info.mean[c]) / info.stddev[c]
+                                : 0.0f);
+  return pad;
+}
+
+/// The batch's samples `samples[0..m)` as sorted unique rows; row_of[p]: the index into rows of
+/// batch position p (order: scratch, (sample, position) sorted).
+void unique_rows(const std::int64_t* samples, int m,
+                 std::vector<std::pair<std::int64_t, int>>& order, std::vector<std::int64_t>& rows,
+                 std::vector<int>& row_of) {
+  order.resize(static_cast<std::size_t>(m));
+  for (int p = 0; p < m; ++p) order[static_cast<std::size_t>(p)] = {samples[p], p};
+  std::sort(order.begin(), order.end());
+  rows.clear();
+  row_of.resize(static_cast<std::size_t>(m));
+  for (const auto& [sample_index, pos] : order) {
+    if (rows.empty() || rows.back() != sample_index) rows.push_back(sample_index);
+    row_of[static_cast<std::size_t>(pos)] = static_cast<int>(rows.size()) - 1;
+  }
+}
+
+/// One C×H×W sample `raw` in the file's dtype, normalized into dst: uint8 through lut, float32
+/// checked finite (InputError naming the file, sample, channel and pixel otherwise).
+void normalize_sample(const DatasetInfo& info, const std::vector<float>& lut,
+                      const unsigned char* raw, std::int64_t sample_index, float* dst) {
+  const std::size_t hw = static_cast<std::size_t>(info.sample.h) * info.sample.w;
+  if (info.is_uint8) {
+    for (int c = 0; c < info.sample.c; ++c) {
+      const float* l = lut.data() + static_cast<std::size_t>(c) * 256;
+      for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) dst[j] = l[raw[j]];
+    }
+    return;
+  }
+  const bool norm = !info.mean.empty();
+  const auto* src = reinterpret_cast<const float*>(raw);
+  for (int c = 0; c < info.sample.c; ++c)
+    for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) {
+      float v = src[j];
+      if (!std::isfinite(v))
+        DT_INPUT_FAIL(info.path + ": dataset `images` has a non-finite value (" +
+                      std::to_string(v) + ") in sample " + std::to_string(sample_index) +
+                      " (channel " + std::to_string(c) + ", pixel " + std::to_string(j - c * hw) +
+                      "), expected finite pixels");
+      if (norm) v = (v - info.mean[c]) / info.stddev[c];
+      dst[j] = v;
+    }
+}
+
 /// Opens a dataset for reads of scattered rows. Unfiltered (uncompressed) chunks are read with the
 /// chunk cache switched off: HDF5 then reads just the selected rows from the file instead of whole
 /// chunks (a random 64-sample batch from 256-sample chunks would otherwise move 256× the bytes).
@@ -135,21 +225,7 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     r.images = open_for_sampling(r.file.get(), "images", info_.path);
     r.image_space = H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.images.get()), info_.path + " `images`"));
   }
-  if (!info_.has_labels) {
-    r.labels.assign(indices_.size(), 0);  // unlabeled (inference): every label reads 0
-  } else {
-    const std::vector<std::int64_t> all = read_dataset_int64s(r.file.get(), "labels", info_.path);
-    DT_REQUIRE(static_cast<std::int64_t>(all.size()) == info_.num_samples,
-               info_.path + ": dataset `labels` changed since it was validated");
-    r.labels.resize(indices_.size());
-    for (std::size_t i = 0; i < indices_.size(); ++i) {
-      const std::int64_t label = all[static_cast<std::size_t>(indices_[i])];
-      DT_REQUIRE(label >= 0 && label < info_.num_classes,
-                 info_.path + ": dataset `labels` has label " + std::to_string(label) + " at sample " +
-                     std::to_string(indices_[i]) + ", expected [0, " + std::to_string(info_.num_classes) + ")");
-      r.labels[i] = static_cast<std::int32_t>(label);
-    }
-  }
+  r.labels = labels_of(r.file.get(), info_, indices_);
   const std::vector<hsize_t> dims = dataset_dims(r.images.get());
   DT_REQUIRE(info_.encoded || (dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
                  static_cast<int>(dims[1]) == info_.sample.c && static_cast<int>(dims[2]) == info_.sample.h &&
@@ -159,21 +235,9 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
   DT_REQUIRE(!norm || (static_cast<int>(info_.mean.size()) == info_.sample.c &&
                        static_cast<int>(info_.stddev.size()) == info_.sample.c),
              "DatasetInfo mean/std must have C values");
-  if (info_.is_uint8) {  // exactly the per-pixel formula, tabulated
-    r.lut.resize(static_cast<std::size_t>(info_.sample.c) * 256);
-    for (int c = 0; c < info_.sample.c; ++c)
-      for (int b = 0; b < 256; ++b) {
-        float v = static_cast<float>(b);
-        v /= 255.0f;
-        if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
-        r.lut[static_cast<std::size_t>(c) * 256 + b] = v;
-      }
-  }
-  if (augment_.enabled()) {  // pad with the normalized value of raw 0, exactly as a 0 pixel reads
-    for (int c = 0; c < info_.sample.c; ++c)
-      r.pad_value.push_back(info_.is_uint8 ? r.lut[static_cast<std::size_t>(c) * 256]
-                            : norm          ? (0.0f - info_.mean[c]) / info_.stddev[c]
-                                            : 0.0f);
+  r.lut = uint8_lut(info_);
+  if (augment_.enabled()) {
+    r.pad_value = pad_values(info_, r.lut);
     r.plain.resize(info_.sample.sample_count());
   }
   if (info_.encoded) {
@@ -300,16 +364,7 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   const std::size_t sample = info_.sample.sample_count();
   const std::size_t elem = info_.is_uint8 ? 1 : sizeof(float);
 
-  // Sorted unique rows, and where each batch position finds its row.
-  r.order.resize(static_cast<std::size_t>(m));
-  for (int p = 0; p < m; ++p) r.order[static_cast<std::size_t>(p)] = {indices_[static_cast<std::size_t>(begin + p)], p};
-  std::sort(r.order.begin(), r.order.end());
-  r.rows.clear();
-  r.row_of.resize(static_cast<std::size_t>(m));
-  for (const auto& [sample_index, pos] : r.order) {
-    if (r.rows.empty() || r.rows.back() != sample_index) r.rows.push_back(sample_index);
-    r.row_of[static_cast<std::size_t>(pos)] = static_cast<int>(r.rows.size()) - 1;
-  }
+  unique_rows(indices_.data() + begin, m, r.order, r.rows, r.row_of);
   const std::size_t u = r.rows.size();
   const bool cached = !r.cache.empty();
   // Raw bytes of unique row i: from the in-memory cache, or from this batch's staging buffer.
@@ -333,33 +388,12 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   out.n = m;
   out.x.resize(static_cast<std::size_t>(m) * sample);
   out.y.resize(static_cast<std::size_t>(m));
-  const std::size_t hw = static_cast<std::size_t>(info_.sample.h) * info_.sample.w;
-  const bool norm = !info_.mean.empty();
   const bool augment = augment_.enabled();
   for (int p = 0; p < m; ++p) {
     const std::size_t row = static_cast<std::size_t>(r.row_of[static_cast<std::size_t>(p)]);
     float* const out_x = out.x.data() + static_cast<std::size_t>(p) * sample;
     float* dst = augment ? r.plain.data() : out_x;
-    if (info_.is_uint8) {
-      const unsigned char* src = raw_row(row);
-      for (int c = 0; c < info_.sample.c; ++c) {
-        const float* lut = r.lut.data() + static_cast<std::size_t>(c) * 256;
-        for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) dst[j] = lut[src[j]];
-      }
-    } else {
-      const auto* src = reinterpret_cast<const float*>(raw_row(row));
-      for (int c = 0; c < info_.sample.c; ++c)
-        for (std::size_t j = c * hw; j < (c + 1) * hw; ++j) {
-          float v = src[j];
-          if (!std::isfinite(v))
-            DT_INPUT_FAIL(info_.path + ": dataset `images` has a non-finite value (" + std::to_string(v) +
-                          ") in sample " + std::to_string(r.rows[row]) + " (channel " +
-                          std::to_string(c) + ", pixel " + std::to_string(j - c * hw) +
-                          "), expected finite pixels");
-          if (norm) v = (v - info_.mean[c]) / info_.stddev[c];
-          dst[j] = v;
-        }
-    }
+    normalize_sample(info_, r.lut, raw_row(row), r.rows[row], dst);
     if (augment)
       augment_image(dst, out_x, info_.sample.c, info_.sample.h, info_.sample.w, augment_.crop_pad,
                     augment_draw(augment_, r.rows[row]), r.pad_value.data());

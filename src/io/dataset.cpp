@@ -2,7 +2,6 @@
 // (epoch_shard, shard_size, check_dataset_fits) of io/dataset.hpp. The batch reader is in
 // batch_reader.cpp.
 #include <algorithm>
-#include <charconv>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include <random>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/synthetic_spec.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/hdf5.hpp"
 #include "encoded.hpp"
@@ -122,18 +122,14 @@ static void read_normalization(hid_t file, DatasetInfo& info) {
     if (!(s > 0.0f)) DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
 }
 
-static DatasetInfo read_dataset_info(const std::string& path, int expected_classes,
-                                     const std::string& expected_from, bool labels_optional) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  DatasetInfo info;
-  info.path = path;
-  H5File file = open_file_read(path);
-
-  // images: rank 4, uint8 or float32 — or rank 1 of encoded images (variable-length uint8).
-  H5Dataset images = open_dataset(file.get(), "images", path);
+/// `images` into info (sample shape, dtype, encoded schema); returns N, its sample count. Rank 4,
+/// uint8 or float32 — or rank 1 of encoded images (variable-length uint8).
+static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
+  const std::string& path = info.path;
+  H5Dataset images = open_dataset(file, "images", path);
   std::vector<hsize_t> idims = dataset_dims(images.get());
   if (is_encoded_images(images.get())) {
-    read_encoded_schema(file.get(), images.get(), info);
+    read_encoded_schema(file, images.get(), info);
     idims = {static_cast<hsize_t>(info.num_samples), static_cast<hsize_t>(info.sample.c), 1, 1};
   }
   if (idims.size() != 4)
@@ -152,44 +148,67 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   info.is_uint8 = is_u8;
   if (!info.encoded)
     info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
+  return idims[0];
+}
 
-  if (labels_optional && expected_classes > 0 && !has_link(file.get(), "labels")) {
-    if (idims[0] == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
-    info.num_samples = static_cast<std::int64_t>(idims[0]);
-    info.num_classes = expected_classes;
-    info.has_labels = false;
-    read_normalization(file.get(), info);
-    return info;
-  }
-
-  // labels: rank 1, integer, N entries.
-  H5Dataset labels_ds = open_dataset(file.get(), "labels", path);
+/// `labels`: rank 1, integer, one per image (n of them, n ≥ 1), each ≥ 0; returns them.
+static std::vector<std::int64_t> read_labels(hid_t file, const std::string& path, hsize_t n) {
+  H5Dataset labels_ds = open_dataset(file, "labels", path);
   const std::vector<hsize_t> ldims = dataset_dims(labels_ds.get());
   if (ldims.size() != 1)
     DT_INPUT_FAIL(path + ": dataset `labels` has rank " + std::to_string(ldims.size()) + " (" +
                   dims_str(ldims) + "), expected rank 1 (N)");
   const H5TypeInfo ltype = dataset_type(labels_ds.get());
   if (!ltype.is_integer())
-    DT_INPUT_FAIL(path + ": dataset `labels` has dtype " + ltype.str() + ", expected an integer type");
-  if (ldims[0] != idims[0])
-    DT_INPUT_FAIL(path + ": dataset `images` has N = " + std::to_string(idims[0]) +
-                  " samples but dataset `labels` has " + std::to_string(ldims[0]) + ", expected equal");
-  if (idims[0] == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
-  info.num_samples = static_cast<std::int64_t>(idims[0]);
-
-  const std::vector<std::int64_t> labels = read_dataset_int64s(file.get(), "labels", path);
-  const auto [min_it, max_it] = std::minmax_element(labels.begin(), labels.end());
+    DT_INPUT_FAIL(path + ": dataset `labels` has dtype " + ltype.str() +
+                  ", expected an integer type");
+  if (ldims[0] != n)
+    DT_INPUT_FAIL(path + ": dataset `images` has N = " + std::to_string(n) +
+                  " samples but dataset `labels` has " + std::to_string(ldims[0]) +
+                  ", expected equal");
+  if (n == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
+  std::vector<std::int64_t> labels = read_dataset_int64s(file, "labels", path);
+  const auto min_it = std::min_element(labels.begin(), labels.end());
   if (*min_it < 0)
     DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*min_it) + " at sample " +
                   std::to_string(min_it - labels.begin()) + ", expected labels ≥ 0");
+  return labels;
+}
 
-  // num_classes: the expected count (--num-classes, or the training set's for a test file), else
-  // the attribute, else max(label)+1 — which must not leave most classes without a sample.
+/// The class count when neither the caller nor the file gives one: max(label) + 1, which must not
+/// leave most classes without a sample (one corrupt label, say 1,000,000, must not silently make a
+/// million-class model).
+static int classes_from_labels(const std::string& path, const std::vector<std::int64_t>& labels) {
+  const auto max_it = std::max_element(labels.begin(), labels.end());
+  if (*max_it >= INT_MAX)
+    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + ", too large");
+  const int classes = static_cast<int>(*max_it + 1);
+  std::vector<std::int64_t> distinct = labels;
+  std::sort(distinct.begin(), distinct.end());
+  const auto used =
+      static_cast<std::int64_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+  const std::int64_t empty = classes - used;
+  if (2 * empty > classes)
+    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
+                  std::to_string(max_it - labels.begin()) + ": max label + 1 = " +
+                  std::to_string(classes) + " classes, of which " + std::to_string(empty) +
+                  " have no sample (more than half): a corrupt label? Expected labels in [0, K) "
+                  "for K classes; give K as attribute `num_classes` or option --num-classes");
+  return classes;
+}
+
+/// info.num_classes: the expected count (--num-classes, or the training set's for a test file),
+/// else the attribute, else max(label) + 1; then every label must lie below it.
+static void resolve_classes(hid_t file, const std::vector<std::int64_t>& labels,
+                            int expected_classes, const std::string& expected_from,
+                            DatasetInfo& info) {
+  const std::string& path = info.path;
   const std::string expected_what =
-      expected_from.empty() ? "the training set has " + std::to_string(expected_classes) + " classes"
-                            : expected_from + " is " + std::to_string(expected_classes);
-  if (has_attribute(file.get(), "num_classes")) {
-    const std::int64_t k = read_attr_int(file.get(), "num_classes", path);
+      expected_from.empty()
+          ? "the training set has " + std::to_string(expected_classes) + " classes"
+          : expected_from + " is " + std::to_string(expected_classes);
+  if (has_attribute(file, "num_classes")) {
+    const std::int64_t k = read_attr_int(file, "num_classes", path);
     if (k < 1 || k > INT_MAX)
       DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
     info.num_classes = static_cast<int>(k);
@@ -199,42 +218,45 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   } else if (expected_classes > 0) {
     info.num_classes = expected_classes;
   } else {
-    if (*max_it >= INT_MAX) DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + ", too large");
-    info.num_classes = static_cast<int>(*max_it + 1);
-    // One corrupt label (say 1,000,000) must not silently make a million-class model: with no
-    // class count given, at least half of the max(label)+1 classes must hold a sample.
-    std::vector<std::int64_t> distinct = labels;
-    std::sort(distinct.begin(), distinct.end());
-    const auto used =
-        static_cast<std::int64_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
-    const std::int64_t empty = info.num_classes - used;
-    if (2 * empty > info.num_classes)
-      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
-                    std::to_string(max_it - labels.begin()) + ": max label + 1 = " +
-                    std::to_string(info.num_classes) + " classes, of which " + std::to_string(empty) +
-                    " have no sample (more than half): a corrupt label? Expected labels in [0, K) "
-                    "for K classes; give K as attribute `num_classes` or option --num-classes");
+    info.num_classes = classes_from_labels(path, labels);
   }
-  if (*max_it >= info.num_classes) {
-    if (expected_classes > 0 && !expected_from.empty())
-      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
-                    std::to_string(max_it - labels.begin()) + ", expected < " +
-                    std::to_string(expected_classes) + " (" + expected_from + ")");
-    if (expected_classes > 0)
-      DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
-                    std::to_string(max_it - labels.begin()) + ", but the training set has only " +
-                    std::to_string(expected_classes) + " classes");
-    DT_INPUT_FAIL(path + ": dataset `labels` has label " + std::to_string(*max_it) + " at sample " +
-                  std::to_string(max_it - labels.begin()) + ", expected < num_classes = " +
-                  std::to_string(info.num_classes));
-  }
+  const auto max_it = std::max_element(labels.begin(), labels.end());
+  if (*max_it < info.num_classes) return;
+  const std::string where = path + ": dataset `labels` has label " + std::to_string(*max_it) +
+                            " at sample " + std::to_string(max_it - labels.begin());
+  if (expected_classes > 0 && !expected_from.empty())
+    DT_INPUT_FAIL(where + ", expected < " + std::to_string(expected_classes) + " (" +
+                  expected_from + ")");
+  if (expected_classes > 0)
+    DT_INPUT_FAIL(where + ", but the training set has only " + std::to_string(expected_classes) +
+                  " classes");
+  DT_INPUT_FAIL(where + ", expected < num_classes = " + std::to_string(info.num_classes));
+}
 
+static DatasetInfo read_dataset_info(const std::string& path, int expected_classes,
+                                     const std::string& expected_from, bool labels_optional) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  DatasetInfo info;
+  info.path = path;
+  H5File file = open_file_read(path);
+  const hsize_t n = read_images_schema(file.get(), info);
+  if (labels_optional && expected_classes > 0 && !has_link(file.get(), "labels")) {
+    if (n == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
+    info.num_samples = static_cast<std::int64_t>(n);
+    info.num_classes = expected_classes;
+    info.has_labels = false;
+    read_normalization(file.get(), info);
+    return info;
+  }
+  const std::vector<std::int64_t> labels = read_labels(file.get(), path, n);
+  info.num_samples = static_cast<std::int64_t>(n);
+  resolve_classes(file.get(), labels, expected_classes, expected_from, info);
   read_normalization(file.get(), info);
-
   if (has_attribute(file.get(), "class_names")) {
     info.class_names = read_attr_strings(file.get(), "class_names", path);
     if (info.class_names.size() != static_cast<std::size_t>(info.num_classes))
-      DT_INPUT_FAIL(path + ": attribute `class_names` has " + std::to_string(info.class_names.size()) +
+      DT_INPUT_FAIL(path + ": attribute `class_names` has " +
+                    std::to_string(info.class_names.size()) +
                     " names, expected num_classes = " + std::to_string(info.num_classes));
   }
   return info;
@@ -387,34 +409,10 @@ std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_
 }
 
 DatasetInfo parse_synthetic(const std::string& spec) {
-  const std::string format = "expected CxHxW:classes with positive integers, e.g. 3x224x224:1000";
-  auto fail = [&](const std::string& why) {
-    throw InputError("option --synthetic '" + spec + "': " + why + (why.empty() ? "" : " (") +
-                     format + (why.empty() ? "" : ")"));
-  };
-  int v[4] = {0, 0, 0, 0};
-  const char* p = spec.data();
-  const char* end = spec.data() + spec.size();
-  const char seps[4] = {'x', 'x', ':', '\0'};
-  for (int k = 0; k < 4; ++k) {
-    const auto [next, ec] = std::from_chars(p, end, v[k]);
-    if (ec != std::errc() || next == p) fail("");
-    p = next;
-    if (k < 3) {
-      if (p == end || *p != seps[k]) fail("");
-      ++p;
-    }
-  }
-  if (p != end) fail("");
-  for (int k = 0; k < 3; ++k)
-    if (v[k] < 1 || v[k] > 65536) fail("image sizes must be in [1, 65536]");
-  if (v[3] < 2 || v[3] > 1000000) fail("classes must be in [2, 1000000]");
+  const SyntheticSpec parsed = parse_synthetic_spec(spec);
   DatasetInfo info;
-  info.sample = Shape{1, v[0], v[1], v[2]};
-  if (info.sample.sample_count() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    fail("a sample of " + std::to_string(info.sample.sample_count()) +
-         " floats is too large, at most 2^31 - 1");
-  info.num_classes = v[3];
+  info.sample = Shape{1, parsed.channels, parsed.height, parsed.width};
+  info.num_classes = parsed.classes;
   info.path = "synthetic " + spec;
   return info;
 }

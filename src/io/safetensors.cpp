@@ -103,17 +103,18 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
   });
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  const std::string where = "safetensors file '" + path + "'";
-  std::error_code ec;
-  DT_REQUIRE(fs::is_regular_file(path, ec), where + " does not exist or is not a regular file");
-  const std::uint64_t size = fs::file_size(path, ec);
-  DT_REQUIRE(!ec, where + ": cannot read its size: " + ec.message());
-  DT_REQUIRE(size >= 8, where + " is truncated: " + std::to_string(size) +
-                            " bytes, fewer than the 8-byte header length");
-  std::ifstream in(path, std::ios::binary);
-  DT_REQUIRE(in.good(), where + " cannot be opened");
-  std::uint64_t n = 0;
+namespace {
+
+/// A tensor's bytes [begin, end) in the data section, for the overlap check.
+struct ByteRange {
+  std::uint64_t begin, end;
+  std::string name;
+};
+
+/// The JSON header of the open file `in` (`size` bytes); header_bytes: its length.
+nlohmann::json read_header(std::ifstream& in, std::uint64_t size, const std::string& where,
+                           std::uint64_t& header_bytes) {
+  std::uint64_t& n = header_bytes;
   in.read(reinterpret_cast<char*>(&n), 8);
   DT_REQUIRE(n <= kSafetensorsMaxHeader,
              where + ": its header is " + std::to_string(n) + " bytes, more than the 100 MB "
@@ -131,16 +132,80 @@ SafetensorsFile read_safetensors(const std::string& path) {
     throw InputError(where + ": its header is not valid JSON (" + e.what() + ")");
   }
   DT_REQUIRE(header.is_object(), where + ": its header is not a JSON object");
-  const std::uint64_t data_size = size - 8 - n;
+  return header;
+}
 
+/// Tensor `name` of the header (`e`: its entry) without its data; range: its bytes in the data
+/// section of `data_size` bytes. Throws InputError (`what` names the file and tensor).
+SafeTensor parse_entry(const std::string& name, const nlohmann::json& e, const std::string& what,
+                       std::uint64_t data_size, ByteRange& range) {
+  DT_REQUIRE(e.is_object() && e.contains("dtype") && e.contains("shape") &&
+                 e.contains("data_offsets"),
+             what + ": expected an object with dtype, shape and data_offsets");
+  SafeTensor t;
+  t.name = name;
+  DT_REQUIRE(e["dtype"].is_string(), what + ": dtype is not a string");
+  t.dtype = e["dtype"].get<std::string>();
+  const std::size_t esize = safetensors_dtype_size(t.dtype);
+  DT_REQUIRE(esize > 0, what + ": unknown dtype '" + t.dtype +
+                            "' (expected a safetensors dtype: F32, BF16, F16, F64, I64, ...)");
+  DT_REQUIRE(e["shape"].is_array(), what + ": shape is not an array");
+  std::uint64_t count = 1;
+  for (const auto& d : e["shape"]) {
+    DT_REQUIRE(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
+               what + ": shape " + e["shape"].dump() + " holds a non-integer or negative size");
+    const auto x = d.get<std::uint64_t>();
+    DT_REQUIRE(x == 0 || count <= data_size / x,
+               what + ": shape " + e["shape"].dump() + " is larger than the file's data");
+    count *= x;
+    t.shape.push_back(static_cast<std::int64_t>(x));
+  }
+  const auto& off = e["data_offsets"];
+  DT_REQUIRE(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                 off[1].is_number_unsigned(),
+             what + ": data_offsets " + off.dump() + " is not [begin, end] in bytes");
+  const auto b = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+  DT_REQUIRE(b <= end && end <= data_size, what + ": data_offsets [" + std::to_string(b) + ", " +
+                                               std::to_string(end) + "] lie outside the " +
+                                               std::to_string(data_size) +
+                                               " data bytes (truncated file?)");
+  DT_REQUIRE(end - b == count * esize, what + ": data_offsets hold " + std::to_string(end - b) +
+                                           " bytes, its shape " + e["shape"].dump() + " of " +
+                                           t.dtype + " needs " + std::to_string(count * esize));
+  range = {b, end, name};
+  return t;
+}
+
+/// No two non-empty tensors share a byte.
+void check_no_overlap(std::vector<ByteRange> ranges, const std::string& where) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    DT_REQUIRE(ranges[i].begin >= ranges[i - 1].end || ranges[i].begin == ranges[i].end,
+               where + ": tensors '" + ranges[i - 1].name + "' and '" + ranges[i].name +
+                   "' overlap (data_offsets [" + std::to_string(ranges[i - 1].begin) + ", " +
+                   std::to_string(ranges[i - 1].end) + "] and [" + std::to_string(ranges[i].begin) +
+                   ", " + std::to_string(ranges[i].end) + "])");
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const std::string where = "safetensors file '" + path + "'";
+  std::error_code ec;
+  DT_REQUIRE(fs::is_regular_file(path, ec), where + " does not exist or is not a regular file");
+  const std::uint64_t size = fs::file_size(path, ec);
+  DT_REQUIRE(!ec, where + ": cannot read its size: " + ec.message());
+  DT_REQUIRE(size >= 8, where + " is truncated: " + std::to_string(size) +
+                            " bytes, fewer than the 8-byte header length");
+  std::ifstream in(path, std::ios::binary);
+  DT_REQUIRE(in.good(), where + " cannot be opened");
+  std::uint64_t n = 0;
+  const nlohmann::json header = read_header(in, size, where, n);
+  const std::uint64_t data_size = size - 8 - n;
   SafetensorsFile f;
-  struct Range {
-    std::uint64_t begin, end;
-    std::string name;
-  };
-  std::vector<Range> ranges;
+  std::vector<ByteRange> ranges;
   for (const auto& [name, e] : header.items()) {
-    const std::string what = where + ": tensor '" + name + "'";
     if (name == "__metadata__") {
       DT_REQUIRE(e.is_object(), where + ": __metadata__ is not an object");
       for (const auto& [k, v] : e.items()) {
@@ -149,55 +214,16 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       continue;
     }
-    DT_REQUIRE(e.is_object() && e.contains("dtype") && e.contains("shape") &&
-                   e.contains("data_offsets"),
-               what + ": expected an object with dtype, shape and data_offsets");
-    SafeTensor t;
-    t.name = name;
-    DT_REQUIRE(e["dtype"].is_string(), what + ": dtype is not a string");
-    t.dtype = e["dtype"].get<std::string>();
-    const std::size_t esize = safetensors_dtype_size(t.dtype);
-    DT_REQUIRE(esize > 0, what + ": unknown dtype '" + t.dtype +
-                              "' (expected a safetensors dtype: F32, BF16, F16, F64, I64, ...)");
-    DT_REQUIRE(e["shape"].is_array(), what + ": shape is not an array");
-    std::uint64_t count = 1;
-    for (const auto& d : e["shape"]) {
-      DT_REQUIRE(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
-                 what + ": shape " + e["shape"].dump() + " holds a non-integer or negative size");
-      const auto x = d.get<std::uint64_t>();
-      DT_REQUIRE(x == 0 || count <= data_size / x,
-                 what + ": shape " + e["shape"].dump() + " is larger than the file's data");
-      count *= x;
-      t.shape.push_back(static_cast<std::int64_t>(x));
-    }
-    const auto& off = e["data_offsets"];
-    DT_REQUIRE(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
-                   off[1].is_number_unsigned(),
-               what + ": data_offsets " + off.dump() + " is not [begin, end] in bytes");
-    const auto b = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-    DT_REQUIRE(b <= end && end <= data_size,
-               what + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(end) +
-                   "] lie outside the " + std::to_string(data_size) +
-                   " data bytes (truncated file?)");
-    DT_REQUIRE(end - b == count * esize,
-               what + ": data_offsets hold " + std::to_string(end - b) + " bytes, its shape " +
-                   e["shape"].dump() + " of " + t.dtype + " needs " +
-                   std::to_string(count * esize));
-    ranges.push_back({b, end, name});
-    t.data.resize(end - b);
-    in.seekg(static_cast<std::streamoff>(8 + n + b));
-    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(end - b));
+    const std::string what = where + ": tensor '" + name + "'";
+    ranges.emplace_back();
+    SafeTensor t = parse_entry(name, e, what, data_size, ranges.back());
+    t.data.resize(ranges.back().end - ranges.back().begin);
+    in.seekg(static_cast<std::streamoff>(8 + n + ranges.back().begin));
+    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
     DT_REQUIRE(in.good(), what + ": reading its data failed");
     f.tensors.push_back(std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end(),
-            [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    DT_REQUIRE(ranges[i].begin >= ranges[i - 1].end || ranges[i].begin == ranges[i].end,
-               where + ": tensors '" + ranges[i - 1].name + "' and '" + ranges[i].name +
-                   "' overlap (data_offsets [" + std::to_string(ranges[i - 1].begin) + ", " +
-                   std::to_string(ranges[i - 1].end) + "] and [" +
-                   std::to_string(ranges[i].begin) + ", " + std::to_string(ranges[i].end) + "])");
+  check_no_overlap(std::move(ranges), where);
   return f;
 }
 

@@ -88,16 +88,6 @@ void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, boo
 
 }  // namespace
 
-const char* to_string(PipelineSchedule s) {
-  return s == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
-}
-
-PipelineSchedule parse_schedule(const std::string& text) {
-  if (text == "gpipe") return PipelineSchedule::gpipe;
-  if (text == "1f1b") return PipelineSchedule::one_f_one_b;
-  throw InputError("option --schedule: expected gpipe or 1f1b, got '" + text + "'");
-}
-
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
                            PipelineSchedule schedule) {
   DT_REQUIRE(stages >= 1, "option --pipeline-stages: must be >= 1, got " + std::to_string(stages));

@@ -14,8 +14,8 @@ namespace dtrain {
 DanaMomentum::DanaMomentum(const Config& c, Backend& backend, std::size_t n, int workers,
                            std::int64_t total_steps, std::vector<FloatRange> no_decay)
     : c_(c), n_(n), total_steps_(total_steps), sum_(n, 0.0f), look_ahead_(n, 0.0f) {
-  DT_REQUIRE(optimizer_kind(c.optimizer) == OptimizerKind::momentum,
-             "DANA needs the momentum optimizer, got " + c.optimizer);
+  DT_REQUIRE(c.optimizer == OptimizerKind::momentum,
+             "DANA needs the momentum optimizer, got " + std::string(to_string(c.optimizer)));
   DT_REQUIRE(workers >= 1, "DANA needs at least one worker");
   for (int w = 0; w < workers; ++w)
     per_worker_.push_back(std::make_unique<Optimizer>(c, backend, n, total_steps, no_decay));

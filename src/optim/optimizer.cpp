@@ -31,14 +31,14 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
   if (c.warmup_steps > 0 && step < c.warmup_steps)
     return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
   const std::int64_t t = step - c.warmup_steps;
-  if (c.lr_schedule == "step") {
+  if (c.lr_schedule == LrSchedule::step) {
     return c.lr * std::pow(c.lr_gamma, static_cast<float>(t / c.lr_step_size));
   }
-  if (c.lr_schedule == "cosine") {
+  if (c.lr_schedule == LrSchedule::cosine) {
     const double frac = decay_fraction(c, t, total_steps);
     return static_cast<float>(c.lr_min + 0.5 * (c.lr - c.lr_min) * (1.0 + std::cos(M_PI * frac)));
   }
-  if (c.lr_schedule == "poly") {
+  if (c.lr_schedule == LrSchedule::poly) {
     const double frac = decay_fraction(c, t, total_steps);
     return static_cast<float>(c.lr_min + (c.lr - c.lr_min) * std::pow(1.0 - frac, c.lr_power));
   }
@@ -53,16 +53,6 @@ float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t 
   if (c.async_momentum == AsyncMomentum::lr_scaled)
     implicit *= std::clamp(learning_rate(c, step, total_steps) / c.lr, 0.0f, 1.0f);
   return std::max(0.0f, c.momentum - implicit);
-}
-
-OptimizerKind optimizer_kind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "momentum") return OptimizerKind::momentum;
-  if (name == "adam") return OptimizerKind::adam;
-  if (name == "lars") return OptimizerKind::lars;
-  if (name == "lamb") return OptimizerKind::lamb;
-  throw InputError("option --optimizer: unknown optimizer '" + name +
-                   "' (expected sgd | momentum | adam | lars | lamb)");
 }
 
 std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors, std::size_t n) {
@@ -116,7 +106,7 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
                      std::vector<FloatRange> no_decay, std::vector<ParamSegment> segments)
     : config_(c), backend_(backend), n_(n), total_steps_(total_steps),
-      kind_(optimizer_kind(c.optimizer)), no_decay_(std::move(no_decay)) {
+      kind_(c.optimizer), no_decay_(std::move(no_decay)) {
   for (const FloatRange& r : no_decay_)
     DT_REQUIRE(r.begin < r.end && r.end <= n_, "optimizer: no-decay range outside the parameters");
   if (is_layerwise(kind_)) {
@@ -124,7 +114,8 @@ Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int6
     OptimizerUpdate u;
     u.kind = kind_;
     DT_REQUIRE(!segments_.empty() && check_layerwise(u, segments_) == n_,
-               "optimizer: " + c.optimizer + " needs the tensors covering all " +
+               "optimizer: " + std::string(to_string(c.optimizer)) +
+                   " needs the tensors covering all " +
                    std::to_string(n_) + " parameters");
   }
   if (kind_ != OptimizerKind::sgd) m_ = DeviceBuffer<float>(backend, n);
@@ -164,7 +155,8 @@ bool Optimizer::apply_range(float* params, const float* grads, float* into, std:
   u.lars_epsilon = config_.lars_epsilon;
   if (is_layerwise(kind_)) {
     DT_REQUIRE(begin == 0 && end == n_ && into == nullptr,
-               "optimizer: " + config_.optimizer + " updates all parameters at once (its trust "
+               "optimizer: " + std::string(to_string(config_.optimizer)) +
+                   " updates all parameters at once (its trust "
                "ratios need whole tensors), not a range or a ps chunk");
     return backend_.layerwise_update(u, segments_, params, grads, m_.data(), v_.data());
   }

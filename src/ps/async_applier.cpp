@@ -27,8 +27,7 @@ class AsyncApplier final : public UpdateRule {
     if (c.delay_compensation > 0.0f) dc_.emplace(n, core.workers(), c.delay_compensation);
     // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
     // rule is one Optimizer over the shard.
-    if (c.async_momentum == AsyncMomentum::dana &&
-        optimizer_kind(c.optimizer) == OptimizerKind::momentum) {
+    if (c.async_momentum == AsyncMomentum::dana && c.optimizer == OptimizerKind::momentum) {
       dana_.emplace(c, core.backend(), n, core.workers(), total_steps, no_decay);
       dana_->load(dana_->momentum_sum(), core.params(), 0);  // zero momenta: θ̂ = θ
     } else {

@@ -40,38 +40,41 @@ class AllreduceExchange final : public GradientExchange {
       : c_(c), plan_(plan), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
         opt_(c, model.backend(), model.param_count(), plan.total_steps,
              no_decay_ranges(c, model.param_tensors(), 0, model.param_count()),
-             is_layerwise(optimizer_kind(c.optimizer))
+             is_layerwise(c.optimizer)
                  ? param_segments(model.param_tensors(), model.param_count())
                  : std::vector<ParamSegment>{}),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;
-    const bool nccl = gpu && (c.allreduce == "nccl" || (c.allreduce == "auto" && !c.allow_gpu_sharing));
-    const WireDtype wire = parse_wire_dtype(c.wire_dtype);
+    const bool automatic = c.allreduce == AllreduceOption::automatic;
+    const bool nccl =
+        gpu && (c.allreduce == AllreduceOption::nccl || (automatic && !c.allow_gpu_sharing));
+    const WireDtype wire = c.wire_dtype;
     if (!gpu) {
-      DT_REQUIRE(c.allreduce != "nccl", "option --allreduce: nccl needs GPU workers (--device "
-                                        "cuda); CPU workers take auto, mpi or hierarchical");
+      DT_REQUIRE(c.allreduce != AllreduceOption::nccl,
+                 "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take "
+                 "auto, mpi or hierarchical");
       const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
       ReduceOptions how;
       // auto: hierarchical (measured 1.6-4.8x bare MPI_Allreduce on 2-3 ranks of one node,
       // docs/results/communication/), MPI_Allreduce where a node cannot share memory; with a
       // 16-bit --wire-dtype the flat sum, whose every hop carries 16 bits (hierarchical
       // compresses the leaders' hop only).
-      how.hierarchical = c.allreduce == "hierarchical" ||
-                         (c.allreduce == "auto" && wire == WireDtype::fp32);
-      how.fallback_to_flat = c.allreduce == "auto";
+      how.hierarchical =
+          c.allreduce == AllreduceOption::hierarchical || (automatic && wire == WireDtype::fp32);
+      how.fallback_to_flat = automatic;
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();
       buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap,
                                                      how);
       return;
     }
-    DT_REQUIRE(c.allreduce != "hierarchical",
+    DT_REQUIRE(c.allreduce != AllreduceOption::hierarchical,
                "option --allreduce: hierarchical is for CPU workers (GPU workers: nccl, whose "
                "rings already run inside the node, or mpi)");
     DT_REQUIRE(!nccl || wire == WireDtype::fp32,
-               "option --wire-dtype: " + c.wire_dtype + " applies to the MPI paths; with NCCL "
-               "use --allreduce mpi or --wire-dtype fp32");
+               "option --wire-dtype: " + std::string(to_string(wire)) +
+                   " applies to the MPI paths; with NCCL use --allreduce mpi or --wire-dtype fp32");
     // One GPU worker: the sum over one replica is its own gradient (PyTorch does no allreduce on
     // one GPU either); skipping it saves a launch, a poll and, for --allreduce mpi, two copies.
     if (plan.workers == 1) return;

@@ -75,9 +75,9 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
   std::optional<CheckpointState> resume = load_latest_checkpoint(c.run_dir);
   if (resume)
     // Name the checkpoint actually read: a corrupt newer one may have been skipped.
-    check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step),
-                                signature, std::string(to_string(c.mode)), param_count,
-                                c.optimizer);
+    check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step), signature,
+                                std::string(to_string(c.mode)), param_count,
+                                std::string(to_string(c.optimizer)));
   else
     resume_without_checkpoint(c, existing, outputs);
   return resume;

@@ -15,7 +15,7 @@ DecodeOptions decode_options(const Config& c, bool train) {
   if (d.random_resized) d.crop = c.random_resized_crop;
   d.resize = c.eval_resize > 0 ? c.eval_resize : static_cast<int>(std::lround(d.crop / 0.875));
   d.threads = c.data_threads;
-  d.fail_on_bad = c.on_bad_image == "fail";
+  d.fail_on_bad = c.on_bad_image == OnBadImage::fail;
   return d;
 }
 

@@ -155,10 +155,10 @@ std::string check_init_from(const Config& c, const Model& layout) {
 }
 
 std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::string& path,
-                                       const std::string& dtype) {
+                                       ExportDtype dtype) {
   CheckpointState s = s_in;  // names: its own, or its model's (format 1)
   if (s.param_tensors.empty()) name_tensors(s, *checkpoint_model(s, path));  // format 1
-  const bool bf16 = dtype == "bf16";
+  const bool bf16 = dtype == ExportDtype::bf16;
   const auto floats = [&](const std::string& name, const std::vector<std::int64_t>& dims,
                           const float* v, std::size_t n) {
     SafeTensor t{name, bf16 ? "BF16" : "F32", dims, {}};
@@ -208,7 +208,7 @@ int run_export(const Config& c) {
         {"dtrain.global_step", std::to_string(s.global_step)},
         {"dtrain.model_signature", s.model_signature},
         {"dtrain.job", s.config}};
-    if (c.export_format == "onnx") {
+    if (c.export_format == ExportFormat::onnx) {
       const OnnxSummary o = export_onnx(s, c.checkpoint, c.out, metadata);
       written = std::to_string(o.nodes) + " nodes, " + std::to_string(o.initializers) +
                 " initializers (ONNX, opset " + std::to_string(kOnnxOpset) + ", float32)";
@@ -218,7 +218,7 @@ int run_export(const Config& c) {
     metadata.emplace_back("format", "pt");
     write_safetensors(c.out, tensors, {metadata.begin(), metadata.end()});
     written = std::to_string(tensors.size()) + " tensors (safetensors, " +
-              (c.export_dtype == "bf16" ? "BF16" : "F32") + ")";
+              (c.export_dtype == ExportDtype::bf16 ? "BF16" : "F32") + ")";
   });
   if (rank == 0)
     log_info("dtrain export: checkpoint " + c.checkpoint + " -> " + c.out + ": " + written);

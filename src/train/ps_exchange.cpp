@@ -154,7 +154,7 @@ class PsExchange : public GradientExchange {
     s.params.assign(P, 0.0f);
     std::vector<float> m(P), v(P);
     const std::int64_t step = client_.snapshot(s.params.data(), m.data(), v.data());
-    const OptimizerKind kind = optimizer_kind(c_.optimizer);
+    const OptimizerKind kind = c_.optimizer;
     s.m = kind == OptimizerKind::sgd ? std::vector<float>{} : std::move(m);
     s.v = kind == OptimizerKind::adam || kind == OptimizerKind::lamb ? std::move(v)
                                                                      : std::vector<float>{};

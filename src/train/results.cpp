@@ -81,11 +81,16 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   return st;
 }
 
-void write_results(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st) {
-  const TrainPlan& plan = job.plan;
-  const Cluster& cl = *job.cluster;
-  const double sps = out.train_seconds > 0 ? out.samples / out.train_seconds : 0.0;
-  std::map<std::string, JsonValue> r;
+namespace {
+
+using Results = std::map<std::string, JsonValue>;
+
+double samples_per_second(const WorkerOutcome& out) {
+  return out.train_seconds > 0 ? out.samples / out.train_seconds : 0.0;
+}
+
+/// What the run reached and how long it took: accuracy, loss, steps, times, the step anatomy.
+void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["test_accuracy"] = out.test_accuracy;
   r["test_top5"] = out.test_top5;
   r["test_loss"] = out.test_loss;
@@ -105,30 +110,41 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   r["step_compute_ms"] = out.anatomy_ms[1];
   r["step_exposed_comm_ms"] = out.anatomy_ms[2];
   r["step_optimizer_ms"] = out.anatomy_ms[3];
-  r["samples_per_sec"] = sps;
+  r["samples_per_sec"] = samples_per_second(out);
   r["step_ms_p50"] = out.step_ms_p50;  // the slowest worker's
   r["step_ms_p90"] = out.step_ms_p90;
   r["step_ms_max"] = out.step_ms_max;
   r["samples"] = out.samples;
+  r["stopped_by"] = out.stopped_by;
+  r["skipped_steps"] = out.skipped;
+  r["bad_images_skipped"] = out.bad_images;  // encoded images left out (--on-bad-image skip)
+}
+
+/// The run's shape: mode, ranks, batch, device and what the workers computed in.
+void add_shape(Results& r, const Config& c, const Job& job) {
+  const Cluster& cl = *job.cluster;
   r["mode"] = std::string(to_string(c.mode));
   r["exchange"] = std::string(to_string(exchange_kind(c)));
   r["world_size"] = static_cast<std::int64_t>(cl.world_size());
   r["num_ps"] = static_cast<std::int64_t>(job.num_ps);
   r["num_workers"] = static_cast<std::int64_t>(cl.num_workers());
-  r["batch_size"] = static_cast<std::int64_t>(plan.batch);
-  r["global_batch_size"] = static_cast<std::int64_t>(plan.batch * plan.workers);
+  r["batch_size"] = static_cast<std::int64_t>(job.plan.batch);
+  r["global_batch_size"] = static_cast<std::int64_t>(job.plan.batch * job.plan.workers);
   r["device"] = job.device_name;
-  r["precision"] = c.precision;  // of the activations (--precision)
-  r["layout"] = job.backend ? std::string(layout_name(job.backend->layout())) : c.layout;  // as run
+  r["precision"] = std::string(to_string(c.precision));  // of the activations (--precision)
+  r["layout"] = std::string(job.backend ? layout_name(job.backend->layout())  // as run
+                                        : to_string(c.layout));
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
-  r["fuse"] = c.fuse;
+  r["fuse"] = std::string(to_string(c.fuse));
   // The chief's GPU memory at its peak (Backend::device_peak_bytes, MiB); 0 on the CPU.
   r["gpu_peak_allocated_mb"] =
       job.backend ? static_cast<double>(job.backend->device_peak_bytes()) / (1 << 20) : 0.0;
-  r["stopped_by"] = out.stopped_by;
-  r["skipped_steps"] = out.skipped;
-  r["bad_images_skipped"] = out.bad_images;  // encoded images left out (--on-bad-image skip)
+}
+
+/// The exchange's view: staleness, the ps's counters (max over ps ranks), sync aggregation.
+void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutcome& out,
+                  const RunStats& st) {
   r["staleness_mean"] = out.staleness_mean;
   r["ps_busy_fraction"] = st.ps.busy_seconds;  // 0 without ps
   r["ps_optimizer_fraction"] = st.ps.optimizer_seconds;  // of the ps's wall time, in the updates
@@ -147,14 +163,19 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   }
   if (exchange_kind(c) == ExchangeKind::ps_sync)
     r["replicas_to_aggregate"] = static_cast<std::int64_t>(
-        c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : cl.num_workers());
+        c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : job.cluster->num_workers());
   if (exchange_kind(c) == ExchangeKind::ps_bounded)
     r["max_staleness"] = static_cast<std::int64_t>(c.max_staleness);
+}
+
+/// Memory, the inputs and the time to --target-accuracy.
+void add_memory_and_inputs(Results& r, const Config& c, const Job& job, const WorkerOutcome& out,
+                           const RunStats& st) {
   r["peak_rss_mb"] = st.peak_rss_mb;              // the whole run, checkpoint writes included
   r["train_peak_rss_mb"] = st.train_peak_rss_mb;  // up to the end of the last training step
   r["activation_mb"] = static_cast<double>(job.activation_bytes) / (1 << 20);
   r["config_file"] = c.config_file;
-  r["train_data"] = plan.synthetic ? plan.train.path : c.train_data;
+  r["train_data"] = job.plan.synthetic ? job.plan.train.path : c.train_data;
   if (c.target_accuracy > 0) {  // null when never reached
     r["target_accuracy"] = c.target_accuracy;
     const bool reached = out.step_at_accuracy >= 0;
@@ -162,8 +183,10 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
     r["time_to_accuracy_seconds"] = reached ? JsonValue(out.time_to_accuracy) : null;
     r["step_at_accuracy"] = reached ? JsonValue(out.step_at_accuracy) : null;
   }
-  add_provenance(r, job.provenance);
-  write_results_json(c.run_dir, r);
+}
+
+/// The ps line (with ps) and the closing summary line of the chief's log.
+void log_summary(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st) {
   char line[320];
   if (job.num_ps > 0) {  // the ps side of the step anatomy (its updates are not in the workers')
     std::snprintf(line, sizeof line,
@@ -176,10 +199,24 @@ void write_results(const Config& c, const Job& job, const WorkerOutcome& out, co
   std::snprintf(line, sizeof line,
                 "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | test accuracy %.4f | "
                 "test loss %.4f | %.1f samples/s | wall %s | results %s/results.json",
-                std::string(to_string(c.mode)).c_str(), job.num_ps, cl.num_workers(),
+                std::string(to_string(c.mode)).c_str(), job.num_ps, job.cluster->num_workers(),
                 out.epochs_done, static_cast<long long>(out.global_step), out.test_accuracy,
-                out.test_loss, sps, format_seconds(out.wall_seconds).c_str(), c.run_dir.c_str());
+                out.test_loss, samples_per_second(out), format_seconds(out.wall_seconds).c_str(),
+                c.run_dir.c_str());
   log_info(line);
+}
+
+}  // namespace
+
+void write_results(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st) {
+  Results r;
+  add_outcome(r, job.plan, out);
+  add_shape(r, c, job);
+  add_exchange(r, c, job, out, st);
+  add_memory_and_inputs(r, c, job, out, st);
+  add_provenance(r, job.provenance);
+  write_results_json(c.run_dir, r);
+  log_summary(c, job, out, st);
 }
 
 }  // namespace dtrain

@@ -54,7 +54,8 @@ void set_threads(const Config& c, const Cluster& cluster) {
 }
 
 int planned_gpu(const Config& c, const Cluster& cluster) {
-  const bool want_gpu = c.device == "cuda" || (c.device == "auto" && cuda_available());
+  const bool want_gpu =
+      c.device == DeviceOption::cuda || (c.device == DeviceOption::automatic && cuda_available());
   if (cluster.is_ps() || !want_gpu) return -1;
   DT_REQUIRE(cuda_available(), "option --device cuda: no CUDA device on host " +
                                    cluster.me().host +
@@ -79,7 +80,8 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
   name = device_name_of(gpu);
   if (gpu < 0) return cluster.is_ps() ? nullptr : make_cpu_backend();
   auto be = make_cuda_backend(gpu);
-  const bool tf32 = c.math == "tf32" || (c.math == "auto" && be->supports_tf32());
+  const bool tf32 =
+      c.math == MathOption::tf32 || (c.math == MathOption::automatic && be->supports_tf32());
   be->set_math(tf32 ? MathMode::tf32 : MathMode::fp32);  // InputError: tf32 on an old GPU
   if (c.debug_sync) be->set_debug_sync(true);
   be->set_cudnn_benchmark(c.cudnn_benchmark);
@@ -93,8 +95,8 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
   auto be = make_device_backend(c, cluster, name);
   if (be) {
     be->set_layout(layout_of(c, be->device()));
-    be->set_fuse(c.fuse != "off");
-    be->set_precision(precision_of(c));  // InputError: bf16 on an old GPU
+    be->set_fuse(c.fuse != FuseOption::off);
+    be->set_precision(c.precision);  // InputError: bf16 on an old GPU
   }
   return be;
 }
@@ -144,7 +146,7 @@ Job check_job(const Config& c) {
                           std::to_string(cl.me().index) + " " + cl.me().part + " " + cl.me().host);
     }
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
-                       act_dtype_of(precision_of(c)));
+                       act_dtype_of(c.precision));
     job.param_count = layout.param_count();
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();
@@ -153,10 +155,9 @@ Job check_job(const Config& c) {
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     if (c.pipeline_stages > 1 || c.micro_batches > 1) {
       const std::vector<LayerInfo> layers = layout.layers();
-      job.pipeline = plan_pipeline(layers, c.pipeline_stages, c.micro_batches,
-                                   parse_schedule(c.schedule));
+      job.pipeline = plan_pipeline(layers, c.pipeline_stages, c.micro_batches, c.schedule);
       job.model_report += describe_pipeline(job.pipeline, layers, job.plan.batch,
-                                            dtype_size(act_dtype_of(precision_of(c))));
+                                            dtype_size(act_dtype_of(c.precision)));
     }
     if (job.num_ps > 0) {
       job.shards = shard_ranges(job.param_count, job.num_ps);
@@ -191,9 +192,9 @@ void acquire_resources(const Config& c, Job& job) {
     if (job.cluster->is_chief() && !c.init_from.empty() && job.resume)
       log_info("# --init-from " + c.init_from + " not used: resuming from a checkpoint");
     if (job.cluster->is_chief() && !c.init_from.empty() && !job.resume)
-      job.resume = initial_point(c, Model(c.layers, job.plan.train.sample,
-                                          job.plan.train.num_classes, job.plan.batch,
-                                          act_dtype_of(precision_of(c))));
+      job.resume =
+          initial_point(c, Model(c.layers, job.plan.train.sample, job.plan.train.num_classes,
+                                 job.plan.batch, act_dtype_of(c.precision)));
   });
   job.cluster->set_devices(job.device_name);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
@@ -286,7 +287,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
     log_info("# --async-schedule sync-steps: warm-up over " + std::to_string(effective.warmup_steps) +
              " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
              std::to_string(job.plan.workers) + " workers");
-  if (chief && c.optimizer == "momentum" &&
+  if (chief && c.optimizer == OptimizerKind::momentum &&
       ps_momentum(effective, job.plan.workers, effective.warmup_steps, job.plan.total_steps) !=
           c.momentum)
     log_info("# --async-momentum " + std::string(to_string(c.async_momentum)) +
@@ -303,7 +304,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   std::unique_ptr<PipelineGroup> pipe;
   if (job.pipeline.stages > 1) {
     layout.emplace(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
-                   act_dtype_of(precision_of(c)));
+                   act_dtype_of(c.precision));
     pipe = std::make_unique<PipelineGroup>(*job.cluster, *layout, job.pipeline);
     if (job.resume) job.resume = pipe->slice(*job.resume);
   }

@@ -43,8 +43,7 @@ namespace {
 /// The stage's activation slots for its schedule (1 without a pipeline).
 int slots_of(const Config& c, const PipelineGroup* pipe) {
   if (pipe == nullptr) return 1;
-  return stage_slots(parse_schedule(c.schedule), pipe->place().stage, pipe->place().stages,
-                     c.micro_batches);
+  return stage_slots(c.schedule, pipe->place().stage, pipe->place().stages, c.micro_batches);
 }
 }  // namespace
 
@@ -60,8 +59,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, kStatsFloats),
       y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
   if (pipe != nullptr)
-    runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), parse_schedule(c.schedule),
-                                               c.micro_batches);
+    runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), c.schedule, c.micro_batches);
   exchange_ = make_exchange(c, cluster, plan, model_);
   checkpointer_.emplace(c, cluster, plan, backend, model_, *exchange_,
                         [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);

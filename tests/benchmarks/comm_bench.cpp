@@ -212,7 +212,7 @@ void dtrain_push_pull_block(const Options& o, std::size_t n, const Cluster& cl, 
                             std::vector<double>& td, PsStats& ps) {
   Config c;
   c.mode = Mode::async;
-  c.optimizer = "sgd";
+  c.optimizer = OptimizerKind::sgd;
   c.momentum = 0;
   c.weight_decay = 0;
   c.lr = 1e-9;

@@ -199,7 +199,7 @@ void bench_size(std::size_t n, const Options& o, Backend& backend, RemoteReader*
       0);
   for (const std::string& rule : o.rules) {
     Config c;
-    c.optimizer = rule == "dana" ? "momentum" : rule;
+    c.optimizer = parse_enum<OptimizerKind>(rule == "dana" ? "momentum" : rule, "optimizer");
     c.momentum = 0.9f;
     c.weight_decay = 1e-4f;
     c.lr = 1e-6f;

@@ -46,7 +46,7 @@ refuse() {  # refuse OUT WORDS ARGS...: export --out OUT fails (exit 2) naming W
 }
 refuse "$SCRATCH/keep.onnx" "--out|$SCRATCH/keep.onnx|already exists" --format onnx
 cmp -s "$SCRATCH/keep.onnx" "$SCRATCH/keep.copy" || fail "export changed an existing --out"
-refuse "$SCRATCH/a.onnx" "--format|invalid value 'tflite'|onnx | safetensors" --format tflite
+refuse "$SCRATCH/a.onnx" "--format|invalid value 'tflite'|safetensors|onnx" --format tflite
 refuse "$SCRATCH/b.onnx" "--dtype|bf16 applies to --format safetensors" --format onnx --dtype bf16
 refuse "$SCRATCH/no_dir/c.onnx" "--out|$SCRATCH/no_dir/c.onnx|does not exist" --format onnx
 expect_error 0 "$SCRATCH/train.h5|not a dtrain checkpoint" export --checkpoint "$SCRATCH/train.h5" \

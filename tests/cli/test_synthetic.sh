@@ -7,9 +7,12 @@
 #  2. async, 1 ps + 2 workers, from a job file that sets `synthetic =` (also traced);
 #  3. sync stop at step 17 + --resume to 40 ends bit-identical to a straight run (the random batch
 #     is a pure function of seed and worker);
-#  4. `--synthetic ""` switches a synthetic job file back to files;
+#  4. the command line overrides the job file's data source, both ways: --train-data (or
+#     `--synthetic ""`) trains a synthetic job file on a file, --synthetic trains a job file that
+#     names data files on synthetic data without touching them;
 #  5. bad input: a malformed spec exits 2 on every rank with ONE message naming --synthetic and the
-#     format, creating nothing; --synthetic with data files, and too few --synthetic-samples.
+#     format, creating nothing; --synthetic with data files (both on the command line, or both in
+#     one job file), and too few --synthetic-samples.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -106,16 +109,30 @@ echo "== 3. sync resume: stop at 17, resume to 40 = straight to 40"
 COMMON=(--config "$SCRATCH/synthetic_cnn.ini" --mode sync --num-ps 0 --epochs 10 --lr-decay-steps 48 --timeout 60)
 check_resume 2 synthetic
 
-echo "== 4. --synthetic \"\" trains the synthetic job on files"
+echo "== 4. the command line overrides the job file's data source, both ways"
 make_data small 64 --seed 1
-# One process (--dry-run reads the file's description), traced like the runs above.
-traced 1 "$SCRATCH/files" --config "$SCRATCH/synthetic_cnn.ini" --synthetic "" \
-  --train-data "$SCRATCH/small.h5" --mode sync --num-ps 0 --dry-run
-grep -qF "# train $SCRATCH/small.h5 (64 samples)" "$SCRATCH/files.log" || { cat "$SCRATCH/files.log"; fail "--synthetic \"\" did not train on the file"; }
+# One process each (--dry-run reads the file's description), traced like the runs above.
+# A synthetic job file with --train-data on the command line trains on the file, as it does with
+# --synthetic "" spelled out.
+for off in "" --synthetic; do
+  traced 1 "$SCRATCH/files$off" --config "$SCRATCH/synthetic_cnn.ini" ${off:+"$off" ""} \
+    --train-data "$SCRATCH/small.h5" --mode sync --num-ps 0 --dry-run
+  grep -qF "# train $SCRATCH/small.h5 (64 samples)" "$SCRATCH/files$off.log" ||
+    { cat "$SCRATCH/files$off.log"; fail "--train-data ${off:+$off \"\"} did not replace the job's synthetic data"; }
+done
 # ... and the trace check above does see a data file when one is read.
 if [[ ${#STRACE[@]} -gt 0 ]]; then
   grep -qxF "\"$SCRATCH/small.h5\"" <<<"$(h5_paths_outside "$SCRATCH/files" "$SCRATCH/files")" ||
     fail "the file-access trace does not show small.h5 being read"
+fi
+# A job file that names data files (the CNN's Fashion-MNIST) with --synthetic on the command line
+# trains on synthetic data and opens neither file.
+traced 1 "$SCRATCH/over" --config "$CNN" --synthetic "$SPEC" --mode sync --num-ps 0 --dry-run
+grep -qF "# train synthetic $SPEC" "$SCRATCH/over.log" ||
+  { cat "$SCRATCH/over.log"; fail "--synthetic did not replace the job file's data files"; }
+if [[ ${#STRACE[@]} -gt 0 ]]; then
+  touched=$(h5_paths_outside "$SCRATCH/over" "$SCRATCH/over")
+  [[ -z $touched ]] || fail "--synthetic over a job file's data files still touched: $touched"
 fi
 
 echo "== 5. bad input"
@@ -147,8 +164,14 @@ timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${BAD[@]}" --synthetic 1x28x28 >"$SCRATCH/
 rc=$?
 set -e
 [[ $rc -eq 2 ]] || { cat "$SCRATCH/mpiexec.log"; fail "mpiexec exit $rc for a bad --synthetic, want 2"; }
-expect_error 2 "--synthetic '$SPEC'|exclusive|--train-data '" --config "$CNN" --synthetic "$SPEC" --mode sync --num-ps 0 --run-dir "$SCRATCH/bad"
-expect_error 2 "exclusive|--test-data '$SCRATCH/small.h5'" --config "$SCRATCH/synthetic_cnn.ini" --test-data "$SCRATCH/small.h5" --mode sync --num-ps 0 --run-dir "$SCRATCH/bad"
+expect_error 2 "--synthetic '$SPEC'|exclusive|--train-data '$SCRATCH/small.h5'" --config "$CNN" \
+  --synthetic "$SPEC" --train-data "$SCRATCH/small.h5" --mode sync --num-ps 0 --run-dir "$SCRATCH/bad"
+{
+  printf '[data]\nsynthetic = %s\ntest-data = %s\n\n' "$SPEC" "$SCRATCH/small.h5"
+  sed -n '/^\[model\]/,$p' "$CNN"
+} >"$SCRATCH/both.ini"
+expect_error 2 "exclusive|--test-data '$SCRATCH/small.h5'" --config "$SCRATCH/both.ini" --mode sync \
+  --num-ps 0 --run-dir "$SCRATCH/bad"
 expect_error 2 "--synthetic-samples|2 × 64" "${BAD[@]}" --synthetic "$SPEC" --synthetic-samples 100
 expect_error 0 "--synthetic-samples" "${BAD[@]}" --synthetic "$SPEC" --synthetic-samples 0
 [[ ! -e $SCRATCH/bad ]] || fail "a refused run created its run dir"

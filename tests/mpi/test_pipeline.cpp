@@ -64,6 +64,28 @@ std::size_t offset_of(const std::vector<TensorInfo>& ts, const std::string& key)
   return 0;
 }
 
+/// The gradient the D reference models `ref` sum at `step`, each on its replica's batch; replica
+/// d's loss statistics accumulate in stats.
+std::vector<float> reference_gradient(Backend& be, std::vector<std::unique_ptr<Model>>& ref,
+                                      int step, int d, float scale, float* stats) {
+  std::vector<float> sum;
+  for (int r = 0; r < static_cast<int>(ref.size()); ++r) {
+    const Replica rb = batch_of(step, r);
+    auto rx = test::to_device(be, rb.x);
+    DeviceBuffer<std::int32_t> ry(be, kBatch);
+    be.copy_to_device(ry.data(), rb.y.data(), rb.y.size() * sizeof(std::int32_t));
+    DeviceBuffer<float> scratch(be, kStatsFloats);
+    be.fill(scratch.data(), 0.0f, kStatsFloats);
+    ref[r]->train_step_micro(rx.data(), ry.data(), kBatch, kMicro, scale, 100 + step,
+                             r == d ? stats : scratch.data());
+    const auto rg = test::to_host(be, ref[r]->grads(), ref[r]->param_count());
+    if (r == 0) sum = rg;
+    else
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += rg[i];  // D ≤ 2: exact
+  }
+  return sum;
+}
+
 void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
   const int W = test::world_size(), rank = test::world_rank();
   const int D = W / P, s = rank % P, d = rank / P;
@@ -103,20 +125,7 @@ void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
                   replicas);
     sgd(*be, stage.params(), g);
 
-    std::vector<float> sum;
-    for (int r = 0; r < D; ++r) {
-      const Replica rb = batch_of(step, r);
-      auto rx = test::to_device(*be, rb.x);
-      DeviceBuffer<std::int32_t> ry(*be, kBatch);
-      be->copy_to_device(ry.data(), rb.y.data(), rb.y.size() * sizeof(std::int32_t));
-      DeviceBuffer<float> scratch(*be, kStatsFloats);
-      be->fill(scratch.data(), 0.0f, kStatsFloats);
-      ref[r]->train_step_micro(rx.data(), ry.data(), kBatch, kMicro, scale, 100 + step,
-                               r == d ? ref_stats.data() : scratch.data());
-      const auto rg = test::to_host(*be, ref[r]->grads(), ref[r]->param_count());
-      if (r == 0) sum = rg;
-      else for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += rg[i];  // D ≤ 2: exact
-    }
+    const std::vector<float> sum = reference_gradient(*be, ref, step, d, scale, ref_stats.data());
     for (auto& m : ref) sgd(*be, m->params(), sum);
   }
   const std::string what = job + " P=" + std::to_string(P) + " D=" + std::to_string(D) + " " +

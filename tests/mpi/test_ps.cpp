@@ -110,14 +110,14 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 Config ps_config(const std::string& optimizer) {
   Config c;
   c.mode = Mode::async;
-  c.optimizer = optimizer;
+  c.optimizer = parse_enum<OptimizerKind>(optimizer, "optimizer");
   c.lr = optimizer == "adam" ? 0.01f : 0.05f;
   c.momentum = 0.9f;
   c.weight_decay = 1e-3f;
   c.timeout = 60.0;
   c.async_momentum = AsyncMomentum::lr_scaled;  // Downpour's one momentum (DANA: its own case)
   if (optimizer == "adam") {
-    c.lr_schedule = "cosine";
+    c.lr_schedule = LrSchedule::cosine;
     c.warmup_steps = 3;
     c.lr_min = 0.001f;
   }
@@ -318,7 +318,7 @@ void run_never_lost_case(int rounds, int chunk_kb, Grad grad, Push push) {
   Cluster cluster(MPI_COMM_WORLD, num_ps);
   const int workers = cluster.num_workers();
   Config cfg;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::sgd;
   cfg.lr = 0.5f;
   cfg.timeout = 60.0;
   cfg.ps_chunk_kb = chunk_kb;
@@ -385,7 +385,7 @@ TEST(ParameterServer, LoadSetsResumeStepAndState) {
   // on top of the loaded m (Adam's bias correction depends on it).
   Cluster cluster(MPI_COMM_WORLD, 1);
   Config cfg = ps_config("adam");
-  cfg.lr_schedule = "constant";
+  cfg.lr_schedule = LrSchedule::constant;
   constexpr std::int64_t kStart = 40;
   const ServedStats st = serve(cluster, cfg, 100, [&] {
     auto cpu = make_cpu_backend();
@@ -486,7 +486,7 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
   cfg.mode = mode;
   cfg.num_ps = num_ps;
   cfg.max_staleness = max_staleness;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::sgd;
   cfg.lr = 0.5f;
   cfg.weight_decay = 0.0f;
   cfg.timeout = 60.0;
@@ -544,7 +544,7 @@ TEST(ParameterServer, SyncBackupWorkersLatePushesAreDropped) {
   cfg.mode = Mode::sync;
   cfg.num_ps = num_ps;
   cfg.replicas_to_aggregate = 1;
-  cfg.optimizer = "sgd";
+  cfg.optimizer = OptimizerKind::sgd;
   cfg.lr = 0.5f;
   cfg.weight_decay = 0.0f;
   cfg.timeout = 60.0;

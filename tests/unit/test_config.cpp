@@ -119,9 +119,9 @@ TEST_F(ConfigTest, JobFileSectionsAreStripped) {
   EXPECT_EQ(c.epochs, 7);
   EXPECT_EQ(c.batch_size, 32);
   EXPECT_EQ(c.seed, 99u);
-  EXPECT_EQ(c.optimizer, "adam");
+  EXPECT_EQ(c.optimizer, OptimizerKind::adam);
   EXPECT_FLOAT_EQ(c.lr, 0.1f);
-  EXPECT_EQ(c.lr_schedule, "cosine");
+  EXPECT_EQ(c.lr_schedule, LrSchedule::cosine);
   EXPECT_EQ(c.warmup_steps, 5);
   EXPECT_EQ(c.num_ps, 0);
   EXPECT_EQ(c.run_dir, "/tmp/somewhere");
@@ -162,6 +162,10 @@ TEST_F(ConfigTest, UnknownKeyInJobFileNamesFileAndKey) {
   const std::string msg = error_of(base({"--config", ini}));
   EXPECT_MENTIONS(msg, "bad_key.ini");
   EXPECT_MENTIONS(msg, "learning-speed");
+  // A key that is only a section prefix ("train.") names no option: an InputError, not Boost's
+  // "ambiguous option" escaping as an internal error.
+  const std::string empty = write_ini("[train]\nepochs = 2\ntrain. = 3\n", "empty_key.ini");
+  EXPECT_MENTIONS(error_of(base({"--config", empty})), "empty_key.ini");
 }
 
 TEST_F(ConfigTest, MissingJobFileIsNamed) {
@@ -261,15 +265,106 @@ TEST_F(ConfigTest, UnknownEnumValues) {
   msg = error_of(base({"--layout", "chw"}));
   EXPECT_MENTIONS(msg, "--layout");
   EXPECT_MENTIONS(msg, "chw");
-  EXPECT_EQ(parse(base({"--layout", "nhwc"})).config.layout, "nhwc");
-  EXPECT_EQ(parse(base({})).config.layout, "auto");
+  EXPECT_EQ(parse(base({"--layout", "nhwc"})).config.layout, LayoutOption::nhwc);
+  EXPECT_EQ(parse(base({})).config.layout, LayoutOption::automatic);
   msg = error_of(base({"--precision", "fp16"}));
   EXPECT_MENTIONS(msg, "--precision");
   EXPECT_MENTIONS(msg, "fp16");
-  EXPECT_EQ(parse(base({"--precision", "bf16"})).config.precision, "bf16");
-  EXPECT_EQ(parse(base({})).config.precision, "fp32");
-  EXPECT_THROW(optimizer_kind("rmsprop"), InputError);
-  EXPECT_EQ(optimizer_kind("adam"), OptimizerKind::adam);
+  EXPECT_EQ(parse(base({"--precision", "bf16"})).config.precision, Precision::bf16);
+  EXPECT_EQ(parse(base({})).config.precision, Precision::fp32);
+  EXPECT_THROW((void)parse_enum<OptimizerKind>("rmsprop", "optimizer"), InputError);
+  EXPECT_EQ(parse_enum<OptimizerKind>("adam", "optimizer"), OptimizerKind::adam);
+}
+
+/// Every name of E parses (parse_enum, and as `--KEY NAME` on the command line into `field`, in a
+/// job file too) to its value and prints back as itself (to_string, the effective configuration);
+/// an unknown name is an error naming the option, the value and every choice.
+template <NamedEnum E>
+void expect_enum_option(const std::string& key, E Config::*field, std::vector<std::string> extra,
+                        const std::string& ini) {
+  auto parse_with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.begin(), "dtrain");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return parse_config(static_cast<int>(argv.size()), argv.data()).config;
+  };
+  for (const auto& [value, name] : EnumNames<E>::table) {
+    SCOPED_TRACE(key + " " + std::string(name));
+    EXPECT_EQ(parse_enum<E>(name, key), value);
+    EXPECT_STREQ(to_string(value), name);
+    const Config c = parse_with({"--" + key, std::string(name)});
+    EXPECT_EQ(c.*field, value);
+    EXPECT_MENTIONS(c.effective_ini, "\n" + key + " = " + std::string(name) + "\n");
+    std::ofstream(ini) << key << " = " << name << "\n";
+    EXPECT_EQ(parse_with({"--config", ini}).*field, value);
+  }
+  try {
+    (void)parse_enum<E>("no-such", key);
+    ADD_FAILURE() << key << ": no-such accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "option --" + key + ": invalid value 'no-such' (expected " + enum_choices<E>() + ")");
+  }
+  std::ofstream(ini) << key << " = no-such\n";
+  try {
+    (void)parse_with({"--config", ini});
+    ADD_FAILURE() << key << ": no-such accepted in a job file";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_MENTIONS(msg, "job file '" + ini + "': option '" + key + "'");  // the file's key
+    EXPECT_MENTIONS(msg, enum_choices<E>());
+  }
+}
+
+TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
+  const std::string ini = write_ini("");
+  const std::vector<std::string> train = {"--train-data", "t.h5", "--layer", "dense"};
+  std::vector<std::string> sync = train;
+  sync.insert(sync.end(), {"--mode", "sync", "--num-ps", "0"});
+  expect_enum_option("mode", &Config::mode,
+                     {"--train-data", "t.h5", "--layer", "dense", "--num-ps", "1"}, ini);
+  expect_enum_option("stale-lr", &Config::stale_lr, train, ini);
+  expect_enum_option("async-momentum", &Config::async_momentum, train, ini);
+  expect_enum_option("async-schedule", &Config::async_schedule, train, ini);
+  expect_enum_option("on-bad-image", &Config::on_bad_image, train, ini);
+  expect_enum_option("optimizer", &Config::optimizer, sync, ini);  // lars, lamb: allreduce only
+  expect_enum_option("lr-schedule", &Config::lr_schedule, train, ini);
+  expect_enum_option("lr-scaling", &Config::lr_scaling, train, ini);
+  expect_enum_option("math", &Config::math, train, ini);
+  expect_enum_option("layout", &Config::layout, train, ini);
+  expect_enum_option("precision", &Config::precision, train, ini);
+  expect_enum_option("fuse", &Config::fuse, train, ini);
+  expect_enum_option("schedule", &Config::schedule, train, ini);
+  expect_enum_option("wire-dtype", &Config::wire_dtype, sync, ini);
+  // --device and --allreduce constrain each other: cuda with mpi, cpu with auto.
+  std::vector<std::string> mpi = train;
+  mpi.insert(mpi.end(), {"--allreduce", "mpi"});
+  expect_enum_option("device", &Config::device, mpi, ini);
+  std::vector<std::string> any_device = train;
+  any_device.insert(any_device.end(), {"--device", "auto"});
+  expect_enum_option("allreduce", &Config::allreduce, any_device, ini);
+  // The export options, under `dtrain export`.
+  const Config e =
+      parse({"export", "--checkpoint", "c.h5", "--out", "m.st", "--dtype", "bf16"}).config;
+  EXPECT_EQ(e.command, Subcommand::export_tensors);
+  EXPECT_EQ(e.export_dtype, ExportDtype::bf16);
+  EXPECT_EQ(e.export_format, ExportFormat::safetensors);
+  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.st", "--dtype", "f16"}),
+                  "f32 | bf16");
+  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.st", "--format", "tf"}),
+                  "(expected safetensors | onnx)");
+  EXPECT_EQ(parse({"export", "--checkpoint", "c.h5", "--out", "m.onnx", "--format", "onnx"})
+                .config.export_format,
+            ExportFormat::onnx);
+  EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.onnx", "--format", "onnx",
+                            "--dtype", "bf16"}),
+                  "applies to --format safetensors");
+  EXPECT_EQ(parse({"predict", "--checkpoint", "c.h5", "--data", "x.h5", "--out", "p.h5",
+                   "--train-data", "t.h5", "--layer", "dense"})
+                .config.command,
+            Subcommand::predict);
+  EXPECT_EQ(parse(train).config.command, Subcommand::train);
 }
 
 TEST_F(ConfigTest, AsyncNeedsAParameterServer) {
@@ -380,7 +475,7 @@ TEST_F(ConfigTest, PipelineOptionsAreChecked) {
                        .config;
   EXPECT_EQ(c.pipeline_stages, 2);
   EXPECT_EQ(c.micro_batches, 4);
-  EXPECT_EQ(c.schedule, "gpipe");
+  EXPECT_EQ(c.schedule, PipelineSchedule::gpipe);
 }
 
 TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
@@ -416,20 +511,47 @@ TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
     EXPECT_MENTIONS(msg, "exclusive");
     EXPECT_MENTIONS(msg, files.back());  // the file that is set
   }
-  // A job file that sets one can be switched to the other on the command line.
+  // Both in one job file: the same error, naming the file that is set.
+  const std::string both = write_ini(
+      "[data]\nsynthetic = 1x28x28:10\ntest-data = e.h5\n[model]\nlayer = dense\n", "both.ini");
+  EXPECT_MENTIONS(error_of({"--config", both}), "exclusive");
+  EXPECT_MENTIONS(error_of({"--config", both}), "e.h5");
+}
+
+TEST_F(ConfigTest, CommandLineDataSourceReplacesTheJobFiles) {
+  // A synthetic job file: --train-data (or --test-data) on the command line trains on files.
   const std::string synth = write_ini("[data]\nsynthetic = 3x224x224:1000\n[model]\nlayer = dense\n",
                                       "synth.ini");
-  EXPECT_MENTIONS(error_of({"--config", synth, "--train-data", "t.h5"}), "exclusive");
-  Config c = parse({"--config", synth, "--synthetic", "", "--train-data", "t.h5"}).config;
+  Config c = parse({"--config", synth, "--train-data", "t.h5"}).config;
   EXPECT_TRUE(c.synthetic.empty());
   EXPECT_EQ(c.train_data, "t.h5");
+  EXPECT_MENTIONS(c.effective_ini, "synthetic = \n");
+  // --test-data alone drops the synthetic data too, and then the training set is missing.
+  EXPECT_MENTIONS(error_of({"--config", synth, "--test-data", "e.h5"}), "--train-data");
+  // The old spelling still works: --synthetic "" switches it off explicitly.
+  c = parse({"--config", synth, "--synthetic", "", "--train-data", "t.h5"}).config;
+  EXPECT_TRUE(c.synthetic.empty());
+  EXPECT_EQ(c.train_data, "t.h5");
+  // A job file with data files: --synthetic on the command line replaces both.
   const std::string files = write_ini(
       "[data]\ntrain-data = t.h5\ntest-data = e.h5\n[model]\nlayer = dense\n", "files.ini");
-  EXPECT_MENTIONS(error_of({"--config", files, "--synthetic", "1x28x28:10"}), "exclusive");
+  c = parse({"--config", files, "--synthetic", "1x28x28:10"}).config;
+  EXPECT_EQ(c.synthetic, "1x28x28:10");
+  EXPECT_TRUE(c.train_data.empty() && c.test_data.empty());
   c = parse({"--config", files, "--synthetic", "1x28x28:10", "--train-data", "", "--test-data", ""})
           .config;
   EXPECT_EQ(c.synthetic, "1x28x28:10");
   EXPECT_TRUE(c.train_data.empty() && c.test_data.empty());
+  // An empty --synthetic on the command line keeps the job file's files.
+  c = parse({"--config", files, "--synthetic", ""}).config;
+  EXPECT_EQ(c.train_data, "t.h5");
+  EXPECT_EQ(c.test_data, "e.h5");
+  // The job file's other keys stay; both on the command line are still an error.
+  EXPECT_MENTIONS(error_of({"--config", files, "--synthetic", "1x28x28:10", "--test-data", "x.h5"}),
+                  "exclusive");
+}
+
+TEST_F(ConfigTest, NeitherDataFilesNorSynthetic) {
   // Neither: the training set is missing, and the message offers both ways.
   const std::string msg = error_of({"--layer", "dense"});
   EXPECT_MENTIONS(msg, "--train-data");
@@ -458,7 +580,7 @@ TEST(LearningRate, WarmupIsLinearToTheBaseRate) {
 TEST(LearningRate, StepDecay) {
   Config c;
   c.lr = 1.0f;
-  c.lr_schedule = "step";
+  c.lr_schedule = LrSchedule::step;
   c.lr_step_size = 10;
   c.lr_gamma = 0.5f;
   EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 1.0f);
@@ -474,7 +596,7 @@ TEST(LearningRate, CosineEndpoints) {
   Config c;
   c.lr = 0.2f;
   c.lr_min = 0.02f;
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::cosine;
   EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 0.2f);
   EXPECT_NEAR(learning_rate(c, 50, 100), 0.11f, 1e-6);  // half way: the mean of lr and lr_min
   EXPECT_NEAR(learning_rate(c, 100, 100), 0.02f, 1e-7);
@@ -500,7 +622,7 @@ TEST(LearningRate, PolynomialAfterWarmup) {
   Config c;
   c.lr = 0.8f;
   c.lr_min = 0.0f;
-  c.lr_schedule = "poly";
+  c.lr_schedule = LrSchedule::poly;
   c.warmup_steps = 10;
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 110), 0.4f);  // warm-up: 0.8·5/10
   EXPECT_FLOAT_EQ(learning_rate(c, 10, 110), 0.8f);  // t = 0: the peak
@@ -535,8 +657,9 @@ TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr-power", "-1"})), "--lr-power");
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr", "0.1", "--lr-min", "0.2"})),
                   "--lr-min");
-  EXPECT_EQ(optimizer_kind("lars"), OptimizerKind::lars);
-  EXPECT_EQ(optimizer_kind("lamb"), OptimizerKind::lamb);
+  EXPECT_EQ(c.optimizer, OptimizerKind::lars);
+  EXPECT_EQ(parse(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0"})).config.optimizer,
+            OptimizerKind::lamb);
 }
 
 }  // namespace

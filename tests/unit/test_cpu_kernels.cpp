@@ -152,11 +152,11 @@ TEST(CpuKernels, StopwatchTakesTheHostClock) {
 TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {
   auto be = make_cpu_backend();
   Config c;
-  c.optimizer = "momentum";
+  c.optimizer = OptimizerKind::momentum;
   c.momentum = 0.9f;
   c.lr = 0.05f;
   c.weight_decay = 1e-3f;
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::cosine;
   const std::size_t n = 3 * 65536 + 77;
   const int workers = 3;
   const std::int64_t total = 50;

@@ -15,7 +15,7 @@ namespace {
 
 Config dana_config() {
   Config c;
-  c.optimizer = "momentum";
+  c.optimizer = OptimizerKind::momentum;
   c.momentum = 0.5f;
   c.lr = 0.1f;
   c.weight_decay = 0.0f;
@@ -49,7 +49,7 @@ TEST(Dana, ChunksEqualTheWholeShardAndLoadSharesTheSum) {
   auto be = make_cpu_backend();
   Config c = dana_config();
   c.weight_decay = 0.01f;
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::cosine;
   c.warmup_steps = 2;
   const std::size_t n = 11;
   DanaMomentum whole(c, *be, n, 3, 20), chunked(c, *be, n, 3, 20);
@@ -80,9 +80,9 @@ TEST(Dana, ChunksEqualTheWholeShardAndLoadSharesTheSum) {
 TEST(Dana, NeedsTheMomentumOptimizer) {
   auto be = make_cpu_backend();
   Config c = dana_config();
-  c.optimizer = "adam";
+  c.optimizer = OptimizerKind::adam;
   EXPECT_THROW(DanaMomentum(c, *be, 4, 2, 10), Error);
-  c.optimizer = "momentum";
+  c.optimizer = OptimizerKind::momentum;
   EXPECT_THROW(DanaMomentum(c, *be, 4, 0, 10), Error);
 }
 

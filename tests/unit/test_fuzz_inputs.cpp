@@ -100,6 +100,53 @@ std::string mutate_bytes(const std::string& good, std::mt19937_64& rng) {
   return b;
 }
 
+/// The forked child's work for dataset mutation `seed`: open the file and read every sample
+/// through a BatchReader. Returns the child's exit code: 0 read fine, 2 InputError (or the open
+/// deadline fired: HDF5 stuck on damaged metadata, reported as a corrupt file), 1 anything else.
+int read_mutated_dataset(const fs::path& p, int seed) {
+  set_dataset_open_deadline(5.0);
+  try {
+    const DatasetInfo info = open_dataset_info(p.string());
+    // A damaged `dims` can declare many (fill-value) samples: valid, but slow to read.
+    if (info.num_samples > 4096) return 0;
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(info.num_samples));
+    for (std::size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<std::int64_t>(j);
+    BatchReader reader(info, idx, 16);
+    HostBatch batch;
+    std::int64_t seen = 0;
+    while (reader.next(batch)) {
+      for (int y : batch.y)
+        if (y < 0 || y >= info.num_classes) throw std::runtime_error("label out of range");
+      seen += batch.n;
+    }
+    if (seen != info.num_samples) throw std::runtime_error("wrong sample count");
+    return 0;
+  } catch (const InputError&) {
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dataset mutation seed %d: not an InputError (exit code %d): %s\n", seed,
+                 exit_code(e), e.what());
+    return 1;
+  }
+}
+
+/// The wait status of child `pid` (dataset mutation `seed`); killed, and a test failure, after 60
+/// s.
+int wait_for_child(pid_t pid, int seed) {
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "dataset mutation seed " << seed << ": hang (> 60 s)";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return status;
+}
+
 TEST_F(FuzzTest, DatasetMutationsEndInSuccessOrInputError) {
   const int cases = fuzz_cases();
   std::string good[2];
@@ -131,45 +178,12 @@ TEST_F(FuzzTest, DatasetMutationsEndInSuccessOrInputError) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      set_dataset_open_deadline(5.0);
-      int code = 0;
-      try {
-        const DatasetInfo info = open_dataset_info(p.string());
-        // A damaged `dims` can declare many (fill-value) samples: valid, but slow to read.
-        if (info.num_samples <= 4096) {
-          std::vector<std::int64_t> idx(static_cast<std::size_t>(info.num_samples));
-          for (std::size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<std::int64_t>(j);
-          BatchReader reader(info, idx, 16);
-          HostBatch batch;
-          std::int64_t seen = 0;
-          while (reader.next(batch)) {
-            for (int y : batch.y)
-              if (y < 0 || y >= info.num_classes) throw std::runtime_error("label out of range");
-            seen += batch.n;
-          }
-          if (seen != info.num_samples) throw std::runtime_error("wrong sample count");
-        }
-      } catch (const InputError&) {
-        code = 2;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "dataset mutation seed %d: not an InputError (exit code %d): %s\n", i,
-                     exit_code(e), e.what());
-        code = 1;
-      }
+      const int code = read_mutated_dataset(p, i);
       std::fflush(nullptr);
       ::_exit(code);
     }
-    int status = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        ADD_FAILURE() << "dataset mutation seed " << i << ": hang (> 60 s)";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const int status = wait_for_child(pid, i);
     if (WIFSIGNALED(status)) {
       ADD_FAILURE() << "dataset mutation seed " << i << ": crashed with signal " << WTERMSIG(status);
     } else if (WIFEXITED(status)) {

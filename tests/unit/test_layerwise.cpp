@@ -25,7 +25,7 @@ constexpr std::size_t kN = 12;
 const std::vector<float> kP0 = {3, 4, 0, 0, 1, 1, 0.5f, -0.5f, 0, 0, 0.2f, 0.1f};
 const std::vector<float> kG = {0.6f, 0.8f, 0, 0, 0.5f, -0.5f, 0.25f, 0.25f, 1, -2, 0.1f, -0.1f};
 
-Config config(const std::string& optimizer) {
+Config config(OptimizerKind optimizer) {
   Config c;
   c.optimizer = optimizer;
   c.mode = Mode::sync;
@@ -56,7 +56,7 @@ TEST(Layerwise, SegmentsExcludeBiasAndBatchnorm) {
 
 TEST(Layerwise, LarsFirstStepByHand) {
   auto be = make_cpu_backend();
-  Optimizer opt(config("lars"), *be, kN, 10, {}, param_segments(tensors(), kN));
+  Optimizer opt(config(OptimizerKind::lars), *be, kN, 10, {}, param_segments(tensors(), kN));
   std::vector<float> p = kP0;
   ASSERT_TRUE(opt.apply(p.data(), kG.data(), 0));
   // conv.weight: trust = 0.01·5 / (1 + 0.1·5) = 1/30; g + wd·p = (0.9, 1.2, 0, 0); m = trust·that.
@@ -74,7 +74,7 @@ TEST(Layerwise, LarsFirstStepByHand) {
 
 TEST(Layerwise, LambFirstStepByHand) {
   auto be = make_cpu_backend();
-  Optimizer opt(config("lamb"), *be, kN, 10, {}, param_segments(tensors(), kN));
+  Optimizer opt(config(OptimizerKind::lamb), *be, kN, 10, {}, param_segments(tensors(), kN));
   std::vector<float> p = kP0;
   ASSERT_TRUE(opt.apply(p.data(), kG.data(), 0));
   // Step 1: m̂ = g, v̂ = g², so r = g / (|g| + ε) + wd·p = sign(g) + wd·p (0 where g = 0).
@@ -127,7 +127,7 @@ TEST(Layerwise, LaterStepsFollowThePapers) {
   auto be = make_cpu_backend();
   for (const bool lamb : {false, true}) {
     SCOPED_TRACE(lamb ? "lamb" : "lars");
-    Config c = config(lamb ? "lamb" : "lars");
+    Config c = config(lamb ? OptimizerKind::lamb : OptimizerKind::lars);
     c.lr = 0.05f;  // small steps, so four of them stay well inside float precision
     Optimizer opt(c, *be, kN, 10, {}, param_segments(tensors(), kN));
     std::vector<float> p = kP0;
@@ -145,14 +145,14 @@ TEST(Layerwise, LaterStepsFollowThePapers) {
 
 TEST(Layerwise, WholeBufferOnlyAndNonFiniteReported) {
   auto be = make_cpu_backend();
-  Optimizer opt(config("lars"), *be, kN, 10, {}, param_segments(tensors(), kN));
+  Optimizer opt(config(OptimizerKind::lars), *be, kN, 10, {}, param_segments(tensors(), kN));
   std::vector<float> p = kP0, g = kG;
   EXPECT_THROW(opt.apply(p.data(), g.data(), 0, 0, 4), InputError);  // a ps chunk
   EXPECT_THROW(opt.apply_into_grads(p.data(), g.data(), 0, 0, kN), InputError);
   g[5] = NAN;
   EXPECT_FALSE(opt.apply(p.data(), g.data(), 0));
-  EXPECT_THROW(Optimizer(config("lamb"), *be, kN, 10), InputError);  // no tensor table
-  EXPECT_THROW(Optimizer(config("lamb"), *be, kN + 1, 10, {}, param_segments(tensors(), kN)),
+  EXPECT_THROW(Optimizer(config(OptimizerKind::lamb), *be, kN, 10), InputError);  // no tensor table
+  EXPECT_THROW(Optimizer(config(OptimizerKind::lamb), *be, kN + 1, 10, {}, param_segments(tensors(), kN)),
                InputError);  // the table does not cover the parameters
 }
 

@@ -147,7 +147,7 @@ TEST_F(NamedFiles, CheckpointKeepsNamesAndShapes) {
   EXPECT_EQ(r.buffer_tensors[1].dims, (Dims{4}));
   EXPECT_EQ(r.params, s.params);
   // Export: parameters, then each batchnorm's mean, var and num_batches_tracked.
-  const std::vector<SafeTensor> t = export_tensors(r, "ckpt", "f32");
+  const std::vector<SafeTensor> t = export_tensors(r, "ckpt", ExportDtype::f32);
   ASSERT_EQ(t.size(), 9u);
   EXPECT_EQ(t[0].name, "0.conv.weight");
   EXPECT_EQ(t.back().name, "1.batchnorm.num_batches_tracked");

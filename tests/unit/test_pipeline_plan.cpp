@@ -111,8 +111,9 @@ TEST(PipelinePlan, BadCutsNameWhatIsWrong) {
   EXPECT_THROW(plan_pipeline(layers, 3, 1, PipelineSchedule::gpipe), InputError);  // 2 cut, 3 asked
   layers[3].stage = 1;  // stage 1 starts twice
   EXPECT_THROW(plan_pipeline(layers, 2, 1, PipelineSchedule::gpipe), InputError);
-  EXPECT_THROW(parse_schedule("zb"), InputError);
-  EXPECT_EQ(parse_schedule("gpipe"), PipelineSchedule::gpipe);
+  EXPECT_THROW((void)parse_enum<PipelineSchedule>("zb", "schedule"), InputError);
+  EXPECT_EQ(parse_enum<PipelineSchedule>("gpipe", "schedule"), PipelineSchedule::gpipe);
+  EXPECT_EQ(parse_enum<PipelineSchedule>("1f1b", "schedule"), PipelineSchedule::one_f_one_b);
 }
 
 TEST(PipelinePlan, ModelReportsLayerCostsAndStageKeys) {

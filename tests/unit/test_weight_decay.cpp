@@ -23,7 +23,7 @@ std::vector<TensorInfo> tensors() {
 Config with(const std::string& kinds, const std::string& optimizer = "momentum") {
   Config c;
   c.no_weight_decay_on = kinds;
-  c.optimizer = optimizer;
+  c.optimizer = parse_enum<OptimizerKind>(optimizer, "optimizer");
   c.weight_decay = 0.05f;
   c.lr = 0.1f;
   return c;

@@ -23,10 +23,9 @@
 #include <string>
 #include <vector>
 
-namespace dtrain {
+#include "dtrain/core/options.hpp"  // WireDtype: the number format of gradients between ranks
 
-/// The number format of gradients between ranks.
-enum class WireDtype { fp32, bf16, fp16 };
+namespace dtrain {
 
 /// "fp32" | "bf16" | "fp16" → WireDtype. Throws InputError naming `option` otherwise.
 WireDtype parse_wire_dtype(const std::string& text, const std::string& option = "--wire-dtype");

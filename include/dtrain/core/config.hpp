@@ -2,112 +2,19 @@
 // options) serves the command line, INI job files and --help.
 //
 // Job files are INI; sections are for readability only: `[optimizer]\nlr = 0.1` sets `--lr`.
-// The command line overrides the job file. Unknown keys and invalid values raise InputError naming
-// the file or option and what was expected.
+// The command line overrides the job file, key by key, and as a data source: --synthetic there
+// drops the job file's --train-data/--test-data, --train-data or --test-data its --synthetic.
+// Unknown keys and invalid values raise InputError naming the file or option and what was
+// expected; named values (--optimizer sgd, ...) are parsed once into the enums of core/options.hpp.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <ostream>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
+#include "dtrain/core/options.hpp"
+
 namespace dtrain {
-
-/// --mode: how the workers' gradients become parameters.
-enum class Mode {
-  async,  ///< through parameter servers, each push applied on arrival (Downpour SGD)
-  sync,   ///< one update per global step from every worker's gradient (allreduce, or through the ps)
-};
-
-/// The gradient exchange a run uses, from --mode, --num-ps and --max-staleness: one
-/// GradientExchange class each (train/exchange.hpp), and the only thing the training loop asks.
-enum class ExchangeKind {
-  allreduce,   ///< --mode sync --num-ps 0: allreduce, every worker applies the same step
-  ps_sync,     ///< --mode sync --num-ps K: the ps aggregates --replicas-to-aggregate gradients per
-               ///< step (TensorFlow's SyncReplicasOptimizer; workers beyond R are backups)
-  ps_async,    ///< --mode async: every push applied on arrival (Downpour SGD)
-  ps_bounded,  ///< --mode async --max-staleness S: stale synchronous parallel (Ho et al. 2013)
-};
-
-/// --stale-lr: the learning rate an async ps applies to a push of staleness τ.
-enum class StaleLr {
-  constant,  ///< lr, whatever τ (Downpour SGD)
-  inverse,   ///< lr / max(1, τ) (Zhang et al. 2016, "Staleness-aware async-SGD")
-};
-
-/// --async-momentum: the momentum an async ps applies.
-enum class AsyncMomentum {
-  lr_scaled,    ///< --momentum minus (1 − 1/W)·lr(step)/lr: the implicit momentum is compensated
-                ///< in proportion to the learning rate (the staleness error θ_t − θ_{t−τ} scales
-                ///< with it), full compensation at the peak rate, none as it decays to 0
-  compensated,  ///< --momentum minus the implicit momentum of W asynchronous workers, 1 − 1/W
-                ///< (Mitliagkas et al. 2016, "Asynchrony begets momentum"), at least 0
-  as_given,     ///< --momentum unchanged
-  dana,         ///< --momentum per worker, and each worker computes at the look-ahead position
-                ///< (DANA, Hakimi et al. 2019; optim/dana.hpp); the momentum optimizer only
-                ///< (sgd and adam: as given). The default.
-};
-
-/// --async-schedule: what the schedule's step counts (--warmup-steps, --lr-step-size,
-/// --lr-decay-steps) count in async mode, where a global step is one worker's push.
-enum class AsyncSchedule {
-  sync_steps,  ///< global steps of a sync run of the same workers (W pushes each), so that async
-               ///< follows the same schedule per sample as sync
-  pushes,      ///< pushes (async global steps)
-};
-
-/// {value, name} of every value of an option enum; to_string(), operator<< and the option parser
-/// (core/config.cpp) use it.
-template <typename E>
-struct EnumNames;
-template <>
-struct EnumNames<Mode> {
-  static constexpr std::array<std::pair<Mode, std::string_view>, 2> table{
-      {{Mode::async, "async"}, {Mode::sync, "sync"}}};
-};
-template <>
-struct EnumNames<ExchangeKind> {
-  static constexpr std::array<std::pair<ExchangeKind, std::string_view>, 4> table{
-      {{ExchangeKind::allreduce, "allreduce"},
-       {ExchangeKind::ps_sync, "sync through the ps"},
-       {ExchangeKind::ps_async, "async"},
-       {ExchangeKind::ps_bounded, "bounded-staleness async"}}};
-};
-template <>
-struct EnumNames<StaleLr> {
-  static constexpr std::array<std::pair<StaleLr, std::string_view>, 2> table{
-      {{StaleLr::constant, "constant"}, {StaleLr::inverse, "inverse"}}};
-};
-template <>
-struct EnumNames<AsyncMomentum> {
-  static constexpr std::array<std::pair<AsyncMomentum, std::string_view>, 4> table{
-      {{AsyncMomentum::lr_scaled, "lr-scaled"},
-       {AsyncMomentum::compensated, "compensated"},
-       {AsyncMomentum::as_given, "as-given"},
-       {AsyncMomentum::dana, "dana"}}};
-};
-template <>
-struct EnumNames<AsyncSchedule> {
-  static constexpr std::array<std::pair<AsyncSchedule, std::string_view>, 2> table{
-      {{AsyncSchedule::sync_steps, "sync-steps"}, {AsyncSchedule::pushes, "pushes"}}};
-};
-template <typename E>
-concept NamedEnum = requires { EnumNames<E>::table; };
-
-/// The name of an enum value ("?" for a value outside the table).
-template <NamedEnum E>
-std::string_view to_string(E e) {
-  for (const auto& [v, name] : EnumNames<E>::table)
-    if (v == e) return name;
-  return "?";
-}
-template <NamedEnum E>
-std::ostream& operator<<(std::ostream& os, E e) {
-  return os << to_string(e);
-}
 
 /// Every option of a run, as parsed and validated by parse_config() (defaults below). Step counts
 /// are global steps unless a comment says otherwise; sizes carry their unit (MiB, KiB, pixels).
@@ -125,7 +32,7 @@ struct Config {
   int center_crop = 0;            ///< evaluation (and training without it): S×S (0: = random_resized_crop)
   int eval_resize = 0;            ///< shorter side before the centre crop (0: round(S / 0.875))
   int data_threads = 1;           ///< decode threads per reader
-  std::string on_bad_image = "skip";  ///< skip (count and leave out) | fail
+  OnBadImage on_bad_image = OnBadImage::skip;  ///< skip (count and leave out) | fail
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
   std::int64_t synthetic_samples = 12800;  ///< samples in one synthetic training epoch
@@ -158,7 +65,7 @@ struct Config {
   bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
   bool shuffle = true;            ///< reshuffle the training set every epoch (from seed)
   // optimizer
-  std::string optimizer = "momentum";  ///< sgd | momentum | adam | lars | lamb
+  OptimizerKind optimizer = OptimizerKind::momentum;  ///< sgd | momentum | adam | lars | lamb
   float lr = 0.05f;               ///< base learning rate (> 0), before --lr-scaling and schedule
   float momentum = 0.9f;          ///< momentum coefficient μ of the momentum optimizer (≥ 0)
   bool nesterov = false;          ///< Nesterov momentum
@@ -170,7 +77,7 @@ struct Config {
   /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
   std::string no_weight_decay_on;
   float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
-  std::string lr_schedule = "constant";  ///< constant | step | cosine | poly
+  LrSchedule lr_schedule = LrSchedule::constant;  ///< constant | step | cosine | poly
   /// linear warm-up over this many global steps (0: none). --mode async without --max-staleness
   /// and with --async-schedule sync-steps multiplies it, lr_step_size and lr_decay_steps by the
   /// workers (effective_for_workers)
@@ -183,35 +90,36 @@ struct Config {
   /// none | linear: in sync mode multiply lr (and lr_min) by the number of workers (the linear
   /// scaling rule, Goyal et al. 2017), so that both modes use the same learning rate per sample:
   /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.
-  std::string lr_scaling = "none";
+  LrScaling lr_scaling = LrScaling::none;
   // cluster
   /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps);
   /// the other ranks are workers
   int num_ps = 1;
-  std::string device = "cpu";     ///< cpu | cuda | auto
+  DeviceOption device = DeviceOption::cpu;  ///< cpu | cuda | auto
   bool allow_gpu_sharing = false; ///< allow more ranks than GPUs on a node
-  std::string math = "auto";      ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
+  MathOption math = MathOption::automatic;  ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
   /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc, except
   /// nchw on GPUs with --math fp32 in fp32 precision (train/trainer.hpp layout_of).
-  std::string layout = "auto";
-  std::string precision = "fp32";  ///< activation precision: fp32 | bf16 (dnn/backend.hpp Precision)
+  LayoutOption layout = LayoutOption::automatic;
+  Precision precision = Precision::fp32;  ///< activation precision: fp32 | bf16 (dnn/backend.hpp)
   bool debug_sync = false;        ///< GPU: synchronize and check after every layer
   bool cudnn_benchmark = false;   ///< GPU: time every convolution algorithm once (cudnnFind*)
   /// Layer fusion: auto (relu into the add or batchnorm before it, in-place gradient sums where
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
-  std::string fuse = "auto";
+  FuseOption fuse = FuseOption::automatic;
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
   /// Model parallelism (model/pipeline_plan.hpp): pipeline stages P, micro-batches M per
   /// mini-batch (M divides batch_size) and their schedule (gpipe | 1f1b). P = 1, M = 1: none.
   int pipeline_stages = 1;
   int micro_batches = 1;
-  std::string schedule = "1f1b";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and
   /// cudaProfilerStop (empty: none). See StepRange.
   std::string profile_steps;
-  std::string allreduce = "auto";  ///< auto | mpi | hierarchical | nccl
-  std::string wire_dtype = "fp32";  ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
+  AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
+  WireDtype wire_dtype =
+      WireDtype::fp32;            ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
   double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
@@ -232,15 +140,15 @@ struct Config {
   bool skip_nonfinite = false;    ///< skip steps with non-finite gradients (false: stop the run)
 
   // inference (dtrain predict)
-  std::string command = "train";  ///< train | predict (the subcommand; train when none is given)
+  Subcommand command = Subcommand::train;  ///< train | predict | export (train when none is given)
   std::string checkpoint;         ///< predict: the checkpoint to score with
   std::string data;               ///< predict: HDF5 images (labels optional) to score
   std::string out;                ///< predict: the predictions file to create (never overwritten)
   // named tensors (train/pretrained.hpp)
   std::string init_from;          ///< train, predict: start from this safetensors file's tensors
   std::string init_exclude;       ///< comma-separated name prefixes --init-from leaves out
-  std::string export_format = "safetensors";  ///< export: --format safetensors | onnx
-  std::string export_dtype = "f32";           ///< export: --dtype f32 | bf16
+  ExportFormat export_format = ExportFormat::safetensors;  ///< export: --format safetensors | onnx
+  ExportDtype export_dtype = ExportDtype::f32;             ///< export: --dtype f32 | bf16
 
   std::string config_file;        ///< the job file read, if any
   std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/options.hpp"  // Precision, OptimizerKind (the options' enums)
 #include "dtrain/tensor/shape.hpp"
 
 namespace dtrain {
@@ -64,8 +65,8 @@ const char* dtype_name(DType t);
 /// emulation, two differences of at most one bf16 rounding per element remain on CUDA: cuDNN
 /// writes a convolution's weight gradient in the filter's type (bf16, as PyTorch's autocast does)
 /// before dtrain widens it, and a layer's bias is added to the bf16-rounded product (the
-/// emulation, like oneDNN, rounds the sum once).
-enum class Precision { fp32, bf16 };
+/// emulation, like oneDNN, rounds the sum once). The enum Precision is --precision's
+/// (core/options.hpp).
 /// "fp32" | "bf16".
 const char* precision_name(Precision p);
 /// The element type of activations under precision p: f32, or bf16 for Precision::bf16.
@@ -287,9 +288,8 @@ class SoftmaxXentOp {
 /// batch ≥ 1, classes ≥ 1 and 0 ≤ ε < 1.
 void check_softmax_xent(int batch, int classes, float smoothing);
 
-/// The update rule: SGD, SGD with momentum (optionally Nesterov), Adam, or the layer-wise
-/// rules LARS and LAMB (Backend::layerwise_update).
-enum class OptimizerKind { sgd, momentum, adam, lars, lamb };
+// The update rule, OptimizerKind (sgd, momentum, adam; the layer-wise lars, lamb: Backend::
+// layerwise_update), is --optimizer's enum (core/options.hpp).
 /// Hyper-parameters of one optimizer update over a flat range of parameters.
 struct OptimizerUpdate {
   OptimizerKind kind = OptimizerKind::sgd;

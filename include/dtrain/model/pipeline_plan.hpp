@@ -11,16 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/options.hpp"  // PipelineSchedule (--schedule)
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
-
-enum class PipelineSchedule { gpipe, one_f_one_b };
-
-/// "gpipe" | "1f1b".
-const char* to_string(PipelineSchedule s);
-/// Parses "gpipe" | "1f1b"; throws InputError naming --schedule otherwise.
-PipelineSchedule parse_schedule(const std::string& text);
 
 /// One stage: layers [first, last] (indices in line order).
 struct PipelineStage {

@@ -48,9 +48,6 @@ float learning_rate(const Config& c, std::int64_t step, std::int64_t total_steps
 /// μ. Other modes (and W = 1): μ. Pure function.
 float ps_momentum(const Config& c, int workers, std::int64_t step, std::int64_t total_steps);
 
-/// OptimizerKind from "sgd" | "momentum" | "adam" | "lars" | "lamb". Throws InputError otherwise.
-OptimizerKind optimizer_kind(const std::string& name);
-
 /// Whether `kind` is a layer-wise rule (lars, lamb): one update over whole tensors.
 inline bool is_layerwise(OptimizerKind kind) {
   return kind == OptimizerKind::lars || kind == OptimizerKind::lamb;

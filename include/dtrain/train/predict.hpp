@@ -27,7 +27,7 @@
 
 namespace dtrain {
 
-/// Runs `dtrain predict` (c.command == "predict") on MPI_COMM_WORLD; every rank calls it.
+/// Runs `dtrain predict` (c.command == Subcommand::predict) on MPI_COMM_WORLD; every rank calls it.
 /// Returns the exit code (0). Set-up errors are agreed by every rank (comm/guard.hpp) and thrown
 /// as ReportedError after one message: --out exists, --checkpoint unreadable or of another model
 /// (names the checkpoint and the first differing layer), --data unreadable, without `images`, or

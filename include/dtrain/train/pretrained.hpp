@@ -75,7 +75,7 @@ std::string check_init_from(const Config& c, const Model& layout);
 /// model rebuilt from the configuration it carries (format 1). Throws InputError naming `path`
 /// when neither gives names that fit its buffers.
 std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::string& path,
-                                       const std::string& dtype);
+                                       ExportDtype dtype);
 
 /// The model of checkpoint `s` (read from `path`), layout only: rebuilt from the `layer =` lines
 /// of the configuration it carries, for its input shape and class count (checkpoint_input()).
@@ -83,7 +83,7 @@ std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::stri
 /// Model's constructor throws.
 std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path);
 
-/// `dtrain export` (c.command == "export") on MPI_COMM_WORLD: --format safetensors
+/// `dtrain export` (Subcommand::export_tensors) on MPI_COMM_WORLD: --format safetensors
 /// (export_tensors(), write_safetensors()) or onnx (export_onnx()); rank 0 works, every rank agrees
 /// on the outcome (one error, as run_predict()). Returns the exit code (0). Errors, with nothing
 /// written: --out existing or its directory missing (checked before the checkpoint is read),

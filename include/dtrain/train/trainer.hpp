@@ -37,25 +37,19 @@ int planned_gpu(const Config& c, const Cluster& cluster);
 /// capability 8.0; LibraryError when a CUDA, cuDNN, cuBLAS or oneDNN set-up call fails.
 std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, std::string& name);
 
-/// --precision as a Precision (the option is validated by Config: "fp32" | "bf16").
-[[nodiscard]] inline Precision precision_of(const Config& c) {
-  return c.precision == "bf16" ? Precision::bf16 : Precision::fp32;
-}
-
-/// --layout on a backend of `device` (the option is validated by Config: "auto" | "nchw" |
-/// "nhwc"). auto: NHWC on the CPU — oneDNN's jit batchnorm and its wide convolutions read NHWC in
-/// place, where NCHW goes through reorders to their blocked layouts (measured when NCHW batchnorm
-/// still ran oneDNN's plain ncsp loop: Fashion-MNIST CNN ×1.24 samples/s, ResNet-20 ×1.20,
-/// ResNet-50 ×1.08; docs/design.md). On GPUs NHWC too — what tensor-core convolutions read, and
-/// where cuDNN fuses batchnorm with relu and with add + relu (H200, tests/benchmarks/gpu_bench.sh:
-/// ResNet-50 TF32 ×1.64, Fashion-MNIST CNN ×1.14 at batch 64, ×1.18 at 512) — except with
-/// --math fp32 in fp32 precision, where FMA convolutions run NCHW about twice as fast (ResNet-50
-/// 988 against 511 samples/s; docs/gpu.md).
+/// --layout on a backend of `device`. auto: NHWC on the CPU — oneDNN's jit batchnorm and its wide
+/// convolutions read NHWC in place, where NCHW goes through reorders to their blocked layouts
+/// (measured when NCHW batchnorm still ran oneDNN's plain ncsp loop: Fashion-MNIST CNN ×1.24
+/// samples/s, ResNet-20 ×1.20, ResNet-50 ×1.08; docs/design.md). On GPUs NHWC too — what
+/// tensor-core convolutions read, and where cuDNN fuses batchnorm with relu and with add + relu
+/// (H200, tests/benchmarks/gpu_bench.sh: ResNet-50 TF32 ×1.64, Fashion-MNIST CNN ×1.14 at batch 64,
+/// ×1.18 at 512) — except with --math fp32 in fp32 precision, where FMA convolutions run NCHW
+/// about twice as fast (ResNet-50 988 against 511 samples/s; docs/gpu.md).
 [[nodiscard]] inline Layout layout_of(const Config& c, Device device) {
-  if (c.layout == "nhwc") return Layout::nhwc;
-  if (c.layout == "nchw") return Layout::nchw;
+  if (c.layout == LayoutOption::nhwc) return Layout::nhwc;
+  if (c.layout == LayoutOption::nchw) return Layout::nchw;
   if (device == Device::cpu) return Layout::nhwc;
-  return c.math == "fp32" && c.precision != "bf16" ? Layout::nchw : Layout::nhwc;
+  return c.math == MathOption::fp32 && c.precision != Precision::bf16 ? Layout::nchw : Layout::nhwc;
 }
 
 /// Runs this rank's role on MPI_COMM_WORLD and returns the process exit code (0, or kExitSignalled

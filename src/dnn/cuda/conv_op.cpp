@@ -117,122 +117,21 @@ void log_once(const std::string& line) {
 
 class CudaConvOp final : public ConvOp {
  public:
-  CudaConvOp(CudaBackend& be, const ConvDesc& d) : be_(be) {
+  CudaConvOp(CudaBackend& be, const ConvDesc& d) : be_(be), desc_(d) {
     const Shape out = d.output();  // InputError for impossible shapes
-    const Shape& in = d.input;
-    const Layout layout = be.layout();
-    t_ = be.act_dtype();
-    x_desc_ = TensorDesc::of(in, layout, t_);
-    y_desc_ = TensorDesc::of(out, layout, t_);
-    // NHWC activations take a KRSC filter (what PyTorch's channels_last weights are): the K×C×R×S
-    // weights are converted into w_krsc_ per call, the gradient back from dw_krsc_ (nothing to
-    // convert for 1×1 kernels or one input channel, where the two orders coincide); bf16 rounds
-    // in the same kernel. Otherwise bf16 rounds them into w_lp_ (and widens the gradient from
-    // dw_lp_).
-    w_desc_ = FilterDesc::make(layout, d.out_channels, in.c, d.kernel.h, d.kernel.w, t_);
-    w_shape_ = Shape{d.out_channels, in.c, d.kernel.h, d.kernel.w};
-    const std::size_t wbytes = w_shape_.count() * dtype_size(t_);
-    krsc_ = be.differs_from_nchw(w_shape_);
-    if (krsc_) {
-      w_krsc_ = DeviceMemory::create(wbytes);
-      dw_krsc_ = DeviceMemory::create(wbytes);
-    }
-    if (t_ != DType::f32 && !krsc_) {
-      w_lp_ = DeviceMemory::create(wbytes);
-      dw_lp_ = DeviceMemory::create(wbytes);
-    }
+    make_tensors(out);
     // bf16 runs on tensor cores whatever --math says (there is no bf16 FMA path worth having).
-    const bool tf32 = be.math() == MathMode::tf32 || t_ == DType::bf16;
-    // Without tensor ops every descriptor is FMA math: a pick reported as CUDNN_DEFAULT_MATH would
-    // otherwise let cuDNN use TF32 for fp32 data on compute capability >= 8.0.
-    auto make_desc = [&](cudnnMathType_t m) {
-      return ConvolutionDesc::create(d.pad.h, d.pad.w, d.stride.h, d.stride.w,
-                                     tf32 ? m : CUDNN_FMA_MATH);
-    };
-    const ConvolutionDesc query = make_desc(tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
-    bias_ = d.bias;
-    // The per-channel kernels see an NHWC tensor as (N·H·W)×C×1×1, the same memory.
-    out_shape_ = layout == Layout::nhwc ? ChannelShape{out.n * out.h * out.w, out.c, 1, 1}
-                                        : ChannelShape{out.n, out.c, out.h, out.w};
-    if (bias_)
-      bias_scratch_ = DeviceMemory::create(channel_scratch_floats(out_shape_) * sizeof(float));
-
+    tf32_ = be.math() == MathMode::tf32 || t_ == DType::bf16;
+    const ConvolutionDesc query = conv_desc(tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     int n = 0, c = 0, h = 0, w = 0;
     DT_CHECK_CUDNN(
         cudnnGetConvolution2dForwardOutputDim(query, x_desc_, w_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
-
-    const std::string shape =
-        in.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() + " p=" + d.pad.str() +
-        " filters=" + std::to_string(d.out_channels);
-    cudnnHandle_t handle = be.cudnn();
-    const bool bench = be.cudnn_benchmark();
-    const bool det = be.deterministic();
-    const std::size_t limit =
-        be.conv_workspace_mb() > 0 ? be.conv_workspace_mb() << 20 : kConvWorkspaceLimit;
-    // What makes two convolutions the same problem for the benchmark's cache.
-    const std::string key = shape + (t_ == DType::bf16 ? " bf16" : tf32 ? " tf32" : " fp32") + " " +
-                            layout_name(layout) + (det ? " deterministic" : "") + " ws<=" +
-                            std::to_string(limit >> 20) + "MiB";
-    std::size_t need = 0;
-    std::string chosen;
-    {
-      int max = 0;
-      DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
-      const auto p = choose<cudnnConvolutionFwdAlgoPerf_t>(
-          max, bench, "forward", key, tf32, det, limit,
-          [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
-            return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
-                                                                y_desc_, n, got, r)
-                         : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
-                                                                  y_desc_, n, got, r);
-          });
-      fwd_algo_ = p.algo;
-      fwd_desc_ = make_desc(p.mathType);
-      chosen += describe("fwd", p);
-    }
-    {
-      int max = 0;
-      DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
-      const auto p = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-          max, bench, "backward-data", key, tf32, det, limit,
-          [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
-            return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_,
-                                                                     query, x_desc_, n, got, r)
-                         : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_, y_desc_,
-                                                                       query, x_desc_, n, got, r);
-          });
-      bwd_data_algo_ = p.algo;
-      bwd_data_desc_ = make_desc(p.mathType);
-      chosen += ", " + describe("bwd-data", p);
-    }
-    {
-      int max = 0;
-      DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
-      const auto p = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          max, bench, "backward-filter", key, tf32, det, limit,
-          [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
-            return bench ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc_, y_desc_,
-                                                                       query, w_desc_, n, got, r)
-                         : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc_, y_desc_,
-                                                                         query, w_desc_, n, got, r);
-          });
-      bwd_filter_algo_ = p.algo;
-      bwd_filter_desc_ = make_desc(p.mathType);
-      chosen += ", " + describe("bwd-filter", p);
-    }
-    // The sizes for the descriptors actually used (the heuristics' estimates may differ).
-    std::size_t fwd = 0, bd = 0, bf = 0;
-    DT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_, w_desc_, fwd_desc_,
-                                                           y_desc_, fwd_algo_, &fwd));
-    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        handle, w_desc_, y_desc_, bwd_data_desc_, x_desc_, bwd_data_algo_, &bd));
-    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
-    need = std::max(fwd, std::max(bd, bf));
-    be.reserve_workspace(need);
-    log_once("cuDNN conv " + key + (bench ? ", timed" : "") + ": " + chosen);
+    const std::string key = problem_key();
+    const std::string chosen = choose_algorithms(query, key);
+    reserve_workspace();
+    log_once("cuDNN conv " + key + (be.cudnn_benchmark() ? ", timed" : "") + ": " + chosen);
   }
 
   void forward(const void* x, const float* w, const float* b, void* y) override {
@@ -290,12 +189,132 @@ class CudaConvOp final : public ConvOp {
     be_.cast(w, DType::f32, w_lp_.get(), t_, w_shape_.count());
     return w_lp_.get();
   }
+  /// The tensor and filter descriptors, the filter copies and the bias scratch of desc_.
+  void make_tensors(const Shape& out) {
+    const Shape& in = desc_.input;
+    const Layout layout = be_.layout();
+    t_ = be_.act_dtype();
+    x_desc_ = TensorDesc::of(in, layout, t_);
+    y_desc_ = TensorDesc::of(out, layout, t_);
+    // NHWC activations take a KRSC filter (what PyTorch's channels_last weights are): the K×C×R×S
+    // weights are converted into w_krsc_ per call, the gradient back from dw_krsc_ (nothing to
+    // convert for 1×1 kernels or one input channel, where the two orders coincide); bf16 rounds
+    // in the same kernel. Otherwise bf16 rounds them into w_lp_ (and widens the gradient from
+    // dw_lp_).
+    w_desc_ =
+        FilterDesc::make(layout, desc_.out_channels, in.c, desc_.kernel.h, desc_.kernel.w, t_);
+    w_shape_ = Shape{desc_.out_channels, in.c, desc_.kernel.h, desc_.kernel.w};
+    const std::size_t wbytes = w_shape_.count() * dtype_size(t_);
+    krsc_ = be_.differs_from_nchw(w_shape_);
+    if (krsc_) {
+      w_krsc_ = DeviceMemory::create(wbytes);
+      dw_krsc_ = DeviceMemory::create(wbytes);
+    }
+    if (t_ != DType::f32 && !krsc_) {
+      w_lp_ = DeviceMemory::create(wbytes);
+      dw_lp_ = DeviceMemory::create(wbytes);
+    }
+    bias_ = desc_.bias;
+    // The per-channel kernels see an NHWC tensor as (N·H·W)×C×1×1, the same memory.
+    out_shape_ = layout == Layout::nhwc ? ChannelShape{out.n * out.h * out.w, out.c, 1, 1}
+                                        : ChannelShape{out.n, out.c, out.h, out.w};
+    if (bias_)
+      bias_scratch_ = DeviceMemory::create(channel_scratch_floats(out_shape_) * sizeof(float));
+  }
+
+  /// A convolution descriptor of desc_ with math m; without tensor ops every descriptor is FMA
+  /// math: a pick reported as CUDNN_DEFAULT_MATH would otherwise let cuDNN use TF32 for fp32 data
+  /// on compute capability >= 8.0.
+  [[nodiscard]] ConvolutionDesc conv_desc(cudnnMathType_t m) const {
+    return ConvolutionDesc::create(desc_.pad.h, desc_.pad.w, desc_.stride.h, desc_.stride.w,
+                                   tf32_ ? m : CUDNN_FMA_MATH);
+  }
+
+  /// The most workspace one algorithm may use, bytes (--conv-workspace-mb).
+  [[nodiscard]] std::size_t workspace_limit() const {
+    return be_.conv_workspace_mb() > 0 ? be_.conv_workspace_mb() << 20 : kConvWorkspaceLimit;
+  }
+
+  /// What makes two convolutions the same problem for the benchmark's cache (and the log).
+  [[nodiscard]] std::string problem_key() const {
+    const ConvDesc& d = desc_;
+    const std::string shape = d.input.str() + " k=" + d.kernel.str() + " s=" + d.stride.str() +
+                              " p=" + d.pad.str() + " filters=" + std::to_string(d.out_channels);
+    const std::string math = t_ == DType::bf16 ? " bf16" : (tf32_ ? " tf32" : " fp32");
+    return shape + math + " " + layout_name(be_.layout()) +
+           (be_.deterministic() ? " deterministic" : "") +
+           " ws<=" + std::to_string(workspace_limit() >> 20) + "MiB";
+  }
+
+  /// The forward, backward-data and backward-filter algorithms (cuDNN's heuristics, or timed with
+  /// --cudnn-benchmark) and their descriptors; returns them described for the log.
+  std::string choose_algorithms(const ConvolutionDesc& query, const std::string& key) {
+    cudnnHandle_t handle = be_.cudnn();
+    const bool bench = be_.cudnn_benchmark();
+    const bool det = be_.deterministic();
+    const std::size_t limit = workspace_limit();
+    std::string chosen;
+    int max = 0;
+    DT_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
+    const auto f = choose<cudnnConvolutionFwdAlgoPerf_t>(
+        max, bench, "forward", key, tf32_, det, limit,
+        [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* r) {
+          return bench ? cudnnFindConvolutionForwardAlgorithm(handle, x_desc_, w_desc_, query,
+                                                              y_desc_, n, got, r)
+                       : cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_, w_desc_, query,
+                                                                y_desc_, n, got, r);
+        });
+    fwd_algo_ = f.algo;
+    fwd_desc_ = conv_desc(f.mathType);
+    chosen += describe("fwd", f);
+    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
+    const auto bd = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+        max, bench, "backward-data", key, tf32_, det, limit,
+        [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+          return bench ? cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc_, y_desc_, query,
+                                                                   x_desc_, n, got, r)
+                       : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_, y_desc_,
+                                                                     query, x_desc_, n, got, r);
+        });
+    bwd_data_algo_ = bd.algo;
+    bwd_data_desc_ = conv_desc(bd.mathType);
+    chosen += ", " + describe("bwd-data", bd);
+    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
+    const auto bf = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        max, bench, "backward-filter", key, tf32_, det, limit,
+        [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+          return bench ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc_, y_desc_,
+                                                                     query, w_desc_, n, got, r)
+                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc_, y_desc_,
+                                                                       query, w_desc_, n, got, r);
+        });
+    bwd_filter_algo_ = bf.algo;
+    bwd_filter_desc_ = conv_desc(bf.mathType);
+    return chosen + ", " + describe("bwd-filter", bf);
+  }
+
+  /// Reserves the backend's workspace for the descriptors actually used (the heuristics'
+  /// estimates may differ).
+  void reserve_workspace() {
+    cudnnHandle_t handle = be_.cudnn();
+    std::size_t fwd = 0, bd = 0, bf = 0;
+    DT_CHECK_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_, w_desc_, fwd_desc_,
+                                                           y_desc_, fwd_algo_, &fwd));
+    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        handle, w_desc_, y_desc_, bwd_data_desc_, x_desc_, bwd_data_algo_, &bd));
+    DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
+    be_.reserve_workspace(std::max(fwd, std::max(bd, bf)));
+  }
+
   /// Whether filter() makes a copy (bf16 and/or KRSC) rather than returning w.
   [[nodiscard]] bool copies() const { return krsc_ || t_ != DType::f32; }
   /// The copy filter() made last (its buffers still hold it); only when copies().
   [[nodiscard]] const void* converted() const { return krsc_ ? w_krsc_.get() : w_lp_.get(); }
 
   CudaBackend& be_;
+  ConvDesc desc_;         ///< the convolution, as made
+  bool tf32_ = false;     ///< tensor-op math allowed (--math tf32, or bf16)
   DType t_ = DType::f32;  ///< activations and the filter cuDNN reads
   TensorDesc x_desc_, y_desc_;
   FilterDesc w_desc_;
