@@ -565,12 +565,14 @@ void validate_layerwise(const Config& c) {
   if (c.optimizer != OptimizerKind::lars && c.optimizer != OptimizerKind::lamb) return;
   const std::string name = to_string(c.optimizer);
   DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
-             "option --optimizer: " + name + " needs --mode sync --num-ps 0 (allreduce): its trust "
-             "ratios take norms over whole tensors, but a parameter server holds a shard cut "
-             "across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
+             "option --optimizer: " + name +
+                 " needs --mode sync --num-ps 0 (allreduce): its trust "
+                 "ratios take norms over whole tensors, but a parameter server holds a shard cut "
+                 "across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
   DT_REQUIRE(c.device != DeviceOption::cuda,
-             "option --optimizer: " + name + " is not implemented on the CUDA backend (the "
-             "layer-wise rules run on CPU workers: --device cpu)");
+             "option --optimizer: " + name +
+                 " is not implemented on the CUDA backend (the "
+                 "layer-wise rules run on CPU workers: --device cpu)");
 }
 
 /// The data files or --synthetic, and --synthetic-samples.

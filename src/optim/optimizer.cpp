@@ -105,8 +105,8 @@ std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<Tenso
 
 Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int64_t total_steps,
                      std::vector<FloatRange> no_decay, std::vector<ParamSegment> segments)
-    : config_(c), backend_(backend), n_(n), total_steps_(total_steps),
-      kind_(c.optimizer), no_decay_(std::move(no_decay)) {
+    : config_(c), backend_(backend), n_(n), total_steps_(total_steps), kind_(c.optimizer),
+      no_decay_(std::move(no_decay)) {
   for (const FloatRange& r : no_decay_)
     DT_REQUIRE(r.begin < r.end && r.end <= n_, "optimizer: no-decay range outside the parameters");
   if (is_layerwise(kind_)) {
@@ -115,8 +115,7 @@ Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int6
     u.kind = kind_;
     DT_REQUIRE(!segments_.empty() && check_layerwise(u, segments_) == n_,
                "optimizer: " + std::string(to_string(c.optimizer)) +
-                   " needs the tensors covering all " +
-                   std::to_string(n_) + " parameters");
+                   " needs the tensors covering all " + std::to_string(n_) + " parameters");
   }
   if (kind_ != OptimizerKind::sgd) m_ = DeviceBuffer<float>(backend, n);
   if (kind_ == OptimizerKind::adam || kind_ == OptimizerKind::lamb)
@@ -157,7 +156,7 @@ bool Optimizer::apply_range(float* params, const float* grads, float* into, std:
     DT_REQUIRE(begin == 0 && end == n_ && into == nullptr,
                "optimizer: " + std::string(to_string(config_.optimizer)) +
                    " updates all parameters at once (its trust "
-               "ratios need whole tensors), not a range or a ps chunk");
+                   "ratios need whole tensors), not a range or a ps chunk");
     return backend_.layerwise_update(u, segments_, params, grads, m_.data(), v_.data());
   }
   // The update is elementwise, so running it per range (of equal decay, or a ps's chunk) changes

@@ -40,9 +40,8 @@ class AllreduceExchange final : public GradientExchange {
       : c_(c), plan_(plan), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
         opt_(c, model.backend(), model.param_count(), plan.total_steps,
              no_decay_ranges(c, model.param_tensors(), 0, model.param_count()),
-             is_layerwise(c.optimizer)
-                 ? param_segments(model.param_tensors(), model.param_count())
-                 : std::vector<ParamSegment>{}),
+             is_layerwise(c.optimizer) ? param_segments(model.param_tensors(), model.param_count())
+                                       : std::vector<ParamSegment>{}),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
     const bool gpu = be.device() == Device::cuda;

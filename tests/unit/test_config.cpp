@@ -658,8 +658,9 @@ TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr", "0.1", "--lr-min", "0.2"})),
                   "--lr-min");
   EXPECT_EQ(c.optimizer, OptimizerKind::lars);
-  EXPECT_EQ(parse(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0"})).config.optimizer,
-            OptimizerKind::lamb);
+  EXPECT_EQ(
+      parse(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0"})).config.optimizer,
+      OptimizerKind::lamb);
 }
 
 }  // namespace

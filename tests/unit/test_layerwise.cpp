@@ -152,8 +152,9 @@ TEST(Layerwise, WholeBufferOnlyAndNonFiniteReported) {
   g[5] = NAN;
   EXPECT_FALSE(opt.apply(p.data(), g.data(), 0));
   EXPECT_THROW(Optimizer(config(OptimizerKind::lamb), *be, kN, 10), InputError);  // no tensor table
-  EXPECT_THROW(Optimizer(config(OptimizerKind::lamb), *be, kN + 1, 10, {}, param_segments(tensors(), kN)),
-               InputError);  // the table does not cover the parameters
+  EXPECT_THROW(
+      Optimizer(config(OptimizerKind::lamb), *be, kN + 1, 10, {}, param_segments(tensors(), kN)),
+      InputError);  // the table does not cover the parameters
 }
 
 }  // namespace
