@@ -25,7 +25,6 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats) {
   return out;
 }
 
-
 BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats,
                                      bool overlap, const ReduceOptions& how)
     : comm_(comm), count_(count), buckets_(plan_buckets(count, bucket_floats)) {
@@ -41,8 +40,8 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size
     std::size_t largest = 0;
     for (const Bucket& b : buckets_) largest = std::max(largest, b.end - b.begin);
     try {
-      hier_ = std::make_unique<HierarchicalAllreduce>(comm, largest + 1, how.wire,
-                                                      how.ranks_per_node);
+      hier_ =
+          std::make_unique<HierarchicalAllreduce>(comm, largest + 1, how.wire, how.ranks_per_node);
     } catch (const LibraryError& e) {  // thrown on every rank alike (hierarchical.hpp)
       if (!how.fallback_to_flat) throw;
       int rank = 0;
@@ -113,8 +112,9 @@ void BucketedAllreduce::reduce(std::size_t k, int track) {
     MPI_Request req = MPI_REQUEST_NULL;
     DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data_ + b.begin, static_cast<int>(n), MPI_FLOAT,
                                 MPI_SUM, comm_, &req));
-    wait_one(req, timeout_s_, "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
-                                  std::to_string(buckets_.size()) + " over the workers");
+    wait_one(req, timeout_s_,
+             "gradient allreduce of bucket " + std::to_string(k + 1) + "/" +
+                 std::to_string(buckets_.size()) + " over the workers");
   }
 }
 

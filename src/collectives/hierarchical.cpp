@@ -59,8 +59,8 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
                                              WireDtype leaders_wire, int ranks_per_node) {
   const int worker_rank = comm_rank(workers);
   MPI_Comm shared = MPI_COMM_NULL;
-  DT_CHECK_MPI(MPI_Comm_split_type(workers, MPI_COMM_TYPE_SHARED, worker_rank, MPI_INFO_NULL,
-                                   &shared));
+  DT_CHECK_MPI(
+      MPI_Comm_split_type(workers, MPI_COMM_TYPE_SHARED, worker_rank, MPI_INFO_NULL, &shared));
   if (ranks_per_node > 0) {
     DT_CHECK_MPI(MPI_Comm_split(shared, worker_rank / ranks_per_node, worker_rank, &node_));
     MPI_Comm_free(&shared);
@@ -69,8 +69,8 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   }
   local_rank_ = comm_rank(node_);
   local_size_ = comm_size(node_);
-  DT_CHECK_MPI(MPI_Comm_split(workers, local_rank_ == 0 ? 0 : MPI_UNDEFINED, worker_rank,
-                              &leaders_));
+  DT_CHECK_MPI(
+      MPI_Comm_split(workers, local_rank_ == 0 ? 0 : MPI_UNDEFINED, worker_rank, &leaders_));
   if (leaders_ != MPI_COMM_NULL) nodes_ = comm_size(leaders_);
   DT_CHECK_MPI(MPI_Bcast(&nodes_, 1, MPI_INT, 0, node_));
   int world_rank = 0;
@@ -105,8 +105,8 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   if (share) {
     DT_CHECK_MPI(MPI_Bcast(id, 3, MPI_LONG_LONG, 0, node_));
     if (local_rank_ != 0 && id[1] >= 0) {
-      auto ring = SharedRing::open(static_cast<int>(id[0]), static_cast<int>(id[1]), bytes,
-                                   id[2], &why);
+      auto ring =
+          SharedRing::open(static_cast<int>(id[0]), static_cast<int>(id[1]), bytes, id[2], &why);
       if (ring) segment_ = std::make_unique<SharedRing>(std::move(*ring));
     } else if (local_rank_ != 0) {
       why = "the node's leader could not make the segment";
@@ -117,13 +117,13 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   if (any) {
     if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);  // no destructor after a throw
     MPI_Comm_free(&node_);
-    throw LibraryError(format_error(
-        "--allreduce hierarchical: " +
-            (failed ? "worker rank " + std::to_string(worker_rank) +
-                          " cannot share the node's memory: " + why
-                    : std::string("another worker cannot share its node's memory")) +
-            " (use --allreduce mpi)",
-        __FILE__, __LINE__));
+    throw LibraryError(
+        format_error("--allreduce hierarchical: " +
+                         (failed ? "worker rank " + std::to_string(worker_rank) +
+                                       " cannot share the node's memory: " + why
+                                 : std::string("another worker cannot share its node's memory")) +
+                         " (use --allreduce mpi)",
+                     __FILE__, __LINE__));
   }
   if (!share) return;
   control_ = reinterpret_cast<std::uint64_t*>(segment_->data());
@@ -140,7 +140,8 @@ HierarchicalAllreduce::~HierarchicalAllreduce() {
 
 float* HierarchicalAllreduce::slot(int set, int l) const {
   return slots_ + (static_cast<std::size_t>(set) * static_cast<std::size_t>(local_size_) +
-                   static_cast<std::size_t>(l)) * capacity_;
+                   static_cast<std::size_t>(l)) *
+                      capacity_;
 }
 
 void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, const char* phase) {
@@ -169,25 +170,26 @@ void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, c
         if (std::atomic_ref<std::uint64_t>(control_[p * kLineWords + 1])
                 .load(std::memory_order_acquire) >= arrivals_)
           continue;
-        const std::uint64_t pid =
-            std::atomic_ref<std::uint64_t>(control_[p * kLineWords]).load(std::memory_order_acquire);
+        const std::uint64_t pid = std::atomic_ref<std::uint64_t>(control_[p * kLineWords])
+                                      .load(std::memory_order_acquire);
         const std::string who = "worker " + std::to_string(worker_rank_of_[p]) + " (world rank " +
-                                std::to_string(world_rank_of_[p]) + ", pid " +
-                                std::to_string(pid) + (p == 0 ? ", the node's leader" : "") + ")";
+                                std::to_string(world_rank_of_[p]) + ", pid " + std::to_string(pid) +
+                                (p == 0 ? ", the node's leader" : "") + ")";
         if (!alive(pid)) {
           // A peer that failed on its own has called MPI_Abort, and mpirun is about to end this
           // process too: its message is the one to read. Only a death nobody reports (SIGKILL,
           // a launcher that does not kill the rest) is ours to name, after a grace period.
           if (dead_since < 0) dead_since = now;
           if (now - dead_since >= kDeadGrace)
-            throw RuntimeFault(format_error(what + " (" + phase + "): " + who +
-                                                " died; the job cannot go on",
-                                            __FILE__, __LINE__));
+            throw RuntimeFault(
+                format_error(what + " (" + phase + "): " + who + " died; the job cannot go on",
+                             __FILE__, __LINE__));
         }
         late += (late.empty() ? "" : ", ") + who;
       }
       if (now - t0 > timeout_s)
-        throw TimeoutError(timeout_s, what + " (" + phase + ", shared memory), waiting for " + late);
+        throw TimeoutError(timeout_s,
+                           what + " (" + phase + ", shared memory), waiting for " + late);
     }
   }
 }

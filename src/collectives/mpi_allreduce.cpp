@@ -68,15 +68,15 @@ class MpiAllreduce final : public GradientAllreduce {
   Backend& backend_;
   float* staging_ = nullptr;
   std::size_t capacity_ = 0;
-  std::size_t max_count_;  ///< floats per MPI_Iallreduce
+  std::size_t max_count_;                ///< floats per MPI_Iallreduce
   std::unique_ptr<WireAllreduce> wire_;  ///< --wire-dtype bf16|fp16
 };
 
 }  // namespace
 
 std::unique_ptr<GradientAllreduce> make_mpi_allreduce(MPI_Comm comm, Backend& backend,
-                                                      std::size_t max_floats,
-                                                      std::size_t max_count, WireDtype wire) {
+                                                      std::size_t max_floats, std::size_t max_count,
+                                                      WireDtype wire) {
   return std::make_unique<MpiAllreduce>(comm, backend, max_floats, max_count, wire);
 }
 

@@ -10,9 +10,9 @@
 // sum (start_sum(): a bucket, while backward runs; allreduce_sum(): start and wait) runs on the
 // object's own stream after an event recorded on the backend's stream (so the gradients computed
 // there are complete, and the kernels queued later overlap it); wait() then waits for the NCCL
-// stream with a deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the communicator is
-// aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is thrown, so that no
-// rank stays blocked inside NCCL.
+// stream with a deadline, polling ncclCommGetAsyncError. On any NCCL error or timeout the
+// communicator is aborted (ncclCommAbort, as PyTorch's NCCLComm::abort) before LibraryError is
+// thrown, so that no rank stays blocked inside NCCL.
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -66,8 +66,9 @@ class NcclComm {
     std::thread watchdog([&] {
       std::unique_lock<std::mutex> lock(mu);
       if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
-      log_error(TimeoutError(timeout_s, "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
-                                            std::to_string(size) + " joining the NCCL communicator)",
+      log_error(TimeoutError(timeout_s,
+                             "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
+                                 std::to_string(size) + " joining the NCCL communicator)",
                              "a peer rank is stuck, died, or cannot reach this one")
                     .what());
       MPI_Abort(MPI_COMM_WORLD, kExitFault);

@@ -80,9 +80,12 @@ WireDtype parse_wire_dtype(const std::string& text, const std::string& option) {
 
 const char* to_string(WireDtype w) {
   switch (w) {
-    case WireDtype::bf16: return "bf16";
-    case WireDtype::fp16: return "fp16";
-    default: return "fp32";
+    case WireDtype::bf16:
+      return "bf16";
+    case WireDtype::fp16:
+      return "fp16";
+    default:
+      return "fp32";
   }
 }
 
@@ -118,12 +121,12 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
              "--wire-dtype: a sum of " + std::to_string(n) + " values exceeds MPI's count limit");
   if (wire_ == WireDtype::fp32) {
     if (blocking) {
-      DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                                 comm_));
+      DT_CHECK_MPI(
+          MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_));
     } else {
       MPI_Request req = MPI_REQUEST_NULL;
-      DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                                  comm_, &req));
+      DT_CHECK_MPI(
+          MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req));
       wait_one(req, timeout_s, what);
     }
     return;
@@ -152,7 +155,8 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
     }
   };
   // 1. Reduce-scatter: everyone's segment j to rank j, 16 bits a value.
-  run([&] {
+  run(
+      [&] {
         return MPI_Alltoallv(send_.data(), counts_.data(), displs_.data(), MPI_UINT16_T,
                              recv_.data(), rcounts.data(), rdispls.data(), MPI_UINT16_T, comm_);
       },
@@ -172,7 +176,8 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
     encode_wire(wire_, acc_.data(), send_.data() + displs_[rank_], m);
   }
   // 3. Allgather of the 16-bit sums; every rank decodes the same bits.
-  run([&] {
+  run(
+      [&] {
         return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send_.data(), counts_.data(),
                               displs_.data(), MPI_UINT16_T, comm_);
       },

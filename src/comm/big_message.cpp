@@ -56,9 +56,11 @@ ByteType byte_type(std::size_t bytes, std::size_t limit) {
   if (bytes <= limit) return {MPI_BYTE, static_cast<int>(bytes), false};
   const std::size_t q = bytes / limit, r = bytes % limit;
   if (q > kMpiMaxCount)  // only with a tiny DTRAIN_TEST_MAX_MPI_COUNT
-    throw Error(format_error("a message of " + std::to_string(bytes) + " bytes needs more than "
-                             "INT_MAX blocks of the MPI count limit " + std::to_string(limit) +
-                             " bytes", __FILE__, __LINE__));
+    throw Error(format_error("a message of " + std::to_string(bytes) +
+                                 " bytes needs more than "
+                                 "INT_MAX blocks of the MPI count limit " +
+                                 std::to_string(limit) + " bytes",
+                             __FILE__, __LINE__));
   MPI_Datatype block = MPI_DATATYPE_NULL, blocks = MPI_DATATYPE_NULL, whole = MPI_DATATYPE_NULL;
   DT_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(limit), MPI_BYTE, &block));
   DT_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(q), block, &blocks));

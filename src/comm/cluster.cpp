@@ -71,8 +71,8 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
   int len = 0;
   MPI_Get_processor_name(mine.host, &len);
   std::vector<Info> all(size);
-  DT_CHECK_MPI(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
-                             world));
+  DT_CHECK_MPI(
+      MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE, world));
   std::vector<int> leaders;
   for (const auto& i : all) leaders.push_back(i.leader);
   std::vector<int> sorted = leaders;
@@ -81,8 +81,8 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
   num_nodes_ = static_cast<int>(sorted.size());
   std::vector<int> node_of_rank(size);
   for (int r = 0; r < size; ++r)
-    node_of_rank[r] = static_cast<int>(
-        std::lower_bound(sorted.begin(), sorted.end(), leaders[r]) - sorted.begin());
+    node_of_rank[r] = static_cast<int>(std::lower_bound(sorted.begin(), sorted.end(), leaders[r]) -
+                                       sorted.begin());
 
   ranks_ = compute_layout(node_of_rank, num_ps);
   for (int r = 0; r < size; ++r) {
@@ -118,8 +118,8 @@ void Cluster::label_workers(const std::function<std::string(int)>& part_of) {
 
 std::string Cluster::role_table() const {
   std::ostringstream os;
-  os << "# " << world_size() << " ranks on " << num_nodes_ << " node(s): " << num_ps_
-     << " ps, " << num_workers() << " workers\n";
+  os << "# " << world_size() << " ranks on " << num_nodes_ << " node(s): " << num_ps_ << " ps, "
+     << num_workers() << " workers\n";
   os << "# rank  node  host                  role    index  device\n";
   for (const auto& r : ranks_) {
     char line[160];

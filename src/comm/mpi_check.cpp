@@ -76,8 +76,8 @@ void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::strin
   poll_until(
       [&] {
         int count = 0;
-        DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count,
-                                  index.data(), MPI_STATUSES_IGNORE));
+        DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &count, index.data(),
+                                  MPI_STATUSES_IGNORE));
         if (count == MPI_UNDEFINED) return Poll::done;  // no active request left
         active -= count;
         if (active <= 0) return Poll::done;

@@ -131,9 +131,10 @@ void add_data_options(Table& t, Config& c) {
         "and --test-data; on the command line it replaces a job file's)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
-  t.add("cache-mb", &c.cache_mb,
-        "hold a worker's training rows in memory when they fit in this many MiB (raw file dtype; "
-        "one HDF5 read per epoch instead of one per run of rows in every batch); 0: read per batch");
+  t.add(
+      "cache-mb", &c.cache_mb,
+      "hold a worker's training rows in memory when they fit in this many MiB (raw file dtype; "
+      "one HDF5 read per epoch instead of one per run of rows in every batch); 0: read per batch");
   t.add("random-crop", &c.random_crop,
         "augment training images: pad by N pixels (with the normalized value of pixel 0) and crop "
         "back to HxW at a random offset, drawn from (--seed, epoch, sample) (0: off)");
@@ -159,7 +160,8 @@ void add_data_options(Table& t, Config& c) {
 
 void add_training_options(Table& t, Config& c) {
   t.group("Model", "model");
-  t.add_list("layer", &c.layers, "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
+  t.add_list("layer", &c.layers,
+             "one layer per occurrence, e.g. \"conv filters=32 kernel=3 pad=1\"");
   t.group("Training", "train");
   t.add("mode", &c.mode,
         "async: parameter servers apply every push on arrival (Downpour SGD) | sync: one update "
@@ -262,10 +264,11 @@ void add_cluster_options(Table& t, Config& c) {
 
 /// The cluster group, continued: the GPU workers and the exchange.
 void add_device_options(Table& t, Config& c) {
-  t.add("math", &c.math,
-        "GPU convolutions and matrix products: auto (tf32 on compute capability >= 8.0, as "
-        "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
-        "FMA, matches the CPU backend)");
+  t.add(
+      "math", &c.math,
+      "GPU convolutions and matrix products: auto (tf32 on compute capability >= 8.0, as "
+      "PyTorch's cudnn.allow_tf32) | tf32 (tensor cores, fp32 accumulation) | fp32 (full-precision "
+      "FMA, matches the CPU backend)");
   t.add("layout", &c.layout,
         "memory order of the activations on the workers: auto | nchw | nhwc (channels last, "
         "PyTorch's channels_last: faster on the CPU, where oneDNN's batchnorm and wide "
@@ -321,9 +324,10 @@ void add_device_options(Table& t, Config& c) {
         "sync allreduce over MPI: gradients travel between ranks as fp32 | bf16 | fp16 (each "
         "rounded once, summed in fp32 at the receiver: half the bytes; hierarchical: the leaders' "
         "hop)");
-  t.add("bucket-mb", &c.bucket_mb,
-        "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
-        "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
+  t.add(
+      "bucket-mb", &c.bucket_mb,
+      "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
+      "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
   t.add("overlap", &c.overlap,
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "
@@ -541,7 +545,8 @@ StepRange parse_step_range(const std::string& spec) {
   const char* end = p + spec.size();
   const auto [mid, e1] = std::from_chars(p, end, r.begin);
   const bool ok = e1 == std::errc() && mid != p && mid != end && *mid == ':';
-  const auto [last, e2] = ok ? std::from_chars(mid + 1, end, r.end) : std::from_chars_result{mid, std::errc::invalid_argument};
+  const auto [last, e2] = ok ? std::from_chars(mid + 1, end, r.end)
+                             : std::from_chars_result{mid, std::errc::invalid_argument};
   if (!ok || e2 != std::errc() || last != end || last == mid + 1 || r.begin < 0 || r.end <= r.begin)
     throw InputError("option --profile-steps '" + spec +
                      "': expected A:B, global steps with 0 <= A < B (e.g. 50:60)");
@@ -601,8 +606,10 @@ void check_data_source(const Config& c) {
 /// The options of `dtrain predict` and `dtrain export`, refused where they do not belong.
 void check_subcommand(const Config& c) {
   if (c.command == Subcommand::train) {
-    for (const auto& [opt, v] : {std::pair<const char*, const std::string&>{"checkpoint", c.checkpoint},
-                                 {"data", c.data}, {"out", c.out}})
+    for (const auto& [opt, v] :
+         {std::pair<const char*, const std::string&>{"checkpoint", c.checkpoint},
+          {"data", c.data},
+          {"out", c.out}})
       DT_REQUIRE(v.empty(), std::string("option --") + opt + " '" + v +
                                 "': belongs to `dtrain predict`, and this is a training run (did "
                                 "you mean `dtrain predict ...`? a training run resumes from its "
@@ -634,8 +641,9 @@ void check_input_and_model(const Config& c) {
   non_negative("eval-resize", c.eval_resize);
   positive("data-threads", c.data_threads);
   non_negative("cache-mb", c.cache_mb);
-  DT_REQUIRE(c.synthetic.empty() || c.num_classes == 0,
-             "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
+  DT_REQUIRE(
+      c.synthetic.empty() || c.num_classes == 0,
+      "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
   DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
 }
@@ -682,7 +690,8 @@ void check_optimizer(const Config& c) {
   positive("lr", c.lr);
   non_negative("momentum", c.momentum);
   DT_REQUIRE(c.momentum < 1, "option --momentum: must be in [0, 1) (the velocity would grow "
-                             "without bound), got " + to_text(c.momentum));
+                             "without bound), got " +
+                                 to_text(c.momentum));
   non_negative("weight-decay", c.weight_decay);
   DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
              "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
@@ -773,8 +782,6 @@ ExchangeKind exchange_kind(const Config& c) {
   return c.max_staleness >= 0 ? ExchangeKind::ps_bounded : ExchangeKind::ps_async;
 }
 
-bool steps_aggregate_workers(const Config& c) {
-  return exchange_kind(c) != ExchangeKind::ps_async;
-}
+bool steps_aggregate_workers(const Config& c) { return exchange_kind(c) != ExchangeKind::ps_async; }
 
 }  // namespace dtrain

@@ -9,7 +9,8 @@ namespace {
 std::mutex g_mu;
 std::string g_context;
 
-std::string timeout_message(double seconds, const std::string& operation, const std::string& cause) {
+std::string timeout_message(double seconds, const std::string& operation,
+                            const std::string& cause) {
   std::ostringstream os;
   os << error_prefix() << "timed out after " << seconds << " s waiting in: " << operation << " ("
      << cause << "; see --timeout)";

@@ -19,8 +19,8 @@ void replace_file(const std::string& from, const std::string& to) {
   std::error_code ec;
   std::filesystem::rename(from, to, ec);
   if (ec)
-    throw LibraryError(format_error(
-        "cannot rename '" + from + "' to '" + to + "': " + ec.message(), __FILE__, __LINE__));
+    throw LibraryError(format_error("cannot rename '" + from + "' to '" + to + "': " + ec.message(),
+                                    __FILE__, __LINE__));
 }
 
 std::string errno_reason() {
@@ -35,8 +35,8 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     out << text;
     out.flush();
     if (!out)
-      throw LibraryError(format_error("cannot write '" + tmp + "'" + errno_reason(), __FILE__,
-                                      __LINE__));
+      throw LibraryError(
+          format_error("cannot write '" + tmp + "'" + errno_reason(), __FILE__, __LINE__));
   }
   replace_file(tmp, path);
 }
@@ -52,10 +52,12 @@ void fsync_path(const std::string& path) {
 void require_new_file(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   DT_REQUIRE(!fs::exists(path) && !fs::is_symlink(path),
-             "option " + option + ": '" + path + "' already exists; dtrain never overwrites a file "
-             "(remove it or choose another " + option + ")");
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".")
-                                                            : fs::path(path).parent_path();
+             "option " + option + ": '" + path +
+                 "' already exists; dtrain never overwrites a file "
+                 "(remove it or choose another " +
+                 option + ")");
+  const fs::path dir =
+      fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   DT_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0,
              "option " + option + ": '" + path + "': its directory '" + dir.string() +
                  "' does not exist or is not writable");

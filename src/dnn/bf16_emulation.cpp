@@ -32,8 +32,7 @@ enum Slot : std::size_t { kA = 0, kB, kC, kD, kWeights, kStage };
 /// What every wrapped op does: bf16 ↔ fp32 through the shared scratch.
 class Emulated {
  protected:
-  Emulated(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s)
-      : be_(be), s_(std::move(s)) {}
+  Emulated(Backend& be, std::shared_ptr<Bf16Emulation::Scratch> s) : be_(be), s_(std::move(s)) {}
   /// The n bf16 values at x as fp32 in slot i.
   const float* in(Slot i, const void* x, std::size_t n) {
     float* f = s_->get(i, n);
@@ -172,10 +171,9 @@ std::unique_ptr<ConvOp> Bf16Emulation::wrap(const ConvDesc& d, std::unique_ptr<C
 }
 std::unique_ptr<DenseOp> Bf16Emulation::wrap(const DenseDesc& d, std::unique_ptr<DenseOp> op) {
   const auto z = [](int v) { return static_cast<std::size_t>(v); };
-  return std::make_unique<EmulatedWeighted<DenseOp>>(be_, scratch_, std::move(op),
-                                                     z(d.batch) * z(d.inputs),
-                                                     z(d.batch) * z(d.outputs),
-                                                     z(d.outputs) * z(d.inputs));
+  return std::make_unique<EmulatedWeighted<DenseOp>>(
+      be_, scratch_, std::move(op), z(d.batch) * z(d.inputs), z(d.batch) * z(d.outputs),
+      z(d.outputs) * z(d.inputs));
 }
 std::unique_ptr<PoolOp> Bf16Emulation::wrap(const PoolDesc& d, std::unique_ptr<PoolOp> op) {
   return std::make_unique<EmulatedPool>(be_, scratch_, std::move(op), d.input.count(),

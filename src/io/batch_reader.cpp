@@ -1,6 +1,7 @@
 // dtrain/io/batch_reader.cpp — BatchReader of io/dataset.hpp: a prefetch thread that reads each
-// batch's rows (sorted, duplicates dropped, consecutive rows merged into runs) into a staging buffer
-// under one hold of hdf5_mutex(), then places them back in the requested order and normalizes.
+// batch's rows (sorted, duplicates dropped, consecutive rows merged into runs) into a staging
+// buffer under one hold of hdf5_mutex(), then places them back in the requested order and
+// normalizes.
 //
 // Why one H5Dread per run instead of one read of a hyperslab union (H5S_SELECT_OR): HDF5 1.10.8
 // maps an irregular selection onto a chunked dataset element by element. Measured on this machine
@@ -17,9 +18,9 @@
 // the training thread never waits for it; its draws depend only on (seed, epoch, sample index).
 //
 // Threads: the consumer (next/skip) and one reader thread share ring_, free_, ready_, stop_ and
-// error_ under mu_. A slot is owned by the reader while in neither list, by the consumer queue while
-// in ready_. Reader state (HDF5 handles, staging buffers) is touched only by the reader thread while
-// it runs, and by the constructor/destructor when it does not.
+// error_ under mu_. A slot is owned by the reader while in neither list, by the consumer queue
+// while in ready_. Reader state (HDF5 handles, staging buffers) is touched only by the reader
+// thread while it runs, and by the constructor/destructor when it does not.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,19 +42,19 @@ namespace dtrain {
 struct BatchReader::Reader {
   H5File file;
   H5Dataset images;
-  H5Dataspace image_space;               ///< file dataspace, re-selected per run
-  std::vector<float> lut;                ///< uint8: 256 normalized values per channel
+  H5Dataspace image_space;                          ///< file dataspace, re-selected per run
+  std::vector<float> lut;                           ///< uint8: 256 normalized values per channel
   std::vector<std::pair<std::int64_t, int>> order;  ///< (sample, position in batch), sorted
-  std::vector<std::int64_t> rows;        ///< unique sorted samples of the batch
-  std::vector<int> row_of;               ///< position in batch → index into rows
-  std::vector<float> staging;            ///< rows.size() samples, raw file dtype (uint8 packed)
-  std::vector<float> cache;              ///< rows [cache_first, cache_first + n), raw dtype, or empty
+  std::vector<std::int64_t> rows;                   ///< unique sorted samples of the batch
+  std::vector<int> row_of;                          ///< position in batch → index into rows
+  std::vector<float> staging;  ///< rows.size() samples, raw file dtype (uint8 packed)
+  std::vector<float> cache;    ///< rows [cache_first, cache_first + n), raw dtype, or empty
   std::int64_t cache_first = 0;
-  std::vector<std::int32_t> labels;      ///< label of indices[i]
-  std::vector<float> pad_value;          ///< augmentation: normalized raw 0, per channel
-  std::vector<float> plain;              ///< augmentation: one normalized sample before the crop
+  std::vector<std::int32_t> labels;        ///< label of indices[i]
+  std::vector<float> pad_value;            ///< augmentation: normalized raw 0, per channel
+  std::vector<float> plain;                ///< augmentation: one normalized sample before the crop
   std::unique_ptr<EncodedSource> encoded;  ///< encoded files: decode pool and buffers
-  std::vector<std::int64_t> batch_rows;  ///< encoded files: this batch's samples, batch order
+  std::vector<std::int64_t> batch_rows;    ///< encoded files: this batch's samples, batch order
 };
 
 namespace {
@@ -223,13 +224,16 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     r.file = open_file_read(info_.path);
     r.images = open_for_sampling(r.file.get(), "images", info_.path);
-    r.image_space = H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.images.get()), info_.path + " `images`"));
+    r.image_space =
+        H5Dataspace(DT_CHECK_HDF5(H5Dget_space(r.images.get()), info_.path + " `images`"));
   }
   r.labels = labels_of(r.file.get(), info_, indices_);
   const std::vector<hsize_t> dims = dataset_dims(r.images.get());
-  DT_REQUIRE(info_.encoded || (dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
-                 static_cast<int>(dims[1]) == info_.sample.c && static_cast<int>(dims[2]) == info_.sample.h &&
-                 static_cast<int>(dims[3]) == info_.sample.w),
+  DT_REQUIRE(info_.encoded ||
+                 (dims.size() == 4 && static_cast<std::int64_t>(dims[0]) == info_.num_samples &&
+                  static_cast<int>(dims[1]) == info_.sample.c &&
+                  static_cast<int>(dims[2]) == info_.sample.h &&
+                  static_cast<int>(dims[3]) == info_.sample.w),
              info_.path + ": dataset `images` changed since it was validated");
   const bool norm = !info_.mean.empty();
   DT_REQUIRE(!norm || (static_cast<int>(info_.mean.size()) == info_.sample.c &&
@@ -243,15 +247,17 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
   if (info_.encoded) {
     DT_REQUIRE(dims.size() == 1 && static_cast<std::int64_t>(dims[0]) == info_.num_samples,
                info_.path + ": dataset `images` changed since it was validated");
-    DT_REQUIRE(augment_.crop_pad == 0, info_.path + ": --random-crop (pad and crop) needs decoded "
-                                       "pixels; encoded images take --random-resized-crop");
+    DT_REQUIRE(augment_.crop_pad == 0, info_.path +
+                                           ": --random-crop (pad and crop) needs decoded "
+                                           "pixels; encoded images take --random-resized-crop");
     r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(), &r.lut);
     cache_bytes = 0;  // encoded rows are read per batch
   }
   if (!indices_.empty() && cache_bytes > 0) {
     const auto [lo, hi] = std::minmax_element(indices_.begin(), indices_.end());
     const auto rows = static_cast<std::size_t>(*hi - *lo + 1);
-    const std::size_t bytes = rows * info_.sample.sample_count() * (info_.is_uint8 ? 1 : sizeof(float));
+    const std::size_t bytes =
+        rows * info_.sample.sample_count() * (info_.is_uint8 ? 1 : sizeof(float));
     if (bytes <= cache_bytes) {
       r.cache.resize((bytes + sizeof(float) - 1) / sizeof(float));
       r.cache_first = *lo;
@@ -267,13 +273,16 @@ void BatchReader::read_rows(std::int64_t first, std::size_t count, void* dst) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   const std::string where = info_.path + " `images`";
   const hsize_t mdims[4] = {count, static_cast<hsize_t>(info_.sample.c),
-                            static_cast<hsize_t>(info_.sample.h), static_cast<hsize_t>(info_.sample.w)};
+                            static_cast<hsize_t>(info_.sample.h),
+                            static_cast<hsize_t>(info_.sample.w)};
   H5Dataspace mspace(DT_CHECK_HDF5(H5Screate_simple(4, mdims, nullptr), where));
   const hsize_t file_start[4] = {static_cast<hsize_t>(first), 0, 0, 0};
   const hsize_t ones[4] = {1, 1, 1, 1};
-  DT_CHECK_HDF5(H5Sselect_hyperslab(r.image_space.get(), H5S_SELECT_SET, file_start, nullptr, ones, mdims), where);
-  DT_CHECK_HDF5(H5Dread(r.images.get(), info_.is_uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, mspace.get(),
-                        r.image_space.get(), H5P_DEFAULT, dst),
+  DT_CHECK_HDF5(
+      H5Sselect_hyperslab(r.image_space.get(), H5S_SELECT_SET, file_start, nullptr, ones, mdims),
+      where);
+  DT_CHECK_HDF5(H5Dread(r.images.get(), info_.is_uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT,
+                        mspace.get(), r.image_space.get(), H5P_DEFAULT, dst),
                 where);
 }
 
@@ -355,7 +364,8 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   }
   Reader& r = *reader_;
   const std::int64_t begin = k * batch_size_;
-  const int m = static_cast<int>(std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
+  const int m = static_cast<int>(
+      std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
   if (r.encoded) {  // decode pool: bytes, decode, crop, flip, normalize (encoded.cpp)
     r.batch_rows.assign(indices_.begin() + begin, indices_.begin() + begin + m);
     r.encoded->fill(r.batch_rows, r.labels.data() + begin, augment_, out, bad_images_);
@@ -369,7 +379,8 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   const bool cached = !r.cache.empty();
   // Raw bytes of unique row i: from the in-memory cache, or from this batch's staging buffer.
   auto raw_row = [&](std::size_t i) -> const unsigned char* {
-    const auto* base = reinterpret_cast<const unsigned char*>(cached ? r.cache.data() : r.staging.data());
+    const auto* base =
+        reinterpret_cast<const unsigned char*>(cached ? r.cache.data() : r.staging.data());
     const std::size_t at = cached ? static_cast<std::size_t>(r.rows[i] - r.cache_first) : i;
     return base + at * sample * elem;
   };
@@ -409,8 +420,8 @@ bool BatchReader::next(HostBatch& out) {
   if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout),
                     [this] { return !ready_.empty() || error_; })) {
     stuck_ = true;
-    throw TimeoutError(timeout, "reading batch " + std::to_string(next_batch_) + " of '" +
-                                    info_.path + "'",
+    throw TimeoutError(timeout,
+                       "reading batch " + std::to_string(next_batch_) + " of '" + info_.path + "'",
                        "the reader thread is stuck: a hung file system?");
   }
   if (ready_.empty()) std::rethrow_exception(error_);
@@ -433,8 +444,8 @@ std::int64_t BatchReader::position() const { return next_batch_; }
 void BatchReader::skip(std::int64_t batches) {
   DT_REQUIRE(!consumed_, "BatchReader::skip() is only allowed before the first next()");
   DT_REQUIRE(batches >= 0 && next_batch_ + batches <= num_batches_,
-             "cannot skip " + std::to_string(batches) + " batches: " +
-                 std::to_string(num_batches_ - next_batch_) + " remain");
+             "cannot skip " + std::to_string(batches) +
+                 " batches: " + std::to_string(num_batches_ - next_batch_) + " remain");
   if (batches == 0) return;
   stop();
   {

@@ -44,16 +44,18 @@ void write_view(hid_t group, const std::string& name, const std::vector<hsize_t>
                 const std::string& source, const std::vector<hsize_t>& sdims,
                 const std::vector<hsize_t>& start, const std::vector<hsize_t>& count) {
   const std::string what = "named tensor '" + name + "'";
-  H5Dataspace vspace(DT_CHECK_HDF5(
-      H5Screate_simple(static_cast<int>(vdims.size()), vdims.data(), nullptr), what));
-  H5Dataspace sspace(DT_CHECK_HDF5(
-      H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr), what));
+  H5Dataspace vspace(
+      DT_CHECK_HDF5(H5Screate_simple(static_cast<int>(vdims.size()), vdims.data(), nullptr), what));
+  H5Dataspace sspace(
+      DT_CHECK_HDF5(H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr), what));
   DT_CHECK_HDF5(H5Sselect_hyperslab(sspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                    count.data(), nullptr), what);
+                                    count.data(), nullptr),
+                what);
   H5PropList dcpl(DT_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), what));
   DT_CHECK_HDF5(H5Pset_virtual(dcpl.get(), vspace.get(), ".", source.c_str(), sspace.get()), what);
   H5Dataset d(DT_CHECK_HDF5(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, vspace.get(),
-                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), what));
+                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                            what));
 }
 
 /// Checks that `tensors` cover [0, total) in order (offsets ascending, no gap, dims matching);
@@ -268,18 +270,19 @@ void check_checkpoint_compatible(const CheckpointState& s, const std::string& pa
       const bool ga = static_cast<bool>(std::getline(a, la));
       const bool gb = static_cast<bool>(std::getline(b, lb));
       if (!ga || !gb || la != lb) {
-        throw InputError(where + " was written by another model: at line " +
-                         std::to_string(line) + " it has '" + (ga ? la : "<end>") +
-                         "' where this job's model has '" + (gb ? lb : "<end>") + "'");
+        throw InputError(where + " was written by another model: at line " + std::to_string(line) +
+                         " it has '" + (ga ? la : "<end>") + "' where this job's model has '" +
+                         (gb ? lb : "<end>") + "'");
       }
       ++line;
     }
   }
-  DT_REQUIRE(s.mode == mode, where + " was written in --mode " + s.mode + ", this run uses --mode " +
-                                 mode + " (start a new --run-dir or use the same mode)");
-  DT_REQUIRE(s.params.size() == param_count,
-             where + ": holds " + std::to_string(s.params.size()) + " parameters, the model has " +
-                 std::to_string(param_count));
+  DT_REQUIRE(s.mode == mode, where + " was written in --mode " + s.mode +
+                                 ", this run uses --mode " + mode +
+                                 " (start a new --run-dir or use the same mode)");
+  DT_REQUIRE(s.params.size() == param_count, where + ": holds " + std::to_string(s.params.size()) +
+                                                 " parameters, the model has " +
+                                                 std::to_string(param_count));
   DT_REQUIRE(s.m.empty() || s.m.size() == param_count, where + ": optimizer state size mismatch");
   if (!optimizer.empty()) {
     // The effective configuration the checkpoint carries has an "optimizer = NAME" line.

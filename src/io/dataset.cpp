@@ -46,7 +46,8 @@ std::vector<float> read_channel_attr(hid_t file, const std::string& name, const 
     DT_INPUT_FAIL(path + ": attribute `" + name + "` has " + std::to_string(v.size()) +
                   " values, expected 1 or C = " + std::to_string(channels));
   for (float x : v)
-    if (!std::isfinite(x)) DT_INPUT_FAIL(path + ": attribute `" + name + "` has a non-finite value");
+    if (!std::isfinite(x))
+      DT_INPUT_FAIL(path + ": attribute `" + name + "` has a non-finite value");
   if (v.size() == 1) v.assign(static_cast<std::size_t>(channels), v[0]);
   return v;
 }
@@ -72,8 +73,8 @@ std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t range) {
 void check_workers(std::int64_t n, int worker, int workers) {
   DT_REQUIRE(n >= 0, "dataset size must be ≥ 0, got " + std::to_string(n));
   DT_REQUIRE(workers >= 1, "number of workers must be ≥ 1, got " + std::to_string(workers));
-  DT_REQUIRE(worker >= 0 && worker < workers,
-             "worker index " + std::to_string(worker) + " not in [0, " + std::to_string(workers) + ")");
+  DT_REQUIRE(worker >= 0 && worker < workers, "worker index " + std::to_string(worker) +
+                                                  " not in [0, " + std::to_string(workers) + ")");
 }
 
 /// First index of worker's block.
@@ -95,18 +96,19 @@ static void check_images_stored(const DatasetInfo& info) {
   for (int i = 0; i < filters; ++i) {
     unsigned flags = 0, cd[8];
     std::size_t ncd = 8;
-    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0,
-                                           nullptr, nullptr);
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0, nullptr, nullptr);
     if (id != H5Z_FILTER_FLETCHER32 && id != H5Z_FILTER_SHUFFLE) return;  // compressed
   }
   const double declared = static_cast<double>(info.num_samples) *
                           static_cast<double>(info.sample.sample_count()) * (info.is_uint8 ? 1 : 4);
   const double stored = static_cast<double>(H5Dget_storage_size(images.get()));
   if (stored < declared)
-    throw InputError(info.path + ": dataset `images` declares " + std::to_string(info.num_samples) +
-                     " samples of " + info.sample.str() + " (" + std::to_string(static_cast<long long>(declared)) +
-                     " bytes) but the file stores only " + std::to_string(static_cast<long long>(stored)) +
-                     " bytes: truncated or corrupt");
+    throw InputError(
+        info.path + ": dataset `images` declares " + std::to_string(info.num_samples) +
+        " samples of " + info.sample.str() + " (" +
+        std::to_string(static_cast<long long>(declared)) + " bytes) but the file stores only " +
+        std::to_string(static_cast<long long>(stored)) + " bytes: truncated or corrupt");
 }
 
 /// mean / std attributes into info: both or neither; 1 or C values; std > 0.
@@ -117,9 +119,11 @@ static void read_normalization(hid_t file, DatasetInfo& info) {
   info.stddev = read_channel_attr(file, "std", path, channels);
   if (info.mean.empty() != info.stddev.empty())
     DT_INPUT_FAIL(path + ": has attribute `" + std::string(info.mean.empty() ? "std" : "mean") +
-                  "` but not `" + (info.mean.empty() ? "mean" : "std") + "`, expected both or neither");
+                  "` but not `" + (info.mean.empty() ? "mean" : "std") +
+                  "`, expected both or neither");
   for (float s : info.stddev)
-    if (!(s > 0.0f)) DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
+    if (!(s > 0.0f))
+      DT_INPUT_FAIL(path + ": attribute `std` has value " + std::to_string(s) + ", expected > 0");
 }
 
 /// `images` into info (sample shape, dtype, encoded schema); returns N, its sample count. Rank 4,
@@ -136,7 +140,8 @@ static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
     DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
                   dims_str(idims) + "), expected rank 4 (N×C×H×W)");
   const H5TypeInfo itype = dataset_type(images.get());
-  const bool is_u8 = info.encoded || (itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed);
+  const bool is_u8 =
+      info.encoded || (itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed);
   const bool is_f32 = !info.encoded && itype.cls == H5T_FLOAT && itype.size == 4;
   if (!is_u8 && !is_f32)
     DT_INPUT_FAIL(path + ": dataset `images` has dtype " + itype.str() +
@@ -147,7 +152,8 @@ static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
                     ", expected C, H, W in [1, 2^31)");
   info.is_uint8 = is_u8;
   if (!info.encoded)
-    info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]), static_cast<int>(idims[3])};
+    info.sample = Shape{1, static_cast<int>(idims[1]), static_cast<int>(idims[2]),
+                        static_cast<int>(idims[3])};
   return idims[0];
 }
 
@@ -290,9 +296,11 @@ class OpenDeadline {
  public:
   explicit OpenDeadline(const std::string& path) {
     const double secs = g_open_deadline.load();
-    std::snprintf(g_crash_msg, sizeof g_crash_msg,
-                  "dtrain: error: %s: the HDF5 library crashed reading the file's metadata: the file "
-                  "is corrupt\n", path.c_str());
+    std::snprintf(
+        g_crash_msg, sizeof g_crash_msg,
+        "dtrain: error: %s: the HDF5 library crashed reading the file's metadata: the file "
+        "is corrupt\n",
+        path.c_str());
     g_crash_len = std::strlen(g_crash_msg);
     g_guarded_thread = pthread_self();
     struct sigaction sa {};
@@ -343,10 +351,8 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
   // (bad_alloc): both are bad input, reported as such (exit code 2) with the file named.
   try {
     DatasetInfo info = read_dataset_info(path, expected_classes, expected_from, labels_optional);
-    if (info.encoded)
-      probe_encoded(info);  // a file of nothing but bad images fails here, at start
-    else
-      check_images_stored(info);
+    if (info.encoded) probe_encoded(info);  // a file of nothing but bad images fails here, at start
+    else check_images_stored(info);
     return info;
   } catch (const LibraryError& e) {
     throw InputError(path + ": corrupt or unreadable HDF5 dataset file: " +
@@ -360,12 +366,15 @@ DatasetInfo open_dataset_info(const std::string& path, int expected_classes,
 
 void configure_decode(DatasetInfo& info, const DecodeOptions& opts) {
   if (!info.encoded) return;
-  DT_REQUIRE(opts.crop >= 1, info.path + ": encoded images (JPEG/PNG bytes) need an output size: "
-                             "--random-resized-crop SIZE (training) or --center-crop SIZE");
+  DT_REQUIRE(opts.crop >= 1, info.path +
+                                 ": encoded images (JPEG/PNG bytes) need an output size: "
+                                 "--random-resized-crop SIZE (training) or --center-crop SIZE");
   DT_REQUIRE(opts.random_resized || opts.resize >= opts.crop,
-             "option --eval-resize " + std::to_string(opts.resize) + ": smaller than the centre crop " +
-                 std::to_string(opts.crop) + " (--center-crop), expected ≥");
-  DT_REQUIRE(opts.threads >= 1, "option --data-threads: must be ≥ 1, got " + std::to_string(opts.threads));
+             "option --eval-resize " + std::to_string(opts.resize) +
+                 ": smaller than the centre crop " + std::to_string(opts.crop) +
+                 " (--center-crop), expected ≥");
+  DT_REQUIRE(opts.threads >= 1,
+             "option --data-threads: must be ≥ 1, got " + std::to_string(opts.threads));
   info.decode = opts;
   info.sample = Shape{1, info.sample.c, opts.crop, opts.crop};
 }
@@ -388,7 +397,8 @@ std::vector<std::int64_t> epoch_shard(std::int64_t n, std::uint64_t seed, int ep
   }
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
   std::iota(perm.begin(), perm.end(), std::int64_t{0});
-  std::mt19937_64 rng(mix64(seed ^ mix64(static_cast<std::uint64_t>(epoch) + 0x5851F42D4C957F2DULL)));
+  std::mt19937_64 rng(
+      mix64(seed ^ mix64(static_cast<std::uint64_t>(epoch) + 0x5851F42D4C957F2DULL)));
   for (std::int64_t i = n - 1; i > 0; --i) {  // Fisher–Yates (Durstenfeld), from the top
     const auto j = static_cast<std::int64_t>(bounded(rng, static_cast<std::uint64_t>(i) + 1));
     std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)]);
@@ -419,8 +429,8 @@ DatasetInfo parse_synthetic(const std::string& spec) {
 
 DatasetInfo synthetic_dataset(const std::string& spec, std::int64_t num_samples) {
   DatasetInfo info = parse_synthetic(spec);
-  DT_REQUIRE(num_samples >= 1, "option --synthetic-samples: must be >= 1, got " +
-                                   std::to_string(num_samples));
+  DT_REQUIRE(num_samples >= 1,
+             "option --synthetic-samples: must be >= 1, got " + std::to_string(num_samples));
   info.num_samples = num_samples;
   return info;
 }

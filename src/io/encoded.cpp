@@ -29,21 +29,26 @@ void read_encoded_schema(hid_t file, hid_t images, DatasetInfo& info) {
     DT_INPUT_FAIL(path + ": dataset `images` of variable-length uint8 (encoded images) has rank " +
                   std::to_string(dims.size()) + ", expected rank 1 (N)");
   if (!has_attribute(file, "channels"))
-    DT_INPUT_FAIL(path + ": encoded images need root attribute `channels` (1 or 3), which is missing");
+    DT_INPUT_FAIL(path +
+                  ": encoded images need root attribute `channels` (1 or 3), which is missing");
   const std::int64_t c = read_attr_int(file, "channels", path);
-  if (c != 1 && c != 3) DT_INPUT_FAIL(path + ": attribute `channels` = " + std::to_string(c) + ", expected 1 or 3");
+  if (c != 1 && c != 3)
+    DT_INPUT_FAIL(path + ": attribute `channels` = " + std::to_string(c) + ", expected 1 or 3");
   if (!has_link(file, "image_shapes"))
-    DT_INPUT_FAIL(path + ": encoded images need dataset `image_shapes` (N×3: C, H, W per image), which is missing");
+    DT_INPUT_FAIL(
+        path +
+        ": encoded images need dataset `image_shapes` (N×3: C, H, W per image), which is missing");
   std::vector<hsize_t> sdims;
   const std::vector<std::int64_t> shapes = read_dataset_int64s(file, "image_shapes", path, &sdims);
   if (sdims.size() != 2 || sdims[0] != dims[0] || sdims[1] != 3)
     DT_INPUT_FAIL(path + ": dataset `image_shapes` has shape " +
-                  (sdims.size() == 2 ? std::to_string(sdims[0]) + "×" + std::to_string(sdims[1]) : "of rank " + std::to_string(sdims.size())) +
+                  (sdims.size() == 2 ? std::to_string(sdims[0]) + "×" + std::to_string(sdims[1])
+                                     : "of rank " + std::to_string(sdims.size())) +
                   ", expected N×3 = " + std::to_string(dims[0]) + "×3");
   for (std::size_t i = 0; i < shapes.size(); ++i)
     if (shapes[i] < 1 || shapes[i] > (1 << 20))
-      DT_INPUT_FAIL(path + ": dataset `image_shapes` has " + std::to_string(shapes[i]) + " at sample " +
-                    std::to_string(i / 3) + ", expected sizes in [1, 2^20]");
+      DT_INPUT_FAIL(path + ": dataset `image_shapes` has " + std::to_string(shapes[i]) +
+                    " at sample " + std::to_string(i / 3) + ", expected sizes in [1, 2^20]");
   info.encoded = true;
   info.is_uint8 = true;
   info.num_samples = static_cast<std::int64_t>(dims[0]);
@@ -58,12 +63,14 @@ void read_encoded_rows(hid_t images, const std::vector<std::int64_t>& rows,
   const std::string where = path + " `images`";
   H5Dataspace fspace(DT_CHECK_HDF5(H5Dget_space(images), where));
   std::vector<hsize_t> coords(rows.begin(), rows.end());
-  DT_CHECK_HDF5(H5Sselect_elements(fspace.get(), H5S_SELECT_SET, coords.size(), coords.data()), where);
+  DT_CHECK_HDF5(H5Sselect_elements(fspace.get(), H5S_SELECT_SET, coords.size(), coords.data()),
+                where);
   const hsize_t n = rows.size();
   H5Dataspace mspace(DT_CHECK_HDF5(H5Screate_simple(1, &n, nullptr), where));
   H5Datatype vtype(DT_CHECK_HDF5(H5Tvlen_create(H5T_NATIVE_UINT8), where));
   std::vector<hvl_t> buf(rows.size());
-  DT_CHECK_HDF5(H5Dread(images, vtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()), where);
+  DT_CHECK_HDF5(H5Dread(images, vtype.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
+                where);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto* p = static_cast<const std::uint8_t*>(buf[i].p);
     out[i].assign(p, p + buf[i].len);
@@ -173,15 +180,17 @@ struct EncodedSource::Scratch {
 
 EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut)
     : info_(info), images_(images), lut_(lut), pool_(std::max(1, info.decode.threads)) {
-  DT_REQUIRE(info_.decode.crop >= 1, info_.path + ": encoded images need an output size "
-                                     "(--random-resized-crop SIZE or --center-crop SIZE)");
+  DT_REQUIRE(info_.decode.crop >= 1, info_.path +
+                                         ": encoded images need an output size "
+                                         "(--random-resized-crop SIZE or --center-crop SIZE)");
   for (int t = 0; t < pool_.threads(); ++t) scratch_.push_back(std::make_unique<Scratch>());
 }
 
 EncodedSource::~EncodedSource() = default;
 
 void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
-                         const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad) {
+                         const Augmentation& augment, HostBatch& out,
+                         std::atomic<std::int64_t>& bad) {
   const int m = static_cast<int>(rows.size());
   read_encoded_rows(images_, rows, bytes_, info_.path);
   const int c = info_.sample.c, s = info_.decode.crop;
@@ -196,9 +205,10 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32
   t.dct_ratio = info_.decode.dct_ratio;
   pool_.run(m, [&](int p, int thread) {
     Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
-    const std::uint64_t key = mix_seed(
-        mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
-        static_cast<std::uint64_t>(rows[static_cast<std::size_t>(p)]));
+    const std::uint64_t key =
+        mix_seed(mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull),
+                          static_cast<std::uint64_t>(augment.epoch)),
+                 static_cast<std::uint64_t>(rows[static_cast<std::size_t>(p)]));
     ImageTransform tp = t;
     tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
     std::vector<std::uint8_t>& planar = sc.planar;
@@ -225,11 +235,14 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32
     const std::string& err = errors_[static_cast<std::size_t>(p)];
     if (!err.empty()) {
       const std::string msg = info_.path + ": dataset `images` sample " +
-                              std::to_string(rows[static_cast<std::size_t>(p)]) + " is a bad image: " + err;
+                              std::to_string(rows[static_cast<std::size_t>(p)]) +
+                              " is a bad image: " + err;
       if (info_.decode.fail_on_bad)
         throw InputError(msg + " (--on-bad-image fail; `skip` leaves such images out)");
       const std::int64_t count = ++bad;
-      if (count <= 10) log_warn(msg + "; skipped (--on-bad-image skip)" + (count == 10 ? "; further ones are counted, not logged" : ""));
+      if (count <= 10)
+        log_warn(msg + "; skipped (--on-bad-image skip)" +
+                 (count == 10 ? "; further ones are counted, not logged" : ""));
       continue;
     }
     if (kept != p)

@@ -77,8 +77,8 @@ class EncodedSource {
   /// bad images (--on-bad-image skip: counted in bad, logged) or throwing InputError naming file,
   /// sample index and reason (fail). augment: seed, epoch, flip; crops are keyed by (seed, epoch,
   /// sample).
-  void fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels, const Augmentation& augment,
-            HostBatch& out, std::atomic<std::int64_t>& bad);
+  void fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
+            const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad);
 
  private:
   const DatasetInfo& info_;
@@ -86,9 +86,9 @@ class EncodedSource {
   const std::vector<float>* lut_;
   ParallelFor pool_;
   std::vector<std::vector<std::uint8_t>> bytes_;
-  std::vector<std::string> errors_;                ///< per batch position: empty when decoded
+  std::vector<std::string> errors_;  ///< per batch position: empty when decoded
   struct Scratch;
-  std::vector<std::unique_ptr<Scratch>> scratch_;   ///< per thread
+  std::vector<std::unique_ptr<Scratch>> scratch_;  ///< per thread
 };
 
 }  // namespace dtrain

@@ -52,7 +52,8 @@ hsize_t element_count(const std::vector<hsize_t>& dims) {
 
 /// Deletes attribute `name` of obj when it exists (writers replace).
 void delete_attr_if_present(hid_t obj, const std::string& name) {
-  if (has_attribute(obj, name)) DT_CHECK_HDF5(H5Adelete(obj, name.c_str()), "attribute " + quoted(name));
+  if (has_attribute(obj, name))
+    DT_CHECK_HDF5(H5Adelete(obj, name.c_str()), "attribute " + quoted(name));
 }
 
 H5Dataspace simple_space(const std::vector<hsize_t>& dims) {
@@ -77,8 +78,8 @@ void write_numeric_attr(hid_t obj, const std::string& name, const std::vector<hs
 /// Opens attribute `name`; InputError naming `where` when it is missing.
 H5Attribute open_attr(hid_t obj, const std::string& name, const std::string& where) {
   if (!has_attribute(obj, name)) DT_INPUT_FAIL(where + ": missing attribute " + quoted(name));
-  return H5Attribute(DT_CHECK_HDF5(H5Aopen(obj, name.c_str(), H5P_DEFAULT),
-                                   where + " attribute " + quoted(name)));
+  return H5Attribute(
+      DT_CHECK_HDF5(H5Aopen(obj, name.c_str(), H5P_DEFAULT), where + " attribute " + quoted(name)));
 }
 
 H5TypeInfo type_info_of(hid_t type) {
@@ -119,7 +120,8 @@ std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const st
   std::vector<hsize_t> d = dataset_dims(dset.get());
   std::vector<T> out(static_cast<std::size_t>(element_count(d)));
   if (!out.empty())
-    DT_CHECK_HDF5(H5Dread(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), what);
+    DT_CHECK_HDF5(H5Dread(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+                  what);
   if (dims != nullptr) *dims = std::move(d);
   return out;
 }
@@ -142,11 +144,12 @@ void write_checked_dataset(hid_t loc, const std::string& name, const std::vector
     DT_CHECK_HDF5(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), what);
     DT_CHECK_HDF5(H5Pset_fletcher32(dcpl.get()), what);
   }
-  H5Dataset dset(DT_CHECK_HDF5(H5Dcreate2(loc, name.c_str(), file_type<T>(), space.get(), H5P_DEFAULT,
-                                          dcpl.get(), H5P_DEFAULT),
+  H5Dataset dset(DT_CHECK_HDF5(H5Dcreate2(loc, name.c_str(), file_type<T>(), space.get(),
+                                          H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                                what));
   if (total > 0)
-    DT_CHECK_HDF5(H5Dwrite(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), what);
+    DT_CHECK_HDF5(H5Dwrite(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+                  what);
 }
 
 /// Memory type for variable-length strings in character set cset.
@@ -163,7 +166,8 @@ void write_string_attr(hid_t obj, const std::string& name, const std::vector<std
   const std::string what = "attribute " + quoted(name);
   delete_attr_if_present(obj, name);
   H5Datatype type = vlen_string_type(H5T_CSET_UTF8);
-  H5Dataspace space = simple_space(scalar ? std::vector<hsize_t>{} : std::vector<hsize_t>{values.size()});
+  H5Dataspace space =
+      simple_space(scalar ? std::vector<hsize_t>{} : std::vector<hsize_t>{values.size()});
   std::vector<const char*> ptrs;
   ptrs.reserve(values.size());
   for (const auto& v : values) ptrs.push_back(v.c_str());
@@ -263,8 +267,8 @@ H5Dataset open_dataset(hid_t loc, const std::string& name, const std::string& wh
   if (!has_link(loc, name)) DT_INPUT_FAIL(where + ": no dataset " + quoted(name));
   const hid_t id = H5Dopen2(loc, name.c_str(), dapl);
   if (id < 0)
-    DT_INPUT_FAIL(where + ": " + quoted(name) + " is not a readable dataset (HDF5: " +
-                  hdf5_error_text() + ")");
+    DT_INPUT_FAIL(where + ": " + quoted(name) +
+                  " is not a readable dataset (HDF5: " + hdf5_error_text() + ")");
   return H5Dataset(id);
 }
 
@@ -277,7 +281,8 @@ int dataset_filter_count(hid_t dset) {
 H5Group create_group(hid_t loc, const std::string& name) {
   Lock lock(hdf5_mutex());
   if (has_link(loc, name))
-    return H5Group(DT_CHECK_HDF5(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), "group " + quoted(name)));
+    return H5Group(
+        DT_CHECK_HDF5(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), "group " + quoted(name)));
   return H5Group(DT_CHECK_HDF5(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                "group " + quoted(name)));
 }
@@ -286,7 +291,8 @@ H5Group open_group(hid_t loc, const std::string& name, const std::string& where)
   Lock lock(hdf5_mutex());
   if (!has_link(loc, name)) DT_INPUT_FAIL(where + ": no group " + quoted(name));
   const hid_t id = H5Gopen2(loc, name.c_str(), H5P_DEFAULT);
-  if (id < 0) DT_INPUT_FAIL(where + ": " + quoted(name) + " is not a group (" + hdf5_error_text() + ")");
+  if (id < 0)
+    DT_INPUT_FAIL(where + ": " + quoted(name) + " is not a group (" + hdf5_error_text() + ")");
   return H5Group(id);
 }
 
@@ -295,24 +301,37 @@ std::vector<hsize_t> dataset_dims(hid_t dset) {
   H5Dataspace space(DT_CHECK_HDF5(H5Dget_space(dset), "dataspace"));
   const int rank = DT_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()), "dataspace");
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  if (rank > 0) DT_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "dataspace");
+  if (rank > 0)
+    DT_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "dataspace");
   return dims;
 }
 
 std::string H5TypeInfo::str() const {
   switch (cls) {
-    case H5T_INTEGER: return (is_signed ? "int" : "uint") + std::to_string(size * 8);
-    case H5T_FLOAT: return "float" + std::to_string(size * 8);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "vlen";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_REFERENCE: return "reference";
-    case H5T_TIME: return "time";
-    default: return "unknown";
+    case H5T_INTEGER:
+      return (is_signed ? "int" : "uint") + std::to_string(size * 8);
+    case H5T_FLOAT:
+      return "float" + std::to_string(size * 8);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_TIME:
+      return "time";
+    default:
+      return "unknown";
   }
 }
 
@@ -325,7 +344,8 @@ H5TypeInfo dataset_type(hid_t dset) {
 std::int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& where) {
   const std::vector<double> v = read_numeric_attr<double>(obj, name, where);
   const std::string what = where + " attribute " + quoted(name);
-  if (v.size() != 1) DT_INPUT_FAIL(what + " has " + std::to_string(v.size()) + " values, expected 1");
+  if (v.size() != 1)
+    DT_INPUT_FAIL(what + " has " + std::to_string(v.size()) + " values, expected 1");
   if (!std::isfinite(v[0]) || std::floor(v[0]) != v[0] || std::fabs(v[0]) > 9.0e15)
     DT_INPUT_FAIL(what + " = " + std::to_string(v[0]) + " is not an integer");
   return static_cast<std::int64_t>(v[0]);
@@ -360,7 +380,8 @@ std::vector<std::string> read_attr_strings(hid_t obj, const std::string& name,
   if (H5Tget_class(ftype.get()) != H5T_STRING)
     DT_INPUT_FAIL(what + " has type " + type_info_of(ftype.get()).str() + ", expected strings");
   H5Dataspace space(DT_CHECK_HDF5(H5Aget_space(attr.get()), what));
-  const auto n = static_cast<std::size_t>(DT_CHECK_HDF5(H5Sget_simple_extent_npoints(space.get()), what));
+  const auto n =
+      static_cast<std::size_t>(DT_CHECK_HDF5(H5Sget_simple_extent_npoints(space.get()), what));
   std::vector<std::string> out;
   out.reserve(n);
   if (n == 0) return out;
@@ -401,7 +422,8 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& va
   write_string_attr(obj, name, {value}, /*scalar=*/true);
 }
 
-void write_attr_strings(hid_t obj, const std::string& name, const std::vector<std::string>& values) {
+void write_attr_strings(hid_t obj, const std::string& name,
+                        const std::vector<std::string>& values) {
   write_string_attr(obj, name, values, /*scalar=*/false);
 }
 
@@ -411,7 +433,8 @@ std::vector<float> read_dataset_floats(hid_t loc, const std::string& name, const
 }
 
 std::vector<std::int64_t> read_dataset_int64s(hid_t loc, const std::string& name,
-                                              const std::string& where, std::vector<hsize_t>* dims) {
+                                              const std::string& where,
+                                              std::vector<hsize_t>* dims) {
   return read_numeric_dataset<std::int64_t>(loc, name, where, dims, true);
 }
 

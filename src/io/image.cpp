@@ -24,13 +24,16 @@ void check_size(int w, int h) {
                      " outside [1, 2^28 pixels]");
 }
 
-bool is_jpeg(const std::uint8_t* d, std::size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
+bool is_jpeg(const std::uint8_t* d, std::size_t n) {
+  return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF;
+}
 bool is_png(const std::uint8_t* d, std::size_t n) { return n >= 8 && png_sig_cmp(d, 0, 8) == 0; }
 
 /// Pillow's RGB → L (Convert.c, L24): ITU-R 601-2 luma in 16-bit fixed point.
 void rgb_to_gray(const std::uint8_t* rgb, std::size_t pixels, std::uint8_t* gray) {
   for (std::size_t i = 0; i < pixels; ++i, rgb += 3)
-    gray[i] = static_cast<std::uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+    gray[i] = static_cast<std::uint8_t>(
+        (rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
 }
 
 // ---- PNG (libpng's classic API: its transforms match Pillow's unpackers) ----
@@ -58,7 +61,8 @@ extern "C" void png_on_warning(png_structp, png_const_charp) {}
 /// src.message set on error. No C++ object with a destructor is created between setjmp and the
 /// calls that may longjmp, except `rows`, whose storage is owned by the caller's frame.
 bool png_decode_raw(PngSource& src, Image8& out, std::vector<png_bytep>& rows) {
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
   if (!png) {
     std::snprintf(src.message, sizeof src.message, "out of memory");
     return false;
@@ -72,14 +76,15 @@ bool png_decode_raw(PngSource& src, Image8& out, std::vector<png_bytep>& rows) {
   png_set_user_limits(png, 1 << 20, 1 << 20);
   png_read_info(png, info);
   const int color = png_get_color_type(png, info);
-  png_set_expand(png);      // palette → RGB, gray < 8 bits → 8, tRNS → alpha
-  png_set_strip_16(png);    // the high byte, as Pillow's ";16B" unpackers
+  png_set_expand(png);    // palette → RGB, gray < 8 bits → 8, tRNS → alpha
+  png_set_strip_16(png);  // the high byte, as Pillow's ";16B" unpackers
   png_set_strip_alpha(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const auto w = static_cast<int>(png_get_image_width(png, info));
   const auto h = static_cast<int>(png_get_image_height(png, info));
-  if (w < 1 || h < 1 || static_cast<std::int64_t>(w) * h > kMaxPixels) png_error(png, "image too large");
+  if (w < 1 || h < 1 || static_cast<std::int64_t>(w) * h > kMaxPixels)
+    png_error(png, "image too large");
   const int ch = png_get_channels(png, info);
   if (ch != 1 && ch != 3) png_error(png, "unsupported PNG channel layout");
   (void)color;
@@ -88,7 +93,8 @@ bool png_decode_raw(PngSource& src, Image8& out, std::vector<png_bytep>& rows) {
   out.channels = ch;
   out.pixels.resize(static_cast<std::size_t>(w) * h * ch);
   rows.resize(static_cast<std::size_t>(h));
-  for (int y = 0; y < h; ++y) rows[static_cast<std::size_t>(y)] = out.pixels.data() + static_cast<std::size_t>(y) * w * ch;
+  for (int y = 0; y < h; ++y)
+    rows[static_cast<std::size_t>(y)] = out.pixels.data() + static_cast<std::size_t>(y) * w * ch;
   png_read_image(png, rows.data());
   png_read_end(png, nullptr);
   png_destroy_read_struct(&png, &info, nullptr);
@@ -131,7 +137,8 @@ void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
     }
     int* k = c.k.data() + static_cast<std::size_t>(xx) * c.ksize;
     for (int x = 0; x < xmax; ++x) {
-      const double v = ww != 0.0 ? kk[static_cast<std::size_t>(x)] / ww : kk[static_cast<std::size_t>(x)];
+      const double v =
+          ww != 0.0 ? kk[static_cast<std::size_t>(x)] / ww : kk[static_cast<std::size_t>(x)];
       k[x] = v < 0 ? static_cast<int>(-0.5 + v * (1 << kPrecisionBits))
                    : static_cast<int>(0.5 + v * (1 << kPrecisionBits));
     }
@@ -148,8 +155,8 @@ inline std::uint8_t clip8(int v) {
 /// Pillow's horizontal pass (ImagingResampleHorizontal_8bpc) over `rows` source rows from `first`,
 /// output columns [wx, wx + ww), for C interleaved channels.
 template <int C>
-void horizontal_pass(const std::uint8_t* src, std::size_t stride, int first, int rows, const Coeffs& ch,
-                     int wx, int ww, std::uint8_t* out) {
+void horizontal_pass(const std::uint8_t* src, std::size_t stride, int first, int rows,
+                     const Coeffs& ch, int wx, int ww, std::uint8_t* out) {
   const int half = 1 << (kPrecisionBits - 1);
   for (int r = 0; r < rows; ++r) {
     const std::uint8_t* in = src + static_cast<std::size_t>(first + r) * stride;
@@ -177,7 +184,9 @@ int round_half_even(double v) { return static_cast<int>(std::nearbyint(v)); }
 }  // namespace
 
 ImageDecoder::ImageDecoder() : tj_(tjInitDecompress()) {
-  if (!tj_) throw ImageError(std::string("cannot create a TurboJPEG decompressor: ") + tjGetErrorStr2(nullptr));
+  if (!tj_)
+    throw ImageError(std::string("cannot create a TurboJPEG decompressor: ") +
+                     tjGetErrorStr2(nullptr));
 }
 
 ImageDecoder::~ImageDecoder() {
@@ -199,12 +208,15 @@ ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
     return h;
   }
   if (is_png(data, size)) {
-    if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0) throw ImageError("corrupt PNG header (no IHDR)");
+    if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0)
+      throw ImageError("corrupt PNG header (no IHDR)");
     auto be32 = [&](std::size_t at) {
-      return static_cast<std::int64_t>(data[at]) << 24 | data[at + 1] << 16 | data[at + 2] << 8 | data[at + 3];
+      return static_cast<std::int64_t>(data[at]) << 24 | data[at + 1] << 16 | data[at + 2] << 8 |
+             data[at + 3];
     };
     const std::int64_t w = be32(16), ht = be32(20);
-    if (w < 1 || ht < 1 || w > (1 << 20) || ht > (1 << 20)) throw ImageError("corrupt PNG header (size)");
+    if (w < 1 || ht < 1 || w > (1 << 20) || ht > (1 << 20))
+      throw ImageError("corrupt PNG header (size)");
     check_size(static_cast<int>(w), static_cast<int>(ht));
     h.format = "png";
     h.width = static_cast<int>(w);
@@ -213,10 +225,12 @@ ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
     h.channels = (color == 0 || color == 4) ? 1 : 3;
     return h;
   }
-  throw ImageError(size == 0 ? "empty image (0 bytes)" : "not a JPEG or PNG image (unknown signature)");
+  throw ImageError(size == 0 ? "empty image (0 bytes)"
+                             : "not a JPEG or PNG image (unknown signature)");
 }
 
-int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out, int scale_denom) {
+int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out,
+                         int scale_denom) {
   if (channels != 1 && channels != 3) throw ImageError("channels must be 1 or 3");
   const ImageHeader h = header(data, size);
   if (h.format == "jpeg") {
@@ -231,7 +245,8 @@ int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channel
     out.height = ht;
     out.channels = channels;
     out.pixels.resize(static_cast<std::size_t>(w) * ht * pch);
-    if (tjDecompress2(tj_, data, static_cast<unsigned long>(size), out.pixels.data(), w, w * pch, ht, pf, 0) != 0) {
+    if (tjDecompress2(tj_, data, static_cast<unsigned long>(size), out.pixels.data(), w, w * pch,
+                      ht, pf, 0) != 0) {
       const std::string msg = tjGetErrorStr2(tj_);
       // Warnings (extraneous bytes, a corrupt Huffman code) leave a usable image, as in Pillow;
       // a premature end of data does not (Pillow: "image file is truncated").
@@ -247,7 +262,8 @@ int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channel
   PngSource src{data, size};
   std::vector<png_bytep> rows;
   Image8 raw;
-  if (!png_decode_raw(src, raw, rows)) throw ImageError(std::string("corrupt or truncated PNG: ") + src.message);
+  if (!png_decode_raw(src, raw, rows))
+    throw ImageError(std::string("corrupt or truncated PNG: ") + src.message);
   const std::size_t px = static_cast<std::size_t>(raw.width) * raw.height;
   if (raw.channels == channels) {
     std::swap(out, raw);
@@ -309,23 +325,22 @@ CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, in
   return b;
 }
 
-void resample_window(const std::uint8_t* src, int width, int height, int channels, std::size_t stride,
-                     double x0, double y0, double x1, double y1, int out_w, int out_h, int wx, int wy,
-                     int ww, int wh, std::uint8_t* dst) {
+void resample_window(const std::uint8_t* src, int width, int height, int channels,
+                     std::size_t stride, double x0, double y0, double x1, double y1, int out_w,
+                     int out_h, int wx, int wy, int ww, int wh, std::uint8_t* dst) {
   thread_local Coeffs ch, cv;
   thread_local std::vector<std::uint8_t> temp;
   precompute(width, x0, x1, out_w, ch);
   precompute(height, y0, y1, out_h, cv);
   // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
   const int first = cv.bounds[static_cast<std::size_t>(wy) * 2];
-  const int last = cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2] + cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2 + 1];
+  const int last = cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2] +
+                   cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2 + 1];
   const int rows = last - first;
   const std::size_t trow = static_cast<std::size_t>(ww) * channels;
   temp.resize(static_cast<std::size_t>(rows) * trow);
-  if (channels == 3)
-    horizontal_pass<3>(src, stride, first, rows, ch, wx, ww, temp.data());
-  else
-    horizontal_pass<1>(src, stride, first, rows, ch, wx, ww, temp.data());
+  if (channels == 3) horizontal_pass<3>(src, stride, first, rows, ch, wx, ww, temp.data());
+  else horizontal_pass<1>(src, stride, first, rows, ch, wx, ww, temp.data());
   // Vertical pass, one output row at a time as a sum of whole source rows: the same integer sums
   // as Pillow's per-pixel loop (integer addition is exact in any order), but contiguous, so the
   // compiler vectorizes it.
@@ -352,8 +367,8 @@ void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, 
   const std::size_t stride = static_cast<std::size_t>(img.width) * img.channels;
   const std::uint8_t* origin = img.pixels.data() + static_cast<std::size_t>(box.y) * stride +
                                static_cast<std::size_t>(box.x) * img.channels;
-  resample_window(origin, box.w, box.h, img.channels, stride, 0, 0, box.w, box.h, out_w, out_h, 0, 0,
-                  out_w, out_h, dst);
+  resample_window(origin, box.w, box.h, img.channels, stride, 0, 0, box.w, box.h, out_w, out_h, 0,
+                  0, out_w, out_h, dst);
 }
 
 CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
@@ -374,14 +389,16 @@ CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t
     box = random_resized_crop_box(h.width, h.height, key);
     const int d = dec.decode(data, size, channels, img, pick_denom(box.w, box.h, s, s));
     if (d == 1) {
-      if (img.width != h.width || img.height != h.height) throw ImageError("image size differs from its header");
+      if (img.width != h.width || img.height != h.height)
+        throw ImageError("image size differs from its header");
       resample_crop(img, box, s, s, tmp.data());
     } else {  // the same box in the 1/d image (float coordinates), resampled from there
       resample_window(img.pixels.data(), img.width, img.height, channels,
-                      static_cast<std::size_t>(img.width) * channels, static_cast<double>(box.x) / d,
-                      static_cast<double>(box.y) / d, std::min<double>(img.width, static_cast<double>(box.x + box.w) / d),
-                      std::min<double>(img.height, static_cast<double>(box.y + box.h) / d), s, s, 0, 0, s, s,
-                      tmp.data());
+                      static_cast<std::size_t>(img.width) * channels,
+                      static_cast<double>(box.x) / d, static_cast<double>(box.y) / d,
+                      std::min<double>(img.width, static_cast<double>(box.x + box.w) / d),
+                      std::min<double>(img.height, static_cast<double>(box.y + box.h) / d), s, s, 0,
+                      0, s, s, tmp.data());
     }
   } else {
     int rw = 0, rh = 0;
@@ -389,8 +406,8 @@ CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t
     if (box.x < 0 || box.y < 0) throw ImageError("centre crop larger than the resized image");
     dec.decode(data, size, channels, img, pick_denom(h.width, h.height, rw, rh));
     resample_window(img.pixels.data(), img.width, img.height, channels,
-                    static_cast<std::size_t>(img.width) * channels, 0, 0, img.width, img.height, rw, rh,
-                    box.x, box.y, s, s, tmp.data());
+                    static_cast<std::size_t>(img.width) * channels, 0, 0, img.width, img.height, rw,
+                    rh, box.x, box.y, s, s, tmp.data());
   }
   // Interleaved S×S×C → planar C×S×S, mirrored when asked.
   const std::size_t plane = static_cast<std::size_t>(s) * s;
@@ -398,7 +415,8 @@ CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t
     for (int x = 0; x < s; ++x) {
       const int sx = t.flip ? s - 1 - x : x;
       const std::uint8_t* p = tmp.data() + (static_cast<std::size_t>(y) * s + sx) * channels;
-      for (int c = 0; c < channels; ++c) dst[c * plane + static_cast<std::size_t>(y) * s + x] = p[c];
+      for (int c = 0; c < channels; ++c)
+        dst[c * plane + static_cast<std::size_t>(y) * s + x] = p[c];
     }
   return box;
 }

@@ -4,4 +4,5 @@
 
 #include "dtrain/core/error.hpp"
 
-#define DT_INPUT_FAIL(msg) throw ::dtrain::InputError(::dtrain::format_error((msg), __FILE__, __LINE__))
+#define DT_INPUT_FAIL(msg) \
+  throw ::dtrain::InputError(::dtrain::format_error((msg), __FILE__, __LINE__))

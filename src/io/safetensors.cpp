@@ -42,9 +42,9 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
 
 std::size_t safetensors_dtype_size(const std::string& dtype) {
   static const std::map<std::string, std::size_t> sizes{
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
-      {"F64", 8},  {"I64", 8}, {"U64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
   const auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -86,8 +86,8 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
     DT_ASSERT(size > 0 && t.data.size() == static_cast<std::size_t>(element_count(t.shape)) * size,
               "safetensors tensor '" + t.name + "': " + std::to_string(t.data.size()) +
                   " bytes do not fit its shape and dtype " + t.dtype);
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape},
-                      {"data_offsets", {at, at + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + t.data.size()}}};
     at += t.data.size();
   }
   std::string text = header.dump();
@@ -117,8 +117,9 @@ nlohmann::json read_header(std::ifstream& in, std::uint64_t size, const std::str
   std::uint64_t& n = header_bytes;
   in.read(reinterpret_cast<char*>(&n), 8);
   DT_REQUIRE(n <= kSafetensorsMaxHeader,
-             where + ": its header is " + std::to_string(n) + " bytes, more than the 100 MB "
-             "safetensors allows (corrupt, or not a safetensors file)");
+             where + ": its header is " + std::to_string(n) +
+                 " bytes, more than the 100 MB "
+                 "safetensors allows (corrupt, or not a safetensors file)");
   DT_REQUIRE(n <= size - 8, where + " is truncated: its header says " + std::to_string(n) +
                                 " bytes, the file holds " + std::to_string(size - 8) +
                                 " after the length");

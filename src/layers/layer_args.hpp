@@ -92,7 +92,9 @@ inline void copy_channels(Backend& be, const Shape& plane, void* dst, int dst_c,
 }
 
 /// Bytes of an activation tensor of shape s on backend be.
-inline std::size_t act_bytes(const Backend& be, const Shape& s) { return s.count() * be.act_size(); }
+inline std::size_t act_bytes(const Backend& be, const Shape& s) {
+  return s.count() * be.act_size();
+}
 
 /// Common state of every single-input layer: its type, shapes and the pointers bind() received.
 class LayerBase : public Layer {

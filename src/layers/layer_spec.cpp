@@ -48,8 +48,7 @@ LayerSpec parse_layer_spec(const std::string& text) {
     if (key == "name") {
       if (!valid_name(value))
         fail("bad name '" + value + "': use letters, digits, '_', '-' and '.'");
-      if (value == kInputName)
-        fail("name '" + value + "' is reserved for the network input");
+      if (value == kInputName) fail("name '" + value + "' is reserved for the network input");
       spec.name = value;
     } else if (key == "input") {
       std::size_t start = 0;
@@ -57,8 +56,10 @@ LayerSpec parse_layer_spec(const std::string& text) {
         const auto comma = value.find(',', start);
         const std::string one = value.substr(start, comma - start);
         if (one.empty() || !valid_name(one))
-          fail("bad input list '" + value + "': expected NAME or NAME,NAME,... of earlier layers "
-               "(or '" + std::string(kInputName) + "')");
+          fail("bad input list '" + value +
+               "': expected NAME or NAME,NAME,... of earlier layers "
+               "(or '" +
+               std::string(kInputName) + "')");
         spec.inputs.push_back(one);
         if (comma == std::string::npos) break;
         start = comma + 1;

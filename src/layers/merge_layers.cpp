@@ -52,8 +52,7 @@ class AddLayer final : public MergeLayer {
   void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) override {
     check_arity(x);
     if (relu_)
-      return be().relu_backward_fanout(y, dy, dx[0], dx[1], out_.count(), be().act_dtype(),
-                                       *relu_);
+      return be().relu_backward_fanout(y, dy, dx[0], dx[1], out_.count(), be().act_dtype(), *relu_);
     for (void* d : dx)
       if (d != nullptr) be().copy_device(d, dy, act_bytes(be(), out_));
   }
@@ -79,7 +78,8 @@ class ConcatLayer final : public MergeLayer {
     check_arity(x);
     int first = 0;
     for (std::size_t i = 0; i < dx.size(); ++i) {
-      if (dx[i] != nullptr) copy_channels(be(), out_, dx[i], in_[i].c, 0, dy, out_.c, first, in_[i].c);
+      if (dx[i] != nullptr)
+        copy_channels(be(), out_, dx[i], in_[i].c, 0, dy, out_.c, first, in_[i].c);
       first += in_[i].c;
     }
   }
@@ -104,8 +104,9 @@ std::unique_ptr<Layer> make_concat_layer(LayerArgs& args, const std::vector<Shap
   for (std::size_t i = 1; i < in.size(); ++i) {
     if (in[i].n != in[0].n || in[i].h != in[0].h || in[i].w != in[0].w)
       args.fail("concat joins along channels and needs inputs of one height and width, but "
-                "input 1 is " + in[0].with_n(1).str() + " and input " + std::to_string(i + 1) +
-                " is " + in[i].with_n(1).str() + " (per sample)");
+                "input 1 is " +
+                in[0].with_n(1).str() + " and input " + std::to_string(i + 1) + " is " +
+                in[i].with_n(1).str() + " (per sample)");
     out.c += in[i].c;
   }
   return std::make_unique<ConcatLayer>(in, out, be);

@@ -68,8 +68,7 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
  public:
   DenseLayer(const Shape& in, int units, std::unique_ptr<DenseOp> op, Backend* be)
       : WeightedLayer("dense", in, Shape{in.n, units, 1, 1}, std::move(op)),
-        inputs_(static_cast<int>(in.sample_count())),
-        units_(units) {
+        inputs_(static_cast<int>(in.sample_count())), units_(units) {
     // Its weights see the NCHW flattening of x: an NHWC input (VGG's dense after a pool) is
     // converted into x_nchw_ in forward, and dx comes back through dx_nchw_.
     if (be != nullptr && be->differs_from_nchw(in)) {
@@ -98,7 +97,8 @@ class DenseLayer final : public WeightedLayer<DenseOp> {
   void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     if (be_ == nullptr) return WeightedLayer::backward_one(x, y, dy, dx);
     WeightedLayer::backward_one(x_nchw_.data(), y, dy, dx ? dx_nchw_.data() : nullptr);
-    if (dx != nullptr) be_->convert_layout(dx_nchw_.data(), dx, in_, Layout::nhwc, be_->act_dtype());
+    if (dx != nullptr)
+      be_->convert_layout(dx_nchw_.data(), dx, in_, Layout::nhwc, be_->act_dtype());
   }
 
  private:
@@ -149,10 +149,8 @@ class BatchNormLayer final : public LayerBase {
   }
   void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
     require_bound(op_.get());
-    if (epilogue_ == Epilogue::relu)
-      op_->backward_relu(x, y, p_[0], p_[1], dy, dx, g_[0], g_[1]);
-    else
-      op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
+    if (epilogue_ == Epilogue::relu) op_->backward_relu(x, y, p_[0], p_[1], dy, dx, g_[0], g_[1]);
+    else op_->backward(x, p_[0], dy, dx, g_[0], g_[1]);
   }
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
     return {{"eps", format_float(d_.epsilon)}, {"momentum", format_float(d_.momentum)}};
@@ -185,7 +183,8 @@ std::unique_ptr<Layer> make_conv_layer(LayerArgs& args, const Shape& in, Backend
   d.bias = args.get_bool("bias", true);
   args.finish();
   const Shape out = args.in_context([&] { return d.output(); });
-  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_conv(d); }); });
+  auto op =
+      args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_conv(d); }); });
   return std::make_unique<ConvLayer>(d, out, std::move(op));
 }
 
@@ -204,7 +203,8 @@ std::unique_ptr<Layer> make_dense_layer(LayerArgs& args, const Shape& in, int nu
     args.fail("dense cannot take input " + in.str() + " (expected a positive N×C×H×W shape)");
   }
   d.inputs = static_cast<int>(inputs);
-  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_dense(d); }); });
+  auto op =
+      args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_dense(d); }); });
   return std::make_unique<DenseLayer>(in, units, std::move(op), be);
 }
 

@@ -1,10 +1,10 @@
 // src/layers/simple_layers.cpp — the parameter-free single-input layers: maxpool/avgpool and
-// globalavgpool (an avg pool whose window is the whole H×W plane, as torch.nn.AdaptiveAvgPool2d(1)),
-// relu/sigmoid, dropout (inverted, Srivastava et al. 2014), flatten (N×C×H×W → N×(C·H·W)×1×1 in
-// NCHW order: the same memory in the NCHW layout, so the model runs it in place and nothing is
-// copied; an NHWC input is converted) and zeropad (N×Cin×H×W →
-// N×C×H×W with the input at channel offset (C − Cin)/2 and zeros elsewhere: the parameter-free
-// "option A" shortcut of He et al. 2016 §4.2).
+// globalavgpool (an avg pool whose window is the whole H×W plane, as
+// torch.nn.AdaptiveAvgPool2d(1)), relu/sigmoid, dropout (inverted, Srivastava et al. 2014), flatten
+// (N×C×H×W → N×(C·H·W)×1×1 in NCHW order: the same memory in the NCHW layout, so the model runs it
+// in place and nothing is copied; an NHWC input is converted) and zeropad (N×Cin×H×W → N×C×H×W with
+// the input at channel offset (C − Cin)/2 and zeros elsewhere: the parameter-free "option A"
+// shortcut of He et al. 2016 §4.2).
 #include <climits>
 
 #include "layer_args.hpp"
@@ -17,11 +17,11 @@ constexpr int kNoMax = INT_MAX;
 class PoolLayer final : public LayerBase {
  public:
   PoolLayer(const PoolDesc& d, const Shape& out, std::unique_ptr<PoolOp> op, bool global)
-      : LayerBase(global ? "globalavgpool" : d.kind == PoolKind::max ? "maxpool" : "avgpool",
+      : LayerBase(global                    ? "globalavgpool"
+                  : d.kind == PoolKind::max ? "maxpool"
+                                            : "avgpool",
                   d.input, out),
-        d_(d),
-        global_(global),
-        op_(std::move(op)) {}
+        d_(d), global_(global), op_(std::move(op)) {}
 
   // cuDNN's pooling backward reads x and y (oneDNN's only its workspace).
   [[nodiscard]] BackwardNeeds needs() const override { return {true, true, false}; }
@@ -157,7 +157,8 @@ void require_positive(const LayerArgs& args, const Shape& in) {
 
 std::unique_ptr<Layer> build_pool(LayerArgs& args, const PoolDesc& d, bool global, Backend* be) {
   const Shape out = args.in_context([&] { return d.output(); });
-  auto op = args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_pool(d); }); });
+  auto op =
+      args.in_context([&] { return make_op(be, [&](Backend& b) { return b.make_pool(d); }); });
   return std::make_unique<PoolLayer>(d, out, std::move(op), global);
 }
 

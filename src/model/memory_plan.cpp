@@ -120,9 +120,8 @@ struct Planner {
     // the one buffer, tracked as the output's (the input, the producer's output, has no other use).
     for (std::size_t i = 0; i < L; ++i) {
       if (!nodes[i].absorbed || !nodes[i].active) continue;
-      DT_ASSERT(i > 0 && nodes[i].inputs.size() == 1 &&
-                    nodes[i].inputs[0] == static_cast<int>(i) && consumers[i] == 1 &&
-                    size[i] == size[i + 1] && nodes[i - 1].active,
+      DT_ASSERT(i > 0 && nodes[i].inputs.size() == 1 && nodes[i].inputs[0] == static_cast<int>(i) &&
+                    consumers[i] == 1 && size[i] == size[i + 1] && nodes[i - 1].active,
                 "memory plan: an absorbed relu must be the sole reader of the layer before it");
       bwd_reader[i + 1] = std::min(bwd_reader[i + 1], bwd_reader[i]);
       bwd_reader[i] = kNoSlot;

@@ -21,8 +21,8 @@ inline constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
 
 /// One layer as the planner sees it.
 struct PlanNode {
-  std::vector<int> inputs;  ///< tensor ids: 0 = network input, i + 1 = output of layer i
-  std::size_t out_elements;   ///< output size at the largest batch
+  std::vector<int> inputs;   ///< tensor ids: 0 = network input, i + 1 = output of layer i
+  std::size_t out_elements;  ///< output size at the largest batch
   BackwardNeeds needs;
   /// A relu run inside the layer before it (Layer::absorb_relu): its input is that layer's output
   /// alone, its output and that output share one buffer, and so do their gradients; it does not
@@ -44,12 +44,12 @@ struct PlanStep {
 };
 
 struct MemoryPlan {
-  std::vector<std::size_t> act;   ///< per tensor id: arena offset of its value (entry 0 unused)
-  std::vector<std::size_t> grad;  ///< per tensor id: arena offset of its gradient (entry 0 unused)
+  std::vector<std::size_t> act;    ///< per tensor id: arena offset of its value (entry 0 unused)
+  std::vector<std::size_t> grad;   ///< per tensor id: arena offset of its gradient (entry 0 unused)
   std::vector<PlanStep> backward;  ///< per layer
-  std::size_t total_elements = 0;      ///< arena size
+  std::size_t total_elements = 0;  ///< arena size
   std::size_t peak_live_elements = 0;  ///< most elements live at once (a lower bound of the total)
-  std::size_t buffers = 0;           ///< tensors placed
+  std::size_t buffers = 0;             ///< tensors placed
 };
 
 /// Plans the layers (in execution order; inputs refer to earlier layers only).

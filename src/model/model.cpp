@@ -17,7 +17,6 @@
 
 namespace dtrain {
 
-
 namespace {
 /// PyTorch's shape of a layer's tensor (TensorInfo::dims): 4-d conv weights, 2-d dense weights,
 /// 1-d everything else (bias, batchnorm).
@@ -79,15 +78,15 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     : backend_(backend), sample_(sample.with_n(1)), num_classes_(num_classes),
       max_batch_(max_batch), act_size_(dtype_size(act)), part_(part), slots_(slots) {
   DT_REQUIRE(!layer_lines.empty(), "model: no layers given (add `layer = ...` lines)");
-  DT_REQUIRE(num_classes >= 2, "model: need at least 2 classes, got " +
-                                   std::to_string(num_classes));
+  DT_REQUIRE(num_classes >= 2,
+             "model: need at least 2 classes, got " + std::to_string(num_classes));
   DT_REQUIRE(max_batch >= 1, "model: batch size must be >= 1");
   DT_REQUIRE(slots >= 1, "model: a stage needs at least one activation slot");
   part_.last = std::min(part_.last, layer_lines.size() - 1);
-  DT_REQUIRE(part_.first <= part_.last,
-             "model: stage layers " + std::to_string(part_.first + 1) + ".." +
-                 std::to_string(part_.last + 1) + " are empty or past the model's " +
-                 std::to_string(layer_lines.size()) + " layers");
+  DT_REQUIRE(part_.first <= part_.last, "model: stage layers " + std::to_string(part_.first + 1) +
+                                            ".." + std::to_string(part_.last + 1) +
+                                            " are empty or past the model's " +
+                                            std::to_string(layer_lines.size()) + " layers");
   build_graph(layer_lines);
   find_crossings();
 
@@ -123,7 +122,8 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   bind(*stack);
   stacks_[{max_batch, 0}] = std::move(stack);
   if (backend->fuse())
-    log_info("fusion: " + std::to_string(fused_layers()) + " layers run inside another (relu in "
+    log_info("fusion: " + std::to_string(fused_layers()) +
+             " layers run inside another (relu in "
              "the add or batchnorm before it, add + relu in the batchnorm before it), " +
              std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
 }
@@ -159,7 +159,8 @@ void Model::place_tensors(const Stack& stack) {
         if (!fresh)
           throw InputError("model: tensor name '" + t.key + "' is given to layer #" +
                            std::to_string(layer(it->second)) + " and layer #" +
-                           std::to_string(layer(t.name)) + " (a name= equals a generated "
+                           std::to_string(layer(t.name)) +
+                           " (a name= equals a generated "
                            "'<index>.<type>' name); rename one of them");
       }
   }
@@ -206,12 +207,13 @@ void Model::build_graph(const std::vector<std::string>& layer_lines) {
       const auto fwd = later.find(name);
       if (fwd != later.end())
         throw InputError(where(i, spec) + ": input '" + name + "' is layer #" +
-                         std::to_string(fwd->second + 1) + ", which comes later: a layer may only "
+                         std::to_string(fwd->second + 1) +
+                         ", which comes later: a layer may only "
                          "take inputs from earlier lines (so the graph has no cycles)");
       std::string names;
       for (const auto& [n, t] : known) names += (names.empty() ? "" : ", ") + n;
-      throw InputError(where(i, spec) + ": input '" + name + "' names no earlier layer (known: " +
-                       names + ")");
+      throw InputError(where(i, spec) + ": input '" + name +
+                       "' names no earlier layer (known: " + names + ")");
     }
     for (int t : in) ++consumers[static_cast<std::size_t>(t)];
     inputs_.push_back(in);
@@ -221,7 +223,8 @@ void Model::build_graph(const std::vector<std::string>& layer_lines) {
   }
   for (std::size_t i = 0; i + 1 < specs_.size(); ++i)
     if (consumers[i + 1] == 0)
-      throw InputError(where(i, specs_[i]) + ": its output is used by no later layer (only the "
+      throw InputError(where(i, specs_[i]) +
+                       ": its output is used by no later layer (only the "
                        "last layer's output, the logits, may be unused); remove it or name it "
                        "in a later layer's input=");
 }
@@ -271,8 +274,8 @@ void Model::fuse(Stack& s) {
       fuse_add_relu(s, a, consumers);
   for (std::size_t i = 1; i < L; ++i) {
     if (specs_[i].type != "relu" || !inside(i - 1) || !inside(i) || absorbed_[i] ||
-        absorbed_[i - 1] || fused_[i - 1] != 0 ||
-        !sole_reader(i) || !s.layers[i - 1]->absorb_relu())
+        absorbed_[i - 1] || fused_[i - 1] != 0 || !sole_reader(i) ||
+        !s.layers[i - 1]->absorb_relu())
       continue;
     absorbed_[i] = true;
     host_[i] = i - 1;
@@ -411,7 +414,8 @@ const void* Model::network_input(const float* x, int n) {
   const Shape s = sample_.with_n(n);
   const DType t = be.act_dtype();
   std::byte* dst =  // this slot's copy: micro-batches in flight each keep their input
-      input_.data() + static_cast<std::size_t>(slot_) * sample_.with_n(max_batch_).count() * act_size_;
+      input_.data() +
+      static_cast<std::size_t>(slot_) * sample_.with_n(max_batch_).count() * act_size_;
   if (t == DType::f32) {
     be.convert_layout(x, dst, s, Layout::nhwc, t);
   } else if (!be.differs_from_nchw(s)) {
@@ -592,8 +596,8 @@ std::string Model::summary() const {
   std::ostringstream os;
   const Stack& s = *stacks_.at({max_batch_, 0});
   os << "# model: input 1x" << sample_.c << "x" << sample_.h << "x" << sample_.w << ", "
-     << num_classes_ << " classes, " << param_count_ << " parameters ("
-     << param_count_ * 4 / 1024.0 << " KiB), " << s.layers.size() << " layers\n";
+     << num_classes_ << " classes, " << param_count_ << " parameters (" << param_count_ * 4 / 1024.0
+     << " KiB), " << s.layers.size() << " layers\n";
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const Shape o = s.layers[i]->output_shape();
     std::size_t np = 0;

@@ -73,8 +73,9 @@ void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, boo
   for (std::size_t i = st.first; i < layers.size(); ++i)
     for (int t : layers[i].inputs) {
       DT_REQUIRE(t != 0 || first_stage || i < st.first,
-                 layer_text(layers, i) + " reads the network input but runs after the first "
-                 "pipeline stage; only the first stage reads data (move the cut after it)");
+                 layer_text(layers, i) +
+                     " reads the network input but runs after the first "
+                     "pipeline stage; only the first stage reads data (move the cut after it)");
       if (t > 0 && static_cast<std::size_t>(t - 1) < st.first)
         crosses[static_cast<std::size_t>(t)] = true;
     }
@@ -100,8 +101,8 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
   plan.stages = stages;
   plan.micro_batches = micro_batches;
   plan.schedule = schedule;
-  plan.from_job = std::any_of(layers.begin(), layers.end(),
-                              [](const LayerInfo& l) { return l.stage >= 0; });
+  plan.from_job =
+      std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
   const std::vector<std::size_t> first =
       plan.from_job ? cuts_from_job(layers, stages) : balanced_cuts(layers, stages);
   std::vector<int> stage_of(layers.size());
@@ -142,15 +143,14 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
     const PipelineStage& st = plan.stage[s];
     std::string from;
     for (int t : st.receives)
-      from += (from.empty() ? "" : ",") +
-              (t == 0 ? std::string("data")
-                      : layers[static_cast<std::size_t>(t - 1)].name.empty()
-                            ? "#" + std::to_string(t)
-                            : layers[static_cast<std::size_t>(t - 1)].name);
+      from += (from.empty() ? "" : ",") + (t == 0 ? std::string("data")
+                                           : layers[static_cast<std::size_t>(t - 1)].name.empty()
+                                               ? "#" + std::to_string(t)
+                                               : layers[static_cast<std::size_t>(t - 1)].name);
     const double recv_mib =
         static_cast<double>(st.receive_elements) * micro * act_bytes / (1 << 20);
-    const double held_mib = static_cast<double>(st.stash_elements) * micro * st.in_flight *
-                            act_bytes / (1 << 20);
+    const double held_mib =
+        static_cast<double>(st.stash_elements) * micro * st.in_flight * act_bytes / (1 << 20);
     std::snprintf(line, sizeof line,
                   "#  %5zu  %4zu-%-6zu %9zu  %11.2f  %-20s %7.2f MiB  %7.1f MiB (%d in flight)\n",
                   s, st.first + 1, st.last + 1, st.params, st.flops * batch / 1e9,

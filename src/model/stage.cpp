@@ -11,7 +11,6 @@
 
 namespace dtrain {
 
-
 std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m) {
   return mix_seed(step_seed, 0x6d6963726fULL + static_cast<std::uint64_t>(m));
 }
@@ -25,8 +24,9 @@ void Model::find_crossings() {
       if (t == 0 && part_.first > 0 && inside(i))
         throw InputError("model: layer #" + std::to_string(i + 1) + " '" + specs_[i].text +
                          "' reads the network input but runs in a pipeline stage after the "
-                         "first (layers " + std::to_string(part_.first + 1) + ".." +
-                         std::to_string(part_.last + 1) + "): only the first stage reads data");
+                         "first (layers " +
+                         std::to_string(part_.first + 1) + ".." + std::to_string(part_.last + 1) +
+                         "): only the first stage reads data");
       if (t == 0) continue;
       // Received: made before this stage, read here or later; sent: made so far, read later.
       if (i >= part_.first && t - 1 < part_.first) received[t] = true;
@@ -51,8 +51,8 @@ namespace {
 void check_crossing(const Model& m, int slot, int t) {
   const auto& r = m.received_tensors();
   const auto& s = m.sent_tensors();
-  DT_ASSERT(slot >= 0 && slot < m.slots(), "model: activation slot " + std::to_string(slot) +
-                                               " of " + std::to_string(m.slots()));
+  DT_ASSERT(slot >= 0 && slot < m.slots(),
+            "model: activation slot " + std::to_string(slot) + " of " + std::to_string(m.slots()));
   DT_ASSERT(std::find(r.begin(), r.end(), t) != r.end() ||
                 std::find(s.begin(), s.end(), t) != s.end(),
             "model: tensor " + std::to_string(t) + " does not cross this stage's cuts");
@@ -106,10 +106,8 @@ void Model::accumulate_micro(int m, int M) {
   Backend& be = backend();
   if (grad_sum_.size() == 0)
     grad_sum_ = DeviceBuffer<float>(be, std::max<std::size_t>(param_count_, 1));
-  if (m == 0)
-    be.copy_device(grad_sum_.data(), grads_.data(), param_count_ * sizeof(float));
-  else if (m + 1 < M)
-    be.add(grad_sum_.data(), grads_.data(), param_count_, DType::f32);
+  if (m == 0) be.copy_device(grad_sum_.data(), grads_.data(), param_count_ * sizeof(float));
+  else if (m + 1 < M) be.add(grad_sum_.data(), grads_.data(), param_count_, DType::f32);
   else  // g_{M−1} + Σ: the order train_step_micro() adds in
     be.add(grads_.data(), grad_sum_.data(), param_count_, DType::f32);
 }

@@ -76,10 +76,12 @@ bool DanaMomentum::apply_range(int w, float* params, const float* grads, float* 
     std::memcpy(old, v + b, (e - b) * sizeof(float));
     finite = opt.apply(params, grads + (b - begin), step, b, e) && finite;
     // The block's gradient has been read: with `into`, θ̂ replaces it there.
-    if (into) fold<true>(sum_.data() + b, look_ahead_.data() + b, into + (b - begin), v + b, old,
-                         params + b, f, e - b);
-    else fold<false>(sum_.data() + b, look_ahead_.data() + b, nullptr, v + b, old, params + b, f,
-                     e - b);
+    if (into)
+      fold<true>(sum_.data() + b, look_ahead_.data() + b, into + (b - begin), v + b, old,
+                 params + b, f, e - b);
+    else
+      fold<false>(sum_.data() + b, look_ahead_.data() + b, nullptr, v + b, old, params + b, f,
+                  e - b);
   }
   return finite;
 }

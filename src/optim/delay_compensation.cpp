@@ -13,7 +13,8 @@ DelayCompensation::DelayCompensation(std::size_t n, int workers, float lambda0,
                                      float mean_square_decay)
     : n_(n), lambda0_(lambda0), decay_(mean_square_decay) {
   DT_REQUIRE(lambda0 > 0.0f && std::isfinite(lambda0),
-             "delay compensation: lambda0 must be a positive number, got " + std::to_string(lambda0));
+             "delay compensation: lambda0 must be a positive number, got " +
+                 std::to_string(lambda0));
   DT_REQUIRE(workers >= 1, "delay compensation: needs at least one worker");
   DT_REQUIRE(mean_square_decay >= 0.0f && mean_square_decay < 1.0f,
              "delay compensation: mean-square decay must be in [0, 1)");
@@ -45,7 +46,8 @@ void DelayCompensation::compensate(int w, float* g, const float* params, std::si
   const float* tw = at.data();
   constexpr float kEps = 1e-7f;
   for (std::size_t i = begin; i < end; ++i)
-    g[i - begin] += lambda0_ / std::sqrt(ms[i] + kEps) * g[i - begin] * g[i - begin] * (params[i] - tw[i]);
+    g[i - begin] +=
+        lambda0_ / std::sqrt(ms[i] + kEps) * g[i - begin] * g[i - begin] * (params[i] - tw[i]);
 }
 
 }  // namespace dtrain

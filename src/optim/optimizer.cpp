@@ -23,7 +23,9 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 bool is_bias(const TensorInfo& t) { return ends_with(t.name, ".bias"); }
-bool is_bn(const TensorInfo& t) { return ends_with(t.name, ".gamma") || ends_with(t.name, ".beta"); }
+bool is_bn(const TensorInfo& t) {
+  return ends_with(t.name, ".gamma") || ends_with(t.name, ".beta");
+}
 
 }  // namespace
 
@@ -131,8 +133,8 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std:
   return apply_range(params, grads, nullptr, step, begin, end);
 }
 
-bool Optimizer::apply_into_grads(float* params, float* grads, std::int64_t step,
-                                 std::size_t begin, std::size_t end) {
+bool Optimizer::apply_into_grads(float* params, float* grads, std::int64_t step, std::size_t begin,
+                                 std::size_t end) {
   return apply_range(params, grads, grads, step, begin, end);
 }
 
@@ -169,8 +171,9 @@ bool Optimizer::apply_range(float* params, const float* grads, float* into, std:
     u.weight_decay = wd;
     float* m = m_.data() ? m_.data() + b : nullptr;
     float* v = v_.data() ? v_.data() + b : nullptr;
-    const bool ok = into ? backend_.optimizer_update_into_grad(u, params + b, into + (b - begin), m, v, e - b)
-                         : backend_.optimizer_update(u, params + b, grads + (b - begin), m, v, e - b);
+    const bool ok =
+        into ? backend_.optimizer_update_into_grad(u, params + b, into + (b - begin), m, v, e - b)
+             : backend_.optimizer_update(u, params + b, grads + (b - begin), m, v, e - b);
     finite = ok && finite;
   };
   const float wd = config_.weight_decay;

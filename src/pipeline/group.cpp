@@ -12,7 +12,8 @@ namespace dtrain {
 PipelinePlace pipeline_place(int worker, int workers, int stages) {
   DT_REQUIRE(stages >= 1 && workers % stages == 0,
              "option --pipeline-stages " + std::to_string(stages) + ": the " +
-                 std::to_string(workers) + " workers must be a whole number of pipelines (a "
+                 std::to_string(workers) +
+                 " workers must be a whole number of pipelines (a "
                  "multiple of the stages: D data-parallel replicas x P stages)");
   PipelinePlace p;
   p.stages = stages;
@@ -66,8 +67,9 @@ LayerRange PipelineGroup::layers() const {
 CheckpointState PipelineGroup::slice(const CheckpointState& whole) const {
   CheckpointState s = whole;
   auto cut = [](const std::vector<float>& v, std::size_t a, std::size_t b) {
-    return v.empty() ? v : std::vector<float>(v.begin() + static_cast<long>(a),
-                                              v.begin() + static_cast<long>(b));
+    return v.empty() ? v
+                     : std::vector<float>(v.begin() + static_cast<long>(a),
+                                          v.begin() + static_cast<long>(b));
   };
   s.params = cut(whole.params, param_begin_, param_end_);
   s.m = cut(whole.m, param_begin_, param_end_);
@@ -98,7 +100,8 @@ std::vector<float> gather(const std::vector<float>& mine, MPI_Comm comm, int roo
   wait_one(req, comm_timeout(), "pipeline: gathering a checkpoint's stage sizes");
   std::vector<int> offsets(counts.size(), 0);
   for (std::size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
-  std::vector<float> all(rank == root ? static_cast<std::size_t>(offsets.back() + counts.back()) : 0);
+  std::vector<float> all(rank == root ? static_cast<std::size_t>(offsets.back() + counts.back())
+                                      : 0);
   DT_CHECK_MPI(MPI_Igatherv(mine.data(), n, MPI_FLOAT, all.data(), counts.data(), offsets.data(),
                             MPI_FLOAT, root, comm, &req));
   wait_one(req, comm_timeout(), "pipeline: gathering a checkpoint's stages to the chief");

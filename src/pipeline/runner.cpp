@@ -31,10 +31,9 @@ PipelineRunner::PipelineRunner(Model& stage, MPI_Comm pipe, PipelineSchedule sch
   DT_CHECK_MPI(MPI_Allgather(&me, 1, MPI_INT, world_rank_of_.data(), 1, MPI_INT, pipe_));
   const int need = stage_slots(schedule, stage_, stages_, micro_batches);
   DT_REQUIRE(stage.slots() >= need,
-             "pipeline: stage " + std::to_string(stage_) + " has " +
-                 std::to_string(stage.slots()) + " activation slots but " + to_string(schedule) +
-                 " with " + std::to_string(micro_batches) + " micro-batches needs " +
-                 std::to_string(need));
+             "pipeline: stage " + std::to_string(stage_) + " has " + std::to_string(stage.slots()) +
+                 " activation slots but " + to_string(schedule) + " with " +
+                 std::to_string(micro_batches) + " micro-batches needs " + std::to_string(need));
   slots_.resize(static_cast<std::size_t>(stage.slots()));
 }
 
@@ -61,7 +60,8 @@ int message_bytes(const Model& m, int t, int rows) {
   const std::size_t bytes = m.tensor_elements(t, rows) * m.backend().act_size();
   DT_REQUIRE(bytes <= static_cast<std::size_t>(INT_MAX),
              "pipeline: tensor " + std::to_string(t) + " of a micro-batch is " +
-                 std::to_string(bytes) + " bytes, more than one MPI message carries; use more "
+                 std::to_string(bytes) +
+                 " bytes, more than one MPI message carries; use more "
                  "--micro-batches");
   return static_cast<int>(bytes);
 }
@@ -99,7 +99,8 @@ void PipelineRunner::receive(int slot, int m, int rows, bool grad) {
   at = 0;
   for (int t : ts) {
     const int bytes = message_bytes(model_, t, rows);
-    model_.backend().copy_to_device(grad ? model_.tensor_grad(slot, t) : model_.tensor_value(slot, t),
+    model_.backend().copy_to_device(grad ? model_.tensor_grad(slot, t)
+                                         : model_.tensor_value(slot, t),
                                     sl.host_in.data() + at, static_cast<std::size_t>(bytes));
     at += static_cast<std::size_t>(bytes);
   }
@@ -124,8 +125,8 @@ void PipelineRunner::send(int slot, int m, int rows, bool grad) {
       src = sl.host_out.data() + at;
     }
     sl.sends.emplace_back();
-    DT_CHECK_MPI(MPI_Isend(src, bytes, MPI_BYTE, peer, 2 * m + (grad ? 1 : 0), pipe_,
-                           &sl.sends.back()));
+    DT_CHECK_MPI(
+        MPI_Isend(src, bytes, MPI_BYTE, peer, 2 * m + (grad ? 1 : 0), pipe_, &sl.sends.back()));
     at += static_cast<std::size_t>(bytes);
   }
 }
@@ -147,9 +148,8 @@ void PipelineRunner::wait_all_sends() {
   for (int k = 0; k < static_cast<int>(slots_.size()); ++k) wait_sends(k);
 }
 
-void PipelineRunner::train_step(const float* x, const std::int32_t* labels, int n,
-                                float grad_scale, std::uint64_t step_seed, float* stats,
-                                const GradsFinal& on_final) {
+void PipelineRunner::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
+                                std::uint64_t step_seed, float* stats, const GradsFinal& on_final) {
   times_ = {};
   const int M = std::max(1, std::min(micro_batches_, n));
   const std::size_t per = model_.sample_shape().count();

@@ -36,7 +36,8 @@ std::vector<PipelineOp> stage_schedule(PipelineSchedule schedule, int stage, int
 std::string describe(const std::vector<PipelineOp>& ops) {
   std::string out;
   for (const PipelineOp& op : ops)
-    out += (out.empty() ? "" : " ") + std::string(op.forward ? "F" : "B") + std::to_string(op.micro);
+    out +=
+        (out.empty() ? "" : " ") + std::string(op.forward ? "F" : "B") + std::to_string(op.micro);
   return out;
 }
 

@@ -51,7 +51,7 @@ class AsyncApplier final : public UpdateRule {
   void on_pushed(int w) override {
     Incoming& r = core_.request(w);
     if (r.fate == Fate::undecided) decide(w);  // a shard without chunks
-    if (r.fate == Fate::apply) {  // every chunk's reply has gone
+    if (r.fate == Fate::apply) {               // every chunk's reply has gone
       ++core_.stats().updates;
       core_.count_used(w, r.staleness);
     } else if (r.shm) {  // every chunk has been answered in its slot already

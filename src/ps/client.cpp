@@ -18,8 +18,8 @@ namespace dtrain {
 
 PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
                    std::size_t chunk_bytes)
-    : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
-      chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0) {
+    : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s), chunk_bytes_(chunk_bytes),
+      seen_(shards_.size(), 0) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
   rings_.resize(shards_.size());
@@ -36,12 +36,18 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
 namespace {
 const char* tag_name(int tag) {
   switch (tag) {
-    case kTagPull: return "pulling parameters";
-    case kTagPush: return "pushing gradients";
-    case kTagLoad: return "loading parameters";
-    case kTagSnapshot: return "gathering a checkpoint snapshot";
-    case kTagDone: return "sending DONE";
-    default: return "exchanging";
+    case kTagPull:
+      return "pulling parameters";
+    case kTagPush:
+      return "pushing gradients";
+    case kTagLoad:
+      return "loading parameters";
+    case kTagSnapshot:
+      return "gathering a checkpoint snapshot";
+    case kTagDone:
+      return "sending DONE";
+    default:
+      return "exchanging";
   }
 }
 }  // namespace
@@ -92,8 +98,8 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
     headers_out_[k].seen_step = seen_[k];
     if (rings_[k].in_use) headers_out_[k].flags |= kFlagShm;
     reqs_.emplace_back();
-    DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k),
-                           tag, cluster_.world(), &reqs_.back()));
+    DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k), tag,
+                           cluster_.world(), &reqs_.back()));
   }
 }
 
@@ -191,15 +197,15 @@ void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
   ring.tried = true;
   std::string why;
   ring.segment = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
-                               h.ring_token, &why);
+                                  h.ring_token, &why);
   if (!ring.segment)
     log_warn("worker " + std::to_string(cluster_.me().index) + ": cannot map the ring ps " +
              std::to_string(k) + " shares (" + why + "); pushes to it travel as MPI messages");
 }
 
 PushResult PsClient::wait(int tag) {
-  const std::string what = "worker " + std::to_string(cluster_.me().index) + " " +
-                           tag_name(tag) + " with " + peers_;
+  const std::string what =
+      "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) + " with " + peers_;
   drain_rings(what);
   wait_all(reqs_, timeout_, what);
   PushResult r;
@@ -255,8 +261,8 @@ void PsClient::push_ready(std::size_t from) {
     progress_rings();
     int count = 0;
     index_.resize(reqs_.size());
-    DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count,
-                              index_.data(), MPI_STATUSES_IGNORE));
+    DT_CHECK_MPI(MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count, index_.data(),
+                              MPI_STATUSES_IGNORE));
   }
 }
 
@@ -269,9 +275,10 @@ PushResult PsClient::finish_push() {
   push_grads_ = nullptr;
   if (progress_failure_) std::rethrow_exception(std::exchange(progress_failure_, nullptr));
   if (progress_error_ != MPI_SUCCESS)
-    throw LibraryError(format_error("MPI_Testsome on a push in flight failed: " +
-                                        mpi_error_string(std::exchange(progress_error_, MPI_SUCCESS)),
-                                    __FILE__, __LINE__));
+    throw LibraryError(
+        format_error("MPI_Testsome on a push in flight failed: " +
+                         mpi_error_string(std::exchange(progress_error_, MPI_SUCCESS)),
+                     __FILE__, __LINE__));
   return wait(kTagPush);
 }
 

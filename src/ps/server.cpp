@@ -154,7 +154,8 @@ void ServerCore::on_header(int w, int tag, const MsgHeader& h) {
       return;
     default:
       throw Error(format_error(who_ + ": unexpected message tag " + std::to_string(tag) +
-                                   " from worker " + std::to_string(w), __FILE__, __LINE__));
+                                   " from worker " + std::to_string(w),
+                               __FILE__, __LINE__));
   }
 }
 

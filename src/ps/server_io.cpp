@@ -197,11 +197,12 @@ void ServerCore::send_slot(int w, std::size_t at, float* g, std::size_t floats) 
                 &send);
     return;
   }
-  wait_one(send, comm_timeout(), who_ + " handing a shared ring slot to worker " +
-                                     std::to_string(w));  // its last zero-byte message
+  wait_one(send, comm_timeout(),
+           who_ + " handing a shared ring slot to worker " +
+               std::to_string(w));                      // its last zero-byte message
   std::atomic_thread_fence(std::memory_order_release);  // the slot's values before the message
-  DT_CHECK_MPI(MPI_Isend(g, 0, MPI_BYTE, cluster_.worker_rank(w), 0, cluster_.payload_comm(),
-                         &send));
+  DT_CHECK_MPI(
+      MPI_Isend(g, 0, MPI_BYTE, cluster_.worker_rank(w), 0, cluster_.payload_comm(), &send));
 }
 
 }  // namespace dtrain

@@ -8,8 +8,8 @@
 namespace dtrain {
 
 std::vector<ShardRange> shard_ranges(std::size_t total, int num_ps) {
-  DT_REQUIRE(num_ps >= 1, "option --num-ps: need at least one parameter server, got " +
-                              std::to_string(num_ps));
+  DT_REQUIRE(num_ps >= 1,
+             "option --num-ps: need at least one parameter server, got " + std::to_string(num_ps));
   DT_REQUIRE(static_cast<std::size_t>(num_ps) <= total,
              "option --num-ps: " + std::to_string(num_ps) +
                  " parameter servers but the model has only " + std::to_string(total) +

@@ -208,8 +208,7 @@ class BoundedAggregator final : public StepAggregator {
  public:
   BoundedAggregator(ServerCore& core, std::int64_t total_steps,
                     const std::vector<FloatRange>& no_decay)
-      : StepAggregator(core, total_steps, no_decay, core.workers()),
-        clock_(core.workers(), 0) {}
+      : StepAggregator(core, total_steps, no_decay, core.workers()), clock_(core.workers(), 0) {}
 
   void on_load() override {
     StepAggregator::on_load();

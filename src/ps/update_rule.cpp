@@ -23,8 +23,8 @@ std::unique_ptr<UpdateRule> make_update_rule(ServerCore& core, std::int64_t tota
     case ExchangeKind::allreduce:
       break;
   }
-  throw Error(format_error(core.who() + ": a parameter server in allreduce mode", __FILE__,
-                           __LINE__));
+  throw Error(
+      format_error(core.who() + ": a parameter server in allreduce mode", __FILE__, __LINE__));
 }
 
 }  // namespace dtrain

@@ -64,8 +64,8 @@ class AllreduceExchange final : public GradientExchange {
       how.fallback_to_flat = automatic;
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();
-      buckets_ = std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap,
-                                                     how);
+      buckets_ =
+          std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap, how);
       return;
     }
     DT_REQUIRE(c.allreduce != AllreduceOption::hierarchical,
@@ -176,7 +176,8 @@ class AllreduceExchange final : public GradientExchange {
     }
     unchecked_.push_back(global_step_);
     r.global_step = ++global_step_;
-    if (unchecked_.size() >= static_cast<std::size_t>(Backend::kMaxPendingChecks)) settle_one(model);
+    if (unchecked_.size() >= static_cast<std::size_t>(Backend::kMaxPendingChecks))
+      settle_one(model);
     return r;
   }
 
@@ -240,7 +241,7 @@ class AllreduceExchange final : public GradientExchange {
   bool chief_;
   Optimizer opt_;
   HostMirror mirror_;
-  std::unique_ptr<BucketedAllreduce> buckets_;   ///< CPU
+  std::unique_ptr<BucketedAllreduce> buckets_;    ///< CPU
   std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
   std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: the buckets, from the end
   std::size_t launched_ = 0;         ///< buckets started this step

@@ -35,14 +35,13 @@ std::string list_names(const std::vector<std::string>& names) {
 void resume_without_checkpoint(const Config& c, const std::vector<std::string>& existing,
                                const std::vector<std::string>& outputs) {
   const std::string listed = list_names(outputs);
-  const bool finished =
-      std::find(outputs.begin(), outputs.end(), "results.json") != outputs.end();
+  const bool finished = std::find(outputs.begin(), outputs.end(), "results.json") != outputs.end();
   if (!existing.empty())
     // Every checkpoint failed to verify (each was reported above): starting over would bury
     // them under new ones, so refuse and leave the run dir as it is.
     throw InputError("--resume: none of the " + std::to_string(existing.size()) +
-                     " checkpoints in '" + c.run_dir + "' verifies (newest: '" +
-                     existing.front() + "'; see the warnings above); nothing was overwritten");
+                     " checkpoints in '" + c.run_dir + "' verifies (newest: '" + existing.front() +
+                     "'; see the warnings above); nothing was overwritten");
   if (finished)
     // A finished run without checkpoints: nothing to continue, and starting over would
     // replace its results.
@@ -52,8 +51,9 @@ void resume_without_checkpoint(const Config& c, const std::vector<std::string>& 
   // A run stopped before its first checkpoint (a requeued Slurm job): start it again.
   log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
            (outputs.empty() ? std::string()
-                            : " (its " + listed + " stay; metrics.csv keeps the earlier "
-                              "attempt's rows before the new ones)"));
+                            : " (its " + listed +
+                                  " stay; metrics.csv keeps the earlier "
+                                  "attempt's rows before the new ones)"));
 }
 
 }  // namespace
@@ -66,9 +66,11 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
   if (!c.resume) {
     DT_REQUIRE(existing.empty() && outputs.empty(),
                "option --run-dir: '" + c.run_dir + "' already holds a run (" +
-                   (existing.empty() ? "" : std::to_string(existing.size()) + " checkpoint(s)" +
-                                                std::string(outputs.empty() ? "" : ", ")) +
-                   list_names(outputs) + "); pass --resume to continue it or choose another "
+                   (existing.empty() ? ""
+                                     : std::to_string(existing.size()) + " checkpoint(s)" +
+                                           std::string(outputs.empty() ? "" : ", ")) +
+                   list_names(outputs) +
+                   "); pass --resume to continue it or choose another "
                    "--run-dir (nothing was overwritten)");
     return std::nullopt;
   }
@@ -78,8 +80,7 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step), signature,
                                 std::string(to_string(c.mode)), param_count,
                                 std::string(to_string(c.optimizer)));
-  else
-    resume_without_checkpoint(c, existing, outputs);
+  else resume_without_checkpoint(c, existing, outputs);
   return resume;
 }
 
@@ -92,7 +93,9 @@ void share_resume_point(const Cluster& cluster, std::size_t param_count,
   if (!has) return;
   if (!resume) resume.emplace();
   CheckpointState& s = *resume;
-  std::int64_t hdr[6] = {s.global_step, s.epoch, s.step_in_epoch,
+  std::int64_t hdr[6] = {s.global_step,
+                         s.epoch,
+                         s.step_in_epoch,
                          static_cast<std::int64_t>(s.m.size()),
                          static_cast<std::int64_t>(s.v.size()),
                          static_cast<std::int64_t>(s.model_state.size())};
@@ -127,10 +130,9 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
     const std::size_t S = model_.state_count();
     const int rows = resume->state_rows, w = cluster_.me().index;
     const std::vector<float> row =
-        rows == plan_.workers
-            ? std::vector<float>(resume->model_state.begin() + w * S,
-                                 resume->model_state.begin() + (w + 1) * S)
-            : mean_of_rows(resume->model_state.data(), rows, S);
+        rows == plan_.workers ? std::vector<float>(resume->model_state.begin() + w * S,
+                                                   resume->model_state.begin() + (w + 1) * S)
+                              : mean_of_rows(resume->model_state.data(), rows, S);
     if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
     if (cluster_.is_chief() && !resume->config.empty())  // empty: --init-from's start
       log_info("# resuming from global_step " + std::to_string(at.global_step) + ", epoch " +
@@ -228,8 +230,9 @@ CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& pa
   std::string word_input, word_classes;
   line >> word_input >> in.sample >> word_classes >> in.classes;
   DT_REQUIRE(line && word_input == "input" && word_classes == "classes" && in.classes > 0,
-             "checkpoint '" + path + "': its model signature does not start with "
-             "'input <shape> classes <K>'");
+             "checkpoint '" + path +
+                 "': its model signature does not start with "
+                 "'input <shape> classes <K>'");
   return in;
 }
 

@@ -22,27 +22,27 @@ namespace dtrain {
 struct WorkerOutcome;
 
 struct Job {
-  int num_ps = 0;                        ///< ps ranks (0: allreduce)
+  int num_ps = 0;  ///< ps ranks (0: allreduce)
   std::unique_ptr<Cluster> cluster;
   TrainPlan plan;
   std::size_t param_count = 0, activation_bytes = 0;
-  std::string signature;                 ///< the model's layout (checkpoint compatibility)
-  std::string model_report;              ///< layer table and shard table, printed by the chief
-  std::string init_report;               ///< --dry-run --init-from: check_init_from()'s line
-  std::vector<ShardRange> shards;        ///< ps modes: the ps ranges
+  std::string signature;           ///< the model's layout (checkpoint compatibility)
+  std::string model_report;        ///< layer table and shard table, printed by the chief
+  std::string init_report;         ///< --dry-run --init-from: check_init_from()'s line
+  std::vector<ShardRange> shards;  ///< ps modes: the ps ranges
   /// --pipeline-stages P > 1: the model's cut into stages (stages == 1 otherwise)
   PipelinePlan pipeline;
-  std::vector<FloatRange> ps_no_decay;   ///< a ps: its shard's ranges without weight decay
-  std::unique_ptr<Backend> backend;      ///< a worker's compute backend
-  std::string device_name;               ///< "cpu", "cuda:0"
-  std::optional<CheckpointState> resume; ///< the chief's, then every worker's (share_resume_point)
-  Provenance provenance;                 ///< versions, hosts, threads, config hash (every rank's)
+  std::vector<FloatRange> ps_no_decay;    ///< a ps: its shard's ranges without weight decay
+  std::unique_ptr<Backend> backend;       ///< a worker's compute backend
+  std::string device_name;                ///< "cpu", "cuda:0"
+  std::optional<CheckpointState> resume;  ///< the chief's, then every worker's (share_resume_point)
+  Provenance provenance;                  ///< versions, hosts, threads, config hash (every rank's)
 };
 
 /// What the chief reports beyond its own outcome, gathered from every rank.
 struct RunStats {
-  PsStats ps;                  ///< the ps counters, max over the ps ranks (each sees every push)
-  double peak_rss_mb = 0;      ///< max over the workers: the whole run
+  PsStats ps;                    ///< the ps counters, max over the ps ranks (each sees every push)
+  double peak_rss_mb = 0;        ///< max over the workers: the whole run
   double train_peak_rss_mb = 0;  ///< max over the workers: up to the last training step
 };
 

@@ -125,15 +125,15 @@ class GraphBuilder {
               input(l, 0).rank};
     if (t == "maxpool" || t == "avgpool") return pool(l);
     if (t == "globalavgpool")
-      return {node("GlobalAveragePool", {rank4(l, input(l, 0)).name}, l.out, l.name).output(0),
-              4};
+      return {node("GlobalAveragePool", {rank4(l, input(l, 0)).name}, l.out, l.name).output(0), 4};
     if (t == "dropout") return input(l, 0);  // identity at inference
     if (t == "flatten") return rank2(input(l, 0), l.out);
     if (t == "dense") return dense(l);
     if (t == "add" || t == "concat") return merge(l);
     if (t == "zeropad") return zeropad(l);
     throw InputError("dtrain export --format onnx: layer #" + std::to_string(l.index + 1) + " '" +
-                     l.name + "' is of type '" + t + "', which has no ONNX mapping (mapped: "
+                     l.name + "' is of type '" + t +
+                     "', which has no ONNX mapping (mapped: "
                      "conv, batchnorm, relu, sigmoid, maxpool, avgpool, globalavgpool, dropout, "
                      "flatten, dense, add, concat, zeropad); nothing was written");
   }
@@ -154,12 +154,11 @@ class GraphBuilder {
     const std::vector<const TensorInfo*>& p = params_.at(l.index);  // γ, β
     const std::vector<const TensorInfo*>& s = state_.at(l.index);   // running mean, var
     const Value x = input(l, 0);
-    onnx::NodeProto& n = node("BatchNormalization",
-                              {x.name, initializer(*p.at(0), g_.param_values),
-                               initializer(*p.at(1), g_.param_values),
-                               initializer(*s.at(0), g_.state_values),
-                               initializer(*s.at(1), g_.state_values)},
-                              l.out, l.name);
+    onnx::NodeProto& n = node(
+        "BatchNormalization",
+        {x.name, initializer(*p.at(0), g_.param_values), initializer(*p.at(1), g_.param_values),
+         initializer(*s.at(0), g_.state_values), initializer(*s.at(1), g_.state_values)},
+        l.out, l.name);
     set_float(n, "epsilon", std::stof(argument(l.info, "eps")));
     return {l.out, x.rank};
   }
@@ -269,15 +268,16 @@ class GraphBuilder {
   /// `name`, after checking that no other value has it (ONNX values are assigned once).
   const std::string& unique(const std::string& name) {
     DT_REQUIRE(used_.insert(name).second,
-               "dtrain export --format onnx: the name '" + name + "' is given to two ONNX "
-               "values (a layer's name= equals a tensor name); rename the layer");
+               "dtrain export --format onnx: the name '" + name +
+                   "' is given to two ONNX "
+                   "values (a layer's name= equals a tensor name); rename the layer");
     return name;
   }
 
   const OnnxGraph& g_;
   onnx::GraphProto& graph_;
   std::map<std::size_t, std::vector<const TensorInfo*>> params_, state_;  ///< by layer index
-  std::vector<Value> values_;  ///< by tensor id
+  std::vector<Value> values_;                                             ///< by tensor id
   std::vector<Shape> shapes_;  ///< by tensor id, per sample
   std::set<std::string> used_;
 };

@@ -46,7 +46,8 @@ TrainPlan make_plan(const Config& c, int workers) {
   }
   DT_REQUIRE(p.train.encoded || c.random_resized_crop == 0,
              "option --random-resized-crop: needs encoded images (JPEG/PNG bytes, written by "
-             "images_to_h5.py --store encoded), but " + p.train.path + " holds decoded pixels");
+             "images_to_h5.py --store encoded), but " +
+                 p.train.path + " holds decoded pixels");
   DT_REQUIRE(!p.train.encoded || c.random_crop == 0,
              "option --random-crop: pads decoded pixels; " + p.train.path +
                  " holds encoded images: use --random-resized-crop SIZE");
@@ -94,8 +95,9 @@ std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s) {
 
 std::string describe_plan(const TrainPlan& plan) {
   const std::string train =
-      plan.synthetic ? " samples per epoch from one random batch per worker in device memory, no I/O)"
-                     : " samples)";
+      plan.synthetic
+          ? " samples per epoch from one random batch per worker in device memory, no I/O)"
+          : " samples)";
   const std::string test =
       plan.synthetic ? "the same batches (" + std::to_string(plan.test.num_samples) + " samples)"
                      : (plan.has_test ? plan.test.path : "none");

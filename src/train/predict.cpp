@@ -173,9 +173,8 @@ Scores gather_scores(const Predictor& p, const Scores& mine, int batch) {
   all.top5 = mine.top5;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Request req[4];
-  DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T,
-                            all.predictions.data(), counts.data(), displs.data(), MPI_INT32_T, 0,
-                            world, &req[0]));
+  DT_CHECK_MPI(MPI_Igatherv(mine.predictions.data(), counts[r], MPI_INT32_T, all.predictions.data(),
+                            counts.data(), displs.data(), MPI_INT32_T, 0, world, &req[0]));
   DT_CHECK_MPI(MPI_Igatherv(mine.probabilities.data(), probs_counts[r], MPI_FLOAT,
                             all.probabilities.data(), probs_counts.data(), probs_displs.data(),
                             MPI_FLOAT, 0, world, &req[1]));
@@ -219,10 +218,10 @@ void report(const Config& c, const Predictor& p, std::int64_t correct, double ac
             double top5) {
   if (p.cluster->world_rank() != 0) return;
   char line[512];
-  std::snprintf(line, sizeof line, "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
+  std::snprintf(line, sizeof line,
+                "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
                 "%s (global_step %lld) | predictions %s",
-                static_cast<long long>(p.info.num_samples), c.data.c_str(),
-                p.cluster->world_size(),
+                static_cast<long long>(p.info.num_samples), c.data.c_str(), p.cluster->world_size(),
                 (c.init_from.empty() ? c.checkpoint : c.init_from).c_str(),
                 static_cast<long long>(p.global_step), c.out.c_str());
   log_info(line);

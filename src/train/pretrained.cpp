@@ -66,8 +66,9 @@ std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::str
   const DatasetInfo sample = parse_synthetic(chw + ":" + std::to_string(in.classes));
   auto layout = std::make_unique<Model>(layers, sample.sample, in.classes, 1);
   DT_REQUIRE(layout->signature() == s.model_signature,
-             "checkpoint '" + path + "': the model rebuilt from the configuration it carries "
-             "does not match its model signature");
+             "checkpoint '" + path +
+                 "': the model rebuilt from the configuration it carries "
+                 "does not match its model signature");
   return layout;
 }
 
@@ -135,8 +136,8 @@ PretrainedValues load_pretrained(const std::string& path, const Model& model,
 }
 
 CheckpointState initial_point(const Config& c, const Model& layout) {
-  PretrainedValues v = load_pretrained(c.init_from, layout, init_exclude_prefixes(c.init_exclude),
-                                       c.seed);
+  PretrainedValues v =
+      load_pretrained(c.init_from, layout, init_exclude_prefixes(c.init_exclude), c.seed);
   CheckpointState s;
   s.mode = std::string(to_string(c.mode));
   s.seed = c.seed;
@@ -150,8 +151,8 @@ CheckpointState initial_point(const Config& c, const Model& layout) {
 std::string check_init_from(const Config& c, const Model& layout) {
   const PretrainedValues v =
       load_pretrained(c.init_from, layout, init_exclude_prefixes(c.init_exclude), c.seed);
-  return "# --init-from " + c.init_from + ": fits the model (names and shapes): " +
-         init_counts(c, v, "to load");
+  return "# --init-from " + c.init_from +
+         ": fits the model (names and shapes): " + init_counts(c, v, "to load");
 }
 
 std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::string& path,
@@ -176,9 +177,8 @@ std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::s
   std::vector<SafeTensor> out;
   for (const CheckpointTensor& t : s.param_tensors)
     out.push_back(floats(t.name, t.dims, s.params.data() + t.offset, t.count));
-  const std::size_t S = s.buffer_tensors.empty()
-                            ? 0
-                            : s.buffer_tensors.back().offset + s.buffer_tensors.back().count;
+  const std::size_t S =
+      s.buffer_tensors.empty() ? 0 : s.buffer_tensors.back().offset + s.buffer_tensors.back().count;
   const std::vector<float> state =
       S ? mean_of_rows(s.model_state.data(), s.state_rows, S) : std::vector<float>{};
   for (const CheckpointTensor& t : s.buffer_tensors) {

@@ -69,7 +69,8 @@ std::string gpu_model([[maybe_unused]] const std::string& device) {
 #ifdef DTRAIN_HAVE_CUDA
   if (device.rfind("cuda:", 0) == 0) {
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, std::stoi(device.substr(5))) == cudaSuccess) return prop.name;
+    if (cudaGetDeviceProperties(&prop, std::stoi(device.substr(5))) == cudaSuccess)
+      return prop.name;
     return "unknown CUDA device";
   }
 #endif
@@ -121,9 +122,9 @@ std::string config_crc32(const std::string& effective_ini) {
 Provenance gather_provenance(const Cluster& cluster, const std::string& device,
                              const std::string& effective_ini) {
   Provenance p;
-  p.fields = {{"dtrain_version", dtrain_version()},  {"compiler", compiler_version()},
-              {"mpi_version", mpi_version()},        {"onednn_version", onednn_version()},
-              {"hdf5_version", hdf5_version()},      {"config_crc32", config_crc32(effective_ini)}};
+  p.fields = {{"dtrain_version", dtrain_version()}, {"compiler", compiler_version()},
+              {"mpi_version", mpi_version()},       {"onednn_version", onednn_version()},
+              {"hdf5_version", hdf5_version()},     {"config_crc32", config_crc32(effective_ini)}};
   RankRecord mine{};
   std::snprintf(mine.host, sizeof mine.host, "%s", cluster.me().host.c_str());
   std::snprintf(mine.gpu, sizeof mine.gpu, "%s", gpu_model(device).c_str());

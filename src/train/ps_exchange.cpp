@@ -41,7 +41,8 @@ class PsExchange : public GradientExchange {
     const bool shared = cluster.me().local_size > cores;
     if (shared && cluster.is_chief())
       log_info("pushes leave after backward: " + std::to_string(cluster.me().local_size) +
-               " ranks share " + std::to_string(cores) + " cores on this node (--overlap needs "
+               " ranks share " + std::to_string(cores) +
+               " cores on this node (--overlap needs "
                "a core per rank in the aggregating ps modes)");
     return !shared;
   }
@@ -184,14 +185,14 @@ class PsExchange : public GradientExchange {
  private:
   PsClient client_;
   HostMirror grads_, params_;
-  std::int64_t last_step_ = 0;  ///< global_step of the last reply
-  std::int64_t position_ = 0;   ///< the last ExchangeResult::global_step
+  std::int64_t last_step_ = 0;   ///< global_step of the last reply
+  std::int64_t position_ = 0;    ///< the last ExchangeResult::global_step
   std::int64_t last_local_ = 0;  ///< the local step of the last step()
   std::int64_t skipped_ = 0;
-  const bool overlap_;           ///< push chunks while backward runs (begin_step)
-  bool issued_ = false;          ///< this step's push was begun in begin_step
-  bool bad_ = false;             ///< a non-finite gradient was found while issuing
-  std::size_t final_from_ = 0;   ///< gradients [final_from_, P) checked and handed over
+  const bool overlap_;          ///< push chunks while backward runs (begin_step)
+  bool issued_ = false;         ///< this step's push was begun in begin_step
+  bool bad_ = false;            ///< a non-finite gradient was found while issuing
+  std::size_t final_from_ = 0;  ///< gradients [final_from_, P) checked and handed over
 };
 
 /// ExchangeKind::ps_sync — every worker takes the same local steps per epoch (like allreduce); a
@@ -203,7 +204,8 @@ class SyncPsExchange final : public PsExchange {
   [[nodiscard]] std::int64_t local_steps(int /*epoch*/) const override {
     return worker_steps_per_epoch(plan_, true, 0);
   }
-  [[nodiscard]] bool epoch_over(int epoch, std::int64_t s, std::int64_t global_step) const override {
+  [[nodiscard]] bool epoch_over(int epoch, std::int64_t s,
+                                std::int64_t global_step) const override {
     return s >= local_steps(epoch) || global_step >= (epoch + 1) * plan_.steps_per_epoch;
   }
 

@@ -52,8 +52,8 @@ std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double
     MetricsRow r;
     char comma = 0;
     std::istringstream is(line.substr(5));
-    is >> r.global_step >> comma >> r.epoch >> comma >> r.wall_seconds >> comma >> r.loss >> comma >>
-        r.accuracy;
+    is >> r.global_step >> comma >> r.epoch >> comma >> r.wall_seconds >> comma >> r.loss >>
+        comma >> r.accuracy;
     if (is && r.global_step <= max_step && r.accuracy >= target) {
       r.kind = "test";
       return r;
@@ -87,7 +87,8 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
     else if (const auto* str = std::get_if<std::string>(&v)) os << '"' << json_escape(*str) << '"';
     else if (const auto* ss = std::get_if<std::vector<std::string>>(&v)) {
       os << '[';
-      for (std::size_t j = 0; j < ss->size(); ++j) os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
+      for (std::size_t j = 0; j < ss->size(); ++j)
+        os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
       os << ']';
     } else {
       const auto& ns = std::get<std::vector<std::int64_t>>(v);

@@ -13,8 +13,20 @@ namespace dtrain {
 namespace {
 
 // Layout of the reduced vector: scalars, then the histogram, then two per-worker lists.
-enum Slot { kPushes, kUpdates, kIgnored, kDropped, kStaleSum, kStaleMax, kBusy, kOptimizer, kRss,
-            kTrainRss, kSharedRing, kScalars };
+enum Slot {
+  kPushes,
+  kUpdates,
+  kIgnored,
+  kDropped,
+  kStaleSum,
+  kStaleMax,
+  kBusy,
+  kOptimizer,
+  kRss,
+  kTrainRss,
+  kSharedRing,
+  kScalars
+};
 
 std::string format_seconds(double s) {
   char b[32];
@@ -69,7 +81,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   st.ps.dropped = static_cast<std::int64_t>(v[kDropped]);
   st.ps.staleness_sum = static_cast<std::int64_t>(v[kStaleSum]);
   st.ps.staleness_max = static_cast<std::int64_t>(v[kStaleMax]);
-  st.ps.busy_seconds = v[kBusy];  // as a fraction of the ps's wall time
+  st.ps.busy_seconds = v[kBusy];            // as a fraction of the ps's wall time
   st.ps.optimizer_seconds = v[kOptimizer];  // likewise
   st.ps.wall_seconds = 1;
   st.ps.shared_ring_pushes = static_cast<std::int64_t>(v[kSharedRing]);
@@ -146,7 +158,7 @@ void add_shape(Results& r, const Config& c, const Job& job) {
 void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutcome& out,
                   const RunStats& st) {
   r["staleness_mean"] = out.staleness_mean;
-  r["ps_busy_fraction"] = st.ps.busy_seconds;  // 0 without ps
+  r["ps_busy_fraction"] = st.ps.busy_seconds;            // 0 without ps
   r["ps_optimizer_fraction"] = st.ps.optimizer_seconds;  // of the ps's wall time, in the updates
   if (job.num_ps > 0) {
     // The ps's view (max over ps ranks): every gradient it used or dropped, per worker.
@@ -189,11 +201,12 @@ void add_memory_and_inputs(Results& r, const Config& c, const Job& job, const Wo
 void log_summary(const Config& c, const Job& job, const WorkerOutcome& out, const RunStats& st) {
   char line[320];
   if (job.num_ps > 0) {  // the ps side of the step anatomy (its updates are not in the workers')
-    std::snprintf(line, sizeof line,
-                  "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer; "
-                  "%lld pushes through shared rings",
-                  100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds,
-                  static_cast<long long>(st.ps.shared_ring_pushes));
+    std::snprintf(
+        line, sizeof line,
+        "# ps (max over ps ranks): busy %.1f%% of its wall time, %.1f%% in the optimizer; "
+        "%lld pushes through shared rings",
+        100 * st.ps.busy_seconds, 100 * st.ps.optimizer_seconds,
+        static_cast<long long>(st.ps.shared_ring_pushes));
     log_info(line);
   }
   std::snprintf(line, sizeof line,

@@ -66,10 +66,10 @@ std::uint32_t masked_crc32c(const void* bytes, std::size_t n) {
 }
 
 EventWriter::EventWriter(const std::string& dir) {
-  const std::string base = (fs::path(dir) / ("events.out.tfevents." +
-                                             std::to_string(static_cast<long long>(unix_seconds())) +
-                                             "." + host_name()))
-                               .string();
+  const std::string base =
+      (fs::path(dir) / ("events.out.tfevents." +
+                        std::to_string(static_cast<long long>(unix_seconds())) + "." + host_name()))
+          .string();
   int fd = -1;
   for (int k = 0; fd < 0; ++k) {
     path_ = k == 0 ? base : base + "." + std::to_string(k);

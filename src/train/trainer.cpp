@@ -47,7 +47,8 @@ void set_threads(const Config& c, const Cluster& cluster) {
   } else if (allowed > 0 && threads > allowed) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
              std::to_string(threads) + " but the launcher bound this rank to " +
-             std::to_string(allowed) + " core(s): the threads will share them (use mpirun "
+             std::to_string(allowed) +
+             " core(s): the threads will share them (use mpirun "
              "--bind-to none, or srun --cpus-per-task)");
   }
   omp_set_num_threads(threads);
@@ -57,9 +58,9 @@ int planned_gpu(const Config& c, const Cluster& cluster) {
   const bool want_gpu =
       c.device == DeviceOption::cuda || (c.device == DeviceOption::automatic && cuda_available());
   if (cluster.is_ps() || !want_gpu) return -1;
-  DT_REQUIRE(cuda_available(), "option --device cuda: no CUDA device on host " +
-                                   cluster.me().host +
-                                   (cuda_device_count() == 0 ? " (or dtrain built without CUDA)" : ""));
+  DT_REQUIRE(cuda_available(),
+             "option --device cuda: no CUDA device on host " + cluster.me().host +
+                 (cuda_device_count() == 0 ? " (or dtrain built without CUDA)" : ""));
   // Workers on this node, numbered by world rank: the node-local worker rank picks the GPU.
   int local = 0, local_workers = 0;
   for (const auto& r : cluster.ranks()) {
@@ -124,8 +125,9 @@ Job check_job(const Config& c) {
   all_or_nothing(world, [&] {
     job.cluster = std::make_unique<Cluster>(world, job.num_ps);  // deterministic throws only
     const Cluster& cl = *job.cluster;
-    set_error_context("rank " + std::to_string(world_rank) + " " + (cl.is_ps() ? "ps " : "worker ") +
-                      std::to_string(cl.me().index) + " " + cl.me().host);
+    set_error_context("rank " + std::to_string(world_rank) + " " +
+                      (cl.is_ps() ? "ps " : "worker ") + std::to_string(cl.me().index) + " " +
+                      cl.me().host);
     DT_REQUIRE(c.replicas_to_aggregate <= cl.num_workers(),
                "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
                    " is more than the " + std::to_string(cl.num_workers()) + " workers");
@@ -138,8 +140,8 @@ Job check_job(const Config& c) {
     if (c.pipeline_stages > 1) {
       job.cluster->label_workers([&](int w) {
         const PipelinePlace p = pipeline_place(w, cl.num_workers(), c.pipeline_stages);
-        return "stage " + std::to_string(p.stage) + "/" + std::to_string(p.stages) +
-               ", replica " + std::to_string(p.replica);
+        return "stage " + std::to_string(p.stage) + "/" + std::to_string(p.stages) + ", replica " +
+               std::to_string(p.replica);
       });
       if (cl.is_worker())  // errors name the stage too
         set_error_context("rank " + std::to_string(world_rank) + " worker " +
@@ -253,8 +255,8 @@ void write_timeline(const Config& c, const Job& job) {
                              r.host;
     out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r.rank) +
            ",\"args\":{\"name\":\"" + name + "\"}},\n";
-    out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
-           std::to_string(r.rank) + ",\"args\":{\"sort_index\":" + std::to_string(r.rank) + "}},\n";
+    out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(r.rank) +
+           ",\"args\":{\"sort_index\":" + std::to_string(r.rank) + "}},\n";
   }
   std::size_t at = 0;
   bool first = true;
@@ -282,9 +284,11 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const bool chief = job.cluster->is_chief();
   if (chief && effective.lr != c.lr)
     log_info("# --lr-scaling linear: learning rate per global step " + std::to_string(c.lr) +
-             " x " + std::to_string(job.plan.workers) + " workers = " + std::to_string(effective.lr));
+             " x " + std::to_string(job.plan.workers) +
+             " workers = " + std::to_string(effective.lr));
   if (chief && effective.warmup_steps != c.warmup_steps)
-    log_info("# --async-schedule sync-steps: warm-up over " + std::to_string(effective.warmup_steps) +
+    log_info("# --async-schedule sync-steps: warm-up over " +
+             std::to_string(effective.warmup_steps) +
              " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
              std::to_string(job.plan.workers) + " workers");
   if (chief && c.optimizer == OptimizerKind::momentum &&

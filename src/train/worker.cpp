@@ -53,20 +53,22 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       reports_(cluster.is_chief() && (pipe == nullptr || pipe->place().last())),
       // Micro-batches (a pipeline, or accumulation) need activations for one micro-batch only.
       model_(backend, c.layers, plan.train.sample, plan.train.num_classes,
-             plan.batch / std::max(c.micro_batches, 1),
-             pipe ? pipe->layers() : LayerRange{}, slots_of(c, pipe)),
-      resume_(std::move(resume)),
-      x_(backend, plan.train.sample.sample_count() * plan.batch), stats_(backend, kStatsFloats),
-      y_(backend, plan.batch), w_(cluster.me().index), profile_(parse_step_range(c.profile_steps)) {
+             plan.batch / std::max(c.micro_batches, 1), pipe ? pipe->layers() : LayerRange{},
+             slots_of(c, pipe)),
+      resume_(std::move(resume)), x_(backend, plan.train.sample.sample_count() * plan.batch),
+      stats_(backend, kStatsFloats), y_(backend, plan.batch), w_(cluster.me().index),
+      profile_(parse_step_range(c.profile_steps)) {
   if (pipe != nullptr)
     runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), c.schedule, c.micro_batches);
   exchange_ = make_exchange(c, cluster, plan, model_);
-  checkpointer_.emplace(c, cluster, plan, backend, model_, *exchange_,
-                        [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
+  checkpointer_.emplace(
+      c, cluster, plan, backend, model_, *exchange_,
+      [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
   if (plan.synthetic) make_synthetic_batch();
   if (reports_)
     metrics_ = std::make_unique<MetricsWriter>(
-        c.run_dir, SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
+        c.run_dir,
+        SummaryOptions{c.summaries, c.summary_every, resume_ ? resume_->global_step : 0});
 }
 
 Worker::~Worker() {
@@ -105,8 +107,7 @@ WorkerOutcome Worker::run() {
   const int first_epoch = from.epoch;
   const std::int64_t first_step = from.step_in_epoch;
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
-  if (reports_ && be_.act_dtype() == DType::bf16)
-    log_info("# worker 0 backend: " + be_.name());
+  if (reports_ && be_.act_dtype() == DType::bf16) log_info("# worker 0 backend: " + be_.name());
 
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = global_step_;
@@ -167,8 +168,9 @@ WorkerOutcome Worker::run() {
   worker_sum(cluster_.role_comm(), &bad, 1);
   out_.bad_images = static_cast<std::int64_t>(bad);
   if (out_.bad_images > 0 && reports_)
-    log_warn("# bad images skipped: " + std::to_string(out_.bad_images) +
-             " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
+    log_warn(
+        "# bad images skipped: " + std::to_string(out_.bad_images) +
+        " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
@@ -257,8 +259,7 @@ bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
   const bool on_device = be_.device() == Device::cuda && !exchange_->waits_for_device();
   const int mark = device_compute_at_ == 0 ? 2 : 0;  // the pair the unread step does not hold
   if (on_device) be_.mark(mark);
-  if (runner_)
-    runner_->train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
+  if (runner_) runner_->train_step(x_.data(), y_.data(), n, scale, key, stats_.data(), on_final);
   else
     model_.train_step_micro(x_.data(), y_.data(), n, c_.micro_batches, scale, key, stats_.data(),
                             on_final);
@@ -349,7 +350,8 @@ void Worker::log_interval(int epoch) {
   out_.train_loss = loss;
   out_.train_accuracy = acc;
   if (reports_) {
-    const double lr = learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
+    const double lr =
+        learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
     const double wall = prior_wall_ + now - t_start_;
     const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
     const double per_step = log_steps_ ? 1e3 / static_cast<double>(log_steps_) : 0.0;
@@ -409,12 +411,13 @@ void Worker::summarize_step_times() {
   }
   std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
   MPI_Request req;
-  DT_CHECK_MPI(MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0,
-                           cluster_.role_comm(), &req));
+  DT_CHECK_MPI(
+      MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0, cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
   if (!reports_) return;
   std::string line = "# step time ms p50/p90/max per worker:";
-  std::string anatomy = "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
+  std::string anatomy =
+      "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
   for (int w = 0; w < plan_.workers; ++w) {
     const double* a = &all[static_cast<std::size_t>(K * w)];
     char b[96];
@@ -472,7 +475,8 @@ void Worker::evaluate_between(int epoch) {
 }
 
 void Worker::note_target(double accuracy, std::int64_t step, double wall) {
-  if (c_.target_accuracy <= 0 || out_.step_at_accuracy >= 0 || accuracy < c_.target_accuracy) return;
+  if (c_.target_accuracy <= 0 || out_.step_at_accuracy >= 0 || accuracy < c_.target_accuracy)
+    return;
   out_.time_to_accuracy = wall;
   out_.step_at_accuracy = step;
   char line[160];
@@ -507,8 +511,9 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     evaluate_batch(n);
     count = n;
   } else {
-    auto indices = alone ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
-                         : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
+    auto indices = alone
+                       ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
+                       : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
     BatchReader reader(plan_.test, std::move(indices), plan_.batch);
     while (reader.next(batch)) {
       be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));

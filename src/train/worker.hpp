@@ -29,9 +29,10 @@ struct WorkerOutcome {
   /// model has ≤ 5 classes)
   double test_loss = 0, test_accuracy = 0, test_top5 = 0;
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
-  double train_seconds = 0;     ///< time inside training steps
-  double train_peak_rss_mib = 0;  ///< peak RSS when the last training step ended (before checkpoints)
-  double wall_seconds = 0;      ///< whole training incl. evaluation and checkpoints
+  double train_seconds = 0;                   ///< time inside training steps
+  double train_peak_rss_mib =
+      0;                    ///< peak RSS when the last training step ended (before checkpoints)
+  double wall_seconds = 0;  ///< whole training incl. evaluation and checkpoints
   /// train_seconds split (this worker, this process): waiting for the batch reader, forward +
   /// backward (train_step), exposed communication (waiting for the exchange after backward:
   /// allreduce buckets not yet summed, push-pull), the optimizer (allreduce; the ps applies it
@@ -40,9 +41,10 @@ struct WorkerOutcome {
   /// chief: the step's anatomy, ms per step averaged over the workers: data, compute, exposed
   /// communication, optimizer
   double anatomy_ms[4] = {0, 0, 0, 0};
-  std::int64_t samples = 0;     ///< samples trained by all workers (sync exact, async estimate)
+  std::int64_t samples = 0;  ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
-  std::int64_t bad_images = 0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
+  std::int64_t bad_images =
+      0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
   double staleness_mean = 0;
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
   /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)
@@ -149,7 +151,7 @@ class Worker {
   /// -1 before any; device_read_ once its time is in compute_seconds_.
   int device_compute_at_ = -1;
   bool device_read_ = true;
-  StepRange profile_;      ///< --profile-steps
+  StepRange profile_;       ///< --profile-steps
   bool profiling_ = false;  ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;
 };

@@ -2,7 +2,8 @@
 // model: write_checkpoint() (temporary file, Fletcher32, fsync, rename) and read_checkpoint()
 // (checksums verified) of a state the size a training run saves — parameters, momentum m, one
 // row of batchnorm statistics — the median of --rounds after one warm-up round each.
-//   dtrain_checkpoint_bench --config jobs/resnet50_imagenet.ini [--rounds 5] [--dir /tmp/ckpt-bench]
+//   dtrain_checkpoint_bench --config jobs/resnet50_imagenet.ini [--rounds 5] [--dir
+//   /tmp/ckpt-bench]
 // Built with -DDTRAIN_BENCH_FLAT it leaves the tensor names out (the state as format 1 knew it), so
 // that the same source measures dtrain before named tensors (compiled against that library).
 // Prints one line: job, parameters, file MiB, write ms, read ms.

@@ -64,8 +64,8 @@ using namespace dtrain;
 struct Options {
   std::size_t min_bytes = 64 << 10, max_bytes = 256u << 20;
   double bucket_mb = 25;
-  int iters = 0;  // 0: by size
-  int ps_threads = 1;  // OpenMP threads of the ps (dtrain's --ps-threads)
+  int iters = 0;           // 0: by size
+  int ps_threads = 1;      // OpenMP threads of the ps (dtrain's --ps-threads)
   int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
   bool ps_shm = true;      // dtrain's --ps-shm
   std::string out = "comm_bench.jsonl";
@@ -127,19 +127,20 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   std::string extra;
   if (r.ps_update_s >= 0) extra += ", \"ps_update_us\": " + std::string(upd);
   if (r.shared_ring >= 0) extra += ", \"ps_shared_ring\": " + std::to_string(r.shared_ring);
-  std::fprintf(json,
-               "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
-               "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f%s}\n",
-               r.op.c_str(), ranks, r.bytes, r.bare_gbps, r.dtrain_gbps, ratio, r.bare_s * 1e6,
-               r.dtrain_s * 1e6, extra.c_str());
+  std::fprintf(
+      json,
+      "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
+      "\"dtrain_GBps\": %.4f, \"ratio\": %.4f, \"bare_us\": %.1f, \"dtrain_us\": %.1f%s}\n",
+      r.op.c_str(), ranks, r.bytes, r.bare_gbps, r.dtrain_gbps, ratio, r.bare_s * 1e6,
+      r.dtrain_s * 1e6, extra.c_str());
   std::fflush(json);
 }
 
 /// An allreduce row: one warm-up round of each, then iterations(o, bytes) rounds alternating bare
 /// and dtrain, each after reset(); medians, and busbw = bytes / time · 2(ranks − 1) / ranks.
 template <typename Reset, typename Bare, typename Ours>
-Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int ranks,
-                        Reset reset, Bare bare, Ours ours) {
+Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int ranks, Reset reset,
+                        Bare bare, Ours ours) {
   std::vector<double> tb, td;
   reset();
   timed(MPI_COMM_WORLD, bare);
@@ -165,8 +166,8 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* 
   const std::size_t n = bytes / sizeof(float);
   std::vector<float> buf(n + 1, 1.0f);
   BucketedAllreduce buckets(MPI_COMM_WORLD, n,
-                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)), true,
-                            how);
+                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)),
+                            true, how);
   auto bare = [&] {
     DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                                MPI_COMM_WORLD));
@@ -195,11 +196,13 @@ void bare_push_pull(const Cluster& cl, std::vector<char>& a, std::vector<std::ve
   const int W = cl.num_workers();
   std::vector<MPI_Request> recv(W), send(W, MPI_REQUEST_NULL);
   for (int w = 0; w < W; ++w)
-    DT_CHECK_MPI(MPI_Irecv(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &recv[w]));
+    DT_CHECK_MPI(
+        MPI_Irecv(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &recv[w]));
   for (int k = 0; k < W; ++k) {
     MPI_Status st;
     const int w = wait_any(recv, comm_timeout(), "bare push-pull", &st);
-    DT_CHECK_MPI(MPI_Isend(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &send[w]));
+    DT_CHECK_MPI(
+        MPI_Isend(in[w].data(), bytes, MPI_BYTE, cl.worker_rank(w), 7, cl.world(), &send[w]));
   }
   wait_all(send, comm_timeout(), "bare push-pull");
 }
@@ -273,8 +276,9 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
   double upd = ps.updates > 0 ? ps.optimizer_seconds * W / static_cast<double>(ps.updates) : 0;
   MPI_Allreduce(MPI_IN_PLACE, &upd, 1, MPI_DOUBLE, MPI_MAX, cl.world());  // the ps's
   r.ps_update_s = upd;
-  double shared = ps.pushes > 0 ? static_cast<double>(ps.shared_ring_pushes) /
-                                      static_cast<double>(ps.pushes) : 0;
+  double shared = ps.pushes > 0
+                      ? static_cast<double>(ps.shared_ring_pushes) / static_cast<double>(ps.pushes)
+                      : 0;
   MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_DOUBLE, MPI_MAX, cl.world());  // the ps's
   r.shared_ring = shared;
   return r;

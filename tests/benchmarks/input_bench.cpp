@@ -1,7 +1,8 @@
-// tests/benchmarks/input_bench.cpp — dtrain's input pipeline alone, for tests/benchmarks/input_bench.sh:
-// a BatchReader over an encoded-image file (images_to_h5.py --store encoded) with the training
-// transforms — HDF5 read, JPEG/PNG decode, RandomResizedCrop(S) + flip, normalization to float32 —
-// on --data-threads N decode threads, as a training worker runs it. Prints one JSON line:
+// tests/benchmarks/input_bench.cpp — dtrain's input pipeline alone, for
+// tests/benchmarks/input_bench.sh: a BatchReader over an encoded-image file (images_to_h5.py
+// --store encoded) with the training transforms — HDF5 read, JPEG/PNG decode, RandomResizedCrop(S)
+// + flip, normalization to float32 — on --data-threads N decode threads, as a training worker runs
+// it. Prints one JSON line:
 //   {"threads": N, "samples": n, "seconds": t, "samples_per_s": n / t, "per_thread": ...}
 // timed from the end of the first batch (the pool and file are warm) to the last.
 //
@@ -19,7 +20,8 @@ using namespace dtrain;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: dtrain_input_bench FILE [--threads N] [--crop S] [--batch B] [--samples N] [--eval]\n");
+    std::fprintf(stderr, "usage: dtrain_input_bench FILE [--threads N] [--crop S] [--batch B] "
+                         "[--samples N] [--eval]\n");
     return 2;
   }
   int threads = 1, crop = 224, batch = 64;
@@ -63,11 +65,12 @@ int main(int argc, char** argv) {
       n += b.n;
       checksum += b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
     }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("{\"threads\": %d, \"samples\": %ld, \"seconds\": %.4f, \"samples_per_s\": %.1f, "
                 "\"per_thread\": %.1f, \"bad_images\": %lld, \"checksum\": %.3f}\n",
-                threads, n, secs, n / secs, n / secs / threads, static_cast<long long>(reader.bad_images()),
-                checksum);
+                threads, n, secs, n / secs, n / secs / threads,
+                static_cast<long long>(reader.bad_images()), checksum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain_input_bench: error: %s\n", e.what());
     return 1;

@@ -141,9 +141,10 @@ int parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
-      std::puts("usage: dtrain_ps_update_bench [--min-floats N (16384)] [--max-floats N (67108864)]\n"
-                "         [--rounds R (0: by size)] [--threads T (1)]\n"
-                "         [--rules sgd,momentum,adam,dana] [--cross-core]");
+      std::puts(
+          "usage: dtrain_ps_update_bench [--min-floats N (16384)] [--max-floats N (67108864)]\n"
+          "         [--rounds R (0: by size)] [--threads T (1)]\n"
+          "         [--rules sgd,momentum,adam,dana] [--cross-core]");
       return 0;
     }
     if (k == "--cross-core") {
@@ -167,7 +168,8 @@ int parse_options(int argc, char** argv, Options& o) {
   }
   for (const std::string& r : o.rules) {
     if (r != "sgd" && r != "momentum" && r != "adam" && r != "dana") {
-      std::fprintf(stderr, "ps_update_bench: --rules: unknown rule '%s' (sgd, momentum, adam, dana)\n",
+      std::fprintf(stderr,
+                   "ps_update_bench: --rules: unknown rule '%s' (sgd, momentum, adam, dana)\n",
                    r.c_str());
       return 2;
     }
@@ -195,8 +197,7 @@ void bench_size(std::size_t n, const Options& o, Backend& backend, RemoteReader*
     return t;
   };
   const double base = row(
-      "memcpy", [&] { std::memcpy(copy.data(), grads.data(), n * sizeof(float)); }, copy.data(),
-      0);
+      "memcpy", [&] { std::memcpy(copy.data(), grads.data(), n * sizeof(float)); }, copy.data(), 0);
   for (const std::string& rule : o.rules) {
     Config c;
     c.optimizer = parse_enum<OptimizerKind>(rule == "dana" ? "momentum" : rule, "optimizer");
@@ -214,8 +215,8 @@ void bench_size(std::size_t n, const Options& o, Backend& backend, RemoteReader*
         [&] {
           for (std::size_t i = 0; i < chunks.count(); ++i) {
             const std::size_t b = chunks.begin(i), e = b + chunks.size(i);
-            if (dana) dana->apply(static_cast<int>(step % 4), params.data(), grads.data() + b, step,
-                                  b, e);
+            if (dana)
+              dana->apply(static_cast<int>(step % 4), params.data(), grads.data() + b, step, b, e);
             else opt.apply(params.data(), grads.data() + b, step, b, e);
           }
           ++step;
@@ -234,7 +235,8 @@ int main(int argc, char** argv) {
   if (o.cross_core) {
     const std::vector<int> cpus = allowed_cpus();
     if (cpus.size() < 2) {
-      std::printf("# ps_update_bench: --cross-core skipped: this process may run on one CPU only\n");
+      std::printf(
+          "# ps_update_bench: --cross-core skipped: this process may run on one CPU only\n");
       o.cross_core = false;
     } else {
       pin_to(cpus[0]);
@@ -250,8 +252,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 40; ++i) std::memcpy(b.data(), a.data(), a.size() * sizeof(float));
   }
   std::printf("# ps_update_bench: one push's update over a shard in 1 MiB chunks, %d thread(s)\n"
-              "# %10s %10s %12s %10s %10s", o.threads, "rule", "floats", "us/push", "ns/float",
-              "x memcpy");
+              "# %10s %10s %12s %10s %10s",
+              o.threads, "rule", "floats", "us/push", "ns/float", "x memcpy");
   if (o.cross_core) std::printf(" %14s %10s", "us after read", "x local");
   std::printf("\n");
   for (std::size_t n = o.min_floats; n <= o.max_floats; n *= 4)

@@ -36,7 +36,8 @@ std::vector<T> convert(const std::vector<float>& v) {
 void write_array(hid_t file, const std::string& name, const std::vector<hsize_t>& dims,
                  const std::vector<float>& values, const std::string& dtype) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  H5Dataspace space(DT_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), name));
+  H5Dataspace space(
+      DT_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), name));
   H5PropList dcpl(DT_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), name));
   if (std::all_of(dims.begin(), dims.end(), [](hsize_t d) { return d > 0; })) {
     std::vector<hsize_t> chunk = dims;
@@ -44,9 +45,11 @@ void write_array(hid_t file, const std::string& name, const std::vector<hsize_t>
     DT_CHECK_HDF5(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), name);
   }
   auto write = [&](hid_t file_type, hid_t mem_type, const void* data) {
-    H5Dataset dset(DT_CHECK_HDF5(
-        H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), name));
-    if (!values.empty()) DT_CHECK_HDF5(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
+    H5Dataset dset(DT_CHECK_HDF5(H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                                            dcpl.get(), H5P_DEFAULT),
+                                 name));
+    if (!values.empty())
+      DT_CHECK_HDF5(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
   };
   if (dtype == "uint8") {
     write(H5T_STD_U8LE, H5T_NATIVE_UINT8, convert<std::uint8_t>(values).data());
@@ -66,8 +69,8 @@ void write_array(hid_t file, const std::string& name, const std::vector<hsize_t>
 }  // namespace
 
 void write_raw_dataset(const std::string& path, const RawDataset& d) {
-  const hsize_t total = std::accumulate(d.image_dims.begin(), d.image_dims.end(), hsize_t{1},
-                                        std::multiplies<>());
+  const hsize_t total =
+      std::accumulate(d.image_dims.begin(), d.image_dims.end(), hsize_t{1}, std::multiplies<>());
   if (d.write_images && total != d.pixels.size())
     throw std::invalid_argument("pixels has " + std::to_string(d.pixels.size()) +
                                 " values, image_dims ask for " + std::to_string(total));
@@ -86,9 +89,10 @@ void write_raw_dataset(const std::string& path, const RawDataset& d) {
 
 const std::vector<std::string>& corrupt_kinds() {
   static const std::vector<std::string> kinds = {
-      "missing-images", "missing-labels", "images-rank3", "images-int16", "labels-float",
-      "count-mismatch", "zero-samples", "label-out-of-range", "label-negative", "nan-image",
-      "truncated", "not-hdf5", "mean-length", "std-zero", "label-huge", "inf-image"};
+      "missing-images", "missing-labels", "images-rank3", "images-int16",
+      "labels-float",   "count-mismatch", "zero-samples", "label-out-of-range",
+      "label-negative", "nan-image",      "truncated",    "not-hdf5",
+      "mean-length",    "std-zero",       "label-huge",   "inf-image"};
   return kinds;
 }
 
@@ -147,7 +151,8 @@ RawDataset make_synthetic(const SyntheticSpec& s) {
 
 void write_synthetic_dataset(const std::string& path, const SyntheticSpec& spec) {
   const std::string& kind = spec.corrupt;
-  if (!kind.empty() && std::find(corrupt_kinds().begin(), corrupt_kinds().end(), kind) == corrupt_kinds().end())
+  if (!kind.empty() &&
+      std::find(corrupt_kinds().begin(), corrupt_kinds().end(), kind) == corrupt_kinds().end())
     throw std::invalid_argument("unknown corruption kind " + kind);
   if (kind == "not-hdf5") {
     std::ofstream(path) << "this is a text file, not HDF5\n";
@@ -157,16 +162,17 @@ void write_synthetic_dataset(const std::string& path, const SyntheticSpec& spec)
   if (kind == "zero-samples") s.n = 0;
   if (kind == "nan-image" || kind == "inf-image") s.dtype = "float32";
   if (kind == "label-huge") s.num_classes_attr = false;
-  if (s.n < 2 && (kind == "count-mismatch" || kind == "label-out-of-range" ||
-                  kind == "label-negative" || kind == "nan-image" || kind == "inf-image" ||
-                  kind == "label-huge"))
+  if (s.n < 2 &&
+      (kind == "count-mismatch" || kind == "label-out-of-range" || kind == "label-negative" ||
+       kind == "nan-image" || kind == "inf-image" || kind == "label-huge"))
     s.n = 2;
   RawDataset d = make_synthetic(s);
   const std::size_t mid = static_cast<std::size_t>(s.n / 2);
   const std::size_t sample = static_cast<std::size_t>(s.c) * s.h * s.w;
   if (kind == "missing-images") d.write_images = false;
   if (kind == "missing-labels") d.write_labels = false;
-  if (kind == "images-rank3") d.image_dims = {d.image_dims[0], d.image_dims[1] * d.image_dims[2], d.image_dims[3]};
+  if (kind == "images-rank3")
+    d.image_dims = {d.image_dims[0], d.image_dims[1] * d.image_dims[2], d.image_dims[3]};
   if (kind == "images-int16") d.image_dtype = "int16";
   if (kind == "labels-float") d.label_dtype = "float32";
   if (kind == "count-mismatch") d.labels.pop_back();

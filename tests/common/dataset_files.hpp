@@ -16,16 +16,16 @@ namespace dtrain::testing {
 /// Exactly what to write. Pixels are given as float and converted to image_dtype on write
 /// (rounded and clipped to the integer range for integer types).
 struct RawDataset {
-  std::vector<hsize_t> image_dims;          ///< normally N×C×H×W; any rank for negative tests
-  std::vector<float> pixels;                ///< product(image_dims) values
-  std::string image_dtype = "uint8";        ///< "uint8" | "float32" | "int16"
-  std::vector<std::int64_t> labels;         ///< written as a 1-D dataset of labels.size()
-  std::string label_dtype = "int64";        ///< "int64" | "int32" | "uint8" | "float32"
+  std::vector<hsize_t> image_dims;    ///< normally N×C×H×W; any rank for negative tests
+  std::vector<float> pixels;          ///< product(image_dims) values
+  std::string image_dtype = "uint8";  ///< "uint8" | "float32" | "int16"
+  std::vector<std::int64_t> labels;   ///< written as a 1-D dataset of labels.size()
+  std::string label_dtype = "int64";  ///< "int64" | "int32" | "uint8" | "float32"
   bool write_images = true;
   bool write_labels = true;
-  std::vector<float> mean, stddev;          ///< root attributes `mean`, `std` when non-empty
-  int num_classes = 0;                      ///< attribute `num_classes` when > 0
-  std::vector<std::string> class_names;     ///< attribute `class_names` when non-empty
+  std::vector<float> mean, stddev;       ///< root attributes `mean`, `std` when non-empty
+  int num_classes = 0;                   ///< attribute `num_classes` when > 0
+  std::vector<std::string> class_names;  ///< attribute `class_names` when non-empty
 };
 
 /// Writes d to path (truncating). images are chunked by up to 256 samples.
@@ -38,15 +38,16 @@ struct SyntheticSpec {
   std::int64_t n = 64;
   int c = 1, h = 8, w = 8;
   int classes = 4;
-  std::string dtype = "uint8";   ///< "uint8" | "float32"
+  std::string dtype = "uint8";  ///< "uint8" | "float32"
   std::uint64_t seed = 1;
   /// Seed of the class templates; 0 = draw them from `seed` (then only sets with the same seed
   /// share their classes). A train and a test set with equal template_seed and different seeds
   /// have the same classes and independent samples.
   std::uint64_t template_seed = 0;
-  bool mean_std = true;          ///< write per-channel `mean`/`std` computed from the data
-  bool num_classes_attr = true;  ///< write `num_classes` and `class_names` (else the reader infers them)
-  std::string corrupt;           ///< "" or one of corrupt_kinds()
+  bool mean_std = true;  ///< write per-channel `mean`/`std` computed from the data
+  bool num_classes_attr =
+      true;             ///< write `num_classes` and `class_names` (else the reader infers them)
+  std::string corrupt;  ///< "" or one of corrupt_kinds()
 };
 
 /// The corruption kinds make_synthetic_dataset() knows, each making a file that

@@ -22,12 +22,12 @@ inline bool gpu_required() {
 }  // namespace dtrain::testing
 
 /// In a test body or SetUp(): skip (or, with DTRAIN_REQUIRE_GPU=1, fail) when no GPU is usable.
-#define DT_SKIP_WITHOUT_CUDA()                                                          \
-  do {                                                                                  \
-    const std::string reason_ = ::dtrain::cuda_unavailable_reason();                    \
-    if (!reason_.empty()) {                                                             \
-      if (::dtrain::testing::gpu_required())                                            \
-        FAIL() << "DTRAIN_REQUIRE_GPU=1 but no CUDA device is usable: " << reason_;     \
-      GTEST_SKIP() << "no CUDA device: " << reason_;                                    \
-    }                                                                                   \
+#define DT_SKIP_WITHOUT_CUDA()                                                      \
+  do {                                                                              \
+    const std::string reason_ = ::dtrain::cuda_unavailable_reason();                \
+    if (!reason_.empty()) {                                                         \
+      if (::dtrain::testing::gpu_required())                                        \
+        FAIL() << "DTRAIN_REQUIRE_GPU=1 but no CUDA device is usable: " << reason_; \
+      GTEST_SKIP() << "no CUDA device: " << reason_;                                \
+    }                                                                               \
   } while (0)

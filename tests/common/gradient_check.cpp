@@ -69,7 +69,7 @@ void expect_stopwatch_times(Backend& be, double at_least, const std::function<vo
   EXPECT_THROW(be.mark(Backend::kMarks), Error);
   EXPECT_THROW(be.mark(-1), Error);
   EXPECT_THROW((void)be.seconds_between(2, 3), Error);  // never recorded
-  for (int round = 0; round < 2; ++round) {  // the second round reuses the points
+  for (int round = 0; round < 2; ++round) {             // the second round reuses the points
     be.mark(2);
     work();
     be.mark(3);

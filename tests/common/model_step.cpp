@@ -10,7 +10,8 @@
 
 namespace dtrain::test {
 
-StepOutputs run_step(Model& m, const std::vector<float>& x, const std::vector<std::int32_t>& labels) {
+StepOutputs run_step(Model& m, const std::vector<float>& x,
+                     const std::vector<std::int32_t>& labels) {
   Backend& be = m.backend();
   const int n = static_cast<int>(labels.size());
   auto xd = to_device(be, x);

@@ -20,7 +20,8 @@ struct StepOutputs {
 
 /// On m's backend: one train_step on the batch (x: n×C×H×W fp32 NCHW on the host, labels: n;
 /// grad_scale 1/n, dropout seed 9), then evaluate() and logits() on the same batch.
-StepOutputs run_step(Model& m, const std::vector<float>& x, const std::vector<std::int32_t>& labels);
+StepOutputs run_step(Model& m, const std::vector<float>& x,
+                     const std::vector<std::int32_t>& labels);
 
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-30): the largest difference relative to b's largest magnitude.
 double max_rel(const std::vector<float>& a, const std::vector<float>& b);

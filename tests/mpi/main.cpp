@@ -1,7 +1,8 @@
-// tests/mpi/main.cpp — the main() of dtrain_mpi_tests: MPI initialized once around GoogleTest, output
-// only from rank 0 (the other ranks' default printers are removed), and the exit code non-zero when
-// ANY rank had a failure (the failure flag is max-allreduced), so a failure seen only by a non-root
-// rank still fails the ctest entry. Failures on other ranks are also printed to stderr with their rank.
+// tests/mpi/main.cpp — the main() of dtrain_mpi_tests: MPI initialized once around GoogleTest,
+// output only from rank 0 (the other ranks' default printers are removed), and the exit code
+// non-zero when ANY rank had a failure (the failure flag is max-allreduced), so a failure seen only
+// by a non-root rank still fails the ctest entry. Failures on other ranks are also printed to
+// stderr with their rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -17,8 +18,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.summary());
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
   }
 
  private:
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
   int any_failed = local_failed;
   MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && any_failed && !local_failed)
-    std::fprintf(stderr, "dtrain_mpi_tests: a test failed on another rank (see its [rank N] lines)\n");
+    std::fprintf(stderr,
+                 "dtrain_mpi_tests: a test failed on another rank (see its [rank N] lines)\n");
   MPI_Finalize();
   return any_failed ? 1 : 0;
 }

@@ -48,9 +48,8 @@ const std::vector<std::size_t> kSizes = {0, 1, 4095, 4096, 4097, 100003};
 TEST(BigMessage, ByteTypeDescribesExactlyTheBytes) {
   const std::size_t two_gib = std::size_t{1} << 31;
   const std::size_t load_268m = 48 + 3 * std::size_t{268480522} * 4;  // docs/results/big_messages
-  const std::vector<std::size_t> sizes = {0,       1,           4095,        4096,          4097,
-                                          100003,  kMpiMaxCount, two_gib,    two_gib + 5,   load_268m,
-                                          5000000003ULL};
+  const std::vector<std::size_t> sizes = {
+      0, 1, 4095, 4096, 4097, 100003, kMpiMaxCount, two_gib, two_gib + 5, load_268m, 5000000003ULL};
   for (const std::size_t limit :
        {std::size_t{1}, std::size_t{7}, std::size_t{4096}, kMpiMaxCount}) {
     for (const std::size_t bytes : sizes) {
@@ -88,8 +87,8 @@ TEST(BigMessage, ParsesTheTestLimit) {
   EXPECT_EQ(parse_mpi_count_limit("4096"), 4096u);
   EXPECT_EQ(parse_mpi_count_limit("1"), 1u);
   EXPECT_EQ(parse_mpi_count_limit("2147483647"), kMpiMaxCount);
-  for (const char* bad : {"0", "-1", "+5", " 12", "12 ", "4k", "abc", "2147483648",
-                          "99999999999999999999999"}) {
+  for (const char* bad :
+       {"0", "-1", "+5", " 12", "12 ", "4k", "abc", "2147483648", "99999999999999999999999"}) {
     try {
       parse_mpi_count_limit(bad);
       ADD_FAILURE() << "accepted DTRAIN_TEST_MAX_MPI_COUNT='" << bad << "'";
@@ -102,8 +101,7 @@ TEST(BigMessage, ParsesTheTestLimit) {
   const char* env = std::getenv("DTRAIN_TEST_MAX_MPI_COUNT");
   if (env == nullptr || *env == '\0')
     EXPECT_EQ(mpi_count_limit(), static_cast<std::size_t>(INT_MAX));
-  else
-    EXPECT_EQ(mpi_count_limit(), std::stoull(env));
+  else EXPECT_EQ(mpi_count_limit(), std::stoull(env));
 }
 
 /// Sends every size of kSizes around the ring, one at a time: the send with `send_limit`, the
@@ -141,8 +139,8 @@ std::uint64_t ring_exchange(std::size_t send_limit, std::size_t recv_limit, std:
 }
 
 TEST(BigMessage, RingWithLoweredLimit) {
-  EXPECT_EQ(ring_exchange(4096, 4096, 0), 4u);      // 4097 and 100003 bytes, each way
-  EXPECT_EQ(ring_exchange(1000, 1000, 0), 8u);      // 4095..100003
+  EXPECT_EQ(ring_exchange(4096, 4096, 0), 4u);       // 4097 and 100003 bytes, each way
+  EXPECT_EQ(ring_exchange(1000, 1000, 0), 8u);       // 4095..100003
   EXPECT_EQ(ring_exchange(4096, 4096, 100003), 8u);  // every receive (capacity > 4096) is derived
 }
 

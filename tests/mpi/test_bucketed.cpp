@@ -119,9 +119,15 @@ TEST(BucketedAllreduce, NonFiniteOnOneRankReachesEveryRanksOptimizer) {
 TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
   const int rank = world_rank();
   auto cpu = make_cpu_backend();
-  const std::vector<std::string> layers = {"conv filters=4 kernel=3 pad=1 name=c1", "batchnorm",
-                                           "relu", "conv filters=4 kernel=3 pad=1 name=c2", "add input=c1,c2",
-                                           "maxpool kernel=2", "flatten", "dense units=16", "relu",
+  const std::vector<std::string> layers = {"conv filters=4 kernel=3 pad=1 name=c1",
+                                           "batchnorm",
+                                           "relu",
+                                           "conv filters=4 kernel=3 pad=1 name=c2",
+                                           "add input=c1,c2",
+                                           "maxpool kernel=2",
+                                           "flatten",
+                                           "dense units=16",
+                                           "relu",
                                            "dense"};
   constexpr int B = 4, kClasses = 5;
   const Shape sample{1, 2, 8, 8};
@@ -130,7 +136,8 @@ TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
   const std::size_t P = model.param_count();
   std::vector<float> x(B * sample.sample_count());
   std::vector<std::int32_t> y(B);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i + 101 * rank));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(0.37f * static_cast<float>(i + 101 * rank));
   for (int i = 0; i < B; ++i) y[i] = (i + rank) % kClasses;
   DeviceBuffer<float> dx(*cpu, x.size()), stats(*cpu, kStatsFloats);
   DeviceBuffer<std::int32_t> dy(*cpu, B);
@@ -141,7 +148,8 @@ TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
   model.train_step(dx.data(), dy.data(), B, 0.125f, 3, stats.data());
   std::vector<float> after(model.grads(), model.grads() + P);
   ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, after.data(), static_cast<int>(P), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD), MPI_SUCCESS);
+                          MPI_COMM_WORLD),
+            MPI_SUCCESS);
 
   // During backward: small buckets handed over as the model reports final gradients.
   BucketedAllreduce ar(MPI_COMM_WORLD, P, 64, true);

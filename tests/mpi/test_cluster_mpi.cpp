@@ -74,7 +74,8 @@ TEST(ClusterMpi, RolesAndCommunicators) {
     EXPECT_EQ(count_of(table, " ps "), k) << table;
     EXPECT_EQ(count_of(table, "worker "), W - k) << table;
     EXPECT_EQ(count_of(table, "(chief)"), 1) << table;
-    EXPECT_NE(table.find(std::to_string(k) + " ps, " + std::to_string(W - k) + " workers"), std::string::npos)
+    EXPECT_NE(table.find(std::to_string(k) + " ps, " + std::to_string(W - k) + " workers"),
+              std::string::npos)
         << table;
     EXPECT_NE(table.find("dev" + std::to_string((W - 1) * 10)), std::string::npos) << table;
   }
@@ -108,7 +109,8 @@ TEST(AllOrNothing, OneRankFailsAllRaiseTheSameCode) {
     int code = -1;
     try {
       all_or_nothing(MPI_COMM_WORLD, [&] {
-        if (rank == failing) throw InputError("rank " + std::to_string(rank) + ": bad input for the test");
+        if (rank == failing)
+          throw InputError("rank " + std::to_string(rank) + ": bad input for the test");
       });
       ADD_FAILURE() << "no ReportedError on rank " << rank;
     } catch (const ReportedError& e) {
@@ -241,7 +243,8 @@ TEST(AllOrNothing, ARankStuckInItsSetUpTimesTheOthersOut) {
     ASSERT_TRUE(timed_out) << "rank " << rank << " waited past the deadline without an error";
     EXPECT_NE(operation.find("agreeing on the set-up"), std::string::npos) << operation;
     EXPECT_NE(what.find("timed out after 0.3 s waiting in: agreeing on the set-up"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("see --timeout"), std::string::npos) << what;
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -47,20 +47,21 @@ std::string collective_skip_reason(MPI_Comm comm, const LocalInfo& li, bool own_
   int mine = gpus == 0 ? 0 : (own_gpu && gpus < li.local_size ? 1 : 2), all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
   if (all == 2) return {};
-  if (all == 0) return "a rank sees no GPU (" + (gpus == 0 ? cuda_unavailable_reason() : "another rank") + ")";
+  if (all == 0)
+    return "a rank sees no GPU (" + (gpus == 0 ? cuda_unavailable_reason() : "another rank") + ")";
   return "some node has fewer GPUs than ranks (this rank sees " + std::to_string(gpus) + " for " +
          std::to_string(li.local_size) + " local ranks); NCCL needs one GPU per rank";
 }
 
 /// Skips the test (fails it with DTRAIN_REQUIRE_GPU=1 when a rank has no GPU at all).
-#define DT_COLLECTIVE_SKIP(comm, li, own_gpu)                                                 \
-  do {                                                                                        \
-    const std::string reason_ = collective_skip_reason(comm, li, own_gpu);                    \
-    if (!reason_.empty()) {                                                                   \
-      if (testing::gpu_required() && reason_.rfind("a rank sees no GPU", 0) == 0)             \
-        FAIL() << "DTRAIN_REQUIRE_GPU=1 but " << reason_;                                     \
-      GTEST_SKIP() << "no CUDA device: " << reason_;                                          \
-    }                                                                                         \
+#define DT_COLLECTIVE_SKIP(comm, li, own_gpu)                                     \
+  do {                                                                            \
+    const std::string reason_ = collective_skip_reason(comm, li, own_gpu);        \
+    if (!reason_.empty()) {                                                       \
+      if (testing::gpu_required() && reason_.rfind("a rank sees no GPU", 0) == 0) \
+        FAIL() << "DTRAIN_REQUIRE_GPU=1 but " << reason_;                         \
+      GTEST_SKIP() << "no CUDA device: " << reason_;                              \
+    }                                                                             \
   } while (0)
 
 /// Fills `h` with rank-seeded multiples of 0.25 and `expect` with their sum over `size` ranks.

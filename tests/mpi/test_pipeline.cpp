@@ -121,8 +121,7 @@ void run_pipeline(const std::string& job, int P, PipelineSchedule schedule) {
     be->copy_to_device(y.data(), b.y.data(), b.y.size() * sizeof(std::int32_t));
     runner.train_step(x.data(), y.data(), kBatch, scale, 100 + step, stats.data());
     auto g = test::to_host(*be, stage.grads(), stage.param_count());
-    MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM,
-                  replicas);
+    MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, replicas);
     sgd(*be, stage.params(), g);
 
     const std::vector<float> sum = reference_gradient(*be, ref, step, d, scale, ref_stats.data());
@@ -174,9 +173,14 @@ TEST(Pipeline, CnnStagesEqualGradientAccumulationBitForBit) { run_all("fashion_m
 /// Model::evaluate (the same #correct; the loss summed per micro-batch, to rounding).
 TEST(Pipeline, EverySchedulePatternFinishesAndAccumulatesExactly) {
   const int P = test::world_size(), s = test::world_rank();
-  const std::vector<std::string> net = {"conv filters=3 kernel=3 pad=1", "batchnorm", "relu",
-                                        "maxpool kernel=2",              "flatten",   "dense units=16",
-                                        "relu",                          "dense"};
+  const std::vector<std::string> net = {"conv filters=3 kernel=3 pad=1",
+                                        "batchnorm",
+                                        "relu",
+                                        "maxpool kernel=2",
+                                        "flatten",
+                                        "dense units=16",
+                                        "relu",
+                                        "dense"};
   const Shape sample{1, 1, 8, 8};
   if (P > static_cast<int>(net.size())) GTEST_SKIP() << "more ranks than layers";
   auto be = make_cpu_backend();
@@ -205,10 +209,10 @@ TEST(Pipeline, EverySchedulePatternFinishesAndAccumulatesExactly) {
         whole.train_step_micro(x.data(), y.data(), n, M, 1.0f / n, 9, b.data());
         const std::string what = std::string(to_string(sched)) + " M=" + std::to_string(M) +
                                  " n=" + std::to_string(n) + " stage " + std::to_string(s);
-        const std::size_t at = stage.param_count() == 0
-                                   ? 0
-                                   : offset_of(whole.param_tensors(),
-                                               stage.param_tensors().front().key);
+        const std::size_t at =
+            stage.param_count() == 0
+                ? 0
+                : offset_of(whole.param_tensors(), stage.param_tensors().front().key);
         EXPECT_EQ(test::to_host(*be, stage.grads(), stage.param_count()),
                   test::to_host(*be, whole.grads() + at, stage.param_count()))
             << what;

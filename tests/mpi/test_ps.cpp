@@ -1,14 +1,15 @@
 // tests/mpi/test_ps.cpp — parameter-server correctness on MPI_COMM_WORLD: run_parameter_server on
-// the ps ranks, PsClient on the workers. Workers push rank-seeded closed-form gradients one at a time
-// in a fixed global order (token passing with a barrier on the worker communicator), so the result
-// must equal applying the same gradients serially with an in-process Optimizer on the CPU backend:
-// every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps and with 2
-// ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also: global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT
-// returning params + m + v, concurrent pushes none of which is lost, pushes issued in pieces
-// (begin_push / push_ready / finish_push: serially equal, and interleaved at the ps none lost), a
-// reply that survives a worker slow to receive it (the ring slots it leaves from), and DONE ending
-// every server. The aggregating rules (sync through the ps, bounded staleness 0): one update per
-// step, the samples-weighted mean, replies held until it; backup workers' late pushes dropped.
+// the ps ranks, PsClient on the workers. Workers push rank-seeded closed-form gradients one at a
+// time in a fixed global order (token passing with a barrier on the worker communicator), so the
+// result must equal applying the same gradients serially with an in-process Optimizer on the CPU
+// backend: every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps
+// and with 2 ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also:
+// global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT returning params +
+// m + v, concurrent pushes none of which is lost, pushes issued in pieces (begin_push / push_ready
+// / finish_push: serially equal, and interleaved at the ps none lost), a reply that survives a
+// worker slow to receive it (the ring slots it leaves from), and DONE ending every server. The
+// aggregating rules (sync through the ps, bounded staleness 0): one update per step, the
+// samples-weighted mean, replies held until it; backup workers' late pushes dropped.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -47,7 +48,8 @@ constexpr std::size_t kParams = 2503;
 
 std::vector<float> initial_params() {
   std::vector<float> p(kParams);
-  for (std::size_t i = 0; i < kParams; ++i) p[i] = 0.5f * std::sin(0.1f * static_cast<float>(i)) + 0.01f;
+  for (std::size_t i = 0; i < kParams; ++i)
+    p[i] = 0.5f * std::sin(0.1f * static_cast<float>(i)) + 0.01f;
   return p;
 }
 
@@ -55,8 +57,9 @@ std::vector<float> initial_params() {
 std::vector<float> gradient(int w, int r) {
   std::vector<float> g(kParams);
   for (std::size_t i = 0; i < kParams; ++i)
-    g[i] = static_cast<float>((w + 1) * std::cos(0.37 * static_cast<double>(i) + 1.3 * w + 0.71 * r)) +
-           0.05f * static_cast<float>(r % 3);
+    g[i] =
+        static_cast<float>((w + 1) * std::cos(0.37 * static_cast<double>(i) + 1.3 * w + 0.71 * r)) +
+        0.05f * static_cast<float>(r % 3);
   return g;
 }
 
@@ -68,14 +71,15 @@ struct ServedStats {
 /// Runs the servers on the ps ranks and `worker_body` on the workers, then shares the ps statistics
 /// with every rank. Every rank must call it (it ends with a world collective).
 template <typename Body>
-ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps, Body worker_body,
-                  std::size_t params = kParams) {
+ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_steps,
+                  Body worker_body, std::size_t params = kParams) {
   std::int64_t mine[4] = {0, 0, 0, 0};
   if (cluster.is_ps()) {
     const auto shards = shard_ranges(params, cluster.num_ps());
     std::atomic<bool> stop{false};
     try {
-      const PsStats st = run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
+      const PsStats st =
+          run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
       mine[0] = st.pushes;
       mine[1] = st.ignored;
       mine[2] = st.shared_ring_pushes;
@@ -96,8 +100,8 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
 }
 
 /// Relative+absolute closeness of two float vectors; reports the first mismatch.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
-                  float tol = 1e-6f) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what, float tol = 1e-6f) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (!(std::fabs(got[i] - want[i]) <= tol * std::max(1.0f, std::fabs(want[i])))) {
@@ -143,11 +147,12 @@ bool all_remote() {
 
 /// One push of `g` through `client`, whole (push_pull) or issued in pieces as backward would
 /// hand them over: from the end of the buffer down, in uneven steps.
-PushResult push(PsClient& client, const std::vector<float>& g, int samples, std::vector<float>& params,
-                bool issued) {
+PushResult push(PsClient& client, const std::vector<float>& g, int samples,
+                std::vector<float>& params, bool issued) {
   if (!issued) return client.push_pull(g.data(), samples, params.data(), false);
   client.begin_push(g.data(), samples, params.data(), false);
-  for (std::size_t from : {kParams - 1, kParams * 3 / 4, kParams * 3 / 4, kParams / 2 + 7, kParams / 5})
+  for (std::size_t from :
+       {kParams - 1, kParams * 3 / 4, kParams * 3 / 4, kParams / 2 + 7, kParams / 5})
     client.push_ready(from);
   return client.finish_push();
 }
@@ -187,8 +192,8 @@ struct SerialReference {
   }
 };
 
-/// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull and
-/// a snapshot against the serial reference, and the servers' counts.
+/// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull
+/// and a snapshot against the serial reference, and the servers' counts.
 void run_serial_case(const SerialCase& k) {
   const int W = world_size();
   if (k.num_ps >= W) GTEST_SKIP() << k.num_ps << " ps need more than " << W << " ranks";
@@ -209,10 +214,11 @@ void run_serial_case(const SerialCase& k) {
     // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
     // μ − (1 − 1/W)·lr(step)/lr.
     for (std::int64_t t : {std::int64_t{0}, pushes / 2, pushes - 1})
-      if (!k.dana) EXPECT_NEAR(ps_momentum(cfg, workers, t, total_steps),
-                  std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers) *
-                                                    learning_rate(cfg, t, total_steps) / cfg.lr),
-                  1e-6f);
+      if (!k.dana)
+        EXPECT_NEAR(ps_momentum(cfg, workers, t, total_steps),
+                    std::max(0.0f, cfg.momentum - (1.0f - 1.0f / workers) *
+                                                      learning_rate(cfg, t, total_steps) / cfg.lr),
+                    1e-6f);
     const SerialReference ref(cfg, k.dana, workers, pushes, applied, total_steps);  // every worker
 
     PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
@@ -260,9 +266,13 @@ void run_serial_case(const SerialCase& k) {
   EXPECT_EQ(st.shared_ring_pushes, shared) << "pushes through a shared ring, over all ps";
 }
 
-TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0}); }
+TEST(ParameterServer, MomentumOnePsEqualsSerialApplication) {
+  run_serial_case({1, "momentum", 4, 0});
+}
 TEST(ParameterServer, AdamOnePsEqualsSerialApplication) { run_serial_case({1, "adam", 4, 0}); }
-TEST(ParameterServer, MomentumTwoPsEqualsSerialApplication) { run_serial_case({2, "momentum", 4, 0}); }
+TEST(ParameterServer, MomentumTwoPsEqualsSerialApplication) {
+  run_serial_case({2, "momentum", 4, 0});
+}
 TEST(ParameterServer, AdamTwoPsEqualsSerialApplication) { run_serial_case({2, "adam", 3, 0}); }
 // The pipelined path: each push updated and answered chunk by chunk (chunks of 256 floats, the
 // last partial; received through the ps's ring of chunk buffers, reused as they are applied),
@@ -274,7 +284,9 @@ TEST(ParameterServer, AdamTwoPsInChunksEqualsSerialApplication) {
   run_serial_case({2, "adam", 3, 0, 1});
 }
 // DANA: per-worker momentum, replies at the look-ahead position, the snapshot's m the momentum sum.
-TEST(ParameterServer, DanaOnePsEqualsSerialApplication) { run_serial_case({1, "momentum", 4, 0, 1024, true}); }
+TEST(ParameterServer, DanaOnePsEqualsSerialApplication) {
+  run_serial_case({1, "momentum", 4, 0, 1024, true});
+}
 TEST(ParameterServer, DanaTwoPsInChunksEqualsSerialApplication) {
   run_serial_case({2, "momentum", 4, 0, 1, true});
 }
@@ -294,7 +306,9 @@ TEST(ParameterServer, WithoutSharedRingsIssuedPushesInChunksEqualSerialApplicati
 TEST(ParameterServer, WithoutSharedRingsDanaPushesPastMaxStepsEqualSerialApplication) {
   run_serial_case({1, "momentum", 4, 5, 1, true, false, false});
 }
-TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) { run_serial_case({1, "momentum", 4, 5, 1024, true}); }
+TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) {
+  run_serial_case({1, "momentum", 4, 5, 1024, true});
+}
 
 TEST(ParameterServer, MaxStepsCapsAppliedPushes) {
   // 5 rounds of pushes, of which only the first 2·workers + 1 may be applied.
@@ -346,7 +360,8 @@ void run_never_lost_case(int rounds, int chunk_kb, Grad grad, Push push) {
       float sum = 0.0f;
       for (int w = 0; w < workers; ++w) sum += grad(w, i);
       if (params[i] != -0.5f * rounds * sum) {
-        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected " << -0.5f * rounds * sum;
+        ADD_FAILURE() << "element " << i << " is " << params[i] << ", expected "
+                      << -0.5f * rounds * sum;
         break;
       }
     }
@@ -358,7 +373,8 @@ void run_never_lost_case(int rounds, int chunk_kb, Grad grad, Push push) {
 
 TEST(ParameterServer, ConcurrentPushesAreNeverLost) {
   run_never_lost_case(
-      25, 1024, [](int w, std::size_t i) { return 0.125f * static_cast<float>((w + 1) * (1 + i % 3)); },
+      25, 1024,
+      [](int w, std::size_t i) { return 0.125f * static_cast<float>((w + 1) * (1 + i % 3)); },
       [](PsClient& client, std::vector<float>& g, std::vector<float>& params, int /*me*/) {
         return client.push_pull(g.data(), 4, params.data(), false);
       });
@@ -427,50 +443,54 @@ TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
   Cluster cluster(MPI_COMM_WORLD, 1);
   Config cfg = ps_config("sgd");
   cfg.ps_chunk_kb = kChunkKb;
-  const ServedStats st = serve(cluster, cfg, 1, [&] {
-    PsClient client(cluster, shard_ranges(kN, 1), 60.0, kChunkKb * 1024);
-    if (cluster.is_chief()) {
-      std::vector<float> init(kN), g(kN);
-      for (std::size_t i = 0; i < kN; ++i) {
-        init[i] = std::sin(0.01f * static_cast<float>(i));
-        g[i] = std::cos(0.37f * static_cast<float>(i)) + 2.0f;
-      }
-      client.load(init.data(), nullptr, nullptr, 0, 0);
-      auto cpu = make_cpu_backend();
-      Optimizer opt(cfg, *cpu, kN, 1);
-      std::vector<float> ref = init;
-      opt.apply(ref.data(), g.data(), 0);
+  const ServedStats st = serve(
+      cluster, cfg, 1,
+      [&] {
+        PsClient client(cluster, shard_ranges(kN, 1), 60.0, kChunkKb * 1024);
+        if (cluster.is_chief()) {
+          std::vector<float> init(kN), g(kN);
+          for (std::size_t i = 0; i < kN; ++i) {
+            init[i] = std::sin(0.01f * static_cast<float>(i));
+            g[i] = std::cos(0.37f * static_cast<float>(i)) + 2.0f;
+          }
+          client.load(init.data(), nullptr, nullptr, 0, 0);
+          auto cpu = make_cpu_backend();
+          Optimizer opt(cfg, *cpu, kN, 1);
+          std::vector<float> ref = init;
+          opt.apply(ref.data(), g.data(), 0);
 
-      const ChunkLayout chunks(kN, kChunkKb * 1024);
-      ASSERT_GT(chunks.count(), 8u);
-      const int ps = cluster.ps_rank(0);
-      std::vector<float> params(kN, -1.0f);
-      MsgHeader out, in;
-      out.samples = 8;
-      std::vector<MPI_Request> reqs(1 + 2 * chunks.count() + 1, MPI_REQUEST_NULL);
-      std::size_t k = 0;
-      MPI_Irecv(&in, sizeof in, MPI_BYTE, ps, MPI_ANY_TAG, cluster.world(), &reqs[k++]);
-      for (std::size_t t = 0; t < chunks.count(); ++t) {
-        const std::size_t c = chunks.travel(t);
-        MPI_Irecv(params.data() + chunks.begin(c), static_cast<int>(chunks.size(c) * sizeof(float)),
-                  MPI_BYTE, ps, 0, cluster.payload_comm(), &reqs[k++]);
-      }
-      MPI_Isend(&out, sizeof out, MPI_BYTE, ps, kTagPush, cluster.world(), &reqs[k++]);
-      for (std::size_t t = 0; t < chunks.count(); ++t) {
-        const std::size_t c = chunks.travel(t);
-        MPI_Isend(g.data() + chunks.begin(c), static_cast<int>(chunks.size(c) * sizeof(float)),
-                  MPI_BYTE, ps, 0, cluster.payload_comm(), &reqs[k++]);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      MPI_Waitall(static_cast<int>(k), reqs.data(), MPI_STATUSES_IGNORE);
-      EXPECT_EQ(in.global_step, 1);
-      expect_close(params, ref, "the reply to a push received late");
-      const PushResult last = client.pull(params.data());
-      EXPECT_EQ(last.global_step, 1);
-      expect_close(params, ref, "a pull after it");
-    }
-    client.done();
-  }, kN);
+          const ChunkLayout chunks(kN, kChunkKb * 1024);
+          ASSERT_GT(chunks.count(), 8u);
+          const int ps = cluster.ps_rank(0);
+          std::vector<float> params(kN, -1.0f);
+          MsgHeader out, in;
+          out.samples = 8;
+          std::vector<MPI_Request> reqs(1 + 2 * chunks.count() + 1, MPI_REQUEST_NULL);
+          std::size_t k = 0;
+          MPI_Irecv(&in, sizeof in, MPI_BYTE, ps, MPI_ANY_TAG, cluster.world(), &reqs[k++]);
+          for (std::size_t t = 0; t < chunks.count(); ++t) {
+            const std::size_t c = chunks.travel(t);
+            MPI_Irecv(params.data() + chunks.begin(c),
+                      static_cast<int>(chunks.size(c) * sizeof(float)), MPI_BYTE, ps, 0,
+                      cluster.payload_comm(), &reqs[k++]);
+          }
+          MPI_Isend(&out, sizeof out, MPI_BYTE, ps, kTagPush, cluster.world(), &reqs[k++]);
+          for (std::size_t t = 0; t < chunks.count(); ++t) {
+            const std::size_t c = chunks.travel(t);
+            MPI_Isend(g.data() + chunks.begin(c), static_cast<int>(chunks.size(c) * sizeof(float)),
+                      MPI_BYTE, ps, 0, cluster.payload_comm(), &reqs[k++]);
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          MPI_Waitall(static_cast<int>(k), reqs.data(), MPI_STATUSES_IGNORE);
+          EXPECT_EQ(in.global_step, 1);
+          expect_close(params, ref, "the reply to a push received late");
+          const PushResult last = client.pull(params.data());
+          EXPECT_EQ(last.global_step, 1);
+          expect_close(params, ref, "a pull after it");
+        }
+        client.done();
+      },
+      kN);
   EXPECT_EQ(st.pushes, 1);
 }
 

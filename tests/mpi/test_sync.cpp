@@ -36,7 +36,8 @@ void check_mpi_sums(std::size_t max_count, std::initializer_list<std::size_t> si
     DeviceBuffer<float> buf(*cpu, n);
     std::vector<float> host(n);
     // Small integers: every partial sum is exact, whatever order MPI adds in.
-    for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 4096)) - 7.0f;
+    for (std::size_t i = 0; i < n; ++i)
+      host[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 4096)) - 7.0f;
     cpu->copy_to_device(buf.data(), host.data(), n * sizeof(float));
     ar->allreduce_sum(buf.data(), n);
     cpu->copy_to_host(host.data(), buf.data(), n * sizeof(float));
@@ -45,15 +46,14 @@ void check_mpi_sums(std::size_t max_count, std::initializer_list<std::size_t> si
       const float want = 1000.0f * static_cast<float>(W * (W - 1) / 2) +
                          static_cast<float>(W) * (static_cast<float>(i % 4096) - 7.0f);
       if (host[i] != want && bad++ == 0)
-        ADD_FAILURE() << "n " << n << " element " << i << " is " << host[i] << ", expected " << want;
+        ADD_FAILURE() << "n " << n << " element " << i << " is " << host[i] << ", expected "
+                      << want;
     }
     EXPECT_EQ(bad, 0u) << "n " << n << ", max_count " << max_count;
   }
 }
 
-TEST(MpiAllreduce, SumsRankDependentData) {
-  check_mpi_sums(INT_MAX, {1, 7, 1000, (1 << 20) - 3});
-}
+TEST(MpiAllreduce, SumsRankDependentData) { check_mpi_sums(INT_MAX, {1, 7, 1000, (1 << 20) - 3}); }
 
 // Sums past the count limit go as several MPI_Iallreduce calls (an MPI count is an int): a
 // lowered limit splits 2500 floats into 1000 + 1000 + 500, every element still summed once.
@@ -62,8 +62,13 @@ TEST(MpiAllreduce, SumsPastTheCountLimitInPieces) {
   EXPECT_THROW(make_mpi_allreduce(MPI_COMM_WORLD, *make_cpu_backend(), 16, 0), InputError);
 }
 
-const std::vector<std::string> kLayers = {"conv filters=4 kernel=3 pad=1", "relu", "maxpool kernel=2",
-                                          "flatten", "dense units=16", "relu", "dense"};
+const std::vector<std::string> kLayers = {"conv filters=4 kernel=3 pad=1",
+                                          "relu",
+                                          "maxpool kernel=2",
+                                          "flatten",
+                                          "dense units=16",
+                                          "relu",
+                                          "dense"};
 
 TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
   int rank = 0, W = 1;
@@ -76,7 +81,8 @@ TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
   std::vector<float> x(static_cast<std::size_t>(N) * per);
   std::vector<std::int32_t> y(static_cast<std::size_t>(N));
   for (std::size_t i = 0; i < x.size(); ++i)
-    x[i] = static_cast<float>(std::sin(0.113 * static_cast<double>(i)) + 0.3 * std::cos(0.017 * static_cast<double>(i * i % 977)));
+    x[i] = static_cast<float>(std::sin(0.113 * static_cast<double>(i)) +
+                              0.3 * std::cos(0.017 * static_cast<double>(i * i % 977)));
   for (int i = 0; i < N; ++i) y[i] = (i * 7 + 3) % kClasses;
 
   auto cpu = make_cpu_backend();
@@ -86,10 +92,13 @@ TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
   const std::size_t P = mine.param_count();
   DeviceBuffer<float> xs(*cpu, B * per), stats(*cpu, kStatsFloats);
   DeviceBuffer<std::int32_t> ys(*cpu, B);
-  cpu->copy_to_device(xs.data(), x.data() + static_cast<std::size_t>(rank) * B * per, B * per * sizeof(float));
-  cpu->copy_to_device(ys.data(), y.data() + static_cast<std::size_t>(rank) * B, B * sizeof(std::int32_t));
+  cpu->copy_to_device(xs.data(), x.data() + static_cast<std::size_t>(rank) * B * per,
+                      B * per * sizeof(float));
+  cpu->copy_to_device(ys.data(), y.data() + static_cast<std::size_t>(rank) * B,
+                      B * sizeof(std::int32_t));
   cpu->fill(stats.data(), 0.0f, kStatsFloats);
-  mine.train_step(xs.data(), ys.data(), B, 1.0f / static_cast<float>(N), /*step_seed=*/5, stats.data());
+  mine.train_step(xs.data(), ys.data(), B, 1.0f / static_cast<float>(N), /*step_seed=*/5,
+                  stats.data());
   auto ar = make_mpi_allreduce(MPI_COMM_WORLD, *cpu, P);
   ar->allreduce_sum(mine.grads(), P);
   std::vector<float> got(P);
@@ -128,7 +137,7 @@ TEST(SyncDataParallel, AllreducedGradientsEqualTheWholeBatch) {
     EXPECT_LE(std::sqrt(num), 1e-5 * std::sqrt(den) + 1e-12) << "tensor " << t.name;
   }
   EXPECT_NEAR(summed_stats[0], whole_stats[0], 1e-5 * std::fabs(whole_stats[0]));  // Σ loss
-  EXPECT_EQ(summed_stats[1], whole_stats[1]);                                       // # correct
+  EXPECT_EQ(summed_stats[1], whole_stats[1]);                                      // # correct
 }
 
 }  // namespace

@@ -107,11 +107,12 @@ TEST(WireAllreduce, Fp32IsTheBareAllreduce) {
     for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = input(rank, i);
     ar.sum(a.data(), n, blocking, 60, "test");
     if (blocking) {
-      MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     } else {
       MPI_Request req;
-      MPI_Iallreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                     &req);
+      MPI_Iallreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                     MPI_COMM_WORLD, &req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
     }
     EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << "blocking " << blocking;
@@ -160,9 +161,9 @@ TEST(HierarchicalAllreduce, EveryNodeShapeSumsAsPromised) {
               want = ar.nodes() == 1 ? node_total[0] : node_total[0] + node_total[1];
             }
             for (int r = 0; r < W; ++r) mag += std::fabs(input(r + round, i));
-            const bool ok = known ? data[i] == want
-                                  : std::fabs(data[i] - bare[i]) <=
-                                        (W - 1) * std::ldexp(1.0f, -23) * mag;
+            const bool ok =
+                known ? data[i] == want
+                      : std::fabs(data[i] - bare[i]) <= (W - 1) * std::ldexp(1.0f, -23) * mag;
             if (!ok && wrong++ == 0)
               ADD_FAILURE() << "ranks per node " << per_node << " n " << n << " element " << i
                             << ": " << data[i] << " (MPI: " << bare[i] << ")";

@@ -1,6 +1,8 @@
-// tests/tools/image_tool.cpp — io/image.hpp from the command line, for tests/cli/test_encoded_images.sh
-// (which compares the pixels with Pillow's). Reads commands from stdin, one per line:
-//   crop PATH C X Y W H S FLIP   decode PATH to C channels, crop the box, resize to S×S (bilinear, as
+// tests/tools/image_tool.cpp — io/image.hpp from the command line, for
+// tests/cli/test_encoded_images.sh (which compares the pixels with Pillow's). Reads commands from
+// stdin, one per line:
+//   crop PATH C X Y W H S FLIP   decode PATH to C channels, crop the box, resize to S×S (bilinear,
+//   as
 //                                Pillow img.crop(box).resize), mirror when FLIP is 1
 //   center PATH C R S            Resize(R) + CenterCrop(S) as torchvision on a PIL image
 //   rrc PATH C S KEY FLIP        RandomResizedCrop(S) with draws from KEY, DCT scaling allowed
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
     } catch (const ImageError& e) {
       std::printf("bad %s\n", e.what());
     }
-    out.write(reinterpret_cast<const char*>(planar.data()), static_cast<std::streamsize>(planar.size()));
+    out.write(reinterpret_cast<const char*>(planar.data()),
+              static_cast<std::streamsize>(planar.size()));
   }
   return 0;
 }

@@ -1,6 +1,6 @@
-// tests/tools/make_dataset.cpp — writes synthetic (learnable) or deliberately broken dataset files in
-// the dtrain schema (docs/data.md) for the CLI tests. The writing logic is shared with the unit tests
-// (tests/common/dataset_files.hpp).
+// tests/tools/make_dataset.cpp — writes synthetic (learnable) or deliberately broken dataset files
+// in the dtrain schema (docs/data.md) for the CLI tests. The writing logic is shared with the unit
+// tests (tests/common/dataset_files.hpp).
 //
 //   make_dataset OUT.h5 --n N --c C --h H --w W --classes K [--dtype uint8|float32] [--seed S]
 //                [--template-seed T] [--no-mean-std] [--no-num-classes] [--corrupt KIND]
@@ -19,16 +19,17 @@ namespace {
 void usage(std::FILE* to) {
   std::string kinds;
   for (const auto& k : dtrain::testing::corrupt_kinds()) kinds += (kinds.empty() ? "" : ", ") + k;
-  std::fprintf(to,
-               "usage: make_dataset OUT.h5 --n N --c C --h H --w W --classes K\n"
-               "                    [--dtype uint8|float32] [--seed S] [--template-seed T] [--no-mean-std]\n"
-               "                    [--no-num-classes]\n"
-               "                    [--corrupt KIND]\n"
-               "Writes a learnable synthetic dataset (class template + noise) in the dtrain schema.\n"
-               "Class templates come from T when given (else from S): sets with equal T share classes.\n"
-               "--no-num-classes leaves out the `num_classes` and `class_names` attributes.\n"
-               "KIND makes a broken file instead: %s.\n",
-               kinds.c_str());
+  std::fprintf(
+      to,
+      "usage: make_dataset OUT.h5 --n N --c C --h H --w W --classes K\n"
+      "                    [--dtype uint8|float32] [--seed S] [--template-seed T] [--no-mean-std]\n"
+      "                    [--no-num-classes]\n"
+      "                    [--corrupt KIND]\n"
+      "Writes a learnable synthetic dataset (class template + noise) in the dtrain schema.\n"
+      "Class templates come from T when given (else from S): sets with equal T share classes.\n"
+      "--no-num-classes leaves out the `num_classes` and `class_names` attributes.\n"
+      "KIND makes a broken file instead: %s.\n",
+      kinds.c_str());
 }
 
 long long to_int(const std::string& opt, const std::string& v) {
@@ -39,7 +40,8 @@ long long to_int(const std::string& opt, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size()) throw std::invalid_argument(opt + " needs an integer, got '" + v + "'");
+  if (used == 0 || used != v.size())
+    throw std::invalid_argument(opt + " needs an integer, got '" + v + "'");
   return x;
 }
 
@@ -72,7 +74,8 @@ int main(int argc, char** argv) {
         else if (a == "--w") spec.w = static_cast<int>(to_int(a, v));
         else if (a == "--classes") spec.classes = static_cast<int>(to_int(a, v));
         else if (a == "--seed") spec.seed = static_cast<std::uint64_t>(to_int(a, v));
-        else if (a == "--template-seed") spec.template_seed = static_cast<std::uint64_t>(to_int(a, v));
+        else if (a == "--template-seed")
+          spec.template_seed = static_cast<std::uint64_t>(to_int(a, v));
         else if (a == "--dtype") spec.dtype = v;
         else if (a == "--corrupt") spec.corrupt = v;
         else throw std::invalid_argument("unknown option " + a);
@@ -99,7 +102,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   std::printf("make_dataset: wrote %s (%lld samples %dx%dx%d, %d classes, %s%s%s)\n", out.c_str(),
-              static_cast<long long>(spec.n), spec.c, spec.h, spec.w, spec.classes, spec.dtype.c_str(),
-              spec.corrupt.empty() ? "" : ", corrupt: ", spec.corrupt.c_str());
+              static_cast<long long>(spec.n), spec.c, spec.h, spec.w, spec.classes,
+              spec.dtype.c_str(), spec.corrupt.empty() ? "" : ", corrupt: ", spec.corrupt.c_str());
   return 0;
 }

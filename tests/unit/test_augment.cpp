@@ -68,21 +68,21 @@ TEST(Augment, CropAndFlipOfAKnownImage) {
   EXPECT_EQ(dst, src);
   // Shifted: top-left of the crop at (0, 3) in the padded image (pad 2): rows −2..0, columns 1..4.
   augment_image(src.data(), dst.data(), 2, 3, 4, 2, AugmentDraw{0, 3, false}, pad);
-  const std::vector<float> shifted = {-1, -1, -1, -1,  //
-                                      -1, -1, -1, -1,  //
-                                      2, 3, 4, -1,     //
-                                      -2, -2, -2, -2,  //
-                                      -2, -2, -2, -2,  //
+  const std::vector<float> shifted = {-1,  -1,  -1,  -1,  //
+                                      -1,  -1,  -1,  -1,  //
+                                      2,   3,   4,   -1,  //
+                                      -2,  -2,  -2,  -2,  //
+                                      -2,  -2,  -2,  -2,  //
                                       102, 103, 104, -2};
   EXPECT_EQ(dst, shifted);
   // Flip only: every row reversed.
   augment_image(src.data(), dst.data(), 2, 3, 4, 0, AugmentDraw{0, 0, true}, pad);
-  const std::vector<float> mirrored = {4, 3, 2, 1, 8, 7, 6, 5, 12, 11, 10, 9,
+  const std::vector<float> mirrored = {4,   3,   2,   1,   8,   7,   6,   5,   12,  11,  10,  9,
                                        104, 103, 102, 101, 108, 107, 106, 105, 112, 111, 110, 109};
   EXPECT_EQ(dst, mirrored);
   // Crop then flip: crop at (3, 1) (rows 1..3 → 1, 2, pad; columns −1..2), then mirror.
   augment_image(src.data(), dst.data(), 2, 3, 4, 2, AugmentDraw{3, 1, true}, pad);
-  const std::vector<float> both = {7, 6, 5, -1, 11, 10, 9, -1, -1, -1, -1, -1,
+  const std::vector<float> both = {7,   6,   5,   -1, 11,  10,  9,   -1, -1, -1, -1, -1,
                                    107, 106, 105, -2, 111, 110, 109, -2, -2, -2, -2, -2};
   EXPECT_EQ(dst, both);
 }
@@ -133,7 +133,8 @@ TEST_F(AugmentReader, ReaderAppliesTheSampleDrawToTheNormalizedSample) {
       EXPECT_EQ(augmented[k].x, again[k].x);  // same seed and epoch: the same crops and flips
       for (int p = 0; p < plain[k].n; ++p) {
         const std::int64_t s = idx[k * 8 + static_cast<std::size_t>(p)];
-        augment_image(plain[k].x.data() + p * sample, want.data(), 3, 6, 5, 2, augment_draw(aug, s), pad);
+        augment_image(plain[k].x.data() + p * sample, want.data(), 3, 6, 5, 2, augment_draw(aug, s),
+                      pad);
         const std::vector<float> got(augmented[k].x.begin() + p * sample,
                                      augmented[k].x.begin() + (p + 1) * sample);
         EXPECT_EQ(got, want) << "sample " << s;

@@ -1,8 +1,8 @@
 // tests/unit/test_checkpoint.cpp — HDF5 checkpoints (io/checkpoint.hpp): write/read round trip of
-// every field, keep-last-N pruning, `.tmp` files never listed or loaded, a corrupt newest checkpoint
-// (bytes flipped inside a checksummed dataset) skipped in favour of the previous one, a newer format
-// version refused, compatibility checks (model signature, mode, size) naming the file, and
-// prepare_run_dir refusing a regular file.
+// every field, keep-last-N pruning, `.tmp` files never listed or loaded, a corrupt newest
+// checkpoint (bytes flipped inside a checksummed dataset) skipped in favour of the previous one, a
+// newer format version refused, compatibility checks (model signature, mode, size) naming the file,
+// and prepare_run_dir refusing a regular file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,7 +36,8 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   /// A state whose every field depends on `step` (params of P floats, m and v as given).
-  static CheckpointState state(std::int64_t step, std::size_t P = 100, bool m = true, bool v = true) {
+  static CheckpointState state(std::int64_t step, std::size_t P = 100, bool m = true,
+                               bool v = true) {
     CheckpointState s;
     s.global_step = step;
     s.epoch = step / 10;
@@ -148,7 +149,8 @@ TEST_F(CheckpointTest, TmpFilesAreNeverListedOrLoaded) {
   write_checkpoint(dir_, state(5), 3);
   EXPECT_TRUE(list_checkpoints(dir_).size() == 1);
   EXPECT_FALSE(fs::exists(checkpoint_path(dir_, 5) + ".tmp"));  // renamed away
-  // A crash mid-write leaves a .tmp of a newer step (here: a complete file, so only the name counts).
+  // A crash mid-write leaves a .tmp of a newer step (here: a complete file, so only the name
+  // counts).
   write_checkpoint(dir_, state(9), 3);
   fs::rename(checkpoint_path(dir_, 9), checkpoint_path(dir_, 9) + ".tmp");
   std::ofstream(checkpoint_path(dir_, 11) + ".tmp") << "half a file";
@@ -224,9 +226,9 @@ TEST_F(CheckpointTest, CompatibilityChecksNameTheFile) {
     EXPECT_MENTIONS(e.what(), "filters=8");  // the first differing layer is quoted
   }
   // A model with one more layer is another model too.
-  EXPECT_THROW(check_checkpoint_compatible(s, path, s.model_signature + "3 relu\n", "sync",
-                                           s.params.size()),
-               InputError);
+  EXPECT_THROW(
+      check_checkpoint_compatible(s, path, s.model_signature + "3 relu\n", "sync", s.params.size()),
+      InputError);
   try {
     check_checkpoint_compatible(s, path, s.model_signature, "async", s.params.size());
     ADD_FAILURE() << "other mode accepted";
@@ -247,8 +249,8 @@ TEST_F(CheckpointTest, ResumingWithAnotherOptimizerIsRefused) {
   CheckpointState s = state(1);
   s.config = "# effective dtrain configuration\n[optimizer]\noptimizer = momentum\nlr = 0.1\n";
   const std::string path = dir_ + "/ckpt-0000000001.h5";
-  EXPECT_NO_THROW(check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size(),
-                                              "momentum"));
+  EXPECT_NO_THROW(
+      check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size(), "momentum"));
   // predict passes no optimizer: any checkpoint's parameters score the same.
   EXPECT_NO_THROW(check_checkpoint_compatible(s, path, s.model_signature, "sync", s.params.size()));
   try {

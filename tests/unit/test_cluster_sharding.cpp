@@ -28,7 +28,8 @@ std::vector<int> ps_ranks_of(const std::vector<RankInfo>& l) {
 /// Ranks packed by node: node i holds sizes[i] consecutive world ranks.
 std::vector<int> packed(const std::vector<int>& sizes) {
   std::vector<int> out;
-  for (std::size_t n = 0; n < sizes.size(); ++n) out.insert(out.end(), sizes[n], static_cast<int>(n));
+  for (std::size_t n = 0; n < sizes.size(); ++n)
+    out.insert(out.end(), sizes[n], static_cast<int>(n));
   return out;
 }
 
@@ -41,7 +42,8 @@ std::vector<int> interleaved(int world, int nodes) {
 
 /// Checks every documented placement property of compute_layout(node_of_rank, num_ps).
 void check_layout_properties(const std::vector<int>& node_of_rank, int num_ps) {
-  SCOPED_TRACE("world " + std::to_string(node_of_rank.size()) + ", num_ps " + std::to_string(num_ps));
+  SCOPED_TRACE("world " + std::to_string(node_of_rank.size()) + ", num_ps " +
+               std::to_string(num_ps));
   const auto l = compute_layout(node_of_rank, num_ps);
   const int world = static_cast<int>(node_of_rank.size());
   ASSERT_EQ(static_cast<int>(l.size()), world);
@@ -70,7 +72,8 @@ void check_layout_properties(const std::vector<int>& node_of_rank, int num_ps) {
     const int c = ps_on[node];
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const bool want_ps = i >= ranks.size() - static_cast<std::size_t>(c);
-      EXPECT_EQ(l[ranks[i]].role == Role::ps, want_ps) << "rank " << ranks[i] << " on node " << node;
+      EXPECT_EQ(l[ranks[i]].role == Role::ps, want_ps)
+          << "rank " << ranks[i] << " on node " << node;
     }
   }
   // Spread: a node holds a k-th ps only when every other node holds k−1 (or is full), and a node
@@ -82,7 +85,8 @@ void check_layout_properties(const std::vector<int>& node_of_rank, int num_ps) {
       if (ci < si) {
         EXPECT_LE(cj, ci + 1) << "node " << order[j] << " has " << cj << " ps while node "
                               << order[i] << " has only " << ci << " and room for more";
-        if (j > i) EXPECT_LE(cj, ci) << "later node " << order[j] << " got more ps than node " << order[i];
+        if (j > i)
+          EXPECT_LE(cj, ci) << "later node " << order[j] << " got more ps than node " << order[i];
       }
     }
   }
@@ -94,9 +98,8 @@ void check_layout_properties(const std::vector<int>& node_of_rank, int num_ps) {
   }
   EXPECT_EQ(next_worker, world - num_ps);
   // The chief (worker 0) is a worker and the lowest worker world rank.
-  const auto chief = std::find_if(l.begin(), l.end(), [](const RankInfo& r) {
-    return r.role == Role::worker && r.index == 0;
-  });
+  const auto chief = std::find_if(
+      l.begin(), l.end(), [](const RankInfo& r) { return r.role == Role::worker && r.index == 0; });
   ASSERT_NE(chief, l.end());
   for (const auto& r : l)
     if (r.rank < chief->rank) EXPECT_EQ(r.role, Role::ps) << "rank " << r.rank;
@@ -210,7 +213,8 @@ TEST(ShardRanges, CoverContiguouslyAndBalanced) {
 }
 
 TEST(ShardRanges, ErrorsNameTheOption) {
-  for (auto [total, k] : std::vector<std::pair<std::size_t, int>>{{3, 4}, {0, 1}, {10, 0}, {10, -2}}) {
+  for (auto [total, k] :
+       std::vector<std::pair<std::size_t, int>>{{3, 4}, {0, 1}, {10, 0}, {10, -2}}) {
     try {
       shard_ranges(total, k);
       ADD_FAILURE() << "shard_ranges(" << total << ", " << k << ") accepted";
@@ -226,8 +230,8 @@ TEST(ShardRanges, ErrorsNameTheOption) {
 TEST(ChunkLayout, TilesThePartWithinTheLimit) {
   const std::size_t kMin = kMinChunkBytes / sizeof(float);
   const std::size_t three_gib = (std::size_t{3} << 30) / sizeof(float);
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{1003},
-                        kMin, 8 * kMin, 8 * kMin + 1, std::size_t{4} << 20, three_gib}) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{1003}, kMin,
+                        8 * kMin, 8 * kMin + 1, std::size_t{4} << 20, three_gib}) {
     for (std::size_t limit : {std::size_t{1}, std::size_t{4}, std::size_t{1024},
                               std::size_t{1} << 20, kDefaultChunkBytes, std::size_t{1} << 30}) {
       const ChunkLayout c(n, limit);

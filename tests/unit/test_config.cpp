@@ -1,7 +1,7 @@
 // tests/unit/test_config.cpp — parse_config (command line + INI job file through one options table)
-// and learning_rate(): sections are dropped from job-file keys, the command line overrides the file,
-// repeated `layer =` lines, --help, and every rejected input raising InputError that names the
-// option (and the file); then the warm-up, step and cosine schedules at their end points.
+// and learning_rate(): sections are dropped from job-file keys, the command line overrides the
+// file, repeated `layer =` lines, --help, and every rejected input raising InputError that names
+// the option (and the file); then the warm-up, step and cosine schedules at their end points.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -71,8 +71,9 @@ class ConfigTest : public ::testing::Test {
   fs::path dir_;
 };
 
-#define EXPECT_MENTIONS(msg, word) \
-  EXPECT_NE((msg).find(word), std::string::npos) << "message does not mention '" << (word) << "': " << (msg)
+#define EXPECT_MENTIONS(msg, word)               \
+  EXPECT_NE((msg).find(word), std::string::npos) \
+      << "message does not mention '" << (word) << "': " << (msg)
 
 TEST_F(ConfigTest, DefaultsFromTheCommandLine) {
   const Config c = parse(base()).config;
@@ -103,7 +104,8 @@ TEST_F(ConfigTest, LinearLrScalingMultipliesSyncLearningRateByWorkers) {
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {
   const std::string ini = write_ini(
       "[data]\ntrain-data = /data/t.h5\ntest-data = /data/e.h5\n"
-      "[model]\nlayer = conv filters=8 kernel=3 pad=1\nlayer = relu\nlayer = flatten\nlayer = dense\n"
+      "[model]\nlayer = conv filters=8 kernel=3 pad=1\nlayer = relu\nlayer = flatten\nlayer = "
+      "dense\n"
       "[train]\nmode = sync\nepochs = 7\nbatch-size = 32\nseed = 99\n"
       "[optimizer]\noptimizer = adam\nlr = 0.1\nlr-schedule = cosine\nwarmup-steps = 5\n"
       "[cluster]\nnum-ps = 0\n[checkpoint]\nrun-dir = /tmp/somewhere\nkeep-checkpoints = 2\n");
@@ -198,11 +200,11 @@ TEST_F(ConfigTest, NonPositiveSizes) {
     const char* opt;
     const char* value;
   };
-  for (const Case& k : {Case{"--epochs", "0"}, Case{"--epochs", "-3"}, Case{"--batch-size", "0"},
-                        Case{"--batch-size", "-1"}, Case{"--lr", "0"}, Case{"--lr", "-0.1"},
-                        Case{"--max-steps", "-5"}, Case{"--keep-checkpoints", "0"},
-                        Case{"--timeout", "0"}, Case{"--num-ps", "-1"},
-                        Case{"--global-batch-size", "-64"}, Case{"--log-every", "0"}}) {
+  for (const Case& k :
+       {Case{"--epochs", "0"}, Case{"--epochs", "-3"}, Case{"--batch-size", "0"},
+        Case{"--batch-size", "-1"}, Case{"--lr", "0"}, Case{"--lr", "-0.1"},
+        Case{"--max-steps", "-5"}, Case{"--keep-checkpoints", "0"}, Case{"--timeout", "0"},
+        Case{"--num-ps", "-1"}, Case{"--global-batch-size", "-64"}, Case{"--log-every", "0"}}) {
     SCOPED_TRACE(std::string(k.opt) + " " + k.value);
     const std::string msg = error_of(base({k.opt, k.value}));
     EXPECT_MENTIONS(msg, k.opt);
@@ -222,7 +224,8 @@ TEST_F(ConfigTest, MomentumBelowOneAndLrMinAtMostLr) {
   EXPECT_MENTIONS(error_of(base({"--momentum", "1.5"})), "option --momentum: must be in [0, 1)");
   EXPECT_MENTIONS(error_of(base({"--momentum", "1"})), "--momentum");
   EXPECT_EQ(parse(base({"--momentum", "0.99"})).config.momentum, 0.99f);
-  const std::string msg = error_of(base({"--lr", "0.5", "--lr-schedule", "cosine", "--lr-min", "1"}));
+  const std::string msg =
+      error_of(base({"--lr", "0.5", "--lr-schedule", "cosine", "--lr-min", "1"}));
   EXPECT_MENTIONS(msg, "option --lr-min");
   EXPECT_MENTIONS(msg, "must not exceed");
   // Only the cosine schedule decays to --lr-min.
@@ -248,7 +251,8 @@ TEST_F(ConfigTest, StrayArgumentsAndPredictOptionsInTrainingAreRefused) {
 }
 
 TEST_F(ConfigTest, AJobFileWithAUtf8ByteOrderMarkReads) {
-  const std::string ini = write_ini("\xEF\xBB\xBF[data]\ntrain-data = t.h5\n[model]\nlayer = dense\n");
+  const std::string ini =
+      write_ini("\xEF\xBB\xBF[data]\ntrain-data = t.h5\n[model]\nlayer = dense\n");
   const ParseResult r = parse({"--config", ini});
   EXPECT_EQ(r.config.train_data, "t.h5");
 }
@@ -435,13 +439,13 @@ TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
   // --synthetic-samples is checked when synthetic data is on (and ignored otherwise).
   for (const char* n : {"0", "-5"}) {
     SCOPED_TRACE(n);
-    EXPECT_MENTIONS(error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", n, "--layer",
-                              "dense"}),
-                    "--synthetic-samples");
+    EXPECT_MENTIONS(
+        error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", n, "--layer", "dense"}),
+        "--synthetic-samples");
   }
-  EXPECT_MENTIONS(error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", "many", "--layer",
-                            "dense"}),
-                  "synthetic-samples");
+  EXPECT_MENTIONS(
+      error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", "many", "--layer", "dense"}),
+      "synthetic-samples");
   EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
 }
 
@@ -462,9 +466,9 @@ TEST_F(ConfigTest, LayoutAutoIsNhwcExceptFmaMathOnGpus) {
 }
 
 TEST_F(ConfigTest, PipelineOptionsAreChecked) {
-  EXPECT_MENTIONS(error_of(base({"--micro-batches", "3", "--batch-size", "32", "--dry-run",
-                                 "true"})),
-                  "does not divide --batch-size 32");
+  EXPECT_MENTIONS(
+      error_of(base({"--micro-batches", "3", "--batch-size", "32", "--dry-run", "true"})),
+      "does not divide --batch-size 32");
   EXPECT_EQ(parse(base({"--pipeline-stages", "2"})).config.pipeline_stages, 2);  // ranks: trainer
   EXPECT_EQ(parse(base({"--micro-batches", "4", "--batch-size", "32"})).config.micro_batches, 4);
   EXPECT_MENTIONS(error_of(base({"--schedule", "zb", "--dry-run", "true"})), "schedule");
@@ -500,9 +504,10 @@ TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
 }
 
 TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
-  for (const auto& files : std::vector<std::vector<std::string>>{
-           {"--train-data", "t.h5"}, {"--test-data", "e.h5"},
-           {"--train-data", "t.h5", "--test-data", "e.h5"}}) {
+  for (const auto& files :
+       std::vector<std::vector<std::string>>{{"--train-data", "t.h5"},
+                                             {"--test-data", "e.h5"},
+                                             {"--train-data", "t.h5", "--test-data", "e.h5"}}) {
     std::vector<std::string> args = {"--synthetic", "1x28x28:10", "--layer", "dense"};
     args.insert(args.end(), files.begin(), files.end());
     SCOPED_TRACE(files.back());
@@ -520,8 +525,8 @@ TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
 
 TEST_F(ConfigTest, CommandLineDataSourceReplacesTheJobFiles) {
   // A synthetic job file: --train-data (or --test-data) on the command line trains on files.
-  const std::string synth = write_ini("[data]\nsynthetic = 3x224x224:1000\n[model]\nlayer = dense\n",
-                                      "synth.ini");
+  const std::string synth =
+      write_ini("[data]\nsynthetic = 3x224x224:1000\n[model]\nlayer = dense\n", "synth.ini");
   Config c = parse({"--config", synth, "--train-data", "t.h5"}).config;
   EXPECT_TRUE(c.synthetic.empty());
   EXPECT_EQ(c.train_data, "t.h5");
@@ -573,7 +578,7 @@ TEST(LearningRate, WarmupIsLinearToTheBaseRate) {
   EXPECT_FLOAT_EQ(learning_rate(c, 0, 100), 0.1f);
   EXPECT_FLOAT_EQ(learning_rate(c, 1, 100), 0.2f);
   EXPECT_FLOAT_EQ(learning_rate(c, 3, 100), 0.4f);
-  EXPECT_FLOAT_EQ(learning_rate(c, 4, 100), 0.4f);   // constant after warm-up
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 100), 0.4f);  // constant after warm-up
   EXPECT_FLOAT_EQ(learning_rate(c, 99, 100), 0.4f);
 }
 
@@ -624,11 +629,11 @@ TEST(LearningRate, PolynomialAfterWarmup) {
   c.lr_min = 0.0f;
   c.lr_schedule = LrSchedule::poly;
   c.warmup_steps = 10;
-  EXPECT_FLOAT_EQ(learning_rate(c, 4, 110), 0.4f);  // warm-up: 0.8·5/10
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 110), 0.4f);   // warm-up: 0.8·5/10
   EXPECT_FLOAT_EQ(learning_rate(c, 10, 110), 0.8f);  // t = 0: the peak
   // Power 2 over T = 110 − 10 = 100 steps: lr·(1 − t/100)².
   EXPECT_NEAR(learning_rate(c, 35, 110), 0.8f * 0.75f * 0.75f, 1e-7);  // t = 25
-  EXPECT_NEAR(learning_rate(c, 60, 110), 0.2f, 1e-7);                    // t = 50
+  EXPECT_NEAR(learning_rate(c, 60, 110), 0.2f, 1e-7);                  // t = 50
   EXPECT_NEAR(learning_rate(c, 110, 110), 0.0f, 1e-7);
   EXPECT_NEAR(learning_rate(c, 900, 110), 0.0f, 1e-7);  // clamped after the end
   c.lr_power = 1.0f;  // linear decay, down to lr_min, over an explicit length
@@ -651,9 +656,9 @@ TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
   EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0",
                                  "--device", "cuda"})),
                   "not implemented on the CUDA backend");
-  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0",
-                                 "--lars-eta", "0"})),
-                  "--lars-eta");
+  EXPECT_MENTIONS(
+      error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0", "--lars-eta", "0"})),
+      "--lars-eta");
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr-power", "-1"})), "--lr-power");
   EXPECT_MENTIONS(error_of(base({"--lr-schedule", "poly", "--lr", "0.1", "--lr-min", "0.2"})),
                   "--lr-min");

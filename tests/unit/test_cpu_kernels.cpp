@@ -34,8 +34,8 @@ std::vector<float> ramp(std::size_t n, float scale, int salt) {
 /// The update of OptimizerUpdate's documented formulas, one element at a time.
 void reference_update(const OptimizerUpdate& u, std::vector<float>& p, const std::vector<float>& g,
                       std::vector<float>& m, std::vector<float>& v) {
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(u.beta1),
-                                                      static_cast<double>(u.step)));
+  const float bc1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(u.beta1), static_cast<double>(u.step)));
   const float inv_sqrt_bc2 = static_cast<float>(
       1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step))));
   for (std::size_t i = 0; i < p.size(); ++i) {
@@ -65,9 +65,11 @@ void reference_update(const OptimizerUpdate& u, std::vector<float>& p, const std
 TEST(CpuKernels, OptimizerUpdatesEqualTheScalarLoopBitForBit) {
   auto be = make_cpu_backend();
   omp_set_num_threads(2);
-  for (const auto& [kind, nesterov] : std::vector<std::pair<OptimizerKind, bool>>{
-           {OptimizerKind::sgd, false}, {OptimizerKind::momentum, false},
-           {OptimizerKind::momentum, true}, {OptimizerKind::adam, false}}) {
+  for (const auto& [kind, nesterov] :
+       std::vector<std::pair<OptimizerKind, bool>>{{OptimizerKind::sgd, false},
+                                                   {OptimizerKind::momentum, false},
+                                                   {OptimizerKind::momentum, true},
+                                                   {OptimizerKind::adam, false}}) {
     OptimizerUpdate u;
     u.kind = kind;
     u.nesterov = nesterov;
@@ -85,7 +87,8 @@ TEST(CpuKernels, OptimizerUpdatesEqualTheScalarLoopBitForBit) {
         const std::vector<float> g = ramp(n, 1e-2f, static_cast<int>(u.step) + 3);
         EXPECT_TRUE(be->optimizer_update(u, p.data(), g.data(), m.data(), v.data(), n));
         std::vector<float> g2 = g;
-        EXPECT_TRUE(be->optimizer_update_into_grad(u, p2.data(), g2.data(), m2.data(), v2.data(), n));
+        EXPECT_TRUE(
+            be->optimizer_update_into_grad(u, p2.data(), g2.data(), m2.data(), v2.data(), n));
         EXPECT_EQ(g2, p2) << what << " step " << u.step << ": the gradient's buffer holds p";
         reference_update(u, want_p, g, want_m, want_v);
       }
@@ -119,7 +122,8 @@ TEST(CpuKernels, NonFiniteValuesAreFoundInVectorBodiesAndTails) {
     }
   }
   const float largest = std::numeric_limits<float>::max();
-  const std::vector<float> edge = {largest, -largest, std::numeric_limits<float>::denorm_min(), -0.0f};
+  const std::vector<float> edge = {largest, -largest, std::numeric_limits<float>::denorm_min(),
+                                   -0.0f};
   EXPECT_TRUE(be->all_finite(edge.data(), edge.size()));
 }
 
@@ -146,7 +150,8 @@ TEST(CpuKernels, GuardedUpdateIntoTheGradientLeavesItHoldingTheUnchangedParamete
 
 TEST(CpuKernels, StopwatchTakesTheHostClock) {
   auto be = make_cpu_backend();
-  test::expect_stopwatch_times(*be, 0.02, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  test::expect_stopwatch_times(*be, 0.02,
+                               [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
 }
 
 TEST(CpuKernels, DanaInBlocksOnThreadsEqualsTheElementwiseUpdate) {

@@ -28,7 +28,6 @@
 namespace dtrain {
 namespace {
 
-
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   double diff = 0.0, ref = 0.0;
@@ -145,7 +144,8 @@ class CudaConvParity : public CudaParity, public ::testing::WithParamInterface<b
 
 TEST_P(CudaConvParity, ConvolutionForwardBackward) {
   gpu_->set_cudnn_benchmark(GetParam());
-  // Square kernels with bias; the non-square (1x7, 7x1) and bias-free ones Inception and ResNet use.
+  // Square kernels with bias; the non-square (1x7, 7x1) and bias-free ones Inception and ResNet
+  // use.
   for (const ConvCase& cc :
        {ConvCase{{4, 3, 9, 9}, 5, 3, 1, 1}, ConvCase{{2, 4, 12, 10}, 6, 3, 2, 0},
         ConvCase{{3, 2, 7, 7}, 4, 5, 1, 2}, ConvCase{{2, 8, 6, 6}, 3, 1, 1, 0},
@@ -174,8 +174,7 @@ TEST_P(CudaConvParity, ConvolutionForwardBackward) {
     EXPECT_LE(err(dw), kTol);
     if (cc.bias) EXPECT_LE(err(db), kTol);
     // dx == nullptr skips the data gradient but still overwrites dw (and db).
-    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), nullptr, dw.gpu.data(),
-                   bias(db.gpu));
+    g_op->backward(x.gpu.data(), w.gpu.data(), dy.gpu.data(), nullptr, dw.gpu.data(), bias(db.gpu));
     EXPECT_LE(err(dw), kTol);
   }
 }
@@ -246,7 +245,8 @@ TEST_F(CudaParity, VectorizedElementwiseMatchesTheHost) {
     // The relu op works on the backend's activation type: a backend of precision t.
     auto be = make_cuda_backend(0);
     be->set_precision(t == DType::bf16 ? Precision::bf16 : Precision::fp32);
-    for (const std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(8), std::size_t(1001)}) {
+    for (const std::size_t n :
+         {std::size_t(1), std::size_t(7), std::size_t(8), std::size_t(1001)}) {
       for (const std::size_t off : {std::size_t(0), std::size_t(1)}) {
         SCOPED_TRACE(std::string(t == DType::bf16 ? "bf16" : "fp32") + " n=" + std::to_string(n) +
                      " offset=" + std::to_string(off));
@@ -507,7 +507,8 @@ TEST_F(CudaParity, SoftmaxCrossEntropy) {
   std::vector<float> logits = random_vec(std::size_t(batch) * classes, 61, -4.0f, 4.0f);
   std::vector<std::int32_t> labels(batch);
   for (int i = 0; i < batch; ++i) labels[i] = (i * 7) % classes;
-  Twin l = twin(logits), dl = zeros(logits.size()), stats = twin({1.5f, 2.0f, 3.0f});  // accumulates
+  Twin l = twin(logits), dl = zeros(logits.size()),
+       stats = twin({1.5f, 2.0f, 3.0f});  // accumulates
   DeviceBuffer<std::int32_t> lab_c(*cpu_, batch), lab_g(*gpu_, batch);
   cpu_->copy_to_device(lab_c.data(), labels.data(), batch * sizeof(std::int32_t));
   gpu_->copy_to_device(lab_g.data(), labels.data(), batch * sizeof(std::int32_t));
@@ -542,7 +543,8 @@ TEST_F(CudaParity, OptimizerUpdates) {
       u.step = step;
       cpu_->optimizer_update(u, p.cpu.data(), g.cpu.data(), m.cpu.data(), v.cpu.data(), n);
       if (step % 2 == 0) {  // the variant a ps uses: g receives the new p (Backend's default)
-        gpu_->optimizer_update_into_grad(u, p.gpu.data(), g.gpu.data(), m.gpu.data(), v.gpu.data(), n);
+        gpu_->optimizer_update_into_grad(u, p.gpu.data(), g.gpu.data(), m.gpu.data(), v.gpu.data(),
+                                         n);
         EXPECT_EQ(host(*gpu_, g.gpu), host(*gpu_, p.gpu)) << "step " << step;
       } else {
         gpu_->optimizer_update(u, p.gpu.data(), g.gpu.data(), m.gpu.data(), v.gpu.data(), n);
@@ -594,7 +596,8 @@ TEST_F(CudaParity, StopwatchTimesTheQueuedWork) {
   OptimizerUpdate u;
   u.kind = OptimizerKind::sgd;
   test::expect_stopwatch_times(*gpu_, 1e-3, [&] {
-    for (int i = 0; i < 20; ++i) (void)gpu_->optimizer_update(u, p.data(), g.data(), nullptr, nullptr, n);
+    for (int i = 0; i < 20; ++i)
+      (void)gpu_->optimizer_update(u, p.data(), g.data(), nullptr, nullptr, n);
   });
 }
 
@@ -631,8 +634,8 @@ struct ModelTolerance {
 
 /// Runs test::run_step on both models (the same weights: both initialized with seed 7) for a full
 /// batch and a partial one of kLayoutNet-sized samples, and compares what they produce.
-void expect_models_agree(Model& mc, Model& mg, const Shape& sample, int classes,
-                         std::uint64_t seed, const ModelTolerance& tol) {
+void expect_models_agree(Model& mc, Model& mg, const Shape& sample, int classes, std::uint64_t seed,
+                         const ModelTolerance& tol) {
   mc.initialize(7);
   mg.initialize(7);
   ASSERT_EQ(mc.param_count(), mg.param_count());
@@ -703,8 +706,8 @@ TEST_F(CudaParity, FusedResidualNetMatchesUnfused) {
   for (const Case& c : {Case{Layout::nchw, Precision::fp32, 1e-5, 1e-5},
                         Case{Layout::nhwc, Precision::fp32, 1e-5, 1e-5},
                         Case{Layout::nhwc, Precision::bf16, 2e-2, 1e-2}}) {
-    const std::string what = std::string(layout_name(c.layout)) +
-                             (c.precision == Precision::bf16 ? " bf16" : " fp32");
+    const std::string what =
+        std::string(layout_name(c.layout)) + (c.precision == Precision::bf16 ? " bf16" : " fp32");
     SCOPED_TRACE(what);
     std::unique_ptr<Backend> be[2] = {make_cuda_backend(0), make_cuda_backend(0)};
     for (auto& b : be) {

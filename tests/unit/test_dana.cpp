@@ -1,5 +1,5 @@
-// tests/unit/test_dana.cpp — optim/dana (DANA-Zero, Hakimi et al. 2019): per-worker momentum and the
-// look-ahead position in closed form, chunk by chunk equal to the whole shard, load() sharing a
+// tests/unit/test_dana.cpp — optim/dana (DANA-Zero, Hakimi et al. 2019): per-worker momentum and
+// the look-ahead position in closed form, chunk by chunk equal to the whole shard, load() sharing a
 // checkpoint's momentum sum, and the optimizer check.
 #include <gtest/gtest.h>
 
@@ -61,7 +61,8 @@ TEST(Dana, ChunksEqualTheWholeShardAndLoadSharesTheSum) {
     whole.apply(w, a.data(), g.data(), t, 0, n);
     for (std::size_t at = 0; at < n; at += 4) {  // each chunk's gradient in a buffer of its own
       const std::size_t e = std::min(n, at + 4);
-      const std::vector<float> piece(g.begin() + static_cast<std::ptrdiff_t>(at), g.begin() + static_cast<std::ptrdiff_t>(e));
+      const std::vector<float> piece(g.begin() + static_cast<std::ptrdiff_t>(at),
+                                     g.begin() + static_cast<std::ptrdiff_t>(e));
       chunked.apply(w, b.data(), piece.data(), t, at, e);
     }
   }

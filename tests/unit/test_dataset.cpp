@@ -31,9 +31,8 @@ class DatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("dtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-            std::to_string(::getpid()));
+    dir_ = fs::temp_directory_path() / ("dtrain_" + std::string(info->test_suite_name()) + "_" +
+                                        info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -54,7 +53,8 @@ RawDataset indexed(std::int64_t n, int c, int h, int w, const std::string& dtype
   for (std::int64_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < sample; ++j) {
       const auto v = static_cast<float>(i * 16 + static_cast<std::int64_t>(j % 16));
-      d.pixels[static_cast<std::size_t>(i) * sample + j] = dtype == "uint8" ? std::fmod(v, 256.0f) : v;
+      d.pixels[static_cast<std::size_t>(i) * sample + j] =
+          dtype == "uint8" ? std::fmod(v, 256.0f) : v;
     }
   for (std::int64_t i = 0; i < n; ++i) d.labels.push_back(i % classes);
   d.num_classes = classes;
@@ -76,12 +76,14 @@ void expect_input_error(F&& f, const std::vector<std::string>& needles) {
     f();
     ADD_FAILURE() << "no InputError; expected one mentioning " << needles.front();
   } catch (const InputError& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-        << "message lacks '" << n << "': " << e.what();
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message lacks '" << n << "': " << e.what();
   }
 }
 
-// ---- epoch_shard -----------------------------------------------------------------------------------
+// ---- epoch_shard
+// -----------------------------------------------------------------------------------
 
 TEST(DatasetShard, CoversEverySampleExactlyOncePerEpoch) {
   for (std::int64_t n : {std::int64_t{1001}, std::int64_t{7}, std::int64_t{64}}) {
@@ -119,7 +121,8 @@ TEST(DatasetShard, DeterministicAndDifferentPerEpochAndSeed) {
   EXPECT_NE(a, sorted);
   EXPECT_GT(sorted.back() - sorted.front(), 500);
   // Pinned values: a resumed run must see the same order on any platform and build.
-  EXPECT_EQ(epoch_shard(10, 42, 0, 0, 1), (std::vector<std::int64_t>{0, 8, 1, 6, 3, 2, 9, 7, 4, 5}));
+  EXPECT_EQ(epoch_shard(10, 42, 0, 0, 1),
+            (std::vector<std::int64_t>{0, 8, 1, 6, 3, 2, 9, 7, 4, 5}));
 }
 
 TEST(DatasetShard, UnshuffledIsContiguousBlocks) {
@@ -138,7 +141,8 @@ TEST(DatasetShard, RejectsBadArguments) {
   EXPECT_THROW(shard_size(-1, 0, 1), InputError);
 }
 
-// ---- open_dataset_info -----------------------------------------------------------------------------
+// ---- open_dataset_info
+// -----------------------------------------------------------------------------
 
 TEST_F(DatasetTest, InfoOfSyntheticFile) {
   SyntheticSpec s;
@@ -176,7 +180,8 @@ TEST_F(DatasetTest, NumClassesFromLabelsAndBroadcastMeanStd) {
   EXPECT_EQ(info.stddev, (std::vector<float>{2.0f, 2.0f}));
   EXPECT_TRUE(info.class_names.empty());
   // A test set whose labels exceed the training set's classes.
-  expect_input_error([&] { open_dataset_info(file("b.h5"), 2); }, {file("b.h5"), "`labels`", "2 classes"});
+  expect_input_error([&] { open_dataset_info(file("b.h5"), 2); },
+                     {file("b.h5"), "`labels`", "2 classes"});
 }
 
 TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
@@ -194,8 +199,9 @@ TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
       {"not-hdf5", {"not an HDF5 file"}},
       {"mean-length", {"`mean`", "expected 1 or C = 1"}},
       {"std-zero", {"`std`", "expected > 0"}},
-      {"label-huge", {"`labels`", "label 1000000", "sample 10", "1000001 classes", "999996 have no sample",
-                      "`num_classes`", "--num-classes"}},
+      {"label-huge",
+       {"`labels`", "label 1000000", "sample 10", "1000001 classes", "999996 have no sample",
+        "`num_classes`", "--num-classes"}},
   };
   for (const auto& kind : testing::corrupt_kinds()) {
     if (kind == "nan-image" || kind == "inf-image") continue;  // valid schema; caught by the reader
@@ -209,7 +215,8 @@ TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
     needles.push_back(path);
     expect_input_error([&] { open_dataset_info(path); }, needles);
   }
-  expect_input_error([&] { open_dataset_info(file("absent.h5")); }, {file("absent.h5"), "no such file"});
+  expect_input_error([&] { open_dataset_info(file("absent.h5")); },
+                     {file("absent.h5"), "no such file"});
   expect_input_error([&] { open_dataset_info(dir_.string()); }, {"not a regular file"});
 }
 
@@ -236,8 +243,9 @@ TEST_F(DatasetTest, ClassCountFromOptionAttributeOrMostlyUsedLabels) {
   testing::write_synthetic_dataset(file("noattr.h5"), s);
   EXPECT_EQ(open_dataset_info(file("noattr.h5")).num_classes, 4);
   EXPECT_EQ(open_dataset_info(file("noattr.h5"), 10, "--num-classes").num_classes, 10);
-  expect_input_error([&] { open_dataset_info(file("noattr.h5"), 3, "--num-classes"); },
-                     {file("noattr.h5"), "`labels`", "label 3", "at sample", "expected < 3 (--num-classes)"});
+  expect_input_error(
+      [&] { open_dataset_info(file("noattr.h5"), 3, "--num-classes"); },
+      {file("noattr.h5"), "`labels`", "label 3", "at sample", "expected < 3 (--num-classes)"});
   // An attribute must agree with the option.
   s.num_classes_attr = true;
   testing::write_synthetic_dataset(file("attr.h5"), s);
@@ -252,15 +260,20 @@ TEST_F(DatasetTest, ClassCountFromOptionAttributeOrMostlyUsedLabels) {
     testing::write_raw_dataset(file(name), d);
     return file(name);
   };
-  EXPECT_EQ(open_dataset_info(with_labels("half.h5", {0, 3, 3, 0})).num_classes, 4);  // 2 of 4 empty
+  EXPECT_EQ(open_dataset_info(with_labels("half.h5", {0, 3, 3, 0})).num_classes,
+            4);  // 2 of 4 empty
   EXPECT_EQ(open_dataset_info(with_labels("one.h5", {0, 1, 3, 1})).num_classes, 4);
-  expect_input_error([&] { open_dataset_info(with_labels("sparse.h5", {0, 4, 0, 0})); },
-                     {file("sparse.h5"), "label 4 at sample 1", "5 classes", "3 have no sample"});
+  expect_input_error(
+      [&] {
+        open_dataset_info(with_labels("sparse.h5", {0, 4, 0, 0}));
+      },
+      {file("sparse.h5"), "label 4 at sample 1", "5 classes", "3 have no sample"});
   // The huge label with a class count given: out of range, named with its index.
   s.corrupt = "label-huge";
   testing::write_synthetic_dataset(file("huge.h5"), s);
-  expect_input_error([&] { open_dataset_info(file("huge.h5"), 4, "--num-classes"); },
-                     {file("huge.h5"), "label 1000000 at sample 15", "expected < 4 (--num-classes)"});
+  expect_input_error(
+      [&] { open_dataset_info(file("huge.h5"), 4, "--num-classes"); },
+      {file("huge.h5"), "label 1000000 at sample 15", "expected < 4 (--num-classes)"});
 }
 
 TEST_F(DatasetTest, CheckDatasetFits) {
@@ -270,12 +283,13 @@ TEST_F(DatasetTest, CheckDatasetFits) {
   const DatasetInfo info = open_dataset_info(file("ten.h5"));
   expect_input_error([&] { check_dataset_fits(info, 3, 4); },
                      {file("ten.h5"), "fewer samples (10) than workers × batch size (3 × 4 = 12)"});
-  EXPECT_EQ(check_dataset_fits(info, 3, 3), 1);   // shards 4,3,3 → 1 full batch each
+  EXPECT_EQ(check_dataset_fits(info, 3, 3), 1);  // shards 4,3,3 → 1 full batch each
   EXPECT_EQ(check_dataset_fits(info, 1, 3), 3);
   EXPECT_THROW(check_dataset_fits(info, 0, 3), InputError);
 }
 
-// ---- BatchReader -----------------------------------------------------------------------------------
+// ---- BatchReader
+// -----------------------------------------------------------------------------------
 
 TEST_F(DatasetTest, ReaderReturnsExactlyTheRequestedRowsInOrder) {
   constexpr int kC = 2, kH = 3, kW = 2, kSample = kC * kH * kW;
@@ -298,7 +312,8 @@ TEST_F(DatasetTest, ReaderReturnsExactlyTheRequestedRowsInOrder) {
           const std::int64_t i = indices[k];
           EXPECT_EQ(b.y[p], i % 5);
           for (int j = 0; j < kSample; ++j)
-            ASSERT_EQ(b.x[static_cast<std::size_t>(p) * kSample + j], static_cast<float>(i * 16 + j % 16))
+            ASSERT_EQ(b.x[static_cast<std::size_t>(p) * kSample + j],
+                      static_cast<float>(i * 16 + j % 16))
                 << "sample " << i << " pixel " << j;
         }
       }
@@ -377,7 +392,8 @@ TEST_F(DatasetTest, ReaderNormalization) {
       for (int j = 0; j < 8; ++j)
         EXPECT_FLOAT_EQ(b.x[p * 8 + j], expected(raw.pixels[rows[p] * 8 + j], j / 4));
   };
-  check(file("u8.h5"), d, [&](float raw, int c) { return (raw / 255.0f - d.mean[c]) / d.stddev[c]; });
+  check(file("u8.h5"), d,
+        [&](float raw, int c) { return (raw / 255.0f - d.mean[c]) / d.stddev[c]; });
   check(file("u8plain.h5"), plain, [](float raw, int) { return raw / 255.0f; });
   check(file("f32.h5"), f, [](float raw, int) { return (raw - 10.0f) / 4.0f; });
 }
@@ -401,7 +417,7 @@ TEST_F(DatasetTest, ReaderStartBatchAndSkipResumeMidEpoch) {
     }
   }
   EXPECT_THROW(BatchReader(info, idx, 6, 2, 8), InputError);  // 7 batches
-  EXPECT_THROW(BatchReader(info, {40}, 6), InputError);        // index out of range
+  EXPECT_THROW(BatchReader(info, {40}, 6), InputError);       // index out of range
   EXPECT_THROW(BatchReader(info, idx, 0), InputError);
 }
 
@@ -416,13 +432,15 @@ TEST_F(DatasetTest, ReaderRethrowsNonFinitePixelAfterGoodBatches) {
   HostBatch b;
   EXPECT_TRUE(reader.next(b));  // samples 0..4
   EXPECT_TRUE(reader.next(b));  // 5..9
-  expect_input_error([&] { reader.next(b); }, {file("nan.h5"), "`images`", "sample 10", "non-finite"});
+  expect_input_error([&] { reader.next(b); },
+                     {file("nan.h5"), "`images`", "sample 10", "non-finite"});
   EXPECT_THROW(reader.next(b), InputError);  // stays failed
-  s.corrupt = "inf-image";  // +Inf in sample 10, found in the second batch of 8
+  s.corrupt = "inf-image";                   // +Inf in sample 10, found in the second batch of 8
   testing::write_synthetic_dataset(file("inf.h5"), s);
   BatchReader inf_reader(open_dataset_info(file("inf.h5")), idx, 8);
   EXPECT_TRUE(inf_reader.next(b));
-  expect_input_error([&] { inf_reader.next(b); }, {file("inf.h5"), "`images`", "sample 10", "non-finite value (inf)"});
+  expect_input_error([&] { inf_reader.next(b); },
+                     {file("inf.h5"), "`images`", "sample 10", "non-finite value (inf)"});
 }
 
 TEST_F(DatasetTest, ReaderDestroyedEarlyJoinsCleanly) {
@@ -459,7 +477,8 @@ TEST_F(DatasetTest, ReadersAndCheckpointWritesShareHdf5Safely) {
   EXPECT_EQ(c2, expect);
 }
 
-// ---- io/hdf5.hpp helpers ---------------------------------------------------------------------------
+// ---- io/hdf5.hpp helpers
+// ---------------------------------------------------------------------------
 
 TEST_F(DatasetTest, Hdf5AttributeAndDatasetRoundTrip) {
   {
@@ -490,7 +509,8 @@ TEST_F(DatasetTest, Hdf5AttributeAndDatasetRoundTrip) {
   const auto m = read_dataset_floats(f.get(), "opt/m", where, &dims);
   EXPECT_EQ(dims, (std::vector<hsize_t>{3, 1000}));
   EXPECT_EQ(m[2999], 2999.0f);
-  EXPECT_EQ(read_dataset_int64s(f.get(), "cursor", where), (std::vector<std::int64_t>{-1, 1LL << 40}));
+  EXPECT_EQ(read_dataset_int64s(f.get(), "cursor", where),
+            (std::vector<std::int64_t>{-1, 1LL << 40}));
   EXPECT_TRUE(read_dataset_floats(f.get(), "empty", where).empty());
   {  // checksummed and chunked
     std::lock_guard lock(hdf5_mutex());
@@ -500,12 +520,16 @@ TEST_F(DatasetTest, Hdf5AttributeAndDatasetRoundTrip) {
     EXPECT_EQ(H5Pget_nfilters(dcpl.get()), 1);
     unsigned flags = 0;
     size_t nelem = 0;
-    EXPECT_EQ(H5Pget_filter2(dcpl.get(), 0, &flags, &nelem, nullptr, 0, nullptr, nullptr), H5Z_FILTER_FLETCHER32);
+    EXPECT_EQ(H5Pget_filter2(dcpl.get(), 0, &flags, &nelem, nullptr, 0, nullptr, nullptr),
+              H5Z_FILTER_FLETCHER32);
   }
   expect_input_error([&] { read_attr_int(f.get(), "model", where); }, {"`model`", "string"});
-  expect_input_error([&] { read_attr_strings(f.get(), "lr", where); }, {"`lr`", "expected strings"});
-  expect_input_error([&] { read_attr_double(f.get(), "nope", where); }, {where, "missing attribute `nope`"});
-  expect_input_error([&] { read_dataset_floats(f.get(), "nope", where); }, {where, "no dataset `nope`"});
+  expect_input_error([&] { read_attr_strings(f.get(), "lr", where); },
+                     {"`lr`", "expected strings"});
+  expect_input_error([&] { read_attr_double(f.get(), "nope", where); },
+                     {where, "missing attribute `nope`"});
+  expect_input_error([&] { read_dataset_floats(f.get(), "nope", where); },
+                     {where, "no dataset `nope`"});
 }
 
 TEST_F(DatasetTest, Hdf5ChecksumDetectsCorruptionAndCheckMacroNamesCall) {

@@ -28,11 +28,12 @@ TEST(DelayCompensation, CorrectsByTheClosedForm) {
   dc.compensate(1, g.data(), theta.data(), 0, 3);
   for (int i = 0; i < 3; ++i) {
     const double ms = d * g0[i] * g0[i] + (1 - d) * g1[i] * g1[i];
-    const double want = g1[i] + lambda / std::sqrt(ms + 1e-7) * g1[i] * g1[i] * (theta[i] - theta_1[i]);
+    const double want =
+        g1[i] + lambda / std::sqrt(ms + 1e-7) * g1[i] * g1[i] * (theta[i] - theta_1[i]);
     EXPECT_NEAR(g[i], want, 1e-6) << "float " << i;
   }
-  EXPECT_NE(g[0], g1[0]);   // θ moved: corrected
-  EXPECT_EQ(g[1], g1[1]);   // θ did not move there: unchanged
+  EXPECT_NE(g[0], g1[0]);  // θ moved: corrected
+  EXPECT_EQ(g[1], g1[1]);  // θ did not move there: unchanged
 }
 
 TEST(DelayCompensation, ChunksEqualTheWholeShardAndWorkersAreSeparate) {
@@ -54,9 +55,11 @@ TEST(DelayCompensation, ChunksEqualTheWholeShardAndWorkersAreSeparate) {
   for (int w : {0, 1, 1}) {
     std::vector<float> a = g, b = g;
     whole.compensate(w, a.data(), now.data(), 0, n);
-    for (std::size_t at = 0; at < n; at += 4) {  // each chunk in a buffer of its own, as a ps receives it
+    for (std::size_t at = 0; at < n;
+         at += 4) {  // each chunk in a buffer of its own, as a ps receives it
       const std::size_t e = std::min(n, at + 4);
-      std::vector<float> piece(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(e));
+      std::vector<float> piece(b.begin() + static_cast<std::ptrdiff_t>(at),
+                               b.begin() + static_cast<std::ptrdiff_t>(e));
       chunked.compensate(w, piece.data(), now.data(), at, e);
       std::copy(piece.begin(), piece.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
     }

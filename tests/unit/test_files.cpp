@@ -1,6 +1,6 @@
 // tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all, files
-// named by --out never replace one (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
-// (train/report.hpp).
+// named by --out never replace one (core/files.hpp), and a metrics row that cannot be written is an
+// error, not a silent gap (train/report.hpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -137,7 +137,8 @@ TEST(MicroBatches, AccumulateTheSlicesGradientsBitForBit) {
   EXPECT_EQ(test::to_host(*be_a, a.grads(), a.param_count()), sum);
   EXPECT_EQ(test::to_host(*be_a, a.state(), a.state_count()),
             test::to_host(*be_b, b.state(), b.state_count()));
-  EXPECT_EQ(test::to_host(*be_a, sa.data(), kStatsFloats), test::to_host(*be_b, sb.data(), kStatsFloats));
+  EXPECT_EQ(test::to_host(*be_a, sa.data(), kStatsFloats),
+            test::to_host(*be_b, sb.data(), kStatsFloats));
 }
 
 }  // namespace

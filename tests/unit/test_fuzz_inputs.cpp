@@ -68,15 +68,17 @@ void expect_clean(int seed, const std::string& what, int& errors, Body body) {
     ++errors;
     EXPECT_FALSE(std::string(e.what()).empty()) << what << " seed " << seed;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << what << " seed " << seed << ": not an InputError (exit code "
-                  << exit_code(e) << "): " << e.what();
+    ADD_FAILURE() << what << " seed " << seed << ": not an InputError (exit code " << exit_code(e)
+                  << "): " << e.what();
   }
 }
 
 /// Byte-level mutation of a valid HDF5 dataset file.
 std::string mutate_bytes(const std::string& good, std::mt19937_64& rng) {
   std::string b = good;
-  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % std::max<std::size_t>(n, 1)); };
+  auto pick = [&](std::size_t n) {
+    return static_cast<std::size_t>(rng() % std::max<std::size_t>(n, 1));
+  };
   switch (rng() % 4) {
     case 0: {  // flip 1..16 single bytes anywhere
       const int k = 1 + static_cast<int>(rng() % 16);
@@ -85,11 +87,13 @@ std::string mutate_bytes(const std::string& good, std::mt19937_64& rng) {
     }
     case 1: {  // flip bytes in the first 2 KiB (superblock, object headers, B-trees)
       const int k = 1 + static_cast<int>(rng() % 4);
-      for (int i = 0; i < k; ++i) b[pick(std::min<std::size_t>(2048, b.size()))] ^= static_cast<char>(1 + rng() % 255);
+      for (int i = 0; i < k; ++i)
+        b[pick(std::min<std::size_t>(2048, b.size()))] ^= static_cast<char>(1 + rng() % 255);
       break;
     }
     case 2: {  // zero or randomize a run of up to 64 bytes
-      const std::size_t at = pick(b.size()), len = std::min<std::size_t>(1 + rng() % 64, b.size() - at);
+      const std::size_t at = pick(b.size()),
+                        len = std::min<std::size_t>(1 + rng() % 64, b.size() - at);
       const bool zero = rng() % 2;
       for (std::size_t i = at; i < at + len; ++i) b[i] = zero ? 0 : static_cast<char>(rng());
       break;
@@ -185,7 +189,8 @@ TEST_F(FuzzTest, DatasetMutationsEndInSuccessOrInputError) {
     const auto t0 = std::chrono::steady_clock::now();
     const int status = wait_for_child(pid, i);
     if (WIFSIGNALED(status)) {
-      ADD_FAILURE() << "dataset mutation seed " << i << ": crashed with signal " << WTERMSIG(status);
+      ADD_FAILURE() << "dataset mutation seed " << i << ": crashed with signal "
+                    << WTERMSIG(status);
     } else if (WIFEXITED(status)) {
       const int code = WEXITSTATUS(status);
       EXPECT_TRUE(code == 0 || code == 2) << "dataset mutation seed " << i << ": exit " << code;
@@ -195,7 +200,8 @@ TEST_F(FuzzTest, DatasetMutationsEndInSuccessOrInputError) {
     }
   }
   std::printf("dataset fuzz: %d cases, %d rejected as bad input (%d of them by the open deadline: "
-              "HDF5 stuck), %d read fine\n", cases, errors, stuck, opened);
+              "HDF5 stuck), %d read fine\n",
+              cases, errors, stuck, opened);
   // Still fuzzing: at 20 or more cases both outcomes occur (200 cases: about half each), so a
   // mutator that stopped breaking files, or a reader that stopped accepting them, fails here.
   if (cases >= 20) {
@@ -220,23 +226,55 @@ const std::string& base_job() {
 }
 
 std::string mutate_job(std::mt19937_64& rng) {
-  static const std::vector<std::string> tokens = {
-      "", "-1", "0", "1e999", "nan", "inf", "abc", "99999999999999999999", "0x10", " ", "=", "[",
-      "]", "true", "-0", "3.5", "1e-40", "conv", "dense units=-3", "kernel=0", "filters=0",
-      "rate=1.5", "pad=-1", "stride=0", "units=", "\xff\xfe", "layer", "#", ";", "\t"};
+  static const std::vector<std::string> tokens = {"",
+                                                  "-1",
+                                                  "0",
+                                                  "1e999",
+                                                  "nan",
+                                                  "inf",
+                                                  "abc",
+                                                  "99999999999999999999",
+                                                  "0x10",
+                                                  " ",
+                                                  "=",
+                                                  "[",
+                                                  "]",
+                                                  "true",
+                                                  "-0",
+                                                  "3.5",
+                                                  "1e-40",
+                                                  "conv",
+                                                  "dense units=-3",
+                                                  "kernel=0",
+                                                  "filters=0",
+                                                  "rate=1.5",
+                                                  "pad=-1",
+                                                  "stride=0",
+                                                  "units=",
+                                                  "\xff\xfe",
+                                                  "layer",
+                                                  "#",
+                                                  ";",
+                                                  "\t"};
   std::vector<std::string> lines;
   std::istringstream in(base_job());
   for (std::string l; std::getline(in, l);) lines.push_back(l);
-  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % std::max<std::size_t>(n, 1)); };
+  auto pick = [&](std::size_t n) {
+    return static_cast<std::size_t>(rng() % std::max<std::size_t>(n, 1));
+  };
   auto token = [&] { return tokens[pick(tokens.size())]; };
   const int edits = 1 + static_cast<int>(rng() % 3);
   for (int e = 0; e < edits && !lines.empty(); ++e) {
     std::string& l = lines[pick(lines.size())];
     const auto eq = l.find('=');
     switch (rng() % 8) {
-      case 0: lines.erase(lines.begin() + static_cast<long>(pick(lines.size()))); break;  // delete
-      case 1: lines.insert(lines.begin() + static_cast<long>(pick(lines.size())), l); break;  // dup
-      case 2:  // new value
+      case 0:
+        lines.erase(lines.begin() + static_cast<long>(pick(lines.size())));
+        break;  // delete
+      case 1:
+        lines.insert(lines.begin() + static_cast<long>(pick(lines.size())), l);
+        break;  // dup
+      case 2:   // new value
         if (eq != std::string::npos) l = l.substr(0, eq + 1) + " " + token();
         break;
       case 3:  // new key
@@ -278,7 +316,8 @@ TEST_F(FuzzTest, JobFileMutationsEndInSuccessOrInputError) {
       const std::string ps = p.string();
       std::vector<const char*> argv = {"dtrain", "--config", ps.c_str(), "--train-data", "x.h5"};
       const ParseResult r = parse_config(static_cast<int>(argv.size()), argv.data());
-      Model model(*backend, r.config.layers, Shape{1, 1, 12, 12}, 4, std::min(r.config.batch_size, 64));
+      Model model(*backend, r.config.layers, Shape{1, 1, 12, 12}, 4,
+                  std::min(r.config.batch_size, 64));
       ++built;
     });
   }

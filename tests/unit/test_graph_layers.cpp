@@ -29,8 +29,9 @@ TEST_F(GraphLayers, ConvWithoutBiasHasOnlyAWeight) {
 }
 
 TEST_F(GraphLayers, ConvNonSquareKernels) {
-  for (const char* line : {"conv filters=3 kernel=1x7 pad=0x3 bias=false",
-                           "conv filters=3 kernel=7x1 pad=3x0", "conv filters=2 kernel=1x3 stride=2x1"}) {
+  for (const char* line :
+       {"conv filters=3 kernel=1x7 pad=0x3 bias=false", "conv filters=3 kernel=7x1 pad=3x0",
+        "conv filters=2 kernel=1x3 stride=2x1"}) {
     LayerRig rig(*be_, line, Shape{2, 2, 8, 9});
     const Shape out = rig.layer().output_shape();
     if (std::string(line).find("stride") == std::string::npos) {
@@ -43,7 +44,8 @@ TEST_F(GraphLayers, ConvNonSquareKernels) {
 }
 
 TEST_F(GraphLayers, ConvStride2And1x1) {
-  for (const char* line : {"conv filters=4 kernel=1 stride=2 bias=false", "conv filters=4 kernel=1"}) {
+  for (const char* line :
+       {"conv filters=4 kernel=1 stride=2 bias=false", "conv filters=4 kernel=1"}) {
     LayerRig rig(*be_, line, Shape{2, 3, 6, 6});
     EXPECT_GE(check_layer_gradients(rig), 100u) << line;
   }

@@ -27,7 +27,8 @@ TEST(ImageTransform, RandomResizedCropFirstDrawInClosedForm) {
   for (std::uint64_t key = 1; key <= 200; ++key) {
     const int W = 500, H = 375;
     const double area = W * H * (0.08 + 0.92 * u01(key, 0));
-    const double ratio = std::exp(std::log(0.75) + (std::log(4.0 / 3) - std::log(0.75)) * u01(key, 1));
+    const double ratio =
+        std::exp(std::log(0.75) + (std::log(4.0 / 3) - std::log(0.75)) * u01(key, 1));
     const int w = static_cast<int>(std::nearbyint(std::sqrt(area * ratio)));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(area / ratio)));
     if (w > W || h > H) continue;
@@ -119,7 +120,8 @@ TEST(ImageDecode, BadBytesThrowImageErrorWithAReason) {
   } catch (const ImageError& e) {
     EXPECT_NE(std::string(e.what()).find("JPEG"), std::string::npos) << e.what();
   }
-  const std::uint8_t png_sig[] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+  const std::uint8_t png_sig[] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A,
+                                  0,    0,   0,   13,  'I',  'H',  'D',  'R'};
   EXPECT_THROW(dec.decode(png_sig, sizeof png_sig, 1, img), ImageError);
 }
 
@@ -135,9 +137,10 @@ TEST(DecodePool, RunsEveryIndexOnceAndRethrows) {
       });
       for (auto& h : hits) ASSERT_EQ(h.load(), 1);
     }
-    EXPECT_THROW(pool.run(10, [](int i, int) {
-      if (i == 7) throw std::runtime_error("bad");
-    }),
+    EXPECT_THROW(pool.run(10,
+                          [](int i, int) {
+                            if (i == 7) throw std::runtime_error("bad");
+                          }),
                  std::runtime_error);
     int n = 0;
     pool.run(0, [&](int, int) { ++n; });

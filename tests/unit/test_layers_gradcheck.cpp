@@ -218,7 +218,8 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
   be_->fill(s2.data(), 0.0f, kStatsFloats);
   smooth1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s1.data());  // label 0
   plain1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s2.data());
-  EXPECT_GT(to_host(*be_, s1.data(), kStatsFloats)[0], to_host(*be_, s2.data(), kStatsFloats)[0] + 1.0f);
+  EXPECT_GT(to_host(*be_, s1.data(), kStatsFloats)[0],
+            to_host(*be_, s2.data(), kStatsFloats)[0] + 1.0f);
 }
 
 TEST_F(CpuLayers, SoftmaxCrossEntropyRejectsBadArgumentsNamingThem) {
@@ -233,9 +234,11 @@ TEST_F(CpuLayers, SoftmaxCrossEntropyRejectsBadArgumentsNamingThem) {
     be_->set_label_smoothing(0.0f);
     return "no error";
   };
-  EXPECT_NE(message(0, 10, 0.0f).find("batch and classes must be >= 1, got 0 and 10"), std::string::npos);
+  EXPECT_NE(message(0, 10, 0.0f).find("batch and classes must be >= 1, got 0 and 10"),
+            std::string::npos);
   EXPECT_NE(message(4, 0, 0.0f).find("got 4 and 0"), std::string::npos);
-  EXPECT_NE(message(4, 10, 1.0f).find("label smoothing must be in [0, 1), got 1.0"), std::string::npos);
+  EXPECT_NE(message(4, 10, 1.0f).find("label smoothing must be in [0, 1), got 1.0"),
+            std::string::npos);
   EXPECT_NE(message(4, 10, -0.1f).find("label smoothing must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(message(4, 10, 0.5f), "no error");
 }
@@ -370,10 +373,10 @@ TEST_F(CpuLayers, SoftmaxXentValuesStatsAndPartialBatch) {
 TEST_F(CpuLayers, SoftmaxXentTop5CountsRanksWithTheArgmaxTieRule) {
   constexpr int kClasses = 7, kN = 5;
   auto op = be_->make_softmax_xent(kN, kClasses);
-  auto logits = to_device(*be_, {7, 6, 5, 4, 3, 2, 1,  // label 4: 4 classes before it, a hit
-                                 7, 6, 5, 4, 3, 2, 1,  // label 5: 5 before it, a miss
-                                 0, 0, 0, 0, 0, 0, 0,  // label 4: ties, the 4 lower classes first
-                                 0, 0, 0, 0, 0, 0, 0,  // label 5: 5 lower classes first, a miss
+  auto logits = to_device(*be_, {7, 6, 5, 4, 3, 2, 1,    // label 4: 4 classes before it, a hit
+                                 7, 6, 5, 4, 3, 2, 1,    // label 5: 5 before it, a miss
+                                 0, 0, 0, 0, 0, 0, 0,    // label 4: ties, the 4 lower classes first
+                                 0, 0, 0, 0, 0, 0, 0,    // label 5: 5 lower classes first, a miss
                                  0, 0, 0, 0, 0, 0, 9});  // label 6: the argmax, top-1 and top-5
   const std::vector<std::int32_t> labels{4, 5, 4, 5, 6};
   DeviceBuffer<std::int32_t> dlab(*be_, kN);

@@ -16,8 +16,11 @@ namespace {
 
 // offsets: conv.weight 0..4, bn.gamma 4..6, bn.beta 6..8, dense.weight 8..10, dense.bias 10..12
 std::vector<TensorInfo> tensors() {
-  return test::tensor_table({{"0.conv.weight", 4}, {"1.batchnorm.gamma", 2},
-                             {"1.batchnorm.beta", 2}, {"2.dense.weight", 2}, {"2.dense.bias", 2}});
+  return test::tensor_table({{"0.conv.weight", 4},
+                             {"1.batchnorm.gamma", 2},
+                             {"1.batchnorm.beta", 2},
+                             {"2.dense.weight", 2},
+                             {"2.dense.bias", 2}});
 }
 
 constexpr std::size_t kN = 12;
@@ -46,9 +49,12 @@ TEST(Layerwise, SegmentsExcludeBiasAndBatchnorm) {
   // A gap and a tail not covered by any tensor: unadapted segments of their own.
   std::vector<TensorInfo> t = tensors();
   t.erase(t.begin() + 1);  // drop bn.gamma
-  EXPECT_EQ(param_segments(t, 14),
-            (Seg{{0, 4, true}, {4, 6, false}, {6, 8, false}, {8, 10, true}, {10, 12, false},
-                 {12, 14, false}}));
+  EXPECT_EQ(param_segments(t, 14), (Seg{{0, 4, true},
+                                        {4, 6, false},
+                                        {6, 8, false},
+                                        {8, 10, true},
+                                        {10, 12, false},
+                                        {12, 14, false}}));
   t[1].offset = 3;  // overlaps the conv weight
   EXPECT_THROW(param_segments(t, 14), InputError);
   EXPECT_THROW(param_segments(tensors(), 11), InputError);  // past n

@@ -111,13 +111,13 @@ TEST(Layout, NhwcModelComputesWhatNchwComputes) {
 // routes, forward and both backward passes, against NCHW.
 TEST(Layout, WideConvolutionsOnNhwcComputeWhatNchwComputes) {
   const std::vector<std::string> net = {
-      "conv filters=64 kernel=3 pad=1",             // 3 -> 64: blocked
+      "conv filters=64 kernel=3 pad=1",  // 3 -> 64: blocked
       "relu name=r",
-      "conv filters=64 kernel=3 pad=1",             // 64 -> 64: nhwc in place
+      "conv filters=64 kernel=3 pad=1",  // 64 -> 64: nhwc in place
       "batchnorm",
-      "conv filters=72 kernel=1 bias=false",        // 64 -> 72, 1x1: nhwc in place
+      "conv filters=72 kernel=1 bias=false",  // 64 -> 72, 1x1: nhwc in place
       "relu",
-      "conv filters=64 kernel=3 stride=2 pad=1",    // 72 -> 64, strided
+      "conv filters=64 kernel=3 stride=2 pad=1",  // 72 -> 64, strided
       "flatten",
       "dense"};
   const Shape sample{1, 3, 6, 5};

@@ -62,8 +62,8 @@ TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
       max_g = std::max(max_g, std::abs(numeric));
       ++checked;
       if (!test::close_enough(grads[i], numeric, 3e-3, 5e-2) && ++bad <= 8)
-        ADD_FAILURE() << t.name << "[" << i - t.offset << "] analytic " << grads[i]
-                      << " numeric " << numeric;
+        ADD_FAILURE() << t.name << "[" << i - t.offset << "] analytic " << grads[i] << " numeric "
+                      << numeric;
     }
   }
   EXPECT_GT(checked, 40);
@@ -124,13 +124,14 @@ TEST_F(ModelGraph, MalformedGraphsNameTheLine) {
   const std::string self = graph_error({"conv filters=2 name=a input=a", "dense"});
   EXPECT_NE(self.find("comes later"), std::string::npos) << self;
 
-  const std::string shapes =
-      graph_error({"conv filters=2 name=a", "conv filters=3 name=b input=a", "add input=a,b", "dense"});
+  const std::string shapes = graph_error(
+      {"conv filters=2 name=a", "conv filters=3 name=b input=a", "add input=a,b", "dense"});
   EXPECT_NE(shapes.find("add input=a,b"), std::string::npos) << shapes;
   EXPECT_NE(shapes.find("one shape"), std::string::npos) << shapes;
 
-  const std::string spatial = graph_error(
-      {"conv filters=2 pad=1 name=a", "conv filters=3 name=b input=a", "concat input=a,b", "dense"});
+  const std::string spatial =
+      graph_error({"conv filters=2 pad=1 name=a", "conv filters=3 name=b input=a",
+                   "concat input=a,b", "dense"});
   EXPECT_NE(spatial.find("height and width"), std::string::npos) << spatial;
 
   const std::string unused = graph_error({"conv filters=2 name=a", "relu", "dense input=a"});
@@ -144,7 +145,8 @@ TEST_F(ModelGraph, MalformedGraphsNameTheLine) {
 TEST_F(ModelGraph, SequentialJobsKeepTheirSignature) {
   // A job without name=/input= is the same chain as before graphs existed: checkpoints written by
   // earlier versions (signature lines without wiring) still match.
-  const Model m({"conv filters=2 kernel=3 pad=1", "relu", "flatten", "dense"}, Shape{1, 1, 4, 4}, 3);
+  const Model m({"conv filters=2 kernel=3 pad=1", "relu", "flatten", "dense"}, Shape{1, 1, 4, 4},
+                3);
   EXPECT_EQ(m.signature().find("input="), std::string::npos);
   EXPECT_NE(m.signature().find("conv(filters=2,kernel=3,stride=1,pad=1) 0.conv.weight:2x1x3x3"),
             std::string::npos);

@@ -170,7 +170,7 @@ TEST_F(NamedFiles, SafetensorsRoundTripAndRefusals) {
   EXPECT_EQ(f.tensors[0].shape, (Dims{2, 3}));
   EXPECT_EQ(safetensor_floats(f.tensors[0], path), std::vector<float>(v, v + 6));
   EXPECT_THROW(safetensor_floats(f.tensors[1], path), InputError);  // I64 is no float
-  EXPECT_THROW(write_safetensors(path, {a}, {}), InputError);      // never overwrites
+  EXPECT_THROW(write_safetensors(path, {a}, {}), InputError);       // never overwrites
   // A header length over 100 MB: refused before anything is allocated, naming the file.
   const std::string huge = dir_ + "/huge.safetensors";
   {

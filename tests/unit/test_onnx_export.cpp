@@ -139,15 +139,13 @@ TEST(OnnxExport, InitializersHoldTheValuesUnderTheirNames) {
 }
 
 TEST(OnnxExport, WindowsPaddingAndMergesMapToTheirOperators) {
-  const Built b = build({"conv filters=4 kernel=1x3 stride=2 pad=0x1 bias=false name=c",
-                         "avgpool kernel=3 stride=1 pad=1 name=a",
-                         "maxpool kernel=3 stride=2 pad=1 input=c name=m",
-                         "zeropad channels=8 name=z",
-                         "avgpool kernel=2 input=a name=a2", "concat input=m,z,a2 name=cat",
-                         "sigmoid name=s", "add input=s,s name=twice",
-                         "add input=twice,s,s name=three", "dropout rate=0.5", "flatten",
-                         "dense units=5 name=d", "zeropad channels=7 name=zp",
-                         "add input=zp,zp name=add2", "dense"});
+  const Built b = build(
+      {"conv filters=4 kernel=1x3 stride=2 pad=0x1 bias=false name=c",
+       "avgpool kernel=3 stride=1 pad=1 name=a", "maxpool kernel=3 stride=2 pad=1 input=c name=m",
+       "zeropad channels=8 name=z", "avgpool kernel=2 input=a name=a2",
+       "concat input=m,z,a2 name=cat", "sigmoid name=s", "add input=s,s name=twice",
+       "add input=twice,s,s name=three", "dropout rate=0.5", "flatten", "dense units=5 name=d",
+       "zeropad channels=7 name=zp", "add input=zp,zp name=add2", "dense"});
   const onnx::GraphProto& g = b.proto.graph();
   const auto& c = node_named(g, "c");
   EXPECT_EQ(c.input_size(), 2);  // no bias
@@ -234,8 +232,7 @@ TEST(OnnxExport, AnUnmappedLayerTypeIsOneErrorAndNothingIsWritten) {
 }
 
 TEST(OnnxExport, ALayerNamedLikeATensorIsRefused) {
-  EXPECT_THROW(build({"conv filters=2 kernel=3 name=c", "relu name=c.weight", "flatten",
-                      "dense"}),
+  EXPECT_THROW(build({"conv filters=2 kernel=3 name=c", "relu name=c.weight", "flatten", "dense"}),
                InputError);
 }
 

@@ -20,8 +20,14 @@ namespace {
 
 /// A small CNN with dropout (its masks must follow the micro-batch and layer, not the stage).
 const std::vector<std::string> kDropoutNet = {
-    "conv filters=4 kernel=3 pad=1", "relu", "maxpool kernel=2", "flatten",
-    "dense units=12",                "relu", "dropout rate=0.3", "dense",
+    "conv filters=4 kernel=3 pad=1",
+    "relu",
+    "maxpool kernel=2",
+    "flatten",
+    "dense units=12",
+    "relu",
+    "dropout rate=0.3",
+    "dense",
 };
 
 struct Outcome {
@@ -193,9 +199,9 @@ TEST(PipelineStages, CrossingsCarryEveryLiveTensor) {
   Model s1(*be, test::kResidualNet, sample, 4, 2, LayerRange{4, 8}, 1);
   EXPECT_EQ(s1.received_tensors(), (std::vector<int>{3, 4}));
   EXPECT_EQ(s1.sent_tensors(), (std::vector<int>{3, 9}));  // r0 passes through to the add
-  const std::vector<std::string> reads_data_late = {
-      "conv filters=3 kernel=3 pad=1 name=a", "conv filters=3 kernel=1 input=data name=b",
-      "add input=a,b", "globalavgpool", "dense"};
+  const std::vector<std::string> reads_data_late = {"conv filters=3 kernel=3 pad=1 name=a",
+                                                    "conv filters=3 kernel=1 input=data name=b",
+                                                    "add input=a,b", "globalavgpool", "dense"};
   EXPECT_NO_THROW(Model(*be, reads_data_late, sample, 4, 2, LayerRange{0, 1}, 1));
   EXPECT_THROW(Model(*be, reads_data_late, sample, 4, 2, LayerRange{1, 99}, 1), InputError)
       << "the network input may only be read by the first stage";

@@ -37,9 +37,9 @@ std::uint32_t bits(float f) {
 TEST(Bf16, RoundsToNearestEven) {
   const float ulp = std::ldexp(1.0f, -7);  // bf16's spacing in [1, 2)
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(round_to_bf16(1.0f + ulp), 1.0f + ulp);                          // exact
-  EXPECT_EQ(round_to_bf16(1.0f + ulp / 2), 1.0f);                           // tie: to even
-  EXPECT_EQ(round_to_bf16(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);             // tie: to even
+  EXPECT_EQ(round_to_bf16(1.0f + ulp), 1.0f + ulp);                              // exact
+  EXPECT_EQ(round_to_bf16(1.0f + ulp / 2), 1.0f);                                // tie: to even
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);                  // tie: to even
   EXPECT_EQ(round_to_bf16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 1.0f + ulp);  // above the tie
   EXPECT_EQ(round_to_bf16(-1.0f - ulp / 4), -1.0f);
   EXPECT_EQ(bits(round_to_bf16(-0.0f)), 0x80000000u);
@@ -204,8 +204,8 @@ TEST(Precision, Bf16TrainingFollowsFp32) {
   }
   EXPECT_LT(last[0], 0.5f * first[0]);
   EXPECT_LT(last[1], 0.5f * first[1]);
-  EXPECT_NEAR(last[1], last[0], 0.05f * first[0]) << "fp32 " << first[0] << " -> " << last[0]
-                                                  << ", bf16 " << first[1] << " -> " << last[1];
+  EXPECT_NEAR(last[1], last[0], 0.05f * first[0])
+      << "fp32 " << first[0] << " -> " << last[0] << ", bf16 " << first[1] << " -> " << last[1];
 }
 
 }  // namespace

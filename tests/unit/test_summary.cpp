@@ -1,7 +1,8 @@
 // tests/unit/test_summary.cpp — TensorBoard event files (train/summary.hpp): the masked CRC-32C of
 // TFRecord framing against values from TensorBoard's own implementation, a second writer in the
 // same second getting a new name (never the existing file), the record framing of the file_version
-// event, and summary_scalars' tags per row kind. Reading back with TensorBoard: tests/cli/test_tensorboard.sh.
+// event, and summary_scalars' tags per row kind. Reading back with TensorBoard:
+// tests/cli/test_tensorboard.sh.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

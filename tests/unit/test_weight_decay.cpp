@@ -16,8 +16,12 @@ namespace {
 std::vector<TensorInfo> tensors() {
   // offsets: conv.weight 0..10, conv.bias 10..12, bn.gamma 12..14, bn.beta 14..16,
   // dense.weight 16..26, dense.bias 26..28
-  return test::tensor_table({{"0.conv.weight", 10}, {"0.conv.bias", 2}, {"1.batchnorm.gamma", 2},
-                             {"1.batchnorm.beta", 2}, {"2.dense.weight", 10}, {"2.dense.bias", 2}});
+  return test::tensor_table({{"0.conv.weight", 10},
+                             {"0.conv.bias", 2},
+                             {"1.batchnorm.gamma", 2},
+                             {"1.batchnorm.beta", 2},
+                             {"2.dense.weight", 10},
+                             {"2.dense.bias", 2}});
 }
 
 Config with(const std::string& kinds, const std::string& optimizer = "momentum") {
@@ -56,22 +60,28 @@ TEST(WeightDecay, ApplySkipsDecayOnExcludedRangesOnly) {
     Config decayed = with("", opt), none = with("", opt);
     none.weight_decay = 0.0f;
     Optimizer a(decayed, *be, n, 10), b(none, *be, n, 10);
-    Optimizer mixed(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
+    Optimizer mixed(with("bias,bn", opt), *be, n, 10,
+                    no_decay_ranges(with("bias,bn"), tensors(), 0, n));
     // A ps holding the shard [11, 27) with its own ranges.
-    Optimizer shard(with("bias,bn", opt), *be, 16, 10, no_decay_ranges(with("bias,bn"), tensors(), 11, 27));
+    Optimizer shard(with("bias,bn", opt), *be, 16, 10,
+                    no_decay_ranges(with("bias,bn"), tensors(), 11, 27));
     // The same, updated chunk by chunk as a ps pipelines a push (chunks of 5 cut through the
     // excluded ranges; the last one partial).
-    Optimizer chunked(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
+    Optimizer chunked(with("bias,bn", opt), *be, n, 10,
+                      no_decay_ranges(with("bias,bn"), tensors(), 0, n));
     // The same as an async ps applies it: each chunk's gradient in a buffer of its own, which then
     // holds the chunk's new parameters (the reply).
-    Optimizer replied(with("bias,bn", opt), *be, n, 10, no_decay_ranges(with("bias,bn"), tensors(), 0, n));
-    std::vector<float> pa = p0, pb = p0, pm = p0, pc = p0, pr = p0, ps(p0.begin() + 11, p0.begin() + 27);
+    Optimizer replied(with("bias,bn", opt), *be, n, 10,
+                      no_decay_ranges(with("bias,bn"), tensors(), 0, n));
+    std::vector<float> pa = p0, pb = p0, pm = p0, pc = p0, pr = p0,
+                       ps(p0.begin() + 11, p0.begin() + 27);
     for (std::int64_t step = 0; step < 3; ++step) {
       a.apply(pa.data(), g.data(), step);
       b.apply(pb.data(), g.data(), step);
       mixed.apply(pm.data(), g.data(), step);
       shard.apply(ps.data(), g.data() + 11, step);
-      for (std::size_t at = 0; at < n; at += 5) chunked.apply(pc.data(), g.data() + at, step, at, std::min(n, at + 5));
+      for (std::size_t at = 0; at < n; at += 5)
+        chunked.apply(pc.data(), g.data() + at, step, at, std::min(n, at + 5));
       for (std::size_t at = 0; at < n; at += 5) {
         const std::size_t end = std::min(n, at + 5);
         std::vector<float> slot(g.begin() + static_cast<std::ptrdiff_t>(at),

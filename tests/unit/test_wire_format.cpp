@@ -60,8 +60,8 @@ TEST(WireFormat, Fp16EncodesAsTheCompilerRoundsToNearestEven) {
     }
   }
   EXPECT_GT(checked, 3'000'000u);
-  EXPECT_EQ(float_to_fp16(70000.0f), 0x7C00u);    // beyond 65504: +Inf
-  EXPECT_EQ(float_to_fp16(-1e-9f), 0x8000u);      // below half the smallest subnormal: -0
+  EXPECT_EQ(float_to_fp16(70000.0f), 0x7C00u);  // beyond 65504: +Inf
+  EXPECT_EQ(float_to_fp16(-1e-9f), 0x8000u);    // below half the smallest subnormal: -0
   EXPECT_EQ(fp16_to_float(float_to_fp16(65504.0f)), 65504.0f);
 }
 

@@ -1,9 +1,10 @@
 // dtrain/collectives/allreduce.hpp — gradient averaging for synchronous data-parallel training.
 //
-// Every worker calls allreduce_sum() on its gradient buffer in the same order; afterwards all hold the
-// element-wise sum (the trainer pre-scales gradients by 1/global_batch so the sum is the mean).
-// Implementations: MPI_Allreduce on host memory (CPU backend, or GPU gradients staged through pinned
-// host buffers: `--allreduce mpi`), and NCCL on device memory (`--allreduce nccl`, Horovod/DDP style).
+// Every worker calls allreduce_sum() on its gradient buffer in the same order; afterwards all hold
+// the element-wise sum (the trainer pre-scales gradients by 1/global_batch so the sum is the mean).
+// Implementations: MPI_Allreduce on host memory (CPU backend, or GPU gradients staged through
+// pinned host buffers: `--allreduce mpi`), and NCCL on device memory (`--allreduce nccl`,
+// Horovod/DDP style).
 #pragma once
 
 #include <climits>

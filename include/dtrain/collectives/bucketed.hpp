@@ -69,7 +69,7 @@ struct ReduceOptions {
 
 /// What a step's reduction found.
 struct BucketedOutcome {
-  float flag = 0;        ///< Σ over the workers of the flag passed to begin()
+  float flag = 0;           ///< Σ over the workers of the flag passed to begin()
   double wait_seconds = 0;  ///< time finish() blocked: communication not hidden behind backward
 };
 
@@ -113,11 +113,11 @@ class BucketedAllreduce {
   [[nodiscard]] bool overlapping() const { return overlap_; }
 
  private:
-  void hand_over(std::size_t from);  ///< queues the buckets inside [from, count)
+  void hand_over(std::size_t from);       ///< queues the buckets inside [from, count)
   void reduce(std::size_t k, int track);  ///< bucket k: the allreduce (any thread; timeline track)
   /// The deadline of bucket k passed (--timeout, seconds): the error naming it and the workers.
   [[nodiscard]] TimeoutError timeout_error(std::size_t k, double timeout_s) const;
-  void loop();                 ///< the communication thread
+  void loop();  ///< the communication thread
 
   MPI_Comm comm_;
   std::size_t count_;
@@ -135,10 +135,10 @@ class BucketedAllreduce {
   double watch_until_ = 0;         ///< > 0: the caller reduces inline; its deadline (now_seconds)
   double watch_timeout_ = 0;
   std::size_t watch_bucket_ = 0;
-  std::exception_ptr error_;       ///< the first failure of the communication thread
+  std::exception_ptr error_;  ///< the first failure of the communication thread
   bool stop_ = false;
-  bool stuck_ = false;             ///< finish() timed out: the thread may never return
-  std::unique_ptr<WireAllreduce> wire_;          ///< --wire-dtype bf16|fp16, flat
+  bool stuck_ = false;                   ///< finish() timed out: the thread may never return
+  std::unique_ptr<WireAllreduce> wire_;  ///< --wire-dtype bf16|fp16, flat
   std::unique_ptr<HierarchicalAllreduce> hier_;  ///< --allreduce hierarchical
   std::thread thread_;
 };

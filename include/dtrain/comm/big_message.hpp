@@ -3,12 +3,13 @@
 // An MPI count is an `int`, so `MPI_Isend(buf, n, MPI_BYTE, ...)` cannot describe n ≥ 2 GiB — and a
 // parameter-server LOAD (params + m + v of a shard) passes that at ~179M parameters per ps. These
 // functions take a std::size_t byte count: up to the count limit they post plain MPI_BYTE × n;
-// above it they post one derived datatype that describes exactly n bytes (BigMPI's construction, Hammond
-// et al. 2014): q contiguous blocks of `limit` bytes (MPI_Type_contiguous of MPI_Type_contiguous)
-// plus a remainder block of n mod limit MPI_BYTEs (MPI_Type_create_struct), count 1. The datatype
-// is committed, the operation posted, and the datatype freed at once (MPI defers the free until the
-// operation completes). The type signature is a sequence of bytes either way, so any send matches
-// any receive whose capacity is at least as large, whichever path each side took.
+// above it they post one derived datatype that describes exactly n bytes (BigMPI's construction,
+// Hammond et al. 2014): q contiguous blocks of `limit` bytes (MPI_Type_contiguous of
+// MPI_Type_contiguous) plus a remainder block of n mod limit MPI_BYTEs (MPI_Type_create_struct),
+// count 1. The datatype is committed, the operation posted, and the datatype freed at once (MPI
+// defers the free until the operation completes). The type signature is a sequence of bytes either
+// way, so any send matches any receive whose capacity is at least as large, whichever path each
+// side took.
 //
 // The count limit is INT_MAX. **Test only:** the environment variable DTRAIN_TEST_MAX_MPI_COUNT (an
 // integer in [1, INT_MAX]) lowers it, so the derived-datatype path runs with tiny messages
@@ -44,7 +45,7 @@ std::size_t mpi_count_limit();
 /// the caller must MPI_Type_free (free_byte_type); otherwise `type` is MPI_BYTE.
 struct ByteType {
   MPI_Datatype type = MPI_BYTE;
-  int count = 0;         ///< elements of `type`: the bytes (MPI_BYTE), or 1 (derived)
+  int count = 0;  ///< elements of `type`: the bytes (MPI_BYTE), or 1 (derived)
   bool derived = false;
 };
 

@@ -1,10 +1,10 @@
 // dtrain/comm/cluster.hpp — roles from a computed split of MPI_COMM_WORLD (no host:port lists).
 //
 // Placement rule (documented in the README): nodes are found with
-// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) and numbered by their lowest world rank. Parameter server
-// k (k = 0..K−1) goes to node k mod #nodes, on that node's highest-numbered world rank not yet
-// taken; so ps ranks spread over nodes before any node gets a second one, and with ranks packed by
-// node the ps sit at the end of each node. Every other rank is a worker; workers are numbered by
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) and numbered by their lowest world rank. Parameter
+// server k (k = 0..K−1) goes to node k mod #nodes, on that node's highest-numbered world rank not
+// yet taken; so ps ranks spread over nodes before any node gets a second one, and with ranks packed
+// by node the ps sit at the end of each node. Every other rank is a worker; workers are numbered by
 // world rank and worker 0 is the chief. MPI_Comm_split(world, is_ps, world_rank) yields the ps and
 // worker communicators.
 #pragma once
@@ -26,7 +26,7 @@ struct RankInfo {
   int local_rank = 0;  ///< rank within the node
   int local_size = 1;  ///< ranks on the node
   Role role = Role::worker;
-  int index = 0;       ///< ps index or worker index
+  int index = 0;               ///< ps index or worker index
   std::string device = "cpu";  ///< filled in by the trainer (e.g. "cuda:1")
   std::string part;  ///< a worker's pipeline stage and replica ("stage 1/2, replica 0"), or ""
 };

@@ -1,5 +1,5 @@
-// dtrain/comm/guard.hpp — all-or-nothing set-up phases: an error on any rank becomes one message and
-// the same exit code on every rank, with no rank left waiting in a collective.
+// dtrain/comm/guard.hpp — all-or-nothing set-up phases: an error on any rank becomes one message
+// and the same exit code on every rank, with no rank left waiting in a collective.
 #pragma once
 
 #include <mpi.h>

@@ -49,11 +49,11 @@ double comm_timeout();
 
 /// Evaluates the MPI call once and throws dtrain::LibraryError "<call> failed: <MPI_Error_string>
 /// (file:line)" unless it returns MPI_SUCCESS.
-#define DT_CHECK_MPI(call)                                                                \
-  do {                                                                                    \
-    const int dt_mpi_rc_ = (call);                                                        \
-    if (dt_mpi_rc_ != MPI_SUCCESS)                                                        \
-      throw ::dtrain::LibraryError(::dtrain::format_error(                                \
-          std::string(#call) + " failed: " + ::dtrain::mpi_error_string(dt_mpi_rc_),      \
-          __FILE__, __LINE__));                                                           \
+#define DT_CHECK_MPI(call)                                                                     \
+  do {                                                                                         \
+    const int dt_mpi_rc_ = (call);                                                             \
+    if (dt_mpi_rc_ != MPI_SUCCESS)                                                             \
+      throw ::dtrain::LibraryError(::dtrain::format_error(                                     \
+          std::string(#call) + " failed: " + ::dtrain::mpi_error_string(dt_mpi_rc_), __FILE__, \
+          __LINE__));                                                                          \
   } while (0)

@@ -20,18 +20,18 @@ namespace dtrain {
 /// are global steps unless a comment says otherwise; sizes carry their unit (MiB, KiB, pixels).
 struct Config {
   // data
-  std::string train_data;         ///< HDF5 file (see docs/data.md)
-  std::string test_data;          ///< HDF5 file; empty = no evaluation
-  int num_classes = 0;            ///< > 0: the class count (labels must lie below it); 0: from the data
-  std::int64_t cache_mb = 1024;   ///< in-memory training rows when they fit (MiB; 0: off)
+  std::string train_data;  ///< HDF5 file (see docs/data.md)
+  std::string test_data;   ///< HDF5 file; empty = no evaluation
+  int num_classes = 0;     ///< > 0: the class count (labels must lie below it); 0: from the data
+  std::int64_t cache_mb = 1024;  ///< in-memory training rows when they fit (MiB; 0: off)
   /// training augmentation: pad by N pixels, crop back to H×W at a random offset (0: off)
   int random_crop = 0;
-  bool random_flip = false;       ///< training augmentation: horizontal flip with p = 1/2
+  bool random_flip = false;  ///< training augmentation: horizontal flip with p = 1/2
   // encoded images (JPEG/PNG bytes, docs/data.md): decode pool and the ImageNet transforms
-  int random_resized_crop = 0;    ///< training: RandomResizedCrop(S) to S×S pixels (0: centre crop)
-  int center_crop = 0;            ///< evaluation (and training without it): S×S (0: = random_resized_crop)
-  int eval_resize = 0;            ///< shorter side before the centre crop (0: round(S / 0.875))
-  int data_threads = 1;           ///< decode threads per reader
+  int random_resized_crop = 0;  ///< training: RandomResizedCrop(S) to S×S pixels (0: centre crop)
+  int center_crop = 0;   ///< evaluation (and training without it): S×S (0: = random_resized_crop)
+  int eval_resize = 0;   ///< shorter side before the centre crop (0: round(S / 0.875))
+  int data_threads = 1;  ///< decode threads per reader
   OnBadImage on_bad_image = OnBadImage::skip;  ///< skip (count and leave out) | fail
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;
@@ -39,7 +39,7 @@ struct Config {
   // model
   std::vector<std::string> layers;  ///< one `layer =` line each (see layers/layer.hpp)
   // training
-  Mode mode = Mode::async;        ///< async (Downpour through the ps) | sync (see Mode)
+  Mode mode = Mode::async;  ///< async (Downpour through the ps) | sync (see Mode)
   /// async: a worker whose parameters are more than S global steps old waits for fresher ones
   /// before it computes (stale synchronous parallel); -1: unbounded (Downpour). S = 0 is bulk
   /// synchronous through the ps.
@@ -47,36 +47,36 @@ struct Config {
   /// sync through the ps: gradients each ps aggregates per global step (0: every worker); later
   /// ones are dropped, workers beyond R are backup workers (Chen et al. 2016)
   int replicas_to_aggregate = 0;
-  StaleLr stale_lr = StaleLr::constant;  ///< async: learning rate of a stale push
+  StaleLr stale_lr = StaleLr::constant;                ///< async: learning rate of a stale push
   AsyncMomentum async_momentum = AsyncMomentum::dana;  ///< async: the ps's momentum rule
   /// async: DC-ASGD-a's λ0 (optim/delay_compensation.hpp); 0: off
   float delay_compensation = 0.0f;
   AsyncSchedule async_schedule = AsyncSchedule::sync_steps;  ///< async: unit of schedule steps
-  int epochs = 1;                 ///< passes over the training set (> 0)
-  std::int64_t max_steps = 0;     ///< global steps; 0 = no limit
-  int batch_size = 64;            ///< per worker
-  int global_batch_size = 0;      ///< if > 0: per-worker batch = global / workers (strong scaling)
-  std::uint64_t seed = 1;         ///< seed of initialisation, data order, augmentation and dropout
-  int log_every = 50;             ///< chief log line every N local steps
-  std::int64_t eval_every = 0;    ///< also evaluate every N global steps (0: at epoch ends only)
+  int epochs = 1;                                            ///< passes over the training set (> 0)
+  std::int64_t max_steps = 0;                                ///< global steps; 0 = no limit
+  int batch_size = 64;                                       ///< per worker
+  int global_batch_size = 0;    ///< if > 0: per-worker batch = global / workers (strong scaling)
+  std::uint64_t seed = 1;       ///< seed of initialisation, data order, augmentation and dropout
+  int log_every = 50;           ///< chief log line every N local steps
+  std::int64_t eval_every = 0;  ///< also evaluate every N global steps (0: at epoch ends only)
   /// a test accuracy, a fraction in [0, 1]: > 0 records the wall time and global step of the first
   /// evaluation that reaches it (results.json); 0: off
   double target_accuracy = 0;
-  bool dry_run = false;           ///< validate, print the role and model tables, exit (no run dir)
-  bool shuffle = true;            ///< reshuffle the training set every epoch (from seed)
+  bool dry_run = false;  ///< validate, print the role and model tables, exit (no run dir)
+  bool shuffle = true;   ///< reshuffle the training set every epoch (from seed)
   // optimizer
   OptimizerKind optimizer = OptimizerKind::momentum;  ///< sgd | momentum | adam | lars | lamb
-  float lr = 0.05f;               ///< base learning rate (> 0), before --lr-scaling and schedule
-  float momentum = 0.9f;          ///< momentum coefficient μ of the momentum optimizer (≥ 0)
-  bool nesterov = false;          ///< Nesterov momentum
+  float lr = 0.05f;       ///< base learning rate (> 0), before --lr-scaling and schedule
+  float momentum = 0.9f;  ///< momentum coefficient μ of the momentum optimizer (≥ 0)
+  bool nesterov = false;  ///< Nesterov momentum
   /// Adam's β1 and β2, each in [0, 1), and ε (> 0)
   float beta1 = 0.9f, beta2 = 0.999f, adam_epsilon = 1e-8f;
-  float lars_eta = 0.001f;        ///< LARS trust coefficient η (> 0; You et al. 2017)
-  float lars_epsilon = 0.0f;      ///< LARS: added to the trust ratio's denominator (≥ 0)
-  float weight_decay = 0.0f;      ///< L2 weight decay wd added to the gradient, g += wd·p (≥ 0)
+  float lars_eta = 0.001f;    ///< LARS trust coefficient η (> 0; You et al. 2017)
+  float lars_epsilon = 0.0f;  ///< LARS: added to the trust ratio's denominator (≥ 0)
+  float weight_decay = 0.0f;  ///< L2 weight decay wd added to the gradient, g += wd·p (≥ 0)
   /// comma-separated kinds of parameters without weight decay: bias (*.bias), bn (batchnorm γ, β)
   std::string no_weight_decay_on;
-  float label_smoothing = 0.0f;   ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
+  float label_smoothing = 0.0f;  ///< ε of the softmax cross-entropy target (1−ε)·onehot + ε/K
   LrSchedule lr_schedule = LrSchedule::constant;  ///< constant | step | cosine | poly
   /// linear warm-up over this many global steps (0: none). --mode async without --max-staleness
   /// and with --async-schedule sync-steps multiplies it, lr_step_size and lr_decay_steps by the
@@ -96,14 +96,14 @@ struct Config {
   /// the other ranks are workers
   int num_ps = 1;
   DeviceOption device = DeviceOption::cpu;  ///< cpu | cuda | auto
-  bool allow_gpu_sharing = false; ///< allow more ranks than GPUs on a node
+  bool allow_gpu_sharing = false;           ///< allow more ranks than GPUs on a node
   MathOption math = MathOption::automatic;  ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
   /// Activation memory order: auto | nchw | nhwc (dnn/backend.hpp Layout); auto is nhwc, except
   /// nchw on GPUs with --math fp32 in fp32 precision (train/trainer.hpp layout_of).
   LayoutOption layout = LayoutOption::automatic;
   Precision precision = Precision::fp32;  ///< activation precision: fp32 | bf16 (dnn/backend.hpp)
-  bool debug_sync = false;        ///< GPU: synchronize and check after every layer
-  bool cudnn_benchmark = false;   ///< GPU: time every convolution algorithm once (cudnnFind*)
+  bool debug_sync = false;                ///< GPU: synchronize and check after every layer
+  bool cudnn_benchmark = false;  ///< GPU: time every convolution algorithm once (cudnnFind*)
   /// Layer fusion: auto (relu into the add or batchnorm before it, in-place gradient sums where
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
   FuseOption fuse = FuseOption::automatic;
@@ -119,39 +119,39 @@ struct Config {
   std::string profile_steps;
   AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
   WireDtype wire_dtype =
-      WireDtype::fp32;            ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
-  double bucket_mb = 25;          ///< sync allreduce bucket size, MiB (0: one bucket)
-  bool overlap = true;            ///< CPU: allreduce buckets / ps push chunks during backward
-  int threads = 0;                ///< OpenMP threads per rank; 0 = cores per node / ranks per node
-  int ps_chunk_kb = 1024;         ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
-  bool ps_shm = true;             ///< async pushes of a ps's own node through a shared ring
-  int ps_threads = 1;             ///< OpenMP threads of a ps rank (its optimizer and aggregation);
-                                  ///< 0 = cores per node / ranks per node
+      WireDtype::fp32;     ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
+  double bucket_mb = 25;   ///< sync allreduce bucket size, MiB (0: one bucket)
+  bool overlap = true;     ///< CPU: allreduce buckets / ps push chunks during backward
+  int threads = 0;         ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  int ps_chunk_kb = 1024;  ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
+  bool ps_shm = true;      ///< async pushes of a ps's own node through a shared ring
+  int ps_threads = 1;      ///< OpenMP threads of a ps rank (its optimizer and aggregation);
+                           ///< 0 = cores per node / ranks per node
   // checkpoints and output
   std::string run_dir = "runs/default";  ///< checkpoints, metrics.csv, results.json (non-empty)
-  std::int64_t checkpoint_every = 0;  ///< global steps; 0 = only at the end (and each epoch end)
-  int keep_checkpoints = 3;       ///< how many newest checkpoints to keep (> 0)
-  bool resume = false;            ///< continue from the newest valid checkpoint in run_dir
-  bool timeline = false;          ///< write a Chrome trace of every rank to <run_dir>/timeline.json
-  bool summaries = true;          ///< the chief writes TensorBoard event files into run_dir
-  std::int64_t summary_every = 0; ///< train summaries every N global steps (0: every log row)
+  std::int64_t checkpoint_every = 0;     ///< global steps; 0 = only at the end (and each epoch end)
+  int keep_checkpoints = 3;              ///< how many newest checkpoints to keep (> 0)
+  bool resume = false;                   ///< continue from the newest valid checkpoint in run_dir
+  bool timeline = false;  ///< write a Chrome trace of every rank to <run_dir>/timeline.json
+  bool summaries = true;  ///< the chief writes TensorBoard event files into run_dir
+  std::int64_t summary_every = 0;  ///< train summaries every N global steps (0: every log row)
   // faults
-  double timeout = 300.0;         ///< seconds a rank may wait in one communication before aborting
-  bool skip_nonfinite = false;    ///< skip steps with non-finite gradients (false: stop the run)
+  double timeout = 300.0;       ///< seconds a rank may wait in one communication before aborting
+  bool skip_nonfinite = false;  ///< skip steps with non-finite gradients (false: stop the run)
 
   // inference (dtrain predict)
   Subcommand command = Subcommand::train;  ///< train | predict | export (train when none is given)
-  std::string checkpoint;         ///< predict: the checkpoint to score with
-  std::string data;               ///< predict: HDF5 images (labels optional) to score
-  std::string out;                ///< predict: the predictions file to create (never overwritten)
+  std::string checkpoint;                  ///< predict: the checkpoint to score with
+  std::string data;                        ///< predict: HDF5 images (labels optional) to score
+  std::string out;  ///< predict: the predictions file to create (never overwritten)
   // named tensors (train/pretrained.hpp)
-  std::string init_from;          ///< train, predict: start from this safetensors file's tensors
-  std::string init_exclude;       ///< comma-separated name prefixes --init-from leaves out
+  std::string init_from;     ///< train, predict: start from this safetensors file's tensors
+  std::string init_exclude;  ///< comma-separated name prefixes --init-from leaves out
   ExportFormat export_format = ExportFormat::safetensors;  ///< export: --format safetensors | onnx
   ExportDtype export_dtype = ExportDtype::f32;             ///< export: --dtype f32 | bf16
 
-  std::string config_file;        ///< the job file read, if any
-  std::string effective_ini;      ///< the configuration as INI text (saved in checkpoints/run dir)
+  std::string config_file;    ///< the job file read, if any
+  std::string effective_ini;  ///< the configuration as INI text (saved in checkpoints/run dir)
 };
 
 /// Result of parsing: either a Config, or text to print before exiting 0 (--help, --version).

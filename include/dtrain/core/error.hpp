@@ -2,7 +2,8 @@
 //
 // Every error message names what went wrong, where (file:line), and — once main() has called
 // set_error_context() — the MPI rank, role and host, in the style of LBANN's "error on rank R".
-// Callers throw; only main() catches, prints once per rank and calls MPI_Abort so that no peer hangs.
+// Callers throw; only main() catches, prints once per rank and calls MPI_Abort so that no peer
+// hangs.
 #pragma once
 
 #include <stdexcept>
@@ -56,11 +57,12 @@ class TimeoutError : public RuntimeFault {
 /// Process exit codes, documented in the README ("What happens when things go wrong").
 enum ExitCode : int {
   kExitOk = 0,
-  kExitInternal = 1,   ///< unexpected exception
-  kExitInput = 2,      ///< InputError
-  kExitLibrary = 3,    ///< LibraryError
-  kExitFault = 4,      ///< RuntimeFault
-  kExitSignalled = 75, ///< stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (EX_TEMPFAIL: requeue)
+  kExitInternal = 1,  ///< unexpected exception
+  kExitInput = 2,     ///< InputError
+  kExitLibrary = 3,   ///< LibraryError
+  kExitFault = 4,     ///< RuntimeFault
+  kExitSignalled =
+      75,  ///< stopped by SIGTERM/SIGUSR1/SIGINT after a checkpoint (EX_TEMPFAIL: requeue)
 };
 
 /// Maps an exception to its exit code (InputError → 2, LibraryError → 3, RuntimeFault → 4, else 1).
@@ -85,13 +87,15 @@ std::string with_error_prefix(const std::string& msg);
 }  // namespace dtrain
 
 /// Throws dtrain::InputError with a formatted message when cond is false.
-#define DT_REQUIRE(cond, msg)                                                          \
-  do {                                                                                 \
+#define DT_REQUIRE(cond, msg)                                                                   \
+  do {                                                                                          \
     if (!(cond)) throw ::dtrain::InputError(::dtrain::format_error((msg), __FILE__, __LINE__)); \
   } while (0)
 
 /// Throws dtrain::Error for a broken internal invariant.
-#define DT_ASSERT(cond, msg)                                                           \
-  do {                                                                                 \
-    if (!(cond)) throw ::dtrain::Error(::dtrain::format_error(std::string("internal: ") + (msg), __FILE__, __LINE__)); \
+#define DT_ASSERT(cond, msg)                                                              \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
+      throw ::dtrain::Error(                                                              \
+          ::dtrain::format_error(std::string("internal: ") + (msg), __FILE__, __LINE__)); \
   } while (0)

@@ -1,19 +1,22 @@
-// dtrain/core/fault.hpp — TEST-ONLY fault injection, so that the fault tests (tests/cli/test_faults_*.sh)
-// can make a rank crash, hang or produce a NaN at a chosen point.
+// dtrain/core/fault.hpp — TEST-ONLY fault injection, so that the fault tests
+// (tests/cli/test_faults_*.sh) can make a rank crash, hang or produce a NaN at a chosen point.
 //
 // The environment variable DTRAIN_FAULT is read once, by init_fault_injection() in main(), and
 // nowhere else. Syntax: KIND[@STEP][:RANK]
-//   kill-in-checkpoint-write[@S]  the chief SIGKILLs itself after writing part of the temporary file
+//   kill-in-checkpoint-write[@S]  the chief SIGKILLs itself after writing part of the temporary
+//   file
 //                                 of the first checkpoint whose global_step is >= S (default 0)
-//   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's last
+//   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's
+//   last
 //                                 parameter tensor) at the first step whose global_step is >= S
 //   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
 //   hang-reader@K[:R]             the batch reader thread sleeps forever on reading the first batch
 //                                 whose index in its epoch is >= K (BatchReader::next times out)
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
-//                                 worker takes F times as long (it sleeps (F − 1) × the step's time)
-// R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost beyond
-// one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
+//                                 worker takes F times as long (it sleeps (F − 1) × the step's
+//                                 time)
+// R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost
+// beyond one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,7 @@ struct FaultSpec {
   /// The @STEP threshold (≥ 0, default 0) that fault_fires() compares with: a global step, but for
   /// hang-reader a batch index within the reader's epoch
   std::int64_t step = 0;
-  int rank = -1;  ///< world rank, -1: any
+  int rank = -1;      ///< world rank, -1: any
   double factor = 1;  ///< slow: the slowdown factor (> 1)
 };
 

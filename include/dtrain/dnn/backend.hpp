@@ -6,7 +6,8 @@
 // CpuBackend (oneDNN, src/dnn/onednn) and CudaBackend (cuDNN + cuBLAS, src/dnn/cuda).
 //
 // Conventions for every op:
-// - Pointers are device pointers of the backend that made the op (host pointers for the CPU backend).
+// - Pointers are device pointers of the backend that made the op (host pointers for the CPU
+// backend).
 //   Activations — the tensors between layers and their gradients, typed `void*` — hold elements of
 //   the backend's act_dtype() (fp32, or bf16 under set_precision(Precision::bf16)), N×C×H×W shapes
 //   (see tensor/shape.hpp) stored in the backend's layout() (NCHW unless set_layout(Layout::nhwc)).
@@ -34,11 +35,11 @@ namespace dtrain {
 
 enum class Device { cpu, cuda };
 
-/// Floating-point math of convolutions and matrix products on the GPU (--math). fp32: full-precision
-/// FMA (cuDNN CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH; results match the CPU backend to ~1e-6);
-/// tf32: tensor cores with TF32 inputs and fp32 accumulation (10-bit mantissa products; PyTorch's
-/// torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32), compute capability
-/// ≥ 8.0 only. The CPU backend always computes in fp32.
+/// Floating-point math of convolutions and matrix products on the GPU (--math). fp32:
+/// full-precision FMA (cuDNN CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH; results match the CPU
+/// backend to ~1e-6); tf32: tensor cores with TF32 inputs and fp32 accumulation (10-bit mantissa
+/// products; PyTorch's torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32),
+/// compute capability ≥ 8.0 only. The CPU backend always computes in fp32.
 enum class MathMode { fp32, tf32 };
 
 /// Element type of a tensor in memory. f32: IEEE binary32. bf16: bfloat16 — binary32's sign and
@@ -117,8 +118,8 @@ struct ConvDesc {
   int out_channels = 0;  ///< K
   Hw kernel{3};          ///< R×S
   Hw stride{1};
-  Hw pad{0};             ///< zero padding on both sides of each axis
-  bool bias = true;      ///< false: y = conv(x, w) (the b pointers are ignored and may be null)
+  Hw pad{0};         ///< zero padding on both sides of each axis
+  bool bias = true;  ///< false: y = conv(x, w) (the b pointers are ignored and may be null)
   /// Output shape; throws InputError when the kernel does not fit the (padded) input.
   [[nodiscard]] Shape output() const;
 };
@@ -179,9 +180,9 @@ class ActivationOp {
 /// Spatial batch normalization over N, H, W per channel (Ioffe & Szegedy 2015), with learned
 /// scale γ and shift β (each C floats) and running mean/variance (each C floats).
 struct BatchNormDesc {
-  Shape input;             ///< N×C×H×W
+  Shape input;  ///< N×C×H×W
   float epsilon = 1e-5f;
-  float momentum = 0.1f;   ///< running = (1−momentum)·running + momentum·batch (PyTorch convention)
+  float momentum = 0.1f;  ///< running = (1−momentum)·running + momentum·batch (PyTorch convention)
 };
 
 class BatchNormOp {
@@ -193,8 +194,8 @@ class BatchNormOp {
   virtual void forward(const void* x, const float* gamma, const float* beta, float* running_mean,
                        float* running_var, void* y, bool training) = 0;
   /// dx, dgamma, dbeta from dy, using the statistics saved by the last training forward.
-  virtual void backward(const void* x, const float* gamma, const void* dy, void* dx,
-                        float* dgamma, float* dbeta) = 0;
+  virtual void backward(const void* x, const float* gamma, const void* dy, void* dx, float* dgamma,
+                        float* dbeta) = 0;
   /// Fuses the relu that follows: from now on forward writes y = max(BN(x), 0) (training and
   /// inference), and backward_relu() replaces backward(). Returns false, changing nothing, where
   /// the op has no fused kernel (the default; the CUDA op in the NHWC layout has one: cuDNN's
@@ -211,9 +212,8 @@ class BatchNormOp {
   /// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION).
   virtual bool enable_add_relu() { return false; }
   /// y = max(BN(x) + z, 0); z has x's shape. Otherwise as forward.
-  virtual void forward_add_relu(const void* x, const void* z, const float* gamma,
-                                const float* beta, float* running_mean, float* running_var,
-                                void* y, bool training);
+  virtual void forward_add_relu(const void* x, const void* z, const float* gamma, const float* beta,
+                                float* running_mean, float* running_var, void* y, bool training);
   /// From dy of forward_add_relu's output y: dz = (y > 0 ? dy : 0), and dx, dgamma, dbeta as
   /// backward with that masked gradient. dx or dz may be nullptr (not wanted). Throws
   /// LibraryError when enable_add_relu() did not succeed.
@@ -293,16 +293,16 @@ void check_softmax_xent(int batch, int classes, float smoothing);
 /// Hyper-parameters of one optimizer update over a flat range of parameters.
 struct OptimizerUpdate {
   OptimizerKind kind = OptimizerKind::sgd;
-  float lr = 0.01f;            ///< learning rate of this step (schedule already applied)
-  float momentum = 0.9f;       ///< momentum: v = μ·v + g
-  bool nesterov = false;       ///< Nesterov: p −= lr·(g + μ·v)
-  float beta1 = 0.9f;          ///< Adam (Kingma & Ba 2015)
-  float beta2 = 0.999f;        ///< Adam: decay of the second moment v
-  float epsilon = 1e-8f;       ///< Adam: added to √v̂ in the denominator
-  float weight_decay = 0.0f;   ///< L2: g += wd·p (coupled, as torch.optim.SGD/Adam)
-  std::int64_t step = 1;       ///< 1-based update count, for Adam's (and LAMB's) bias correction
-  float lars_eta = 0.001f;     ///< LARS trust coefficient η
-  float lars_epsilon = 0.0f;   ///< LARS: added to the trust ratio's denominator
+  float lr = 0.01f;           ///< learning rate of this step (schedule already applied)
+  float momentum = 0.9f;      ///< momentum: v = μ·v + g
+  bool nesterov = false;      ///< Nesterov: p −= lr·(g + μ·v)
+  float beta1 = 0.9f;         ///< Adam (Kingma & Ba 2015)
+  float beta2 = 0.999f;       ///< Adam: decay of the second moment v
+  float epsilon = 1e-8f;      ///< Adam: added to √v̂ in the denominator
+  float weight_decay = 0.0f;  ///< L2: g += wd·p (coupled, as torch.optim.SGD/Adam)
+  std::int64_t step = 1;      ///< 1-based update count, for Adam's (and LAMB's) bias correction
+  float lars_eta = 0.001f;    ///< LARS trust coefficient η
+  float lars_epsilon = 0.0f;  ///< LARS: added to the trust ratio's denominator
 };
 
 /// Floats [begin, end) of the flat parameter buffer holding one tensor, and whether the

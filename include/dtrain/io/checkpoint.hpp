@@ -1,23 +1,24 @@
 // dtrain/io/checkpoint.hpp — atomic, checksummed, resumable HDF5 checkpoints.
 //
 // File `<run_dir>/ckpt-<global_step, 10 digits>.h5`, written by the chief alone (in async mode the
-// chief first gathers every ps's shard with a SNAPSHOT request: "gathered to one writer"). Protocol:
-// write `<name>.tmp`, H5Fflush + fsync, close, rename to `<name>`, fsync the directory; so a crash
-// leaves either the previous checkpoint or a `.tmp` that --resume never picks. Every dataset carries
-// HDF5's Fletcher32 checksum, verified on read. The newest `keep` checkpoints are kept.
+// chief first gathers every ps's shard with a SNAPSHOT request: "gathered to one writer").
+// Protocol: write `<name>.tmp`, H5Fflush + fsync, close, rename to `<name>`, fsync the directory;
+// so a crash leaves either the previous checkpoint or a `.tmp` that --resume never picks. Every
+// dataset carries HDF5's Fletcher32 checksum, verified on read. The newest `keep` checkpoints are
+// kept.
 //
 // Layout: /params (P floats), /optimizer/m, /optimizer/v (P floats or empty), /model_state
 // (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
-// global_step, epoch, step_in_epoch, seed, num_workers, mode, model_signature, config, wall_seconds.
-// Format 2 adds the named tensors: /tensors/<name> for every parameter, in PyTorch's layout and
-// shape (conv weight OIHW [O, I, kH, kW], dense weight [out, in], biases and batchnorm γ/β [C]),
-// and /buffers/<name> for every batchnorm buffer, [W, C] (worker w's statistics in row w; PyTorch's
-// tensor is their mean, mean_of_rows()), named as Model's TensorInfo::key ("layer1.0.bn2.weight");
-// root attributes param_names and buffer_names list them in flat-buffer order. Each is an HDF5
-// virtual dataset over its range of /params or /model_state: h5ls, h5py and every HDF5 reader see
-// a dataset of that shape, while the bytes are stored (and checksummed) once, in the flat buffers
-// — so named tensors cost a checkpoint no write or read time (docs/checkpoints.md). Format 1 (no
-// names) still reads.
+// global_step, epoch, step_in_epoch, seed, num_workers, mode, model_signature, config,
+// wall_seconds. Format 2 adds the named tensors: /tensors/<name> for every parameter, in PyTorch's
+// layout and shape (conv weight OIHW [O, I, kH, kW], dense weight [out, in], biases and batchnorm
+// γ/β [C]), and /buffers/<name> for every batchnorm buffer, [W, C] (worker w's statistics in row w;
+// PyTorch's tensor is their mean, mean_of_rows()), named as Model's TensorInfo::key
+// ("layer1.0.bn2.weight"); root attributes param_names and buffer_names list them in flat-buffer
+// order. Each is an HDF5 virtual dataset over its range of /params or /model_state: h5ls, h5py and
+// every HDF5 reader see a dataset of that shape, while the bytes are stored (and checksummed) once,
+// in the flat buffers — so named tensors cost a checkpoint no write or read time
+// (docs/checkpoints.md). Format 1 (no names) still reads.
 #pragma once
 
 #include <cstdint>

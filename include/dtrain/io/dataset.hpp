@@ -6,7 +6,8 @@
 //   labels  any integer type, rank 1, N
 //   root attributes (optional): mean, std (float, 1 or C values, in units after the /255 scaling of
 //   uint8 images), num_classes (int), class_names (strings).
-// Normalization of one pixel of channel c:  v = raw; if uint8: v /= 255; if mean/std: v = (v−mean[c])/std[c].
+// Normalization of one pixel of channel c:  v = raw; if uint8: v /= 255; if mean/std: v =
+// (v−mean[c])/std[c].
 //
 // Sharding follows the usual distributed-sampler shape (PyTorch's DistributedSampler, llm.c's
 // dataloader): every rank draws the same permutation from (seed, epoch) and takes its contiguous
@@ -31,29 +32,32 @@ namespace dtrain {
 /// trainer from the options (--random-resized-crop, --center-crop, --eval-resize, --data-threads,
 /// --on-bad-image) through configure_decode(). Plain data.
 struct DecodeOptions {
-  int crop = 0;                 ///< S: every sample is C×S×S (0: not configured yet)
-  bool random_resized = false;  ///< RandomResizedCrop(S) (training); else Resize(resize) + CenterCrop(S)
-  int resize = 0;               ///< shorter side before the centre crop, ≥ crop
-  int threads = 1;              ///< decode threads of one reader (the reader thread is one of them)
-  bool fail_on_bad = false;     ///< a bad image stops the run (else it is skipped and counted)
-  double dct_ratio = 1.0;       ///< JPEG DCT scaling while the crop stays ≥ this × S (0: never)
+  int crop = 0;  ///< S: every sample is C×S×S (0: not configured yet)
+  bool random_resized =
+      false;        ///< RandomResizedCrop(S) (training); else Resize(resize) + CenterCrop(S)
+  int resize = 0;   ///< shorter side before the centre crop, ≥ crop
+  int threads = 1;  ///< decode threads of one reader (the reader thread is one of them)
+  bool fail_on_bad = false;  ///< a bad image stops the run (else it is skipped and counted)
+  double dct_ratio = 1.0;    ///< JPEG DCT scaling while the crop stays ≥ this × S (0: never)
 };
 
-/// What open_dataset_info() learned about one split file. Plain data: copyable, thread-safe to read.
+/// What open_dataset_info() learned about one split file. Plain data: copyable, thread-safe to
+/// read.
 struct DatasetInfo {
-  std::string path;             ///< the file
-  std::int64_t num_samples = 0; ///< N (> 0)
-  Shape sample;                 ///< 1×C×H×W
-  int num_classes = 0;          ///< see open_dataset_info()
-  bool is_uint8 = false;        ///< images stored as uint8 (else float32)
-  std::vector<float> mean;      ///< per channel (C values; a 1-value attribute is broadcast), or empty
-  std::vector<float> stddev;    ///< per channel, > 0, or empty (then no mean/std normalization)
+  std::string path;              ///< the file
+  std::int64_t num_samples = 0;  ///< N (> 0)
+  Shape sample;                  ///< 1×C×H×W
+  int num_classes = 0;           ///< see open_dataset_info()
+  bool is_uint8 = false;         ///< images stored as uint8 (else float32)
+  std::vector<float> mean;  ///< per channel (C values; a 1-value attribute is broadcast), or empty
+  std::vector<float> stddev;  ///< per channel, > 0, or empty (then no mean/std normalization)
   std::vector<std::string> class_names;  ///< num_classes names, or empty
-  bool has_labels = true;       ///< false: no `labels` dataset (labels_optional; batches get label 0)
+  bool has_labels = true;  ///< false: no `labels` dataset (labels_optional; batches get label 0)
   /// `images` holds encoded JPEG/PNG bytes (variable-length uint8, rank 1; docs/data.md); then
-  /// sample is 1×C×S×S with S = decode.crop (1×C×0×0 until configure_decode()) and is_uint8 is true.
+  /// sample is 1×C×S×S with S = decode.crop (1×C×0×0 until configure_decode()) and is_uint8 is
+  /// true.
   bool encoded = false;
-  DecodeOptions decode;         ///< encoded files only
+  DecodeOptions decode;  ///< encoded files only
 };
 
 /// Sets the transforms of an encoded file (info.encoded) and its sample shape 1×C×S×S, S =
@@ -120,11 +124,12 @@ std::vector<std::int64_t> epoch_shard(std::int64_t n, std::uint64_t seed, int ep
 std::int64_t check_dataset_fits(const DatasetInfo& info, int workers, int batch_size);
 
 /// Training-set augmentation, the CIFAR recipe (He et al. 2016 §4.2): zero-pad each image by
-/// `crop_pad` pixels on every side and crop it back to H×W at a random offset; mirror it horizontally
-/// with probability 1/2. "Zero" is the raw pixel value 0, so the padding of channel c takes the
-/// normalized value of 0, (0 − mean[c]) / std[c] (torchvision's RandomCrop(padding=P) runs before
-/// Normalize). Every draw is a pure function of (seed, epoch, sample index) — counter_hash, no
-/// generator state — so a resumed run augments every sample exactly as an uninterrupted run does.
+/// `crop_pad` pixels on every side and crop it back to H×W at a random offset; mirror it
+/// horizontally with probability 1/2. "Zero" is the raw pixel value 0, so the padding of channel c
+/// takes the normalized value of 0, (0 − mean[c]) / std[c] (torchvision's RandomCrop(padding=P)
+/// runs before Normalize). Every draw is a pure function of (seed, epoch, sample index) —
+/// counter_hash, no generator state — so a resumed run augments every sample exactly as an
+/// uninterrupted run does.
 struct Augmentation {
   int crop_pad = 0;        ///< P ≥ 0; 0 = no crop
   bool flip = false;       ///< random horizontal flip
@@ -161,11 +166,12 @@ struct HostBatch {
 
 /// Reads batches of the given sample indices, in order, through a prefetch thread that keeps up to
 /// `depth` batches ready (and augments them there, off the training thread, when asked to).
-/// Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one may be partial). Only the selected image rows are read — sorted, consecutive rows merged into
-/// runs, one regular-hyperslab read per run (see batch_reader.cpp for why not one union read) —
-/// never the whole images dataset. The labels of `indices` are read once at construction. The
-/// thread does all HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe.
-/// Buffers are allocated once (a ring of `depth` batches plus one staging buffer).
+/// Batch k holds indices[k·B, min((k+1)·B, size)) in that order (the last one may be partial). Only
+/// the selected image rows are read — sorted, consecutive rows merged into runs, one
+/// regular-hyperslab read per run (see batch_reader.cpp for why not one union read) — never the
+/// whole images dataset. The labels of `indices` are read once at construction. The thread does all
+/// HDF5 work under hdf5_mutex(), so checkpoint writes on other threads are safe. Buffers are
+/// allocated once (a ring of `depth` batches plus one staging buffer).
 ///
 /// Encoded files (info.encoded, configured by configure_decode()): each batch's rows are read with
 /// one point-selection H5Dread, then decoded, cropped (augment's seed and epoch key the random
@@ -238,20 +244,20 @@ class BatchReader {
   int depth_;
   Augmentation augment_;
   std::int64_t num_batches_;
-  std::int64_t next_batch_ = 0;     ///< next batch the consumer gets
-  bool consumed_ = false;           ///< next() was called
+  std::int64_t next_batch_ = 0;  ///< next batch the consumer gets
+  bool consumed_ = false;        ///< next() was called
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Slot> ring_;          ///< depth_ slots, reused
-  std::vector<int> free_, ready_;   ///< slot numbers; ready_ in batch order
+  std::vector<Slot> ring_;         ///< depth_ slots, reused
+  std::vector<int> free_, ready_;  ///< slot numbers; ready_ in batch order
   bool stop_ = false;
-  bool stuck_ = false;              ///< next() timed out: the thread is detached, not joined
+  bool stuck_ = false;  ///< next() timed out: the thread is detached, not joined
   std::exception_ptr error_;
   std::thread thread_;
   std::atomic<std::int64_t> bad_images_{0};
 
-  struct Reader;                    ///< HDF5 handles and staging buffers, owned by the thread
+  struct Reader;  ///< HDF5 handles and staging buffers, owned by the thread
   std::unique_ptr<Reader> reader_;
 };
 

@@ -1,4 +1,5 @@
-// dtrain/io/hdf5.hpp — RAII owners, error checking and small read/write helpers over the HDF5 C API.
+// dtrain/io/hdf5.hpp — RAII owners, error checking and small read/write helpers over the HDF5 C
+// API.
 //
 // Used by the dataset reader (io/dataset.hpp) and by checkpoints. Follows the HDF5 1.10 C API
 // (H5F/H5D/H5S/H5T/H5P/H5A/H5G).
@@ -6,8 +7,8 @@
 // Thread-safety. Debian's parallel HDF5 is built without its thread-safety option, so the library
 // must never be entered by two threads at once. Every function in dtrain that calls HDF5 — all the
 // helpers below, the handle destructors, the dataset prefetch thread and the checkpoint writer —
-// holds hdf5_mutex() (a recursive mutex) while it does. Code outside this file that calls H5* directly
-// must lock it too:
+// holds hdf5_mutex() (a recursive mutex) while it does. Code outside this file that calls H5*
+// directly must lock it too:
 //     std::lock_guard lock(dtrain::hdf5_mutex());
 // All helpers here lock it themselves and are therefore safe to call from any thread. Note that
 // the H5T_NATIVE_* / H5T_STD_* / H5P_<CLASS> "constants" are macros that call H5open(): evaluate
@@ -102,7 +103,8 @@ using H5PropList = Hdf5Handle<H5Pclose>;
 using H5Attribute = Hdf5Handle<H5Aclose>;
 using H5Group = Hdf5Handle<H5Gclose>;
 
-// ---- files ----------------------------------------------------------------------------------------
+// ---- files
+// ----------------------------------------------------------------------------------------
 
 /// Opens an existing file read-only (default POSIX driver).
 /// Throws InputError naming the path when it does not exist, is not a regular file, is not an HDF5
@@ -118,10 +120,11 @@ H5File create_file(const std::string& path);
 /// Flushes all buffers of an open file to the OS (H5Fflush, global scope). Throws LibraryError.
 void flush_file(hid_t file, const std::string& what);
 
-// ---- objects --------------------------------------------------------------------------------------
+// ---- objects
+// --------------------------------------------------------------------------------------
 
-/// True when `name` (a path relative to loc, no intermediate groups required to exist) names a link.
-/// Never throws: a failed H5Lexists (an invalid loc too) answers false.
+/// True when `name` (a path relative to loc, no intermediate groups required to exist) names a
+/// link. Never throws: a failed H5Lexists (an invalid loc too) answers false.
 bool has_link(hid_t loc, const std::string& name);
 
 /// True when object obj has an attribute called name. Throws LibraryError when H5Aexists fails
@@ -151,8 +154,8 @@ std::vector<hsize_t> dataset_dims(hid_t dset);
 /// "float32", "float64", "string", or the HDF5 class name ("compound", "enum", …) otherwise.
 struct H5TypeInfo {
   H5T_class_t cls = H5T_NO_CLASS;
-  std::size_t size = 0;     ///< bytes per element
-  bool is_signed = false;   ///< integers only
+  std::size_t size = 0;    ///< bytes per element
+  bool is_signed = false;  ///< integers only
   [[nodiscard]] std::string str() const;
   [[nodiscard]] bool is_integer() const { return cls == H5T_INTEGER; }
   [[nodiscard]] bool is_float() const { return cls == H5T_FLOAT; }
@@ -161,10 +164,11 @@ struct H5TypeInfo {
 /// Type of a dataset. Throws LibraryError.
 H5TypeInfo dataset_type(hid_t dset);
 
-// ---- attributes (on a file's root group, a group or a dataset) -----------------------------------
-// Readers throw InputError "<where>: attribute `name` …" when the attribute is missing or of a
-// type that cannot be converted (a string where a number is expected, or the reverse). Writers
-// replace an existing attribute of the same name; they throw LibraryError on failure.
+// ---- attributes (on a file's root group, a group or a dataset)
+// ----------------------------------- Readers throw InputError "<where>: attribute `name` …" when
+// the attribute is missing or of a type that cannot be converted (a string where a number is
+// expected, or the reverse). Writers replace an existing attribute of the same name; they throw
+// LibraryError on failure.
 
 /// Reads a numeric scalar (or 1-element) attribute converted to int64. Floats must be integral.
 std::int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& where);
@@ -190,7 +194,8 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& va
 /// Writes a 1-D variable-length UTF-8 string attribute.
 void write_attr_strings(hid_t obj, const std::string& name, const std::vector<std::string>& values);
 
-// ---- whole datasets -------------------------------------------------------------------------------
+// ---- whole datasets
+// -------------------------------------------------------------------------------
 
 /// Reads a whole numeric dataset of any rank as float32 (HDF5 converts the type; a Fletcher32
 /// checksum, when present, is verified). dims, when given, receives the dimensions.

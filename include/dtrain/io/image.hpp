@@ -71,7 +71,8 @@ class ImageDecoder {
   /// 4, 8} shrinks a JPEG in the DCT domain to ceil(W / d) × ceil(H / d) (PNG ignores it: d = 1).
   /// Returns the denominator used. Throws ImageError for a corrupt or truncated image (libjpeg
   /// warnings about premature end of data count as errors) or one of more than 2^28 pixels.
-  int decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out, int scale_denom = 1);
+  int decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out,
+             int scale_denom = 1);
 
  private:
   void* tj_ = nullptr;  ///< tjhandle
@@ -96,9 +97,9 @@ CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, in
 /// window columns [wx, wx + ww) and rows [wy, wy + wh), written packed (ww·channels bytes a row)
 /// to dst. Bit-exact with Pillow 9 for 8-bit L and RGB images. Box coordinates are floats in
 /// source pixels (0 ≤ x0 < x1 ≤ width, likewise y).
-void resample_window(const std::uint8_t* src, int width, int height, int channels, std::size_t stride,
-                     double x0, double y0, double x1, double y1, int out_w, int out_h, int wx, int wy,
-                     int ww, int wh, std::uint8_t* dst);
+void resample_window(const std::uint8_t* src, int width, int height, int channels,
+                     std::size_t stride, double x0, double y0, double x1, double y1, int out_w,
+                     int out_h, int wx, int wy, int ww, int wh, std::uint8_t* dst);
 
 /// img.crop(box).resize((out_w, out_h), BILINEAR) in Pillow — what torchvision's resized_crop does
 /// to a PIL image — into dst (out_h × out_w × channels, packed). box must lie inside the image.
@@ -106,10 +107,10 @@ void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, 
 
 /// What transform_image() does to one image.
 struct ImageTransform {
-  int out = 0;                ///< S: output is S × S
-  bool random_crop = false;   ///< true: RandomResizedCrop(S); false: Resize(resize) + CenterCrop(S)
-  int resize = 0;             ///< shorter side before the centre crop (≥ S)
-  bool flip = false;          ///< mirror left–right (the caller draws it)
+  int out = 0;               ///< S: output is S × S
+  bool random_crop = false;  ///< true: RandomResizedCrop(S); false: Resize(resize) + CenterCrop(S)
+  int resize = 0;            ///< shorter side before the centre crop (≥ S)
+  bool flip = false;         ///< mirror left–right (the caller draws it)
   /// Decode a JPEG at 1/d (DCT scaling) when the crop, shrunk by d, is still ≥ dct_ratio × S in
   /// both axes; 0 disables DCT scaling (exact Pillow equality).
   double dct_ratio = 1.0;

@@ -40,7 +40,7 @@ struct LayerSpec {
   std::map<std::string, std::string> args;  ///< the type's arguments (not name= / input=)
   std::string name;                         ///< name=, or empty
   std::vector<std::string> inputs;          ///< input=, or empty (the previous layer)
-  int stage = -1;  ///< stage=K: this layer starts pipeline stage K (--pipeline-stages); -1: none
+  int stage = -1;    ///< stage=K: this layer starts pipeline stage K (--pipeline-stages); -1: none
   std::string text;  ///< the original line, for error messages
 };
 
@@ -55,7 +55,7 @@ LayerSpec parse_layer_spec(const std::string& text);
 enum class Init {
   zeros,
   ones,
-  he_normal,      ///< N(0, sqrt(2/fan_in)) (He et al. 2015), for conv/dense weights
+  he_normal,  ///< N(0, sqrt(2/fan_in)) (He et al. 2015), for conv/dense weights
 };
 
 /// A parameter or state tensor a layer needs; the model allocates it inside its flat buffers.
@@ -102,7 +102,8 @@ class Layer {
   [[nodiscard]] virtual std::vector<ParamDef> param_defs() const { return {}; }
   /// Non-trainable state saved in checkpoints (batchnorm running statistics).
   [[nodiscard]] virtual std::vector<ParamDef> state_defs() const { return {}; }
-  /// Binds device pointers (into the model's flat buffers) for each param_defs()/state_defs() entry.
+  /// Binds device pointers (into the model's flat buffers) for each param_defs()/state_defs()
+  /// entry.
   virtual void bind(const std::vector<float*>& params, const std::vector<float*>& grads,
                     const std::vector<float*>& state) {
     (void)params;

@@ -46,8 +46,8 @@ struct TensorInfo {
   /// dense weight [out, in], every bias and batchnorm tensor [C].
   std::vector<std::int64_t> dims;
   Shape shape;
-  std::size_t offset = 0;   ///< in floats, from the start of the flat buffer
-  std::size_t count = 0;    ///< floats
+  std::size_t offset = 0;  ///< in floats, from the start of the flat buffer
+  std::size_t count = 0;   ///< floats
   Init init = Init::zeros;
   /// Inputs feeding one output unit, the n of He-normal's N(0, √(2/n)): C·R·S for a conv
   /// weight, I for a dense weight; 1 for every other tensor (unused).
@@ -72,9 +72,9 @@ struct LayerInfo {
   std::vector<int> inputs;  ///< tensor ids: 0 = the network input, i + 1 = layer i's output
   /// Layer::arguments(): the type's arguments, defaults filled in ("kernel" → "3", ...)
   std::vector<std::pair<std::string, std::string>> arguments;
-  Shape output;             ///< per sample (N = 1)
-  std::size_t params = 0;   ///< trainable floats
-  int stage = -1;           ///< the line's stage= (this layer starts that pipeline stage), or -1
+  Shape output;            ///< per sample (N = 1)
+  std::size_t params = 0;  ///< trainable floats
+  int stage = -1;          ///< the line's stage= (this layer starts that pipeline stage), or -1
   /// Forward floating-point operations per sample: 2·weights·H·W of the output for conv and
   /// dense (each weight takes part in one multiply-add per output pixel), the output's element
   /// count for every other layer (one operation per element).
@@ -159,10 +159,10 @@ class Model {
   /// stats[0..2] (kStatsFloats device floats). `step_seed` keys dropout. n == 0 zeroes grads().
   /// `on_final`, if set, is called after each layer's backward (layers in reverse line order;
   /// parameters lie in line order) with the offset from which the gradients are final: at least
-  /// once, the last time with 0. The backend may still be computing them (a GPU stream): the callback must order
-  /// any use after the backend's work. Throws Error when n > max_batch (or n < 0) or on a
-  /// layout-only model, InputError for a label outside [0, num_classes()) on the CPU backend (the
-  /// GPU adds NaN to the loss instead), LibraryError when a backend call fails.
+  /// once, the last time with 0. The backend may still be computing them (a GPU stream): the
+  /// callback must order any use after the backend's work. Throws Error when n > max_batch (or n <
+  /// 0) or on a layout-only model, InputError for a label outside [0, num_classes()) on the CPU
+  /// backend (the GPU adds NaN to the loss instead), LibraryError when a backend call fails.
   void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
 
@@ -217,10 +217,10 @@ class Model {
   /// Forward of this stage's layers on one micro-batch of n ≤ max_batch samples in slot `slot`:
   /// x (first stage: device fp32 NCHW n×C×H×W, as train_step(); must stay valid until
   /// backward_micro of the slot) and the received tensors in the slot as input; on the last stage
-  /// then the loss (labels: device int32, n), adding Σ loss, #correct and #top-5 hits to stats[0..2] and, when
-  /// training, writing grad_scale·∂loss/∂logits. `training` false: inference mode (batch-norm
-  /// running statistics, no dropout), nothing kept for backward. `seed` keys dropout as
-  /// train_step()'s step_seed does. Throws as train_step().
+  /// then the loss (labels: device int32, n), adding Σ loss, #correct and #top-5 hits to
+  /// stats[0..2] and, when training, writing grad_scale·∂loss/∂logits. `training` false: inference
+  /// mode (batch-norm running statistics, no dropout), nothing kept for backward. `seed` keys
+  /// dropout as train_step()'s step_seed does. Throws as train_step().
   void forward_micro(int slot, const float* x, const std::int32_t* labels, int n, float grad_scale,
                      std::uint64_t seed, float* stats, bool training);
   /// Backward of this stage's layers for the micro-batch forward_micro() left in `slot`, from
@@ -315,7 +315,7 @@ class Model {
   DeviceBuffer<std::byte> arena_;
   /// the batch as the first layer reads it (network_input), one per slot
   DeviceBuffer<std::byte> input_;
-  DeviceBuffer<float> input_f32_;  ///< the batch converted to NHWC before rounding (bf16 + NHWC)
+  DeviceBuffer<float> input_f32_;   ///< the batch converted to NHWC before rounding (bf16 + NHWC)
   DeviceBuffer<float> logits_f32_;  ///< logits() cast to fp32 (bf16 only)
   DeviceBuffer<float> grad_sum_;    ///< train_step_micro: the earlier micro-batches' gradients
   /// Layers per (batch size, activation slot).

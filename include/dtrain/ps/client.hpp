@@ -28,10 +28,10 @@
 namespace dtrain {
 
 struct PushResult {
-  std::int64_t global_step = 0;   ///< smallest global_step over the ps after this request
-  std::int64_t staleness = 0;     ///< max over ps of (global_step at apply − step last seen)
-  bool stop_requested = false;    ///< some rank asked to stop (signal)
-  bool dropped = false;           ///< some ps did not apply the push (late or past the last step)
+  std::int64_t global_step = 0;  ///< smallest global_step over the ps after this request
+  std::int64_t staleness = 0;    ///< max over ps of (global_step at apply − step last seen)
+  bool stop_requested = false;   ///< some rank asked to stop (signal)
+  bool dropped = false;          ///< some ps did not apply the push (late or past the last step)
 };
 
 class PsClient {
@@ -119,11 +119,11 @@ class PsClient {
   double timeout_;
   std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
   std::size_t chunk_bytes_;
-  std::vector<std::int64_t> seen_;  // per ps: global_step in its last reply
+  std::vector<std::int64_t> seen_;                   // per ps: global_step in its last reply
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
-  std::vector<ChunkLayout> layouts_;   // per ps: its shard's chunks
+  std::vector<ChunkLayout> layouts_;                 // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
-  std::vector<int> index_;             // MPI_Testsome's output
+  std::vector<int> index_;  // MPI_Testsome's output
   ZeroChunk zeros_;
   /// What this rank shares with one ps: the ring, and the request in flight through it.
   struct Ring {
@@ -134,17 +134,17 @@ class PsClient {
     std::size_t replied = 0;            ///< reply chunks copied out
     std::size_t wanted = 0;             ///< chunks handed over (push_ready)
   };
-  std::vector<Ring> rings_;            // per ps
-  const float* ring_src_ = nullptr;    // the pushed gradient, for the chunks still to be written
-  float* ring_dst_ = nullptr;          // the parameters the replies go to
+  std::vector<Ring> rings_;          // per ps
+  const float* ring_src_ = nullptr;  // the pushed gradient, for the chunks still to be written
+  float* ring_dst_ = nullptr;        // the parameters the replies go to
   std::int64_t shared_pushes_ = 0;
   // An issued push (begin_push .. finish_push).
   const float* push_grads_ = nullptr;
-  std::vector<std::size_t> sent_;      // per ps: chunks sent, in travel order
-  bool threaded_ = false;              // MPI_THREAD_MULTIPLE: a progress thread may poll
-  std::mutex mu_;                      // reqs_ between the caller and the progress thread
+  std::vector<std::size_t> sent_;  // per ps: chunks sent, in travel order
+  bool threaded_ = false;          // MPI_THREAD_MULTIPLE: a progress thread may poll
+  std::mutex mu_;                  // reqs_ between the caller and the progress thread
   std::atomic<bool> polling_{false};
-  int progress_error_ = MPI_SUCCESS;   // the progress thread's MPI failure (read after join)
+  int progress_error_ = MPI_SUCCESS;     // the progress thread's MPI failure (read after join)
   std::exception_ptr progress_failure_;  // the progress thread's exception (read after join)
   std::thread progress_;
 };

@@ -5,9 +5,9 @@
 // followed by its payload — zero or more "parts", each the shard's n floats — on the cluster's
 // payload communicator (Cluster::payload_comm), cut into chunks of at most `chunk` floats
 // (--ps-chunk-kb, default 1 MiB; ChunkLayout): part 0's chunks in travel order — last chunk first,
-// because backward produces a gradient from its end (ChunkLayout::travel) — then part 1's, ... Every
-// size follows from the header's tag and the shard table, so no size is read back from MPI, and
-// no message is larger than one chunk (a shard of any size, past 2 GiB included, travels as
+// because backward produces a gradient from its end (ChunkLayout::travel) — then part 1's, ...
+// Every size follows from the header's tag and the shard table, so no size is read back from MPI,
+// and no message is larger than one chunk (a shard of any size, past 2 GiB included, travels as
 // chunks; comm/big_message still carries a chunk above a lowered test count limit).
 // Chunks go straight from and into the callers' arrays (no packing copy), and they pipeline: a
 // ps applies the optimizer to a chunk of a push and sends that chunk of the reply while the next
@@ -16,14 +16,16 @@
 // (PsClient::begin_push), the ps serving the chunks of several workers' pushes interleaved.
 //   worker → ps  PULL        header                       ps → worker REPLY  header + shard params
 //                (answered once the ps's global_step ≥ header.wait_step)
-//   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard params
+//   worker → ps  PUSH        header + shard gradient      ps → worker REPLY  header + fresh shard
+//   params
 //                (sync through the ps / bounded staleness: once the update the push joins allows;
 //                ps/server.hpp)
 //   chief  → ps  LOAD        header + params, m, v        ps → chief  REPLY  header + shard params
 //   chief  → ps  SNAPSHOT    header                       ps → chief  STATE  header + params, m, v
 //                (LOAD and SNAPSHOT come from the chief, worker 0, only; LOAD at most once per
 //                run, before any PUSH)
-//   worker → ps  DONE        header                       (no reply; the ps exits after DONE from all)
+//   worker → ps  DONE        header                       (no reply; the ps exits after DONE from
+//   all)
 // Why it cannot deadlock: a worker posts all receives of a reply (header and chunks) before it
 // sends, and has at most one request outstanding per ps; a ps keeps one pre-posted header receive
 // per worker, posts the receives of a request's chunks when its header arrives (the worker sends
@@ -33,19 +35,18 @@
 // worker has posted, so it completes), and re-posts that worker's header receive once the
 // request's payload is in, so every send has a matching posted receive. A ps never changes
 // parameters a reply is still being sent from: before it updates (or loads) a range it waits for
-// the in-flight reply chunks that overlap it (their receives are posted, so they complete). A reply the ps holds back
-// (waiting for other workers' pushes) keeps that worker's one request outstanding; the ps answers
-// every held request when it stops applying updates (--max-steps, stop request), so no worker
-// waits for a push that will never come. MPI's non-overtaking rule keeps each worker's messages,
-// and each request's chunks, in order.
-// A worker on the ps's own node pushes async gradients through a ring shared with the ps
-// (ps/shared_ring.hpp) once a reply header has named it (ring_pid, ring_fd, ring_token): its PUSH
-// header carries kFlagShm, chunk message t is a zero-byte message sent after the worker wrote the
-// chunk into slot t mod kRingSlots, and the ps answers each chunk with a zero-byte message once
-// it wrote the reply's values into that slot (the updated parameters, or the current ones for a
-// push it does not apply). A slot changes hands only by these messages: the worker writes chunk t only
-// after it copied out the reply of chunk t − kRingSlots, so no deadline is lost and the order
-// argument above holds unchanged.
+// the in-flight reply chunks that overlap it (their receives are posted, so they complete). A reply
+// the ps holds back (waiting for other workers' pushes) keeps that worker's one request
+// outstanding; the ps answers every held request when it stops applying updates (--max-steps, stop
+// request), so no worker waits for a push that will never come. MPI's non-overtaking rule keeps
+// each worker's messages, and each request's chunks, in order. A worker on the ps's own node pushes
+// async gradients through a ring shared with the ps (ps/shared_ring.hpp) once a reply header has
+// named it (ring_pid, ring_fd, ring_token): its PUSH header carries kFlagShm, chunk message t is a
+// zero-byte message sent after the worker wrote the chunk into slot t mod kRingSlots, and the ps
+// answers each chunk with a zero-byte message once it wrote the reply's values into that slot (the
+// updated parameters, or the current ones for a push it does not apply). A slot changes hands only
+// by these messages: the worker writes chunk t only after it copied out the reply of chunk t −
+// kRingSlots, so no deadline is lost and the order argument above holds unchanged.
 #pragma once
 
 #include <algorithm>
@@ -78,16 +79,17 @@ enum PsFlag : std::int32_t {
 inline constexpr std::size_t kRingSlots = 4;
 
 struct MsgHeader {
-  std::int64_t global_step = 0;  ///< ps → worker: pushes applied by this ps; LOAD: step to resume at
-  std::int64_t seen_step = 0;    ///< worker → ps: this ps's global_step at the worker's last reply
-  std::int64_t staleness = 0;    ///< ps → worker: global_step at apply − seen_step
-  std::int32_t samples = 0;      ///< worker → ps: samples behind this gradient (0: none, ignored)
-  std::int32_t flags = 0;        ///< PsFlag bits
-  std::int64_t max_steps = 0;    ///< LOAD: the run's --max-steps (0: none)
-  std::int64_t wait_step = 0;    ///< PULL: answer once global_step ≥ wait_step
-  std::int32_t ring_pid = 0;     ///< ps → worker: the process holding the shared ring (0: none)
-  std::int32_t ring_fd = -1;     ///< ps → worker: its descriptor of the ring (SharedRing::open)
-  std::int64_t ring_token = 0;   ///< ps → worker: the token the ring starts with
+  std::int64_t global_step =
+      0;  ///< ps → worker: pushes applied by this ps; LOAD: step to resume at
+  std::int64_t seen_step = 0;   ///< worker → ps: this ps's global_step at the worker's last reply
+  std::int64_t staleness = 0;   ///< ps → worker: global_step at apply − seen_step
+  std::int32_t samples = 0;     ///< worker → ps: samples behind this gradient (0: none, ignored)
+  std::int32_t flags = 0;       ///< PsFlag bits
+  std::int64_t max_steps = 0;   ///< LOAD: the run's --max-steps (0: none)
+  std::int64_t wait_step = 0;   ///< PULL: answer once global_step ≥ wait_step
+  std::int32_t ring_pid = 0;    ///< ps → worker: the process holding the shared ring (0: none)
+  std::int32_t ring_fd = -1;    ///< ps → worker: its descriptor of the ring (SharedRing::open)
+  std::int64_t ring_token = 0;  ///< ps → worker: the token the ring starts with
 };
 static_assert(sizeof(MsgHeader) == 64, "MsgHeader must keep the float payload 16-byte aligned");
 

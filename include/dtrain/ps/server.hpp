@@ -45,17 +45,17 @@ namespace dtrain {
 inline constexpr int kStalenessBins = 33;
 
 struct PsStats {
-  std::int64_t pushes = 0;          ///< gradients used in updates
-  std::int64_t updates = 0;         ///< optimizer steps applied (global steps of this run)
-  std::int64_t ignored = 0;         ///< pushes after --max-steps or a stop request, not applied
-  std::int64_t dropped = 0;         ///< sync through the ps: late gradients, not applied
-  std::int64_t staleness_sum = 0;   ///< Σ staleness over used gradients
+  std::int64_t pushes = 0;         ///< gradients used in updates
+  std::int64_t updates = 0;        ///< optimizer steps applied (global steps of this run)
+  std::int64_t ignored = 0;        ///< pushes after --max-steps or a stop request, not applied
+  std::int64_t dropped = 0;        ///< sync through the ps: late gradients, not applied
+  std::int64_t staleness_sum = 0;  ///< Σ staleness over used gradients
   std::int64_t staleness_max = 0;
   std::vector<std::int64_t> staleness_histogram;  ///< kStalenessBins counts of used gradients
   std::vector<std::int64_t> worker_pushes;        ///< per worker: gradients used
   std::vector<std::int64_t> worker_dropped;       ///< per worker: late gradients dropped
-  double busy_seconds = 0;          ///< time spent applying updates and replying
-  double optimizer_seconds = 0;     ///< of busy_seconds: in the optimizer (the updates themselves)
+  double busy_seconds = 0;                        ///< time spent applying updates and replying
+  double optimizer_seconds = 0;  ///< of busy_seconds: in the optimizer (the updates themselves)
   double wall_seconds = 0;
   std::int64_t shared_ring_pushes = 0;  ///< async pushes that came through a shared ring (--ps-shm)
 };

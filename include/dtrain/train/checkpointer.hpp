@@ -45,9 +45,9 @@ namespace dtrain {
 
 /// Where training stands: where a checkpoint resumes, and where one is saved.
 struct TrainPosition {
-  std::int64_t global_step = 0;   ///< updates applied so far
-  int epoch = 0;                  ///< epoch in progress (0-based)
-  std::int64_t step_in_epoch = 0; ///< local steps of that epoch done (the data cursor)
+  std::int64_t global_step = 0;    ///< updates applied so far
+  int epoch = 0;                   ///< epoch in progress (0-based)
+  std::int64_t step_in_epoch = 0;  ///< local steps of that epoch done (the data cursor)
 };
 
 /// The chief's part of a run's set-up, inside the all_or_nothing() phase: makes c.run_dir (a

@@ -34,9 +34,10 @@ struct ExchangeResult {
   /// ps modes: false when the gradient was not used (non-finite, or dropped late); allreduce
   /// learns it one step later (skipped_steps())
   bool applied = true;
-  bool stop = false;       ///< a rank asked to stop (signal), agreed by all workers
-  double staleness = 0;    ///< ps modes: global steps between this gradient's parameters and its update
-  std::int64_t samples = 0;  ///< samples of all workers this step stands for (throughput)
+  bool stop = false;  ///< a rank asked to stop (signal), agreed by all workers
+  double staleness =
+      0;  ///< ps modes: global steps between this gradient's parameters and its update
+  std::int64_t samples = 0;      ///< samples of all workers this step stands for (throughput)
   double optimizer_seconds = 0;  ///< this worker's time applying the optimizer (allreduce)
 };
 

@@ -12,13 +12,13 @@ namespace dtrain {
 
 struct TrainPlan {
   DatasetInfo train;
-  DatasetInfo test;              ///< num_samples == 0 when no --test-data
+  DatasetInfo test;  ///< num_samples == 0 when no --test-data
   bool has_test = false;
-  bool synthetic = false;        ///< --synthetic: no files; test = one batch per worker
+  bool synthetic = false;  ///< --synthetic: no files; test = one batch per worker
   int workers = 1;
-  int batch = 1;                 ///< per worker
+  int batch = 1;                     ///< per worker
   std::int64_t steps_per_epoch = 0;  ///< global steps of one epoch
-  std::int64_t total_steps = 0;  ///< min(epochs × steps_per_epoch, max_steps)
+  std::int64_t total_steps = 0;      ///< min(epochs × steps_per_epoch, max_steps)
 };
 
 /// Validates the datasets and sizes against the configuration and a world of `workers` workers.
@@ -41,7 +41,8 @@ std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int wo
 std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s);
 
 /// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
-/// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same batches").
+/// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same
+/// batches").
 std::string describe_plan(const TrainPlan& plan);
 
 }  // namespace dtrain

@@ -11,8 +11,8 @@
 //
 // Work split: the data is cut into batches of --batch-size on one global grid (batch k holds
 // samples [kB, (k+1)B)) and each rank takes a contiguous run of whole batches (shard_size over the
-// batches). Every sample is therefore computed in the same batch, at the same position, whatever the
-// number of ranks, and with equal --threads the outputs of 1, 2 or 4 ranks are bit-identical.
+// batches). Every sample is therefore computed in the same batch, at the same position, whatever
+// the number of ranks, and with equal --threads the outputs of 1, 2 or 4 ranks are bit-identical.
 //
 // Output: rank 0 gathers every rank's rows and writes one HDF5 file — `predictions` (N int32:
 // argmax of the logits, the first maximum, as the loss's accuracy counts) and `probabilities`

@@ -4,11 +4,11 @@
 //   dtrain export --checkpoint C.h5 --format safetensors --out M.safetensors [--dtype bf16]
 //       the checkpoint's parameters and the batchnorm statistics evaluation uses (mean_of_rows of
 //       the workers' rows), each under its name in PyTorch's shape, plus one I64 scalar
-//       `<bn>.num_batches_tracked` per batchnorm (its global step, as PyTorch's state_dict has one),
-//       so that torchvision's `load_state_dict(strict=True)` takes the file as it is; __metadata__
-//       holds format "pt", the job (the checkpoint's configuration), model signature, global step,
-//       checkpoint path and dtrain version. Format-1 checkpoints (no names) are named by
-//       rebuilding their model from the configuration they carry.
+//       `<bn>.num_batches_tracked` per batchnorm (its global step, as PyTorch's state_dict has
+//       one), so that torchvision's `load_state_dict(strict=True)` takes the file as it is;
+//       __metadata__ holds format "pt", the job (the checkpoint's configuration), model signature,
+//       global step, checkpoint path and dtrain version. Format-1 checkpoints (no names) are named
+//       by rebuilding their model from the configuration they carry.
 //   dtrain export --checkpoint C.h5 --format onnx --out M.onnx
 //       the inference graph with the same tensors (train/onnx_export.hpp); the same metadata as
 //       metadata_props.

@@ -42,8 +42,8 @@ std::string config_crc32(const std::string& effective_ini);
 Provenance gather_provenance(const Cluster& cluster, const std::string& device,
                              const std::string& effective_ini);
 
-/// Log header lines: "# dtrain <version> | <compiler> | <MPI> | oneDNN .. | HDF5 .. | config_crc32 ..",
-/// GPU versions when used, then "# hosts: ...; threads per rank: ...; GPUs: ...".
+/// Log header lines: "# dtrain <version> | <compiler> | <MPI> | oneDNN .. | HDF5 .. | config_crc32
+/// ..", GPU versions when used, then "# hosts: ...; threads per rank: ...; GPUs: ...".
 std::string describe_provenance(const Provenance& p);
 
 /// Adds every field, `hosts`, `threads_per_rank` and (GPU runs) `gpu_models` to a results map.

@@ -21,8 +21,8 @@ namespace dtrain {
 struct MetricsRow {
   std::string kind;
   std::int64_t global_step = 0;
-  int epoch = 0;               ///< 1-based epoch the row falls in
-  double wall_seconds = 0;     ///< wall time of training so far, seconds, before a resume too
+  int epoch = 0;            ///< 1-based epoch the row falls in
+  double wall_seconds = 0;  ///< wall time of training so far, seconds, before a resume too
   /// Mean softmax cross-entropy per sample (nats; the --label-smoothing target): train rows over
   /// the chief's own samples of the interval, test rows over the evaluated test samples
   double loss = 0;

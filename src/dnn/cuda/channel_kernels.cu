@@ -54,7 +54,8 @@ __device__ __forceinline__ void for_chunk(const Geometry g, F f) {
   const int n0 = static_cast<int>(static_cast<long long>(g.n) * p / g.chunks);
   const int n1 = static_cast<int>(static_cast<long long>(g.n) * (p + 1) / g.chunks);
   const std::size_t plane_stride = static_cast<std::size_t>(g.c) * g.hw;
-  const std::size_t first = static_cast<std::size_t>(n0) * plane_stride + static_cast<std::size_t>(c) * g.hw;
+  const std::size_t first =
+      static_cast<std::size_t>(n0) * plane_stride + static_cast<std::size_t>(c) * g.hw;
   if (g.hw >= static_cast<int>(blockDim.x)) {
     for (int n = n0; n < n1; ++n) {
       const std::size_t base = first + static_cast<std::size_t>(n - n0) * plane_stride;
@@ -78,8 +79,8 @@ template <typename F>
 __device__ __forceinline__ void for_planes(std::int64_t planes, int channels, int hw, F f) {
   if (hw == 1) {
     const std::size_t step = std::size_t(gridDim.x) * gridDim.y * blockDim.x;
-    for (std::size_t i = (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
-                         threadIdx.x;
+    for (std::size_t i =
+             (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
          i < static_cast<std::size_t>(planes); i += step)
       f(i, static_cast<int>(i % static_cast<std::size_t>(channels)));
     return;
@@ -98,8 +99,7 @@ __global__ void partial_sum_kernel(Geometry g, const T* x, const float* mean, fl
   __shared__ float shared[kThreads];
   const float m = mean != nullptr ? mean[blockIdx.x] : 0.0f;
   float acc = 0.0f;
-  if (mean == nullptr)
-    for_chunk(g, [&](std::size_t i) { acc += load(x, i); });
+  if (mean == nullptr) for_chunk(g, [&](std::size_t i) { acc += load(x, i); });
   else
     for_chunk(g, [&](std::size_t i) {
       const float d = load(x, i) - m;
@@ -144,8 +144,8 @@ __global__ void finish_sum_kernel(const float* partial, int channels, int chunks
 
 /// From Σ (x − mean)²: saved_invstd = 1/sqrt(var + ε) and the running statistics.
 __global__ void finish_stats_kernel(const float* partial, int channels, int chunks, float m,
-                                    float epsilon, float momentum, const float* mean,
-                                    float* invstd, float* running_mean, float* running_var) {
+                                    float epsilon, float momentum, const float* mean, float* invstd,
+                                    float* running_mean, float* running_var) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const float var = sum_partials(partial, c, chunks) / m;
@@ -156,9 +156,9 @@ __global__ void finish_stats_kernel(const float* partial, int channels, int chun
 }
 
 /// dbeta = Σ dy, dgamma = invstd · Σ dy·(x − mean); then reused as the two sums by dx.
-__global__ void finish_backward_kernel(const float* partial_a, const float* partial_b,
-                                       int channels, int chunks, const float* invstd,
-                                       float* dgamma, float* dbeta) {
+__global__ void finish_backward_kernel(const float* partial_a, const float* partial_b, int channels,
+                                       int chunks, const float* invstd, float* dgamma,
+                                       float* dbeta) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   dbeta[c] = sum_partials(partial_a, c, chunks);
@@ -176,10 +176,9 @@ __global__ void normalize_kernel(const T* x, T* y, const float* mean, const floa
 
 /// dx = γ·invstd/M · (M·dy − Σdy − x̂·Σ(dy·x̂)), x̂ = (x − mean)·invstd, Σ(dy·x̂) = dgamma.
 template <typename T>
-__global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean,
-                             const float* invstd, const float* gamma, const float* dgamma,
-                             const float* dbeta, std::int64_t planes, int channels, int hw,
-                             float m) {
+__global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean, const float* invstd,
+                             const float* gamma, const float* dgamma, const float* dbeta,
+                             std::int64_t planes, int channels, int hw, float m) {
   for_planes(planes, channels, hw, [&](std::size_t i, int c) {
     const float xhat = (load(x, i) - mean[c]) * invstd[c];
     store(dx, i, gamma[c] * invstd[c] / m * (m * load(dy, i) - dbeta[c] - xhat * dgamma[c]));
@@ -211,8 +210,7 @@ __global__ void column_partial_kernel(const T* x, std::int64_t rows, int cols, i
 template <typename T>
 __global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels,
                                         int hw) {
-  for_planes(planes, channels, hw,
-             [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
+  for_planes(planes, channels, hw, [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
 }
 
 /// N·C, in 64 bits: NHWC seen as (N·H·W)×C makes it the element count, which can pass 2^31.
@@ -224,8 +222,8 @@ dim3 plane_grid(const ChannelShape& s) {
   const int hw = s.h * s.w;
   const std::int64_t n = planes(s);
   if (hw == 1)
-    return dim3(1, static_cast<unsigned>(
-                       std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535)));
+    return dim3(
+        1, static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535)));
   const unsigned x = static_cast<unsigned>(std::min((hw + kThreads - 1) / kThreads, 64));
   const unsigned y = static_cast<unsigned>(std::min<std::int64_t>(n, 65535));
   return dim3(x, y);
@@ -254,8 +252,8 @@ int column_chunks(const ChannelShape& s) {
 }
 
 std::size_t channel_scratch_floats(const ChannelShape& s) {
-  const int chunks = s.h * s.w == 1 ? std::max(channel_chunks(s), column_chunks(s))
-                                    : channel_chunks(s);
+  const int chunks =
+      s.h * s.w == 1 ? std::max(channel_chunks(s), column_chunks(s)) : channel_chunks(s);
   return 2 * static_cast<std::size_t>(s.c) * static_cast<std::size_t>(chunks);
 }
 
@@ -269,7 +267,7 @@ void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* 
           static_cast<const T*>(x), std::int64_t{s.n}, s.c, chunks, scratch);
     });
     finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, chunks, 1.0f,
-                                                                     out);
+                                                                    out);
     DT_CHECK_LAUNCH();
     return;
   }
@@ -279,7 +277,8 @@ void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* 
     partial_sum_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, static_cast<const T*>(x),
                                                                      nullptr, scratch);
   });
-  finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks, 1.0f, out);
+  finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks, 1.0f,
+                                                                  out);
   DT_CHECK_LAUNCH();
 }
 
@@ -293,11 +292,10 @@ void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y
   DT_CHECK_LAUNCH();
 }
 
-void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const void* x,
-                                void* y, Elem t, const float* gamma, const float* beta,
-                                float* running_mean, float* running_var, float epsilon,
-                                float momentum, float* saved_mean, float* saved_invstd,
-                                float* scratch) {
+void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const void* x, void* y,
+                                Elem t, const float* gamma, const float* beta, float* running_mean,
+                                float* running_var, float epsilon, float momentum,
+                                float* saved_mean, float* saved_invstd, float* scratch) {
   const Geometry g = geometry(s);
   const float m = static_cast<float>(static_cast<double>(s.n) * g.hw);
   const dim3 grid(s.c, g.chunks);
@@ -317,8 +315,8 @@ void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, cons
   DT_CHECK_LAUNCH();
 }
 
-void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* x,
-                        const void* dy, Elem t, const float* gamma, const float* saved_mean,
+void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* x, const void* dy,
+                        Elem t, const float* gamma, const float* saved_mean,
                         const float* saved_invstd, void* dx, float* dgamma, float* dbeta,
                         float* scratch) {
   const Geometry g = geometry(s);
@@ -330,13 +328,13 @@ void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* 
     const T* xt = static_cast<const T*>(x);
     const T* dyt = static_cast<const T*>(dy);
     partial_backward_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, xt, dyt, saved_mean,
-                                                                         pa, pb);
+                                                                          pa, pb);
     finish_backward_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(
         pa, pb, s.c, g.chunks, saved_invstd, dgamma, dbeta);
     if (dx != nullptr) {
-      bn_dx_kernel<<<plane_grid(s), kThreads, 0, stream>>>(xt, dyt, static_cast<T*>(dx),
-                                                           saved_mean, saved_invstd, gamma, dgamma,
-                                                           dbeta, planes(s), s.c, g.hw, m);
+      bn_dx_kernel<<<plane_grid(s), kThreads, 0, stream>>>(xt, dyt, static_cast<T*>(dx), saved_mean,
+                                                           saved_invstd, gamma, dgamma, dbeta,
+                                                           planes(s), s.c, g.hw, m);
     }
   });
   DT_CHECK_LAUNCH();

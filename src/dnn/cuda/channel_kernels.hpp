@@ -36,16 +36,15 @@ void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y
 /// saved_mean = mean, saved_invstd = 1/sqrt(var + ε) with the biased variance,
 /// y = (x − mean)·saved_invstd·γ + β, running_mean/var = (1 − momentum)·running + momentum·(mean,
 /// var·M/(M − 1)), var itself when M = 1 (the CPU backend's rule).
-void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const void* x,
-                                void* y, Elem t, const float* gamma, const float* beta,
-                                float* running_mean, float* running_var, float epsilon,
-                                float momentum, float* saved_mean, float* saved_invstd,
-                                float* scratch);
+void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, const void* x, void* y,
+                                Elem t, const float* gamma, const float* beta, float* running_mean,
+                                float* running_var, float epsilon, float momentum,
+                                float* saved_mean, float* saved_invstd, float* scratch);
 
 /// Batchnorm backward from the saved statistics: dβ = Σdy, dγ = Σ dy·x̂ (both overwritten) and,
 /// unless dx == nullptr, dx = γ·invstd/M·(M·dy − dβ − x̂·dγ), x̂ = (x − mean)·invstd.
-void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* x,
-                        const void* dy, Elem t, const float* gamma, const float* saved_mean,
+void launch_bn_backward(cudaStream_t stream, const ChannelShape& s, const void* x, const void* dy,
+                        Elem t, const float* gamma, const float* saved_mean,
                         const float* saved_invstd, void* dx, float* dgamma, float* dbeta,
                         float* scratch);
 

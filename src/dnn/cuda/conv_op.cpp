@@ -124,8 +124,7 @@ class CudaConvOp final : public ConvOp {
     tf32_ = be.math() == MathMode::tf32 || t_ == DType::bf16;
     const ConvolutionDesc query = conv_desc(tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     int n = 0, c = 0, h = 0, w = 0;
-    DT_CHECK_CUDNN(
-        cudnnGetConvolution2dForwardOutputDim(query, x_desc_, w_desc_, &n, &c, &h, &w));
+    DT_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(query, x_desc_, w_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
     const std::string key = problem_key();
@@ -139,8 +138,8 @@ class CudaConvOp final : public ConvOp {
     const void* f = filter(w);
     filter_ready_ = true;
     DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
-                                           fwd_algo_, be_.workspace(), be_.workspace_bytes(),
-                                           &zero, y_desc_, y));
+                                           fwd_algo_, be_.workspace(), be_.workspace_bytes(), &zero,
+                                           y_desc_, y));
     if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b);
   }
 
@@ -150,9 +149,9 @@ class CudaConvOp final : public ConvOp {
     if (dx != nullptr) {
       // The filter forward converted (the weights do not change between the two), else anew.
       const void* f = filter_ready_ && copies() ? converted() : filter(w);
-      DT_CHECK_CUDNN(cudnnConvolutionBackwardData(
-          be_.cudnn(), &one, w_desc_, f, y_desc_, dy, bwd_data_desc_, bwd_data_algo_,
-          be_.workspace(), be_.workspace_bytes(), &dx_beta_, x_desc_, dx));
+      DT_CHECK_CUDNN(cudnnConvolutionBackwardData(be_.cudnn(), &one, w_desc_, f, y_desc_, dy,
+                                                  bwd_data_desc_, bwd_data_algo_, be_.workspace(),
+                                                  be_.workspace_bytes(), &dx_beta_, x_desc_, dx));
     }
     filter_ready_ = false;
     // cuDNN writes the gradient in the filter's layout and type; it reaches dw (fp32 KCRS)
@@ -164,8 +163,7 @@ class CudaConvOp final : public ConvOp {
     if (krsc_)  // KRSC (of type t_) → fp32 KCRS: per filter an (R·S)×C matrix transposed
       launch_transpose(be_.stream(), dw_krsc_.get(), elem(t_), dw, Elem::f32, w_shape_.n,
                        w_shape_.h * w_shape_.w, w_shape_.c);
-    else if (t_ != DType::f32)
-      be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
+    else if (t_ != DType::f32) be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
     // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
     // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
     if (bias_)
@@ -181,8 +179,8 @@ class CudaConvOp final : public ConvOp {
   /// converted to KRSC (and rounded, in the same kernel) into w_krsc_.
   const void* filter(const float* w) {
     if (krsc_) {  // fp32 KCRS → KRSC of type t_ in one pass: per filter a C×(R·S) matrix
-      launch_transpose(be_.stream(), w, Elem::f32, w_krsc_.get(), elem(t_), w_shape_.n,
-                       w_shape_.c, w_shape_.h * w_shape_.w);
+      launch_transpose(be_.stream(), w, Elem::f32, w_krsc_.get(), elem(t_), w_shape_.n, w_shape_.c,
+                       w_shape_.h * w_shape_.w);
       return w_krsc_.get();
     }
     if (t_ == DType::f32) return w;

@@ -196,8 +196,8 @@ void CudaBackend::cast(const void* x, DType from, void* y, DType to, std::size_t
   launch_cast(stream_, x, elem(from), y, elem(to), n);
 }
 
-void CudaBackend::copy_2d(void* dst, std::size_t dst_pitch, const void* src,
-                          std::size_t src_pitch, std::size_t width, std::size_t rows) {
+void CudaBackend::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                          std::size_t width, std::size_t rows) {
   if (width == 0 || rows == 0) return;
   DT_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
                                   cudaMemcpyDeviceToDevice, stream_));
@@ -207,10 +207,8 @@ void CudaBackend::convert_layout(const void* x, void* y, const Shape& s, Layout 
   // Per sample, NCHW is a C×(H·W) matrix and NHWC its transpose: our tiled transpose, the same
   // for fp32 and bf16 (cudnnTransformTensor's bf16 support is not documented).
   const int hw = s.h * s.w;
-  if (to == Layout::nhwc)
-    launch_transpose(stream_, x, y, s.n, s.c, hw, elem(t));
-  else
-    launch_transpose(stream_, x, y, s.n, hw, s.c, elem(t));
+  if (to == Layout::nhwc) launch_transpose(stream_, x, y, s.n, s.c, hw, elem(t));
+  else launch_transpose(stream_, x, y, s.n, hw, s.c, elem(t));
 }
 
 bool CudaBackend::all_finite(const float* p, std::size_t n) {
@@ -232,8 +230,8 @@ void CudaBackend::set_math(MathMode mode) {
                                       std::to_string(cc_ % 10) + " (use --math fp32)",
                                   __FILE__, __LINE__));
   Backend::set_math(mode);
-  DT_CHECK_CUBLAS(cublasSetMathMode(
-      cublas_, mode == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  DT_CHECK_CUBLAS(cublasSetMathMode(cublas_, mode == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                    : CUBLAS_DEFAULT_MATH));
 }
 
 void CudaBackend::set_precision(Precision p) {
@@ -276,8 +274,8 @@ void CudaBackend::reserve_workspace(std::size_t bytes) {
 }
 
 void CudaBackend::check_gradient(const float* g, std::size_t n) {
-  DT_REQUIRE(checks_ < kMaxPendingChecks, "check_gradient: " + std::to_string(checks_) +
-                                              " earlier answers are still unread");
+  DT_REQUIRE(checks_ < kMaxPendingChecks,
+             "check_gradient: " + std::to_string(checks_) + " earlier answers are still unread");
   const int slot = (check_first_ + checks_) % kMaxPendingChecks;
   auto* dev = check_dev_.as<unsigned long long>() + slot;
   DT_CHECK_CUDA(cudaMemsetAsync(dev, 0xff, sizeof *dev, stream_));  // kNoIndex

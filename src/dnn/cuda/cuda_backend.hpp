@@ -126,12 +126,14 @@ class CudaBackend final : public Backend {
   DeviceMemory flag_;       ///< one int for all_finite()
   PinnedMemory flag_host_;  ///< its host copy
   /// check_gradient(): kMaxPendingChecks slots of a first non-finite index on the device, their
-  /// pinned host copies, and the events of those copies; a ring, `checks_` unread from `check_first_`.
+  /// pinned host copies, and the events of those copies; a ring, `checks_` unread from
+  /// `check_first_`.
   DeviceMemory check_dev_;
   PinnedMemory check_host_;
   Event check_done_[kMaxPendingChecks];
   int check_first_ = 0, checks_ = 0;
-  const unsigned long long* guard_ = nullptr;  ///< the latest check's device slot (optimizer_update)
+  const unsigned long long* guard_ =
+      nullptr;           ///< the latest check's device slot (optimizer_update)
   Event marks_[kMarks];  ///< mark(): timed events, made on first use
   bool marked_[kMarks] = {};
 };

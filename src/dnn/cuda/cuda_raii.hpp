@@ -163,8 +163,7 @@ class TensorDesc : public UniqueHandle<cudnnTensorDescriptor_t, TensorDescTraits
     cudnnTensorDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
     TensorDesc owner(d);
-    DT_CHECK_CUDNN(
-        cudnnSetTensor4dDescriptor(d, cudnn_format(layout), cudnn_dtype(t), n, c, h, w));
+    DT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d, cudnn_format(layout), cudnn_dtype(t), n, c, h, w));
     return owner;
   }
   static TensorDesc of(const Shape& s, Layout layout, DType t = DType::f32) {
@@ -184,8 +183,7 @@ class FilterDesc : public UniqueHandle<cudnnFilterDescriptor_t, FilterDescTraits
     cudnnFilterDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
     FilterDesc owner(d);
-    DT_CHECK_CUDNN(
-        cudnnSetFilter4dDescriptor(d, cudnn_dtype(t), cudnn_format(layout), k, c, r, s));
+    DT_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d, cudnn_dtype(t), cudnn_format(layout), k, c, r, s));
     return owner;
   }
 
@@ -221,8 +219,8 @@ class PoolingDesc : public UniqueHandle<cudnnPoolingDescriptor_t, PoolDescTraits
     cudnnPoolingDescriptor_t d = nullptr;
     DT_CHECK_CUDNN(cudnnCreatePoolingDescriptor(&d));
     PoolingDesc owner(d);
-    DT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, kernel_h,
-                                               kernel_w, pad_h, pad_w, stride_h, stride_w));
+    DT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, kernel_h, kernel_w,
+                                               pad_h, pad_w, stride_h, stride_w));
     return owner;
   }
 

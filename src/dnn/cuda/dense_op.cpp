@@ -60,10 +60,10 @@ class CudaDenseOp final : public DenseOp {
       if (dx != nullptr && !w_ready_) be_.cast(w, DType::f32, w_lp_.get(), t_, w_count());
       w_ready_ = false;
       if (dx != nullptr)
-        gemm(CUBLAS_OP_N, CUBLAS_OP_N, d_.inputs, d_.batch, d_.outputs, w_lp_.get(), d_.inputs,
-             dy, d_.outputs, dx, t_, d_.inputs);
-      gemm(CUBLAS_OP_N, CUBLAS_OP_T, d_.inputs, d_.outputs, d_.batch, x, d_.inputs, dy,
-           d_.outputs, dw, DType::f32, d_.inputs);
+        gemm(CUBLAS_OP_N, CUBLAS_OP_N, d_.inputs, d_.batch, d_.outputs, w_lp_.get(), d_.inputs, dy,
+             d_.outputs, dx, t_, d_.inputs);
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, d_.inputs, d_.outputs, d_.batch, x, d_.inputs, dy, d_.outputs,
+           dw, DType::f32, d_.inputs);
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, d_.outputs, 1, d_.batch, dy, d_.outputs, ones_lp_.get(),
            d_.batch, db, DType::f32, d_.outputs);
       return;
@@ -87,8 +87,8 @@ class CudaDenseOp final : public DenseOp {
   }
   /// C = op(A)·op(B) (column-major, beta = 0) with A and B of the activation type t_, C of type
   /// c_type, fp32 accumulation.
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* a,
-            int lda, const void* b, int ldb, void* c, DType c_type, int ldc) {
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* a, int lda,
+            const void* b, int ldb, void* c, DType c_type, int ldc) {
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t ab = t_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t ct = c_type == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -98,11 +98,11 @@ class CudaDenseOp final : public DenseOp {
 
   CudaBackend& be_;
   DenseDesc d_;
-  DType t_;                ///< of x, y, dx, dy
-  DeviceMemory ones_;      ///< batch ones, for db = dyᵀ·1
-  DeviceMemory ones_lp_;   ///< the same in bf16 (bf16 only)
-  DeviceMemory w_lp_;      ///< bf16 copy of W (bf16 only)
-  bool w_ready_ = false;   ///< forward left the copy of this step's W in w_lp_
+  DType t_;               ///< of x, y, dx, dy
+  DeviceMemory ones_;     ///< batch ones, for db = dyᵀ·1
+  DeviceMemory ones_lp_;  ///< the same in bf16 (bf16 only)
+  DeviceMemory w_lp_;     ///< bf16 copy of W (bf16 only)
+  bool w_ready_ = false;  ///< forward left the copy of this step's W in w_lp_
 };
 
 }  // namespace

@@ -38,10 +38,8 @@ struct ElemTag {
 /// Calls f(ElemTag<float>{}) for Elem::f32 and f(ElemTag<__nv_bfloat16>{}) for Elem::bf16.
 template <typename F>
 void dispatch_elem(Elem t, F&& f) {
-  if (t == Elem::bf16)
-    f(ElemTag<__nv_bfloat16>{});
-  else
-    f(ElemTag<float>{});
+  if (t == Elem::bf16) f(ElemTag<__nv_bfloat16>{});
+  else f(ElemTag<float>{});
 }
 
 /// Bytes of one element of type t.
@@ -121,10 +119,8 @@ void launch_vectorized(cudaStream_t stream, std::size_t n, F f,
   const std::size_t items = vec ? (n + V - 1) / V : n;
   const std::size_t blocks = (items + 255) / 256;
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? (blocks ? blocks : 1) : 65536);
-  if (vec)
-    vectorized_kernel<V><<<grid, 256, 0, stream>>>(n, f);
-  else
-    vectorized_kernel<1><<<grid, 256, 0, stream>>>(n, f);
+  if (vec) vectorized_kernel<V><<<grid, 256, 0, stream>>>(n, f);
+  else vectorized_kernel<1><<<grid, 256, 0, stream>>>(n, f);
 }
 
 }  // namespace dtrain::cuda

@@ -181,9 +181,8 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // One warp per sample: max + first argmax, Σ exp(x − max), loss = lse − x[label], gradient.
 // Label smoothing ε > 0: target q = (1 − ε)·onehot + ε/K, loss = lse − (1 − ε)·x[label] − (ε/K)·Σx.
 template <typename T>
-__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, int n,
-                                    int classes, float grad_scale, float smoothing, T* dlogits,
-                                    float* stats) {
+__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, int n, int classes,
+                                    float grad_scale, float smoothing, T* dlogits, float* stats) {
   const int lane = threadIdx.x & 31;
   const int sample = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   if (sample >= n) return;  // whole warps exit together
@@ -301,8 +300,7 @@ __global__ void transpose_few_rows_kernel(const From* x, To* y, int rows, std::i
       const std::size_t to = std::size_t(i) * rows + r, from = src + std::size_t(r) * cols;
       if constexpr (std::is_same_v<From, To>)
         y[to] = x[from];  // bits moved as they are (NaN payloads too)
-      else
-        store(y, to, load(x, from));
+      else store(y, to, load(x, from));
     }
   }
 }
@@ -324,8 +322,8 @@ void launch_cast(cudaStream_t stream, const void* x, Elem from, void* y, Elem to
   // Packs of 4 (16 bytes of fp32, 8 of bf16).
   if (from == Elem::f32)
     launch_vectorized<float>(stream, n,
-                             MapOp<float, __nv_bfloat16, Identity>{
-                                 static_cast<const float*>(x), static_cast<__nv_bfloat16*>(y)},
+                             MapOp<float, __nv_bfloat16, Identity>{static_cast<const float*>(x),
+                                                                   static_cast<__nv_bfloat16*>(y)},
                              {x, y});
   else
     launch_vectorized<float>(stream, n,
@@ -446,8 +444,8 @@ void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* m
   DT_CHECK_LAUNCH();
 }
 
-void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float smoothing, void* dlogits,
+void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels, int n,
+                         int classes, float grad_scale, float smoothing, void* dlogits,
                          float* stats, Elem t) {
   if (n <= 0) return;
   const unsigned blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -473,13 +471,13 @@ void launch_transpose(cudaStream_t stream, const void* x, Elem from, void* y, El
     const std::int64_t total = std::int64_t{batch} * cols;
     const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65536));
     if (from == Elem::bf16)
-      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(
-          static_cast<const std::uint16_t*>(x), static_cast<std::uint16_t*>(y), rows,
-          std::int64_t{cols}, total);
+      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<const std::uint16_t*>(x),
+                                                            static_cast<std::uint16_t*>(y), rows,
+                                                            std::int64_t{cols}, total);
     else
-      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(
-          static_cast<const std::uint32_t*>(x), static_cast<std::uint32_t*>(y), rows,
-          std::int64_t{cols}, total);
+      transpose_few_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<const std::uint32_t*>(x),
+                                                            static_cast<std::uint32_t*>(y), rows,
+                                                            std::int64_t{cols}, total);
     DT_CHECK_LAUNCH();
     return;
   }

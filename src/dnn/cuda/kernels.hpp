@@ -92,12 +92,13 @@ void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* m
 /// Softmax cross-entropy, one warp per sample (log-sum-exp; logits and dlogits of type t, the
 /// arithmetic and stats fp32): stats[0] += Σ loss, stats[1] +=
 /// number of samples whose first maximal logit is at the label, stats[2] += number of samples
-/// with fewer than 5 classes ranked before the label (top-5; ties rank the lower class first); when dlogits != nullptr,
-/// dlogits = (softmax − q)·grad_scale with q = (1 − smoothing)·onehot + smoothing/classes (label
-/// smoothing; 0: the one-hot target). A label outside [0, classes) adds NaN to the loss (so the
-/// trainer's non-finite-loss check reports it), counts as wrong and gets a zero gradient row.
-void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels,
-                         int n, int classes, float grad_scale, float smoothing, void* dlogits,
+/// with fewer than 5 classes ranked before the label (top-5; ties rank the lower class first); when
+/// dlogits != nullptr, dlogits = (softmax − q)·grad_scale with q = (1 − smoothing)·onehot +
+/// smoothing/classes (label smoothing; 0: the one-hot target). A label outside [0, classes) adds
+/// NaN to the loss (so the trainer's non-finite-loss check reports it), counts as wrong and gets a
+/// zero gradient row.
+void launch_softmax_xent(cudaStream_t stream, const void* logits, const std::int32_t* labels, int n,
+                         int classes, float grad_scale, float smoothing, void* dlogits,
                          float* stats, Elem t);
 
 }  // namespace dtrain::cuda

@@ -1,14 +1,14 @@
 // src/dnn/cuda/pool_act_bn_ops.cpp — pooling, activation and batch normalization on cuDNN's legacy
 // API (cudnn_ops.h, cuDNN 9): cudnnPoolingForward/Backward (max: CUDNN_POOLING_MAX_DETERMINISTIC;
 // avg: CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
-// relu on our kernels (kernels.cu: one pass each way, where cuDNN's generic tensor kernels took 2-3×
-// as long on an H100), sigmoid on cudnnActivationForward/Backward, and spatial batch normalization
-// (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu) when there are few
-// channels (see CudaBatchNormOp), else on cudnnBatchNormalizationForwardTraining / Backward;
-// inference on cudnnBatchNormalizationForwardInference (cuDNN calls CUDNN_BATCHNORM_SPATIAL; in the
-// NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT through cudnnBatchNormalizationForward-
-// TrainingEx / BackwardEx, with the backend's workspace and a reserve space per op, as PyTorch for
-// channels_last). Descriptors in the backend's layout.
+// relu on our kernels (kernels.cu: one pass each way, where cuDNN's generic tensor kernels took
+// 2-3× as long on an H100), sigmoid on cudnnActivationForward/Backward, and spatial batch
+// normalization (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu)
+// when there are few channels (see CudaBatchNormOp), else on cudnnBatchNormalizationForwardTraining
+// / Backward; inference on cudnnBatchNormalizationForwardInference (cuDNN calls
+// CUDNN_BATCHNORM_SPATIAL; in the NHWC layout training on CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+// through cudnnBatchNormalizationForward- TrainingEx / BackwardEx, with the backend's workspace and
+// a reserve space per op, as PyTorch for channels_last). Descriptors in the backend's layout.
 // Epilogues (BatchNormOp::enable_relu / enable_add_relu, for layer fusion): in NHWC training
 // cuDNN's fused CUDNN_BATCHNORM_OPS_BN_ACTIVATION / _BN_ADD_ACTIVATION calls (as MXNet and
 // NVIDIA's MLPerf ResNet-50 use them), probed once per op; inference, and any call cuDNN refuses
@@ -27,7 +27,6 @@
 namespace dtrain::cuda {
 namespace {
 
-
 class CudaPoolOp final : public PoolOp {
  public:
   CudaPoolOp(CudaBackend& be, const PoolDesc& d) : be_(be) {
@@ -44,8 +43,7 @@ class CudaPoolOp final : public PoolOp {
               "cuDNN pooling output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
   }
 
-  void forward(const void* x, void* y,
-               bool /*training: cuDNN recomputes from x and y*/) override {
+  void forward(const void* x, void* y, bool /*training: cuDNN recomputes from x and y*/) override {
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(
         cudnnPoolingForward(be_.cudnn(), pool_desc_, &one, x_desc_, x, &zero, y_desc_, y));
@@ -157,8 +155,7 @@ class CudaBatchNormOp final : public BatchNormOp {
     run_forward(x, nullptr, gamma, beta, running_mean, running_var, y, training);
   }
   void forward_add_relu(const void* x, const void* z, const float* gamma, const float* beta,
-                        float* running_mean, float* running_var, void* y,
-                        bool training) override {
+                        float* running_mean, float* running_var, void* y, bool training) override {
     DT_REQUIRE(epilogue_ == Epilogue::add_relu, "batchnorm: forward_add_relu without the fusion");
     run_forward(x, z, gamma, beta, running_mean, running_var, y, training);
   }
@@ -176,8 +173,7 @@ class CudaBatchNormOp final : public BatchNormOp {
     run_backward(x, y, gamma, beta, dy, dx, nullptr, dgamma, dbeta);
   }
   void backward_add_relu(const void* x, const void* y, const float* gamma, const float* beta,
-                         const void* dy, void* dx, void* dz, float* dgamma,
-                         float* dbeta) override {
+                         const void* dy, void* dx, void* dz, float* dgamma, float* dbeta) override {
     DT_REQUIRE(epilogue_ == Epilogue::add_relu, "batchnorm: backward_add_relu without the fusion");
     run_backward(x, y, gamma, beta, dy, dx, dz, dgamma, dbeta);
   }
@@ -194,10 +190,9 @@ class CudaBatchNormOp final : public BatchNormOp {
     if (ex_) {
       DT_CHECK_CUDNN(cudnnBatchNormalizationBackwardEx(
           be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, x_desc_, x,
-          nullptr, nullptr, x_desc_, dy, nullptr, nullptr, x_desc_, dx, param_desc_, gamma,
-          nullptr, dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(),
-          saved_inv_var_.get(), nullptr, be_.workspace(), be_.workspace_bytes(), reserve_.get(),
-          reserve_bytes_));
+          nullptr, nullptr, x_desc_, dy, nullptr, nullptr, x_desc_, dx, param_desc_, gamma, nullptr,
+          dgamma, dbeta, static_cast<double>(d_.epsilon), saved_mean_.get(), saved_inv_var_.get(),
+          nullptr, be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_));
       return;
     }
     legacy_backward(x, gamma, dy, dx, dgamma, dbeta);
@@ -219,12 +214,11 @@ class CudaBatchNormOp final : public BatchNormOp {
         cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
             be_.cudnn(), train_mode_, ops, x_desc_, z, x_desc_, param_desc_, act_, &fwd) ==
             CUDNN_STATUS_SUCCESS &&
-        cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-            be_.cudnn(), train_mode_, ops, x_desc_, x_desc_, x_desc_, z, x_desc_, param_desc_,
-            act_, &bwd) == CUDNN_STATUS_SUCCESS &&
-        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(be_.cudnn(), train_mode_, ops, act_,
-                                                             x_desc_, &reserve) ==
-            CUDNN_STATUS_SUCCESS;
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize(be_.cudnn(), train_mode_, ops, x_desc_,
+                                                          x_desc_, x_desc_, z, x_desc_, param_desc_,
+                                                          act_, &bwd) == CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+            be_.cudnn(), train_mode_, ops, act_, x_desc_, &reserve) == CUDNN_STATUS_SUCCESS;
     if (!ok) return false;
     be_.reserve_workspace(std::max(fwd, bwd));
     if (reserve > reserve_bytes_) {
@@ -248,8 +242,8 @@ class CudaBatchNormOp final : public BatchNormOp {
         const cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
             be_.cudnn(), train_mode_, fused_ops_, &one, &zero, x_desc_, x,
             z != nullptr ? x_desc_.get() : nullptr, z, x_desc_, y, param_desc_, gamma, beta,
-            momentum, running_mean, running_var, eps, saved_mean_.get(), saved_inv_var_.get(),
-            act_, be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_);
+            momentum, running_mean, running_var, eps, saved_mean_.get(), saved_inv_var_.get(), act_,
+            be_.workspace(), be_.workspace_bytes(), reserve_.get(), reserve_bytes_);
         if (st == CUDNN_STATUS_SUCCESS) return;
         // cuDNN sized the fused call but refuses to run it: the plain call and our kernels.
         fused_ = false;
@@ -259,8 +253,8 @@ class CudaBatchNormOp final : public BatchNormOp {
       DT_CHECK_CUDNN(cudnnBatchNormalizationForwardTrainingEx(
           be_.cudnn(), train_mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, x_desc_, x, nullptr,
           nullptr, x_desc_, y, param_desc_, gamma, beta, momentum, running_mean, running_var, eps,
-          saved_mean_.get(), saved_inv_var_.get(), nullptr, be_.workspace(),
-          be_.workspace_bytes(), reserve_.get(), reserve_bytes_));
+          saved_mean_.get(), saved_inv_var_.get(), nullptr, be_.workspace(), be_.workspace_bytes(),
+          reserve_.get(), reserve_bytes_));
     } else if (training && own_) {
       launch_bn_forward_training(be_.stream(), shape_, x, y, elem(t_), gamma, beta, running_mean,
                                  running_var, d_.epsilon, d_.momentum, saved_mean_.as<float>(),
@@ -301,8 +295,8 @@ class CudaBatchNormOp final : public BatchNormOp {
                cudnnGetErrorString(st) + ") for " + d_.input.str() + "; running it apart");
     }
     void* masked = or_scratch(nullptr, masked_dy_);
-    launch_relu_backward_fanout(be_.stream(), y, dy, masked, add ? dz : nullptr,
-                                d_.input.count(), elem(t_));
+    launch_relu_backward_fanout(be_.stream(), y, dy, masked, add ? dz : nullptr, d_.input.count(),
+                                elem(t_));
     legacy_backward(x, gamma, masked, or_scratch(dx, scratch_dx_), dgamma, dbeta);
   }
 
@@ -333,11 +327,13 @@ class CudaBatchNormOp final : public BatchNormOp {
   DeviceMemory masked_dy_, scratch_dz_;  ///< the unfused epilogue's relu'(y)·dy; an unwanted dz
   TensorDesc x_desc_, param_desc_;
   cudnnBatchNormMode_t train_mode_ = CUDNN_BATCHNORM_SPATIAL;  ///< of training forward and backward
-  DeviceMemory saved_mean_, saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
+  DeviceMemory saved_mean_,
+      saved_inv_var_;  ///< mean and 1/sqrt(var + ε) of the last training forward
   ChannelShape shape_;
-  bool own_ = false;      ///< train on channel_kernels.cu (else cuDNN)
-  bool ex_ = false;       ///< cuDNN's *Ex training calls (NHWC)
-  DeviceMemory reserve_;  ///< their reserve space: written by the training forward, read by backward
+  bool own_ = false;  ///< train on channel_kernels.cu (else cuDNN)
+  bool ex_ = false;   ///< cuDNN's *Ex training calls (NHWC)
+  DeviceMemory
+      reserve_;  ///< their reserve space: written by the training forward, read by backward
   std::size_t reserve_bytes_ = 0;
   DeviceMemory scratch_;  ///< partial sums of the reductions (own_)
   DeviceMemory scratch_dx_;

@@ -61,8 +61,8 @@ class OneDnnConv final : public ConvOp {
 
   bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
              const std::string& shape) {
-    const bool wide = layout == Layout::nhwc && d.input.c >= kNxcMinChannels &&
-                      d.out_channels >= kNxcMinChannels;
+    const bool wide =
+        layout == Layout::nhwc && d.input.c >= kNxcMinChannels && d.out_channels >= kNxcMinChannels;
     return (wide && build(ctx, d, layout, t, shape, true)) ||
            build(ctx, d, layout, t, shape, false);
   }
@@ -96,8 +96,8 @@ class OneDnnConv final : public ConvOp {
     const dnnl::convolution_backward_data::desc bdd(alg, act(src), wei_t, act(dst), strides, pad,
                                                     pad);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
-    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(
-                                  alg, act(src), dwei, bias, act(dst), strides, pad, pad)
+    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(alg, act(src), dwei, bias,
+                                                                       act(dst), strides, pad, pad)
                             : dnnl::convolution_backward_weights::desc(alg, act(src), dwei,
                                                                        act(dst), strides, pad, pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
@@ -109,8 +109,8 @@ class OneDnnConv final : public ConvOp {
     if (d.bias) p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
     p_.fwd.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
 
-    p_.bwd_data = Prim::make<dnnl::convolution_backward_data>(ctx, bdpd,
-                                                              "convolution_backward_data", shape);
+    p_.bwd_data =
+        Prim::make<dnnl::convolution_backward_data>(ctx, bdpd, "convolution_backward_data", shape);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);

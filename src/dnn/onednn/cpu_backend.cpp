@@ -34,7 +34,8 @@ dnnl::memory::data_type dnnl_type(DType t) {
   return t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 dnnl::memory::desc md_act(const Shape& s, Layout layout, DType t) {
-  return {{s.n, s.c, s.h, s.w}, dnnl_type(t),
+  return {{s.n, s.c, s.h, s.w},
+          dnnl_type(t),
           layout == Layout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw};
 }
 dnnl::memory::desc md_nc(int n, int c, DType t) {
@@ -87,8 +88,8 @@ void Prim::transient(int arg, const dnnl::memory::desc& md) {
   transient_bytes_ += (md.get_size() + 63) / 64 * 64;
 }
 
-void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md,
-                      const dnnl::memory::desc& prim_md, bool is_output) {
+void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
+                      bool is_output) {
   if (user_md == prim_md) {
     user_arg(arg, user_md);
     return;
@@ -96,7 +97,8 @@ void Prim::staged_arg(int arg, const dnnl::memory::desc& user_md,
   Staged s;
   s.user = dnnl::memory(user_md, ctx_->engine, DNNL_MEMORY_NONE);
   transient(arg, prim_md);
-  s.reorder = is_output ? dnnl::reorder(args_.at(arg), s.user) : dnnl::reorder(s.user, args_.at(arg));
+  s.reorder =
+      is_output ? dnnl::reorder(args_.at(arg), s.user) : dnnl::reorder(s.user, args_.at(arg));
   s.is_output = is_output;
   staged_[arg] = std::move(s);
 }
@@ -124,8 +126,8 @@ void WeightedPrims::forward(const void* x, const float* w, const float* b, void*
   fwd.run();
 }
 
-void WeightedPrims::backward(const void* x, const float* w, const void* dy, void* dx,
-                             float* dw, float* db) {
+void WeightedPrims::backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
+                             float* db) {
   if (dx != nullptr) {
     bwd_data.set(DNNL_ARG_DIFF_DST, dy);
     bwd_data.set(DNNL_ARG_WEIGHTS, w);
@@ -381,14 +383,14 @@ class CpuBackend final : public Backend {
       const Layout from = to == Layout::nhwc ? Layout::nchw : Layout::nhwc;
       const std::string what = s.str() + " " + dtype_name(t) + " to " + layout_name(to);
       it = dnnl_guard("reorder", what, [&] {
-             const dnnl::memory::desc src = md_act(s, from, t), dst = md_act(s, to, t);
-             const dnnl::reorder::primitive_desc pd(ctx_->engine, src, ctx_->engine, dst,
-                                                    user_scratchpad_attr());
-             Prim p = Prim::make<dnnl::reorder>(*ctx_, pd, "reorder", what);
-             p.user_arg(DNNL_ARG_FROM, src);
-             p.user_arg(DNNL_ARG_TO, dst);
-             return reorders_.emplace(key, std::move(p)).first;
-           });
+        const dnnl::memory::desc src = md_act(s, from, t), dst = md_act(s, to, t);
+        const dnnl::reorder::primitive_desc pd(ctx_->engine, src, ctx_->engine, dst,
+                                               user_scratchpad_attr());
+        Prim p = Prim::make<dnnl::reorder>(*ctx_, pd, "reorder", what);
+        p.user_arg(DNNL_ARG_FROM, src);
+        p.user_arg(DNNL_ARG_TO, dst);
+        return reorders_.emplace(key, std::move(p)).first;
+      });
     }
     Prim& p = it->second;
     p.set(DNNL_ARG_FROM, x);
@@ -411,10 +413,9 @@ class CpuBackend final : public Backend {
                    [&](Bf16Emulation& e, auto op) { return e.wrap(d, std::move(op)); });
   }
   std::unique_ptr<ActivationOp> make_activation(ActKind kind, const Shape& shape) override {
-    return make_op([&](DType t) { return make_activation_op(*ctx_, kind, shape, t); },
-                   [&](Bf16Emulation& e, auto op) {
-                     return e.wrap_activation(shape, std::move(op));
-                   });
+    return make_op(
+        [&](DType t) { return make_activation_op(*ctx_, kind, shape, t); },
+        [&](Bf16Emulation& e, auto op) { return e.wrap_activation(shape, std::move(op)); });
   }
   std::unique_ptr<BatchNormOp> make_batchnorm(const BatchNormDesc& d) override {
     return make_op([&](DType t) { return make_batchnorm_op(*ctx_, d, layout(), t); },
@@ -430,10 +431,9 @@ class CpuBackend final : public Backend {
     });
   }
   std::unique_ptr<SoftmaxXentOp> make_softmax_xent(int batch, int classes) override {
-    return emulated(make_softmax_xent_op(batch, classes, label_smoothing()),
-                    [&](Bf16Emulation& e, auto op) {
-                      return e.wrap_loss(batch, classes, std::move(op));
-                    });
+    return emulated(
+        make_softmax_xent_op(batch, classes, label_smoothing()),
+        [&](Bf16Emulation& e, auto op) { return e.wrap_loss(batch, classes, std::move(op)); });
   }
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override {
@@ -445,8 +445,8 @@ class CpuBackend final : public Backend {
     if (guard_bad_) return false;  // as optimizer_update
     return layerwise_step(u, segments, p, g, m, v);
   }
-  bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
-                                  float* v, std::size_t n) override {
+  bool optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m, float* v,
+                                  std::size_t n) override {
     // Guarded (nothing applied): the default, which copies the unchanged p into g.
     if (guard_bad_) return Backend::optimizer_update_into_grad(u, p, g, m, v, n);
     return optimizer_step_into_grad(u, p, g, m, v, n);

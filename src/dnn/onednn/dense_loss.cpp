@@ -68,8 +68,8 @@ class OneDnnDense final : public DenseOp {
     p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
     p_.fwd.user_arg(DNNL_ARG_DST, dst);
 
-    p_.bwd_data = Prim::make<dnnl::inner_product_backward_data>(ctx, bdpd,
-                                                              "inner_product_backward_data", shape);
+    p_.bwd_data = Prim::make<dnnl::inner_product_backward_data>(
+        ctx, bdpd, "inner_product_backward_data", shape);
     p_.bwd_data.user_arg(DNNL_ARG_DIFF_DST, dst);
     p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
     p_.bwd_data.user_arg(DNNL_ARG_DIFF_SRC, src);

@@ -21,8 +21,8 @@ double sum_squares(const float* x, std::size_t n) {
 }
 
 /// LARS on one tensor of n floats; returns the OR of nonfinite_bit over g.
-std::uint32_t lars_tensor(const OptimizerUpdate& u, bool adapt, float* p, const float* g,
-                          float* m, std::size_t n) {
+std::uint32_t lars_tensor(const OptimizerUpdate& u, bool adapt, float* p, const float* g, float* m,
+                          std::size_t n) {
   const float wd = adapt ? u.weight_decay : 0.0f;
   float trust = 1.0f;
   if (adapt) {
@@ -52,8 +52,8 @@ struct LambDirection {
 
 /// LAMB on one tensor of n floats: moments and ‖r‖ in one pass, the step in a second (r is
 /// recomputed from the new moments, so no scratch buffer); returns the OR of nonfinite_bit over g.
-std::uint32_t lamb_tensor(const OptimizerUpdate& u, bool adapt, float* p, const float* g,
-                          float* m, float* v, std::size_t n) {
+std::uint32_t lamb_tensor(const OptimizerUpdate& u, bool adapt, float* p, const float* g, float* m,
+                          float* v, std::size_t n) {
   const double t = static_cast<double>(u.step);
   const LambDirection r{u.beta1,
                         u.beta2,
@@ -91,9 +91,8 @@ bool layerwise_step(const OptimizerUpdate& u, const std::vector<ParamSegment>& s
   for (std::ptrdiff_t k = 0; k < count; ++k) {
     const ParamSegment& s = segments[static_cast<std::size_t>(k)];
     const std::size_t b = s.begin, n = s.end - s.begin;
-    bad |= u.kind == OptimizerKind::lars
-               ? lars_tensor(u, s.adapt, p + b, g + b, m + b, n)
-               : lamb_tensor(u, s.adapt, p + b, g + b, m + b, v + b, n);
+    bad |= u.kind == OptimizerKind::lars ? lars_tensor(u, s.adapt, p + b, g + b, m + b, n)
+                                         : lamb_tensor(u, s.adapt, p + b, g + b, m + b, v + b, n);
   }
   return bad == 0;
 }

@@ -76,11 +76,7 @@ class OneDnnBatchNorm final : public BatchNormOp {
   /// t: the activations' type; with bf16, built() is false where oneDNN has only a reference
   /// bf16 kernel.
   OneDnnBatchNorm(const Context& ctx, const BatchNormDesc& d, Layout layout, DType t)
-      : ctx_(ctx),
-        d_(d),
-        layout_(layout),
-        t_(t),
-        mean_(static_cast<std::size_t>(d.input.c)),
+      : ctx_(ctx), d_(d), layout_(layout), t_(t), mean_(static_cast<std::size_t>(d.input.c)),
         var_(static_cast<std::size_t>(d.input.c)),
         unused_shift_(static_cast<std::size_t>(d.input.c)) {
     const Shape& s = d.input;
