@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mpi_world.hpp"
 #include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
@@ -20,16 +21,8 @@
 namespace dtrain {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::world_rank;
+using test::world_size;
 
 TEST(BucketPlan, CutsFromTheEndAndCoversEverything) {
   const auto b = plan_buckets(10, 3);

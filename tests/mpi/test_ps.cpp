@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mpi_world.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/dnn/backend.hpp"
@@ -36,11 +37,7 @@
 namespace dtrain {
 namespace {
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_size;
 
 // Odd, so two shards differ in size; in 1 KiB chunks (256 floats) 10 per shard with 1 ps and 5
 // with 2, more than the ps's ring of async receive buffers (kRingSlots, 4), which then wraps.

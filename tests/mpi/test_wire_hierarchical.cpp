@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/mpi_world.hpp"
 #include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/collectives/hierarchical.hpp"
 #include "dtrain/collectives/wire.hpp"
@@ -27,16 +28,8 @@
 namespace dtrain {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::world_rank;
+using test::world_size;
 
 /// Rank r's value i: gradient-like, signs mixed, magnitudes over several decades, some tiny.
 float input(int r, std::size_t i) {
