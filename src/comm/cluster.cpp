@@ -95,9 +95,44 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
   DT_CHECK_MPI(MPI_Comm_dup(world, &payload_comm_));
 }
 
+Cluster::Cluster(const Cluster& parent, int color, const std::vector<int>& ps,
+                 const std::vector<int>& workers)
+    : world_(MPI_COMM_NULL), num_ps_(static_cast<int>(ps.size())), num_nodes_(parent.num_nodes_) {
+  DT_CHECK_MPI(MPI_Comm_split(parent.world_, color, parent.rank_, &owned_world_));
+  world_ = owned_world_;
+  std::vector<int> members;  // parent world ranks, ascending: this part's world order
+  for (const int k : ps) members.push_back(parent.ps_rank(k));
+  for (const int w : workers) members.push_back(parent.worker_rank(w));
+  std::sort(members.begin(), members.end());
+  int size = 0;
+  DT_CHECK_MPI(MPI_Comm_rank(world_, &rank_));
+  DT_CHECK_MPI(MPI_Comm_size(world_, &size));
+  if (size != static_cast<int>(members.size()) || members.at(rank_) != parent.rank_)
+    throw Error(format_error("cluster part " + std::to_string(color) + ": its communicator holds " +
+                                 std::to_string(size) + " ranks, its members are " +
+                                 std::to_string(members.size()),
+                             __FILE__, __LINE__));
+  auto at = [&](int parent_rank) {
+    return static_cast<int>(std::lower_bound(members.begin(), members.end(), parent_rank) -
+                            members.begin());
+  };
+  for (const int r : members) ranks_.push_back(parent.ranks_[r]);
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    ps_ranks_.push_back(at(parent.ps_rank(ps[k])));
+    ranks_[ps_ranks_.back()].index = static_cast<int>(k);
+  }
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    worker_ranks_.push_back(at(parent.worker_rank(workers[w])));
+    ranks_[worker_ranks_.back()].index = static_cast<int>(w);
+  }
+  DT_CHECK_MPI(MPI_Comm_split(world_, is_ps() ? 1 : 0, rank_, &role_comm_));
+  DT_CHECK_MPI(MPI_Comm_dup(world_, &payload_comm_));
+}
+
 Cluster::~Cluster() {
   if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
   if (payload_comm_ != MPI_COMM_NULL) MPI_Comm_free(&payload_comm_);
+  if (owned_world_ != MPI_COMM_NULL) MPI_Comm_free(&owned_world_);
 }
 
 void Cluster::set_devices(const std::string& my_device) {
@@ -114,6 +149,11 @@ void Cluster::set_devices(const std::string& my_device) {
 void Cluster::label_workers(const std::function<std::string(int)>& part_of) {
   for (auto& r : ranks_)
     if (r.role == Role::worker) r.part = part_of(r.index);
+}
+
+void Cluster::label_ps(const std::function<std::string(int)>& part_of) {
+  for (auto& r : ranks_)
+    if (r.role == Role::ps) r.part = part_of(r.index);
 }
 
 std::string Cluster::role_table() const {

@@ -23,6 +23,21 @@ PipelinePlace pipeline_place(int worker, int workers, int stages) {
   return p;
 }
 
+std::unique_ptr<Cluster> stage_ps_cluster(const Cluster& cluster, int stages,
+                                          const std::vector<int>& stage_of_ps) {
+  const int W = cluster.num_workers();
+  const int mine = cluster.is_ps() ? stage_of_ps.at(static_cast<std::size_t>(cluster.me().index))
+                                   : pipeline_place(cluster.me().index, W, stages).stage;
+  std::vector<int> ps, workers(static_cast<std::size_t>(W / stages));
+  for (int k = 0; k < static_cast<int>(stage_of_ps.size()); ++k)
+    if (stage_of_ps[static_cast<std::size_t>(k)] == mine) ps.push_back(k);
+  for (int w = 0; w < W; ++w) {
+    const PipelinePlace p = pipeline_place(w, W, stages);
+    if (p.stage == mine) workers[static_cast<std::size_t>(p.replica)] = w;
+  }
+  return std::make_unique<Cluster>(cluster, mine, ps, workers);
+}
+
 namespace {
 /// [begin, end) of the flat buffer that the tensors of layers [first, last] fill.
 void range_of(const std::vector<TensorInfo>& ts, const LayerRange& r, std::size_t& begin,

@@ -28,8 +28,7 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
   threaded_ = level >= MPI_THREAD_MULTIPLE;
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
-    peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " +
-              std::to_string(cluster_.ps_rank(static_cast<int>(k))) + ")";
+    peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " + world_rank_of(k) + ")";
   }
 }
 
@@ -182,7 +181,7 @@ void PsClient::drain_rings(const std::string& what) {
       std::string list;
       for (std::size_t k : ps)
         list += (list.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
-                std::to_string(cluster_.ps_rank(static_cast<int>(k))) + ")";
+                world_rank_of(k) + ")";
       return what + " (the replies in the shared ring of " + list + ")";
     };
     const int i = wait_any(next, timeout_, name, nullptr);
@@ -314,6 +313,12 @@ void PsClient::progress_loop() {
     nap_us(sleep_us);
     sleep_us = std::min(2 * sleep_us, 500);
   }
+}
+
+std::string PsClient::world_rank_of(std::size_t k) const {
+  return std::to_string(cluster_.ranks()[static_cast<std::size_t>(
+                                             cluster_.ps_rank(static_cast<int>(k)))]
+                            .rank);
 }
 
 const float* PsClient::zeros(std::size_t floats) {

@@ -25,12 +25,57 @@ std::vector<ShardRange> shard_ranges(std::size_t total, int num_ps) {
   return out;
 }
 
+namespace {
+/// How many ps each stage gets: one each, then every further ps to the stage with the most floats
+/// per ps (compared as a·q > b·p for a/p > b/q: exact in integers).
+std::vector<int> ps_per_stage(const std::vector<std::size_t>& stage_params, int num_ps) {
+  const auto P = static_cast<int>(stage_params.size());
+  DT_REQUIRE(num_ps >= P, "option --num-ps " + std::to_string(num_ps) + " with --pipeline-stages " +
+                              std::to_string(P) +
+                              ": every stage needs parameter servers of its own "
+                              "(need --num-ps >= --pipeline-stages)");
+  std::vector<int> count(static_cast<std::size_t>(P), 1);
+  for (int extra = num_ps - P; extra > 0; --extra) {
+    std::size_t best = 0;
+    for (std::size_t s = 1; s < count.size(); ++s)
+      if (stage_params[s] * static_cast<std::size_t>(count[best]) >
+          stage_params[best] * static_cast<std::size_t>(count[s]))
+        best = s;
+    ++count[best];
+  }
+  return count;
+}
+}  // namespace
+
+std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps) {
+  const std::vector<int> count = ps_per_stage(stage_params, num_ps);
+  std::vector<StageShard> out;
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < count.size(); ++s) {
+    const std::string stage = "pipeline stage " + std::to_string(s);
+    DT_REQUIRE(stage_params[s] > 0,
+               "option --pipeline-stages: " + stage +
+                   " has no parameters, so no parameter server could serve it; move the cut "
+                   "(stage= on a layer line) or use --mode sync --num-ps 0");
+    DT_REQUIRE(stage_params[s] >= static_cast<std::size_t>(count[s]),
+               "option --num-ps " + std::to_string(num_ps) + ": " + stage + " has " +
+                   std::to_string(stage_params[s]) + " parameters for its " +
+                   std::to_string(count[s]) + " parameter servers (each must own at least one)");
+    for (const ShardRange& r : shard_ranges(stage_params[s], count[s]))
+      out.push_back({static_cast<int>(s), {first + r.begin, first + r.end}, r});
+    first += stage_params[s];
+  }
+  return out;
+}
+
 std::string describe_shards(const std::vector<ShardRange>& shards,
-                            const std::vector<TensorInfo>& tensors) {
+                            const std::vector<TensorInfo>& tensors, const std::vector<int>& stage_of) {
   std::ostringstream os;
   for (std::size_t k = 0; k < shards.size(); ++k) {
     const auto& s = shards[k];
-    os << "# ps " << k << ": floats [" << s.begin << ", " << s.end << ") = " << s.size() * 4
+    os << "# ps " << k;
+    if (k < stage_of.size()) os << " (stage " << stage_of[k] << ")";
+    os << ": floats [" << s.begin << ", " << s.end << ") = " << s.size() * 4
        << " bytes:";
     for (const auto& t : tensors) {
       const std::size_t b = std::max(s.begin, t.offset), e = std::min(s.end, t.offset + t.count);

@@ -29,7 +29,9 @@ struct Job {
   std::string signature;           ///< the model's layout (checkpoint compatibility)
   std::string model_report;        ///< layer table and shard table, printed by the chief
   std::string init_report;         ///< --dry-run --init-from: check_init_from()'s line
-  std::vector<ShardRange> shards;  ///< ps modes: the ps ranges
+  std::vector<ShardRange> shards;  ///< ps modes: the ps ranges (of the whole model's buffer)
+  /// a pipelined ps job: the stage each ps serves and its range in that stage's buffer
+  std::vector<StageShard> stage_shards;
   /// --pipeline-stages P > 1: the model's cut into stages (stages == 1 otherwise)
   PipelinePlan pipeline;
   std::vector<FloatRange> ps_no_decay;    ///< a ps: its shard's ranges without weight decay

@@ -44,7 +44,8 @@ std::vector<std::int64_t> as_counts(const std::vector<double>& v, std::size_t at
 
 RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome* worker) {
   const Cluster& cl = *job.cluster;
-  const std::size_t W = static_cast<std::size_t>(cl.num_workers());
+  // Per worker: the ps see the workers (a pipeline: each stage's ps its D replicas).
+  const auto W = static_cast<std::size_t>(job.plan.workers);
   std::vector<double> v(kScalars + kStalenessBins + 2 * W, 0.0);
   if (ps) {
     v[kPushes] = static_cast<double>(ps->pushes);
@@ -175,7 +176,7 @@ void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutco
   }
   if (exchange_kind(c) == ExchangeKind::ps_sync)
     r["replicas_to_aggregate"] = static_cast<std::int64_t>(
-        c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : job.cluster->num_workers());
+        c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : job.plan.workers);
   if (exchange_kind(c) == ExchangeKind::ps_bounded)
     r["max_staleness"] = static_cast<std::int64_t>(c.max_staleness);
 }

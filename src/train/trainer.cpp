@@ -104,14 +104,44 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 
 namespace {
 
-/// --pipeline-stages P > 1: the exchange it composes with and the rank count; returns the
-/// data-parallel replicas D = workers / P. Throws InputError naming the option.
-int check_pipeline_ranks(const Config& c, int workers) {
-  DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
-             "option --pipeline-stages " + std::to_string(c.pipeline_stages) +
-                 ": pipeline stages exchange their gradients by allreduce among each stage's "
-                 "replicas; run with --mode sync --num-ps 0 (the ps modes are not pipelined)");
-  return pipeline_place(0, workers, c.pipeline_stages).replicas;
+/// What every error message of this rank starts with: "rank R worker W [stage s/P, replica d] host".
+void name_rank_in_errors(const Cluster& cl) {
+  const RankInfo& me = cl.me();
+  set_error_context("rank " + std::to_string(cl.world_rank()) + " " +
+                    (cl.is_ps() ? "ps " : "worker ") + std::to_string(me.index) + " " +
+                    (me.part.empty() ? "" : me.part + " ") + me.host);
+}
+
+/// The stage each ps of a pipelined ps job serves (ps k's at k).
+std::vector<int> stage_of_ps(const Job& job) {
+  std::vector<int> out;
+  for (const StageShard& s : job.stage_shards) out.push_back(s.stage);
+  return out;
+}
+
+/// ps modes: the shard table every rank computes alike — the whole buffer split over the ps, or
+/// (a pipeline) each stage's range over the ps of its own (stage_shards) — shown by --dry-run and
+/// the log; on a ps also its ranges without weight decay.
+void plan_shards(const Config& c, const Model& layout, Job& job) {
+  const Cluster& cl = *job.cluster;
+  if (job.pipeline.stages > 1) {
+    std::vector<std::size_t> stage_params;
+    for (const PipelineStage& s : job.pipeline.stage) stage_params.push_back(s.params);
+    job.stage_shards = stage_shards(stage_params, job.num_ps);
+    job.shards.clear();
+    for (const StageShard& s : job.stage_shards) job.shards.push_back(s.range);
+    job.cluster->label_ps([&](int k) {
+      return "stage " + std::to_string(job.stage_shards[static_cast<std::size_t>(k)].stage) + "/" +
+             std::to_string(job.pipeline.stages);
+    });
+  } else {
+    job.shards = shard_ranges(job.param_count, job.num_ps);
+  }
+  job.model_report += describe_shards(job.shards, layout.param_tensors(), stage_of_ps(job));
+  if (cl.is_ps()) {
+    const ShardRange& mine = job.shards[static_cast<std::size_t>(cl.me().index)];
+    job.ps_no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
+  }
 }
 
 /// Phase 1 — the checks every rank makes identically (options, datasets, model, roles,
@@ -119,23 +149,20 @@ int check_pipeline_ranks(const Config& c, int workers) {
 Job check_job(const Config& c) {
   Job job;
   MPI_Comm world = MPI_COMM_WORLD;
-  int world_rank = 0;
-  MPI_Comm_rank(world, &world_rank);
   job.num_ps = exchange_kind(c) == ExchangeKind::allreduce ? 0 : c.num_ps;
   all_or_nothing(world, [&] {
     job.cluster = std::make_unique<Cluster>(world, job.num_ps);  // deterministic throws only
     const Cluster& cl = *job.cluster;
-    set_error_context("rank " + std::to_string(world_rank) + " " +
-                      (cl.is_ps() ? "ps " : "worker ") + std::to_string(cl.me().index) + " " +
-                      cl.me().host);
-    DT_REQUIRE(c.replicas_to_aggregate <= cl.num_workers(),
-               "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
-                   " is more than the " + std::to_string(cl.num_workers()) + " workers");
+    name_rank_in_errors(cl);
     // The device, as a real run picks it (no backend made): --dry-run checks and shows it too.
     job.device_name = device_name_of(planned_gpu(c, cl));
-    // A pipeline's D replicas of P stages share out the data as D workers would.
-    const int replicas =
-        c.pipeline_stages > 1 ? check_pipeline_ranks(c, cl.num_workers()) : cl.num_workers();
+    // A pipeline's D replicas of P stages share out the data as D workers would (and each
+    // stage's ps aggregate its D replicas).
+    const int replicas = pipeline_place(0, cl.num_workers(), c.pipeline_stages).replicas;
+    DT_REQUIRE(c.replicas_to_aggregate <= replicas,
+               "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
+                   " is more than the " + std::to_string(replicas) +
+                   (c.pipeline_stages > 1 ? " replicas of each pipeline stage" : " workers"));
     job.plan = make_plan(c, replicas);
     if (c.pipeline_stages > 1) {
       job.cluster->label_workers([&](int w) {
@@ -143,9 +170,7 @@ Job check_job(const Config& c) {
         return "stage " + std::to_string(p.stage) + "/" + std::to_string(p.stages) + ", replica " +
                std::to_string(p.replica);
       });
-      if (cl.is_worker())  // errors name the stage too
-        set_error_context("rank " + std::to_string(world_rank) + " worker " +
-                          std::to_string(cl.me().index) + " " + cl.me().part + " " + cl.me().host);
+      name_rank_in_errors(cl);  // errors name the stage too
     }
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                        act_dtype_of(c.precision));
@@ -161,14 +186,8 @@ Job check_job(const Config& c) {
       job.model_report += describe_pipeline(job.pipeline, layers, job.plan.batch,
                                             dtype_size(act_dtype_of(c.precision)));
     }
-    if (job.num_ps > 0) {
-      job.shards = shard_ranges(job.param_count, job.num_ps);
-      job.model_report += describe_shards(job.shards, layout.param_tensors());
-      if (cl.is_ps()) {
-        const ShardRange& mine = job.shards[cl.me().index];
-        job.ps_no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
-      }
-    }
+    if (job.num_ps > 0) plan_shards(c, layout, job);
+    if (cl.is_ps() && job.pipeline.stages > 1) name_rank_in_errors(cl);  // a ps's stage
   });
   return job;
 }
@@ -273,8 +292,15 @@ void write_timeline(const Config& c, const Job& job) {
 }
 
 int serve_as_ps(const Config& c, const Job& job) {
-  const PsStats st = run_parameter_server(*job.cluster, c, job.shards[job.cluster->me().index],
-                                          job.plan.total_steps, stop_flag(), job.ps_no_decay);
+  const auto k = static_cast<std::size_t>(job.cluster->me().index);
+  // A pipeline's ps serves its stage's replicas and its range of the stage's buffer.
+  const std::unique_ptr<Cluster> stage =
+      job.stage_shards.empty()
+          ? nullptr
+          : stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
+  const PsStats st = run_parameter_server(
+      stage ? *stage : *job.cluster, c, stage ? job.stage_shards[k].local : job.shards[k],
+      job.plan.total_steps, stop_flag(), job.ps_no_decay);
   gather_run_stats(job, &st, nullptr);
   write_timeline(c, job);
   return stop_requested() ? kExitSignalled : kExitOk;
@@ -303,7 +329,11 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   if (chief && job.plan.synthetic && (c.random_crop > 0 || c.random_flip))
     log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   // A pipeline stage trains its layers among its replicas (pipeline/group.hpp), from its slice
-  // of the resume point.
+  // of the resume point; in a ps mode it pushes to its stage's ps.
+  const std::unique_ptr<Cluster> stage_ps =
+      job.stage_shards.empty()
+          ? nullptr
+          : stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
   std::optional<Model> layout;
   std::unique_ptr<PipelineGroup> pipe;
   if (job.pipeline.stages > 1) {
@@ -312,8 +342,8 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
     pipe = std::make_unique<PipelineGroup>(*job.cluster, *layout, job.pipeline);
     if (job.resume) job.resume = pipe->slice(*job.resume);
   }
-  Worker worker(effective, pipe ? pipe->stage_cluster() : *job.cluster, job.plan, *job.backend,
-                std::move(job.resume), pipe.get());
+  const Cluster& cluster = stage_ps ? *stage_ps : pipe ? pipe->stage_cluster() : *job.cluster;
+  Worker worker(effective, cluster, job.plan, *job.backend, std::move(job.resume), pipe.get());
   const WorkerOutcome out = worker.run();
   const RunStats st = gather_run_stats(job, nullptr, &out);
   if (chief) write_results(c, job, out, st);

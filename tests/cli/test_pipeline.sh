@@ -10,7 +10,8 @@
 #      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
 #   3. the role table shows each worker's stage; --timeline has the stages' waits.
 #   4. bad shapes, each one clear error on every rank: stages not dividing the workers, more
-#      stages than layers, M not dividing the batch, a stage= cut leaving an empty stage, a ps mode.
+#      stages than layers, M not dividing the batch, a stage= cut leaving an empty stage, fewer ps
+#      than stages (the ps modes: tests/cli/test_pipeline_ps.sh).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -90,9 +91,9 @@ sed 's/^layer = dense units=24$/layer = dense units=24 stage=2/' "$SCRATCH/job.i
 grep -q "stage=2" "$SCRATCH/gap.ini" || fail "the stage= edit did not apply"
 expect_error 2 "stage=2|stage 1 would be empty" --config "$SCRATCH/gap.ini" "${DATA[@]}" \
   --run-dir "$SCRATCH/bad4" --pipeline-stages 2
-expect_error 2 "--pipeline-stages 2|--num-ps 0" --config "$SCRATCH/job.ini" --threads 1 \
-  --train-data "$SCRATCH/train.h5" --run-dir "$SCRATCH/bad5" --pipeline-stages 2 --mode async \
-  --num-ps 1
+expect_error 3 "--pipeline-stages 2|--num-ps 1|--num-ps >= --pipeline-stages" \
+  --config "$SCRATCH/job.ini" --threads 1 --train-data "$SCRATCH/train.h5" \
+  --run-dir "$SCRATCH/bad5" --pipeline-stages 2 --mode async --num-ps 1
 for d in bad1 bad2 bad3 bad4 bad5; do
   [[ ! -e $SCRATCH/$d ]] || [[ -z $(ls -A "$SCRATCH/$d") ]] || fail "$d: a refused run wrote files"
 done

@@ -224,6 +224,67 @@ TEST(ShardRanges, ErrorsNameTheOption) {
   }
 }
 
+// A pipelined ps job: the ps cut into one group per stage (in stage order, extra ps to the stage
+// with the most floats per ps), each group splitting its stage's range as shard_ranges() does;
+// together the shards tile the whole buffer.
+TEST(StageShards, EachStageSplitOverItsOwnPs) {
+  const std::vector<std::size_t> params{60, 12, 5208, 100};
+  for (int k = 4; k <= 9; ++k) {
+    const std::vector<StageShard> s = stage_shards(params, k);
+    ASSERT_EQ(static_cast<int>(s.size()), k);
+    std::size_t at = 0, first = 0;
+    std::vector<int> per_stage(params.size(), 0);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (i > 0) EXPECT_GE(s[i].stage, s[i - 1].stage);
+      if (i > 0 && s[i].stage != s[i - 1].stage) first = at;
+      EXPECT_EQ(s[i].range.begin, at);
+      EXPECT_EQ(s[i].range.begin - first, s[i].local.begin);
+      EXPECT_EQ(s[i].range.size(), s[i].local.size());
+      at = s[i].range.end;
+      ++per_stage[static_cast<std::size_t>(s[i].stage)];
+    }
+    EXPECT_EQ(at, 5380u);
+    EXPECT_EQ(per_stage[0] + per_stage[1] + per_stage[3], 3) << "K " << k;  // extras: stage 2
+    for (std::size_t st = 0; st < params.size(); ++st) {
+      std::vector<ShardRange> local;
+      for (const StageShard& x : s)
+        if (x.stage == static_cast<int>(st)) local.push_back(x.local);
+      const auto want = shard_ranges(params[st], per_stage[st]);
+      ASSERT_EQ(local.size(), want.size());
+      for (std::size_t j = 0; j < want.size(); ++j) {
+        EXPECT_EQ(local[j].begin, want[j].begin);
+        EXPECT_EQ(local[j].end, want[j].end);
+      }
+    }
+  }
+  // Equal stages share the extras in stage order; P = 1 is shard_ranges itself.
+  const auto even = stage_shards({100, 100}, 3);
+  EXPECT_EQ(even[0].stage, 0);
+  EXPECT_EQ(even[1].stage, 0);
+  EXPECT_EQ(even[2].stage, 1);
+  const auto one = stage_shards({101}, 3);
+  const auto plain = shard_ranges(101, 3);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(one[k].range.end, plain[k].end);
+}
+
+TEST(StageShards, ErrorsNameTheOptionAndTheStage) {
+  auto message = [](const std::vector<std::size_t>& params, int k) {
+    try {
+      stage_shards(params, k);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string few = message({10, 10, 10}, 2);
+  EXPECT_NE(few.find("--num-ps 2"), std::string::npos) << few;
+  EXPECT_NE(few.find("--pipeline-stages 3"), std::string::npos) << few;
+  const std::string empty = message({10, 0, 10}, 3);
+  EXPECT_NE(empty.find("pipeline stage 1 has no parameters"), std::string::npos) << empty;
+  const std::string tiny = message({1, 1}, 3);
+  EXPECT_NE(tiny.find("--num-ps 3"), std::string::npos) << tiny;
+}
+
 // ps/protocol.hpp: chunks tile a part exactly, in order, each at most the limit; large parts get
 // ~8 chunks, none below kMinChunkBytes unless the limit is lower; a 3 GiB part (past 2 GiB, the
 // old single-message limit) is chunks of at most the limit.

@@ -43,6 +43,16 @@ class Cluster {
   /// payload_comm(). Throws InputError unless 0 ≤ num_ps < the world size, LibraryError when an
   /// MPI call fails.
   Cluster(MPI_Comm world, int num_ps);
+  /// A part of `parent` as a cluster of its own, on a communicator of its ranks only (a pipelined
+  /// ps job's stage: its ps and its replicas). Collective over parent.world(): every rank calls it,
+  /// each with the `color` of its part and that part's members — `ps` (parent ps indices, which
+  /// become ps 0, 1, … in this order) and `workers` (parent worker indices, likewise); the calling
+  /// rank must be one of them. RankInfo is kept (host, node, device, part; `rank` stays the parent
+  /// world rank, for messages), world() ranks follow parent world order, and role_comm() and
+  /// payload_comm() are this part's. Throws Error when the part's communicator does not hold
+  /// exactly its members, LibraryError when an MPI call fails.
+  Cluster(const Cluster& parent, int color, const std::vector<int>& ps,
+          const std::vector<int>& workers);
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -77,11 +87,14 @@ class Cluster {
   /// Labels every worker with what `part_of(worker index)` returns (RankInfo::part), shown by
   /// role_table() in a last column. Local: every rank labels identically.
   void label_workers(const std::function<std::string(int)>& part_of);
+  /// The same for the ps ranks (`part_of(ps index)`; a pipelined job: the stage a ps serves).
+  void label_ps(const std::function<std::string(int)>& part_of);
   /// The role table: one line per rank (rank, node, host, role, index, device, part).
   [[nodiscard]] std::string role_table() const;
 
  private:
   MPI_Comm world_;
+  MPI_Comm owned_world_ = MPI_COMM_NULL;  ///< a part's communicator (freed with it)
   MPI_Comm role_comm_ = MPI_COMM_NULL;
   MPI_Comm payload_comm_ = MPI_COMM_NULL;
   int rank_ = 0;

@@ -30,6 +30,14 @@ struct PipelinePlace {
 /// Throws InputError naming --pipeline-stages unless `stages` divides `workers`.
 PipelinePlace pipeline_place(int worker, int workers, int stages);
 
+/// A pipelined ps job's stage as a cluster of its own (Cluster's part constructor; collective over
+/// cluster.world(), every rank calls it): the ps k with stage_of_ps[k] == s and stage s's D
+/// replicas (workers, in replica order), s being this rank's stage (a ps: stage_of_ps[its index]).
+/// Its chief is the stage's replica 0 (the stage leader); the stage's ps see its D replicas as an
+/// ordinary set of workers. Throws as pipeline_place(), LibraryError when an MPI call fails.
+std::unique_ptr<Cluster> stage_ps_cluster(const Cluster& cluster, int stages,
+                                          const std::vector<int>& stage_of_ps);
+
 /// One worker's pipeline: its place, its stage's layers and slice of the flat buffers, and the
 /// communicators.
 class PipelineGroup {

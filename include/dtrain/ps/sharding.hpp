@@ -2,7 +2,8 @@
 // buffer. The buffer is cut into K contiguous ranges whose sizes differ by at most one float
 // (balanced by bytes), ignoring tensor boundaries: a tensor larger than its fair share is split
 // over several ps, small tensors share a ps. Every rank computes the same table from the model,
-// so no negotiation is needed (ps-lite's range partition of keys).
+// so no negotiation is needed (ps-lite's range partition of keys). A pipelined job cuts the ps into
+// one group per stage, each splitting its stage's range (stage_shards).
 #pragma once
 
 #include <cstddef>
@@ -23,8 +24,27 @@ struct ShardRange {
 /// num_ps > total (a ps must own at least one parameter).
 std::vector<ShardRange> shard_ranges(std::size_t total, int num_ps);
 
-/// One line per ps: its float range, bytes, and the tensors (or parts) it holds.
+/// One ps of a pipelined job (--pipeline-stages P with a ps mode): the stage it serves, its range
+/// of the whole model's flat buffer, and the same range in the stage's own buffer.
+struct StageShard {
+  int stage = 0;
+  ShardRange range;  ///< in the whole model's flat buffer
+  ShardRange local;  ///< in stage `stage`'s flat buffer (range minus the stage's first float)
+};
+
+/// The ps of a pipelined job: stage s owns the floats [Σ_{t<s} stage_params[t], + stage_params[s])
+/// of the flat buffer (a stage's layers are contiguous, so are their parameters). The num_ps ps
+/// are cut into P = stage_params.size() groups in stage order — one ps per stage, every further ps
+/// to the stage with the most floats per ps (ties: the earlier stage) — and each stage's range is
+/// split over its group as shard_ranges() splits the whole buffer. Returns num_ps entries, ps k's
+/// at k. Throws InputError naming --num-ps and --pipeline-stages when num_ps < P, naming the stage
+/// when a stage has no parameters (its ps would own nothing) or fewer floats than its ps.
+std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps);
+
+/// One line per ps: its float range, bytes, and the tensors (or parts) it holds; with `stage_of`
+/// (one stage per ps, a pipelined job) also the stage each ps serves.
 std::string describe_shards(const std::vector<ShardRange>& shards,
-                            const std::vector<TensorInfo>& tensors);
+                            const std::vector<TensorInfo>& tensors,
+                            const std::vector<int>& stage_of = {});
 
 }  // namespace dtrain
