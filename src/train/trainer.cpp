@@ -298,8 +298,12 @@ int serve_as_ps(const Config& c, const Job& job) {
       job.stage_shards.empty()
           ? nullptr
           : stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
+  // When a rank of a pipeline stops, the whole pipeline stalls and every ps falls idle: such a
+  // ps waits twice --timeout, so that the rank waiting on the stuck one itself names it first.
+  Config served = c;
+  if (stage) served.timeout = 2 * c.timeout;
   const PsStats st = run_parameter_server(
-      stage ? *stage : *job.cluster, c, stage ? job.stage_shards[k].local : job.shards[k],
+      stage ? *stage : *job.cluster, served, stage ? job.stage_shards[k].local : job.shards[k],
       job.plan.total_steps, stop_flag(), job.ps_no_decay);
   gather_run_stats(job, &st, nullptr);
   write_timeline(c, job);

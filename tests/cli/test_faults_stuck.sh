@@ -16,6 +16,9 @@
 #      for the missing push, and the watchdog aborts the job.
 #   6. a pipeline (--pipeline-stages 2): DTRAIN_FAULT=hang@20:1 stops stage 0 (world rank 1);
 #      stage 1 waits for its activations and the watchdog names the stage and its rank.
+#   7. a pipeline with a ps per stage (async, 2 ps + 2 workers): stage 1's ps (rank 3) stopped
+#      with SIGSTOP: stage 1 reports waiting "with ps 0 (rank 3)" (its stage's ps 0), or stage 0
+#      waiting for stage 1 (the gradients of a micro-batch, or the stages' agreement on the step).
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
@@ -72,6 +75,8 @@ stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce 
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
+stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --mode async \
+  --num-ps 2 --pipeline-stages 2 --micro-batches 4
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.
