@@ -6,19 +6,21 @@
 #   bubble    ResNet-20 (synthetic 1x28x28, batch 64): with --timeline, each stage's share of its
 #             time spent waiting for a neighbour (pipeline-wait spans) against (P-1)/(M+P-1), and
 #             samples/s of the pipeline against pure data parallelism (P = 1) on the same ranks.
+#   ps        ResNet-20 as in bubble, P = 2, M = 4: the pipeline with a ps per stage (async, 2 ps)
+#             against the allreduce pipeline on the same ranks, samples/s.
 #   accuracy  ResNet-20 on Fashion-MNIST, EPOCHS epochs (default 2), seed 1: P = 1 against P = 2,
 #             M = 4 (needs data/fashion_mnist/*.h5: jobs/run_fashion_mnist.sh).
 # Needs GNU time (/usr/bin/time, Debian package time) for the per-stage peak RSS.
 # More ranks than cores run oversubscribed (mpiexec --oversubscribe): the table says how many
 # cores there were.
-# Usage: tests/benchmarks/pipeline_bench.sh [memory] [bubble] [accuracy]   (default: all three)
+# Usage: tests/benchmarks/pipeline_bench.sh [memory] [bubble] [ps] [accuracy]   (default: all)
 #   env: BUILD (default build), OUT (default docs/results/pipeline/<today>), EPOCHS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 out=${OUT:-docs/results/pipeline/$(date +%F)}
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(memory bubble accuracy)
+[[ ${#parts[@]} -gt 0 ]] || parts=(memory bubble ps accuracy)
 py=/usr/bin/python3
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -27,13 +29,14 @@ trap 'rm -rf "$runs"' EXIT
 echo "# $(nproc --all) cores; $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # train NP NAME ARGS...: one run into $runs/NAME (log beside it); each rank's peak RSS (GNU time)
-# in the log as "rank R peak-rss-kib K".
+# in the log as "rank R peak-rss-kib K". The mode is MODE's (default: allreduce).
+MODE=(--mode sync --num-ps 0)
 train() {
   local np=$1 name=$2
   shift 2
   mpiexec --oversubscribe -n "$np" bash -c \
     'exec /usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK peak-rss-kib %M" "$0" "$@"' \
-    "$build/bin/dtrain" train --threads 1 --mode sync --num-ps 0 --run-dir "$runs/$name" "$@" \
+    "$build/bin/dtrain" train --threads 1 "${MODE[@]}" --run-dir "$runs/$name" "$@" \
     >"$runs/$name.log" 2>&1 || { tail -20 "$runs/$name.log"; exit 1; }
 }
 # stage_rss LOG P: each stage's peak RSS in MiB, "s0/s1/..." (worker w runs stage P-1-w%P).
@@ -105,6 +108,24 @@ PY
         "$(get "$runs/$name/results.json" samples_per_sec)" "$dp"
     done
   done | tee "$out/bubble.md"
+}
+
+ps() {
+  local res=(--config jobs/resnet20_cifar.ini --synthetic 1x28x28:10 --train-data "" --test-data ""
+             --batch-size 64 --max-steps 12 --epochs 1 --log-every 4 --pipeline-stages 2
+             --micro-batches 4)
+  echo "== ps: ResNet-20, batch 64 per replica, 12 steps, P = 2, M = 4, 1F1B"
+  echo "| ranks | exchange | ps | D | samples/s |"
+  echo "|---:|---|---:|---:|---:|"
+  for ranks in 4 6; do
+    MODE=(--mode sync --num-ps 0)
+    train "$ranks" "ar-$ranks" "${res[@]}"
+    MODE=(--mode async --num-ps 2)
+    train "$ranks" "ps-$ranks" "${res[@]}"
+    MODE=(--mode sync --num-ps 0)
+    echo "| $ranks | allreduce | 0 | $((ranks / 2)) | $(get "$runs/ar-$ranks/results.json" samples_per_sec) |"
+    echo "| $ranks | async, a ps per stage | 2 | $(((ranks - 2) / 2)) | $(get "$runs/ps-$ranks/results.json" samples_per_sec) |"
+  done | tee "$out/ps.md"
 }
 
 accuracy() {
