@@ -316,9 +316,8 @@ void PsClient::progress_loop() {
 }
 
 std::string PsClient::world_rank_of(std::size_t k) const {
-  return std::to_string(cluster_.ranks()[static_cast<std::size_t>(
-                                             cluster_.ps_rank(static_cast<int>(k)))]
-                            .rank);
+  return std::to_string(
+      cluster_.ranks()[static_cast<std::size_t>(cluster_.ps_rank(static_cast<int>(k)))].rank);
 }
 
 const float* PsClient::zeros(std::size_t floats) {

@@ -26,9 +26,10 @@ ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange
                        const std::vector<FloatRange>& no_decay)
     : cluster_(cluster), c_(c), workers_(cluster.num_workers()), n_(shard.size()),
       who_("ps " + std::to_string(cluster.me().index) +
-           (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")), stop_flag_(stop_flag),
-      chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024), backend_(make_cpu_backend()),
-      params_(*backend_, n_), max_steps_(c.max_steps), slots_(workers_) {
+           (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")),
+      stop_flag_(stop_flag), chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
+      backend_(make_cpu_backend()), params_(*backend_, n_), max_steps_(c.max_steps),
+      slots_(workers_) {
   stats_.staleness_histogram.assign(kStalenessBins, 0);
   stats_.worker_pushes.assign(workers_, 0);
   stats_.worker_dropped.assign(workers_, 0);

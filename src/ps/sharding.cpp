@@ -69,14 +69,14 @@ std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_param
 }
 
 std::string describe_shards(const std::vector<ShardRange>& shards,
-                            const std::vector<TensorInfo>& tensors, const std::vector<int>& stage_of) {
+                            const std::vector<TensorInfo>& tensors,
+                            const std::vector<int>& stage_of) {
   std::ostringstream os;
   for (std::size_t k = 0; k < shards.size(); ++k) {
     const auto& s = shards[k];
     os << "# ps " << k;
     if (k < stage_of.size()) os << " (stage " << stage_of[k] << ")";
-    os << ": floats [" << s.begin << ", " << s.end << ") = " << s.size() * 4
-       << " bytes:";
+    os << ": floats [" << s.begin << ", " << s.end << ") = " << s.size() * 4 << " bytes:";
     for (const auto& t : tensors) {
       const std::size_t b = std::max(s.begin, t.offset), e = std::min(s.end, t.offset + t.count);
       if (b >= e) continue;

@@ -104,7 +104,7 @@ std::unique_ptr<Backend> make_backend(const Config& c, const Cluster& cluster, s
 
 namespace {
 
-/// What every error message of this rank starts with: "rank R worker W [stage s/P, replica d] host".
+/// The error messages' prefix: "rank R worker W [stage s/P, replica d] host" (or "ps K").
 void name_rank_in_errors(const Cluster& cl) {
   const RankInfo& me = cl.me();
   set_error_context("rank " + std::to_string(cl.world_rank()) + " " +
@@ -302,9 +302,9 @@ int serve_as_ps(const Config& c, const Job& job) {
   // ps waits twice --timeout, so that the rank waiting on the stuck one itself names it first.
   Config served = c;
   if (stage) served.timeout = 2 * c.timeout;
-  const PsStats st = run_parameter_server(
-      stage ? *stage : *job.cluster, served, stage ? job.stage_shards[k].local : job.shards[k],
-      job.plan.total_steps, stop_flag(), job.ps_no_decay);
+  const PsStats st = run_parameter_server(stage ? *stage : *job.cluster, served,
+                                          stage ? job.stage_shards[k].local : job.shards[k],
+                                          job.plan.total_steps, stop_flag(), job.ps_no_decay);
   gather_run_stats(job, &st, nullptr);
   write_timeline(c, job);
   return stop_requested() ? kExitSignalled : kExitOk;

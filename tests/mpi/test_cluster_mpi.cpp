@@ -4,10 +4,11 @@
 // all_or_nothing (comm/guard.hpp): a failure on some ranks raises ReportedError on ALL ranks with
 // the exit code of the lowest failing rank, and success returns everywhere; wait_any with a name
 // built only on timeout (the ps event loop's); wait_all over null and active requests, done once
-// the active ones completed, and its timeout.
+// the active ones completed, and its timeout; a part of a cluster renumbering its members.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -79,6 +80,46 @@ TEST(ClusterMpi, RolesAndCommunicators) {
         << table;
     EXPECT_NE(table.find("dev" + std::to_string((W - 1) * 10)), std::string::npos) << table;
   }
+}
+
+// A part of a cluster (a pipelined ps job's stage): the world split by index parity into two parts
+// (a part per parity, ps and workers alike, the workers listed in reverse): each part renumbers
+// its ps and workers in the order given, keeps each rank's parent world rank, and its
+// communicators hold exactly its members.
+TEST(ClusterMpi, PartsRenumberTheirMembers) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  if (W < 2) GTEST_SKIP() << "needs a ps and a worker";
+  const Cluster whole(MPI_COMM_WORLD, W / 2);
+  const int color = whole.me().index % 2;
+  std::vector<int> ps, workers;
+  for (int k = 0; k < whole.num_ps(); ++k)
+    if (k % 2 == color) ps.push_back(k);
+  for (int w = whole.num_workers() - 1; w >= 0; --w)
+    if (w % 2 == color) workers.push_back(w);
+  const Cluster part(whole, color, ps, workers);
+  EXPECT_EQ(part.num_ps(), static_cast<int>(ps.size()));
+  EXPECT_EQ(part.num_workers(), static_cast<int>(workers.size()));
+  EXPECT_EQ(part.world_size(), static_cast<int>(ps.size() + workers.size()));
+  EXPECT_EQ(part.me().rank, rank);  // the parent's world rank, for messages
+  EXPECT_EQ(part.is_ps(), whole.is_ps());
+  const std::vector<int>& mine = whole.is_ps() ? ps : workers;
+  const auto at = std::find(mine.begin(), mine.end(), whole.me().index) - mine.begin();
+  EXPECT_EQ(part.me().index, at);
+  EXPECT_EQ(part.is_chief(), part.is_worker() && whole.me().index == workers.front());
+  for (std::size_t k = 0; k < ps.size(); ++k)
+    EXPECT_EQ(part.ranks()[part.ps_rank(static_cast<int>(k))].rank, whole.ps_rank(ps[k]));
+  for (std::size_t w = 0; w < workers.size(); ++w)
+    EXPECT_EQ(part.ranks()[part.worker_rank(static_cast<int>(w))].rank,
+              whole.worker_rank(workers[w]));
+  // The part's world sums exactly its members' world ranks; its role communicator its role's.
+  int sum = 0, want = 0, role_size = 0;
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, part.world());
+  for (const int k : ps) want += whole.ps_rank(k);
+  for (const int w : workers) want += whole.worker_rank(w);
+  EXPECT_EQ(sum, want);
+  MPI_Comm_size(part.role_comm(), &role_size);
+  EXPECT_EQ(role_size, part.is_ps() ? part.num_ps() : part.num_workers());
 }
 
 TEST(ClusterMpi, TooManyPsRefusedOnEveryRank) {
