@@ -12,6 +12,7 @@
 #      time limit): exit 75, stopped_by "signal", no error, no rank killed, the stop checkpoint is
 #      the newest (sync: at exactly results.json's global_step).
 #   4b. sync through the ps (1 ps + 3 workers), SIGTERM to every rank: the same, and --resume.
+#   4c. async pipelined, a ps per stage (2 ps + 2 replicas x 2 stages), SIGUSR1 to mpirun: as 1.
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -109,6 +110,15 @@ run_and_signal sync 4 ranks TERM "$d" --num-ps 1
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "sync through the ps, SIGTERM to every rank: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
 resume_from_newest sync 4 "$d" --num-ps 1
+
+# A pipeline with a ps per stage (2 ps + 2 replicas x 2 stages): the stages agree on the stop, the
+# stage leaders' parts make the stop checkpoint.
+d=$SCRATCH/usr1-pipe-ps
+PIPE=(--num-ps 2 --pipeline-stages 2 --micro-batches 4)
+run_and_signal async 6 mpirun USR1 "$d" "${PIPE[@]}"
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1, pipelined ps: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+resume_from_newest async 6 "$d" "${PIPE[@]}"
 
 d=$SCRATCH/twice
 run_and_signal sync 3 chief-twice "TERM+INT" "$d" --num-ps 0
