@@ -5,7 +5,7 @@
 #      ResNet-20 into P = 2 and 4, write checkpoints bit-identical (parameters, momentum, batch-norm
 #      statistics) to async with P = 1 accumulating the same micro-batches (one worker per stage:
 #      no arrival order to differ).
-#   2. sync through the ps with D = 2 (R = D): P = 2 equals P = 1, bit for bit.
+#   2. sync through the ps with D = 2 (R = D): P = 2 equals P = 1, bit for bit (CNN, ResNet-20).
 #   3. D = 2 replicas of P = 2: async, SSP (--max-staleness 1) and sync with a backup worker
 #      (R = 1) run, learn (test accuracy ≥ 0.8 on 4 classes) and resume from a mid-run
 #      checkpoint, with P = 2 and with P = 1.
@@ -48,10 +48,13 @@ run 8 "$SCRATCH/res4" --num-ps 4 --pipeline-stages 4
 compare "$SCRATCH/res1" "$SCRATCH/res4" 20
 
 echo "== 2. sync through the ps, D = 2: P = 2 equals P = 1"
-COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" "${STEPS[@]}" --mode sync)
-run 3 "$SCRATCH/sync1" --num-ps 1
-run 6 "$SCRATCH/sync2" --num-ps 2 --pipeline-stages 2
-compare "$SCRATCH/sync1" "$SCRATCH/sync2" 20
+for job in "$SCRATCH/job.ini" "$SRC/jobs/resnet20_cifar.ini"; do
+  COMMON=(--config "$job" "${DATA[@]}" "${STEPS[@]}" --mode sync --batch-size 16)
+  tag=$(basename "$job" .ini)
+  run 3 "$SCRATCH/sync1-$tag" --num-ps 1
+  run 6 "$SCRATCH/sync2-$tag" --num-ps 2 --pipeline-stages 2
+  compare "$SCRATCH/sync1-$tag" "$SCRATCH/sync2-$tag" 20
+done
 
 echo "== 3. D = 2 x P = 2: async, SSP, sync with a backup worker run, learn, resume"
 for mode in "async" "async --max-staleness 1" "sync --replicas-to-aggregate 1"; do
