@@ -119,6 +119,14 @@ std::vector<int> stage_of_ps(const Job& job) {
   return out;
 }
 
+/// The floats the ps of pipeline stage `stage` hold together.
+std::size_t stage_ps_floats(const Job& job, int stage) {
+  std::size_t n = 0;
+  for (const StageShard& s : job.stage_shards)
+    if (s.stage == stage) n += s.local.size();
+  return n;
+}
+
 /// ps modes: the shard table every rank computes alike — the whole buffer split over the ps, or
 /// (a pipeline) each stage's range over the ps of its own (stage_shards) — shown by --dry-run and
 /// the log; on a ps also its ranges without weight decay.
@@ -344,6 +352,11 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
     layout.emplace(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                    act_dtype_of(c.precision));
     pipe = std::make_unique<PipelineGroup>(*job.cluster, *layout, job.pipeline);
+    // The stage's ps were cut from the plan's parameter count (plan_shards): the same floats.
+    DT_ASSERT(!stage_ps || pipe->param_count() == stage_ps_floats(job, pipe->place().stage),
+              "pipeline stage " + std::to_string(pipe->place().stage) + " holds " +
+                  std::to_string(pipe->param_count()) + " parameters, its ps " +
+                  std::to_string(stage_ps_floats(job, pipe->place().stage)));
     if (job.resume) job.resume = pipe->slice(*job.resume);
   }
   const Cluster& cluster = stage_ps ? *stage_ps : pipe ? pipe->stage_cluster() : *job.cluster;

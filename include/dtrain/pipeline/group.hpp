@@ -53,6 +53,8 @@ class PipelineGroup {
   [[nodiscard]] const PipelinePlace& place() const { return place_; }
   [[nodiscard]] const PipelinePlan& plan() const { return plan_; }
   [[nodiscard]] LayerRange layers() const;
+  /// The stage's parameters: its slice of the whole model's flat buffer, in floats.
+  [[nodiscard]] std::size_t param_count() const { return param_end_ - param_begin_; }
   /// This replica's P stages, rank = stage (PipelineRunner's).
   [[nodiscard]] MPI_Comm pipe() const { return pipe_; }
   /// This stage's D replicas as a cluster of D workers, no ps (the gradient exchange's; its
