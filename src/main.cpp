@@ -1,5 +1,5 @@
 // dtrain — the command-line entry point: MPI start-up, options, the subcommand (`train`, the
-// default, `predict` or `export`), one rank's role, error reporting.
+// default, `predict`, `export` or `plan`), one rank's role, error reporting.
 // Errors in set-up are agreed on by every rank (one message, same exit code, clean MPI_Finalize);
 // an error during training is printed by the rank that hit it, which then calls MPI_Abort so that
 // no peer is left waiting. Every message starts with the rank tag ("[rank R ...]", log_error()).
@@ -14,6 +14,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/plan/plan_command.hpp"
 #include "dtrain/train/predict.hpp"
 #include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/trainer.hpp"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
       const Subcommand command = parsed.config.command;
       code = command == Subcommand::predict          ? dtrain::run_predict(parsed.config)
              : command == Subcommand::export_tensors ? dtrain::run_export(parsed.config)
+             : command == Subcommand::plan           ? dtrain::run_plan(parsed.config)
                                                      : dtrain::run_training(parsed.config);
     }
   } catch (const dtrain::ReportedError& e) {

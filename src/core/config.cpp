@@ -385,6 +385,17 @@ void add_output_options(Table& t, Config& c) {
         "export: output format: safetensors (the named tensors) | onnx (the inference graph, "
         "opset 17)");
   t.add("dtype", &c.export_dtype, "export --format safetensors: float tensors as f32 | bf16");
+  t.group("Scaling plan (dtrain plan)", "plan");
+  t.add("nodes", &c.nodes, "plan: nodes of the planned cluster");
+  t.add("workers-per-node", &c.workers_per_node, "plan: worker ranks (GPUs or cores) per node");
+  t.add("network", &c.network,
+        "plan: the link between nodes: 25gbe | hdr-ib | nvlink | shm, or "
+        "alpha_us=A,beta_gbps=B[,shared=1] (latency µs, bandwidth Gb/s)");
+  t.add("intra-node", &c.intra_node, "plan: the link inside a node, as --network (default shm)");
+  t.add("profile", &c.profile,
+        "plan: a worker profile saved by --save-profile, used instead of a profiling run");
+  t.add("save-profile", &c.save_profile, "plan: write the measured worker profile (JSON) there");
+  t.add("plan-steps", &c.plan_steps, "plan: timed steps of the profiling run (after a warm-up)");
   t.group("Faults", "faults");
   t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
@@ -439,10 +450,11 @@ void store_command_line(const std::vector<const char*>& args, const po::options_
     // A word that is no option's value (a misspelt subcommand, a stray token) would be dropped.
     for (const po::option& o : parsed.options)
       if (o.position_key >= 0)
-        throw InputError("command line: unexpected argument '" +
-                         (o.value.empty() ? o.string_key : o.value.front()) +
-                         "' (usage: dtrain [train | predict | export] --option value ...; see "
-                         "dtrain --help)");
+        throw InputError(
+            "command line: unexpected argument '" +
+            (o.value.empty() ? o.string_key : o.value.front()) +
+            "' (usage: dtrain [train | predict | export | plan] --option value ...; see "
+            "dtrain --help)");
     po::store(parsed, vm);
   } catch (const po::error& e) {
     throw InputError(std::string("command line: ") + e.what() + " (see dtrain --help)");
@@ -481,6 +493,8 @@ std::string help_text(const po::options_description& cli) {
         "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
         "[--dtype bf16]\n"
         "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
+        "       dtrain plan --config JOB.ini --nodes N --workers-per-node G --network SPEC "
+        "[--mode M --num-ps K]\n"
         "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
         "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
      << cli;
@@ -513,6 +527,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
         vm.count("help") ? help_text(cli) : std::string("dtrain ") + dtrain_version() + "\n";
     return r;
   }
+  c.plan_mode_given = vm.count("mode") && !vm["mode"].defaulted();
+  c.plan_num_ps_given = vm.count("num-ps") && !vm["num-ps"].defaulted();
   if (vm.count("config")) store_job_file(vm["config"].as<std::string>(), desc, vm);
   try {
     po::notify(vm);
@@ -615,6 +631,11 @@ void check_subcommand(const Config& c) {
                                 "you mean `dtrain predict ...`? a training run resumes from its "
                                 "--run-dir with --resume)");
   }
+  if (c.command != Subcommand::plan)
+    DT_REQUIRE(c.profile.empty() && c.save_profile.empty() && c.nodes == 1 &&
+                   c.workers_per_node == 1,
+               "options --nodes, --workers-per-node, --profile and --save-profile belong to "
+               "`dtrain plan` (did you mean `dtrain plan ...`?)");
   if (c.command == Subcommand::predict) {
     DT_REQUIRE(c.checkpoint.empty() != c.init_from.empty(),
                "dtrain predict: give exactly one of --checkpoint and --init-from");

@@ -439,7 +439,10 @@ void* Model::at(std::size_t offset) const {
 void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
   std::vector<const void*> in;
   for (std::size_t i = part_.first; i <= part_.last; ++i) {
-    if (absorbed_[i]) continue;  // its host layer applied it
+    if (absorbed_[i]) {  // its host layer applied it
+      if (probe_) probe_(i, false);
+      continue;
+    }
     in.clear();
     for (int t : run_inputs_[i]) in.push_back(act(t, x));
     StepContext lc = ctx;
@@ -448,6 +451,7 @@ void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
     if (backend().debug_sync())
       backend().check_after("forward of layer " + std::to_string(i + 1) + " (" +
                             s.layers[i]->type() + ")");
+    if (probe_) probe_(i, false);
   }
 }
 
@@ -482,6 +486,7 @@ void Model::run_backward(Stack& s, const void* input, const GradsFinal& on_final
   std::vector<void*> din;
   for (std::size_t i = part_.last + 1; i-- > part_.first;) {
     if (absorbed_[i]) {  // its host layer reads the shared gradient and output itself
+      if (probe_) probe_(i, true);
       if (on_final) on_final(grads_final_from_[i]);
       continue;
     }
@@ -503,6 +508,7 @@ void Model::run_backward(Stack& s, const void* input, const GradsFinal& on_final
       const std::size_t count = s.layers[i]->input_shapes()[k].count();
       be.add(at(plan_->grad[t]), din[k], count, be.act_dtype());
     }
+    if (probe_) probe_(i, true);
     if (on_final) on_final(grads_final_from_[i]);
   }
 }

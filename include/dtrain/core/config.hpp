@@ -140,15 +140,27 @@ struct Config {
   bool skip_nonfinite = false;  ///< skip steps with non-finite gradients (false: stop the run)
 
   // inference (dtrain predict)
-  Subcommand command = Subcommand::train;  ///< train | predict | export (train when none is given)
-  std::string checkpoint;                  ///< predict: the checkpoint to score with
-  std::string data;                        ///< predict: HDF5 images (labels optional) to score
-  std::string out;  ///< predict: the predictions file to create (never overwritten)
+  /// train | predict | export | plan (train when none is given)
+  Subcommand command = Subcommand::train;
+  std::string checkpoint;  ///< predict: the checkpoint to score with
+  std::string data;        ///< predict: HDF5 images (labels optional) to score
+  std::string out;         ///< predict: the predictions file to create (never overwritten)
   // named tensors (train/pretrained.hpp)
   std::string init_from;     ///< train, predict: start from this safetensors file's tensors
   std::string init_exclude;  ///< comma-separated name prefixes --init-from leaves out
   ExportFormat export_format = ExportFormat::safetensors;  ///< export: --format safetensors | onnx
   ExportDtype export_dtype = ExportDtype::f32;             ///< export: --dtype f32 | bf16
+
+  // scaling plan (dtrain plan, plan/scaling_model.hpp)
+  int nodes = 1;                   ///< plan: nodes of the planned cluster
+  int workers_per_node = 1;        ///< plan: worker ranks (GPUs, or cores) per node
+  std::string network = "hdr-ib";  ///< plan: the link between nodes (plan/network.hpp)
+  std::string intra_node = "shm";  ///< plan: the link inside a node
+  std::string profile;             ///< plan: a saved worker profile to use instead of profiling
+  std::string save_profile;        ///< plan: write the measured profile there (JSON)
+  int plan_steps = 3;              ///< plan: timed steps of the profiling run (after one warm-up)
+  /// plan: --mode / --num-ps came from the command line (then only that mode, that ps count)
+  bool plan_mode_given = false, plan_num_ps_given = false;
 
   std::string config_file;    ///< the job file read, if any
   std::string effective_ini;  ///< the configuration as INI text (saved in checkpoints/run dir)

@@ -57,8 +57,8 @@ enum class AsyncSchedule {
   pushes,      ///< pushes (async global steps)
 };
 
-/// The subcommand: `dtrain [train]`, `dtrain predict`, `dtrain export`.
-enum class Subcommand { train, predict, export_tensors };
+/// The subcommand: `dtrain [train]`, `dtrain predict`, `dtrain export`, `dtrain plan`.
+enum class Subcommand { train, predict, export_tensors, plan };
 
 /// --on-bad-image: what a corrupt or truncated encoded image does.
 enum class OnBadImage {
@@ -134,8 +134,8 @@ DTRAIN_ENUM_NAMES(AsyncMomentum, 4, {AsyncMomentum::lr_scaled, "lr-scaled"},
                   {AsyncMomentum::as_given, "as-given"}, {AsyncMomentum::dana, "dana"});
 DTRAIN_ENUM_NAMES(AsyncSchedule, 2, {AsyncSchedule::sync_steps, "sync-steps"},
                   {AsyncSchedule::pushes, "pushes"});
-DTRAIN_ENUM_NAMES(Subcommand, 3, {Subcommand::train, "train"}, {Subcommand::predict, "predict"},
-                  {Subcommand::export_tensors, "export"});
+DTRAIN_ENUM_NAMES(Subcommand, 4, {Subcommand::train, "train"}, {Subcommand::predict, "predict"},
+                  {Subcommand::export_tensors, "export"}, {Subcommand::plan, "plan"});
 DTRAIN_ENUM_NAMES(OnBadImage, 2, {OnBadImage::skip, "skip"}, {OnBadImage::fail, "fail"});
 DTRAIN_ENUM_NAMES(OptimizerKind, 5, {OptimizerKind::sgd, "sgd"},
                   {OptimizerKind::momentum, "momentum"}, {OptimizerKind::adam, "adam"},

@@ -234,6 +234,13 @@ class Model {
   /// train_step_micro() leaves. M ≤ 1 does nothing.
   void accumulate_micro(int m, int M);
 
+  /// Called after each layer's forward (backward = false) and backward (true) in the training
+  /// steps, with the layer's 0-based line index; a layer fused into another reports when its host
+  /// did. For per-layer timing (plan/profiler.hpp): on a GPU the probe must synchronize itself.
+  using LayerProbe = std::function<void(std::size_t layer, bool backward)>;
+  /// Installs `probe` (empty: none, the default).
+  void set_layer_probe(LayerProbe probe) { probe_ = std::move(probe); }
+
   /// Identifies the architecture: one line per layer with its description, its inputs when they
   /// are not the previous layer, and its tensor shapes. Two models accept each other's
   /// checkpoints iff their signatures are equal.
@@ -307,7 +314,8 @@ class Model {
   std::unique_ptr<MemoryPlan> plan_;
   LayerRange part_;
   int slots_ = 1;
-  int slot_ = 0;  ///< the activation slot the steps use (pipeline micro-batches in flight)
+  LayerProbe probe_;  ///< set_layer_probe()
+  int slot_ = 0;      ///< the activation slot the steps use (pipeline micro-batches in flight)
   std::vector<int> received_, sent_;
   std::vector<const void*> slot_input_;  ///< per slot: the network input its forward read
   /// activation memory (see MemoryPlan), shared by every stack: slots_ arenas of

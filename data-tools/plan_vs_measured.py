@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""data-tools/plan_vs_measured.py — `dtrain plan`'s predictions beside a measured scaling sweep.
+
+Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --job JOB.ini
+           --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB] [--dtrain BIN]
+
+SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
+async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. For every run
+with at most --max-workers workers, runs
+  dtrain plan --config JOB --profile P --nodes 1 --workers-per-node N --global-batch-size B
+              --intra-node SPEC --mode sync|async [--num-ps K] --bucket-mb <the run's> --out ...
+and prints a Markdown table: mode, workers, predicted and measured samples/s, error % =
+(predicted − measured) / measured, predicted and measured compute and exposed communication
+ms/step. Sync rows use the flat allreduce at the job's --bucket-mb (default 25).
+Where the sweep holds the host's ceiling (run_strong_scaling.sh --ceiling: ceiling-wN/r*/, N
+independent one-worker runs at the N-worker runs' per-worker batch; for N = 1 the sync-w1 run),
+two more columns: the ceiling's samples/s × the predicted efficiency — the prediction with the
+compute per worker taken from the ceiling instead of the profile — and its error %.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def measured_runs(sweep):
+    """{(mode, ps, workers): {samples_per_sec, step_compute_ms, step_exposed_comm_ms}}."""
+    runs = {}
+    if os.path.isfile(sweep):  # scaling_report.py's CSV
+        for r in csv.DictReader(open(sweep)):
+            key = (r["mode"], int(r["ps"]), int(r["workers"]))
+            runs[key] = {"samples_per_sec": float(r["samples_per_s"]),
+                         "step_compute_ms": float(r["compute_ms"]),
+                         "step_exposed_comm_ms": float(r["comm_ms"])}
+        return runs
+    for name in sorted(os.listdir(sweep)):
+        m = re.fullmatch(r"sync-w(\d+)|async-ps(\d+)-w(\d+)", name)
+        path = os.path.join(sweep, name, "results.json")
+        if not m or not os.path.exists(path):
+            continue
+        key = ("sync", 0, int(m[1])) if m[1] else ("async", int(m[2]), int(m[3]))
+        runs[key] = json.load(open(path))
+    return runs
+
+
+def ceilings(sweep, runs):
+    """{workers: summed samples/s of the ceiling runs} (1: the sync 1-worker run's own)."""
+    out = {}
+    if ("sync", 0, 1) in runs:
+        out[1] = runs[("sync", 0, 1)]["samples_per_sec"]
+    if not os.path.isdir(sweep):
+        return out
+    for name in os.listdir(sweep):
+        m = re.fullmatch(r"ceiling-w(\d+)", name)
+        if not m:
+            continue
+        found = [os.path.join(sweep, name, r, "results.json") for r in os.listdir(
+            os.path.join(sweep, name))]
+        found = [json.load(open(f))["samples_per_sec"] for f in found if os.path.exists(f)]
+        if len(found) == int(m[1]):
+            out[int(m[1])] = sum(found)
+    return out
+
+
+def predict(a, mode, ps, workers, tmp):
+    out = os.path.join(tmp, f"{mode}-{ps}-{workers}.json")
+    cmd = [a.dtrain, "plan", "--config", a.job, "--profile", a.profile, "--nodes", "1",
+           "--workers-per-node", str(workers), "--global-batch-size", str(a.global_batch),
+           "--intra-node", a.intra_node, "--mode", mode, "--out", out]
+    cmd += ["--num-ps", str(ps)] if mode == "async" else ["--num-ps", "0"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"plan_vs_measured.py: {' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+    rows = json.load(open(out))["predictions"]
+    if mode == "sync":
+        rows = [p for p in rows if p["configuration"] == "sync, flat allreduce"
+                and p["bucket_mb"] == a.bucket_mb]
+    return rows[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep")
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--global-batch", type=int, required=True)
+    ap.add_argument("--intra-node", default="shm")
+    ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--max-workers", type=int, default=1 << 30)
+    ap.add_argument("--dtrain", default="build/bin/dtrain")
+    a = ap.parse_args()
+    runs = measured_runs(a.sweep)
+    if not runs:
+        sys.exit(f"plan_vs_measured.py: no sync-wN or async-psK-wN runs in {a.sweep}")
+    ceiling = ceilings(a.sweep, runs)
+    extra = " ceiling samples/s | ceiling × predicted efficiency | error % |" if len(ceiling) > 1 else ""
+    print("| mode | workers | predicted samples/s | measured samples/s | error % | "
+          "predicted compute ms | measured compute ms | predicted exposed comm ms | "
+          "measured exposed comm ms |" + extra)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" * 3 if extra else ""))
+    with tempfile.TemporaryDirectory() as tmp:
+        for (mode, ps, w), m in sorted(runs.items()):
+            if w > a.max_workers:
+                continue
+            p = predict(a, mode, ps, w, tmp)
+            got = m["samples_per_sec"]
+            err = 100 * (p["samples_per_s"] - got) / got
+            label = "sync (allreduce)" if mode == "sync" else f"async, {ps} ps"
+            row = (f"| {label} | {w} | {p['samples_per_s']:.2f} | {got:.2f} | {err:+.1f} | "
+                   f"{p['compute_ms']:.1f} | {m.get('step_compute_ms', 0):.1f} | "
+                   f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms', 0):.1f} |")
+            if extra and w in ceiling:
+                c = ceiling[w] * p["efficiency"]
+                row += f" {ceiling[w]:.2f} | {c:.2f} | {100 * (c - got) / got:+.1f} |"
+            elif extra:
+                row += " - | - | - |"
+            print(row)
+
+
+if __name__ == "__main__":
+    main()

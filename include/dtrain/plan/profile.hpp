@@ -1,0 +1,60 @@
+// dtrain/plan/profile.hpp — what one worker costs: per layer forward and backward ms at one batch
+// size and the layer's gradient bytes, plus the optimizer update; the scaling model's input
+// (plan/scaling_model.hpp). `dtrain plan` measures it (plan/profiler.hpp) or reads a saved one
+// (--profile FILE), and can save it (--save-profile FILE) as JSON:
+//
+//   {"format": "dtrain-profile-1", "job": "jobs/resnet50_imagenet.ini", "batch": 24,
+//    "device": "cpu", "threads": 1, "precision": "fp32", "steps": 3, "step_ms": 5931.2,
+//    "optimizer_ms": 34.8, "layers": [{"name": "0.conv", "forward_ms": 61.2, "backward_ms": 130.4,
+//    "param_offset": 0, "param_floats": 9408}, ...]}
+//
+// Layers are in line order; param_offset/param_floats (floats) place the layer's parameters in
+// the flat gradient buffer (model/model.hpp: parameters in line order), which is what the bucket
+// plan cuts. Times are medians over the timed steps; step_ms is the whole train step (forward,
+// loss, backward) and optimizer_ms one update of every parameter on this worker.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+/// One layer of a profile.
+struct LayerCost {
+  std::string name;              ///< "<index>.<type>" or the line's name=
+  double forward_ms = 0;         ///< at WorkerProfile::batch samples
+  double backward_ms = 0;        ///< at WorkerProfile::batch samples
+  std::size_t param_offset = 0;  ///< first parameter float in the flat buffer
+  std::size_t param_floats = 0;  ///< trainable floats (gradient bytes = 4 × this)
+};
+
+/// One worker's measured costs at `batch` samples per step.
+struct WorkerProfile {
+  std::string job;  ///< the job file profiled (informative)
+  int batch = 0;    ///< samples per step the times were taken at (> 0)
+  std::string device = "cpu";
+  int threads = 1;  ///< OpenMP threads of the profiled rank
+  std::string precision = "fp32";
+  int steps = 0;                  ///< timed steps (after one warm-up step)
+  double step_ms = 0;             ///< median of whole train steps (forward + loss + backward)
+  double optimizer_ms = 0;        ///< median of one optimizer update of every parameter
+  std::vector<LayerCost> layers;  ///< in line order
+
+  [[nodiscard]] double forward_ms() const;         ///< Σ layers' forward_ms
+  [[nodiscard]] double backward_ms() const;        ///< Σ layers' backward_ms
+  [[nodiscard]] std::size_t param_floats() const;  ///< Σ layers' param_floats
+  [[nodiscard]] double gradient_bytes() const { return 4.0 * static_cast<double>(param_floats()); }
+};
+
+/// Writes `p` as JSON to `path` (replacing it). Throws InputError naming `option` and the path
+/// when it cannot be written.
+void save_profile(const WorkerProfile& p, const std::string& path, const std::string& option);
+
+/// Reads a profile written by save_profile() (or by hand in that format). Throws InputError naming
+/// `option` and the path for a missing or unreadable file, bad JSON, another format, a missing or
+/// mistyped field, batch ≤ 0, no layers, a negative time, or parameter ranges that overlap or
+/// leave gaps (they must tile [0, Σ param_floats) in line order).
+WorkerProfile load_profile(const std::string& path, const std::string& option);
+
+}  // namespace dtrain

@@ -1,0 +1,26 @@
+// dtrain/plan/profiler.hpp — the short profiling run of `dtrain plan`: one worker's train steps on
+// random inputs of the job's sample shape, timed layer by layer (Model::set_layer_probe), and the
+// optimizer's update of every parameter; the result is a WorkerProfile (plan/profile.hpp).
+//
+// One warm-up step (first-touch allocations, oneDNN primitive creation, cuDNN algorithm choice)
+// is left out; every time is the median over the timed steps. A layer's forward time runs from
+// the previous layer's end to its own; the loss (and its gradient) is counted in the backward of
+// the last layer, which starts right after it. Fused layers (Backend::set_fuse) report ~0 and
+// their host the pair. On a GPU every layer ends with Backend::synchronize(), which removes the
+// overlap of kernel launches with the previous layer: GPU profiles read a few % high.
+#pragma once
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/config.hpp"
+#include "dtrain/plan/profile.hpp"
+
+namespace dtrain {
+
+/// Profiles the job `c` (its layers, data shape from --synthetic or --train-data, --device,
+/// --threads, --precision, --optimizer) at `batch` samples per step over `steps` timed steps
+/// (≥ 1) on this rank (`cluster` gives the node's placement for --threads 0 and the GPU).
+/// Throws InputError for an encoded-image dataset (profile with --synthetic CxHxW:classes), and
+/// what building the model or the backend throws.
+WorkerProfile profile_worker(const Config& c, const Cluster& cluster, int batch, int steps);
+
+}  // namespace dtrain

@@ -1,0 +1,118 @@
+// dtrain/plan/scaling_model.hpp — predicted step time, samples/s and efficiency of a data-parallel
+// run from one worker's profile (plan/profile.hpp), the bucket plan (collectives/bucketed.hpp)
+// and an alpha-beta model of the links (plan/network.hpp). `dtrain plan` prints it.
+//
+// Notation: W = nodes × G workers (G per node), b samples per worker and step, S = gradient bytes
+// (4 per parameter, fp32), t(m, k) = α + m·k/β one link moving m bytes while k streams share it.
+// The intra-node link is shared by the node's G ranks when it is a `shared` bus (a host's
+// memory), otherwise each rank has its own (NVLink); a node's NIC is shared by its ranks' streams.
+//
+// Compute: the profile's per-layer forward and backward times scaled by b / profile batch
+// (compute linear in the batch); backward produces gradients from the last layer to the first.
+// Sync (allreduce): step = forward + backward + exposed communication + the optimizer update
+// on the worker (the profile's). Buckets: plan_buckets() of the gradient buffer from its end;
+// bucket k is ready when backward has passed the layer holding its first float; one
+// communication thread reduces buckets in order, each starting when ready and when the previous
+// one is done; the exposed part is what ends after backward (PyTorch DDP's, Horovod's overlap).
+//   flat ring over W ranks (Patarasuk & Yuan 2009; Thakur et al. 2005):
+//        2(W−1) steps of S/W bytes, each step paced by its slowest hop:
+//        T = 2(W−1)·max(t_intra(S/W, k), t_inter(S/W, 1) if nodes > 1), k = G if shared else 1;
+//        on one node 2(W−1)α + 2(W−1)/W·S·k/β, the textbook 2(n−1)/n·S/β + 2(n−1)α for k = 1
+//   hierarchical (Horovod's; collectives/hierarchical.hpp): a reduce to one leader per node
+//        (reduce-scatter + gather: 2(G−1)·t_intra(S/G, k)), a ring among the nodes' leaders
+//        (2(N−1)·t_inter(S/N, 1), N = nodes), a broadcast back (scatter + allgather: as the reduce)
+// Async (K parameter servers, Downpour; ps/protocol.hpp's fused push-pull): a worker pushes each
+// layer's gradient as backward finishes it and gets that part's new parameters back in the same
+// exchange: per layer 2·t_w(bytes) plus the ps's update of it (the profile's optimizer ms ×
+// bytes/S / K), in layer order, exposed part as above; t_w over its node's NIC shared by its G
+// workers (nodes > 1), or the intra-node link shared by all W (one node). A ps serves a round of
+// W pushes (each S/K bytes in and out, each updated):
+//        nodes > 1 or an unshared intra link: W·(optimizer/K + 2·t_ps(S/K)), t_ps over the NIC
+//          shared by the ⌈K/nodes⌉ ps of a node;
+//        one node, shared bus (--ps-shm's rings: the workers copy, the ps only updates):
+//          max(W·optimizer/K, 2·W·S/β): the ps's updates or the bus, whichever is slower.
+// step = max(worker's step, ps round): the slower side paces it.
+// samples/s = W·b / step; efficiency = samples/s / (W × the samples/s of one worker of the same
+// mode at the same batch on one node): T1/(N·TN) at a fixed per-worker batch.
+//
+// Not modelled (stated in every plan's output): contention for memory bandwidth or caches
+// between ranks' compute (a host whose compute per sample rises with its busy cores), stragglers
+// and load imbalance, the data pipeline (synthetic or cached data), the first step's warm-up,
+// sync training through ps (--mode sync --num-ps K), compression (--wire-dtype), and the
+// statistical cost of async's stale gradients (samples/s is not time to accuracy).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dtrain/plan/network.hpp"
+#include "dtrain/plan/profile.hpp"
+
+namespace dtrain {
+
+/// The cluster a plan prices.
+struct Topology {
+  int nodes = 1;             ///< ≥ 1
+  int workers_per_node = 1;  ///< G ≥ 1
+  Link inter;                ///< between nodes (--network)
+  Link intra;                ///< inside a node (--intra-node)
+  int batch = 1;             ///< samples per worker and step (> 0)
+  [[nodiscard]] int workers() const { return nodes * workers_per_node; }
+};
+
+/// How gradients are exchanged.
+enum class Strategy { flat, hierarchical, ps };
+
+/// One configuration to price.
+struct Candidate {
+  Strategy strategy = Strategy::flat;
+  double bucket_mb = 25;  ///< sync: bucket size, MiB (0: one bucket)
+  int num_ps = 0;         ///< ps: K ≥ 1
+};
+
+/// The model's answer for one Candidate; times in ms per step.
+struct Prediction {
+  Candidate candidate;
+  double compute_ms = 0;    ///< forward + backward at the topology's batch
+  double exposed_ms = 0;    ///< communication after backward (sync; async: the worker's)
+  double optimizer_ms = 0;  ///< on the worker (sync); 0 for async (the ps applies it)
+  double comm_ms = 0;       ///< sync: the whole exchange, hidden or not; async: a ps round
+  double step_ms = 0;
+  double samples_per_s = 0;
+  double efficiency = 0;  ///< samples/s over W × one worker's (see the file comment)
+  std::string bound;      ///< what paces the step: "compute", "network", "ps"
+};
+
+/// Ring allreduce of `bytes` over the topology's W ranks (flat): see the file comment. W = 1: 0.
+double flat_allreduce_s(double bytes, const Topology& t);
+/// Hierarchical allreduce of `bytes`: node reduce + leaders' ring + node broadcast.
+double hierarchical_allreduce_s(double bytes, const Topology& t);
+/// One ps's time for a round of W push-pulls of S bytes with K ps (see the file comment).
+double ps_round_s(double bytes, double optimizer_s, int num_ps, const Topology& t);
+
+/// Communication exposed after backward: transfers k = 0, 1, ... each ready at ready_s[k] (seconds
+/// from backward's start, non-decreasing), taking cost_s[k], run one at a time in order
+/// (start = max(ready, previous end)); returns max(0, last end − backward_s). Throws Error when
+/// the sizes differ.
+double exposed_after_backward_s(const std::vector<double>& ready_s,
+                                const std::vector<double>& cost_s, double backward_s);
+
+/// When (seconds from backward's start, at `scale` × the profile's times) the gradient floats
+/// [from[k], end) are final, backward running from the last layer to the first.
+std::vector<double> ready_times_s(const WorkerProfile& p, const std::vector<std::size_t>& from,
+                                  double scale);
+
+/// Prices one candidate. Throws InputError for a topology or candidate out of range (names the
+/// option: --nodes, --workers-per-node, --num-ps, --bucket-mb).
+Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c);
+
+/// The candidates `dtrain plan` prices: flat and hierarchical allreduce with bucket sizes
+/// {0 (one bucket), 1, 4, 16, 25, 64 MiB and `bucket_mb`}, and async with K ps for K in
+/// {1, 2, 4, ... ≤ W, and `num_ps`}; `sync`/`async` false leave that mode out.
+std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, double bucket_mb,
+                                  int num_ps);
+
+/// "flat allreduce", "hierarchical allreduce" or "async, K ps".
+std::string describe(const Candidate& c);
+
+}  // namespace dtrain

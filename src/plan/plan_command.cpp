@@ -1,0 +1,235 @@
+// plan/plan_command.cpp — `dtrain plan`: profile (or read a profile), price the candidates,
+// print the table, the recommendation and the assumptions (plan/plan_command.hpp).
+#include "dtrain/plan/plan_command.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dtrain/comm/cluster.hpp"
+#include "dtrain/comm/guard.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
+#include "dtrain/plan/profiler.hpp"
+#include "dtrain/plan/scaling_model.hpp"
+
+namespace dtrain {
+namespace {
+
+/// What the model leaves out, printed under every plan (docs/scaling/README.md).
+constexpr const char* kAssumptions =
+    "assumptions (docs/scaling/README.md):\n"
+    "- compute per worker: the profile's per-layer times scaled linearly to the per-worker batch;\n"
+    "  no slowdown from ranks sharing a host's memory bandwidth or caches, no stragglers, data\n"
+    "  loading hidden, steady state (no warm-up step)\n"
+    "- links: alpha-beta, latency + bytes / bandwidth (the presets' figures are nominal)\n"
+    "- sync: flat = one ring over all workers; hierarchical = reduce to a leader per node, ring\n"
+    "  of leaders, broadcast; buckets reduced one at a time in order, overlapped with backward\n"
+    "- async: each worker pushes and pulls every gradient byte during backward, K ps serve 1/K\n"
+    "  each and apply the update (the profile's optimizer time / K); the slower of worker and ps\n"
+    "  paces the step; async samples/s is not time to accuracy (stale gradients)\n"
+    "- not modelled: sync through ps, --wire-dtype\n";
+
+/// The planned cluster, with every option checked.
+Topology topology_of(const Config& c) {
+  DT_REQUIRE(c.nodes >= 1, "option --nodes: must be >= 1, got " + std::to_string(c.nodes));
+  DT_REQUIRE(c.workers_per_node >= 1,
+             "option --workers-per-node: must be >= 1, got " + std::to_string(c.workers_per_node));
+  DT_REQUIRE(!(c.mode == Mode::sync && c.num_ps > 0 && c.plan_num_ps_given),
+             "dtrain plan: --mode sync --num-ps " + std::to_string(c.num_ps) +
+                 " (sync through parameter servers) is not modelled; plan --mode sync (allreduce) "
+                 "or --mode async --num-ps K");
+  Topology t;
+  t.nodes = c.nodes;
+  t.workers_per_node = c.workers_per_node;
+  t.inter = parse_link(c.network, "--network");
+  t.intra = parse_link(c.intra_node, "--intra-node");
+  const int W = t.workers();
+  if (c.global_batch_size > 0) {
+    DT_REQUIRE(c.global_batch_size % W == 0,
+               "option --global-batch-size: " + std::to_string(c.global_batch_size) +
+                   " does not split evenly over " + std::to_string(W) + " workers (--nodes " +
+                   std::to_string(c.nodes) + " × --workers-per-node " +
+                   std::to_string(c.workers_per_node) + ")");
+    t.batch = c.global_batch_size / W;
+  } else {
+    t.batch = c.batch_size;
+  }
+  return t;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string link_text(const Link& l) {
+  return l.name + " (α " + fixed(l.alpha_us, 1) + " µs, β " + fixed(l.beta_gbps, 1) + " Gb/s" +
+         (l.shared ? ", shared by the node's ranks)" : ")");
+}
+
+bool cpu_workers(const WorkerProfile& p) { return p.device.rfind("cpu", 0) == 0; }
+
+/// Whether dtrain can run the candidate on the profile's device: --allreduce hierarchical is
+/// for CPU workers (GPU workers take NCCL's rings).
+bool runnable(const Candidate& c, const WorkerProfile& p) {
+  return c.strategy != Strategy::hierarchical || cpu_workers(p);
+}
+
+/// The options that run a candidate (GPU workers: NCCL for the flat ring).
+std::string options_of(const Candidate& c, const WorkerProfile& p) {
+  if (c.strategy == Strategy::ps) return "--mode async --num-ps " + std::to_string(c.num_ps);
+  const std::string flat = cpu_workers(p) ? "mpi" : "nccl";
+  return "--mode sync --num-ps 0 --allreduce " +
+         (c.strategy == Strategy::flat ? flat : std::string("hierarchical")) + " --bucket-mb " +
+         fixed(c.bucket_mb, 0);
+}
+
+/// The profile: --profile's, or measured now at the planned per-worker batch (then saved to
+/// --save-profile if given).
+WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& origin) {
+  if (!c.profile.empty()) {
+    origin = "from " + c.profile;
+    return load_profile(c.profile, "--profile");
+  }
+  if (!c.save_profile.empty()) require_new_file(c.save_profile, "--save-profile");
+  const Cluster cluster(MPI_COMM_WORLD, 0);
+  WorkerProfile p = profile_worker(c, cluster, t.batch, c.plan_steps);
+  origin = "measured now (" + std::to_string(p.steps) + " steps after a warm-up)";
+  if (!c.save_profile.empty()) save_profile(p, c.save_profile, "--save-profile");
+  return p;
+}
+
+std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
+                   const std::string& origin) {
+  std::ostringstream os;
+  os << "dtrain plan: " << (c.config_file.empty() ? "the job" : c.config_file) << " on " << t.nodes
+     << " node(s) × " << t.workers_per_node << " worker(s) = " << t.workers() << " workers, "
+     << t.batch << " samples per worker and step (global batch " << t.batch * t.workers() << ")\n"
+     << "profile: " << origin << ", " << p.device << ", " << p.threads << " thread(s), "
+     << p.precision << ", batch " << p.batch << ": forward " << fixed(p.forward_ms(), 1)
+     << " ms, backward " << fixed(p.backward_ms(), 1) << " ms, optimizer "
+     << fixed(p.optimizer_ms, 1) << " ms; " << p.param_floats()
+     << " parameters = " << fixed(p.gradient_bytes() / 1e6, 1) << " MB of gradients, "
+     << p.layers.size() << " layers\n"
+     << "links: between nodes " << link_text(t.inter) << "; inside a node " << link_text(t.intra)
+     << "\n\n";
+  return os.str();
+}
+
+std::string table(const std::vector<Prediction>& rows) {
+  std::ostringstream os;
+  os << "| configuration | bucket MiB | compute ms | exposed comm ms | optimizer ms | "
+        "step ms | samples/s | efficiency | bound |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const Prediction& r : rows)
+    os << "| " << describe(r.candidate) << " | "
+       << (r.candidate.strategy == Strategy::ps ? "-" : fixed(r.candidate.bucket_mb, 0)) << " | "
+       << fixed(r.compute_ms, 1) << " | " << fixed(r.exposed_ms, 1) << " | "
+       << fixed(r.optimizer_ms, 1) << " | " << fixed(r.step_ms, 1) << " | "
+       << fixed(r.samples_per_s, 2) << " | " << fixed(r.efficiency, 3) << " | " << r.bound
+       << " |\n";
+  return os.str();
+}
+
+/// The best prediction of `rows` whose strategy passes `keep` (nullptr when none does); within
+/// 0.1 % of each other, the job's own bucket size wins, then the earlier row.
+template <typename Keep>
+const Prediction* best(const std::vector<Prediction>& rows, double job_bucket_mb, Keep keep) {
+  const Prediction* b = nullptr;
+  for (const Prediction& r : rows) {
+    if (!keep(r)) continue;
+    const bool tie = b && r.samples_per_s >= b->samples_per_s * 0.999;
+    if (!b || r.samples_per_s > b->samples_per_s * 1.001 ||
+        (tie && r.candidate.bucket_mb == job_bucket_mb && b->candidate.bucket_mb != job_bucket_mb))
+      b = &r;
+  }
+  return b;
+}
+
+std::string recommendation(const std::vector<Prediction>& rows, const WorkerProfile& p,
+                           double job_bucket_mb) {
+  std::ostringstream os;
+  const auto line = [&](const char* what, const Prediction* r) {
+    if (r)
+      os << what << options_of(r->candidate, p) << "  (" << fixed(r->samples_per_s, 2)
+         << " samples/s, efficiency " << fixed(r->efficiency, 3) << ")\n";
+  };
+  const double mb = job_bucket_mb;
+  const auto sync = [&](const Prediction& r) {
+    return r.candidate.strategy != Strategy::ps && runnable(r.candidate, p);
+  };
+  const auto async = [](const Prediction& r) { return r.candidate.strategy == Strategy::ps; };
+  line("recommended: ", best(rows, mb, [&](const Prediction& r) { return sync(r) || async(r); }));
+  line("best sync:   ", best(rows, mb, sync));
+  line("best async:  ", best(rows, mb, async));
+  if (!cpu_workers(p))
+    os << "(hierarchical rows: the model's figure only; dtrain's GPU workers reduce with NCCL)\n";
+  return os.str();
+}
+
+nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
+                                 const std::vector<Prediction>& rows) {
+  nlohmann::ordered_json j = {{"nodes", t.nodes},
+                              {"workers_per_node", t.workers_per_node},
+                              {"workers", t.workers()},
+                              {"batch_per_worker", t.batch},
+                              {"network", t.inter.name},
+                              {"intra_node", t.intra.name},
+                              {"gradient_bytes", p.gradient_bytes()}};
+  j["predictions"] = nlohmann::ordered_json::array();
+  for (const Prediction& r : rows)
+    j["predictions"].push_back({{"configuration", describe(r.candidate)},
+                                {"options", options_of(r.candidate, p)},
+                                {"bucket_mb", r.candidate.bucket_mb},
+                                {"num_ps", r.candidate.num_ps},
+                                {"compute_ms", r.compute_ms},
+                                {"exposed_comm_ms", r.exposed_ms},
+                                {"optimizer_ms", r.optimizer_ms},
+                                {"step_ms", r.step_ms},
+                                {"samples_per_s", r.samples_per_s},
+                                {"efficiency", r.efficiency},
+                                {"bound", r.bound}});
+  return j;
+}
+
+}  // namespace
+
+int run_plan(const Config& c) {
+  Topology t;
+  WorkerProfile p;
+  std::vector<Prediction> rows;
+  std::string origin;
+  all_or_nothing(MPI_COMM_WORLD, [&] {
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    DT_REQUIRE(size == 1, "dtrain plan runs as one process (it plans for --nodes × "
+                          "--workers-per-node workers; run it without mpirun -np " +
+                              std::to_string(size) + ")");
+    t = topology_of(c);
+    if (!c.out.empty()) require_new_file(c.out, "--out");
+    p = obtain_profile(c, t, origin);
+    const bool sync = !c.plan_mode_given || c.mode == Mode::sync;
+    const bool async = !c.plan_mode_given || c.mode == Mode::async;
+    for (const Candidate& k : candidates(t, sync, async, c.bucket_mb, c.num_ps))
+      if (k.strategy != Strategy::ps || !c.plan_num_ps_given || k.num_ps == c.num_ps)
+        rows.push_back(predict(p, t, k));
+    if (!c.out.empty()) {
+      std::ofstream out(c.out);
+      out << plan_json(t, p, rows).dump(1) << '\n';
+      DT_REQUIRE(out.good(), "option --out '" + c.out + "': cannot write the plan");
+    }
+  });
+  std::cout << header(c, t, p, origin) << table(rows) << '\n'
+            << recommendation(rows, p, c.bucket_mb) << '\n'
+            << kAssumptions;
+  return 0;
+}
+
+}  // namespace dtrain

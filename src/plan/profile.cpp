@@ -1,0 +1,102 @@
+// plan/profile.cpp — a worker profile to and from JSON (nlohmann::json).
+#include "dtrain/plan/profile.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+namespace {
+
+constexpr const char* kFormat = "dtrain-profile-1";
+
+nlohmann::ordered_json layer_json(const LayerCost& l) {
+  return {{"name", l.name},
+          {"forward_ms", l.forward_ms},
+          {"backward_ms", l.backward_ms},
+          {"param_offset", l.param_offset},
+          {"param_floats", l.param_floats}};
+}
+
+/// The layers' times are ≥ 0 and their parameter ranges tile the buffer in line order.
+void check_layers(const WorkerProfile& p, const std::string& where) {
+  DT_REQUIRE(!p.layers.empty(), where + ": no layers");
+  std::size_t next = 0;
+  for (const LayerCost& l : p.layers) {
+    DT_REQUIRE(std::isfinite(l.forward_ms) && std::isfinite(l.backward_ms) && l.forward_ms >= 0 &&
+                   l.backward_ms >= 0,
+               where + ": layer '" + l.name + "' has a negative or non-finite time");
+    DT_REQUIRE(l.param_floats == 0 || l.param_offset == next,
+               where + ": layer '" + l.name + "' starts its parameters at float " +
+                   std::to_string(l.param_offset) + ", expected " + std::to_string(next) +
+                   " (parameter ranges tile the gradient buffer in line order)");
+    next += l.param_floats;
+  }
+}
+
+}  // namespace
+
+double WorkerProfile::forward_ms() const {
+  return std::accumulate(layers.begin(), layers.end(), 0.0,
+                         [](double s, const LayerCost& l) { return s + l.forward_ms; });
+}
+
+double WorkerProfile::backward_ms() const {
+  return std::accumulate(layers.begin(), layers.end(), 0.0,
+                         [](double s, const LayerCost& l) { return s + l.backward_ms; });
+}
+
+std::size_t WorkerProfile::param_floats() const {
+  return std::accumulate(layers.begin(), layers.end(), std::size_t{0},
+                         [](std::size_t s, const LayerCost& l) { return s + l.param_floats; });
+}
+
+void save_profile(const WorkerProfile& p, const std::string& path, const std::string& option) {
+  nlohmann::ordered_json j = {
+      {"format", kFormat},  {"job", p.job},         {"batch", p.batch},
+      {"device", p.device}, {"threads", p.threads}, {"precision", p.precision},
+      {"steps", p.steps},   {"step_ms", p.step_ms}, {"optimizer_ms", p.optimizer_ms}};
+  j["layers"] = nlohmann::ordered_json::array();
+  for (const LayerCost& l : p.layers) j["layers"].push_back(layer_json(l));
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(1) << '\n';
+  out.close();
+  DT_REQUIRE(out.good(), "option " + option + " '" + path + "': cannot write the profile");
+}
+
+WorkerProfile load_profile(const std::string& path, const std::string& option) {
+  const std::string where = "option " + option + " '" + path + "'";
+  std::ifstream in(path);
+  DT_REQUIRE(in.good(), where + ": cannot read the profile (does the file exist?)");
+  WorkerProfile p;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    DT_REQUIRE(j.value("format", std::string()) == kFormat,
+               where + ": not a dtrain profile (expected \"format\": \"" + kFormat + "\")");
+    j.at("batch").get_to(p.batch);
+    p.job = j.value("job", std::string());
+    p.device = j.value("device", std::string("cpu"));
+    p.threads = j.value("threads", 1);
+    p.precision = j.value("precision", std::string("fp32"));
+    p.steps = j.value("steps", 0);
+    p.step_ms = j.value("step_ms", 0.0);
+    j.at("optimizer_ms").get_to(p.optimizer_ms);
+    for (const nlohmann::json& l : j.at("layers"))
+      p.layers.push_back({l.at("name").get<std::string>(), l.at("forward_ms").get<double>(),
+                          l.at("backward_ms").get<double>(),
+                          l.at("param_offset").get<std::size_t>(),
+                          l.at("param_floats").get<std::size_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": " + e.what());
+  }
+  DT_REQUIRE(p.batch > 0, where + ": batch must be > 0");
+  DT_REQUIRE(std::isfinite(p.optimizer_ms) && p.optimizer_ms >= 0,
+             where + ": optimizer_ms must be >= 0");
+  check_layers(p, where);
+  return p;
+}
+
+}  // namespace dtrain

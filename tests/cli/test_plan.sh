@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/cli/test_plan.sh — `dtrain plan` (plan/plan_command.hpp) end to end on the Fashion-MNIST
+# CNN job with synthetic 1×28×28 data: the profiling run, the table and the recommendation, the
+# JSON plan, a saved profile read back; the profile against a real one-worker run (its forward +
+# backward per step against results.json's step_compute_ms, within a factor 1.5: both are timed on
+# a machine other work shares); bad options, each named in one error, nothing written.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+JOB=$SRC/jobs/fashion_mnist_cnn.ini
+DATA=(--synthetic 1x28x28:10 --threads 1)
+
+echo "== 1. profile, plan, table, recommendation, JSON"
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --nodes 2 --workers-per-node 2 --network 25gbe \
+  --batch-size 64 --plan-steps 10 --save-profile "$SCRATCH/p.json" --out "$SCRATCH/plan.json" \
+  >"$SCRATCH/plan.out" 2>&1 || { cat "$SCRATCH/plan.out"; fail "dtrain plan failed"; }
+cat "$SCRATCH/plan.out"
+for want in "on 2 node(s) × 2 worker(s) = 4 workers, 64 samples per worker" \
+  "| configuration | bucket MiB | compute ms |" "| sync, flat allreduce | 25 |" \
+  "| sync, hierarchical | 25 |" "| async, 4 ps |" "recommended: --mode " "between nodes 25gbe" \
+  "assumptions"; do
+  grep -qF -- "$want" "$SCRATCH/plan.out" || fail "no '$want' in the plan"
+done
+"$PY" - "$SCRATCH/plan.json" "$SCRATCH/p.json" <<'PY'
+import json, sys
+plan, prof = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rows = plan["predictions"]
+# sync: buckets {0, 1, 4, 16, 25, 64} × flat, hierarchical; async: 1, 2, 4 ps
+assert len(rows) == 15, len(rows)
+assert plan["workers"] == 4 and plan["batch_per_worker"] == 64 and plan["network"] == "25gbe"
+params = sum(l["param_floats"] for l in prof["layers"])
+assert params == 421834, params  # the job's parameters (docs/results/scaling)
+assert plan["gradient_bytes"] == 4 * params
+assert prof["batch"] == 64 and prof["steps"] == 10 and prof["optimizer_ms"] > 0
+compute = sum(l["forward_ms"] + l["backward_ms"] for l in prof["layers"])
+for r in rows:
+    assert abs(r["compute_ms"] - compute) < 1e-6 * compute, (r, compute)
+    assert r["step_ms"] >= r["compute_ms"] and 0 < r["efficiency"] <= 1 + 1e-9, r
+    assert abs(r["samples_per_s"] - 4 * 64 / (r["step_ms"] / 1000)) < 1e-6 * r["samples_per_s"], r
+print(f"15 predictions; profile {compute:.1f} ms forward + backward at batch 64")
+PY
+
+echo "== 2. the profile against a real one-worker run"
+timeout 300 "$MPIEXEC" -n 1 "$DTRAIN" --config "$JOB" "${DATA[@]}" --mode sync --num-ps 0 \
+  --batch-size 64 --max-steps 100 --epochs 100 --run-dir "$SCRATCH/run1" --summaries false \
+  >"$SCRATCH/run1.log" 2>&1 || { cat "$SCRATCH/run1.log"; fail "the one-worker run failed"; }
+"$PY" - "$SCRATCH/p.json" "$SCRATCH/run1/results.json" <<'PY'
+import json, sys
+prof, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+profiled = sum(l["forward_ms"] + l["backward_ms"] for l in prof["layers"])
+measured = run["step_compute_ms"]
+ratio = profiled / measured
+print(f"profiled forward + backward {profiled:.2f} ms, measured compute {measured:.2f} ms/step "
+      f"(ratio {ratio:.2f}); profiled optimizer {prof['optimizer_ms']:.3f} ms, measured "
+      f"{run['step_optimizer_ms']:.3f} ms")
+assert 1 / 1.5 <= ratio <= 1.5, f"profile off by {ratio:.2f}x"
+PY
+
+echo "== 3. a saved profile, one mode"
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 1 \
+  --workers-per-node 4 --global-batch-size 256 --mode async --num-ps 2 >"$SCRATCH/plan2.out" 2>&1 ||
+  { cat "$SCRATCH/plan2.out"; fail "dtrain plan --profile failed"; }
+grep -qF "profile: from $SCRATCH/p.json" "$SCRATCH/plan2.out" || fail "the saved profile was not used"
+[[ $(grep -c '^| async, 2 ps |' "$SCRATCH/plan2.out") -eq 1 ]] || fail "not exactly the async 2-ps row"
+! grep -q '^| sync' "$SCRATCH/plan2.out" || fail "sync rows despite --mode async"
+grep -qF "recommended: --mode async --num-ps 2" "$SCRATCH/plan2.out" || fail "no recommendation"
+
+echo "== 4. bad options"
+P=(plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json")
+expect_error 0 "option --network 'hdr'|unknown preset|hdr-ib" "${P[@]}" --network hdr
+expect_error 0 "option --intra-node 'alpha_us=1'|beta_gbps" "${P[@]}" --intra-node alpha_us=1
+expect_error 0 "option --nodes|>= 1" "${P[@]}" --nodes 0
+expect_error 0 "option --global-batch-size|10|4 workers" "${P[@]}" --workers-per-node 4 \
+  --global-batch-size 10
+expect_error 0 "option --profile '$SCRATCH/none.json'|cannot read" plan --config "$JOB" \
+  "${DATA[@]}" --profile "$SCRATCH/none.json"
+expect_error 0 "--mode sync --num-ps 2|not modelled" "${P[@]}" --mode sync --num-ps 2
+expect_error 0 "--nodes|belong to \`dtrain plan\`" --config "$JOB" "${DATA[@]}" --nodes 2
+expect_error 2 "one process|mpirun -np 2" "${P[@]}"
+echo "keep me" >"$SCRATCH/exists.json"
+expect_error 0 "option --out|exists.json|already exists" "${P[@]}" --out "$SCRATCH/exists.json"
+[[ $(cat "$SCRATCH/exists.json") == "keep me" ]] || fail "an existing --out was overwritten"
+echo "PASS"

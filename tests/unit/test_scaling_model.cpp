@@ -1,0 +1,244 @@
+// tests/unit/test_scaling_model.cpp — the scaling model of `dtrain plan` (plan/scaling_model.hpp)
+// on closed-form cases: the ring allreduce 2(n−1)/n·B/β + 2(n−1)α, a shared bus, the ring across
+// nodes, the hierarchical sum, the ps round, the overlap of buckets with backward, a whole
+// prediction; the link spec parser (plan/network.hpp); the profile's JSON (plan/profile.hpp).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "dtrain/collectives/bucketed.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/plan/network.hpp"
+#include "dtrain/plan/profile.hpp"
+#include "dtrain/plan/scaling_model.hpp"
+
+namespace dtrain {
+namespace {
+
+/// α in µs, β in GB/s (bytes), as a Link.
+Link link(double alpha_us, double gigabytes_per_s, bool shared = false) {
+  return Link{alpha_us, gigabytes_per_s * 8, shared, "test"};
+}
+
+Topology topo(int nodes, int per_node, Link inter, Link intra, int batch = 1) {
+  Topology t;
+  t.nodes = nodes;
+  t.workers_per_node = per_node;
+  t.inter = inter;
+  t.intra = intra;
+  t.batch = batch;
+  return t;
+}
+
+TEST(ScalingModel, RingAllreduceOnOneNodeIsTheTextbookFormula) {
+  const double B = 1e6, alpha = 10e-6, beta = 1e9;  // 1 MB, 10 µs, 1 GB/s
+  for (int n : {2, 3, 4, 8}) {
+    const Topology t = topo(1, n, link(0, 1), link(10, 1));
+    EXPECT_NEAR(flat_allreduce_s(B, t), 2.0 * (n - 1) / n * B / beta + 2.0 * (n - 1) * alpha, 1e-12)
+        << n;
+  }
+  EXPECT_EQ(flat_allreduce_s(B, topo(1, 1, link(0, 1), link(10, 1))), 0.0);
+}
+
+TEST(ScalingModel, SharedBusDividesItsBandwidthAmongTheNodesRanks) {
+  // n ranks each move B/n per step through one bus of β: a step costs α + B/β.
+  const double B = 4e6;
+  const Topology t = topo(1, 4, link(0, 1), link(2, 2, true));
+  EXPECT_NEAR(flat_allreduce_s(B, t), 2.0 * 3 * (2e-6 + B / 2e9), 1e-12);
+}
+
+TEST(ScalingModel, RingAcrossNodesIsPacedByItsSlowestHop) {
+  const double B = 8e6;
+  // NVLink-like inside (fast), a 1 GB/s network between: the network paces every step.
+  const Topology t = topo(2, 4, link(5, 1), link(1, 100));
+  EXPECT_NEAR(flat_allreduce_s(B, t), 2.0 * 7 * (5e-6 + B / 8 / 1e9), 1e-12);
+  // A shared bus slower than the network: the bus paces it (4 streams on it).
+  const Topology slow = topo(2, 4, link(5, 10), link(1, 1, true));
+  EXPECT_NEAR(flat_allreduce_s(B, slow), 2.0 * 7 * (1e-6 + B / 8 * 4 / 1e9), 1e-12);
+}
+
+TEST(ScalingModel, HierarchicalIsNodeReduceLeadersRingAndBroadcast) {
+  const double B = 6e6;
+  const Topology t = topo(3, 4, link(5, 10), link(1, 50));
+  const double node = 2.0 * 3 * (1e-6 + B / 4 / 50e9);     // reduce-scatter + gather, G = 4
+  const double leaders = 2.0 * 2 * (5e-6 + B / 3 / 10e9);  // ring of 3 leaders
+  EXPECT_NEAR(hierarchical_allreduce_s(B, t), node + leaders + node, 1e-12);
+  // One worker per node: the leaders' ring alone, the flat ring over the same links.
+  const Topology one = topo(3, 1, link(5, 10), link(1, 50));
+  EXPECT_NEAR(hierarchical_allreduce_s(B, one), flat_allreduce_s(B, one), 1e-12);
+}
+
+TEST(ScalingModel, PsRoundIsBoundByTheBusierPsLinkOrItsUpdates) {
+  const double S = 1e8, opt = 0.04;
+  // One node, shared bus of 5 GB/s (shared rings): the bus carries 2·W·S per round whatever K
+  // is (0.16 s for 4 workers); the ps's updates, W·opt/K, pace it when slower (K = 1: 0.16 s).
+  const Topology one = topo(1, 4, link(0, 1), link(0, 5, true));
+  for (int K : {1, 2, 4})
+    EXPECT_NEAR(ps_round_s(S, opt, K, one), std::max(4 * opt / K, 2 * 4 * S / 5e9), 1e-12) << K;
+  EXPECT_NEAR(ps_round_s(S, 0.1, 1, one), 0.4, 1e-12);
+  // 2 nodes, 4 ps: two ps share each node's 10 GB/s NIC, each copies its share in and out.
+  const Topology two = topo(2, 4, link(3, 10), link(0, 5, true));
+  EXPECT_NEAR(ps_round_s(S, opt, 4, two), 8 * (opt / 4 + 2 * (3e-6 + S / 4 * 2 / 10e9)), 1e-9);
+}
+
+TEST(ScalingModel, ExposedCommunicationIsWhatEndsAfterBackward) {
+  // Buckets ready at 1, 2, 3 s taking 0.5, 2, 0.5 s, one at a time: ends at 1.5, 4, 4.5.
+  EXPECT_DOUBLE_EQ(exposed_after_backward_s({1, 2, 3}, {0.5, 2, 0.5}, 3), 1.5);
+  // All hidden: each ends before the next is ready, the last before backward ends.
+  EXPECT_DOUBLE_EQ(exposed_after_backward_s({1, 2, 3}, {0.5, 0.5, 0.5}, 4), 0.0);
+  // No overlap possible: everything ready at the end.
+  EXPECT_DOUBLE_EQ(exposed_after_backward_s({3, 3}, {1, 1}, 3), 2.0);
+  EXPECT_THROW(exposed_after_backward_s({1}, {}, 1), Error);
+}
+
+/// Three layers: 100 floats, none, 200 floats; backward 1, 2 and 4 ms, forward 3 ms in all.
+WorkerProfile three_layers() {
+  WorkerProfile p;
+  p.batch = 4;
+  p.optimizer_ms = 2;
+  p.layers = {{"0.conv", 1, 1, 0, 100}, {"1.relu", 1, 2, 0, 0}, {"2.dense", 1, 4, 100, 200}};
+  return p;
+}
+
+TEST(ScalingModel, GradientsAreReadyAsBackwardPassesTheirLayer) {
+  const WorkerProfile p = three_layers();
+  // Backward runs layer 2 (4 ms), 1 (2 ms), 0 (1 ms): floats ≥ 100 final at 4 ms, all at 7 ms.
+  const std::vector<double> r = ready_times_s(p, {150, 100, 99, 0}, 1.0);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_NEAR(r[0], 0.004, 1e-12);
+  EXPECT_NEAR(r[1], 0.004, 1e-12);
+  EXPECT_NEAR(r[2], 0.007, 1e-12);
+  EXPECT_NEAR(r[3], 0.007, 1e-12);
+  EXPECT_NEAR(ready_times_s(p, {100}, 2.0)[0], 0.008, 1e-12);  // twice the batch
+}
+
+TEST(ScalingModel, OneWorkerPaysComputeAndOptimizerOnly) {
+  const WorkerProfile p = three_layers();
+  const Prediction r = predict(p, topo(1, 1, link(5, 1), link(1, 1), 8), {Strategy::flat, 25, 0});
+  EXPECT_NEAR(r.compute_ms, 2 * (3 + 7), 1e-9);  // batch 8 = 2 × the profile's 4
+  EXPECT_EQ(r.exposed_ms, 0.0);
+  EXPECT_NEAR(r.step_ms, 22, 1e-9);
+  EXPECT_NEAR(r.samples_per_s, 8 / 0.022, 1e-6);
+  EXPECT_NEAR(r.efficiency, 1.0, 1e-12);
+}
+
+TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
+  const WorkerProfile p = three_layers();  // 300 floats = 1200 bytes
+  // Two ranks on one node, unshared 1 kB/s link with α = 0: a ring step of m bytes costs m ms.
+  const Topology t = topo(1, 2, link(0, 1e-6), link(0, 1e-6), 4);
+  // Buckets of 200 floats from the end: [100, 300) ready at 4 ms, [0, 100) at 7 ms.
+  const Candidate c{Strategy::flat, 200.0 * 4 / (1024 * 1024), 0};
+  ASSERT_EQ(plan_buckets(300, 200).size(), 2u);
+  const double big = flat_allreduce_s(800, t), small = flat_allreduce_s(400, t);  // 0.8, 0.4 s
+  const double end = std::max(0.004 + big, 0.007) + small;
+  const Prediction r = predict(p, t, c);
+  EXPECT_NEAR(r.exposed_ms, (end - 0.007) * 1000, 1e-9);
+  EXPECT_NEAR(r.step_ms, 3 + 7 + r.exposed_ms + 2, 1e-9);
+  EXPECT_NEAR(r.comm_ms, flat_allreduce_s(1200, t) * 1000, 1e-9);
+  EXPECT_LT(r.efficiency, 1.0);
+  EXPECT_EQ(r.bound, "network");
+}
+
+TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {
+  WorkerProfile p = three_layers();
+  p.optimizer_ms = 1000;  // a ps update of 1 s: the ps paces 2 workers with 1 ps
+  const Topology t = topo(2, 1, link(0, 1000), link(0, 1000), 4);
+  const Prediction one = predict(p, t, {Strategy::ps, 0, 1});
+  EXPECT_EQ(one.bound, "ps");
+  EXPECT_NEAR(one.step_ms, ps_round_s(1200, 1.0, 1, t) * 1000, 1e-9);
+  EXPECT_NEAR(one.samples_per_s, 2 * 4 / (one.step_ms / 1000), 1e-9);
+  const Prediction two = predict(p, t, {Strategy::ps, 0, 2});  // half the update per ps
+  EXPECT_NEAR(two.step_ms, ps_round_s(1200, 1.0, 2, t) * 1000, 1e-9);
+  EXPECT_NEAR(two.step_ms, one.step_ms / 2, 0.01);
+  // A fast ps: the worker paces it, its exposed part the last layer's (layer 0: 100 floats)
+  // push-pull and update after backward ends at 7 ms.
+  p.optimizer_ms = 0;
+  const Prediction fast = predict(p, t, {Strategy::ps, 0, 1});
+  EXPECT_EQ(fast.bound, "compute");
+  const double last = 2 * (400 / 1e12);  // 1000 GB/s, α = 0
+  const double big = 2 * (800 / 1e12);
+  EXPECT_NEAR(fast.exposed_ms, (std::max(0.004 + big, 0.007) + last - 0.007) * 1000, 1e-9);
+  EXPECT_THROW(predict(p, t, {Strategy::ps, 0, 0}), InputError);
+}
+
+TEST(ScalingModel, CandidatesCoverBucketSizesAndPsCounts) {
+  const Topology t = topo(1, 6, link(0, 1), link(0, 1));
+  const std::vector<Candidate> all = candidates(t, true, true, 10, 3);
+  std::size_t sync = 0;
+  std::vector<int> ps;
+  for (const Candidate& c : all) {
+    if (c.strategy == Strategy::ps) ps.push_back(c.num_ps);
+    else ++sync;
+  }
+  EXPECT_EQ(sync, 2u * 7);  // {0, 1, 4, 10, 16, 25, 64} × flat, hierarchical
+  EXPECT_EQ(ps, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(candidates(t, false, true, 25, 1).size(), 3u);  // 1, 2, 4 ps
+}
+
+TEST(LinkSpec, PresetsAndCustomSpecs) {
+  const Link ib = parse_link("hdr-ib", "--network");
+  EXPECT_EQ(ib.beta_gbps, 200);
+  EXPECT_FALSE(ib.shared);
+  EXPECT_NEAR(ib.seconds(25e9), 2e-6 + 1.0, 1e-12);  // 200 Gb/s = 25 GB/s
+  EXPECT_EQ(parse_link("25gbe", "--network").beta_gbps, 25);
+  EXPECT_GT(parse_link("nvlink", "--network").beta_gbps, 1000);
+  EXPECT_TRUE(parse_link("shm", "--intra-node").shared);
+  const Link custom = parse_link("alpha_us=1.5,beta_gbps=80,shared=1", "--network");
+  EXPECT_EQ(custom.alpha_us, 1.5);
+  EXPECT_EQ(custom.beta_gbps, 80);
+  EXPECT_TRUE(custom.shared);
+  EXPECT_NEAR(custom.seconds(1e7, 2), 1.5e-6 + 2e7 / 1e10, 1e-12);
+}
+
+TEST(LinkSpec, BadSpecsNameTheOption) {
+  for (const char* bad : {"hdr", "alpha_us=1", "beta_gbps=10", "alpha_us=x,beta_gbps=1",
+                          "alpha_us=1,beta_gbps=0", "alpha_us=-1,beta_gbps=1",
+                          "alpha_us=1,beta_gbps=1,speed=2", "alpha_us=1,beta_gbps=inf", ""}) {
+    try {
+      (void)parse_link(bad, "--network");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("option --network '" + std::string(bad) + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("hdr-ib"), std::string::npos) << msg;  // the accepted forms
+    }
+  }
+}
+
+TEST(WorkerProfileJson, RoundTripsAndRejectsBadFiles) {
+  const std::string dir = ::testing::TempDir() + "/profile_json";
+  std::filesystem::create_directories(dir);
+  WorkerProfile p = three_layers();
+  p.job = "job.ini";
+  p.steps = 3;
+  save_profile(p, dir + "/p.json", "--save-profile");
+  const WorkerProfile q = load_profile(dir + "/p.json", "--profile");
+  EXPECT_EQ(q.batch, 4);
+  EXPECT_EQ(q.layers.size(), 3u);
+  EXPECT_EQ(q.param_floats(), 300u);
+  EXPECT_DOUBLE_EQ(q.backward_ms(), 7);
+  EXPECT_DOUBLE_EQ(q.gradient_bytes(), 1200);
+  const auto expect_error = [&](const std::string& text, const std::string& want) {
+    std::ofstream(dir + "/bad.json") << text;
+    try {
+      (void)load_profile(dir + "/bad.json", "--profile");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("option --profile '" + dir + "/bad.json'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    }
+  };
+  expect_error("{", "parse");
+  expect_error(R"({"format": "other"})", "not a dtrain profile");
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1})", "layers");
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 1, "param_offset": 5, "param_floats": 3}]})",
+               "expected 0");
+  EXPECT_THROW(load_profile(dir + "/missing.json", "--profile"), InputError);
+}
+
+}  // namespace
+}  // namespace dtrain
