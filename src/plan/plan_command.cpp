@@ -49,6 +49,7 @@ Topology topology_of(const Config& c) {
   t.workers_per_node = c.workers_per_node;
   t.inter = parse_link(c.network, "--network");
   t.intra = parse_link(c.intra_node, "--intra-node");
+  t.overlap = c.overlap;
   const int W = t.workers();
   if (c.global_batch_size > 0) {
     DT_REQUIRE(c.global_batch_size % W == 0,
@@ -119,7 +120,7 @@ std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
      << " parameters = " << fixed(p.gradient_bytes() / 1e6, 1) << " MB of gradients, "
      << p.layers.size() << " layers\n"
      << "links: between nodes " << link_text(t.inter) << "; inside a node " << link_text(t.intra)
-     << "\n\n";
+     << (t.overlap ? "" : "; --overlap false: the exchange starts after backward") << "\n\n";
   return os.str();
 }
 

@@ -27,6 +27,13 @@ void check(const Topology& t, const Candidate& c) {
   DT_REQUIRE(c.bucket_mb >= 0, "option --bucket-mb: must be >= 0");
 }
 
+/// When each range [from[k], end) may start: as backward makes it final, or (--overlap false)
+/// when backward ends.
+std::vector<double> ready_or_end(const WorkerProfile& p, const std::vector<std::size_t>& from,
+                                 double scale, double backward_s, const Topology& t) {
+  return t.overlap ? ready_times_s(p, from, scale) : std::vector<double>(from.size(), backward_s);
+}
+
 /// The sync step's exposed communication: buckets from the end of the buffer, each summed by
 /// `allreduce` once ready.
 double sync_exposed_s(const WorkerProfile& p, double scale, double backward_s, const Candidate& c,
@@ -39,7 +46,7 @@ double sync_exposed_s(const WorkerProfile& p, double scale, double backward_s, c
     from.push_back(b.begin);
     cost.push_back(allreduce(4.0 * static_cast<double>(b.end - b.begin), t));
   }
-  return exposed_after_backward_s(ready_times_s(p, from, scale), cost, backward_s);
+  return exposed_after_backward_s(ready_or_end(p, from, scale, backward_s, t), cost, backward_s);
 }
 
 /// The async worker: each layer's gradient pushed as backward finishes it, its new parameters
@@ -57,7 +64,7 @@ double async_exposed_s(const WorkerProfile& p, double scale, double backward_s, 
     from.push_back(p.layers[i].param_offset);
     cost.push_back(2 * link.seconds(bytes, streams) + opt_s * bytes / S / num_ps);
   }
-  return exposed_after_backward_s(ready_times_s(p, from, scale), cost, backward_s);
+  return exposed_after_backward_s(ready_or_end(p, from, scale, backward_s, t), cost, backward_s);
 }
 
 }  // namespace

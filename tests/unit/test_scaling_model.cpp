@@ -139,6 +139,10 @@ TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
   EXPECT_NEAR(r.comm_ms, flat_allreduce_s(1200, t) * 1000, 1e-9);
   EXPECT_LT(r.efficiency, 1.0);
   EXPECT_EQ(r.bound, "network");
+  // --overlap false: both buckets start when backward ends, one after the other.
+  Topology serial = t;
+  serial.overlap = false;
+  EXPECT_NEAR(predict(p, serial, c).exposed_ms, (big + small) * 1000, 1e-9);
 }
 
 TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {

@@ -14,6 +14,7 @@
 // bucket k is ready when backward has passed the layer holding its first float; one
 // communication thread reduces buckets in order, each starting when ready and when the previous
 // one is done; the exposed part is what ends after backward (PyTorch DDP's, Horovod's overlap).
+// With --overlap false every bucket (and push) is ready only when backward ends.
 //   flat ring over W ranks (Patarasuk & Yuan 2009; Thakur et al. 2005):
 //        2(W−1) steps of S/W bytes, each step paced by its slowest hop:
 //        T = 2(W−1)·max(t_intra(S/W, k), t_inter(S/W, 1) if nodes > 1), k = G if shared else 1;
@@ -57,6 +58,7 @@ struct Topology {
   Link inter;                ///< between nodes (--network)
   Link intra;                ///< inside a node (--intra-node)
   int batch = 1;             ///< samples per worker and step (> 0)
+  bool overlap = true;       ///< --overlap: buckets and pushes start during backward (else after)
   [[nodiscard]] int workers() const { return nodes * workers_per_node; }
 };
 
