@@ -385,6 +385,13 @@ void add_output_options(Table& t, Config& c) {
         "export: output format: safetensors (the named tensors) | onnx (the inference graph, "
         "opset 17)");
   t.add("dtype", &c.export_dtype, "export --format safetensors: float tensors as f32 | bf16");
+  t.group("Faults", "faults");
+  t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
+  t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
+}
+
+/// `dtrain plan`'s cluster, links and profile (plan/plan_command.hpp).
+void add_plan_options(Table& t, Config& c) {
   t.group("Scaling plan (dtrain plan)", "plan");
   t.add("nodes", &c.nodes, "plan: nodes of the planned cluster");
   t.add("workers-per-node", &c.workers_per_node, "plan: worker ranks (GPUs or cores) per node");
@@ -396,9 +403,6 @@ void add_output_options(Table& t, Config& c) {
         "plan: a worker profile saved by --save-profile, used instead of a profiling run");
   t.add("save-profile", &c.save_profile, "plan: write the measured worker profile (JSON) there");
   t.add("plan-steps", &c.plan_steps, "plan: timed steps of the profiling run (after a warm-up)");
-  t.group("Faults", "faults");
-  t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
-  t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
 }
 
 void build_table(Table& t, Config& c) {
@@ -408,6 +412,7 @@ void build_table(Table& t, Config& c) {
   add_cluster_options(t, c);
   add_device_options(t, c);
   add_output_options(t, c);
+  add_plan_options(t, c);
 }
 
 /// Reads the job file, dropping "section." from keys. Unknown keys are errors naming the file.

@@ -99,9 +99,15 @@ WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& or
     origin = "from " + c.profile;
     return load_profile(c.profile, "--profile");
   }
+  DT_REQUIRE(!c.synthetic.empty() || !c.train_data.empty(),
+             "dtrain plan: the profiling run needs the job's input: give --synthetic "
+             "CxHxW:classes or --train-data (or a saved --profile)");
   if (!c.save_profile.empty()) require_new_file(c.save_profile, "--save-profile");
   const Cluster cluster(MPI_COMM_WORLD, 0);
-  WorkerProfile p = profile_worker(c, cluster, t.batch, c.plan_steps);
+  Config worker = c;  // --threads 0: a worker's share of this node's cores, as training gives it
+  if (worker.threads == 0)
+    worker.threads = std::max(1, Cluster::node_cores() / std::max(1, c.workers_per_node));
+  WorkerProfile p = profile_worker(worker, cluster, t.batch, c.plan_steps);
   origin = "measured now (" + std::to_string(p.steps) + " steps after a warm-up)";
   if (!c.save_profile.empty()) save_profile(p, c.save_profile, "--save-profile");
   return p;

@@ -129,9 +129,15 @@ WorkerProfile profile_worker(const Config& c, const Cluster& cluster, int batch,
   p.step_ms = median(s.step);
   p.optimizer_ms = median(s.optimizer);
   p.layers = layer_table(model);
+  double sum = 0;
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
     p.layers[i].forward_ms = median(s.forward[i]);
     p.layers[i].backward_ms = median(s.backward[i]);
+    sum += p.layers[i].forward_ms + p.layers[i].backward_ms;
+  }
+  for (LayerCost& l : p.layers) {  // the layers' split, the median step's total
+    l.forward_ms *= sum > 0 ? p.step_ms / sum : 0;
+    l.backward_ms *= sum > 0 ? p.step_ms / sum : 0;
   }
   return p;
 }

@@ -74,6 +74,8 @@ expect_error 0 "option --global-batch-size|10|4 workers" "${P[@]}" --workers-per
 expect_error 0 "option --profile '$SCRATCH/none.json'|cannot read" plan --config "$JOB" \
   "${DATA[@]}" --profile "$SCRATCH/none.json"
 expect_error 0 "--mode sync --num-ps 2|not modelled" "${P[@]}" --mode sync --num-ps 2
+expect_error 0 "needs the job's input|--synthetic|--train-data" plan --config \
+  "$SRC/tests/common/tiny_cnn.ini"
 expect_error 0 "--nodes|belong to \`dtrain plan\`" --config "$JOB" "${DATA[@]}" --nodes 2
 expect_error 2 "one process|mpirun -np 2" "${P[@]}"
 echo "keep me" >"$SCRATCH/exists.json"

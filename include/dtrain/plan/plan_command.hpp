@@ -7,7 +7,8 @@
 //               [--out PLAN.json]
 //
 // The worker profile (plan/profile.hpp) comes from --profile, or from a short profiling run on
-// this machine at the planned per-worker batch (plan/profiler.hpp: --plan-steps timed steps).
+// this machine at the planned per-worker batch (plan/profiler.hpp: --plan-steps timed steps) with
+// --threads threads (0: this machine's cores / --workers-per-node, a worker's share of a node).
 // The per-worker batch is --global-batch-size / (N·G) when that is set, else --batch-size. The
 // model (plan/scaling_model.hpp) prices every candidate — sync flat and hierarchical allreduce
 // over bucket sizes, async over ps counts; with --mode (and --num-ps) on the command line only

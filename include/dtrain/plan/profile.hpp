@@ -4,14 +4,15 @@
 // (--profile FILE), and can save it (--save-profile FILE) as JSON:
 //
 //   {"format": "dtrain-profile-1", "job": "jobs/resnet50_imagenet.ini", "batch": 24,
-//    "device": "cpu", "threads": 1, "precision": "fp32", "steps": 3, "step_ms": 5931.2,
-//    "optimizer_ms": 34.8, "layers": [{"name": "0.conv", "forward_ms": 61.2, "backward_ms": 130.4,
-//    "param_offset": 0, "param_floats": 9408}, ...]}
+//    "device": "cpu", "threads": 1, "precision": "fp32", "steps": 3, "step_ms": 6616.1,
+//    "optimizer_ms": 14.1, "layers": [{"name": "conv1", "forward_ms": 75.0, "backward_ms": 73.6,
+//    "param_offset": 0, "param_floats": 9408}, ...]}   (docs/scaling/resnet50_cpu_vm_b24.json)
 //
 // Layers are in line order; param_offset/param_floats (floats) place the layer's parameters in
 // the flat gradient buffer (model/model.hpp: parameters in line order), which is what the bucket
-// plan cuts. Times are medians over the timed steps; step_ms is the whole train step (forward,
-// loss, backward) and optimizer_ms one update of every parameter on this worker.
+// plan cuts. step_ms is the median whole train step (forward, loss, backward), the layers' times
+// their medians scaled to sum to it (plan/profiler.hpp); optimizer_ms the median update of every
+// parameter on this worker.
 #pragma once
 
 #include <cstddef>
