@@ -194,6 +194,7 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
   for (const Prediction& r : rows)
     j["predictions"].push_back({{"configuration", describe(r.candidate)},
                                 {"options", options_of(r.candidate, p)},
+                                {"runnable", runnable(r.candidate, p)},
                                 {"bucket_mb", r.candidate.bucket_mb},
                                 {"num_ps", r.candidate.num_ps},
                                 {"compute_ms", r.compute_ms},
