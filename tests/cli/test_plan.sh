@@ -2,8 +2,9 @@
 # tests/cli/test_plan.sh — `dtrain plan` (plan/plan_command.hpp) end to end on the Fashion-MNIST
 # CNN job with synthetic 1×28×28 data: the profiling run, the table and the recommendation, the
 # JSON plan, a saved profile read back; the profile against a real one-worker run (its forward +
-# backward per step against results.json's step_compute_ms, within a factor 1.5: both are timed on
-# a machine other work shares); bad options, each named in one error, nothing written.
+# backward per step against results.json's step_compute_ms, within a factor 2: both are timed on a
+# machine other work shares, where one job's compute per step moved 1.85× between two runs a
+# minute apart, docs/scaling/README.md); bad options, each named in one error, nothing written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 JOB=$SRC/jobs/fashion_mnist_cnn.ini
@@ -52,7 +53,7 @@ ratio = profiled / measured
 print(f"profiled forward + backward {profiled:.2f} ms, measured compute {measured:.2f} ms/step "
       f"(ratio {ratio:.2f}); profiled optimizer {prof['optimizer_ms']:.3f} ms, measured "
       f"{run['step_optimizer_ms']:.3f} ms")
-assert 1 / 1.5 <= ratio <= 1.5, f"profile off by {ratio:.2f}x"
+assert 1 / 2 <= ratio <= 2, f"profile off by {ratio:.2f}x"
 PY
 
 echo "== 3. a saved profile, one mode"
