@@ -289,18 +289,6 @@ void add_device_options(Table& t, Config& c) {
         "GPU convolutions: prefer cuDNN's deterministic algorithms, so that two runs on the same "
         "GPU give the same bits (PyTorch's cudnn.deterministic = True; may be slower); false: "
         "cuDNN's first choice, as PyTorch's default");
-  t.add("pipeline-stages", &c.pipeline_stages,
-        "model parallelism: cut the model into this many pipeline stages (balanced by flops, or "
-        "at the layers' stage= keys); --dry-run prints the stage table (stage execution across "
-        "ranks is not built yet: a run needs 1)");
-  t.add("micro-batches", &c.micro_batches,
-        "micro-batches per mini-batch (must divide --batch-size): each worker runs them one after "
-        "another and sums their gradients before the exchange (gradient accumulation; batchnorm "
-        "statistics per micro-batch, as GPipe); with --pipeline-stages, the stage table's memory "
-        "and bubble");
-  t.add("schedule", &c.schedule,
-        "pipeline schedule: 1f1b (PipeDream-Flush: stage s holds at most P - s micro-batches) | "
-        "gpipe (all M micro-batches forward, then all backward)");
   t.add("conv-workspace-mb", &c.conv_workspace_mb,
         "GPU convolutions: the most workspace one cuDNN algorithm may use, in MiB (0: 512); the "
         "faster algorithms for large activations (VGG's first layers at batch 128) may need more");
@@ -342,6 +330,26 @@ void add_device_options(Table& t, Config& c) {
   t.add("ps-threads", &c.ps_threads,
         "OpenMP threads of each ps rank: the optimizer update and the sync aggregation run on them "
         "(0: cores per node / ranks per node; default 1: a ps sharing cores with workers)");
+}
+
+/// Model parallelism: pipeline stages, micro-batches, their schedule and cut.
+void add_pipeline_options(Table& t, Config& c) {
+  t.add(
+      "pipeline-stages", &c.pipeline_stages,
+      "model parallelism: cut the model into this many pipeline stages on as many ranks (balanced "
+      "by flops, by --pipeline-profile's measured times, or at the layers' stage= keys); "
+      "--dry-run prints the stage table");
+  t.add("pipeline-profile", &c.pipeline_profile,
+        "cut the pipeline stages by each layer's measured forward + backward time: a profile of "
+        "this job saved by dtrain plan --save-profile FILE (empty: by flops)");
+  t.add("micro-batches", &c.micro_batches,
+        "micro-batches per mini-batch (must divide --batch-size): each worker runs them one after "
+        "another and sums their gradients before the exchange (gradient accumulation; batchnorm "
+        "statistics per micro-batch, as GPipe); with --pipeline-stages, the stage table's memory "
+        "and bubble");
+  t.add("schedule", &c.schedule,
+        "pipeline schedule: 1f1b (PipeDream-Flush: stage s holds at most P - s micro-batches) | "
+        "gpipe (all M micro-batches forward, then all backward)");
 }
 
 void add_output_options(Table& t, Config& c) {
@@ -411,6 +419,7 @@ void build_table(Table& t, Config& c) {
   add_optimizer_options(t, c);
   add_cluster_options(t, c);
   add_device_options(t, c);
+  add_pipeline_options(t, c);
   add_output_options(t, c);
   add_plan_options(t, c);
 }

@@ -37,12 +37,12 @@ std::vector<std::size_t> cuts_from_job(const std::vector<LayerInfo>& layers, int
   return first;
 }
 
-/// First layer of each stage minimising the most expensive stage (exact: best[k][i] is the least
-/// bottleneck of layers [0, i) in k stages).
-std::vector<std::size_t> balanced_cuts(const std::vector<LayerInfo>& layers, int stages) {
-  const std::size_t L = layers.size(), P = static_cast<std::size_t>(stages);
+/// First layer of each stage minimising the most expensive stage, `cost[i]` the cost of layer i
+/// (exact: best[k][i] is the least bottleneck of layers [0, i) in k stages).
+std::vector<std::size_t> balanced_cuts(const std::vector<double>& cost, int stages) {
+  const std::size_t L = cost.size(), P = static_cast<std::size_t>(stages);
   std::vector<double> prefix(L + 1, 0.0);
-  for (std::size_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + layers[i].forward_flops;
+  for (std::size_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + cost[i];
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(P + 1, std::vector<double>(L + 1, kInf));
   std::vector<std::vector<std::size_t>> from(P + 1, std::vector<std::size_t>(L + 1, 0));
@@ -90,7 +90,7 @@ void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, boo
 }  // namespace
 
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
-                           PipelineSchedule schedule) {
+                           PipelineSchedule schedule, const std::vector<double>& layer_ms) {
   DT_REQUIRE(stages >= 1, "option --pipeline-stages: must be >= 1, got " + std::to_string(stages));
   DT_REQUIRE(micro_batches >= 1,
              "option --micro-batches: must be >= 1, got " + std::to_string(micro_batches));
@@ -103,8 +103,18 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
   plan.schedule = schedule;
   plan.from_job =
       std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
+  plan.by_time = !layer_ms.empty();
+  DT_REQUIRE(!plan.by_time || layer_ms.size() == layers.size(),
+             "option --pipeline-profile: " + std::to_string(layer_ms.size()) +
+                 " measured layers for a model of " + std::to_string(layers.size()));
+  DT_REQUIRE(!(plan.by_time && plan.from_job),
+             "option --pipeline-profile: the job's stage= keys already cut the model; give one or "
+             "the other");
+  std::vector<double> cost = layer_ms;
+  if (!plan.by_time)
+    for (const LayerInfo& l : layers) cost.push_back(l.forward_flops);
   const std::vector<std::size_t> first =
-      plan.from_job ? cuts_from_job(layers, stages) : balanced_cuts(layers, stages);
+      plan.from_job ? cuts_from_job(layers, stages) : balanced_cuts(cost, stages);
   std::vector<int> stage_of(layers.size());
   for (std::size_t s = 0; s < first.size(); ++s) {
     PipelineStage st;
@@ -117,6 +127,7 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
       stage_of[i] = static_cast<int>(s);
       st.params += layers[i].params;
       st.flops += 3.0 * layers[i].forward_flops;
+      if (plan.by_time) st.measured_ms += layer_ms[i];
       st.stash_elements += layers[i].output.count();
     }
     receive_across(layers, st, s == 0);
@@ -135,7 +146,10 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
                 "# pipeline: %d stages x %d micro-batches of %d samples, %s, cut %s; bubble "
                 "(P-1)/(M+P-1) = %.3f\n",
                 plan.stages, plan.micro_batches, micro, to_string(plan.schedule),
-                plan.from_job ? "at the job's stage= keys" : "balanced by flops", plan.bubble);
+                plan.from_job  ? "at the job's stage= keys"
+                : plan.by_time ? "balanced by measured time"
+                               : "balanced by flops",
+                plan.bubble);
   std::string out = line;
   out += "#  stage  layers       params    GFLOP/batch  receives (per micro-batch)       "
          "activations held\n";
@@ -156,6 +170,14 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
                   s, st.first + 1, st.last + 1, st.params, st.flops * batch / 1e9,
                   from.substr(0, 20).c_str(), recv_mib, held_mib, st.in_flight);
     out += line;
+  }
+  if (plan.by_time) {
+    out += "#  measured forward + backward ms per stage (--pipeline-profile):";
+    for (const PipelineStage& st : plan.stage) {
+      std::snprintf(line, sizeof line, " %.2f", st.measured_ms);
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }

@@ -20,6 +20,7 @@
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/pipeline_plan.hpp"
+#include "dtrain/model/profile.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/pipeline/group.hpp"
 #include "dtrain/ps/server.hpp"
@@ -190,7 +191,13 @@ Job check_job(const Config& c) {
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     if (c.pipeline_stages > 1 || c.micro_batches > 1) {
       const std::vector<LayerInfo> layers = layout.layers();
-      job.pipeline = plan_pipeline(layers, c.pipeline_stages, c.micro_batches, c.schedule);
+      const std::vector<double> layer_ms =
+          c.pipeline_profile.empty()
+              ? std::vector<double>{}
+              : layer_costs(load_profile(c.pipeline_profile, "--pipeline-profile"), layers,
+                            c.pipeline_profile);
+      job.pipeline =
+          plan_pipeline(layers, c.pipeline_stages, c.micro_batches, c.schedule, layer_ms);
       job.model_report += describe_pipeline(job.pipeline, layers, job.plan.batch,
                                             dtype_size(act_dtype_of(c.precision)));
     }

@@ -88,4 +88,26 @@ expect_error 2 "one process|mpirun -np 2" "${P[@]}"
 echo "keep me" >"$SCRATCH/exists.json"
 expect_error 0 "option --out|exists.json|already exists" "${P[@]}" --out "$SCRATCH/exists.json"
 [[ $(cat "$SCRATCH/exists.json") == "keep me" ]] || fail "an existing --out was overwritten"
+
+echo "== 5. a saved profile cuts the pipeline stages by measured time"
+PIPE=(--config "$JOB" "${DATA[@]}" --batch-size 64 --mode sync --num-ps 0 --pipeline-stages 2
+  --micro-batches 2 --dry-run)
+"$MPIEXEC" -n 2 "$DTRAIN" "${PIPE[@]}" --pipeline-profile "$SCRATCH/p.json" \
+  >"$SCRATCH/cut.out" 2>&1 || { cat "$SCRATCH/cut.out"; fail "--pipeline-profile dry run failed"; }
+grep -F "balanced by measured time" "$SCRATCH/cut.out" || fail "the cut does not say it is timed"
+# The two-stage cut that minimises the slower stage of the profile's forward + backward ms.
+want=$("$PY" - "$SCRATCH/p.json" <<'PY'
+import json, sys
+ms = [l["forward_ms"] + l["backward_ms"] for l in json.load(open(sys.argv[1]))["layers"]]
+best = min(range(1, len(ms)), key=lambda k: (max(sum(ms[:k]), sum(ms[k:])), k))
+print(f"{best + 1}-{len(ms)}")
+PY
+)
+grep -E "^#  +1 +$want " "$SCRATCH/cut.out" >/dev/null ||
+  { cat "$SCRATCH/cut.out"; fail "stage 1 does not start at the timed cut ($want)"; }
+expect_error 2 "--pipeline-profile|$SCRATCH/p.json|layers" --config \
+  "$SRC/jobs/fashion_mnist_mlp.ini" "${DATA[@]}" --mode sync --num-ps 0 --pipeline-stages 2 \
+  --micro-batches 2 --dry-run --pipeline-profile "$SCRATCH/p.json"
+expect_error 2 "option --pipeline-profile|$SCRATCH/none.json" "${PIPE[@]}" \
+  --pipeline-profile "$SCRATCH/none.json"
 echo "PASS"

@@ -50,6 +50,27 @@ TEST(PipelinePlan, BalancedCutMinimisesTheLargestStage) {
             (std::vector<std::size_t>{0, 4}));
 }
 
+TEST(PipelinePlan, MeasuredTimesOverrideFlops) {
+  // By flops the heavy first layer stands alone; measured, the last layer is the slow one.
+  const auto layers = chain({8, 2, 2, 2, 2});
+  EXPECT_EQ(firsts(plan_pipeline(layers, 2, 2, PipelineSchedule::gpipe)),
+            (std::vector<std::size_t>{0, 1}));
+  const PipelinePlan t =
+      plan_pipeline(layers, 2, 2, PipelineSchedule::gpipe, {1.0, 1.0, 1.0, 1.0, 5.0});
+  EXPECT_TRUE(t.by_time);
+  EXPECT_EQ(firsts(t), (std::vector<std::size_t>{0, 4}));
+  EXPECT_DOUBLE_EQ(t.stage[0].measured_ms, 4.0);
+  EXPECT_DOUBLE_EQ(t.stage[1].measured_ms, 5.0);
+  const std::string table = describe_pipeline(t, layers, 8, 4);
+  EXPECT_NE(table.find("balanced by measured time"), std::string::npos) << table;
+  EXPECT_NE(table.find("per stage (--pipeline-profile): 4.00 5.00"), std::string::npos) << table;
+  // A profile of another model, and one together with the job's stage= keys.
+  EXPECT_THROW(plan_pipeline(layers, 2, 2, PipelineSchedule::gpipe, {1.0, 2.0}), InputError);
+  auto keyed = layers;
+  keyed[3].stage = 1;
+  EXPECT_THROW(plan_pipeline(keyed, 2, 2, PipelineSchedule::gpipe, {1, 1, 1, 1, 1}), InputError);
+}
+
 TEST(PipelinePlan, InFlightMicroBatchesAndBubble) {
   const auto layers = chain({1, 1, 1, 1, 1, 1, 1, 1});
   const PipelinePlan f = plan_pipeline(layers, 4, 8, PipelineSchedule::one_f_one_b);

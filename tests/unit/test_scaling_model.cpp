@@ -1,7 +1,7 @@
 // tests/unit/test_scaling_model.cpp — the scaling model of `dtrain plan` (plan/scaling_model.hpp)
 // on closed-form cases: the ring allreduce 2(n−1)/n·B/β + 2(n−1)α, a shared bus, the ring across
 // nodes, the hierarchical sum, the ps round, the overlap of buckets with backward, a whole
-// prediction; the link spec parser (plan/network.hpp); the profile's JSON (plan/profile.hpp).
+// prediction; the link spec parser (plan/network.hpp); the profile's JSON (model/profile.hpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/plan/network.hpp"
-#include "dtrain/plan/profile.hpp"
+#include "dtrain/model/profile.hpp"
 #include "dtrain/plan/scaling_model.hpp"
 
 namespace dtrain {

@@ -112,6 +112,7 @@ struct Config {
   /// Model parallelism (model/pipeline_plan.hpp): pipeline stages P, micro-batches M per
   /// mini-batch (M divides batch_size) and their schedule (gpipe | 1f1b). P = 1, M = 1: none.
   int pipeline_stages = 1;
+  std::string pipeline_profile;  ///< a saved worker profile: stages balanced by measured time
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   /// GPU profiling window "A:B": global steps [A, B) run between cudaProfilerStart and

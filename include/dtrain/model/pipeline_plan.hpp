@@ -23,6 +23,9 @@ struct PipelineStage {
   /// Forward + backward floating-point operations per sample (3 × Model's forward_flops: the
   /// backward computes two products per forward one, input and weight gradients).
   double flops = 0;
+  /// With --pipeline-profile: the stage's layers' measured forward + backward ms at the profile's
+  /// batch (0 otherwise).
+  double measured_ms = 0;
   /// Tensors this stage reads that earlier stages produce (ids as LayerInfo::inputs; 0 = the
   /// network input, which the first stage reads from the data), and their elements per sample —
   /// what arrives per micro-batch, and the size of the gradients sent back.
@@ -38,19 +41,23 @@ struct PipelinePlan {
   int stages = 1;
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  bool from_job = false;  ///< cut by the job's stage= keys (else balanced by flops)
+  bool from_job = false;  ///< cut by the job's stage= keys (else balanced by cost)
+  bool by_time = false;   ///< balanced by measured forward + backward ms (else by flops)
   std::vector<PipelineStage> stage;
   double bubble = 0;  ///< (P − 1)/(M + P − 1): the idle fraction of each stage per mini-batch
 };
 
 /// Cuts `layers` (Model::layers()) into `stages` contiguous stages: at the job's stage= keys where
 /// any layer has one (stage K starts at the layer marked stage=K; K = 1 .. P − 1 each once, in
-/// order), else minimising the largest stage's flops (exact dynamic programme over the cut
-/// points, ties to the earliest cut). Throws InputError for stages < 1, micro_batches < 1, more
-/// stages than layers, or stage= keys that skip, repeat or reorder a stage, or cut another number
-/// of stages than `stages` (the message names the layer line).
+/// order), else minimising the largest stage's cost (exact dynamic programme over the cut
+/// points, ties to the earliest cut). The cost of a layer is `layer_ms[i]`, its measured forward +
+/// backward milliseconds (model/profile.hpp: layer_costs(), from --pipeline-profile), or, when
+/// `layer_ms` is empty, its forward flops. Throws InputError for stages < 1, micro_batches < 1,
+/// more stages than layers, `layer_ms` of another length than `layers`, measured times together
+/// with the job's stage= keys, or stage= keys that skip, repeat or reorder a stage, or cut
+/// another number of stages than `stages` (the message names the layer line).
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
-                           PipelineSchedule schedule);
+                           PipelineSchedule schedule, const std::vector<double>& layer_ms = {});
 
 /// The --dry-run table: per stage its layers, parameters, GFLOP per mini-batch, what it receives
 /// per micro-batch and the activations it holds (MiB at act_bytes per element), then the bubble.

@@ -6,7 +6,7 @@
 //               P.json]
 //               [--out PLAN.json]
 //
-// The worker profile (plan/profile.hpp) comes from --profile, or from a short profiling run on
+// The worker profile (model/profile.hpp) comes from --profile, or from a short profiling run on
 // this machine at the planned per-worker batch (plan/profiler.hpp: --plan-steps timed steps) with
 // --threads threads (0: this machine's cores / --workers-per-node, a worker's share of a node).
 // The per-worker batch is --global-batch-size / (N·G) when that is set, else --batch-size. The

@@ -1,6 +1,6 @@
 // dtrain/plan/profiler.hpp — the short profiling run of `dtrain plan`: one worker's train steps on
 // random inputs of the job's sample shape, timed layer by layer (Model::set_layer_probe), and the
-// optimizer's update of every parameter; the result is a WorkerProfile (plan/profile.hpp).
+// optimizer's update of every parameter; the result is a WorkerProfile (model/profile.hpp).
 //
 // One warm-up step (first-touch allocations, oneDNN primitive creation, cuDNN algorithm choice)
 // is left out; every time is the median over the timed steps, and the layers' medians are scaled
@@ -16,7 +16,7 @@
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
-#include "dtrain/plan/profile.hpp"
+#include "dtrain/model/profile.hpp"
 
 namespace dtrain {
 

@@ -1,5 +1,5 @@
 // dtrain/plan/scaling_model.hpp — predicted step time, samples/s and efficiency of a data-parallel
-// run from one worker's profile (plan/profile.hpp), the bucket plan (collectives/bucketed.hpp)
+// run from one worker's profile (model/profile.hpp), the bucket plan (collectives/bucketed.hpp)
 // and an alpha-beta model of the links (plan/network.hpp). `dtrain plan` prints it.
 //
 // Notation: W = nodes × G workers (G per node), b samples per worker and step, S = gradient bytes
@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "dtrain/plan/network.hpp"
-#include "dtrain/plan/profile.hpp"
+#include "dtrain/model/profile.hpp"
 
 namespace dtrain {
 

@@ -1,4 +1,4 @@
-// dtrain/plan/profile.hpp — what one worker costs: per layer forward and backward ms at one batch
+// dtrain/model/profile.hpp — what one worker costs: per layer forward and backward ms at one batch
 // size and the layer's gradient bytes, plus the optimizer update; the scaling model's input
 // (plan/scaling_model.hpp). `dtrain plan` measures it (plan/profiler.hpp) or reads a saved one
 // (--profile FILE), and can save it (--save-profile FILE) as JSON:
@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+
+#include "dtrain/model/model.hpp"  // LayerInfo
 
 namespace dtrain {
 
@@ -57,5 +59,13 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
 /// mistyped field, batch ≤ 0, no layers, a negative time, or parameter ranges that overlap or
 /// leave gaps (they must tile [0, Σ param_floats) in line order).
 WorkerProfile load_profile(const std::string& path, const std::string& option);
+
+/// Each layer's forward + backward ms from `p`, in line order, for cutting `layers`
+/// (Model::layers()) into pipeline stages by measured time (--pipeline-profile, a profile saved by
+/// `dtrain plan --save-profile` of the same job). Throws InputError naming `path` when the
+/// profile has another number of layers or a layer of another name ("<index>.<type>" or name=)
+/// than the model: a profile of another job.
+std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
+                                const std::string& path);
 
 }  // namespace dtrain

@@ -1,5 +1,5 @@
-// plan/profile.cpp — a worker profile to and from JSON (nlohmann::json).
-#include "dtrain/plan/profile.hpp"
+// model/profile.cpp — a worker profile to and from JSON (nlohmann::json).
+#include "dtrain/model/profile.hpp"
 
 #include <cmath>
 #include <fstream>
@@ -97,6 +97,24 @@ WorkerProfile load_profile(const std::string& path, const std::string& option) {
              where + ": optimizer_ms must be >= 0");
   check_layers(p, where);
   return p;
+}
+
+std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
+                                const std::string& path) {
+  DT_REQUIRE(p.layers.size() == layers.size(),
+             "--pipeline-profile " + path + ": a profile of " + std::to_string(p.layers.size()) +
+                 " layers, but the job's model has " + std::to_string(layers.size()) +
+                 " (profile this job with dtrain plan --save-profile)");
+  std::vector<double> ms;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::string name =
+        layers[i].name.empty() ? std::to_string(i) + "." + layers[i].type : layers[i].name;
+    DT_REQUIRE(p.layers[i].name == name, "--pipeline-profile " + path + ": layer " +
+                                             std::to_string(i + 1) + " is " + p.layers[i].name +
+                                             " in the profile but " + name + " in the job");
+    ms.push_back(p.layers[i].forward_ms + p.layers[i].backward_ms);
+  }
+  return ms;
 }
 
 }  // namespace dtrain
