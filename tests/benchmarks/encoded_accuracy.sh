@@ -9,7 +9,9 @@
 #            --random-flip for training, evaluation on the whole 28×28 image (--eval-resize 28
 #            --center-crop 28: the decoded JPEG as it is).
 #   center:  (only when named) the encoded files without augmentation (centre crop 28 of 28), which
-#            isolates the JPEG loss from the augmentation.
+#            isolates the JPEG loss from the augmentation;
+#   padcrop: (only when named) the decoded pixels with the CIFAR augmentation (--random-crop 4
+#            --random-flip), which isolates the cost of augmenting at all in this schedule.
 # Prints one row per side (final test accuracy, top-5, wall seconds) and each side's difference to
 # `decoded` in points.
 #
@@ -32,7 +34,7 @@ out=${OUT:-runs/encoded_accuracy}
 fm=/usr/share/datasets/fashion-mnist
 [[ -x $dtrain ]] || { echo "encoded_accuracy.sh: build $dtrain first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mkdir -p "$data" "$out"
+mkdir -p "$data"
 
 if [[ ! -f $data/dec/test.h5 ]]; then
   /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist "$fm" --out-dir "$data/dec.tmp"
@@ -64,6 +66,7 @@ PY
 fi
 
 [[ ${sides[*]} == data ]] && exit 0
+mkdir -p "$out"
 
 common=(--config jobs/resnet20_cifar.ini --mode sync --num-ps 0 --epochs "$epochs" --threads 1)
 [[ -z ${SEED:-} ]] || common+=(--seed "$SEED")
@@ -73,7 +76,10 @@ for side in "${sides[@]}"; do
     decoded) args=(--train-data "$data/dec/train.h5" --test-data "$data/dec/test.h5") ;;
     rrc) args=("${enc[@]}" --random-resized-crop 28 --rrc-scale "$scale" --random-flip) ;;
     center) args=("${enc[@]}" --center-crop 28) ;;
-    *) echo "encoded_accuracy.sh: unknown side '$side', expected decoded, rrc or center" >&2; exit 1 ;;
+    padcrop) args=(--train-data "$data/dec/train.h5" --test-data "$data/dec/test.h5" --random-crop 4
+                   --random-flip) ;;
+    *) echo "encoded_accuracy.sh: unknown side '$side', expected decoded, rrc, center or padcrop" >&2
+       exit 1 ;;
   esac
   [[ -f $out/$side/results.json ]] && continue
   echo "# $side: mpirun -np $workers $dtrain ${common[*]} ${args[*]}" | tee "$out/$side.cmd" >&2

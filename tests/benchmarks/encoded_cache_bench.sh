@@ -24,7 +24,7 @@ bench=$build/bin/dtrain_input_bench
 [[ -x $bench ]] || { echo "encoded_cache_bench.sh: build $bench first" >&2; exit 1; }
 file=${1:-}
 if [[ -z $file ]]; then
-  bash tests/benchmarks/encoded_accuracy.sh data
+  OUT= bash tests/benchmarks/encoded_accuracy.sh data
   file=${DATA:-/tmp/dtrain-encoded-accuracy}/enc_train.h5
 fi
 mkdir -p "$(dirname "$out")"
