@@ -11,7 +11,9 @@
 #include <fstream>
 #include <functional>
 #include <iomanip>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/synthetic_spec.hpp"
@@ -131,10 +133,11 @@ void add_data_options(Table& t, Config& c) {
         "and --test-data; on the command line it replaces a job file's)");
   t.add("synthetic-samples", &c.synthetic_samples, "samples in one synthetic training epoch");
   t.add("shuffle", &c.shuffle, "reshuffle the training set every epoch (from --seed)");
-  t.add(
-      "cache-mb", &c.cache_mb,
-      "hold a worker's training rows in memory when they fit in this many MiB (raw file dtype; "
-      "one HDF5 read per epoch instead of one per run of rows in every batch); 0: read per batch");
+  t.add("cache-mb", &c.cache_mb,
+        "hold a worker's training rows in memory, this many MiB at most: decoded pixels when all "
+        "the rows it reads fit (one HDF5 read per epoch instead of one per run of rows in every "
+        "batch); encoded images: the file's first rows that fit, loaded once and kept (no HDF5 "
+        "read for them in any epoch); 0: read per batch");
   t.add("random-crop", &c.random_crop,
         "augment training images: pad by N pixels (with the normalized value of pixel 0) and crop "
         "back to HxW at a random offset, drawn from (--seed, epoch, sample) (0: off)");
@@ -143,8 +146,15 @@ void add_data_options(Table& t, Config& c) {
         "epoch, sample)");
   t.add("random-resized-crop", &c.random_resized_crop,
         "encoded images (JPEG/PNG in the file): train on SxS crops as torchvision "
-        "RandomResizedCrop(S): area 8-100 %, aspect ratio 3/4-4/3, bilinear, drawn from (--seed, "
-        "epoch, sample) (0: training images take the evaluation's centre crop)");
+        "RandomResizedCrop(S): area 8-100 %, aspect ratio 3/4-4/3 (--rrc-scale, --rrc-ratio), "
+        "bilinear, drawn from (--seed, epoch, sample) (0: training images take the evaluation's "
+        "centre crop)");
+  t.add("rrc-scale", &c.rrc_scale,
+        "MIN,MAX: --random-resized-crop's area fraction of the image, drawn uniformly "
+        "(torchvision's `scale`; 0 < MIN <= MAX <= 1)");
+  t.add("rrc-ratio", &c.rrc_ratio,
+        "MIN,MAX: --random-resized-crop's aspect ratio w/h, drawn log-uniformly (torchvision's "
+        "`ratio`; numbers or fractions A/B)");
   t.add("center-crop", &c.center_crop,
         "encoded images: evaluate on the central SxS crop after --eval-resize (0: the "
         "--random-resized-crop size)");
@@ -585,6 +595,41 @@ StepRange parse_step_range(const std::string& spec) {
 
 namespace {
 
+/// A decimal number or a fraction A/B; nullopt when `text` is neither.
+std::optional<double> parse_fraction(std::string_view text) {
+  const char* p = text.data();
+  const char* end = p + text.size();
+  double num = 0, den = 1;
+  auto [q, e1] = std::from_chars(p, end, num);
+  if (e1 != std::errc() || q == p) return std::nullopt;
+  if (q != end && *q == '/') {
+    const char* d = q + 1;
+    auto [r, e2] = std::from_chars(d, end, den);
+    if (e2 != std::errc() || r == d) return std::nullopt;
+    q = r;
+  }
+  if (q != end || den == 0) return std::nullopt;
+  return num / den;
+}
+
+}  // namespace
+
+std::pair<double, double> parse_min_max(const std::string& opt, const std::string& spec) {
+  const std::size_t comma = spec.find(',');
+  std::optional<double> lo, hi;
+  if (comma != std::string::npos) {
+    lo = parse_fraction(std::string_view(spec).substr(0, comma));
+    hi = parse_fraction(std::string_view(spec).substr(comma + 1));
+  }
+  if (!lo || !hi || !std::isfinite(*lo) || !std::isfinite(*hi) || !(*lo > 0) || *lo > *hi)
+    throw InputError("option --" + opt + " '" + spec +
+                     "': expected MIN,MAX, two numbers or fractions A/B with 0 < MIN <= MAX "
+                     "(e.g. 0.35,1 or 3/4,4/3)");
+  return {*lo, *hi};
+}
+
+namespace {
+
 // Both refuse NaN and infinity too: a number the run could not use.
 void positive(const std::string& opt, double v) {
   if (!(v > 0) || !std::isfinite(v))
@@ -672,6 +717,14 @@ void check_input_and_model(const Config& c) {
   non_negative("num-classes", c.num_classes);
   non_negative("random-crop", c.random_crop);
   non_negative("random-resized-crop", c.random_resized_crop);
+  const auto scale = parse_min_max("rrc-scale", c.rrc_scale);
+  const auto ratio = parse_min_max("rrc-ratio", c.rrc_ratio);
+  DT_REQUIRE(scale.second <= 1, "option --rrc-scale '" + c.rrc_scale +
+                                    "': MAX is a fraction of the image's area, expected <= 1");
+  DT_REQUIRE(c.random_resized_crop > 0 ||
+                 (scale == std::pair{0.08, 1.0} && ratio == std::pair{3.0 / 4.0, 4.0 / 3.0}),
+             "options --rrc-scale / --rrc-ratio: set the ranges of --random-resized-crop, which "
+             "is off (0)");
   non_negative("center-crop", c.center_crop);
   non_negative("eval-resize", c.eval_resize);
   positive("data-threads", c.data_threads);

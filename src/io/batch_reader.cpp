@@ -10,7 +10,8 @@
 // merge consecutive rows, so a sequential (evaluation) batch is a single read.
 //
 // With a cache (cache_bytes), the rows the reader can touch are read once at construction and
-// batches are gathered from memory: no HDF5 call per batch at all.
+// batches are gathered from memory: no HDF5 call per batch at all. Encoded files instead take an
+// EncodedCache that outlives the reader (one per worker, kept across epochs).
 //
 // Labels are read once at construction (only those of `indices` are kept, as int32) and checked.
 //
@@ -201,7 +202,7 @@ void augment_image(const float* src, float* dst, int channels, int height, int w
 
 BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
                          int depth, std::int64_t start_batch, const Augmentation& augment,
-                         std::size_t cache_bytes)
+                         std::size_t cache_bytes, EncodedCache* encoded_cache)
     : info_(info), indices_(std::move(indices)), batch_size_(batch_size), depth_(depth),
       augment_(augment) {
   DT_REQUIRE(batch_size_ >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size_));
@@ -250,8 +251,8 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     DT_REQUIRE(augment_.crop_pad == 0, info_.path +
                                            ": --random-crop (pad and crop) needs decoded "
                                            "pixels; encoded images take --random-resized-crop");
-    r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(), &r.lut);
-    cache_bytes = 0;  // encoded rows are read per batch
+    r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(), &r.lut, encoded_cache);
+    cache_bytes = 0;  // encoded rows: encoded_cache
   }
   if (!indices_.empty() && cache_bytes > 0) {
     const auto [lo, hi] = std::minmax_element(indices_.begin(), indices_.end());

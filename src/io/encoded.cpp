@@ -178,8 +178,10 @@ struct EncodedSource::Scratch {
   std::vector<std::uint8_t> planar;  ///< C×S×S before normalization
 };
 
-EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut)
-    : info_(info), images_(images), lut_(lut), pool_(std::max(1, info.decode.threads)) {
+EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut,
+                             EncodedCache* cache)
+    : info_(info), images_(images), lut_(lut), cache_(cache),
+      pool_(std::max(1, info.decode.threads)) {
   DT_REQUIRE(info_.decode.crop >= 1, info_.path +
                                          ": encoded images need an output size "
                                          "(--random-resized-crop SIZE or --center-crop SIZE)");
@@ -188,48 +190,64 @@ EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::v
 
 EncodedSource::~EncodedSource() = default;
 
-void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
-                         const Augmentation& augment, HostBatch& out,
-                         std::atomic<std::int64_t>& bad) {
+void EncodedSource::gather(const std::vector<std::int64_t>& rows) {
+  if (cache_ != nullptr)
+    cache_->load(info_.num_samples, [&](std::int64_t first, std::int64_t count,
+                                        std::vector<std::vector<std::uint8_t>>& out) {
+      std::vector<std::int64_t> block(static_cast<std::size_t>(count));
+      for (std::int64_t i = 0; i < count; ++i) block[static_cast<std::size_t>(i)] = first + i;
+      read_encoded_rows(images_, block, out, info_.path);
+    });
+  views_.assign(rows.size(), View{});
+  miss_rows_.clear();
+  miss_pos_.clear();
+  for (std::size_t p = 0; p < rows.size(); ++p) {
+    const std::vector<std::uint8_t>* held = cache_ != nullptr ? cache_->find(rows[p]) : nullptr;
+    if (held != nullptr) {
+      views_[p] = View{held->data(), held->size()};
+    } else {
+      miss_rows_.push_back(rows[p]);
+      miss_pos_.push_back(static_cast<int>(p));
+    }
+  }
+  read_encoded_rows(images_, miss_rows_, bytes_, info_.path);
+  for (std::size_t j = 0; j < miss_pos_.size(); ++j)
+    views_[static_cast<std::size_t>(miss_pos_[j])] = View{bytes_[j].data(), bytes_[j].size()};
+}
+
+void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
+                               const ImageTransform& t, HostBatch& out) {
+  Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
+  const std::uint64_t key = mix_seed(
+      mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
+      static_cast<std::uint64_t>(row));
+  ImageTransform tp = t;
+  tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
+  const int c = info_.sample.c, s = t.out;
+  const std::size_t plane = static_cast<std::size_t>(s) * s;
+  std::vector<std::uint8_t>& planar = sc.planar;
+  planar.resize(plane * c);
+  const View& b = views_[static_cast<std::size_t>(p)];
+  try {
+    transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, sc.tmp, planar.data());
+  } catch (const ImageError& e) {
+    errors_[static_cast<std::size_t>(p)] = e.what();
+    return;
+  }
+  // Normalize in the same pass (LUT of (v/255 − mean[c]) / std[c]) into the batch slot.
+  float* dst = out.x.data() + static_cast<std::size_t>(p) * plane * c;
+  for (int ch = 0; ch < c; ++ch) {
+    const float* lut = lut_->data() + static_cast<std::size_t>(ch) * 256;
+    const std::uint8_t* src = planar.data() + ch * plane;
+    for (std::size_t j = 0; j < plane; ++j) dst[ch * plane + j] = lut[src[j]];
+  }
+}
+
+void EncodedSource::compact(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
+                            HostBatch& out, std::atomic<std::int64_t>& bad) {
   const int m = static_cast<int>(rows.size());
-  read_encoded_rows(images_, rows, bytes_, info_.path);
-  const int c = info_.sample.c, s = info_.decode.crop;
-  const std::size_t sample = static_cast<std::size_t>(c) * s * s;
-  out.x.resize(static_cast<std::size_t>(m) * sample);
-  out.y.resize(static_cast<std::size_t>(m));
-  errors_.assign(static_cast<std::size_t>(m), std::string());
-  ImageTransform t;
-  t.out = s;
-  t.random_crop = info_.decode.random_resized;
-  t.resize = info_.decode.resize;
-  t.dct_ratio = info_.decode.dct_ratio;
-  pool_.run(m, [&](int p, int thread) {
-    Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
-    const std::uint64_t key =
-        mix_seed(mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull),
-                          static_cast<std::uint64_t>(augment.epoch)),
-                 static_cast<std::uint64_t>(rows[static_cast<std::size_t>(p)]));
-    ImageTransform tp = t;
-    tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
-    std::vector<std::uint8_t>& planar = sc.planar;
-    planar.resize(sample);
-    const auto& b = bytes_[static_cast<std::size_t>(p)];
-    try {
-      transform_image(sc.decoder, b.data(), b.size(), c, tp, key, sc.image, sc.tmp, planar.data());
-    } catch (const ImageError& e) {
-      errors_[static_cast<std::size_t>(p)] = e.what();
-      return;
-    }
-    // Normalize in the same pass (LUT of (v/255 − mean[c]) / std[c]) into the batch slot.
-    float* dst = out.x.data() + static_cast<std::size_t>(p) * sample;
-    const std::size_t plane = static_cast<std::size_t>(s) * s;
-    for (int ch = 0; ch < c; ++ch) {
-      const float* lut = lut_->data() + static_cast<std::size_t>(ch) * 256;
-      const std::uint8_t* src = planar.data() + ch * plane;
-      for (std::size_t j = 0; j < plane; ++j) dst[ch * plane + j] = lut[src[j]];
-    }
-  });
-  // Compact: bad images leave the batch (or end the run), in batch order.
+  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * info_.decode.crop *
+                             static_cast<std::size_t>(info_.decode.crop);
   int kept = 0;
   for (int p = 0; p < m; ++p) {
     const std::string& err = errors_[static_cast<std::size_t>(p)];
@@ -254,6 +272,28 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32
   out.n = kept;
   out.x.resize(static_cast<std::size_t>(kept) * sample);
   out.y.resize(static_cast<std::size_t>(kept));
+}
+
+void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
+                         const Augmentation& augment, HostBatch& out,
+                         std::atomic<std::int64_t>& bad) {
+  const int m = static_cast<int>(rows.size());
+  gather(rows);
+  const int s = info_.decode.crop;
+  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * s * s;
+  out.x.resize(static_cast<std::size_t>(m) * sample);
+  out.y.resize(static_cast<std::size_t>(m));
+  errors_.assign(static_cast<std::size_t>(m), std::string());
+  ImageTransform t;
+  t.out = s;
+  t.random_crop = info_.decode.random_resized;
+  t.range = info_.decode.range;
+  t.resize = info_.decode.resize;
+  t.dct_ratio = info_.decode.dct_ratio;
+  pool_.run(m, [&](int p, int thread) {
+    decode_one(p, thread, rows[static_cast<std::size_t>(p)], augment, t, out);
+  });
+  compact(rows, labels, out, bad);  // bad images leave the batch (or end the run), in order
 }
 
 }  // namespace dtrain

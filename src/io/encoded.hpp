@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/io/encoded_cache.hpp"
 #include "dtrain/io/hdf5.hpp"
+#include "dtrain/io/image.hpp"
 
 namespace dtrain {
 
@@ -68,8 +70,10 @@ class ParallelFor {
 class EncodedSource {
  public:
   /// info: an encoded, configured DatasetInfo; images: its open `images` dataset (kept open by
-  /// the caller). lut: C×256 normalized values of each raw byte.
-  EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut);
+  /// the caller). lut: C×256 normalized values of each raw byte. cache (may be null; outlives
+  /// this): rows held in memory, loaded by the first fill() and then read from there.
+  EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut,
+                EncodedCache* cache = nullptr);
   ~EncodedSource();
   EncodedSource(const EncodedSource&) = delete;
   EncodedSource& operator=(const EncodedSource&) = delete;
@@ -81,11 +85,29 @@ class EncodedSource {
             const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad);
 
  private:
+  /// views_[p] = the encoded bytes of rows[p]: from the cache, else read (the misses together,
+  /// one H5Dread) into bytes_.
+  void gather(const std::vector<std::int64_t>& rows);
+  /// Decodes, crops, flips and normalizes batch position p into out (errors_[p] when bad).
+  void decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
+                  const ImageTransform& t, HostBatch& out);
+  /// Drops the bad images from out (counted in bad, or InputError under --on-bad-image fail).
+  void compact(const std::vector<std::int64_t>& rows, const std::int32_t* labels, HostBatch& out,
+               std::atomic<std::int64_t>& bad);
+
   const DatasetInfo& info_;
   hid_t images_;
   const std::vector<float>* lut_;
+  EncodedCache* cache_;
   ParallelFor pool_;
-  std::vector<std::vector<std::uint8_t>> bytes_;
+  std::vector<std::vector<std::uint8_t>> bytes_;  ///< the misses' bytes
+  std::vector<std::int64_t> miss_rows_;
+  std::vector<int> miss_pos_;  ///< batch position of miss_rows_[j]
+  struct View {
+    const std::uint8_t* data = nullptr;
+    std::size_t size = 0;
+  };
+  std::vector<View> views_;          ///< per batch position
   std::vector<std::string> errors_;  ///< per batch position: empty when decoded
   struct Scratch;
   std::vector<std::unique_ptr<Scratch>> scratch_;  ///< per thread

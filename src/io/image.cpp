@@ -281,11 +281,12 @@ int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channel
   return 1;
 }
 
-CropBox random_resized_crop_box(int width, int height, std::uint64_t key) {
+CropBox random_resized_crop_box(int width, int height, std::uint64_t key, const CropRange& range) {
   const double area = static_cast<double>(width) * height;
-  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
+  const double log_lo = std::log(range.ratio_min), log_hi = std::log(range.ratio_max);
+  const double s_lo = range.scale_min, s_hi = range.scale_max;
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target = area * (0.08 + (1.0 - 0.08) * uniform01(key, 2 * attempt));
+    const double target = area * (s_lo + (s_hi - s_lo) * uniform01(key, 2 * attempt));
     const double ratio = std::exp(log_lo + (log_hi - log_lo) * uniform01(key, 2 * attempt + 1));
     const int w = round_half_even(std::sqrt(target * ratio));
     const int h = round_half_even(std::sqrt(target / ratio));
@@ -296,13 +297,13 @@ CropBox random_resized_crop_box(int width, int height, std::uint64_t key) {
       return b;
     }
   }
-  // Fallback: the central crop, its aspect ratio clamped to [3/4, 4/3].
+  // Fallback: the central crop, its aspect ratio clamped to [ratio_min, ratio_max].
   const double in_ratio = static_cast<double>(width) / height;
   CropBox b{0, 0, width, height};
-  if (in_ratio < 3.0 / 4.0) {
-    b.h = round_half_even(width / (3.0 / 4.0));
-  } else if (in_ratio > 4.0 / 3.0) {
-    b.w = round_half_even(height * (4.0 / 3.0));
+  if (in_ratio < range.ratio_min) {
+    b.h = round_half_even(width / range.ratio_min);
+  } else if (in_ratio > range.ratio_max) {
+    b.w = round_half_even(height * range.ratio_max);
   }
   b.h = std::clamp(b.h, 1, height);
   b.w = std::clamp(b.w, 1, width);
@@ -386,7 +387,7 @@ CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t
     return 1;
   };
   if (t.random_crop) {
-    box = random_resized_crop_box(h.width, h.height, key);
+    box = random_resized_crop_box(h.width, h.height, key, t.range);
     const int d = dec.decode(data, size, channels, img, pick_denom(box.w, box.h, s, s));
     if (d == 1) {
       if (img.width != h.width || img.height != h.height)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "dtrain/core/error.hpp"
 
@@ -13,6 +14,8 @@ DecodeOptions decode_options(const Config& c, bool train) {
   d.crop = c.center_crop > 0 ? c.center_crop : c.random_resized_crop;
   d.random_resized = train && c.random_resized_crop > 0;
   if (d.random_resized) d.crop = c.random_resized_crop;
+  std::tie(d.range.scale_min, d.range.scale_max) = parse_min_max("rrc-scale", c.rrc_scale);
+  std::tie(d.range.ratio_min, d.range.ratio_max) = parse_min_max("rrc-ratio", c.rrc_ratio);
   d.resize = c.eval_resize > 0 ? c.eval_resize : static_cast<int>(std::lround(d.crop / 0.875));
   d.threads = c.data_threads;
   d.fail_on_bad = c.on_bad_image == OnBadImage::fail;

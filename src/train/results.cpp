@@ -131,6 +131,11 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
   r["bad_images_skipped"] = out.bad_images;  // encoded images left out (--on-bad-image skip)
+  // --cache-mb on an encoded training file (docs/data.md): held per worker, reads of all workers
+  r["encoded_cache_rows"] = out.encoded_cache_rows;
+  r["encoded_cache_mb"] = out.encoded_cache_mb;
+  r["encoded_cache_hits"] = out.encoded_cache_hits;
+  r["encoded_cache_misses"] = out.encoded_cache_misses;
 }
 
 /// The run's shape: mode, ranks, batch, device and what the workers computed in.

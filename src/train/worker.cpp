@@ -67,6 +67,8 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       c, cluster, plan, backend, model_, *exchange_,
       [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
   if (plan.synthetic) make_synthetic_batch();
+  if (plan.train.encoded && c.cache_mb > 0)
+    encoded_cache_ = std::make_unique<EncodedCache>(static_cast<std::size_t>(c.cache_mb) << 20);
   if (reports_)
     metrics_ = std::make_unique<MetricsWriter>(
         c.run_dir,
@@ -166,13 +168,7 @@ WorkerOutcome Worker::run() {
     worker_sum(cluster_.role_comm(), &skipped, 1);
     out_.skipped = static_cast<std::int64_t>(skipped);
   }
-  double bad = static_cast<double>(out_.bad_images);  // every worker reaches this point
-  worker_sum(cluster_.role_comm(), &bad, 1);
-  out_.bad_images = static_cast<std::int64_t>(bad);
-  if (out_.bad_images > 0 && reports_)
-    log_warn(
-        "# bad images skipped: " + std::to_string(out_.bad_images) +
-        " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
+  sum_input_counts();  // every worker reaches this point
   out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
@@ -213,6 +209,34 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (log_steps_ > 0) log_interval(epoch);
 }
 
+void Worker::sum_input_counts() {
+  const EncodedCache* cache = encoded_cache_.get();
+  double counts[3] = {static_cast<double>(out_.bad_images),
+                      cache ? static_cast<double>(cache->hits()) : 0.0,
+                      cache ? static_cast<double>(cache->misses()) : 0.0};
+  worker_sum(cluster_.role_comm(), counts, 3);
+  out_.bad_images = static_cast<std::int64_t>(counts[0]);
+  if (out_.bad_images > 0 && reports_)
+    log_warn(
+        "# bad images skipped: " + std::to_string(out_.bad_images) +
+        " (corrupt or truncated encoded images left out of their batches; --on-bad-image skip)");
+  if (cache == nullptr) return;
+  out_.encoded_cache_rows = cache->rows();
+  out_.encoded_cache_mb = static_cast<double>(cache->bytes()) / (1 << 20);
+  out_.encoded_cache_hits = static_cast<std::int64_t>(counts[1]);
+  out_.encoded_cache_misses = static_cast<std::int64_t>(counts[2]);
+  const double reads = counts[1] + counts[2];
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# encoded cache (--cache-mb %lld): %lld of %lld rows, %.1f MiB per worker; %lld "
+                "of %lld training reads from memory (%.1f %%)",
+                static_cast<long long>(c_.cache_mb), static_cast<long long>(cache->rows()),
+                static_cast<long long>(plan_.train.num_samples), out_.encoded_cache_mb,
+                static_cast<long long>(counts[1]), static_cast<long long>(reads),
+                reads > 0 ? 100.0 * counts[1] / reads : 0.0);
+  if (reports_) log_info(line);
+}
+
 void Worker::open_reader(std::optional<BatchReader>& reader, int epoch, std::int64_t start) {
   auto indices =
       epoch_shard(plan_.train.num_samples, c_.seed, epoch, w_, plan_.workers, c_.shuffle);
@@ -221,7 +245,7 @@ void Worker::open_reader(std::optional<BatchReader>& reader, int epoch, std::int
   reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
                  std::min<std::int64_t>(start, my_batches),
                  Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch},
-                 static_cast<std::size_t>(c_.cache_mb) << 20);
+                 static_cast<std::size_t>(c_.cache_mb) << 20, encoded_cache_.get());
 }
 
 int Worker::next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std::int64_t s) {

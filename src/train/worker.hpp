@@ -12,6 +12,7 @@
 #include "dtrain/core/config.hpp"
 #include "dtrain/io/dataset.hpp"
 #include "dtrain/io/checkpoint.hpp"
+#include "dtrain/io/encoded_cache.hpp"
 #include "dtrain/model/model.hpp"
 #include "dtrain/pipeline/group.hpp"
 #include "dtrain/pipeline/runner.hpp"
@@ -45,6 +46,10 @@ struct WorkerOutcome {
   std::int64_t skipped = 0;
   std::int64_t bad_images =
       0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
+  /// --cache-mb on an encoded training file: rows and MiB held per worker (every worker holds the
+  /// same prefix of the file), training reads served from memory and from HDF5, all workers
+  std::int64_t encoded_cache_rows = 0, encoded_cache_hits = 0, encoded_cache_misses = 0;
+  double encoded_cache_mb = 0;
   double staleness_mean = 0;
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
   /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)
@@ -71,6 +76,9 @@ class Worker {
   /// One epoch's training steps from local step first_step: per step next_batch → compute_step →
   /// the exchange → account_step → end_step; stops at --max-steps or a stop request.
   void train_epoch(int epoch, std::int64_t first_step);
+  /// The bad-image and encoded-cache counts summed over the workers (collective) into out_ and
+  /// logged by the chief.
+  void sum_input_counts();
   /// The prefetching reader of this worker's shard of `epoch`, positioned at local step `start`.
   void open_reader(std::optional<BatchReader>& reader, int epoch, std::int64_t start);
   /// Local step `s`'s batch in x_, y_ (from `reader`; none: the synthetic batch already there);
@@ -131,6 +139,7 @@ class Worker {
   std::optional<Checkpointer> checkpointer_;  ///< made right after exchange_, which it refers to
   std::optional<CheckpointState> resume_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<EncodedCache> encoded_cache_;  ///< --cache-mb on an encoded training file
   DeviceBuffer<float> x_, stats_;
   DeviceBuffer<std::int32_t> y_;
   int w_;

@@ -10,7 +10,10 @@
 #  3. dtrain trains on it (--random-resized-crop, --random-flip, --data-threads 2, centre-crop
 #     evaluation) with resumable, bit-identical results for the same seed;
 #  4. bad images: --on-bad-image skip leaves them out and counts them (log, results.json), fail
-#     stops naming the file and sample index, a file of nothing but bad images fails at start.
+#     stops naming the file and sample index, a file of nothing but bad images fails at start;
+#  5. --cache-mb on encoded files: the whole file held (no HDF5 read of a training row), a prefix
+#     of a file larger than the budget (at most --cache-mb MiB, the longest prefix that fits), and
+#     off; every variant trains bit-identically; hits and misses in the log and results.json.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 TOOL="$PY $SRC/data-tools/images_to_h5.py"
@@ -231,4 +234,52 @@ train allbad --train-data "$SCRATCH/allbad.h5" --random-resized-crop 24 || rc=$?
 [[ $rc -eq 2 ]] && grep -q "allbad.h5: dataset \`images\`: none of the 60 encoded images probed decodes" "$SCRATCH/allbad.log" ||
   { cat "$SCRATCH/allbad.log"; fail "an all-bad file did not fail at start"; }
 [[ ! -e $SCRATCH/allbad/results.json ]] || fail "the all-bad run wrote results"
+echo "== 5. --cache-mb: encoded rows held in memory"
+# run1 above ran with the default --cache-mb 1024: the 180-row file is held whole.
+"$PY" - "$SCRATCH/run1/results.json" <<'PY' || fail "whole-file cache"
+import json, sys
+r = json.load(open(sys.argv[1]))
+# 2 epochs x 2 workers x 11 steps x 8 samples consumed (the prefetch may read a batch more)
+assert r["encoded_cache_rows"] == 180 and r["encoded_cache_misses"] == 0, r
+assert r["encoded_cache_hits"] >= 352 and 0 < r["encoded_cache_mb"] < 1, r
+PY
+grep -q "# encoded cache (--cache-mb 1024): 180 of 180 rows" "$SCRATCH/run1.log" || { grep "encoded cache" "$SCRATCH/run1.log"; fail "no cache line in the log"; }
+train nocache --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
+  --random-flip --data-threads 2 --eval-resize 28 --cache-mb 0 || { cat "$SCRATCH/nocache.log"; fail "--cache-mb 0"; }
+[[ $(json_get "$SCRATCH/nocache/results.json" encoded_cache_hits) -eq 0 ]] || fail "--cache-mb 0 still cached"
+! grep -q "encoded cache" "$SCRATCH/nocache.log" || fail "--cache-mb 0 logs a cache"
+# A file of ~4 MiB (64 noisy 256x256 JPEGs): 1 MiB holds a prefix of it.
+"$PY" - "$SCRATCH" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+rng = np.random.default_rng(9)
+for i in range(64):
+    os.makedirs(f"{d}/bigtree/c{i % 4}", exist_ok=True)
+    px = rng.integers(0, 256, size=(256, 256, 3), dtype=np.uint8)
+    Image.fromarray(px).save(f"{d}/bigtree/c{i % 4}/{i:02d}.jpg", quality=90)
+PY
+$TOOL "$SCRATCH/bigtree" --store encoded --channels 1 --out "$SCRATCH/big.h5" --quiet || fail "big.h5"
+for mb in 0 1; do
+  train big$mb --train-data "$SCRATCH/big.h5" --test-data "$SCRATCH/big.h5" --random-resized-crop 24 \
+    --random-flip --eval-resize 28 --cache-mb $mb || { cat "$SCRATCH/big$mb.log"; fail "big file, --cache-mb $mb"; }
+done
+"$PY" - "$SCRATCH" <<'PY' || fail "cache of a prefix"
+import json, sys, h5py, numpy as np
+d = sys.argv[1]
+a, b, w = (json.load(open(f"{d}/{r}/results.json")) for r in ("run1", "nocache", "big1"))
+assert a["test_loss"] == b["test_loss"] and a["test_accuracy"] == b["test_accuracy"], (a["test_loss"], b["test_loss"])
+o = json.load(open(f"{d}/big0/results.json"))
+assert w["test_loss"] == o["test_loss"] and w["test_accuracy"] == o["test_accuracy"], (w["test_loss"], o["test_loss"])
+with h5py.File(f"{d}/big.h5", "r") as f:
+    sizes = np.array([len(x) for x in f["images"][()]])
+k = int(np.searchsorted(np.cumsum(sizes), 2**20, side="right"))  # longest prefix <= 1 MiB
+assert sizes.sum() > 3 * 2**20 and 0 < k < len(sizes), (sizes.sum(), k)
+assert w["encoded_cache_rows"] == k, (w["encoded_cache_rows"], k)
+assert abs(w["encoded_cache_mb"] - sizes[:k].sum() / 2**20) < 1e-9 and w["encoded_cache_mb"] <= 1, w
+assert w["encoded_cache_hits"] > 0 and w["encoded_cache_misses"] > 0, w
+assert o["encoded_cache_hits"] == 0 and o["encoded_cache_rows"] == 0, o
+print(f"cache off, whole and a {k}-row prefix ({sizes[:k].sum()} bytes of {sizes.sum()}): same test loss")
+PY
 echo "PASS"

@@ -503,6 +503,31 @@ TEST_F(ConfigTest, ProfileStepsIsAWindowOfGlobalSteps) {
   }
 }
 
+TEST_F(ConfigTest, RandomResizedCropRangesAreMinMaxPairs) {
+  EXPECT_EQ(parse_min_max("rrc-scale", "0.35,1"), (std::pair{0.35, 1.0}));
+  EXPECT_EQ(parse_min_max("rrc-ratio", "3/4,4/3"), (std::pair{3.0 / 4.0, 4.0 / 3.0}));
+  EXPECT_EQ(parse_min_max("rrc-ratio", "1,1"), (std::pair{1.0, 1.0}));
+  const Config c = parse(base({"--random-resized-crop", "28", "--rrc-scale", "0.5,1", "--rrc-ratio",
+                               "0.8,1.25"}))
+                       .config;
+  EXPECT_EQ(c.rrc_scale, "0.5,1");
+  EXPECT_EQ(c.rrc_ratio, "0.8,1.25");
+  for (const char* spec : {"0.5", "0.5,", ",1", "0,1", "-0.1,1", "0.6,0.5", "a,b", "1/0,1",
+                           "0.5,1,2", " 0.5,1", "nan,1", "0.5/,1"}) {
+    SCOPED_TRACE(spec);
+    const std::string msg =
+        error_of(base({"--random-resized-crop", "28", "--rrc-ratio", spec, "--dry-run", "true"}));
+    EXPECT_MENTIONS(msg, "--rrc-ratio");
+    EXPECT_MENTIONS(msg, std::string("'") + spec + "'");
+    EXPECT_MENTIONS(msg, "MIN,MAX");
+  }
+  // The scale is a fraction of the image: at most 1. Either range without the crop is an error.
+  EXPECT_MENTIONS(error_of(base({"--random-resized-crop", "28", "--rrc-scale", "0.5,1.5"})),
+                  "<= 1");
+  EXPECT_MENTIONS(error_of(base({"--rrc-scale", "0.5,1"})), "--random-resized-crop");
+  EXPECT_MENTIONS(error_of(base({"--rrc-ratio", "1,1"})), "--random-resized-crop");
+}
+
 TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
   for (const auto& files :
        std::vector<std::vector<std::string>>{{"--train-data", "t.h5"},

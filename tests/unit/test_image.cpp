@@ -21,25 +21,51 @@ double u01(std::uint64_t key, std::uint64_t n) {
   return static_cast<double>(counter_hash(key, n) >> 11) / 9007199254740992.0;
 }
 
-TEST(ImageTransform, RandomResizedCropFirstDrawInClosedForm) {
-  // For keys whose first try fits, the box is torchvision's formula applied to the first two draws.
+/// The boxes whose first try fits an image of W×H, in closed form (torchvision's formula applied
+/// to the first two draws), checked against random_resized_crop_box(); returns how many fit.
+int check_first_draws(int W, int H, const CropRange& r) {
   int checked = 0;
   for (std::uint64_t key = 1; key <= 200; ++key) {
-    const int W = 500, H = 375;
-    const double area = W * H * (0.08 + 0.92 * u01(key, 0));
-    const double ratio =
-        std::exp(std::log(0.75) + (std::log(4.0 / 3) - std::log(0.75)) * u01(key, 1));
+    const double area = W * H * (r.scale_min + (r.scale_max - r.scale_min) * u01(key, 0));
+    const double lr0 = std::log(r.ratio_min), lr1 = std::log(r.ratio_max);
+    const double ratio = std::exp(lr0 + (lr1 - lr0) * u01(key, 1));
     const int w = static_cast<int>(std::nearbyint(std::sqrt(area * ratio)));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(area / ratio)));
     if (w > W || h > H) continue;
-    const CropBox b = random_resized_crop_box(W, H, key);
+    const CropBox b = random_resized_crop_box(W, H, key, r);
     EXPECT_EQ(b.w, w) << key;
     EXPECT_EQ(b.h, h) << key;
     EXPECT_EQ(b.y, static_cast<int>(counter_hash(key, 20) % static_cast<std::uint64_t>(H - h + 1)));
     EXPECT_EQ(b.x, static_cast<int>(counter_hash(key, 21) % static_cast<std::uint64_t>(W - w + 1)));
     ++checked;
   }
-  EXPECT_GT(checked, 150);
+  return checked;
+}
+
+TEST(ImageTransform, RandomResizedCropFirstDrawInClosedForm) {
+  EXPECT_GT(check_first_draws(500, 375, CropRange{}), 150);
+  // Default arguments are torchvision's scale (0.08, 1) and ratio (3/4, 4/3).
+  EXPECT_EQ(random_resized_crop_box(500, 375, 42),
+            random_resized_crop_box(500, 375, 42, CropRange{0.08, 1.0, 0.75, 4.0 / 3.0}));
+}
+
+TEST(ImageTransform, RandomResizedCropTakesTheScaleAndRatioRanges) {
+  // --rrc-scale 0.35,1: the same formula over the narrower range; on 28×28 images as trained on.
+  EXPECT_GT(check_first_draws(28, 28, CropRange{0.35, 1.0, 0.75, 4.0 / 3.0}), 100);
+  EXPECT_GT(check_first_draws(500, 375, CropRange{0.5, 0.6, 0.5, 2.0}), 150);
+  // Every crop's area stays in the range (up to the rounding of w and h), and a fixed scale and
+  // ratio give one size: 25 % of 400×400 at ratio 1 is 200×200 wherever it lies.
+  const CropRange narrow{0.35, 1.0, 0.75, 4.0 / 3.0};
+  for (std::uint64_t key = 0; key < 2000; ++key) {
+    const CropBox b = random_resized_crop_box(320, 240, mix_seed(3, key), narrow);
+    const double frac = static_cast<double>(b.w) * b.h / (320.0 * 240.0);
+    ASSERT_GT(frac, 0.34) << key;
+    ASSERT_LE(b.x + b.w, 320);
+    ASSERT_LE(b.y + b.h, 240);
+    const CropBox f = random_resized_crop_box(400, 400, key, CropRange{0.25, 0.25, 1, 1});
+    ASSERT_EQ(f.w, 200);
+    ASSERT_EQ(f.h, 200);
+  }
 }
 
 TEST(ImageTransform, RandomResizedCropStaysInsideWithTheRecipesScaleAndRatio) {
@@ -72,6 +98,9 @@ TEST(ImageTransform, RandomResizedCropFallsBackToTheClampedCentre) {
   // ratio clamped to 4/3: h = 10, w = round(13.33) = 13, x = (1000 − 13) // 2.
   EXPECT_EQ(random_resized_crop_box(1000, 10, 5), (CropBox{493, 0, 13, 10}));
   EXPECT_EQ(random_resized_crop_box(10, 1000, 5), (CropBox{0, 493, 10, 13}));
+  // With ratio (1, 1) the fallback is the central square: 10×10 at x = (1000 − 10) // 2.
+  EXPECT_EQ(random_resized_crop_box(1000, 10, 5, CropRange{0.08, 1, 1, 1}),
+            (CropBox{495, 0, 10, 10}));
 }
 
 TEST(ImageTransform, CenterCropBoxIsTorchvisionsResizeAndCenterCrop) {

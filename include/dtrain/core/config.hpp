@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/core/options.hpp"
@@ -29,6 +30,8 @@ struct Config {
   bool random_flip = false;  ///< training augmentation: horizontal flip with p = 1/2
   // encoded images (JPEG/PNG bytes, docs/data.md): decode pool and the ImageNet transforms
   int random_resized_crop = 0;  ///< training: RandomResizedCrop(S) to S×S pixels (0: centre crop)
+  std::string rrc_scale = "0.08,1";   ///< its area fraction range "MIN,MAX" (parse_min_max())
+  std::string rrc_ratio = "3/4,4/3";  ///< its aspect-ratio (w/h) range "MIN,MAX"
   int center_crop = 0;   ///< evaluation (and training without it): S×S (0: = random_resized_crop)
   int eval_resize = 0;   ///< shorter side before the centre crop (0: round(S / 0.875))
   int data_threads = 1;  ///< decode threads per reader
@@ -201,6 +204,11 @@ struct StepRange {
 /// Parses --profile-steps: "" gives an empty range; "A:B" with integers 0 ≤ A < B. Throws
 /// InputError naming --profile-steps and the expected form otherwise.
 StepRange parse_step_range(const std::string& spec);
+
+/// Parses a "MIN,MAX" option value (--rrc-scale, --rrc-ratio): two numbers, each a decimal or a
+/// fraction A/B (e.g. "3/4,4/3"), finite, > 0, MIN ≤ MAX. Throws InputError naming --`opt`, the
+/// value and the expected form otherwise.
+std::pair<double, double> parse_min_max(const std::string& opt, const std::string& spec);
 
 /// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
 void validate_config(const Config& c);

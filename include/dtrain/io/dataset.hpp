@@ -24,17 +24,20 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/io/encoded_cache.hpp"
+#include "dtrain/io/image.hpp"
 #include "dtrain/tensor/shape.hpp"
 
 namespace dtrain {
 
 /// How a batch reader turns encoded images (DatasetInfo::encoded) into samples; set by the
-/// trainer from the options (--random-resized-crop, --center-crop, --eval-resize, --data-threads,
-/// --on-bad-image) through configure_decode(). Plain data.
+/// trainer from the options (--random-resized-crop, --rrc-scale, --rrc-ratio, --center-crop,
+/// --eval-resize, --data-threads, --on-bad-image) through configure_decode(). Plain data.
 struct DecodeOptions {
   int crop = 0;  ///< S: every sample is C×S×S (0: not configured yet)
   bool random_resized =
       false;        ///< RandomResizedCrop(S) (training); else Resize(resize) + CenterCrop(S)
+  CropRange range;  ///< RandomResizedCrop's scale and ratio ranges
   int resize = 0;   ///< shorter side before the centre crop, ≥ crop
   int threads = 1;  ///< decode threads of one reader (the reader thread is one of them)
   bool fail_on_bad = false;  ///< a bad image stops the run (else it is skipped and counted)
@@ -177,7 +180,8 @@ struct HostBatch {
 /// one point-selection H5Dread, then decoded, cropped (augment's seed and epoch key the random
 /// crops and flips), normalized and placed in order by info.decode.threads threads (the reader
 /// thread and helpers it owns; src/io/encoded.hpp) with no lock held; bad images are left out or
-/// end the run (DecodeOptions::fail_on_bad, bad_images()). cache_bytes does not apply.
+/// end the run (DecodeOptions::fail_on_bad, bad_images()). cache_bytes does not apply; rows held
+/// by `encoded_cache` (io/encoded_cache.hpp) are taken from there, the others read per batch.
 ///
 /// Use from one thread (next(), skip() and batches() are not safe to call concurrently). Errors in
 /// the reader thread (I/O failure → LibraryError; non-finite float pixel → InputError naming file,
@@ -195,9 +199,11 @@ class BatchReader {
   /// the file's dtype: uint8 or float32) fit in this many bytes, they are read into memory with
   /// one H5Dread at construction and every batch is gathered from there (tf.data's cache(); a
   /// random batch otherwise costs one H5Dread per run of consecutive rows). 0: never cache.
+  /// `encoded_cache` (encoded files; may be null; must outlive the reader): loaded by the reader
+  /// thread before its first batch when not yet loaded, then serves the rows it holds.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
               int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {},
-              std::size_t cache_bytes = 0);
+              std::size_t cache_bytes = 0, EncodedCache* encoded_cache = nullptr);
   /// Stops and joins the reader thread; never throws.
   ~BatchReader();
   BatchReader(const BatchReader&) = delete;

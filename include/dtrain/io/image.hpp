@@ -8,7 +8,8 @@
 // replicates, RGB → L is (19595 R + 38470 G + 7471 B + 2^15) >> 16.
 //
 // Transforms follow torchvision 0.x on PIL images:
-//   RandomResizedCrop(S, scale=(0.08, 1), ratio=(3/4, 4/3)) — random_resized_crop_box();
+//   RandomResizedCrop(S, scale=(0.08, 1), ratio=(3/4, 4/3)) — random_resized_crop_box(), the
+//   scale and ratio ranges settable (CropRange);
 //   Resize(R) + CenterCrop(S) — center_crop_box();
 //   F.resized_crop = img.crop(box).resize((S, S), BILINEAR) — resample_crop(), which reproduces
 //   Pillow's ImagingResample (Resample.c: triangle filter widened by the scale when shrinking,
@@ -78,13 +79,24 @@ class ImageDecoder {
   void* tj_ = nullptr;  ///< tjhandle
 };
 
-/// torchvision RandomResizedCrop.get_params(img, scale=(0.08, 1), ratio=(3/4, 4/3)) for an image of
-/// width × height, with the uniform draws taken from counter_hash(key, 0..) instead of torch's
-/// generator: up to 10 tries of area fraction U(0.08, 1) and log-aspect U(log 3/4, log 4/3),
+/// RandomResizedCrop's `scale` and `ratio` arguments: the crop's area is a fraction drawn
+/// uniformly from [scale_min, scale_max] of the image's, its aspect ratio w / h log-uniformly from
+/// [ratio_min, ratio_max]. Defaults are torchvision's (0.08, 1) and (3/4, 4/3). Valid ranges:
+/// 0 < scale_min ≤ scale_max ≤ 1, 0 < ratio_min ≤ ratio_max (checked by the option parser).
+struct CropRange {
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  bool operator==(const CropRange&) const = default;
+};
+
+/// torchvision RandomResizedCrop.get_params(img, scale, ratio) for an image of width × height,
+/// with the uniform draws taken from counter_hash(key, 0..) instead of torch's generator: up to 10
+/// tries of area fraction U(scale_min, scale_max) and log-aspect U(log ratio_min, log ratio_max),
 /// w = round(sqrt(A·r)), h = round(sqrt(A/r)) (round half to even, as Python), accepted when
 /// 0 < w ≤ width and 0 < h ≤ height, then y ∈ [0, height − h], x ∈ [0, width − w] uniform;
 /// otherwise the central crop clamped to the ratio range. Pure function; width, height ≥ 1.
-CropBox random_resized_crop_box(int width, int height, std::uint64_t key);
+CropBox random_resized_crop_box(int width, int height, std::uint64_t key,
+                                const CropRange& range = {});
 
 /// torchvision Resize(resize) + CenterCrop(crop) as a box in the full image: the resized image is
 /// resize × floor(resize · long / short) (shorter side = resize), the crop starts at
@@ -109,6 +121,7 @@ void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, 
 struct ImageTransform {
   int out = 0;               ///< S: output is S × S
   bool random_crop = false;  ///< true: RandomResizedCrop(S); false: Resize(resize) + CenterCrop(S)
+  CropRange range;           ///< RandomResizedCrop's scale and ratio ranges
   int resize = 0;            ///< shorter side before the centre crop (≥ S)
   bool flip = false;         ///< mirror left–right (the caller draws it)
   /// Decode a JPEG at 1/d (DCT scaling) when the crop, shrunk by d, is still ≥ dct_ratio × S in
