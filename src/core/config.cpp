@@ -321,9 +321,10 @@ void add_device_options(Table& t, Config& c) {
         "workers cannot share memory or --wire-dtype is 16-bit) | mpi | hierarchical (the workers "
         "of a node sum through shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
   t.add("wire-dtype", &c.wire_dtype,
-        "sync allreduce over MPI: gradients travel between ranks as fp32 | bf16 | fp16 (each "
-        "rounded once, summed in fp32 at the receiver: half the bytes; hierarchical: the leaders' "
-        "hop)");
+        "gradients travel between ranks as fp32 | bf16 | fp16 (each rounded once, summed or "
+        "applied in fp32 at the receiver: half the bytes): the sync allreduce over MPI "
+        "(hierarchical: the leaders' hop) and ps pushes (pulls and replies stay fp32; through a "
+        "--ps-shm ring the values are rounded the same, in 32-bit slots)");
   t.add(
       "bucket-mb", &c.bucket_mb,
       "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
@@ -674,12 +675,8 @@ void check_input_and_model(const Config& c) {
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
 }
 
-/// The sync allreduce's path and wire type against the mode and device.
+/// The sync allreduce's path against the device.
 void check_exchange_path(const Config& c) {
-  DT_REQUIRE(c.wire_dtype == WireDtype::fp32 || exchange_kind(c) == ExchangeKind::allreduce,
-             "option --wire-dtype: " + std::string(to_string(c.wire_dtype)) +
-                 " applies to the sync allreduce (--mode sync --num-ps 0); ps pushes travel in "
-                 "fp32");
   DT_REQUIRE(!(c.allreduce == AllreduceOption::nccl && c.device == DeviceOption::cpu),
              "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take auto, "
              "mpi or hierarchical");

@@ -101,8 +101,9 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 /// nccl on GPUs, hierarchical on CPUs (mpi where that cannot be).
 enum class AllreduceOption { automatic, mpi, hierarchical, nccl };
 
-/// --wire-dtype: what sync allreduce gradients travel between ranks as (sync/wire.hpp): fp32 as
-/// they are, or rounded once to bf16 or IEEE fp16 and summed in fp32 at the receiver.
+/// --wire-dtype: what gradients travel between ranks as (the MPI allreduce, collectives/wire.hpp;
+/// ps pushes, ps/client.hpp): fp32 as they are, or rounded once to bf16 or IEEE fp16 and summed
+/// or applied in fp32 at the receiver (dnn/float16.hpp).
 enum class WireDtype { fp32, bf16, fp16 };
 
 /// export --format: the file format `dtrain export` writes.
