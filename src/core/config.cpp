@@ -321,10 +321,9 @@ void add_device_options(Table& t, Config& c) {
         "workers cannot share memory or --wire-dtype is 16-bit) | mpi | hierarchical (the workers "
         "of a node sum through shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
   t.add("wire-dtype", &c.wire_dtype,
-        "gradients travel between ranks as fp32 | bf16 | fp16 (each rounded once, summed or "
-        "applied in fp32 at the receiver: half the bytes): the sync allreduce over MPI "
-        "(hierarchical: the leaders' hop) and ps pushes (pulls and replies stay fp32; through a "
-        "--ps-shm ring the values are rounded the same, in 32-bit slots)");
+        "gradients between ranks as fp32 | bf16 | fp16 (rounded once, summed or applied in fp32 "
+        "at the receiver: half the bytes): MPI allreduce (hierarchical: the leaders' hop) and ps "
+        "pushes (pulls stay fp32; a --ps-shm ring holds the rounded values in 32 bits)");
   t.add(
       "bucket-mb", &c.bucket_mb,
       "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "

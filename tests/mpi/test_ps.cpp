@@ -208,6 +208,16 @@ struct SerialReference {
   }
 };
 
+/// How far serial case k's final θ with its 16-bit wire (cfg) lies from the fp32 wire's.
+float rounding_shift(const Config& cfg, const SerialCase& k, int workers, std::int64_t applied,
+                     std::int64_t total_steps) {
+  Config fp32 = cfg;
+  fp32.wire_dtype = WireDtype::fp32;
+  return max_abs_diff(
+      SerialReference(fp32, k.dana, workers, total_steps, applied, total_steps).params,
+      SerialReference(cfg, k.dana, workers, total_steps, applied, total_steps).params);
+}
+
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull
 /// and a snapshot against the serial reference, and the servers' counts.
 void run_serial_case(const SerialCase& k) {
@@ -226,14 +236,8 @@ void run_serial_case(const SerialCase& k) {
   cfg.wire_dtype = k.wire;
   // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none.
   const std::int64_t shared = k.shm && !all_remote() ? pushes * cluster.num_ps() : 0;
-  if (k.wire != WireDtype::fp32) {  // the rounding shows: the fp32 reference ends elsewhere
-    Config fp32 = cfg;
-    fp32.wire_dtype = WireDtype::fp32;
-    EXPECT_GT(
-        max_abs_diff(SerialReference(fp32, k.dana, workers, pushes, applied, total_steps).params,
-                     SerialReference(cfg, k.dana, workers, pushes, applied, total_steps).params),
-        1e-5f);  // ten times expect_close's tolerance
-  }
+  if (k.wire != WireDtype::fp32)  // the rounding shows: ten times expect_close's tolerance
+    EXPECT_GT(rounding_shift(cfg, k, workers, applied, total_steps), 1e-5f);
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
     // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
