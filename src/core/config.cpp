@@ -55,6 +55,26 @@ void validate(boost::any& out, const std::vector<std::string>& values, E*, int) 
   throw e;
 }
 
+/// Boost.Program_options' hook for --num-ps: a count, or "auto".
+void validate(boost::any& out, const std::vector<std::string>& values, PsCount*, int) {
+  po::validators::check_first_occurrence(out);
+  const std::string& v = po::validators::get_single_string(values);
+  if (v == "auto") {
+    out = PsCount::chosen_by_rule();
+    return;
+  }
+  int k = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);
+  if (ec == std::errc() && end == v.data() + v.size()) {
+    out = PsCount(k);
+    return;
+  }
+  po::error_with_option_name e("option '%canonical_option%': invalid value '%value%' (expected a "
+                               "count of ps ranks or auto)");
+  e.set_substitute("value", v);
+  throw e;
+}
+
 namespace {
 
 /// The options table: each entry registers the option with Boost and remembers how to print its
@@ -256,7 +276,8 @@ void add_optimizer_options(Table& t, Config& c) {
 void add_cluster_options(Table& t, Config& c) {
   t.group("Cluster", "cluster");
   t.add("num-ps", &c.num_ps,
-        "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps); the "
+        "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps), or "
+        "auto (enough that no ps serves more gradient bytes/s than it can: docs/training.md); the "
         "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");

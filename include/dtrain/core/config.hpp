@@ -92,9 +92,9 @@ struct Config {
   /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.
   LrScaling lr_scaling = LrScaling::none;
   // cluster
-  /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps);
-  /// the other ranks are workers
-  int num_ps = 1;
+  /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps),
+  /// or auto (train/ps_count.hpp); the other ranks are workers
+  PsCount num_ps = 1;
   DeviceOption device = DeviceOption::cpu;  ///< cpu | cuda | auto
   bool allow_gpu_sharing = false;           ///< allow more ranks than GPUs on a node
   MathOption math = MathOption::automatic;  ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)

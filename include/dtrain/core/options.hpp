@@ -106,6 +106,26 @@ enum class AllreduceOption { automatic, mpi, hierarchical, nccl };
 /// or applied in fp32 at the receiver (dnn/float16.hpp).
 enum class WireDtype { fp32, bf16, fp16 };
 
+/// --num-ps: parameter-server ranks, a count K ≥ 0 or "auto" (train/ps_count.hpp picks K from the
+/// model, the batch and the world size before the world is split). It reads as its count, so that
+/// `c.num_ps > 0` asks for a ps mode; "auto" holds the count 1 (a ps mode) until the trainer
+/// resolves it (Job::num_ps).
+struct PsCount {
+  int count = 1;
+  bool automatic = false;
+  constexpr PsCount(int k = 1) : count(k) {}        // NOLINT(google-explicit-constructor): a count
+  constexpr operator int() const { return count; }  // NOLINT(google-explicit-constructor)
+  /// "auto".
+  [[nodiscard]] static constexpr PsCount chosen_by_rule() {
+    PsCount p;
+    p.automatic = true;
+    return p;
+  }
+};
+inline std::ostream& operator<<(std::ostream& os, const PsCount& p) {
+  return p.automatic ? os << "auto" : os << p.count;
+}
+
 /// export --format: the file format `dtrain export` writes.
 enum class ExportFormat { safetensors, onnx };
 
