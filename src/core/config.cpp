@@ -281,6 +281,11 @@ void add_cluster_options(Table& t, Config& c) {
         "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
+  t.add("pin-threads", &c.pin_threads,
+        "pin threads: the ranks of a node split its CPUs into disjoint blocks by node-local rank "
+        "(each rank its launcher binding, if it has one), one OpenMP thread per CPU of the block, "
+        "the sync allreduce's communication thread on a CPU of its own where the block has 2 or "
+        "more; the role table lists each rank's CPUs (false: the OS places threads)");
 }
 
 /// The cluster group, continued: the GPU workers and the exchange.

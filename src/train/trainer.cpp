@@ -254,6 +254,7 @@ void acquire_resources(const Config& c, Job& job) {
                                  job.plan.batch, act_dtype_of(c.precision)));
   });
   job.cluster->set_devices(job.device_name);
+  if (c.pin_threads) pin_rank_threads(c, *job.cluster, job.role_notes);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
 }
 
@@ -391,6 +392,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const Cluster& cluster = stage_ps ? *stage_ps : pipe ? pipe->stage_cluster() : *job.cluster;
   Worker worker(effective, cluster, job.plan, *job.backend, std::move(job.resume), pipe.get());
   const WorkerOutcome out = worker.run();
+  if (chief && c.pin_threads) log_info(describe_pinned_threads("the chief"));  // while they run
   const RunStats st = gather_run_stats(job, nullptr, &out);
   if (chief) write_results(c, job, out, st);
   write_timeline(c, job);

@@ -119,14 +119,15 @@ struct Config {
   std::string profile_steps;
   AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
   WireDtype wire_dtype =
-      WireDtype::fp32;     ///< gradients between ranks (MPI allreduce, ps pushes): fp32|bf16|fp16
-  double bucket_mb = 25;   ///< sync allreduce bucket size, MiB (0: one bucket)
-  bool overlap = true;     ///< CPU: allreduce buckets / ps push chunks during backward
-  int threads = 0;         ///< OpenMP threads per rank; 0 = cores per node / ranks per node
-  int ps_chunk_kb = 1024;  ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
-  bool ps_shm = true;      ///< async pushes of a ps's own node through a shared ring
-  int ps_threads = 1;      ///< OpenMP threads of a ps rank (its optimizer and aggregation);
-                           ///< 0 = cores per node / ranks per node
+      WireDtype::fp32;       ///< gradients between ranks (MPI allreduce, ps pushes): fp32|bf16|fp16
+  double bucket_mb = 25;     ///< sync allreduce bucket size, MiB (0: one bucket)
+  bool overlap = true;       ///< CPU: allreduce buckets / ps push chunks during backward
+  int threads = 0;           ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  bool pin_threads = false;  ///< each rank's threads on its own block of CPUs (comm/affinity.hpp)
+  int ps_chunk_kb = 1024;    ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
+  bool ps_shm = true;        ///< async pushes of a ps's own node through a shared ring
+  int ps_threads = 1;        ///< OpenMP threads of a ps rank (its optimizer and aggregation);
+                             ///< 0 = cores per node / ranks per node
   // checkpoints and output
   std::string run_dir = "runs/default";  ///< checkpoints, metrics.csv, results.json (non-empty)
   std::int64_t checkpoint_every = 0;     ///< global steps; 0 = only at the end (and each epoch end)
