@@ -350,6 +350,54 @@ TEST(ParameterServer, Fp16WireWithoutSharedRingsEqualsSerialApplicationOfRounded
 TEST(ParameterServer, Bf16WireDanaWithoutSharedRingsEqualsSerialApplicationOfRoundedGradients) {
   run_serial_case({1, "momentum", 4, 0, 1024, true, true, false, WireDtype::bf16});
 }
+// A gradient value fp16 cannot hold (|x| ≥ 65520 becomes Inf) ends the push before any chunk
+// leaves: the worker throws RuntimeFault naming --wire-dtype, and the ps sees the header only.
+// The ps here is a stand-in that answers the header, so that the worker's posted receives complete.
+TEST(ParameterServer, Fp16WireRefusesAGradientBeyondItsRangeBeforeSendingIt) {
+  Cluster cluster(MPI_COMM_WORLD, 1);
+  constexpr std::size_t kN = 512;  // one chunk, every message below the eager limit
+  const int worker0 = cluster.worker_rank(0);
+  // The client and the reply's destination outlive the stand-in's answer (its posted receives).
+  std::optional<PsClient> client;
+  std::vector<float> params(kN);
+  if (cluster.is_chief()) {
+    client.emplace(cluster, shard_ranges(kN, 1), 10.0, kDefaultChunkBytes, WireDtype::fp16);
+    std::vector<float> g(kN, 0.5f);
+    g[kN - 1] = 1.0e5f;  // in the chunk that travels first
+    try {
+      (void)client->push_pull(g.data(), 8, params.data(), false);
+      ADD_FAILURE() << "an fp16 push of 1e5 was sent";
+    } catch (const RuntimeFault& e) {
+      EXPECT_NE(std::string(e.what()).find("--wire-dtype fp16"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(client->pushed_bytes(), 0);
+  }
+  if (cluster.is_ps()) {
+    MsgHeader h;
+    MPI_Recv(&h, sizeof h, MPI_BYTE, worker0, kTagPush, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the worker has given up on its push
+  if (cluster.is_ps()) {
+    int chunk = 0;
+    MPI_Iprobe(worker0, MPI_ANY_TAG, cluster.payload_comm(), &chunk, MPI_STATUS_IGNORE);
+    EXPECT_EQ(chunk, 0) << "a chunk of the refused push reached the ps";
+    MsgHeader reply;  // completes the worker's posted receives
+    MPI_Send(&reply, sizeof reply, MPI_BYTE, worker0, kTagReply, MPI_COMM_WORLD);
+    MPI_Send(params.data(), static_cast<int>(kN), MPI_FLOAT, worker0, 0, cluster.payload_comm());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (cluster.is_chief()) {  // both answers in before the client and params go
+    MPI_Status st;
+    int flag = 0;
+    for (int tries = 0; tries < 1000 && !flag; ++tries) {
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);  // drives progress
+      flag = params[0] == 0.0f && params[kN - 1] == 0.0f ? 1 : 0;
+      if (!flag) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(flag) << "the stand-in's reply did not land";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) {
   run_serial_case({1, "momentum", 4, 5, 1024, true});
 }
