@@ -162,6 +162,10 @@ for line in "${plan[@]}"; do
   echo "$name: $(cat "$dir/launcher.json")" | tee -a "$out/sweep.log"
 done
 # ---------------------------------------------------------------- the host's ceiling
+# The ceiling runs are N independent jobs: --pin-threads cannot split the node between them (each
+# would take the whole node as its block), so they run unpinned.
+ceiling_extra=()
+for a in "${extra[@]}"; do [ "$a" = --pin-threads ] || ceiling_extra+=("$a"); done
 if [ "$ceiling" = 1 ]; then
   for w in $workers; do
     [ "$w" -gt 1 ] || continue
@@ -178,7 +182,7 @@ if [ "$ceiling" = 1 ]; then
     for ((k = 1; k <= w; k++)); do
       "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
         --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
-        --threads "$threads" --run-dir "$cdir/r$k" "${extra[@]}" >"$cdir/r$k.log" 2>&1 &
+        --threads "$threads" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
       pids+=($!)
     done
     failed=0

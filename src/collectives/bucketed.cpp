@@ -2,11 +2,14 @@
 // collectives/bucketed.hpp for the design and its measurements).
 #include "dtrain/collectives/bucketed.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 
+#include "dtrain/comm/affinity.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -54,7 +57,14 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size
   if (!hier_ && how.wire != WireDtype::fp32) {
     wire_ = std::make_unique<WireAllreduce>(comm, how.wire);
   }
-  if (threaded_) thread_ = std::thread([this] { loop(); });
+  if (!threaded_) return;
+  thread_ = std::thread([this, cpu = how.comm_cpu] {
+    pthread_setname_np(pthread_self(), "dtrain-comm");  // in top -H, perf, /proc/<pid>/task
+    std::string why;
+    if (cpu >= 0 && !pin_this_thread({cpu}, &why))
+      log_warn("--pin-threads: the communication thread stays unpinned: " + why);
+    loop();
+  });
 }
 
 BucketedAllreduce::~BucketedAllreduce() {

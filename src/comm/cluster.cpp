@@ -135,15 +135,28 @@ Cluster::~Cluster() {
   if (owned_world_ != MPI_COMM_NULL) MPI_Comm_free(&owned_world_);
 }
 
-void Cluster::set_devices(const std::string& my_device) {
-  constexpr int kLen = 32;
-  char mine[kLen] = {};
-  std::strncpy(mine, my_device.c_str(), kLen - 1);
-  std::vector<char> all(static_cast<std::size_t>(kLen) * ranks_.size());
+std::vector<std::string> Cluster::gather_text(const std::string& mine, int len,
+                                              const char* what) const {
+  std::vector<char> own(static_cast<std::size_t>(len), '\0');
+  std::strncpy(own.data(), mine.c_str(), static_cast<std::size_t>(len) - 1);
+  std::vector<char> all(static_cast<std::size_t>(len) * ranks_.size());
   MPI_Request req = MPI_REQUEST_NULL;
-  DT_CHECK_MPI(MPI_Iallgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, world_, &req));
-  wait_one(req, comm_timeout(), "gathering every rank's device name (allgather)");
-  for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].device = std::string(&all[r * kLen]);
+  DT_CHECK_MPI(MPI_Iallgather(own.data(), len, MPI_CHAR, all.data(), len, MPI_CHAR, world_, &req));
+  wait_one(req, comm_timeout(), std::string("gathering every rank's ") + what + " (allgather)");
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < ranks_.size(); ++r) out.emplace_back(&all[r * len]);
+  return out;
+}
+
+void Cluster::set_devices(const std::string& my_device) {
+  const std::vector<std::string> all = gather_text(my_device, 32, "device name");
+  for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].device = all[r];
+}
+
+void Cluster::set_cpus(const std::string& my_cpus, int comm_cpu) {
+  const std::vector<std::string> all = gather_text(my_cpus, 48, "CPUs");
+  for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].cpus = all[r];
+  ranks_[static_cast<std::size_t>(rank_)].comm_cpu = comm_cpu;
 }
 
 void Cluster::label_workers(const std::function<std::string(int)>& part_of) {
@@ -162,10 +175,11 @@ std::string Cluster::role_table() const {
      << num_workers() << " workers\n";
   os << "# rank  node  host                  role    index  device\n";
   for (const auto& r : ranks_) {
-    char line[160];
-    std::snprintf(line, sizeof line, "# %4d  %4d  %-20s  %-6s  %5d  %s%s%s\n", r.rank, r.node,
+    char line[224];
+    std::snprintf(line, sizeof line, "# %4d  %4d  %-20s  %-6s  %5d  %s%s%s%s\n", r.rank, r.node,
                   r.host.c_str(), r.role == Role::ps ? "ps" : "worker", r.index, r.device.c_str(),
                   r.part.empty() ? "" : ("  " + r.part).c_str(),
+                  r.cpus.empty() ? "" : ("  cpus " + r.cpus).c_str(),
                   (r.role == Role::worker && r.index == 0) ? "  (chief)" : "");
     os << line;
   }

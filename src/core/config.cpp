@@ -57,6 +57,26 @@ void validate(boost::any& out, const std::vector<std::string>& values, E*, int) 
   throw e;
 }
 
+/// Boost.Program_options' hook for --num-ps: a count, or "auto".
+void validate(boost::any& out, const std::vector<std::string>& values, PsCount*, int) {
+  po::validators::check_first_occurrence(out);
+  const std::string& v = po::validators::get_single_string(values);
+  if (v == "auto") {
+    out = PsCount::chosen_by_rule();
+    return;
+  }
+  int k = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);
+  if (ec == std::errc() && end == v.data() + v.size()) {
+    out = PsCount(k);
+    return;
+  }
+  po::error_with_option_name e("option '%canonical_option%': invalid value '%value%' (expected a "
+                               "count of ps ranks or auto)");
+  e.set_substitute("value", v);
+  throw e;
+}
+
 namespace {
 
 /// The options table: each entry registers the option with Boost and remembers how to print its
@@ -266,10 +286,16 @@ void add_optimizer_options(Table& t, Config& c) {
 void add_cluster_options(Table& t, Config& c) {
   t.group("Cluster", "cluster");
   t.add("num-ps", &c.num_ps,
-        "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps); the "
+        "parameter-server ranks (async; sync: 0 for allreduce, K > 0 to aggregate on the ps), or "
+        "auto (enough that no ps serves more gradient bytes/s than it can: docs/training.md); the "
         "other ranks are workers");
   t.add("device", &c.device, "cpu | cuda | auto (cuda when the rank has a GPU)");
   t.add("allow-gpu-sharing", &c.allow_gpu_sharing, "allow more ranks than GPUs on a node");
+  t.add("pin-threads", &c.pin_threads,
+        "pin threads: the ranks of a node split its CPUs into disjoint blocks by node-local rank "
+        "(each rank its launcher binding, if it has one), one OpenMP thread per CPU of the block, "
+        "the sync allreduce's communication thread on a CPU of its own where the block has 2 or "
+        "more; the role table lists each rank's CPUs (false: the OS places threads)");
 }
 
 /// The cluster group, continued: the GPU workers and the exchange.
@@ -319,9 +345,9 @@ void add_device_options(Table& t, Config& c) {
         "workers cannot share memory or --wire-dtype is 16-bit) | mpi | hierarchical (the workers "
         "of a node sum through shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
   t.add("wire-dtype", &c.wire_dtype,
-        "sync allreduce over MPI: gradients travel between ranks as fp32 | bf16 | fp16 (each "
-        "rounded once, summed in fp32 at the receiver: half the bytes; hierarchical: the leaders' "
-        "hop)");
+        "gradients between ranks as fp32 | bf16 | fp16 (rounded once, summed or applied in fp32 "
+        "at the receiver: half the bytes): MPI allreduce (hierarchical: the leaders' hop) and ps "
+        "pushes (pulls stay fp32; a --ps-shm ring holds the rounded values in 32 bits)");
   t.add(
       "bucket-mb", &c.bucket_mb,
       "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
@@ -736,12 +762,8 @@ void check_input_and_model(const Config& c) {
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
 }
 
-/// The sync allreduce's path and wire type against the mode and device.
+/// The sync allreduce's path against the device.
 void check_exchange_path(const Config& c) {
-  DT_REQUIRE(c.wire_dtype == WireDtype::fp32 || exchange_kind(c) == ExchangeKind::allreduce,
-             "option --wire-dtype: " + std::string(to_string(c.wire_dtype)) +
-                 " applies to the sync allreduce (--mode sync --num-ps 0); ps pushes travel in "
-                 "fp32");
   DT_REQUIRE(!(c.allreduce == AllreduceOption::nccl && c.device == DeviceOption::cpu),
              "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take auto, "
              "mpi or hierarchical");

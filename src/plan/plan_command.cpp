@@ -40,6 +40,8 @@ Topology topology_of(const Config& c) {
   DT_REQUIRE(c.nodes >= 1, "option --nodes: must be >= 1, got " + std::to_string(c.nodes));
   DT_REQUIRE(c.workers_per_node >= 1,
              "option --workers-per-node: must be >= 1, got " + std::to_string(c.workers_per_node));
+  DT_REQUIRE(!c.num_ps.automatic, "dtrain plan: --num-ps auto picks K for a training run; the "
+                                  "plan compares ps counts itself (--num-ps K plans that one)");
   DT_REQUIRE(!(c.mode == Mode::sync && c.num_ps > 0 && c.plan_num_ps_given),
              "dtrain plan: --mode sync --num-ps " + std::to_string(c.num_ps) +
                  " (sync through parameter servers) is not modelled; plan --mode sync (allreduce) "

@@ -12,16 +12,19 @@
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/dnn/float16.hpp"
 #include "dtrain/ps/protocol.hpp"
 
 namespace dtrain {
 
 PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
-                   std::size_t chunk_bytes)
+                   std::size_t chunk_bytes, WireDtype push_wire)
     : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s), chunk_bytes_(chunk_bytes),
-      seen_(shards_.size(), 0) {
+      seen_(shards_.size(), 0), push_wire_(push_wire) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
+  if (push_wire_ != WireDtype::fp32)
+    for (const ShardRange& s : shards_) encoded_.resize(std::max(encoded_.size(), s.end));
   rings_.resize(shards_.size());
   int level = MPI_THREAD_SINGLE;
   DT_CHECK_MPI(MPI_Query_thread(&level));
@@ -64,6 +67,9 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   }
   ring_src_ = nullptr;
   ring_dst_ = answered && reply_parts > 0 ? out[0] : nullptr;
+  pushing_ = tag == kTagPush;
+  encoding_ = pushing_ && push_wire_ != WireDtype::fp32;
+  finite_ = header.samples > 0;
   // Every receive of the replies first (protocol.hpp): the header, then each part's chunks in
   // travel order straight into its array.
   for (int k = 0; k < K && answered; ++k) {
@@ -114,10 +120,28 @@ void PsClient::send_chunks(std::size_t k, const float* part, std::size_t upto) {
   for (; sent_[k] < upto; ++sent_[k]) {
     const std::size_t c = chunks.travel(sent_[k]);
     const float* from = part ? part + s.begin + chunks.begin(c) : zeros(chunks.size(c));
+    const void* data = encoding_ ? static_cast<const void*>(encode_chunk(k, from, c)) : from;
+    const std::size_t bytes = chunks.size(c) * (encoding_ ? wire_bytes(push_wire_) : sizeof(float));
     reqs_.emplace_back();
-    isend_bytes(from, chunks.size(c) * sizeof(float), cluster_.ps_rank(static_cast<int>(k)), 0,
-                cluster_.payload_comm(), &reqs_.back());
+    isend_bytes(data, bytes, cluster_.ps_rank(static_cast<int>(k)), 0, cluster_.payload_comm(),
+                &reqs_.back());
+    if (pushing_) pushed_bytes_ += static_cast<std::int64_t>(bytes);
   }
+}
+
+const std::uint16_t* PsClient::encode_chunk(std::size_t k, const float* from, std::size_t c) {
+  const ChunkLayout& chunks = layouts_[k];
+  const std::size_t at = shards_[k].begin + chunks.begin(c), len = chunks.size(c);
+  std::uint16_t* to = encoded_.data() + at;
+  encode_wire(push_wire_, from, to, len);
+  if (finite_ && !wire_all_finite(push_wire_, to, len))
+    throw RuntimeFault(format_error(
+        "worker " + std::to_string(cluster_.me().index) + ": a gradient value in [" +
+            std::to_string(at) + ", " + std::to_string(at + len) + ") does not fit --wire-dtype " +
+            to_string(push_wire_) + " (finite values up to 65504); the push would carry Inf " +
+            "(--wire-dtype bf16 has fp32's range)",
+        __FILE__, __LINE__));
+  return to;
 }
 
 void PsClient::write_ring(std::size_t k) {
@@ -130,7 +154,9 @@ void PsClient::write_ring(std::size_t k) {
     const std::size_t c = chunks.travel(sent_[k]), len = chunks.size(c);
     float* slot = ring.segment->data() + (sent_[k] % kRingSlots) * chunks.largest();
     const float* from = ring_src_ ? ring_src_ + s.begin + chunks.begin(c) : zeros(len);
-    std::copy(from, from + len, slot);
+    if (encoding_) decode_wire(push_wire_, encode_chunk(k, from, c), slot, len);  // rounded
+    else std::copy(from, from + len, slot);
+    pushed_bytes_ += static_cast<std::int64_t>(len * sizeof(float));
     std::atomic_thread_fence(std::memory_order_release);  // the chunk before its message
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Isend(slot, 0, MPI_BYTE, ps, 0, cluster_.payload_comm(), &reqs_.back()));

@@ -59,6 +59,9 @@ struct Incoming {
   std::int64_t step = 0;          ///< apply / join: the global step its update makes
   std::int64_t staleness = 0;
   bool shm = false;  ///< an async push through the shared ring: chunk messages are zero-byte
+  /// A push over MPI with a 16-bit --wire-dtype: each chunk message lands in the worker's
+  /// WorkerSlot::wire (ServerCore::wire_dest) and is widened to fp32 at chunk_dest on arrival.
+  bool encoded = false;
 };
 
 struct WorkerSlot {
@@ -68,6 +71,9 @@ struct WorkerSlot {
   bool done = false;
   Incoming req;             ///< the request in progress (req.active), at most one per worker
   std::vector<float> ring;  ///< kRingSlots chunk buffers, allocated when first needed
+  /// 16-bit pushes as they arrive: the ring's kRingSlots chunks, or a whole shard for a push
+  /// received into an array (sync, bounded); allocated when first needed.
+  std::vector<std::uint16_t> wire;
   /// Per ring slot: its reply in flight.
   std::vector<MPI_Request> ring_send = std::vector<MPI_Request>(kRingSlots, MPI_REQUEST_NULL);
   std::size_t ring_next = 0;      ///< ring position of the next request's first message
@@ -153,6 +159,8 @@ class ServerCore {
   [[nodiscard]] std::size_t ring_ahead(int w) const;
   [[nodiscard]] static std::size_t ring_slot(const Incoming& r, std::size_t at);
   void post_chunks(int w);
+  /// Where chunk message `at` of worker w's 16-bit push lands (Incoming::encoded).
+  [[nodiscard]] std::uint16_t* wire_dest(int w, std::size_t at);
   void on_chunk(int w);
   void complete(int w);
   void on_loaded(int w);

@@ -16,6 +16,10 @@
 // takes a new chunk once its reply has left. Slots are used round the ring across requests, so
 // the next push of a worker lands beside, not on, the slot its last reply is leaving from.
 // A worker on the ps's node has its async pushes' ring in shared memory instead (--ps-shm).
+// With a 16-bit --wire-dtype a push's chunk messages over MPI carry 16-bit values: each is
+// received into the worker's 16-bit staging (the ring's slots, or a shard for an array) and
+// widened into its fp32 place when it arrives, before the update rule sees it (Horovod's
+// Compression.fp16: rounded once by the sender, computed on in fp32 by the receiver).
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 
 #include "dtrain/comm/big_message.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/dnn/float16.hpp"
 #include "server_core.hpp"
 #include "update_rule.hpp"
 
@@ -63,12 +68,17 @@ void ServerCore::start(int w, int tag, const MsgHeader& h, Fate fate,
   r.ring = nullptr;
   r.done = r.posted = 0;
   r.ring_base = shm ? 0 : slots_[w].ring_next;
+  r.encoded = tag == kTagPush && !shm && c_.wire_dtype != WireDtype::fp32;
   if (shm) {
     r.ring = slots_[w].shm->data();
   } else if (std::find(r.dest.begin(), r.dest.end(), nullptr) != r.dest.end()) {
     std::vector<float>& ring = slots_[w].ring;
     if (ring.empty()) ring.resize(kRingSlots * chunks_.largest());  // ≤ kRingSlots × --ps-chunk-kb
     r.ring = ring.data();
+  }
+  if (r.encoded) {
+    const std::size_t need = r.ring ? kRingSlots * chunks_.largest() : n_;
+    slots_[w].wire.resize(std::max(slots_[w].wire.size(), need));
   }
   r.reqs.assign(r.dest.size() * chunks_.count(), MPI_REQUEST_NULL);
   post_chunks(w);
@@ -107,9 +117,17 @@ void ServerCore::post_chunks(int w) {
       if (!gone) break;
     }
     const std::size_t floats = chunks_.size(chunks_.travel(at % chunks_.count()));
-    irecv_bytes(chunk_dest(r, at), floats * sizeof(float), cluster_.worker_rank(w), 0,
-                cluster_.payload_comm(), &r.reqs[at]);
+    void* into = r.encoded ? static_cast<void*>(wire_dest(w, at)) : chunk_dest(r, at);
+    const std::size_t bytes = floats * (r.encoded ? wire_bytes(c_.wire_dtype) : sizeof(float));
+    irecv_bytes(into, bytes, cluster_.worker_rank(w), 0, cluster_.payload_comm(), &r.reqs[at]);
   }
+}
+
+std::uint16_t* ServerCore::wire_dest(int w, std::size_t at) {
+  const Incoming& r = slots_[w].req;
+  std::uint16_t* wire = slots_[w].wire.data();
+  if (!r.dest[at / chunks_.count()]) return wire + ring_slot(r, at) * chunks_.largest();
+  return wire + chunks_.begin(chunks_.travel(at % chunks_.count()));  // a push has one part
 }
 
 /// The next chunk message of worker w's request has arrived (its ring slot, if it used one, is
@@ -120,6 +138,7 @@ void ServerCore::on_chunk(int w) {
   r.reqs[at] = MPI_REQUEST_NULL;
   const std::size_t c = chunks_.travel(at % chunks_.count());
   if (r.shm) std::atomic_thread_fence(std::memory_order_acquire);  // the worker's chunk
+  if (r.encoded) decode_wire(c_.wire_dtype, wire_dest(w, at), chunk_dest(r, at), chunks_.size(c));
   if (r.tag == kTagPush) rule_->on_chunk(w, c, at);
   post_chunks(w);
   if (r.done == r.reqs.size()) complete(w);

@@ -64,6 +64,7 @@ class AllreduceExchange final : public GradientExchange {
       how.fallback_to_flat = automatic;
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();
+      how.comm_cpu = cluster.me().comm_cpu;  // --pin-threads
       buckets_ =
           std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap, how);
       return;

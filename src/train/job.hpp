@@ -26,9 +26,11 @@ struct Job {
   std::unique_ptr<Cluster> cluster;
   TrainPlan plan;
   std::size_t param_count = 0, activation_bytes = 0;
-  std::string signature;           ///< the model's layout (checkpoint compatibility)
-  std::string model_report;        ///< layer table and shard table, printed by the chief
-  std::string init_report;         ///< --dry-run --init-from: check_init_from()'s line
+  std::string signature;     ///< the model's layout (checkpoint compatibility)
+  std::string model_report;  ///< layer table and shard table, printed by the chief
+  std::string init_report;   ///< --dry-run --init-from: check_init_from()'s line
+  /// Lines after the role table ("\n"-terminated): how --num-ps auto chose, thread pinning
+  std::string role_notes;
   std::vector<ShardRange> shards;  ///< ps modes: the ps ranges (of the whole model's buffer)
   /// a pipelined ps job: the stage each ps serves and its range in that stage's buffer
   std::vector<StageShard> stage_shards;

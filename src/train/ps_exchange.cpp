@@ -25,7 +25,7 @@ class PsExchange : public GradientExchange {
   PsExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
       : c_(c), cluster_(cluster), plan_(plan),
         client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout,
-                static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
+                static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
         overlap_(push_during_backward(c, cluster, model)) {}
 
@@ -127,6 +127,7 @@ class PsExchange : public GradientExchange {
   }
 
   ExchangeResult result(const PushResult& p, std::int64_t s, int n, bool stop_local) {
+    ++pushes_;
     ExchangeResult r;
     r.applied = n > 0 && !p.dropped;
     r.stop = p.stop_requested || stop_local;
@@ -165,6 +166,9 @@ class PsExchange : public GradientExchange {
   void finish() override { client_.done(); }
   [[nodiscard]] bool lockstep() const override { return false; }
   [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
+  [[nodiscard]] double push_bytes_per_step() const override {
+    return pushes_ > 0 ? static_cast<double>(client_.pushed_bytes()) / pushes_ : 0.0;
+  }
 
  protected:
   /// The global step the worker trains at after a reply.
@@ -189,6 +193,7 @@ class PsExchange : public GradientExchange {
   std::int64_t position_ = 0;    ///< the last ExchangeResult::global_step
   std::int64_t last_local_ = 0;  ///< the local step of the last step()
   std::int64_t skipped_ = 0;
+  std::int64_t pushes_ = 0;     ///< push-pulls made (result())
   const bool overlap_;          ///< push chunks while backward runs (begin_step)
   bool issued_ = false;         ///< this step's push was begun in begin_step
   bool bad_ = false;            ///< a non-finite gradient was found while issuing

@@ -155,6 +155,7 @@ void add_shape(Results& r, const Config& c, const Job& job) {
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
   r["fuse"] = std::string(to_string(c.fuse));
+  r["wire_dtype"] = std::string(to_string(c.wire_dtype));  // gradients between ranks
   // The chief's GPU memory at its peak (Backend::device_peak_bytes, MiB); 0 on the CPU.
   r["gpu_peak_allocated_mb"] =
       job.backend ? static_cast<double>(job.backend->device_peak_bytes()) / (1 << 20) : 0.0;
@@ -176,6 +177,7 @@ void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutco
     r["dropped_gradients"] = st.ps.dropped;
     r["ignored_pushes"] = st.ps.ignored;
     r["ps_shared_ring_pushes"] = st.ps.shared_ring_pushes;  // async pushes through --ps-shm rings
+    r["push_bytes_per_step"] = out.push_bytes_per_step;     // the chief's, all ps together
   } else {
     r["staleness_max"] = std::int64_t{0};
   }

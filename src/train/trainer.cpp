@@ -19,6 +19,7 @@
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/dnn/float16.hpp"
 #include "dtrain/model/pipeline_plan.hpp"
 #include "dtrain/model/profile.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -27,6 +28,7 @@
 #include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/provenance.hpp"
+#include "dtrain/train/ps_count.hpp"
 #include "dtrain/train/signals.hpp"
 #include "job.hpp"
 #include "worker.hpp"
@@ -153,13 +155,38 @@ void plan_shards(const Config& c, const Model& layout, Job& job) {
   }
 }
 
+/// The ps ranks: 0 for the allreduce, --num-ps K, or --num-ps auto's K (train/ps_count.hpp) from
+/// the model probed at batch 1 and the world size, the same on every rank; `note` gets auto's
+/// line for the role table.
+int resolve_num_ps(const Config& c, int world_size, std::string& note) {
+  if (exchange_kind(c) == ExchangeKind::allreduce) return 0;
+  if (!c.num_ps.automatic) return c.num_ps;
+  const TrainPlan probe = make_plan(c, 1);
+  const Model m(c.layers, probe.train.sample, probe.train.num_classes, 1,
+                act_dtype_of(c.precision));
+  PsCountInput in;
+  in.world = world_size;
+  const auto params = static_cast<double>(m.param_count());
+  in.push_bytes = params * static_cast<double>(wire_bytes(c.wire_dtype));
+  in.reply_bytes = params * sizeof(float);
+  for (const LayerInfo& layer : m.layers()) in.flops_per_sample += 3 * layer.forward_flops;
+  in.batch = c.batch_size;
+  in.global_batch = c.global_batch_size;
+  in.min_ps = c.pipeline_stages;  // every pipeline stage has ps of its own
+  const PsCountChoice k = choose_num_ps(in);
+  note = k.why + "\n";
+  return k.num_ps;
+}
+
 /// Phase 1 — the checks every rank makes identically (options, datasets, model, roles,
 /// shards): one error, on every rank, before anything is touched.
 Job check_job(const Config& c) {
   Job job;
   MPI_Comm world = MPI_COMM_WORLD;
-  job.num_ps = exchange_kind(c) == ExchangeKind::allreduce ? 0 : c.num_ps;
+  int world_size = 1;
+  MPI_Comm_size(world, &world_size);
   all_or_nothing(world, [&] {
+    job.num_ps = resolve_num_ps(c, world_size, job.role_notes);
     job.cluster = std::make_unique<Cluster>(world, job.num_ps);  // deterministic throws only
     const Cluster& cl = *job.cluster;
     name_rank_in_errors(cl);
@@ -212,8 +239,9 @@ Job check_job(const Config& c) {
 void report_dry_run(const Config& c, const Job& job) {
   if (job.cluster->world_rank() != 0) return;
   log_info("# dtrain --dry-run of " + (c.config_file.empty() ? "the command line" : c.config_file) +
-           ": the job is valid\n" + job.cluster->role_table() + "\n" + job.model_report + "\n" +
-           describe_plan(job.plan) + (job.init_report.empty() ? "" : "\n" + job.init_report));
+           ": the job is valid\n" + job.cluster->role_table() + job.role_notes + "\n" +
+           job.model_report + "\n" + describe_plan(job.plan) +
+           (job.init_report.empty() ? "" : "\n" + job.init_report));
 }
 
 /// Phase 2 — per-rank resources (threads, device) and the chief's run directory and resume
@@ -233,6 +261,7 @@ void acquire_resources(const Config& c, Job& job) {
                                  job.plan.batch, act_dtype_of(c.precision)));
   });
   job.cluster->set_devices(job.device_name);
+  if (c.pin_threads) pin_rank_threads(c, *job.cluster, job.role_notes);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
 }
 
@@ -244,6 +273,7 @@ void announce(const Config& c, const Job& job) {
   if (!job.cluster->is_chief()) return;
   log_info(describe_provenance(job.provenance));
   log_info(job.cluster->role_table());
+  if (!job.role_notes.empty()) log_info(job.role_notes.substr(0, job.role_notes.size() - 1));
   log_info(job.model_report);
   log_info(describe_plan(job.plan));
   write_file_atomically((fs::path(c.run_dir) / "config.ini").string(), c.effective_ini);
@@ -369,6 +399,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const Cluster& cluster = stage_ps ? *stage_ps : pipe ? pipe->stage_cluster() : *job.cluster;
   Worker worker(effective, cluster, job.plan, *job.backend, std::move(job.resume), pipe.get());
   const WorkerOutcome out = worker.run();
+  if (chief && c.pin_threads) log_info(describe_pinned_threads("the chief"));  // while they run
   const RunStats st = gather_run_stats(job, nullptr, &out);
   if (chief) write_results(c, job, out, st);
   write_timeline(c, job);

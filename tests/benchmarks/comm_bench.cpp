@@ -439,7 +439,7 @@ int main(int argc, char** argv) {
     }
     if (has_op(o, "wire_allreduce")) {
       ReduceOptions how;
-      how.wire = parse_wire_dtype(o.wire_dtype);
+      how.wire = parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks, "wire_allreduce", how));
     }

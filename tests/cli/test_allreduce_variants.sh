@@ -8,7 +8,10 @@
 #      of additions, documented tolerance); the default (auto) is hierarchical on CPU, bit for bit;
 #   3. --wire-dtype bf16 / fp16, 3 workers: parameters within 2e-2 of fp32's after 10 steps
 #      (gradients rounded to 16 bits: a documented tolerance, not bits), and the loss falls;
-#   4. bad values are one error naming the option, on every rank, exit 2.
+#   4. ps pushes with --wire-dtype bf16, sync through the ps (2 workers + 1 ps): parameters within
+#      2e-2 of fp32's, half the bytes a push (results.json push_bytes_per_step: 2 bytes a value
+#      against 4); async fp16 through the shared ring: rounded in 4-byte slots, the loss falls;
+#   5. bad values are one error naming the option, on every rank, exit 2.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 320 --seed 41
@@ -59,12 +62,33 @@ assert len(loss) >= 2 and loss[-1] < loss[0], loss
 print(f"   bf16 loss {loss[0]:.3f} -> {loss[-1]:.3f}")
 PY
 
-echo "== 4. bad values"
+echo "== 4. ps pushes in 16 bits: sync through the ps within 2e-2 of fp32, half the bytes"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --num-ps 1 --max-steps 10
+        --checkpoint-every 10 --summaries false)
+run 3 "$SCRATCH/ps_fp32" --mode sync
+run 3 "$SCRATCH/ps_bf16" --mode sync --wire-dtype bf16
+close "$SCRATCH/ps_fp32" "$SCRATCH/ps_bf16" 10 2e-2
+run 3 "$SCRATCH/ps_fp16" --mode async --wire-dtype fp16 --log-every 2  # the shared ring
+"$PY" - "$SCRATCH" <<'PY'
+import csv, h5py, json, sys
+d = sys.argv[1]
+n = h5py.File(f"{d}/ps_fp32/ckpt-0000000010.h5", "r")["params"].size
+for run, per_value in (("ps_fp32", 4), ("ps_bf16", 2), ("ps_fp16", 4)):
+    r = json.load(open(f"{d}/{run}/results.json"))
+    assert r["push_bytes_per_step"] == per_value * n, (run, r["push_bytes_per_step"], n)
+    print(f"   {run}: {r['push_bytes_per_step']:.0f} bytes a push ({per_value} a value), "
+          f"wire {r['wire_dtype']}")
+loss = [float(r["loss"]) for r in csv.DictReader(open(f"{d}/ps_fp16/metrics.csv"))
+        if r["kind"] == "train"]
+assert len(loss) >= 2 and loss[-1] < loss[0], loss
+PY
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --mode sync --num-ps 0
+        --max-steps 10 --checkpoint-every 10 --summaries false)
+
+echo "== 5. bad values"
 cases=0
 expect_error 2 "--wire-dtype|int8" "${COMMON[@]}" --run-dir "$SCRATCH/bad1" --wire-dtype int8
 [[ $last_rc -eq 2 ]] || fail "exit $last_rc, expected 2"
-expect_error 3 "--wire-dtype|sync allreduce" --config "$SCRATCH/job.ini" --train-data \
-  "$SCRATCH/train.h5" --run-dir "$SCRATCH/bad2" --mode async --num-ps 1 --wire-dtype bf16
 expect_error 2 "--allreduce|nccl needs GPU" "${COMMON[@]}" --run-dir "$SCRATCH/bad3" --device cpu \
   --allreduce nccl
 expect_error 2 "--allreduce|ring" "${COMMON[@]}" --run-dir "$SCRATCH/bad4" --allreduce ring

@@ -32,6 +32,10 @@
 #             duration with the defaults on the 16-core H100/H200 machines: ~7 minutes (ResNet-50
 #             takes ~0.25 s per sample on one core: 2 × 96 samples per run, 14 runs, ~8 s start-up
 #             each); keep timeout_s at 600. Example: bash tests/gpu/device.sh scaling resnet50 96
+#             PIN_THREADS=1: the same sweep with --pin-threads (each rank's threads on its own
+#             CPUs, the allreduce's communication thread on its own where a rank has 2; the
+#             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default
+#             one to compare the two
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -158,10 +162,11 @@ while [ $# -gt 0 ]; do
                model=$1; shift
                if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
              fi
+             pin=""; [ "${PIN_THREADS:-0}" = 1 ] && pin=-pinned
              WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 \
-               OUT=/tmp/scaling DOCS="$OUTDIR/scaling" PYTHON=python3 \
+               OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
-               tee "$OUTDIR/scaling.log" | tail -24 ;;
+               tee "$OUTDIR/scaling$pin.log" | tail -24 ;;
     *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | comm | scaling)" >&2; exit 2 ;;
   esac
 done

@@ -9,7 +9,8 @@
 // / finish_push: serially equal, and interleaved at the ps none lost), a reply that survives a
 // worker slow to receive it (the ring slots it leaves from), and DONE ending every server. The
 // aggregating rules (sync through the ps, bounded staleness 0): one update per step, the
-// samples-weighted mean, replies held until it; backup workers' late pushes dropped.
+// samples-weighted mean, replies held until it; backup workers' late pushes dropped. With a
+// 16-bit --wire-dtype, every rule applies exactly the gradients rounded once to 16 bits.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -26,6 +27,7 @@
 #include "common/mpi_world.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/dnn/float16.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/optim/dana.hpp"
 #include "dtrain/optim/optimizer.hpp"
@@ -134,7 +136,23 @@ struct SerialCase {
   bool dana = false;           // --async-momentum dana: a push's reply is the look-ahead θ̂
   bool issued = false;         // pushes issued in pieces (begin_push / push_ready / finish_push)
   bool shm = true;             // --ps-shm: async pushes through the ring a ps shares with its node
+  WireDtype wire = WireDtype::fp32;  // --wire-dtype: the pushes' format on the wire
 };
+
+/// g as a ps receives it over `wire`: rounded once to 16 bits and widened back (fp32: as it is).
+std::vector<float> on_wire(WireDtype wire, std::vector<float> g) {
+  if (wire == WireDtype::fp32) return g;
+  std::vector<std::uint16_t> e(g.size());
+  encode_wire(wire, g.data(), e.data(), g.size());
+  decode_wire(wire, e.data(), g.data(), g.size());
+  return g;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
 
 /// DTRAIN_TEST_PS_REMOTE=1 (mpi_tests_np3_ps_remote): the ps count every worker as remote.
 bool all_remote() {
@@ -174,7 +192,8 @@ struct SerialReference {
     }
     for (std::int64_t t = 0; t < pushes; ++t) {
       const int w = static_cast<int>(t % workers);
-      const std::vector<float> g = gradient(w, static_cast<int>(t / workers));
+      const std::vector<float> g =
+          on_wire(cfg.wire_dtype, gradient(w, static_cast<int>(t / workers)));
       if (t < applied && with_dana) {
         dana->apply(w, params.data(), g.data(), t, 0, kParams);
         after.emplace_back(dana->look_ahead(), dana->look_ahead() + kParams);
@@ -188,6 +207,16 @@ struct SerialReference {
     if (opt.v()) cpu->copy_to_host(v.data(), opt.v(), kParams * sizeof(float));
   }
 };
+
+/// How far serial case k's final θ with its 16-bit wire (cfg) lies from the fp32 wire's.
+float rounding_shift(const Config& cfg, const SerialCase& k, int workers, std::int64_t applied,
+                     std::int64_t total_steps) {
+  Config fp32 = cfg;
+  fp32.wire_dtype = WireDtype::fp32;
+  return max_abs_diff(
+      SerialReference(fp32, k.dana, workers, total_steps, applied, total_steps).params,
+      SerialReference(cfg, k.dana, workers, total_steps, applied, total_steps).params);
+}
 
 /// Workers push in the global order (round r, worker 0..n−1); checks every reply, the final pull
 /// and a snapshot against the serial reference, and the servers' counts.
@@ -204,8 +233,11 @@ void run_serial_case(const SerialCase& k) {
   cfg.ps_chunk_kb = k.chunk_kb;
   if (k.dana) cfg.async_momentum = AsyncMomentum::dana;
   cfg.ps_shm = k.shm;
+  cfg.wire_dtype = k.wire;
   // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none.
   const std::int64_t shared = k.shm && !all_remote() ? pushes * cluster.num_ps() : 0;
+  if (k.wire != WireDtype::fp32)  // the rounding shows: ten times expect_close's tolerance
+    EXPECT_GT(rounding_shift(cfg, k, workers, applied, total_steps), 1e-5f);
 
   const ServedStats st = serve(cluster, cfg, total_steps, [&] {
     // The ps runs the optimizer with the momentum --async-momentum (lr-scaled) gives W workers:
@@ -219,7 +251,7 @@ void run_serial_case(const SerialCase& k) {
     const SerialReference ref(cfg, k.dana, workers, pushes, applied, total_steps);  // every worker
 
     PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
-                    static_cast<std::size_t>(k.chunk_kb) * 1024);
+                    static_cast<std::size_t>(k.chunk_kb) * 1024, k.wire);
     const int me = cluster.me().index;
     MPI_Comm wc = cluster.role_comm();
     if (cluster.is_chief()) {
@@ -256,6 +288,9 @@ void run_serial_case(const SerialCase& k) {
       EXPECT_TRUE(std::any_of(m.begin(), m.end(), [](float x) { return x != 0.0f; }));
     }
     EXPECT_EQ(client.shared_ring_pushes(), shared / workers);
+    // A shared ring slot holds 4 bytes a value; MPI messages the wire's 4 or 2.
+    EXPECT_EQ(client.pushed_bytes(),
+              static_cast<std::int64_t>(k.rounds * kParams * (shared ? 4 : wire_bytes(k.wire))));
     client.done();
   });
   EXPECT_EQ(st.pushes, applied * cluster.num_ps()) << "every ps counts every applied push";
@@ -302,6 +337,66 @@ TEST(ParameterServer, WithoutSharedRingsIssuedPushesInChunksEqualSerialApplicati
 }
 TEST(ParameterServer, WithoutSharedRingsDanaPushesPastMaxStepsEqualSerialApplication) {
   run_serial_case({1, "momentum", 4, 5, 1, true, false, false});
+}
+// --wire-dtype bf16 | fp16: the ps applies exactly the gradients rounded once to 16 bits —
+// through the shared ring (rounded fp32 values in the slots) and as 16-bit MPI messages (the
+// ps's ring of 16-bit receives, widened on arrival), with 1 and 2 ps, in chunks.
+TEST(ParameterServer, Bf16WireIssuedPushesEqualSerialApplicationOfRoundedGradients) {
+  run_serial_case({1, "momentum", 4, 0, 1, false, true, true, WireDtype::bf16});
+}
+TEST(ParameterServer, Fp16WireWithoutSharedRingsEqualsSerialApplicationOfRoundedGradients) {
+  run_serial_case({2, "momentum", 3, 0, 1, false, false, false, WireDtype::fp16});
+}
+TEST(ParameterServer, Bf16WireDanaWithoutSharedRingsEqualsSerialApplicationOfRoundedGradients) {
+  run_serial_case({1, "momentum", 4, 0, 1024, true, true, false, WireDtype::bf16});
+}
+// A gradient value fp16 cannot hold (|x| ≥ 65520 becomes Inf) ends the push before any chunk
+// leaves: the worker throws RuntimeFault naming --wire-dtype, and the ps sees the header only.
+// The ps here is a stand-in that answers the header, so that the worker's posted receives complete.
+TEST(ParameterServer, Fp16WireRefusesAGradientBeyondItsRangeBeforeSendingIt) {
+  Cluster cluster(MPI_COMM_WORLD, 1);
+  constexpr std::size_t kN = 512;  // one chunk, every message below the eager limit
+  const int worker0 = cluster.worker_rank(0);
+  // The client and the reply's destination outlive the stand-in's answer (its posted receives).
+  std::optional<PsClient> client;
+  std::vector<float> params(kN);
+  if (cluster.is_chief()) {
+    client.emplace(cluster, shard_ranges(kN, 1), 10.0, kDefaultChunkBytes, WireDtype::fp16);
+    std::vector<float> g(kN, 0.5f);
+    g[kN - 1] = 1.0e5f;  // in the chunk that travels first
+    try {
+      (void)client->push_pull(g.data(), 8, params.data(), false);
+      ADD_FAILURE() << "an fp16 push of 1e5 was sent";
+    } catch (const RuntimeFault& e) {
+      EXPECT_NE(std::string(e.what()).find("--wire-dtype fp16"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(client->pushed_bytes(), 0);
+  }
+  if (cluster.is_ps()) {
+    MsgHeader h;
+    MPI_Recv(&h, sizeof h, MPI_BYTE, worker0, kTagPush, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the worker has given up on its push
+  if (cluster.is_ps()) {
+    int chunk = 0;
+    MPI_Iprobe(worker0, MPI_ANY_TAG, cluster.payload_comm(), &chunk, MPI_STATUS_IGNORE);
+    EXPECT_EQ(chunk, 0) << "a chunk of the refused push reached the ps";
+    MsgHeader reply;  // completes the worker's posted receives
+    MPI_Send(&reply, sizeof reply, MPI_BYTE, worker0, kTagReply, MPI_COMM_WORLD);
+    MPI_Send(params.data(), static_cast<int>(kN), MPI_FLOAT, worker0, 0, cluster.payload_comm());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (cluster.is_chief()) {  // both answers in before the client and params go
+    MPI_Status st;
+    int flag = 0;
+    for (int tries = 0; tries < 1000 && !flag; ++tries) {
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);  // drives progress
+      flag = params[0] == 0.0f && params[kN - 1] == 0.0f ? 1 : 0;
+      if (!flag) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(flag) << "the stand-in's reply did not land";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 TEST(ParameterServer, DanaMaxStepsCapsAppliedPushes) {
   run_serial_case({1, "momentum", 4, 5, 1024, true});
@@ -495,7 +590,8 @@ TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
 /// worker pushes `rounds` gradients at once, gradient(w, r) with w + 1 samples, so round r must
 /// make exactly one update, θ ← θ − lr·Σ_w (n_w / N)·g_w summed in worker order, and every reply
 /// of round r must carry global step r + 1 and the parameters after it, none dropped.
-void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
+void run_aggregate_case(Mode mode, int max_staleness, int rounds,
+                        WireDtype wire = WireDtype::fp32) {
   const int num_ps = world_size() >= 3 ? 2 : 1;
   Cluster cluster(MPI_COMM_WORLD, num_ps);
   const int workers = cluster.num_workers();
@@ -508,6 +604,7 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
   cfg.weight_decay = 0.0f;
   cfg.timeout = 60.0;
   cfg.ps_chunk_kb = 1;  // chunks of 256 floats: a sync push is received whole in several
+  cfg.wire_dtype = wire;
   const ServedStats st = serve(cluster, cfg, rounds, [&] {
     // The reference after each round, in the ps's order: the weighted sum, then the update.
     std::vector<std::vector<float>> after;
@@ -516,14 +613,14 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds) {
     for (int r = 0; r < rounds; ++r) {
       std::vector<float> sum(kParams, 0.0f);
       for (int w = 0; w < workers; ++w) {
-        const std::vector<float> g = gradient(w, r);
+        const std::vector<float> g = on_wire(wire, gradient(w, r));
         const float f = static_cast<float>(w + 1) / total;
         for (std::size_t i = 0; i < kParams; ++i) sum[i] += f * g[i];
       }
       for (std::size_t i = 0; i < kParams; ++i) ref[i] -= cfg.lr * sum[i];
       after.push_back(ref);
     }
-    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024);
+    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024, wire);
     const int me = cluster.me().index;
     if (cluster.is_chief()) client.load(initial_params().data(), nullptr, nullptr, 0, 0);
     MPI_Barrier(cluster.role_comm());
@@ -547,6 +644,13 @@ TEST(ParameterServer, SyncThroughThePsAppliesTheWeightedMeanOncePerStep) {
 }
 TEST(ParameterServer, BoundedStalenessZeroAppliesWhatSyncApplies) {
   run_aggregate_case(Mode::async, 0, 5);
+}
+// A 16-bit push received whole into the aggregate's buffer (the 16-bit staging of a shard).
+TEST(ParameterServer, SyncThroughThePsWithBf16WireAppliesTheMeanOfRoundedGradients) {
+  run_aggregate_case(Mode::sync, -1, 4, WireDtype::bf16);
+}
+TEST(ParameterServer, BoundedStalenessWithFp16WireAppliesTheMeanOfRoundedGradients) {
+  run_aggregate_case(Mode::async, 0, 3, WireDtype::fp16);
 }
 
 /// Sync through the ps with --replicas-to-aggregate 1: workers push one at a time on the same

@@ -113,11 +113,11 @@ TEST(WireAllreduce, Fp32IsTheBareAllreduce) {
 }
 
 TEST(WireFormat, ParsesTheOptionAndNamesItInErrors) {
-  EXPECT_EQ(parse_wire_dtype("bf16"), WireDtype::bf16);
-  EXPECT_EQ(parse_wire_dtype("fp16"), WireDtype::fp16);
-  EXPECT_EQ(parse_wire_dtype("fp32"), WireDtype::fp32);
+  EXPECT_EQ(parse_enum<WireDtype>("bf16", "wire-dtype"), WireDtype::bf16);
+  EXPECT_EQ(parse_enum<WireDtype>("fp16", "wire-dtype"), WireDtype::fp16);
+  EXPECT_EQ(parse_enum<WireDtype>("fp32", "wire-dtype"), WireDtype::fp32);
   try {
-    (void)parse_wire_dtype("int8");
+    (void)parse_enum<WireDtype>("int8", "wire-dtype");
     ADD_FAILURE() << "int8 accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--wire-dtype"), std::string::npos) << e.what();

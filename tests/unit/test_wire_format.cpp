@@ -1,4 +1,4 @@
-// tests/unit/test_wire_format.cpp — the 16-bit wire encodings of collectives/wire.hpp: fp16
+// tests/unit/test_wire_format.cpp — the 16-bit wire encodings of dnn/float16.hpp: fp16
 // against the compiler's own IEEE binary16 (_Float16, round to nearest even) for every fp16 value
 // and a sweep of fp32 bit patterns (ties, subnormals, overflow, NaN); bf16 against dnn/bf16.hpp;
 // the array encoders against the scalar ones.
@@ -10,8 +10,8 @@
 #include <limits>
 #include <vector>
 
-#include "dtrain/collectives/wire.hpp"
 #include "dtrain/dnn/bf16.hpp"
+#include "dtrain/dnn/float16.hpp"
 
 namespace dtrain {
 namespace {
@@ -87,6 +87,27 @@ TEST(WireFormat, ArrayEncodersMatchTheScalarOnes) {
   EXPECT_EQ(wire_bytes(WireDtype::fp32), 4u);
   EXPECT_EQ(wire_bytes(WireDtype::bf16), 2u);
   EXPECT_STREQ(to_string(WireDtype::fp16), "fp16");
+}
+
+// A finite fp32 gradient past fp16's range encodes to Inf, which wire_all_finite reports (a ps
+// push refuses it); bf16 holds fp32's range, so only a value already non-finite is reported.
+TEST(WireFormat, AllFiniteReportsWhatTheEncodingCannotHold) {
+  const std::vector<float> ok = {0.0f, -0.0f, 1e-30f, 65504.0f, -65504.0f, 3.0e38f};
+  std::vector<std::uint16_t> e(ok.size());
+  encode_wire(WireDtype::bf16, ok.data(), e.data(), ok.size());
+  EXPECT_TRUE(wire_all_finite(WireDtype::bf16, e.data(), e.size()));
+  encode_wire(WireDtype::fp16, ok.data(), e.data(), ok.size() - 1);  // all but 3e38
+  EXPECT_TRUE(wire_all_finite(WireDtype::fp16, e.data(), ok.size() - 1));
+  for (const float big : {65520.0f, -1.0e5f, 3.0e38f}) {  // 65520 rounds up to 2^16: Inf
+    const std::uint16_t h = float_to_fp16(big);
+    EXPECT_FALSE(wire_all_finite(WireDtype::fp16, &h, 1)) << big;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (const float bad : {inf, -inf, nan}) {
+    std::uint16_t h = 0;
+    encode_wire(WireDtype::bf16, &bad, &h, 1);
+    EXPECT_FALSE(wire_all_finite(WireDtype::bf16, &h, 1)) << bad;
+  }
 }
 
 }  // namespace

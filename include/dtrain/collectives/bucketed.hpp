@@ -65,6 +65,8 @@ struct ReduceOptions {
   /// true (--allreduce auto) falls back to the flat sum on every rank, with a warning; false
   /// (--allreduce hierarchical) throws.
   bool fallback_to_flat = false;
+  /// --pin-threads: the CPU the communication thread runs on (-1: wherever it starts).
+  int comm_cpu = -1;
 };
 
 /// What a step's reduction found.

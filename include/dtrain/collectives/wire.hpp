@@ -24,26 +24,12 @@
 #include <vector>
 
 #include "dtrain/core/options.hpp"  // WireDtype: the number format of gradients between ranks
+#include "dtrain/dnn/float16.hpp"   // encode_wire, decode_wire, add_wire: the 16-bit codec
 
 namespace dtrain {
 
-/// "fp32" | "bf16" | "fp16" → WireDtype. Throws InputError naming `option` otherwise.
-WireDtype parse_wire_dtype(const std::string& text, const std::string& option = "--wire-dtype");
-/// The option's spelling of `w`.
-const char* to_string(WireDtype w);
-/// Bytes per value on the wire: 4 or 2.
-std::size_t wire_bytes(WireDtype w);
-
-/// IEEE binary16 bits nearest to f (ties to even; NaN stays NaN, beyond ±65504 → ±Inf), the
-/// branch-free construction of github.com/Maratyszcza/FP16 (MIT), which vectorizes.
-std::uint16_t float_to_fp16(float f);
-/// The fp32 value of binary16 bits h (exact).
-float fp16_to_float(std::uint16_t h);
-
-/// dst[i] = the 16-bit encoding of src[i] in `w` (bf16 or fp16), n values.
-void encode_wire(WireDtype w, const float* src, std::uint16_t* dst, std::size_t n);
-/// dst[i] = the fp32 value of src[i] (exact), n values.
-void decode_wire(WireDtype w, const std::uint16_t* src, float* dst, std::size_t n);
+// WireDtype's names ("fp32", "bf16", "fp16") are core/options.hpp's: to_string(w),
+// parse_enum<WireDtype>(text, "wire-dtype"); the codec is dnn/float16.hpp's.
 
 /// data[i] = Σ_workers data[i] over `comm` with the values on the wire in `w` (see the file
 /// comment; fp32: one MPI_Allreduce, as the plain path). Collective: every rank of comm calls

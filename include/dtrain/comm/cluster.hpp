@@ -29,6 +29,10 @@ struct RankInfo {
   int index = 0;               ///< ps index or worker index
   std::string device = "cpu";  ///< filled in by the trainer (e.g. "cuda:1")
   std::string part;  ///< a worker's pipeline stage and replica ("stage 1/2, replica 0"), or ""
+  /// --pin-threads (filled in by the trainer): the CPUs this rank's threads may run on ("0-1",
+  /// /proc's list, as the rank reads it back), and its communication thread's CPU (-1: none)
+  std::string cpus;
+  int comm_cpu = -1;
 };
 
 /// Pure placement: node_of_rank[r] is the node of world rank r. Returns one RankInfo per rank
@@ -84,15 +88,23 @@ class Cluster {
   /// to its first 31 characters. Throws TimeoutError when the allgather does not complete within
   /// comm_timeout() seconds, LibraryError when an MPI call fails.
   void set_devices(const std::string& my_device);
+  /// --pin-threads: records this rank's CPUs (RankInfo::cpus, cut to 47 characters) and its
+  /// communication thread's CPU, and shares the CPU lists (collective over world; role_table()
+  /// shows them). Throws as set_devices().
+  void set_cpus(const std::string& my_cpus, int comm_cpu);
   /// Labels every worker with what `part_of(worker index)` returns (RankInfo::part), shown by
   /// role_table() in a last column. Local: every rank labels identically.
   void label_workers(const std::function<std::string(int)>& part_of);
   /// The same for the ps ranks (`part_of(ps index)`; a pipelined job: the stage a ps serves).
   void label_ps(const std::function<std::string(int)>& part_of);
-  /// The role table: one line per rank (rank, node, host, role, index, device, part).
+  /// The role table: one line per rank (rank, node, host, role, index, device, part, cpus).
   [[nodiscard]] std::string role_table() const;
 
  private:
+  /// Every rank's `mine`, cut to len − 1 characters (an allgather over world; throws as
+  /// set_devices()).
+  std::vector<std::string> gather_text(const std::string& mine, int len, const char* what) const;
+
   MPI_Comm world_;
   MPI_Comm owned_world_ = MPI_COMM_NULL;  ///< a part's communicator (freed with it)
   MPI_Comm role_comm_ = MPI_COMM_NULL;

@@ -95,9 +95,9 @@ struct Config {
   /// an async push applies --lr to one worker's batch, a sync step to workers × batch samples.
   LrScaling lr_scaling = LrScaling::none;
   // cluster
-  /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps);
-  /// the other ranks are workers
-  int num_ps = 1;
+  /// parameter-server ranks (async: ≥ 1; sync: 0 for allreduce, K > 0 to aggregate on the ps),
+  /// or auto (train/ps_count.hpp); the other ranks are workers
+  PsCount num_ps = 1;
   DeviceOption device = DeviceOption::cpu;  ///< cpu | cuda | auto
   bool allow_gpu_sharing = false;           ///< allow more ranks than GPUs on a node
   MathOption math = MathOption::automatic;  ///< GPU conv/GEMM math: auto | tf32 | fp32 (MathMode)
@@ -123,14 +123,15 @@ struct Config {
   std::string profile_steps;
   AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
   WireDtype wire_dtype =
-      WireDtype::fp32;     ///< sync allreduce over MPI: fp32 | bf16 | fp16 on the wire
-  double bucket_mb = 25;   ///< sync allreduce bucket size, MiB (0: one bucket)
-  bool overlap = true;     ///< CPU: allreduce buckets / ps push chunks during backward
-  int threads = 0;         ///< OpenMP threads per rank; 0 = cores per node / ranks per node
-  int ps_chunk_kb = 1024;  ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
-  bool ps_shm = true;      ///< async pushes of a ps's own node through a shared ring
-  int ps_threads = 1;      ///< OpenMP threads of a ps rank (its optimizer and aggregation);
-                           ///< 0 = cores per node / ranks per node
+      WireDtype::fp32;       ///< gradients between ranks (MPI allreduce, ps pushes): fp32|bf16|fp16
+  double bucket_mb = 25;     ///< sync allreduce bucket size, MiB (0: one bucket)
+  bool overlap = true;       ///< CPU: allreduce buckets / ps push chunks during backward
+  int threads = 0;           ///< OpenMP threads per rank; 0 = cores per node / ranks per node
+  bool pin_threads = false;  ///< each rank's threads on its own block of CPUs (comm/affinity.hpp)
+  int ps_chunk_kb = 1024;    ///< ps protocol payload chunk, KiB (ps/protocol.hpp)
+  bool ps_shm = true;        ///< async pushes of a ps's own node through a shared ring
+  int ps_threads = 1;        ///< OpenMP threads of a ps rank (its optimizer and aggregation);
+                             ///< 0 = cores per node / ranks per node
   // checkpoints and output
   std::string run_dir = "runs/default";  ///< checkpoints, metrics.csv, results.json (non-empty)
   std::int64_t checkpoint_every = 0;     ///< global steps; 0 = only at the end (and each epoch end)

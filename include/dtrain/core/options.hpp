@@ -101,9 +101,30 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 /// nccl on GPUs, hierarchical on CPUs (mpi where that cannot be).
 enum class AllreduceOption { automatic, mpi, hierarchical, nccl };
 
-/// --wire-dtype: what sync allreduce gradients travel between ranks as (sync/wire.hpp): fp32 as
-/// they are, or rounded once to bf16 or IEEE fp16 and summed in fp32 at the receiver.
+/// --wire-dtype: what gradients travel between ranks as (the MPI allreduce, collectives/wire.hpp;
+/// ps pushes, ps/client.hpp): fp32 as they are, or rounded once to bf16 or IEEE fp16 and summed
+/// or applied in fp32 at the receiver (dnn/float16.hpp).
 enum class WireDtype { fp32, bf16, fp16 };
+
+/// --num-ps: parameter-server ranks, a count K ≥ 0 or "auto" (train/ps_count.hpp picks K from the
+/// model, the batch and the world size before the world is split). It reads as its count, so that
+/// `c.num_ps > 0` asks for a ps mode; "auto" holds the count 1 (a ps mode) until the trainer
+/// resolves it (Job::num_ps).
+struct PsCount {
+  int count = 1;
+  bool automatic = false;
+  constexpr PsCount(int k = 1) : count(k) {}        // NOLINT(google-explicit-constructor): a count
+  constexpr operator int() const { return count; }  // NOLINT(google-explicit-constructor)
+  /// "auto".
+  [[nodiscard]] static constexpr PsCount chosen_by_rule() {
+    PsCount p;
+    p.automatic = true;
+    return p;
+  }
+};
+inline std::ostream& operator<<(std::ostream& os, const PsCount& p) {
+  return p.automatic ? os << "auto" : os << p.count;
+}
 
 /// export --format: the file format `dtrain export` writes.
 enum class ExportFormat { safetensors, onnx };

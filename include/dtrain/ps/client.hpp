@@ -7,8 +7,12 @@
 // push may also be issued in pieces while backward runs (begin_push / push_ready / finish_push:
 // ps-lite's ticketed Push, Wait), a progress thread driving MPI meanwhile. An async push to a ps on
 // this rank's node goes through the ring the ps shares with it, once a reply named it
-// (ps/shared_ring.hpp): this rank writes the chunks in and copies the replies out. Not
-// thread-safe.
+// (ps/shared_ring.hpp): this rank writes the chunks in and copies the replies out. With a 16-bit
+// push wire (--wire-dtype bf16|fp16; dnn/float16.hpp) each pushed chunk is rounded once to 16 bits
+// as it is handed over: MPI messages carry the 16-bit values (half the bytes), a shared ring slot
+// their fp32 values (the slot is also where the fp32 reply comes back and where the ps updates in
+// place), so the ps applies the same rounded gradient either way; pulls, replies, LOAD and
+// SNAPSHOT stay fp32 (parameters and optimizer state are not rounded). Not thread-safe.
 #pragma once
 
 #include <atomic>
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/options.hpp"  // WireDtype
 #include "dtrain/ps/protocol.hpp"
 #include "dtrain/ps/shared_ring.hpp"
 #include "dtrain/ps/sharding.hpp"
@@ -40,8 +45,9 @@ class PsClient {
   /// std::out_of_range here). `timeout_s`: the deadline of every wait, seconds. `chunk_bytes`: the
   /// payload chunk of the protocol (--ps-chunk-kb · 1024; the ps must use the same). Throws
   /// InputError when chunk_bytes holds no float, LibraryError when MPI_Query_thread fails.
+  /// `push_wire`: the gradients' format on the wire (--wire-dtype; the ps must use the same).
   PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
-           std::size_t chunk_bytes = kDefaultChunkBytes);
+           std::size_t chunk_bytes = kDefaultChunkBytes, WireDtype push_wire = WireDtype::fp32);
 
   /// Fetches the parameters into params (total floats) once every ps has applied `wait_step`
   /// global steps (or stopped applying). Returns the smallest global_step over the ps. Throws
@@ -83,6 +89,9 @@ class PsClient {
   void done();
   /// Pushes sent through a shared ring so far (all ps together; one per ps per push).
   [[nodiscard]] std::int64_t shared_ring_pushes() const { return shared_pushes_; }
+  /// Gradient bytes pushed so far, all ps together: MPI payload (4 or 2 bytes a value, the push
+  /// wire's) plus shared ring slots written (4 bytes a value).
+  [[nodiscard]] std::int64_t pushed_bytes() const { return pushed_bytes_; }
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
@@ -116,6 +125,10 @@ class PsClient {
   [[nodiscard]] std::string world_rank_of(std::size_t k) const;
   /// A chunk of `floats` zeros to send for a nullptr part.
   const float* zeros(std::size_t floats);
+  /// Chunk c of ps k's range rounded to the push wire: the 16-bit encoding of `from` (the chunk's
+  /// values) in encoded_, which stays there until the next push. Throws RuntimeFault when a value
+  /// of a push with samples does not fit the wire (fp16: |x| ≥ 65520 becomes Inf).
+  const std::uint16_t* encode_chunk(std::size_t k, const float* from, std::size_t c);
   const Cluster& cluster_;
   std::vector<ShardRange> shards_;
   double timeout_;
@@ -143,8 +156,15 @@ class PsClient {
   // An issued push (begin_push .. finish_push).
   const float* push_grads_ = nullptr;
   std::vector<std::size_t> sent_;  // per ps: chunks sent, in travel order
-  bool threaded_ = false;          // MPI_THREAD_MULTIPLE: a progress thread may poll
-  std::mutex mu_;                  // reqs_ between the caller and the progress thread
+  // The push wire: the request in flight is a push (pushing_) whose chunks are rounded to 16
+  // bits (encoding_) into encoded_ (a copy of the whole gradient's encoding); finite_: it has
+  // samples, so its values must fit the wire.
+  WireDtype push_wire_;
+  bool pushing_ = false, encoding_ = false, finite_ = false;
+  std::vector<std::uint16_t> encoded_;
+  std::int64_t pushed_bytes_ = 0;
+  bool threaded_ = false;  // MPI_THREAD_MULTIPLE: a progress thread may poll
+  std::mutex mu_;          // reqs_ between the caller and the progress thread
   std::atomic<bool> polling_{false};
   int progress_error_ = MPI_SUCCESS;     // the progress thread's MPI failure (read after join)
   std::exception_ptr progress_failure_;  // the progress thread's exception (read after join)

@@ -6,6 +6,8 @@
 // payload communicator (Cluster::payload_comm), cut into chunks of at most `chunk` floats
 // (--ps-chunk-kb, default 1 MiB; ChunkLayout): part 0's chunks in travel order — last chunk first,
 // because backward produces a gradient from its end (ChunkLayout::travel) — then part 1's, ...
+// With a 16-bit --wire-dtype a PUSH's chunk messages carry 2 bytes a value (dnn/float16.hpp; both
+// sides read the dtype from the configuration), every other payload 4.
 // Every size follows from the header's tag and the shard table, so no size is read back from MPI,
 // and no message is larger than one chunk (a shard of any size, past 2 GiB included, travels as
 // chunks; comm/big_message still carries a chunk above a lowered test count limit).

@@ -105,6 +105,10 @@ class GradientExchange {
   [[nodiscard]] virtual bool waits_for_device() const { return true; }
   /// Non-finite gradients skipped (--skip-nonfinite) by this worker (lockstep: by all, identical).
   [[nodiscard]] virtual std::int64_t skipped_steps() const = 0;
+  /// ps modes: gradient bytes this worker pushed per push, all ps together (MPI payload in the
+  /// --wire-dtype's bytes, shared ring slots in 4 bytes a value; PsClient::pushed_bytes); 0
+  /// before the first push and for the allreduce.
+  [[nodiscard]] virtual double push_bytes_per_step() const { return 0; }
 };
 
 /// The exchange of exchange_kind(c) for this worker. `plan` must outlive it. Throws InputError

@@ -23,6 +23,20 @@ namespace dtrain {
 /// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
 void set_threads(const Config& c, const Cluster& cluster);
 
+/// --pin-threads, after set_threads(), collective over the world: pins this rank's threads to its
+/// block of its node's CPUs (comm/affinity.hpp plan_cores; ranks of a node that the launcher gave
+/// the same CPUs split them by node-local rank, a rank the launcher bound keeps its own CPUs):
+/// the calling thread to the whole compute block, OpenMP thread i to compute CPU i mod n, and
+/// --threads 0 (a ps: --ps-threads 0) becomes one thread per compute CPU. Records what every
+/// rank's threads may run on, read back from /proc, and a worker's communication CPU
+/// (allreduce) in the cluster (Cluster::set_cpus); appends the chief's note for the role table to
+/// `notes`. Warns where the kernel refuses a mask. Throws as Cluster::set_cpus.
+void pin_rank_threads(const Config& c, Cluster& cluster, std::string& notes);
+
+/// "# --pin-threads, the chief's threads: dtrain on 0 (x2), dtrain-comm on 1, ...": this process's
+/// threads grouped by name and CPUs (comm/affinity.hpp process_threads), for the log at the end.
+std::string describe_pinned_threads(const std::string& who);
+
 /// The GPU this rank trains on for --device, as make_backend() will pick it, without creating
 /// anything: -1 for the CPU (every ps, --device cpu, --device auto without a usable GPU), else the
 /// node-local worker rank modulo the node's GPUs (select_gpu_for_local_rank). Throws InputError

@@ -1,0 +1,57 @@
+// dtrain/comm/affinity.hpp — `--pin-threads`: where a rank's threads run on its node. The ranks of
+// a node split the CPUs the launcher lets them use into disjoint blocks by node-local rank (as
+// Open MPI's --map-by slot:PE=n --bind-to core, or OpenMP's OMP_PLACES=cores with OMP_PROC_BIND
+// inside each block); a rank runs one compute thread per CPU of its block, and the sync
+// allreduce's communication thread (collectives/bucketed.hpp) on a CPU of its own where the block
+// has one to spare — so ranks no longer share cores, caches and SMT siblings by the scheduler's
+// chance, and the thread that drives MPI never waits behind a compute thread.
+// Linux: sched_getaffinity / sched_setaffinity on the calling thread, /proc/self/task for what
+// every thread of the process may run on.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain {
+
+/// One rank's share of its node's CPUs.
+struct CorePlan {
+  std::vector<int> compute;  ///< CPUs of the compute threads (OpenMP), ascending, never empty
+  int comm = -1;             ///< CPU of the communication thread (-1: shares the compute CPUs)
+  bool shared = false;       ///< the node has fewer CPUs than ranks: blocks of 1 CPU, reused
+};
+
+/// Pure. The block of node-local rank `local_rank` (0 ≤ local_rank < local_size) among `cpus` (the
+/// node's usable CPUs, ascending, non-empty): ⌊|cpus| / local_size⌋ CPUs from position
+/// local_rank × that size (left-over CPUs stay free); with more ranks than CPUs, CPU
+/// cpus[local_rank mod |cpus|] (shared). `comm_thread`: the rank runs a communication thread,
+/// given the block's last CPU when the block has at least 2. Throws InputError on empty cpus or
+/// a rank outside [0, local_size).
+CorePlan plan_cores(const std::vector<int>& cpus, int local_rank, int local_size, bool comm_thread);
+
+/// The CPUs the calling thread may run on (sched_getaffinity), ascending. Throws LibraryError
+/// when the call fails.
+std::vector<int> allowed_cpus();
+
+/// Restricts the calling thread to `cpus` (non-empty). False, with `why`, when the kernel refuses
+/// (a CPU outside the process's cgroup, ...); nothing changes then.
+bool pin_this_thread(const std::vector<int>& cpus, std::string* why = nullptr);
+
+/// Restricts every thread this process has now (/proc/self/task: MPI's own progress threads
+/// too) to `cpus`; threads started later inherit their creator's CPUs. False, with `why`, when
+/// the kernel refuses one (the threads done so far stay restricted).
+bool pin_process_threads(const std::vector<int>& cpus, std::string* why = nullptr);
+
+/// "0-3,8,10-11": a CPU list as /proc's Cpus_allowed_list writes it (ascending input).
+std::string cpu_list_text(const std::vector<int>& cpus);
+
+/// Every thread of this process now: its name (/proc/self/task/<tid>/comm) and the CPUs it may
+/// run on (Cpus_allowed_list); empty where /proc cannot be read.
+std::vector<std::pair<std::string, std::string>> process_threads();
+
+/// The union of the CPUs every thread of this process may run on (each /proc/self/task/<tid>/
+/// status's Cpus_allowed_list), ascending; empty where /proc cannot be read.
+std::vector<int> process_thread_cpus();
+
+}  // namespace dtrain

@@ -1,0 +1,132 @@
+// dtrain/comm/affinity.cpp — CPU blocks per rank and thread pinning (comm/affinity.hpp).
+#include "dtrain/comm/affinity.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+CorePlan plan_cores(const std::vector<int>& cpus, int local_rank, int local_size,
+                    bool comm_thread) {
+  DT_REQUIRE(!cpus.empty(), "--pin-threads: no CPU to pin to");
+  DT_REQUIRE(local_rank >= 0 && local_rank < local_size,
+             "--pin-threads: node-local rank " + std::to_string(local_rank) + " outside [0, " +
+                 std::to_string(local_size) + ")");
+  CorePlan plan;
+  const auto n = static_cast<int>(cpus.size());
+  const int block = n / local_size;
+  if (block == 0) {
+    plan.shared = true;
+    plan.compute = {cpus[static_cast<std::size_t>(local_rank % n)]};
+    return plan;
+  }
+  const auto first = cpus.begin() + static_cast<std::ptrdiff_t>(local_rank) * block;
+  plan.compute.assign(first, first + block);
+  if (comm_thread && block >= 2) {
+    plan.comm = plan.compute.back();
+    plan.compute.pop_back();
+  }
+  return plan;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+    throw LibraryError(format_error(
+        std::string("sched_getaffinity failed: ") + std::strerror(errno), __FILE__, __LINE__));
+  std::vector<int> out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) out.push_back(cpu);
+  return out;
+}
+
+namespace {
+/// sched_setaffinity(tid, cpus): 0 is the calling thread.
+bool pin_task(pid_t tid, const std::vector<int>& cpus, std::string* why) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
+  if (CPU_COUNT(&mask) > 0 && sched_setaffinity(tid, sizeof mask, &mask) == 0) return true;
+  if (why)
+    *why = "sched_setaffinity(" + cpu_list_text(cpus) +
+           ") failed: " + (CPU_COUNT(&mask) > 0 ? std::strerror(errno) : "no valid CPU");
+  return false;
+}
+}  // namespace
+
+bool pin_this_thread(const std::vector<int>& cpus, std::string* why) {
+  return pin_task(0, cpus, why);
+}
+
+bool pin_process_threads(const std::vector<int>& cpus, std::string* why) {
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const std::string tid = task.path().filename().string();
+    if (!pin_task(static_cast<pid_t>(std::stol(tid)), cpus, why)) {
+      if (errno == ESRCH) continue;  // the thread ended meanwhile
+      return false;
+    }
+  }
+  if (ec && why) *why = "cannot list /proc/self/task: " + ec.message();
+  return !ec;
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+/// "0-3,8" → {0, 1, 2, 3, 8} added to `out`.
+void parse_cpu_list(const std::string& text, std::set<int>& out) {
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item.empty()) continue;
+    const std::size_t dash = item.find('-');
+    const int lo = std::stoi(item.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
+    for (int cpu = lo; cpu <= hi; ++cpu) out.insert(cpu);
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> process_threads() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::string name, cpus;
+    std::ifstream(task.path() / "comm") >> name;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0 && line.size() > 18) cpus = line.substr(18);
+    cpus.erase(0, cpus.find_first_not_of(" \t"));
+    if (!cpus.empty()) out.emplace_back(name, cpus);
+  }
+  return out;
+}
+
+std::vector<int> process_thread_cpus() {
+  std::set<int> cpus;
+  for (const auto& [name, list] : process_threads()) parse_cpu_list(list, cpus);
+  return {cpus.begin(), cpus.end()};
+}
+
+}  // namespace dtrain

@@ -1,0 +1,40 @@
+// dtrain/train/ps_count.cpp — the `--num-ps auto` rule (train/ps_count.hpp).
+#include "dtrain/train/ps_count.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+PsCountChoice choose_num_ps(const PsCountInput& in) {
+  DT_REQUIRE(in.world >= 2, "option --num-ps auto: needs at least 2 MPI ranks (a ps and a "
+                            "worker), got " +
+                                std::to_string(in.world));
+  DT_REQUIRE(in.flops_per_sample > 0,
+             "option --num-ps auto: the model computes nothing (0 flops per sample)");
+  PsCountChoice out;
+  for (int k = std::max(1, in.min_ps); k < in.world; ++k) {
+    const int workers = in.world - k;
+    const double batch = in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers
+                                             : static_cast<double>(in.batch);
+    out.num_ps = k;
+    out.rho = in.beta * (in.push_bytes + in.reply_bytes) / (in.flops_per_sample * batch);
+    if (k >= workers * out.rho) break;  // the smallest K with K ≥ W · ρ
+  }
+  const int workers = in.world - out.num_ps;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "# --num-ps auto: %d ps for %d workers: each ps serves %.2f of what it can "
+                "(W·rho/K, rho = beta·(push %.3g + reply %.3g bytes) / (%.3g flops/sample × batch "
+                "%.4g) = %.3g, beta %.0f flops/byte)",
+                out.num_ps, workers, workers * out.rho / out.num_ps, in.push_bytes, in.reply_bytes,
+                in.flops_per_sample,
+                in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers : in.batch,
+                out.rho, in.beta);
+  out.why = line;
+  return out;
+}
+
+}  // namespace dtrain

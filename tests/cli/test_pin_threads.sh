@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tests/cli/test_pin_threads.sh — `--pin-threads` (comm/affinity.hpp, train/pinning.cpp) end to end
+# on a node of at least 2 CPUs, launched unbound (--bind-to none):
+#   1. 2 workers, sync allreduce: the role table's CPUs of the two ranks — every thread's
+#      Cpus_allowed_list as each rank reads it back from /proc — are non-empty and disjoint;
+#   2. 1 worker: a block of 2 CPUs, the communication thread (dtrain-comm) alone on the second,
+#      the compute threads on the first;
+#   3. async, 1 ps + 1 worker: disjoint too;
+#   4. off by default: no CPU column.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cpus=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')  # nproc obeys OMP_NUM_THREADS
+[[ $cpus -ge 2 ]] || { echo "SKIP: $cpus CPU(s), --pin-threads needs 2"; exit 77; }
+make_data train 256 --seed 71
+write_job "$SCRATCH/job.ini"
+# pinned NAME NP ARGS...: a short run with --pin-threads, unbound, into $SCRATCH/NAME.
+pinned() {
+  local name=$1 np=$2
+  shift 2
+  timeout 120 "$MPIEXEC" --bind-to none -n "$np" "$DTRAIN" --config "$SCRATCH/job.ini" \
+    --train-data "$SCRATCH/train.h5" --max-steps 6 --summaries false --pin-threads \
+    --run-dir "$SCRATCH/$name" "$@" >"$SCRATCH/$name.log" 2>&1 || { cat "$SCRATCH/$name.log"; fail "run $name failed"; }
+}
+# disjoint LOG NP: the role table lists NP ranks' CPUs, pairwise disjoint.
+disjoint() {
+  "$PY" - "$1" "$2" <<'PY'
+import re, sys
+text, n = open(sys.argv[1]).read(), int(sys.argv[2])
+def cpus(s):
+    out = set()
+    for item in s.split(","):
+        lo, _, hi = item.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+rows = re.findall(r"^# +(\d+) +\d+ .*  cpus ([\d,-]+)", text, re.M)
+assert len(rows) == n, rows
+sets = [cpus(c) for _, c in rows]
+for i in range(n):
+    assert sets[i], rows
+    for j in range(i):
+        assert not sets[i] & sets[j], f"ranks {rows[j][0]} and {rows[i][0]} share CPUs: {rows}"
+print("   " + ", ".join(f"rank {r}: cpus {c}" for r, c in rows))
+PY
+}
+
+echo "== 1. 2 workers, sync allreduce: disjoint CPUs"
+pinned sync2 2 --mode sync --num-ps 0
+disjoint "$SCRATCH/sync2.log" 2
+
+echo "== 2. 1 worker: the communication thread alone on the block's second CPU"
+pinned sync1 1 --mode sync --num-ps 0
+line=$(grep -- "--pin-threads, the chief's threads:" "$SCRATCH/sync1.log") ||
+  { cat "$SCRATCH/sync1.log"; fail "no thread line"; }
+echo "   ${line#\# }"
+first=$("$PY" -c 'import os; print(sorted(os.sched_getaffinity(0))[0])')
+second=$("$PY" -c 'import os; print(sorted(os.sched_getaffinity(0))[1])')
+grep -q "dtrain-comm on $second\b" <<<"$line" || fail "the communication thread is not on CPU $second"
+grep -q "dtrain on $first\b" <<<"$line" || fail "no compute thread on CPU $first alone"
+grep -q "cpus $first-$second\|cpus $first,$second" "$SCRATCH/sync1.log" || fail "the role table lacks the block"
+
+echo "== 3. async, 1 ps + 1 worker: disjoint CPUs"
+pinned async2 2 --mode async --num-ps 1
+disjoint "$SCRATCH/async2.log" 2
+
+echo "== 4. off by default"
+timeout 120 "$MPIEXEC" --bind-to none -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" --train-data \
+  "$SCRATCH/train.h5" --max-steps 2 --summaries false --run-dir "$SCRATCH/off" >"$SCRATCH/off.log" 2>&1 ||
+  { cat "$SCRATCH/off.log"; fail "the unpinned run failed"; }
+! grep -q "  cpus \|pin-threads" "$SCRATCH/off.log" || fail "an unpinned run shows CPUs"
+echo "test_pin_threads: OK"

@@ -1,0 +1,80 @@
+// tests/unit/test_ps_count.cpp — the `--num-ps auto` rule (train/ps_count.hpp) against its closed
+// form K = clamp(⌈N·ρ / (1 + ρ)⌉, 1, N − 1) with a fixed batch per worker, the smallest K with
+// K ≥ (N − K)·ρ(N − K) under a global batch, and its errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/train/ps_count.hpp"
+
+namespace dtrain {
+namespace {
+
+/// Inputs whose ρ = β·(push + reply) / (F·b) is `rho` at batch b = 8 (F = 1000, β = 40).
+PsCountInput with_rho(int world, double rho) {
+  PsCountInput in;
+  in.world = world;
+  in.flops_per_sample = 1000;
+  in.batch = 8;
+  in.push_bytes = in.reply_bytes = rho * in.flops_per_sample * in.batch / in.beta / 2;
+  return in;
+}
+
+TEST(PsCount, FixedBatchFollowsTheClosedForm) {
+  for (int world : {2, 3, 5, 9, 13, 64}) {
+    for (double rho : {0.0, 0.01, 0.082, 0.25, 0.5, 0.9, 1.0, 2.0, 7.5, 100.0}) {
+      const PsCountChoice k = choose_num_ps(with_rho(world, rho));
+      const int closed =
+          std::clamp(static_cast<int>(std::ceil(world * rho / (1 + rho) - 1e-9)), 1, world - 1);
+      EXPECT_EQ(k.num_ps, closed) << "N " << world << ", rho " << rho;
+      EXPECT_NEAR(k.rho, rho, 1e-12);
+    }
+  }
+  // Hand-checked: ρ = 0.5, N = 9: K = 2 leaves 7 workers (7·0.5 = 3.5 > 2), K = 3 six (3 ≤ 3).
+  EXPECT_EQ(choose_num_ps(with_rho(9, 0.5)).num_ps, 3);
+  // ρ = 1 (a ps serves what a worker computes): half the ranks, rounded up.
+  EXPECT_EQ(choose_num_ps(with_rho(8, 1.0)).num_ps, 4);
+  EXPECT_EQ(choose_num_ps(with_rho(9, 1.0)).num_ps, 5);
+}
+
+TEST(PsCount, GlobalBatchSplitsOverTheWorkersOfEachSplit) {
+  // Global batch 96: b = 96 / W. With push + reply = 2·F·96/β·0.05, ρ(W) = 0.05·W, so K needs
+  // K ≥ (N − K)²·0.05. N = 13: K = 3 (10² · 0.05 = 5 > 3), K = 4 (81 · 0.05 = 4.05 > 4),
+  // K = 5 (64 · 0.05 = 3.2 ≤ 5).
+  PsCountInput in = with_rho(13, 0.0);
+  in.global_batch = 96;
+  in.push_bytes = in.reply_bytes = 0.05 * in.flops_per_sample * 96 / in.beta / 2;
+  const PsCountChoice k = choose_num_ps(in);
+  EXPECT_EQ(k.num_ps, 5);
+  EXPECT_NEAR(k.rho, 0.05 * 8, 1e-12);  // at W = 8
+  for (int K = 1; K < k.num_ps; ++K) EXPECT_LT(K, 0.05 * (13 - K) * (13 - K)) << K;
+}
+
+TEST(PsCount, APipelineGetsAPsPerStageAtLeast) {
+  PsCountInput in = with_rho(9, 0.082);  // 1 ps by the rule
+  in.min_ps = 3;
+  EXPECT_EQ(choose_num_ps(in).num_ps, 3);
+  in = with_rho(9, 1.0);  // 5 by the rule, more than the minimum
+  in.min_ps = 3;
+  EXPECT_EQ(choose_num_ps(in).num_ps, 5);
+}
+
+TEST(PsCount, NamesKAndItsInputs) {
+  const PsCountChoice k = choose_num_ps(with_rho(5, 0.5));
+  EXPECT_EQ(k.num_ps, 2);
+  EXPECT_NE(k.why.find("--num-ps auto: 2 ps for 3 workers"), std::string::npos) << k.why;
+  EXPECT_NE(k.why.find("rho"), std::string::npos) << k.why;
+}
+
+TEST(PsCount, RefusesWhatHasNoSplit) {
+  EXPECT_THROW((void)choose_num_ps(with_rho(1, 0.5)), InputError);
+  PsCountInput in = with_rho(4, 0.5);
+  in.flops_per_sample = 0;
+  EXPECT_THROW((void)choose_num_ps(in), InputError);
+}
+
+}  // namespace
+}  // namespace dtrain
