@@ -4,7 +4,7 @@
 # same images stored as JPEG quality 95 and decoded by dtrain: centre crop 28 of 28, i.e. the
 # pixels as decoded (C), and --random-resized-crop 28 --random-flip with torchvision's default
 # area range 8-100 % (B). Run from the repository root on the 2-core development VM (other
-# engineers' builds and tests ran beside it). tests/benchmarks/encoded_accuracy.sh makes the same
+# builds and tests ran beside it). tests/benchmarks/encoded_accuracy.sh makes the same
 # files and runs (one thread per rank, the default on this machine):
 set -euo pipefail
 EPOCHS=2 SCALE=0.08,1 OUT=/tmp/e2e bash tests/benchmarks/encoded_accuracy.sh decoded center rrc
