@@ -59,6 +59,10 @@ std::string where(std::size_t i, const LayerSpec& spec) {
 }
 }  // namespace
 
+std::string layer_key(std::size_t index, const std::string& type, const std::string& name) {
+  return name.empty() ? std::to_string(index) + "." + type : name;
+}
+
 Model::Model(Backend& backend, const std::vector<std::string>& layer_lines, const Shape& sample,
              int num_classes, int max_batch)
     : Model(&backend, layer_lines, sample, num_classes, max_batch, backend.act_dtype(),
@@ -139,8 +143,7 @@ void Model::place_tensors(const Stack& stack) {
       sseed += l.state_defs().size();
       continue;
     }
-    const std::string prefix =
-        specs_[i].name.empty() ? std::to_string(i) + "." + l.type() : specs_[i].name;
+    const std::string prefix = layer_key(i, l.type(), specs_[i].name);
     for (auto& t : place(l.param_defs(), i, l.type(), prefix, poff)) {
       t.seed_index = pseed++;
       params_info_.push_back(t);

@@ -107,8 +107,7 @@ std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerI
                  " (profile this job with dtrain plan --save-profile)");
   std::vector<double> ms;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    const std::string name =
-        layers[i].name.empty() ? std::to_string(i) + "." + layers[i].type : layers[i].name;
+    const std::string name = layer_key(i, layers[i].type, layers[i].name);
     DT_REQUIRE(p.layers[i].name == name, "--pipeline-profile " + path + ": layer " +
                                              std::to_string(i + 1) + " is " + p.layers[i].name +
                                              " in the profile but " + name + " in the job");

@@ -44,9 +44,7 @@ std::vector<LayerCost> layer_table(const Model& model) {
   std::vector<LayerCost> out;
   const std::vector<LayerInfo> layers = model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i)
-    out.push_back(
-        {layers[i].name.empty() ? std::to_string(i) + "." + layers[i].type : layers[i].name, 0, 0,
-         0, 0});
+    out.push_back({layer_key(i, layers[i].type, layers[i].name), 0, 0, 0, 0});
   for (const TensorInfo& t : model.param_tensors()) {
     LayerCost& l = out.at(std::stoul(t.name.substr(0, t.name.find('.'))));
     if (l.param_floats == 0) l.param_offset = t.offset;

@@ -29,15 +29,16 @@ struct Split {
 };
 
 Split node_split(const Cluster& cluster) {
+  Split s;
+  s.cpus = allowed_cpus();
   cpu_set_t mine;
   CPU_ZERO(&mine);
-  for (int cpu : allowed_cpus()) CPU_SET(cpu, &mine);
+  for (int cpu : s.cpus) CPU_SET(cpu, &mine);
   std::vector<cpu_set_t> all(static_cast<std::size_t>(cluster.world_size()));
   MPI_Request req = MPI_REQUEST_NULL;
   DT_CHECK_MPI(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
                               cluster.world(), &req));
   wait_one(req, comm_timeout(), "gathering every rank's CPUs for --pin-threads (allgather)");
-  Split s;
   s.count = 0;
   for (const RankInfo& r : cluster.ranks()) {
     if (r.node != cluster.me().node || !CPU_EQUAL(&all[static_cast<std::size_t>(r.rank)], &mine))
@@ -45,7 +46,6 @@ Split node_split(const Cluster& cluster) {
     if (r.rank < cluster.world_rank()) ++s.index;
     ++s.count;
   }
-  s.cpus = allowed_cpus();
   return s;
 }
 

@@ -122,6 +122,13 @@ std::vector<int> stage_of_ps(const Job& job) {
   return out;
 }
 
+/// A pipelined ps job's cluster of this rank's stage: its ps and its D replicas
+/// (pipeline/group.hpp stage_ps_cluster); null for every other job.
+std::unique_ptr<Cluster> stage_ps_of(const Job& job) {
+  if (job.stage_shards.empty()) return nullptr;
+  return stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
+}
+
 /// The floats the ps of pipeline stage `stage` hold together.
 std::size_t stage_ps_floats(const Job& job, int stage) {
   std::size_t n = 0;
@@ -339,10 +346,7 @@ void write_timeline(const Config& c, const Job& job) {
 int serve_as_ps(const Config& c, const Job& job) {
   const auto k = static_cast<std::size_t>(job.cluster->me().index);
   // A pipeline's ps serves its stage's replicas and its range of the stage's buffer.
-  const std::unique_ptr<Cluster> stage =
-      job.stage_shards.empty()
-          ? nullptr
-          : stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
+  const std::unique_ptr<Cluster> stage = stage_ps_of(job);
   // When a rank of a pipeline stops, the whole pipeline stalls and every ps falls idle: such a
   // ps waits twice --timeout, so that the rank waiting on the stuck one itself names it first.
   Config served = c;
@@ -379,10 +383,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
     log_warn("--random-crop / --random-flip have no effect on --synthetic data");
   // A pipeline stage trains its layers among its replicas (pipeline/group.hpp), from its slice
   // of the resume point; in a ps mode it pushes to its stage's ps.
-  const std::unique_ptr<Cluster> stage_ps =
-      job.stage_shards.empty()
-          ? nullptr
-          : stage_ps_cluster(*job.cluster, job.pipeline.stages, stage_of_ps(job));
+  const std::unique_ptr<Cluster> stage_ps = stage_ps_of(job);
   std::optional<Model> layout;
   std::unique_ptr<PipelineGroup> pipe;
   if (job.pipeline.stages > 1) {

@@ -81,6 +81,10 @@ struct LayerInfo {
   double forward_flops = 0;
 };
 
+/// A layer's key: its line's name=, or "<index>.<type>" (index 0-based in line order) — the
+/// prefix of its tensors' names (TensorInfo::key) and a profile's layer name (model/profile.hpp).
+std::string layer_key(std::size_t index, const std::string& type, const std::string& name);
+
 /// The dropout key of micro-batch m of a step keyed `step_seed` (Model::train_step_micro and the
 /// pipeline stages alike, so that both drop the same units).
 std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m);
