@@ -666,7 +666,7 @@ void non_negative(const std::string& opt, double v) {
     throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
 }
 
-/// --optimizer lars | lamb: one update over whole tensors on CPU workers (optim/optimizer.hpp).
+/// --optimizer lars | lamb: one update over whole tensors (optim/optimizer.hpp), CPU or GPU.
 void validate_layerwise(const Config& c) {
   if (c.optimizer != OptimizerKind::lars && c.optimizer != OptimizerKind::lamb) return;
   const std::string name = to_string(c.optimizer);
@@ -675,10 +675,6 @@ void validate_layerwise(const Config& c) {
                  " needs --mode sync --num-ps 0 (allreduce): its trust "
                  "ratios take norms over whole tensors, but a parameter server holds a shard cut "
                  "across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
-  DT_REQUIRE(c.device != DeviceOption::cuda,
-             "option --optimizer: " + name +
-                 " is not implemented on the CUDA backend (the "
-                 "layer-wise rules run on CPU workers: --device cpu)");
 }
 
 /// The data files or --synthetic, and --synthetic-samples.

@@ -130,7 +130,7 @@ bool Backend::layerwise_update(const OptimizerUpdate& u, const std::vector<Param
   (void)segments, (void)p, (void)g, (void)m, (void)v;
   throw InputError(std::string("option --optimizer: ") +
                    (u.kind == OptimizerKind::lamb ? "lamb" : "lars") + " is not implemented on " +
-                   name() + " (the layer-wise rules run on CPU workers: --device cpu)");
+                   name());
 }
 
 bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,

@@ -668,7 +668,7 @@ TEST(LearningRate, PolynomialAfterWarmup) {
   EXPECT_NEAR(learning_rate(c, 50, 110), 0.2f, 1e-7);
 }
 
-TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
+TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduce) {
   const Config c = parse(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0",
                                "--lars-eta", "0.002", "--lars-eps", "1e-9"}))
                        .config;
@@ -678,9 +678,13 @@ TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduceOnCpu) {
   EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "1"})),
                   "--mode sync --num-ps 0");
   EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb"})), "--mode sync --num-ps 0");
-  EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0",
-                                 "--device", "cuda"})),
-                  "not implemented on the CUDA backend");
+  // On either device (the CUDA backend has the rules too), the allreduce rule alike.
+  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--device", "cuda"})),
+                  "--mode sync --num-ps 0");
+  EXPECT_EQ(
+      parse(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0", "--device", "cuda"}))
+          .config.device,
+      DeviceOption::cuda);
   EXPECT_MENTIONS(
       error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0", "--lars-eta", "0"})),
       "--lars-eta");

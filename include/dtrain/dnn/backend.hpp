@@ -530,13 +530,21 @@ class Backend {
   ///   lamb (You et al. 2020, Algorithm 2 with φ = identity): m = β1·m + (1−β1)·g,
   ///     v = β2·v + (1−β2)·g², r = m̂/(√v̂ + ε) + wd·p (m̂, v̂ bias-corrected with u.step),
   ///     t = ‖p‖/‖r‖ (1 when either is 0), p −= lr·t·r.
-  /// Norms accumulate in double, one tensor in one fixed order, so the result does not depend
-  /// on the thread count (sync replicas stay bit-identical). p, g, m (and v for lamb) are device
-  /// pointers of n floats. Returns whether every g was finite (the update is applied either way,
-  /// unless a check_gradient() found a non-finite value: then nothing changes, as
-  /// optimizer_update()). Throws InputError for another u.kind, segments that are empty, not
-  /// contiguous from 0, or empty ones; Error when m or (lamb) v is missing. The default (the CUDA
-  /// backend) throws InputError: the rules run on CPU workers only.
+  /// Norms accumulate in double in an order fixed by the segments alone, so the result does not
+  /// depend on the thread count or the GPU's scheduling (sync replicas stay bit-identical). CPU:
+  /// one tensor per OpenMP task, its squares summed in index order. CUDA: every tensor cut into
+  /// chunks of 8,192 floats; one launch sums each chunk's squares (a fixed tree over a block's
+  /// threads), a second adds each tensor's chunk sums in chunk order, forms its trust ratio and
+  /// updates it (apex's multi-tensor arrangement: two launches per step whatever the tensor
+  /// count, no host synchronization after a check_gradient()); the elementwise float arithmetic
+  /// is the CPU's, operation by operation, so the two backends differ only where the double sums'
+  /// last bits round the trust ratio differently (relative 1e-5 at most in tests). p, g, m (and v
+  /// for lamb) are device pointers of n floats. Returns whether every g was finite (the update is
+  /// applied either way, unless a check_gradient() found a non-finite value: then nothing
+  /// changes, and the GPU returns true, as optimizer_update()). Throws InputError for another
+  /// u.kind, lamb with u.step < 1, segments that are empty, not contiguous from 0, or empty ones;
+  /// Error when m or (lamb) v is missing; LibraryError on a failed CUDA call. The default (a
+  /// backend without the rules) throws InputError naming the backend.
   virtual bool layerwise_update(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments,
                                 float* p, const float* g, float* m, float* v);
 

@@ -334,8 +334,8 @@ bool CudaBackend::optimizer_update(const OptimizerUpdate& u, float* p, const flo
       break;
     case OptimizerKind::lars:
     case OptimizerKind::lamb:
-      throw InputError("option --optimizer: lars and lamb are not implemented on the CUDA "
-                       "backend (the layer-wise rules run on CPU workers: --device cpu)");
+      throw InputError("optimizer_update: lars and lamb need each tensor's range "
+                       "(layerwise_update)");
   }
   DT_ASSERT(k.kind == 0 || m != nullptr, "optimizer_update: momentum/adam need state m");
   DT_ASSERT(k.kind != 2 || v != nullptr, "optimizer_update: adam needs state v");

@@ -8,16 +8,17 @@
 // - allocate(): cudaMalloc + cudaMemsetAsync(0) + stream sync (allocation happens at setup).
 // - copy_to_device() returns once host_src may be reused (it waits for the stream), copy_to_host()
 //   once host_dst holds the data; copy_device(), fill(), scale(), ops, check_gradient() and
-//   optimizer_update() after a check are asynchronous. all_finite() (and optimizer_update()
-//   without a check before it) synchronizes to read its flag; take_gradient_check() waits for
-//   that check's copy only.
+//   optimizer_update() / layerwise_update() after a check are asynchronous. all_finite() (and
+//   the updates without a check before them) synchronizes to read its flag;
+//   take_gradient_check() waits for that check's copy only.
 // - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
 #pragma once
 
 #include <cstddef>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda_raii.hpp"
 #include "kernels.hpp"
@@ -78,6 +79,12 @@ class CudaBackend final : public Backend {
 
   bool optimizer_update(const OptimizerUpdate& u, float* p, const float* g, float* m, float* v,
                         std::size_t n) override;
+  /// LARS / LAMB as two multi-tensor launches over a chunk table (layerwise.hpp), without host
+  /// synchronization after a check_gradient() (without one, all_finite() waits for its flag, as
+  /// optimizer_update()). The table is built and uploaded (a synchronous copy) when `segments`
+  /// differ from the last call's — once per model.
+  bool layerwise_update(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments,
+                        float* p, const float* g, float* m, float* v) override;
   void check_gradient(const float* g, std::size_t n) override;
   void mark(int i) override;
   double seconds_between(int a, int b) override;
@@ -135,6 +142,15 @@ class CudaBackend final : public Backend {
   const unsigned long long* guard_ =
       nullptr;           ///< the latest check's device slot (optimizer_update)
   Event marks_[kMarks];  ///< mark(): timed events, made on first use
+  /// layerwise_update(): the segments its device tables were built for, the chunk and span
+  /// tables (layerwise.hpp) and the chunks' partial sums (2 doubles a chunk).
+  struct Layerwise {
+    std::vector<ParamSegment> segments;
+    DeviceMemory chunks, spans, partials;
+    int num_chunks = 0;
+  } layerwise_;
+  /// Makes layerwise_ describe `segments` (checked by check_layerwise).
+  void prepare_layerwise(const std::vector<ParamSegment>& segments);
   bool marked_[kMarks] = {};
 };
 
