@@ -216,13 +216,19 @@ TEST_F(CudaLayerwise, NonFiniteGradientSkipsTheStep) {
     EXPECT_EQ(gpu_->take_gradient_check(), std::nullopt);
     EXPECT_NE(host(*gpu_, d.p), initial());
   }
-  // No check: the update reports the NaN (and is applied, as optimizer_update).
-  State d(*gpu_, initial());
+  // A backend that never checked: the update reports the Inf itself (and is applied, as
+  // optimizer_update; once a check came, the latest check guards every update instead).
+  auto fresh = make_cuda_backend(0);
+  State d(*fresh, initial());
   std::vector<float> g = gradient(1);
   g[bad] = std::numeric_limits<float>::infinity();
-  gpu_->copy_to_device(d.g.data(), g.data(), kN * sizeof(float));
+  fresh->copy_to_device(d.g.data(), g.data(), kN * sizeof(float));
   EXPECT_FALSE(
-      gpu_->layerwise_update(lars(false), segs, d.p.data(), d.g.data(), d.m.data(), d.v.data()));
+      fresh->layerwise_update(lars(false), segs, d.p.data(), d.g.data(), d.m.data(), d.v.data()));
+  const std::vector<float> g2 = gradient(2);
+  fresh->copy_to_device(d.g.data(), g2.data(), kN * sizeof(float));
+  EXPECT_TRUE(
+      fresh->layerwise_update(lars(false), segs, d.p.data(), d.g.data(), d.m.data(), d.v.data()));
 }
 
 TEST_F(CudaLayerwise, RejectsBadArguments) {
