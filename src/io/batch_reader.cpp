@@ -1,7 +1,7 @@
 // dtrain/io/batch_reader.cpp — BatchReader of io/dataset.hpp: a prefetch thread that reads each
 // batch's rows (sorted, duplicates dropped, consecutive rows merged into runs) into a staging
 // buffer under one hold of hdf5_mutex(), then places them back in the requested order and
-// normalizes.
+// normalizes (or, with uint8_batches, leaves the bytes raw for a GPU worker to normalize).
 //
 // Why one H5Dread per run instead of one read of a hyperslab union (H5S_SELECT_OR): HDF5 1.10.8
 // maps an irregular selection onto a chunked dataset element by element. Measured on this machine
@@ -78,22 +78,6 @@ std::vector<std::int32_t> labels_of(hid_t file, const DatasetInfo& info,
     out[i] = static_cast<std::int32_t>(label);
   }
   return out;
-}
-
-/// uint8 files: the normalized value of every byte, 256 per channel — exactly the per-pixel
-/// formula, tabulated; float files: empty.
-std::vector<float> uint8_lut(const DatasetInfo& info) {
-  if (!info.is_uint8) return {};
-  const bool norm = !info.mean.empty();
-  std::vector<float> lut(static_cast<std::size_t>(info.sample.c) * 256);
-  for (int c = 0; c < info.sample.c; ++c)
-    for (int b = 0; b < 256; ++b) {
-      float v = static_cast<float>(b);
-      v /= 255.0f;
-      if (norm) v = (v - info.mean[c]) / info.stddev[c];
-      lut[static_cast<std::size_t>(c) * 256 + b] = v;
-    }
-  return lut;
 }
 
 /// Augmentation's padding per channel: the normalized value of raw 0, as a 0 pixel reads.
@@ -179,19 +163,36 @@ AugmentDraw augment_draw(const Augmentation& a, std::int64_t sample) {
   return d;
 }
 
-void augment_image(const float* src, float* dst, int channels, int height, int width, int pad,
-                   const AugmentDraw& d, const float* pad_value) {
+std::vector<float> uint8_lut(const DatasetInfo& info) {
+  if (!info.is_uint8) return {};
+  const bool norm = !info.mean.empty();
+  std::vector<float> lut(static_cast<std::size_t>(info.sample.c) * 256);
+  for (int c = 0; c < info.sample.c; ++c)
+    for (int b = 0; b < 256; ++b) {
+      float v = static_cast<float>(b);
+      v /= 255.0f;
+      if (norm) v = (v - info.mean[c]) / info.stddev[c];
+      lut[static_cast<std::size_t>(c) * 256 + b] = v;
+    }
+  return lut;
+}
+
+namespace {
+/// augment_image on pixels of type T (normalized float, or raw uint8 padded with 0).
+template <typename T>
+void augment_pixels(const T* src, T* dst, int channels, int height, int width, int pad,
+                    const AugmentDraw& d, const T* pad_value) {
   const std::size_t hw = static_cast<std::size_t>(height) * width;
   for (int c = 0; c < channels; ++c) {
-    const float* s = src + c * hw;
-    float* o = dst + c * hw;
+    const T* s = src + c * hw;
+    T* o = dst + c * hw;
     for (int y = 0; y < height; ++y, o += width) {
       const int sy = y + d.dy - pad;
       if (sy < 0 || sy >= height) {
         std::fill(o, o + width, pad_value[c]);
         continue;
       }
-      const float* row = s + static_cast<std::size_t>(sy) * width;
+      const T* row = s + static_cast<std::size_t>(sy) * width;
       for (int x = 0; x < width; ++x) {
         const int sx = (d.flip ? width - 1 - x : x) + d.dx - pad;
         o[x] = sx >= 0 && sx < width ? row[sx] : pad_value[c];
@@ -199,12 +200,27 @@ void augment_image(const float* src, float* dst, int channels, int height, int w
     }
   }
 }
+}  // namespace
+
+void augment_image(const float* src, float* dst, int channels, int height, int width, int pad,
+                   const AugmentDraw& d, const float* pad_value) {
+  augment_pixels(src, dst, channels, height, width, pad, d, pad_value);
+}
+
+void augment_image(const std::uint8_t* src, std::uint8_t* dst, int channels, int height, int width,
+                   int pad, const AugmentDraw& d) {
+  const std::vector<std::uint8_t> zero(static_cast<std::size_t>(channels), 0);
+  augment_pixels(src, dst, channels, height, width, pad, d, zero.data());
+}
 
 BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
                          int depth, std::int64_t start_batch, const Augmentation& augment,
-                         std::size_t cache_bytes, EncodedCache* encoded_cache)
+                         std::size_t cache_bytes, EncodedCache* encoded_cache, bool uint8_batches)
     : info_(info), indices_(std::move(indices)), batch_size_(batch_size), depth_(depth),
-      augment_(augment) {
+      augment_(augment), uint8_batches_(uint8_batches) {
+  DT_REQUIRE(!uint8_batches_ || info_.is_uint8,
+             info_.path + ": uint8 batches asked of a file whose `images` are float32 (only "
+                          "uint8 pixels can reach the device unnormalized)");
   DT_REQUIRE(batch_size_ >= 1, "batch size must be ≥ 1, got " + std::to_string(batch_size_));
   DT_REQUIRE(depth_ >= 1, "prefetch depth must be ≥ 1, got " + std::to_string(depth_));
   DT_REQUIRE(augment_.crop_pad >= 0,
@@ -251,7 +267,8 @@ BatchReader::BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indi
     DT_REQUIRE(augment_.crop_pad == 0, info_.path +
                                            ": --random-crop (pad and crop) needs decoded "
                                            "pixels; encoded images take --random-resized-crop");
-    r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(), &r.lut, encoded_cache);
+    r.encoded = std::make_unique<EncodedSource>(info_, r.images.get(),
+                                                uint8_batches_ ? nullptr : &r.lut, encoded_cache);
     cache_bytes = 0;  // encoded rows: encoded_cache
   }
   if (!indices_.empty() && cache_bytes > 0) {
@@ -396,20 +413,29 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
     }
   }
 
-  // Place rows in the requested order, normalized.
+  // Place rows in the requested order, normalized (or as they are: uint8_batches).
   out.n = m;
-  out.x.resize(static_cast<std::size_t>(m) * sample);
+  out.x.resize(uint8_batches_ ? 0 : static_cast<std::size_t>(m) * sample);
+  out.raw.resize(uint8_batches_ ? static_cast<std::size_t>(m) * sample : 0);
   out.y.resize(static_cast<std::size_t>(m));
   const bool augment = augment_.enabled();
   for (int p = 0; p < m; ++p) {
     const std::size_t row = static_cast<std::size_t>(r.row_of[static_cast<std::size_t>(p)]);
+    out.y[static_cast<std::size_t>(p)] = r.labels[static_cast<std::size_t>(begin + p)];
+    if (uint8_batches_) {
+      std::uint8_t* const out_raw = out.raw.data() + static_cast<std::size_t>(p) * sample;
+      if (augment)
+        augment_image(raw_row(row), out_raw, info_.sample.c, info_.sample.h, info_.sample.w,
+                      augment_.crop_pad, augment_draw(augment_, r.rows[row]));
+      else std::copy_n(raw_row(row), sample, out_raw);
+      continue;
+    }
     float* const out_x = out.x.data() + static_cast<std::size_t>(p) * sample;
     float* dst = augment ? r.plain.data() : out_x;
     normalize_sample(info_, r.lut, raw_row(row), r.rows[row], dst);
     if (augment)
       augment_image(dst, out_x, info_.sample.c, info_.sample.h, info_.sample.w, augment_.crop_pad,
                     augment_draw(augment_, r.rows[row]), r.pad_value.data());
-    out.y[static_cast<std::size_t>(p)] = r.labels[static_cast<std::size_t>(begin + p)];
   }
 }
 

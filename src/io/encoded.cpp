@@ -228,12 +228,16 @@ void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmen
   std::vector<std::uint8_t>& planar = sc.planar;
   planar.resize(plane * c);
   const View& b = views_[static_cast<std::size_t>(p)];
+  // Raw batches: straight into the batch slot; else through planar, normalized below.
+  std::uint8_t* const to =
+      lut_ == nullptr ? out.raw.data() + static_cast<std::size_t>(p) * plane * c : planar.data();
   try {
-    transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, sc.tmp, planar.data());
+    transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, sc.tmp, to);
   } catch (const ImageError& e) {
     errors_[static_cast<std::size_t>(p)] = e.what();
     return;
   }
+  if (lut_ == nullptr) return;
   // Normalize in the same pass (LUT of (v/255 − mean[c]) / std[c]) into the batch slot.
   float* dst = out.x.data() + static_cast<std::size_t>(p) * plane * c;
   for (int ch = 0; ch < c; ++ch) {
@@ -263,14 +267,18 @@ void EncodedSource::compact(const std::vector<std::int64_t>& rows, const std::in
                  (count == 10 ? "; further ones are counted, not logged" : ""));
       continue;
     }
-    if (kept != p)
+    if (kept != p && lut_ != nullptr)
       std::memmove(out.x.data() + static_cast<std::size_t>(kept) * sample,
                    out.x.data() + static_cast<std::size_t>(p) * sample, sample * sizeof(float));
+    else if (kept != p)
+      std::memmove(out.raw.data() + static_cast<std::size_t>(kept) * sample,
+                   out.raw.data() + static_cast<std::size_t>(p) * sample, sample);
     out.y[static_cast<std::size_t>(kept)] = labels[p];
     ++kept;
   }
   out.n = kept;
-  out.x.resize(static_cast<std::size_t>(kept) * sample);
+  if (lut_ != nullptr) out.x.resize(static_cast<std::size_t>(kept) * sample);
+  else out.raw.resize(static_cast<std::size_t>(kept) * sample);
   out.y.resize(static_cast<std::size_t>(kept));
 }
 
@@ -281,7 +289,8 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32
   gather(rows);
   const int s = info_.decode.crop;
   const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * s * s;
-  out.x.resize(static_cast<std::size_t>(m) * sample);
+  out.x.resize(lut_ != nullptr ? static_cast<std::size_t>(m) * sample : 0);
+  out.raw.resize(lut_ != nullptr ? 0 : static_cast<std::size_t>(m) * sample);
   out.y.resize(static_cast<std::size_t>(m));
   errors_.assign(static_cast<std::size_t>(m), std::string());
   ImageTransform t;

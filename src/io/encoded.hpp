@@ -70,8 +70,9 @@ class ParallelFor {
 class EncodedSource {
  public:
   /// info: an encoded, configured DatasetInfo; images: its open `images` dataset (kept open by
-  /// the caller). lut: C×256 normalized values of each raw byte. cache (may be null; outlives
-  /// this): rows held in memory, loaded by the first fill() and then read from there.
+  /// the caller). lut: C×256 normalized values of each raw byte, or nullptr: the samples stay
+  /// uint8 (HostBatch::raw; x left empty). cache (may be null; outlives this): rows held in
+  /// memory, loaded by the first fill() and then read from there.
   EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut,
                 EncodedCache* cache = nullptr);
   ~EncodedSource();

@@ -67,6 +67,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       c, cluster, plan, backend, model_, *exchange_,
       [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
   if (plan.synthetic) make_synthetic_batch();
+  else train_upload_.emplace(backend, plan.train, plan.batch);
   if (plan.train.encoded && c.cache_mb > 0)
     encoded_cache_ = std::make_unique<EncodedCache>(static_cast<std::size_t>(c.cache_mb) << 20);
   if (reports_)
@@ -246,7 +247,8 @@ void Worker::open_reader(std::optional<BatchReader>& reader, int epoch, std::int
   reader.emplace(plan_.train, std::move(indices), plan_.batch, 2,
                  std::min<std::int64_t>(start, my_batches),
                  Augmentation{c_.random_crop, c_.random_flip, c_.seed, epoch},
-                 static_cast<std::size_t>(c_.cache_mb) << 20, encoded_cache_.get());
+                 static_cast<std::size_t>(c_.cache_mb) << 20, encoded_cache_.get(),
+                 train_upload_->uint8_batches());
 }
 
 int Worker::next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std::int64_t s) {
@@ -256,10 +258,7 @@ int Worker::next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std
     return static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
   }
   if (!reader->next(batch)) return 0;  // sync: a shorter shard may run out one step early
-  if (batch.n > 0) {
-    be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-    be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
-  }
+  (*train_upload_)(batch, x_.data(), y_.data());
   return batch.n;
 }
 
@@ -541,10 +540,11 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     auto indices = alone
                        ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
                        : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
-    BatchReader reader(plan_.test, std::move(indices), plan_.batch);
+    if (!test_upload_) test_upload_.emplace(be_, plan_.test, plan_.batch);
+    BatchReader reader(plan_.test, std::move(indices), plan_.batch, 2, 0, {}, 0, nullptr,
+                       test_upload_->uint8_batches());
     while (reader.next(batch)) {
-      be_.upload(x_.data(), batch.x.data(), batch.x.size() * sizeof(float));
-      be_.upload(y_.data(), batch.y.data(), batch.y.size() * sizeof(std::int32_t));
+      (*test_upload_)(batch, x_.data(), y_.data());
       evaluate_batch(batch.n);
       count += batch.n;
     }

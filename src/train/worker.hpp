@@ -20,6 +20,7 @@
 #include "dtrain/train/exchange.hpp"
 #include "dtrain/train/report.hpp"
 #include "dtrain/train/trainer.hpp"
+#include "batch_upload.hpp"
 
 namespace dtrain {
 
@@ -144,6 +145,9 @@ class Worker {
   std::unique_ptr<EncodedCache> encoded_cache_;  ///< --cache-mb on an encoded training file
   DeviceBuffer<float> x_, stats_;
   DeviceBuffer<std::int32_t> y_;
+  /// Batches into x_, y_: the training file's (not synthetic), the test file's (made at the
+  /// first evaluation).
+  std::optional<BatchUpload> train_upload_, test_upload_;
   int w_;
   std::int64_t global_step_ = 0;
   std::int64_t cursor_ = 0;       ///< local steps done in the current epoch

@@ -320,6 +320,10 @@ struct ParamSegment {
 /// the first at 0. Returns n = segments.back().end. Throws InputError otherwise.
 std::size_t check_layerwise(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments);
 
+/// The arguments of Backend::normalize_uint8, checked by every backend's: throws InputError unless
+/// n = 0, or channels ≥ 1 and hw ≥ 1.
+void check_normalize_uint8(std::size_t n, int channels, std::size_t hw);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -384,6 +388,17 @@ class Backend {
   /// shape s (N×C×H×W) of elements of type t in the layout that is not `to`; y receives it in
   /// `to`. x and y must not overlap. oneDNN's reorder on the CPU, a tiled transpose kernel on CUDA.
   virtual void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) = 0;
+  /// y = the uint8 batch x normalized through a per-channel table: for n samples of `channels`
+  /// channels of hw pixels (x: n×C×H×W uint8, NCHW; lut: C×256 fp32, io/dataset.hpp's
+  /// uint8_lut() of the file, entry c·256 + b = (b/255 − mean[c])/std[c]),
+  ///   y[(s·C + c)·hw + j] = lut[c·256 + x[(s·C + c)·hw + j]]   (y: n×C×H×W fp32, NCHW)
+  /// — a lookup, no arithmetic, so y equals the host reader's normalized batch bit for bit. The
+  /// device side of uint8 batches (HostBatch::raw): a quarter of a float batch's bytes cross
+  /// PCIe. x, lut, y are this backend's pointers and must not overlap. Default (the CPU backend):
+  /// a host loop; CUDA: one kernel, queued. Throws InputError for channels < 1 or hw = 0 with
+  /// n > 0.
+  virtual void normalize_uint8(const std::uint8_t* x, const float* lut, float* y, std::size_t n,
+                               int channels, std::size_t hw);
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.

@@ -157,12 +157,27 @@ AugmentDraw augment_draw(const Augmentation& a, std::int64_t sample);
 /// src and dst must not overlap.
 void augment_image(const float* src, float* dst, int channels, int height, int width, int pad,
                    const AugmentDraw& d, const float* pad_value);
+/// The same on raw uint8 pixels (a batch left unnormalized, BatchReader's uint8_batches): the
+/// padding is the raw value 0, whose normalized value is the float version's pad_value, so
+/// normalizing the result equals augment_image of the normalized sample, bit for bit.
+void augment_image(const std::uint8_t* src, std::uint8_t* dst, int channels, int height, int width,
+                   int pad, const AugmentDraw& d);
 
-/// One batch on the host: x is n×C×H×W float32 normalized, y is n int32 labels in [0, num_classes).
+/// A uint8 file's normalization as a table (the "normalization constants" of a raw batch): 256
+/// fp32 values per channel, C×256, entry c·256 + b = (b/255 − mean[c])/std[c] (b/255 without
+/// mean/std) — the formula of the header above evaluated in fp32 in that order, which is exactly
+/// what every reader path applies per pixel. Empty for a float32 file. Pure function.
+std::vector<float> uint8_lut(const DatasetInfo& info);
+
+/// One batch on the host: y is n int32 labels in [0, num_classes); the pixels are either x, n×C×H×W
+/// float32 normalized, or — from a reader made with uint8_batches — raw, n×C×H×W uint8 as stored
+/// (augmented, not normalized; x is then empty): normalizing raw through uint8_lut() of the file
+/// gives x bit for bit (on a GPU: Backend::normalize_uint8, a quarter of the bytes over PCIe).
 /// Vectors keep their capacity across next() calls (BatchReader swaps buffers; no allocation in
 /// steady state).
 struct HostBatch {
   std::vector<float> x;
+  std::vector<std::uint8_t> raw;
   std::vector<std::int32_t> y;
   int n = 0;
 };
@@ -201,9 +216,13 @@ class BatchReader {
   /// random batch otherwise costs one H5Dread per run of consecutive rows). 0: never cache.
   /// `encoded_cache` (encoded files; may be null; must outlive the reader): loaded by the reader
   /// thread before its first batch when not yet loaded, then serves the rows it holds.
+  /// `uint8_batches`: hand out HostBatch::raw instead of x (decoded-pixel and encoded uint8 files
+  /// only: InputError naming the file for a float32 one) — for a GPU worker, which normalizes on
+  /// the device.
   BatchReader(const DatasetInfo& info, std::vector<std::int64_t> indices, int batch_size,
               int depth = 2, std::int64_t start_batch = 0, const Augmentation& augment = {},
-              std::size_t cache_bytes = 0, EncodedCache* encoded_cache = nullptr);
+              std::size_t cache_bytes = 0, EncodedCache* encoded_cache = nullptr,
+              bool uint8_batches = false);
   /// Stops and joins the reader thread; never throws.
   ~BatchReader();
   BatchReader(const BatchReader&) = delete;
@@ -249,6 +268,7 @@ class BatchReader {
   int batch_size_;
   int depth_;
   Augmentation augment_;
+  bool uint8_batches_;
   std::int64_t num_batches_;
   std::int64_t next_batch_ = 0;  ///< next batch the consumer gets
   bool consumed_ = false;        ///< next() was called

@@ -1,0 +1,303 @@
+// tests/unit/test_uint8_batches.cpp — uint8 batches (io/dataset.hpp: BatchReader's
+// uint8_batches, HostBatch::raw, uint8_lut; Backend::normalize_uint8; the worker's BatchUpload):
+// a reader handing out raw bytes gives, once they go through the file's table, exactly the float
+// batch the normalizing reader gives — decoded-pixel files with and without mean/std and
+// augmentation (crop + flip), encoded JPEG files with random-resized crop, flip and a bad image
+// left out — on the CPU backend's loop and, bit for bit again, on the GPU's kernel (CudaUint8*:
+// skipped without a GPU, failed with DTRAIN_REQUIRE_GPU=1).
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dataset_files.hpp"
+#include "common/gpu.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/dnn/backend.hpp"
+#include "dtrain/io/dataset.hpp"
+#include "dtrain/io/hdf5.hpp"
+#include "train/batch_upload.hpp"
+
+namespace dtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A scratch file name of this test, removed with its directory at the end.
+class Scratch {
+ public:
+  Scratch() {
+    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("dtrain_" + std::string(t->name()) + "_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  ~Scratch() { fs::remove_all(dir_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  [[nodiscard]] std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  fs::path dir_;
+};
+
+/// A uint8 file of n samples 3×5×7 with every byte value present, mean/std when asked.
+std::string write_pixels(const Scratch& s, bool mean_std, const std::string& dtype = "uint8") {
+  testing::RawDataset d;
+  const int n = 23;
+  d.image_dims = {static_cast<hsize_t>(n), 3, 5, 7};
+  d.image_dtype = dtype;
+  std::mt19937 gen(5);
+  for (int i = 0; i < n * 3 * 5 * 7; ++i) d.pixels.push_back(static_cast<float>(gen() % 256));
+  for (int i = 0; i < n; ++i) d.labels.push_back(i % 4);
+  d.num_classes = 4;
+  if (mean_std) {
+    d.mean = {0.49f, 0.48f, 0.45f};
+    d.stddev = {0.247f, 0.243f, 0.261f};
+  }
+  const std::string path = s.file(dtype + (mean_std ? "_norm.h5" : "_raw.h5"));
+  testing::write_raw_dataset(path, d);
+  return path;
+}
+
+/// A gray w×h JPEG of a diagonal ramp with noise (quality 90).
+std::vector<std::uint8_t> jpeg(int w, int h, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<unsigned char> px(static_cast<std::size_t>(w) * h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      px[static_cast<std::size_t>(y) * w + x] =
+          static_cast<unsigned char>((x * 9 + y * 5 + gen() % 40) % 256);
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(tj, px.data(), w, 0, h, TJPF_GRAY, &buf, &size, TJSAMP_GRAY, 90, 0);
+  std::vector<std::uint8_t> out;
+  if (rc == 0) out.assign(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+/// An encoded file (docs/data.md) of gray JPEGs of assorted sizes, row `bad` garbage bytes.
+std::string write_encoded(const Scratch& s, int n, int bad) {
+  std::vector<std::vector<std::uint8_t>> rows;
+  std::vector<std::int64_t> shapes, labels;
+  for (int i = 0; i < n; ++i) {
+    const int w = 17 + 3 * i, h = 14 + (i * 5) % 11;
+    rows.push_back(i == bad ? std::vector<std::uint8_t>(50, 7) : jpeg(w, h, 40 + i));
+    shapes.insert(shapes.end(), {1, h, w});
+    labels.push_back(i % 3);
+  }
+  const std::string path = s.file("encoded.h5");
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5File f = create_file(path);
+  std::vector<hvl_t> vl;
+  for (auto& r : rows) vl.push_back(hvl_t{r.size(), r.data()});
+  const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+  const hid_t type = H5Tvlen_create(H5T_NATIVE_UINT8), space = H5Screate_simple(1, dims, nullptr);
+  const hid_t dset =
+      H5Dcreate2(f.get(), "images", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, vl.data()), 0);
+  H5Dclose(dset);
+  H5Sclose(space);
+  H5Tclose(type);
+  write_dataset_int64s(f.get(), "image_shapes", {static_cast<hsize_t>(n), 3}, shapes.data());
+  write_dataset_int64s(f.get(), "labels", {static_cast<hsize_t>(n)}, labels.data());
+  write_attr_int(f.get(), "channels", 1);
+  write_attr_int(f.get(), "num_classes", 3);
+  write_attr_floats(f.get(), "mean", {0.3f});
+  write_attr_floats(f.get(), "std", {0.27f});
+  return path;
+}
+
+/// Every batch of both readers: the float one (normalized on the host) and the uint8 one.
+struct Batches {
+  std::vector<HostBatch> floats, bytes;
+};
+Batches read_both(const DatasetInfo& info, const std::vector<std::int64_t>& indices,
+                  const Augmentation& a) {
+  Batches out;
+  for (const bool raw : {false, true}) {
+    BatchReader r(info, indices, 4, 2, 0, a, 0, nullptr, raw);
+    HostBatch b;
+    while (r.next(b)) (raw ? out.bytes : out.floats).push_back(b);
+  }
+  return out;
+}
+
+/// The raw batches through the table on `be` equal the float batches bit for bit.
+void expect_same_bits(Backend& be, const DatasetInfo& info, const Batches& b) {
+  ASSERT_EQ(b.floats.size(), b.bytes.size());
+  ASSERT_FALSE(b.floats.empty());
+  const std::vector<float> lut = uint8_lut(info);
+  ASSERT_EQ(lut.size(), static_cast<std::size_t>(info.sample.c) * 256);
+  const std::size_t hw = static_cast<std::size_t>(info.sample.h) * info.sample.w;
+  DeviceBuffer<float> table(be, lut.size());
+  be.copy_to_device(table.data(), lut.data(), lut.size() * sizeof(float));
+  for (std::size_t k = 0; k < b.floats.size(); ++k) {
+    const HostBatch &f = b.floats[k], &r = b.bytes[k];
+    ASSERT_EQ(f.n, r.n) << "batch " << k;
+    EXPECT_EQ(f.y, r.y) << "batch " << k;
+    EXPECT_TRUE(r.x.empty());
+    ASSERT_EQ(r.raw.size(), f.x.size()) << "batch " << k;
+    DeviceBuffer<std::uint8_t> x(be, r.raw.size());
+    DeviceBuffer<float> y(be, f.x.size());
+    be.copy_to_device(x.data(), r.raw.data(), r.raw.size());
+    be.normalize_uint8(x.data(), table.data(), y.data(), static_cast<std::size_t>(r.n),
+                       info.sample.c, hw);
+    std::vector<float> got(f.x.size());
+    be.synchronize();
+    be.copy_to_host(got.data(), y.data(), got.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(got.data(), f.x.data(), got.size() * sizeof(float)), 0)
+        << "batch " << k << " differs from the host-normalized one";
+  }
+}
+
+const std::vector<std::int64_t> kOrder = {5, 0, 22, 7, 7, 13, 1, 2, 19, 11, 3, 20, 8};
+
+TEST(Uint8Batches, TableIsThePerPixelFormula) {
+  Scratch s;
+  const DatasetInfo info = open_dataset_info(write_pixels(s, true));
+  const std::vector<float> lut = uint8_lut(info);
+  for (int c = 0; c < 3; ++c)
+    for (int b : {0, 1, 128, 255})
+      EXPECT_EQ(lut[static_cast<std::size_t>(c) * 256 + b],
+                (static_cast<float>(b) / 255.0f - info.mean[c]) / info.stddev[c]);
+  EXPECT_EQ(uint8_lut(open_dataset_info(write_pixels(s, false)))[255], 1.0f);
+  EXPECT_TRUE(uint8_lut(open_dataset_info(write_pixels(s, true, "float32"))).empty());
+}
+
+TEST(Uint8Batches, DecodedPixelsEqualTheFloatBatchesBitForBit) {
+  Scratch s;
+  auto cpu = make_cpu_backend();
+  for (const bool mean_std : {true, false})
+    for (const Augmentation& a : {Augmentation{}, Augmentation{2, true, 9, 1}}) {
+      SCOPED_TRACE(std::string(mean_std ? "mean/std" : "/255 only") +
+                   (a.enabled() ? ", crop + flip" : ""));
+      const DatasetInfo info = open_dataset_info(write_pixels(s, mean_std));
+      expect_same_bits(*cpu, info, read_both(info, kOrder, a));
+    }
+}
+
+TEST(Uint8Batches, EncodedImagesEqualTheFloatBatchesBitForBit) {
+  Scratch s;
+  auto cpu = make_cpu_backend();
+  DatasetInfo info = open_dataset_info(write_encoded(s, 11, 6));
+  DecodeOptions d;
+  d.crop = 12;
+  d.random_resized = true;
+  d.threads = 2;
+  configure_decode(info, d);
+  const Batches b = read_both(info, {3, 6, 0, 10, 2, 9, 1}, Augmentation{0, true, 4, 2});
+  ASSERT_EQ(b.bytes.size(), 2u);
+  EXPECT_EQ(b.bytes[0].n, 3);  // sample 6 is left out of both
+  expect_same_bits(*cpu, info, b);
+}
+
+TEST(Uint8Batches, RefusedForFloatFilesAndBadShapes) {
+  Scratch s;
+  const std::string path = write_pixels(s, true, "float32");
+  try {
+    BatchReader r(open_dataset_info(path), {0, 1}, 2, 2, 0, {}, 0, nullptr, true);
+    ADD_FAILURE() << "a float32 file gave uint8 batches";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  auto cpu = make_cpu_backend();
+  std::uint8_t x = 0;
+  float lut[256] = {}, y = 0;
+  EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, 1, 0, 1), InputError);
+  EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, 1, 1, 0), InputError);
+}
+
+// The worker's BatchUpload: on the CPU the reader normalizes (no uint8 batches); its upload puts
+// the float batch into x.
+TEST(Uint8Batches, CpuWorkersUploadFloatBatches) {
+  Scratch s;
+  auto cpu = make_cpu_backend();
+  const DatasetInfo info = open_dataset_info(write_pixels(s, true));
+  BatchUpload up(*cpu, info, 4);
+  EXPECT_FALSE(up.uint8_batches());
+  const Batches b = read_both(info, kOrder, {});
+  DeviceBuffer<float> x(*cpu, 4 * info.sample.sample_count());
+  DeviceBuffer<std::int32_t> y(*cpu, 4);
+  up(b.floats[1], x.data(), y.data());
+  EXPECT_EQ(std::vector<float>(x.data(), x.data() + b.floats[1].x.size()), b.floats[1].x);
+  EXPECT_EQ(std::vector<std::int32_t>(y.data(), y.data() + 4), b.floats[1].y);
+}
+
+class CudaUint8Batches : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DT_SKIP_WITHOUT_CUDA();
+    gpu_ = make_cuda_backend(0);
+  }
+  std::unique_ptr<Backend> gpu_;
+};
+
+TEST_F(CudaUint8Batches, DeviceNormalizationEqualsTheHostBitForBit) {
+  Scratch s;
+  for (const bool mean_std : {true, false}) {
+    const DatasetInfo info = open_dataset_info(write_pixels(s, mean_std));
+    expect_same_bits(*gpu_, info, read_both(info, kOrder, Augmentation{2, true, 9, 1}));
+  }
+  DatasetInfo info = open_dataset_info(write_encoded(s, 11, 6));
+  DecodeOptions d;
+  d.crop = 12;
+  d.random_resized = true;
+  configure_decode(info, d);
+  expect_same_bits(*gpu_, info,
+                   read_both(info, {3, 6, 0, 10, 2, 9, 1}, Augmentation{0, true, 4, 2}));
+}
+
+// More elements than the kernel's grid covers in one pass (65,536 blocks of 256 threads): the
+// grid-stride loop, against the CPU backend's loop.
+TEST_F(CudaUint8Batches, LargeBatchMatchesTheCpuLoop) {
+  const std::size_t n = 130, c = 3, hw = 224 * 224, total = n * c * hw;
+  std::vector<std::uint8_t> raw(total);
+  std::mt19937 gen(3);
+  for (auto& b : raw) b = static_cast<std::uint8_t>(gen());
+  std::vector<float> lut(c * 256);
+  for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = static_cast<float>(i) * 0.37f - 50.0f;
+  auto cpu = make_cpu_backend();
+  std::vector<float> want(total);
+  cpu->normalize_uint8(raw.data(), lut.data(), want.data(), n, static_cast<int>(c), hw);
+  DeviceBuffer<std::uint8_t> x(*gpu_, total);
+  DeviceBuffer<float> table(*gpu_, lut.size()), y(*gpu_, total);
+  gpu_->copy_to_device(x.data(), raw.data(), total);
+  gpu_->copy_to_device(table.data(), lut.data(), lut.size() * sizeof(float));
+  gpu_->normalize_uint8(x.data(), table.data(), y.data(), n, static_cast<int>(c), hw);
+  std::vector<float> got(total);
+  gpu_->synchronize();
+  gpu_->copy_to_host(got.data(), y.data(), total * sizeof(float));
+  EXPECT_EQ(got, want);
+}
+
+// The worker's BatchUpload on a GPU: uint8 batches, bytes uploaded and normalized on the device.
+TEST_F(CudaUint8Batches, GpuWorkersUploadBytes) {
+  Scratch s;
+  const DatasetInfo info = open_dataset_info(write_pixels(s, true));
+  BatchUpload up(*gpu_, info, 4);
+  ASSERT_TRUE(up.uint8_batches());
+  const Batches b = read_both(info, kOrder, {});
+  DeviceBuffer<float> x(*gpu_, 4 * info.sample.sample_count());
+  DeviceBuffer<std::int32_t> y(*gpu_, 4);
+  up(b.bytes[2], x.data(), y.data());
+  std::vector<float> got(b.floats[2].x.size());
+  std::vector<std::int32_t> labels(4);
+  gpu_->synchronize();
+  gpu_->copy_to_host(got.data(), x.data(), got.size() * sizeof(float));
+  gpu_->copy_to_host(labels.data(), y.data(), labels.size() * sizeof(std::int32_t));
+  EXPECT_EQ(std::memcmp(got.data(), b.floats[2].x.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(labels, b.floats[2].y);
+}
+
+}  // namespace
+}  // namespace dtrain
