@@ -217,21 +217,29 @@ TEST(Uint8Batches, RefusedForFloatFilesAndBadShapes) {
   EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, 1, 1, 0), InputError);
 }
 
-// The worker's BatchUpload: on the CPU the reader normalizes (no uint8 batches); its upload puts
-// the float batch into x.
-TEST(Uint8Batches, CpuWorkersUploadFloatBatches) {
+/// The worker's BatchUpload on `be`: uint8 batches exactly when want_uint8 (a GPU), and either
+/// way x and y of the upload equal the host-normalized batch and its labels, bit for bit.
+void expect_upload(Backend& be, bool want_uint8) {
   Scratch s;
-  auto cpu = make_cpu_backend();
   const DatasetInfo info = open_dataset_info(write_pixels(s, true));
-  BatchUpload up(*cpu, info, 4);
-  EXPECT_FALSE(up.uint8_batches());
+  BatchUpload up(be, info, 4);
+  ASSERT_EQ(up.uint8_batches(), want_uint8);
   const Batches b = read_both(info, kOrder, {});
-  DeviceBuffer<float> x(*cpu, 4 * info.sample.sample_count());
-  DeviceBuffer<std::int32_t> y(*cpu, 4);
-  up(b.floats[1], x.data(), y.data());
-  EXPECT_EQ(std::vector<float>(x.data(), x.data() + b.floats[1].x.size()), b.floats[1].x);
-  EXPECT_EQ(std::vector<std::int32_t>(y.data(), y.data() + 4), b.floats[1].y);
+  const HostBatch& want = b.floats[2];
+  DeviceBuffer<float> x(be, 4 * info.sample.sample_count());
+  DeviceBuffer<std::int32_t> y(be, 4);
+  up(want_uint8 ? b.bytes[2] : want, x.data(), y.data());
+  std::vector<float> got(want.x.size());
+  std::vector<std::int32_t> labels(4);
+  be.synchronize();
+  be.copy_to_host(got.data(), x.data(), got.size() * sizeof(float));
+  be.copy_to_host(labels.data(), y.data(), labels.size() * sizeof(std::int32_t));
+  EXPECT_EQ(std::memcmp(got.data(), want.x.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(labels, want.y);
 }
+
+// On the CPU the reader normalizes (no uint8 batches); the upload puts the float batch into x.
+TEST(Uint8Batches, CpuWorkersUploadFloatBatches) { expect_upload(*make_cpu_backend(), false); }
 
 class CudaUint8Batches : public ::testing::Test {
  protected:
@@ -280,24 +288,8 @@ TEST_F(CudaUint8Batches, LargeBatchMatchesTheCpuLoop) {
   EXPECT_EQ(got, want);
 }
 
-// The worker's BatchUpload on a GPU: uint8 batches, bytes uploaded and normalized on the device.
-TEST_F(CudaUint8Batches, GpuWorkersUploadBytes) {
-  Scratch s;
-  const DatasetInfo info = open_dataset_info(write_pixels(s, true));
-  BatchUpload up(*gpu_, info, 4);
-  ASSERT_TRUE(up.uint8_batches());
-  const Batches b = read_both(info, kOrder, {});
-  DeviceBuffer<float> x(*gpu_, 4 * info.sample.sample_count());
-  DeviceBuffer<std::int32_t> y(*gpu_, 4);
-  up(b.bytes[2], x.data(), y.data());
-  std::vector<float> got(b.floats[2].x.size());
-  std::vector<std::int32_t> labels(4);
-  gpu_->synchronize();
-  gpu_->copy_to_host(got.data(), x.data(), got.size() * sizeof(float));
-  gpu_->copy_to_host(labels.data(), y.data(), labels.size() * sizeof(std::int32_t));
-  EXPECT_EQ(std::memcmp(got.data(), b.floats[2].x.data(), got.size() * sizeof(float)), 0);
-  EXPECT_EQ(labels, b.floats[2].y);
-}
+// On a GPU: uint8 batches, the bytes uploaded and normalized on the device.
+TEST_F(CudaUint8Batches, GpuWorkersUploadBytes) { expect_upload(*gpu_, true); }
 
 }  // namespace
 }  // namespace dtrain

@@ -44,17 +44,16 @@ bool CudaBackend::layerwise_update(const OptimizerUpdate& u,
   // back (optimizer_update's rule).
   const bool finite = guard_ != nullptr || all_finite(g, n);
   prepare_layerwise(segments);
-  LayerwiseParams k;
-  k.lamb = u.kind == OptimizerKind::lamb ? 1 : 0;
-  k.lr = u.lr;
-  k.momentum = u.momentum;
-  k.nesterov = u.nesterov ? 1 : 0;
-  k.weight_decay = u.weight_decay;
-  k.lars_eta = u.lars_eta;
-  k.lars_epsilon = u.lars_epsilon;
-  k.beta1 = u.beta1;
-  k.beta2 = u.beta2;
-  k.epsilon = u.epsilon;
+  LayerwiseParams k{.lamb = u.kind == OptimizerKind::lamb ? 1 : 0,
+                    .lr = u.lr,
+                    .momentum = u.momentum,
+                    .nesterov = u.nesterov ? 1 : 0,
+                    .weight_decay = u.weight_decay,
+                    .lars_eta = u.lars_eta,
+                    .lars_epsilon = u.lars_epsilon,
+                    .beta1 = u.beta1,
+                    .beta2 = u.beta2,
+                    .epsilon = u.epsilon};
   if (k.lamb) {  // the CPU backend's bias corrections (src/dnn/onednn/layerwise.cpp)
     const double t = static_cast<double>(u.step);
     k.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{u.beta1}, t)));
