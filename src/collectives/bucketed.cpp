@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <utility>
 
 #include "dtrain/comm/affinity.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -17,20 +18,42 @@
 
 namespace dtrain {
 
+std::size_t end_bucket_floats(std::size_t bucket_floats) {
+  return std::max<std::size_t>(1, bucket_floats / kEndBucketDivisor);
+}
+
 std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats) {
-  if (bucket_floats == 0 || bucket_floats >= count) return {Bucket{0, count}};
-  std::vector<Bucket> out;
-  for (std::size_t end = count; end > 0;) {
-    const std::size_t begin = end > bucket_floats ? end - bucket_floats : 0;
-    out.push_back({begin, end});
-    end = begin;
+  return plan_buckets(count, bucket_floats, end_bucket_floats(bucket_floats));
+}
+
+std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
+                                 std::size_t end_floats) {
+  const std::size_t s = std::max<std::size_t>(1, std::min(end_floats, bucket_floats));
+  if (bucket_floats == 0 || count <= s) return {Bucket{0, count}};
+  const std::size_t top = count - s;  // [top, count): the last layers, the first bucket
+  std::vector<Bucket> out{Bucket{top, count}};
+  std::vector<Bucket> front;  // from offset 0 up: s, 2s, 4s, ... ≤ bucket_floats
+  for (std::size_t begin = 0, size = s; begin < top; size = std::min(bucket_floats, 2 * size)) {
+    const std::size_t end = std::min(top, begin + size);
+    front.push_back({begin, end});
+    begin = end;
   }
+  out.insert(out.end(), front.rbegin(), front.rend());
   return out;
 }
 
 BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats,
                                      bool overlap, const ReduceOptions& how)
-    : comm_(comm), count_(count), buckets_(plan_buckets(count, bucket_floats)) {
+    : BucketedAllreduce(comm, count, plan_buckets(count, bucket_floats), overlap, how) {}
+
+BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::vector<Bucket> buckets,
+                                     bool overlap, const ReduceOptions& how)
+    : comm_(comm), count_(count), buckets_(std::move(buckets)) {
+  DT_ASSERT(!buckets_.empty() && buckets_.front().end == count && buckets_.back().begin == 0,
+            "BucketedAllreduce: the buckets must run from the gradient count down to 0");
+  for (std::size_t k = 1; k < buckets_.size(); ++k)
+    DT_ASSERT(buckets_[k].end == buckets_[k - 1].begin && buckets_[k].begin < buckets_[k].end,
+              "BucketedAllreduce: the buckets must be contiguous and not empty");
   for (const Bucket& b : buckets_)
     DT_REQUIRE(b.end - b.begin < static_cast<std::size_t>(INT_MAX),
                "--bucket-mb: a bucket of " + std::to_string(b.end - b.begin) +
@@ -104,7 +127,7 @@ void BucketedAllreduce::hand_over(std::size_t from) {
 
 void BucketedAllreduce::reduce(std::size_t k, int track) {
   const Bucket& b = buckets_[k];
-  // The first bucket also carries the flag in the spare float after the gradients.
+  // The first bucket (ending at count_) also carries the flag in the spare float after them.
   const std::size_t n = b.end - b.begin + (k == 0 ? 1 : 0);
   if (hier_ || wire_) {
     // The thread's sums are watched by finish()'s wait; the thread-less path waits itself.

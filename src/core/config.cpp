@@ -350,8 +350,9 @@ void add_device_options(Table& t, Config& c) {
         "pushes (pulls stay fp32; a --ps-shm ring holds the rounded values in 32 bits)");
   t.add(
       "bucket-mb", &c.bucket_mb,
-      "sync allreduce on CPU: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
-      "fusion buffer); buckets are summed while backward still runs; 0: one bucket");
+      "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
+      "fusion buffer); buckets are summed while backward still runs, the first and the last "
+      "1 MiB, those between doubling up to this size; 0: one bucket");
   t.add("overlap", &c.overlap,
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "

@@ -34,8 +34,8 @@ std::vector<double> ready_or_end(const WorkerProfile& p, const std::vector<std::
   return t.overlap ? ready_times_s(p, from, scale) : std::vector<double>(from.size(), backward_s);
 }
 
-/// The sync step's exposed communication: buckets from the end of the buffer, each summed by
-/// `allreduce` once ready.
+/// The sync step's exposed communication: the training's buckets (plan_buckets), each summed by
+/// `allreduce` once ready, in the training's order.
 double sync_exposed_s(const WorkerProfile& p, double scale, double backward_s, const Candidate& c,
                       double (*allreduce)(double, const Topology&), const Topology& t) {
   const std::size_t count = p.param_floats();
@@ -160,7 +160,7 @@ std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, doub
                                   int num_ps) {
   std::vector<Candidate> out;
   if (sync) {
-    std::set<double> sizes = {0, 1, 4, 16, 25, 64, bucket_mb};
+    std::set<double> sizes = {0, 1, 4, 16, 25, 64, 256, bucket_mb};
     for (Strategy s : {Strategy::flat, Strategy::hierarchical})
       for (double mb : sizes) out.push_back({s, mb, 0});
   }

@@ -1,12 +1,12 @@
 // dtrain/train/allreduce_exchange.cpp — ExchangeKind::allreduce: the workers sum their gradients
 // (pre-scaled by 1 / the step's samples over all workers) with an allreduce, and every worker
 // applies the same optimizer step, so the replicas stay bit-identical. The gradient is summed in
-// --bucket-mb buckets while backward runs, the stop flag riding in the spare float of the first
-// bucket: on CPU by MPI on a communication thread (collectives/bucketed.hpp), on GPU by NCCL on
-// its own stream, each bucket queued behind the backward kernels that make it
-// (collectives/allreduce.hpp, start_sum). With --overlap false, or GPU gradients staged through
-// host memory for MPI (--allreduce mpi), one allreduce after backward, then a one-float allreduce
-// of the flag.
+// buckets of at most --bucket-mb (plan_buckets: 1 MiB at both ends) while backward runs, the stop
+// flag riding in the spare float of the first bucket: on CPU by MPI on a communication thread
+// (collectives/bucketed.hpp), on GPU by NCCL on its own stream, each bucket queued behind the
+// backward kernels that make it (collectives/allreduce.hpp, start_sum). With --overlap false, or
+// GPU gradients staged through host memory for MPI (--allreduce mpi), one allreduce after backward,
+// then a one-float allreduce of the flag.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -244,7 +244,7 @@ class AllreduceExchange final : public GradientExchange {
   HostMirror mirror_;
   std::unique_ptr<BucketedAllreduce> buckets_;    ///< CPU
   std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
-  std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: the buckets, from the end
+  std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: plan_buckets' buckets
   std::size_t launched_ = 0;         ///< buckets started this step
   std::int64_t global_step_ = 0;
   std::int64_t skipped_ = 0;

@@ -25,8 +25,8 @@ done
 import json, sys
 plan, prof = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rows = plan["predictions"]
-# sync: buckets {0, 1, 4, 16, 25, 64} × flat, hierarchical; async: 1, 2, 4 ps
-assert len(rows) == 15, len(rows)
+# sync: buckets {0, 1, 4, 16, 25, 64, 256} × flat, hierarchical; async: 1, 2, 4 ps
+assert len(rows) == 17, len(rows)
 assert plan["workers"] == 4 and plan["batch_per_worker"] == 64 and plan["network"] == "25gbe"
 params = sum(l["param_floats"] for l in prof["layers"])
 assert params == 421834, params  # the job's parameters (docs/results/scaling)
@@ -37,7 +37,7 @@ for r in rows:
     assert abs(r["compute_ms"] - compute) < 1e-6 * compute, (r, compute)
     assert r["step_ms"] >= r["compute_ms"] and 0 < r["efficiency"] <= 1 + 1e-9, r
     assert abs(r["samples_per_s"] - 4 * 64 / (r["step_ms"] / 1000)) < 1e-6 * r["samples_per_s"], r
-print(f"15 predictions; profile {compute:.1f} ms forward + backward at batch 64")
+print(f"17 predictions; profile {compute:.1f} ms forward + backward at batch 64")
 PY
 
 echo "== 2. the profile against a real one-worker run"

@@ -1,15 +1,19 @@
 // tests/mpi/test_bucketed.cpp — the bucketed gradient allreduce (collectives/bucketed.hpp): bucket
-// plans; exact sums of rank-dependent data for many bucket sizes and hand-over orders, the flag
-// riding in the first bucket; a non-finite value on one rank seen by every rank; and a model's
-// gradients summed bucket by bucket while backward runs equal the same gradients summed in one
-// allreduce after backward (bit for bit with 2 ranks: a + b = b + a; with more, MPI picks its
-// algorithm by message size and may add in another order, so to 1e-5 relative) and are the same on
-// every rank.
+// plans (closed form; a graph model's tensors per bucket and the layer after whose backward each
+// bucket is complete, the last-ready one the small end bucket); exact sums of rank-dependent data
+// for many bucket sizes and hand-over orders, the flag riding in the first bucket; a non-finite
+// value on one rank seen by every rank; and a model's gradients summed bucket by bucket while
+// backward runs equal the same gradients summed in one allreduce after backward (bit for bit with
+// 2 ranks: a + b = b + a; with more, MPI picks its algorithm by message size and may add in
+// another order, so to 1e-5 relative) and are the same on every rank — for a residual and a
+// branching model, with buckets of one size and with the training's plan.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -24,22 +28,49 @@ namespace {
 using test::world_rank;
 using test::world_size;
 
-TEST(BucketPlan, CutsFromTheEndAndCoversEverything) {
-  const auto b = plan_buckets(10, 3);
-  ASSERT_EQ(b.size(), 4u);
-  EXPECT_EQ(b[0].begin, 7u);
-  EXPECT_EQ(b[0].end, 10u);
-  EXPECT_EQ(b[1].begin, 4u);
-  EXPECT_EQ(b[2].begin, 1u);
-  EXPECT_EQ(b[3].begin, 0u);
-  EXPECT_EQ(b[3].end, 1u);
-  for (std::size_t k = 1; k < b.size(); ++k) EXPECT_EQ(b[k].end, b[k - 1].begin);
-  EXPECT_EQ(plan_buckets(10, 0).size(), 1u);
-  EXPECT_EQ(plan_buckets(10, 10).size(), 1u);
-  EXPECT_EQ(plan_buckets(10, 9).size(), 2u);
-  const auto empty = plan_buckets(0, 4);
-  ASSERT_EQ(empty.size(), 1u);
-  EXPECT_EQ(empty[0].end, 0u);
+/// Buckets as {begin, end} pairs, for whole-plan comparisons.
+std::vector<std::pair<std::size_t, std::size_t>> ranges(const std::vector<Bucket>& b) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (const Bucket& x : b) out.emplace_back(x.begin, x.end);
+  return out;
+}
+
+using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+
+TEST(BucketPlan, SmallAtBothEndsDoublingToTheCapFromTheFront) {
+  // s = 4 at both ends; from the front 4, 8, 16, 32, 32, then the remainder 4 below the first.
+  EXPECT_EQ(ranges(plan_buckets(100, 32, 4)),
+            (Ranges{{96, 100}, {92, 96}, {60, 92}, {28, 60}, {12, 28}, {4, 12}, {0, 4}}));
+  // The end size is at most the cap: s = 3, no doubling past it.
+  EXPECT_EQ(ranges(plan_buckets(10, 3, 8)), (Ranges{{7, 10}, {6, 7}, {3, 6}, {0, 3}}));
+  // Just above one end bucket: two.
+  EXPECT_EQ(ranges(plan_buckets(5, 32, 4)), (Ranges{{1, 5}, {0, 1}}));
+  // The training's end size is a 25th of the cap (at least one float): 4 for 100, 1 for 10.
+  EXPECT_EQ(end_bucket_floats(100), 4u);
+  EXPECT_EQ(end_bucket_floats(10), 1u);
+  EXPECT_EQ(ranges(plan_buckets(100, 100)), ranges(plan_buckets(100, 100, 4)));
+  EXPECT_EQ(ranges(plan_buckets(10, 10)), (Ranges{{9, 10}, {7, 9}, {3, 7}, {1, 3}, {0, 1}}));
+  // DDP's numbers at 25 MiB: ResNet-50's 25,557,032 floats (97.5 MiB) end with buckets of 16, 8,
+  // 4, 2, 1 MiB, the last holding its stem and first stage (0.86 MiB), and begin with 1 MiB.
+  const std::size_t MiB = (1 << 20) / 4, r50 = 25557032;
+  EXPECT_EQ(end_bucket_floats(25 * MiB), MiB);
+  const auto big = plan_buckets(r50, 25 * MiB);
+  ASSERT_EQ(big.size(), 9u);
+  EXPECT_EQ(big.front().begin, r50 - MiB);
+  const std::vector<std::size_t> tail = {16 * MiB, 8 * MiB, 4 * MiB, 2 * MiB, MiB};
+  for (std::size_t k = 0; k < tail.size(); ++k) {
+    const Bucket& x = big[big.size() - tail.size() + k];
+    EXPECT_EQ(x.end - x.begin, tail[k]) << k;
+  }
+  for (const auto& b : {big, plan_buckets(100, 32, 4), plan_buckets(1000003, 4096)}) {
+    EXPECT_EQ(b.back().begin, 0u);  // contiguous, from the end down to 0
+    for (std::size_t k = 1; k < b.size(); ++k) EXPECT_EQ(b[k].end, b[k - 1].begin);
+  }
+  // One bucket: no cap, or nothing beyond one end bucket.
+  EXPECT_EQ(ranges(plan_buckets(10, 0)), (Ranges{{0, 10}}));
+  EXPECT_EQ(ranges(plan_buckets(4, 32, 4)), (Ranges{{0, 4}}));
+  EXPECT_EQ(ranges(plan_buckets(1, 7)), (Ranges{{0, 1}}));
+  EXPECT_EQ(ranges(plan_buckets(0, 4)), (Ranges{{0, 0}}));
 }
 
 TEST(BucketedAllreduce, SumsEveryBucketAndTheFlag) {
@@ -109,51 +140,13 @@ TEST(BucketedAllreduce, NonFiniteOnOneRankReachesEveryRanksOptimizer) {
   EXPECT_TRUE(cpu->optimizer_update(u, p.data(), clean.data(), m.data(), nullptr, n));
 }
 
-TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
-  const int rank = world_rank();
-  auto cpu = make_cpu_backend();
-  const std::vector<std::string> layers = {"conv filters=4 kernel=3 pad=1 name=c1",
-                                           "batchnorm",
-                                           "relu",
-                                           "conv filters=4 kernel=3 pad=1 name=c2",
-                                           "add input=c1,c2",
-                                           "maxpool kernel=2",
-                                           "flatten",
-                                           "dense units=16",
-                                           "relu",
-                                           "dense"};
-  constexpr int B = 4, kClasses = 5;
-  const Shape sample{1, 2, 8, 8};
-  Model model(*cpu, layers, sample, kClasses, B);
-  model.initialize(7);
-  const std::size_t P = model.param_count();
-  std::vector<float> x(B * sample.sample_count());
-  std::vector<std::int32_t> y(B);
-  for (std::size_t i = 0; i < x.size(); ++i)
-    x[i] = std::sin(0.37f * static_cast<float>(i + 101 * rank));
-  for (int i = 0; i < B; ++i) y[i] = (i + rank) % kClasses;
-  DeviceBuffer<float> dx(*cpu, x.size()), stats(*cpu, kStatsFloats);
-  DeviceBuffer<std::int32_t> dy(*cpu, B);
-  cpu->copy_to_device(dx.data(), x.data(), x.size() * sizeof(float));
-  cpu->copy_to_device(dy.data(), y.data(), y.size() * sizeof(std::int32_t));
-
-  // After backward: one allreduce of the whole gradient.
-  model.train_step(dx.data(), dy.data(), B, 0.125f, 3, stats.data());
-  std::vector<float> after(model.grads(), model.grads() + P);
-  ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, after.data(), static_cast<int>(P), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD),
-            MPI_SUCCESS);
-
-  // During backward: small buckets handed over as the model reports final gradients.
-  BucketedAllreduce ar(MPI_COMM_WORLD, P, 64, true);
-  ASSERT_GT(ar.buckets().size(), 3u);
-  std::vector<std::size_t> reported;
-  ar.begin(model.grads(), 0.0f);
-  model.train_step(dx.data(), dy.data(), B, 0.125f, 3, stats.data(), [&](std::size_t from) {
-    reported.push_back(from);
-    ar.ready(from);
-  });
-  (void)ar.finish(60);
+/// The bucketed sums `got` against the one allreduce after backward: bit for bit with 2 ranks
+/// (a + b = b + a), to 1e-5 relative with more (MPI picks its algorithm by message size and may
+/// add in another order); backward reported ever smaller offsets ending at 0; every rank holds
+/// the same sums (the replicas stay identical).
+void expect_sums_match(const float* got, const std::vector<float>& want,
+                       const std::vector<std::size_t>& reported) {
+  const std::size_t P = want.size();
   ASSERT_FALSE(reported.empty());
   EXPECT_EQ(reported.back(), 0u);
   for (std::size_t k = 1; k < reported.size(); ++k) EXPECT_LE(reported[k], reported[k - 1]);
@@ -161,16 +154,147 @@ TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
   const bool exact = world_size() == 2;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < P; ++i) {
-    const float g = model.grads()[i], want = after[i];
-    const bool ok = exact ? g == want : std::fabs(g - want) <= 1e-5f * (std::fabs(want) + 1e-6f);
-    if (!ok && bad++ == 0) ADD_FAILURE() << "gradient " << i << ": " << g << " vs " << want;
+    const float g = got[i], w = want[i];
+    const bool ok = exact ? g == w : std::fabs(g - w) <= 1e-5f * (std::fabs(w) + 1e-6f);
+    if (!ok && bad++ == 0) ADD_FAILURE() << "gradient " << i << ": " << g << " vs " << w;
   }
   EXPECT_EQ(bad, 0u);
-  // Every rank holds the same sums (the replicas stay identical).
-  std::vector<float> lo(model.grads(), model.grads() + P), hi = lo;
+  std::vector<float> lo(got, got + P), hi = lo;
   MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(P), MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(P), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lo, hi);
+}
+
+/// A residual chain (an add) and an Inception-like block (two branches, a concat).
+const std::vector<std::string> kResidual = {"conv filters=4 kernel=3 pad=1 name=c1",
+                                            "batchnorm",
+                                            "relu",
+                                            "conv filters=4 kernel=3 pad=1 name=c2",
+                                            "add input=c1,c2",
+                                            "maxpool kernel=2",
+                                            "flatten",
+                                            "dense units=16",
+                                            "relu",
+                                            "dense"};
+const std::vector<std::string> kBranches = {"conv filters=4 kernel=3 pad=1 name=stem",
+                                            "relu name=r",
+                                            "conv filters=2 kernel=1 input=r name=b1",
+                                            "conv filters=3 kernel=3 pad=1 input=r name=b2",
+                                            "concat input=b1,b2",
+                                            "batchnorm",
+                                            "relu",
+                                            "maxpool kernel=2",
+                                            "flatten",
+                                            "dense"};
+
+/// A model on this rank's batch (rank-seeded inputs and labels), the same initial parameters on
+/// every rank; step() runs one training step, telling `on_final` what backward makes final.
+struct RankStep {
+  static constexpr int B = 4;
+  RankStep(const std::vector<std::string>& layers, const Shape& sample, int classes)
+      : cpu(make_cpu_backend()), model(*cpu, layers, sample, classes, B),
+        x(*cpu, B * sample.sample_count()), y(*cpu, B), stats(*cpu, kStatsFloats) {
+    model.initialize(7);
+    const int rank = world_rank();
+    std::vector<float> hx(B * sample.sample_count());
+    std::vector<std::int32_t> hy(B);
+    for (std::size_t i = 0; i < hx.size(); ++i)
+      hx[i] = std::sin(0.37f * static_cast<float>(i + 101 * rank));
+    for (int i = 0; i < B; ++i) hy[i] = (i + rank) % classes;
+    cpu->copy_to_device(x.data(), hx.data(), hx.size() * sizeof(float));
+    cpu->copy_to_device(y.data(), hy.data(), hy.size() * sizeof(std::int32_t));
+  }
+  void step(const GradsFinal& on_final = {}) {
+    model.train_step(x.data(), y.data(), B, 0.125f, 3, stats.data(), on_final);
+  }
+  std::unique_ptr<Backend> cpu;
+  Model model;
+  DeviceBuffer<float> x;
+  DeviceBuffer<std::int32_t> y;
+  DeviceBuffer<float> stats;
+};
+
+TEST(BucketPlan, BranchesOfAGraphModelFillTheBucketsInBackwardOrder) {
+  RankStep r(kBranches, Shape{1, 2, 4, 4}, 3);
+  // Parameters in line order: stem 4·2·3·3 + 4 = 76, b1 2·4 + 2 = 10, b2 3·4·3·3 + 3 = 111,
+  // batchnorm γ, β 5 + 5, dense 3·(5·2·2) + 3 = 63: 270 floats.
+  std::vector<std::pair<std::string, std::size_t>> offsets;
+  for (const TensorInfo& t : r.model.param_tensors()) offsets.emplace_back(t.key, t.offset);
+  using Offsets = std::vector<std::pair<std::string, std::size_t>>;
+  ASSERT_EQ(offsets, (Offsets{{"stem.weight", 0},
+                              {"stem.bias", 72},
+                              {"b1.weight", 76},
+                              {"b1.bias", 84},
+                              {"b2.weight", 86},
+                              {"b2.bias", 194},
+                              {"5.batchnorm.weight", 197},
+                              {"5.batchnorm.bias", 202},
+                              {"9.dense.weight", 207},
+                              {"9.dense.bias", 267}}));
+  ASSERT_EQ(r.model.param_count(), 270u);
+  // Backward runs the lines in reverse — the dense, the batchnorm, then branch b2 (line 3)
+  // before b1 (line 2), the stem last — and after each line reports its first parameter.
+  std::vector<std::size_t> from;
+  r.step([&](std::size_t f) { from.push_back(f); });
+  EXPECT_EQ(from, (std::vector<std::size_t>{207, 207, 207, 207, 197, 197, 86, 76, 76, 0}));
+  // Buckets of at most 64 floats, 16 at both ends: which tensors share which bucket.
+  const auto b = plan_buckets(270, 64, 16);
+  ASSERT_EQ(ranges(b),
+            (Ranges{{254, 270}, {240, 254}, {176, 240}, {112, 176}, {48, 112}, {16, 48}, {0, 16}}));
+  std::vector<std::vector<std::string>> held(b.size());
+  for (std::size_t k = 0; k < b.size(); ++k)
+    for (const TensorInfo& t : r.model.param_tensors())
+      if (t.offset < b[k].end && t.offset + t.count > b[k].begin) held[k].push_back(t.key);
+  using Held = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(held, (Held{{"9.dense.weight", "9.dense.bias"},
+                        {"9.dense.weight"},
+                        {"b2.weight", "b2.bias", "5.batchnorm.weight", "5.batchnorm.bias",
+                         "9.dense.weight"},
+                        {"b2.weight"},
+                        {"stem.weight", "stem.bias", "b1.weight", "b1.bias", "b2.weight"},
+                        {"stem.weight"},
+                        {"stem.weight"}}));
+  // A bucket is complete once a report reaches its begin: after line 9 (the dense), line 3 (b2),
+  // line 0 (the stem) — the last-ready bucket the small one, the first layers' 16 floats.
+  const std::vector<std::size_t> after_line = {9, 9, 3, 3, 0, 0, 0};
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    std::size_t i = 0;
+    while (from[i] > b[k].begin) ++i;
+    EXPECT_EQ(from.size() - 1 - i, after_line[k]) << "bucket " << k;
+  }
+  EXPECT_EQ(b.back().end - b.back().begin, 16u);
+}
+
+TEST(BucketedAllreduce, GradientsSummedDuringBackwardEqualOneAllreduceAfterIt) {
+  struct Net {
+    const std::vector<std::string>* layers;
+    Shape sample;
+    int classes;
+  };
+  for (const Net& net : {Net{&kResidual, Shape{1, 2, 8, 8}, 5}, Net{&kBranches, {1, 2, 4, 4}, 3}}) {
+    RankStep r(*net.layers, net.sample, net.classes);
+    const std::size_t P = r.model.param_count();
+    // After backward: one allreduce of the whole gradient.
+    r.step();
+    std::vector<float> after(r.model.grads(), r.model.grads() + P);
+    ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, after.data(), static_cast<int>(P), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD),
+              MPI_SUCCESS);
+    // During backward, as the model reports final gradients: buckets of 64 floats (64 at both
+    // ends too), and the training's plan at 64: 2 floats at both ends, doubling up to 64.
+    for (const std::vector<Bucket>& plan : {plan_buckets(P, 64, 64), plan_buckets(P, 64)}) {
+      BucketedAllreduce ar(MPI_COMM_WORLD, P, plan, true);
+      ASSERT_GT(ar.buckets().size(), 3u);
+      std::vector<std::size_t> reported;
+      ar.begin(r.model.grads(), 0.0f);
+      r.step([&](std::size_t from) {
+        reported.push_back(from);
+        ar.ready(from);
+      });
+      (void)ar.finish(60);
+      expect_sums_match(r.model.grads(), after, reported);
+    }
+  }
 }
 
 }  // namespace

@@ -125,24 +125,37 @@ TEST(ScalingModel, OneWorkerPaysComputeAndOptimizerOnly) {
 }
 
 TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
-  const WorkerProfile p = three_layers();  // 300 floats = 1200 bytes
-  // Two ranks on one node, unshared 1 kB/s link with α = 0: a ring step of m bytes costs m ms.
-  const Topology t = topo(1, 2, link(0, 1e-6), link(0, 1e-6), 4);
-  // Buckets of 200 floats from the end: [100, 300) ready at 4 ms, [0, 100) at 7 ms.
-  const Candidate c{Strategy::flat, 200.0 * 4 / (1024 * 1024), 0};
-  ASSERT_EQ(plan_buckets(300, 200).size(), 2u);
-  const double big = flat_allreduce_s(800, t), small = flat_allreduce_s(400, t);  // 0.8, 0.4 s
-  const double end = std::max(0.004 + big, 0.007) + small;
+  // 4 MiB of gradients: layer 0 holds the first 1 MiB, layer 2 the other 3 MiB. The training's
+  // plan at 25 MiB (end buckets of 1 MiB, doubling from the front): [3, 4) MiB and [1, 3) MiB
+  // ready when layer 2 is done (4 ms), [0, 1) MiB when layer 0 is (7 ms). (Cut from the end, the
+  // last bucket would have been all 4 MiB.)
+  constexpr std::size_t MiB = (1 << 20) / 4;
+  WorkerProfile p = three_layers();
+  p.layers[0].param_floats = MiB;
+  p.layers[2].param_offset = MiB;
+  p.layers[2].param_floats = 3 * MiB;
+  const auto b = plan_buckets(4 * MiB, 25 * MiB);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[1].begin, MiB);
+  EXPECT_EQ(b[2].end, MiB);
+  const Candidate c{Strategy::flat, 25, 0};
+  // Two ranks on one node, an unshared link of 1 GB/s, α = 0: 4.2 ms for 1 MiB, 8.4 for 2. The
+  // two buckets ready at 4 ms are still being summed at 7 ms: the backlog is exposed too.
+  const Topology t = topo(1, 2, link(0, 1), link(0, 1), 4);
+  const double one = flat_allreduce_s(4.0 * MiB, t), two = flat_allreduce_s(8.0 * MiB, t);
   const Prediction r = predict(p, t, c);
-  EXPECT_NEAR(r.exposed_ms, (end - 0.007) * 1000, 1e-9);
+  EXPECT_NEAR(r.exposed_ms, (0.004 + one + two + one - 0.007) * 1000, 1e-9);
   EXPECT_NEAR(r.step_ms, 3 + 7 + r.exposed_ms + 2, 1e-9);
-  EXPECT_NEAR(r.comm_ms, flat_allreduce_s(1200, t) * 1000, 1e-9);
+  EXPECT_NEAR(r.comm_ms, flat_allreduce_s(16.0 * MiB, t) * 1000, 1e-9);
   EXPECT_LT(r.efficiency, 1.0);
   EXPECT_EQ(r.bound, "network");
-  // --overlap false: both buckets start when backward ends, one after the other.
+  // 10 GB/s: the first two are done before backward ends, the last 1 MiB alone is exposed.
+  const Topology fast = topo(1, 2, link(0, 10), link(0, 10), 4);
+  EXPECT_NEAR(predict(p, fast, c).exposed_ms, flat_allreduce_s(4.0 * MiB, fast) * 1000, 1e-9);
+  // --overlap false: all three start when backward ends, one after the other.
   Topology serial = t;
   serial.overlap = false;
-  EXPECT_NEAR(predict(p, serial, c).exposed_ms, (big + small) * 1000, 1e-9);
+  EXPECT_NEAR(predict(p, serial, c).exposed_ms, (one + two + one) * 1000, 1e-9);
 }
 
 TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {
@@ -176,7 +189,7 @@ TEST(ScalingModel, CandidatesCoverBucketSizesAndPsCounts) {
     if (c.strategy == Strategy::ps) ps.push_back(c.num_ps);
     else ++sync;
   }
-  EXPECT_EQ(sync, 2u * 7);  // {0, 1, 4, 10, 16, 25, 64} × flat, hierarchical
+  EXPECT_EQ(sync, 2u * 8);  // {0, 1, 4, 10, 16, 25, 64, 256} × flat, hierarchical
   EXPECT_EQ(ps, (std::vector<int>{1, 2, 3, 4}));
   EXPECT_EQ(candidates(t, false, true, 25, 1).size(), 3u);  // 1, 2, 4 ps
 }

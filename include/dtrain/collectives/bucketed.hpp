@@ -2,12 +2,39 @@
 // (PyTorch DDP's reducer, Li et al. 2020 "PyTorch Distributed", VLDB; Horovod's tensor fusion).
 //
 // The gradient buffer (host floats, N×... flattened: the model's parameters in line order) is cut
-// into buckets of about --bucket-mb from its end, because backward produces gradients from the last
-// layer to the first. As the model reports that grads[from, count) are final, every bucket inside
-// that range is handed, in the same order on every rank, to a communication thread that sums it
-// over the workers with MPI_Allreduce (Open MPI's tuned blocking algorithms: its non-blocking
-// MPI_Iallreduce reaches a third to a half of their bandwidth on shared memory, and needs the
-// caller to drive progress). The caller's thread meanwhile computes the next layers' backward.
+// into buckets that backward makes final one after the other (plan_buckets, below). As the model
+// reports that grads[from, count) are final, every bucket inside that range is handed, in the
+// same order on every rank, to a communication thread that sums it over the workers with
+// MPI_Allreduce (Open MPI's tuned blocking algorithms: its non-blocking MPI_Iallreduce reaches a
+// third to a half of their bandwidth on shared memory, and needs the caller to drive progress).
+// The caller's thread meanwhile computes the next layers' backward.
+//
+// Readiness is a suffix of the buffer, for graph models too: Model::train_step runs backward in
+// reverse line order (a valid reverse topological order, every input being an earlier line),
+// each layer's parameters lie in the buffer in line order, and a layer's parameter gradients are
+// final after its own backward (layers fused into an earlier one have none). So after layer i,
+// grads[first parameter of i, count) are final, and a bucket [begin, end) is complete — all its
+// tensors final — once a reported `from` is ≤ begin. A bucket may split a layer's tensor: it
+// then waits for that layer, like one holding it whole.
+//
+// Bucket sizes. The communication after backward (the exposed part) is the last-ready bucket —
+// the one holding the first layers, final only when backward ends — plus whatever backlog the
+// thread still has then. Cutting --bucket-mb buckets from the end of the buffer left the
+// remainder there: 22.5 MiB of ResNet-50's 97.5 at 25 MiB, summed after backward (53 ms of an
+// 825 ms step predicted at 8 workers). So both ends are small, in PyTorch DDP's manner
+// (bucket_cap_mb = 25 with a first bucket of first_bucket_bytes = 1 MiB, reduced first):
+//   - the first bucket holds the last kSmallBucketFloats floats (1 MiB): the sums start as soon
+//     as the last layers are final, not after 25 MiB of them (DDP's reason);
+//   - the last bucket holds the first 1 MiB (DDP has no such rule: its last bucket is whatever
+//     remains), and the buckets before it double towards the cap — 1, 2, 4, 8, 16, 25, 25, ...
+//     MiB from the front — so that each is ready early enough behind the next-smaller one (a
+//     25 MiB bucket right above a 1 MiB tail is ready only when backward reaches the first 1 MiB
+//     and is itself exposed); what is left over is the piece next to the first bucket.
+// dtrain plan's model (plan/scaling_model.hpp) for ResNet-50 at 8 workers on a 16-core host,
+// 25 MiB: 2.4 ms exposed (53.3 before); at 12 workers, where the exchange outlasts backward,
+// 54.7 ms (83.7). A tail of 0.25 MiB saves 1.8 ms more there, but each extra bucket costs an
+// MPI call and the tail then splits ResNet's first stage; a 1 MiB tail, as DDP's first bucket,
+// holds the stem and first stage of ResNet-50 (0.86 MiB) whole.
 // The buckets still pending when backward ends are summed by the caller itself in finish()
 // (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
 // it reports the bucket like any timeout and ends the job with MPI_Abort.
@@ -46,9 +73,24 @@ struct Bucket {
   std::size_t end = 0;
 };
 
-/// Cuts [0, count) into buckets of `bucket_floats` (the last one, at offset 0, shorter), ordered
-/// from the end of the buffer: result[0] ends at `count`. bucket_floats == 0 or ≥ count: one
+/// The buckets at both ends of the buffer are this fraction of the largest: 1/25, PyTorch DDP's
+/// first_bucket_bytes (1 MiB) at its bucket_cap_mb (25 MiB).
+constexpr std::size_t kEndBucketDivisor = 25;
+
+/// The size of the end buckets for buckets of at most `bucket_floats`: bucket_floats / 25, at
+/// least 1 float (1 MiB at 25 MiB).
+std::size_t end_bucket_floats(std::size_t bucket_floats);
+
+/// Cuts [0, count) into buckets in the order backward makes them final (see the file comment):
+/// result[0] = [count − s, count) ends at `count` (the last layers), then, going down the
+/// buffer, the pieces cut from the front with sizes s, 2s, 4s, ... up to `bucket_floats` and
+/// then `bucket_floats` each — the piece just below result[0] the remainder — ending with
+/// result.back() = [0, s) (the first layers), where s = min(end_floats, bucket_floats) (at least
+/// 1). Contiguous: result[k].begin == result[k + 1].end. bucket_floats == 0 or count ≤ s: one
 /// bucket. count == 0: one empty bucket.
+std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
+                                 std::size_t end_floats);
+/// The same with end buckets of end_bucket_floats(bucket_floats): the training's plan.
 std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
 
 /// How each bucket is summed (`--allreduce`, `--wire-dtype`).
@@ -90,6 +132,10 @@ class BucketedAllreduce {
   /// Throws InputError for a bucket of INT_MAX floats or more (--bucket-mb), LibraryError when
   /// MPI_Query_thread fails or a rank cannot map its node's shared segment.
   BucketedAllreduce(MPI_Comm comm, std::size_t count, std::size_t bucket_floats, bool overlap,
+                    const ReduceOptions& how = {});
+  /// The same with the buckets given, in the order they are summed: contiguous from `count`
+  /// down to 0 as plan_buckets() makes them (another plan throws Error: a programming error).
+  BucketedAllreduce(MPI_Comm comm, std::size_t count, std::vector<Bucket> buckets, bool overlap,
                     const ReduceOptions& how = {});
   /// Joins the communication thread, or leaves it behind when a bucket timed out (the process is
   /// about to abort: MPI_Abort ends the rank with the thread still inside MPI_Allreduce).

@@ -10,7 +10,8 @@
 // Compute: the profile's per-layer forward and backward times scaled by b / profile batch
 // (compute linear in the batch); backward produces gradients from the last layer to the first.
 // Sync (allreduce): step = forward + backward + exposed communication + the optimizer update
-// on the worker (the profile's). Buckets: plan_buckets() of the gradient buffer from its end;
+// on the worker (the profile's). Buckets: plan_buckets() of the gradient buffer, the training's
+// own (1 MiB at both ends, doubling to --bucket-mb from the front: collectives/bucketed.hpp);
 // bucket k is ready when backward has passed the layer holding its first float; one
 // communication thread reduces buckets in order, each starting when ready and when the previous
 // one is done; the exposed part is what ends after backward (PyTorch DDP's, Horovod's overlap).
@@ -109,7 +110,7 @@ std::vector<double> ready_times_s(const WorkerProfile& p, const std::vector<std:
 Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c);
 
 /// The candidates `dtrain plan` prices: flat and hierarchical allreduce with bucket sizes
-/// {0 (one bucket), 1, 4, 16, 25, 64 MiB and `bucket_mb`}, and async with K ps for K in
+/// {0 (one bucket), 1, 4, 16, 25, 64, 256 MiB and `bucket_mb`}, and async with K ps for K in
 /// {1, 2, 4, ... ≤ W, and `num_ps`}; `sync`/`async` false leave that mode out.
 std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, double bucket_mb,
                                   int num_ps);
