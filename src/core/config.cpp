@@ -352,7 +352,7 @@ void add_device_options(Table& t, Config& c) {
       "bucket-mb", &c.bucket_mb,
       "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
       "fusion buffer); buckets are summed while backward still runs, the first and the last "
-      "1 MiB, those between doubling up to this size; 0: one bucket");
+      "a 25th of this size (1 MiB at 25), those between doubling up to it; 0: one bucket");
   t.add("overlap", &c.overlap,
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "

@@ -1,8 +1,8 @@
 // dtrain/train/allreduce_exchange.cpp — ExchangeKind::allreduce: the workers sum their gradients
 // (pre-scaled by 1 / the step's samples over all workers) with an allreduce, and every worker
 // applies the same optimizer step, so the replicas stay bit-identical. The gradient is summed in
-// buckets of at most --bucket-mb (plan_buckets: 1 MiB at both ends) while backward runs, the stop
-// flag riding in the spare float of the first bucket: on CPU by MPI on a communication thread
+// buckets of at most --bucket-mb (plan_buckets: a 25th of it at both ends) while backward runs, the
+// stop flag riding in the spare float of the first bucket: on CPU by MPI on a communication thread
 // (collectives/bucketed.hpp), on GPU by NCCL on its own stream, each bucket queued behind the
 // backward kernels that make it (collectives/allreduce.hpp, start_sum). With --overlap false, or
 // GPU gradients staged through host memory for MPI (--allreduce mpi), one allreduce after backward,

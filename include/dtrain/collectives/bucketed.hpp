@@ -20,21 +20,26 @@
 // Bucket sizes. The communication after backward (the exposed part) is the last-ready bucket —
 // the one holding the first layers, final only when backward ends — plus whatever backlog the
 // thread still has then. Cutting --bucket-mb buckets from the end of the buffer left the
-// remainder there: 22.5 MiB of ResNet-50's 97.5 at 25 MiB, summed after backward (53 ms of an
-// 825 ms step predicted at 8 workers). So both ends are small, in PyTorch DDP's manner
-// (bucket_cap_mb = 25 with a first bucket of first_bucket_bytes = 1 MiB, reduced first):
-//   - the first bucket holds the last kSmallBucketFloats floats (1 MiB): the sums start as soon
-//     as the last layers are final, not after 25 MiB of them (DDP's reason);
-//   - the last bucket holds the first 1 MiB (DDP has no such rule: its last bucket is whatever
-//     remains), and the buckets before it double towards the cap — 1, 2, 4, 8, 16, 25, 25, ...
-//     MiB from the front — so that each is ready early enough behind the next-smaller one (a
-//     25 MiB bucket right above a 1 MiB tail is ready only when backward reaches the first 1 MiB
-//     and is itself exposed); what is left over is the piece next to the first bucket.
-// dtrain plan's model (plan/scaling_model.hpp) for ResNet-50 at 8 workers on a 16-core host,
-// 25 MiB: 2.4 ms exposed (53.3 before); at 12 workers, where the exchange outlasts backward,
-// 54.7 ms (83.7). A tail of 0.25 MiB saves 1.8 ms more there, but each extra bucket costs an
-// MPI call and the tail then splits ResNet's first stage; a 1 MiB tail, as DDP's first bucket,
-// holds the stem and first stage of ResNet-50 (0.86 MiB) whole.
+// remainder there: 22.5 MiB of ResNet-50's 97.5 at 25 MiB, all of it summed after backward. So
+// both ends are small, in PyTorch DDP's manner (bucket_cap_mb = 25 MiB, its first bucket
+// first_bucket_bytes = 1 MiB), with s = --bucket-mb / 25 (DDP's 1 MiB at 25 MiB):
+//   - the first bucket holds the last s floats: the sums start as soon as the last layers are
+//     final, not after 25 MiB of them (DDP's reason);
+//   - the last bucket holds the first s floats (DDP's last is whatever remains), and the buckets
+//     before it double towards the cap — s, 2s, 4s, ... from the front — so that each is ready
+//     early enough to be summed behind backward (a 25 MiB bucket right above a 1 MiB tail is
+//     ready only when backward reaches that tail, and is exposed itself); the remainder is the
+//     piece next to the first bucket.
+// dtrain plan's model (plan/scaling_model.hpp), ResNet-50 on the 16-core host at 25 MiB, exposed
+// ms per step before → after: 7.6 → 0.3 at 2 workers, 22.8 → 1.0 at 4, 53.3 → 2.4 at 8, and
+// 83.7 → 51.0 at 12, where the whole exchange outlasts backward. Why s follows the cap instead of
+// staying 1 MiB: every bucket pays the collective's latency (a flat ring's 2(n−1)·α), which on a
+// 512-rank ring is about 3 ms; there more buckets lose, and a larger --bucket-mb must make fewer
+// and larger ones, the small ends included (the same model, 512 H200s on HDR InfiniBand: with a
+// fixed 1 MiB end at least 14.6 ms stay exposed whatever the cap; a 25th of 256 MiB leaves 5.3 ms,
+// the old cut from the end 3.9 ms at 25 MiB — at that scale the ring's latency decides, which
+// NCCL's trees, not modelled, shorten). One knob, which `dtrain plan` sweeps.
+//
 // The buckets still pending when backward ends are summed by the caller itself in finish()
 // (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
 // it reports the bucket like any timeout and ends the job with MPI_Abort.
