@@ -2,8 +2,8 @@
 # tests/cli/test_buckets.sh — the bucketed sync allreduce (collectives/bucketed.hpp) end to end,
 # 2 workers:
 #   1. one bucket after backward (--bucket-mb 0 --overlap false), the default buckets overlapped
-#      with backward, and many small buckets (--bucket-mb 0.002: 524 floats each) train to
-#      bit-identical checkpoints (2 ranks: every element is the same a + b);
+#      with backward, and many small buckets (--bucket-mb 0.002: at most 524 floats, 20 at both
+#      ends) train to bit-identical checkpoints (2 ranks: every element is the same a + b);
 #   2. the step anatomy (data, compute, exposed communication, optimizer) is in the log and in
 #      results.json, and adds up to no more than the step time;
 #   3. the timeline shows one "allreduce bucket" span per bucket and step on the communication track;
