@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libboost-program-options-dev libboost-dev libprotobuf-dev protobuf-compiler libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libgtest-dev
       nlohmann-json3-dev
-      libturbojpeg0-dev libpng-dev
+      libjpeg62-turbo-dev libpng-dev
       dataset-fashion-mnist python3 python3-h5py python3-numpy python3-matplotlib python3-pil
       strace clang-format)
 if [ "${DTRAIN_WITH_SLURM:-1}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi

@@ -26,10 +26,11 @@ find_package(dnnl CONFIG REQUIRED)   # Debian's config needs ocl-icd-opencl-dev
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(GTest)
-# Encoded training images (io/image.cpp): libjpeg-turbo's TurboJPEG API and libpng (Debian
-# libturbojpeg0-dev, libpng-dev).
+# Encoded training images (io/image.cpp, io/jpeg_region.cpp): libjpeg-turbo's libjpeg API (its
+# partial decompression: jpeg_skip_scanlines, jpeg_crop_scanline) and libpng (Debian
+# libjpeg62-turbo-dev, libpng-dev).
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
+pkg_check_modules(LIBJPEG REQUIRED IMPORTED_TARGET libjpeg)
 pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET libpng)
 
 set(DTRAIN_HAVE_CUDA OFF)

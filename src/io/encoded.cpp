@@ -174,7 +174,6 @@ void ParallelFor::run(int n, const std::function<void(int, int)>& fn) {
 struct EncodedSource::Scratch {
   ImageDecoder decoder;
   Image8 image;
-  std::vector<std::uint8_t> tmp;
   std::vector<std::uint8_t> planar;  ///< C×S×S before normalization
 };
 
@@ -232,7 +231,7 @@ void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmen
   std::uint8_t* const to =
       lut_ == nullptr ? out.raw.data() + static_cast<std::size_t>(p) * plane * c : planar.data();
   try {
-    transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, sc.tmp, to);
+    transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, to);
   } catch (const ImageError& e) {
     errors_[static_cast<std::size_t>(p)] = e.what();
     return;

@@ -1,10 +1,10 @@
-// dtrain/io/image.cpp — io/image.hpp: JPEG (TurboJPEG) and PNG (libpng) decoding, Pillow's bilinear
-// resampling and torchvision's crop boxes. See the header for the contracts and the sources
-// followed; the resampler is a transcription of Pillow 9's libImaging/Resample.c for 8-bit images.
+// dtrain/io/image.cpp — io/image.hpp: decoding (JPEG through jpeg_region.hpp, PNG with libpng),
+// Pillow's bilinear resampling and torchvision's crop boxes. See the header for the contracts and
+// the sources followed; the resampler is a transcription of Pillow 9's libImaging/Resample.c for
+// 8-bit images.
 #include "dtrain/io/image.hpp"
 
 #include <png.h>
-#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "dtrain/dnn/counter_rng.hpp"
+#include "jpeg_region.hpp"
 
 namespace dtrain {
 namespace {
@@ -28,13 +29,6 @@ bool is_jpeg(const std::uint8_t* d, std::size_t n) {
   return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF;
 }
 bool is_png(const std::uint8_t* d, std::size_t n) { return n >= 8 && png_sig_cmp(d, 0, 8) == 0; }
-
-/// Pillow's RGB → L (Convert.c, L24): ITU-R 601-2 luma in 16-bit fixed point.
-void rgb_to_gray(const std::uint8_t* rgb, std::size_t pixels, std::uint8_t* gray) {
-  for (std::size_t i = 0; i < pixels; ++i, rgb += 3)
-    gray[i] = static_cast<std::uint8_t>(
-        (rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
-}
 
 // ---- PNG (libpng's classic API: its transforms match Pillow's unpackers) ----
 struct PngSource {
@@ -101,6 +95,29 @@ bool png_decode_raw(PngSource& src, Image8& out, std::vector<png_bytep>& rows) {
   return true;
 }
 
+/// A PNG as `channels` (1 or 3): libpng's decode, then Pillow's luma or gray replicated.
+void decode_png(const std::uint8_t* data, std::size_t size, int channels, Image8& out) {
+  PngSource src{data, size};
+  std::vector<png_bytep> rows;
+  Image8 raw;
+  if (!png_decode_raw(src, raw, rows))
+    throw ImageError(std::string("corrupt or truncated PNG: ") + src.message);
+  const std::size_t px = static_cast<std::size_t>(raw.width) * raw.height;
+  if (raw.channels == channels) {
+    std::swap(out, raw);
+    return;
+  }
+  out.width = raw.width;
+  out.height = raw.height;
+  out.channels = channels;
+  out.pixels.resize(px * channels);
+  if (channels == 1) {
+    rgb_to_gray(raw.pixels.data(), px, out.pixels.data());
+  } else {
+    for (std::size_t i = 0; i < px; ++i) std::fill_n(out.pixels.data() + 3 * i, 3, raw.pixels[i]);
+  }
+}
+
 // ---- Pillow's resampler (Resample.c), 8 bits per channel ----
 constexpr int kPrecisionBits = 32 - 8 - 2;
 
@@ -147,25 +164,39 @@ void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
   }
 }
 
+/// The source range [first, last) that outputs [w0, w0 + n) of `c` read.
+void support_of(const Coeffs& c, int w0, int n, int& first, int& last) {
+  first = c.bounds[static_cast<std::size_t>(w0) * 2];
+  last = first;
+  for (int i = w0; i < w0 + n; ++i) {
+    first = std::min(first, c.bounds[static_cast<std::size_t>(i) * 2]);
+    last = std::max(last, c.bounds[static_cast<std::size_t>(i) * 2] +
+                              c.bounds[static_cast<std::size_t>(i) * 2 + 1]);
+  }
+}
+
 inline std::uint8_t clip8(int v) {
   v >>= kPrecisionBits;
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
 /// Pillow's horizontal pass (ImagingResampleHorizontal_8bpc) over `rows` source rows from `first`,
-/// output columns [wx, wx + ww), for C interleaved channels.
+/// output columns [wx, wx + ww), for C interleaved channels; src holds columns and rows from
+/// (src.x0, src.y0) on.
 template <int C>
-void horizontal_pass(const std::uint8_t* src, std::size_t stride, int first, int rows,
-                     const Coeffs& ch, int wx, int ww, std::uint8_t* out) {
+void horizontal_pass(const SourceImage& src, int first, int rows, const Coeffs& ch, int wx, int ww,
+                     std::uint8_t* out) {
   const int half = 1 << (kPrecisionBits - 1);
   for (int r = 0; r < rows; ++r) {
-    const std::uint8_t* in = src + static_cast<std::size_t>(first + r) * stride;
+    const std::uint8_t* in =
+        src.data + static_cast<std::ptrdiff_t>(first + r - src.y0) * std::ptrdiff_t(src.stride) -
+        static_cast<std::ptrdiff_t>(src.x0) * C;
     std::uint8_t* o = out + static_cast<std::size_t>(r) * ww * C;
     for (int xx = 0; xx < ww; ++xx) {
       const int xmin = ch.bounds[static_cast<std::size_t>(wx + xx) * 2];
       const int xmax = ch.bounds[static_cast<std::size_t>(wx + xx) * 2 + 1];
       const int* k = ch.k.data() + static_cast<std::size_t>(wx + xx) * ch.ksize;
-      const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * C;
+      const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(xmin) * C;
       int ss[C];
       for (int c = 0; c < C; ++c) ss[c] = half;
       for (int x = 0; x < xmax; ++x)
@@ -173,6 +204,63 @@ void horizontal_pass(const std::uint8_t* src, std::size_t stride, int first, int
       for (int c = 0; c < C; ++c) o[xx * C + c] = clip8(ss[c]);
     }
   }
+}
+
+/// Writes one output row of the vertical pass (sums in a, ww × C interleaved) to dst in `layout`.
+template <int C>
+void store_row(const int* a, int ww, int wh, int yy, OutLayout layout, std::uint8_t* dst) {
+  if (!layout.planar) {
+    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * ww * C;
+    for (int i = 0; i < ww * C; ++i) o[i] = clip8(a[i]);
+    return;
+  }
+  const std::size_t plane = static_cast<std::size_t>(ww) * wh;
+  std::uint8_t* o = dst + static_cast<std::size_t>(yy) * ww;
+  for (int xx = 0; xx < ww; ++xx) {
+    const int to = layout.mirror ? ww - 1 - xx : xx;
+    for (int c = 0; c < C; ++c) o[c * plane + static_cast<std::size_t>(to)] = clip8(a[xx * C + c]);
+  }
+}
+
+/// Pillow's vertical pass over the horizontally resampled rows `temp` (from source row `first`,
+/// ww × C each), one output row at a time as a sum of whole source rows: the same integer sums as
+/// Pillow's per-pixel loop (integer addition is exact in any order), but contiguous, so the
+/// compiler vectorizes it.
+template <int C>
+void vertical_pass(const std::uint8_t* temp, int first, const Coeffs& cv, const CropBox& win,
+                   OutLayout layout, std::uint8_t* dst) {
+  thread_local std::vector<int> acc;
+  const std::size_t trow = static_cast<std::size_t>(win.w) * C;
+  acc.resize(trow);
+  const int half = 1 << (kPrecisionBits - 1);
+  for (int yy = 0; yy < win.h; ++yy) {
+    const int ymin = cv.bounds[static_cast<std::size_t>(win.y + yy) * 2] - first;
+    const int ymax = cv.bounds[static_cast<std::size_t>(win.y + yy) * 2 + 1];
+    const int* k = cv.k.data() + static_cast<std::size_t>(win.y + yy) * cv.ksize;
+    int* a = acc.data();
+    std::fill(a, a + trow, half);
+    for (int y = 0; y < ymax; ++y) {
+      const int w = k[y];
+      const std::uint8_t* p = temp + static_cast<std::size_t>(ymin + y) * trow;
+      for (std::size_t i = 0; i < trow; ++i) a[i] += p[i] * w;
+    }
+    store_row<C>(a, win.w, win.h, yy, layout, dst);
+  }
+}
+
+template <int C>
+void resample_channels(const SourceImage& src, const ResizeSpec& r, OutLayout layout,
+                       std::uint8_t* dst) {
+  thread_local Coeffs ch, cv;
+  thread_local std::vector<std::uint8_t> temp;
+  precompute(src.width, r.x0, r.x1, r.out_w, ch);
+  precompute(src.height, r.y0, r.y1, r.out_h, cv);
+  // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
+  int first = 0, last = 0;
+  support_of(cv, r.window.y, r.window.h, first, last);
+  temp.resize(static_cast<std::size_t>(last - first) * r.window.w * C);
+  horizontal_pass<C>(src, first, last - first, ch, r.window.x, r.window.w, temp.data());
+  vertical_pass<C>(temp.data(), first, cv, r.window, layout, dst);
 }
 
 double uniform01(std::uint64_t key, std::uint64_t n) {
@@ -183,30 +271,18 @@ int round_half_even(double v) { return static_cast<int>(std::nearbyint(v)); }
 
 }  // namespace
 
-ImageDecoder::ImageDecoder() : tj_(tjInitDecompress()) {
-  if (!tj_)
-    throw ImageError(std::string("cannot create a TurboJPEG decompressor: ") +
-                     tjGetErrorStr2(nullptr));
+void rgb_to_gray(const std::uint8_t* rgb, std::size_t pixels, std::uint8_t* gray) {
+  for (std::size_t i = 0; i < pixels; ++i, rgb += 3)
+    gray[i] = static_cast<std::uint8_t>(
+        (rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
 }
 
-ImageDecoder::~ImageDecoder() {
-  if (tj_) tjDestroy(tj_);
-}
+ImageDecoder::ImageDecoder() : jpeg_(std::make_unique<JpegDecoder>()) {}
+
+ImageDecoder::~ImageDecoder() = default;
 
 ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
-  ImageHeader h;
-  if (is_jpeg(data, size)) {
-    int w = 0, ht = 0, sub = 0, cs = 0;
-    if (tjDecompressHeader3(tj_, data, static_cast<unsigned long>(size), &w, &ht, &sub, &cs) != 0)
-      throw ImageError(std::string("corrupt JPEG header: ") + tjGetErrorStr2(tj_));
-    if (w < 1 || ht < 1) throw ImageError("corrupt or truncated JPEG header (no frame size)");
-    check_size(w, ht);
-    h.format = "jpeg";
-    h.width = w;
-    h.height = ht;
-    h.channels = cs == TJCS_GRAY ? 1 : 3;
-    return h;
-  }
+  if (is_jpeg(data, size)) return jpeg_->header(data, size);
   if (is_png(data, size)) {
     if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0)
       throw ImageError("corrupt PNG header (no IHDR)");
@@ -218,6 +294,7 @@ ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
     if (w < 1 || ht < 1 || w > (1 << 20) || ht > (1 << 20))
       throw ImageError("corrupt PNG header (size)");
     check_size(static_cast<int>(w), static_cast<int>(ht));
+    ImageHeader h;
     h.format = "png";
     h.width = static_cast<int>(w);
     h.height = static_cast<int>(ht);
@@ -231,54 +308,21 @@ ImageHeader ImageDecoder::header(const std::uint8_t* data, std::size_t size) {
 
 int ImageDecoder::decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out,
                          int scale_denom) {
+  const int d = is_jpeg(data, size) && (scale_denom == 2 || scale_denom == 4 || scale_denom == 8)
+                    ? scale_denom
+                    : 1;
+  decode_region(data, size, channels, d, CropBox{0, 0, 1 << 30, 1 << 30}, out);
+  return d;
+}
+
+CropBox ImageDecoder::decode_region(const std::uint8_t* data, std::size_t size, int channels,
+                                    int scale_denom, const CropBox& want, Image8& out) {
   if (channels != 1 && channels != 3) throw ImageError("channels must be 1 or 3");
-  const ImageHeader h = header(data, size);
-  if (h.format == "jpeg") {
-    const int d = scale_denom == 2 || scale_denom == 4 || scale_denom == 8 ? scale_denom : 1;
-    const tjscalingfactor sf{1, d};
-    const int w = TJSCALED(h.width, sf), ht = TJSCALED(h.height, sf);
-    // Gray output straight from a gray JPEG; from a colour one through RGB and Pillow's luma.
-    const bool direct = channels == 3 || h.channels == 1;
-    const int pf = direct ? (channels == 1 ? TJPF_GRAY : TJPF_RGB) : TJPF_RGB;
-    const int pch = direct ? channels : 3;
-    out.width = w;
-    out.height = ht;
-    out.channels = channels;
-    out.pixels.resize(static_cast<std::size_t>(w) * ht * pch);
-    if (tjDecompress2(tj_, data, static_cast<unsigned long>(size), out.pixels.data(), w, w * pch,
-                      ht, pf, 0) != 0) {
-      const std::string msg = tjGetErrorStr2(tj_);
-      // Warnings (extraneous bytes, a corrupt Huffman code) leave a usable image, as in Pillow;
-      // a premature end of data does not (Pillow: "image file is truncated").
-      if (tjGetErrorCode(tj_) == TJERR_FATAL || msg.find("Premature end") != std::string::npos)
-        throw ImageError("corrupt or truncated JPEG: " + msg);
-    }
-    if (!direct) {
-      rgb_to_gray(out.pixels.data(), static_cast<std::size_t>(w) * ht, out.pixels.data());
-      out.pixels.resize(static_cast<std::size_t>(w) * ht);
-    }
-    return d;
-  }
-  PngSource src{data, size};
-  std::vector<png_bytep> rows;
-  Image8 raw;
-  if (!png_decode_raw(src, raw, rows))
-    throw ImageError(std::string("corrupt or truncated PNG: ") + src.message);
-  const std::size_t px = static_cast<std::size_t>(raw.width) * raw.height;
-  if (raw.channels == channels) {
-    std::swap(out, raw);
-  } else {
-    out.width = raw.width;
-    out.height = raw.height;
-    out.channels = channels;
-    out.pixels.resize(px * channels);
-    if (channels == 1) {
-      rgb_to_gray(raw.pixels.data(), px, out.pixels.data());
-    } else {
-      for (std::size_t i = 0; i < px; ++i) std::fill_n(out.pixels.data() + 3 * i, 3, raw.pixels[i]);
-    }
-  }
-  return 1;
+  if (is_jpeg(data, size)) return jpeg_->decode(data, size, channels, scale_denom, want, out);
+  header(data, size);  // the signature and size checks
+  if (scale_denom != 1) throw ImageError("a PNG cannot be decoded scaled (scale_denom 1 only)");
+  decode_png(data, size, channels, out);
+  return CropBox{0, 0, out.width, out.height};
 }
 
 CropBox random_resized_crop_box(int width, int height, std::uint64_t key, const CropRange& range) {
@@ -326,100 +370,113 @@ CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, in
   return b;
 }
 
-void resample_window(const std::uint8_t* src, int width, int height, int channels,
-                     std::size_t stride, double x0, double y0, double x1, double y1, int out_w,
-                     int out_h, int wx, int wy, int ww, int wh, std::uint8_t* dst) {
+CropBox resample_source(int width, int height, const ResizeSpec& r) {
   thread_local Coeffs ch, cv;
-  thread_local std::vector<std::uint8_t> temp;
-  precompute(width, x0, x1, out_w, ch);
-  precompute(height, y0, y1, out_h, cv);
-  // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
-  const int first = cv.bounds[static_cast<std::size_t>(wy) * 2];
-  const int last = cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2] +
-                   cv.bounds[static_cast<std::size_t>(wy + wh - 1) * 2 + 1];
-  const int rows = last - first;
-  const std::size_t trow = static_cast<std::size_t>(ww) * channels;
-  temp.resize(static_cast<std::size_t>(rows) * trow);
-  if (channels == 3) horizontal_pass<3>(src, stride, first, rows, ch, wx, ww, temp.data());
-  else horizontal_pass<1>(src, stride, first, rows, ch, wx, ww, temp.data());
-  // Vertical pass, one output row at a time as a sum of whole source rows: the same integer sums
-  // as Pillow's per-pixel loop (integer addition is exact in any order), but contiguous, so the
-  // compiler vectorizes it.
-  thread_local std::vector<int> acc;
-  acc.resize(trow);
-  const int half = 1 << (kPrecisionBits - 1);
-  for (int yy = 0; yy < wh; ++yy) {
-    const int ymin = cv.bounds[static_cast<std::size_t>(wy + yy) * 2] - first;
-    const int ymax = cv.bounds[static_cast<std::size_t>(wy + yy) * 2 + 1];
-    const int* k = cv.k.data() + static_cast<std::size_t>(wy + yy) * cv.ksize;
-    int* a = acc.data();
-    std::fill(a, a + trow, half);
-    for (int y = 0; y < ymax; ++y) {
-      const int w = k[y];
-      const std::uint8_t* p = temp.data() + static_cast<std::size_t>(ymin + y) * trow;
-      for (std::size_t i = 0; i < trow; ++i) a[i] += p[i] * w;
-    }
-    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * trow;
-    for (std::size_t i = 0; i < trow; ++i) o[i] = clip8(a[i]);
-  }
+  precompute(width, r.x0, r.x1, r.out_w, ch);
+  precompute(height, r.y0, r.y1, r.out_h, cv);
+  int x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  support_of(ch, r.window.x, r.window.w, x0, x1);
+  support_of(cv, r.window.y, r.window.h, y0, y1);
+  return CropBox{x0, y0, x1 - x0, y1 - y0};
+}
+
+void resample_window(const SourceImage& src, const ResizeSpec& r, std::uint8_t* dst,
+                     OutLayout layout) {
+  if (src.channels == 3) resample_channels<3>(src, r, layout, dst);
+  else resample_channels<1>(src, r, layout, dst);
 }
 
 void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, std::uint8_t* dst) {
   const std::size_t stride = static_cast<std::size_t>(img.width) * img.channels;
-  const std::uint8_t* origin = img.pixels.data() + static_cast<std::size_t>(box.y) * stride +
-                               static_cast<std::size_t>(box.x) * img.channels;
-  resample_window(origin, box.w, box.h, img.channels, stride, 0, 0, box.w, box.h, out_w, out_h, 0,
-                  0, out_w, out_h, dst);
+  const SourceImage src{img.pixels.data() + static_cast<std::size_t>(box.y) * stride +
+                            static_cast<std::size_t>(box.x) * img.channels,
+                        stride, img.channels, box.w, box.h};
+  resample_window(
+      src,
+      ResizeSpec{0, 0, double(box.w), double(box.h), out_w, out_h, CropBox{0, 0, out_w, out_h}},
+      dst);
 }
+
+namespace {
+
+/// Where transform_image() resamples from: Pillow's resize arguments on an image of width ×
+/// height, whose pixel (0, 0) is pixel (x, y) of the image decoded at 1/denom.
+struct ResamplePlan {
+  int denom = 1;
+  int width = 0, height = 0, x = 0, y = 0;
+  ResizeSpec spec;
+  CropBox box;  ///< the box transform_image() reports
+};
+
+/// Largest DCT denominator d ∈ {8, 4, 2} that keeps `extent` / d ≥ dct_ratio × need (JPEG only).
+int pick_denom(const ImageHeader& h, double ratio, int ew, int eh, int need_w, int need_h) {
+  if (ratio <= 0 || h.format != "jpeg") return 1;
+  for (int d = 8; d >= 2; d /= 2)
+    if (ew / d >= ratio * need_w && eh / d >= ratio * need_h) return d;
+  return 1;
+}
+
+ResamplePlan plan_transform(const ImageHeader& h, const ImageTransform& t, std::uint64_t key) {
+  const int s = t.out;
+  ResamplePlan p;
+  if (t.random_crop) {
+    p.box = t.box.w > 0 ? t.box : random_resized_crop_box(h.width, h.height, key, t.range);
+    if (p.box.x < 0 || p.box.y < 0 || p.box.w < 1 || p.box.h < 1 || p.box.x + p.box.w > h.width ||
+        p.box.y + p.box.h > h.height)
+      throw ImageError("crop box outside the image");
+    p.denom = pick_denom(h, t.dct_ratio, p.box.w, p.box.h, s, s);
+  } else {
+    int rw = 0, rh = 0;
+    p.box = center_crop_box(h.width, h.height, t.resize, s, rw, rh);
+    if (p.box.x < 0 || p.box.y < 0) throw ImageError("centre crop larger than the resized image");
+    p.denom = pick_denom(h, t.dct_ratio, h.width, h.height, rw, rh);
+    p.width = (h.width + p.denom - 1) / p.denom;
+    p.height = (h.height + p.denom - 1) / p.denom;
+    p.spec = ResizeSpec{0, 0, double(p.width), double(p.height), rw, rh, p.box};
+    return p;
+  }
+  const int d = p.denom;
+  const CropBox& b = p.box;
+  if (d == 1) {  // Pillow's img.crop(box).resize(): the crop is the resampler's whole image
+    p.width = b.w;
+    p.height = b.h;
+    p.x = b.x;
+    p.y = b.y;
+    p.spec = ResizeSpec{0, 0, double(b.w), double(b.h), s, s, CropBox{0, 0, s, s}};
+  } else {  // the same box in the 1/d image (float coordinates), resized with box= from there
+    p.width = (h.width + d - 1) / d;
+    p.height = (h.height + d - 1) / d;
+    p.spec = ResizeSpec{double(b.x) / d,
+                        double(b.y) / d,
+                        std::min<double>(p.width, double(b.x + b.w) / d),
+                        std::min<double>(p.height, double(b.y + b.h) / d),
+                        s,
+                        s,
+                        CropBox{0, 0, s, s}};
+  }
+  return p;
+}
+
+}  // namespace
 
 CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
                         const ImageTransform& t, std::uint64_t key, Image8& img,
-                        std::vector<std::uint8_t>& tmp, std::uint8_t* dst) {
-  const ImageHeader h = dec.header(data, size);
-  const int s = t.out;
-  tmp.resize(static_cast<std::size_t>(s) * s * channels);
-  CropBox box;
-  // Largest DCT denominator d ∈ {8, 4, 2} that keeps `extent` / d ≥ dct_ratio × need (JPEG only).
-  auto pick_denom = [&](int ew, int eh, int need_w, int need_h) {
-    if (t.dct_ratio <= 0 || h.format != "jpeg") return 1;
-    for (int d = 8; d >= 2; d /= 2)
-      if (ew / d >= t.dct_ratio * need_w && eh / d >= t.dct_ratio * need_h) return d;
-    return 1;
-  };
-  if (t.random_crop) {
-    box = random_resized_crop_box(h.width, h.height, key, t.range);
-    const int d = dec.decode(data, size, channels, img, pick_denom(box.w, box.h, s, s));
-    if (d == 1) {
-      if (img.width != h.width || img.height != h.height)
-        throw ImageError("image size differs from its header");
-      resample_crop(img, box, s, s, tmp.data());
-    } else {  // the same box in the 1/d image (float coordinates), resampled from there
-      resample_window(img.pixels.data(), img.width, img.height, channels,
-                      static_cast<std::size_t>(img.width) * channels,
-                      static_cast<double>(box.x) / d, static_cast<double>(box.y) / d,
-                      std::min<double>(img.width, static_cast<double>(box.x + box.w) / d),
-                      std::min<double>(img.height, static_cast<double>(box.y + box.h) / d), s, s, 0,
-                      0, s, s, tmp.data());
-    }
-  } else {
-    int rw = 0, rh = 0;
-    box = center_crop_box(h.width, h.height, t.resize, s, rw, rh);
-    if (box.x < 0 || box.y < 0) throw ImageError("centre crop larger than the resized image");
-    dec.decode(data, size, channels, img, pick_denom(h.width, h.height, rw, rh));
-    resample_window(img.pixels.data(), img.width, img.height, channels,
-                    static_cast<std::size_t>(img.width) * channels, 0, 0, img.width, img.height, rw,
-                    rh, box.x, box.y, s, s, tmp.data());
-  }
-  // Interleaved S×S×C → planar C×S×S, mirrored when asked.
-  const std::size_t plane = static_cast<std::size_t>(s) * s;
-  for (int y = 0; y < s; ++y)
-    for (int x = 0; x < s; ++x) {
-      const int sx = t.flip ? s - 1 - x : x;
-      const std::uint8_t* p = tmp.data() + (static_cast<std::size_t>(y) * s + sx) * channels;
-      for (int c = 0; c < channels; ++c)
-        dst[c * plane + static_cast<std::size_t>(y) * s + x] = p[c];
-    }
-  return box;
+                        std::uint8_t* dst) {
+  const ResamplePlan p = plan_transform(dec.header(data, size), t, key);
+  // Decode only the source pixels the resampler reads (in the 1/d image's coordinates).
+  CropBox need = resample_source(p.width, p.height, p.spec);
+  need.x += p.x;
+  need.y += p.y;
+  const CropBox got = dec.decode_region(data, size, channels, p.denom, need, img);
+  if (got.x > need.x || got.y > need.y || got.x + got.w < need.x + need.w ||
+      got.y + got.h < need.y + need.h)
+    throw ImageError("image size differs from its header");
+  const SourceImage src{img.pixels.data(), static_cast<std::size_t>(img.width) * channels,
+                        channels,          p.width,
+                        p.height,          got.x - p.x,
+                        got.y - p.y};
+  resample_window(src, p.spec, dst, OutLayout{true, t.flip});
+  return p.box;
 }
 
 }  // namespace dtrain

@@ -2,9 +2,9 @@
 # tests/benchmarks/input_bench.sh — the input pipeline against PyTorch's, both in this one run on the
 # same files: decode + RandomResizedCrop(224) + flip + normalize, samples/s per core.
 #   dtrain:  build/bin/dtrain_input_bench on the files converted with images_to_h5.py --store
-#            encoded (the JPEG bytes kept as they are): HDF5 read, TurboJPEG decode (DCT scaling
-#            where the crop allows), Pillow-exact bilinear resize, flip, normalization to float32,
-#            over --data-threads N;
+#            encoded (the JPEG bytes kept as they are): HDF5 read, libjpeg-turbo decode of the
+#            crop's region (DCT scaling where the crop allows), Pillow-exact bilinear resize,
+#            flip, normalization to float32, over --data-threads N;
 #   PyTorch: torchvision ImageFolder over the same JPEG files, RandomResizedCrop(224),
 #            RandomHorizontalFlip, ToTensor, Normalize, DataLoader with N worker processes
 #            (0 for one core: decoding in the main process), torch threads 1.

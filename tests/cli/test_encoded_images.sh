@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_encoded_images.sh — encoded images end to end (docs/data.md "Encoded images"):
 #  1. pixels: dtrain's decode + crop + resize (+ flip) of real JPEG and PNG files — Fashion-MNIST
-#     images upscaled to varied sizes, gray and colour, written here with Pillow — equals Pillow's
+#     images upscaled to varied (odd and even) sizes, gray and colour (JPEG 4:4:4, 4:2:2, 4:2:0),
+#     written here with Pillow, crop boxes on every edge, slivers and the whole image; the JPEG
+#     decoded only where the box lies (ImageDecoder::decode_region) — equals Pillow's
 #     decode + img.crop(box).resize(S, BILINEAR) for the same box, and torchvision's Resize(R) +
 #     CenterCrop(S), within 1 grey level on >= 99.9 % of pixels (build/bin/image_tool);
 #  2. images_to_h5.py --store encoded: the schema (variable-length uint8 `images`, `image_shapes`,
@@ -44,11 +46,18 @@ for i in range(240):
         im = Image.fromarray(np.stack([g, 255 - g, (g * 3) % 256], -1).astype(np.uint8))
     ext = "png" if i % 3 == 0 else "jpg"
     p = f"{d}/pix/img{i}.{ext}"
-    im.save(p, quality=int(rng.integers(70, 96))) if ext == "jpg" else im.save(p)
+    # colour JPEGs cycle through 4:4:4, 4:2:2 and 4:2:0 chroma subsampling
+    q, sub = int(rng.integers(70, 96)), (i // 3) % 3
+    im.save(p, quality=q, subsampling=sub) if ext == "jpg" else im.save(p)
     c = 3 if i % 4 < 2 else 1
     s = int(rng.integers(8, 80))
     bw, bh = int(rng.integers(1, w + 1)), int(rng.integers(1, h + 1))
+    if i % 7 == 3:  # a sliver: 1-3 columns or rows
+        bw, bh = (bw % 3 + 1, bh) if i % 2 else (bw, bh % 3 + 1)
     bx, by = int(rng.integers(0, w - bw + 1)), int(rng.integers(0, h - bh + 1))
+    # boxes touching each edge of the image, and the whole image (the region decode's edges)
+    bx, by, bw, bh = [(bx, by, bw, bh), (0, by, bw, bh), (w - bw, by, bw, bh), (bx, 0, bw, bh),
+                      (bx, h - bh, bw, bh), (0, 0, w, h)][int(rng.integers(0, 6))]
     flip = int(rng.integers(0, 2))
     with Image.open(p) as src:
         img = src.convert("RGB" if c == 3 else "L")

@@ -2,8 +2,8 @@
 // tests/cli/test_encoded_images.sh (which compares the pixels with Pillow's). Reads commands from
 // stdin, one per line:
 //   crop PATH C X Y W H S FLIP   decode PATH to C channels, crop the box, resize to S×S (bilinear,
-//   as
-//                                Pillow img.crop(box).resize), mirror when FLIP is 1
+//                                as Pillow img.crop(box).resize), mirror when FLIP is 1: a JPEG
+//                                decodes only the box's region (transform_image)
 //   center PATH C R S            Resize(R) + CenterCrop(S) as torchvision on a PIL image
 //   rrc PATH C S KEY FLIP        RandomResizedCrop(S) with draws from KEY, DCT scaling allowed
 //   box W H KEY                  print random_resized_crop_box(W, H, KEY) as "x y w h"
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   std::ofstream out(argv[1], std::ios::binary);
   ImageDecoder dec;
   Image8 img;
-  std::vector<std::uint8_t> tmp, planar;
+  std::vector<std::uint8_t> planar;
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream is(line);
@@ -57,8 +57,10 @@ int main(int argc, char** argv) {
     unsigned long long key = 0;
     int flip = 0;
     is >> path;
-    if (cmd == "crop") {
-      is >> c >> box.x >> box.y >> box.w >> box.h >> s >> flip;
+    if (cmd == "crop") {  // through transform_image's region decode, without DCT scaling
+      is >> c >> t.box.x >> t.box.y >> t.box.w >> t.box.h >> s >> flip;
+      t.random_crop = true;
+      t.dct_ratio = 0;
     } else if (cmd == "center") {
       is >> c >> t.resize >> s;
       t.dct_ratio = 0;
@@ -74,20 +76,7 @@ int main(int argc, char** argv) {
     planar.assign(static_cast<std::size_t>(c) * s * s, 0);
     try {
       const std::vector<std::uint8_t> bytes = read_file(path);
-      if (cmd == "crop") {
-        dec.decode(bytes.data(), bytes.size(), c, img);
-        if (box.x < 0 || box.y < 0 || box.x + box.w > img.width || box.y + box.h > img.height)
-          throw ImageError("box outside the image");
-        tmp.resize(planar.size());
-        resample_crop(img, box, s, s, tmp.data());
-        for (int y = 0; y < s; ++y)
-          for (int x = 0; x < s; ++x)
-            for (int ch = 0; ch < c; ++ch)
-              planar[(static_cast<std::size_t>(ch) * s + y) * s + x] =
-                  tmp[(static_cast<std::size_t>(y) * s + (t.flip ? s - 1 - x : x)) * c + ch];
-      } else {
-        box = transform_image(dec, bytes.data(), bytes.size(), c, t, key, img, tmp, planar.data());
-      }
+      box = transform_image(dec, bytes.data(), bytes.size(), c, t, key, img, planar.data());
       std::printf("ok %d %d %d %d\n", box.x, box.y, box.w, box.h);
     } catch (const ImageError& e) {
       std::printf("bad %s\n", e.what());

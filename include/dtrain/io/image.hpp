@@ -1,11 +1,12 @@
 // dtrain/io/image.hpp — encoded images (JPEG, PNG) to network input: decode, the standard
 // ImageNet transforms and Pillow's bilinear resampling, all on the CPU, one image per call.
 //
-// Decoding: JPEG with libjpeg-turbo's TurboJPEG API (accurate integer IDCT and fancy upsampling,
+// Decoding: JPEG with libjpeg-turbo's libjpeg API (accurate integer IDCT and fancy upsampling,
 // libjpeg's defaults, which is what Pillow decodes with), optionally scaled by 1/2, 1/4 or 1/8 in
-// the DCT domain when the crop is much larger than the output; PNG with libpng (8-bit, palette and
-// 16-bit expanded, alpha dropped). Colour conversion follows Pillow's Image.convert: gray → RGB
-// replicates, RGB → L is (19595 R + 38470 G + 7471 B + 2^15) >> 16.
+// the DCT domain when the crop is much larger than the output, and only the rectangle the crop
+// needs (partial decompression: jpeg_skip_scanlines, jpeg_crop_scanline); PNG with libpng (8-bit,
+// palette and 16-bit expanded, alpha dropped). Colour conversion follows Pillow's Image.convert:
+// gray → RGB replicates, RGB → L is (19595 R + 38470 G + 7471 B + 2^15) >> 16.
 //
 // Transforms follow torchvision 0.x on PIL images:
 //   RandomResizedCrop(S, scale=(0.08, 1), ratio=(3/4, 4/3)) — random_resized_crop_box(), the
@@ -56,10 +57,12 @@ struct CropBox {
   bool operator==(const CropBox&) const = default;
 };
 
-/// Decodes encoded images; owns a TurboJPEG handle (not shareable between threads).
+class JpegDecoder;  // src/io/jpeg_region.hpp
+
+/// Decodes encoded images; owns a libjpeg decompressor (not shareable between threads).
 class ImageDecoder {
  public:
-  ImageDecoder();
+  ImageDecoder();  ///< throws ImageError when libjpeg cannot allocate its state
   ~ImageDecoder();
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
@@ -75,9 +78,24 @@ class ImageDecoder {
   int decode(const std::uint8_t* data, std::size_t size, int channels, Image8& out,
              int scale_denom = 1);
 
+  /// Decodes at least the rectangle `want` (clipped to the image, which it must overlap) of the
+  /// image shrunk by scale_denom as decode() does, into out (out.width × out.height pixels), and
+  /// returns the rectangle decoded, in the pixels of the (shrunk) image. A JPEG decodes a little
+  /// more than `want` (iMCU columns, two columns of margin each side), skipping the IDCT of the
+  /// rows above and the columns beside it and everything below it; its pixels are bit-identical
+  /// to the same pixels of decode(). A PNG decodes whole (scale_denom must be 1). Errors as
+  /// decode(); a single-scan JPEG without its end marker counts as truncated even when `want` ends
+  /// before the missing part.
+  CropBox decode_region(const std::uint8_t* data, std::size_t size, int channels, int scale_denom,
+                        const CropBox& want, Image8& out);
+
  private:
-  void* tj_ = nullptr;  ///< tjhandle
+  std::unique_ptr<JpegDecoder> jpeg_;
 };
+
+/// Pillow's RGB → L (Convert.c, L24): ITU-R 601-2 luma (19595 R + 38470 G + 7471 B + 2^15) >> 16
+/// of `pixels` interleaved RGB pixels into gray (which may alias rgb: it is written behind).
+void rgb_to_gray(const std::uint8_t* rgb, std::size_t pixels, std::uint8_t* gray);
 
 /// RandomResizedCrop's `scale` and `ratio` arguments: the crop's area is a fraction drawn
 /// uniformly from [scale_min, scale_max] of the image's, its aspect ratio w / h log-uniformly from
@@ -104,14 +122,44 @@ CropBox random_resized_crop_box(int width, int height, std::uint64_t key,
 /// pixels plus the resized size in rw, rh (used by resample_window()). crop ≤ resize required.
 CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, int& rh);
 
-/// Pillow's Image.resize((out_w, out_h), BILINEAR, box=(x0, y0, x1, y1)) of the interleaved image
-/// `src` (width × height × channels, row stride `stride` bytes), but computing only the output
-/// window columns [wx, wx + ww) and rows [wy, wy + wh), written packed (ww·channels bytes a row)
-/// to dst. Bit-exact with Pillow 9 for 8-bit L and RGB images. Box coordinates are floats in
-/// source pixels (0 ≤ x0 < x1 ≤ width, likewise y).
-void resample_window(const std::uint8_t* src, int width, int height, int channels,
-                     std::size_t stride, double x0, double y0, double x1, double y1, int out_w,
-                     int out_h, int wx, int wy, int ww, int wh, std::uint8_t* dst);
+/// An image to resample: `width` × `height` pixels of `channels` (1 or 3) interleaved uint8, of
+/// which `data` holds a rectangle whose first pixel is column x0, row y0 (rows `stride` bytes
+/// apart). The rectangle must contain every pixel the resampler reads (resample_source()); it may
+/// extend beyond the image (negative x0, y0: the image is a crop of a larger buffer).
+struct SourceImage {
+  const std::uint8_t* data = nullptr;
+  std::size_t stride = 0;
+  int channels = 0;
+  int width = 0, height = 0;
+  int x0 = 0, y0 = 0;
+};
+
+/// Pillow's Image.resize((out_w, out_h), BILINEAR, box=(x0, y0, x1, y1)) arguments (box in source
+/// pixels as floats, 0 ≤ x0 < x1 ≤ width, likewise y) and the output window computed of it.
+struct ResizeSpec {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  int out_w = 0, out_h = 0;
+  CropBox window;  ///< output columns [x, x + w) and rows [y, y + h) within out_w × out_h
+};
+
+/// How resample_window() writes its window: packed interleaved rows (h × w × C) or planar C × h ×
+/// w, then optionally mirrored left–right.
+struct OutLayout {
+  bool planar = false;
+  bool mirror = false;  ///< planar only
+};
+
+/// The source pixels (of a width × height image) that resample_window() with `r` reads: the
+/// union of the bilinear filter's support over the window's rows and columns — for a shrinking
+/// resize with box=, a few pixels beyond the box. Pure function.
+CropBox resample_source(int width, int height, const ResizeSpec& r);
+
+/// Pillow's resize with `r` of `src`, computing only r.window, written to dst as `layout` says
+/// (w·h·C bytes). Bit-exact with Pillow 9 (Resample.c: triangle filter widened by the scale when
+/// shrinking, 22-bit fixed-point coefficients, horizontal pass then vertical, each rounded to
+/// uint8) for 8-bit L and RGB images. Thread-safe (per-thread scratch).
+void resample_window(const SourceImage& src, const ResizeSpec& r, std::uint8_t* dst,
+                     OutLayout layout = {});
 
 /// img.crop(box).resize((out_w, out_h), BILINEAR) in Pillow — what torchvision's resized_crop does
 /// to a PIL image — into dst (out_h × out_w × channels, packed). box must lie inside the image.
@@ -127,14 +175,18 @@ struct ImageTransform {
   /// Decode a JPEG at 1/d (DCT scaling) when the crop, shrunk by d, is still ≥ dct_ratio × S in
   /// both axes; 0 disables DCT scaling (exact Pillow equality).
   double dct_ratio = 1.0;
+  /// With random_crop: this box (full-resolution pixels, inside the image) instead of a drawn one
+  /// when box.w > 0 — torchvision's F.resized_crop(img, box, S) (tests and tools).
+  CropBox box;
 };
 
 /// Decodes `data`, crops and resizes it as `t` says (random draws from `key`) and writes the
-/// result as planar C×S×S uint8 to dst (C = channels). `scratch` is reused between calls. Returns
-/// the crop box drawn (full-resolution pixels, or resized pixels for the centre crop). Throws
-/// ImageError for a bad image.
+/// result as planar C×S×S uint8 to dst (C = channels), mirrored when t.flip. Decodes only the
+/// JPEG region the resampler reads (ImageDecoder::decode_region()); `scratch` holds it and is
+/// reused between calls. Returns the crop box drawn (full-resolution pixels, or resized pixels for
+/// the centre crop). Throws ImageError for a bad image.
 CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
                         const ImageTransform& t, std::uint64_t key, Image8& scratch,
-                        std::vector<std::uint8_t>& tmp, std::uint8_t* dst);
+                        std::uint8_t* dst);
 
 }  // namespace dtrain
