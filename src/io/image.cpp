@@ -1,7 +1,7 @@
 // dtrain/io/image.cpp — io/image.hpp: decoding (JPEG through jpeg_region.hpp, PNG with libpng),
-// Pillow's bilinear resampling and torchvision's crop boxes. See the header for the contracts and
-// the sources followed; the resampler is a transcription of Pillow 9's libImaging/Resample.c for
-// 8-bit images.
+// torchvision's crop boxes and transform_image(), which decodes only what the resize reads and
+// resamples it with Pillow's bilinear filter (resample.cpp). See the header for the contracts and
+// the sources followed.
 #include "dtrain/io/image.hpp"
 
 #include <png.h>
@@ -118,151 +118,6 @@ void decode_png(const std::uint8_t* data, std::size_t size, int channels, Image8
   }
 }
 
-// ---- Pillow's resampler (Resample.c), 8 bits per channel ----
-constexpr int kPrecisionBits = 32 - 8 - 2;
-
-struct Coeffs {
-  int ksize = 0;
-  std::vector<int> bounds;  ///< per output: xmin, count
-  std::vector<int> k;       ///< per output: ksize fixed-point weights
-};
-
-/// precompute_coeffs() + normalize_coeffs_8bpc() for the bilinear (triangle) filter.
-void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
-  double scale = (in1 - in0) / out_size, filterscale = scale;
-  if (filterscale < 1.0) filterscale = 1.0;
-  const double support = 1.0 * filterscale;
-  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  c.bounds.assign(static_cast<std::size_t>(out_size) * 2, 0);
-  c.k.assign(static_cast<std::size_t>(out_size) * c.ksize, 0);
-  std::vector<double> kk(static_cast<std::size_t>(c.ksize));
-  for (int xx = 0; xx < out_size; ++xx) {
-    const double center = in0 + (xx + 0.5) * scale;
-    const double ss = 1.0 / filterscale;
-    int xmin = static_cast<int>(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = static_cast<int>(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    double ww = 0.0;
-    for (int x = 0; x < xmax; ++x) {
-      double t = (x + xmin - center + 0.5) * ss;
-      if (t < 0) t = -t;
-      const double w = t < 1.0 ? 1.0 - t : 0.0;
-      kk[static_cast<std::size_t>(x)] = w;
-      ww += w;
-    }
-    int* k = c.k.data() + static_cast<std::size_t>(xx) * c.ksize;
-    for (int x = 0; x < xmax; ++x) {
-      const double v =
-          ww != 0.0 ? kk[static_cast<std::size_t>(x)] / ww : kk[static_cast<std::size_t>(x)];
-      k[x] = v < 0 ? static_cast<int>(-0.5 + v * (1 << kPrecisionBits))
-                   : static_cast<int>(0.5 + v * (1 << kPrecisionBits));
-    }
-    c.bounds[static_cast<std::size_t>(xx) * 2] = xmin;
-    c.bounds[static_cast<std::size_t>(xx) * 2 + 1] = xmax;
-  }
-}
-
-/// The source range [first, last) that outputs [w0, w0 + n) of `c` read.
-void support_of(const Coeffs& c, int w0, int n, int& first, int& last) {
-  first = c.bounds[static_cast<std::size_t>(w0) * 2];
-  last = first;
-  for (int i = w0; i < w0 + n; ++i) {
-    first = std::min(first, c.bounds[static_cast<std::size_t>(i) * 2]);
-    last = std::max(last, c.bounds[static_cast<std::size_t>(i) * 2] +
-                              c.bounds[static_cast<std::size_t>(i) * 2 + 1]);
-  }
-}
-
-inline std::uint8_t clip8(int v) {
-  v >>= kPrecisionBits;
-  return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
-/// Pillow's horizontal pass (ImagingResampleHorizontal_8bpc) over `rows` source rows from `first`,
-/// output columns [wx, wx + ww), for C interleaved channels; src holds columns and rows from
-/// (src.x0, src.y0) on.
-template <int C>
-void horizontal_pass(const SourceImage& src, int first, int rows, const Coeffs& ch, int wx, int ww,
-                     std::uint8_t* out) {
-  const int half = 1 << (kPrecisionBits - 1);
-  for (int r = 0; r < rows; ++r) {
-    const std::uint8_t* in =
-        src.data + static_cast<std::ptrdiff_t>(first + r - src.y0) * std::ptrdiff_t(src.stride) -
-        static_cast<std::ptrdiff_t>(src.x0) * C;
-    std::uint8_t* o = out + static_cast<std::size_t>(r) * ww * C;
-    for (int xx = 0; xx < ww; ++xx) {
-      const int xmin = ch.bounds[static_cast<std::size_t>(wx + xx) * 2];
-      const int xmax = ch.bounds[static_cast<std::size_t>(wx + xx) * 2 + 1];
-      const int* k = ch.k.data() + static_cast<std::size_t>(wx + xx) * ch.ksize;
-      const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(xmin) * C;
-      int ss[C];
-      for (int c = 0; c < C; ++c) ss[c] = half;
-      for (int x = 0; x < xmax; ++x)
-        for (int c = 0; c < C; ++c) ss[c] += p[x * C + c] * k[x];
-      for (int c = 0; c < C; ++c) o[xx * C + c] = clip8(ss[c]);
-    }
-  }
-}
-
-/// Writes one output row of the vertical pass (sums in a, ww × C interleaved) to dst in `layout`.
-template <int C>
-void store_row(const int* a, int ww, int wh, int yy, OutLayout layout, std::uint8_t* dst) {
-  if (!layout.planar) {
-    std::uint8_t* o = dst + static_cast<std::size_t>(yy) * ww * C;
-    for (int i = 0; i < ww * C; ++i) o[i] = clip8(a[i]);
-    return;
-  }
-  const std::size_t plane = static_cast<std::size_t>(ww) * wh;
-  std::uint8_t* o = dst + static_cast<std::size_t>(yy) * ww;
-  for (int xx = 0; xx < ww; ++xx) {
-    const int to = layout.mirror ? ww - 1 - xx : xx;
-    for (int c = 0; c < C; ++c) o[c * plane + static_cast<std::size_t>(to)] = clip8(a[xx * C + c]);
-  }
-}
-
-/// Pillow's vertical pass over the horizontally resampled rows `temp` (from source row `first`,
-/// ww × C each), one output row at a time as a sum of whole source rows: the same integer sums as
-/// Pillow's per-pixel loop (integer addition is exact in any order), but contiguous, so the
-/// compiler vectorizes it.
-template <int C>
-void vertical_pass(const std::uint8_t* temp, int first, const Coeffs& cv, const CropBox& win,
-                   OutLayout layout, std::uint8_t* dst) {
-  thread_local std::vector<int> acc;
-  const std::size_t trow = static_cast<std::size_t>(win.w) * C;
-  acc.resize(trow);
-  const int half = 1 << (kPrecisionBits - 1);
-  for (int yy = 0; yy < win.h; ++yy) {
-    const int ymin = cv.bounds[static_cast<std::size_t>(win.y + yy) * 2] - first;
-    const int ymax = cv.bounds[static_cast<std::size_t>(win.y + yy) * 2 + 1];
-    const int* k = cv.k.data() + static_cast<std::size_t>(win.y + yy) * cv.ksize;
-    int* a = acc.data();
-    std::fill(a, a + trow, half);
-    for (int y = 0; y < ymax; ++y) {
-      const int w = k[y];
-      const std::uint8_t* p = temp + static_cast<std::size_t>(ymin + y) * trow;
-      for (std::size_t i = 0; i < trow; ++i) a[i] += p[i] * w;
-    }
-    store_row<C>(a, win.w, win.h, yy, layout, dst);
-  }
-}
-
-template <int C>
-void resample_channels(const SourceImage& src, const ResizeSpec& r, OutLayout layout,
-                       std::uint8_t* dst) {
-  thread_local Coeffs ch, cv;
-  thread_local std::vector<std::uint8_t> temp;
-  precompute(src.width, r.x0, r.x1, r.out_w, ch);
-  precompute(src.height, r.y0, r.y1, r.out_h, cv);
-  // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
-  int first = 0, last = 0;
-  support_of(cv, r.window.y, r.window.h, first, last);
-  temp.resize(static_cast<std::size_t>(last - first) * r.window.w * C);
-  horizontal_pass<C>(src, first, last - first, ch, r.window.x, r.window.w, temp.data());
-  vertical_pass<C>(temp.data(), first, cv, r.window, layout, dst);
-}
-
 double uniform01(std::uint64_t key, std::uint64_t n) {
   return static_cast<double>(counter_hash(key, n) >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -368,33 +223,6 @@ CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, in
   b.y = round_half_even((rh - crop) / 2.0);
   b.x = round_half_even((rw - crop) / 2.0);
   return b;
-}
-
-CropBox resample_source(int width, int height, const ResizeSpec& r) {
-  thread_local Coeffs ch, cv;
-  precompute(width, r.x0, r.x1, r.out_w, ch);
-  precompute(height, r.y0, r.y1, r.out_h, cv);
-  int x0 = 0, x1 = 0, y0 = 0, y1 = 0;
-  support_of(ch, r.window.x, r.window.w, x0, x1);
-  support_of(cv, r.window.y, r.window.h, y0, y1);
-  return CropBox{x0, y0, x1 - x0, y1 - y0};
-}
-
-void resample_window(const SourceImage& src, const ResizeSpec& r, std::uint8_t* dst,
-                     OutLayout layout) {
-  if (src.channels == 3) resample_channels<3>(src, r, layout, dst);
-  else resample_channels<1>(src, r, layout, dst);
-}
-
-void resample_crop(const Image8& img, const CropBox& box, int out_w, int out_h, std::uint8_t* dst) {
-  const std::size_t stride = static_cast<std::size_t>(img.width) * img.channels;
-  const SourceImage src{img.pixels.data() + static_cast<std::size_t>(box.y) * stride +
-                            static_cast<std::size_t>(box.x) * img.channels,
-                        stride, img.channels, box.w, box.h};
-  resample_window(
-      src,
-      ResizeSpec{0, 0, double(box.w), double(box.h), out_w, out_h, CropBox{0, 0, out_w, out_h}},
-      dst);
 }
 
 namespace {
