@@ -3,19 +3,14 @@
 // subsampling libjpeg writes (4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, gray), baseline and progressive,
 // odd sizes, DCT scaling 1/1–1/8, gray and RGB output, rectangles on every edge, slivers and the
 // whole image; only a region is decoded; a truncated file fails even when the region lies above
-// the missing part. The JPEGs are written here with libjpeg (noisy colour gradients).
+// the missing part. The JPEGs are noisy colour gradients (tests/common/jpeg_writer.hpp).
 #include <gtest/gtest.h>
 
-// clang-format off
-#include <cstdio>  // jpeglib.h needs FILE
-#include <jpeglib.h>
-// clang-format on
-
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/jpeg_writer.hpp"
 #include "dtrain/io/image.hpp"
 
 namespace dtrain {
@@ -40,34 +35,8 @@ std::vector<std::uint8_t> make_jpeg(int width, int height, const Sampling& s, bo
       for (int c = 0; c < comps; ++c)
         px[(static_cast<std::size_t>(y) * width + x) * comps + c] = static_cast<std::uint8_t>(
             (x * (3 + c) + y * (5 - c) + static_cast<int>(rng() % 64)) % 256);
-  jpeg_compress_struct c{};
-  jpeg_error_mgr err{};
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = static_cast<JDIMENSION>(width);
-  c.image_height = static_cast<JDIMENSION>(height);
-  c.input_components = comps;
-  c.in_color_space = comps == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 90, TRUE);
-  if (comps == 3) {
-    c.comp_info[0].h_samp_factor = s.h;
-    c.comp_info[0].v_samp_factor = s.v;
-  }
-  if (progressive) jpeg_simple_progression(&c);
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = px.data() + static_cast<std::size_t>(c.next_scanline) * width * comps;
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  std::vector<std::uint8_t> out(buf, buf + size);
-  jpeg_destroy_compress(&c);
-  std::free(buf);
-  return out;
+  return testing::write_jpeg(px, width, height, comps,
+                             testing::JpegOptions{90, s.h, s.v, progressive});
 }
 
 /// Rectangles of a w × h image: random, on each edge, slivers, single pixels, the whole image.

@@ -6,7 +6,6 @@
 // left out — on the CPU backend's loop and, bit for bit again, on the GPU's kernel (CudaUint8*:
 // skipped without a GPU, failed with DTRAIN_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -18,6 +17,7 @@
 
 #include "common/dataset_files.hpp"
 #include "common/gpu.hpp"
+#include "common/jpeg_writer.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/dataset.hpp"
@@ -69,20 +69,12 @@ std::string write_pixels(const Scratch& s, bool mean_std, const std::string& dty
 /// A gray w×h JPEG of a diagonal ramp with noise (quality 90).
 std::vector<std::uint8_t> jpeg(int w, int h, std::uint32_t seed) {
   std::mt19937 gen(seed);
-  std::vector<unsigned char> px(static_cast<std::size_t>(w) * h);
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
       px[static_cast<std::size_t>(y) * w + x] =
           static_cast<unsigned char>((x * 9 + y * 5 + gen() % 40) % 256);
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(tj, px.data(), w, 0, h, TJPF_GRAY, &buf, &size, TJSAMP_GRAY, 90, 0);
-  std::vector<std::uint8_t> out;
-  if (rc == 0) out.assign(buf, buf + size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
+  return testing::write_jpeg(px, w, h, 1);
 }
 
 /// An encoded file (docs/data.md) of gray JPEGs of assorted sizes, row `bad` garbage bytes.
