@@ -39,6 +39,11 @@ void ConvOp::set_accumulate_dx(bool on) {
   if (on) throw LibraryError("conv: this backend's convolution cannot accumulate into dx");
 }
 
+void ConvOp::backward_relu(const void* /*x*/, const void* /*y*/, const float* /*w*/, void* /*dy*/,
+                           void* /*dx*/, float* /*dw*/, float* /*db*/) {
+  throw LibraryError("conv: backward_relu without a fused relu (enable_relu() said false)");
+}
+
 void BatchNormOp::backward_relu(const void* /*x*/, const void* /*y*/, const float* /*gamma*/,
                                 const float* /*beta*/, const void* /*dy*/, void* /*dx*/,
                                 float* /*dgamma*/, float* /*dbeta*/) {

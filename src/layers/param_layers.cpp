@@ -51,6 +51,13 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
   void set_accumulate_dx(bool on) override {
     if (op_ != nullptr) op_->set_accumulate_dx(on);
   }
+  /// conv → relu as one op (ConvOp::enable_relu); backward then also reads y, as the relu did.
+  bool absorb_relu() override {
+    if (op_ == nullptr || !op_->enable_relu()) return false;
+    relu_ = true;
+    return true;
+  }
+  [[nodiscard]] BackwardNeeds needs() const override { return {true, relu_, false}; }
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> arguments() const override {
     std::vector<std::pair<std::string, std::string>> a{{"filters", std::to_string(d_.out_channels)},
                                                        {"kernel", d_.kernel.str()},
@@ -60,8 +67,19 @@ class ConvLayer final : public WeightedLayer<ConvOp> {
     return a;
   }
 
+ protected:
+  void backward_one(const void* x, const void* y, const void* dy, void* dx) override {
+    if (!relu_) return WeightedLayer::backward_one(x, y, dy, dx);
+    require_bound(op_.get());
+    // dy is the model's gradient buffer of the fused output, read by nothing after this backward
+    // (Layer::absorb_relu): the op overwrites it with the pre-activation's gradient.
+    op_->backward_relu(x, y, p_[0], const_cast<void*>(dy), dx, g_[0],
+                       p_.size() > 1 ? g_[1] : nullptr);
+  }
+
  private:
   ConvDesc d_;
+  bool relu_ = false;  ///< absorb_relu() succeeded
 };
 
 class DenseLayer final : public WeightedLayer<DenseOp> {

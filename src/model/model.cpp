@@ -127,8 +127,8 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   stacks_[{max_batch, 0}] = std::move(stack);
   if (backend->fuse())
     log_info("fusion: " + std::to_string(fused_layers()) +
-             " layers run inside another (relu in "
-             "the add or batchnorm before it, add + relu in the batchnorm before it), " +
+             " layers run inside another (relu in the conv, add or batchnorm before it, "
+             "add + relu in the batchnorm before it), " +
              std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
 }
 

@@ -82,4 +82,62 @@ inline const std::vector<std::string> kResidualNet = {
     "dense",
 };
 
+/// A VGG-style stack (Simonyan & Zisserman 2015: conv with bias → relu throughout, no batchnorm)
+/// on 1×3×8×8 or larger inputs (H, W divisible by 4): four conv → relu pairs that layer fusion
+/// runs as one layer each — 3→8 channels, 8→64 and 64→64 (on the CPU backend in NHWC the wide
+/// ones read nhwc directly), one without bias — then a conv whose output a relu and an add both
+/// read (not fused), and a dense → relu (dense has no fused relu).
+inline const std::vector<std::string> kVggNet = {
+    "conv filters=8 kernel=3 pad=1",
+    "relu",
+    "conv filters=64 kernel=3 pad=1",
+    "relu",
+    "maxpool kernel=2 stride=2",
+    "conv filters=64 kernel=3 pad=1 bias=false",
+    "relu",
+    "conv filters=8 kernel=1",
+    "relu",
+    "conv filters=8 kernel=3 pad=1 name=c5",
+    "relu name=r5",
+    "add input=r5,c5",
+    "maxpool kernel=2 stride=2",
+    "flatten",
+    "dense units=16",
+    "relu",
+    "dense",
+};
+
+/// jobs/fashion_mnist_cnn.ini without its batchnorms (conv → relu, as the CNN of the TensorFlow
+/// and PyTorch tutorials), on 1×1×H×W inputs (H, W divisible by 4): two fused conv → relu pairs.
+inline const std::vector<std::string> kConvReluCnn = {
+    "conv filters=32 kernel=3 pad=1",
+    "relu",
+    "maxpool kernel=2",
+    "conv filters=64 kernel=3 pad=1",
+    "relu",
+    "maxpool kernel=2",
+    "flatten",
+    "dense units=128",
+    "relu",
+    "dropout rate=0.3",
+    "dense",
+};
+
+/// Four conv → relu pairs on 1×3×5×7 inputs whose outputs do not fill 16-byte packs evenly (the
+/// GPU's vectorised bias + relu): odd planes (5×7), 3 channels (NHWC packs wrap around channels),
+/// a conv without bias, planes of 2 pixels (NCHW packs span several channels), and an element
+/// count per sample (14) that leaves a scalar tail for most batch sizes.
+inline const std::vector<std::string> kOddConvReluNet = {
+    "conv filters=3 kernel=3 pad=1",
+    "relu",
+    "conv filters=5 kernel=2 bias=false",
+    "relu",
+    "conv filters=6 kernel=3 stride=2",
+    "relu",
+    "conv filters=7 kernel=1",
+    "relu",
+    "globalavgpool",
+    "dense",
+};
+
 }  // namespace dtrain::test

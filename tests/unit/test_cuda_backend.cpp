@@ -743,6 +743,67 @@ TEST_F(CudaParity, FusedResidualNetMatchesUnfused) {
   }
 }
 
+// Fusion of conv → relu on the GPU (--fuse auto) against every layer alone (--fuse off): the bias
+// add and the relu in one vectorised pass (launch_add_channel_bias with relu_after; a conv without
+// bias: the relu kernel in place), the relu's mask applied to dy in the pass that sums the bias
+// gradient (launch_channel_sum_relu_mask). Nets: test::kVggNet, and test::kOddConvReluNet, whose
+// odd planes, 3 channels, 2-pixel planes and partial batch make 16-byte packs cross channels and
+// samples and leave scalar tails. Both runs do the same arithmetic in the same order; the stated
+// tolerances (norm-wise relative) are FusedResidualNetMatchesUnfused's, for cuDNN's freedom to
+// pick nondeterministic algorithms: fp32 math 1e-5; bf16 2e-2 for gradients, 1e-2 for the rest.
+// The fused fp32 models also match the CPU backend in NCHW (an independent reference for the
+// kernels' channel indexing, which the unfused bias add shares) within NhwcModelMatchesCpu's
+// tolerances.
+TEST_F(CudaParity, FusedConvReluNetMatchesUnfused) {
+  struct Net {
+    const std::vector<std::string>* layers;
+    Shape sample;
+  };
+  struct Case {
+    Layout layout;
+    Precision precision;
+    double grads, rest;
+  };
+  for (const Net& net : {Net{&test::kVggNet, Shape{1, 3, 8, 8}},
+                         Net{&test::kOddConvReluNet, Shape{1, 3, 5, 7}}}) {
+    for (const Case& c : {Case{Layout::nchw, Precision::fp32, 1e-5, 1e-5},
+                          Case{Layout::nhwc, Precision::fp32, 1e-5, 1e-5},
+                          Case{Layout::nchw, Precision::bf16, 2e-2, 1e-2},
+                          Case{Layout::nhwc, Precision::bf16, 2e-2, 1e-2}}) {
+      const bool f32 = c.precision == Precision::fp32;
+      SCOPED_TRACE(std::string(net.layers == &test::kVggNet ? "VGG-style " : "odd shapes ") +
+                   layout_name(c.layout) + (f32 ? " fp32" : " bf16"));
+      std::unique_ptr<Backend> be[2] = {make_cuda_backend(0), make_cuda_backend(0)};
+      for (auto& b : be) {
+        b->set_layout(c.layout);
+        b->set_precision(c.precision);
+      }
+      be[1]->set_fuse(false);
+      Model fused(*be[0], *net.layers, net.sample, 4, 12);
+      Model plain(*be[1], *net.layers, net.sample, 4, 12);
+      EXPECT_EQ(plain.fused_layers(), 0u);
+      EXPECT_EQ(fused.fused_layers(), 4u);  // every conv → relu pair whose relu is the sole reader
+      fused.initialize(7);
+      plain.initialize(7);
+      for (const int n : {12, 5}) {
+        SCOPED_TRACE("batch " + std::to_string(n));
+        const auto x = random_vec(net.sample.with_n(n).count(), 90 + n);
+        std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 1) % 4;
+        const test::StepOutputs f = test::run_step(fused, x, y), p = test::run_step(plain, x, y);
+        EXPECT_LE(rel_err(f.grads, p.grads), c.grads);
+        EXPECT_LE(rel_err(f.loss, p.loss), c.rest);
+        EXPECT_LE(rel_err(f.eval, p.eval), c.rest);
+        EXPECT_LE(rel_err(f.logits, p.logits), c.rest);
+      }
+      if (f32) {
+        Model mc(*cpu_, *net.layers, net.sample, 4, 12);
+        expect_models_agree(mc, fused, net.sample, 4, 110, {1e-3, 1e-4, 1e-4, 1e-4});
+      }
+    }
+  }
+}
+
 TEST_F(CudaParity, TrainingOnGpuLowersTheLoss) {
   const int n = 32;
   Model model(*gpu_, kSmallNet, Shape{1, 1, 8, 8}, 4, n);

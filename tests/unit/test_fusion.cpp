@@ -2,11 +2,15 @@
 // absorbed relu (one buffer for the producer's output and the relu's, one for their gradients)
 // and of a layer that adds its input gradient in place (no scratch); on the CPU backend a ResNet
 // graph trained fused and unfused gives the same bits (the default add_relu and
-// relu_backward_fanout are the unfused ops in one call). The CUDA kernels and cuDNN's fused
+// relu_backward_fanout are the unfused ops in one call), and so do conv → relu stacks (VGG, a
+// CNN) with the relu inside oneDNN's convolution. The CUDA kernels and cuDNN's fused
 // batchnorm are compared with their unfused paths in test_cuda_backend.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "common/layer_rig.hpp"
 #include "common/model_step.hpp"
@@ -90,6 +94,65 @@ TEST(Fusion, CpuResidualNetFusedEqualsUnfusedBitForBit) {
     EXPECT_EQ(a.eval, b.eval);
     EXPECT_EQ(a.logits, b.logits);
     EXPECT_GT(*std::max_element(a.grads.begin(), a.grads.end()), 0.0f);
+  }
+}
+
+/// `layers` (classes 4, batch 8) on two CPU backends in `layout` and `precision`, --fuse auto and
+/// off: a training step on a full and a partial batch gives the same bits in every output (loss,
+/// gradients, logits, evaluation). Returns the fused model's fused_layers().
+std::size_t expect_fused_equals_unfused(const std::vector<std::string>& layers,
+                                        const Shape& sample, Layout layout, Precision precision) {
+  auto fused_be = make_cpu_backend(), plain_be = make_cpu_backend();
+  for (Backend* be : {fused_be.get(), plain_be.get()}) {
+    be->set_layout(layout);
+    be->set_precision(precision);
+  }
+  plain_be->set_fuse(false);
+  Model fused(*fused_be, layers, sample, 4, 8);
+  Model plain(*plain_be, layers, sample, 4, 8);
+  EXPECT_EQ(plain.fused_layers(), 0u);
+  EXPECT_EQ(fused.signature(), plain.signature());
+  fused.initialize(11);
+  plain.initialize(11);
+  for (const int n : {8, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto x = test::uniform_values(sample.with_n(n).count(), 17 + n, -1.0f, 1.0f);
+    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (3 * i + 2) % 4;
+    const test::StepOutputs a = test::run_step(fused, x, y), b = test::run_step(plain, x, y);
+    EXPECT_EQ(a.grads, b.grads);
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.eval, b.eval);
+    EXPECT_EQ(a.logits, b.logits);
+    EXPECT_GT(*std::max_element(a.grads.begin(), a.grads.end()), 0.0f);
+  }
+  return fused.fused_layers();
+}
+
+/// conv → relu with the relu inside the convolution (oneDNN's eltwise_relu post-op; backward masks
+/// dy from the fused output in place): bit for bit the unfused run, in both layouts (in NHWC the
+/// 64-channel convolutions take oneDNN's nxc route) and in bf16 (oneDNN rounds the output once,
+/// after the relu: the same bits, as rounding keeps signs). Where oneDNN has no bf16 kernels on this
+/// CPU the backend emulates bf16 and fuses no convolution; fp32 fuses every sole-reader pair.
+TEST(Fusion, CpuConvReluFusedEqualsUnfusedBitForBit) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      const bool f32 = precision == Precision::fp32;
+      SCOPED_TRACE(std::string(layout_name(layout)) + (f32 ? " fp32" : " bf16"));
+      const std::size_t vgg =
+          expect_fused_equals_unfused(test::kVggNet, Shape{1, 3, 8, 8}, layout, precision);
+      const std::size_t cnn =
+          expect_fused_equals_unfused(test::kConvReluCnn, Shape{1, 1, 12, 12}, layout, precision);
+      const std::size_t odd =
+          expect_fused_equals_unfused(test::kOddConvReluNet, Shape{1, 3, 5, 7}, layout, precision);
+      if (f32) {
+        EXPECT_EQ(vgg, 4u);  // not the conv that an add also reads, not the dense's relu
+        EXPECT_EQ(cnn, 2u);
+        EXPECT_EQ(odd, 4u);
+      }
+      std::printf("[ fusion   ] %s %s: layers run inside another: VGG-style %zu, CNN %zu, odd %zu\n",
+                  layout_name(layout), f32 ? "fp32" : "bf16", vgg, cnn, odd);
+    }
   }
 }
 

@@ -140,6 +140,19 @@ class ConvOp {
   /// other consumers already in dx; bf16: the sum in fp32, rounded once). Only when
   /// can_accumulate_dx(); throws LibraryError otherwise.
   virtual void set_accumulate_dx(bool on);
+  /// Fuses the relu that follows (layer fusion, Backend::fuse()): from now on forward writes
+  /// y = max(conv(x, w) + b, 0) — the bias and the relu applied inside the convolution (oneDNN's
+  /// eltwise_relu post-op; on cuDNN one pass over y) — and backward_relu() replaces backward().
+  /// Returns false, changing nothing, where the op has no fused form (the default; a bf16
+  /// convolution under the CPU backend's emulation). Calling it again returns true.
+  virtual bool enable_relu() { return false; }
+  /// After enable_relu(): from the gradient dy of the fused output y (y of the last forward, with
+  /// these weights), first dy[i] = (y[i] > 0 ? dy[i] : 0) in place — the relu's gradient, the
+  /// pre-activation's, so dy must be a buffer nothing reads afterwards — then dx, dw, db as
+  /// backward() from it (cuDNN: the mask applied in the pass that sums db). Throws LibraryError
+  /// when enable_relu() did not succeed.
+  virtual void backward_relu(const void* x, const void* y, const float* w, void* dy, void* dx,
+                             float* dw, float* db);
 };
 
 enum class PoolKind { max, avg };
@@ -460,11 +473,11 @@ class Backend {
   void set_cudnn_benchmark(bool on) { cudnn_benchmark_ = on; }
   [[nodiscard]] bool cudnn_benchmark() const { return cudnn_benchmark_; }
   /// Whether models built on this backend fuse a relu into the layer before it where that layer
-  /// has a fused form (add → add_relu; batchnorm → the op's enable_relu()) and let convolutions
-  /// add their input gradient in place (ConvOp::set_accumulate_dx): --fuse auto (true, the
-  /// default) | off (false: every layer runs alone, the parity reference). Set before the model
-  /// is built. Results are identical either way except where a fused kernel rounds once instead
-  /// of twice (bf16 gradient sums).
+  /// has a fused form (add → add_relu; batchnorm and convolution → the op's enable_relu()) and
+  /// let convolutions add their input gradient in place (ConvOp::set_accumulate_dx): --fuse auto
+  /// (true, the default) | off (false: every layer runs alone, the parity reference). Set before
+  /// the model is built. Results are identical either way except where a fused kernel rounds
+  /// once instead of twice (bf16 gradient sums).
   void set_fuse(bool on) { fuse_ = on; }
   /// Whether GPU convolutions prefer cuDNN's deterministic algorithms (bit-reproducible runs on
   /// the same GPU; PyTorch's torch.backends.cudnn.deterministic = True) over the first one cuDNN

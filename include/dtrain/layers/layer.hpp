@@ -118,8 +118,10 @@ class Layer {
   virtual void backward(LayerInputs x, const void* y, const void* dy, LayerInputGrads dx) = 0;
   /// Fusion (the model asks, with Backend::fuse()): apply relu to this layer's own output, so that
   /// the relu layer right after it need not run. When it returns true, forward writes
-  /// max(layer(x), 0), backward receives that output as y and its gradient as dy, and needs()
-  /// reports output = true. False (the default) where the layer has no fused form on its backend.
+  /// max(layer(x), 0), backward receives that output as y and its gradient as dy (which it may
+  /// overwrite: the model's buffer of that gradient, read by nothing after this backward; a conv
+  /// leaves the pre-activation's gradient there), and needs() reports output = true. False (the
+  /// default) where the layer has no fused form on its backend (conv, add and batchnorm have one).
   virtual bool absorb_relu() { return false; }
   /// Fusion of a residual block's end: take the add after this layer and the relu after that.
   /// When it returns true the layer gains a second input z (the add's other input, of this

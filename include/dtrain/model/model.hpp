@@ -140,8 +140,8 @@ class Model {
   /// Every layer in line order, with its shape, parameters and forward cost (works on a
   /// layout-only model).
   [[nodiscard]] std::vector<LayerInfo> layers() const;
-  /// Layers that run inside another (Backend::fuse(); 0 with fusion off): relus inside the add
-  /// or batchnorm before them, adds (with their relu) inside the batchnorm before them.
+  /// Layers that run inside another (Backend::fuse(); 0 with fusion off): relus inside the conv,
+  /// add or batchnorm before them, adds (with their relu) inside the batchnorm before them.
   [[nodiscard]] std::size_t fused_layers() const;
   /// Layers whose backward adds into an input gradient in place (ConvOp::set_accumulate_dx)
   /// instead of writing a scratch gradient that an add then sums.
@@ -277,8 +277,8 @@ class Model {
   Stack& stack_for(int n);
   std::unique_ptr<Stack> make_stack(int n, Backend* be);
   /// Fusion (Backend::fuse()): on the first stack, decides which layers run inside another
-  /// (absorbed_, host_) — a relu inside the add or batchnorm before it, a batchnorm's following
-  /// add + relu inside the batchnorm — and asks the host layers (Layer::absorb_relu,
+  /// (absorbed_, host_) — a relu inside the conv, add or batchnorm before it, a batchnorm's
+  /// following add + relu inside the batchnorm — and asks the host layers (Layer::absorb_relu,
   /// absorb_add_relu); on later stacks, asks the same layers.
   void fuse(Stack& s);
   /// Tries to fold the add at `a` and the relu after it into the batchnorm at a − 1.

@@ -12,6 +12,9 @@
 // order — deterministic, bit-for-bit the same on every run. Statistics follow Ioffe & Szegedy 2015
 // and the CPU backend: the normalization uses the biased batch variance (two passes: mean, then
 // Σ(x − mean)²), running_var the unbiased one (biased when N·H·W = 1).
+// The conv bias add (with the relu fused into the conv, Backend::fuse) is element-wise instead:
+// one pass in 16-byte packs (BiasReluOp); under a fused relu the bias gradient's sum also applies
+// the relu's mask to dy in the same pass (ReluMasked).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -93,16 +96,37 @@ __device__ __forceinline__ void for_planes(std::int64_t planes, int channels, in
   }
 }
 
-/// partial[c·P + p] = Σ x over chunk p of channel c; with `mean`, Σ (x − mean[c])².
+// What a channel sum reads at index i (the functor X of the sum kernels): x[i] (Plain), or the
+// gradient of a relu-fused convolution's pre-activation (ReluMasked). The kernels visit every
+// index exactly once, so ReluMasked may write back.
 template <typename T>
-__global__ void partial_sum_kernel(Geometry g, const T* x, const float* mean, float* partial) {
+struct Plain {
+  const T* x;
+  __device__ float operator()(std::size_t i) const { return load(x, i); }
+};
+/// d = relu'(y[i])·dy[i] from the fused output y, written back over dy[i] (what the convolution's
+/// backward-data and backward-filter read next), and returned for the bias gradient's sum.
+template <typename T>
+struct ReluMasked {
+  const T* y;
+  T* dy;
+  __device__ float operator()(std::size_t i) const {
+    const float d = relu_grad(load(y, i), load(dy, i));
+    store(dy, i, d);
+    return d;
+  }
+};
+
+/// partial[c·P + p] = Σ x(i) over chunk p of channel c; with `mean`, Σ (x(i) − mean[c])².
+template <typename X>
+__global__ void partial_sum_kernel(Geometry g, X x, const float* mean, float* partial) {
   __shared__ float shared[kThreads];
   const float m = mean != nullptr ? mean[blockIdx.x] : 0.0f;
   float acc = 0.0f;
-  if (mean == nullptr) for_chunk(g, [&](std::size_t i) { acc += load(x, i); });
+  if (mean == nullptr) for_chunk(g, [&](std::size_t i) { acc += x(i); });
   else
     for_chunk(g, [&](std::size_t i) {
-      const float d = load(x, i) - m;
+      const float d = x(i) - m;
       acc += d * d;
     });
   const float s = block_sum(acc, shared);
@@ -185,12 +209,13 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean, 
   });
 }
 
-/// Column sums of a rows×cols row-major matrix (NHWC seen as (N·H·W)×C: the conv bias gradient
-/// in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of the rows,
+/// Column sums of a rows×cols row-major matrix x(r·cols + c) (NHWC seen as (N·H·W)×C: the conv bias
+/// gradient in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of the
+/// rows,
 /// threadIdx.x the column (a warp reads 32 consecutive elements), threadIdx.y one of 8 row lanes;
 /// the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads it. Deterministic.
-template <typename T>
-__global__ void column_partial_kernel(const T* x, std::int64_t rows, int cols, int chunks,
+template <typename X>
+__global__ void column_partial_kernel(X x, std::int64_t rows, int cols, int chunks,
                                       float* partial) {
   __shared__ float lanes[8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
@@ -198,7 +223,7 @@ __global__ void column_partial_kernel(const T* x, std::int64_t rows, int cols, i
   float acc = 0.0f;
   if (c < cols)
     for (std::int64_t r = r0 + threadIdx.y; r < r1; r += 8)
-      acc += load(x, static_cast<std::size_t>(r) * cols + c);
+      acc += x(static_cast<std::size_t>(r) * cols + c);
   lanes[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || c >= cols) return;
@@ -207,11 +232,36 @@ __global__ void column_partial_kernel(const T* x, std::int64_t rows, int cols, i
   partial[static_cast<std::size_t>(c) * chunks + blockIdx.y] = sum;
 }
 
-template <typename T>
-__global__ void add_channel_bias_kernel(T* y, const float* b, std::int64_t planes, int channels,
-                                        int hw) {
-  for_planes(planes, channels, hw, [&](std::size_t i, int c) { store(y, i, load(y, i) + b[c]); });
-}
+/// y[i] = y[i] + b[c], then relu (NaN kept) when with_relu, with c = (i / inner) % channels (NCHW:
+/// inner = H·W; NHWC seen as (N·H·W)×C×1×1: inner = 1) — a functor of launch_vectorized (elem.cuh),
+/// V elements [i, i + V) a call: the channel of i by one division, then stepped element by element
+/// (a pack may cross channel and sample boundaries, any number of them when inner < V). Index:
+/// std::uint32_t when the tensor has fewer than 2^32 elements (32-bit division), else 64-bit.
+template <typename T, typename Index>
+struct BiasReluOp {
+  T* y;
+  const float* b;
+  Index channels, inner;
+  bool with_relu;
+  template <int V>
+  __device__ void apply(std::size_t i) const {
+    float v[V];
+    load_n<V>(y, i, v);
+    const Index q = static_cast<Index>(i) / inner;
+    Index r = static_cast<Index>(i) - q * inner;  // position in channel c's run of inner values
+    Index c = q % channels;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float u = v[k] + b[c];
+      v[k] = with_relu ? relu(u) : u;
+      if (++r == inner) {
+        r = 0;
+        if (++c == channels) c = 0;
+      }
+    }
+    store_n<V>(y, i, v);
+  }
+};
 
 /// N·C, in 64 bits: NHWC seen as (N·H·W)×C makes it the element count, which can pass 2^31.
 std::int64_t planes(const ChannelShape& s) { return std::int64_t{s.n} * s.c; }
@@ -257,37 +307,67 @@ std::size_t channel_scratch_floats(const ChannelShape& s) {
   return 2 * static_cast<std::size_t>(s.c) * static_cast<std::size_t>(chunks);
 }
 
-void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* x, Elem t,
-                        float* out, float* scratch) {
+namespace {
+
+/// out[c] = Σ x(i) over channel c (the functor X: Plain or ReluMasked), by column_partial_kernel
+/// for planes of one pixel and partial_sum_kernel otherwise; finish_sum_kernel adds the chunks.
+template <typename X>
+void channel_sum(cudaStream_t stream, const ChannelShape& s, X x, float* out, float* scratch) {
   if (s.h * s.w == 1) {  // row-major (N·H·W)×C: column sums, coalesced
     const int chunks = column_chunks(s);
-    dispatch_elem(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      column_partial_kernel<<<dim3((s.c + 31) / 32, chunks), dim3(32, 8), 0, stream>>>(
-          static_cast<const T*>(x), std::int64_t{s.n}, s.c, chunks, scratch);
-    });
+    column_partial_kernel<<<dim3((s.c + 31) / 32, chunks), dim3(32, 8), 0, stream>>>(
+        x, std::int64_t{s.n}, s.c, chunks, scratch);
     finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, chunks, 1.0f,
                                                                     out);
     DT_CHECK_LAUNCH();
     return;
   }
   const Geometry g = geometry(s);
-  dispatch_elem(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    partial_sum_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, static_cast<const T*>(x),
-                                                                     nullptr, scratch);
-  });
+  partial_sum_kernel<<<dim3(s.c, g.chunks), kThreads, 0, stream>>>(g, x, nullptr, scratch);
   finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks, 1.0f,
                                                                   out);
   DT_CHECK_LAUNCH();
 }
 
-void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y, Elem t,
-                             const float* b) {
+}  // namespace
+
+void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* x, Elem t,
+                        float* out, float* scratch) {
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    add_channel_bias_kernel<<<plane_grid(s), kThreads, 0, stream>>>(static_cast<T*>(y), b,
-                                                                    planes(s), s.c, s.h * s.w);
+    channel_sum(stream, s, Plain<T>{static_cast<const T*>(x)}, out, scratch);
+  });
+}
+
+void launch_channel_sum_relu_mask(cudaStream_t stream, const ChannelShape& s, const void* y,
+                                  void* dy, Elem t, float* out, float* scratch) {
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    channel_sum(stream, s, ReluMasked<T>{static_cast<const T*>(y), static_cast<T*>(dy)}, out,
+                scratch);
+  });
+}
+
+void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y, Elem t,
+                             const float* b, bool relu_after) {
+  const auto inner = static_cast<std::uint64_t>(s.h) * static_cast<std::uint64_t>(s.w);
+  const std::uint64_t n = static_cast<std::uint64_t>(planes(s)) * inner;
+  if (n == 0) return;
+  dispatch_elem(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* yt = static_cast<T*>(y);
+    if (n <= UINT32_MAX) {
+      using I = std::uint32_t;
+      launch_vectorized<T>(stream, n,
+                           BiasReluOp<T, I>{yt, b, static_cast<I>(s.c), static_cast<I>(inner),
+                                            relu_after},
+                           {y});
+    } else {
+      launch_vectorized<T>(stream, n,
+                           BiasReluOp<T, std::uint64_t>{yt, b, static_cast<std::uint64_t>(s.c),
+                                                        inner, relu_after},
+                           {y});
+    }
   });
   DT_CHECK_LAUNCH();
 }
@@ -302,10 +382,10 @@ void launch_bn_forward_training(cudaStream_t stream, const ChannelShape& s, cons
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xt = static_cast<const T*>(x);
-    partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, xt, nullptr, scratch);
+    partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, Plain<T>{xt}, nullptr, scratch);
     finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, g.chunks,
                                                                     1.0f / m, saved_mean);
-    partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, xt, saved_mean, scratch);
+    partial_sum_kernel<<<grid, kThreads, 0, stream>>>(g, Plain<T>{xt}, saved_mean, scratch);
     finish_stats_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(
         scratch, s.c, g.chunks, m, epsilon, momentum, saved_mean, saved_invstd, running_mean,
         running_var);

@@ -1,5 +1,5 @@
-// src/dnn/cuda/channel_kernels.hpp — launchers of the per-channel reduction kernels of
-// channel_kernels.cu: the conv bias gradient and batchnorm training (forward and backward) on
+// src/dnn/cuda/channel_kernels.hpp — launchers of the per-channel kernels of channel_kernels.cu:
+// the conv bias (+ relu) and its gradient, and batchnorm training (forward and backward) on
 // N×C×H×W tensors of fp32 or bf16 elements (Elem, kernels.hpp; parameters, statistics and sums
 // fp32). Deterministic (fixed summation order); enqueued on `stream`, launch
 // checked (LibraryError), never synchronizing. Plain C++17 (included by nvcc-compiled code).
@@ -28,9 +28,16 @@ std::size_t channel_scratch_floats(const ChannelShape& s);
 void launch_channel_sum(cudaStream_t stream, const ChannelShape& s, const void* x, Elem t,
                         float* out, float* scratch);
 
-/// y[n,c,h,w] += b[c] (the conv bias; cudnnAddTensor took 2-3× as long).
+/// The conv bias gradient under a fused relu, in one pass: dy[i] = relu'(y[i])·dy[i] in place
+/// (y: the fused output, relu' = 1 where y > 0 or NaN, else 0), out[c] = Σ_{n,h,w} of the result
+/// (overwrites) — launch_relu_backward then launch_channel_sum, bit for bit, one read of dy fewer.
+void launch_channel_sum_relu_mask(cudaStream_t stream, const ChannelShape& s, const void* y,
+                                  void* dy, Elem t, float* out, float* scratch);
+
+/// y[n,c,h,w] += b[c] (the conv bias; cudnnAddTensor took 2-3× as long), then y = max(y, 0) (NaN
+/// kept) when relu_after: bias and relu in one pass (16-byte packs, launch_vectorized in elem.cuh).
 void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y, Elem t,
-                             const float* b);
+                             const float* b, bool relu_after = false);
 
 /// Batchnorm training forward (spatial: statistics per channel over N·H·W = M values):
 /// saved_mean = mean, saved_invstd = 1/sqrt(var + ε) with the biased variance,

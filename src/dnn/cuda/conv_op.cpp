@@ -20,7 +20,9 @@
 // bf16 copy of the fp32 weights; cuDNN writes the weight gradient in bf16, widened into the fp32
 // dw. The filter copy made by forward is reused by the backward of the same step.
 // set_accumulate_dx: backward-data blends into dx with β = 1 (the gradient of a tensor that
-// several layers read, summed without a scratch buffer).
+// several layers read, summed without a scratch buffer). enable_relu (layer fusion): the bias add
+// and the relu in one pass over y, and in backward the relu's mask applied to dy in the pass that
+// sums the bias gradient (channel_kernels.cu) — two passes over the activations fewer per layer.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -31,6 +33,7 @@
 #include "channel_kernels.hpp"
 #include "cuda_backend.hpp"
 #include "dtrain/core/log.hpp"
+#include "kernels.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -140,11 +143,44 @@ class CudaConvOp final : public ConvOp {
     DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
                                            fwd_algo_, be_.workspace(), be_.workspace_bytes(), &zero,
                                            y_desc_, y));
-    if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b);
+    if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b, relu_);
+    else if (relu_) launch_relu_forward(be_.stream(), y, y, out_count_, elem(t_));
   }
 
   void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                 float* db) override {
+    run_backward(x, w, dy, dx, dw);
+    // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
+    // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
+    if (bias_)
+      launch_channel_sum(be_.stream(), out_shape_, dy, elem(t_), db, bias_scratch_.as<float>());
+  }
+
+  /// Bias and relu in one pass over y (launch_add_channel_bias); backward_relu masks dy in the
+  /// pass that sums the bias gradient. cudnnConvolutionBiasActivationForward is not used: it runs
+  /// a relu only with IMPLICIT_PRECOMP_GEMM, which would override the algorithm choice.
+  bool enable_relu() override {
+    relu_ = true;
+    return true;
+  }
+
+  void backward_relu(const void* x, const void* y, const float* w, void* dy, void* dx, float* dw,
+                     float* db) override {
+    if (!relu_) return ConvOp::backward_relu(x, y, w, dy, dx, dw, db);  // throws
+    if (bias_)
+      launch_channel_sum_relu_mask(be_.stream(), out_shape_, y, dy, elem(t_), db,
+                                   bias_scratch_.as<float>());
+    else launch_relu_backward(be_.stream(), y, dy, dy, out_count_, elem(t_));
+    run_backward(x, w, dy, dx, dw);
+  }
+
+  /// cuDNN blends: dx = 1·conv_bwd_data(dy, w) + β·dx.
+  [[nodiscard]] bool can_accumulate_dx() const override { return true; }
+  void set_accumulate_dx(bool on) override { dx_beta_ = on ? 1.0f : 0.0f; }
+
+ private:
+  /// dx (unless nullptr) and dw from dy: cuDNN's backward-data and backward-filter.
+  void run_backward(const void* x, const float* w, const void* dy, void* dx, float* dw) {
     const float one = 1.0f, zero = 0.0f;
     if (dx != nullptr) {
       // The filter forward converted (the weights do not change between the two), else anew.
@@ -164,17 +200,8 @@ class CudaConvOp final : public ConvOp {
       launch_transpose(be_.stream(), dw_krsc_.get(), elem(t_), dw, Elem::f32, w_shape_.n,
                        w_shape_.h * w_shape_.w, w_shape_.c);
     else if (t_ != DType::f32) be_.cast(dw_lp_.get(), t_, dw, DType::f32, w_shape_.count());
-    // The bias gradient Σ_{n,h,w} dy: our deterministic reduction (channel_kernels.cu), an order
-    // of magnitude faster than cudnnConvolutionBackwardBias on large NCHW batches.
-    if (bias_)
-      launch_channel_sum(be_.stream(), out_shape_, dy, elem(t_), db, bias_scratch_.as<float>());
   }
 
-  /// cuDNN blends: dx = 1·conv_bwd_data(dy, w) + β·dx.
-  [[nodiscard]] bool can_accumulate_dx() const override { return true; }
-  void set_accumulate_dx(bool on) override { dx_beta_ = on ? 1.0f : 0.0f; }
-
- private:
   /// The filter as cuDNN reads it: w itself (fp32 KCRS), w rounded to bf16 into w_lp_, or w
   /// converted to KRSC (and rounded, in the same kernel) into w_krsc_.
   const void* filter(const float* w) {
@@ -213,6 +240,7 @@ class CudaConvOp final : public ConvOp {
       dw_lp_ = DeviceMemory::create(wbytes);
     }
     bias_ = desc_.bias;
+    out_count_ = out.count();
     // The per-channel kernels see an NHWC tensor as (N·H·W)×C×1×1, the same memory.
     out_shape_ = layout == Layout::nhwc ? ChannelShape{out.n * out.h * out.w, out.c, 1, 1}
                                         : ChannelShape{out.n, out.c, out.h, out.w};
@@ -326,6 +354,8 @@ class CudaConvOp final : public ConvOp {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
   bool bias_ = true;
+  bool relu_ = false;          ///< enable_relu(): y = max(conv + b, 0)
+  std::size_t out_count_ = 0;  ///< elements of y
   float dx_beta_ = 0.0f;  ///< 1: backward adds into dx (set_accumulate_dx)
   ChannelShape out_shape_;
   DeviceMemory bias_scratch_;

@@ -4,9 +4,10 @@
 //
 // Device side: load(p, i) reads p[i] as fp32 (bf16 widens exactly), store(p, i, v) writes the fp32
 // v, rounded to nearest even for bf16 (__float2bfloat16_rn); kernels do all arithmetic in fp32
-// between the two. Host side: dispatch_elem(t, f) calls f(ElemTag<T>{}) with T the C++ type of t,
-// so that a launcher writes its launch once for both instantiations. Private to src/dnn/cuda;
-// CUDA C++17, included only by nvcc-compiled files.
+// between the two (relu and its gradient relu_grad here, shared by both files). Host side:
+// dispatch_elem(t, f) calls f(ElemTag<T>{}) with T the C++ type of t, so that a launcher writes
+// its launch once for both instantiations. Private to src/dnn/cuda; CUDA C++17, included only by
+// nvcc-compiled files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,6 +28,13 @@ __device__ __forceinline__ float load(const __nv_bfloat16* p, std::size_t i) {
 __device__ __forceinline__ void store(float* p, std::size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
+}
+
+/// relu keeping NaN (the non-finite checks downstream see it): v > 0 or NaN passes.
+__device__ __forceinline__ float relu(float v) { return v > 0.0f || v != v ? v : 0.0f; }
+/// relu's gradient from the output y: dy where y > 0 (or NaN), else 0.
+__device__ __forceinline__ float relu_grad(float y, float dy) {
+  return y > 0.0f || y != y ? dy : 0.0f;
 }
 
 /// The C++ element type T as a value, for dispatch_elem's functor (`typename decltype(tag)::type`).

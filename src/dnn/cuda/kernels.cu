@@ -44,13 +44,6 @@ __global__ void scale_kernel(float* p, float alpha, std::size_t n) {
     p[i] *= alpha;
 }
 
-/// relu keeping NaN (the non-finite checks downstream see it): v > 0 or NaN passes.
-__device__ __forceinline__ float relu(float v) { return v > 0.0f || v != v ? v : 0.0f; }
-/// relu's gradient from the output y: dy where y > 0 (or NaN), else 0.
-__device__ __forceinline__ float relu_grad(float y, float dy) {
-  return y > 0.0f || y != y ? dy : 0.0f;
-}
-
 // Element-wise functors for launch_vectorized (elem.cuh): apply<V>(i) handles [i, i + V).
 struct Identity {  // a cast: the conversion is in load_n / store_n
   __device__ float operator()(float v) const { return v; }

@@ -1,12 +1,14 @@
 // src/dnn/onednn/conv_pool.cpp — oneDNN convolution and pooling ops of the CPU backend.
 //
-// Follows the oneDNN 2.6 C++ API: convolution_forward (+bias), convolution_backward_data,
+// Follows the oneDNN 2.6 C++ API: convolution_forward (+bias, + an eltwise_relu post-op when the
+// layer's relu is fused into it: ConvOp::enable_relu), convolution_backward_data,
 // convolution_backward_weights (weights + bias), pooling_forward / pooling_backward (max keeps its
 // workspace between a training forward and backward; avg = pooling_avg_exclude_padding, as
 // PyTorch's count_include_pad=False). Convolutions run in the layouts oneDNN prefers (reordered
 // from and to the backend's nchw / nhwc and oihw inside the op), except wide ones on nhwc
 // activations, which read and write them in place (OneDnnConv::kNxcMinChannels); primitives built
 // once per shape.
+#include <memory>
 #include <string>
 
 #include "dtrain/core/error.hpp"
@@ -31,9 +33,10 @@ class OneDnnConv final : public ConvOp {
  public:
   /// t: the activations' type (f32 | bf16). With bf16, built() is false when oneDNN has no
   /// non-reference bf16 kernel for one of the three primitives.
-  OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout, DType t) : out_(d.output()) {
-    const std::string shape = window_str(d.input, out_, d.kernel, d.stride, d.pad);
-    built_ = build_op("convolution", shape, t, [&] { return build(ctx, d, layout, t, shape); });
+  OneDnnConv(const Context& ctx, const ConvDesc& d, Layout layout, DType t)
+      : ctx_(ctx), d_(d), out_(d.output()), layout_(layout), t_(t),
+        shape_(window_str(d.input, out_, d.kernel, d.stride, d.pad)) {
+    built_ = build_op("convolution", shape_, t, [&] { return build(); });
   }
   [[nodiscard]] bool built() const { return built_; }
 
@@ -43,6 +46,31 @@ class OneDnnConv final : public ConvOp {
 
   void backward(const void* x, const float* w, const void* dy, void* dx, float* dw,
                 float* db) override {
+    p_.backward(x, w, dy, dx, dw, db);
+  }
+
+  /// The relu as the forward primitive's eltwise_relu post-op (oneDNN applies it to each output
+  /// value after the bias, before the store); its backward mask is the activation op's
+  /// eltwise_relu_use_dst_for_bwd, in place over dy. False where oneDNN would run either with a
+  /// reference kernel (or has no bf16 relu on this CPU).
+  bool enable_relu() override {
+    if (relu_ != nullptr) return true;
+    return build_op("convolution + relu", shape_, t_, [&] {
+      auto relu = make_activation_op(ctx_, ActKind::relu, out_, t_);
+      if (relu == nullptr) return false;
+      const Mds m = mds();
+      const auto fpd = forward_pd(m, true);
+      if (is_reference_impl(fpd.impl_info_str())) return false;
+      make_forward(m, fpd);
+      relu_ = std::move(relu);
+      return true;
+    });
+  }
+
+  void backward_relu(const void* x, const void* y, const float* w, void* dy, void* dx, float* dw,
+                     float* db) override {
+    if (relu_ == nullptr) return ConvOp::backward_relu(x, y, w, dy, dx, dw, db);  // throws
+    relu_->backward(y, y, dy, dy);  // oneDNN's eltwise backward may run in place
     p_.backward(x, w, dy, dx, dw, db);
   }
 
@@ -59,73 +87,109 @@ class OneDnnConv final : public ConvOp {
   // taken.
   static constexpr int kNxcMinChannels = 64;
 
-  bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
-             const std::string& shape) {
-    const bool wide =
-        layout == Layout::nhwc && d.input.c >= kNxcMinChannels && d.out_channels >= kNxcMinChannels;
-    return (wide && build(ctx, d, layout, t, shape, true)) ||
-           build(ctx, d, layout, t, shape, false);
+  bool build() {
+    const bool wide = layout_ == Layout::nhwc && d_.input.c >= kNxcMinChannels &&
+                      d_.out_channels >= kNxcMinChannels;
+    nxc_ = wide;
+    if (wide && build_route()) return true;
+    nxc_ = false;
+    return build_route();
   }
 
-  /// Builds the three primitives with activations in oneDNN's choice of layout, or (nxc) in the
+  /// Memory descriptors: the tensors as the user passes them (plain layouts) and as the
+  /// primitives are asked for them (activations: the user's with nxc_, else format_tag::any).
+  struct Mds {
+    memory::desc src, dst, wei, bias, wei_t, dwei, asrc, adst;
+  };
+  [[nodiscard]] Mds mds() const {
+    Mds m;
+    m.src = md_act(d_.input, layout_, t_);
+    m.dst = md_act(out_, layout_, t_);
+    const memory::dims wdims{d_.out_channels, d_.input.c, d_.kernel.h, d_.kernel.w};
+    m.wei = memory::desc(wdims, memory::data_type::f32, memory::format_tag::oihw);
+    m.bias = md_x(static_cast<std::size_t>(d_.out_channels));
+    m.wei_t = md_any(m.wei, t_);
+    m.dwei = md_any(m.wei, DType::f32);
+    m.asrc = nxc_ ? m.src : md_any(m.src, t_);
+    m.adst = nxc_ ? m.dst : md_any(m.dst, t_);
+    return m;
+  }
+
+  /// The forward (training) primitive descriptor; with `relu`, eltwise_relu as a post-op.
+  [[nodiscard]] dnnl::convolution_forward::primitive_desc forward_pd(const Mds& m,
+                                                                     bool relu) const {
+    const auto kind = prop_kind::forward_training;
+    const auto alg = algorithm::convolution_direct;
+    const memory::dims strides = dims_of(d_.stride), pad = dims_of(d_.pad);
+    const auto fd = d_.bias ? dnnl::convolution_forward::desc(kind, alg, m.asrc, m.wei_t, m.bias,
+                                                              m.adst, strides, pad, pad)
+                            : dnnl::convolution_forward::desc(kind, alg, m.asrc, m.wei_t, m.adst,
+                                                              strides, pad, pad);
+    dnnl::primitive_attr attr = user_scratchpad_attr();
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    return {fd, attr, ctx_.engine};
+  }
+
+  void make_forward(const Mds& m, const dnnl::convolution_forward::primitive_desc& fpd) {
+    p_.fwd = Prim::make<dnnl::convolution_forward>(ctx_, fpd, "convolution_forward", shape_);
+    p_.fwd.staged_arg(DNNL_ARG_SRC, m.src, fpd.src_desc(), false);
+    p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, m.wei, fpd.weights_desc(), false);
+    if (d_.bias) p_.fwd.user_arg(DNNL_ARG_BIAS, m.bias);
+    p_.fwd.staged_arg(DNNL_ARG_DST, m.dst, fpd.dst_desc(), true);
+  }
+
+  /// Builds the three primitives with activations in oneDNN's choice of layout, or (nxc_) in the
   /// backend's nhwc; returns false when a primitive would run a reference kernel where that is
   /// not wanted (nxc, which has the blocked route to fall back on; bf16, which has the
   /// emulation). The weights reach the primitives as bf16 copies under bf16 (the staged reorder
   /// rounds them); their gradient is written in fp32 either way.
-  bool build(const Context& ctx, const ConvDesc& d, Layout layout, DType t,
-             const std::string& shape, bool nxc) {
-    const memory::desc src = md_act(d.input, layout, t);
-    const memory::desc dst = md_act(out_, layout, t);
-    const memory::dims wdims{d.out_channels, d.input.c, d.kernel.h, d.kernel.w};
-    const memory::desc wei(wdims, memory::data_type::f32, memory::format_tag::oihw);
-    const memory::desc bias = md_x(static_cast<std::size_t>(d.out_channels));
-    const memory::desc wei_t = md_any(wei, t), dwei = md_any(wei, DType::f32);
-    auto act = [&](const memory::desc& md) { return nxc ? md : md_any(md, t); };
-    const memory::dims strides = dims_of(d.stride);
-    const memory::dims pad = dims_of(d.pad);
+  bool build_route() {
+    const Mds m = mds();
+    const memory::dims strides = dims_of(d_.stride), pad = dims_of(d_.pad);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
-    const auto fwd_kind = prop_kind::forward_training;
     const auto alg = algorithm::convolution_direct;
-    p_.bias = d.bias;
+    p_.bias = d_.bias;
 
-    const auto fd = d.bias ? dnnl::convolution_forward::desc(fwd_kind, alg, act(src), wei_t, bias,
-                                                             act(dst), strides, pad, pad)
-                           : dnnl::convolution_forward::desc(fwd_kind, alg, act(src), wei_t,
-                                                             act(dst), strides, pad, pad);
-    const dnnl::convolution_forward::primitive_desc fpd(fd, attr, ctx.engine);
-    const dnnl::convolution_backward_data::desc bdd(alg, act(src), wei_t, act(dst), strides, pad,
+    const auto fpd = forward_pd(m, false);
+    const dnnl::convolution_backward_data::desc bdd(alg, m.asrc, m.wei_t, m.adst, strides, pad,
                                                     pad);
-    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx.engine, fpd);
-    const auto bwd = d.bias ? dnnl::convolution_backward_weights::desc(alg, act(src), dwei, bias,
-                                                                       act(dst), strides, pad, pad)
-                            : dnnl::convolution_backward_weights::desc(alg, act(src), dwei,
-                                                                       act(dst), strides, pad, pad);
-    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx.engine, fpd);
-    if (avoided_reference(nxc || t == DType::bf16, fpd, bdpd, bwpd)) return false;
+    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx_.engine, fpd);
+    const auto bwd = d_.bias ? dnnl::convolution_backward_weights::desc(
+                                   alg, m.asrc, m.dwei, m.bias, m.adst, strides, pad, pad)
+                             : dnnl::convolution_backward_weights::desc(alg, m.asrc, m.dwei,
+                                                                        m.adst, strides, pad, pad);
+    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx_.engine, fpd);
+    if (avoided_reference(nxc_ || t_ == DType::bf16, fpd, bdpd, bwpd)) return false;
 
-    p_.fwd = Prim::make<dnnl::convolution_forward>(ctx, fpd, "convolution_forward", shape);
-    p_.fwd.staged_arg(DNNL_ARG_SRC, src, fpd.src_desc(), false);
-    p_.fwd.staged_arg(DNNL_ARG_WEIGHTS, wei, fpd.weights_desc(), false);
-    if (d.bias) p_.fwd.user_arg(DNNL_ARG_BIAS, bias);
-    p_.fwd.staged_arg(DNNL_ARG_DST, dst, fpd.dst_desc(), true);
-
+    make_forward(m, fpd);
     p_.bwd_data =
-        Prim::make<dnnl::convolution_backward_data>(ctx, bdpd, "convolution_backward_data", shape);
-    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, dst, bdpd.diff_dst_desc(), false);
-    p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, wei, bdpd.weights_desc(), false);
-    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, src, bdpd.diff_src_desc(), true);
+        Prim::make<dnnl::convolution_backward_data>(ctx_, bdpd, "convolution_backward_data", shape_);
+    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, m.dst, bdpd.diff_dst_desc(), false);
+    p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, m.wei, bdpd.weights_desc(), false);
+    p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, m.src, bdpd.diff_src_desc(), true);
 
     p_.bwd_weights = Prim::make<dnnl::convolution_backward_weights>(
-        ctx, bwpd, "convolution_backward_weights", shape);
-    p_.bwd_weights.staged_arg(DNNL_ARG_SRC, src, bwpd.src_desc(), false);
-    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_DST, dst, bwpd.diff_dst_desc(), false);
-    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_WEIGHTS, wei, bwpd.diff_weights_desc(), true);
-    if (d.bias) p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, bias);
+        ctx_, bwpd, "convolution_backward_weights", shape_);
+    p_.bwd_weights.staged_arg(DNNL_ARG_SRC, m.src, bwpd.src_desc(), false);
+    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_DST, m.dst, bwpd.diff_dst_desc(), false);
+    p_.bwd_weights.staged_arg(DNNL_ARG_DIFF_WEIGHTS, m.wei, bwpd.diff_weights_desc(), true);
+    if (d_.bias) p_.bwd_weights.user_arg(DNNL_ARG_DIFF_BIAS, m.bias);
     return true;
   }
 
+  const Context& ctx_;
+  ConvDesc d_;
   Shape out_;
+  Layout layout_;
+  DType t_;
+  std::string shape_;  ///< "in -> out kernel .. stride .. pad ..", for errors
+  bool nxc_ = false;   ///< activations in the user's nhwc (see kNxcMinChannels)
   WeightedPrims p_;
+  std::unique_ptr<ActivationOp> relu_;  ///< enable_relu(): the relu's backward (y-based mask)
   bool built_ = false;
 };
 
