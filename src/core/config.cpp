@@ -329,10 +329,11 @@ void add_device_options(Table& t, Config& c) {
         "GPU convolutions: the most workspace one cuDNN algorithm may use, in MiB (0: 512); the "
         "faster algorithms for large activations (VGG's first layers at batch 128) may need more");
   t.add("fuse", &c.fuse,
-        "layer fusion: auto (a relu runs inside the add or batchnorm before it — one pass for a "
-        "residual block's add + relu, cuDNN's fused batchnorm + relu on GPUs in the NHWC layout — "
-        "and convolutions add their input gradient in place) | off (every layer alone: the parity "
-        "reference; same results except bf16 sums rounded once instead of twice)");
+        "layer fusion: auto (a relu runs inside the conv, add or batchnorm before it — the conv's "
+        "bias + relu in one pass, one pass for a residual block's add + relu, cuDNN's fused "
+        "batchnorm + relu on GPUs in the NHWC layout — and convolutions add their input gradient "
+        "in place) | off (every layer alone: the parity reference; same results except bf16 sums "
+        "rounded once instead of twice)");
   t.add("profile-steps", &c.profile_steps,
         "GPU profiling window A:B: global steps [A, B) run between cudaProfilerStart and "
         "cudaProfilerStop, so that `nsys profile --capture-range=cudaProfilerApi` or `ncu "

@@ -764,8 +764,8 @@ TEST_F(CudaParity, FusedConvReluNetMatchesUnfused) {
     Precision precision;
     double grads, rest;
   };
-  for (const Net& net : {Net{&test::kVggNet, Shape{1, 3, 8, 8}},
-                         Net{&test::kOddConvReluNet, Shape{1, 3, 5, 7}}}) {
+  for (const Net& net :
+       {Net{&test::kVggNet, Shape{1, 3, 8, 8}}, Net{&test::kOddConvReluNet, Shape{1, 3, 5, 7}}}) {
     for (const Case& c : {Case{Layout::nchw, Precision::fp32, 1e-5, 1e-5},
                           Case{Layout::nhwc, Precision::fp32, 1e-5, 1e-5},
                           Case{Layout::nchw, Precision::bf16, 2e-2, 1e-2},

@@ -100,8 +100,8 @@ TEST(Fusion, CpuResidualNetFusedEqualsUnfusedBitForBit) {
 /// `layers` (classes 4, batch 8) on two CPU backends in `layout` and `precision`, --fuse auto and
 /// off: a training step on a full and a partial batch gives the same bits in every output (loss,
 /// gradients, logits, evaluation). Returns the fused model's fused_layers().
-std::size_t expect_fused_equals_unfused(const std::vector<std::string>& layers,
-                                        const Shape& sample, Layout layout, Precision precision) {
+std::size_t expect_fused_equals_unfused(const std::vector<std::string>& layers, const Shape& sample,
+                                        Layout layout, Precision precision) {
   auto fused_be = make_cpu_backend(), plain_be = make_cpu_backend();
   for (Backend* be : {fused_be.get(), plain_be.get()}) {
     be->set_layout(layout);
@@ -132,8 +132,8 @@ std::size_t expect_fused_equals_unfused(const std::vector<std::string>& layers,
 /// conv → relu with the relu inside the convolution (oneDNN's eltwise_relu post-op; backward masks
 /// dy from the fused output in place): bit for bit the unfused run, in both layouts (in NHWC the
 /// 64-channel convolutions take oneDNN's nxc route) and in bf16 (oneDNN rounds the output once,
-/// after the relu: the same bits, as rounding keeps signs). Where oneDNN has no bf16 kernels on this
-/// CPU the backend emulates bf16 and fuses no convolution; fp32 fuses every sole-reader pair.
+/// after the relu: the same bits, as rounding keeps signs). Where oneDNN has no bf16 kernels on
+/// this CPU the backend emulates bf16 and fuses no convolution; fp32 fuses every sole-reader pair.
 TEST(Fusion, CpuConvReluFusedEqualsUnfusedBitForBit) {
   for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
     for (const Precision precision : {Precision::fp32, Precision::bf16}) {
@@ -150,8 +150,9 @@ TEST(Fusion, CpuConvReluFusedEqualsUnfusedBitForBit) {
         EXPECT_EQ(cnn, 2u);
         EXPECT_EQ(odd, 4u);
       }
-      std::printf("[ fusion   ] %s %s: layers run inside another: VGG-style %zu, CNN %zu, odd %zu\n",
-                  layout_name(layout), f32 ? "fp32" : "bf16", vgg, cnn, odd);
+      std::printf(
+          "[ fusion   ] %s %s: layers run inside another: VGG-style %zu, CNN %zu, odd %zu\n",
+          layout_name(layout), f32 ? "fp32" : "bf16", vgg, cnn, odd);
     }
   }
 }

@@ -210,10 +210,10 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean, 
 }
 
 /// Column sums of a rows×cols row-major matrix x(r·cols + c) (NHWC seen as (N·H·W)×C: the conv bias
-/// gradient in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of the
-/// rows,
-/// threadIdx.x the column (a warp reads 32 consecutive elements), threadIdx.y one of 8 row lanes;
-/// the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads it. Deterministic.
+/// gradient in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of
+/// the rows, threadIdx.x the column (a warp reads 32 consecutive elements), threadIdx.y one of 8
+/// row lanes; the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads it.
+/// Deterministic.
 template <typename X>
 __global__ void column_partial_kernel(X x, std::int64_t rows, int cols, int chunks,
                                       float* partial) {
@@ -358,15 +358,14 @@ void launch_add_channel_bias(cudaStream_t stream, const ChannelShape& s, void* y
     T* yt = static_cast<T*>(y);
     if (n <= UINT32_MAX) {
       using I = std::uint32_t;
-      launch_vectorized<T>(stream, n,
-                           BiasReluOp<T, I>{yt, b, static_cast<I>(s.c), static_cast<I>(inner),
-                                            relu_after},
-                           {y});
+      launch_vectorized<T>(
+          stream, n,
+          BiasReluOp<T, I>{yt, b, static_cast<I>(s.c), static_cast<I>(inner), relu_after}, {y});
     } else {
-      launch_vectorized<T>(stream, n,
-                           BiasReluOp<T, std::uint64_t>{yt, b, static_cast<std::uint64_t>(s.c),
-                                                        inner, relu_after},
-                           {y});
+      launch_vectorized<T>(
+          stream, n,
+          BiasReluOp<T, std::uint64_t>{yt, b, static_cast<std::uint64_t>(s.c), inner, relu_after},
+          {y});
     }
   });
   DT_CHECK_LAUNCH();

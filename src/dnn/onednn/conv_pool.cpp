@@ -158,16 +158,16 @@ class OneDnnConv final : public ConvOp {
     const dnnl::convolution_backward_data::desc bdd(alg, m.asrc, m.wei_t, m.adst, strides, pad,
                                                     pad);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, attr, ctx_.engine, fpd);
-    const auto bwd = d_.bias ? dnnl::convolution_backward_weights::desc(
-                                   alg, m.asrc, m.dwei, m.bias, m.adst, strides, pad, pad)
-                             : dnnl::convolution_backward_weights::desc(alg, m.asrc, m.dwei,
-                                                                        m.adst, strides, pad, pad);
+    const auto bwd = d_.bias ? dnnl::convolution_backward_weights::desc(alg, m.asrc, m.dwei, m.bias,
+                                                                        m.adst, strides, pad, pad)
+                             : dnnl::convolution_backward_weights::desc(alg, m.asrc, m.dwei, m.adst,
+                                                                        strides, pad, pad);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, ctx_.engine, fpd);
     if (avoided_reference(nxc_ || t_ == DType::bf16, fpd, bdpd, bwpd)) return false;
 
     make_forward(m, fpd);
-    p_.bwd_data =
-        Prim::make<dnnl::convolution_backward_data>(ctx_, bdpd, "convolution_backward_data", shape_);
+    p_.bwd_data = Prim::make<dnnl::convolution_backward_data>(ctx_, bdpd,
+                                                              "convolution_backward_data", shape_);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_DST, m.dst, bdpd.diff_dst_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_WEIGHTS, m.wei, bdpd.weights_desc(), false);
     p_.bwd_data.staged_arg(DNNL_ARG_DIFF_SRC, m.src, bdpd.diff_src_desc(), true);
