@@ -688,6 +688,27 @@ TEST_F(CudaParity, Bf16ModelMatchesCpu) {
   }
 }
 
+/// test::run_step on a fused model and its unfused twin (both initialized with seed 7; 4 classes)
+/// for a batch of max_batch() and one of 5 samples (inputs from seed + n): gradients within
+/// `grads`, state, loss, evaluation and logits within `rest` (norm-wise relative).
+void expect_fused_matches(Model& fused, Model& plain, const Shape& sample, std::uint32_t seed,
+                          double grads, double rest) {
+  fused.initialize(7);
+  plain.initialize(7);
+  for (const int n : {fused.max_batch(), 5}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const auto x = random_vec(sample.with_n(n).count(), seed + static_cast<std::uint32_t>(n));
+    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % 4;
+    const test::StepOutputs f = test::run_step(fused, x, y), p = test::run_step(plain, x, y);
+    EXPECT_LE(rel_err(f.grads, p.grads), grads);
+    EXPECT_LE(rel_err(f.state, p.state), rest);
+    EXPECT_LE(rel_err(f.loss, p.loss), rest);
+    EXPECT_LE(rel_err(f.eval, p.eval), rest);
+    EXPECT_LE(rel_err(f.logits, p.logits), rest);
+  }
+}
+
 // Fusion on the GPU (--fuse auto, the default) against every layer alone (--fuse off) on the
 // same GPU: the ResNet blocks of test::kResidualNet with relus inside the adds (one kernel each
 // way), in NHWC batchnorm + relu and batchnorm + add + relu as cuDNN's fused calls
@@ -726,20 +747,7 @@ TEST_F(CudaParity, FusedResidualNetMatchesUnfused) {
     EXPECT_EQ(fused.in_place_gradient_sums(), 2u);
     std::printf("[ fusion   ] %s: %zu layers run inside another, %zu in-place gradient sums\n",
                 what.c_str(), fused.fused_layers(), fused.in_place_gradient_sums());
-    fused.initialize(7);
-    plain.initialize(7);
-    for (const int n : {12, 5}) {
-      SCOPED_TRACE("batch " + std::to_string(n));
-      const auto x = random_vec(sample.with_n(n).count(), 70 + n);
-      std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 2) % 4;
-      const test::StepOutputs f = test::run_step(fused, x, y), p = test::run_step(plain, x, y);
-      EXPECT_LE(rel_err(f.grads, p.grads), c.grads);
-      EXPECT_LE(rel_err(f.state, p.state), c.rest);
-      EXPECT_LE(rel_err(f.loss, p.loss), c.rest);
-      EXPECT_LE(rel_err(f.eval, p.eval), c.rest);
-      EXPECT_LE(rel_err(f.logits, p.logits), c.rest);
-    }
+    expect_fused_matches(fused, plain, sample, 70, c.grads, c.rest);
   }
 }
 
@@ -783,19 +791,7 @@ TEST_F(CudaParity, FusedConvReluNetMatchesUnfused) {
       Model plain(*be[1], *net.layers, net.sample, 4, 12);
       EXPECT_EQ(plain.fused_layers(), 0u);
       EXPECT_EQ(fused.fused_layers(), 4u);  // every conv → relu pair whose relu is the sole reader
-      fused.initialize(7);
-      plain.initialize(7);
-      for (const int n : {12, 5}) {
-        SCOPED_TRACE("batch " + std::to_string(n));
-        const auto x = random_vec(net.sample.with_n(n).count(), 90 + n);
-        std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-        for (int i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = (5 * i + 1) % 4;
-        const test::StepOutputs f = test::run_step(fused, x, y), p = test::run_step(plain, x, y);
-        EXPECT_LE(rel_err(f.grads, p.grads), c.grads);
-        EXPECT_LE(rel_err(f.loss, p.loss), c.rest);
-        EXPECT_LE(rel_err(f.eval, p.eval), c.rest);
-        EXPECT_LE(rel_err(f.logits, p.logits), c.rest);
-      }
+      expect_fused_matches(fused, plain, net.sample, 90, c.grads, c.rest);
       if (f32) {
         Model mc(*cpu_, *net.layers, net.sample, 4, 12);
         expect_models_agree(mc, fused, net.sample, 4, 110, {1e-3, 1e-4, 1e-4, 1e-4});
