@@ -14,6 +14,8 @@
 #   resnet50bf16nofuse  resnet50bf16 with dtrain's --fuse off (what fusion gives, same call)
 #   inception3bf16      Inception-v3 (3x299x299), batch 128, bf16, channels last in both
 #   vgg16bf16           VGG-16, batch 128, bf16, channels last in both
+#   vgg16bf16nofuse     vgg16bf16 with dtrain's --fuse off (its 13 conv -> relu pairs unfused; not
+#                       in the default list: ROWS="vgg16bf16 vgg16bf16nofuse")
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both
 #                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
@@ -65,6 +67,7 @@ for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 re
     resnet50bf16nofuse) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 FUSE=off bench jobs/resnet50_imagenet.ini ;;
     inception3bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/inception3_imagenet.ini ;;
     vgg16bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/vgg16_imagenet.ini ;;
+    vgg16bf16nofuse) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 FUSE=off bench jobs/vgg16_imagenet.ini ;;
     tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;
   esac
