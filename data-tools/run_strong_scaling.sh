@@ -180,13 +180,18 @@ if [ "$ceiling" = 1 ]; then
       tee -a "$out/sweep.log"
     pids=()
     for ((k = 1; k <= w; k++)); do
-      "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
+      # Each mpiexec its own Open MPI session folder: started together, two of them can race to
+      # create the same one ("mkdir ... File exists", orte_init fails).
+      session=${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}/dtrain-ceiling-$$-r$k
+      mkdir -p "$session"
+      OMPI_MCA_orte_tmpdir_base=$session "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
         --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
         --threads "$threads" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
       pids+=($!)
     done
     failed=0
     for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    rm -rf "${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}"/dtrain-ceiling-$$-r*
     [ "$failed" = 0 ] || { tail -n 30 "$cdir"/r*.log >&2; die "a ceiling run of $w failed (logs: $cdir/r*.log)"; }
     echo "ceiling-w$w: samples/s $(cat "$cdir"/r*/results.json | sed -n -E 's/.*"samples_per_sec": ([0-9.e+-]+).*/\1/p' | tr '\n' ' ')" |
       tee -a "$out/sweep.log"
