@@ -5,6 +5,7 @@
 #include "dtrain/dnn/backend.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "dtrain/core/error.hpp"
@@ -111,6 +112,12 @@ void check_softmax_xent(int batch, int classes, float smoothing) {
   DT_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
              "softmax cross-entropy: label smoothing must be in [0, 1), got " +
                  std::to_string(smoothing));
+}
+
+LambCorrections lamb_corrections(const OptimizerUpdate& u) {
+  const double t = static_cast<double>(u.step);
+  return {static_cast<float>(1.0 / (1.0 - std::pow(double{u.beta1}, t))),
+          static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{u.beta2}, t)))};
 }
 
 std::size_t check_layerwise(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments) {

@@ -333,6 +333,14 @@ struct ParamSegment {
 /// the first at 0. Returns n = segments.back().end. Throws InputError otherwise.
 std::size_t check_layerwise(const OptimizerUpdate& u, const std::vector<ParamSegment>& segments);
 
+/// LAMB's bias corrections at step t = u.step ≥ 1 (You et al. 2020, Algorithm 2, Adam's m̂ and v̂):
+/// inv_bc1 = 1/(1 − β1^t) and inv_sqrt_bc2 = 1/√(1 − β2^t), computed in double and rounded to
+/// float once, so that every backend's layerwise_update scales by the same two floats.
+struct LambCorrections {
+  float inv_bc1 = 1.0f, inv_sqrt_bc2 = 1.0f;
+};
+[[nodiscard]] LambCorrections lamb_corrections(const OptimizerUpdate& u);
+
 /// The arguments of Backend::normalize_uint8, checked by every backend's: throws InputError unless
 /// n = 0, or channels ≥ 1 and hw ≥ 1.
 void check_normalize_uint8(std::size_t n, int channels, std::size_t hw);

@@ -2,7 +2,6 @@
 // 2017) and LAMB (You et al. 2020) on the GPU, the rules of dtrain/dnn/backend.hpp. The segment
 // list becomes a device chunk table once (layerwise.hpp); every step is then two kernel launches
 // over all tensors, guarded on the device by the latest check_gradient().
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -54,10 +53,10 @@ bool CudaBackend::layerwise_update(const OptimizerUpdate& u,
                     .beta1 = u.beta1,
                     .beta2 = u.beta2,
                     .epsilon = u.epsilon};
-  if (k.lamb) {  // the CPU backend's bias corrections (src/dnn/onednn/layerwise.cpp)
-    const double t = static_cast<double>(u.step);
-    k.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{u.beta1}, t)));
-    k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{u.beta2}, t)));
+  if (k.lamb) {  // the same two floats as the CPU backend's
+    const LambCorrections bc = lamb_corrections(u);
+    k.inv_bc1 = bc.inv_bc1;
+    k.inv_sqrt_bc2 = bc.inv_sqrt_bc2;
   }
   launch_layerwise_update(stream_, k, layerwise_.chunks.as<LayerwiseChunk>(),
                           layerwise_.spans.as<LayerwiseSpan>(), layerwise_.num_chunks,

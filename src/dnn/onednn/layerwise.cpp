@@ -54,13 +54,9 @@ struct LambDirection {
 /// recomputed from the new moments, so no scratch buffer); returns the OR of nonfinite_bit over g.
 std::uint32_t lamb_tensor(const OptimizerUpdate& u, bool adapt, float* p, const float* g, float* m,
                           float* v, std::size_t n) {
-  const double t = static_cast<double>(u.step);
-  const LambDirection r{u.beta1,
-                        u.beta2,
-                        static_cast<float>(1.0 / (1.0 - std::pow(double{u.beta1}, t))),
-                        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{u.beta2}, t))),
-                        u.epsilon,
-                        adapt ? u.weight_decay : 0.0f};
+  const LambCorrections bc = lamb_corrections(u);
+  const LambDirection r{u.beta1,         u.beta2,   bc.inv_bc1,
+                        bc.inv_sqrt_bc2, u.epsilon, adapt ? u.weight_decay : 0.0f};
   std::uint32_t bad = 0;
   double rn2 = 0.0, wn2 = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
