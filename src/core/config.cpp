@@ -334,6 +334,13 @@ void add_device_options(Table& t, Config& c) {
         "batchnorm + relu on GPUs in the NHWC layout — and convolutions add their input gradient "
         "in place) | off (every layer alone: the parity reference; same results except bf16 sums "
         "rounded once instead of twice)");
+  t.add("cuda-graph", &c.cuda_graph,
+        "GPU: capture the training step's forward, loss and backward once per batch shape (after "
+        "one eager warm-up step) and replay it as one CUDA graph, so that the host launches one "
+        "graph instead of hundreds of kernels: auto (on GPU workers wherever the step is "
+        "capturable — off with --micro-batches > 1, pipeline stages, --debug-sync, or NCCL "
+        "summing buckets during backward — and eager launches after a capture error) | on (as "
+        "auto, but a step that cannot be captured is an error) | off; ignored on the CPU");
   t.add("profile-steps", &c.profile_steps,
         "GPU profiling window A:B: global steps [A, B) run between cudaProfilerStart and "
         "cudaProfilerStop, so that `nsys profile --capture-range=cudaProfilerApi` or `ncu "
@@ -770,6 +777,17 @@ void check_exchange_path(const Config& c) {
              "already run inside the node, or mpi)");
 }
 
+/// --cuda-graph on: GPU workers and a step that can be captured.
+void check_cuda_graph(const Config& c) {
+  if (c.cuda_graph != CudaGraphOption::on) return;
+  DT_REQUIRE(c.device != DeviceOption::cpu,
+             "option --cuda-graph: on needs GPU workers (--device cuda); CPU workers take auto or "
+             "off");
+  const std::string why = cuda_graph_off_reason(c, 1);
+  DT_REQUIRE(why.empty(), "option --cuda-graph: on, but the step cannot be captured: " + why +
+                              " (use --cuda-graph auto or off)");
+}
+
 /// Steps, batches, micro-batches and pipeline stages, evaluation.
 void check_steps_and_batches(const Config& c) {
   // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
@@ -879,6 +897,7 @@ void validate_config(const Config& c) {
   if (c.command == Subcommand::export_tensors) return;  // the model and data: the checkpoint's
   check_input_and_model(c);
   check_exchange_path(c);
+  check_cuda_graph(c);
   check_steps_and_batches(c);
   check_optimizer(c);
   check_cluster_sizes(c);
@@ -888,6 +907,20 @@ void validate_config(const Config& c) {
 ExchangeKind exchange_kind(const Config& c) {
   if (c.mode == Mode::sync) return c.num_ps > 0 ? ExchangeKind::ps_sync : ExchangeKind::allreduce;
   return c.max_staleness >= 0 ? ExchangeKind::ps_bounded : ExchangeKind::ps_async;
+}
+
+std::string cuda_graph_off_reason(const Config& c, int workers) {
+  if (c.cuda_graph == CudaGraphOption::off) return "--cuda-graph off";
+  if (c.micro_batches > 1)
+    return "--micro-batches " + std::to_string(c.micro_batches) + " (a step of several passes)";
+  if (c.pipeline_stages > 1) return "--pipeline-stages " + std::to_string(c.pipeline_stages);
+  if (c.debug_sync) return "--debug-sync (the host waits for the device after every layer)";
+  const bool nccl = c.allreduce == AllreduceOption::nccl ||
+                    (c.allreduce == AllreduceOption::automatic && !c.allow_gpu_sharing);
+  if (workers > 1 && exchange_kind(c) == ExchangeKind::allreduce && nccl && c.overlap)
+    return "NCCL sums gradient buckets while backward runs (--overlap true, " +
+           std::to_string(workers) + " workers)";
+  return "";
 }
 
 bool steps_aggregate_workers(const Config& c) { return exchange_kind(c) != ExchangeKind::ps_async; }

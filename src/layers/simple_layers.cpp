@@ -80,7 +80,7 @@ class DropoutLayer final : public LayerBase {
  protected:
   void forward_one(const void* x, void* y, const StepContext& ctx) override {
     require_bound(op_.get());
-    op_->forward(x, y, ctx.training, ctx.seed);
+    op_->forward_keyed(x, y, ctx.training, DropoutKey{ctx.seed, ctx.device_seed, ctx.salt});
   }
   void backward_one(const void* /*x*/, const void* /*y*/, const void* dy, void* dx) override {
     if (dx != nullptr) op_->backward(dy, dx);

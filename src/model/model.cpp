@@ -12,6 +12,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
+#include "dtrain/model/step_graphs.hpp"
 #include "memory_plan.hpp"
 #include "model_stack.hpp"
 
@@ -450,6 +451,7 @@ void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
     for (int t : run_inputs_[i]) in.push_back(act(t, x));
     StepContext lc = ctx;
     lc.seed = mix_seed(ctx.seed, i);
+    lc.salt = i;
     s.layers[i]->forward(in, act(static_cast<int>(i) + 1, x), lc);
     if (backend().debug_sync())
       backend().check_after("forward of layer " + std::to_string(i + 1) + " (" +
@@ -465,15 +467,31 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
     if (on_final) on_final(0);
     return;
   }
-  Stack& s = stack_for(n);
-  const void* input = network_input(x, n);
-  {
-    const TimelineSpan span("forward", "compute");  // with the loss and its gradient
-    run_forward(s, input, StepContext{true, step_seed});
-    run_loss(s, input, labels, n, grad_scale, stats, true);
-  }
-  run_backward(s, input, on_final);
+  Stack& s = stack_for(n);  // made (ops, workspace) outside any capture
+  // Dropout reads the seed from the device on CUDA, whether the step is replayed or not.
+  const std::uint64_t* seed_word = backend().set_step_seed(step_seed);
+  const auto body = [&] {
+    const void* input = network_input(x, n);
+    {
+      const TimelineSpan span("forward", "compute");  // with the loss and its gradient
+      run_forward(s, input, StepContext{true, step_seed, seed_word});
+      run_loss(s, input, labels, n, grad_scale, stats, true);
+    }
+    run_backward(s, input, on_final);
+  };
+  if (!graphs_) return body();
+  if (on_final) return graphs_->run_eagerly("the exchange takes gradients during backward", body);
+  if (probe_) return graphs_->run_eagerly("per-layer timing", body);
+  if (backend().debug_sync()) return graphs_->run_eagerly("--debug-sync", body);
+  const StepGraphKey key{n,     grad_scale, x, labels, stats, slot_,
+                         backend().buffers_generation()};
+  const std::string label =
+      sample_.with_n(n).str() + " " + dtype_name(backend().act_dtype());
+  const TimelineSpan span("step graph", "compute");
+  graphs_->run(key, label, body);
 }
+
+void Model::set_step_graphs(std::unique_ptr<StepGraphs> graphs) { graphs_ = std::move(graphs); }
 
 void Model::run_loss(Stack& s, const void* input, const std::int32_t* labels, int n,
                      float grad_scale, float* stats, bool training) {

@@ -18,6 +18,7 @@
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/model/step_graphs.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/train/signals.hpp"
 
@@ -66,6 +67,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
   checkpointer_.emplace(
       c, cluster, plan, backend, model_, *exchange_,
       [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
+  install_step_graphs();
   if (plan.synthetic) make_synthetic_batch();
   else train_upload_.emplace(backend, plan.train, plan.batch);
   if (plan.train.encoded && c.cache_mb > 0)
@@ -81,6 +83,27 @@ Worker::~Worker() {
   // device buffers below are freed (cudaFree waits for the device, NCCL's stream included, which
   // a sum a dead peer never joins would hold forever).
   exchange_.reset();
+}
+
+void Worker::install_step_graphs() {
+  const bool required = c_.cuda_graph == CudaGraphOption::on;
+  if (be_.device() != Device::cuda) {  // CPU workers: accepted, nothing to capture
+    DT_REQUIRE(!required, "option --cuda-graph: on needs GPU workers, and this worker runs on the "
+                          "CPU (--device " + std::string(to_string(c_.device)) + ")");
+    return;
+  }
+  const std::string why =
+      runner_ ? std::string("pipeline stages") : cuda_graph_off_reason(c_, plan_.workers);
+  if (!why.empty()) {
+    DT_REQUIRE(!required, "option --cuda-graph: on, but the step cannot be captured: " + why +
+                              " (use --cuda-graph auto or off)");
+    if (reports_) log_info("# cuda graph: off (" + why + ")");
+    return;
+  }
+  StepGraphs::Log log;
+  if (reports_) log = [](const std::string& line) { log_info("# " + line); };
+  model_.set_step_graphs(std::make_unique<StepGraphs>(
+      [this] { return be_.make_step_graph(); }, required, std::move(log)));
 }
 
 void Worker::make_synthetic_batch() {

@@ -120,6 +120,9 @@ class Worker {
   /// DTRAIN_FAULT nan: writes a NaN into the last parameter tensor's gradient.
   void inject_nan_gradient();
   void make_synthetic_batch();  ///< --synthetic: fills x_ and y_ once
+  /// --cuda-graph on a GPU worker: installs the model's step graphs where the step can be
+  /// captured (cuda_graph_off_reason), or logs why not; InputError for `on` where it cannot.
+  void install_step_graphs();
   /// Inference forward of the n samples in x_, y_, stats into stats_ (through the pipeline).
   void evaluate_batch(int n);
   /// --profile-steps: turns the backend's profiler range on when global_step enters the window

@@ -348,6 +348,7 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   std::vector<std::string> any_device = train;
   any_device.insert(any_device.end(), {"--device", "auto"});
   expect_enum_option("allreduce", &Config::allreduce, any_device, ini);
+  expect_enum_option("cuda-graph", &Config::cuda_graph, any_device, ini);  // on: not --device cpu
   // The export options, under `dtrain export`.
   const Config e =
       parse({"export", "--checkpoint", "c.h5", "--out", "m.st", "--dtype", "bf16"}).config;
@@ -447,6 +448,58 @@ TEST_F(ConfigTest, BadSyntheticSpecsNameTheOptionAndTheFormat) {
       error_of({"--synthetic", "1x28x28:10", "--synthetic-samples", "many", "--layer", "dense"}),
       "synthetic-samples");
   EXPECT_NO_THROW(parse(base({"--synthetic-samples", "0"})));
+}
+
+TEST_F(ConfigTest, CudaGraphOnNeedsGpuWorkersAndACapturableStep) {
+  EXPECT_EQ(parse(base()).config.cuda_graph, CudaGraphOption::automatic);
+  // auto and off are accepted on CPU workers (nothing to capture there).
+  EXPECT_EQ(parse(base({"--cuda-graph", "off"})).config.cuda_graph, CudaGraphOption::off);
+  std::string msg = error_of(base({"--cuda-graph", "on"}));  // --device cpu by default
+  EXPECT_MENTIONS(msg, "option --cuda-graph");
+  EXPECT_MENTIONS(msg, "--device cuda");
+  EXPECT_EQ(parse(base({"--cuda-graph", "on", "--device", "cuda", "--allreduce", "mpi"}))
+                .config.cuda_graph,
+            CudaGraphOption::on);
+  msg = error_of(base({"--cuda-graph", "on", "--device", "cuda", "--micro-batches", "2",
+                       "--batch-size", "8"}));
+  EXPECT_MENTIONS(msg, "option --cuda-graph");
+  EXPECT_MENTIONS(msg, "--micro-batches 2");
+  msg = error_of(base({"--cuda-graph", "on", "--device", "cuda", "--debug-sync", "true"}));
+  EXPECT_MENTIONS(msg, "--debug-sync");
+  EXPECT_MENTIONS(error_of(base({"--cuda-graph", "maybe"})), "--cuda-graph");
+}
+
+TEST_F(ConfigTest, CudaGraphOffReasons) {
+  Config c;
+  c.device = DeviceOption::cuda;
+  c.mode = Mode::sync;
+  c.num_ps = 0;  // allreduce
+  EXPECT_EQ(cuda_graph_off_reason(c, 1), "");
+  // NCCL (auto picks it on GPUs) sums buckets during backward only with several workers.
+  EXPECT_MENTIONS(cuda_graph_off_reason(c, 2), "NCCL");
+  c.overlap = false;
+  EXPECT_EQ(cuda_graph_off_reason(c, 2), "");
+  c.overlap = true;
+  c.allreduce = AllreduceOption::mpi;  // one sum after backward, through host memory
+  EXPECT_EQ(cuda_graph_off_reason(c, 4), "");
+  c.allreduce = AllreduceOption::automatic;
+  c.allow_gpu_sharing = true;  // auto: MPI when ranks share a GPU
+  EXPECT_EQ(cuda_graph_off_reason(c, 2), "");
+  c.allow_gpu_sharing = false;
+  c.mode = Mode::async;  // the ps exchange pushes after backward on GPUs
+  c.num_ps = 1;
+  EXPECT_EQ(cuda_graph_off_reason(c, 2), "");
+  c.micro_batches = 4;
+  EXPECT_MENTIONS(cuda_graph_off_reason(c, 1), "--micro-batches 4");
+  c.micro_batches = 1;
+  c.pipeline_stages = 2;
+  EXPECT_MENTIONS(cuda_graph_off_reason(c, 1), "--pipeline-stages 2");
+  c.pipeline_stages = 1;
+  c.debug_sync = true;
+  EXPECT_MENTIONS(cuda_graph_off_reason(c, 1), "--debug-sync");
+  c.debug_sync = false;
+  c.cuda_graph = CudaGraphOption::off;
+  EXPECT_EQ(cuda_graph_off_reason(c, 1), "--cuda-graph off");
 }
 
 TEST_F(ConfigTest, LayoutAutoIsNhwcExceptFmaMathOnGpus) {

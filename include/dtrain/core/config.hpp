@@ -110,6 +110,9 @@ struct Config {
   /// Layer fusion: auto (relu into the add or batchnorm before it, in-place gradient sums where
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
   FuseOption fuse = FuseOption::automatic;
+  /// GPU: the step's forward, loss and backward as one CUDA graph: auto | on | off
+  /// (train/trainer.hpp cuda_graph_off_reason says where it is off).
+  CudaGraphOption cuda_graph = CudaGraphOption::automatic;
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
   /// Model parallelism (model/pipeline_plan.hpp): pipeline stages P, micro-batches M per
@@ -191,6 +194,14 @@ Config effective_for_workers(const Config& c, int workers);
 
 /// Which GradientExchange the configuration selects (see ExchangeKind).
 ExchangeKind exchange_kind(const Config& c);
+
+/// Why a GPU worker of a run with `workers` workers does not capture its step as a CUDA graph
+/// (--cuda-graph; model/step_graphs.hpp), as a phrase naming the option ("--micro-batches 4 (...)");
+/// empty where it does. The step is captured from the input upload's end to the last gradient of
+/// backward: a step made of several passes, one that waits for the device inside (--debug-sync),
+/// or one whose backward hands gradient buckets to NCCL as they complete is run eagerly. The device
+/// (CPU workers never capture) is the caller's to check. Pure function of its arguments.
+std::string cuda_graph_off_reason(const Config& c, int workers);
 
 /// True when a global step is one update from the gradients of several workers (allreduce, sync
 /// through the ps, bounded staleness); false when it is one worker's push (async).

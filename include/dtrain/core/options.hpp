@@ -93,6 +93,11 @@ enum class Precision { fp32, bf16 };
 /// --fuse: layer fusion on (automatic, "auto": see Backend::set_fuse) or off.
 enum class FuseOption { automatic, off };
 
+/// --cuda-graph: the GPU training step captured once per batch shape and replayed as one CUDA
+/// graph (model/step_graphs.hpp): automatic ("auto": where the step is capturable, falling back to
+/// eager launches on a capture error), on (a capture error is an error), off.
+enum class CudaGraphOption { automatic, on, off };
+
 /// --schedule: the pipeline schedule (model/pipeline_plan.hpp): GPipe (Huang et al. 2019) or
 /// 1F1B (Narayanan et al. 2021, PipeDream-Flush).
 enum class PipelineSchedule { gpipe, one_f_one_b };
@@ -172,6 +177,8 @@ DTRAIN_ENUM_NAMES(LayoutOption, 3, {LayoutOption::automatic, "auto"}, {LayoutOpt
                   {LayoutOption::nhwc, "nhwc"});
 DTRAIN_ENUM_NAMES(Precision, 2, {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"});
 DTRAIN_ENUM_NAMES(FuseOption, 2, {FuseOption::automatic, "auto"}, {FuseOption::off, "off"});
+DTRAIN_ENUM_NAMES(CudaGraphOption, 3, {CudaGraphOption::automatic, "auto"},
+                  {CudaGraphOption::on, "on"}, {CudaGraphOption::off, "off"});
 DTRAIN_ENUM_NAMES(PipelineSchedule, 2, {PipelineSchedule::gpipe, "gpipe"},
                   {PipelineSchedule::one_f_one_b, "1f1b"});
 DTRAIN_ENUM_NAMES(AllreduceOption, 4, {AllreduceOption::automatic, "auto"},

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -252,6 +253,16 @@ class DenseOp {
                         float* db) = 0;
 };
 
+/// The key of a dropout mask. `value`: the key. `device`, where set (CUDA, see
+/// Backend::set_step_seed): a device word holding the step's seed, and the kernel reads the key as
+/// mix_seed(*device, salt) when it runs — equal to `value` — so that a step replayed from a CUDA
+/// graph (StepGraph) draws that step's mask, not the captured one's.
+struct DropoutKey {
+  std::uint64_t value = 0;
+  const std::uint64_t* device = nullptr;
+  std::uint64_t salt = 0;
+};
+
 /// Inverted dropout (Srivastava et al. 2014): y = x·mask/(1−p) in training, y = x in inference.
 class DropoutOp {
  public:
@@ -259,8 +270,31 @@ class DropoutOp {
   /// The mask is drawn from a counter-based generator keyed by `seed` (so a resumed run draws the
   /// same masks as an uninterrupted one); the op keeps the mask for backward.
   virtual void forward(const void* x, void* y, bool training, std::uint64_t seed) = 0;
+  /// The same with the key of `key` (DropoutKey). Default: forward(x, y, training, key.value),
+  /// for backends that ignore key.device (the CPU: Backend::set_step_seed gives no device word).
+  virtual void forward_keyed(const void* x, void* y, bool training, const DropoutKey& key) {
+    forward(x, y, training, key.value);
+  }
   /// dx = dy · mask (0 or 1/(1−p) per element) of the last training forward.
   virtual void backward(const void* dy, void* dx) = 0;
+};
+
+/// Device work recorded once and replayed as one launch: a CUDA graph (cudaStreamBeginCapture on
+/// the backend's stream, cudaGraphInstantiate, cudaGraphLaunch). The work holds every pointer and
+/// by-value kernel argument of the capture: whatever changes between replays must be in memory
+/// the work reads (Backend::set_step_seed), and the memory must not move (Backend::
+/// buffers_generation). Made by Backend::make_step_graph; not thread-safe.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  /// Records the device work `body` queues, without running it, and instantiates it. Returns ""
+  /// on success, else the CUDA error (capture ended, error cleared, nothing ran, this graph
+  /// empty): a call that cannot be captured (a synchronization, an allocation), or an exception
+  /// from `body` (its message).
+  virtual std::string capture(const std::function<void()>& body) = 0;
+  /// Queues the recorded work once on the backend's stream (asynchronous). Throws LibraryError
+  /// when the launch fails, InputError before a successful capture().
+  virtual void replay() = 0;
 };
 
 /// Floats of the statistics SoftmaxXentOp::forward_backward (and Model's steps) add to:
@@ -526,6 +560,21 @@ class Backend {
   /// Nsight Compute (`ncu --profile-from-start off`) record only the work queued in between. A
   /// no-op on the CPU backend. Throws LibraryError if the CUDA call fails.
   virtual void set_profiling(bool on) { (void)on; }
+
+  /// CUDA graphs (--cuda-graph, model/step_graphs.hpp). A graph of this backend's work, or
+  /// nullptr where there are none (the CPU backend).
+  [[nodiscard]] virtual std::unique_ptr<StepGraph> make_step_graph() { return nullptr; }
+  /// Queues a write of `seed` into a device word that dropout reads at run time (DropoutKey) and
+  /// returns that word; the next call overwrites it, in stream order. nullptr (the CPU backend,
+  /// which does nothing): dropout takes its key by value. Not inside a capture: the write is the
+  /// per-step input of the graph. Throws LibraryError if the launch fails.
+  virtual const std::uint64_t* set_step_seed(std::uint64_t seed) {
+    (void)seed;
+    return nullptr;
+  }
+  /// Counts the moves of buffers the backend shares between ops (the convolution workspace grows
+  /// when a later op needs more): a graph captured at another count holds freed addresses.
+  [[nodiscard]] virtual std::uint64_t buffers_generation() const { return 0; }
 
   /// Debug aid (--debug-sync, or DTRAIN_DEBUG_SYNC=1 in the environment on the CUDA backend):
   /// when on, the model calls check_after() after every layer's forward and backward, which waits

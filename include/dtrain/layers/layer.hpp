@@ -72,6 +72,11 @@ struct ParamDef {
 struct StepContext {
   bool training = true;
   std::uint64_t seed = 0;  ///< dropout key for this step (the model mixes in the layer index)
+  /// Where set: a device word holding the step's seed before the layer index is mixed in
+  /// (Backend::set_step_seed), and `salt` that index: dropout reads its key as
+  /// mix_seed(*device_seed, salt) == seed on the device (DropoutKey).
+  const std::uint64_t* device_seed = nullptr;
+  std::uint64_t salt = 0;
 };
 
 /// Input tensors of a layer (device pointers to activations of the backend's act_dtype(), one per

@@ -31,6 +31,7 @@
 namespace dtrain {
 
 struct MemoryPlan;  // src/model/memory_plan.hpp
+class StepGraphs;   // dtrain/model/step_graphs.hpp
 
 /// Where one tensor lives in a flat buffer.
 struct TensorInfo {
@@ -167,8 +168,18 @@ class Model {
   /// callback must order any use after the backend's work. Throws Error when n > max_batch (or n <
   /// 0) or on a layout-only model, InputError for a label outside [0, num_classes()) on the CPU
   /// backend (the GPU adds NaN to the loss instead), LibraryError when a backend call fails.
+  /// With step graphs installed (set_step_graphs), the device work from the input conversion to
+  /// the last layer's backward runs through them (model/step_graphs.hpp): from a CUDA graph on
+  /// repeated steps with the same StepGraphKey, eagerly where `on_final` is set, a layer probe is
+  /// installed or the backend's debug_sync() is on. Same results either way: dropout reads
+  /// `step_seed` from the backend's device word (Backend::set_step_seed) on both paths.
   void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
+  /// Installs the step graphs train_step() uses (nullptr: none, every step eager; the default).
+  /// They must be made for this model's backend.
+  void set_step_graphs(std::unique_ptr<StepGraphs> graphs);
+  /// The installed step graphs (nullptr: none).
+  [[nodiscard]] const StepGraphs* step_graphs() const { return graphs_.get(); }
 
   /// train_step() over `micro_batches` slices of the n samples, one after another, their
   /// gradients summed: gradient accumulation, GPipe's micro-batches on a single stage (Huang et al.
@@ -332,6 +343,7 @@ class Model {
   DeviceBuffer<float> grad_sum_;    ///< train_step_micro: the earlier micro-batches' gradients
   /// Layers per (batch size, activation slot).
   std::map<std::pair<int, int>, std::unique_ptr<Stack>> stacks_;
+  std::unique_ptr<StepGraphs> graphs_;  ///< set_step_graphs(); before stacks_ in destruction
 };
 
 }  // namespace dtrain

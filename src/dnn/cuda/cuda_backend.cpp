@@ -92,6 +92,12 @@ CudaBackend::CudaBackend(int device) : gpu_(device) {
   check_dev_ = DeviceMemory::create(kMaxPendingChecks * sizeof(unsigned long long));
   check_host_ = PinnedMemory::create(kMaxPendingChecks * sizeof(unsigned long long));
   for (Event& e : check_done_) e = Event::create();
+  step_seed_ = DeviceMemory::create(sizeof(std::uint64_t));
+  // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before (cuBLAS docs,
+  // cublasSetWorkspace). Set after cublasSetStream, which resets it to cuBLAS's own pool.
+  const std::size_t blas_bytes = std::size_t(cc_ >= 90 ? 32 : 4) << 20;
+  cublas_workspace_ = DeviceMemory::create(blas_bytes);
+  DT_CHECK_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_.get(), blas_bytes));
 }
 
 CudaBackend::~CudaBackend() {
@@ -274,10 +280,18 @@ void CudaBackend::reserve_workspace(std::size_t bytes) {
   if (bytes <= workspace_bytes_) return;
   // The old buffer may still be read by queued work: wait before freeing it.
   DT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  ++generation_;  // a graph captured before holds the old address
   workspace_ = DeviceMemory();
   workspace_bytes_ = 0;
   workspace_ = DeviceMemory::create(bytes);
   workspace_bytes_ = bytes;
+}
+
+std::unique_ptr<StepGraph> CudaBackend::make_step_graph() { return make_cuda_step_graph(*this); }
+
+const std::uint64_t* CudaBackend::set_step_seed(std::uint64_t seed) {
+  launch_store_u64(stream_, step_seed_.as<std::uint64_t>(), seed);
+  return step_seed_.as<std::uint64_t>();
 }
 
 void CudaBackend::check_gradient(const float* g, std::size_t n) {

@@ -12,6 +12,9 @@
 //   the updates without a check before them) synchronizes to read its flag;
 //   take_gradient_check() waits for that check's copy only.
 // - Ops hold a reference to the backend (its handles, stream) and must not outlive it.
+// - CUDA graphs (make_step_graph): ops queue only stream-ordered work after their construction
+//   (their buffers, algorithms and workspace sizes are fixed when they are made), so a training
+//   step can be captured; reserve_workspace() counts its moves (buffers_generation()).
 #pragma once
 
 #include <cstddef>
@@ -98,6 +101,12 @@ class CudaBackend final : public Backend {
   [[nodiscard]] bool supports_tf32() const override { return cc_ >= 80; }
   void check_after(const std::string& what) override;
   void set_profiling(bool on) override;
+  /// A CudaStepGraph (step_graph.cpp) on this backend's stream.
+  std::unique_ptr<StepGraph> make_step_graph() override;
+  /// One single-thread kernel writing `seed` into step_seed_ (launch_store_u64).
+  const std::uint64_t* set_step_seed(std::uint64_t seed) override;
+  /// Counts reserve_workspace()'s moves of the workspace.
+  [[nodiscard]] std::uint64_t buffers_generation() const override { return generation_; }
 
   /// Grows the shared scratch buffer to at least `bytes` (ops call it when they are made).
   void reserve_workspace(std::size_t bytes);
@@ -133,6 +142,11 @@ class CudaBackend final : public Backend {
   int next_staging_ = 0;
   DeviceMemory workspace_;
   std::size_t workspace_bytes_ = 0;
+  std::uint64_t generation_ = 0;  ///< buffers_generation()
+  DeviceMemory step_seed_;        ///< one std::uint64_t: set_step_seed()'s device word
+  /// cuBLAS's workspace (cublasSetWorkspace): its own, allocated here, so that no cuBLAS call
+  /// allocates inside a CUDA graph capture.
+  DeviceMemory cublas_workspace_;
   DeviceMemory flag_;       ///< one int for all_finite()
   PinnedMemory flag_host_;  ///< its host copy
   /// check_gradient(): kMaxPendingChecks slots of a first non-finite index on the device, their
@@ -174,5 +188,6 @@ std::unique_ptr<DenseOp> make_cuda_dense(CudaBackend& be, const DenseDesc& d);
 std::unique_ptr<DropoutOp> make_cuda_dropout(CudaBackend& be, const Shape& shape, float p);
 std::unique_ptr<SoftmaxXentOp> make_cuda_softmax_xent(CudaBackend& be, int batch, int classes,
                                                       float label_smoothing);
+std::unique_ptr<StepGraph> make_cuda_step_graph(CudaBackend& be);
 
 }  // namespace dtrain::cuda

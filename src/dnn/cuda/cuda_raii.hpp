@@ -1,5 +1,5 @@
 // src/dnn/cuda/cuda_raii.hpp — non-copyable, movable RAII owners for CUDA runtime, cuDNN and cuBLAS
-// handles: stream, event, cuDNN/cuBLAS handles, tensor/filter/convolution/pooling/activation
+// handles: stream, event, graph, cuDNN/cuBLAS handles, tensor/filter/convolution/pooling/activation
 // descriptors, device memory (cudaMalloc) and pinned host memory (cudaMallocHost).
 //
 // Every owner creates its handle in the constructor (throwing LibraryError through the DT_CHECK_*
@@ -78,7 +78,13 @@ DT_DETAIL_TRAITS(ActDescTraits, cudnnActivationDescriptor_t,
                  DT_CHECK_CUDNN_NOTHROW(cudnnDestroyActivationDescriptor(h)));
 DT_DETAIL_TRAITS(DeviceMemTraits, void*, note_device_free(h); DT_CHECK_CUDA_NOTHROW(cudaFree(h)));
 DT_DETAIL_TRAITS(HostMemTraits, void*, DT_CHECK_CUDA_NOTHROW(cudaFreeHost(h)));
+DT_DETAIL_TRAITS(GraphTraits, cudaGraph_t, DT_CHECK_CUDA_NOTHROW(cudaGraphDestroy(h)));
+DT_DETAIL_TRAITS(GraphExecTraits, cudaGraphExec_t, DT_CHECK_CUDA_NOTHROW(cudaGraphExecDestroy(h)));
 #undef DT_DETAIL_TRAITS
+
+/// A captured CUDA graph (cudaStreamEndCapture's) and its executable instance.
+using Graph = UniqueHandle<cudaGraph_t, GraphTraits>;
+using GraphExec = UniqueHandle<cudaGraphExec_t, GraphExecTraits>;
 
 /// A non-blocking CUDA stream on the current device.
 class Stream : public UniqueHandle<cudaStream_t, StreamTraits> {

@@ -20,9 +20,14 @@ class CudaDropoutOp final : public DropoutOp {
   }
 
   void forward(const void* x, void* y, bool training, std::uint64_t seed) override {
+    forward_keyed(x, y, training, DropoutKey{seed});
+  }
+
+  void forward_keyed(const void* x, void* y, bool training, const DropoutKey& key) override {
     trained_ = training;
     if (training) {
-      launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, seed, n_, elem(t_));
+      launch_dropout_forward(be_.stream(), x, y, mask_.as<float>(), p_, key.value, key.device,
+                             key.salt, n_, elem(t_));
     } else {
       be_.copy_device(y, x, n_ * dtype_size(t_));
     }

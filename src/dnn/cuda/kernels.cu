@@ -163,7 +163,9 @@ __global__ void add_row_bias_kernel(T* y, const float* b, int rows, int cols) {
 
 template <typename T>
 __global__ void dropout_forward_kernel(const T* x, T* y, float* mask, float p, float keep_scale,
-                                       std::uint64_t seed, std::size_t n) {
+                                       std::uint64_t key, const std::uint64_t* step_seed,
+                                       std::uint64_t salt, std::size_t n) {
+  const std::uint64_t seed = step_seed != nullptr ? mix_seed(*step_seed, salt) : key;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const float mk = counter_uniform(seed, i) >= p ? keep_scale : 0.0f;
@@ -432,14 +434,23 @@ void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows,
 }
 
 void launch_dropout_forward(cudaStream_t stream, const void* x, void* y, float* mask, float p,
-                            std::uint64_t seed, std::size_t n, Elem t) {
+                            std::uint64_t seed, const std::uint64_t* step_seed,
+                            std::uint64_t salt, std::size_t n, Elem t) {
   if (n == 0) return;
   const float keep_scale = 1.0f / (1.0f - p);
   dispatch_elem(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dropout_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), mask, p, keep_scale, seed, n);
+        static_cast<const T*>(x), static_cast<T*>(y), mask, p, keep_scale, seed, step_seed, salt,
+        n);
   });
+  DT_CHECK_LAUNCH();
+}
+
+__global__ void store_u64_kernel(std::uint64_t* dst, std::uint64_t value) { *dst = value; }
+
+void launch_store_u64(cudaStream_t stream, std::uint64_t* dst, std::uint64_t value) {
+  store_u64_kernel<<<1, 1, 0, stream>>>(dst, value);
   DT_CHECK_LAUNCH();
 }
 

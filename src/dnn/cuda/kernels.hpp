@@ -87,9 +87,13 @@ void launch_normalize_uint8(cudaStream_t stream, const std::uint8_t* x, const fl
 void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);
 /// Inverted dropout forward: element i is kept iff counter_uniform(seed, i) >= p (the CPU backend's
 /// rule), mask[i] = kept ? 1/(1 − p) : 0 (fp32), y[i] = x[i]·mask[i] (x == y allowed; x, y of
-/// type t).
+/// type t). The key: `seed`, or where step_seed != nullptr mix_seed(*step_seed, salt), read by the
+/// kernel from device memory when it runs (dtrain/dnn/backend.hpp DropoutKey).
 void launch_dropout_forward(cudaStream_t stream, const void* x, void* y, float* mask, float p,
-                            std::uint64_t seed, std::size_t n, Elem t);
+                            std::uint64_t seed, const std::uint64_t* step_seed, std::uint64_t salt,
+                            std::size_t n, Elem t);
+/// *dst = value, as one stream-ordered single-thread kernel (dst device memory).
+void launch_store_u64(cudaStream_t stream, std::uint64_t* dst, std::uint64_t value);
 /// dx[i] = dy[i]·mask[i] (dy, dx of type t).
 void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* mask, void* dx,
                              std::size_t n, Elem t);
