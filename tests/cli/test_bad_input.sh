@@ -36,6 +36,7 @@ expect_error 3 "epochs|abc" "${JOB[@]}" "${GOOD[@]}" --epochs abc
 expect_error 0 "epochs|abc" "${JOB[@]}" "${GOOD[@]}" --epochs abc
 expect_error 3 "batch-size" "${JOB[@]}" "${GOOD[@]}" --batch-size 0
 expect_error 3 "mode|fast" "${JOB[@]}" "${GOOD[@]}" --mode fast
+expect_error 3 "--cuda-graph|--device cuda" "${JOB[@]}" "${GOOD[@]}" --cuda-graph on
 expect_error 3 "unknown_key.ini|learning-speed" --config "$SCRATCH/unknown_key.ini" "${GOOD[@]}" --batch-size 8 --layer dense
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 3
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 5

@@ -8,8 +8,9 @@
 // convolution workspace: graphs of the old one dropped). Parameters, batchnorm state and the
 // correct / top-5 counts must be bit-identical after every step; the loss sum within 1e-6 (the
 // loss kernel adds its samples with atomicAdd, in no fixed order, on either path). NCHW fp32,
-// NHWC fp32 (cuDNN's fused batchnorm calls) and NHWC bf16. Skips without a GPU (fails with
-// DTRAIN_REQUIRE_GPU=1).
+// NHWC fp32 (cuDNN's fused batchnorm calls) and NHWC bf16. Then dropout's device-word key against
+// its by-value key, and a capture that fails (a synchronization) leaving the stream usable while a
+// capturable one replays. Skips without a GPU (fails with DTRAIN_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/model/model.hpp"
@@ -152,6 +154,57 @@ INSTANTIATE_TEST_SUITE_P(CudaGraph, CudaGraphParity,
                                                                                 : "Nchw") +
                                   (info.param.precision == Precision::bf16 ? "Bf16" : "Fp32");
                          });
+
+TEST(CudaGraphSeed, DropoutReadsTheStepSeedFromTheDevice) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto be = make_cuda_backend(0);
+  const Shape s{4, 3, 5, 5};
+  auto op = be->make_dropout(s, 0.4f);
+  const std::vector<float> ones(s.count(), 1.0f);
+  DeviceBuffer<float> x(*be, s.count()), by_value(*be, s.count()), by_word(*be, s.count());
+  be->copy_to_device(x.data(), ones.data(), ones.size() * sizeof(float));
+  const std::uint64_t step_seed = 0x1234'5678'9abcull, salt = 7;
+  op->forward(x.data(), by_value.data(), true, mix_seed(step_seed, salt));
+  const std::uint64_t* word = be->set_step_seed(step_seed);
+  ASSERT_NE(word, nullptr);
+  // The by-value key is a decoy: the kernel must read the word.
+  op->forward_keyed(x.data(), by_word.data(), true, DropoutKey{0, word, salt});
+  std::vector<float> a(s.count()), b(s.count());
+  be->copy_to_host(a.data(), by_value.data(), a.size() * sizeof(float));
+  be->copy_to_host(b.data(), by_word.data(), b.size() * sizeof(float));
+  EXPECT_EQ(a, b);
+  (void)be->set_step_seed(step_seed + 1);  // the next step's seed: another mask
+  op->forward_keyed(x.data(), by_word.data(), true, DropoutKey{0, word, salt});
+  be->copy_to_host(b.data(), by_word.data(), b.size() * sizeof(float));
+  EXPECT_NE(a, b);
+}
+
+TEST(CudaGraphCapture, AFailedCaptureEndsCleanlyAndTheStreamWorksOn) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto be = make_cuda_backend(0);
+  DeviceBuffer<float> p(*be, 256);
+  std::unique_ptr<StepGraph> g = be->make_step_graph();
+  ASSERT_NE(g, nullptr);
+  EXPECT_THROW(g->replay(), InputError);  // nothing captured yet
+  // A synchronization cannot be captured: capture() reports it and leaves capture mode.
+  const std::string why = g->capture([&] {
+    be->fill(p.data(), 1.0f, 256);
+    be->synchronize();
+  });
+  EXPECT_FALSE(why.empty());
+  be->fill(p.data(), 2.0f, 256);  // eager work after the failed capture
+  std::vector<float> h(256);
+  be->copy_to_host(h.data(), p.data(), h.size() * sizeof(float));
+  EXPECT_EQ(h, std::vector<float>(256, 2.0f));
+  // A capturable body: recorded without running, then each replay runs it.
+  ASSERT_EQ(g->capture([&] { be->scale(p.data(), 3.0f, 256); }), "");
+  be->copy_to_host(h.data(), p.data(), h.size() * sizeof(float));
+  EXPECT_EQ(h, std::vector<float>(256, 2.0f));  // capture ran nothing
+  g->replay();
+  g->replay();
+  be->copy_to_host(h.data(), p.data(), h.size() * sizeof(float));
+  EXPECT_EQ(h, std::vector<float>(256, 18.0f));
+}
 
 }  // namespace
 }  // namespace dtrain
