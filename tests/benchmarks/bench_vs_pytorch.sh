@@ -20,6 +20,8 @@
 #        CUDNN_BENCHMARK=1 (GPU: both time every convolution algorithm once per shape and run the
 #        fastest — PyTorch's cudnn.benchmark = True, dtrain's --cudnn-benchmark; default: both use
 #        cuDNN's heuristics), FUSE (dtrain's --fuse: auto, the default, | off),
+#        CUDA_GRAPH (dtrain's --cuda-graph: auto, the default, | on | off; the run's "cuda graph"
+#        log lines are printed under the table),
 #        On a GPU each framework's peak GPU memory is printed too (dtrain's results.json
 #        gpu_peak_allocated_mb, PyTorch's torch.cuda.max_memory_allocated).
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
@@ -54,7 +56,8 @@ timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/time_kb")
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
   --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
-  --batch-size "$batch" "${DTRAIN_ARGS[@]}" --fuse "${FUSE:-auto}" --run-dir "$tmp/dtrain" \
+  --batch-size "$batch" "${DTRAIN_ARGS[@]}" --fuse "${FUSE:-auto}" \
+  --cuda-graph "${CUDA_GRAPH:-auto}" --run-dir "$tmp/dtrain" \
   > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
 read -r dtrain_rate dtrain_rss dtrain_gpu <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
@@ -76,7 +79,7 @@ torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$thre
             --device "$device" --batch-size "$batch" "${TORCH_ARGS[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" "$dtrain_gpu" "${FUSE:-auto}" <<'PY'
+"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" "$dtrain_gpu" "${FUSE:-auto}" "${CUDA_GRAPH:-auto}" <<'PY'
 import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss, d_gpu = float(sys.argv[6]), float(sys.argv[7]), float(sys.argv[10])
@@ -89,6 +92,8 @@ if t.get("cudnn_benchmark"):
     layout += ", conv algorithms timed (cudnn.benchmark, dtrain --cudnn-benchmark)"
 if sys.argv[11] != "auto":
     layout += f", dtrain --fuse {sys.argv[11]}"
+if sys.argv[12] != "auto":
+    layout += f", dtrain --cuda-graph {sys.argv[12]}"
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
 t_gpu = t.get("peak_gpu_mb", 0.0)
@@ -100,3 +105,4 @@ print(f"ratio dtrain/pytorch: samples/s {d / t['samples_per_sec']:.2f}, "
       f"peak RSS {d_rss / t['peak_rss_mb']:.2f}" +
       (f", peak GPU memory {d_gpu / t_gpu:.2f}" if gpu and t_gpu > 0 else ""))
 PY
+grep -h "cuda graph" "$tmp/dtrain.log" | sed 's/^# */# dtrain: /' || true
