@@ -483,10 +483,8 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
   if (on_final) return graphs_->run_eagerly("the exchange takes gradients during backward", body);
   if (probe_) return graphs_->run_eagerly("per-layer timing", body);
   if (backend().debug_sync()) return graphs_->run_eagerly("--debug-sync", body);
-  const StepGraphKey key{n,     grad_scale, x, labels, stats, slot_,
-                         backend().buffers_generation()};
-  const std::string label =
-      sample_.with_n(n).str() + " " + dtype_name(backend().act_dtype());
+  const StepGraphKey key{n, grad_scale, x, labels, stats, slot_, backend().buffers_generation()};
+  const std::string label = sample_.with_n(n).str() + " " + dtype_name(backend().act_dtype());
   const TimelineSpan span("step graph", "compute");
   graphs_->run(key, label, body);
 }

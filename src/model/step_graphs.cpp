@@ -11,8 +11,8 @@
 namespace dtrain {
 
 bool StepGraphKey::operator==(const StepGraphKey& o) const {
-  return n == o.n && std::bit_cast<std::uint32_t>(grad_scale) ==
-                         std::bit_cast<std::uint32_t>(o.grad_scale) &&
+  return n == o.n &&
+         std::bit_cast<std::uint32_t>(grad_scale) == std::bit_cast<std::uint32_t>(o.grad_scale) &&
          x == o.x && labels == o.labels && stats == o.stats && slot == o.slot &&
          generation == o.generation;
 }
@@ -21,8 +21,8 @@ StepGraphs::StepGraphs(Factory make, bool required, Log log)
     : make_(std::move(make)), required_(required), log_(std::move(log)) {}
 
 std::size_t StepGraphs::held() const {
-  return static_cast<std::size_t>(std::count_if(
-      entries_.begin(), entries_.end(), [](const Entry& e) { return e.graph != nullptr; }));
+  return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(),
+                                                [](const Entry& e) { return e.graph != nullptr; }));
 }
 
 void StepGraphs::say(const std::string& line) const {
@@ -32,8 +32,8 @@ void StepGraphs::say(const std::string& line) const {
 StepGraphs::Entry& StepGraphs::find(const StepGraphKey& key, bool& fresh) {
   // Graphs of another generation hold addresses of freed buffers: never replayed again.
   std::erase_if(entries_, [&](const Entry& e) { return e.key.generation != key.generation; });
-  auto it = std::find_if(entries_.begin(), entries_.end(),
-                         [&](const Entry& e) { return e.key == key; });
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
   fresh = it == entries_.end();
   Entry entry = fresh ? Entry{key, nullptr} : std::move(*it);
   if (!fresh) entries_.erase(it);

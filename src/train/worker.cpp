@@ -89,7 +89,8 @@ void Worker::install_step_graphs() {
   const bool required = c_.cuda_graph == CudaGraphOption::on;
   if (be_.device() != Device::cuda) {  // CPU workers: accepted, nothing to capture
     DT_REQUIRE(!required, "option --cuda-graph: on needs GPU workers, and this worker runs on the "
-                          "CPU (--device " + std::string(to_string(c_.device)) + ")");
+                          "CPU (--device " +
+                              std::string(to_string(c_.device)) + ")");
     return;
   }
   const std::string why =
@@ -102,8 +103,8 @@ void Worker::install_step_graphs() {
   }
   StepGraphs::Log log;
   if (reports_) log = [](const std::string& line) { log_info("# " + line); };
-  model_.set_step_graphs(std::make_unique<StepGraphs>(
-      [this] { return be_.make_step_graph(); }, required, std::move(log)));
+  model_.set_step_graphs(std::make_unique<StepGraphs>([this] { return be_.make_step_graph(); },
+                                                      required, std::move(log)));
 }
 
 void Worker::make_synthetic_batch() {

@@ -460,8 +460,8 @@ TEST_F(ConfigTest, CudaGraphOnNeedsGpuWorkersAndACapturableStep) {
   EXPECT_EQ(parse(base({"--cuda-graph", "on", "--device", "cuda", "--allreduce", "mpi"}))
                 .config.cuda_graph,
             CudaGraphOption::on);
-  msg = error_of(base({"--cuda-graph", "on", "--device", "cuda", "--micro-batches", "2",
-                       "--batch-size", "8"}));
+  msg = error_of(base(
+      {"--cuda-graph", "on", "--device", "cuda", "--micro-batches", "2", "--batch-size", "8"}));
   EXPECT_MENTIONS(msg, "option --cuda-graph");
   EXPECT_MENTIONS(msg, "--micro-batches 2");
   msg = error_of(base({"--cuda-graph", "on", "--device", "cuda", "--debug-sync", "true"}));

@@ -30,9 +30,17 @@ namespace dtrain {
 namespace {
 
 const std::vector<std::string> kDropoutBnNet = {
-    "conv filters=6 kernel=3 pad=1 bias=false", "batchnorm", "relu", "maxpool kernel=2",
-    "dropout rate=0.25", "conv filters=4 kernel=3 pad=1", "relu", "flatten",
-    "dense units=12",  "dropout rate=0.5",  "dense",
+    "conv filters=6 kernel=3 pad=1 bias=false",
+    "batchnorm",
+    "relu",
+    "maxpool kernel=2",
+    "dropout rate=0.25",
+    "conv filters=4 kernel=3 pad=1",
+    "relu",
+    "flatten",
+    "dense units=12",
+    "dropout rate=0.5",
+    "dense",
 };
 constexpr int kBatch = 16, kClasses = 5;
 const Shape kSample{1, 3, 8, 8};
@@ -150,8 +158,7 @@ INSTANTIATE_TEST_SUITE_P(CudaGraph, CudaGraphParity,
                                            GraphCase{Layout::nhwc, Precision::fp32},
                                            GraphCase{Layout::nhwc, Precision::bf16}),
                          [](const auto& info) {
-                           return std::string(info.param.layout == Layout::nhwc ? "Nhwc"
-                                                                                : "Nchw") +
+                           return std::string(info.param.layout == Layout::nhwc ? "Nhwc" : "Nchw") +
                                   (info.param.precision == Precision::bf16 ? "Bf16" : "Fp32");
                          });
 

@@ -198,9 +198,9 @@ TEST(StepGraphsModel, CpuModelWithGraphsTrainsAsWithout) {
   with.initialize(5);
   without.initialize(5);
   std::vector<std::string> log;
-  with.set_step_graphs(std::make_unique<StepGraphs>(
-      [&] { return be->make_step_graph(); }, false,
-      [&](const std::string& line) { log.push_back(line); }));
+  with.set_step_graphs(
+      std::make_unique<StepGraphs>([&] { return be->make_step_graph(); }, false,
+                                   [&](const std::string& line) { log.push_back(line); }));
   EXPECT_EQ(train_three(with), train_three(without));
   ASSERT_NE(with.step_graphs(), nullptr);
   EXPECT_TRUE(with.step_graphs()->off());  // step 2's capture: the backend has none

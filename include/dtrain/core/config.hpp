@@ -196,11 +196,12 @@ Config effective_for_workers(const Config& c, int workers);
 ExchangeKind exchange_kind(const Config& c);
 
 /// Why a GPU worker of a run with `workers` workers does not capture its step as a CUDA graph
-/// (--cuda-graph; model/step_graphs.hpp), as a phrase naming the option ("--micro-batches 4 (...)");
-/// empty where it does. The step is captured from the input upload's end to the last gradient of
-/// backward: a step made of several passes, one that waits for the device inside (--debug-sync),
-/// or one whose backward hands gradient buckets to NCCL as they complete is run eagerly. The device
-/// (CPU workers never capture) is the caller's to check. Pure function of its arguments.
+/// (--cuda-graph; model/step_graphs.hpp), as a phrase naming the option ("--micro-batches 4
+/// (...)"); empty where it does. The step is captured from the input upload's end to the last
+/// gradient of backward: a step made of several passes, one that waits for the device inside
+/// (--debug-sync), or one whose backward hands gradient buckets to NCCL as they complete is run
+/// eagerly. The device (CPU workers never capture) is the caller's to check. Pure function of its
+/// arguments.
 std::string cuda_graph_off_reason(const Config& c, int workers);
 
 /// True when a global step is one update from the gradients of several workers (allreduce, sync

@@ -34,12 +34,12 @@ namespace dtrain {
 /// What a recorded step holds besides the model's own fixed buffers (see above). grad_scale is
 /// compared by its bits.
 struct StepGraphKey {
-  int n = 0;                    ///< samples in the batch
-  float grad_scale = 0.0f;      ///< the loss gradient's scale (SoftmaxXentOp)
-  const void* x = nullptr;      ///< the batch, n×C×H×W fp32
+  int n = 0;                ///< samples in the batch
+  float grad_scale = 0.0f;  ///< the loss gradient's scale (SoftmaxXentOp)
+  const void* x = nullptr;  ///< the batch, n×C×H×W fp32
   const void* labels = nullptr;
-  const void* stats = nullptr;  ///< kStatsFloats sums the loss adds to
-  int slot = 0;                 ///< the model's activation slot
+  const void* stats = nullptr;   ///< kStatsFloats sums the loss adds to
+  int slot = 0;                  ///< the model's activation slot
   std::uint64_t generation = 0;  ///< Backend::buffers_generation()
   [[nodiscard]] bool operator==(const StepGraphKey& o) const;
 };

@@ -434,8 +434,8 @@ void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows,
 }
 
 void launch_dropout_forward(cudaStream_t stream, const void* x, void* y, float* mask, float p,
-                            std::uint64_t seed, const std::uint64_t* step_seed,
-                            std::uint64_t salt, std::size_t n, Elem t) {
+                            std::uint64_t seed, const std::uint64_t* step_seed, std::uint64_t salt,
+                            std::size_t n, Elem t) {
   if (n == 0) return;
   const float keep_scale = 1.0f / (1.0f - p);
   dispatch_elem(t, [&](auto tag) {
