@@ -2,7 +2,7 @@
 # tests/cli/test_cuda_graph.sh — --cuda-graph through the dtrain binary (model/step_graphs.hpp).
 #   1. --device auto --cuda-graph on on a host without a usable GPU: the worker lands on the CPU,
 #      an error naming --cuda-graph (the CPU has no graphs); auto and off train there as without.
-#   GPU only (exit 77 without one, after case 1):
+#   GPU only (exit 77 without one, after case 1; a failure with DTRAIN_REQUIRE_GPU=1):
 #   2. the tiny CNN (batchnorm, dropout; 100 samples: an epoch's last batch holds 4) for two
 #      epochs, --deterministic true --math fp32, --cuda-graph on against off: both log lines, the
 #      same parameters, batchnorm state and momentum in the final checkpoint (bit for bit), the
@@ -42,6 +42,7 @@ if ! grep -q "cuda:0  (chief)" <<<"$gpu"; then
   grep -q "dtrain: error:.*--cuda-graph" "$SCRATCH/on_cpu.log" ||
     { cat "$SCRATCH/on_cpu.log"; fail "the error does not name --cuda-graph"; }
   cases=$((cases + 1))
+  [[ ${DTRAIN_REQUIRE_GPU:-0} != 1 ]] || fail "DTRAIN_REQUIRE_GPU=1 but no usable GPU: $gpu"
   echo "SKIPPED (cases 1 passed, $cases checks): no usable GPU for cases 2-3"
   exit 77
 fi

@@ -11,7 +11,8 @@
 #   probe     nvidia-smi, library versions, the GPU unit tests and the one-rank NCCL / MPI-staging
 #             tests with DTRAIN_REQUIRE_GPU=1, and a short CNN run on cpu, cuda+nccl, cuda+mpi
 #             (early losses side by side)
-#   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1)
+#   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1), then the GPU CLI test
+#             tests/cli/test_cuda_graph.sh (--cuda-graph on against off through the binary)
 #   sanitize  the GPU unit tests (SANITIZE_FILTER, a gtest filter; default Cuda*) and the
 #             one-rank NCCL test under compute-sanitizer memcheck
 #   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
@@ -146,8 +147,10 @@ while [ $# -gt 0 ]; do
   shift
   case $step in
     probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
-    units) DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
-             grep -v "^cuDNN conv" | tee "$OUTDIR/units.log" | tail -25 ;;
+    units) { DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
+               grep -v "^cuDNN conv" | tail -25
+             (cd build && DTRAIN_REQUIRE_GPU=1 ctest -R '^cli_test_cuda_graph$' --timeout 600 \
+               --output-on-failure 2>&1 | tail -15); } | tee "$OUTDIR/units.log" ;;
     sanitize) sanitize 2>&1 | tee "$OUTDIR/sanitize.log" ;;
     ctest) run_ctest 2>&1 | tee "$OUTDIR/ctest.log" ;;
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
