@@ -6,7 +6,7 @@
 // batches, then a run of partial batches (a second graph), then full ones again (the first graph
 // replayed), an evaluation with another batch size in between (new ops, possibly a larger
 // convolution workspace: graphs of the old one dropped). Parameters, batchnorm state and the
-// correct / top-5 counts must be bit-identical after every step; the loss sum within 1e-6 (the
+// correct / top-5 counts must be bit-identical after every step; the loss sum within 1e-5 (the
 // loss kernel adds its samples with atomicAdd, in no fixed order, on either path). NCHW fp32,
 // NHWC fp32 (cuDNN's fused batchnorm calls) and NHWC bf16. Then dropout's device-word key against
 // its by-value key, and a capture that fails (a synchronization) leaving the stream usable while a
@@ -129,7 +129,7 @@ TEST_P(CudaGraphParity, ReplayedStepsTrainAsEagerOnes) {
     const std::vector<float> a = graphed.step(global, sizes[k], hx, hy);
     const std::vector<float> b = eager.step(global, sizes[k], hx, hy);
     ASSERT_TRUE(std::isfinite(a[0]));
-    EXPECT_NEAR(a[0], b[0], 1e-6 * std::abs(b[0]));
+    EXPECT_NEAR(a[0], b[0], 1e-5 * std::abs(b[0]));
     EXPECT_EQ(a[1], b[1]);  // correct
     EXPECT_EQ(a[2], b[2]);  // top-5
     const Model& mg = *graphed.model;
