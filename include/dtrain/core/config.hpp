@@ -111,7 +111,7 @@ struct Config {
   /// the backend has them) | off (every layer alone). See Backend::set_fuse.
   FuseOption fuse = FuseOption::automatic;
   /// GPU: the step's forward, loss and backward as one CUDA graph: auto | on | off
-  /// (train/trainer.hpp cuda_graph_off_reason says where it is off).
+  /// (cuda_graph_off_reason() below says where it is off).
   CudaGraphOption cuda_graph = CudaGraphOption::automatic;
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
