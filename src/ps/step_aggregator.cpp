@@ -37,9 +37,10 @@ struct Aggregate {
 class StepAggregator : public UpdateRule {
  public:
   StepAggregator(ServerCore& core, std::int64_t total_steps,
-                 const std::vector<FloatRange>& no_decay, int replicas)
+                 const ShardTensors& tensors, int replicas)
       : core_(core), replicas_(replicas),
-        opt_(core.config(), core.backend(), core.size(), total_steps, no_decay) {}
+        opt_(core.config(), core.backend(), core.size(), total_steps, tensors.no_decay,
+             tensors.segments) {}
 
   void on_push(int w, const MsgHeader& h) override {
     Incoming& r = core_.request(w);
@@ -188,8 +189,8 @@ void StepAggregator::apply_complete() {
 class SyncAggregator final : public StepAggregator {
  public:
   SyncAggregator(ServerCore& core, std::int64_t total_steps,
-                 const std::vector<FloatRange>& no_decay)
-      : StepAggregator(core, total_steps, no_decay, replicas(core)) {}
+                 const ShardTensors& tensors)
+      : StepAggregator(core, total_steps, tensors, replicas(core)) {}
 
  private:
   static int replicas(const ServerCore& core) {
@@ -207,8 +208,8 @@ class SyncAggregator final : public StepAggregator {
 class BoundedAggregator final : public StepAggregator {
  public:
   BoundedAggregator(ServerCore& core, std::int64_t total_steps,
-                    const std::vector<FloatRange>& no_decay)
-      : StepAggregator(core, total_steps, no_decay, core.workers()), clock_(core.workers(), 0) {}
+                    const ShardTensors& tensors)
+      : StepAggregator(core, total_steps, tensors, core.workers()), clock_(core.workers(), 0) {}
 
   void on_load() override {
     StepAggregator::on_load();
@@ -230,13 +231,13 @@ class BoundedAggregator final : public StepAggregator {
 }  // namespace
 
 std::unique_ptr<UpdateRule> make_sync_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                 const std::vector<FloatRange>& no_decay) {
-  return std::make_unique<SyncAggregator>(core, total_steps, no_decay);
+                                                 const ShardTensors& tensors) {
+  return std::make_unique<SyncAggregator>(core, total_steps, tensors);
 }
 
 std::unique_ptr<UpdateRule> make_bounded_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                    const std::vector<FloatRange>& no_decay) {
-  return std::make_unique<BoundedAggregator>(core, total_steps, no_decay);
+                                                    const ShardTensors& tensors) {
+  return std::make_unique<BoundedAggregator>(core, total_steps, tensors);
 }
 
 }  // namespace dtrain

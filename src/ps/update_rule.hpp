@@ -50,20 +50,20 @@ class UpdateRule {
   [[nodiscard]] virtual bool shares_rings() const { return false; }
 };
 
-/// The rule of exchange_kind(core.config()). `total_steps` sizes the cosine schedule; no_decay as
+/// The rule of exchange_kind(core.config()). `total_steps` sizes the cosine schedule; tensors as
 /// run_parameter_server(). Throws InputError from the optimizer, DANA or delay-compensation set-up,
 /// Error for the allreduce mode (no ps).
 std::unique_ptr<UpdateRule> make_update_rule(ServerCore& core, std::int64_t total_steps,
-                                             const std::vector<FloatRange>& no_decay);
+                                             const ShardTensors& tensors);
 
 /// ps_async (ps/async_applier.cpp).
 std::unique_ptr<UpdateRule> make_async_applier(ServerCore& core, std::int64_t total_steps,
-                                               const std::vector<FloatRange>& no_decay);
+                                               const ShardTensors& tensors);
 /// ps_sync: R = min(--replicas-to-aggregate, workers), all workers when 0 (ps/step_aggregator.cpp).
 std::unique_ptr<UpdateRule> make_sync_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                 const std::vector<FloatRange>& no_decay);
+                                                 const ShardTensors& tensors);
 /// ps_bounded: S = --max-staleness (ps/step_aggregator.cpp).
 std::unique_ptr<UpdateRule> make_bounded_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                    const std::vector<FloatRange>& no_decay);
+                                                    const ShardTensors& tensors);
 
 }  // namespace dtrain
