@@ -272,8 +272,8 @@ void add_optimizer_options(Table& t, Config& c) {
         "--lr: full compensation at the peak learning rate, none as it decays) | compensated "
         "(minus 1 - 1/W throughout) | as-given, never below 0 | dana (default: --momentum kept per "
         "worker, each worker computes its gradient at the look-ahead position theta - lr * "
-        "momentum * sum of the workers' momenta; DANA, Hakimi et al. 2019; with --optimizer sgd or "
-        "adam the update is as given)");
+        "momentum * sum of the workers' momenta; DANA, Hakimi et al. 2019; with --optimizer sgd, "
+        "adam, lars or lamb the update is as given)");
   t.add("delay-compensation", &c.delay_compensation,
         "async: lambda0 of delay-compensated async SGD (DC-ASGD-a, Zheng et al. 2017): the ps "
         "corrects each push g to g + lambda0 / sqrt(meansquare(g)) * g * g * (theta - theta_w), "

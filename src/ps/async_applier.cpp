@@ -168,10 +168,10 @@ class AsyncApplier final : public UpdateRule {
   }
 
   ServerCore& core_;
-  const bool whole_;  ///< a layer-wise optimizer: each push applied whole (apply_whole)
   std::optional<Optimizer> opt_;         ///< the update, unless dana_ makes it
   std::optional<DelayCompensation> dc_;  ///< --delay-compensation
   std::optional<DanaMomentum> dana_;     ///< --async-momentum dana
+  const bool whole_;                     ///< lars, lamb: each push applied whole (apply_whole)
 };
 
 }  // namespace

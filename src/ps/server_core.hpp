@@ -52,7 +52,7 @@ struct Incoming {
   std::vector<float*> dest;       ///< per part: the array its chunks land in (nullptr: the ring)
   float* ring = nullptr;          ///< the worker's kRingSlots chunk buffers: message k in slot
                                   ///< (ring_base + k) % kRingSlots
-  std::vector<float> own;  ///< a sync push's gradient, an async whole one's (shard-sized), or empty
+  std::vector<float> own;         ///< a push kept whole (sync, bounded, async LARS), else empty
   std::vector<MPI_Request> reqs;  ///< one per chunk message, completed in order
   std::size_t posted = 0;         ///< chunk messages whose receive is posted
   std::size_t done = 0;           ///< chunk messages processed

@@ -57,8 +57,8 @@ void split_largest(const std::vector<std::size_t>& prefix, std::vector<TensorRun
   auto floats = [&](const TensorRun& r) { return prefix[r.last] - prefix[r.first]; };
   std::size_t pick = runs.size();
   for (std::size_t k = 0; k < runs.size(); ++k)
-    if (runs[k].last - runs[k].first >= 2 && (pick == runs.size() || floats(runs[k]) >
-                                                                         floats(runs[pick])))
+    if (runs[k].last - runs[k].first >= 2 &&
+        (pick == runs.size() || floats(runs[k]) > floats(runs[pick])))
       pick = k;
   const TensorRun r = runs[pick];
   std::size_t cut = r.first + 1, best = SIZE_MAX;
@@ -72,8 +72,7 @@ void split_largest(const std::vector<std::size_t>& prefix, std::vector<TensorRun
 
 }  // namespace
 
-std::vector<ShardRange> tensor_shard_ranges(const std::vector<ParamSegment>& segments,
-                                            int num_ps) {
+std::vector<ShardRange> tensor_shard_ranges(const std::vector<ParamSegment>& segments, int num_ps) {
   const std::size_t count = segments.size();
   DT_REQUIRE(num_ps >= 1 && static_cast<std::size_t>(num_ps) <= count,
              "option --num-ps: " + std::to_string(num_ps) +

@@ -36,11 +36,10 @@ struct Aggregate {
 /// One update per global step from `replicas` pushes; subclasses say which step a push joins.
 class StepAggregator : public UpdateRule {
  public:
-  StepAggregator(ServerCore& core, std::int64_t total_steps,
-                 const ShardTensors& tensors, int replicas)
-      : core_(core), replicas_(replicas),
-        opt_(core.config(), core.backend(), core.size(), total_steps, tensors.no_decay,
-             tensors.segments) {}
+  StepAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors,
+                 int replicas)
+      : core_(core), replicas_(replicas), opt_(core.config(), core.backend(), core.size(),
+                                               total_steps, tensors.no_decay, tensors.segments) {}
 
   void on_push(int w, const MsgHeader& h) override {
     Incoming& r = core_.request(w);
@@ -188,8 +187,7 @@ void StepAggregator::apply_complete() {
 /// ps_sync: SyncReplicasOptimizer with backup workers.
 class SyncAggregator final : public StepAggregator {
  public:
-  SyncAggregator(ServerCore& core, std::int64_t total_steps,
-                 const ShardTensors& tensors)
+  SyncAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors)
       : StepAggregator(core, total_steps, tensors, replicas(core)) {}
 
  private:
@@ -207,8 +205,7 @@ class SyncAggregator final : public StepAggregator {
 /// ps_bounded: stale synchronous parallel.
 class BoundedAggregator final : public StepAggregator {
  public:
-  BoundedAggregator(ServerCore& core, std::int64_t total_steps,
-                    const ShardTensors& tensors)
+  BoundedAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors)
       : StepAggregator(core, total_steps, tensors, core.workers()), clock_(core.workers(), 0) {}
 
   void on_load() override {

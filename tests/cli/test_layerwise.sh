@@ -11,9 +11,9 @@
 #   3. the ps modes (each ps holds whole tensors: ps/sharding.hpp tensor_shard_ranges): sync
 #      through 2 ps with 1 worker (--replicas-to-aggregate 1) ends bit-identical to the allreduce
 #      with 1 worker after 12 steps — parameters, m and LAMB's v (the same per-tensor arithmetic,
-#      on the ps instead of the worker) — and resumes bit-identically; async (Downpour), SSP
-#      (--max-staleness 1) and sync with a backup worker (2 workers, 1 aggregated), 2 ps + 2
-#      workers, learn: finite losses, the last quarter's mean below half the first quarter's,
+#      on the ps instead of the worker) — and resumes bit-identically; async (Downpour; and with
+#      --delay-compensation and --stale-lr inverse), SSP (--max-staleness 1) and sync with a
+#      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn: finite losses, the last quarter's mean below half the first quarter's,
 #      test accuracy well above chance.
 #   4. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
 #      hang), and lars with a pipelined ps job (a stage's ps cut across tensors).
@@ -97,9 +97,10 @@ COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data
         "${SCHEDULE[@]}" --num-ps 2 --log-every 1 --max-steps 40)
 for tag in lars lamb; do
   [[ $tag == lars ]] && opt=("${LARS[@]}") || opt=("${LAMB[@]}")
-  for mode in async ssp backup; do
+  for mode in async dc ssp backup; do
     case $mode in
       async) extra=(--mode async) ;;
+      dc) extra=(--mode async --delay-compensation 1 --stale-lr inverse) ;;
       ssp) extra=(--mode async --max-staleness 1) ;;
       backup) extra=(--mode sync --replicas-to-aggregate 1) ;;
     esac

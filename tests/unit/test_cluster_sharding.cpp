@@ -1,7 +1,8 @@
 // tests/unit/test_cluster_sharding.cpp — role placement (compute_layout) and the parameter-server
-// range partitions (shard_ranges; tensor_shard_ranges for LARS/LAMB), pure functions tested in one process with simulated ranks:
-// hand-computed tables for small layouts, then the documented placement properties over many
-// (nodes × ranks-per-node, num_ps) combinations, including uneven and interleaved nodes.
+// range partitions (shard_ranges; tensor_shard_ranges for LARS/LAMB), pure functions tested in one
+// process with simulated ranks: hand-computed tables for small layouts, then the documented
+// placement properties over many (nodes × ranks-per-node, num_ps) combinations, including uneven
+// and interleaved nodes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -305,8 +306,7 @@ TEST(TensorShardRanges, MorePsThanTensorsNamesTheOptionAndTheCounts) {
       ADD_FAILURE() << "K " << k << " accepted";
     } catch (const InputError& e) {
       const std::string m = e.what();
-      EXPECT_NE(m.find("--num-ps: " + std::to_string(k) + " parameter servers"),
-                std::string::npos)
+      EXPECT_NE(m.find("--num-ps: " + std::to_string(k) + " parameter servers"), std::string::npos)
           << m;
       EXPECT_NE(m.find("3 parameter tensors"), std::string::npos) << m;
     }
@@ -317,7 +317,8 @@ TEST(TensorShardRanges, MorePsThanTensorsNamesTheOptionAndTheCounts) {
 
 // The table every rank builds: floats for the elementwise optimizers, whole tensors for LARS.
 TEST(TensorShardRanges, PsShardRangesFollowsTheOptimizer) {
-  const std::vector<TensorInfo> t = test::tensor_table({{"0.conv.weight", 90}, {"0.conv.bias", 10}});
+  const std::vector<TensorInfo> t =
+      test::tensor_table({{"0.conv.weight", 90}, {"0.conv.bias", 10}});
   Config c;
   c.optimizer = OptimizerKind::momentum;
   EXPECT_EQ(ps_shard_ranges(c, t, 100, 2)[0].end, 50u);
