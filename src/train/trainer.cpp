@@ -184,16 +184,11 @@ int resolve_num_ps(const Config& c, int world_size, std::string& note) {
   in.batch = c.batch_size;
   in.global_batch = c.global_batch_size;
   in.min_ps = c.pipeline_stages;  // every pipeline stage has ps of its own
+  if (is_layerwise(c.optimizer))  // each ps holds whole tensors (ps_shard_ranges)
+    in.max_ps = static_cast<int>(param_segments(m.param_tensors(), m.param_count()).size());
   const PsCountChoice k = choose_num_ps(in);
   note = k.why + "\n";
-  if (!is_layerwise(c.optimizer)) return k.num_ps;
-  // LARS/LAMB: each ps holds whole tensors (ps_shard_ranges), so at most one ps per tensor.
-  const auto tensors = static_cast<int>(param_segments(m.param_tensors(), m.param_count()).size());
-  if (k.num_ps <= tensors) return k.num_ps;
-  note += "--num-ps auto: " + std::to_string(tensors) + " (--optimizer " +
-          std::string(to_string(c.optimizer)) + " keeps each of the model's " +
-          std::to_string(tensors) + " tensors whole on one ps)\n";
-  return tensors;
+  return k.num_ps;
 }
 
 /// Phase 1 — the checks every rank makes identically (options, datasets, model, roles,

@@ -16,7 +16,8 @@
 #      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn: finite losses, the last quarter's mean below half the first quarter's,
 #      test accuracy well above chance.
 #   4. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
-#      hang), and lars with a pipelined ps job (a stage's ps cut across tensors).
+#      hang), and lars with a pipelined ps job (a stage's ps cut across tensors); --num-ps auto
+#      stops at one ps per tensor.
 #   (--device cuda runs 1-2 too: tests/unit/test_cuda_layerwise.cpp against this CPU path.)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -132,6 +133,12 @@ for np in 4 5; do
     --config "$SCRATCH/dense.ini" --train-data "$SCRATCH/train.h5" --optimizer lamb \
     --num-ps $((np - 1)) --threads 1
 done
+# --num-ps auto would give this tiny model 3 ps of 4 ranks: it stops at its 2 tensors.
+timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" --config "$SCRATCH/dense.ini" --train-data "$SCRATCH/train.h5" \
+  --optimizer lars --num-ps auto --threads 1 --dry-run >"$SCRATCH/auto.log" 2>&1 ||
+  { cat "$SCRATCH/auto.log"; fail "--num-ps auto with lars failed"; }
+grep -q "num-ps auto: 2 ps for 2 workers.*at most 2 (one ps per parameter tensor)" \
+  "$SCRATCH/auto.log" || { cat "$SCRATCH/auto.log"; fail "--num-ps auto did not stop at 2 ps"; }
 expect_error 4 "--pipeline-stages 2|--num-ps 0|whole tensors" --config "$SCRATCH/job.ini" \
   --train-data "$SCRATCH/train.h5" --optimizer lars --mode async --num-ps 2 --pipeline-stages 2
 echo "PASS"
