@@ -2,8 +2,9 @@
 // the ps's event loop (ps/server_core.hpp) and the training modes, and the only ps code that
 // knows the mode, as GradientExchange (train/exchange.hpp) is on the worker's side. One class per
 // ExchangeKind, chosen once by make_update_rule() (ps/server.hpp has each mode's rule):
-//   AsyncApplier       ps_async: each push applied chunk by chunk on arrival, one global step
-//                      (Downpour SGD; DANA, DC-ASGD, --stale-lr inverse)   ps/async_applier.cpp
+//   AsyncApplier       ps_async: each push applied chunk by chunk on arrival (LARS, LAMB: once
+//                      whole), one global step (Downpour SGD; DANA, DC-ASGD, --stale-lr
+//                      inverse)                                            ps/async_applier.cpp
 //   SyncAggregator     ps_sync: the first R pushes computed on step t's parameters make step t's
 //                      update, later ones dropped (SyncReplicasOptimizer)   ps/step_aggregator.cpp
 //   BoundedAggregator  ps_bounded: worker w's c-th push joins step c, its reply held until the
