@@ -3,6 +3,7 @@
 #include "dtrain/ps/sharding.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
