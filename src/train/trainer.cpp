@@ -376,7 +376,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
              std::to_string(effective.warmup_steps) +
              " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
              std::to_string(job.plan.workers) + " workers");
-  if (chief && c.optimizer == OptimizerKind::momentum &&
+  if (chief && (c.optimizer == OptimizerKind::momentum || c.optimizer == OptimizerKind::lars) &&
       ps_momentum(effective, job.plan.workers, effective.warmup_steps, job.plan.total_steps) !=
           c.momentum)
     log_info("# --async-momentum " + std::string(to_string(c.async_momentum)) +
