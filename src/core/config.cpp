@@ -231,8 +231,9 @@ void add_optimizer_options(Table& t, Config& c) {
   t.add("optimizer", &c.optimizer,
         "sgd | momentum | adam | lars (momentum with a per-tensor trust ratio, You et al. 2017) | "
         "lamb (Adam with a per-tensor trust ratio, You et al. 2020); lars and lamb leave biases "
-        "and batchnorm parameters unadapted and undecayed, and need --mode sync --num-ps 0 on CPU "
-        "workers");
+        "and batchnorm parameters unadapted and undecayed; in the ps modes each ps holds whole "
+        "tensors (--num-ps at most the model's tensor count) and applies an async push once it "
+        "has arrived whole");
   t.add("lr", &c.lr, "base learning rate");
   t.add("momentum", &c.momentum, "momentum coefficient (momentum optimizer)");
   t.add("nesterov", &c.nesterov, "Nesterov momentum");
@@ -271,8 +272,8 @@ void add_optimizer_options(Table& t, Config& c) {
         "--lr: full compensation at the peak learning rate, none as it decays) | compensated "
         "(minus 1 - 1/W throughout) | as-given, never below 0 | dana (default: --momentum kept per "
         "worker, each worker computes its gradient at the look-ahead position theta - lr * "
-        "momentum * sum of the workers' momenta; DANA, Hakimi et al. 2019; with --optimizer sgd or "
-        "adam the update is as given)");
+        "momentum * sum of the workers' momenta; DANA, Hakimi et al. 2019; with --optimizer sgd, "
+        "adam, lars or lamb the update is as given)");
   t.add("delay-compensation", &c.delay_compensation,
         "async: lambda0 of delay-compensated async SGD (DC-ASGD-a, Zheng et al. 2017): the ps "
         "corrects each push g to g + lambda0 / sqrt(meansquare(g)) * g * g * (theta - theta_w), "
@@ -675,15 +676,16 @@ void non_negative(const std::string& opt, double v) {
     throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
 }
 
-/// --optimizer lars | lamb: one update over whole tensors (optim/optimizer.hpp), CPU or GPU.
+/// --optimizer lars | lamb: one update over whole tensors (optim/optimizer.hpp), CPU or GPU, on
+/// the workers (allreduce) or on ps whose shards hold whole tensors (ps/sharding.hpp).
 void validate_layerwise(const Config& c) {
   if (c.optimizer != OptimizerKind::lars && c.optimizer != OptimizerKind::lamb) return;
-  const std::string name = to_string(c.optimizer);
-  DT_REQUIRE(exchange_kind(c) == ExchangeKind::allreduce,
-             "option --optimizer: " + name +
-                 " needs --mode sync --num-ps 0 (allreduce): its trust "
-                 "ratios take norms over whole tensors, but a parameter server holds a shard cut "
-                 "across tensor boundaries (ps/sharding.hpp) and updates it chunk by chunk");
+  DT_REQUIRE(c.pipeline_stages <= 1 || exchange_kind(c) == ExchangeKind::allreduce,
+             "option --optimizer: " + std::string(to_string(c.optimizer)) +
+                 " with --pipeline-stages " + std::to_string(c.pipeline_stages) +
+                 " needs --num-ps 0 (allreduce within each stage): a pipeline's parameter "
+                 "servers split each stage's parameters across tensor boundaries, and the trust "
+                 "ratio takes norms over whole tensors");
 }
 
 /// The data files or --synthetic, and --synthetic-samples.

@@ -78,6 +78,23 @@ std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors,
   return out;
 }
 
+std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors, std::size_t n,
+                                         std::size_t begin, std::size_t end) {
+  DT_REQUIRE(begin < end && end <= n, "lars/lamb: shard [" + std::to_string(begin) + ", " +
+                                          std::to_string(end) + ") is empty or outside the " +
+                                          std::to_string(n) + " parameters");
+  std::vector<ParamSegment> out;
+  for (const ParamSegment& s : param_segments(tensors, n)) {
+    if (s.end <= begin || s.begin >= end) continue;
+    DT_REQUIRE(s.begin >= begin && s.end <= end,
+               "lars/lamb: the shard [" + std::to_string(begin) + ", " + std::to_string(end) +
+                   ") cuts the tensor at [" + std::to_string(s.begin) + ", " +
+                   std::to_string(s.end) + "): its trust ratio needs it whole on one ps");
+    out.push_back({s.begin - begin, s.end - begin, s.adapt});
+  }
+  return out;
+}
+
 std::vector<FloatRange> no_decay_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
                                         std::size_t begin, std::size_t end) {
   bool bias = false, bn = false;

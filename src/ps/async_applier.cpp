@@ -5,7 +5,11 @@
 // momentum, the reply is the look-ahead position: optim/dana.hpp) or one Optimizer (lr-scaled,
 // compensated, as-given); --delay-compensation λ0 corrects the gradient for its staleness first
 // (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse it is divided by its
-// staleness τ ≥ 1 (Zhang et al. 2016).
+// staleness τ ≥ 1 (Zhang et al. 2016). A layer-wise optimizer (--optimizer lars | lamb) needs
+// each tensor whole for its trust ratio: its push is received whole (the shard holds whole
+// tensors: ps/sharding.hpp tensor_shard_ranges), takes its global step then, is applied at once
+// and answered with the shard's new parameters; --stale-lr and --delay-compensation correct the
+// gradient first as for a chunk, and no ring is shared (--ps-shm is for chunk-wise updates).
 #include <algorithm>
 #include <optional>
 
@@ -20,29 +24,36 @@ namespace {
 
 class AsyncApplier final : public UpdateRule {
  public:
-  AsyncApplier(ServerCore& core, std::int64_t total_steps, const std::vector<FloatRange>& no_decay)
-      : core_(core) {
+  AsyncApplier(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors)
+      : core_(core), whole_(is_layerwise(core.config().optimizer)) {
     const Config& c = core.config();
     const std::size_t n = core.size();
     if (c.delay_compensation > 0.0f) dc_.emplace(n, core.workers(), c.delay_compensation);
     // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
     // rule is one Optimizer over the shard.
     if (c.async_momentum == AsyncMomentum::dana && c.optimizer == OptimizerKind::momentum) {
-      dana_.emplace(c, core.backend(), n, core.workers(), total_steps, no_decay);
+      dana_.emplace(c, core.backend(), n, core.workers(), total_steps, tensors.no_decay);
       dana_->load(dana_->momentum_sum(), core.params(), 0);  // zero momenta: θ̂ = θ
     } else {
-      opt_.emplace(c, core.backend(), n, total_steps, no_decay);
+      opt_.emplace(c, core.backend(), n, total_steps, tensors.no_decay, tensors.segments);
       opt_->use_async_momentum(core.workers());  // --async-momentum
     }
   }
 
   void on_push(int w, const MsgHeader& h) override {
-    core_.request(w).staleness = 0;  // through w's ring, private or shared
+    Incoming& r = core_.request(w);
+    r.staleness = 0;
+    if (whole_) {  // into w's own shard-sized buffer, kept from push to push
+      r.own.resize(core_.size());
+      core_.start(w, kTagPush, h, Fate::whole, {r.own.data()});
+      return;
+    }
     core_.start(w, kTagPush, h, Fate::undecided, {nullptr}, (h.flags & kFlagShm) != 0);
   }
 
   void on_chunk(int w, std::size_t c, std::size_t at) override {
     Incoming& r = core_.request(w);
+    if (r.fate == Fate::whole) return;  // applied by on_pushed()
     if (r.fate == Fate::undecided) decide(w);
     if (r.fate == Fate::apply) apply_chunk(w, c, at);
     else if (r.shm) answer_in_slot(w, c, at);  // not applied: the current parameters
@@ -50,6 +61,7 @@ class AsyncApplier final : public UpdateRule {
 
   void on_pushed(int w) override {
     Incoming& r = core_.request(w);
+    if (r.fate == Fate::whole) return apply_whole(w);
     if (r.fate == Fate::undecided) decide(w);  // a shard without chunks
     if (r.fate == Fate::apply) {               // every chunk's reply has gone
       ++core_.stats().updates;
@@ -73,7 +85,7 @@ class AsyncApplier final : public UpdateRule {
     if (dc_) dc_->sent(w, values, begin, end);
   }
 
-  bool shares_rings() const override { return core_.config().ps_shm; }
+  bool shares_rings() const override { return core_.config().ps_shm && !whole_; }
 
  private:
   /// The push whose first chunk has arrived takes the next global step (its staleness: updates
@@ -104,15 +116,43 @@ class AsyncApplier final : public UpdateRule {
     float* p = core_.params();
     const std::size_t b = core_.chunks().begin(c), e = b + core_.chunks().size(c);
     core_.settle(c);  // replies still leaving from the shard (pulls, held replies) read old values
-    if (core_.config().stale_lr == StaleLr::inverse && r.staleness > 1)
-      core_.backend().scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
-    if (dc_) dc_->compensate(w, g, p, b, e);
+    correct(w, g, b, e);
     const double t0 = now_seconds();
     if (dana_) dana_->apply_into_grads(w, p, g, r.step, b, e);
     else opt_->apply_into_grads(p, g, r.step, b, e);
     core_.stats().optimizer_seconds += now_seconds() - t0;
     if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
     core_.send_slot(w, at, g, e - b);
+  }
+
+  /// --stale-lr inverse and --delay-compensation on the gradient g of floats [b, e) of worker w's
+  /// push, before its update.
+  void correct(int w, float* g, std::size_t b, std::size_t e) {
+    const Incoming& r = core_.request(w);
+    if (core_.config().stale_lr == StaleLr::inverse && r.staleness > 1)
+      core_.backend().scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
+    if (dc_) dc_->compensate(w, g, core_.params(), b, e);
+  }
+
+  /// A layer-wise optimizer's push, arrived whole: takes the next global step and is applied to
+  /// the whole shard at once (unless the ps has stopped applying updates or it carries no
+  /// gradient); the reply is the shard's parameters.
+  void apply_whole(int w) {
+    Incoming& r = core_.request(w);
+    r.step = core_.global_step();
+    if (core_.finished()) ++core_.stats().ignored;
+    if (core_.finished() || r.h.samples == 0) return core_.reply_params(w, 0, kFlagDropped);
+    const TimelineSpan span("apply", "optimizer");
+    r.step = core_.advance_step();
+    r.staleness = r.step - r.h.seen_step;
+    core_.settle_all();  // replies still leaving from the shard read old values
+    correct(w, r.own.data(), 0, core_.size());
+    const double t0 = now_seconds();
+    opt_->apply(core_.params(), r.own.data(), r.step);
+    core_.stats().optimizer_seconds += now_seconds() - t0;
+    ++core_.stats().updates;
+    core_.count_used(w, r.staleness);
+    core_.reply_params(w, r.staleness);
   }
 
   /// A push through the shared ring that is not applied: chunk c of its reply is the shard's
@@ -131,13 +171,14 @@ class AsyncApplier final : public UpdateRule {
   std::optional<Optimizer> opt_;         ///< the update, unless dana_ makes it
   std::optional<DelayCompensation> dc_;  ///< --delay-compensation
   std::optional<DanaMomentum> dana_;     ///< --async-momentum dana
+  const bool whole_;                     ///< lars, lamb: each push applied whole (apply_whole)
 };
 
 }  // namespace
 
 std::unique_ptr<UpdateRule> make_async_applier(ServerCore& core, std::int64_t total_steps,
-                                               const std::vector<FloatRange>& no_decay) {
-  return std::make_unique<AsyncApplier>(core, total_steps, no_decay);
+                                               const ShardTensors& tensors) {
+  return std::make_unique<AsyncApplier>(core, total_steps, tensors);
 }
 
 }  // namespace dtrain

@@ -23,7 +23,7 @@ namespace dtrain {
 
 ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange& shard,
                        std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                       const std::vector<FloatRange>& no_decay)
+                       const ShardTensors& tensors)
     : cluster_(cluster), c_(c), workers_(cluster.num_workers()), n_(shard.size()),
       who_("ps " + std::to_string(cluster.me().index) +
            (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")),
@@ -34,7 +34,7 @@ ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange
   stats_.worker_pushes.assign(workers_, 0);
   stats_.worker_dropped.assign(workers_, 0);
   sending_.resize(chunks_.count());
-  rule_ = make_update_rule(*this, total_steps, no_decay);
+  rule_ = make_update_rule(*this, total_steps, tensors);
   if (rule_->shares_rings()) share_rings();
   for (int w = 0; w < workers_; ++w) post_recv(w);
 }
@@ -204,8 +204,8 @@ void ServerCore::count_dropped(int w) {
 
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                             const std::vector<FloatRange>& no_decay) {
-  ServerCore ps(cluster, config, shard, total_steps, stop_flag, no_decay);
+                             const ShardTensors& tensors) {
+  ServerCore ps(cluster, config, shard, total_steps, stop_flag, tensors);
   return ps.run();
 }
 

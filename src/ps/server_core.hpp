@@ -36,6 +36,7 @@ enum class Fate {
   undecided,  ///< async push: decided when its first chunk arrives (staleness counts from there)
   apply,      ///< async push: each chunk applied as it arrives, its reply chunk sent at once
   join,       ///< sync / bounded push: the whole gradient joins step `step`'s aggregate
+  whole,      ///< async push of a layer-wise optimizer: received whole, then applied at once
   drop,       ///< a push not applied (late, after the last step, no samples): answered at the end
   load,       ///< LOAD: params, m, v straight into the shard's arrays
 };
@@ -51,7 +52,7 @@ struct Incoming {
   std::vector<float*> dest;       ///< per part: the array its chunks land in (nullptr: the ring)
   float* ring = nullptr;          ///< the worker's kRingSlots chunk buffers: message k in slot
                                   ///< (ring_base + k) % kRingSlots
-  std::vector<float> own;         ///< a sync push's gradient (a shard-sized buffer), else empty
+  std::vector<float> own;         ///< a push kept whole (sync, bounded, async LARS), else empty
   std::vector<MPI_Request> reqs;  ///< one per chunk message, completed in order
   std::size_t posted = 0;         ///< chunk messages whose receive is posted
   std::size_t done = 0;           ///< chunk messages processed
@@ -97,7 +98,7 @@ class ServerCore {
   /// Throws as run_parameter_server() does for its set-up (ps/server.hpp).
   ServerCore(const Cluster& cluster, const Config& c, const ShardRange& shard,
              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-             const std::vector<FloatRange>& no_decay);
+             const ShardTensors& tensors);
   ~ServerCore();
   ServerCore(const ServerCore&) = delete;
   ServerCore& operator=(const ServerCore&) = delete;

@@ -1,9 +1,13 @@
-// dtrain/ps/sharding.cpp — balanced range partition of the flat parameter buffer.
+// dtrain/ps/sharding.cpp — balanced range partition of the flat parameter buffer, over floats or
+// (a layer-wise optimizer) over whole tensors.
 #include "dtrain/ps/sharding.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/optim/optimizer.hpp"
 
 namespace dtrain {
 
@@ -23,6 +27,85 @@ std::vector<ShardRange> shard_ranges(std::size_t total, int num_ps) {
     at += len;
   }
   return out;
+}
+
+namespace {
+
+/// Segments [first, last) of a tensor cut: one ps's tensors.
+struct TensorRun {
+  std::size_t first = 0, last = 0;
+};
+
+/// The parts a greedy fill of whole segments in order makes when none may pass `cap` floats
+/// (cap ≥ the largest segment).
+std::vector<TensorRun> greedy_runs(const std::vector<std::size_t>& sizes, std::size_t cap) {
+  std::vector<TensorRun> runs{{0, 0}};
+  std::size_t fill = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (fill + sizes[i] > cap) {
+      runs.push_back({i, i});
+      fill = 0;
+    }
+    fill += sizes[i];
+    runs.back().last = i + 1;
+  }
+  return runs;
+}
+
+/// Splits the run with the most floats among those of two or more segments at the boundary that
+/// makes its larger half smallest (ties: the first): one part more, the largest no larger.
+void split_largest(const std::vector<std::size_t>& prefix, std::vector<TensorRun>& runs) {
+  auto floats = [&](const TensorRun& r) { return prefix[r.last] - prefix[r.first]; };
+  std::size_t pick = runs.size();
+  for (std::size_t k = 0; k < runs.size(); ++k)
+    if (runs[k].last - runs[k].first >= 2 &&
+        (pick == runs.size() || floats(runs[k]) > floats(runs[pick])))
+      pick = k;
+  const TensorRun r = runs[pick];
+  std::size_t cut = r.first + 1, best = SIZE_MAX;
+  for (std::size_t j = r.first + 1; j < r.last; ++j) {
+    const std::size_t worse = std::max(prefix[j] - prefix[r.first], prefix[r.last] - prefix[j]);
+    if (worse < best) best = worse, cut = j;
+  }
+  runs[pick].last = cut;
+  runs.insert(runs.begin() + static_cast<std::ptrdiff_t>(pick) + 1, TensorRun{cut, r.last});
+}
+
+}  // namespace
+
+std::vector<ShardRange> tensor_shard_ranges(const std::vector<ParamSegment>& segments, int num_ps) {
+  const std::size_t count = segments.size();
+  DT_REQUIRE(num_ps >= 1 && static_cast<std::size_t>(num_ps) <= count,
+             "option --num-ps: " + std::to_string(num_ps) +
+                 " parameter servers but the model has " + std::to_string(count) +
+                 " parameter tensors, and a layer-wise optimizer (--optimizer lars | lamb) keeps "
+                 "each tensor whole on one ps (need 1 <= --num-ps <= " +
+                 std::to_string(count) + ")");
+  std::vector<std::size_t> sizes, prefix{0};
+  for (const ParamSegment& s : segments) {
+    DT_REQUIRE(s.begin == prefix.back() && s.end > s.begin,
+               "ps sharding: tensor ranges must be non-empty and contiguous from 0");
+    sizes.push_back(s.end - s.begin);
+    prefix.push_back(s.end);
+  }
+  // The smallest cap whose greedy fill needs at most num_ps parts: the optimal largest shard.
+  std::size_t lo = *std::max_element(sizes.begin(), sizes.end()), hi = prefix.back();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (greedy_runs(sizes, mid).size() <= static_cast<std::size_t>(num_ps)) hi = mid;
+    else lo = mid + 1;
+  }
+  std::vector<TensorRun> runs = greedy_runs(sizes, lo);
+  while (runs.size() < static_cast<std::size_t>(num_ps)) split_largest(prefix, runs);
+  std::vector<ShardRange> out;
+  for (const TensorRun& r : runs) out.push_back({prefix[r.first], prefix[r.last]});
+  return out;
+}
+
+std::vector<ShardRange> ps_shard_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
+                                        std::size_t total, int num_ps) {
+  if (!is_layerwise(c.optimizer)) return shard_ranges(total, num_ps);
+  return tensor_shard_ranges(param_segments(tensors, total), num_ps);
 }
 
 namespace {

@@ -36,10 +36,10 @@ struct Aggregate {
 /// One update per global step from `replicas` pushes; subclasses say which step a push joins.
 class StepAggregator : public UpdateRule {
  public:
-  StepAggregator(ServerCore& core, std::int64_t total_steps,
-                 const std::vector<FloatRange>& no_decay, int replicas)
-      : core_(core), replicas_(replicas),
-        opt_(core.config(), core.backend(), core.size(), total_steps, no_decay) {}
+  StepAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors,
+                 int replicas)
+      : core_(core), replicas_(replicas), opt_(core.config(), core.backend(), core.size(),
+                                               total_steps, tensors.no_decay, tensors.segments) {}
 
   void on_push(int w, const MsgHeader& h) override {
     Incoming& r = core_.request(w);
@@ -187,9 +187,8 @@ void StepAggregator::apply_complete() {
 /// ps_sync: SyncReplicasOptimizer with backup workers.
 class SyncAggregator final : public StepAggregator {
  public:
-  SyncAggregator(ServerCore& core, std::int64_t total_steps,
-                 const std::vector<FloatRange>& no_decay)
-      : StepAggregator(core, total_steps, no_decay, replicas(core)) {}
+  SyncAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors)
+      : StepAggregator(core, total_steps, tensors, replicas(core)) {}
 
  private:
   static int replicas(const ServerCore& core) {
@@ -206,9 +205,8 @@ class SyncAggregator final : public StepAggregator {
 /// ps_bounded: stale synchronous parallel.
 class BoundedAggregator final : public StepAggregator {
  public:
-  BoundedAggregator(ServerCore& core, std::int64_t total_steps,
-                    const std::vector<FloatRange>& no_decay)
-      : StepAggregator(core, total_steps, no_decay, core.workers()), clock_(core.workers(), 0) {}
+  BoundedAggregator(ServerCore& core, std::int64_t total_steps, const ShardTensors& tensors)
+      : StepAggregator(core, total_steps, tensors, core.workers()), clock_(core.workers(), 0) {}
 
   void on_load() override {
     StepAggregator::on_load();
@@ -230,13 +228,13 @@ class BoundedAggregator final : public StepAggregator {
 }  // namespace
 
 std::unique_ptr<UpdateRule> make_sync_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                 const std::vector<FloatRange>& no_decay) {
-  return std::make_unique<SyncAggregator>(core, total_steps, no_decay);
+                                                 const ShardTensors& tensors) {
+  return std::make_unique<SyncAggregator>(core, total_steps, tensors);
 }
 
 std::unique_ptr<UpdateRule> make_bounded_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                    const std::vector<FloatRange>& no_decay) {
-  return std::make_unique<BoundedAggregator>(core, total_steps, no_decay);
+                                                    const ShardTensors& tensors) {
+  return std::make_unique<BoundedAggregator>(core, total_steps, tensors);
 }
 
 }  // namespace dtrain

@@ -12,14 +12,14 @@ void UpdateRule::on_sent(int /*w*/, const float* /*values*/, std::size_t /*begin
                          std::size_t /*end*/) {}
 
 std::unique_ptr<UpdateRule> make_update_rule(ServerCore& core, std::int64_t total_steps,
-                                             const std::vector<FloatRange>& no_decay) {
+                                             const ShardTensors& tensors) {
   switch (exchange_kind(core.config())) {
     case ExchangeKind::ps_async:
-      return make_async_applier(core, total_steps, no_decay);
+      return make_async_applier(core, total_steps, tensors);
     case ExchangeKind::ps_sync:
-      return make_sync_aggregator(core, total_steps, no_decay);
+      return make_sync_aggregator(core, total_steps, tensors);
     case ExchangeKind::ps_bounded:
-      return make_bounded_aggregator(core, total_steps, no_decay);
+      return make_bounded_aggregator(core, total_steps, tensors);
     case ExchangeKind::allreduce:
       break;
   }

@@ -2,8 +2,9 @@
 // the ps's event loop (ps/server_core.hpp) and the training modes, and the only ps code that
 // knows the mode, as GradientExchange (train/exchange.hpp) is on the worker's side. One class per
 // ExchangeKind, chosen once by make_update_rule() (ps/server.hpp has each mode's rule):
-//   AsyncApplier       ps_async: each push applied chunk by chunk on arrival, one global step
-//                      (Downpour SGD; DANA, DC-ASGD, --stale-lr inverse)   ps/async_applier.cpp
+//   AsyncApplier       ps_async: each push applied chunk by chunk on arrival (LARS, LAMB: once
+//                      whole), one global step (Downpour SGD; DANA, DC-ASGD, --stale-lr
+//                      inverse)                                            ps/async_applier.cpp
 //   SyncAggregator     ps_sync: the first R pushes computed on step t's parameters make step t's
 //                      update, later ones dropped (SyncReplicasOptimizer)   ps/step_aggregator.cpp
 //   BoundedAggregator  ps_bounded: worker w's c-th push joins step c, its reply held until the
@@ -50,20 +51,20 @@ class UpdateRule {
   [[nodiscard]] virtual bool shares_rings() const { return false; }
 };
 
-/// The rule of exchange_kind(core.config()). `total_steps` sizes the cosine schedule; no_decay as
+/// The rule of exchange_kind(core.config()). `total_steps` sizes the cosine schedule; tensors as
 /// run_parameter_server(). Throws InputError from the optimizer, DANA or delay-compensation set-up,
 /// Error for the allreduce mode (no ps).
 std::unique_ptr<UpdateRule> make_update_rule(ServerCore& core, std::int64_t total_steps,
-                                             const std::vector<FloatRange>& no_decay);
+                                             const ShardTensors& tensors);
 
 /// ps_async (ps/async_applier.cpp).
 std::unique_ptr<UpdateRule> make_async_applier(ServerCore& core, std::int64_t total_steps,
-                                               const std::vector<FloatRange>& no_decay);
+                                               const ShardTensors& tensors);
 /// ps_sync: R = min(--replicas-to-aggregate, workers), all workers when 0 (ps/step_aggregator.cpp).
 std::unique_ptr<UpdateRule> make_sync_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                 const std::vector<FloatRange>& no_decay);
+                                                 const ShardTensors& tensors);
 /// ps_bounded: S = --max-staleness (ps/step_aggregator.cpp).
 std::unique_ptr<UpdateRule> make_bounded_aggregator(ServerCore& core, std::int64_t total_steps,
-                                                    const std::vector<FloatRange>& no_decay);
+                                                    const ShardTensors& tensors);
 
 }  // namespace dtrain

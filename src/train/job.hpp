@@ -36,7 +36,7 @@ struct Job {
   std::vector<StageShard> stage_shards;
   /// --pipeline-stages P > 1: the model's cut into stages (stages == 1 otherwise)
   PipelinePlan pipeline;
-  std::vector<FloatRange> ps_no_decay;    ///< a ps: its shard's ranges without weight decay
+  ShardTensors ps_tensors;  ///< a ps: its shard's ranges without weight decay, (LARS) tensors
   std::unique_ptr<Backend> backend;       ///< a worker's compute backend
   std::string device_name;                ///< "cpu", "cuda:0"
   std::optional<CheckpointState> resume;  ///< the chief's, then every worker's (share_resume_point)

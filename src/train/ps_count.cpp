@@ -15,7 +15,8 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
   DT_REQUIRE(in.flops_per_sample > 0,
              "option --num-ps auto: the model computes nothing (0 flops per sample)");
   PsCountChoice out;
-  for (int k = std::max(1, in.min_ps); k < in.world; ++k) {
+  const int most = in.max_ps > 0 ? std::min(in.max_ps, in.world - 1) : in.world - 1;
+  for (int k = std::max(1, in.min_ps); k <= most; ++k) {
     const int workers = in.world - k;
     const double batch = in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers
                                              : static_cast<double>(in.batch);
@@ -34,6 +35,8 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
                 in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers : in.batch,
                 out.rho, in.beta);
   out.why = line;
+  if (in.max_ps > 0 && out.num_ps == in.max_ps && workers * out.rho > out.num_ps)
+    out.why += ", at most " + std::to_string(in.max_ps) + " (one ps per parameter tensor)";
   return out;
 }
 

@@ -24,8 +24,9 @@ class PsExchange : public GradientExchange {
  public:
   PsExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
       : c_(c), cluster_(cluster), plan_(plan),
-        client_(cluster, shard_ranges(model.param_count(), cluster.num_ps()), c.timeout,
-                static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
+        client_(cluster,
+                ps_shard_ranges(c, model.param_tensors(), model.param_count(), cluster.num_ps()),
+                c.timeout, static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
         overlap_(push_during_backward(c, cluster, model)) {}
 

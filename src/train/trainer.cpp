@@ -137,9 +137,10 @@ std::size_t stage_ps_floats(const Job& job, int stage) {
   return n;
 }
 
-/// ps modes: the shard table every rank computes alike — the whole buffer split over the ps, or
-/// (a pipeline) each stage's range over the ps of its own (stage_shards) — shown by --dry-run and
-/// the log; on a ps also its ranges without weight decay.
+/// ps modes: the shard table every rank computes alike — the whole buffer split over the ps (at
+/// tensor boundaries for LARS/LAMB: ps_shard_ranges), or (a pipeline) each stage's range over the
+/// ps of its own (stage_shards) — shown by --dry-run and the log; on a ps also its ranges without
+/// weight decay and (LARS/LAMB) its tensors.
 void plan_shards(const Config& c, const Model& layout, Job& job) {
   const Cluster& cl = *job.cluster;
   if (job.pipeline.stages > 1) {
@@ -152,13 +153,16 @@ void plan_shards(const Config& c, const Model& layout, Job& job) {
       return "stage " + std::to_string(job.stage_shards[static_cast<std::size_t>(k)].stage) + "/" +
              std::to_string(job.pipeline.stages);
     });
-  } else {
-    job.shards = shard_ranges(job.param_count, job.num_ps);
+  } else {  // a layer-wise optimizer's shards hold whole tensors
+    job.shards = ps_shard_ranges(c, layout.param_tensors(), job.param_count, job.num_ps);
   }
   job.model_report += describe_shards(job.shards, layout.param_tensors(), stage_of_ps(job));
   if (cl.is_ps()) {
     const ShardRange& mine = job.shards[static_cast<std::size_t>(cl.me().index)];
-    job.ps_no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
+    job.ps_tensors.no_decay = no_decay_ranges(c, layout.param_tensors(), mine.begin, mine.end);
+    if (is_layerwise(c.optimizer))
+      job.ps_tensors.segments =
+          param_segments(layout.param_tensors(), job.param_count, mine.begin, mine.end);
   }
 }
 
@@ -180,6 +184,8 @@ int resolve_num_ps(const Config& c, int world_size, std::string& note) {
   in.batch = c.batch_size;
   in.global_batch = c.global_batch_size;
   in.min_ps = c.pipeline_stages;  // every pipeline stage has ps of its own
+  if (is_layerwise(c.optimizer))  // each ps holds whole tensors (ps_shard_ranges)
+    in.max_ps = static_cast<int>(param_segments(m.param_tensors(), m.param_count()).size());
   const PsCountChoice k = choose_num_ps(in);
   note = k.why + "\n";
   return k.num_ps;
@@ -353,7 +359,7 @@ int serve_as_ps(const Config& c, const Job& job) {
   if (stage) served.timeout = 2 * c.timeout;
   const PsStats st = run_parameter_server(stage ? *stage : *job.cluster, served,
                                           stage ? job.stage_shards[k].local : job.shards[k],
-                                          job.plan.total_steps, stop_flag(), job.ps_no_decay);
+                                          job.plan.total_steps, stop_flag(), job.ps_tensors);
   gather_run_stats(job, &st, nullptr);
   write_timeline(c, job);
   return stop_requested() ? kExitSignalled : kExitOk;
@@ -370,7 +376,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
              std::to_string(effective.warmup_steps) +
              " pushes = " + std::to_string(c.warmup_steps) + " steps x " +
              std::to_string(job.plan.workers) + " workers");
-  if (chief && c.optimizer == OptimizerKind::momentum &&
+  if (chief && (c.optimizer == OptimizerKind::momentum || c.optimizer == OptimizerKind::lars) &&
       ps_momentum(effective, job.plan.workers, effective.warmup_steps, job.plan.total_steps) !=
           c.momentum)
     log_info("# --async-momentum " + std::string(to_string(c.async_momentum)) +

@@ -8,16 +8,26 @@
 #   2. top-5 on 10 classes: results.json test_top5 = the last test row of metrics.csv = what
 #      `dtrain predict` prints for the final checkpoint = the top-5 of its stored probabilities
 #      (numpy), strictly between the top-1 accuracy and 1; with the 4-class data it is exactly 1.
-#   3. the one error: lars in a ps mode (the shard cuts tensors). (--device cuda runs them too:
-#      tests/unit/test_cuda_layerwise.cpp against this CPU path.)
+#   3. the ps modes (each ps holds whole tensors: ps/sharding.hpp tensor_shard_ranges): sync
+#      through 2 ps with 1 worker (--replicas-to-aggregate 1) ends bit-identical to the allreduce
+#      with 1 worker after 12 steps — parameters, m and LAMB's v (the same per-tensor arithmetic,
+#      on the ps instead of the worker) — and resumes bit-identically; async (Downpour; and with
+#      --delay-compensation and --stale-lr inverse), SSP (--max-staleness 1) and sync with a
+#      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn: finite losses, the last quarter's mean below half the first quarter's,
+#      test accuracy well above chance.
+#   4. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
+#      hang), and lars with a pipelined ps job (a stage's ps cut across tensors); --num-ps auto
+#      stops at one ps per tensor.
+#   (--device cuda runs 1-2 too: tests/unit/test_cuda_layerwise.cpp against this CPU path.)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 make_data train 512 --seed 21 --template-seed 9
 make_data test 256 --seed 23 --template-seed 9
 write_job "$SCRATCH/job.ini"
-RECIPE=(--threads 1 --mode sync --num-ps 0 --epochs 3 --warmup-steps 5 --lr-schedule poly
-        --lr-decay-steps 35 --weight-decay 1e-4)
+SCHEDULE=(--threads 1 --epochs 3 --warmup-steps 5 --lr-schedule poly --lr-decay-steps 35
+          --weight-decay 1e-4)
+RECIPE=("${SCHEDULE[@]}" --mode sync --num-ps 0)
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
         "${RECIPE[@]}")
 
@@ -68,7 +78,67 @@ assert abs(mine - top5) <= 1.0 / len(labels) + 1e-12, "numpy"
 assert acc < top5 < 1, "top-5 must lie strictly between top-1 and 1 here"
 PY
 
-echo "== 3. refused where the trust ratio cannot be computed"
-expect_error 3 "--mode sync --num-ps 0|shard" --config "$SCRATCH/job.ini" --train-data \
-  "$SCRATCH/train.h5" --optimizer lars --mode async --num-ps 1
+echo "== 3. the ps modes: sync through the ps = allreduce, bit for bit; async, SSP, backup learn"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        "${SCHEDULE[@]}")
+for tag in lars lamb; do
+  [[ $tag == lars ]] && opt=("${LARS[@]}") || opt=("${LAMB[@]}")
+  run 1 "$SCRATCH/$tag-ar1" "${opt[@]}" --max-steps 12 --mode sync --num-ps 0
+  run 3 "$SCRATCH/$tag-ps1" "${opt[@]}" --max-steps 12 --mode sync --num-ps 2 \
+    --replicas-to-aggregate 1
+  grep -q "^# ps 1: floats \[5256, 5380)" "$SCRATCH/$tag-ps1.log" ||
+    fail "$tag: the shard table does not cut at the tensor boundary 5256"
+  ! grep "^# ps " "$SCRATCH/$tag-ps1.log" | grep -q "\[[0-9]*:[0-9]*\]" ||
+    fail "$tag: a ps holds part of a tensor: $(grep '^# ps ' "$SCRATCH/$tag-ps1.log")"
+  compare "$SCRATCH/$tag-ar1" "$SCRATCH/$tag-ps1" 12
+done
+COMMON+=(--mode sync --num-ps 2 --replicas-to-aggregate 1)
+check_resume 3 lars-ps "${LARS[@]}"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        "${SCHEDULE[@]}" --num-ps 2 --log-every 1 --max-steps 40)
+for tag in lars lamb; do
+  [[ $tag == lars ]] && opt=("${LARS[@]}") || opt=("${LAMB[@]}")
+  for mode in async dc ssp backup; do
+    case $mode in
+      async) extra=(--mode async) ;;
+      dc) extra=(--mode async --delay-compensation 1 --stale-lr inverse) ;;
+      ssp) extra=(--mode async --max-staleness 1) ;;
+      backup) extra=(--mode sync --replicas-to-aggregate 1) ;;
+    esac
+    d=$SCRATCH/$tag-$mode
+    run 4 "$d" "${opt[@]}" "${extra[@]}"
+    "$PY" - "$d" "$tag $mode" <<'PY' || fail "$tag $mode: did not learn"
+import csv, json, math, sys
+run, tag = sys.argv[1], sys.argv[2]
+loss = [float(r["loss"]) for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
+r = json.load(open(f"{run}/results.json"))
+q = max(1, len(loss) // 4)
+first, last = sum(loss[:q]) / q, sum(loss[-q:]) / q
+print(f"{tag}: {len(loss)} train rows, loss {first:.3f} -> {last:.3f}, test accuracy "
+      f"{r['test_accuracy']}, global_step {r['global_step']}, pushes {r['pushes_per_worker']}")
+assert all(math.isfinite(x) for x in loss), "a non-finite loss"
+assert last < 0.5 * first, "the loss did not fall to half"
+assert r["test_accuracy"] > 0.6, "test accuracy (chance 0.25)"
+assert r["global_step"] == 40, "global steps"
+PY
+  done
+done
+
+echo "== 4. refused where a ps cannot hold whole tensors"
+sed -n '/^\[model\]/q;p' "$SCRATCH/job.ini" >"$SCRATCH/dense.ini"
+printf '[model]\nlayer = flatten\nlayer = dense\n' >>"$SCRATCH/dense.ini"
+sed -n '/^\[train\]/,$p' "$SCRATCH/job.ini" >>"$SCRATCH/dense.ini"
+for np in 4 5; do
+  expect_error "$np" "--num-ps: $((np - 1)) parameter servers|2 parameter tensors" \
+    --config "$SCRATCH/dense.ini" --train-data "$SCRATCH/train.h5" --optimizer lamb \
+    --num-ps $((np - 1)) --threads 1
+done
+# --num-ps auto would give this tiny model 3 ps of 4 ranks: it stops at its 2 tensors.
+timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" --config "$SCRATCH/dense.ini" --train-data "$SCRATCH/train.h5" \
+  --optimizer lars --num-ps auto --threads 1 --dry-run >"$SCRATCH/auto.log" 2>&1 ||
+  { cat "$SCRATCH/auto.log"; fail "--num-ps auto with lars failed"; }
+grep -q "num-ps auto: 2 ps for 2 workers.*at most 2 (one ps per parameter tensor)" \
+  "$SCRATCH/auto.log" || { cat "$SCRATCH/auto.log"; fail "--num-ps auto did not stop at 2 ps"; }
+expect_error 4 "--pipeline-stages 2|--num-ps 0|whole tensors" --config "$SCRATCH/job.ini" \
+  --train-data "$SCRATCH/train.h5" --optimizer lars --mode async --num-ps 2 --pipeline-stages 2
 echo "PASS"

@@ -2,15 +2,16 @@
 // the ps ranks, PsClient on the workers. Workers push rank-seeded closed-form gradients one at a
 // time in a fixed global order (token passing with a barrier on the worker communicator), so the
 // result must equal applying the same gradients serially with an in-process Optimizer on the CPU
-// backend: every reply and the final pull, for momentum and Adam (with warm-up + cosine), with 1 ps
-// and with 2 ps (W ≥ 3), in one chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also:
-// global_step counting, the --max-steps cap (later pushes not applied), SNAPSHOT returning params +
-// m + v, concurrent pushes none of which is lost, pushes issued in pieces (begin_push / push_ready
-// / finish_push: serially equal, and interleaved at the ps none lost), a reply that survives a
-// worker slow to receive it (the ring slots it leaves from), and DONE ending every server. The
-// aggregating rules (sync through the ps, bounded staleness 0): one update per step, the
-// samples-weighted mean, replies held until it; backup workers' late pushes dropped. With a
-// 16-bit --wire-dtype, every rule applies exactly the gradients rounded once to 16 bits.
+// backend: every reply and the final pull, for momentum and Adam (with warm-up + cosine), LARS and
+// LAMB (shards of whole tensors, each push applied whole), with 1 ps and with 2 ps (W ≥ 3), in one
+// chunk per part and in 1 KiB chunks (ps/protocol.hpp). Also: global_step counting, the --max-steps
+// cap (later pushes not applied), SNAPSHOT returning params + m + v, concurrent pushes none of
+// which is lost, pushes issued in pieces (begin_push / push_ready / finish_push: serially equal,
+// and interleaved at the ps none lost), a reply that survives a worker slow to receive it (the ring
+// slots it leaves from), and DONE ending every server. The aggregating rules (sync through the ps,
+// bounded staleness 0): one update per step, the samples-weighted mean, replies held until it;
+// backup workers' late pushes dropped. With a 16-bit --wire-dtype, every rule applies exactly the
+// gradients rounded once to 16 bits.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/mpi_world.hpp"
+#include "common/tensor_table.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/dnn/float16.hpp"
@@ -52,6 +54,17 @@ std::vector<float> initial_params() {
   return p;
 }
 
+/// The model's tensors as LARS and LAMB see them (kParams floats): a weight too large to share a ps
+/// with the next one, biases and batchnorm parameters (no trust ratio), a second weight.
+std::vector<TensorInfo> tensors() {
+  return test::tensor_table({{"0.conv.weight", 1200},
+                             {"0.conv.bias", 3},
+                             {"1.batchnorm.gamma", 100},
+                             {"1.batchnorm.beta", 100},
+                             {"2.dense.weight", 1000},
+                             {"2.dense.bias", 100}});
+}
+
 /// The gradient worker w pushes in its round r: closed form, different for every (w, r, i).
 std::vector<float> gradient(int w, int r) {
   std::vector<float> g(kParams);
@@ -74,11 +87,16 @@ ServedStats serve(const Cluster& cluster, const Config& cfg, std::int64_t total_
                   Body worker_body, std::size_t params = kParams) {
   std::int64_t mine[4] = {0, 0, 0, 0};
   if (cluster.is_ps()) {
-    const auto shards = shard_ranges(params, cluster.num_ps());
     std::atomic<bool> stop{false};
     try {
-      const PsStats st =
-          run_parameter_server(cluster, cfg, shards[cluster.me().index], total_steps, stop);
+      // LARS, LAMB: shards of whole tensors, each ps given its own (as train/trainer.cpp does).
+      const bool layerwise = is_layerwise(cfg.optimizer);
+      const auto shards = layerwise ? ps_shard_ranges(cfg, tensors(), params, cluster.num_ps())
+                                    : shard_ranges(params, cluster.num_ps());
+      const ShardRange& shard = shards[cluster.me().index];
+      ShardTensors own;
+      if (layerwise) own.segments = param_segments(tensors(), params, shard.begin, shard.end);
+      const PsStats st = run_parameter_server(cluster, cfg, shard, total_steps, stop, own);
       mine[0] = st.pushes;
       mine[1] = st.ignored;
       mine[2] = st.shared_ring_pushes;
@@ -114,12 +132,13 @@ Config ps_config(const std::string& optimizer) {
   Config c;
   c.mode = Mode::async;
   c.optimizer = parse_enum<OptimizerKind>(optimizer, "optimizer");
-  c.lr = optimizer == "adam" ? 0.01f : 0.05f;
+  c.lr = optimizer == "adam" || optimizer == "lamb" ? 0.01f : 0.05f;
   c.momentum = 0.9f;
   c.weight_decay = 1e-3f;
   c.timeout = 60.0;
   c.async_momentum = AsyncMomentum::lr_scaled;  // Downpour's one momentum (DANA: its own case)
-  if (optimizer == "adam") {
+  c.lars_eta = 0.02f;
+  if (optimizer == "adam" || optimizer == "lamb") {
     c.lr_schedule = LrSchedule::cosine;
     c.warmup_steps = 3;
     c.lr_min = 0.001f;
@@ -183,7 +202,9 @@ struct SerialReference {
                   std::int64_t applied, std::int64_t total_steps)
       : params(initial_params()), m(kParams), v(kParams, 0.0f) {
     auto cpu = make_cpu_backend();
-    Optimizer opt(cfg, *cpu, kParams, total_steps);
+    Optimizer opt(cfg, *cpu, kParams, total_steps, {},
+                  is_layerwise(cfg.optimizer) ? param_segments(tensors(), kParams)
+                                              : std::vector<ParamSegment>{});
     opt.use_async_momentum(workers);
     std::optional<DanaMomentum> dana;
     if (with_dana) {
@@ -234,8 +255,10 @@ void run_serial_case(const SerialCase& k) {
   if (k.dana) cfg.async_momentum = AsyncMomentum::dana;
   cfg.ps_shm = k.shm;
   cfg.wire_dtype = k.wire;
-  // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none.
-  const std::int64_t shared = k.shm && !all_remote() ? pushes * cluster.num_ps() : 0;
+  // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none;
+  // LARS, LAMB: none (a push applied whole is received whole).
+  const bool layerwise = is_layerwise(cfg.optimizer);
+  const std::int64_t shared = k.shm && !all_remote() && !layerwise ? pushes * cluster.num_ps() : 0;
   if (k.wire != WireDtype::fp32)  // the rounding shows: ten times expect_close's tolerance
     EXPECT_GT(rounding_shift(cfg, k, workers, applied, total_steps), 1e-5f);
 
@@ -250,7 +273,7 @@ void run_serial_case(const SerialCase& k) {
                     1e-6f);
     const SerialReference ref(cfg, k.dana, workers, pushes, applied, total_steps);  // every worker
 
-    PsClient client(cluster, shard_ranges(kParams, cluster.num_ps()), 60.0,
+    PsClient client(cluster, ps_shard_ranges(cfg, tensors(), kParams, cluster.num_ps()), 60.0,
                     static_cast<std::size_t>(k.chunk_kb) * 1024, k.wire);
     const int me = cluster.me().index;
     MPI_Comm wc = cluster.role_comm();
@@ -309,6 +332,18 @@ TEST(ParameterServer, AdamTwoPsEqualsSerialApplication) { run_serial_case({2, "a
 // The pipelined path: each push updated and answered chunk by chunk (chunks of 256 floats, the
 // last partial; received through the ps's ring of chunk buffers, reused as they are applied),
 // LOAD and SNAPSHOT parts chunked too.
+// LARS and LAMB: shards of whole tensors (tensor_shard_ranges), each push received whole and
+// applied at once, answered with the shard's new parameters; pushes issued in pieces, in 1 KiB
+// chunks, past --max-steps, over a 16-bit wire.
+TEST(ParameterServer, LarsTwoPsInChunksEqualsSerialApplication) {
+  run_serial_case({2, "lars", 4, 0, 1});
+}
+TEST(ParameterServer, LambOnePsIssuedPushesPastMaxStepsEqualSerialApplication) {
+  run_serial_case({1, "lamb", 4, 5, 1, false, true});
+}
+TEST(ParameterServer, LarsBf16WireTwoPsEqualsSerialApplicationOfRoundedGradients) {
+  run_serial_case({2, "lars", 3, 0, 1024, false, true, true, WireDtype::bf16});
+}
 TEST(ParameterServer, MomentumOnePsInChunksEqualsSerialApplication) {
   run_serial_case({1, "momentum", 4, 0, 1});
 }
@@ -589,9 +624,11 @@ TEST(ParameterServer, ReplyChunksSurviveAWorkerThatIsSlowToReceiveThem) {
 /// The aggregating update rules (ps_sync, ps_bounded), SGD at lr 0.5 without weight decay: every
 /// worker pushes `rounds` gradients at once, gradient(w, r) with w + 1 samples, so round r must
 /// make exactly one update, θ ← θ − lr·Σ_w (n_w / N)·g_w summed in worker order, and every reply
-/// of round r must carry global step r + 1 and the parameters after it, none dropped.
-void run_aggregate_case(Mode mode, int max_staleness, int rounds,
-                        WireDtype wire = WireDtype::fp32) {
+/// of round r must carry global step r + 1 and the parameters after it, none dropped. With
+/// `layerwise` (lars, lamb; shards of whole tensors) the update of Σ_w (n_w / N)·g_w is an
+/// in-process Optimizer's over the whole buffer.
+void run_aggregate_case(Mode mode, int max_staleness, int rounds, WireDtype wire = WireDtype::fp32,
+                        OptimizerKind layerwise = OptimizerKind::sgd) {
   const int num_ps = world_size() >= 3 ? 2 : 1;
   Cluster cluster(MPI_COMM_WORLD, num_ps);
   const int workers = cluster.num_workers();
@@ -605,10 +642,21 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds,
   cfg.timeout = 60.0;
   cfg.ps_chunk_kb = 1;  // chunks of 256 floats: a sync push is received whole in several
   cfg.wire_dtype = wire;
+  if (layerwise != OptimizerKind::sgd) {
+    cfg.optimizer = layerwise;
+    cfg.lr = layerwise == OptimizerKind::lamb ? 0.01f : 0.5f;
+    cfg.weight_decay = 1e-3f;
+    cfg.lars_eta = 0.02f;
+  }
   const ServedStats st = serve(cluster, cfg, rounds, [&] {
     // The reference after each round, in the ps's order: the weighted sum, then the update.
     std::vector<std::vector<float>> after;
     std::vector<float> ref = initial_params();
+    auto cpu = make_cpu_backend();
+    std::optional<Optimizer> opt;
+    if (layerwise != OptimizerKind::sgd)
+      opt.emplace(cfg, *cpu, kParams, rounds, std::vector<FloatRange>{},
+                  param_segments(tensors(), kParams));
     const float total = static_cast<float>(workers * (workers + 1) / 2);
     for (int r = 0; r < rounds; ++r) {
       std::vector<float> sum(kParams, 0.0f);
@@ -617,10 +665,12 @@ void run_aggregate_case(Mode mode, int max_staleness, int rounds,
         const float f = static_cast<float>(w + 1) / total;
         for (std::size_t i = 0; i < kParams; ++i) sum[i] += f * g[i];
       }
-      for (std::size_t i = 0; i < kParams; ++i) ref[i] -= cfg.lr * sum[i];
+      if (opt) opt->apply(ref.data(), sum.data(), r);
+      else
+        for (std::size_t i = 0; i < kParams; ++i) ref[i] -= cfg.lr * sum[i];
       after.push_back(ref);
     }
-    PsClient client(cluster, shard_ranges(kParams, num_ps), 60.0, 1024, wire);
+    PsClient client(cluster, ps_shard_ranges(cfg, tensors(), kParams, num_ps), 60.0, 1024, wire);
     const int me = cluster.me().index;
     if (cluster.is_chief()) client.load(initial_params().data(), nullptr, nullptr, 0, 0);
     MPI_Barrier(cluster.role_comm());
@@ -644,6 +694,13 @@ TEST(ParameterServer, SyncThroughThePsAppliesTheWeightedMeanOncePerStep) {
 }
 TEST(ParameterServer, BoundedStalenessZeroAppliesWhatSyncApplies) {
   run_aggregate_case(Mode::async, 0, 5);
+}
+// LARS and LAMB on shards of whole tensors: the aggregate's update is the whole buffer's.
+TEST(ParameterServer, SyncThroughThePsWithLarsAppliesTheMeanOncePerStep) {
+  run_aggregate_case(Mode::sync, -1, 4, WireDtype::fp32, OptimizerKind::lars);
+}
+TEST(ParameterServer, BoundedStalenessWithLambAppliesTheMeanOncePerStep) {
+  run_aggregate_case(Mode::async, 0, 4, WireDtype::fp32, OptimizerKind::lamb);
 }
 // A 16-bit push received whole into the aggregate's buffer (the 16-bit staging of a shard).
 TEST(ParameterServer, SyncThroughThePsWithBf16WireAppliesTheMeanOfRoundedGradients) {

@@ -1,7 +1,8 @@
 // tests/unit/test_cluster_sharding.cpp — role placement (compute_layout) and the parameter-server
-// range partition (shard_ranges), both pure functions tested in one process with simulated ranks:
-// hand-computed tables for small layouts, then the documented placement properties over many
-// (nodes × ranks-per-node, num_ps) combinations, including uneven and interleaved nodes.
+// range partitions (shard_ranges; tensor_shard_ranges for LARS/LAMB), pure functions tested in one
+// process with simulated ranks: hand-computed tables for small layouts, then the documented
+// placement properties over many (nodes × ranks-per-node, num_ps) combinations, including uneven
+// and interleaved nodes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/ps/protocol.hpp"
 #include "dtrain/ps/sharding.hpp"
+#include "common/tensor_table.hpp"
 
 namespace dtrain {
 namespace {
@@ -221,6 +223,109 @@ TEST(ShardRanges, ErrorsNameTheOption) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("--num-ps"), std::string::npos) << e.what();
     }
+  }
+}
+
+/// Segments of the given sizes, contiguous from 0 (adapt flags do not matter to the cut).
+std::vector<ParamSegment> segments_of(const std::vector<std::size_t>& sizes) {
+  std::vector<ParamSegment> out;
+  std::size_t at = 0;
+  for (std::size_t n : sizes) {
+    out.push_back({at, at + n, true});
+    at += n;
+  }
+  return out;
+}
+
+/// The smallest largest part over every cut of `sizes` into k runs (exhaustive: small inputs).
+std::size_t best_max(const std::vector<std::size_t>& sizes, std::size_t from, int k) {
+  const std::size_t rest = std::accumulate(sizes.begin() + static_cast<std::ptrdiff_t>(from),
+                                           sizes.end(), std::size_t{0});
+  if (k == 1) return rest;
+  std::size_t best = SIZE_MAX, head = 0;
+  for (std::size_t j = from; j + static_cast<std::size_t>(k) <= sizes.size(); ++j) {
+    head += sizes[j];
+    best = std::min(best, std::max(head, best_max(sizes, j + 1, k - 1)));
+  }
+  return best;
+}
+
+// LARS/LAMB in the ps modes: K runs of whole tensors tiling the buffer, every run non-empty, its
+// ends at tensor boundaries, the largest as small as any such cut allows (checked against an
+// exhaustive search over every cut of 60 pseudo-random tensor tables), the same table on every
+// call.
+TEST(TensorShardRanges, WholeTensorsAndTheSmallestLargestShard) {
+  std::uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  int checked = 0;
+  for (int table = 0; table < 60; ++table) {
+    std::vector<std::size_t> sizes(2 + next() % 9);
+    for (std::size_t& n : sizes) n = 1 + next() % (next() % 2 ? 2000 : 30);
+    const std::vector<ParamSegment> segs = segments_of(sizes);
+    for (int k = 1; k <= static_cast<int>(sizes.size()); ++k) {
+      const std::vector<ShardRange> s = tensor_shard_ranges(segs, k);
+      ASSERT_EQ(static_cast<int>(s.size()), k);
+      std::size_t at = 0, largest = 0;
+      for (const ShardRange& r : s) {
+        EXPECT_EQ(r.begin, at);
+        EXPECT_GT(r.end, r.begin);
+        EXPECT_TRUE(std::any_of(segs.begin(), segs.end(),
+                                [&](const ParamSegment& g) { return g.end == r.end; }))
+            << "shard end " << r.end << " inside a tensor";
+        largest = std::max(largest, r.size());
+        at = r.end;
+      }
+      EXPECT_EQ(at, segs.back().end);
+      EXPECT_EQ(largest, best_max(sizes, 0, k)) << "table " << table << " K " << k;
+      const std::vector<ShardRange> again = tensor_shard_ranges(segs, k);
+      for (int i = 0; i < k; ++i) EXPECT_EQ(again[i].end, s[i].end);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 200);
+  // A hand-checked table: conv 432 | bn 16 | bn 16 | dense 5408 | bias 10 over 2 and 3 ps.
+  const auto segs = segments_of({432, 16, 16, 5408, 10});
+  const auto two = tensor_shard_ranges(segs, 2);
+  EXPECT_EQ(two[0].end, 464u);  // the dense weight alone outweighs the rest: it gets a ps
+  EXPECT_EQ(two[1].end, 5882u);
+  const auto three = tensor_shard_ranges(segs, 3);  // the dense weight alone: 5408 floats
+  EXPECT_EQ(three[0].end, 464u);
+  EXPECT_EQ(three[1].end, 5872u);
+  const auto five = tensor_shard_ranges(segs, 5);  // one tensor each
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(five[i].end, segs[i].end);
+}
+
+TEST(TensorShardRanges, MorePsThanTensorsNamesTheOptionAndTheCounts) {
+  const auto segs = segments_of({10, 20, 30});
+  for (int k : {4, 7, 0, -1}) {
+    try {
+      tensor_shard_ranges(segs, k);
+      ADD_FAILURE() << "K " << k << " accepted";
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--num-ps: " + std::to_string(k) + " parameter servers"), std::string::npos)
+          << m;
+      EXPECT_NE(m.find("3 parameter tensors"), std::string::npos) << m;
+    }
+  }
+  EXPECT_THROW(tensor_shard_ranges({}, 1), InputError);
+  EXPECT_THROW(tensor_shard_ranges({{0, 4, true}, {5, 9, true}}, 1), InputError);  // a gap
+}
+
+// The table every rank builds: floats for the elementwise optimizers, whole tensors for LARS.
+TEST(TensorShardRanges, PsShardRangesFollowsTheOptimizer) {
+  const std::vector<TensorInfo> t =
+      test::tensor_table({{"0.conv.weight", 90}, {"0.conv.bias", 10}});
+  Config c;
+  c.optimizer = OptimizerKind::momentum;
+  EXPECT_EQ(ps_shard_ranges(c, t, 100, 2)[0].end, 50u);
+  for (OptimizerKind k : {OptimizerKind::lars, OptimizerKind::lamb}) {
+    c.optimizer = k;
+    EXPECT_EQ(ps_shard_ranges(c, t, 100, 2)[0].end, 90u);
+    EXPECT_THROW(ps_shard_ranges(c, t, 100, 3), InputError);
   }
 }
 

@@ -332,7 +332,7 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   expect_enum_option("async-momentum", &Config::async_momentum, train, ini);
   expect_enum_option("async-schedule", &Config::async_schedule, train, ini);
   expect_enum_option("on-bad-image", &Config::on_bad_image, train, ini);
-  expect_enum_option("optimizer", &Config::optimizer, sync, ini);  // lars, lamb: allreduce only
+  expect_enum_option("optimizer", &Config::optimizer, sync, ini);
   expect_enum_option("lr-schedule", &Config::lr_schedule, train, ini);
   expect_enum_option("lr-scaling", &Config::lr_scaling, train, ini);
   expect_enum_option("math", &Config::math, train, ini);
@@ -721,19 +721,31 @@ TEST(LearningRate, PolynomialAfterWarmup) {
   EXPECT_NEAR(learning_rate(c, 50, 110), 0.2f, 1e-7);
 }
 
-TEST_F(ConfigTest, LayerwiseOptimizersNeedAllreduce) {
+TEST_F(ConfigTest, LayerwiseOptimizersInEveryModeButAPipelinedPs) {
   const Config c = parse(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "0",
                                "--lars-eta", "0.002", "--lars-eps", "1e-9"}))
                        .config;
   EXPECT_FLOAT_EQ(c.lars_eta, 0.002f);
   EXPECT_FLOAT_EQ(c.lars_epsilon, 1e-9f);
-  // Sync through a ps, async: a ps's shard cuts tensors.
-  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--mode", "sync", "--num-ps", "1"})),
-                  "--mode sync --num-ps 0");
-  EXPECT_MENTIONS(error_of(base({"--optimizer", "lamb"})), "--mode sync --num-ps 0");
-  // On either device (the CUDA backend has the rules too), the allreduce rule alike.
-  EXPECT_MENTIONS(error_of(base({"--optimizer", "lars", "--device", "cuda"})),
-                  "--mode sync --num-ps 0");
+  // Sync through a ps, async, SSP: each ps holds whole tensors (ps/sharding.hpp), on either
+  // device. A pipeline's ps split each stage's range across tensors: refused there.
+  for (const std::vector<std::string>& mode :
+       {std::vector<std::string>{"--mode", "sync", "--num-ps", "1"},
+        std::vector<std::string>{"--num-ps", "2"},
+        std::vector<std::string>{"--max-staleness", "2", "--device", "cuda"}}) {
+    std::vector<std::string> args = base({"--optimizer", "lamb"});
+    args.insert(args.end(), mode.begin(), mode.end());
+    EXPECT_EQ(parse(args).config.optimizer, OptimizerKind::lamb) << mode[1];
+  }
+  const std::string piped =
+      error_of(base({"--optimizer", "lars", "--pipeline-stages", "2", "--layer", "dense"}));
+  EXPECT_MENTIONS(piped, "--pipeline-stages 2");
+  EXPECT_MENTIONS(piped, "--num-ps 0");
+  EXPECT_MENTIONS(piped, "whole tensors");
+  EXPECT_EQ(parse(base({"--optimizer", "lars", "--pipeline-stages", "2", "--layer", "dense",
+                        "--mode", "sync", "--num-ps", "0"}))
+                .config.pipeline_stages,
+            2);
   EXPECT_EQ(
       parse(base({"--optimizer", "lamb", "--mode", "sync", "--num-ps", "0", "--device", "cuda"}))
           .config.device,

@@ -58,6 +58,14 @@ TEST(Layerwise, SegmentsExcludeBiasAndBatchnorm) {
   t[1].offset = 3;  // overlaps the conv weight
   EXPECT_THROW(param_segments(t, 14), InputError);
   EXPECT_THROW(param_segments(tensors(), 11), InputError);  // past n
+  // A ps shard of whole tensors: its segments shifted to 0; a cut inside a tensor is refused.
+  EXPECT_EQ(param_segments(tensors(), kN, 4, 10),
+            (Seg{{0, 2, false}, {2, 4, false}, {4, 6, true}}));
+  EXPECT_EQ(param_segments(tensors(), kN, 0, kN), param_segments(tensors(), kN));
+  EXPECT_THROW(param_segments(tensors(), kN, 2, 12), InputError);  // cuts the conv weight
+  EXPECT_THROW(param_segments(tensors(), kN, 0, 9), InputError);   // cuts the dense weight
+  EXPECT_THROW(param_segments(tensors(), kN, 4, 4), InputError);   // empty
+  EXPECT_THROW(param_segments(tensors(), kN, 8, 13), InputError);  // past n
 }
 
 TEST(Layerwise, LarsFirstStepByHand) {

@@ -53,6 +53,24 @@ TEST(PsCount, GlobalBatchSplitsOverTheWorkersOfEachSplit) {
   for (int K = 1; K < k.num_ps; ++K) EXPECT_LT(K, 0.05 * (13 - K) * (13 - K)) << K;
 }
 
+// --optimizer lars | lamb: a ps holds whole tensors, so K stops at the tensor count, and the line
+// says so when the rule wanted more.
+TEST(PsCount, ALayerwiseOptimizerGetsAtMostAPsPerTensor) {
+  PsCountInput in = with_rho(9, 1.0);  // 5 by the rule
+  in.max_ps = 3;
+  const PsCountChoice capped = choose_num_ps(in);
+  EXPECT_EQ(capped.num_ps, 3);
+  EXPECT_NE(capped.why.find("at most 3 (one ps per parameter tensor)"), std::string::npos)
+      << capped.why;
+  in.max_ps = 6;  // above the rule's 5: no effect
+  const PsCountChoice free = choose_num_ps(in);
+  EXPECT_EQ(free.num_ps, 5);
+  EXPECT_EQ(free.why.find("at most"), std::string::npos) << free.why;
+  in = with_rho(9, 100.0);  // N − 1 = 8 by the rule
+  in.max_ps = 20;
+  EXPECT_EQ(choose_num_ps(in).num_ps, 8);
+}
+
 TEST(PsCount, APipelineGetsAPsPerStageAtLeast) {
   PsCountInput in = with_rho(9, 0.082);  // 1 ps by the rule
   in.min_ps = 3;

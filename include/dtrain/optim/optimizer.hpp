@@ -3,8 +3,8 @@
 // --no-weight-decay-on); the layer-wise LARS (You et al. 2017) and LAMB (You et al. 2020) over the
 // model's tensors; and a learning-rate schedule: linear warm-up, then constant, step decay, cosine
 // decay (Loshchilov & Hutter 2017, without restarts) or polynomial decay.
-// The same class runs on sync workers (the whole buffer) and on ps ranks (their shard; not
-// LARS/LAMB, whose per-tensor norms need whole tensors: validate_config refuses them there).
+// The same class runs on sync workers (the whole buffer) and on ps ranks (their shard; for
+// LARS/LAMB, whose per-tensor norms need whole tensors, a shard of whole tensors updated at once).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,13 @@ inline bool is_layerwise(OptimizerKind kind) {
 /// "*.beta"); a gap between tensors becomes a segment with adapt = false. Throws InputError when
 /// tensors overlap or reach past n, or when n is 0.
 std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors, std::size_t n);
+
+/// The segments of param_segments(tensors, n) inside floats [begin, end), shifted to start at 0:
+/// the tensors of a ps shard cut at tensor boundaries (ps/sharding.hpp tensor_shard_ranges()).
+/// Throws InputError when a tensor crosses begin or end (a shard cut inside a tensor), when the
+/// range is empty or not inside [0, n), or as param_segments().
+std::vector<ParamSegment> param_segments(const std::vector<TensorInfo>& tensors, std::size_t n,
+                                         std::size_t begin, std::size_t end);
 
 /// The optimizer of `n` parameters on one backend: owns the state (m, v) and turns the global step
 /// into an OptimizerUpdate (learning_rate(), momentum) run by Backend::optimizer_update.

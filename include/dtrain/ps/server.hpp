@@ -15,7 +15,10 @@
 //               is the look-ahead position, optim/dana.hpp) or one momentum (lr-scaled,
 //               compensated, as-given); --delay-compensation λ0 corrects the gradient for its
 //               staleness first (DC-ASGD, optim/delay_compensation.hpp); with --stale-lr inverse
-//               it is divided by its staleness τ ≥ 1 (Zhang et al. 2016).
+//               it is divided by its staleness τ ≥ 1 (Zhang et al. 2016). With --optimizer
+//               lars | lamb the push is applied once it has arrived whole (the trust ratios
+//               need whole tensors, and a shard holds whole tensors: tensor_shard_ranges), its
+//               step taken then, and the reply is the shard's new parameters.
 //   ps_sync     a push computed on the parameters of global step t joins step t's aggregate once
 //               its whole gradient is in; the first R (--replicas-to-aggregate) make one update
 //               (their mean, weighted by samples) and every waiting worker gets the new
@@ -60,15 +63,23 @@ struct PsStats {
   std::int64_t shared_ring_pushes = 0;  ///< async pushes that came through a shared ring (--ps-shm)
 };
 
+/// What a ps's optimizer needs of the model's tensors, in the shard's own coordinates (0-based).
+struct ShardTensors {
+  std::vector<FloatRange> no_decay;  ///< ranges without weight decay (no_decay_ranges())
+  /// --optimizer lars | lamb: the shard's whole tensors (param_segments(tensors, n, begin, end)
+  /// of a shard from tensor_shard_ranges()); empty for the other optimizers
+  std::vector<ParamSegment> segments;
+};
+
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
 /// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
-/// `no_decay`: ranges of the shard (0-based) without weight decay (no_decay_ranges()).
+/// `tensors`: the shard's ranges without weight decay and (LARS, LAMB) its tensors.
 /// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds, Error on a
 /// malformed message, InputError from the optimizer, DANA or delay-compensation set-up (unknown
-/// --optimizer, a no_decay range outside the shard, an invalid λ0), LibraryError when an MPI call
-/// or an allocation fails.
+/// --optimizer, a no_decay range outside the shard, LARS/LAMB without segments covering the
+/// shard, an invalid λ0), LibraryError when an MPI call or an allocation fails.
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                             const std::vector<FloatRange>& no_decay = {});
+                             const ShardTensors& tensors = {});
 
 }  // namespace dtrain

@@ -2,14 +2,18 @@
 // buffer. The buffer is cut into K contiguous ranges whose sizes differ by at most one float
 // (balanced by bytes), ignoring tensor boundaries: a tensor larger than its fair share is split
 // over several ps, small tensors share a ps. Every rank computes the same table from the model,
-// so no negotiation is needed (ps-lite's range partition of keys). A pipelined job cuts the ps into
-// one group per stage, each splitting its stage's range (stage_shards).
+// so no negotiation is needed (ps-lite's range partition of keys). A layer-wise optimizer
+// (--optimizer lars | lamb: a trust ratio per tensor) cuts at tensor boundaries instead, the
+// largest shard as small as whole tensors allow (tensor_shard_ranges). A pipelined job cuts the
+// ps into one group per stage, each splitting its stage's range (stage_shards).
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "dtrain/core/config.hpp"
+#include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
@@ -23,6 +27,21 @@ struct ShardRange {
 /// K balanced contiguous ranges covering [0, total). Throws InputError when num_ps < 1 or
 /// num_ps > total (a ps must own at least one parameter).
 std::vector<ShardRange> shard_ranges(std::size_t total, int num_ps);
+
+/// K contiguous ranges covering [0, segments.back().end), each a run of whole segments (one per
+/// tensor, as param_segments() lists them; a tensor is never split), the largest as small as
+/// such a cut allows (the linear partition that minimises the maximum: a binary search on it
+/// with a greedy fill, then parts split at their most balanced boundary until there are K).
+/// Deterministic: every rank computes the same table. Throws InputError naming --num-ps and both
+/// counts when num_ps < 1 or num_ps > segments.size() (a ps must own at least one tensor), and
+/// for segments that are empty or not contiguous from 0.
+std::vector<ShardRange> tensor_shard_ranges(const std::vector<ParamSegment>& segments, int num_ps);
+
+/// The shard table of a ps job of `total` floats with the model's `tensors`: tensor_shard_ranges()
+/// of param_segments() for a layer-wise c.optimizer (lars, lamb), else shard_ranges(). Every rank,
+/// ps and worker, uses this one. Throws InputError as those do.
+std::vector<ShardRange> ps_shard_ranges(const Config& c, const std::vector<TensorInfo>& tensors,
+                                        std::size_t total, int num_ps);
 
 /// One ps of a pipelined job (--pipeline-stages P with a ps mode): the stage it serves, its range
 /// of the whole model's flat buffer, and the same range in the stage's own buffer.

@@ -41,6 +41,9 @@ struct PsCountInput {
   int global_batch = 0;           ///< --global-batch-size (0: none), split over W workers
   double beta = kFlopsPerPsByte;  ///< β
   int min_ps = 1;                 ///< the fewest K allowed (--pipeline-stages: a ps per stage)
+  /// the most K allowed, 0: N − 1 (--optimizer lars | lamb: the tensor count, a ps holding whole
+  /// tensors)
+  int max_ps = 0;
 };
 
 struct PsCountChoice {
@@ -50,7 +53,8 @@ struct PsCountChoice {
 };
 
 /// The rule of the file comment, K counted from min_ps up. Throws InputError when world < 2 or
-/// flops_per_sample ≤ 0. With N − 1 ps still too few (ρ > N − 1), K = N − 1: one worker.
+/// flops_per_sample ≤ 0. With N − 1 ps still too few (ρ > N − 1), K = N − 1: one worker; with
+/// max_ps ≥ min_ps ps still too few, K = max_ps (the line then says so).
 PsCountChoice choose_num_ps(const PsCountInput& in);
 
 }  // namespace dtrain
