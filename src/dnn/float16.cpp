@@ -51,6 +51,19 @@ void add_wire(WireDtype w, const std::uint16_t* src, float* acc, std::size_t n) 
   else add_fp16(src, acc, n);
 }
 
+void reduce_wire_rows(WireDtype w, const std::uint16_t* src, std::size_t stride, std::size_t rows,
+                      std::uint16_t* dst, std::size_t n) {
+  DT_ASSERT(rows > 0, "reduce_wire_rows: no rows");
+  constexpr std::size_t kChunk = 2048;  // 8 KiB of fp32 sums: in L1 while the rows go by
+  float acc[kChunk];
+  for (std::size_t lo = 0; lo < n; lo += kChunk) {
+    const std::size_t m = std::min(kChunk, n - lo);
+    decode_wire(w, src + lo, acc, m);
+    for (std::size_t r = 1; r < rows; ++r) add_wire(w, src + r * stride + lo, acc, m);
+    encode_wire(w, acc, dst + lo, m);
+  }
+}
+
 bool wire_all_finite(WireDtype w, const std::uint16_t* v, std::size_t n) {
   DT_ASSERT(w != WireDtype::fp32, "wire_all_finite: fp32 travels as it is");
   const std::uint16_t exponent = w == WireDtype::bf16 ? 0x7F80u : 0x7C00u;  // all ones: Inf, NaN

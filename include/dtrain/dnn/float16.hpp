@@ -72,6 +72,13 @@ void encode_wire(WireDtype w, const float* src, std::uint16_t* dst, std::size_t 
 void decode_wire(WireDtype w, const std::uint16_t* src, float* dst, std::size_t n);
 /// acc[i] += the fp32 value of src[i] (one fp32 addition per element).
 void add_wire(WireDtype w, const std::uint16_t* src, float* acc, std::size_t n);
+/// dst[i] = the encoding of Σ_{r < rows} (the fp32 value of src[r·stride + i]): the rows added in
+/// fp32 in row order (row 0 widened exactly, then one fp32 addition per further row), the sum
+/// rounded once. Works through the rows in chunks that stay in the L1 cache. dst may be row 0
+/// itself (src); it must not overlap the other rows. The reduction of collectives/wire.hpp's
+/// reduce-scatter and of collectives/hierarchical.hpp's 16-bit segment sums.
+void reduce_wire_rows(WireDtype w, const std::uint16_t* src, std::size_t stride, std::size_t rows,
+                      std::uint16_t* dst, std::size_t n);
 /// Whether all n encodings v are finite: a finite fp32 value that fp16 cannot hold
 /// (|x| ≥ 65520) encodes to ±Inf, which this reports.
 [[nodiscard]] bool wire_all_finite(WireDtype w, const std::uint16_t* v, std::size_t n);
