@@ -68,7 +68,9 @@ inline float float_of(std::uint32_t u) {
 
 // The array codec: `w` is bf16 or fp16 (fp32 travels as it is: DT_ASSERT), arrays of n values
 // that do not overlap; each is one element-wise loop, compiled for AVX2 and baseline x86-64
-// (core/simd.hpp). Thread-safe (no state).
+// (core/simd.hpp), fp16 with x86's F16C conversion instructions where the CPU has them — the same
+// bits as the scalar functions above on every path (tests/unit/test_wire_format.cpp).
+// Thread-safe (no state).
 
 /// dst[i] = the 16-bit encoding of src[i] in `w`.
 void encode_wire(WireDtype w, const float* src, std::uint16_t* dst, std::size_t n);
