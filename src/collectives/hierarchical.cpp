@@ -146,6 +146,11 @@ void* HierarchicalAllreduce::slot(int set, int l) const {
                       capacity_ * wire_bytes(wire_);
 }
 
+std::pair<std::size_t, std::size_t> HierarchicalAllreduce::segment(std::size_t n) const {
+  const auto L = static_cast<std::size_t>(local_size_), me = static_cast<std::size_t>(local_rank_);
+  return {me * n / L, (me + 1) * n / L};
+}
+
 void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, const char* phase) {
   ++arrivals_;
   std::atomic_ref<std::uint64_t>(control_[local_rank_ * kLineWords + 1])
@@ -213,9 +218,7 @@ void HierarchicalAllreduce::sum_fp32(float* data, std::size_t n, bool blocking, 
   const int set = static_cast<int>(sums_++ & 1);
   std::memcpy(slot(set, local_rank_), data, n * sizeof(float));
   barrier(timeout_s, what, "copying in");
-  const std::size_t L = static_cast<std::size_t>(local_size_);
-  const std::size_t me = static_cast<std::size_t>(local_rank_);
-  const std::size_t lo = me * n / L, hi = (me + 1) * n / L;
+  const auto [lo, hi] = segment(n);
   auto* total = static_cast<float*>(slot(set, 0));
   for (int l = 1; l < local_size_; ++l)
     add_into(total + lo, static_cast<const float*>(slot(set, l)) + lo, hi - lo);
@@ -232,12 +235,11 @@ void HierarchicalAllreduce::sum_16bit(float* data, std::size_t n, bool blocking,
   const int set = static_cast<int>(sums_++ & 1);
   encode_wire(wire_, data, static_cast<std::uint16_t*>(slot(set, local_rank_)), n);  // rounding 1
   barrier(timeout_s, what, "copying in");
-  const std::size_t L = static_cast<std::size_t>(local_size_);
-  const std::size_t me = static_cast<std::size_t>(local_rank_);
-  const std::size_t lo = me * n / L, hi = (me + 1) * n / L;
+  const auto [lo, hi] = segment(n);
   auto* total = static_cast<std::uint16_t*>(slot(set, 0));
   // Segment [lo, hi) of every slot, widened and added in fp32 in slot order; rounding 2.
-  reduce_wire_rows(wire_, total + lo, capacity_, L, total + lo, hi - lo);
+  reduce_wire_rows(wire_, total + lo, capacity_, static_cast<std::size_t>(local_size_), total + lo,
+                   hi - lo);
   barrier(timeout_s, what, "summing in the node");
   if (nodes_ > 1) {  // rounding 3: the leaders' sum of the node totals, in slot 0 itself
     if (inter_)

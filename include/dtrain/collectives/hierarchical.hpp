@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/collectives/wire.hpp"
@@ -98,6 +99,8 @@ class HierarchicalAllreduce {
                 const std::string& what);
   void sum_16bit(float* data, std::size_t n, bool blocking, double timeout_s,
                  const std::string& what);
+  /// [lo, hi): the values of a sum of n that this rank adds up (step 2 of the protocol).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> segment(std::size_t n) const;
   /// Slot l of set `set`: capacity_ values of wire_bytes(wire_) bytes each.
   [[nodiscard]] void* slot(int set, int l) const;
 
