@@ -16,6 +16,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/simd.hpp"
+#include "dtrain/dnn/float16.hpp"
 
 namespace dtrain {
 namespace {
@@ -55,8 +56,9 @@ int comm_size(MPI_Comm c) {
 
 }  // namespace
 
-HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity,
-                                             WireDtype leaders_wire, int ranks_per_node) {
+HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity, WireDtype wire,
+                                             int ranks_per_node)
+    : wire_(wire) {
   const int worker_rank = comm_rank(workers);
   MPI_Comm shared = MPI_COMM_NULL;
   DT_CHECK_MPI(
@@ -80,7 +82,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   DT_CHECK_MPI(MPI_Allgather(&worker_rank, 1, MPI_INT, worker_rank_of_.data(), 1, MPI_INT, node_));
   DT_CHECK_MPI(MPI_Allgather(&world_rank, 1, MPI_INT, world_rank_of_.data(), 1, MPI_INT, node_));
   if (leaders_ != MPI_COMM_NULL && nodes_ > 1)
-    inter_ = std::make_unique<WireAllreduce>(leaders_, leaders_wire);
+    inter_ = std::make_unique<WireAllreduce>(leaders_, wire_);
   // Alone on its node a rank shares nothing (the leaders' MPI sum alone), but it still takes
   // part in the agreement below, which spans every worker.
   const bool share = local_size_ > 1;
@@ -88,7 +90,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   if (capacity_ == 0) capacity_ = kAlignFloats;
   const std::size_t L = static_cast<std::size_t>(local_size_);
   const std::size_t control_bytes = L * kLineWords * sizeof(std::uint64_t);
-  const std::size_t bytes = control_bytes + 2 * L * capacity_ * sizeof(float);
+  const std::size_t bytes = control_bytes + 2 * L * capacity_ * wire_bytes(wire_);
   // The leader makes the segment, names it to its node, every other rank maps it.
   std::string why;
   long long id[3] = {0, -1, 0};  // pid, fd, token
@@ -127,7 +129,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
   }
   if (!share) return;
   control_ = reinterpret_cast<std::uint64_t*>(segment_->data());
-  slots_ = reinterpret_cast<float*>(reinterpret_cast<char*>(segment_->data()) + control_bytes);
+  slots_ = reinterpret_cast<char*>(segment_->data()) + control_bytes;
   std::atomic_ref<std::uint64_t>(control_[local_rank_ * kLineWords])
       .store(static_cast<std::uint64_t>(getpid()), std::memory_order_release);
   DT_CHECK_MPI(MPI_Barrier(node_));  // every pid published before the first sum
@@ -138,10 +140,15 @@ HierarchicalAllreduce::~HierarchicalAllreduce() {
   if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
 }
 
-float* HierarchicalAllreduce::slot(int set, int l) const {
+void* HierarchicalAllreduce::slot(int set, int l) const {
   return slots_ + (static_cast<std::size_t>(set) * static_cast<std::size_t>(local_size_) +
                    static_cast<std::size_t>(l)) *
-                      capacity_;
+                      capacity_ * wire_bytes(wire_);
+}
+
+std::pair<std::size_t, std::size_t> HierarchicalAllreduce::segment(std::size_t n) const {
+  const auto L = static_cast<std::size_t>(local_size_), me = static_cast<std::size_t>(local_rank_);
+  return {me * n / L, (me + 1) * n / L};
 }
 
 void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, const char* phase) {
@@ -202,20 +209,44 @@ void HierarchicalAllreduce::sum(float* data, std::size_t n, bool blocking, doubl
     return;
   }
   DT_ASSERT(n <= capacity_, "hierarchical allreduce larger than its slots");
+  if (wire_ == WireDtype::fp32) sum_fp32(data, n, blocking, timeout_s, what);
+  else sum_16bit(data, n, blocking, timeout_s, what);
+}
+
+void HierarchicalAllreduce::sum_fp32(float* data, std::size_t n, bool blocking, double timeout_s,
+                                     const std::string& what) {
   const int set = static_cast<int>(sums_++ & 1);
   std::memcpy(slot(set, local_rank_), data, n * sizeof(float));
   barrier(timeout_s, what, "copying in");
-  const std::size_t L = static_cast<std::size_t>(local_size_);
-  const std::size_t me = static_cast<std::size_t>(local_rank_);
-  const std::size_t lo = me * n / L, hi = (me + 1) * n / L;
-  float* total = slot(set, 0);
-  for (int l = 1; l < local_size_; ++l) add_into(total + lo, slot(set, l) + lo, hi - lo);
+  const auto [lo, hi] = segment(n);
+  auto* total = static_cast<float*>(slot(set, 0));
+  for (int l = 1; l < local_size_; ++l)
+    add_into(total + lo, static_cast<const float*>(slot(set, l)) + lo, hi - lo);
   barrier(timeout_s, what, "summing in the node");
   if (nodes_ > 1) {
     if (inter_) inter_->sum(total, n, blocking, timeout_s, what + " between the node leaders");
     barrier(timeout_s, what, "the leaders' sum");
   }
   std::memcpy(data, total, n * sizeof(float));
+}
+
+void HierarchicalAllreduce::sum_16bit(float* data, std::size_t n, bool blocking, double timeout_s,
+                                      const std::string& what) {
+  const int set = static_cast<int>(sums_++ & 1);
+  encode_wire(wire_, data, static_cast<std::uint16_t*>(slot(set, local_rank_)), n);  // rounding 1
+  barrier(timeout_s, what, "copying in");
+  const auto [lo, hi] = segment(n);
+  auto* total = static_cast<std::uint16_t*>(slot(set, 0));
+  // Segment [lo, hi) of every slot, widened and added in fp32 in slot order; rounding 2.
+  reduce_wire_rows(wire_, total + lo, capacity_, static_cast<std::size_t>(local_size_), total + lo,
+                   hi - lo);
+  barrier(timeout_s, what, "summing in the node");
+  if (nodes_ > 1) {  // rounding 3: the leaders' sum of the node totals, in slot 0 itself
+    if (inter_)
+      inter_->sum_encoded(total, n, blocking, timeout_s, what + " between the node leaders");
+    barrier(timeout_s, what, "the leaders' sum");
+  }
+  decode_wire(wire_, total, data, n);
 }
 
 }  // namespace dtrain

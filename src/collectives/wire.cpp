@@ -8,6 +8,14 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+namespace {
+
+void check_count(std::size_t n) {
+  DT_REQUIRE(n < static_cast<std::size_t>(INT_MAX),
+             "--wire-dtype: a sum of " + std::to_string(n) + " values exceeds MPI's count limit");
+}
+
+}  // namespace
 
 WireAllreduce::WireAllreduce(MPI_Comm comm, WireDtype w) : comm_(comm), wire_(w) {
   DT_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
@@ -19,8 +27,7 @@ WireAllreduce::WireAllreduce(MPI_Comm comm, WireDtype w) : comm_(comm), wire_(w)
 void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeout_s,
                         const std::string& what) {
   if (n == 0) return;
-  DT_REQUIRE(n < static_cast<std::size_t>(INT_MAX),
-             "--wire-dtype: a sum of " + std::to_string(n) + " values exceeds MPI's count limit");
+  check_count(n);
   if (wire_ == WireDtype::fp32) {
     if (blocking) {
       DT_CHECK_MPI(
@@ -33,6 +40,17 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
     }
     return;
   }
+  send_.resize(n);
+  encode_wire(wire_, data, send_.data(), n);
+  sum_encoded(send_.data(), n, blocking, timeout_s, what);
+  decode_wire(wire_, send_.data(), data, n);
+}
+
+void WireAllreduce::sum_encoded(std::uint16_t* v, std::size_t n, bool blocking, double timeout_s,
+                                const std::string& what) {
+  if (n == 0) return;
+  DT_ASSERT(wire_ != WireDtype::fp32, "WireAllreduce::sum_encoded: fp32 has no 16-bit encoding");
+  check_count(n);
   // Segment j of the buffer, [displs_[j], displs_[j] + counts_[j]), is summed by rank j.
   const auto W = static_cast<std::size_t>(size_);
   for (std::size_t j = 0; j < W; ++j) {
@@ -41,10 +59,7 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
     counts_[j] = static_cast<int>(hi - lo);
   }
   const int mine = counts_[rank_];
-  send_.resize(n);
   recv_.resize(W * static_cast<std::size_t>(mine));
-  acc_.resize(static_cast<std::size_t>(mine));
-  encode_wire(wire_, data, send_.data(), n);
   std::vector<int> rcounts(W, mine), rdispls(W);
   for (std::size_t i = 0; i < W; ++i) rdispls[i] = static_cast<int>(i) * mine;
   auto run = [&](auto post_blocking, auto post_nonblocking, const char* phase) {
@@ -59,33 +74,28 @@ void WireAllreduce::sum(float* data, std::size_t n, bool blocking, double timeou
   // 1. Reduce-scatter: everyone's segment j to rank j, 16 bits a value.
   run(
       [&] {
-        return MPI_Alltoallv(send_.data(), counts_.data(), displs_.data(), MPI_UINT16_T,
-                             recv_.data(), rcounts.data(), rdispls.data(), MPI_UINT16_T, comm_);
+        return MPI_Alltoallv(v, counts_.data(), displs_.data(), MPI_UINT16_T, recv_.data(),
+                             rcounts.data(), rdispls.data(), MPI_UINT16_T, comm_);
       },
       [&](MPI_Request* r) {
-        return MPI_Ialltoallv(send_.data(), counts_.data(), displs_.data(), MPI_UINT16_T,
-                              recv_.data(), rcounts.data(), rdispls.data(), MPI_UINT16_T, comm_, r);
+        return MPI_Ialltoallv(v, counts_.data(), displs_.data(), MPI_UINT16_T, recv_.data(),
+                              rcounts.data(), rdispls.data(), MPI_UINT16_T, comm_, r);
       },
       "16-bit reduce-scatter");
   // 2. The segment's sum in fp32, in rank order (the same bits whatever the arrival order).
   const auto m = static_cast<std::size_t>(mine);
-  if (m > 0) {
-    decode_wire(wire_, recv_.data(), acc_.data(), m);
-    for (std::size_t i = 1; i < W; ++i) add_wire(wire_, recv_.data() + i * m, acc_.data(), m);
-    encode_wire(wire_, acc_.data(), send_.data() + displs_[rank_], m);
-  }
+  if (m > 0) reduce_wire_rows(wire_, recv_.data(), m, W, v + displs_[rank_], m);
   // 3. Allgather of the 16-bit sums; every rank decodes the same bits.
   run(
       [&] {
-        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send_.data(), counts_.data(),
-                              displs_.data(), MPI_UINT16_T, comm_);
+        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v, counts_.data(), displs_.data(),
+                              MPI_UINT16_T, comm_);
       },
       [&](MPI_Request* r) {
-        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, send_.data(), counts_.data(),
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v, counts_.data(),
                                displs_.data(), MPI_UINT16_T, comm_, r);
       },
       "16-bit allgather");
-  decode_wire(wire_, send_.data(), data, n);
 }
 
 }  // namespace dtrain

@@ -351,12 +351,13 @@ void add_device_options(Table& t, Config& c) {
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
   t.add("allreduce", &c.allreduce,
         "sync gradient exchange: auto (GPUs: nccl; CPU: hierarchical, or mpi where a node's "
-        "workers cannot share memory or --wire-dtype is 16-bit) | mpi | hierarchical (the workers "
-        "of a node sum through shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
+        "workers cannot share memory) | mpi | hierarchical (the workers of a node sum through "
+        "shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
   t.add("wire-dtype", &c.wire_dtype,
         "gradients between ranks as fp32 | bf16 | fp16 (rounded once, summed or applied in fp32 "
-        "at the receiver: half the bytes): MPI allreduce (hierarchical: the leaders' hop) and ps "
-        "pushes (pulls stay fp32; a --ps-shm ring holds the rounded values in 32 bits)");
+        "at the receiver: half the bytes): MPI allreduce (hierarchical: the node's shared memory "
+        "and the leaders' hop, the node's sum rounded once more) and ps pushes (pulls stay fp32; "
+        "a --ps-shm ring holds the rounded values in 32 bits)");
   t.add(
       "bucket-mb", &c.bucket_mb,
       "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "

@@ -15,6 +15,7 @@
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
+#include "dtrain/dnn/float16.hpp"  // wire_bytes: 4 or 2 bytes a value with --wire-dtype
 #include "dtrain/plan/profiler.hpp"
 #include "dtrain/plan/scaling_model.hpp"
 
@@ -33,7 +34,9 @@ constexpr const char* kAssumptions =
     "- async: each worker pushes and pulls every gradient byte during backward, K ps serve 1/K\n"
     "  each and apply the update (the profile's optimizer time / K); the slower of worker and ps\n"
     "  paces the step; async samples/s is not time to accuracy (stale gradients)\n"
-    "- not modelled: sync through ps, --wire-dtype\n";
+    "- --wire-dtype bf16|fp16: the sync allreduce moves 2 bytes a value (flat, and both levels\n"
+    "  of hierarchical); not modelled: sync through ps, 16-bit ps pushes, the conversions' "
+    "compute\n";
 
 /// The planned cluster, with every option checked.
 Topology topology_of(const Config& c) {
@@ -52,6 +55,7 @@ Topology topology_of(const Config& c) {
   t.inter = parse_link(c.network, "--network");
   t.intra = parse_link(c.intra_node, "--intra-node");
   t.overlap = c.overlap;
+  t.value_bytes = static_cast<double>(wire_bytes(c.wire_dtype));
   const int W = t.workers();
   if (c.global_batch_size > 0) {
     DT_REQUIRE(c.global_batch_size % W == 0,

@@ -44,7 +44,7 @@ double sync_exposed_s(const WorkerProfile& p, double scale, double backward_s, c
   std::vector<double> cost;
   for (const Bucket& b : plan_buckets(count, floats)) {
     from.push_back(b.begin);
-    cost.push_back(allreduce(4.0 * static_cast<double>(b.end - b.begin), t));
+    cost.push_back(allreduce(t.value_bytes * static_cast<double>(b.end - b.begin), t));
   }
   return exposed_after_backward_s(ready_or_end(p, from, scale, backward_s, t), cost, backward_s);
 }
@@ -140,7 +140,7 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
         t.workers() > 1 ? sync_exposed_s(p, scale, backward, c, allreduce, t) : 0;
     r.exposed_ms = exposed * 1000;
     r.optimizer_ms = p.optimizer_ms;
-    r.comm_ms = allreduce(S, t) * 1000;
+    r.comm_ms = allreduce(S * t.value_bytes / 4, t) * 1000;
     step = forward + backward + exposed + opt;
     r.bound = r.exposed_ms > 0.1 * r.compute_ms ? "network" : "compute";
   }

@@ -56,11 +56,10 @@ class AllreduceExchange final : public GradientExchange {
       const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
       ReduceOptions how;
       // auto: hierarchical (measured 1.6-4.8x bare MPI_Allreduce on 2-3 ranks of one node,
-      // docs/results/communication/), MPI_Allreduce where a node cannot share memory; with a
-      // 16-bit --wire-dtype the flat sum, whose every hop carries 16 bits (hierarchical
-      // compresses the leaders' hop only).
-      how.hierarchical =
-          c.allreduce == AllreduceOption::hierarchical || (automatic && wire == WireDtype::fp32);
+      // docs/results/communication/; with a 16-bit --wire-dtype, 16 bits in the node's memory
+      // too, on one node the flat 16-bit sum's bits), MPI_Allreduce or the flat 16-bit sum
+      // where a node cannot share memory.
+      how.hierarchical = c.allreduce == AllreduceOption::hierarchical || automatic;
       how.fallback_to_flat = automatic;
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();

@@ -10,6 +10,9 @@
 //                 node, MPI between node leaders; --ranks-per-node K: nodes of K ranks)
 //   wire_allreduce  bare: as above; dtrain: the buckets with --wire-dtype (default bf16) on the
 //                 wire, summed in fp32 (collectives/wire.hpp); busbw counts fp32 bytes for both
+//   hier_wire_allreduce  bare: as above; dtrain: hierarchically with --wire-dtype in the node's
+//                 slots and between leaders; a third sum alternated with the two, the same
+//                 hierarchical one in fp32 (JSON fp32_hier_us, ratio_vs_fp32_hier)
 //   ps_push_pull  1 ps (the last rank) and n−1 workers; per round every worker sends B bytes to the
 //                 ps and receives B bytes back.
 //                 bare: MPI_Isend / MPI_Irecv of B bytes each way, the ps replying to each worker
@@ -39,6 +42,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,7 +73,8 @@ struct Options {
   int ps_chunk_kb = 1024;  // dtrain's --ps-chunk-kb
   bool ps_shm = true;      // dtrain's --ps-shm
   std::string out = "comm_bench.jsonl";
-  std::string ops = "allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce";
+  std::string ops =
+      "allreduce,hier_allreduce,wire_allreduce,hier_wire_allreduce,ps_push_pull,nccl_allreduce";
   std::string wire_dtype = "bf16";  // wire_allreduce's --wire-dtype
   int ranks_per_node = 0;           // hier_allreduce: nodes of this many ranks (0: real nodes)
 };
@@ -112,6 +117,7 @@ struct Row {
   double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
   double ps_update_s = -1;  ///< push-pull: the ps's optimizer time per round (−1: not measured)
   double shared_ring = -1;  ///< push-pull: fraction of pushes through a shared ring (−1: n/a)
+  double ref_s = -1;        ///< hier_wire_allreduce: the fp32 hierarchical sum's median (−1: n/a)
 };
 
 void report(std::FILE* json, int rank, int ranks, const Row& r) {
@@ -127,6 +133,12 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   std::string extra;
   if (r.ps_update_s >= 0) extra += ", \"ps_update_us\": " + std::string(upd);
   if (r.shared_ring >= 0) extra += ", \"ps_shared_ring\": " + std::to_string(r.shared_ring);
+  if (r.ref_s > 0) {  // the 16-bit hierarchical sum against the fp32 one, same rounds
+    extra += ", \"fp32_hier_us\": " + std::to_string(r.ref_s * 1e6) +
+             ", \"ratio_vs_fp32_hier\": " + std::to_string(r.ref_s / r.dtrain_s);
+    std::printf("%14s %12s %10s %8s %10.1f %8s %7.3f  (vs fp32 hierarchical)\n", "", "", "", "",
+                r.ref_s * 1e6, "", r.ref_s / r.dtrain_s);
+  }
   std::fprintf(
       json,
       "{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"bare_GBps\": %.4f, "
@@ -137,37 +149,46 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
 }
 
 /// An allreduce row: one warm-up round of each, then iterations(o, bytes) rounds alternating bare
-/// and dtrain, each after reset(); medians, and busbw = bytes / time · 2(ranks − 1) / ranks.
+/// and dtrain (and `ref`, when given: Row::ref_s), each after reset(); medians, and busbw =
+/// bytes / time · 2(ranks − 1) / ranks.
 template <typename Reset, typename Bare, typename Ours>
 Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int ranks, Reset reset,
-                        Bare bare, Ours ours) {
-  std::vector<double> tb, td;
+                        Bare bare, Ours ours, const std::function<void()>& ref = {}) {
+  std::vector<double> tb, td, tr;
   reset();
   timed(MPI_COMM_WORLD, bare);
   timed(MPI_COMM_WORLD, ours);
+  if (ref) timed(MPI_COMM_WORLD, ref);
   for (int i = 0; i < iterations(o, bytes); ++i) {
     reset();
     tb.push_back(timed(MPI_COMM_WORLD, bare));
     reset();
     td.push_back(timed(MPI_COMM_WORLD, ours));
+    if (!ref) continue;
+    reset();
+    tr.push_back(timed(MPI_COMM_WORLD, ref));
   }
   const double bus = 2.0 * (ranks - 1) / ranks;
   Row r{op, bytes, median(tb), median(td), 0, 0};
+  if (ref) r.ref_s = median(tr);
   r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
   r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
   return r;
 }
 
-/// allreduce, hier_allreduce and wire_allreduce: bare MPI_Allreduce against the bucketed sync
-/// exchange summing each bucket as `how` says (MPI_Allreduce; shared memory + node leaders; the
-/// values 16 bits on the wire). busbw counts fp32 bytes for both, so the ratio is the time ratio.
+/// allreduce, hier_allreduce, wire_allreduce and hier_wire_allreduce: bare MPI_Allreduce against
+/// the bucketed sync exchange summing each bucket as `how` says (MPI_Allreduce; shared memory +
+/// node leaders; the values 16 bits on the wire; both). busbw counts fp32 bytes for both, so the
+/// ratio is the time ratio. `ref_how`, when given: a third sum so made, alternated with the two
+/// (Row::ref_s).
 Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* op = "allreduce",
-                    const ReduceOptions& how = {}) {
+                    const ReduceOptions& how = {}, const ReduceOptions* ref_how = nullptr) {
   const std::size_t n = bytes / sizeof(float);
   std::vector<float> buf(n + 1, 1.0f);
-  BucketedAllreduce buckets(MPI_COMM_WORLD, n,
-                            static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)),
-                            true, how);
+  const auto bucket = static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float));
+  BucketedAllreduce buckets(MPI_COMM_WORLD, n, bucket, true, how);
+  std::optional<BucketedAllreduce> ref_buckets;
+  if (ref_how) ref_buckets.emplace(MPI_COMM_WORLD, n, bucket, true, *ref_how);
   auto bare = [&] {
     DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                                MPI_COMM_WORLD));
@@ -176,9 +197,16 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* 
     buckets.begin(buf.data(), 0.0f);
     (void)buckets.finish(comm_timeout());
   };
+  std::function<void()> ref;
+  if (ref_buckets) {
+    ref = [&] {
+      ref_buckets->begin(buf.data(), 0.0f);
+      (void)ref_buckets->finish(comm_timeout());
+    };
+  }
   // Keep the values small: repeated sums of 1/ranks stay exact and finite.
   auto reset = [&] { std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks)); };
-  return alternate_allreduce(op, o, bytes, ranks, reset, bare, ours);
+  return alternate_allreduce(op, o, bytes, ranks, reset, bare, ours, ref);
 }
 
 /// Bare point-to-point in the push-pull pattern: each worker sends B and receives B; the ps
@@ -369,7 +397,8 @@ bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::str
 
 constexpr const char* kUsage =
     "usage: mpirun -np N dtrain_comm_bench\n"
-    "         [--ops allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce]\n"
+    "         [--ops allreduce,hier_allreduce,wire_allreduce,hier_wire_allreduce,ps_push_pull,\n"
+    "                nccl_allreduce]\n"
     "         [--min-bytes B (65536)] [--max-bytes B (268435456)] [--iters N (0: by size)]\n"
     "         [--bucket-mb MB (25)] [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
     "         [--ps-shm 0|1 (1)] [--wire-dtype bf16|fp16|fp32 (bf16)] [--ranks-per-node K (0)]\n"
@@ -436,6 +465,14 @@ int main(int argc, char** argv) {
       how.ranks_per_node = o.ranks_per_node;
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks, "hier_allreduce", how));
+    }
+    if (has_op(o, "hier_wire_allreduce")) {
+      ReduceOptions how, fp32;
+      how.hierarchical = fp32.hierarchical = true;
+      how.ranks_per_node = fp32.ranks_per_node = o.ranks_per_node;
+      how.wire = parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
+      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+        report(json, rank, ranks, bench_allreduce(o, b, ranks, "hier_wire_allreduce", how, &fp32));
     }
     if (has_op(o, "wire_allreduce")) {
       ReduceOptions how;

@@ -6,6 +6,9 @@
 #   hier_allreduce  bare MPI_Allreduce vs the same with --allreduce hierarchical (shared memory in
 #                 the node, MPI between leaders; RANKS_PER_NODE=K fakes nodes of K ranks), busbw
 #   wire_allreduce  bare MPI_Allreduce vs the same with WIRE_DTYPE (default bf16) on the wire
+#   hier_wire_allreduce  bare MPI_Allreduce vs --allreduce hierarchical with WIRE_DTYPE in the
+#                 node's shared slots and between leaders; the fp32 hierarchical sum alternated
+#                 in the same rounds (printed below each row, JSON ratio_vs_fp32_hier)
 #   ps_push_pull  bare MPI point-to-point vs dtrain's ps push-pull (1 ps, RANKS-1 workers), bytes
 #                 moved per second
 #   nccl_allreduce  with a GPU per rank (skipped otherwise, with the reason): bare ncclAllReduce vs
@@ -18,7 +21,7 @@
 # MAX_BYTES, BUCKET_MB, PS_SHM (0: dtrain's push-pull without its shared rings, --ps-shm false),
 # COMM_BENCH (the benchmark binary, default build/bin/dtrain_comm_bench:
 # another build's, to compare two versions alternately),
-# OUT_DIR, OPS (comma-separated ops, default all five), WIRE_DTYPE, RANKS_PER_NODE, REPEATS (default 1: runs the whole
+# OUT_DIR, OPS (comma-separated ops, default all six), WIRE_DTYPE, RANKS_PER_NODE, REPEATS (default 1: runs the whole
 # benchmark that many times, each run's table printed and its lines kept in <out>.runs, and
 # writes per op and size the median over the runs of each figure — for a VM whose speed drifts
 # between runs). Before and after each run it measures this machine's cross-core write penalty
@@ -40,7 +43,7 @@ out=$out_dir/comm_bench_${ranks}ranks.jsonl
 repeats=${REPEATS:-1}
 : >"$out.runs"
 args=(--max-bytes "${MAX_BYTES:-268435456}" --bucket-mb "${BUCKET_MB:-25}" --ps-shm "${PS_SHM:-1}"
-  --ops "${OPS:-allreduce,hier_allreduce,wire_allreduce,ps_push_pull,nccl_allreduce}"
+  --ops "${OPS:-allreduce,hier_allreduce,wire_allreduce,hier_wire_allreduce,ps_push_pull,nccl_allreduce}"
   --wire-dtype "${WIRE_DTYPE:-bf16}" --ranks-per-node "${RANKS_PER_NODE:-0}" --out "$out")
 launch=(-np "$ranks" "$bin" "${args[@]}")
 if [ -n "${PIN:-}" ]; then  # MPMD: one app context per rank, each under taskset on its core
@@ -81,6 +84,9 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps(m) + "\n")
         print(f"{op:>14s} {size:>10d}  ratio {m['ratio']:.3f}  (runs: "
               + ", ".join(f"{r['ratio']:.2f}" for r in runs) + ")")
+        if "ratio_vs_fp32_hier" in m:
+            print(f"{'':>14s} {'':>10s}  vs fp32 hierarchical {m['ratio_vs_fp32_hier']:.3f}  (runs: "
+                  + ", ".join(f"{r['ratio_vs_fp32_hier']:.2f}" for r in runs) + ")")
 PY
 else
   rm -f "$out.runs"

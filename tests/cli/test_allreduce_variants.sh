@@ -7,7 +7,9 @@
 #      summing over MPI): parameters within 1e-4 of --allreduce mpi's after 10 steps (another order
 #      of additions, documented tolerance); the default (auto) is hierarchical on CPU, bit for bit;
 #   3. --wire-dtype bf16 / fp16, 3 workers: parameters within 2e-2 of fp32's after 10 steps
-#      (gradients rounded to 16 bits: a documented tolerance, not bits), and the loss falls;
+#      (gradients rounded to 16 bits: a documented tolerance, not bits), and the loss falls; the
+#      default (auto: hierarchical, 16 bits in the node's shared memory) bit for bit the flat
+#      16-bit sum (--allreduce mpi) on one node; two nodes of 2 in bf16 within 2e-2 of fp32;
 #   4. ps pushes with --wire-dtype bf16, sync through the ps (2 workers + 1 ps): parameters within
 #      2e-2 of fp32's, half the bytes a push (results.json push_bytes_per_step: 2 bytes a value
 #      against 4); async fp16 through the shared ring: rounded in 4-byte slots, the loss falls;
@@ -49,12 +51,18 @@ run 4 "$SCRATCH/mpi4" --allreduce mpi
 DTRAIN_TEST_RANKS_PER_NODE=2 run 4 "$SCRATCH/hier4" --allreduce hierarchical
 close "$SCRATCH/mpi4" "$SCRATCH/hier4" 10 1e-4
 
-echo "== 3. --wire-dtype bf16 / fp16: within 2e-2 of fp32, the loss falls"
+echo "== 3. --wire-dtype bf16 / fp16: within 2e-2 of fp32, the loss falls; 16-bit shared memory"
 for w in bf16 fp16; do
-  run 3 "$SCRATCH/$w" --wire-dtype "$w"
+  run 3 "$SCRATCH/$w" --wire-dtype "$w"  # auto: hierarchical, 16 bits in the node's slots
   close "$SCRATCH/mpi3" "$SCRATCH/$w" 10 2e-2
   grep -q "wire-dtype = $w" "$SCRATCH/$w/config.ini" || fail "config.ini lacks wire-dtype = $w"
+  # One node: the same roundings in the same order as the flat 16-bit sum, so the same bits.
+  run 3 "$SCRATCH/${w}_flat" --wire-dtype "$w" --allreduce mpi
+  compare "$SCRATCH/${w}_flat" "$SCRATCH/$w" 10
 done
+# Two nodes of 2: the node totals rounded once more; still within 2e-2 of fp32.
+DTRAIN_TEST_RANKS_PER_NODE=2 run 4 "$SCRATCH/bf16_hier4" --allreduce hierarchical --wire-dtype bf16
+close "$SCRATCH/mpi4" "$SCRATCH/bf16_hier4" 10 2e-2
 "$PY" - "$SCRATCH/bf16/metrics.csv" <<'PY'
 import csv, sys
 loss = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "train"]

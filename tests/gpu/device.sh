@@ -157,7 +157,7 @@ while [ $# -gt 0 ]; do
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
     comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
-            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,hier_allreduce,ps_push_pull REPEATS=3 \
+            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull REPEATS=3 \
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
           grep -E "ratio|wrote|skipped" ;;
     scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}

@@ -10,7 +10,9 @@
 //     same bits on every rank, equals MPI_Allreduce bit for bit with 2 workers, equals the
 //     reference sum in node order where the order is known, and MPI_Allreduce to (W − 1)·2^-24·Σ|x|
 //     where the leaders' MPI order is not; through BucketedAllreduce with the stop flag, threads
-//     on.
+//     on. With 16-bit slots: bit for bit the documented rounding sequence (each input, each node
+//     total, the leaders' sum rounded once, fp32 additions in rank order) and within its bound of
+//     the exact sum, on one node the flat 16-bit sum's bits; an fp16 overflow is +Inf everywhere.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -168,6 +170,82 @@ TEST(HierarchicalAllreduce, EveryNodeShapeSumsAsPromised) {
       }
     }
   }
+}
+
+/// The documented 16-bit hierarchical sum of element i (collectives/hierarchical.hpp): every
+/// input rounded once, each node's rounded inputs added in fp32 in rank order and the total
+/// rounded, the node totals added in fp32 in node order and rounded (one node: no third rounding).
+float hierarchical_reference(WireDtype w, int W, int L, int round, std::size_t i) {
+  float all = 0;
+  const int nodes = (W + L - 1) / L;
+  for (int k = 0; k < nodes; ++k) {
+    float node = 0;
+    for (int r = k * L; r < std::min(W, (k + 1) * L); ++r)
+      node += round_wire(w, input(r + round, i));
+    all += round_wire(w, node);
+  }
+  return nodes == 1 ? all : round_wire(w, all);
+}
+
+TEST(HierarchicalAllreduce, SixteenBitSlotsRoundAsDocumented) {
+  const int rank = world_rank(), W = world_size();
+  for (WireDtype w : {WireDtype::bf16, WireDtype::fp16}) {
+    const double u = w == WireDtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    WireAllreduce flat(MPI_COMM_WORLD, w);
+    for (int per_node : {0, 2, 1}) {
+      HierarchicalAllreduce ar(MPI_COMM_WORLD, 100004, w, per_node);
+      const int L = per_node == 0 ? W : std::min(per_node, W), N = ar.nodes();
+      const double tiny = w == WireDtype::fp16 ? (W + N + 1) * std::ldexp(1.0, -25) : 0.0;
+      const double rel = N == 1 ? 2 * u + W * std::ldexp(1.0, -24)
+                                : 3 * u + 4 * u * u + (L + N) * std::ldexp(1.0, -24);
+      // Sizes around the 2048-value chunks of the fp32 sums, and below one value per rank.
+      for (std::size_t n :
+           {std::size_t{1}, std::size_t{3}, std::size_t{4099}, std::size_t{100003}}) {
+        for (int round = 0; round < 3; ++round) {  // both slot sets, then the first again
+          const bool blocking = round != 1;
+          std::vector<float> data(n), plain(n);
+          for (std::size_t i = 0; i < n; ++i) data[i] = plain[i] = input(rank + round, i);
+          ar.sum(data.data(), n, blocking, 60, "test");
+          flat.sum(plain.data(), n, blocking, 60, "test");
+          EXPECT_TRUE(same_on_every_rank(data)) << to_string(w) << " per node " << per_node;
+          if (N == 1)  // one node: the flat 16-bit sum's bits
+            EXPECT_EQ(std::memcmp(data.data(), plain.data(), n * sizeof(float)), 0)
+                << to_string(w) << " n " << n;
+          std::size_t wrong = 0, outside = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            const float want = hierarchical_reference(w, W, L, round, i);
+            double exact = 0, mag = 0;
+            for (int r = 0; r < W; ++r) {
+              exact += input(r + round, i);
+              mag += std::fabs(input(r + round, i));
+            }
+            if (data[i] != want && wrong++ == 0)
+              ADD_FAILURE() << to_string(w) << " per node " << per_node << " n " << n << " element "
+                            << i << ": " << data[i] << " vs reference " << want;
+            if (std::fabs(data[i] - exact) > rel * mag + tiny && outside++ == 0)
+              ADD_FAILURE() << to_string(w) << " per node " << per_node << " element " << i
+                            << " off by " << std::fabs(data[i] - exact) << " > "
+                            << rel * mag + tiny;
+          }
+          EXPECT_EQ(wrong, 0u);
+          EXPECT_EQ(outside, 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(HierarchicalAllreduce, Fp16OverflowIsInfiniteOnEveryRank) {
+  // 40000 fits fp16 (max 65504), the sum of two does not: every rank gets +Inf, as with the
+  // flat 16-bit sum, and the training step's finiteness check catches it.
+  const int W = world_size();
+  HierarchicalAllreduce ar(MPI_COMM_WORLD, 64, WireDtype::fp16);
+  std::vector<float> data(5, 40000.0f);
+  data[1] = 1.0f;
+  ar.sum(data.data(), data.size(), true, 60, "test");
+  EXPECT_TRUE(std::isinf(data[0]) && data[0] > 0) << data[0];
+  EXPECT_EQ(data[1], static_cast<float>(W));
+  EXPECT_TRUE(same_on_every_rank(data));
 }
 
 TEST(HierarchicalAllreduce, BucketsWithTheFlagAndAWireBetweenLeaders) {

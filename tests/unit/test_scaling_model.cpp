@@ -102,6 +102,17 @@ WorkerProfile three_layers() {
   return p;
 }
 
+constexpr std::size_t kMiBFloats = (1 << 20) / 4;  // floats in 1 MiB of fp32
+
+/// three_layers() with 4 MiB of fp32 gradients: layer 0 the first 1 MiB, layer 2 the other 3.
+WorkerProfile four_mib() {
+  WorkerProfile p = three_layers();
+  p.layers[0].param_floats = kMiBFloats;
+  p.layers[2].param_offset = kMiBFloats;
+  p.layers[2].param_floats = 3 * kMiBFloats;
+  return p;
+}
+
 TEST(ScalingModel, GradientsAreReadyAsBackwardPassesTheirLayer) {
   const WorkerProfile p = three_layers();
   // Backward runs layer 2 (4 ms), 1 (2 ms), 0 (1 ms): floats ≥ 100 final at 4 ms, all at 7 ms.
@@ -129,11 +140,8 @@ TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
   // plan at 25 MiB (end buckets of 1 MiB, doubling from the front): [3, 4) MiB and [1, 3) MiB
   // ready when layer 2 is done (4 ms), [0, 1) MiB when layer 0 is (7 ms). (Cut from the end, the
   // last bucket would have been all 4 MiB.)
-  constexpr std::size_t MiB = (1 << 20) / 4;
-  WorkerProfile p = three_layers();
-  p.layers[0].param_floats = MiB;
-  p.layers[2].param_offset = MiB;
-  p.layers[2].param_floats = 3 * MiB;
+  constexpr std::size_t MiB = kMiBFloats;
+  const WorkerProfile p = four_mib();
   const auto b = plan_buckets(4 * MiB, 25 * MiB);
   ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[1].begin, MiB);
@@ -156,6 +164,36 @@ TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
   Topology serial = t;
   serial.overlap = false;
   EXPECT_NEAR(predict(p, serial, c).exposed_ms, (one + two + one) * 1000, 1e-9);
+}
+
+TEST(ScalingModel, SixteenBitWireHalvesTheSyncAllreduceBytes) {
+  // 4 MiB of fp32 gradients, --wire-dtype bf16|fp16: both levels of the hierarchical sum (and the
+  // flat ring) carry 2 bytes a value. 2 nodes × 2 workers, unshared links (k = 1), the whole
+  // exchange after backward (--overlap false): every bucket's cost adds up.
+  constexpr std::size_t MiB = kMiBFloats;
+  const WorkerProfile p = four_mib();
+  Topology t = topo(2, 2, link(5, 10), link(1, 50), 4);
+  t.overlap = false;
+  Topology t16 = t;
+  t16.value_bytes = 2;
+  const double S16 = 2.0 * 4 * MiB;                          // 2^20 values at 2 bytes: 2 MiB
+  const double node = 2.0 * 1 * (1e-6 + S16 / 2 / 50e9);     // reduce-scatter + gather, G = 2
+  const double leaders = 2.0 * 1 * (5e-6 + S16 / 2 / 10e9);  // ring of 2 leaders
+  const Candidate h{Strategy::hierarchical, 25, 0};
+  EXPECT_NEAR(predict(p, t16, h).comm_ms, (node + leaders + node) * 1000, 1e-9);
+  EXPECT_NEAR(predict(p, t, h).comm_ms, hierarchical_allreduce_s(2 * S16, t) * 1000, 1e-9);
+  // Exposed: the three buckets (1, 2, 1 MiB of values) one after the other, at half the bytes.
+  double serial = 0;
+  for (double values : {1.0 * MiB, 2.0 * MiB, 1.0 * MiB}) {
+    serial += hierarchical_allreduce_s(2 * values, t);
+    EXPECT_LT(hierarchical_allreduce_s(2 * values, t), hierarchical_allreduce_s(4 * values, t));
+  }
+  EXPECT_NEAR(predict(p, t16, h).exposed_ms, serial * 1000, 1e-9);
+  const Candidate f{Strategy::flat, 25, 0};
+  EXPECT_NEAR(predict(p, t16, f).comm_ms, flat_allreduce_s(S16, t) * 1000, 1e-9);
+  // ps pushes stay priced in fp32 (not modelled): the same prediction.
+  const Candidate ps{Strategy::ps, 0, 1};
+  EXPECT_EQ(predict(p, t16, ps).step_ms, predict(p, t, ps).step_ms);
 }
 
 TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {

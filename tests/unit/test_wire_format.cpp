@@ -1,7 +1,7 @@
 // tests/unit/test_wire_format.cpp — the 16-bit wire encodings of dnn/float16.hpp: fp16
 // against the compiler's own IEEE binary16 (_Float16, round to nearest even) for every fp16 value
 // and a sweep of fp32 bit patterns (ties, subnormals, overflow, NaN); bf16 against dnn/bf16.hpp;
-// the array encoders against the scalar ones.
+// the array encoders against the scalar ones, bit for bit (every half; a sweep of fp32 patterns).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +87,31 @@ TEST(WireFormat, ArrayEncodersMatchTheScalarOnes) {
   EXPECT_EQ(wire_bytes(WireDtype::fp32), 4u);
   EXPECT_EQ(wire_bytes(WireDtype::bf16), 2u);
   EXPECT_STREQ(to_string(WireDtype::fp16), "fp16");
+}
+
+// The array codec may take another path than the scalar one (F16C's instructions where the CPU
+// has them): the same bits for every half, and for a sweep of fp32 patterns with every NaN sign
+// and payload class, Inf, ties and subnormals; adds as decode + one fp32 addition.
+TEST(WireFormat, Fp16ArrayPathsMatchTheScalarCodecBitForBit) {
+  std::vector<std::uint16_t> h(65536);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> wide(h.size()), acc(h.size(), 0.75f);
+  decode_wire(WireDtype::fp16, h.data(), wide.data(), h.size());
+  add_wire(WireDtype::fp16, h.data(), acc.data(), h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const float want = fp16_to_float(h[i]), sum = 0.75f + want;
+    ASSERT_EQ(std::memcmp(&wide[i], &want, sizeof want), 0) << std::hex << i;
+    if (!std::isnan(sum)) ASSERT_EQ(acc[i], sum) << std::hex << i;
+  }
+  std::vector<float> x;
+  for (std::uint64_t base = 0; base < (1ull << 32); base += (1u << 13) + 1)
+    for (std::uint32_t d = 0; d < 7; ++d)
+      x.push_back(from_bits(static_cast<std::uint32_t>(base + d)));
+  x.push_back(from_bits(0x7FC00000u));  // the quiet NaN, both signs
+  x.push_back(from_bits(0xFFC00000u));
+  std::vector<std::uint16_t> e(x.size());
+  encode_wire(WireDtype::fp16, x.data(), e.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(e[i], float_to_fp16(x[i])) << x[i];
 }
 
 // A finite fp32 gradient past fp16's range encodes to Inf, which wire_all_finite reports (a ps

@@ -104,7 +104,7 @@ struct ReduceOptions {
   /// the node leaders (collectives/hierarchical.hpp).
   bool hierarchical = false;
   /// Gradients between ranks in fp32, bf16 or fp16, summed in fp32 (collectives/wire.hpp). With
-  /// `hierarchical`, only the leaders' hop (the one that leaves the node) uses it.
+  /// `hierarchical`, the node's shared slots and the leaders' hop (collectives/hierarchical.hpp).
   WireDtype wire = WireDtype::fp32;
   /// Test only: hierarchical nodes of this many consecutive worker ranks (0: real nodes).
   int ranks_per_node = 0;

@@ -7,15 +7,15 @@
 // Memory: the node's leader (lowest worker rank of the node) makes one memfd segment
 // (ps/shared_ring.hpp: freed with its last mapping, nothing left in /dev/shm after a kill) and
 // every worker of the node maps it: a control line per local rank (its pid and an arrival
-// counter) and two sets of L slots of `capacity` floats (L = the node's workers), used by
-// alternate sums: 2·L·capacity floats per node (25 MiB buckets, 12 workers: 600 MiB).
+// counter) and two sets of L slots of `capacity` values (L = the node's workers), used by
+// alternate sums, each value in the wire dtype: 2·L·capacity·(4 or 2) bytes per node (25 MiB
+// buckets, 12 workers: 600 MiB in fp32, 300 MiB in 16 bits).
 //
-// One sum of n floats, every local rank l (the protocol; every wait has a deadline):
+// One sum of n values, every local rank l (the protocol; every wait has a deadline):
 //   1. copies its data into slot l of this sum's set;                    then barrier A
-//   2. adds segment l (n/L of the floats) of all L slots, in slot order, into slot 0;
+//   2. adds segment l (n/L of the values) of all L slots, in slot order, into slot 0;
 //                                                                           barrier B
-//   3. the leader sums slot 0 over the leaders with MPI (WireAllreduce: --wire-dtype applies to
-//      this hop, the only one that leaves the node);                     barrier C (several nodes)
+//   3. the leader sums slot 0 over the leaders with MPI (WireAllreduce);  barrier C (several nodes)
 //   4. copies slot 0 out.
 // Sum k+2 reuses sum k's set only after every rank passed sum k+1's barrier A, i.e. finished
 // copying sum k out; nothing else is shared, so no lock. A barrier is a per-rank counter in the
@@ -26,10 +26,30 @@
 // its worker rank, world rank and pid; past the deadline, TimeoutError naming the ranks not yet
 // arrived.
 //
-// Equivalence: every rank ends with the same bits (it copies one slot 0). With 2 workers on a
+// --wire-dtype fp32: the slots hold floats, step 2 adds in fp32 into slot 0, the leaders call
+// MPI_Allreduce. Every rank ends with the same bits (it copies one slot 0). With 2 workers on a
 // node the sum is a + b, the bits of MPI_Allreduce; with more, the order of the additions is slot
-// order, which MPI does not promise: the same to within (L − 1)·2^-24·Σ|x| relative
-// (tests/mpi/test_hierarchical.cpp).
+// order, which MPI does not promise: the same to within (L − 1)·2^-24·Σ|x| relative.
+//
+// --wire-dtype bf16|fp16 (Horovod's Compression.fp16, DDP's bf16 hook, with fp32 sums): every
+// value that crosses the shared memory or the leaders' MPI hop is 16 bits, every addition is
+// fp32, and each quantity is rounded once, when it is written for another rank to read:
+//   1. each rank rounds its own gradient, x → R(x), writing it into its slot;
+//   2. rank l widens segment l of the L slots, adds them in fp32 in slot order and writes the
+//      node total T = R(R(x_0) + R(x_1) + … + R(x_{L−1})) into slot 0;
+//   3. (several nodes) the leaders sum the 16-bit node totals where they lie in slot 0
+//      (WireAllreduce::sum_encoded: widened, added in fp32 in leader order, rounded once:
+//      R(T_0 + T_1 + … + T_{N−1})), the result written back into slot 0;
+//   4. every rank widens slot 0, exactly, into its gradient.
+// So every rank holds the same bits, and on one node they are the flat 16-bit sum's
+// (collectives/wire.hpp: the same roundings in the same rank order) — half the bytes through
+// the node's memory and none of its MPI messages. A rank keeps no unrounded result of its own:
+// the sum must reach the other ranks through the segment, and sync replicas must agree. Error
+// against the exact Σx (u = 2^-8 for bf16, 2^-11 for fp16; N nodes of L workers, W = N·L):
+// one node, the flat sum's (2u + W·2^-24)·Σ|x|; several, (3u + 4u² + (L + N)·2^-24)·Σ|x|;
+// fp16 adds (W + N + 1)·2^-25 for its subnormals and overflows past 65504 to ±Inf (which the
+// step's finiteness check catches). tests/mpi/test_wire_hierarchical.cpp checks the bits
+// against this rounding sequence and the bounds.
 #pragma once
 
 #include <mpi.h>
@@ -38,6 +58,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/collectives/wire.hpp"
@@ -50,16 +71,18 @@ class HierarchicalAllreduce {
   /// Collective over `workers` (borrowed, must outlive this): splits it by node
   /// (MPI_COMM_TYPE_SHARED; `ranks_per_node` > 0 cuts each node further into groups of that many
   /// consecutive worker ranks, for tests of several leaders on one machine), makes and maps the
-  /// node's segment for sums of up to `capacity` floats. Throws LibraryError on every rank alike
+  /// node's segment for sums of up to `capacity` values in `wire` (the slots and the leaders'
+  /// hop; see the file comment). Throws LibraryError on every rank alike
   /// (after agreeing over `workers`) when a rank cannot make or map the segment, naming that rank
   /// and why; the caller may then fall back to a flat allreduce on every rank.
-  HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity, WireDtype leaders_wire,
+  HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity, WireDtype wire,
                         int ranks_per_node = 0);
   ~HierarchicalAllreduce();
   HierarchicalAllreduce(const HierarchicalAllreduce&) = delete;
   HierarchicalAllreduce& operator=(const HierarchicalAllreduce&) = delete;
 
-  /// data[i] = Σ_workers data[i], n ≤ capacity floats, in place (the protocol above). Every
+  /// data[i] = Σ_workers data[i], n ≤ capacity floats, in place (the protocol above; 16-bit
+  /// wire: rounded as listed there). Every
   /// worker calls it with the same n, in the same order. `blocking`: the leaders' MPI call is
   /// blocking (a caller with its own watchdog); false: non-blocking, waited with the deadline.
   /// Throws TimeoutError naming the ranks not arrived after timeout_s seconds in one barrier,
@@ -72,17 +95,25 @@ class HierarchicalAllreduce {
 
  private:
   void barrier(double timeout_s, const std::string& what, const char* phase);
-  [[nodiscard]] float* slot(int set, int l) const;
+  void sum_fp32(float* data, std::size_t n, bool blocking, double timeout_s,
+                const std::string& what);
+  void sum_16bit(float* data, std::size_t n, bool blocking, double timeout_s,
+                 const std::string& what);
+  /// [lo, hi): the values of a sum of n that this rank adds up (step 2 of the protocol).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> segment(std::size_t n) const;
+  /// Slot l of set `set`: capacity_ values of wire_bytes(wire_) bytes each.
+  [[nodiscard]] void* slot(int set, int l) const;
 
   MPI_Comm node_ = MPI_COMM_NULL;     ///< the workers of this node (owned)
   MPI_Comm leaders_ = MPI_COMM_NULL;  ///< one rank per node (owned; null on non-leaders)
+  WireDtype wire_;                    ///< the values in the slots and between the leaders
   int local_rank_ = 0, local_size_ = 1, nodes_ = 1;
   std::size_t capacity_ = 0;
   std::vector<int> worker_rank_of_;  ///< node-local rank → worker rank, for messages
   std::vector<int> world_rank_of_;   ///< node-local rank → world rank
   std::unique_ptr<SharedRing> segment_;
   std::uint64_t* control_ = nullptr;  ///< L lines of 8 words: [0] pid, [1] arrivals
-  float* slots_ = nullptr;
+  char* slots_ = nullptr;
   std::uint64_t arrivals_ = 0;  ///< barriers this rank has entered
   std::uint64_t sums_ = 0;      ///< sums done (picks the slot set)
   std::unique_ptr<WireAllreduce> inter_;

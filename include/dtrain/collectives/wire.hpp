@@ -42,6 +42,13 @@ class WireAllreduce {
  public:
   WireAllreduce(MPI_Comm comm, WireDtype w);
   void sum(float* data, std::size_t n, bool blocking, double timeout_s, const std::string& what);
+  /// The same sum on values already encoded in dtype() (bf16 or fp16; fp32 is a programming
+  /// error): v[i] = encode(Σ_workers decode(v[i])), in place — the reduce-scatter sends from v
+  /// and the allgather writes into it (v may be shared memory: collectives/hierarchical.hpp's
+  /// leaders sum their nodes' 16-bit totals so, where they lie, without widening them first).
+  /// Rounds once, the sum of each value. Same collective rules, deadline and errors as sum().
+  void sum_encoded(std::uint16_t* v, std::size_t n, bool blocking, double timeout_s,
+                   const std::string& what);
   [[nodiscard]] WireDtype dtype() const { return wire_; }
 
  private:
@@ -49,7 +56,6 @@ class WireAllreduce {
   WireDtype wire_;
   int rank_ = 0, size_ = 1;
   std::vector<std::uint16_t> send_, recv_;  ///< the rank's encoding; the received segments
-  std::vector<float> acc_;                  ///< this rank's segment, summed in fp32
   std::vector<int> counts_, displs_;
 };
 

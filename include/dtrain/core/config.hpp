@@ -126,7 +126,7 @@ struct Config {
   std::string profile_steps;
   AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
   WireDtype wire_dtype =
-      WireDtype::fp32;       ///< gradients between ranks (MPI allreduce, ps pushes): fp32|bf16|fp16
+      WireDtype::fp32;       ///< gradients between ranks (allreduce, ps pushes): fp32|bf16|fp16
   double bucket_mb = 25;     ///< sync allreduce bucket size, MiB (0: one bucket)
   bool overlap = true;       ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;           ///< OpenMP threads per rank; 0 = cores per node / ranks per node

@@ -107,8 +107,9 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 enum class AllreduceOption { automatic, mpi, hierarchical, nccl };
 
 /// --wire-dtype: what gradients travel between ranks as (the MPI allreduce, collectives/wire.hpp;
-/// ps pushes, ps/client.hpp): fp32 as they are, or rounded once to bf16 or IEEE fp16 and summed
-/// or applied in fp32 at the receiver (dnn/float16.hpp).
+/// the hierarchical one's shared memory and leaders' hop, collectives/hierarchical.hpp; ps pushes,
+/// ps/client.hpp): fp32 as they are, or rounded once to bf16 or IEEE fp16 and summed or applied
+/// in fp32 at the receiver (dnn/float16.hpp).
 enum class WireDtype { fp32, bf16, fp16 };
 
 /// --num-ps: parameter-server ranks, a count K ≥ 0 or "auto" (train/ps_count.hpp picks K from the

@@ -3,9 +3,11 @@
 // and an alpha-beta model of the links (plan/network.hpp). `dtrain plan` prints it.
 //
 // Notation: W = nodes × G workers (G per node), b samples per worker and step, S = gradient bytes
-// (4 per parameter, fp32), t(m, k) = α + m·k/β one link moving m bytes while k streams share it.
-// The intra-node link is shared by the node's G ranks when it is a `shared` bus (a host's
-// memory), otherwise each rank has its own (NVLink); a node's NIC is shared by its ranks' streams.
+// (4 per parameter, fp32; the sync allreduce moves S·v/4 bytes, v = Topology::value_bytes: 2 with
+// a 16-bit --wire-dtype, which the flat sum and both levels of the hierarchical one carry), t(m, k)
+// = α + m·k/β one link moving m bytes while k streams share it. The intra-node link is shared by
+// the node's G ranks when it is a `shared` bus (a host's memory), otherwise each rank has its own
+// (NVLink); a node's NIC is shared by its ranks' streams.
 //
 // Compute: the profile's per-layer forward and backward times scaled by b / profile batch
 // (compute linear in the batch); backward produces gradients from the last layer to the first.
@@ -40,8 +42,9 @@
 // Not modelled (stated in every plan's output): contention for memory bandwidth or caches
 // between ranks' compute (a host whose compute per sample rises with its busy cores), stragglers
 // and load imbalance, the data pipeline (synthetic or cached data), the first step's warm-up,
-// sync training through ps (--mode sync --num-ps K), compression (--wire-dtype), and the
-// statistical cost of async's stale gradients (samples/s is not time to accuracy).
+// sync training through ps (--mode sync --num-ps K), 16-bit ps pushes (--wire-dtype: the async
+// exchange is priced in fp32) and the conversions' compute, and the statistical cost of async's
+// stale gradients (samples/s is not time to accuracy).
 #pragma once
 
 #include <string>
@@ -60,6 +63,7 @@ struct Topology {
   Link intra;                ///< inside a node (--intra-node)
   int batch = 1;             ///< samples per worker and step (> 0)
   bool overlap = true;       ///< --overlap: buckets and pushes start during backward (else after)
+  double value_bytes = 4;    ///< sync allreduce bytes per gradient value (--wire-dtype: 4 or 2)
   [[nodiscard]] int workers() const { return nodes * workers_per_node; }
 };
 
