@@ -145,22 +145,6 @@ bool Backend::layerwise_update(const OptimizerUpdate& u, const std::vector<Param
                    name());
 }
 
-void check_normalize_uint8(std::size_t n, int channels, std::size_t hw) {
-  DT_REQUIRE(n == 0 || (channels >= 1 && hw >= 1),
-             "normalize_uint8: need channels >= 1 and pixels >= 1, got " +
-                 std::to_string(channels) + " and " + std::to_string(hw));
-}
-
-void Backend::normalize_uint8(const std::uint8_t* x, const float* lut, float* y, std::size_t n,
-                              int channels, std::size_t hw) {
-  check_normalize_uint8(n, channels, hw);
-  const auto c = static_cast<std::size_t>(channels);
-  for (std::size_t plane = 0; plane < n * c; ++plane) {
-    const float* table = lut + (plane % c) * 256;
-    for (std::size_t j = plane * hw; j < (plane + 1) * hw; ++j) y[j] = table[x[j]];
-  }
-}
-
 bool Backend::optimizer_update_into_grad(const OptimizerUpdate& u, float* p, float* g, float* m,
                                          float* v, std::size_t n) {
   const bool finite = optimizer_update(u, p, g, m, v, n);

@@ -412,8 +412,18 @@ void Model::initial_values(std::uint64_t seed, std::vector<float>& host,
       state[info.offset + i] = info.init == Init::ones ? 1.0f : 0.0f;
 }
 
-const void* Model::network_input(const float* x, int n) {
-  if (input_.size() == 0) return x;
+Layout Model::input_layout() const {
+  return backend().differs_from_nchw(sample_) ? Layout::nhwc : Layout::nchw;
+}
+
+const void* Model::input_at(const void* x, int first) const {
+  const std::size_t bytes = input_form_ == InputForm::network ? act_size_ : sizeof(float);
+  return static_cast<const std::byte*>(x) +
+         static_cast<std::size_t>(first) * sample_.sample_count() * bytes;
+}
+
+const void* Model::network_input(const void* x, int n) {
+  if (input_.size() == 0 || input_form_ == InputForm::network) return x;
   Backend& be = backend();
   const Shape s = sample_.with_n(n);
   const DType t = be.act_dtype();
@@ -460,7 +470,7 @@ void Model::run_forward(Stack& s, const void* x, const StepContext& ctx) {
   }
 }
 
-void Model::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
+void Model::train_step(const void* x, const std::int32_t* labels, int n, float grad_scale,
                        std::uint64_t step_seed, float* stats, const GradsFinal& on_final) {
   if (n == 0) {
     backend().fill(grads_.data(), 0.0f, param_count_);
@@ -483,7 +493,8 @@ void Model::train_step(const float* x, const std::int32_t* labels, int n, float 
   if (on_final) return graphs_->run_eagerly("the exchange takes gradients during backward", body);
   if (probe_) return graphs_->run_eagerly("per-layer timing", body);
   if (backend().debug_sync()) return graphs_->run_eagerly("--debug-sync", body);
-  const StepGraphKey key{n, grad_scale, x, labels, stats, slot_, backend().buffers_generation()};
+  const StepGraphKey key{
+      n, grad_scale, x, labels, stats, slot_, backend().buffers_generation(), input_form_};
   const std::string label = sample_.with_n(n).str() + " " + dtype_name(backend().act_dtype());
   const TimelineSpan span("step graph", "compute");
   graphs_->run(key, label, body);
@@ -532,18 +543,17 @@ void Model::run_backward(Stack& s, const void* input, const GradsFinal& on_final
   }
 }
 
-void Model::train_step_micro(const float* x, const std::int32_t* labels, int n, int micro_batches,
+void Model::train_step_micro(const void* x, const std::int32_t* labels, int n, int micro_batches,
                              float grad_scale, std::uint64_t step_seed, float* stats,
                              const GradsFinal& on_final) {
   const int M = std::max(1, std::min(micro_batches, n));
   if (M == 1) return train_step(x, labels, n, grad_scale, step_seed, stats, on_final);
   Backend& be = backend();
-  const std::size_t per_sample = sample_.count();
   for (int m = 0; m < M; ++m) {
     const int a = static_cast<int>(static_cast<std::int64_t>(n) * m / M);
     const int b = static_cast<int>(static_cast<std::int64_t>(n) * (m + 1) / M);
     const auto seed = micro_batch_seed(step_seed, m);
-    const float* xm = x + static_cast<std::size_t>(a) * per_sample;
+    const void* xm = input_at(x, a);
     if (m + 1 < M) {  // M ≤ n: every slice holds a sample
       train_step(xm, labels + a, b - a, grad_scale, seed, stats);
       accumulate_micro(m, M);
@@ -562,7 +572,7 @@ void Model::train_step_micro(const float* x, const std::int32_t* labels, int n, 
   }
 }
 
-void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* stats) {
+void Model::evaluate(const void* x, const std::int32_t* labels, int n, float* stats) {
   if (n == 0) return;
   Stack& s = stack_for(n);
   const void* input = network_input(x, n);
@@ -571,7 +581,7 @@ void Model::evaluate(const float* x, const std::int32_t* labels, int n, float* s
                            stats);
 }
 
-void Model::logits(const float* x, int n, float* host_logits) {
+void Model::logits(const void* x, int n, float* host_logits) {
   if (n == 0) return;
   Stack& s = stack_for(n);
   const void* input = network_input(x, n);

@@ -71,7 +71,7 @@ void* Model::tensor_grad(int slot, int t) const {
          plan_->grad[static_cast<std::size_t>(t)] * act_size_;
 }
 
-void Model::forward_micro(int slot, const float* x, const std::int32_t* labels, int n,
+void Model::forward_micro(int slot, const void* x, const std::int32_t* labels, int n,
                           float grad_scale, std::uint64_t seed, float* stats, bool training) {
   DT_ASSERT(slot >= 0 && slot < slots_, "model: activation slot out of range");
   if (n == 0) return;

@@ -14,7 +14,7 @@ bool StepGraphKey::operator==(const StepGraphKey& o) const {
   return n == o.n &&
          std::bit_cast<std::uint32_t>(grad_scale) == std::bit_cast<std::uint32_t>(o.grad_scale) &&
          x == o.x && labels == o.labels && stats == o.stats && slot == o.slot &&
-         generation == o.generation;
+         generation == o.generation && form == o.form;
 }
 
 StepGraphs::StepGraphs(Factory make, bool required, Log log)

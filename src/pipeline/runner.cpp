@@ -148,11 +148,10 @@ void PipelineRunner::wait_all_sends() {
   for (int k = 0; k < static_cast<int>(slots_.size()); ++k) wait_sends(k);
 }
 
-void PipelineRunner::train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
+void PipelineRunner::train_step(const void* x, const std::int32_t* labels, int n, float grad_scale,
                                 std::uint64_t step_seed, float* stats, const GradsFinal& on_final) {
   times_ = {};
   const int M = std::max(1, std::min(micro_batches_, n));
-  const std::size_t per = model_.sample_shape().count();
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
   for (const PipelineOp& op : stage_schedule(schedule_, stage_, stages_, M)) {
     const int a = static_cast<int>(static_cast<std::int64_t>(n) * op.micro / M);
@@ -161,7 +160,7 @@ void PipelineRunner::train_step(const float* x, const std::int32_t* labels, int 
     if (op.forward) {
       if (!first) receive(op.slot, op.micro, rows, false);
       const double t0 = now_seconds();
-      model_.forward_micro(op.slot, first ? x + static_cast<std::size_t>(a) * per : nullptr,
+      model_.forward_micro(op.slot, first ? model_.input_at(x, a) : nullptr,
                            last ? labels + a : nullptr, rows, grad_scale,
                            micro_batch_seed(step_seed, op.micro), stats, true);
       times_.compute += now_seconds() - t0;
@@ -179,16 +178,15 @@ void PipelineRunner::train_step(const float* x, const std::int32_t* labels, int 
   if (on_final) on_final(0);
 }
 
-void PipelineRunner::evaluate(const float* x, const std::int32_t* labels, int n, float* stats) {
-  const std::size_t per = model_.sample_shape().count();
+void PipelineRunner::evaluate(const void* x, const std::int32_t* labels, int n, float* stats) {
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
   const int step = model_.max_batch();
   for (int a = 0, m = 0; a < n; a += step, ++m) {
     const int rows = std::min(step, n - a);
     wait_sends(0);
     if (!first) receive(0, m, rows, false);
-    model_.forward_micro(0, first ? x + static_cast<std::size_t>(a) * per : nullptr,
-                         last ? labels + a : nullptr, rows, 0.0f, 0, stats, false);
+    model_.forward_micro(0, first ? model_.input_at(x, a) : nullptr, last ? labels + a : nullptr,
+                         rows, 0.0f, 0, stats, false);
     if (!last) send(0, m, rows, false);
   }
   wait_all_sends();

@@ -7,9 +7,8 @@
 
 namespace dtrain {
 
-BatchUpload::BatchUpload(Backend& be, const DatasetInfo& info, int max_samples)
-    : be_(be), channels_(info.sample.c),
-      hw_(static_cast<std::size_t>(info.sample.h) * static_cast<std::size_t>(info.sample.w)) {
+BatchUpload::BatchUpload(Backend& be, const DatasetInfo& info, int max_samples, Layout layout)
+    : be_(be), sample_(info.sample), layout_(layout) {
   if (be.device() != Device::cuda || !info.is_uint8) return;
   const std::vector<float> lut = uint8_lut(info);
   lut_ = DeviceBuffer<float>(be, lut.size());
@@ -18,15 +17,14 @@ BatchUpload::BatchUpload(Backend& be, const DatasetInfo& info, int max_samples)
                                             info.sample.sample_count());
 }
 
-void BatchUpload::operator()(const HostBatch& batch, float* x, std::int32_t* y) {
+void BatchUpload::operator()(const HostBatch& batch, void* x, std::int32_t* y) {
   if (batch.n <= 0) return;
-  const auto n = static_cast<std::size_t>(batch.n);
   if (uint8_batches()) {
-    DT_ASSERT(batch.raw.size() == n * static_cast<std::size_t>(channels_) * hw_ &&
-                  batch.raw.size() <= raw_.size(),
+    const Shape s = sample_.with_n(batch.n);
+    DT_ASSERT(batch.raw.size() == s.count() && batch.raw.size() <= raw_.size(),
               "BatchUpload: a uint8 batch of the wrong size");
     be_.upload(raw_.data(), batch.raw.data(), batch.raw.size());
-    be_.normalize_uint8(raw_.data(), lut_.data(), x, n, channels_, hw_);
+    be_.normalize_uint8(raw_.data(), lut_.data(), x, s, layout_, be_.act_dtype());
   } else {
     be_.upload(x, batch.x.data(), batch.x.size() * sizeof(float));
   }

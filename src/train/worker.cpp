@@ -69,7 +69,7 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
       [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);
   install_step_graphs();
   if (plan.synthetic) make_synthetic_batch();
-  else train_upload_.emplace(backend, plan.train, plan.batch);
+  else train_upload_.emplace(backend, plan.train, plan.batch, model_.input_layout());
   if (plan.train.encoded && c.cache_mb > 0)
     encoded_cache_ = std::make_unique<EncodedCache>(static_cast<std::size_t>(c.cache_mb) << 20);
   if (reports_)
@@ -282,8 +282,13 @@ int Worker::next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std
     return static_cast<int>(std::clamp<std::int64_t>(my_samples - s * plan_.batch, 0, plan_.batch));
   }
   if (!reader->next(batch)) return 0;  // sync: a shorter shard may run out one step early
-  (*train_upload_)(batch, x_.data(), y_.data());
+  upload(*train_upload_, batch);
   return batch.n;
+}
+
+void Worker::upload(BatchUpload& up, const HostBatch& batch) {
+  up(batch, x_.data(), y_.data());
+  model_.set_input_form(up.form());
 }
 
 bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
@@ -538,11 +543,9 @@ void Worker::note_target(double accuracy, std::int64_t step, double wall) {
 
 void Worker::evaluate_batch(int n) {
   if (runner_) return runner_->evaluate(x_.data(), y_.data(), n, stats_.data());
-  const std::size_t per = plan_.train.sample.sample_count();
   for (int a = 0; a < n; a += model_.max_batch()) {  // in micro-batches (--micro-batches)
     const int rows = std::min(model_.max_batch(), n - a);
-    model_.evaluate(x_.data() + static_cast<std::size_t>(a) * per, y_.data() + a, rows,
-                    stats_.data());
+    model_.evaluate(model_.input_at(x_.data(), a), y_.data() + a, rows, stats_.data());
   }
 }
 
@@ -564,11 +567,11 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     auto indices = alone
                        ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
                        : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
-    if (!test_upload_) test_upload_.emplace(be_, plan_.test, plan_.batch);
+    if (!test_upload_) test_upload_.emplace(be_, plan_.test, plan_.batch, model_.input_layout());
     BatchReader reader(plan_.test, std::move(indices), plan_.batch, 2, 0, {}, 0, nullptr,
                        test_upload_->uint8_batches());
     while (reader.next(batch)) {
-      (*test_upload_)(batch, x_.data(), y_.data());
+      upload(*test_upload_, batch);
       evaluate_batch(batch.n);
       count += batch.n;
     }

@@ -87,6 +87,9 @@ class Worker {
   /// Local step `s`'s batch in x_, y_ (from `reader`; none: the synthetic batch already there);
   /// returns its sample count (0: this worker's shard is done).
   int next_batch(std::optional<BatchReader>& reader, HostBatch& batch, std::int64_t s);
+  /// `batch` into x_, y_ through `up`, and the model told the form x_ then holds (a training
+  /// and a test file may differ: uint8 and float32).
+  void upload(BatchUpload& up, const HostBatch& batch);
   /// Forward and backward of local step `s` (n samples), the exchange begun as gradients become
   /// final (and the DTRAIN_FAULT hooks); t1: when the batch was ready. True when the step is
   /// timed on the device (read one step late, read_device_compute()).
@@ -146,6 +149,8 @@ class Worker {
   std::optional<CheckpointState> resume_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<EncodedCache> encoded_cache_;  ///< --cache-mb on an encoded training file
+  /// The batch: n×C×H×W fp32 NCHW, or as the first layer reads it (BatchUpload::form(): bf16
+  /// in half of it under --precision bf16).
   DeviceBuffer<float> x_, stats_;
   DeviceBuffer<std::int32_t> y_;
   /// Batches into x_, y_: the training file's (not synthetic), the test file's (made at the

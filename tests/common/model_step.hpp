@@ -2,6 +2,7 @@
 // the host, for tests that compare two models (layouts, precisions, backends) on the same batch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +23,17 @@ struct StepOutputs {
 /// grad_scale 1/n, dropout seed 9), then evaluate() and logits() on the same batch.
 StepOutputs run_step(Model& m, const std::vector<float>& x,
                      const std::vector<std::int32_t>& labels);
+/// The same on a batch already on the device, x in m.input_form(), the training step in
+/// `micro_batches` slices (Model::train_step_micro; 1: train_step).
+StepOutputs run_step_on(Model& m, const void* x, const std::vector<std::int32_t>& labels,
+                        int micro_batches);
+
+/// Model::network_input's sequence on `be` for the fp32 NCHW batch x of shape s: converted to
+/// NHWC where `to` is nhwc and the layouts differ (convert_layout), then cast to t — the bytes
+/// (s.count() elements of t) the first layer reads, which Backend::normalize_uint8 writes in one
+/// pass.
+std::vector<std::byte> network_form(Backend& be, const std::vector<float>& x, const Shape& s,
+                                    Layout to, DType t);
 
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-30): the largest difference relative to b's largest magnitude.
 double max_rel(const std::vector<float>& a, const std::vector<float>& b);

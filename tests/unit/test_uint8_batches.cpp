@@ -1,5 +1,6 @@
 // tests/unit/test_uint8_batches.cpp — uint8 batches (io/dataset.hpp: BatchReader's
-// uint8_batches, HostBatch::raw, uint8_lut; Backend::normalize_uint8; the worker's BatchUpload):
+// uint8_batches, HostBatch::raw, uint8_lut; Backend::normalize_uint8; the worker's BatchUpload,
+// which writes the first layer's layout and dtype, test_normalize_uint8.cpp checking each):
 // a reader handing out raw bytes gives, once they go through the file's table, exactly the float
 // batch the normalizing reader gives — decoded-pixel files with and without mean/std and
 // augmentation (crop + flip), encoded JPEG files with random-resized crop, flip and a bad image
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "common/dataset_files.hpp"
 #include "common/gpu.hpp"
 #include "common/jpeg_writer.hpp"
+#include "common/model_step.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/dataset.hpp"
@@ -130,7 +133,6 @@ void expect_same_bits(Backend& be, const DatasetInfo& info, const Batches& b) {
   ASSERT_FALSE(b.floats.empty());
   const std::vector<float> lut = uint8_lut(info);
   ASSERT_EQ(lut.size(), static_cast<std::size_t>(info.sample.c) * 256);
-  const std::size_t hw = static_cast<std::size_t>(info.sample.h) * info.sample.w;
   DeviceBuffer<float> table(be, lut.size());
   be.copy_to_device(table.data(), lut.data(), lut.size() * sizeof(float));
   for (std::size_t k = 0; k < b.floats.size(); ++k) {
@@ -142,8 +144,8 @@ void expect_same_bits(Backend& be, const DatasetInfo& info, const Batches& b) {
     DeviceBuffer<std::uint8_t> x(be, r.raw.size());
     DeviceBuffer<float> y(be, f.x.size());
     be.copy_to_device(x.data(), r.raw.data(), r.raw.size());
-    be.normalize_uint8(x.data(), table.data(), y.data(), static_cast<std::size_t>(r.n),
-                       info.sample.c, hw);
+    be.normalize_uint8(x.data(), table.data(), y.data(), info.sample.with_n(r.n), Layout::nchw,
+                       DType::f32);
     std::vector<float> got(f.x.size());
     be.synchronize();
     be.copy_to_host(got.data(), y.data(), got.size() * sizeof(float));
@@ -205,33 +207,51 @@ TEST(Uint8Batches, RefusedForFloatFilesAndBadShapes) {
   auto cpu = make_cpu_backend();
   std::uint8_t x = 0;
   float lut[256] = {}, y = 0;
-  EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, 1, 0, 1), InputError);
-  EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, 1, 1, 0), InputError);
+  for (const Shape& bad :
+       {Shape{1, 0, 1, 1}, Shape{1, 1, 0, 1}, Shape{1, 1, 1, 0}, Shape{-1, 1, 1, 1}})
+    EXPECT_THROW(cpu->normalize_uint8(&x, lut, &y, bad, Layout::nchw, DType::f32), InputError)
+        << bad.str();
+  cpu->normalize_uint8(&x, lut, &y, Shape{0, 0, 0, 0}, Layout::nhwc, DType::bf16);  // nothing
 }
 
-/// The worker's BatchUpload on `be`: uint8 batches exactly when want_uint8 (a GPU), and either
-/// way x and y of the upload equal the host-normalized batch and its labels, bit for bit.
-void expect_upload(Backend& be, bool want_uint8) {
+/// The worker's BatchUpload on `be` for a model whose first layer reads `layout`: uint8 batches
+/// exactly when want_uint8 (a GPU), written in the first layer's form (InputForm::network: the
+/// host-normalized batch as Model::network_input would convert and round it, bit for bit);
+/// otherwise the host-normalized fp32 NCHW batch itself. The labels either way.
+void expect_upload(Backend& be, bool want_uint8, Layout layout) {
   Scratch s;
   const DatasetInfo info = open_dataset_info(write_pixels(s, true));
-  BatchUpload up(be, info, 4);
+  BatchUpload up(be, info, 4, layout);
   ASSERT_EQ(up.uint8_batches(), want_uint8);
+  ASSERT_EQ(up.form(), want_uint8 ? InputForm::network : InputForm::f32_nchw);
   const Batches b = read_both(info, kOrder, {});
   const HostBatch& want = b.floats[2];
+  std::vector<std::byte> want_x(want.x.size() * sizeof(float));
+  std::memcpy(want_x.data(), want.x.data(), want_x.size());
+  if (want_uint8)
+    want_x = test::network_form(*make_cpu_backend(), want.x, info.sample.with_n(want.n), layout,
+                                be.act_dtype());
   DeviceBuffer<float> x(be, 4 * info.sample.sample_count());
   DeviceBuffer<std::int32_t> y(be, 4);
   up(want_uint8 ? b.bytes[2] : want, x.data(), y.data());
-  std::vector<float> got(want.x.size());
+  std::vector<std::byte> got(want_x.size());
   std::vector<std::int32_t> labels(4);
   be.synchronize();
-  be.copy_to_host(got.data(), x.data(), got.size() * sizeof(float));
+  be.copy_to_host(got.data(), x.data(), got.size());
   be.copy_to_host(labels.data(), y.data(), labels.size() * sizeof(std::int32_t));
-  EXPECT_EQ(std::memcmp(got.data(), want.x.data(), got.size() * sizeof(float)), 0);
+  EXPECT_TRUE(got == want_x);
   EXPECT_EQ(labels, want.y);
 }
 
-// On the CPU the reader normalizes (no uint8 batches); the upload puts the float batch into x.
-TEST(Uint8Batches, CpuWorkersUploadFloatBatches) { expect_upload(*make_cpu_backend(), false); }
+// On the CPU the reader normalizes (no uint8 batches); the upload puts the float batch into x,
+// which the model converts itself.
+TEST(Uint8Batches, CpuWorkersUploadFloatBatches) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    auto cpu = make_cpu_backend();
+    cpu->set_precision(Precision::bf16);
+    expect_upload(*cpu, false, layout);
+  }
+}
 
 class CudaUint8Batches : public ::testing::Test {
  protected:
@@ -257,8 +277,9 @@ TEST_F(CudaUint8Batches, DeviceNormalizationEqualsTheHostBitForBit) {
                    read_both(info, {3, 6, 0, 10, 2, 9, 1}, Augmentation{0, true, 4, 2}));
 }
 
-// More elements than the kernel's grid covers in one pass (65,536 blocks of 256 threads): the
-// grid-stride loop, against the CPU backend's loop.
+// More elements than the kernel's grid covers in one pass (65,536 blocks of 256 threads, one
+// element a thread where y is not 16-byte aligned: written from its second float here): the
+// grid-stride loop, against the CPU backend's loop; and aligned (16-byte packs).
 TEST_F(CudaUint8Batches, LargeBatchMatchesTheCpuLoop) {
   const std::size_t n = 130, c = 3, hw = 224 * 224, total = n * c * hw;
   std::vector<std::uint8_t> raw(total);
@@ -268,20 +289,31 @@ TEST_F(CudaUint8Batches, LargeBatchMatchesTheCpuLoop) {
   for (std::size_t i = 0; i < lut.size(); ++i) lut[i] = static_cast<float>(i) * 0.37f - 50.0f;
   auto cpu = make_cpu_backend();
   std::vector<float> want(total);
-  cpu->normalize_uint8(raw.data(), lut.data(), want.data(), n, static_cast<int>(c), hw);
+  const Shape s{static_cast<int>(n), static_cast<int>(c), 224, 224};
+  cpu->normalize_uint8(raw.data(), lut.data(), want.data(), s, Layout::nchw, DType::f32);
   DeviceBuffer<std::uint8_t> x(*gpu_, total);
-  DeviceBuffer<float> table(*gpu_, lut.size()), y(*gpu_, total);
+  DeviceBuffer<float> table(*gpu_, lut.size()), y(*gpu_, total + 1);
   gpu_->copy_to_device(x.data(), raw.data(), total);
   gpu_->copy_to_device(table.data(), lut.data(), lut.size() * sizeof(float));
-  gpu_->normalize_uint8(x.data(), table.data(), y.data(), n, static_cast<int>(c), hw);
-  std::vector<float> got(total);
-  gpu_->synchronize();
-  gpu_->copy_to_host(got.data(), y.data(), total * sizeof(float));
-  EXPECT_EQ(got, want);
+  for (const std::size_t at : {std::size_t{1}, std::size_t{0}}) {
+    gpu_->normalize_uint8(x.data(), table.data(), y.data() + at, s, Layout::nchw, DType::f32);
+    std::vector<float> got(total);
+    gpu_->synchronize();
+    gpu_->copy_to_host(got.data(), y.data() + at, total * sizeof(float));
+    EXPECT_EQ(got, want) << "y from float " << at;
+  }
 }
 
-// On a GPU: uint8 batches, the bytes uploaded and normalized on the device.
-TEST_F(CudaUint8Batches, GpuWorkersUploadBytes) { expect_upload(*gpu_, true); }
+// On a GPU: uint8 batches, the bytes uploaded and normalized on the device into the first
+// layer's form, for each layout and precision.
+TEST_F(CudaUint8Batches, GpuWorkersUploadBytes) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc})
+    for (const Precision p : {Precision::fp32, Precision::bf16}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + " " + precision_name(p));
+      gpu_->set_precision(p);
+      expect_upload(*gpu_, true, layout);
+    }
+}
 
 }  // namespace
 }  // namespace dtrain

@@ -375,9 +375,9 @@ struct LambCorrections {
 };
 [[nodiscard]] LambCorrections lamb_corrections(const OptimizerUpdate& u);
 
-/// The arguments of Backend::normalize_uint8, checked by every backend's: throws InputError unless
-/// n = 0, or channels ≥ 1 and hw ≥ 1.
-void check_normalize_uint8(std::size_t n, int channels, std::size_t hw);
+/// The shape of Backend::normalize_uint8, checked by every backend's: throws InputError unless
+/// s.n ≥ 0 and, when s.n > 0, s.c, s.h, s.w ≥ 1.
+void check_normalize_uint8(const Shape& s);
 
 class Backend {
  public:
@@ -443,17 +443,22 @@ class Backend {
   /// shape s (N×C×H×W) of elements of type t in the layout that is not `to`; y receives it in
   /// `to`. x and y must not overlap. oneDNN's reorder on the CPU, a tiled transpose kernel on CUDA.
   virtual void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) = 0;
-  /// y = the uint8 batch x normalized through a per-channel table: for n samples of `channels`
-  /// channels of hw pixels (x: n×C×H×W uint8, NCHW; lut: C×256 fp32, io/dataset.hpp's
-  /// uint8_lut() of the file, entry c·256 + b = (b/255 − mean[c])/std[c]),
-  ///   y[(s·C + c)·hw + j] = lut[c·256 + x[(s·C + c)·hw + j]]   (y: n×C×H×W fp32, NCHW)
-  /// — a lookup, no arithmetic, so y equals the host reader's normalized batch bit for bit. The
-  /// device side of uint8 batches (HostBatch::raw): a quarter of a float batch's bytes cross
-  /// PCIe. x, lut, y are this backend's pointers and must not overlap. Default (the CPU backend):
-  /// a host loop; CUDA: one kernel, queued. Throws InputError for channels < 1 or hw = 0 with
-  /// n > 0.
-  virtual void normalize_uint8(const std::uint8_t* x, const float* lut, float* y, std::size_t n,
-                               int channels, std::size_t hw);
+  /// y = the uint8 batch x normalized through a per-channel table, stored as the first layer
+  /// reads it: x holds s.n samples, n×C×H×W uint8 in NCHW order (HostBatch::raw); lut is C×256
+  /// fp32, io/dataset.hpp's uint8_lut() of the file (entry c·256 + b = (b/255 − mean[c])/std[c]);
+  /// with p = h·W + w and HW = H·W, sample i's value at (c, p) is v = lut[c·256 + x[(i·C + c)·HW
+  /// + p]], written to y (n×C×H×W elements of type t) at
+  ///   (i·C + c)·HW + p   for to = nchw,      (i·HW + p)·C + c   for to = nhwc,
+  /// as fp32 for t = f32 and rounded to the nearest bf16 (ties to even, float_to_bf16 /
+  /// __float2bfloat16_rn) for t = bf16. A lookup and at most one rounding, so y equals bit for
+  /// bit the host reader's normalized batch followed by convert_layout(…, to, f32) (when `to` is
+  /// nhwc) and cast(…, f32, …, t, …) (when t is bf16) — the three passes, and their fp32
+  /// intermediate, the GPU's input path would otherwise make (model/model.hpp InputForm). Only a
+  /// quarter of a float batch's bytes cross PCIe. x, lut, y are this backend's pointers and must
+  /// not overlap. Default (the CPU backend, and the tests' reference): a host loop; CUDA: one
+  /// kernel, queued. Throws InputError for a bad shape (check_normalize_uint8).
+  virtual void normalize_uint8(const std::uint8_t* x, const float* lut, void* y, const Shape& s,
+                               Layout to, DType t);
   /// Returns true when every p[i], i < n, is finite.
   virtual bool all_finite(const float* p, std::size_t n) = 0;
   /// Waits for all work queued on this backend.

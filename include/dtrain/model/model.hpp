@@ -94,6 +94,16 @@ std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m);
 /// (`from` decreases from call to call and ends at 0). Gradient buckets start reducing from here.
 using GradsFinal = std::function<void(std::size_t from)>;
 
+/// How the batch x handed to a Model's steps is stored (Model::set_input_form).
+enum class InputForm {
+  /// fp32, n×C×H×W in NCHW order — what the host reader delivers: the model converts it to the
+  /// backend's layout and rounds it to bf16 as the backend needs (Model::network_input).
+  f32_nchw,
+  /// already as the first layer reads it: Model::input_layout(), Backend::act_dtype() — what
+  /// Backend::normalize_uint8 writes from a uint8 batch in one pass; the model reads x as is.
+  network,
+};
+
 class Model {
  public:
   /// grads() holds param_count() + kGradSpare floats: the spare float after the gradients is free
@@ -157,9 +167,23 @@ class Model {
   void initial_values(std::uint64_t seed, std::vector<float>& params,
                       std::vector<float>& state) const;
 
-  /// One training step on n ≤ max_batch samples: x (device, fp32 n×C×H×W in NCHW order whatever
-  /// Backend::layout(): converted and/or rounded to bf16 as the backend needs), labels (device
-  /// int32, n, in [0, num_classes())).
+  /// The form of the batch x the steps below take from now on (train_step, train_step_micro,
+  /// evaluate, logits, forward_micro); InputForm::f32_nchw until set. Step graphs are keyed by it.
+  void set_input_form(InputForm form) { input_form_ = form; }
+  [[nodiscard]] InputForm input_form() const { return input_form_; }
+  /// The layout the first layer reads the batch in: Backend::layout() where it changes the
+  /// sample's memory order (Backend::differs_from_nchw), else nchw — the `to` that
+  /// Backend::normalize_uint8 needs for InputForm::network. Throws Error on a layout-only model.
+  [[nodiscard]] Layout input_layout() const;
+  /// The device address of sample `first` of the batch x in the current input form: x advanced
+  /// by first·C·H·W elements of 4 bytes (f32_nchw) or Backend::act_size() bytes (network). For
+  /// the callers that slice a batch (micro-batches, pipeline stages, evaluation in pieces).
+  [[nodiscard]] const void* input_at(const void* x, int first) const;
+
+  /// One training step on n ≤ max_batch samples: x (device, n×C×H×W in the input form: fp32 in
+  /// NCHW order whatever Backend::layout(), converted and/or rounded to bf16 as the backend
+  /// needs; or already in the first layer's form), labels (device int32, n, in
+  /// [0, num_classes())).
   /// Overwrites grads() with grad_scale·∂(Σ loss)/∂θ; adds Σ loss, #correct and #top-5 hits to
   /// stats[0..2] (kStatsFloats device floats). `step_seed` keys dropout. n == 0 zeroes grads().
   /// `on_final`, if set, is called after each layer's backward (layers in reverse line order;
@@ -173,7 +197,7 @@ class Model {
   /// repeated steps with the same StepGraphKey, eagerly where `on_final` is set, a layer probe is
   /// installed or the backend's debug_sync() is on. Same results either way: dropout reads
   /// `step_seed` from the backend's device word (Backend::set_step_seed) on both paths.
-  void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
+  void train_step(const void* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
   /// Installs the step graphs train_step() uses (nullptr: none, every step eager; the default).
   /// They must be made for this model's backend.
@@ -190,20 +214,20 @@ class Model {
   /// after the earlier slices' sum was added to each final range. micro_batches ≤ 1 is
   /// train_step(). Needs one extra param_count() floats on the backend (made on first use).
   /// Throws as train_step().
-  void train_step_micro(const float* x, const std::int32_t* labels, int n, int micro_batches,
+  void train_step_micro(const void* x, const std::int32_t* labels, int n, int micro_batches,
                         float grad_scale, std::uint64_t step_seed, float* stats,
                         const GradsFinal& on_final = {});
 
   /// Inference forward on n ≤ max_batch samples, x and labels as in train_step(); adds Σ loss,
   /// #correct and #top-5 hits to stats[0..2] (kStatsFloats device floats). n == 0 does nothing.
   /// Throws as train_step().
-  void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
+  void evaluate(const void* x, const std::int32_t* labels, int n, float* stats);
 
   /// Inference forward on n ≤ max_batch samples x (device, n×C×H×W) — the forward evaluate()
-  /// runs; x fp32 NCHW as in train_step() — and copies the n×num_classes() fp32 logits to
+  /// runs; x in the input form as in train_step() — and copies the n×num_classes() fp32 logits to
   /// host_logits (host memory, row-major). n == 0 does nothing. Throws Error when n > max_batch
   /// or on a layout-only model, LibraryError when a backend call fails.
-  void logits(const float* x, int n, float* host_logits);
+  void logits(const void* x, int n, float* host_logits);
 
   // ---- pipeline stages (a Model built for a LayerRange; src/model/stage.cpp) ----
 
@@ -230,13 +254,13 @@ class Model {
   [[nodiscard]] void* tensor_grad(int slot, int t) const;
   [[nodiscard]] int slots() const { return slots_; }
   /// Forward of this stage's layers on one micro-batch of n ≤ max_batch samples in slot `slot`:
-  /// x (first stage: device fp32 NCHW n×C×H×W, as train_step(); must stay valid until
+  /// x (first stage: device n×C×H×W in the input form, as train_step(); must stay valid until
   /// backward_micro of the slot) and the received tensors in the slot as input; on the last stage
   /// then the loss (labels: device int32, n), adding Σ loss, #correct and #top-5 hits to
   /// stats[0..2] and, when training, writing grad_scale·∂loss/∂logits. `training` false: inference
   /// mode (batch-norm running statistics, no dropout), nothing kept for backward. `seed` keys
   /// dropout as train_step()'s step_seed does. Throws as train_step().
-  void forward_micro(int slot, const float* x, const std::int32_t* labels, int n, float grad_scale,
+  void forward_micro(int slot, const void* x, const std::int32_t* labels, int n, float grad_scale,
                      std::uint64_t seed, float* stats, bool training);
   /// Backward of this stage's layers for the micro-batch forward_micro() left in `slot`, from
   /// the loss's gradient (last stage) or the sent tensors' gradients (tensor_grad); writes the
@@ -301,10 +325,10 @@ class Model {
   [[nodiscard]] void* act(int tensor, const void* input) const;
   /// The gradient of tensor `t` (plan offset `offset`) in the current slot.
   [[nodiscard]] void* at(std::size_t offset) const;
-  /// The batch x (n samples, fp32 NCHW as the data reader delivers it) in the backend's layout
-  /// and act_dtype(): x itself, or converted (Backend::differs_from_nchw(sample)) and/or rounded
-  /// to bf16 into input_.
-  const void* network_input(const float* x, int n);
+  /// The batch x (n samples in input_form_) in the backend's layout and act_dtype(): x itself
+  /// (InputForm::network, or fp32 NCHW that needs no change), or converted
+  /// (Backend::differs_from_nchw(sample)) and/or rounded to bf16 into input_.
+  const void* network_input(const void* x, int n);
 
   Backend* backend_;
   std::vector<LayerSpec> specs_;
@@ -331,6 +355,7 @@ class Model {
   int slots_ = 1;
   LayerProbe probe_;  ///< set_layer_probe()
   int slot_ = 0;      ///< the activation slot the steps use (pipeline micro-batches in flight)
+  InputForm input_form_ = InputForm::f32_nchw;  ///< set_input_form()
   std::vector<int> received_, sent_;
   std::vector<const void*> slot_input_;  ///< per slot: the network input its forward read
   /// activation memory (see MemoryPlan), shared by every stack: slots_ arenas of

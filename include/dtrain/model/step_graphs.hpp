@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "dtrain/dnn/backend.hpp"
+#include "dtrain/model/model.hpp"  // InputForm
 
 namespace dtrain {
 
@@ -36,11 +37,12 @@ namespace dtrain {
 struct StepGraphKey {
   int n = 0;                ///< samples in the batch
   float grad_scale = 0.0f;  ///< the loss gradient's scale (SoftmaxXentOp)
-  const void* x = nullptr;  ///< the batch, n×C×H×W fp32
+  const void* x = nullptr;  ///< the batch, n×C×H×W in `form`
   const void* labels = nullptr;
-  const void* stats = nullptr;   ///< kStatsFloats sums the loss adds to
-  int slot = 0;                  ///< the model's activation slot
-  std::uint64_t generation = 0;  ///< Backend::buffers_generation()
+  const void* stats = nullptr;           ///< kStatsFloats sums the loss adds to
+  int slot = 0;                          ///< the model's activation slot
+  std::uint64_t generation = 0;          ///< Backend::buffers_generation()
+  InputForm form = InputForm::f32_nchw;  ///< Model::input_form(): whether the step converts x
   [[nodiscard]] bool operator==(const StepGraphKey& o) const;
 };
 

@@ -38,19 +38,19 @@ class PipelineRunner {
   PipelineRunner& operator=(const PipelineRunner&) = delete;
 
   /// One training mini-batch of n samples (every stage of the pipeline passes the same n): x
-  /// (first stage: device fp32 NCHW n×C×H×W) and labels (last stage: device int32, n) as
-  /// Model::train_step(); min(M, n) micro-batches of n·m/M… samples. Leaves in stage.grads()
-  /// the sum of the micro-batches' grad_scale-weighted gradients; the last stage adds Σ loss,
-  /// #correct and #top-5 hits to stats[0..2]. `on_final` is called once, with 0, when they are
-  /// final. Dropout keys: micro_batch_seed(step_seed, m). Throws TimeoutError naming the stage and
-  /// world rank waited for past comm_timeout(), LibraryError when an MPI or device call fails, and
-  /// as Model::train_step().
-  void train_step(const float* x, const std::int32_t* labels, int n, float grad_scale,
+  /// (first stage: device n×C×H×W in the stage's Model::input_form()) and labels (last stage:
+  /// device int32, n) as Model::train_step(); min(M, n) micro-batches of n·m/M… samples. Leaves in
+  /// stage.grads() the sum of the micro-batches' grad_scale-weighted gradients; the last stage adds
+  /// Σ loss, #correct and #top-5 hits to stats[0..2]. `on_final` is called once, with 0, when they
+  /// are final. Dropout keys: micro_batch_seed(step_seed, m). Throws TimeoutError naming the stage
+  /// and world rank waited for past comm_timeout(), LibraryError when an MPI or device call fails,
+  /// and as Model::train_step().
+  void train_step(const void* x, const std::int32_t* labels, int n, float grad_scale,
                   std::uint64_t step_seed, float* stats, const GradsFinal& on_final = {});
   /// Inference forward of n samples through the pipeline (micro-batches of at most the stage's
   /// max_batch, one after another); the last stage adds Σ loss, #correct and #top-5 hits to stats.
   /// Throws as train_step().
-  void evaluate(const float* x, const std::int32_t* labels, int n, float* stats);
+  void evaluate(const void* x, const std::int32_t* labels, int n, float* stats);
 
   [[nodiscard]] int stage() const { return stage_; }
   [[nodiscard]] int stages() const { return stages_; }

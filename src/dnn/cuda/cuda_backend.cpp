@@ -217,11 +217,12 @@ void CudaBackend::convert_layout(const void* x, void* y, const Shape& s, Layout 
   else launch_transpose(stream_, x, y, s.n, hw, s.c, elem(t));
 }
 
-void CudaBackend::normalize_uint8(const std::uint8_t* x, const float* lut, float* y, std::size_t n,
-                                  int channels, std::size_t hw) {
-  check_normalize_uint8(n, channels, hw);
-  launch_normalize_uint8(stream_, x, lut, y, n * static_cast<std::size_t>(channels) * hw, channels,
-                         hw);
+void CudaBackend::normalize_uint8(const std::uint8_t* x, const float* lut, void* y, const Shape& s,
+                                  Layout to, DType t) {
+  check_normalize_uint8(s);
+  launch_normalize_uint8(stream_, x, lut, y, s.n, s.c,
+                         static_cast<std::size_t>(s.h) * static_cast<std::size_t>(s.w),
+                         to == Layout::nhwc, elem(t));
 }
 
 bool CudaBackend::all_finite(const float* p, std::size_t n) {

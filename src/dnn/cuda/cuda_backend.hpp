@@ -68,9 +68,9 @@ class CudaBackend final : public Backend {
   void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t rows) override;
   void convert_layout(const void* x, void* y, const Shape& s, Layout to, DType t) override;
-  /// One kernel (launch_normalize_uint8), queued.
-  void normalize_uint8(const std::uint8_t* x, const float* lut, float* y, std::size_t n,
-                       int channels, std::size_t hw) override;
+  /// One kernel (launch_normalize_uint8: element-wise for NCHW, a shared tile for NHWC), queued.
+  void normalize_uint8(const std::uint8_t* x, const float* lut, void* y, const Shape& s, Layout to,
+                       DType t) override;
   bool all_finite(const float* p, std::size_t n) override;
   void synchronize() override;
   [[nodiscard]] std::size_t device_peak_bytes() const override { return cuda::device_peak_bytes(); }

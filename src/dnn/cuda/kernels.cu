@@ -1,14 +1,13 @@
 // src/dnn/cuda/kernels.cu — dtrain's own CUDA kernels: fp32 ↔ bf16 cast, fill, scale, finiteness
 // check, optimizer updates (SGD / momentum / Nesterov / Adam, Kingma & Ba 2015, coupled L2 as
-// torch.optim), the per-channel table lookup of uint8 input batches, dense bias add, inverted
-// dropout with the counter-based generator of dtrain/dnn/counter_rng.hpp, and a warp-per-sample
-// softmax cross-entropy (log-sum-exp). The
+// torch.optim), dense bias add, inverted dropout with the counter-based generator of
+// dtrain/dnn/counter_rng.hpp, and a warp-per-sample softmax cross-entropy (log-sum-exp). The
 // activation kernels (add, relu, bias add, dropout, softmax cross-entropy) take fp32 or bf16
 // activations (templates on the element type, elem.cuh: fp32 arithmetic, bf16 stores rounded to
 // nearest even); fill, scale, the finiteness check and the optimizer work on fp32 parameters only.
 // Element-wise kernels use grid-stride loops; the activation ones (cast, relu, add, add + relu)
 // move 16-byte packs (launch_vectorized, elem.cuh). Every launcher follows kernels.hpp (enqueue on
-// the given stream, check the launch, no sync).
+// the given stream, check the launch, no sync). The input batch's lookup is normalize_kernels.cu.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -141,15 +140,6 @@ __global__ void optimizer_kernel(OptimizerParams u, float* p, const float* g, fl
       v[i] = v1;
       p[i] -= u.step_size * m1 / (sqrtf(v1) * u.inv_sqrt_bc2 + u.epsilon);
     }
-  }
-}
-
-__global__ void normalize_uint8_kernel(const std::uint8_t* x, const float* lut, float* y,
-                                       std::size_t total, int channels, std::size_t hw) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const auto c = static_cast<std::size_t>((i / hw) % static_cast<std::size_t>(channels));
-    y[i] = lut[c * 256 + x[i]];
   }
 }
 
@@ -413,13 +403,6 @@ void launch_optimizer_update(cudaStream_t stream, const OptimizerParams& u, floa
                              const unsigned long long* guard) {
   if (n == 0) return;
   optimizer_kernel<<<grid_for(n), kThreads, 0, stream>>>(u, p, g, m, v, n, guard);
-  DT_CHECK_LAUNCH();
-}
-
-void launch_normalize_uint8(cudaStream_t stream, const std::uint8_t* x, const float* lut, float* y,
-                            std::size_t total, int channels, std::size_t hw) {
-  if (total == 0) return;
-  normalize_uint8_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, lut, y, total, channels, hw);
   DT_CHECK_LAUNCH();
 }
 

@@ -78,10 +78,12 @@ void launch_transpose(cudaStream_t stream, const void* x, void* y, int batch, in
 /// Matrices of at most 8 rows (an image batch's channels) take a one-thread-per-column kernel.
 void launch_transpose(cudaStream_t stream, const void* x, Elem from, void* y, Elem to, int batch,
                       int rows, int cols);
-/// y[i] = lut[c·256 + x[i]] with c = (i / hw) % channels, i < total (Backend::normalize_uint8:
-/// x uint8 n×C×H×W, lut C×256 fp32, y fp32; total = n·C·hw).
-void launch_normalize_uint8(cudaStream_t stream, const std::uint8_t* x, const float* lut, float* y,
-                            std::size_t total, int channels, std::size_t hw);
+/// Backend::normalize_uint8 (normalize_kernels.cu): x uint8 n×C×H×W NCHW (hw = H·W), lut C×256
+/// fp32; y n×C×H×W of type t in NHWC order when nhwc, else NCHW, each element lut[c·256 + byte]
+/// rounded as launch_cast rounds. Throws InputError when C·sizeof(t) exceeds 48 KiB (the NHWC
+/// kernel's shared tile) or the NHWC grid would exceed 2^31 − 1 blocks.
+void launch_normalize_uint8(cudaStream_t stream, const std::uint8_t* x, const float* lut, void* y,
+                            int n, int channels, std::size_t hw, bool nhwc, Elem t);
 /// y[r·cols + c] += b[c] for r < rows, c < cols (row-major bias add of a dense layer; y of type
 /// t, b fp32).
 void launch_add_row_bias(cudaStream_t stream, void* y, const float* b, int rows, int cols, Elem t);
