@@ -456,7 +456,8 @@ class Backend {
   /// intermediate, the GPU's input path would otherwise make (model/model.hpp InputForm). Only a
   /// quarter of a float batch's bytes cross PCIe. x, lut, y are this backend's pointers and must
   /// not overlap. Default (the CPU backend, and the tests' reference): a host loop; CUDA: one
-  /// kernel, queued. Throws InputError for a bad shape (check_normalize_uint8).
+  /// kernel, queued. Throws InputError for a bad shape (check_normalize_uint8), and on CUDA for an
+  /// NHWC y of more than 48 KiB a pixel (12,288 fp32 or 24,576 bf16 channels).
   virtual void normalize_uint8(const std::uint8_t* x, const float* lut, void* y, const Shape& s,
                                Layout to, DType t);
   /// Returns true when every p[i], i < n, is finite.
