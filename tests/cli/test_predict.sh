@@ -37,8 +37,10 @@ for run in sync async; do
   printed=$(sed -n 's/^accuracy \([^ ]*\) .*/\1/p' "$SCRATCH/$run.p2.h5.log")
   want=$(json_get "$SCRATCH/$run/results.json" test_accuracy)
   echo "$run: predict accuracy $printed, results.json test_accuracy $want"
-  "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a == b and 0.05 < a < 0.95 else 1)" \
-    "$printed" "$want" || { cat "$SCRATCH/$run.p2.h5.log"; fail "$run: predict's accuracy $printed != test_accuracy $want"; }
+  # Equal, and neither no sample right nor all (13 async steps can end anywhere between:
+  # 0.02 was seen).
+  "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a == b and 0 < a < 1 else 1)" \
+    "$printed" "$want" || { cat "$SCRATCH/$run.p2.h5.log"; fail "$run: predict's accuracy $printed, test_accuracy $want: expected equal, strictly between 0 and 1"; }
   top5=$(sed -n 's/^accuracy .* top-5 accuracy \([^ ]*\)$/\1/p' "$SCRATCH/$run.p2.h5.log")
   want5=$(json_get "$SCRATCH/$run/results.json" test_top5)
   "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) == float(sys.argv[2]) == 1 else 1)" \
