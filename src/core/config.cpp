@@ -363,6 +363,12 @@ void add_device_options(Table& t, Config& c) {
       "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
       "fusion buffer); buckets are summed while backward still runs, the first and the last "
       "a 25th of this size (1 MiB at 25), those between doubling up to it; 0: one bucket");
+  t.add("bucket-link", &c.bucket_link,
+        "sync allreduce: off (default: --bucket-mb's plan) | the link the workers' ring crosses, "
+        "as --network (25gbe | hdr-ib | nvlink | shm | alpha_us=A,beta_gbps=B[,shared=1]): "
+        "buckets, the end ones too, of at least p·α·β bytes for p workers, so that no bucket's "
+        "latency exceeds its transfer time (collectives/bucketed.hpp); where that is below "
+        "--bucket-mb's end size (small rings, one node) the plan is --bucket-mb's");
   t.add("overlap", &c.overlap,
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "
