@@ -149,7 +149,7 @@ std::string table(const std::vector<Prediction>& rows) {
   for (const Prediction& r : rows) {
     const bool ps = r.candidate.strategy == Strategy::ps;
     os << "| " << describe(r.candidate) << " | " << (ps ? "-" : fixed(r.candidate.bucket_mb, 0))
-       << " | " << (ps ? "-" : std::to_string(r.buckets) + ", last " + fixed(r.end_mib, 1) + " MiB")
+       << " | " << (ps ? "-" : std::to_string(r.buckets) + ", last " + fixed(r.end_mib, 2) + " MiB")
        << " | " << fixed(r.compute_ms, 1) << " | " << fixed(r.exposed_ms, 1) << " | "
        << fixed(r.optimizer_ms, 1) << " | " << fixed(r.step_ms, 1) << " | "
        << fixed(r.samples_per_s, 2) << " | " << fixed(r.efficiency, 3) << " | " << r.bound

@@ -60,10 +60,10 @@ R50=(plan --config "$SRC/jobs/resnet50_imagenet.ini" --profile
 "$DTRAIN" "${R50[@]}" --out "$SCRATCH/r50.json" >"$SCRATCH/r50.out" 2>&1 ||
   { cat "$SCRATCH/r50.out"; fail "dtrain plan of 512 GPUs failed"; }
 grep -E '^\| sync, flat allreduce(, latency-aware)? \| 25 \|' "$SCRATCH/r50.out"
-grep -qF "| sync, flat allreduce | 25 | 9, last 1.0 MiB |" "$SCRATCH/r50.out" ||
+grep -qF "| sync, flat allreduce | 25 | 9, last 1.00 MiB |" "$SCRATCH/r50.out" ||
   fail "the 25 MiB plan is not nine buckets ending in 1 MiB"
-grep -qF "| sync, flat allreduce, latency-aware | 25 | 3, last 24.4 MiB |" "$SCRATCH/r50.out" ||
-  fail "no latency-aware 25 MiB row of three buckets ending in 24.4 MiB"
+grep -qF "| sync, flat allreduce, latency-aware | 25 | 3, last 24.41 MiB |" "$SCRATCH/r50.out" ||
+  fail "no latency-aware 25 MiB row of three buckets ending in 24.41 MiB"
 grep -qE "^best sync: +--mode sync --num-ps 0 --allreduce nccl --bucket-mb 25 --bucket-link hdr-ib " \
   "$SCRATCH/r50.out" || fail "the best sync is not the latency-aware 25 MiB plan"
 "$PY" - "$SCRATCH/r50.json" <<'PY'

@@ -106,10 +106,11 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
 /// The largest share of a bucket's bandwidth term that its latency term may be in the
 /// latency-aware plan: 2(p−1)α ≤ f · 2(p−1)/p · bytes/β. f = 1: each of the ring's 2(p−1) steps
 /// moves at least α·β bytes, Hockney's half-performance length n½ (the link at half its
-/// bandwidth or more), so the bucket's latency costs no more than its bytes. dtrain plan's model
-/// of ResNet-50 on HDR InfiniBand (docs/scaling/README.md) weighed f = 1/10, 1/2, 1 and 2: at 512
-/// GPUs a stricter f makes one bucket of the whole gradient, summed after backward (0.68), and
-/// f = 1 gives 0.84 against 0.56 at today's 25 MiB plan; at 64 GPUs f = 1 costs 0.005.
+/// bandwidth or more), so a bucket's latency costs no more than its bytes. dtrain plan's model
+/// of ResNet-50 on 512 H200s over HDR InfiniBand (docs/results/scaling/2026-11-26/
+/// gpu-plans-latency), at 25 MiB: f ≤ 1/2 leaves one bucket of the whole gradient, summed after
+/// backward (efficiency 0.68); f = 1 three buckets (0.84, against 0.56 for the fixed plan); f = 2
+/// five (0.80). At 64 GPUs f = 1 gives 0.977 against the fixed plan's 0.982.
 constexpr double kLatencyShare = 1.0;
 
 /// One ring allreduce's costs as the latency-aware plan sees them (the alpha-beta model of
