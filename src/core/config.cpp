@@ -299,7 +299,7 @@ void add_cluster_options(Table& t, Config& c) {
         "more; the role table lists each rank's CPUs (false: the OS places threads)");
 }
 
-/// The cluster group, continued: the GPU workers and the exchange.
+/// The cluster group, continued: the GPU workers.
 void add_device_options(Table& t, Config& c) {
   t.add(
       "math", &c.math,
@@ -349,6 +349,10 @@ void add_device_options(Table& t, Config& c) {
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
+}
+
+/// The cluster group, continued: how gradients and parameters travel between ranks.
+void add_exchange_options(Table& t, Config& c) {
   t.add("allreduce", &c.allreduce,
         "sync gradient exchange: auto (GPUs: nccl; CPU: hierarchical, or mpi where a node's "
         "workers cannot share memory) | mpi | hierarchical (the workers of a node sum through "
@@ -472,6 +476,7 @@ void build_table(Table& t, Config& c) {
   add_optimizer_options(t, c);
   add_cluster_options(t, c);
   add_device_options(t, c);
+  add_exchange_options(t, c);
   add_pipeline_options(t, c);
   add_output_options(t, c);
   add_plan_options(t, c);
