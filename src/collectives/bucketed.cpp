@@ -52,6 +52,32 @@ RingCost ring_cost(const Link& link, int ranks, double value_bytes) {
   return r;
 }
 
+RingCost probe_ring(MPI_Comm comm, double value_bytes) {
+  RingCost r;
+  DT_CHECK_MPI(MPI_Comm_size(comm, &r.ranks));
+  r.value_bytes = value_bytes;
+  if (r.ranks <= 1) return r;
+  constexpr int kLarge = 1 << 20;        // floats: 4 MiB
+  std::vector<float> buf(kLarge, 0.0f);  // zeros: the sums stay zero
+  const auto fastest = [&](int n, int reps) {
+    double best = 0;
+    for (int k = 0; k <= reps; ++k) {  // k = 0: the warm-up
+      DT_CHECK_MPI(MPI_Barrier(comm));
+      const double t0 = MPI_Wtime();
+      DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, comm));
+      const double t = MPI_Wtime() - t0;
+      if (k == 1 || (k > 1 && t < best)) best = t;
+    }
+    return best;
+  };
+  double t[2] = {fastest(1, 20), fastest(kLarge, 5)};
+  DT_CHECK_MPI(MPI_Bcast(t, 2, MPI_DOUBLE, 0, comm));  // the chief's figures on every rank
+  const double p = r.ranks;
+  r.alpha_s = t[0] / (2 * (p - 1));
+  r.bytes_per_s = 2 * (p - 1) / p * 4.0 * kLarge / std::max(t[1] - t[0], 1e-9);
+  return r;
+}
+
 std::size_t latency_min_bucket_floats(const RingCost& ring) {
   DT_REQUIRE(
       ring.ranks >= 1 && ring.alpha_s >= 0 && std::isfinite(ring.alpha_s) && ring.bytes_per_s > 0 &&

@@ -369,7 +369,8 @@ void add_exchange_options(Table& t, Config& c) {
       "a 25th of this size (1 MiB at 25), those between doubling up to it; 0: one bucket");
   t.add("bucket-link", &c.bucket_link,
         "sync allreduce: off (default: --bucket-mb's plan) | the link the workers' ring crosses, "
-        "as --network (25gbe | hdr-ib | nvlink | shm | alpha_us=A,beta_gbps=B[,shared=1]): "
+        "as --network (25gbe | hdr-ib | nvlink | shm | alpha_us=A,beta_gbps=B[,shared=1]) | "
+        "probe (measured at start: tiny and 4 MiB allreduces, the chief's figures for all): "
         "buckets, the end ones too, of at least p·α·β bytes for p workers, so that no bucket's "
         "latency exceeds its transfer time (collectives/bucketed.hpp); where that is below "
         "--bucket-mb's end size (small rings, one node) the plan is --bucket-mb's");

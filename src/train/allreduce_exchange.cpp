@@ -37,24 +37,29 @@ int test_ranks_per_node() {
   return v != nullptr ? std::max(0, std::atoi(v)) : 0;
 }
 
-/// The buckets of `count` gradient floats: --bucket-mb's plan, latency-aware for the workers'
-/// ring over --bucket-link (collectives/bucketed.hpp) unless that is "off"; the same on every
-/// rank (the same options and counts). The chief logs the plan once. Throws InputError for a bad
-/// --bucket-link (comm/network.hpp's parse_link), on every rank alike.
-std::vector<Bucket> gradient_buckets(const Config& c, std::size_t count, int workers,
+/// The buckets of `count` gradient floats: --bucket-mb's plan, latency-aware for the ring of
+/// `comm`'s ranks over --bucket-link (collectives/bucketed.hpp) unless that is "off" — a link spec,
+/// or "probe": the ring measured now over `comm` (collective), the chief's figures on every rank —
+/// the same on every rank (the same options, counts and figures). The chief logs the plan once.
+/// Throws InputError for a bad --bucket-link (comm/network.hpp's parse_link), on every rank.
+std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t count,
                                      double value_bytes, bool chief) {
   constexpr double kMiB = 1024.0 * 1024.0;
   const auto floats = static_cast<std::size_t>(c.bucket_mb * kMiB / sizeof(float));
   char why[320] = "--bucket-link off";
   std::vector<Bucket> b = plan_buckets(count, floats);
   if (c.bucket_link != "off") {
+    int ranks = 1;
+    DT_CHECK_MPI(MPI_Comm_size(comm, &ranks));
     const RingCost ring =
-        ring_cost(parse_link(c.bucket_link, "--bucket-link"), workers, value_bytes);
+        c.bucket_link == "probe"
+            ? probe_ring(comm, value_bytes)
+            : ring_cost(parse_link(c.bucket_link, "--bucket-link"), ranks, value_bytes);
     b = plan_buckets(count, floats, ring);
     std::snprintf(why, sizeof why,
-                  "--bucket-link %s: p=%d, α=%.1f µs, β=%.2f GB/s, %g bytes a value: buckets of "
+                  "--bucket-link %s: p=%d, α=%.2f µs, β=%.2f GB/s, %g bytes a value: buckets of "
                   "at least %zu floats where that exceeds --bucket-mb's end buckets",
-                  c.bucket_link.c_str(), workers, ring.alpha_s * 1e6, ring.bytes_per_s / 1e9,
+                  c.bucket_link.c_str(), ranks, ring.alpha_s * 1e6, ring.bytes_per_s / 1e9,
                   value_bytes, latency_min_bucket_floats(ring));
   }
   if (chief) {
@@ -99,8 +104,8 @@ class AllreduceExchange final : public GradientExchange {
       how.comm_cpu = cluster.me().comm_cpu;  // --pin-threads
       buckets_ = std::make_unique<BucketedAllreduce>(
           comm_, model.param_count(),
-          gradient_buckets(c, model.param_count(), plan.workers,
-                           static_cast<double>(wire_bytes(wire)), chief_),
+          gradient_buckets(c, comm_, model.param_count(), static_cast<double>(wire_bytes(wire)),
+                           chief_),
           c.overlap, how);
       return;
     }
@@ -118,7 +123,7 @@ class AllreduceExchange final : public GradientExchange {
     // NCCL: buckets summed on its stream as backward queues their last kernels, the flag in the
     // spare float of the first (as on CPU). MPI through host memory: one sum after backward.
     if (allreduce_->asynchronous() && c.overlap) {
-      gpu_buckets_ = gradient_buckets(c, model.param_count(), plan.workers, 4, chief_);
+      gpu_buckets_ = gradient_buckets(c, comm_, model.param_count(), 4, chief_);
     }
   }
 

@@ -11,7 +11,8 @@
 #   5. --bucket-link (the latency-aware plan): 2 workers on HDR InfiniBand keep the default plan
 #      (minimum 25,000 floats, below the 262,144 of the 1 MiB end buckets); a slow ring over
 #      0.002 MiB buckets gets end buckets of its 1,000-float minimum and fewer buckets; both train
-#      to the same bits; the plan is logged once and the timeline shows that many buckets.
+#      to the same bits; the plan is logged once and the timeline shows that many buckets; so
+#      does --bucket-link probe (the ring measured at start, the chief's figures on both ranks).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 320 --seed 31
@@ -66,7 +67,10 @@ echo "== 5. --bucket-link: buckets sized for the ring's latency"
 run 2 "$SCRATCH/ib" --bucket-link hdr-ib
 # 2 ranks × 1.9999 µs × 1 GB/s = 3,999.8 bytes: at least 1,000 floats a bucket.
 run 2 "$SCRATCH/aware" --bucket-mb 0.002 --bucket-link alpha_us=1.9999,beta_gbps=8 --timeline
+# probe: the ring measured at start, the chief's figures on both ranks (the same buckets).
+run 2 "$SCRATCH/probe" --bucket-mb 0.002 --bucket-link probe --timeline
 compare "$SCRATCH/after" "$SCRATCH/ib" 10
+compare "$SCRATCH/after" "$SCRATCH/probe" 10
 compare "$SCRATCH/after" "$SCRATCH/aware" 10
 "$PY" - "$SCRATCH" "$steps" <<'PY'
 import json, re, sys
@@ -88,6 +92,13 @@ ev = json.load(open(f"{d}/aware/timeline.json"))["traceEvents"]
 for pid in (0, 1):
     c = Counter(e["name"] for e in ev if e["ph"] == "X" and e["pid"] == pid and e["tid"] == 1)
     assert c["allreduce bucket"] == n_aw * steps, (pid, c, n_aw)
+n_pr, e_pr, l_pr = plan("probe")
+assert "--bucket-link probe: p=2, " in l_pr and e_pr >= 20, l_pr
+ev = json.load(open(f"{d}/probe/timeline.json"))["traceEvents"]
+for pid in (0, 1):  # both ranks sum as many buckets as the chief planned
+    c = Counter(e["name"] for e in ev if e["ph"] == "X" and e["pid"] == pid and e["tid"] == 1)
+    assert c["allreduce bucket"] == n_pr * steps, (pid, c, n_pr)
+print(f"   probe: {l_pr.strip()}")
 print(f"   default {n_def} buckets (end {e_def} floats) = hdr-ib's; 0.002 MiB: {n_small} "
       f"buckets, latency-aware {n_aw} (end {e_aw} floats)")
 PY

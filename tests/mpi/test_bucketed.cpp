@@ -189,6 +189,30 @@ TEST(BucketPlan, LatencyAwareIsMonotoneInAlphaRanksAndValueBytes) {
   EXPECT_EQ(plan_buckets(r50, 25 * MiB, ring(64, 2, 25, 2)).back().end, 1600000u);
 }
 
+TEST(BucketPlan, ProbedRingIsTheChiefsOnEveryRank) {
+  // Every rank plans with the chief's measurement, so their buckets agree (a plan that differs
+  // between ranks would sum different ranges); one rank: no ring, today's plan.
+  const RingCost r = probe_ring(MPI_COMM_WORLD, 2);
+  EXPECT_EQ(r.ranks, world_size());
+  EXPECT_EQ(r.value_bytes, 2);
+  if (world_size() == 1) {
+    EXPECT_EQ(r.alpha_s, 0);
+    return;
+  }
+  EXPECT_TRUE(std::isfinite(r.alpha_s) && r.alpha_s > 0) << r.alpha_s;
+  EXPECT_TRUE(std::isfinite(r.bytes_per_s) && r.bytes_per_s > 0) << r.bytes_per_s;
+  double mine[2] = {r.alpha_s, r.bytes_per_s}, chief[2] = {r.alpha_s, r.bytes_per_s};
+  MPI_Bcast(chief, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(mine[0], chief[0]);
+  EXPECT_EQ(mine[1], chief[1]);
+  const std::size_t n = 100003, bucket = 64;
+  const std::vector<Bucket> plan = plan_buckets(n, bucket, r);
+  expect_covers(plan, n);
+  unsigned long long count = plan.size(), most = 0;
+  MPI_Allreduce(&count, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(count, most);
+}
+
 TEST(BucketedAllreduce, SumsEveryBucketAndTheFlag) {
   const int rank = world_rank(), W = world_size();
   for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{100003}}) {

@@ -128,6 +128,14 @@ struct RingCost {
 /// which a ring's ranks all use at once). Throws as latency_min_bucket_floats when used.
 RingCost ring_cost(const Link& link, int ranks, double value_bytes);
 
+/// The ring of `comm`'s ranks as measured now (--bucket-link probe): after a warm-up each, the
+/// fastest of 20 MPI_Allreduce of one float (T0) and of 5 of 4 MiB (T1) on the chief, broadcast
+/// so that every rank plans the same buckets; α = T0 / 2(p−1) and β = 2(p−1)/p · 4 MiB / (T1 −
+/// T0) (the ring model of the file comment fitted to the two points; MPI's small-message
+/// algorithm may not be a ring, but its T0 is what each bucket pays). One rank: α = 0 and no
+/// communication. Collective over `comm`; throws LibraryError when MPI fails.
+RingCost probe_ring(MPI_Comm comm, double value_bytes);
+
 /// The fewest floats a bucket needs for its latency to be at most f of its bandwidth term:
 /// ⌈p·α·β / (f·v)⌉ (v = value_bytes); 0 when p ≤ 1 or α = 0. Throws InputError for p < 1,
 /// α < 0, β ≤ 0, v ∉ {2, 4} or f ≤ 0 (not finite included).

@@ -128,8 +128,8 @@ struct Config {
   WireDtype wire_dtype =
       WireDtype::fp32;    ///< gradients between ranks (allreduce, ps pushes): fp32|bf16|fp16
   double bucket_mb = 25;  ///< sync allreduce bucket size, MiB (0: one bucket)
-  /// sync allreduce: "off" (--bucket-mb's plan) or a link (comm/network.hpp's spec) whose
-  /// latency sizes the buckets for the workers' ring (collectives/bucketed.hpp, latency-aware)
+  /// sync allreduce: "off" (--bucket-mb's plan), a link (comm/network.hpp's spec) or "probe" (a
+  /// measured one) whose latency sizes the buckets for the workers' ring (collectives/bucketed)
   std::string bucket_link = "off";
   bool overlap = true;       ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;           ///< OpenMP threads per rank; 0 = cores per node / ranks per node
