@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -39,6 +40,71 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
     begin = end;
   }
   out.insert(out.end(), front.rbegin(), front.rend());
+  return out;
+}
+
+RingCost ring_cost(const Link& link, int ranks, double value_bytes) {
+  RingCost r;
+  r.ranks = ranks;
+  r.alpha_s = link.alpha_us * 1e-6;
+  r.bytes_per_s = link.bytes_per_second() / (link.shared ? std::max(ranks, 1) : 1);
+  r.value_bytes = value_bytes;
+  return r;
+}
+
+RingCost probe_ring(MPI_Comm comm, double value_bytes) {
+  RingCost r;
+  DT_CHECK_MPI(MPI_Comm_size(comm, &r.ranks));
+  r.value_bytes = value_bytes;
+  if (r.ranks <= 1) return r;
+  constexpr int kLarge = 1 << 20;        // floats: 4 MiB
+  std::vector<float> buf(kLarge, 0.0f);  // zeros: the sums stay zero
+  const auto fastest = [&](int n, int reps) {
+    double best = 0;
+    for (int k = 0; k <= reps; ++k) {  // k = 0: the warm-up
+      DT_CHECK_MPI(MPI_Barrier(comm));
+      const double t0 = MPI_Wtime();
+      DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, comm));
+      const double t = MPI_Wtime() - t0;
+      if (k == 1 || (k > 1 && t < best)) best = t;
+    }
+    return best;
+  };
+  double t[2] = {fastest(1, 20), fastest(kLarge, 5)};
+  DT_CHECK_MPI(MPI_Bcast(t, 2, MPI_DOUBLE, 0, comm));  // the chief's figures on every rank
+  const double p = r.ranks;
+  r.alpha_s = t[0] / (2 * (p - 1));
+  r.bytes_per_s = 2 * (p - 1) / p * 4.0 * kLarge / std::max(t[1] - t[0], 1e-9);
+  return r;
+}
+
+std::size_t latency_min_bucket_floats(const RingCost& ring) {
+  DT_REQUIRE(
+      ring.ranks >= 1 && ring.alpha_s >= 0 && std::isfinite(ring.alpha_s) && ring.bytes_per_s > 0 &&
+          std::isfinite(ring.bytes_per_s) && (ring.value_bytes == 2 || ring.value_bytes == 4) &&
+          ring.latency_share > 0 && std::isfinite(ring.latency_share),
+      "latency-aware buckets: expected ranks >= 1, latency >= 0 s, bandwidth > 0 B/s, 2 or "
+      "4 bytes a value and a latency share > 0, got p = " +
+          std::to_string(ring.ranks) + ", α = " + std::to_string(ring.alpha_s) +
+          " s, β = " + std::to_string(ring.bytes_per_s) + " B/s, " +
+          std::to_string(ring.value_bytes) + " bytes, f = " + std::to_string(ring.latency_share));
+  if (ring.ranks <= 1 || ring.alpha_s == 0) return 0;
+  // 2(p−1)α ≤ f·2(p−1)/p·bytes/β  ⇔  bytes ≥ p·α·β/f
+  const double bytes = ring.ranks * ring.alpha_s * ring.bytes_per_s / ring.latency_share;
+  return static_cast<std::size_t>(std::ceil(bytes / ring.value_bytes));
+}
+
+std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
+                                 const RingCost& ring) {
+  const std::size_t m = latency_min_bucket_floats(ring);
+  if (bucket_floats == 0 || m <= end_bucket_floats(bucket_floats))
+    return plan_buckets(count, bucket_floats);
+  std::vector<Bucket> out = plan_buckets(count, std::max(bucket_floats, m), m);
+  // Only the piece next to the first bucket (the front's remainder) can be shorter than m.
+  if (out.size() >= 2 && out[1].end - out[1].begin < m) {
+    out[0].begin = out[1].begin;
+    out.erase(out.begin() + 1);
+  }
   return out;
 }
 

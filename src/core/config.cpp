@@ -299,7 +299,7 @@ void add_cluster_options(Table& t, Config& c) {
         "more; the role table lists each rank's CPUs (false: the OS places threads)");
 }
 
-/// The cluster group, continued: the GPU workers and the exchange.
+/// The cluster group, continued: the GPU workers.
 void add_device_options(Table& t, Config& c) {
   t.add(
       "math", &c.math,
@@ -349,6 +349,10 @@ void add_device_options(Table& t, Config& c) {
   t.add("debug-sync", &c.debug_sync,
         "GPU debugging: wait for the device after every layer and name the layer a CUDA fault "
         "comes from (slow; also DTRAIN_DEBUG_SYNC=1)");
+}
+
+/// The cluster group, continued: how gradients and parameters travel between ranks.
+void add_exchange_options(Table& t, Config& c) {
   t.add("allreduce", &c.allreduce,
         "sync gradient exchange: auto (GPUs: nccl; CPU: hierarchical, or mpi where a node's "
         "workers cannot share memory) | mpi | hierarchical (the workers of a node sum through "
@@ -363,6 +367,13 @@ void add_device_options(Table& t, Config& c) {
       "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
       "fusion buffer); buckets are summed while backward still runs, the first and the last "
       "a 25th of this size (1 MiB at 25), those between doubling up to it; 0: one bucket");
+  t.add("bucket-link", &c.bucket_link,
+        "sync allreduce: off (default: --bucket-mb's plan) | the link the workers' ring crosses, "
+        "as --network (25gbe | hdr-ib | nvlink | shm | alpha_us=A,beta_gbps=B[,shared=1]) | "
+        "probe (measured at start: tiny and 4 MiB allreduces, the chief's figures for all): "
+        "buckets, the end ones too, of at least p·α·β bytes for p workers, so that no bucket's "
+        "latency exceeds its transfer time (collectives/bucketed.hpp); where that is below "
+        "--bucket-mb's end size (small rings, one node) the plan is --bucket-mb's");
   t.add("overlap", &c.overlap,
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "
@@ -466,6 +477,7 @@ void build_table(Table& t, Config& c) {
   add_optimizer_options(t, c);
   add_cluster_options(t, c);
   add_device_options(t, c);
+  add_exchange_options(t, c);
   add_pipeline_options(t, c);
   add_output_options(t, c);
   add_plan_options(t, c);

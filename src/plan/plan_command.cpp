@@ -34,6 +34,8 @@ constexpr const char* kAssumptions =
     "- async: each worker pushes and pulls every gradient byte during backward, K ps serve 1/K\n"
     "  each and apply the update (the profile's optimizer time / K); the slower of worker and ps\n"
     "  paces the step; async samples/s is not time to accuracy (stale gradients)\n"
+    "- latency-aware rows (--bucket-link): buckets of at least p·α·β bytes for the ring of all\n"
+    "  p workers over --network (--intra-node on one node)\n"
     "- --wire-dtype bf16|fp16: the sync allreduce moves 2 bytes a value (flat, and both levels\n"
     "  of hierarchical); not modelled: sync through ps, 16-bit ps pushes, the conversions' "
     "compute\n";
@@ -90,12 +92,15 @@ bool runnable(const Candidate& c, const WorkerProfile& p) {
 }
 
 /// The options that run a candidate (GPU workers: NCCL for the flat ring).
-std::string options_of(const Candidate& c, const WorkerProfile& p) {
+/// The options that run a candidate (GPU workers: NCCL for the flat ring; latency-aware: the
+/// --bucket-link that plans its buckets, the link bucket_ring() takes).
+std::string options_of(const Candidate& c, const WorkerProfile& p, const Topology& t) {
   if (c.strategy == Strategy::ps) return "--mode async --num-ps " + std::to_string(c.num_ps);
   const std::string flat = cpu_workers(p) ? "mpi" : "nccl";
   return "--mode sync --num-ps 0 --allreduce " +
          (c.strategy == Strategy::flat ? flat : std::string("hierarchical")) + " --bucket-mb " +
-         fixed(c.bucket_mb, 0);
+         fixed(c.bucket_mb, 0) +
+         (c.latency_aware ? " --bucket-link " + (t.nodes > 1 ? t.inter : t.intra).name : "");
 }
 
 /// The profile: --profile's, or measured now at the planned per-worker batch (then saved to
@@ -138,16 +143,18 @@ std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
 
 std::string table(const std::vector<Prediction>& rows) {
   std::ostringstream os;
-  os << "| configuration | bucket MiB | compute ms | exposed comm ms | optimizer ms | "
+  os << "| configuration | bucket MiB | buckets | compute ms | exposed comm ms | optimizer ms | "
         "step ms | samples/s | efficiency | bound |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
-  for (const Prediction& r : rows)
-    os << "| " << describe(r.candidate) << " | "
-       << (r.candidate.strategy == Strategy::ps ? "-" : fixed(r.candidate.bucket_mb, 0)) << " | "
-       << fixed(r.compute_ms, 1) << " | " << fixed(r.exposed_ms, 1) << " | "
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const Prediction& r : rows) {
+    const bool ps = r.candidate.strategy == Strategy::ps;
+    os << "| " << describe(r.candidate) << " | " << (ps ? "-" : fixed(r.candidate.bucket_mb, 0))
+       << " | " << (ps ? "-" : std::to_string(r.buckets) + ", last " + fixed(r.end_mib, 2) + " MiB")
+       << " | " << fixed(r.compute_ms, 1) << " | " << fixed(r.exposed_ms, 1) << " | "
        << fixed(r.optimizer_ms, 1) << " | " << fixed(r.step_ms, 1) << " | "
        << fixed(r.samples_per_s, 2) << " | " << fixed(r.efficiency, 3) << " | " << r.bound
        << " |\n";
+  }
   return os.str();
 }
 
@@ -167,11 +174,11 @@ const Prediction* best(const std::vector<Prediction>& rows, double job_bucket_mb
 }
 
 std::string recommendation(const std::vector<Prediction>& rows, const WorkerProfile& p,
-                           double job_bucket_mb) {
+                           const Topology& t, double job_bucket_mb) {
   std::ostringstream os;
   const auto line = [&](const char* what, const Prediction* r) {
     if (r)
-      os << what << options_of(r->candidate, p) << "  (" << fixed(r->samples_per_s, 2)
+      os << what << options_of(r->candidate, p, t) << "  (" << fixed(r->samples_per_s, 2)
          << " samples/s, efficiency " << fixed(r->efficiency, 3) << ")\n";
   };
   const double mb = job_bucket_mb;
@@ -199,7 +206,10 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
   j["predictions"] = nlohmann::ordered_json::array();
   for (const Prediction& r : rows)
     j["predictions"].push_back({{"configuration", describe(r.candidate)},
-                                {"options", options_of(r.candidate, p)},
+                                {"options", options_of(r.candidate, p, t)},
+                                {"latency_aware", r.candidate.latency_aware},
+                                {"buckets", r.buckets},
+                                {"last_bucket_mib", r.end_mib},
                                 {"runnable", runnable(r.candidate, p)},
                                 {"bucket_mb", r.candidate.bucket_mb},
                                 {"num_ps", r.candidate.num_ps},
@@ -231,7 +241,7 @@ int run_plan(const Config& c) {
     p = obtain_profile(c, t, origin);
     const bool sync = !c.plan_mode_given || c.mode == Mode::sync;
     const bool async = !c.plan_mode_given || c.mode == Mode::async;
-    for (const Candidate& k : candidates(t, sync, async, c.bucket_mb, c.num_ps))
+    for (const Candidate& k : candidates(p, t, sync, async, c.bucket_mb, c.num_ps))
       if (k.strategy != Strategy::ps || !c.plan_num_ps_given || k.num_ps == c.num_ps)
         rows.push_back(predict(p, t, k));
     if (!c.out.empty()) {
@@ -241,7 +251,7 @@ int run_plan(const Config& c) {
     }
   });
   std::cout << header(c, t, p, origin) << table(rows) << '\n'
-            << recommendation(rows, p, c.bucket_mb) << '\n'
+            << recommendation(rows, p, t, c.bucket_mb) << '\n'
             << kAssumptions;
   return 0;
 }

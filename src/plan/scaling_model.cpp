@@ -38,11 +38,9 @@ std::vector<double> ready_or_end(const WorkerProfile& p, const std::vector<std::
 /// `allreduce` once ready, in the training's order.
 double sync_exposed_s(const WorkerProfile& p, double scale, double backward_s, const Candidate& c,
                       double (*allreduce)(double, const Topology&), const Topology& t) {
-  const std::size_t count = p.param_floats();
-  const auto floats = static_cast<std::size_t>(c.bucket_mb * kMiB / 4);
   std::vector<std::size_t> from;
   std::vector<double> cost;
-  for (const Bucket& b : plan_buckets(count, floats)) {
+  for (const Bucket& b : candidate_buckets(p, t, c)) {
     from.push_back(b.begin);
     cost.push_back(allreduce(t.value_bytes * static_cast<double>(b.end - b.begin), t));
   }
@@ -68,6 +66,17 @@ double async_exposed_s(const WorkerProfile& p, double scale, double backward_s, 
 }
 
 }  // namespace
+
+RingCost bucket_ring(const Topology& t) {
+  return ring_cost(t.nodes > 1 ? t.inter : t.intra, t.workers(), t.value_bytes);
+}
+
+std::vector<Bucket> candidate_buckets(const WorkerProfile& p, const Topology& t,
+                                      const Candidate& c) {
+  const auto floats = static_cast<std::size_t>(c.bucket_mb * kMiB / 4);
+  return c.latency_aware ? plan_buckets(p.param_floats(), floats, bucket_ring(t))
+                         : plan_buckets(p.param_floats(), floats);
+}
 
 double flat_allreduce_s(double bytes, const Topology& t) {
   const int W = t.workers();
@@ -143,6 +152,9 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
     r.comm_ms = allreduce(S * t.value_bytes / 4, t) * 1000;
     step = forward + backward + exposed + opt;
     r.bound = r.exposed_ms > 0.1 * r.compute_ms ? "network" : "compute";
+    const std::vector<Bucket> buckets = candidate_buckets(p, t, c);
+    r.buckets = buckets.size();
+    r.end_mib = 4.0 * static_cast<double>(buckets.back().end - buckets.back().begin) / kMiB;
   }
   r.step_ms = step * 1000;
   r.samples_per_s = t.workers() * t.batch / step;
@@ -156,13 +168,20 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
   return r;
 }
 
-std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, double bucket_mb,
-                                  int num_ps) {
+std::vector<Candidate> candidates(const WorkerProfile& p, const Topology& t, bool sync, bool async,
+                                  double bucket_mb, int num_ps) {
   std::vector<Candidate> out;
   if (sync) {
     std::set<double> sizes = {0, 1, 4, 16, 25, 64, 256, bucket_mb};
-    for (Strategy s : {Strategy::flat, Strategy::hierarchical})
-      for (double mb : sizes) out.push_back({s, mb, 0});
+    for (Strategy s : {Strategy::flat, Strategy::hierarchical}) {
+      for (double mb : sizes) {
+        out.push_back({s, mb, 0});
+        const Candidate aware{s, mb, 0, true};
+        if (s == Strategy::flat &&
+            candidate_buckets(p, t, aware) != candidate_buckets(p, t, out.back()))
+          out.push_back(aware);
+      }
+    }
   }
   if (async) {
     std::set<int> ps = {std::max(num_ps, 1)};
@@ -175,9 +194,9 @@ std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, doub
 std::string describe(const Candidate& c) {
   switch (c.strategy) {
     case Strategy::flat:
-      return "sync, flat allreduce";
+      return c.latency_aware ? "sync, flat allreduce, latency-aware" : "sync, flat allreduce";
     case Strategy::hierarchical:
-      return "sync, hierarchical";
+      return c.latency_aware ? "sync, hierarchical, latency-aware" : "sync, hierarchical";
     case Strategy::ps:
       return "async, " + std::to_string(c.num_ps) + " ps";
   }

@@ -9,6 +9,7 @@
 // then a one-float allreduce of the flag.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -17,9 +18,11 @@
 #include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/collectives/wire.hpp"
 #include "dtrain/comm/guard.hpp"
+#include "dtrain/comm/network.hpp"
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
+#include "dtrain/dnn/float16.hpp"  // wire_bytes
 #include "dtrain/optim/optimizer.hpp"
 #include "exchange_impl.hpp"
 #include "host_mirror.hpp"
@@ -32,6 +35,42 @@ namespace {
 int test_ranks_per_node() {
   const char* v = std::getenv("DTRAIN_TEST_RANKS_PER_NODE");
   return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+}
+
+/// The buckets of `count` gradient floats: --bucket-mb's plan, latency-aware for the ring of
+/// `comm`'s ranks over --bucket-link (collectives/bucketed.hpp) unless that is "off" — a link spec,
+/// or "probe": the ring measured now over `comm` (collective), the chief's figures on every rank —
+/// the same on every rank (the same options, counts and figures). The chief logs the plan once.
+/// Throws InputError for a bad --bucket-link (comm/network.hpp's parse_link), on every rank.
+std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t count,
+                                     double value_bytes, bool chief) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const auto floats = static_cast<std::size_t>(c.bucket_mb * kMiB / sizeof(float));
+  char why[320] = "--bucket-link off";
+  std::vector<Bucket> b = plan_buckets(count, floats);
+  if (c.bucket_link != "off") {
+    int ranks = 1;
+    DT_CHECK_MPI(MPI_Comm_size(comm, &ranks));
+    const RingCost ring =
+        c.bucket_link == "probe"
+            ? probe_ring(comm, value_bytes)
+            : ring_cost(parse_link(c.bucket_link, "--bucket-link"), ranks, value_bytes);
+    b = plan_buckets(count, floats, ring);
+    std::snprintf(why, sizeof why,
+                  "--bucket-link %s: p=%d, α=%.2f µs, β=%.2f GB/s, %g bytes a value: buckets of "
+                  "at least %zu floats where that exceeds --bucket-mb's end buckets",
+                  c.bucket_link.c_str(), ranks, ring.alpha_s * 1e6, ring.bytes_per_s / 1e9,
+                  value_bytes, latency_min_bucket_floats(ring));
+  }
+  if (chief) {
+    const std::size_t end = b.back().end - b.back().begin;
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "# buckets: %zu of <= %g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
+                  c.bucket_mb, end, 4.0 * static_cast<double>(end) / kMiB, why);
+    log_info(line);
+  }
+  return b;
 }
 
 class AllreduceExchange final : public GradientExchange {
@@ -53,7 +92,6 @@ class AllreduceExchange final : public GradientExchange {
       DT_REQUIRE(c.allreduce != AllreduceOption::nccl,
                  "option --allreduce: nccl needs GPU workers (--device cuda); CPU workers take "
                  "auto, mpi or hierarchical");
-      const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
       ReduceOptions how;
       // auto: hierarchical (measured 1.6-4.8x bare MPI_Allreduce on 2-3 ranks of one node,
       // docs/results/communication/; with a 16-bit --wire-dtype, 16 bits in the node's memory
@@ -64,8 +102,11 @@ class AllreduceExchange final : public GradientExchange {
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();
       how.comm_cpu = cluster.me().comm_cpu;  // --pin-threads
-      buckets_ =
-          std::make_unique<BucketedAllreduce>(comm_, model.param_count(), floats, c.overlap, how);
+      buckets_ = std::make_unique<BucketedAllreduce>(
+          comm_, model.param_count(),
+          gradient_buckets(c, comm_, model.param_count(), static_cast<double>(wire_bytes(wire)),
+                           chief_),
+          c.overlap, how);
       return;
     }
     DT_REQUIRE(c.allreduce != AllreduceOption::hierarchical,
@@ -82,8 +123,7 @@ class AllreduceExchange final : public GradientExchange {
     // NCCL: buckets summed on its stream as backward queues their last kernels, the flag in the
     // spare float of the first (as on CPU). MPI through host memory: one sum after backward.
     if (allreduce_->asynchronous() && c.overlap) {
-      const auto floats = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024 / sizeof(float));
-      gpu_buckets_ = plan_buckets(model.param_count(), floats);
+      gpu_buckets_ = gradient_buckets(c, comm_, model.param_count(), 4, chief_);
     }
   }
 

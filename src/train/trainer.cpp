@@ -15,6 +15,7 @@
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/comm/network.hpp"  // parse_link: --bucket-link
 #include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
@@ -213,6 +214,8 @@ Job check_job(const Config& c) {
                    " is more than the " + std::to_string(replicas) +
                    (c.pipeline_stages > 1 ? " replicas of each pipeline stage" : " workers"));
     job.plan = make_plan(c, replicas);
+    if (c.bucket_link != "off" && c.bucket_link != "probe")
+      parse_link(c.bucket_link, "--bucket-link");  // a bad spec: one error before anything runs
     if (c.pipeline_stages > 1) {
       job.cluster->label_workers([&](int w) {
         const PipelinePlace p = pipeline_place(w, cl.num_workers(), c.pipeline_stages);

@@ -7,7 +7,12 @@
 #   2. the step anatomy (data, compute, exposed communication, optimizer) is in the log and in
 #      results.json, and adds up to no more than the step time;
 #   3. the timeline shows one "allreduce bucket" span per bucket and step on the communication track;
-#   4. a bad --bucket-mb is refused naming the option.
+#   4. a bad --bucket-mb or --bucket-link is refused naming the option;
+#   5. --bucket-link (the latency-aware plan): 2 workers on HDR InfiniBand keep the default plan
+#      (minimum 25,000 floats, below the 262,144 of the 1 MiB end buckets); a slow ring over
+#      0.002 MiB buckets gets end buckets of its 1,000-float minimum and fewer buckets; both train
+#      to the same bits; the plan is logged once and the timeline shows that many buckets; so
+#      does --bucket-link probe (the ring measured at start, the chief's figures on both ranks).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 320 --seed 31
@@ -53,4 +58,48 @@ PY
 
 echo "== 4. bad --bucket-mb"
 expect_error 0 "--bucket-mb|0 to 2047|-1" "${COMMON[@]}" --bucket-mb -1 --dry-run
+expect_error 2 "option --bucket-link 'hdr'|unknown preset|hdr-ib" "${COMMON[@]}" \
+  --run-dir "$SCRATCH/bad" --bucket-link hdr --dry-run
+expect_error 2 "option --bucket-link 'alpha_us=2'|beta_gbps" "${COMMON[@]}" \
+  --run-dir "$SCRATCH/bad2" --bucket-link alpha_us=2 --dry-run
+
+echo "== 5. --bucket-link: buckets sized for the ring's latency"
+run 2 "$SCRATCH/ib" --bucket-link hdr-ib
+# 2 ranks × 1.9999 µs × 1 GB/s = 3,999.8 bytes: at least 1,000 floats a bucket.
+run 2 "$SCRATCH/aware" --bucket-mb 0.002 --bucket-link alpha_us=1.9999,beta_gbps=8 --timeline
+# probe: the ring measured at start, the chief's figures on both ranks (the same buckets).
+run 2 "$SCRATCH/probe" --bucket-mb 0.002 --bucket-link probe --timeline
+compare "$SCRATCH/after" "$SCRATCH/ib" 10
+compare "$SCRATCH/after" "$SCRATCH/probe" 10
+compare "$SCRATCH/after" "$SCRATCH/aware" 10
+"$PY" - "$SCRATCH" "$steps" <<'PY'
+import json, re, sys
+from collections import Counter
+d, steps = sys.argv[1], int(sys.argv[2])
+def plan(name):
+    lines = [l for l in open(f"{d}/{name}.log") if l.startswith("# buckets: ")]
+    assert len(lines) == 1, (name, lines)  # once, by the chief
+    m = re.match(r"# buckets: (\d+) of <= ([\d.]+) MiB, end bucket (\d+) floats", lines[0])
+    assert m, lines[0]
+    return int(m[1]), int(m[3]), lines[0]
+(n_def, e_def, l_def), (n_ib, e_ib, l_ib) = plan("default"), plan("ib")
+assert (n_ib, e_ib) == (n_def, e_def), (l_def, l_ib)
+assert "--bucket-link off" in l_def and "at least 25000 floats" in l_ib, (l_def, l_ib)
+(n_small, e_small, _), (n_aw, e_aw, l_aw) = plan("small"), plan("aware")
+assert e_small == 20 and e_aw == 1000 and "at least 1000 floats" in l_aw, l_aw
+assert 1 < n_aw < n_small, (n_aw, n_small)
+ev = json.load(open(f"{d}/aware/timeline.json"))["traceEvents"]
+for pid in (0, 1):
+    c = Counter(e["name"] for e in ev if e["ph"] == "X" and e["pid"] == pid and e["tid"] == 1)
+    assert c["allreduce bucket"] == n_aw * steps, (pid, c, n_aw)
+n_pr, e_pr, l_pr = plan("probe")
+assert "--bucket-link probe: p=2, " in l_pr and e_pr >= 20, l_pr
+ev = json.load(open(f"{d}/probe/timeline.json"))["traceEvents"]
+for pid in (0, 1):  # both ranks sum as many buckets as the chief planned
+    c = Counter(e["name"] for e in ev if e["ph"] == "X" and e["pid"] == pid and e["tid"] == 1)
+    assert c["allreduce bucket"] == n_pr * steps, (pid, c, n_pr)
+print(f"   probe: {l_pr.strip()}")
+print(f"   default {n_def} buckets (end {e_def} floats) = hdr-ib's; 0.002 MiB: {n_small} "
+      f"buckets, latency-aware {n_aw} (end {e_aw} floats)")
+PY
 echo "test_buckets: OK"

@@ -4,7 +4,8 @@
 # JSON plan, a saved profile read back; the profile against a real one-worker run (its median
 # step + update against results.json's step_ms_p50, within a factor 2: both are timed on a machine
 # other work shares, where one job's compute per step moved 1.85× between two runs a minute apart,
-# docs/scaling/README.md); bad options, each named in one error, nothing written.
+# docs/scaling/README.md); the latency-aware bucket rows, and ResNet-50 on 512 GPUs (fewer, larger
+# buckets than the 25 MiB plan); bad options, each named in one error, nothing written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 JOB=$SRC/jobs/fashion_mnist_cnn.ini
@@ -16,7 +17,7 @@ echo "== 1. profile, plan, table, recommendation, JSON"
   >"$SCRATCH/plan.out" 2>&1 || { cat "$SCRATCH/plan.out"; fail "dtrain plan failed"; }
 cat "$SCRATCH/plan.out"
 for want in "on 2 node(s) × 2 worker(s) = 4 workers, 64 samples per worker" \
-  "| configuration | bucket MiB | compute ms |" "| sync, flat allreduce | 25 |" \
+  "| configuration | bucket MiB | buckets | compute ms |" "| sync, flat allreduce | 25 |" \
   "| sync, hierarchical | 25 |" "| async, 4 ps |" "recommended: --mode " "between nodes 25gbe" \
   "assumptions"; do
   grep -qF -- "$want" "$SCRATCH/plan.out" || fail "no '$want' in the plan"
@@ -25,8 +26,17 @@ done
 import json, sys
 plan, prof = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rows = plan["predictions"]
-# sync: buckets {0, 1, 4, 16, 25, 64, 256} × flat, hierarchical; async: 1, 2, 4 ps
-assert len(rows) == 17, len(rows)
+# sync: buckets {0, 1, 4, 16, 25, 64, 256} × flat, hierarchical, and latency-aware rows where
+# those differ, flat only (4 workers on 25 GbE: at least 4 × 25 µs × 3.125 GB/s = 312,500 bytes, 78,125
+# floats a bucket, above the end buckets below 8 MiB: 1 and 4 MiB); async: 1, 2, 4 ps
+aware = sorted((r["configuration"], r["bucket_mb"]) for r in rows if r["latency_aware"])
+assert aware == [("sync, flat allreduce, latency-aware", 1),
+                 ("sync, flat allreduce, latency-aware", 4)], aware
+assert len(rows) == 17 + 2, len(rows)
+for r in rows:
+    if r["latency_aware"]:
+        assert r["options"].endswith(f"--bucket-mb {r['bucket_mb']:.0f} --bucket-link 25gbe"), r
+        assert r["last_bucket_mib"] * 2**20 / 4 >= 78125 or r["buckets"] == 1, r
 assert plan["workers"] == 4 and plan["batch_per_worker"] == 64 and plan["network"] == "25gbe"
 params = sum(l["param_floats"] for l in prof["layers"])
 assert params == 421834, params  # the job's parameters (docs/results/scaling)
@@ -37,7 +47,35 @@ for r in rows:
     assert abs(r["compute_ms"] - compute) < 1e-6 * compute, (r, compute)
     assert r["step_ms"] >= r["compute_ms"] and 0 < r["efficiency"] <= 1 + 1e-9, r
     assert abs(r["samples_per_s"] - 4 * 64 / (r["step_ms"] / 1000)) < 1e-6 * r["samples_per_s"], r
-print(f"17 predictions; profile {compute:.1f} ms forward + backward at batch 64")
+print(f"{len(rows)} predictions; profile {compute:.1f} ms forward + backward at batch 64")
+PY
+
+echo "== 1b. a 512-rank ring: latency-aware buckets, fewer and larger"
+# ResNet-50's 25,557,032 parameters, 512 H200s on HDR InfiniBand: at least 512 × 2 µs × 25 GB/s
+# = 25.6 MB a bucket, 6,400,000 floats (collectives/bucketed.hpp): three buckets, the last of
+# 24.41 MiB, against nine at 25 MiB whose ends hold 1 MiB.
+R50=(plan --config "$SRC/jobs/resnet50_imagenet.ini" --profile
+  "$SRC/docs/scaling/resnet50_h200_gpu_bf16_6052_b128.json" --nodes 64 --workers-per-node 8
+  --network hdr-ib --intra-node nvlink --batch-size 128 --mode sync)
+"$DTRAIN" "${R50[@]}" --out "$SCRATCH/r50.json" >"$SCRATCH/r50.out" 2>&1 ||
+  { cat "$SCRATCH/r50.out"; fail "dtrain plan of 512 GPUs failed"; }
+grep -E '^\| sync, flat allreduce(, latency-aware)? \| 25 \|' "$SCRATCH/r50.out"
+grep -qF "| sync, flat allreduce | 25 | 9, last 1.00 MiB |" "$SCRATCH/r50.out" ||
+  fail "the 25 MiB plan is not nine buckets ending in 1 MiB"
+grep -qF "| sync, flat allreduce, latency-aware | 25 | 3, last 24.41 MiB |" "$SCRATCH/r50.out" ||
+  fail "no latency-aware 25 MiB row of three buckets ending in 24.41 MiB"
+grep -qE "^best sync: +--mode sync --num-ps 0 --allreduce nccl --bucket-mb 25 --bucket-link hdr-ib " \
+  "$SCRATCH/r50.out" || fail "the best sync is not the latency-aware 25 MiB plan"
+"$PY" - "$SCRATCH/r50.json" <<'PY'
+import json, sys
+rows = {(r["configuration"], r["bucket_mb"]): r for r in json.load(open(sys.argv[1]))["predictions"]}
+fixed, aware = rows[("sync, flat allreduce", 25)], rows[("sync, flat allreduce, latency-aware", 25)]
+assert fixed["buckets"] == 9 and aware["buckets"] == 3, (fixed, aware)
+# Fewer buckets pay less latency after backward: less exposed, higher efficiency.
+assert aware["exposed_comm_ms"] < fixed["exposed_comm_ms"], (fixed, aware)
+assert aware["efficiency"] > fixed["efficiency"] + 0.1, (fixed, aware)
+print(f"512 GPUs, 25 MiB: efficiency {fixed['efficiency']:.3f} (9 buckets) -> "
+      f"{aware['efficiency']:.3f} latency-aware (3)")
 PY
 
 echo "== 2. the profile against a real one-worker run"

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -19,6 +20,8 @@
 
 #include "common/mpi_world.hpp"
 #include "dtrain/collectives/bucketed.hpp"
+#include "dtrain/comm/network.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/model/model.hpp"
 
@@ -71,6 +74,143 @@ TEST(BucketPlan, SmallAtBothEndsDoublingToTheCapFromTheFront) {
   EXPECT_EQ(ranges(plan_buckets(4, 32, 4)), (Ranges{{0, 4}}));
   EXPECT_EQ(ranges(plan_buckets(1, 7)), (Ranges{{0, 1}}));
   EXPECT_EQ(ranges(plan_buckets(0, 4)), (Ranges{{0, 0}}));
+}
+
+/// Contiguous from `count` down to 0, none empty (one empty bucket for count 0).
+void expect_covers(const std::vector<Bucket>& b, std::size_t count) {
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(b.front().end, count);
+  EXPECT_EQ(b.back().begin, 0u);
+  for (std::size_t k = 1; k < b.size(); ++k) {
+    EXPECT_EQ(b[k].end, b[k - 1].begin) << k;
+    EXPECT_LT(b[k].begin, b[k].end) << k;
+  }
+}
+
+/// A ring of p ranks with α µs and β GB/s, v bytes a value.
+RingCost ring(int p, double alpha_us, double beta_gb_s, double v = 4) {
+  RingCost r;
+  r.ranks = p;
+  r.alpha_s = alpha_us * 1e-6;
+  r.bytes_per_s = beta_gb_s * 1e9;
+  r.value_bytes = v;
+  return r;
+}
+
+TEST(BucketPlan, LatencyAwareMinimumIsPAlphaBetaOverF) {
+  // 2(p−1)α ≤ f·2(p−1)/p·bytes/β ⇔ bytes ≥ p·α·β/f: 512 ranks, 2 µs, 25 GB/s (HDR InfiniBand):
+  // 25.6 MB, 6.4 M fp32 values or 12.8 M 16-bit ones; f = 1/10: ten times that.
+  EXPECT_EQ(latency_min_bucket_floats(ring(512, 2, 25)), 6400000u);
+  EXPECT_EQ(latency_min_bucket_floats(ring(512, 2, 25, 2)), 12800000u);
+  RingCost strict = ring(512, 2, 25);
+  strict.latency_share = 0.1;
+  EXPECT_EQ(latency_min_bucket_floats(strict), 64000000u);
+  EXPECT_EQ(latency_min_bucket_floats(ring(3, 1, 1e-3)), 1u);  // 3 bytes = 0.75 float: ⌈⌉
+  EXPECT_EQ(latency_min_bucket_floats(ring(1, 2, 25)), 0u);    // no ring
+  EXPECT_EQ(latency_min_bucket_floats(ring(8, 0, 25)), 0u);    // no latency
+  // A link's ring: hdr-ib unshared (β = 25 GB/s each); shm shared by the ring's p ranks.
+  const RingCost ib = ring_cost(parse_link("hdr-ib", "--bucket-link"), 64, 2);
+  EXPECT_EQ(ib.ranks, 64);
+  EXPECT_DOUBLE_EQ(ib.alpha_s, 2e-6);
+  EXPECT_DOUBLE_EQ(ib.bytes_per_s, 25e9);
+  EXPECT_EQ(ib.value_bytes, 2);
+  EXPECT_DOUBLE_EQ(ring_cost(parse_link("shm", "--bucket-link"), 4, 4).bytes_per_s, 6.2e9 / 4);
+  for (const RingCost& bad : {ring(0, 2, 25), ring(2, -1, 25), ring(2, 2, 0), ring(2, 2, 25, 3),
+                              ring(2, std::nan(""), 25)})
+    EXPECT_THROW(latency_min_bucket_floats(bad), InputError);
+  RingCost zero_f = ring(2, 2, 25);
+  zero_f.latency_share = 0;
+  EXPECT_THROW(plan_buckets(100, 10, zero_f), InputError);
+}
+
+TEST(BucketPlan, LatencyAwareKeepsSmallRingsAndGrowsBucketsOnLargeOnes) {
+  const std::size_t MiB = (1 << 20) / 4, r50 = 25557032, cap = 25 * MiB;
+  const Link shm = parse_link("shm", "--bucket-link"), ib = parse_link("hdr-ib", "--bucket-link");
+  // Minimum below the end size (1 MiB = 262,144 floats): exactly today's plan — 2 ranks on one
+  // host (3,100 floats; caps from 4 MiB), 8 ranks on HDR InfiniBand (100,000; from 25 MiB).
+  for (std::size_t c : {std::size_t{0}, 4 * MiB, cap, 256 * MiB}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{100}, std::size_t{1000003}, r50}) {
+      EXPECT_EQ(plan_buckets(n, c, ring_cost(shm, 2, 4)), plan_buckets(n, c)) << n << " " << c;
+      if (c >= 25 * MiB)
+        EXPECT_EQ(plan_buckets(n, c, ring_cost(ib, 8, 4)), plan_buckets(n, c)) << n << " " << c;
+    }
+  }
+  // 512 ranks on HDR InfiniBand: m = 6.4 M floats > 1 MiB. plan_buckets(r50, cap, m): the first
+  // [r50 − m, r50); from the front m, then the cap 6,553,600, then the remainder 6,203,432 < m,
+  // joined to the first: three buckets instead of nine.
+  const auto big = plan_buckets(r50, cap, ring_cost(ib, 512, 4));
+  EXPECT_EQ(ranges(big), (Ranges{{12953600, r50}, {6400000, 12953600}, {0, 6400000}}));
+  // A cap below the minimum rises to it: from the front m, m, then 6,357,032 joined to the first.
+  EXPECT_EQ(ranges(plan_buckets(r50, MiB, ring_cost(ib, 512, 4))),
+            (Ranges{{12800000, r50}, {6400000, 12800000}, {0, 6400000}}));
+  // Fewer than two minimums: one bucket.
+  EXPECT_EQ(ranges(plan_buckets(12799999, cap, ring_cost(ib, 512, 4))), (Ranges{{0, 12799999}}));
+}
+
+TEST(BucketPlan, LatencyAwareIsMonotoneInAlphaRanksAndValueBytes) {
+  const std::size_t MiB = (1 << 20) / 4, r50 = 25557032;
+  // Larger α or p: never more buckets, never a smaller smallest bucket; every float once,
+  // contiguous, from the last layers down to the first.
+  const auto smallest = [](const std::vector<Bucket>& b) {
+    std::size_t m = b.front().end - b.front().begin;
+    for (const Bucket& x : b) m = std::min(m, x.end - x.begin);
+    return m;
+  };
+  for (std::size_t cap : {MiB, 25 * MiB, 256 * MiB}) {
+    std::vector<Bucket> prev = plan_buckets(r50, cap);
+    for (double alpha : {0.1, 1.0, 2.0, 5.0, 25.0, 100.0}) {
+      const auto b = plan_buckets(r50, cap, ring(64, alpha, 25));
+      expect_covers(b, r50);
+      EXPECT_LE(b.size(), prev.size()) << alpha;
+      EXPECT_GE(smallest(b), smallest(prev)) << alpha;
+      prev = b;
+    }
+    prev = plan_buckets(r50, cap);
+    for (int p : {2, 8, 64, 128, 512, 4096}) {
+      const auto b = plan_buckets(r50, cap, ring(p, 2, 25));
+      expect_covers(b, r50);
+      EXPECT_LE(b.size(), prev.size()) << p;
+      EXPECT_GE(smallest(b), smallest(prev)) << p;
+      const std::size_t m = latency_min_bucket_floats(ring(p, 2, 25));
+      if (m > end_bucket_floats(cap) && b.size() > 1) {
+        EXPECT_GE(smallest(b), m) << p;
+        EXPECT_EQ(b.back().end, m) << p;  // the end bucket is the minimum
+        EXPECT_LE(b.size(), r50 / m) << p;
+      }
+      prev = b;
+    }
+    // 16-bit values: the same bytes are twice the floats, so never more buckets than fp32.
+    for (int p : {64, 512})
+      EXPECT_LE(plan_buckets(r50, cap, ring(p, 2, 25, 2)).size(),
+                plan_buckets(r50, cap, ring(p, 2, 25, 4)).size());
+  }
+  // 64 ranks, 2 µs, 25 GB/s: m = 800,000 fp32 floats, 1,600,000 16-bit ones (the end buckets).
+  EXPECT_EQ(plan_buckets(r50, 25 * MiB, ring(64, 2, 25)).back().end, 800000u);
+  EXPECT_EQ(plan_buckets(r50, 25 * MiB, ring(64, 2, 25, 2)).back().end, 1600000u);
+}
+
+TEST(BucketPlan, ProbedRingIsTheChiefsOnEveryRank) {
+  // Every rank plans with the chief's measurement, so their buckets agree (a plan that differs
+  // between ranks would sum different ranges); one rank: no ring, today's plan.
+  const RingCost r = probe_ring(MPI_COMM_WORLD, 2);
+  EXPECT_EQ(r.ranks, world_size());
+  EXPECT_EQ(r.value_bytes, 2);
+  if (world_size() == 1) {
+    EXPECT_EQ(r.alpha_s, 0);
+    return;
+  }
+  EXPECT_TRUE(std::isfinite(r.alpha_s) && r.alpha_s > 0) << r.alpha_s;
+  EXPECT_TRUE(std::isfinite(r.bytes_per_s) && r.bytes_per_s > 0) << r.bytes_per_s;
+  double mine[2] = {r.alpha_s, r.bytes_per_s}, chief[2] = {r.alpha_s, r.bytes_per_s};
+  MPI_Bcast(chief, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(mine[0], chief[0]);
+  EXPECT_EQ(mine[1], chief[1]);
+  const std::size_t n = 100003, bucket = 64;
+  const std::vector<Bucket> plan = plan_buckets(n, bucket, r);
+  expect_covers(plan, n);
+  unsigned long long count = plan.size(), most = 0;
+  MPI_Allreduce(&count, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(count, most);
 }
 
 TEST(BucketedAllreduce, SumsEveryBucketAndTheFlag) {

@@ -1,7 +1,7 @@
 // tests/unit/test_scaling_model.cpp — the scaling model of `dtrain plan` (plan/scaling_model.hpp)
 // on closed-form cases: the ring allreduce 2(n−1)/n·B/β + 2(n−1)α, a shared bus, the ring across
 // nodes, the hierarchical sum, the ps round, the overlap of buckets with backward, a whole
-// prediction; the link spec parser (plan/network.hpp); the profile's JSON (model/profile.hpp).
+// prediction; the link spec parser (comm/network.hpp); the profile's JSON (model/profile.hpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,7 +10,7 @@
 
 #include "dtrain/collectives/bucketed.hpp"
 #include "dtrain/core/error.hpp"
-#include "dtrain/plan/network.hpp"
+#include "dtrain/comm/network.hpp"
 #include "dtrain/model/profile.hpp"
 #include "dtrain/plan/scaling_model.hpp"
 
@@ -166,6 +166,35 @@ TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
   EXPECT_NEAR(predict(p, serial, c).exposed_ms, (one + two + one) * 1000, 1e-9);
 }
 
+TEST(ScalingModel, LatencyAwareBucketsPriceTheTrainingsLatencyAwarePlan) {
+  // 4 MiB of gradients (layer 0: [0, 1) MiB, layer 2: [1, 4) MiB) on 4 ranks of one node over an
+  // unshared 1 GB/s link with α = 524.2879 µs: the minimum bucket ⌈p·α·β⌉ = 2 MiB, twice the end
+  // size at 25 MiB, so the latency-aware plan is two buckets of 2 MiB: [2, 4) MiB ready when
+  // layer 2 is done (4 ms), [0, 2) MiB when layer 0 is (7 ms).
+  constexpr std::size_t MiB = kMiBFloats;
+  const WorkerProfile p = four_mib();
+  const Topology t = topo(1, 4, link(0, 1), link(524.2879, 1), 4);
+  EXPECT_EQ(bucket_ring(t).ranks, 4);
+  EXPECT_EQ(latency_min_bucket_floats(bucket_ring(t)), 2 * MiB);
+  const Candidate fixed{Strategy::flat, 25, 0}, aware{Strategy::flat, 25, 0, true};
+  EXPECT_EQ(candidate_buckets(p, t, fixed), plan_buckets(4 * MiB, 25 * MiB));
+  const std::vector<Bucket> two = {{2 * MiB, 4 * MiB}, {0, 2 * MiB}};
+  EXPECT_EQ(candidate_buckets(p, t, aware), two);
+  const double c = flat_allreduce_s(8.0 * MiB, t);  // the bytes of 2 MiB of fp32
+  const Prediction r = predict(p, t, aware);
+  EXPECT_EQ(r.buckets, 2u);
+  EXPECT_DOUBLE_EQ(r.end_mib, 2.0);
+  EXPECT_NEAR(r.exposed_ms, (std::max(0.004 + c, 0.007) + c - 0.007) * 1000, 1e-9);
+  EXPECT_EQ(predict(p, t, fixed).buckets, 3u);
+  EXPECT_EQ(describe(aware), "sync, flat allreduce, latency-aware");
+  // The plan lists a latency-aware row only where its buckets differ: not for one bucket (0),
+  // nor from 64 MiB on (end buckets of 2.56 MiB and more, above the minimum), nor hierarchical.
+  std::vector<double> aware_sizes;
+  for (const Candidate& k : candidates(p, t, true, false, 25, 1))
+    if (k.latency_aware) aware_sizes.push_back(k.bucket_mb);
+  EXPECT_EQ(aware_sizes, (std::vector<double>{1, 4, 16, 25}));
+}
+
 TEST(ScalingModel, SixteenBitWireHalvesTheSyncAllreduceBytes) {
   // 4 MiB of fp32 gradients, --wire-dtype bf16|fp16: both levels of the hierarchical sum (and the
   // flat ring) carry 2 bytes a value. 2 nodes × 2 workers, unshared links (k = 1), the whole
@@ -220,7 +249,7 @@ TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {
 
 TEST(ScalingModel, CandidatesCoverBucketSizesAndPsCounts) {
   const Topology t = topo(1, 6, link(0, 1), link(0, 1));
-  const std::vector<Candidate> all = candidates(t, true, true, 10, 3);
+  const std::vector<Candidate> all = candidates(WorkerProfile{}, t, true, true, 10, 3);
   std::size_t sync = 0;
   std::vector<int> ps;
   for (const Candidate& c : all) {
@@ -229,7 +258,7 @@ TEST(ScalingModel, CandidatesCoverBucketSizesAndPsCounts) {
   }
   EXPECT_EQ(sync, 2u * 8);  // {0, 1, 4, 10, 16, 25, 64, 256} × flat, hierarchical
   EXPECT_EQ(ps, (std::vector<int>{1, 2, 3, 4}));
-  EXPECT_EQ(candidates(t, false, true, 25, 1).size(), 3u);  // 1, 2, 4 ps
+  EXPECT_EQ(candidates(WorkerProfile{}, t, false, true, 25, 1).size(), 3u);  // 1, 2, 4 ps
 }
 
 TEST(LinkSpec, PresetsAndCustomSpecs) {

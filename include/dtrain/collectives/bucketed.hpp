@@ -38,7 +38,10 @@
 // and larger ones, the small ends included (the same model, 512 H200s on HDR InfiniBand: with a
 // fixed 1 MiB end at least 14.6 ms stay exposed whatever the cap; a 25th of 256 MiB leaves 5.3 ms,
 // the old cut from the end 3.9 ms at 25 MiB — at that scale the ring's latency decides, which
-// NCCL's trees, not modelled, shorten). One knob, which `dtrain plan` sweeps.
+// NCCL's trees, not modelled, shorten). One knob, which `dtrain plan` sweeps. Or let the ring
+// size them (--bucket-link, plan_buckets with a RingCost): end buckets, and every other, of at
+// least p·α·β bytes — no bucket's 2(p−1)α latency above its bandwidth term — which leaves one
+// node's plan as it is and gives 512 GPUs three buckets of about 24 MiB (0.84 in the model).
 //
 // The buckets still pending when backward ends are summed by the caller itself in finish()
 // (after the thread's, keeping the order), while the idle thread watches the deadline: past it,
@@ -68,6 +71,7 @@
 
 #include "dtrain/collectives/hierarchical.hpp"
 #include "dtrain/collectives/wire.hpp"
+#include "dtrain/comm/network.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
@@ -76,6 +80,7 @@ namespace dtrain {
 struct Bucket {
   std::size_t begin = 0;
   std::size_t end = 0;
+  friend bool operator==(const Bucket&, const Bucket&) = default;
 };
 
 /// The buckets at both ends of the buffer are this fraction of the largest: 1/25, PyTorch DDP's
@@ -97,6 +102,54 @@ std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
                                  std::size_t end_floats);
 /// The same with end buckets of end_bucket_floats(bucket_floats): the training's plan.
 std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats);
+
+/// The largest share of a bucket's bandwidth term that its latency term may be in the
+/// latency-aware plan: 2(p−1)α ≤ f · 2(p−1)/p · bytes/β. f = 1: each of the ring's 2(p−1) steps
+/// moves at least α·β bytes, Hockney's half-performance length n½ (the link at half its
+/// bandwidth or more), so a bucket's latency costs no more than its bytes. dtrain plan's model
+/// of ResNet-50 on 512 H200s over HDR InfiniBand (docs/results/scaling/2026-11-26/
+/// gpu-plans-latency), at 25 MiB: f ≤ 1/2 leaves one bucket of the whole gradient, summed after
+/// backward (efficiency 0.68); f = 1 three buckets (0.84, against 0.56 for the fixed plan); f = 2
+/// five (0.80). At 64 GPUs f = 1 gives 0.977 against the fixed plan's 0.982.
+constexpr double kLatencyShare = 1.0;
+
+/// One ring allreduce's costs as the latency-aware plan sees them (the alpha-beta model of
+/// comm/network.hpp: a ring of p ranks sums m bytes in 2(p−1)α + 2(p−1)/p·m/β).
+struct RingCost {
+  int ranks = 1;           ///< p ≥ 1, the ranks in the ring
+  double alpha_s = 0;      ///< α ≥ 0: latency per ring step, seconds
+  double bytes_per_s = 1;  ///< β > 0: each rank's bandwidth, bytes/s
+  double value_bytes = 4;  ///< bytes per gradient value on the wire: 4 (fp32), 2 (bf16, fp16)
+  double latency_share = kLatencyShare;  ///< f > 0 (tests vary it; training and plan do not)
+};
+
+/// The ring of `ranks` ranks over `link` (comm/network.hpp) with `value_bytes` per value: α its
+/// latency, β its bandwidth — divided by the ranks when the link is `shared` (one host's memory,
+/// which a ring's ranks all use at once). Throws as latency_min_bucket_floats when used.
+RingCost ring_cost(const Link& link, int ranks, double value_bytes);
+
+/// The ring of `comm`'s ranks as measured now (--bucket-link probe): after a warm-up each, the
+/// fastest of 20 MPI_Allreduce of one float (T0) and of 5 of 4 MiB (T1) on the chief, broadcast
+/// so that every rank plans the same buckets; α = T0 / 2(p−1) and β = 2(p−1)/p · 4 MiB / (T1 −
+/// T0) (the ring model of the file comment fitted to the two points; MPI's small-message
+/// algorithm may not be a ring, but its T0 is what each bucket pays). One rank: α = 0 and no
+/// communication. Collective over `comm`; throws LibraryError when MPI fails.
+RingCost probe_ring(MPI_Comm comm, double value_bytes);
+
+/// The fewest floats a bucket needs for its latency to be at most f of its bandwidth term:
+/// ⌈p·α·β / (f·v)⌉ (v = value_bytes); 0 when p ≤ 1 or α = 0. Throws InputError for p < 1,
+/// α < 0, β ≤ 0, v ∉ {2, 4} or f ≤ 0 (not finite included).
+std::size_t latency_min_bucket_floats(const RingCost& ring);
+
+/// The latency-aware plan: with m = latency_min_bucket_floats(ring) at most
+/// end_bucket_floats(bucket_floats) (one node, a small ring), or bucket_floats == 0, exactly
+/// plan_buckets(count, bucket_floats). Otherwise plan_buckets(count, max(bucket_floats, m), m)
+/// with a piece shorter than m (the remainder next to the first bucket) joined to the first
+/// bucket: end buckets of m floats, every bucket at least m (the first below 2m; count < 2m:
+/// one bucket), so at most max(1, count / m) buckets. Same order and contiguity as
+/// plan_buckets. Throws as latency_min_bucket_floats.
+std::vector<Bucket> plan_buckets(std::size_t count, std::size_t bucket_floats,
+                                 const RingCost& ring);
 
 /// How each bucket is summed (`--allreduce`, `--wire-dtype`).
 struct ReduceOptions {

@@ -126,8 +126,11 @@ struct Config {
   std::string profile_steps;
   AllreduceOption allreduce = AllreduceOption::automatic;  ///< auto | mpi | hierarchical | nccl
   WireDtype wire_dtype =
-      WireDtype::fp32;       ///< gradients between ranks (allreduce, ps pushes): fp32|bf16|fp16
-  double bucket_mb = 25;     ///< sync allreduce bucket size, MiB (0: one bucket)
+      WireDtype::fp32;    ///< gradients between ranks (allreduce, ps pushes): fp32|bf16|fp16
+  double bucket_mb = 25;  ///< sync allreduce bucket size, MiB (0: one bucket)
+  /// sync allreduce: "off" (--bucket-mb's plan), a link (comm/network.hpp's spec) or "probe" (a
+  /// measured one) whose latency sizes the buckets for the workers' ring (collectives/bucketed)
+  std::string bucket_link = "off";
   bool overlap = true;       ///< CPU: allreduce buckets / ps push chunks during backward
   int threads = 0;           ///< OpenMP threads per rank; 0 = cores per node / ranks per node
   bool pin_threads = false;  ///< each rank's threads on its own block of CPUs (comm/affinity.hpp)
@@ -162,7 +165,7 @@ struct Config {
   // scaling plan (dtrain plan, plan/scaling_model.hpp)
   int nodes = 1;                   ///< plan: nodes of the planned cluster
   int workers_per_node = 1;        ///< plan: worker ranks (GPUs, or cores) per node
-  std::string network = "hdr-ib";  ///< plan: the link between nodes (plan/network.hpp)
+  std::string network = "hdr-ib";  ///< plan: the link between nodes (comm/network.hpp)
   std::string intra_node = "shm";  ///< plan: the link inside a node
   std::string profile;             ///< plan: a saved worker profile to use instead of profiling
   std::string save_profile;        ///< plan: write the measured profile there (JSON)

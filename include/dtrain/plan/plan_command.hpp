@@ -11,10 +11,11 @@
 // --threads threads (0: this machine's cores / --workers-per-node, a worker's share of a node).
 // The per-worker batch is --global-batch-size / (N·G) when that is set, else --batch-size. The
 // model (plan/scaling_model.hpp) prices every candidate — sync flat and hierarchical allreduce
-// over bucket sizes, async over ps counts; with --mode (and --num-ps) on the command line only
-// that mode (and ps count) — and prints a table (predicted compute, exposed communication,
-// optimizer, step ms, samples/s, efficiency, what bounds the step), the recommended options, and
-// the model's assumptions. --out writes the same as JSON (refused if the file exists).
+// over bucket sizes (flat also with --bucket-link's latency-aware buckets), async over ps counts;
+// with --mode (and --num-ps) on the command line only that mode (and ps count) — and prints a table
+// (predicted compute, exposed communication, optimizer, step ms, samples/s, efficiency, what bounds
+// the step), the recommended options, and the model's assumptions. --out writes the same as JSON
+// (refused if the file exists).
 #pragma once
 
 #include "dtrain/core/config.hpp"

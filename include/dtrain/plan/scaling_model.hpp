@@ -1,6 +1,6 @@
 // dtrain/plan/scaling_model.hpp — predicted step time, samples/s and efficiency of a data-parallel
 // run from one worker's profile (model/profile.hpp), the bucket plan (collectives/bucketed.hpp)
-// and an alpha-beta model of the links (plan/network.hpp). `dtrain plan` prints it.
+// and an alpha-beta model of the links (comm/network.hpp). `dtrain plan` prints it.
 //
 // Notation: W = nodes × G workers (G per node), b samples per worker and step, S = gradient bytes
 // (4 per parameter, fp32; the sync allreduce moves S·v/4 bytes, v = Topology::value_bytes: 2 with
@@ -13,7 +13,8 @@
 // (compute linear in the batch); backward produces gradients from the last layer to the first.
 // Sync (allreduce): step = forward + backward + exposed communication + the optimizer update
 // on the worker (the profile's). Buckets: plan_buckets() of the gradient buffer, the training's
-// own (1 MiB at both ends, doubling to --bucket-mb from the front: collectives/bucketed.hpp);
+// own (1 MiB at both ends, doubling to --bucket-mb from the front: collectives/bucketed.hpp;
+// latency-aware: buckets of at least p·α·β/f bytes for the ring of bucket_ring());
 // bucket k is ready when backward has passed the layer holding its first float; one
 // communication thread reduces buckets in order, each starting when ready and when the previous
 // one is done; the exposed part is what ends after backward (PyTorch DDP's, Horovod's overlap).
@@ -50,7 +51,8 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/plan/network.hpp"
+#include "dtrain/collectives/bucketed.hpp"
+#include "dtrain/comm/network.hpp"
 #include "dtrain/model/profile.hpp"
 
 namespace dtrain {
@@ -75,6 +77,9 @@ struct Candidate {
   Strategy strategy = Strategy::flat;
   double bucket_mb = 25;  ///< sync: bucket size, MiB (0: one bucket)
   int num_ps = 0;         ///< ps: K ≥ 1
+  /// sync: the latency-aware plan for bucket_ring(t) (collectives/bucketed.hpp; the training's
+  /// --bucket-link with the link bucket_ring names) instead of plan_buckets' fixed 25th
+  bool latency_aware = false;
 };
 
 /// The model's answer for one Candidate; times in ms per step.
@@ -86,8 +91,10 @@ struct Prediction {
   double comm_ms = 0;       ///< sync: the whole exchange, hidden or not; async: a ps round
   double step_ms = 0;
   double samples_per_s = 0;
-  double efficiency = 0;  ///< samples/s over W × one worker's (see the file comment)
-  std::string bound;      ///< what paces the step: "compute", "network", "ps"
+  double efficiency = 0;    ///< samples/s over W × one worker's (see the file comment)
+  std::size_t buckets = 0;  ///< sync: how many buckets the plan cuts (0 for async)
+  double end_mib = 0;       ///< sync: the size of the bucket holding the first layers, MiB
+  std::string bound;        ///< what paces the step: "compute", "network", "ps"
 };
 
 /// Ring allreduce of `bytes` over the topology's W ranks (flat): see the file comment. W = 1: 0.
@@ -109,15 +116,26 @@ double exposed_after_backward_s(const std::vector<double>& ready_s,
 std::vector<double> ready_times_s(const WorkerProfile& p, const std::vector<std::size_t>& from,
                                   double scale);
 
+/// The ring whose latency sizes the latency-aware buckets: the W workers over the link between
+/// nodes (nodes > 1, --network) or inside the node (--intra-node), at the topology's value bytes.
+/// Training with `--bucket-link` set to that link plans the same buckets.
+RingCost bucket_ring(const Topology& t);
+
+/// The buckets a sync candidate cuts the profile's gradient into (the training's own).
+std::vector<Bucket> candidate_buckets(const WorkerProfile& p, const Topology& t,
+                                      const Candidate& c);
+
 /// Prices one candidate. Throws InputError for a topology or candidate out of range (names the
 /// option: --nodes, --workers-per-node, --num-ps, --bucket-mb).
 Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c);
 
 /// The candidates `dtrain plan` prices: flat and hierarchical allreduce with bucket sizes
-/// {0 (one bucket), 1, 4, 16, 25, 64, 256 MiB and `bucket_mb`}, and async with K ps for K in
-/// {1, 2, 4, ... ≤ W, and `num_ps`}; `sync`/`async` false leave that mode out.
-std::vector<Candidate> candidates(const Topology& t, bool sync, bool async, double bucket_mb,
-                                  int num_ps);
+/// {0 (one bucket), 1, 4, 16, 25, 64, 256 MiB and `bucket_mb`}, the flat ones also latency-aware
+/// where that plan differs from the fixed one for `p`'s gradient (not hierarchical: its leaders'
+/// ring is N ranks long, not the W the latency-aware plan is sized for), and async with K ps for K
+/// in {1, 2, 4, ... ≤ W, and `num_ps`}; `sync`/`async` false leave that mode out.
+std::vector<Candidate> candidates(const WorkerProfile& p, const Topology& t, bool sync, bool async,
+                                  double bucket_mb, int num_ps);
 
 /// "flat allreduce", "hierarchical allreduce" or "async, K ps".
 std::string describe(const Candidate& c);

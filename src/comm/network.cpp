@@ -1,5 +1,5 @@
-// plan/network.cpp — link specs: presets and `alpha_us=..,beta_gbps=..[,shared=..]`.
-#include "dtrain/plan/network.hpp"
+// comm/network.cpp — link specs: presets and `alpha_us=..,beta_gbps=..[,shared=..]`.
+#include "dtrain/comm/network.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-// dtrain/plan/network.hpp — the alpha-beta (latency + bytes / bandwidth) model of one link that
+// dtrain/comm/network.hpp — the alpha-beta (latency + bytes / bandwidth) model of one link that
 // the scaling model (plan/scaling_model.hpp) prices every transfer with (Hockney 1994; the cost
 // model of Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective Communication
 // Operations in MPICH"): moving m bytes costs α + m / β.
