@@ -36,10 +36,14 @@ run_and_signal() {
   t0=$(now)
   case $how in
     mpirun) kill -"$sig" "$JOB_PID" ;;
-    ranks) for ((r = 0; r < np; ++r)); do
+    ranks) # Every pid first, then the signals: a rank signalled first can end the job, and
+           # its peers with it, before the next one is looked up.
+           local pids=()
+           for ((r = 0; r < np; ++r)); do
              p=$(rank_pid $r) || fail "rank $r not found among the children of mpiexec"
-             kill -"$sig" "$p"
-           done ;;
+             pids+=("$p")
+           done
+           kill -"$sig" "${pids[@]}" 2>/dev/null || true ;;
     chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
   esac
   wait_job 60
