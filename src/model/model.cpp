@@ -114,14 +114,8 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
   state_ = DeviceBuffer<float>(*backend, std::max<std::size_t>(state_count_, 1));
   arena_ = DeviceBuffer<std::byte>(
       *backend, std::max<std::size_t>(activation_bytes_ * static_cast<std::size_t>(slots_), 1));
-  // See network_input() and logits().
-  const std::size_t batch_count = sample_.with_n(max_batch).count();
-  const bool convert = backend->differs_from_nchw(sample_);
+  // See logits(); the input conversion buffers wait for their first use (prepare_input()).
   const bool cast = backend->act_dtype() != DType::f32;
-  if ((convert || cast) && part_.first == 0)
-    input_ = DeviceBuffer<std::byte>(*backend,
-                                     batch_count * act_size_ * static_cast<std::size_t>(slots_));
-  if (convert && cast && part_.first == 0) input_f32_ = DeviceBuffer<float>(*backend, batch_count);
   if (cast && has_loss())
     logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
   bind(*stack);
@@ -422,8 +416,28 @@ const void* Model::input_at(const void* x, int first) const {
          static_cast<std::size_t>(first) * sample_.sample_count() * bytes;
 }
 
+std::size_t Model::device_bytes() const {
+  return (params_.size() + grads_.size() + state_.size() + input_f32_.size() + logits_f32_.size() +
+          grad_sum_.size()) *
+             sizeof(float) +
+         arena_.size() + input_.size();
+}
+
+bool Model::prepare_input() {
+  if (input_form_ == InputForm::network || part_.first != 0) return false;
+  Backend& be = backend();
+  const bool convert = be.differs_from_nchw(sample_);
+  const bool cast = be.act_dtype() != DType::f32;
+  if (!convert && !cast) return false;  // fp32 NCHW: the first layer reads x itself
+  if (input_.size() != 0) return true;  // never freed: a captured step may read it
+  const std::size_t batch_count = sample_.with_n(max_batch_).count();
+  input_ = DeviceBuffer<std::byte>(be, batch_count * act_size_ * static_cast<std::size_t>(slots_));
+  if (convert && cast) input_f32_ = DeviceBuffer<float>(be, batch_count);
+  return true;
+}
+
 const void* Model::network_input(const void* x, int n) {
-  if (input_.size() == 0 || input_form_ == InputForm::network) return x;
+  if (!prepare_input()) return x;
   Backend& be = backend();
   const Shape s = sample_.with_n(n);
   const DType t = be.act_dtype();
@@ -480,6 +494,8 @@ void Model::train_step(const void* x, const std::int32_t* labels, int n, float g
   Stack& s = stack_for(n);  // made (ops, workspace) outside any capture
   // Dropout reads the seed from the device on CUDA, whether the step is replayed or not.
   const std::uint64_t* seed_word = backend().set_step_seed(step_seed);
+  // Allocated here, before any capture: the body's network_input() then only finds them.
+  prepare_input();
   const auto body = [&] {
     const void* input = network_input(x, n);
     {

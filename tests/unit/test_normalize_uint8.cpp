@@ -112,8 +112,9 @@ constexpr int kClasses = 5;
 
 /// test::run_step_on for a model on `be` (kLayoutNet, initialized with seed 17) of b's batch,
 /// given in the network form (normalize_uint8's one pass) or as fp32 NCHW; the training step in 2
-/// micro-batches, so that the batch is sliced (Model::input_at).
-test::StepOutputs run_model(Backend& be, const Batch& b, bool network_form) {
+/// micro-batches, so that the batch is sliced (Model::input_at). `bytes`: Model::device_bytes()
+/// after the steps.
+test::StepOutputs run_model(Backend& be, const Batch& b, bool network_form, std::size_t& bytes) {
   Model m(be, test::kLayoutNet, b.s.with_n(1), kClasses, b.s.n);
   m.initialize(17);
   DeviceBuffer<float> x(be, b.s.count());
@@ -129,14 +130,18 @@ test::StepOutputs run_model(Backend& be, const Batch& b, bool network_form) {
   }
   std::vector<std::int32_t> labels(static_cast<std::size_t>(b.s.n));
   for (int i = 0; i < b.s.n; ++i) labels[static_cast<std::size_t>(i)] = (2 * i + 1) % kClasses;
-  return test::run_step_on(m, x.data(), labels, 2);
+  test::StepOutputs out = test::run_step_on(m, x.data(), labels, 2);
+  bytes = m.device_bytes();
+  return out;
 }
 
 /// For each layout × precision (fp32 NCHW aside: nothing to convert): a model on a fresh
 /// backend from make() given the network-form batch computes what one given the fp32 NCHW batch
 /// computes — within `tolerance` relative to each output's largest magnitude: 0 (bit for bit) on
 /// the CPU; a GPU's atomic sums (the loss statistics, some backward convolutions) may add in
-/// another order from one run to the next, and a bf16 activation then round the other way.
+/// another order from one run to the next, and a bf16 activation then round the other way. And
+/// holds less device memory by exactly the input conversion buffers it never needed: the batch
+/// in act_dtype(), plus in fp32 where it is both converted to NHWC and rounded to bf16.
 void expect_network_form_runs_the_same(const std::function<std::unique_ptr<Backend>()>& make,
                                        double tolerance) {
   const Batch b = make_batch(Shape{5, 3, 8, 6}, 41);
@@ -145,12 +150,17 @@ void expect_network_form_runs_the_same(const std::function<std::unique_ptr<Backe
       if (layout == Layout::nchw && p == Precision::fp32) continue;
       SCOPED_TRACE(std::string(layout_name(layout)) + " " + precision_name(p));
       test::StepOutputs r[2];
+      std::size_t bytes[2] = {0, 0};
       for (const bool network : {false, true}) {
         auto be = make();
         be->set_layout(layout);
         be->set_precision(p);
-        r[network ? 1 : 0] = run_model(*be, b, network);
+        const int i = network ? 1 : 0;
+        r[i] = run_model(*be, b, network, bytes[i]);
       }
+      const std::size_t count = b.s.count(), act = dtype_size(act_dtype_of(p));
+      const bool both = layout == Layout::nhwc && p == Precision::bf16;
+      EXPECT_EQ(bytes[0] - bytes[1], count * act + (both ? count * sizeof(float) : 0));
       EXPECT_LE(test::max_rel(r[1].loss, r[0].loss), tolerance);
       EXPECT_LE(test::max_rel(r[1].grads, r[0].grads), tolerance);
       EXPECT_LE(test::max_rel(r[1].state, r[0].state), tolerance);

@@ -4,12 +4,16 @@
 // captured beside the first; a buffer move dropping every graph; a failed capture running that
 // step eagerly and turning the graphs off (auto) or raising an error naming --cuda-graph (on); the
 // least recently used graph freed beyond kMaxGraphs. A Model on the CPU backend with step graphs
-// installed trains bit for bit as one without (the CPU backend has no graphs: auto goes off).
+// installed trains bit for bit as one without (the CPU backend has no graphs: auto goes off); and
+// allocates its fp32 NCHW input conversion buffers on the first such step, eagerly, never inside a
+// capture.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/layer_rig.hpp"
@@ -29,6 +33,8 @@ struct Trace {
   bool recording = false;
   std::string capture_error;  ///< what capture() returns ("": success)
   std::vector<std::string> log;
+  std::function<std::size_t()> bytes;  ///< if set: measured before and after each capture
+  std::vector<std::pair<std::size_t, std::size_t>> capture_bytes;
 };
 
 /// Records like a CUDA graph: capture() calls the body (which queues work, not run), replay()
@@ -37,9 +43,11 @@ class RecordingGraph final : public StepGraph {
  public:
   explicit RecordingGraph(Trace& t) : t_(t) {}
   std::string capture(const std::function<void()>& body) override {
+    const std::size_t before = t_.bytes ? t_.bytes() : 0;
     t_.recording = true;
     body();
     t_.recording = false;
+    if (t_.bytes) t_.capture_bytes.emplace_back(before, t_.bytes());
     if (t_.capture_error.empty()) captured_ = true;
     return t_.capture_error;
   }
@@ -206,6 +214,47 @@ TEST(StepGraphsModel, CpuModelWithGraphsTrainsAsWithout) {
   EXPECT_TRUE(with.step_graphs()->off());  // step 2's capture: the backend has none
   ASSERT_EQ(log.size(), 1u);
   EXPECT_NE(log[0].find("no CUDA graphs"), std::string::npos) << log[0];
+}
+
+/// On an NHWC bf16 backend, a model fed only network-form batches never holds the conversion
+/// buffers; its first fp32 NCHW step (a new key: the eager warm-up) allocates them — the batch in
+/// bf16 and in fp32 — and no capture ever changes what the model holds.
+TEST(StepGraphsModel, InputBuffersComeWithTheFirstFp32NchwStepNeverInACapture) {
+  auto be = make_cpu_backend();
+  be->set_layout(Layout::nhwc);
+  be->set_precision(Precision::bf16);
+  const int n = 6;
+  const Shape sample{1, 3, 8, 8};
+  Model m(*be, {"conv filters=4 kernel=3 pad=1", "batchnorm", "relu", "dense"}, sample, 3, n);
+  m.initialize(5);
+  Trace t;
+  t.bytes = [&] { return m.device_bytes(); };
+  m.set_step_graphs(std::make_unique<StepGraphs>(
+      [&] { return std::make_unique<RecordingGraph>(t); }, true, nullptr));
+  const std::size_t count = sample.count() * n;
+  DeviceBuffer<float> x(*be, count), stats(*be, kStatsFloats);  // zeros: valid in either form
+  be->fill(x.data(), 0.0f, count);
+  const std::vector<std::int32_t> labels = {0, 1, 2, 0, 1, 2};
+  DeviceBuffer<std::int32_t> y(*be, labels.size());
+  be->copy_to_device(y.data(), labels.data(), labels.size() * sizeof(std::int32_t));
+  const auto step = [&] {
+    m.train_step(x.data(), y.data(), n, 1.0f / n, 1, stats.data());
+    return m.device_bytes();
+  };
+  m.set_input_form(InputForm::network);
+  const std::size_t held = m.device_bytes();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(step(), held);  // warm-up, capture, replay
+  m.set_input_form(InputForm::f32_nchw);
+  const std::size_t converting = held + count * 2 + count * sizeof(float);
+  EXPECT_EQ(step(), converting);
+  EXPECT_EQ(m.step_graphs()->captures(), 1u);                 // that step was the new key's warm-up
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(step(), converting);  // capture, replay
+  m.set_input_form(InputForm::network);
+  EXPECT_EQ(step(), converting);  // kept: the f32_nchw graph holds their addresses
+  EXPECT_EQ(m.step_graphs()->captures(), 2u);
+  const std::vector<std::pair<std::size_t, std::size_t>> want = {{held, held},
+                                                                 {converting, converting}};
+  EXPECT_EQ(t.capture_bytes, want);
 }
 
 }  // namespace

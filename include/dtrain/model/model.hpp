@@ -148,6 +148,13 @@ class Model {
   [[nodiscard]] float* state() const { return state_.data(); }
   /// Planned activation + activation-gradient memory for training at max_batch (bytes).
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
+  /// Bytes this model holds now in its own device buffers: parameters, gradients, state, the
+  /// activation arena, the fp32 logits (bf16), the micro-batch gradient sum once used, and the
+  /// input conversion buffers — allocated on the first step that needs them (an InputForm::f32_nchw
+  /// batch on an NHWC and/or bf16 backend: max_batch·C·H·W·act_size() bytes per slot, plus
+  /// max_batch·C·H·W fp32 where both convert) and kept from then on. The backend's own buffers
+  /// (convolution workspace, op descriptors) are not counted. 0 on a layout-only model.
+  [[nodiscard]] std::size_t device_bytes() const;
   /// Every layer in line order, with its shape, parameters and forward cost (works on a
   /// layout-only model).
   [[nodiscard]] std::vector<LayerInfo> layers() const;
@@ -325,9 +332,15 @@ class Model {
   [[nodiscard]] void* act(int tensor, const void* input) const;
   /// The gradient of tensor `t` (plan offset `offset`) in the current slot.
   [[nodiscard]] void* at(std::size_t offset) const;
+  /// Whether network_input() converts the batch (InputForm::f32_nchw on the first stage of an
+  /// NHWC and/or bf16 backend); allocates input_ (and input_f32_) on the first such call and keeps
+  /// them, since a captured step graph holds their addresses. train_step calls it before its body,
+  /// so that no allocation ever happens inside a CUDA graph capture (StepGraphs also runs each
+  /// key's first step eagerly, and the key holds the input form).
+  bool prepare_input();
   /// The batch x (n samples in input_form_) in the backend's layout and act_dtype(): x itself
   /// (InputForm::network, or fp32 NCHW that needs no change), or converted
-  /// (Backend::differs_from_nchw(sample)) and/or rounded to bf16 into input_.
+  /// (Backend::differs_from_nchw(sample)) and/or rounded to bf16 into input_ (prepare_input()).
   const void* network_input(const void* x, int n);
 
   Backend* backend_;
@@ -361,7 +374,8 @@ class Model {
   /// activation memory (see MemoryPlan), shared by every stack: slots_ arenas of
   /// activation_bytes_ each
   DeviceBuffer<std::byte> arena_;
-  /// the batch as the first layer reads it (network_input), one per slot
+  /// the batch as the first layer reads it (network_input), one per slot; empty until
+  /// prepare_input() needs it
   DeviceBuffer<std::byte> input_;
   DeviceBuffer<float> input_f32_;   ///< the batch converted to NHWC before rounding (bf16 + NHWC)
   DeviceBuffer<float> logits_f32_;  ///< logits() cast to fp32 (bf16 only)
