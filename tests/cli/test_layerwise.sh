@@ -13,8 +13,9 @@
 #      with 1 worker after 12 steps — parameters, m and LAMB's v (the same per-tensor arithmetic,
 #      on the ps instead of the worker) — and resumes bit-identically; async (Downpour; and with
 #      --delay-compensation and --stale-lr inverse), SSP (--max-staleness 1) and sync with a
-#      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn: finite losses, the last quarter's mean below half the first quarter's,
-#      test accuracy well above chance.
+#      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn (LARS at lr 0.4 there):
+#      finite losses, the last quarter's mean below half the first quarter's, test accuracy well
+#      above chance.
 #   4. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
 #      hang), and lars with a pipelined ps job (a stage's ps cut across tensors); --num-ps auto
 #      stops at one ps per tensor.
@@ -96,8 +97,11 @@ COMMON+=(--mode sync --num-ps 2 --replicas-to-aggregate 1)
 check_resume 3 lars-ps "${LARS[@]}"
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
         "${SCHEDULE[@]}" --num-ps 2 --log-every 1 --max-steps 40)
+# Stale gradients at LARS's lr 1 can blow a Downpour run up (1 in ~12 runs with
+# --delay-compensation); these modes run LARS at lr 0.4 (stable in 6 of 6 runs of each mode).
+LARS_STALE=(--optimizer lars --lr 0.4 --lars-eta 0.02)
 for tag in lars lamb; do
-  [[ $tag == lars ]] && opt=("${LARS[@]}") || opt=("${LAMB[@]}")
+  [[ $tag == lars ]] && opt=("${LARS_STALE[@]}") || opt=("${LAMB[@]}")
   for mode in async dc ssp backup; do
     case $mode in
       async) extra=(--mode async) ;;
