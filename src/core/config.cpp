@@ -329,6 +329,12 @@ void add_device_options(Table& t, Config& c) {
   t.add("conv-workspace-mb", &c.conv_workspace_mb,
         "GPU convolutions: the most workspace one cuDNN algorithm may use, in MiB (0: 512); the "
         "faster algorithms for large activations (VGG's first layers at batch 128) may need more");
+  t.add("conv-api", &c.conv_api,
+        "GPU convolutions: legacy (cuDNN's cudnnConvolution* calls and algorithm enums) | graph "
+        "(cuDNN's graph API: each direction one operation, its engine from cuDNN's heuristics "
+        "or, with --cudnn-benchmark, the fastest of their first 8 timed — the engines PyTorch's "
+        "convolutions run; a direction no engine can run, or a tensor not 16-byte aligned, "
+        "takes the legacy call); ignored on the CPU");
   t.add("fuse", &c.fuse,
         "layer fusion: auto (a relu runs inside the conv, add or batchnorm before it — the conv's "
         "bias + relu in one pass, one pass for a residual block's add + relu, cuDNN's fused "

@@ -154,6 +154,7 @@ void add_shape(Results& r, const Config& c, const Job& job) {
                                         : to_string(c.layout));
   // How GPU convolutions chose their algorithms (--cudnn-benchmark: timed).
   r["conv_algorithms"] = std::string(c.cudnn_benchmark ? "benchmark" : "heuristic");
+  r["conv_api"] = std::string(to_string(c.conv_api));
   r["fuse"] = std::string(to_string(c.fuse));
   r["wire_dtype"] = std::string(to_string(c.wire_dtype));  // gradients between ranks
   // The chief's GPU memory at its peak (Backend::device_peak_bytes, MiB); 0 on the CPU.

@@ -91,6 +91,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const Cluster& clu
   if (c.debug_sync) be->set_debug_sync(true);
   be->set_cudnn_benchmark(c.cudnn_benchmark);
   be->set_deterministic(c.deterministic);
+  be->set_conv_api(c.conv_api);
   be->set_conv_workspace_mb(static_cast<std::size_t>(c.conv_workspace_mb));
   return be;
 }

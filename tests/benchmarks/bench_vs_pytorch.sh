@@ -21,7 +21,9 @@
 #        fastest — PyTorch's cudnn.benchmark = True, dtrain's --cudnn-benchmark; default: both use
 #        cuDNN's heuristics), FUSE (dtrain's --fuse: auto, the default, | off),
 #        CUDA_GRAPH (dtrain's --cuda-graph: auto, the default, | on | off; the run's "cuda graph"
-#        log lines are printed under the table),
+#        log lines are printed under the table), CONV_API (dtrain's --conv-api: legacy, the
+#        default, | graph; with graph the count of convolution directions on each path and the
+#        first conv lines of the log are printed under the table),
 #        On a GPU each framework's peak GPU memory is printed too (dtrain's results.json
 #        gpu_peak_allocated_mb, PyTorch's torch.cuda.max_memory_allocated).
 #        TORCH_PYTHON (an interpreter with torch, numpy, h5py; default /opt/torchbench/bin/python,
@@ -57,7 +59,7 @@ timer=()
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
   --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
   --batch-size "$batch" "${DTRAIN_ARGS[@]}" --fuse "${FUSE:-auto}" \
-  --cuda-graph "${CUDA_GRAPH:-auto}" --run-dir "$tmp/dtrain" \
+  --cuda-graph "${CUDA_GRAPH:-auto}" --conv-api "${CONV_API:-legacy}" --run-dir "$tmp/dtrain" \
   > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
 read -r dtrain_rate dtrain_rss dtrain_gpu <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys
@@ -79,7 +81,7 @@ torch_args=(--config "$job" --steps "$steps" --warmup "$warmup" --threads "$thre
             --device "$device" --batch-size "$batch" "${TORCH_ARGS[@]}")
 torch_json=$("$py" tests/benchmarks/pytorch_reference.py "${torch_args[@]}")
 
-"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" "$dtrain_gpu" "${FUSE:-auto}" "${CUDA_GRAPH:-auto}" <<'PY'
+"${DTRAIN_PYTHON:-/usr/bin/python3}" - "$job" "$batch" "$threads" "$device" "$steps" "$dtrain_rate" "$dtrain_rss" "$torch_json" "$math" "$dtrain_gpu" "${FUSE:-auto}" "${CUDA_GRAPH:-auto}" "${CONV_API:-legacy}" <<'PY'
 import json, sys
 job, batch, threads, device, steps = sys.argv[1:6]
 d, d_rss, d_gpu = float(sys.argv[6]), float(sys.argv[7]), float(sys.argv[10])
@@ -94,6 +96,8 @@ if sys.argv[11] != "auto":
     layout += f", dtrain --fuse {sys.argv[11]}"
 if sys.argv[12] != "auto":
     layout += f", dtrain --cuda-graph {sys.argv[12]}"
+if sys.argv[13] != "legacy":
+    layout += f", dtrain --conv-api {sys.argv[13]}"
 print(f"# {job}: batch {batch}, {sys.argv[9]} math, {threads} threads, device {device}, "
       f"{steps} timed steps{layout}")
 t_gpu = t.get("peak_gpu_mb", 0.0)
@@ -106,3 +110,9 @@ print(f"ratio dtrain/pytorch: samples/s {d / t['samples_per_sec']:.2f}, "
       (f", peak GPU memory {d_gpu / t_gpu:.2f}" if gpu and t_gpu > 0 else ""))
 PY
 grep -h "cuda graph" "$tmp/dtrain.log" | sed 's/^# */# dtrain: /' || true
+if [ "${CONV_API:-legacy}" = graph ]; then
+  echo "# dtrain --conv-api graph: $(grep -o "fwd engine\|bwd-data engine\|bwd-filter engine" \
+    "$tmp/dtrain.log" | wc -l) problem directions on graph-API engines, $(grep -o "\(fwd\|bwd-data\|bwd-filter\) legacy (" \
+    "$tmp/dtrain.log" | wc -l) on the legacy calls"
+  grep -h "cuDNN conv" "$tmp/dtrain.log" | head -3 | cut -c1-400 | sed 's/^/# /'
+fi

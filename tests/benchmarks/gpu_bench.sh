@@ -20,6 +20,10 @@
 #                       host; the default rows run --cuda-graph auto: the step's forward, loss and
 #                       backward replayed as one CUDA graph). Not in the default list:
 #                       ROWS="resnet50bf16 resnet50bf16nograph"
+#   vgg16bf16graph, resnet50bf16graph, inception3bf16graph, resnet50graph
+#                       the same rows with dtrain's --conv-api graph (convolutions through cuDNN's
+#                       graph API, engines from its heuristics, as PyTorch's); not in the default
+#                       list: ROWS="vgg16bf16 vgg16bf16graph"
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both
 #                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
@@ -72,6 +76,10 @@ for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 re
     inception3bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/inception3_imagenet.ini ;;
     vgg16bf16) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 bench jobs/vgg16_imagenet.ini ;;
     vgg16bf16nofuse) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 FUSE=off bench jobs/vgg16_imagenet.ini ;;
+    resnet50bf16graph) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph bench jobs/resnet50_imagenet.ini ;;
+    resnet50graph) BATCH=128 STEPS=40 WARMUP=10 CONV_API=graph bench jobs/resnet50_imagenet.ini ;;
+    inception3bf16graph) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph bench jobs/inception3_imagenet.ini ;;
+    vgg16bf16graph) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph bench jobs/vgg16_imagenet.ini ;;
     resnet50bf16nograph) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CUDA_GRAPH=off bench jobs/resnet50_imagenet.ini ;;
     tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;

@@ -8,6 +8,9 @@
 #      same parameters, batchnorm state and momentum in the final checkpoint (bit for bit), the
 #      same logged accuracies and losses (within the last printed digit).
 #   3. auto with --micro-batches 2: off, and the log says why.
+#   4. --conv-api graph (cuDNN's graph-API convolution plans, dnn/cuda/conv_graph.hpp): the log
+#      names a graph-API engine, and --cuda-graph on (the plans replayed inside the capture)
+#      ends bit-identical to off, as in 2.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -64,7 +67,8 @@ paste <(grep "^step" "$SCRATCH/on.log" | awk -F'|' '{split($3, a, " "); print a[
       <(grep "^step" "$SCRATCH/off.log" | awk -F'|' '{split($3, a, " "); print a[2]}') |
   awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1.5e-4) bad = 1; n++} END {exit (bad || n < 2)}' ||
   fail "the logged losses differ: $(grep "^step" "$SCRATCH/on.log") // $(grep "^step" "$SCRATCH/off.log")"
-"$PY" - "$SCRATCH/on" "$SCRATCH/off" <<'PY' || fail "the final checkpoints differ"
+same_checkpoints() {  # same_checkpoints DIR_A DIR_B: the last checkpoints' datasets equal
+  "$PY" - "$1" "$2" <<'PY' || fail "the final checkpoints of $1 and $2 differ"
 import glob, sys, h5py, numpy as np
 last = lambda d: sorted(glob.glob(d + "/ckpt-*.h5"))[-1]
 a, b = h5py.File(last(sys.argv[1]), "r"), h5py.File(last(sys.argv[2]), "r")
@@ -76,11 +80,21 @@ for n in names:
         sys.exit(f"{n} differs")
 print(f"{len(names)} datasets equal")
 PY
+}
+same_checkpoints "$SCRATCH/on" "$SCRATCH/off"
 cases=$((cases + 1))
 
 # 3. auto where the step cannot be captured.
 run_ok micro --device cuda --micro-batches 2
 grep -q "cuda graph: off (--micro-batches 2" "$SCRATCH/micro.log" ||
   { cat "$SCRATCH/micro.log"; fail "auto with --micro-batches 2 does not say why the graph is off"; }
+cases=$((cases + 1))
+
+# 4. graph-API convolutions, eager and captured.
+run_ok api_on "${GPU[@]}" --conv-api graph --cuda-graph on
+run_ok api_off "${GPU[@]}" --conv-api graph --cuda-graph off
+grep -q "cuDNN conv .*graph API: fwd engine" "$SCRATCH/api_on.log" ||
+  { grep "cuDNN conv" "$SCRATCH/api_on.log"; fail "--conv-api graph: no graph-API engine logged"; }
+same_checkpoints "$SCRATCH/api_on" "$SCRATCH/api_off"
 cases=$((cases + 1))
 echo "PASS ($cases cases)"

@@ -339,6 +339,7 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   expect_enum_option("layout", &Config::layout, train, ini);
   expect_enum_option("precision", &Config::precision, train, ini);
   expect_enum_option("fuse", &Config::fuse, train, ini);
+  expect_enum_option("conv-api", &Config::conv_api, train, ini);
   expect_enum_option("schedule", &Config::schedule, train, ini);
   expect_enum_option("wire-dtype", &Config::wire_dtype, sync, ini);
   // --device and --allreduce constrain each other: cuda with mpi, cpu with auto.

@@ -115,6 +115,7 @@ struct Config {
   CudaGraphOption cuda_graph = CudaGraphOption::automatic;
   bool deterministic = false;  ///< GPU: deterministic cuDNN convolution algorithms only
   int conv_workspace_mb = 0;   ///< GPU: most workspace per convolution algorithm, MiB (0: 512)
+  ConvApi conv_api = ConvApi::legacy;  ///< GPU: cuDNN's legacy convolution calls or graph API
   /// Model parallelism (model/pipeline_plan.hpp): pipeline stages P, micro-batches M per
   /// mini-batch (M divides batch_size) and their schedule (gpipe | 1f1b). P = 1, M = 1: none.
   int pipeline_stages = 1;

@@ -98,6 +98,11 @@ enum class FuseOption { automatic, off };
 /// eager launches on a capture error), on (a capture error is an error), off.
 enum class CudaGraphOption { automatic, on, off };
 
+/// --conv-api: how GPU convolutions call cuDNN (dnn/cuda/conv_op.cpp): legacy (cudnnConvolution*
+/// with the algorithm enums of cudnn_cnn.h) or graph (each direction a one-operation graph of
+/// cuDNN's graph API, its engine from cuDNN's heuristics: dnn/cuda/conv_graph.hpp).
+enum class ConvApi { legacy, graph };
+
 /// --schedule: the pipeline schedule (model/pipeline_plan.hpp): GPipe (Huang et al. 2019) or
 /// 1F1B (Narayanan et al. 2021, PipeDream-Flush).
 enum class PipelineSchedule { gpipe, one_f_one_b };
@@ -180,6 +185,7 @@ DTRAIN_ENUM_NAMES(Precision, 2, {Precision::fp32, "fp32"}, {Precision::bf16, "bf
 DTRAIN_ENUM_NAMES(FuseOption, 2, {FuseOption::automatic, "auto"}, {FuseOption::off, "off"});
 DTRAIN_ENUM_NAMES(CudaGraphOption, 3, {CudaGraphOption::automatic, "auto"},
                   {CudaGraphOption::on, "on"}, {CudaGraphOption::off, "off"});
+DTRAIN_ENUM_NAMES(ConvApi, 2, {ConvApi::legacy, "legacy"}, {ConvApi::graph, "graph"});
 DTRAIN_ENUM_NAMES(PipelineSchedule, 2, {PipelineSchedule::gpipe, "gpipe"},
                   {PipelineSchedule::one_f_one_b, "1f1b"});
 DTRAIN_ENUM_NAMES(AllreduceOption, 4, {AllreduceOption::automatic, "auto"},

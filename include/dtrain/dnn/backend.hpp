@@ -520,6 +520,12 @@ class Backend {
   /// may then differ between runs and ranks. Ignored by the CPU backend (oneDNN picks its own).
   void set_cudnn_benchmark(bool on) { cudnn_benchmark_ = on; }
   [[nodiscard]] bool cudnn_benchmark() const { return cudnn_benchmark_; }
+  /// How the GPU convolution ops made after this call reach cuDNN (ConvApi; default legacy):
+  /// graph runs each direction through cuDNN's graph API where an engine qualifies (with
+  /// cudnn_benchmark(), the fastest of the first 8 timed), the legacy call elsewhere. Ignored by
+  /// the CPU backend.
+  void set_conv_api(ConvApi api) { conv_api_ = api; }
+  [[nodiscard]] ConvApi conv_api() const { return conv_api_; }
   /// Whether models built on this backend fuse a relu into the layer before it where that layer
   /// has a fused form (add → add_relu; batchnorm and convolution → the op's enable_relu()) and
   /// let convolutions add their input gradient in place (ConvOp::set_accumulate_dx): --fuse auto
@@ -658,6 +664,7 @@ class Backend {
   float label_smoothing_ = 0.0f;
   MathMode math_ = MathMode::fp32;
   bool cudnn_benchmark_ = false;
+  ConvApi conv_api_ = ConvApi::legacy;
   bool fuse_ = true;
   bool deterministic_ = false;
   std::size_t conv_workspace_mb_ = 0;

@@ -24,6 +24,9 @@
 // and the relu in one pass over y, and in backward the relu's mask applied to dy in the pass that
 // sums the bias gradient (channel_kernels.cu) — per layer one read-and-write pass over y fewer
 // forward, one read of dy fewer backward, and a launch fewer each way.
+// --conv-api graph: each direction runs the plan of cuDNN's graph API (conv_graph.hpp) where one
+// qualifies, the legacy call (whose algorithms are chosen either way) where none does or an
+// address is not 16-byte aligned; the log line names what each direction runs.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -132,7 +135,9 @@ class CudaConvOp final : public ConvOp {
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN conv output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
     const std::string key = problem_key();
-    const std::string chosen = choose_algorithms(query, key);
+    std::string chosen = choose_algorithms(query, key);
+    graph_api_ = be.conv_api() == ConvApi::graph;
+    if (graph_api_) chosen = choose_graph_plans(chosen);
     reserve_workspace();
     log_once("cuDNN conv " + key + (be.cudnn_benchmark() ? ", timed" : "") + ": " + chosen);
   }
@@ -141,9 +146,10 @@ class CudaConvOp final : public ConvOp {
     const float one = 1.0f, zero = 0.0f;
     const void* f = filter(w);
     filter_ready_ = true;
-    DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
-                                           fwd_algo_, be_.workspace(), be_.workspace_bytes(), &zero,
-                                           y_desc_, y));
+    if (!run_graph(ConvDirection::fprop, x, f, y))
+      DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
+                                             fwd_algo_, be_.workspace(), be_.workspace_bytes(),
+                                             &zero, y_desc_, y));
     if (bias_) launch_add_channel_bias(be_.stream(), out_shape_, y, elem(t_), b, relu_);
     else if (relu_) launch_relu_forward(be_.stream(), y, y, out_count_, elem(t_));
   }
@@ -177,7 +183,18 @@ class CudaConvOp final : public ConvOp {
 
   /// cuDNN blends: dx = 1·conv_bwd_data(dy, w) + β·dx.
   [[nodiscard]] bool can_accumulate_dx() const override { return true; }
-  void set_accumulate_dx(bool on) override { dx_beta_ = on ? 1.0f : 0.0f; }
+  void set_accumulate_dx(bool on) override {
+    const float beta = on ? 1.0f : 0.0f;
+    if (beta == dx_beta_) return;
+    dx_beta_ = beta;
+    if (!graph_api_) return;
+    std::string why;
+    plan(ConvDirection::dgrad) = graph_plan(ConvDirection::dgrad, &why);
+    reserve_workspace();
+    log_once("cuDNN conv " + problem_key() + ", bwd-data adding into dx: " +
+             (plan(ConvDirection::dgrad) ? "graph " + plan(ConvDirection::dgrad)->description()
+                                         : "legacy (" + why + ")"));
+  }
 
  private:
   /// dx (unless nullptr) and dw from dy: cuDNN's backward-data and backward-filter.
@@ -186,17 +203,19 @@ class CudaConvOp final : public ConvOp {
     if (dx != nullptr) {
       // The filter forward converted (the weights do not change between the two), else anew.
       const void* f = filter_ready_ && copies() ? converted() : filter(w);
-      DT_CHECK_CUDNN(cudnnConvolutionBackwardData(be_.cudnn(), &one, w_desc_, f, y_desc_, dy,
-                                                  bwd_data_desc_, bwd_data_algo_, be_.workspace(),
-                                                  be_.workspace_bytes(), &dx_beta_, x_desc_, dx));
+      if (!run_graph(ConvDirection::dgrad, dx, f, dy))
+        DT_CHECK_CUDNN(cudnnConvolutionBackwardData(be_.cudnn(), &one, w_desc_, f, y_desc_, dy,
+                                                    bwd_data_desc_, bwd_data_algo_, be_.workspace(),
+                                                    be_.workspace_bytes(), &dx_beta_, x_desc_, dx));
     }
     filter_ready_ = false;
     // cuDNN writes the gradient in the filter's layout and type; it reaches dw (fp32 KCRS)
     // through dw_krsc_ (layout, and type in the same pass) or dw_lp_ (type only).
     void* dw_cudnn = krsc_ ? dw_krsc_.get() : t_ != DType::f32 ? dw_lp_.get() : dw;
-    DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
-        be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
-        be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw_cudnn));
+    if (!run_graph(ConvDirection::wgrad, x, dw_cudnn, dy))
+      DT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+          be_.cudnn(), &one, x_desc_, x, y_desc_, dy, bwd_filter_desc_, bwd_filter_algo_,
+          be_.workspace(), be_.workspace_bytes(), &zero, w_desc_, dw_cudnn));
     if (krsc_)  // KRSC (of type t_) → fp32 KCRS: per filter an (R·S)×C matrix transposed
       launch_transpose(be_.stream(), dw_krsc_.get(), elem(t_), dw, Elem::f32, w_shape_.n,
                        w_shape_.h * w_shape_.w, w_shape_.c);
@@ -331,7 +350,58 @@ class CudaConvOp final : public ConvOp {
         handle, w_desc_, y_desc_, bwd_data_desc_, x_desc_, bwd_data_algo_, &bd));
     DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         handle, x_desc_, y_desc_, bwd_filter_desc_, w_desc_, bwd_filter_algo_, &bf));
-    be_.reserve_workspace(std::max(fwd, std::max(bd, bf)));
+    std::size_t need = std::max(fwd, std::max(bd, bf));
+    for (const auto& p : plans_)
+      if (p) need = std::max(need, p->workspace_bytes());
+    be_.reserve_workspace(need);
+  }
+
+  /// --conv-api graph: the graph plan of each direction (from the backend's cache, built on
+  /// first use); `legacy` is choose_algorithms()'s description. Returns what each direction runs.
+  std::string choose_graph_plans(const std::string& legacy) {
+    std::string chosen = "graph API:";
+    for (ConvDirection d : {ConvDirection::fprop, ConvDirection::dgrad, ConvDirection::wgrad}) {
+      std::string why;
+      plan(d) = graph_plan(d, &why);
+      chosen += std::string(d == ConvDirection::fprop ? " " : ", ") + direction_name(d) + " " +
+                (plan(d) ? plan(d)->description() : "legacy (" + why + ")");
+    }
+    return chosen + "; legacy fallback: " + legacy;
+  }
+
+  /// Direction d's graph plan for this problem at the current β (nullptr with *why when none).
+  std::shared_ptr<const GraphConvPlan> graph_plan(ConvDirection d, std::string* why) {
+    const float beta = d == ConvDirection::dgrad ? dx_beta_ : 0.0f;
+    const bool bench = be_.cudnn_benchmark();
+    const std::string key = problem_key() + " " + direction_name(d) +
+                            (beta != 0.0f ? " beta=1" : "") + (bench ? " timed" : "");
+    // The model's own fp32 weights (no copy) lie at any float offset of the parameter buffer.
+    const ConvProblem prob{desc_.input,  w_shape_, desc_.output(),   desc_.stride, desc_.pad,
+                           be_.layout(), t_,       copies() ? 16 : 4};
+    const EnginePolicy policy{t_ == DType::f32, tf32_, be_.deterministic(), true,
+                              workspace_limit()};
+    return be_.conv_plans().get(key, why, [&](std::string* w) {
+      return GraphConvPlan::build(be_.cudnn(), prob, d, beta, policy, bench, w);
+    });
+  }
+
+  std::shared_ptr<const GraphConvPlan>& plan(ConvDirection d) {
+    return plans_[static_cast<int>(d)];
+  }
+
+  /// Queues direction d through its graph plan with the x-, w- and y-shaped tensors; false when
+  /// it has none or an address is not aligned (the caller runs the legacy call instead).
+  bool run_graph(ConvDirection d, const void* x, const void* w, const void* y) {
+    const auto& p = plan(d);
+    if (!p) return false;
+    if (!GraphConvCall::aligned(x) || !GraphConvCall::aligned(w, p->w_alignment()) ||
+        !GraphConvCall::aligned(y)) {
+      log_once("cuDNN conv " + problem_key() + ": " + direction_name(d) +
+               " takes the legacy call (a tensor not 16-byte aligned)");
+      return false;
+    }
+    calls_[static_cast<int>(d)].run(be_.cudnn(), *p, x, w, y, be_.workspace());
+    return true;
   }
 
   /// Whether filter() makes a copy (bf16 and/or KRSC) rather than returning w.
@@ -357,7 +427,11 @@ class CudaConvOp final : public ConvOp {
   bool bias_ = true;
   bool relu_ = false;          ///< enable_relu(): y = max(conv + b, 0)
   std::size_t out_count_ = 0;  ///< elements of y
-  float dx_beta_ = 0.0f;  ///< 1: backward adds into dx (set_accumulate_dx)
+  float dx_beta_ = 0.0f;       ///< 1: backward adds into dx (set_accumulate_dx)
+  /// --conv-api graph: each direction's plan (nullptr: the legacy call) and its call site.
+  bool graph_api_ = false;
+  std::shared_ptr<const GraphConvPlan> plans_[3];
+  GraphConvCall calls_[3];
   ChannelShape out_shape_;
   DeviceMemory bias_scratch_;
 };

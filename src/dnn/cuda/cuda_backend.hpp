@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "conv_graph.hpp"
 #include "cuda_raii.hpp"
 #include "kernels.hpp"
 #include "dtrain/dnn/backend.hpp"
@@ -124,6 +125,8 @@ class CudaBackend final : public Backend {
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
   [[nodiscard]] cudnnHandle_t cudnn() const noexcept { return cudnn_.get(); }
   [[nodiscard]] cublasHandle_t cublas() const noexcept { return cublas_.get(); }
+  /// The graph-API convolution plans built on this backend's cuDNN handle (--conv-api graph).
+  [[nodiscard]] GraphConvPlans& conv_plans() noexcept { return conv_plans_; }
 
  private:
   int gpu_ = 0;
@@ -131,7 +134,8 @@ class CudaBackend final : public Backend {
   Stream stream_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
-  int cc_ = 0;  ///< compute capability, 10·major + minor (90 for H100)
+  GraphConvPlans conv_plans_;  ///< after cudnn_: released before the handle they were built on
+  int cc_ = 0;                 ///< compute capability, 10·major + minor (90 for H100)
   int sms_ = 1;
   struct Staging {  ///< a pinned upload buffer and the event of its last copy
     PinnedMemory mem;

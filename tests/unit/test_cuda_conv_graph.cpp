@@ -1,0 +1,158 @@
+// tests/unit/test_cuda_conv_graph.cpp — GPU convolutions through cuDNN's graph API (--conv-api
+// graph; src/dnn/cuda/conv_graph.hpp) against the legacy cudnnConvolution* calls, op by op, on
+// two backends of the same GPU fed the same bits: forward y, the data gradient (overwritten, and
+// added into an existing dx: β = 1), the weight and bias gradients, for the shapes ResNet,
+// Inception and VGG use (3×3, 1×1 stride 2, 7×7 stride 2 on 3 channels, 1×7 / 7×1, 5×5), in
+// NCHW fp32 with fp32 math (norm-wise relative error ≤ 1e-5: both accumulate in fp32, only the
+// order differs), NHWC TF32 (≤ 5e-3) and NHWC bf16 (≤ 1e-2: outputs rounded to bf16 once each
+// way). The graph backend must have built its plans (GraphConvPlans::built), so that a silent
+// fallback to the legacy calls cannot pass. The engine rule runs everywhere:
+// test_conv_graph_rule.cpp. Skips without a GPU (fails with DTRAIN_REQUIRE_GPU=1).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "dtrain/dnn/backend.hpp"
+#ifdef DTRAIN_HAVE_CUDA
+#include "dnn/cuda/cuda_backend.hpp"
+#endif
+
+namespace dtrain {
+namespace {
+
+struct Setting {
+  const char* name;
+  Layout layout;
+  Precision precision;
+  MathMode math;
+  double tol;
+};
+
+const Setting kSettings[] = {
+    {"NchwFp32", Layout::nchw, Precision::fp32, MathMode::fp32, 1e-5},
+    {"NhwcTf32", Layout::nhwc, Precision::fp32, MathMode::tf32, 5e-3},
+    {"NhwcBf16", Layout::nhwc, Precision::bf16, MathMode::tf32, 1e-2},
+};
+
+struct Case {
+  Shape in;
+  int k;
+  Hw kernel, stride, pad;
+  bool bias;
+  bool accumulate;  ///< set_accumulate_dx(true): dx += conv_bwd_data(dy, w)
+};
+
+std::vector<float> random_vec(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, ref = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    ref += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / (ref > 0.0 ? ref : 1.0));
+}
+
+/// A tensor of `n` elements of type t on backend `be`, filled from floats (rounded for bf16).
+struct Tensor {
+  Backend* be;
+  DType t;
+  std::size_t n;
+  DeviceBuffer<float> f32;         ///< fp32 values (the tensor itself when t is f32)
+  DeviceBuffer<std::uint16_t> lp;  ///< the bf16 tensor (t bf16)
+  Tensor(Backend& b, DType type, const std::vector<float>& v)
+      : be(&b), t(type), n(v.size()), f32(b, v.size()) {
+    b.copy_to_device(f32.data(), v.data(), v.size() * sizeof(float));
+    if (t == DType::bf16) {
+      lp = DeviceBuffer<std::uint16_t>(b, n);
+      b.cast(f32.data(), DType::f32, lp.data(), DType::bf16, n);
+    }
+  }
+  [[nodiscard]] void* data() const {
+    return t == DType::bf16 ? static_cast<void*>(lp.data()) : static_cast<void*>(f32.data());
+  }
+  [[nodiscard]] std::vector<float> host() {
+    if (t == DType::bf16) be->cast(lp.data(), DType::bf16, f32.data(), DType::f32, n);
+    be->synchronize();
+    std::vector<float> v(n);
+    be->copy_to_host(v.data(), f32.data(), n * sizeof(float));
+    return v;
+  }
+};
+
+class CudaConvGraphParity : public ::testing::TestWithParam<Setting> {
+ protected:
+  void SetUp() override {
+    DT_SKIP_WITHOUT_CUDA();
+    legacy_ = make_cuda_backend(0);
+    graph_ = make_cuda_backend(0);
+    for (Backend* be : {legacy_.get(), graph_.get()}) {
+      be->set_layout(GetParam().layout);
+      be->set_precision(GetParam().precision);
+      be->set_math(GetParam().math);
+    }
+    graph_->set_conv_api(ConvApi::graph);
+  }
+  std::unique_ptr<Backend> legacy_, graph_;
+};
+
+TEST_P(CudaConvGraphParity, MatchesTheLegacyCalls) {
+  const Setting& s = GetParam();
+  const DType act = s.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  for (const Case& cc : {Case{{8, 16, 14, 14}, 32, 3, 1, 1, false, false},
+                         Case{{8, 16, 14, 14}, 32, 3, 1, 1, true, true},
+                         Case{{4, 32, 12, 12}, 64, 1, 2, 0, false, true},
+                         Case{{4, 3, 32, 32}, 16, 7, 2, 3, true, false},
+                         Case{{4, 8, 9, 11}, 16, {1, 7}, 1, {0, 3}, false, false},
+                         Case{{4, 8, 9, 11}, 16, {7, 1}, 1, {3, 0}, true, true},
+                         Case{{2, 8, 10, 10}, 8, 5, 1, 2, true, false}}) {
+    SCOPED_TRACE(cc.in.str() + " k" + cc.kernel.str() + " s" + cc.stride.str() + " p" +
+                 cc.pad.str() + (cc.accumulate ? " accumulating dx" : ""));
+    const ConvDesc d{cc.in, cc.k, cc.kernel, cc.stride, cc.pad, cc.bias};
+    const Shape out = d.output();
+    const std::size_t wn = std::size_t(cc.k) * cc.in.c * cc.kernel.h * cc.kernel.w;
+    std::vector<std::vector<float>> got[2];  // y, dx, dw, db of each backend
+    Backend* bes[2] = {legacy_.get(), graph_.get()};
+    for (int i = 0; i < 2; ++i) {
+      Backend& be = *bes[i];
+      auto op = be.make_conv(d);
+      if (cc.accumulate) {
+        ASSERT_TRUE(op->can_accumulate_dx());
+        op->set_accumulate_dx(true);
+      }
+      Tensor x(be, act, random_vec(cc.in.count(), 1)), y(be, act, random_vec(out.count(), 2));
+      Tensor dy(be, act, random_vec(out.count(), 3)), dx(be, act, random_vec(cc.in.count(), 4));
+      Tensor w(be, DType::f32, random_vec(wn, 5)), b(be, DType::f32, random_vec(cc.k, 6));
+      Tensor dw(be, DType::f32, random_vec(wn, 7)), db(be, DType::f32, random_vec(cc.k, 8));
+      const auto f = [](const Tensor& t) { return static_cast<float*>(t.data()); };
+      op->forward(x.data(), f(w), cc.bias ? f(b) : nullptr, y.data());
+      op->backward(x.data(), f(w), dy.data(), dx.data(), f(dw), cc.bias ? f(db) : nullptr);
+      got[i] = {y.host(), dx.host(), dw.host(), db.host()};
+    }
+    const char* names[4] = {"y", "dx", "dw", "db"};
+    for (int k = 0; k < 4; ++k) EXPECT_LE(rel_err(got[1][k], got[0][k]), s.tol) << names[k];
+  }
+#ifdef DTRAIN_HAVE_CUDA
+  // Plans were built (a silent fallback to the legacy calls would build none), and only there.
+  EXPECT_GE(cuda::as_cuda_backend(*graph_).conv_plans().built(), 7u);
+  EXPECT_EQ(cuda::as_cuda_backend(*legacy_).conv_plans().built(), 0u);
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaConvGraph, CudaConvGraphParity, ::testing::ValuesIn(kSettings),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace dtrain
