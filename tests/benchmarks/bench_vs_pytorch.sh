@@ -59,7 +59,7 @@ timer=()
 "${timer[@]}" mpirun --bind-to none -np 1 build/bin/dtrain --config "$job" --mode sync --num-ps 0 \
   --device "$device" --max-steps $((warmup + steps)) --threads "$threads" --log-every "$warmup" \
   --batch-size "$batch" "${DTRAIN_ARGS[@]}" --fuse "${FUSE:-auto}" \
-  --cuda-graph "${CUDA_GRAPH:-auto}" --conv-api "${CONV_API:-legacy}" --run-dir "$tmp/dtrain" \
+  --cuda-graph "${CUDA_GRAPH:-auto}" --run-dir "$tmp/dtrain" \
   > "$tmp/dtrain.log" 2>&1 || { cat "$tmp/dtrain.log"; exit 1; }
 read -r dtrain_rate dtrain_rss dtrain_gpu <<<"$("${DTRAIN_PYTHON:-/usr/bin/python3}" - "$tmp/dtrain" "$warmup" "$batch" "$tmp/time_kb" <<'PY'
 import csv, json, os, sys

@@ -9,7 +9,9 @@
 #     SAMPLES  synthetic samples dtrain generates (steps × batch of the whole run)
 #   Env: PRECISION (fp32 | bf16, default fp32), CHANNELS_LAST=1 (--layout nhwc / --channels-last;
 #        otherwise both NCHW: dtrain --layout nchw, whose default on the CPU is nhwc),
-#        CUDNN_BENCHMARK=1 (--cudnn-benchmark true / --cudnn-benchmark).
+#        CUDNN_BENCHMARK=1 (--cudnn-benchmark true / --cudnn-benchmark), CONV_API (dtrain's
+#        --conv-api: legacy, the default, | graph; PyTorch runs its convolutions through cuDNN's
+#        graph API either way).
 #   Sets the arrays DTRAIN_ARGS and TORCH_ARGS and the string BENCH_LABEL (", channels last, ..."
 #   for the benchmark's title line).
 framework_args() {
@@ -31,6 +33,7 @@ framework_args() {
   else
     DTRAIN_ARGS+=(--layout nchw)
   fi
+  DTRAIN_ARGS+=(--conv-api "${CONV_API:-legacy}")
   if [ "${CUDNN_BENCHMARK:-0}" = 1 ]; then
     DTRAIN_ARGS+=(--cudnn-benchmark true)
     TORCH_ARGS+=(--cudnn-benchmark)

@@ -11,7 +11,7 @@
 # Env: JOB (default jobs/fashion_mnist_cnn.ini; a job with `synthetic =`, e.g.
 #      jobs/resnet50_imagenet.ini, runs on synthetic data in both), BATCH (default 512),
 #      FIRST (first profiled step, default 60), STEPS_IN_WINDOW (default 4), MATH (tf32 | fp32,
-#      default tf32), CHANNELS_LAST=1, PRECISION (fp32 | bf16), CUDNN_BENCHMARK=1 — as
+#      default tf32), CHANNELS_LAST=1, PRECISION (fp32 | bf16), CUDNN_BENCHMARK=1, CONV_API (dtrain only) — as
 #      tests/benchmarks/bench_vs_pytorch.sh, for both frameworks.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
