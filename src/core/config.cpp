@@ -332,7 +332,8 @@ void add_device_options(Table& t, Config& c) {
   t.add("conv-api", &c.conv_api,
         "GPU convolutions: legacy (cuDNN's cudnnConvolution* calls and algorithm enums) | graph "
         "(cuDNN's graph API: each direction one operation, its engine from cuDNN's heuristics "
-        "or, with --cudnn-benchmark, the fastest of their first 8 timed — the engines PyTorch's "
+        "or, with --cudnn-benchmark, the fastest of their first 8 timed and of the timed legacy "
+        "algorithm — the engines PyTorch's "
         "convolutions run; a direction no engine can run, or a tensor not 16-byte aligned, "
         "takes the legacy call); ignored on the CPU");
   t.add("fuse", &c.fuse,

@@ -522,8 +522,8 @@ class Backend {
   [[nodiscard]] bool cudnn_benchmark() const { return cudnn_benchmark_; }
   /// How the GPU convolution ops made after this call reach cuDNN (ConvApi; default legacy):
   /// graph runs each direction through cuDNN's graph API where an engine qualifies (with
-  /// cudnn_benchmark(), the fastest of the first 8 timed), the legacy call elsewhere. Ignored by
-  /// the CPU backend.
+  /// cudnn_benchmark(), the fastest of the first 8 timed, unless the timed legacy algorithm is
+  /// faster), the legacy call elsewhere. Ignored by the CPU backend.
   void set_conv_api(ConvApi api) { conv_api_ = api; }
   [[nodiscard]] ConvApi conv_api() const { return conv_api_; }
   /// Whether models built on this backend fuse a relu into the layer before it where that layer

@@ -23,9 +23,9 @@ struct GraphConvPlan::Parts {
 };
 
 GraphConvPlan::GraphConvPlan(std::shared_ptr<Parts> parts, BackendDesc plan, std::size_t workspace,
-                             std::string description, std::int64_t w_alignment)
+                             std::string description, std::int64_t w_alignment, float timed_ms)
     : parts_(std::move(parts)), plan_(std::move(plan)), workspace_(workspace),
-      description_(std::move(description)), w_alignment_(w_alignment) {}
+      description_(std::move(description)), w_alignment_(w_alignment), timed_ms_(timed_ms) {}
 
 const char* direction_name(ConvDirection d) {
   switch (d) {
@@ -336,9 +336,11 @@ std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const
   }
   std::size_t best = 0;
   std::string timed;
+  float best_ms = std::numeric_limits<float>::infinity();
   if (benchmark) {
     const std::vector<float> ms = time_candidates(h, prob, cands);
     best = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    best_ms = ms[best];
     char buf[64];
     std::snprintf(buf, sizeof buf, ", %.3f ms of %zu timed", double(ms[best]), ms.size());
     timed = buf;
@@ -349,7 +351,7 @@ std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const
   parts->cfg = std::move(c.cfg);
   return std::make_shared<GraphConvPlan>(std::move(parts), std::move(c.plan),
                                          c.info.notes.workspace_bytes, std::move(description),
-                                         prob.w_alignment);
+                                         prob.w_alignment, best_ms);
 }
 
 bool GraphConvCall::aligned(const void* p, std::int64_t bytes) {

@@ -67,12 +67,14 @@ class GraphConvPlan {
   /// "engine 42 (tensor core, 12 MiB)", with ", 0.123 ms" when timed.
   [[nodiscard]] const std::string& description() const { return description_; }
   [[nodiscard]] cudnnBackendDescriptor_t plan() const { return plan_.get(); }
+  /// Milliseconds per run measured by build(…, benchmark = true); +infinity when not timed.
+  [[nodiscard]] float timed_ms() const { return timed_ms_; }
   /// The alignment the plan assumes of the w-shaped tensor, bytes (ConvProblem::w_alignment).
   [[nodiscard]] std::int64_t w_alignment() const { return w_alignment_; }
 
   struct Parts;  ///< the descriptors a plan keeps alive (conv_graph.cpp)
   GraphConvPlan(std::shared_ptr<Parts> parts, BackendDesc plan, std::size_t workspace,
-                std::string description, std::int64_t w_alignment);
+                std::string description, std::int64_t w_alignment, float timed_ms);
 
  private:
   std::shared_ptr<Parts> parts_;
@@ -80,6 +82,7 @@ class GraphConvPlan {
   std::size_t workspace_ = 0;
   std::string description_;
   std::int64_t w_alignment_ = 16;
+  float timed_ms_ = 0.0f;
 };
 
 /// Runs plans for one call site (one direction of one op): the variant pack (the tensors'

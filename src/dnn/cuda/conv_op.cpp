@@ -28,6 +28,8 @@
 // qualifies, the legacy call (whose algorithms are chosen either way) where none does or an
 // address is not 16-byte aligned; the log line names what each direction runs.
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -41,6 +43,9 @@
 
 namespace dtrain::cuda {
 namespace {
+
+/// A direction not timed (its legacy algorithm from the heuristics).
+constexpr float kNotTimed = std::numeric_limits<float>::infinity();
 
 bool is_tensor_op(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
@@ -188,12 +193,9 @@ class CudaConvOp final : public ConvOp {
     if (beta == dx_beta_) return;
     dx_beta_ = beta;
     if (!graph_api_) return;
-    std::string why;
-    plan(ConvDirection::dgrad) = graph_plan(ConvDirection::dgrad, &why);
+    const std::string chosen = select_graph_plan(ConvDirection::dgrad);
     reserve_workspace();
-    log_once("cuDNN conv " + problem_key() + ", bwd-data adding into dx: " +
-             (plan(ConvDirection::dgrad) ? "graph " + plan(ConvDirection::dgrad)->description()
-                                         : "legacy (" + why + ")"));
+    log_once("cuDNN conv " + problem_key() + ", bwd-data adding into dx: " + chosen);
   }
 
  private:
@@ -311,6 +313,7 @@ class CudaConvOp final : public ConvOp {
                                                                 y_desc_, n, got, r);
         });
     fwd_algo_ = f.algo;
+    if (bench) legacy_ms_[0] = f.time;
     fwd_desc_ = conv_desc(f.mathType);
     chosen += describe("fwd", f);
     DT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
@@ -323,6 +326,7 @@ class CudaConvOp final : public ConvOp {
                                                                      query, x_desc_, n, got, r);
         });
     bwd_data_algo_ = bd.algo;
+    if (bench) legacy_ms_[1] = bd.time;
     bwd_data_desc_ = conv_desc(bd.mathType);
     chosen += ", " + describe("bwd-data", bd);
     DT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
@@ -335,6 +339,7 @@ class CudaConvOp final : public ConvOp {
                                                                        query, w_desc_, n, got, r);
         });
     bwd_filter_algo_ = bf.algo;
+    if (bench) legacy_ms_[2] = bf.time;
     bwd_filter_desc_ = conv_desc(bf.mathType);
     return chosen + ", " + describe("bwd-filter", bf);
   }
@@ -360,13 +365,27 @@ class CudaConvOp final : public ConvOp {
   /// first use); `legacy` is choose_algorithms()'s description. Returns what each direction runs.
   std::string choose_graph_plans(const std::string& legacy) {
     std::string chosen = "graph API:";
-    for (ConvDirection d : {ConvDirection::fprop, ConvDirection::dgrad, ConvDirection::wgrad}) {
-      std::string why;
-      plan(d) = graph_plan(d, &why);
+    for (ConvDirection d : {ConvDirection::fprop, ConvDirection::dgrad, ConvDirection::wgrad})
       chosen += std::string(d == ConvDirection::fprop ? " " : ", ") + direction_name(d) + " " +
-                (plan(d) ? plan(d)->description() : "legacy (" + why + ")");
-    }
+                select_graph_plan(d);
     return chosen + "; legacy fallback: " + legacy;
+  }
+
+  /// Sets direction d's graph plan (nullptr: the legacy call) and describes the choice. With
+  /// --cudnn-benchmark a timed plan slower than the timed legacy algorithm is not used.
+  std::string select_graph_plan(ConvDirection d) {
+    std::string why;
+    plan(d) = graph_plan(d, &why);
+    if (!plan(d)) return "legacy (" + why + ")";
+    const float graph_ms = plan(d)->timed_ms(), legacy_ms = legacy_ms_[static_cast<int>(d)];
+    if (graph_ms > legacy_ms) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "legacy (timed faster: %.3f ms against the graph's %.3f)",
+                    double(legacy_ms), double(graph_ms));
+      plan(d) = nullptr;
+      return buf;
+    }
+    return plan(d)->description();
   }
 
   /// Direction d's graph plan for this problem at the current β (nullptr with *why when none).
@@ -430,6 +449,8 @@ class CudaConvOp final : public ConvOp {
   float dx_beta_ = 0.0f;       ///< 1: backward adds into dx (set_accumulate_dx)
   /// --conv-api graph: each direction's plan (nullptr: the legacy call) and its call site.
   bool graph_api_ = false;
+  /// --cudnn-benchmark: the legacy algorithms' timed milliseconds per direction (else +inf).
+  float legacy_ms_[3] = {kNotTimed, kNotTimed, kNotTimed};
   std::shared_ptr<const GraphConvPlan> plans_[3];
   GraphConvCall calls_[3];
   ChannelShape out_shape_;
