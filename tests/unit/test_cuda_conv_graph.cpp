@@ -5,8 +5,9 @@
 // Inception and VGG use (3×3, 1×1 stride 2, 7×7 stride 2 on 3 channels, 1×7 / 7×1, 5×5), in
 // NCHW fp32 with fp32 math (norm-wise relative error ≤ 1e-5: both accumulate in fp32, only the
 // order differs), NHWC TF32 (≤ 5e-3) and NHWC bf16 (≤ 1e-2: outputs rounded to bf16 once each
-// way). The graph backend must have built its plans (GraphConvPlans::built), so that a silent
-// fallback to the legacy calls cannot pass. The engine rule runs everywhere:
+// way), and NHWC bf16 with --cudnn-benchmark (graph plans timed against each other and against
+// the timed legacy algorithm). The graph backend must have built its plans (GraphConvPlans::built),
+// so that a silent fallback to the legacy calls cannot pass. The engine rule runs everywhere:
 // test_conv_graph_rule.cpp. Skips without a GPU (fails with DTRAIN_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -32,12 +33,14 @@ struct Setting {
   Precision precision;
   MathMode math;
   double tol;
+  bool benchmark = false;  ///< --cudnn-benchmark on both backends (graph plans timed too)
 };
 
 const Setting kSettings[] = {
     {"NchwFp32", Layout::nchw, Precision::fp32, MathMode::fp32, 1e-5},
     {"NhwcTf32", Layout::nhwc, Precision::fp32, MathMode::tf32, 5e-3},
     {"NhwcBf16", Layout::nhwc, Precision::bf16, MathMode::tf32, 1e-2},
+    {"NhwcBf16Timed", Layout::nhwc, Precision::bf16, MathMode::tf32, 1e-2, true},
 };
 
 struct Case {
@@ -102,6 +105,7 @@ class CudaConvGraphParity : public ::testing::TestWithParam<Setting> {
       be->set_layout(GetParam().layout);
       be->set_precision(GetParam().precision);
       be->set_math(GetParam().math);
+      be->set_cudnn_benchmark(GetParam().benchmark);
     }
     graph_->set_conv_api(ConvApi::graph);
   }
