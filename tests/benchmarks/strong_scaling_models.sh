@@ -13,14 +13,16 @@
 #   "sync async"), CEILING=1 (also the host's ceiling: run_strong_scaling.sh --ceiling, and the
 #   report's efficiency against it), PYTHON (default /usr/bin/python3: the report's interpreter;
 #   without matplotlib it writes the table and CSV only), PIN_THREADS=1 (the runs with
-#   --pin-threads; the ceiling runs stay unpinned).
+#   --pin-threads; the ceiling runs stay unpinned), ARGS (more dtrain options for every run,
+#   e.g. ARGS="--wire-dtype bf16": the exchange's 16-bit wire; named in the report's title).
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
 # sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
 # (the global batch must split evenly over every worker count).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 models=${1:-"resnet50 vgg16"}
-ceiling=() pin=()
+ceiling=() pin=() args=()
+read -r -a args <<<"${ARGS:-}"
 [ "${CEILING:-0}" = 1 ] && ceiling=(--ceiling)
 [ "${PIN_THREADS:-0}" = 1 ] && pin=(--pin-threads)
 for m in $models; do
@@ -31,8 +33,8 @@ for m in $models; do
   mkdir -p "$docs"
   bash data-tools/run_strong_scaling.sh --job "$job" --workers "${WORKERS:-1 2 4}" \
     --modes "${MODES:-sync async}" --ps 1 --global-batch "${GLOBAL_BATCH:-8}" --steps "${STEPS:-6}" \
-    --out "$out" --no-report "${ceiling[@]}" -- --log-every 1 --summaries false "${pin[@]}"
+    --out "$out" --no-report "${ceiling[@]}" -- --log-every 1 --summaries false "${pin[@]}" "${args[@]}"
   "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
-    --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores${pin:+, --pin-threads}"
+    --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores${pin:+, --pin-threads}${ARGS:+, $ARGS}"
   cp "$out/sweep.log" "$docs/sweep.log"
 done

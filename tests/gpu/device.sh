@@ -36,7 +36,8 @@
 #             PIN_THREADS=1: the same sweep with --pin-threads (each rank's threads on its own
 #             CPUs, the allreduce's communication thread on its own where a rank has 2; the
 #             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default
-#             one to compare the two
+#             one to compare the two. ARGS="--wire-dtype bf16" (more dtrain options for every
+#             run): into $OUT/scaling-ARGS/ (the options' letters and digits), beside the default
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -166,6 +167,7 @@ while [ $# -gt 0 ]; do
                if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
              fi
              pin=""; [ "${PIN_THREADS:-0}" = 1 ] && pin=-pinned
+             [ -n "${ARGS:-}" ] && pin+="-$(tr -cd 'a-z0-9-' <<<"${ARGS// /-}" | sed 's/^-*//')"
              WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 \
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
