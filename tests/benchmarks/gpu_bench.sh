@@ -22,8 +22,11 @@
 #                       ROWS="resnet50bf16 resnet50bf16nograph"
 #   vgg16bf16graph, resnet50bf16graph, inception3bf16graph, resnet50graph
 #                       the same rows with dtrain's --conv-api graph (convolutions through cuDNN's
-#                       graph API, engines from its heuristics, as PyTorch's); not in the default
+#                       graph API, engines from its heuristics, as PyTorch's; with --fuse auto a
+#                       conv's bias and relu run in the convolution's graph); not in the default
 #                       list: ROWS="vgg16bf16 vgg16bf16graph"
+#   vgg16bf16graphnofuse vgg16bf16graph with --fuse off (graph-API convolutions, bias and relu
+#                       in passes of their own): what the fused epilogue gives
 #   tta                 time to 0.91 test accuracy on Fashion-MNIST: the CNN job's recipe (6 epochs,
 #                       cosine, batch 64, one worker, evaluation after each epoch) in both
 #                       frameworks — dtrain's results.json time_to_accuracy_seconds, PyTorch's
@@ -80,6 +83,7 @@ for row in ${ROWS:-cnn64 cnn512 resnet50 resnet50cl resnet50bf16 resnet50fp32 re
     resnet50graph) BATCH=128 STEPS=40 WARMUP=10 CONV_API=graph bench jobs/resnet50_imagenet.ini ;;
     inception3bf16graph) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph bench jobs/inception3_imagenet.ini ;;
     vgg16bf16graph) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph bench jobs/vgg16_imagenet.ini ;;
+    vgg16bf16graphnofuse) BATCH=128 STEPS=30 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CONV_API=graph FUSE=off bench jobs/vgg16_imagenet.ini ;;
     resnet50bf16nograph) BATCH=128 STEPS=40 WARMUP=10 CHANNELS_LAST=1 PRECISION=bf16 CUDA_GRAPH=off bench jobs/resnet50_imagenet.ini ;;
     tta) tta ;;
     *) echo "gpu_bench: unknown row $row" >&2; exit 2 ;;

@@ -1,7 +1,8 @@
 // tests/unit/test_cuda_conv_graph.cpp — GPU convolutions through cuDNN's graph API (--conv-api
 // graph; src/dnn/cuda/conv_graph.hpp) against the legacy cudnnConvolution* calls, op by op, on
-// two backends of the same GPU fed the same bits: forward y, the data gradient (overwritten, and
-// added into an existing dx: β = 1), the weight and bias gradients, for the shapes ResNet,
+// two backends of the same GPU fed the same bits: forward y (with the bias and relu in the same
+// graph: the fused epilogue, on the graph side), the data gradient (overwritten, and added into an
+// existing dx: β = 1), the weight and bias gradients, for the shapes ResNet,
 // Inception and VGG use (3×3, 1×1 stride 2, 7×7 stride 2 on 3 channels, 1×7 / 7×1, 5×5), in
 // NCHW fp32 with fp32 math (norm-wise relative error ≤ 1e-5: both accumulate in fp32, only the
 // order differs), NHWC TF32 (≤ 5e-3) and NHWC bf16 (≤ 1e-2: outputs rounded to bf16 once each
@@ -48,7 +49,8 @@ struct Case {
   int k;
   Hw kernel, stride, pad;
   bool bias;
-  bool accumulate;  ///< set_accumulate_dx(true): dx += conv_bwd_data(dy, w)
+  bool accumulate;    ///< set_accumulate_dx(true): dx += conv_bwd_data(dy, w)
+  bool relu = false;  ///< enable_relu(): y = max(conv + b, 0), backward_relu()
 };
 
 std::vector<float> random_vec(std::size_t n, std::uint32_t seed) {
@@ -121,9 +123,12 @@ TEST_P(CudaConvGraphParity, MatchesTheLegacyCalls) {
                          Case{{4, 3, 32, 32}, 16, 7, 2, 3, true, false},
                          Case{{4, 8, 9, 11}, 16, {1, 7}, 1, {0, 3}, false, false},
                          Case{{4, 8, 9, 11}, 16, {7, 1}, 1, {3, 0}, true, true},
-                         Case{{2, 8, 10, 10}, 8, 5, 1, 2, true, false}}) {
+                         Case{{2, 8, 10, 10}, 8, 5, 1, 2, true, false},
+                         Case{{8, 16, 14, 14}, 32, 3, 1, 1, true, false, true},
+                         Case{{4, 32, 12, 12}, 64, 1, 2, 0, false, true, true}}) {
     SCOPED_TRACE(cc.in.str() + " k" + cc.kernel.str() + " s" + cc.stride.str() + " p" +
-                 cc.pad.str() + (cc.accumulate ? " accumulating dx" : ""));
+                 cc.pad.str() + (cc.accumulate ? " accumulating dx" : "") +
+                 (cc.relu ? " relu" : ""));
     const ConvDesc d{cc.in, cc.k, cc.kernel, cc.stride, cc.pad, cc.bias};
     const Shape out = d.output();
     const std::size_t wn = std::size_t(cc.k) * cc.in.c * cc.kernel.h * cc.kernel.w;
@@ -136,13 +141,17 @@ TEST_P(CudaConvGraphParity, MatchesTheLegacyCalls) {
         ASSERT_TRUE(op->can_accumulate_dx());
         op->set_accumulate_dx(true);
       }
+      if (cc.relu) ASSERT_TRUE(op->enable_relu());
       Tensor x(be, act, random_vec(cc.in.count(), 1)), y(be, act, random_vec(out.count(), 2));
       Tensor dy(be, act, random_vec(out.count(), 3)), dx(be, act, random_vec(cc.in.count(), 4));
       Tensor w(be, DType::f32, random_vec(wn, 5)), b(be, DType::f32, random_vec(cc.k, 6));
       Tensor dw(be, DType::f32, random_vec(wn, 7)), db(be, DType::f32, random_vec(cc.k, 8));
       const auto f = [](const Tensor& t) { return static_cast<float*>(t.data()); };
       op->forward(x.data(), f(w), cc.bias ? f(b) : nullptr, y.data());
-      op->backward(x.data(), f(w), dy.data(), dx.data(), f(dw), cc.bias ? f(db) : nullptr);
+      if (cc.relu)
+        op->backward_relu(x.data(), y.data(), f(w), dy.data(), dx.data(), f(dw),
+                          cc.bias ? f(db) : nullptr);
+      else op->backward(x.data(), f(w), dy.data(), dx.data(), f(dw), cc.bias ? f(db) : nullptr);
       got[i] = {y.host(), dx.host(), dw.host(), db.host()};
     }
     const char* names[4] = {"y", "dx", "dw", "db"};

@@ -20,6 +20,7 @@ namespace dtrain::cuda {
 /// The descriptors a plan was built from, kept alive with it.
 struct GraphConvPlan::Parts {
   BackendDesc x, w, y, conv, op, graph, cfg;
+  std::vector<BackendDesc> epilogue;  ///< the fused bias / relu: tensors, pointwise descriptors
 };
 
 GraphConvPlan::GraphConvPlan(std::shared_ptr<Parts> parts, BackendDesc plan, std::size_t workspace,
@@ -50,16 +51,16 @@ constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_H
 constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
 #pragma GCC diagnostic pop
 
-/// The tensors' unique ids in every graph and variant pack.
-constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+/// The tensors' unique ids in every graph and variant pack (virtual ones from kUidVirtual on).
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidB = 4, kUidVirtual = 100;
 cudnnDataType_t cudnn_type(DType t) {
   return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
 /// A finalized tensor descriptor: dims in N, C, H, W order, strides of `layout`, addresses
 /// multiples of `alignment` bytes.
-BackendDesc tensor(std::int64_t uid, const Shape& s, Layout layout, DType t,
-                   std::int64_t alignment) {
+BackendDesc tensor(std::int64_t uid, const Shape& s, Layout layout, DType t, std::int64_t alignment,
+                   bool is_virtual = false) {
   const std::int64_t c = s.c, h = s.h, w = s.w;
   const std::vector<std::int64_t> strides = layout == Layout::nhwc
                                                 ? std::vector<std::int64_t>{h * w * c, 1, w * c, c}
@@ -69,7 +70,8 @@ BackendDesc tensor(std::int64_t uid, const Shape& s, Layout layout, DType t,
       .set_i64(CUDNN_ATTR_TENSOR_DIMENSIONS, {s.n, c, h, w})
       .set_i64(CUDNN_ATTR_TENSOR_STRIDES, strides)
       .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment)
+      .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
   d.finalize();
   return d;
 }
@@ -90,8 +92,10 @@ BackendDesc convolution(const ConvProblem& p) {
   return d;
 }
 
-/// The operation of `dir` over the parts' tensors and convolution: out = 1·conv + β·out.
-BackendDesc operation(ConvDirection dir, const GraphConvPlan::Parts& p, float beta) {
+/// The operation of `dir` over the parts' tensors and convolution: out = 1·conv + β·out; a
+/// fused fprop writes `y` (the virtual fp32 input of its epilogue) instead of p.y.
+BackendDesc operation(ConvDirection dir, const GraphConvPlan::Parts& p, float beta,
+                      const BackendDesc* y = nullptr) {
   struct Names {
     cudnnBackendDescriptorType_t type;
     cudnnBackendAttributeName_t alpha, beta, conv, x, w, y;
@@ -126,7 +130,7 @@ BackendDesc operation(ConvDirection dir, const GraphConvPlan::Parts& p, float be
       .set_desc(n.conv, p.conv)
       .set_desc(n.x, p.x)
       .set_desc(n.w, p.w)
-      .set_desc(n.y, p.y);
+      .set_desc(n.y, y != nullptr ? *y : p.y);
   op.finalize();
   return op;
 }
@@ -249,13 +253,17 @@ std::vector<Candidate> candidates(cudnnHandle_t h, const BackendDesc& graph,
 /// Bytes of a tensor of shape s and element type t.
 std::size_t bytes_of(const Shape& s, DType t) { return s.count() * dtype_size(t); }
 
-/// A finalized variant pack: the x-, w- and y-shaped tensors' addresses and the workspace.
-BackendDesc variant_pack(const void* x, const void* w, const void* y, void* workspace) {
-  const std::int64_t uids[3] = {kUidX, kUidW, kUidY};
-  void* ptrs[3] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+/// A finalized variant pack: the x-, w- and y-shaped tensors' addresses, the bias's (unless
+/// b is nullptr) and the workspace.
+BackendDesc variant_pack(const void* x, const void* w, const void* y, void* workspace,
+                         const void* b) {
+  const std::int64_t uids[4] = {kUidX, kUidW, kUidY, kUidB};
+  void* ptrs[4] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y),
+                   const_cast<void*>(b)};
+  const std::int64_t n = b != nullptr ? 4 : 3;
   BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs)
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids)
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs)
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   pack.finalize();
   return pack;
@@ -263,7 +271,7 @@ BackendDesc variant_pack(const void* x, const void* w, const void* y, void* work
 
 /// Mean milliseconds of 3 runs of each candidate (after one untimed run) on zeroed scratch
 /// tensors; +infinity for one that fails to run.
-std::vector<float> time_candidates(cudnnHandle_t h, const ConvProblem& p,
+std::vector<float> time_candidates(cudnnHandle_t h, const ConvProblem& p, bool with_bias,
                                    const std::vector<Candidate>& cands) {
   std::size_t ws = 0;
   for (const Candidate& c : cands) ws = std::max(ws, c.info.notes.workspace_bytes);
@@ -274,10 +282,11 @@ std::vector<float> time_candidates(cudnnHandle_t h, const ConvProblem& p,
   };
   const DeviceMemory x = zeroed(bytes_of(p.x, p.dtype)), w = zeroed(bytes_of(p.w, p.dtype));
   const DeviceMemory y = zeroed(bytes_of(p.y, p.dtype)), scratch = DeviceMemory::create(ws);
+  const DeviceMemory b = zeroed(with_bias ? p.y.c * sizeof(float) : 0);
   cudaStream_t stream = nullptr;
   DT_CHECK_CUDNN(cudnnGetStream(h, &stream));
   const Event start = Event::create_timed(), stop = Event::create_timed();
-  const BackendDesc pack = variant_pack(x.get(), w.get(), y.get(), scratch.get());
+  const BackendDesc pack = variant_pack(x.get(), w.get(), y.get(), scratch.get(), b.get());
   std::vector<float> ms;
   for (const Candidate& c : cands) {
     const auto run = [&] { return cudnnBackendExecute(h, c.plan.get(), pack.get()); };
@@ -298,18 +307,72 @@ std::vector<float> time_candidates(cudnnHandle_t h, const ConvProblem& p,
   return ms;
 }
 
+/// A pointwise operation `mode` (fp32 math): y = mode(x) or mode(x, b).
+BackendDesc pointwise(cudnnPointwiseMode_t mode, const BackendDesc& x, const BackendDesc* b,
+                      const BackendDesc& y, std::vector<BackendDesc>* keep) {
+  BackendDesc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+      .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
+  pw.finalize();
+  BackendDesc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+      .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+  if (b != nullptr) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+  op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+  op.finalize();
+  keep->push_back(std::move(pw));
+  return op;
+}
+
+/// The fprop epilogue of p (bias and/or relu) after the convolution's virtual fp32 result `conv_y`,
+/// ending in the real y: its operations, in order; their descriptors kept in parts.epilogue.
+std::vector<cudnnBackendDescriptor_t> epilogue_ops(const ConvProblem& p,
+                                                   GraphConvPlan::Parts& parts,
+                                                   const BackendDesc& conv_y) {
+  std::vector<BackendDesc>& keep = parts.epilogue;
+  keep.reserve(12);  // no reallocation: the operations refer to the tensors by handle
+  std::vector<cudnnBackendDescriptor_t> ops;
+  const BackendDesc* in = &conv_y;
+  if (p.bias) {
+    const Shape bs{1, p.y.c, 1, 1};
+    keep.push_back(tensor(kUidB, bs, p.layout, DType::f32, GraphConvCall::kAlignment));
+    const BackendDesc& b = keep.back();
+    if (p.relu) keep.push_back(tensor(kUidVirtual + 1, p.y, p.layout, DType::f32, 16, true));
+    const BackendDesc& out = p.relu ? keep.back() : parts.y;
+    keep.push_back(pointwise(CUDNN_POINTWISE_ADD, *in, &b, out, &keep));
+    ops.push_back(keep.back().get());
+    in = &out;
+  }
+  if (p.relu) {
+    keep.push_back(pointwise(CUDNN_POINTWISE_RELU_FWD, *in, nullptr, parts.y, &keep));
+    ops.push_back(keep.back().get());
+  }
+  return ops;
+}
+
 /// The problem's descriptors up to its finalized operation graph on h.
 std::shared_ptr<GraphConvPlan::Parts> graph_of(cudnnHandle_t h, const ConvProblem& p,
                                                ConvDirection dir, float beta) {
   auto parts = std::make_shared<GraphConvPlan::Parts>();
   constexpr std::int64_t a = GraphConvCall::kAlignment;
+  const bool fused = dir == ConvDirection::fprop && (p.bias || p.relu);
   parts->x = tensor(kUidX, p.x, p.layout, p.dtype, a);
   parts->w = tensor(kUidW, p.w, p.layout, p.dtype, p.w_alignment);
   parts->y = tensor(kUidY, p.y, p.layout, p.dtype, a);
   parts->conv = convolution(p);
-  parts->op = operation(dir, *parts, beta);
+  // Fused, the convolution writes a virtual fp32 tensor that the epilogue reads.
+  BackendDesc conv_y =
+      fused ? tensor(kUidVirtual, p.y, p.layout, DType::f32, a, true) : BackendDesc();
+  parts->op = operation(dir, *parts, beta, fused ? &conv_y : nullptr);
+  std::vector<cudnnBackendDescriptor_t> ops{parts->op.get()};
+  if (fused) {
+    for (cudnnBackendDescriptor_t op : epilogue_ops(p, *parts, conv_y)) ops.push_back(op);
+    parts->epilogue.push_back(std::move(conv_y));
+  }
   parts->graph = BackendDesc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  parts->graph.set_handle(kGraphHandle, h).set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, parts->op);
+  parts->graph.set_handle(kGraphHandle, h)
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+           static_cast<std::int64_t>(ops.size()), ops.data());
   parts->graph.finalize();
   return parts;
 }
@@ -338,7 +401,8 @@ std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const
   std::string timed;
   float best_ms = std::numeric_limits<float>::infinity();
   if (benchmark) {
-    const std::vector<float> ms = time_candidates(h, prob, cands);
+    const bool with_bias = dir == ConvDirection::fprop && prob.bias;
+    const std::vector<float> ms = time_candidates(h, prob, with_bias, cands);
     best = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
     best_ms = ms[best];
     char buf[64];
@@ -359,10 +423,10 @@ bool GraphConvCall::aligned(const void* p, std::int64_t bytes) {
 }
 
 void GraphConvCall::run(cudnnHandle_t h, const GraphConvPlan& plan, const void* x, const void* w,
-                        const void* y, void* workspace) {
-  const std::array<const void*, 4> ptrs{x, w, y, workspace};
+                        const void* y, void* workspace, const void* b) {
+  const std::array<const void*, 5> ptrs{x, w, y, workspace, b};
   if (plan_ != &plan || ptrs != ptrs_) {
-    pack_ = variant_pack(x, w, y, workspace);
+    pack_ = variant_pack(x, w, y, workspace, b);
     plan_ = &plan;
     ptrs_ = ptrs;
   }

@@ -45,6 +45,10 @@ struct ConvProblem {
   Layout layout = Layout::nchw;
   DType dtype = DType::f32;
   std::int64_t w_alignment = 16;
+  /// fprop only: what the same graph applies to the convolution's fp32 result before y is
+  /// written — a per-channel bias (fp32, K values, 16-byte aligned) and/or a relu — so that y is
+  /// written once (cuDNN's runtime-fusion engines: conv → pointwise add → pointwise relu).
+  bool bias = false, relu = false;
 };
 
 /// One direction's finalized execution plan, immutable; with the descriptors it was built from.
@@ -90,10 +94,11 @@ class GraphConvPlan {
 class GraphConvCall {
  public:
   /// Queues `plan` on h's stream with x-, w- and y-shaped tensors at x, w, y (see
-  /// ConvDirection for which are read and written) and `workspace` (≥ plan.workspace_bytes()).
-  /// Throws LibraryError when cuDNN fails.
+  /// ConvDirection for which are read and written), the bias at b (a plan built with
+  /// ConvProblem::bias; else nullptr) and `workspace` (≥ plan.workspace_bytes()). Throws
+  /// LibraryError when cuDNN fails.
   void run(cudnnHandle_t h, const GraphConvPlan& plan, const void* x, const void* w, const void* y,
-           void* workspace);
+           void* workspace, const void* b = nullptr);
   /// The alignment the plans assume of x and y, bytes (cudaMalloc'd buffers and the activation
   /// arena's slots have it; a tensor at an odd offset may not).
   static constexpr std::int64_t kAlignment = 16;
@@ -103,7 +108,7 @@ class GraphConvCall {
  private:
   BackendDesc pack_;
   const GraphConvPlan* plan_ = nullptr;
-  std::array<const void*, 4> ptrs_{};
+  std::array<const void*, 5> ptrs_{};
 };
 
 /// The plans of one backend (its cuDNN handle), by problem, direction, β and policy: the

@@ -142,7 +142,7 @@ class CudaConvOp final : public ConvOp {
     const std::string key = problem_key();
     std::string chosen = choose_algorithms(query, key);
     graph_api_ = be.conv_api() == ConvApi::graph;
-    if (graph_api_) chosen = choose_graph_plans(chosen);
+    if (graph_api_) chosen = choose_graph_plans(chosen) + "; " + select_fused_plan();
     reserve_workspace();
     log_once("cuDNN conv " + key + (be.cudnn_benchmark() ? ", timed" : "") + ": " + chosen);
   }
@@ -151,6 +151,7 @@ class CudaConvOp final : public ConvOp {
     const float one = 1.0f, zero = 0.0f;
     const void* f = filter(w);
     filter_ready_ = true;
+    if (run_fused(x, f, b, y)) return;
     if (!run_graph(ConvDirection::fprop, x, f, y))
       DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
                                              fwd_algo_, be_.workspace(), be_.workspace_bytes(),
@@ -173,6 +174,11 @@ class CudaConvOp final : public ConvOp {
   /// a relu only with IMPLICIT_PRECOMP_GEMM, which would override the algorithm choice.
   bool enable_relu() override {
     relu_ = true;
+    if (graph_api_) {
+      const std::string chosen = select_fused_plan();
+      reserve_workspace();
+      log_once("cuDNN conv " + problem_key() + ", relu enabled: " + chosen);
+    }
     return true;
   }
 
@@ -358,6 +364,7 @@ class CudaConvOp final : public ConvOp {
     std::size_t need = std::max(fwd, std::max(bd, bf));
     for (const auto& p : plans_)
       if (p) need = std::max(need, p->workspace_bytes());
+    if (fused_) need = std::max(need, fused_->workspace_bytes());
     be_.reserve_workspace(need);
   }
 
@@ -388,17 +395,59 @@ class CudaConvOp final : public ConvOp {
     return plan(d)->description();
   }
 
+  /// --conv-api graph with --fuse auto: the forward with its bias and/or relu in the same graph
+  /// (fused_; nullptr without either, with --fuse off, or when no engine builds it). Returns the
+  /// choice for the log.
+  std::string select_fused_plan() {
+    fused_ = nullptr;
+    if (!be_.fuse() || !(bias_ || relu_)) return "no fused epilogue";
+    const std::string what = std::string("fwd") + (bias_ ? "+bias" : "") + (relu_ ? "+relu" : "");
+    const bool bench = be_.cudnn_benchmark();
+    ConvProblem prob = problem();
+    prob.bias = bias_;
+    prob.relu = relu_;
+    const EnginePolicy policy = engine_policy();
+    std::string why;
+    fused_ = be_.conv_plans().get(
+        problem_key() + " " + what + (bench ? " timed" : ""), &why, [&](std::string* w) {
+          return GraphConvPlan::build(be_.cudnn(), prob, ConvDirection::fprop, 0.0f, policy, bench,
+                                      w);
+        });
+    if (!fused_) return what + " unfused (" + why + ")";
+    if (bias_ && !bias_copy_) bias_copy_ = DeviceMemory::create(desc_.out_channels * sizeof(float));
+    return what + " fused: " + fused_->description();
+  }
+
+  /// Queues the fused forward (fused_): the bias copied into its aligned buffer first. False
+  /// when there is none or an address is not aligned (the caller runs the unfused forward).
+  bool run_fused(const void* x, const void* f, const float* b, void* y) {
+    if (!fused_ || !GraphConvCall::aligned(x) ||
+        !GraphConvCall::aligned(f, fused_->w_alignment()) || !GraphConvCall::aligned(y))
+      return false;
+    if (bias_) be_.copy_device(bias_copy_.get(), b, desc_.out_channels * sizeof(float));
+    fused_call_.run(be_.cudnn(), *fused_, x, f, y, be_.workspace(),
+                    bias_ ? bias_copy_.get() : nullptr);
+    return true;
+  }
+
+  /// This convolution as conv_graph.hpp describes it (no epilogue). The model's own fp32 weights
+  /// (no copy) lie at any float offset of the parameter buffer.
+  [[nodiscard]] ConvProblem problem() const {
+    return ConvProblem{desc_.input,  w_shape_, desc_.output(),   desc_.stride, desc_.pad,
+                       be_.layout(), t_,       copies() ? 16 : 4};
+  }
+  [[nodiscard]] EnginePolicy engine_policy() const {
+    return EnginePolicy{t_ == DType::f32, tf32_, be_.deterministic(), true, workspace_limit()};
+  }
+
   /// Direction d's graph plan for this problem at the current β (nullptr with *why when none).
   std::shared_ptr<const GraphConvPlan> graph_plan(ConvDirection d, std::string* why) {
     const float beta = d == ConvDirection::dgrad ? dx_beta_ : 0.0f;
     const bool bench = be_.cudnn_benchmark();
     const std::string key = problem_key() + " " + direction_name(d) +
                             (beta != 0.0f ? " beta=1" : "") + (bench ? " timed" : "");
-    // The model's own fp32 weights (no copy) lie at any float offset of the parameter buffer.
-    const ConvProblem prob{desc_.input,  w_shape_, desc_.output(),   desc_.stride, desc_.pad,
-                           be_.layout(), t_,       copies() ? 16 : 4};
-    const EnginePolicy policy{t_ == DType::f32, tf32_, be_.deterministic(), true,
-                              workspace_limit()};
+    const ConvProblem prob = problem();
+    const EnginePolicy policy = engine_policy();
     return be_.conv_plans().get(key, why, [&](std::string* w) {
       return GraphConvPlan::build(be_.cudnn(), prob, d, beta, policy, bench, w);
     });
@@ -453,6 +502,11 @@ class CudaConvOp final : public ConvOp {
   float legacy_ms_[3] = {kNotTimed, kNotTimed, kNotTimed};
   std::shared_ptr<const GraphConvPlan> plans_[3];
   GraphConvCall calls_[3];
+  /// The forward with its bias and/or relu as one graph (select_fused_plan), its call site and
+  /// the 16-byte aligned copy of the bias it reads.
+  std::shared_ptr<const GraphConvPlan> fused_;
+  GraphConvCall fused_call_;
+  DeviceMemory bias_copy_;
   ChannelShape out_shape_;
   DeviceMemory bias_scratch_;
 };
