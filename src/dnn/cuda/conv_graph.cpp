@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "cuda_raii.hpp"
+#include "dtrain/core/error.hpp"
 
 namespace dtrain::cuda {
 
@@ -379,10 +380,11 @@ std::shared_ptr<GraphConvPlan::Parts> graph_of(cudnnHandle_t h, const ConvProble
 
 }  // namespace
 
-std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const ConvProblem& prob,
-                                                          ConvDirection dir, float beta,
-                                                          const EnginePolicy& policy,
-                                                          bool benchmark, std::string* why) {
+std::shared_ptr<const GraphConvPlan> GraphConvPlan::build_plan(cudnnHandle_t h,
+                                                               const ConvProblem& prob,
+                                                               ConvDirection dir, float beta,
+                                                               const EnginePolicy& policy,
+                                                               bool benchmark, std::string* why) {
   std::shared_ptr<Parts> parts = graph_of(h, prob, dir, beta);
   const std::size_t limit = benchmark ? kTimedConfigs : 1;
   std::string reasons;
@@ -416,6 +418,18 @@ std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const
   return std::make_shared<GraphConvPlan>(std::move(parts), std::move(c.plan),
                                          c.info.notes.workspace_bytes, std::move(description),
                                          prob.w_alignment, best_ms);
+}
+
+std::shared_ptr<const GraphConvPlan> GraphConvPlan::build(cudnnHandle_t h, const ConvProblem& prob,
+                                                          ConvDirection dir, float beta,
+                                                          const EnginePolicy& policy,
+                                                          bool benchmark, std::string* why) {
+  try {  // cuDNN may refuse the graph itself (an epilogue this version cannot fuse), or a query
+    return build_plan(h, prob, dir, beta, policy, benchmark, why);
+  } catch (const Error& e) {
+    *why = std::string("cuDNN refused: ") + e.what();
+    return nullptr;
+  }
 }
 
 bool GraphConvCall::aligned(const void* p, std::int64_t bytes) {

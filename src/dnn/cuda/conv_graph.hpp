@@ -58,8 +58,8 @@ class GraphConvPlan {
   /// first configuration in cuDNN's ranking that `policy` accepts and that finalizes — with
   /// `benchmark`, the fastest of the first kTimedConfigs such configurations, each timed on
   /// scratch buffers (allocated for the timing, then freed). Returns nullptr when no engine
-  /// qualifies, with the reasons in *why. Throws LibraryError when cuDNN refuses the problem's
-  /// descriptors themselves, CudaError when the timing's scratch cannot be allocated.
+  /// qualifies, or when cuDNN refuses the graph or a query (a fused epilogue this cuDNN cannot
+  /// build), with the reasons in *why; never throws dtrain::Error.
   static std::shared_ptr<const GraphConvPlan> build(cudnnHandle_t h, const ConvProblem& prob,
                                                     ConvDirection dir, float beta,
                                                     const EnginePolicy& policy, bool benchmark,
@@ -81,6 +81,11 @@ class GraphConvPlan {
                 std::string description, std::int64_t w_alignment, float timed_ms);
 
  private:
+  /// build() without the catch: cuDNN's refusals throw LibraryError.
+  static std::shared_ptr<const GraphConvPlan> build_plan(cudnnHandle_t h, const ConvProblem& prob,
+                                                         ConvDirection dir, float beta,
+                                                         const EnginePolicy& policy, bool benchmark,
+                                                         std::string* why);
   std::shared_ptr<Parts> parts_;
   BackendDesc plan_;
   std::size_t workspace_ = 0;
