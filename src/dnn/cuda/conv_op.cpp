@@ -496,10 +496,10 @@ class CudaConvOp final : public ConvOp {
   bool relu_ = false;          ///< enable_relu(): y = max(conv + b, 0)
   std::size_t out_count_ = 0;  ///< elements of y
   float dx_beta_ = 0.0f;       ///< 1: backward adds into dx (set_accumulate_dx)
-  /// --conv-api graph: each direction's plan (nullptr: the legacy call) and its call site.
-  bool graph_api_ = false;
+  bool graph_api_ = false;     ///< made with --conv-api graph
   /// --cudnn-benchmark: the legacy algorithms' timed milliseconds per direction (else +inf).
   float legacy_ms_[3] = {kNotTimed, kNotTimed, kNotTimed};
+  /// --conv-api graph: each direction's plan (nullptr: the legacy call) and its call site.
   std::shared_ptr<const GraphConvPlan> plans_[3];
   GraphConvCall calls_[3];
   /// The forward with its bias and/or relu as one graph (select_fused_plan), its call site and
