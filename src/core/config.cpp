@@ -696,18 +696,6 @@ void non_negative(const std::string& opt, double v) {
     throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
 }
 
-/// --optimizer lars | lamb: one update over whole tensors (optim/optimizer.hpp), CPU or GPU, on
-/// the workers (allreduce) or on ps whose shards hold whole tensors (ps/sharding.hpp).
-void validate_layerwise(const Config& c) {
-  if (c.optimizer != OptimizerKind::lars && c.optimizer != OptimizerKind::lamb) return;
-  DT_REQUIRE(c.pipeline_stages <= 1 || exchange_kind(c) == ExchangeKind::allreduce,
-             "option --optimizer: " + std::string(to_string(c.optimizer)) +
-                 " with --pipeline-stages " + std::to_string(c.pipeline_stages) +
-                 " needs --num-ps 0 (allreduce within each stage): a pipeline's parameter "
-                 "servers split each stage's parameters across tensor boundaries, and the trust "
-                 "ratio takes norms over whole tensors");
-}
-
 /// The data files or --synthetic, and --synthetic-samples.
 void check_data_source(const Config& c) {
   if (!c.synthetic.empty()) {
@@ -861,7 +849,6 @@ void check_optimizer(const Config& c) {
   positive("lr-power", c.lr_power);
   positive("lars-eta", c.lars_eta);
   non_negative("lars-eps", c.lars_epsilon);
-  validate_layerwise(c);
   DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
   DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
   positive("adam-epsilon", c.adam_epsilon);

@@ -110,41 +110,97 @@ std::vector<ShardRange> ps_shard_ranges(const Config& c, const std::vector<Tenso
 
 namespace {
 /// How many ps each stage gets: one each, then every further ps to the stage with the most floats
-/// per ps (compared as a·q > b·p for a/p > b/q: exact in integers).
-std::vector<int> ps_per_stage(const std::vector<std::size_t>& stage_params, int num_ps) {
+/// per ps (compared as a·q > b·p for a/p > b/q: exact in integers) among those below their cap
+/// (`cap`: a stage's tensors for a layer-wise optimizer; empty: no cap).
+std::vector<int> ps_per_stage(const std::vector<std::size_t>& stage_params, int num_ps,
+                              const std::vector<std::size_t>& cap) {
+  const auto P = static_cast<int>(stage_params.size());
+  std::vector<int> count(static_cast<std::size_t>(P), 1);
+  auto open = [&](std::size_t s) {
+    return cap.empty() || static_cast<std::size_t>(count[s]) < cap[s];
+  };
+  for (int extra = num_ps - P; extra > 0; --extra) {
+    std::size_t best = count.size();
+    for (std::size_t s = 0; s < count.size(); ++s)
+      if (open(s) &&
+          (best == count.size() || stage_params[s] * static_cast<std::size_t>(count[best]) >
+                                       stage_params[best] * static_cast<std::size_t>(count[s])))
+        best = s;
+    if (best == count.size()) break;  // every stage at its cap: stage_tensors() refused this
+    ++count[best];
+  }
+  return count;
+}
+
+/// Every stage has ps of its own, and parameters for them.
+void check_stages(const std::vector<std::size_t>& stage_params, int num_ps) {
   const auto P = static_cast<int>(stage_params.size());
   DT_REQUIRE(num_ps >= P, "option --num-ps " + std::to_string(num_ps) + " with --pipeline-stages " +
                               std::to_string(P) +
                               ": every stage needs parameter servers of its own "
                               "(need --num-ps >= --pipeline-stages)");
-  std::vector<int> count(static_cast<std::size_t>(P), 1);
-  for (int extra = num_ps - P; extra > 0; --extra) {
-    std::size_t best = 0;
-    for (std::size_t s = 1; s < count.size(); ++s)
-      if (stage_params[s] * static_cast<std::size_t>(count[best]) >
-          stage_params[best] * static_cast<std::size_t>(count[s]))
-        best = s;
-    ++count[best];
+  for (std::size_t s = 0; s < stage_params.size(); ++s)
+    DT_REQUIRE(stage_params[s] > 0,
+               "option --pipeline-stages: pipeline stage " + std::to_string(s) +
+                   " has no parameters, so no parameter server could serve it; move the cut "
+                   "(stage= on a layer line) or use --mode sync --num-ps 0");
+}
+
+/// Each stage's tensors (of `tensors`, the whole model's param_segments()) shifted to start at
+/// the stage's first float. Throws InputError when num_ps exceeds their total (a ps must own at
+/// least one tensor), naming --num-ps and the counts, and when a tensor crosses a stage boundary.
+std::vector<std::vector<ParamSegment>> stage_tensors(const std::vector<std::size_t>& stage_params,
+                                                     int num_ps,
+                                                     const std::vector<ParamSegment>& tensors) {
+  std::vector<std::vector<ParamSegment>> out(stage_params.size());
+  std::string counts;
+  std::size_t first = 0, total = 0, t = 0;
+  for (std::size_t s = 0; s < stage_params.size(); ++s) {
+    const std::size_t last = first + stage_params[s];
+    for (; t < tensors.size() && tensors[t].end <= last; ++t) {
+      DT_REQUIRE(tensors[t].begin >= first, "ps sharding: a parameter tensor crosses the start "
+                                            "of pipeline stage " +
+                                                std::to_string(s));
+      out[s].push_back({tensors[t].begin - first, tensors[t].end - first, tensors[t].adapt});
+    }
+    counts += (s ? ", " : "") + std::to_string(out[s].size());
+    total += out[s].size();
+    first = last;
   }
-  return count;
+  DT_REQUIRE(t == tensors.size() && (tensors.empty() || tensors.back().end == first),
+             "ps sharding: the parameter tensors do not tile the pipeline stages' parameters");
+  DT_REQUIRE(static_cast<std::size_t>(num_ps) <= total,
+             "option --num-ps: " + std::to_string(num_ps) +
+                 " parameter servers but the pipeline's stages have " + std::to_string(total) +
+                 " parameter tensors (" + counts +
+                 " by stage), and a layer-wise optimizer (--optimizer lars | lamb) keeps each "
+                 "tensor whole on one ps (need --num-ps <= " +
+                 std::to_string(total) + ")");
+  return out;
 }
 }  // namespace
 
-std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps) {
-  const std::vector<int> count = ps_per_stage(stage_params, num_ps);
+std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps,
+                                     const std::vector<ParamSegment>& tensors) {
+  std::vector<std::vector<ParamSegment>> whole;
+  std::vector<std::size_t> cap;
+  check_stages(stage_params, num_ps);
+  if (!tensors.empty()) {
+    whole = stage_tensors(stage_params, num_ps, tensors);
+    for (const auto& w : whole) cap.push_back(w.size());
+  }
+  const std::vector<int> count = ps_per_stage(stage_params, num_ps, cap);
   std::vector<StageShard> out;
   std::size_t first = 0;
   for (std::size_t s = 0; s < count.size(); ++s) {
-    const std::string stage = "pipeline stage " + std::to_string(s);
-    DT_REQUIRE(stage_params[s] > 0,
-               "option --pipeline-stages: " + stage +
-                   " has no parameters, so no parameter server could serve it; move the cut "
-                   "(stage= on a layer line) or use --mode sync --num-ps 0");
     DT_REQUIRE(stage_params[s] >= static_cast<std::size_t>(count[s]),
-               "option --num-ps " + std::to_string(num_ps) + ": " + stage + " has " +
-                   std::to_string(stage_params[s]) + " parameters for its " +
-                   std::to_string(count[s]) + " parameter servers (each must own at least one)");
-    for (const ShardRange& r : shard_ranges(stage_params[s], count[s]))
+               "option --num-ps " + std::to_string(num_ps) + ": pipeline stage " +
+                   std::to_string(s) + " has " + std::to_string(stage_params[s]) +
+                   " parameters for its " + std::to_string(count[s]) +
+                   " parameter servers (each must own at least one)");
+    const std::vector<ShardRange> local = whole.empty() ? shard_ranges(stage_params[s], count[s])
+                                                        : tensor_shard_ranges(whole[s], count[s]);
+    for (const ShardRange& r : local)
       out.push_back({static_cast<int>(s), {first + r.begin, first + r.end}, r});
     first += stage_params[s];
   }

@@ -141,14 +141,18 @@ std::size_t stage_ps_floats(const Job& job, int stage) {
 
 /// ps modes: the shard table every rank computes alike — the whole buffer split over the ps (at
 /// tensor boundaries for LARS/LAMB: ps_shard_ranges), or (a pipeline) each stage's range over the
-/// ps of its own (stage_shards) — shown by --dry-run and the log; on a ps also its ranges without
-/// weight decay and (LARS/LAMB) its tensors.
+/// ps of its own (stage_shards, at its tensor boundaries for LARS/LAMB) — shown by --dry-run and
+/// the log; on a ps also its ranges without weight decay and (LARS/LAMB) its tensors.
 void plan_shards(const Config& c, const Model& layout, Job& job) {
   const Cluster& cl = *job.cluster;
   if (job.pipeline.stages > 1) {
     std::vector<std::size_t> stage_params;
     for (const PipelineStage& s : job.pipeline.stage) stage_params.push_back(s.params);
-    job.stage_shards = stage_shards(stage_params, job.num_ps);
+    job.stage_shards =  // a layer-wise optimizer's shards hold whole tensors of their stage
+        stage_shards(stage_params, job.num_ps,
+                     is_layerwise(c.optimizer)
+                         ? param_segments(layout.param_tensors(), job.param_count)
+                         : std::vector<ParamSegment>{});
     job.shards.clear();
     for (const StageShard& s : job.stage_shards) job.shards.push_back(s.range);
     job.cluster->label_ps([&](int k) {

@@ -16,9 +16,13 @@
 #      backup worker (2 workers, 1 aggregated), 2 ps + 2 workers, learn (LARS at lr 0.4 there):
 #      finite losses, the last quarter's mean below half the first quarter's, test accuracy well
 #      above chance.
-#   4. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
-#      hang), and lars with a pipelined ps job (a stage's ps cut across tensors); --num-ps auto
-#      stops at one ps per tensor.
+#   4. pipelined ps jobs (--pipeline-stages 2, each stage's ps cut at its tensor boundaries:
+#      ps/sharding.hpp stage_shards): sync through 3 ps, D = 2 replicas, R = D, ends bit-identical
+#      to the same job with P = 1 (3 ps, 2 workers: the same whole-tensor arithmetic on other ps)
+#      after 12 steps, for lars and lamb, every ps holding whole tensors, and lamb resumes
+#      bit-identically; async lars (D = 2) learns.
+#   5. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
+#      hang; in a pipelined job the counts by stage); --num-ps auto stops at one ps per tensor.
 #   (--device cuda runs 1-2 too: tests/unit/test_cuda_layerwise.cpp against this CPU path.)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -79,6 +83,25 @@ assert abs(mine - top5) <= 1.0 / len(labels) + 1e-12, "numpy"
 assert acc < top5 < 1, "top-5 must lie strictly between top-1 and 1 here"
 PY
 
+# learns DIR TAG: the run in DIR learned: finite losses, the last quarter's mean below half the
+# first quarter's, test accuracy well above chance, 40 global steps.
+learns() {
+  "$PY" - "$1" "$2" <<'PY' || fail "$2: did not learn"
+import csv, json, math, sys
+run, tag = sys.argv[1], sys.argv[2]
+loss = [float(r["loss"]) for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
+r = json.load(open(f"{run}/results.json"))
+q = max(1, len(loss) // 4)
+first, last = sum(loss[:q]) / q, sum(loss[-q:]) / q
+print(f"{tag}: {len(loss)} train rows, loss {first:.3f} -> {last:.3f}, test accuracy "
+      f"{r['test_accuracy']}, global_step {r['global_step']}, pushes {r['pushes_per_worker']}")
+assert all(math.isfinite(x) for x in loss), "a non-finite loss"
+assert last < 0.5 * first, "the loss did not fall to half"
+assert r["test_accuracy"] > 0.6, "test accuracy (chance 0.25)"
+assert r["global_step"] == 40, "global steps"
+PY
+}
+
 echo "== 3. the ps modes: sync through the ps = allreduce, bit for bit; async, SSP, backup learn"
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
         "${SCHEDULE[@]}")
@@ -111,24 +134,32 @@ for tag in lars lamb; do
     esac
     d=$SCRATCH/$tag-$mode
     run 4 "$d" "${opt[@]}" "${extra[@]}"
-    "$PY" - "$d" "$tag $mode" <<'PY' || fail "$tag $mode: did not learn"
-import csv, json, math, sys
-run, tag = sys.argv[1], sys.argv[2]
-loss = [float(r["loss"]) for r in csv.DictReader(open(f"{run}/metrics.csv")) if r["kind"] == "train"]
-r = json.load(open(f"{run}/results.json"))
-q = max(1, len(loss) // 4)
-first, last = sum(loss[:q]) / q, sum(loss[-q:]) / q
-print(f"{tag}: {len(loss)} train rows, loss {first:.3f} -> {last:.3f}, test accuracy "
-      f"{r['test_accuracy']}, global_step {r['global_step']}, pushes {r['pushes_per_worker']}")
-assert all(math.isfinite(x) for x in loss), "a non-finite loss"
-assert last < 0.5 * first, "the loss did not fall to half"
-assert r["test_accuracy"] > 0.6, "test accuracy (chance 0.25)"
-assert r["global_step"] == 40, "global steps"
-PY
+    learns "$d" "$tag $mode"
   done
 done
 
-echo "== 4. refused where a ps cannot hold whole tensors"
+echo "== 4. pipelined ps jobs: each stage's ps hold whole tensors; sync = P 1 bit for bit"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+        "${SCHEDULE[@]}" --micro-batches 4 --num-ps 3)
+for tag in lars lamb; do
+  [[ $tag == lars ]] && opt=("${LARS[@]}") || opt=("${LAMB[@]}")
+  run 5 "$SCRATCH/$tag-pp1" "${opt[@]}" --max-steps 12 --mode sync
+  run 7 "$SCRATCH/$tag-pp2" "${opt[@]}" --max-steps 12 --mode sync --pipeline-stages 2
+  # Stage 0 is the conv (60 floats); stage 1's 5320 cut at the dense weight's end.
+  for shard in "0 (stage 0): floats \[0, 60)" "1 (stage 1): floats \[60, 5256)" \
+    "2 (stage 1): floats \[5256, 5380)"; do
+    grep -q "^# ps $shard" "$SCRATCH/$tag-pp2.log" || fail "$tag: no 'ps $shard' in the table"
+  done
+  ! grep "^# ps " "$SCRATCH/$tag-pp2.log" | grep -q "\[[0-9]*:[0-9]*\]" ||
+    fail "$tag: a ps holds part of a tensor: $(grep '^# ps ' "$SCRATCH/$tag-pp2.log")"
+  compare "$SCRATCH/$tag-pp1" "$SCRATCH/$tag-pp2" 12
+done
+check_resume 7 lamb-pp "${LAMB[@]}" --mode sync --pipeline-stages 2  # m and v back on each ps
+COMMON+=(--log-every 1 --max-steps 40)
+run 7 "$SCRATCH/lars-pp-async" "${LARS_STALE[@]}" --mode async --pipeline-stages 2
+learns "$SCRATCH/lars-pp-async" "lars async, 2 stages"
+
+echo "== 5. refused where a ps cannot hold whole tensors"
 sed -n '/^\[model\]/q;p' "$SCRATCH/job.ini" >"$SCRATCH/dense.ini"
 printf '[model]\nlayer = flatten\nlayer = dense\n' >>"$SCRATCH/dense.ini"
 sed -n '/^\[train\]/,$p' "$SCRATCH/job.ini" >>"$SCRATCH/dense.ini"
@@ -143,6 +174,10 @@ timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" --config "$SCRATCH/dense.ini" --train-data 
   { cat "$SCRATCH/auto.log"; fail "--num-ps auto with lars failed"; }
 grep -q "num-ps auto: 2 ps for 2 workers.*at most 2 (one ps per parameter tensor)" \
   "$SCRATCH/auto.log" || { cat "$SCRATCH/auto.log"; fail "--num-ps auto did not stop at 2 ps"; }
-expect_error 4 "--pipeline-stages 2|--num-ps 0|whole tensors" --config "$SCRATCH/job.ini" \
-  --train-data "$SCRATCH/train.h5" --optimizer lars --mode async --num-ps 2 --pipeline-stages 2
+# A pipelined job: dense 4 | dense, 2 tensors a stage; 5 ps would split one.
+sed -e 's/^layer = dense$/layer = dense units=4\nlayer = dense stage=1/' "$SCRATCH/dense.ini" \
+  >"$SCRATCH/dense2.ini"
+expect_error 7 "--num-ps: 5 parameter servers|4 parameter tensors (2, 2 by stage)" \
+  --config "$SCRATCH/dense2.ini" --train-data "$SCRATCH/train.h5" --optimizer lars \
+  --mode async --num-ps 5 --pipeline-stages 2 --threads 1
 echo "PASS"

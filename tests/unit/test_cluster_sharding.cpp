@@ -1,8 +1,8 @@
 // tests/unit/test_cluster_sharding.cpp — role placement (compute_layout) and the parameter-server
-// range partitions (shard_ranges; tensor_shard_ranges for LARS/LAMB), pure functions tested in one
-// process with simulated ranks: hand-computed tables for small layouts, then the documented
-// placement properties over many (nodes × ranks-per-node, num_ps) combinations, including uneven
-// and interleaved nodes.
+// range partitions (shard_ranges; tensor_shard_ranges for LARS/LAMB; stage_shards for a pipeline),
+// pure functions tested in one process with simulated ranks: hand-computed tables for small
+// layouts, then the documented placement properties over many (nodes × ranks-per-node, num_ps)
+// combinations, including uneven and interleaved nodes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -388,6 +388,65 @@ TEST(StageShards, ErrorsNameTheOptionAndTheStage) {
   EXPECT_NE(empty.find("pipeline stage 1 has no parameters"), std::string::npos) << empty;
   const std::string tiny = message({1, 1}, 3);
   EXPECT_NE(tiny.find("--num-ps 3"), std::string::npos) << tiny;
+}
+
+// LARS/LAMB in a pipelined ps job: each stage's ps cut at that stage's tensor boundaries, a stage
+// never given more ps than it has tensors. Stage 0 holds tensors 40 | 10 | 30 (80 floats), stage 1
+// 100 | 5 | 60 | 20 (185 floats); the cut points for K = 2..7, worked by hand: extra ps by floats
+// per ps (K = 3, 4: stage 1; K = 5: stage 0; K = 6: stage 1), each stage's run of tensors cut with
+// the smallest largest shard; at K = 7 stage 1 has a ps per tensor, so the extra goes to stage 0
+// (the float split would give stage 1 a fifth: 185/4 > 80/2).
+TEST(StageShards, LayerwiseCutsEachStageAtItsTensorBoundaries) {
+  const std::vector<std::size_t> params{80, 185};
+  const std::vector<ParamSegment> segs = segments_of({40, 10, 30, 100, 5, 60, 20});
+  const std::map<int, std::vector<std::size_t>> ends{{2, {80, 265}},
+                                                     {3, {80, 180, 265}},
+                                                     {4, {80, 180, 245, 265}},
+                                                     {5, {40, 80, 180, 245, 265}},
+                                                     {6, {40, 80, 180, 185, 245, 265}},
+                                                     {7, {40, 50, 80, 180, 185, 245, 265}}};
+  for (const auto& [k, want] : ends) {
+    const std::vector<StageShard> s = stage_shards(params, k, segs);
+    ASSERT_EQ(s.size(), want.size()) << "K " << k;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::size_t first = s[i].stage == 0 ? 0 : 80;
+      EXPECT_EQ(s[i].stage, s[i].range.end <= 80 ? 0 : 1) << "K " << k << " ps " << i;
+      EXPECT_EQ(s[i].range.begin, at) << "K " << k << " ps " << i;
+      EXPECT_EQ(s[i].range.end, want[i]) << "K " << k << " ps " << i;
+      EXPECT_EQ(s[i].local.begin, s[i].range.begin - first);
+      EXPECT_EQ(s[i].local.end, s[i].range.end - first);
+      at = s[i].range.end;
+    }
+  }
+  // The elementwise optimizers split floats: at K = 7 stage 1 gets 5 ps, one inside a tensor.
+  int stage1 = 0;
+  for (const StageShard& x : stage_shards(params, 7)) stage1 += x.stage;
+  EXPECT_EQ(stage1, 5);
+}
+
+TEST(StageShards, LayerwiseErrorsNameTheOptionAndTheCounts) {
+  auto message = [](const std::vector<std::size_t>& params, int k,
+                    const std::vector<ParamSegment>& segs) {
+    try {
+      stage_shards(params, k, segs);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto segs = segments_of({40, 10, 30, 100, 5, 60, 20});
+  const std::string many = message({80, 185}, 8, segs);
+  EXPECT_NE(many.find("--num-ps: 8 parameter servers"), std::string::npos) << many;
+  EXPECT_NE(many.find("7 parameter tensors (3, 4 by stage)"), std::string::npos) << many;
+  const std::string few = message({80, 185}, 1, segs);  // the stage count comes first
+  EXPECT_NE(few.find("--num-ps >= --pipeline-stages"), std::string::npos) << few;
+  const std::string empty = message({265, 0}, 2, segs);
+  EXPECT_NE(empty.find("pipeline stage 1 has no parameters"), std::string::npos) << empty;
+  const std::string cross = message({60, 205}, 2, segs);  // a stage boundary inside 30
+  EXPECT_NE(cross.find("crosses the start of pipeline stage 1"), std::string::npos) << cross;
+  const std::string short_ = message({80, 100}, 2, segs);  // tensors past the last stage
+  EXPECT_NE(short_.find("do not tile"), std::string::npos) << short_;
 }
 
 // ps/protocol.hpp: chunks tile a part exactly, in order, each at most the limit; large parts get

@@ -5,7 +5,8 @@
 // so no negotiation is needed (ps-lite's range partition of keys). A layer-wise optimizer
 // (--optimizer lars | lamb: a trust ratio per tensor) cuts at tensor boundaries instead, the
 // largest shard as small as whole tensors allow (tensor_shard_ranges). A pipelined job cuts the
-// ps into one group per stage, each splitting its stage's range (stage_shards).
+// ps into one group per stage, each splitting its stage's range (stage_shards; at the stage's
+// tensor boundaries for LARS/LAMB).
 #pragma once
 
 #include <cstddef>
@@ -55,10 +56,16 @@ struct StageShard {
 /// of the flat buffer (a stage's layers are contiguous, so are their parameters). The num_ps ps
 /// are cut into P = stage_params.size() groups in stage order — one ps per stage, every further ps
 /// to the stage with the most floats per ps (ties: the earlier stage) — and each stage's range is
-/// split over its group as shard_ranges() splits the whole buffer. Returns num_ps entries, ps k's
-/// at k. Throws InputError naming --num-ps and --pipeline-stages when num_ps < P, naming the stage
-/// when a stage has no parameters (its ps would own nothing) or fewer floats than its ps.
-std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps);
+/// split over its group as shard_ranges() splits the whole buffer. With `tensors` (a layer-wise
+/// optimizer: the whole model's param_segments(), tiling the stages' floats) every ps holds whole
+/// tensors: a stage gets at most one ps per tensor of its own (further ps go to the next stage by
+/// floats per ps) and its range is cut by tensor_shard_ranges() of its tensors. Returns num_ps
+/// entries, ps k's at k. Throws InputError naming --num-ps and --pipeline-stages when num_ps < P,
+/// naming the stage when a stage has no parameters (its ps would own nothing) or fewer floats than
+/// its ps, and (with `tensors`) naming --num-ps and the tensor counts by stage when num_ps exceeds
+/// the tensors, or when a tensor crosses a stage boundary.
+std::vector<StageShard> stage_shards(const std::vector<std::size_t>& stage_params, int num_ps,
+                                     const std::vector<ParamSegment>& tensors = {});
 
 /// One line per ps: its float range, bytes, and the tensors (or parts) it holds; with `stage_of`
 /// (one stage per ps, a pipelined job) also the stage each ps serves.
