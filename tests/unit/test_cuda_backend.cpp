@@ -22,32 +22,17 @@
 #include "common/gradient_check.hpp"
 #include "common/model_step.hpp"
 #include "common/nets.hpp"
+#include "common/parity.hpp"
 #include "dtrain/dnn/bf16.hpp"
 #include "dtrain/model/model.hpp"
 
 namespace dtrain {
 namespace {
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0, ref = 0.0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    ref += double(b[i]) * b[i];
-  }
-  return ref > 0.0 ? std::sqrt(diff / ref) : std::sqrt(diff);
-}
+using testing::random_vec;
+using testing::rel_err;
 
 constexpr double kTol = 1e-4;
-
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                              float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 /// The same data on the CPU and on the GPU backend.
 struct Twin {

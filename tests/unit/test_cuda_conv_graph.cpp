@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/parity.hpp"
 #include "dtrain/dnn/backend.hpp"
 #ifdef DTRAIN_HAVE_CUDA
 #include "dnn/cuda/cuda_backend.hpp"
@@ -53,22 +54,8 @@ struct Case {
   bool relu = false;  ///< enable_relu(): y = max(conv + b, 0), backward_relu()
 };
 
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0.0, ref = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    ref += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / (ref > 0.0 ? ref : 1.0));
-}
+using testing::random_vec;
+using testing::rel_err;
 
 /// A tensor of `n` elements of type t on backend `be`, filled from floats (rounded for bf16).
 struct Tensor {
