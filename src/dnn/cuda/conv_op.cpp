@@ -26,7 +26,11 @@
 // forward, one read of dy fewer backward, and a launch fewer each way.
 // --conv-api graph: each direction runs the plan of cuDNN's graph API (conv_graph.hpp) where one
 // qualifies, the legacy call (whose algorithms are chosen either way) where none does or an
-// address is not 16-byte aligned; the log line names what each direction runs.
+// address is not 16-byte aligned; the log line names what each direction runs. The forward's fused
+// epilogue (bias and/or relu in the same graph) is chosen by the first forward, once the model's
+// layer fusion has said whether a relu joins it: building a runtime-fusion plan compiles it, and
+// a plan built when the op is made would be thrown away by enable_relu. The first forward of a
+// batch size runs eagerly (StepGraphs' warm-up step), so a captured step never builds one.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -142,7 +146,8 @@ class CudaConvOp final : public ConvOp {
     const std::string key = problem_key();
     std::string chosen = choose_algorithms(query, key);
     graph_api_ = be.conv_api() == ConvApi::graph;
-    if (graph_api_) chosen = choose_graph_plans(chosen) + "; " + select_fused_plan();
+    if (graph_api_) chosen = choose_graph_plans(chosen);
+    epilogue_pending_ = graph_api_;
     reserve_workspace();
     log_once("cuDNN conv " + key + (be.cudnn_benchmark() ? ", timed" : "") + ": " + chosen);
   }
@@ -151,6 +156,7 @@ class CudaConvOp final : public ConvOp {
     const float one = 1.0f, zero = 0.0f;
     const void* f = filter(w);
     filter_ready_ = true;
+    if (epilogue_pending_) settle_epilogue();
     if (run_fused(x, f, b, y)) return;
     if (!run_graph(ConvDirection::fprop, x, f, y))
       DT_CHECK_CUDNN(cudnnConvolutionForward(be_.cudnn(), &one, x_desc_, x, w_desc_, f, fwd_desc_,
@@ -174,11 +180,7 @@ class CudaConvOp final : public ConvOp {
   /// a relu only with IMPLICIT_PRECOMP_GEMM, which would override the algorithm choice.
   bool enable_relu() override {
     relu_ = true;
-    if (graph_api_) {
-      const std::string chosen = select_fused_plan();
-      reserve_workspace();
-      log_once("cuDNN conv " + problem_key() + ", relu enabled: " + chosen);
-    }
+    if (graph_api_ && !epilogue_pending_) settle_epilogue();  // after a forward: choose anew
     return true;
   }
 
@@ -418,6 +420,15 @@ class CudaConvOp final : public ConvOp {
     return what + " fused: " + fused_->description();
   }
 
+  /// --conv-api graph: chooses the fused epilogue (select_fused_plan) for the bias and relu as
+  /// they now are, grows the workspace to it and logs the choice.
+  void settle_epilogue() {
+    epilogue_pending_ = false;
+    const std::string chosen = select_fused_plan();
+    reserve_workspace();
+    log_once("cuDNN conv " + problem_key() + (relu_ ? ", relu fused" : "") + ": " + chosen);
+  }
+
   /// Queues the fused forward (fused_): the bias copied into its aligned buffer first. False
   /// when there is none or an address is not aligned (the caller runs the unfused forward).
   bool run_fused(const void* x, const void* f, const float* b, void* y) {
@@ -497,6 +508,7 @@ class CudaConvOp final : public ConvOp {
   std::size_t out_count_ = 0;  ///< elements of y
   float dx_beta_ = 0.0f;       ///< 1: backward adds into dx (set_accumulate_dx)
   bool graph_api_ = false;     ///< made with --conv-api graph
+  bool epilogue_pending_ = false;  ///< --conv-api graph: settle_epilogue() not run yet
   /// --cudnn-benchmark: the legacy algorithms' timed milliseconds per direction (else +inf).
   float legacy_ms_[3] = {kNotTimed, kNotTimed, kNotTimed};
   /// --conv-api graph: each direction's plan (nullptr: the legacy call) and its call site.
