@@ -504,10 +504,10 @@ class CudaConvOp final : public ConvOp {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
   bool bias_ = true;
-  bool relu_ = false;          ///< enable_relu(): y = max(conv + b, 0)
-  std::size_t out_count_ = 0;  ///< elements of y
-  float dx_beta_ = 0.0f;       ///< 1: backward adds into dx (set_accumulate_dx)
-  bool graph_api_ = false;     ///< made with --conv-api graph
+  bool relu_ = false;              ///< enable_relu(): y = max(conv + b, 0)
+  std::size_t out_count_ = 0;      ///< elements of y
+  float dx_beta_ = 0.0f;           ///< 1: backward adds into dx (set_accumulate_dx)
+  bool graph_api_ = false;         ///< made with --conv-api graph
   bool epilogue_pending_ = false;  ///< --conv-api graph: settle_epilogue() not run yet
   /// --cudnn-benchmark: the legacy algorithms' timed milliseconds per direction (else +inf).
   float legacy_ms_[3] = {kNotTimed, kNotTimed, kNotTimed};
