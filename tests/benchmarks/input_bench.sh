@@ -16,7 +16,10 @@
 #   env: IMAGES (default 600), SAMPLES per measurement (default 1536), BUILD (default build),
 #        TORCH_PYTHON (interpreter with torch + torchvision; default /opt/torchbench/bin/python,
 #        created with pip from PyPI if missing), OUT (results folder; default
-#        docs/results/input/<today>), REPEATS (default 3: the best of each is reported).
+#        docs/results/input/<today>), REPEATS (default 3: the best of each is reported),
+#        PYTHON (interpreter with numpy, Pillow and h5py that makes the files and the table;
+#        default /usr/bin/python3), FASHION_MNIST (folder of Fashion-MNIST's idx .gz files;
+#        default /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -27,6 +30,8 @@ samples=${SAMPLES:-1536}
 repeats=${REPEATS:-3}
 out=${OUT:-docs/results/input/$(date +%F)}
 py=${TORCH_PYTHON:-/opt/torchbench/bin/python}
+tools=${PYTHON:-/usr/bin/python3}
+fmnist=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
   echo "# installing the PyTorch reference into /opt/torchbench (benchmark only)" >&2
   python3 -m venv /opt/torchbench && /opt/torchbench/bin/pip install -q torch torchvision numpy h5py
@@ -36,14 +41,14 @@ fi
 work=$(mktemp -d /tmp/dtrain-input-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-/usr/bin/python3 - "$work/jpeg" "$images" <<'PY'
+"$tools" - "$work/jpeg" "$images" "$fmnist" <<'PY'
 import gzip, os, sys
 import numpy as np
 from PIL import Image
-root, n = sys.argv[1], int(sys.argv[2])
-with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
+root, n, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
     x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
+with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
     y = np.frombuffer(f.read(), np.uint8, offset=8)
 rng = np.random.default_rng(0)
 total = 0
@@ -61,7 +66,7 @@ for i in range(n):
     total += os.path.getsize(f"{d}/{i:05d}.jpg")
 print(f"# {n} JPEG files, mean {total / n / 1024:.1f} KiB", file=sys.stderr)
 PY
-/usr/bin/python3 data-tools/images_to_h5.py "$work/jpeg" --store encoded --out "$work/enc.h5" --quiet
+"$tools" data-tools/images_to_h5.py "$work/jpeg" --store encoded --out "$work/enc.h5" --quiet
 
 mkdir -p "$out"
 log=$out/input_bench.txt
@@ -73,7 +78,7 @@ log=$out/input_bench.txt
 best() {  # best of REPEATS runs of a command printing one JSON line: the line with the top samples_per_s
   local lines=()
   for ((r = 0; r < repeats; ++r)); do lines+=("$("$@")"); done
-  printf '%s\n' "${lines[@]}" | /usr/bin/python3 -c '
+  printf '%s\n' "${lines[@]}" | "$tools" -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 print(json.dumps(max(rows, key=lambda r: r["samples_per_s"])))'
@@ -84,7 +89,7 @@ for t in "${threads[@]}"; do
   p=$(best "$py" tests/benchmarks/input_reference.py "$work/jpeg" --workers "$w" --samples "$samples")
   echo "dtrain  threads $t: $d" | tee -a "$log"
   echo "pytorch workers $w: $p" | tee -a "$log"
-  /usr/bin/python3 - "$t" "$d" "$p" <<'PY' | tee -a "$log"
+  "$tools" - "$t" "$d" "$p" <<'PY' | tee -a "$log"
 import json, sys
 t, d, p = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 dc, pc = d["samples_per_s"] / t, p["samples_per_s"] / t

@@ -19,6 +19,11 @@
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
 #   profile   tests/gpu/kernel_profile.sh: per-kernel GPU time of dtrain and PyTorch (ncu)
+#   input     tests/benchmarks/input_bench.sh on the machine's cores (issue 38's 16-core row):
+#             decode + RandomResizedCrop(224) + flip, dtrain against torchvision's DataLoader on
+#             the same JPEG files, INPUT_THREADS (default "1 2 4 8 16") threads / worker
+#             processes, REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/; the
+#             machine's python3 has PyTorch, torchvision, Pillow and h5py (~3 minutes)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
 #             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm; first the NCCL
 #             rows with one rank (the one GPU: NCCL needs a GPU per rank)
@@ -157,12 +162,16 @@ while [ $# -gt 0 ]; do
     bench) data; bash tests/benchmarks/gpu_bench.sh 2>&1 | tee "$OUTDIR/bench.log" ;;
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
+    input) PYTHON=python3 TORCH_PYTHON=python3 FASHION_MNIST=.device/fashion-mnist \
+             REPEATS=${REPEATS:-2} SAMPLES=${SAMPLES:-3072} OUT="$OUTDIR/input" \
+             bash tests/benchmarks/input_bench.sh ${INPUT_THREADS:-1 2 4 8 16} 2>&1 |
+             tee "$OUTDIR/input.log" ;;
     comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
             for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull REPEATS=3 \
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
           grep -E "ratio|wrote|skipped" ;;
     scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}
-             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|comm|scaling)$ ]]; then
+             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|input|comm|scaling)$ ]]; then
                model=$1; shift
                if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
              fi
@@ -172,6 +181,6 @@ while [ $# -gt 0 ]; do
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
                tee "$OUTDIR/scaling$pin.log" | tail -24 ;;
-    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | comm | scaling)" >&2; exit 2 ;;
+    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | input | comm | scaling)" >&2; exit 2 ;;
   esac
 done
