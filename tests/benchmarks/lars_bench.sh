@@ -4,14 +4,15 @@
 #   1. small batch: the job as written (64 per worker, --lr 0.05 per worker scaled linearly,
 #      momentum 0.9, --warmup-steps 200, cosine to 0);
 #   2. 4x batch, momentum: 256 per worker, --lr 0.2 (the linear scaling rule, Goyal et al. 2017),
-#      warm-up over the same samples (50 steps), cosine;
+#      warm-up over the same samples (WARMUP steps, default 50 = 200 × 128 / 512), cosine;
 #   3. 4x batch, LARS (You et al. 2017): as 2 with --optimizer lars --lars-eta LARS_ETA.
 # Prints one row per run (global batch, optimizer, steps, final test top-1 and top-5 accuracy,
 # wall seconds) and each large-batch run's distance to the small batch in points.
 #
 # Usage: tests/benchmarks/lars_bench.sh [extra dtrain options for all three runs]
 # Env:   EPOCHS (default: the job's), WORKERS (default 2), THREADS (per rank, default
-#        cores / WORKERS), LARS_ETA (default 0.02), OUT (default runs/lars_bench),
+#        cores / WORKERS), LARS_ETA (default 0.02), WARMUP (the 4x runs' warm-up steps, default
+#        50: the job's warm-up in samples; 118 is one epoch), OUT (default runs/lars_bench),
 #        DTRAIN (the binary, default build/bin/dtrain).
 # Needs a built dtrain and the converted data (jobs/run_fashion_mnist.sh does both).
 set -euo pipefail
@@ -45,7 +46,7 @@ run() {
   echo $(( $(date +%s) - t0 )) >"$out/$name.seconds"
 }
 
-big=(--batch-size 256 --lr 0.2 --warmup-steps 50)
+big=(--batch-size 256 --lr 0.2 --warmup-steps "${WARMUP:-50}")
 run small "$@"
 run momentum4x "${big[@]}" "$@"
 run lars4x "${big[@]}" --optimizer lars --lars-eta "$eta" "$@"
