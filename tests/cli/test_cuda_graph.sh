@@ -11,6 +11,9 @@
 #   4. --conv-api graph (cuDNN's graph-API convolution plans, dnn/cuda/conv_graph.hpp): the log
 #      names a graph-API engine, and --cuda-graph on (the plans replayed inside the capture)
 #      ends bit-identical to off, as in 2.
+#   5. the large-batch optimizers end to end on the GPU (dnn/cuda/layerwise.cu): --optimizer lars
+#      and lamb learn (the last logged loss below half the first), and --cuda-graph on (the
+#      update runs eagerly after each replay) ends bit-identical to off, m and LAMB's v included.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -96,5 +99,27 @@ run_ok api_off "${GPU[@]}" --conv-api graph --cuda-graph off
 grep -q "cuDNN conv .*graph API: fwd engine" "$SCRATCH/api_on.log" ||
   { grep "cuDNN conv" "$SCRATCH/api_on.log"; fail "--conv-api graph: no graph-API engine logged"; }
 same_checkpoints "$SCRATCH/api_on" "$SCRATCH/api_off"
+cases=$((cases + 1))
+
+# 5. LARS and LAMB on the GPU, eager and captured.
+for opt in "lars --lr 0.5 --lars-eta 0.02" "lamb --lr 0.02"; do
+  name=${opt%% *}
+  read -ra args <<<"--optimizer $opt"
+  run_ok "${name}_on" "${GPU[@]}" "${args[@]}" --cuda-graph on
+  run_ok "${name}_off" "${GPU[@]}" "${args[@]}" --cuda-graph off
+  grep -q "cuda graph: forward+loss+backward captured" "$SCRATCH/${name}_on.log" ||
+    { cat "$SCRATCH/${name}_on.log"; fail "--optimizer $name: no capture logged"; }
+  grep "^step" "$SCRATCH/${name}_off.log" | awk -F'|' '{split($3, a, " "); l[NR] = a[2]}
+    END {exit !(NR >= 2 && l[NR] == l[NR] + 0 && l[NR] < l[1] / 2)}' ||
+    { grep "^step" "$SCRATCH/${name}_off.log"; fail "--optimizer $name on the GPU did not learn"; }
+  same_checkpoints "$SCRATCH/${name}_on" "$SCRATCH/${name}_off"
+  "$PY" - "$SCRATCH/${name}_on" "$name" <<'PY' || fail "--optimizer $name: no optimizer state checkpointed"
+import glob, sys, h5py
+f = h5py.File(sorted(glob.glob(sys.argv[1] + "/ckpt-*.h5"))[-1], "r")
+need = ["optimizer/m"] + (["optimizer/v"] if sys.argv[2] == "lamb" else [])
+missing = [n for n in need if n not in f]
+sys.exit(f"missing {missing}" if missing else 0)
+PY
+done
 cases=$((cases + 1))
 echo "PASS ($cases cases)"

@@ -23,7 +23,8 @@
 #      bit-identically; async lars (D = 2) learns.
 #   5. the errors: more ps than tensors (naming --num-ps and both counts, every rank exits, no
 #      hang; in a pipelined job the counts by stage); --num-ps auto stops at one ps per tensor.
-#   (--device cuda runs 1-2 too: tests/unit/test_cuda_layerwise.cpp against this CPU path.)
+#   (--device cuda: tests/unit/test_cuda_layerwise.cpp against this CPU path, and
+#   tests/cli/test_cuda_graph.sh case 5 end to end, eager and captured.)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
