@@ -49,7 +49,7 @@ if ! grep -q "cuda:0  (chief)" <<<"$gpu"; then
     { cat "$SCRATCH/on_cpu.log"; fail "the error does not name --cuda-graph"; }
   cases=$((cases + 1))
   [[ ${DTRAIN_REQUIRE_GPU:-0} != 1 ]] || fail "DTRAIN_REQUIRE_GPU=1 but no usable GPU: $gpu"
-  echo "SKIPPED (cases 1 passed, $cases checks): no usable GPU for cases 2-3"
+  echo "SKIPPED (cases 1 passed, $cases checks): no usable GPU for cases 2-5"
   exit 77
 fi
 
