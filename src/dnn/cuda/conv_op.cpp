@@ -404,17 +404,11 @@ class CudaConvOp final : public ConvOp {
     fused_ = nullptr;
     if (!be_.fuse() || !(bias_ || relu_)) return "no fused epilogue";
     const std::string what = std::string("fwd") + (bias_ ? "+bias" : "") + (relu_ ? "+relu" : "");
-    const bool bench = be_.cudnn_benchmark();
     ConvProblem prob = problem();
     prob.bias = bias_;
     prob.relu = relu_;
-    const EnginePolicy policy = engine_policy();
     std::string why;
-    fused_ = be_.conv_plans().get(
-        problem_key() + " " + what + (bench ? " timed" : ""), &why, [&](std::string* w) {
-          return GraphConvPlan::build(be_.cudnn(), prob, ConvDirection::fprop, 0.0f, policy, bench,
-                                      w);
-        });
+    fused_ = cached_plan(what, prob, ConvDirection::fprop, 0.0f, &why);
     if (!fused_) return what + " unfused (" + why + ")";
     if (bias_ && !bias_copy_) bias_copy_ = DeviceMemory::create(desc_.out_channels * sizeof(float));
     return what + " fused: " + fused_->description();
@@ -454,14 +448,20 @@ class CudaConvOp final : public ConvOp {
   /// Direction d's graph plan for this problem at the current β (nullptr with *why when none).
   std::shared_ptr<const GraphConvPlan> graph_plan(ConvDirection d, std::string* why) {
     const float beta = d == ConvDirection::dgrad ? dx_beta_ : 0.0f;
+    return cached_plan(std::string(direction_name(d)) + (beta != 0.0f ? " beta=1" : ""), problem(),
+                       d, beta, why);
+  }
+
+  /// `prob` in direction d at β from the backend's plan cache, built on first use; keyed by this
+  /// convolution's problem, `what` and whether plans are timed (nullptr with *why when none).
+  std::shared_ptr<const GraphConvPlan> cached_plan(const std::string& what, const ConvProblem& prob,
+                                                   ConvDirection d, float beta, std::string* why) {
     const bool bench = be_.cudnn_benchmark();
-    const std::string key = problem_key() + " " + direction_name(d) +
-                            (beta != 0.0f ? " beta=1" : "") + (bench ? " timed" : "");
-    const ConvProblem prob = problem();
     const EnginePolicy policy = engine_policy();
-    return be_.conv_plans().get(key, why, [&](std::string* w) {
-      return GraphConvPlan::build(be_.cudnn(), prob, d, beta, policy, bench, w);
-    });
+    return be_.conv_plans().get(
+        problem_key() + " " + what + (bench ? " timed" : ""), why, [&](std::string* w) {
+          return GraphConvPlan::build(be_.cudnn(), prob, d, beta, policy, bench, w);
+        });
   }
 
   std::shared_ptr<const GraphConvPlan>& plan(ConvDirection d) {
