@@ -11,10 +11,11 @@
 #   probe     nvidia-smi, library versions, the GPU unit tests and the one-rank NCCL / MPI-staging
 #             tests with DTRAIN_REQUIRE_GPU=1, and a short CNN run on cpu, cuda+nccl, cuda+mpi
 #             (early losses side by side)
-#   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1), then the GPU CLI test
-#             tests/cli/test_cuda_graph.sh (--cuda-graph on against off through the binary)
-#   sanitize  the GPU unit tests (SANITIZE_FILTER, a gtest filter; default Cuda*) and the
-#             one-rank NCCL test under compute-sanitizer memcheck
+#   units     the GPU unit tests alone (DTRAIN_REQUIRE_GPU=1; the whole output in units_full.log,
+#             failures and the end printed), then the GPU CLI test tests/cli/test_cuda_graph.sh
+#             (--cuda-graph on against off through the binary)
+#   sanitize  the GPU unit tests (SANITIZE_FILTER, a gtest filter; default Cuda*; the whole output
+#             in memcheck_unit.log) and the one-rank NCCL test under compute-sanitizer memcheck
 #   ctest     the whole ctest suite with the GPU present and DTRAIN_REQUIRE_GPU=1
 #   bench     tests/benchmarks/gpu_bench.sh (dtrain vs PyTorch on this GPU)
 #   share     async and sync jobs with several ranks sharing the GPU, and CPU-only ranks
@@ -124,9 +125,14 @@ probe() {
 
 sanitize() {
   log "compute-sanitizer memcheck: GPU unit tests"
+  # The whole output in memcheck_unit.log (a memory error is reported where it happens, far above
+  # the summary); here every memcheck line and the end.
   DTRAIN_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
-    build/tests/dtrain_unit_tests --gtest_filter="${SANITIZE_FILTER:-Cuda*}" 2>&1 | tail -15
+    build/tests/dtrain_unit_tests --gtest_filter="${SANITIZE_FILTER:-Cuda*}" 2>&1 |
+    grep -v "^cuDNN conv" >"$OUTDIR/memcheck_unit.log"
   echo "unit tests under memcheck: exit ${PIPESTATUS[0]}"
+  grep "^=========" "$OUTDIR/memcheck_unit.log" | head -60
+  tail -8 "$OUTDIR/memcheck_unit.log"
   log "compute-sanitizer memcheck: one-rank NCCL / MPI staging"
   # NCCL probes kernel images for every architecture at init (cudaFuncGetAttributes answers
   # cudaErrorNoKernelImageForDevice for the ones its build lacks, and NCCL moves on): those API
@@ -154,7 +160,9 @@ while [ $# -gt 0 ]; do
   case $step in
     probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
     units) { DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
-               grep -v "^cuDNN conv" | tail -25
+               grep -v "^cuDNN conv" >"$OUTDIR/units_full.log"
+             grep -B2 -A12 "Failure" "$OUTDIR/units_full.log" | head -60
+             tail -12 "$OUTDIR/units_full.log"
              (cd build && DTRAIN_REQUIRE_GPU=1 ctest -R '^cli_test_cuda_graph$' --timeout 600 \
                --output-on-failure 2>&1 | tail -15); } | tee "$OUTDIR/units.log" ;;
     sanitize) sanitize 2>&1 | tee "$OUTDIR/sanitize.log" ;;

@@ -101,19 +101,37 @@ __device__ __forceinline__ void for_planes(std::int64_t planes, int channels, in
 // index exactly once, so ReluMasked may write back.
 template <typename T>
 struct Plain {
+  using Type = T;
   const T* x;
+  [[nodiscard]] bool aligned() const { return aligned_to(x, 16); }
   __device__ float operator()(std::size_t i) const { return load(x, i); }
+  /// x[i + k], k < V, in one aligned pack (load_n).
+  template <int V>
+  __device__ void get(std::size_t i, float (&v)[V]) const {
+    load_n<V>(x, i, v);
+  }
 };
 /// d = relu'(y[i])·dy[i] from the fused output y, written back over dy[i] (what the convolution's
 /// backward-data and backward-filter read next), and returned for the bias gradient's sum.
 template <typename T>
 struct ReluMasked {
+  using Type = T;
   const T* y;
   T* dy;
+  [[nodiscard]] bool aligned() const { return aligned_to(y, 16) && aligned_to(dy, 16); }
   __device__ float operator()(std::size_t i) const {
     const float d = relu_grad(load(y, i), load(dy, i));
     store(dy, i, d);
     return d;
+  }
+  template <int V>
+  __device__ void get(std::size_t i, float (&v)[V]) const {
+    float yv[V];
+    load_n<V>(y, i, yv);
+    load_n<V>(dy, i, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = relu_grad(yv[k], v[k]);
+    store_n<V>(dy, i, v);
   }
 };
 
@@ -210,26 +228,45 @@ __global__ void bn_dx_kernel(const T* x, const T* dy, T* dx, const float* mean, 
 }
 
 /// Column sums of a rows×cols row-major matrix x(r·cols + c) (NHWC seen as (N·H·W)×C: the conv bias
-/// gradient in channels-last order): block (x, p) sums columns [32·x, 32·x + 32) over chunk p of
-/// the rows, threadIdx.x the column (a warp reads 32 consecutive elements), threadIdx.y one of 8
-/// row lanes; the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads it.
-/// Deterministic.
-template <typename X>
-__global__ void column_partial_kernel(X x, std::int64_t rows, int cols, int chunks,
+/// gradient in channels-last order), V consecutive columns per thread in one aligned pack (16
+/// bytes: 8 bf16 or 4 fp32 values; V = 1 when cols or a pointer does not allow it). Block (x, p)
+/// sums the column packs [width·x, width·x + width) over chunk p of the rows: threadIdx.x % width
+/// the pack, threadIdx.x / width one of blockDim.x / width row lanes (a warp reads whole rows of
+/// consecutive packs); the lanes are added in order, partial[c·P + p] as finish_sum_kernel reads
+/// it. Deterministic. With one 2-byte access per thread (the V = 1 case) the relu-masked bias
+/// gradient of VGG-16 took 8.0 ms per step on an H200 against PyTorch's 4.5 ms for its relu
+/// backward and bias sum.
+constexpr int kMaxPack = 8;
+template <int V, typename X>
+__global__ void column_partial_kernel(X x, std::int64_t rows, int cols, int width, int chunks,
                                       float* partial) {
-  __shared__ float lanes[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
+  __shared__ float lanes[kThreads * kMaxPack];
+  const int lane_count = blockDim.x / width;
+  const int tx = threadIdx.x % width, ty = threadIdx.x / width;
+  const int pack = blockIdx.x * width + tx;
+  const int tile_cols = width * V;
   const std::int64_t r0 = rows * blockIdx.y / chunks, r1 = rows * (blockIdx.y + 1) / chunks;
-  float acc = 0.0f;
-  if (c < cols)
-    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += 8)
-      acc += x(static_cast<std::size_t>(r) * cols + c);
-  lanes[threadIdx.y][threadIdx.x] = acc;
+  float acc[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+  if (pack * V < cols) {
+    for (std::int64_t r = r0 + ty; r < r1; r += lane_count) {
+      float v[V];
+      x.template get<V>(static_cast<std::size_t>(r) * cols + std::size_t(pack) * V, v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) lanes[ty * tile_cols + tx * V + k] = acc[k];
   __syncthreads();
-  if (threadIdx.y != 0 || c >= cols) return;
-  float sum = 0.0f;
-  for (int k = 0; k < 8; ++k) sum += lanes[k][threadIdx.x];
-  partial[static_cast<std::size_t>(c) * chunks + blockIdx.y] = sum;
+  for (int t = threadIdx.x; t < tile_cols; t += blockDim.x) {
+    const int c = blockIdx.x * tile_cols + t;
+    if (c >= cols) continue;
+    float sum = 0.0f;
+    for (int l = 0; l < lane_count; ++l) sum += lanes[l * tile_cols + t];
+    partial[static_cast<std::size_t>(c) * chunks + blockIdx.y] = sum;
+  }
 }
 
 /// y[i] = y[i] + b[c], then relu (NaN kept) when with_relu, with c = (i / inner) % channels (NCHW:
@@ -293,12 +330,29 @@ int channel_chunks(const ChannelShape& s) {
   return std::max(1, std::min(s.n, want));
 }
 
-/// Row chunks of column_partial_kernel for an (N·H·W)×C matrix: about 4 blocks per SM of an H100
-/// in all (⌈C/32⌉ column tiles each), at least 1 and at most one per row.
-int column_chunks(const ChannelShape& s) {
-  const int tiles = (s.c + 31) / 32;
-  return static_cast<int>(std::max<std::int64_t>(
+/// The launch of column_partial_kernel for an (N·H·W)×C matrix with packs of v columns (C % v ==
+/// 0): `width` packs a block (at most 32, the rest of its kThreads threads are row lanes), `tiles`
+/// blocks across the columns, and `chunks` of rows: about 4 blocks per SM of an H100 in all, at
+/// least 1 and at most one per row.
+namespace {
+struct ColumnPlan {
+  int width, tiles, chunks;
+};
+ColumnPlan column_plan(const ChannelShape& s, int v) {
+  const int packs = s.c / v;
+  const int width = std::max(1, std::min(packs, 32));
+  const int tiles = (packs + width - 1) / width;
+  const int chunks = static_cast<int>(std::max<std::int64_t>(
       1, std::min<std::int64_t>(std::int64_t{s.n}, (528 + tiles - 1) / tiles)));
+  return ColumnPlan{width, tiles, chunks};
+}
+}  // namespace
+
+/// The most row chunks any pack width of column_plan gives C (the widest dividing C).
+int column_chunks(const ChannelShape& s) {
+  for (int v = kMaxPack; v > 1; v /= 2)
+    if (s.c % v == 0) return column_plan(s, v).chunks;
+  return column_plan(s, 1).chunks;
 }
 
 std::size_t channel_scratch_floats(const ChannelShape& s) {
@@ -314,10 +368,18 @@ namespace {
 template <typename X>
 void channel_sum(cudaStream_t stream, const ChannelShape& s, X x, float* out, float* scratch) {
   if (s.h * s.w == 1) {  // row-major (N·H·W)×C: column sums, coalesced
-    const int chunks = column_chunks(s);
-    column_partial_kernel<<<dim3((s.c + 31) / 32, chunks), dim3(32, 8), 0, stream>>>(
-        x, std::int64_t{s.n}, s.c, chunks, scratch);
-    finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, chunks, 1.0f,
+    constexpr int V = 16 / sizeof(typename X::Type);
+    const bool vec = s.c % V == 0 && x.aligned();
+    const ColumnPlan plan = column_plan(s, vec ? V : 1);
+    const dim3 grid(plan.tiles, plan.chunks);
+    const int threads = kThreads / plan.width * plan.width;
+    if (vec)
+      column_partial_kernel<V><<<grid, threads, 0, stream>>>(x, std::int64_t{s.n}, s.c, plan.width,
+                                                             plan.chunks, scratch);
+    else
+      column_partial_kernel<1><<<grid, threads, 0, stream>>>(x, std::int64_t{s.n}, s.c, plan.width,
+                                                             plan.chunks, scratch);
+    finish_sum_kernel<<<channel_blocks(s.c), kThreads, 0, stream>>>(scratch, s.c, plan.chunks, 1.0f,
                                                                     out);
     DT_CHECK_LAUNCH();
     return;

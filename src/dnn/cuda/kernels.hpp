@@ -99,6 +99,19 @@ void launch_store_u64(cudaStream_t stream, std::uint64_t* dst, std::uint64_t val
 /// dx[i] = dy[i]·mask[i] (dy, dx of type t).
 void launch_dropout_backward(cudaStream_t stream, const void* dy, const float* mask, void* dx,
                              std::size_t n, Elem t);
+/// A max pooling's shapes for launch_max_pool_backward_nhwc: input N×C×H×W, output N×C×P×Q,
+/// window kh×kw, stride sh×sw, padding ph×pw (PoolDesc's, in pixels).
+struct MaxPoolGeometry {
+  int n, c, h, w, p, q, kh, kw, sh, sw, ph, pw;
+};
+/// Whether launch_max_pool_backward_nhwc takes g: windows that do not overlap (kh ≤ sh, kw ≤ sw).
+bool max_pool_backward_supported(const MaxPoolGeometry& g);
+/// Max-pooling backward (pool_kernels.cu), x and dx N×H×W×C, y and dy N×P×Q×C, all of type t:
+/// dx = dy at each window's first position (row-major) whose x equals y (a NaN y: the first NaN
+/// x), 0 everywhere else — exact and deterministic. Requires max_pool_backward_supported(g) (not
+/// checked here); x, y from the same forward.
+void launch_max_pool_backward_nhwc(cudaStream_t stream, const MaxPoolGeometry& g, const void* x,
+                                   const void* y, const void* dy, void* dx, Elem t);
 /// Softmax cross-entropy, one warp per sample (log-sum-exp; logits and dlogits of type t, the
 /// arithmetic and stats fp32): stats[0] += Σ loss, stats[1] +=
 /// number of samples whose first maximal logit is at the label, stats[2] += number of samples

@@ -1,6 +1,8 @@
 // src/dnn/cuda/pool_act_bn_ops.cpp — pooling, activation and batch normalization on cuDNN's legacy
 // API (cudnn_ops.h, cuDNN 9): cudnnPoolingForward/Backward (max: CUDNN_POOLING_MAX_DETERMINISTIC;
-// avg: CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False),
+// avg: CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False), except
+// the backward of NHWC max pooling whose windows do not overlap (VGG's), on our kernel
+// (pool_kernels.cu: cuDNN's took 4× PyTorch's time on an H200),
 // relu on our kernels (kernels.cu: one pass each way, where cuDNN's generic tensor kernels took
 // 2-3× as long on an H100), sigmoid on cudnnActivationForward/Backward, and spatial batch
 // normalization (Ioffe & Szegedy 2015): training on our per-channel kernels (channel_kernels.cu)
@@ -41,6 +43,11 @@ class CudaPoolOp final : public PoolOp {
     DT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(pool_desc_, x_desc_, &n, &c, &h, &w));
     DT_ASSERT(n == out.n && c == out.c && h == out.h && w == out.w,
               "cuDNN pooling output " + (Shape{n, c, h, w}).str() + " differs from " + out.str());
+    const Shape& in = d.input;
+    geometry_ = MaxPoolGeometry{in.n,       in.c,       in.h,       in.w,       out.h,   out.w,
+                                d.kernel.h, d.kernel.w, d.stride.h, d.stride.w, d.pad.h, d.pad.w};
+    own_backward_ = d.kind == PoolKind::max && be.layout() == Layout::nhwc &&
+                    max_pool_backward_supported(geometry_);
   }
 
   void forward(const void* x, void* y, bool /*training: cuDNN recomputes from x and y*/) override {
@@ -50,6 +57,9 @@ class CudaPoolOp final : public PoolOp {
   }
 
   void backward(const void* x, const void* y, const void* dy, void* dx) override {
+    if (own_backward_)
+      return launch_max_pool_backward_nhwc(be_.stream(), geometry_, x, y, dy, dx,
+                                           elem(be_.act_dtype()));
     const float one = 1.0f, zero = 0.0f;
     DT_CHECK_CUDNN(cudnnPoolingBackward(be_.cudnn(), pool_desc_, &one, y_desc_, y, y_desc_, dy,
                                         x_desc_, x, &zero, x_desc_, dx));
@@ -59,6 +69,8 @@ class CudaPoolOp final : public PoolOp {
   CudaBackend& be_;
   TensorDesc x_desc_, y_desc_;
   PoolingDesc pool_desc_;
+  MaxPoolGeometry geometry_{};
+  bool own_backward_ = false;  ///< max pooling in NHWC, windows not overlapping: ours
 };
 
 class CudaActivationOp final : public ActivationOp {
