@@ -56,6 +56,7 @@ struct BatchReader::Reader {
   std::vector<float> plain;                ///< augmentation: one normalized sample before the crop
   std::unique_ptr<EncodedSource> encoded;  ///< encoded files: decode pool and buffers
   std::vector<std::int64_t> batch_rows;    ///< encoded files: this batch's samples, batch order
+  std::vector<std::int64_t> next_rows;     ///< encoded files: the next batch's, read ahead
 };
 
 namespace {
@@ -386,7 +387,10 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
       std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
   if (r.encoded) {  // decode pool: bytes, decode, crop, flip, normalize (encoded.cpp)
     r.batch_rows.assign(indices_.begin() + begin, indices_.begin() + begin + m);
-    r.encoded->fill(r.batch_rows, r.labels.data() + begin, augment_, out, bad_images_);
+    // The next batch's bytes are read while this one decodes.
+    const auto next = indices_.begin() + begin + m;
+    r.next_rows.assign(next, next + std::min<std::ptrdiff_t>(batch_size_, indices_.end() - next));
+    r.encoded->fill(r.batch_rows, r.next_rows, r.labels.data() + begin, augment_, out, bad_images_);
     return;
   }
   const std::size_t sample = info_.sample.sample_count();

@@ -145,7 +145,8 @@ void ParallelFor::work(int thread) {
   }
 }
 
-void ParallelFor::run(int n, const std::function<void(int, int)>& fn) {
+void ParallelFor::run(int n, const std::function<void(int, int)>& fn,
+                      const std::function<void()>& first) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
@@ -155,6 +156,7 @@ void ParallelFor::run(int n, const std::function<void(int, int)>& fn) {
     ++generation_;
   }
   cv_.notify_all();
+  if (first) first();
   for (int i; (i = next_.fetch_add(1)) < n;) {
     try {
       fn(i, 0);
@@ -189,7 +191,10 @@ EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::v
 
 EncodedSource::~EncodedSource() = default;
 
-void EncodedSource::gather(const std::vector<std::int64_t>& rows) {
+void EncodedSource::gather(const std::vector<std::int64_t>& rows, Gathered& g) {
+  g.ready = false;
+  g.error = nullptr;
+  g.rows = rows;
   if (cache_ != nullptr)
     cache_->load(info_.num_samples, [&](std::int64_t first, std::int64_t count,
                                         std::vector<std::vector<std::uint8_t>>& out) {
@@ -197,21 +202,22 @@ void EncodedSource::gather(const std::vector<std::int64_t>& rows) {
       for (std::int64_t i = 0; i < count; ++i) block[static_cast<std::size_t>(i)] = first + i;
       read_encoded_rows(images_, block, out, info_.path);
     });
-  views_.assign(rows.size(), View{});
-  miss_rows_.clear();
-  miss_pos_.clear();
+  g.views.assign(rows.size(), View{});
+  g.miss_rows.clear();
+  g.miss_pos.clear();
   for (std::size_t p = 0; p < rows.size(); ++p) {
     const std::vector<std::uint8_t>* held = cache_ != nullptr ? cache_->find(rows[p]) : nullptr;
     if (held != nullptr) {
-      views_[p] = View{held->data(), held->size()};
+      g.views[p] = View{held->data(), held->size()};
     } else {
-      miss_rows_.push_back(rows[p]);
-      miss_pos_.push_back(static_cast<int>(p));
+      g.miss_rows.push_back(rows[p]);
+      g.miss_pos.push_back(static_cast<int>(p));
     }
   }
-  read_encoded_rows(images_, miss_rows_, bytes_, info_.path);
-  for (std::size_t j = 0; j < miss_pos_.size(); ++j)
-    views_[static_cast<std::size_t>(miss_pos_[j])] = View{bytes_[j].data(), bytes_[j].size()};
+  read_encoded_rows(images_, g.miss_rows, g.bytes, info_.path);
+  for (std::size_t j = 0; j < g.miss_pos.size(); ++j)
+    g.views[static_cast<std::size_t>(g.miss_pos[j])] = View{g.bytes[j].data(), g.bytes[j].size()};
+  g.ready = true;
 }
 
 void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
@@ -226,7 +232,7 @@ void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmen
   const std::size_t plane = static_cast<std::size_t>(s) * s;
   std::vector<std::uint8_t>& planar = sc.planar;
   planar.resize(plane * c);
-  const View& b = views_[static_cast<std::size_t>(p)];
+  const View& b = current_.views[static_cast<std::size_t>(p)];
   // Raw batches: straight into the batch slot; else through planar, normalized below.
   std::uint8_t* const to =
       lut_ == nullptr ? out.raw.data() + static_cast<std::size_t>(p) * plane * c : planar.data();
@@ -281,11 +287,21 @@ void EncodedSource::compact(const std::vector<std::int64_t>& rows, const std::in
   out.y.resize(static_cast<std::size_t>(kept));
 }
 
-void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
+void EncodedSource::fill(const std::vector<std::int64_t>& rows,
+                         const std::vector<std::int64_t>& next_rows, const std::int32_t* labels,
                          const Augmentation& augment, HostBatch& out,
                          std::atomic<std::int64_t>& bad) {
   const int m = static_cast<int>(rows.size());
-  gather(rows);
+  if (ahead_.ready && ahead_.rows == rows) {  // read while the previous batch decoded
+    std::swap(current_, ahead_);
+    ahead_.ready = false;
+    if (current_.error) {
+      current_.ready = false;
+      std::rethrow_exception(current_.error);
+    }
+  } else {
+    gather(rows, current_);
+  }
   const int s = info_.decode.crop;
   const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * s * s;
   out.x.resize(lut_ != nullptr ? static_cast<std::size_t>(m) * sample : 0);
@@ -298,9 +314,23 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows, const std::int32
   t.range = info_.decode.range;
   t.resize = info_.decode.resize;
   t.dct_ratio = info_.decode.dct_ratio;
-  pool_.run(m, [&](int p, int thread) {
-    decode_one(p, thread, rows[static_cast<std::size_t>(p)], augment, t, out);
-  });
+  std::function<void()> read_ahead;
+  if (!next_rows.empty())
+    read_ahead = [&] {
+      try {
+        gather(next_rows, ahead_);
+      } catch (...) {
+        ahead_.rows = next_rows;
+        ahead_.error = std::current_exception();
+        ahead_.ready = true;
+      }
+    };
+  pool_.run(
+      m,
+      [&](int p, int thread) {
+        decode_one(p, thread, rows[static_cast<std::size_t>(p)], augment, t, out);
+      },
+      read_ahead);
   compact(rows, labels, out, bad);  // bad images leave the batch (or end the run), in order
 }
 

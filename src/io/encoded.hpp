@@ -41,14 +41,18 @@ void read_encoded_rows(hid_t images, const std::vector<std::int64_t>& rows,
 
 /// Runs fn(i) for i in [0, n) over `threads` threads: the caller plus threads − 1 helpers kept
 /// for the pool's lifetime. The first exception thrown by fn is rethrown by run() after every
-/// index has finished. run() is not re-entrant; use from one thread.
+/// index has finished. run() is not re-entrant; use from one thread. With `first` (may be
+/// empty), the caller runs first() while the helpers start on the indices, then joins them:
+/// serial work of the caller's (the next batch's file read) hidden behind the parallel work;
+/// first() must not throw.
 class ParallelFor {
  public:
   explicit ParallelFor(int threads);
   ~ParallelFor();
   ParallelFor(const ParallelFor&) = delete;
   ParallelFor& operator=(const ParallelFor&) = delete;
-  void run(int n, const std::function<void(int, int)>& fn);  ///< fn(index, thread number)
+  void run(int n, const std::function<void(int, int)>& fn,  ///< fn(index, thread number)
+           const std::function<void()>& first = {});
   [[nodiscard]] int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
  private:
@@ -81,14 +85,32 @@ class EncodedSource {
   /// Fills out with the samples `rows` (dataset indices, batch order) and `labels`, leaving out
   /// bad images (--on-bad-image skip: counted in bad, logged) or throwing InputError naming file,
   /// sample index and reason (fail). augment: seed, epoch, flip; crops are keyed by (seed, epoch,
-  /// sample).
-  void fill(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
-            const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad);
+  /// sample). next_rows: the rows the following call will ask for (empty: none or unknown),
+  /// whose bytes this call reads from the file while the pool decodes `rows` — the read is
+  /// serial (HDF5 under one lock), and at 16 decode threads it was a third of a batch's time.
+  /// A failed read of next_rows is thrown by the call that asks for them.
+  void fill(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>& next_rows,
+            const std::int32_t* labels, const Augmentation& augment, HostBatch& out,
+            std::atomic<std::int64_t>& bad);
 
  private:
-  /// views_[p] = the encoded bytes of rows[p]: from the cache, else read (the misses together,
-  /// one H5Dread) into bytes_.
-  void gather(const std::vector<std::int64_t>& rows);
+  struct View {
+    const std::uint8_t* data = nullptr;
+    std::size_t size = 0;
+  };
+  /// One batch's encoded bytes: views[p] = the bytes of rows[p], from the cache or from `bytes`
+  /// (the misses, read together with one H5Dread).
+  struct Gathered {
+    std::vector<std::int64_t> rows;
+    std::vector<std::vector<std::uint8_t>> bytes;  ///< the misses' bytes
+    std::vector<std::int64_t> miss_rows;
+    std::vector<int> miss_pos;  ///< batch position of miss_rows[j]
+    std::vector<View> views;    ///< per batch position
+    std::exception_ptr error;   ///< the read failed (thrown when the batch is asked for)
+    bool ready = false;         ///< holds `rows` (or their error)
+  };
+  /// Fills g with the bytes of rows (g.ready afterwards). Throws LibraryError.
+  void gather(const std::vector<std::int64_t>& rows, Gathered& g);
   /// Decodes, crops, flips and normalizes batch position p into out (errors_[p] when bad).
   void decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
                   const ImageTransform& t, HostBatch& out);
@@ -101,14 +123,7 @@ class EncodedSource {
   const std::vector<float>* lut_;
   EncodedCache* cache_;
   ParallelFor pool_;
-  std::vector<std::vector<std::uint8_t>> bytes_;  ///< the misses' bytes
-  std::vector<std::int64_t> miss_rows_;
-  std::vector<int> miss_pos_;  ///< batch position of miss_rows_[j]
-  struct View {
-    const std::uint8_t* data = nullptr;
-    std::size_t size = 0;
-  };
-  std::vector<View> views_;          ///< per batch position
+  Gathered current_, ahead_;         ///< the batch being decoded; the next one, read meanwhile
   std::vector<std::string> errors_;  ///< per batch position: empty when decoded
   struct Scratch;
   std::vector<std::unique_ptr<Scratch>> scratch_;  ///< per thread

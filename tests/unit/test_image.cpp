@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/io/image.hpp"
@@ -174,6 +176,37 @@ TEST(DecodePool, RunsEveryIndexOnceAndRethrows) {
     int n = 0;
     pool.run(0, [&](int, int) { ++n; });
     EXPECT_EQ(n, 0);
+  }
+}
+
+// The read-ahead hook (EncodedSource reads the next batch's bytes there): first() runs once, on
+// the calling thread, before run() returns, and every index still runs once; with helpers the
+// indices start without waiting for it.
+TEST(DecodePool, RunsFirstOnTheCallerBesideTheIndices) {
+  for (int threads : {1, 2, 4}) {
+    ParallelFor pool(threads);
+    std::vector<std::atomic<int>> hits(64);
+    std::atomic<int> firsts{0}, done_before_first_ended{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    pool.run(
+        64, [&](int i, int) { ++hits[static_cast<std::size_t>(i)]; },
+        [&] {
+          EXPECT_EQ(std::this_thread::get_id(), caller);
+          ++firsts;
+          // Helpers take indices meanwhile: wait (bounded) until one has.
+          for (int k = 0; k < 2000 && threads > 1; ++k) {
+            int sum = 0;
+            for (auto& h : hits) sum += h.load();
+            if (sum > 0) {
+              ++done_before_first_ended;
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        });
+    EXPECT_EQ(firsts.load(), 1);
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    EXPECT_EQ(done_before_first_ended.load(), threads > 1 ? 1 : 0) << threads << " threads";
   }
 }
 
