@@ -14,7 +14,8 @@
 #   report's efficiency against it), PYTHON (default /usr/bin/python3: the report's interpreter;
 #   without matplotlib it writes the table and CSV only), PIN_THREADS=1 (the runs with
 #   --pin-threads; the ceiling runs stay unpinned), ARGS (more dtrain options for every run,
-#   e.g. ARGS="--wire-dtype bf16": the exchange's 16-bit wire; named in the report's title).
+#   e.g. ARGS="--wire-dtype bf16": the exchange's 16-bit wire; named in the report's title),
+#   KEEP_RUNS=1 (every run's log and results.json into the docs folder as runs.tgz).
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
 # sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
 # (the global batch must split evenly over every worker count).
@@ -37,4 +38,10 @@ for m in $models; do
   "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
     --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores${pin:+, --pin-threads}${ARGS:+, $ARGS}"
   cp "$out/sweep.log" "$docs/sweep.log"
+  # Every run's log (per-worker step times and anatomy: skew against bandwidth) and results.json.
+  if [ "${KEEP_RUNS:-0}" = 1 ]; then
+    tgz=$(cd "$docs" && pwd)/runs.tgz
+    (cd "$out" && tar -czf "$tgz" --exclude=sweep.log ./*.log ./*/results.json \
+      $(ls -d ceiling-w*/r*.log 2>/dev/null))
+  fi
 done

@@ -35,7 +35,8 @@
 #             plus the host's ceiling (N independent one-worker runs started together, per-worker
 #             batch GLOBAL_BATCH/N, no exchange: run_strong_scaling.sh --ceiling); the report —
 #             samples/s, T1/(N·TN) and the efficiency against the ceiling, step anatomy — as table
-#             and CSV (and a plot where matplotlib exists) in $OUT/scaling/MODEL/. Expected
+#             and CSV (and a plot where matplotlib exists) in $OUT/scaling/MODEL/, with runs.tgz
+#             (every run's log — per-worker step times and anatomy — and results.json). Expected
 #             duration with the defaults on the 16-core H100/H200 machines: ~7 minutes (ResNet-50
 #             takes ~0.25 s per sample on one core: 2 × 96 samples per run, 14 runs, ~8 s start-up
 #             each); keep timeout_s at 600. Example: bash tests/gpu/device.sh scaling resnet50 96
@@ -185,7 +186,7 @@ while [ $# -gt 0 ]; do
              fi
              pin=""; [ "${PIN_THREADS:-0}" = 1 ] && pin=-pinned
              [ -n "${ARGS:-}" ] && pin+="-$(tr -cd 'a-z0-9-' <<<"${ARGS// /-}" | sed 's/^-*//')"
-             WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 \
+             WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 KEEP_RUNS=1 \
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
                tee "$OUTDIR/scaling$pin.log" | tail -24 ;;
