@@ -220,12 +220,34 @@ void EncodedSource::gather(const std::vector<std::int64_t>& rows, Gathered& g) {
   g.ready = true;
 }
 
+namespace {
+/// The key of sample `row`'s random crop and flip in this epoch.
+std::uint64_t sample_key(const Augmentation& augment, std::int64_t row) {
+  return mix_seed(
+      mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
+      static_cast<std::uint64_t>(row));
+}
+}  // namespace
+
+void EncodedSource::order_by_cost(Gathered& g, const Augmentation& augment,
+                                  const ImageTransform& t) {
+  const std::size_t m = g.rows.size();
+  std::vector<double> cost(m);
+  ImageDecoder& dec = scratch_.front()->decoder;
+  for (std::size_t p = 0; p < m; ++p)
+    cost[p] =
+        transform_cost(dec, g.views[p].data, g.views[p].size, t, sample_key(augment, g.rows[p]));
+  g.order.resize(m);
+  for (std::size_t p = 0; p < m; ++p) g.order[p] = static_cast<int>(p);
+  std::stable_sort(g.order.begin(), g.order.end(), [&](int a, int b) {
+    return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
+  });
+}
+
 void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
                                const ImageTransform& t, HostBatch& out) {
   Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
-  const std::uint64_t key = mix_seed(
-      mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
-      static_cast<std::uint64_t>(row));
+  const std::uint64_t key = sample_key(augment, row);
   ImageTransform tp = t;
   tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
   const int c = info_.sample.c, s = t.out;
@@ -292,7 +314,14 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows,
                          const Augmentation& augment, HostBatch& out,
                          std::atomic<std::int64_t>& bad) {
   const int m = static_cast<int>(rows.size());
-  if (ahead_.ready && ahead_.rows == rows) {  // read while the previous batch decoded
+  ImageTransform t;
+  t.out = info_.decode.crop;
+  t.random_crop = info_.decode.random_resized;
+  t.range = info_.decode.range;
+  t.resize = info_.decode.resize;
+  t.dct_ratio = info_.decode.dct_ratio;
+  if (ahead_.ready && ahead_.rows == rows && ahead_.seed == augment.seed &&
+      ahead_.epoch == augment.epoch) {  // read (and ordered) while the previous batch decoded
     std::swap(current_, ahead_);
     ahead_.ready = false;
     if (current_.error) {
@@ -301,33 +330,33 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows,
     }
   } else {
     gather(rows, current_);
+    order_by_cost(current_, augment, t);
   }
-  const int s = info_.decode.crop;
-  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * s * s;
+  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * t.out * t.out;
   out.x.resize(lut_ != nullptr ? static_cast<std::size_t>(m) * sample : 0);
   out.raw.resize(lut_ != nullptr ? 0 : static_cast<std::size_t>(m) * sample);
   out.y.resize(static_cast<std::size_t>(m));
   errors_.assign(static_cast<std::size_t>(m), std::string());
-  ImageTransform t;
-  t.out = s;
-  t.random_crop = info_.decode.random_resized;
-  t.range = info_.decode.range;
-  t.resize = info_.decode.resize;
-  t.dct_ratio = info_.decode.dct_ratio;
   std::function<void()> read_ahead;
   if (!next_rows.empty())
     read_ahead = [&] {
       try {
         gather(next_rows, ahead_);
+        order_by_cost(ahead_, augment, t);
       } catch (...) {
         ahead_.rows = next_rows;
         ahead_.error = std::current_exception();
         ahead_.ready = true;
       }
+      ahead_.seed = augment.seed;
+      ahead_.epoch = augment.epoch;
     };
+  // Each image goes to one slot of its own (position p), so the order of the work does not
+  // change the batch.
   pool_.run(
       m,
-      [&](int p, int thread) {
+      [&](int i, int thread) {
+        const int p = current_.order[static_cast<std::size_t>(i)];
         decode_one(p, thread, rows[static_cast<std::size_t>(p)], augment, t, out);
       },
       read_ahead);

@@ -106,11 +106,18 @@ class EncodedSource {
     std::vector<std::int64_t> miss_rows;
     std::vector<int> miss_pos;  ///< batch position of miss_rows[j]
     std::vector<View> views;    ///< per batch position
-    std::exception_ptr error;   ///< the read failed (thrown when the batch is asked for)
-    bool ready = false;         ///< holds `rows` (or their error)
+    std::vector<int> order;     ///< batch positions, the costliest decode first
+    std::uint64_t seed = 0;     ///< the augmentation `order` was computed for
+    int epoch = 0;
+    std::exception_ptr error;  ///< the read failed (thrown when the batch is asked for)
+    bool ready = false;        ///< holds `rows` (or their error)
   };
   /// Fills g with the bytes of rows (g.ready afterwards). Throws LibraryError.
   void gather(const std::vector<std::int64_t>& rows, Gathered& g);
+  /// g.order: g's positions by transform_cost(), largest first (ties in position order), so
+  /// that the pool's last images of a batch are short ones — a batch ends when its slowest
+  /// thread does. Uses thread 0's decoder (the caller's: run it where the caller is not decoding).
+  void order_by_cost(Gathered& g, const Augmentation& augment, const ImageTransform& t);
   /// Decodes, crops, flips and normalizes batch position p into out (errors_[p] when bad).
   void decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
                   const ImageTransform& t, HostBatch& out);

@@ -287,6 +287,22 @@ ResamplePlan plan_transform(const ImageHeader& h, const ImageTransform& t, std::
 
 }  // namespace
 
+double transform_cost(ImageDecoder& dec, const std::uint8_t* data, std::size_t size,
+                      const ImageTransform& t, std::uint64_t key) {
+  try {
+    const ImageHeader h = dec.header(data, size);
+    const ResamplePlan p = plan_transform(h, t, key);
+    const CropBox need = resample_source(p.width, p.height, p.spec);
+    // Rows down to the region's bottom are entropy-decoded across the whole (1/d) width (those
+    // above it skipped, but still Huffman-decoded: decode_region), the region itself is also
+    // transformed and resampled.
+    const double width = (h.width + p.denom - 1) / p.denom;
+    return double(p.y + need.y + need.h) * width + double(need.w) * need.h;
+  } catch (const ImageError&) {
+    return 0.0;  // a bad image fails fast in transform_image
+  }
+}
+
 CropBox transform_image(ImageDecoder& dec, const std::uint8_t* data, std::size_t size, int channels,
                         const ImageTransform& t, std::uint64_t key, Image8& img,
                         std::uint8_t* dst) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "dtrain/dnn/counter_rng.hpp"
+#include "common/jpeg_writer.hpp"
 #include "dtrain/io/image.hpp"
 #include "io/encoded.hpp"
 
@@ -154,6 +155,34 @@ TEST(ImageDecode, BadBytesThrowImageErrorWithAReason) {
   const std::uint8_t png_sig[] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A,
                                   0,    0,   0,   13,  'I',  'H',  'D',  'R'};
   EXPECT_THROW(dec.decode(png_sig, sizeof png_sig, 1, img), ImageError);
+}
+
+// transform_cost orders a batch's images for the decode threads (longest first): in decoded
+// pixels, the rows entropy-decoded down to the region's bottom across the image's width plus the
+// region itself. Closed form with fixed boxes (exact DCT scaling off: dct_ratio 0): a 400×300
+// image, output 32×32.
+TEST(ImageTransform, CostCountsTheRowsDownToTheRegionAndTheRegion) {
+  std::vector<std::uint8_t> px(400 * 300 * 3);
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 37 % 251);
+  const std::vector<std::uint8_t> jpeg = testing::write_jpeg(px, 400, 300, 3);
+  ImageDecoder dec;
+  ImageTransform t;
+  t.out = 32;
+  t.random_crop = true;
+  t.dct_ratio = 0.0;
+  const auto cost = [&](CropBox b) {
+    t.box = b;
+    return transform_cost(dec, jpeg.data(), jpeg.size(), t, 1);
+  };
+  // The resampler reads exactly the box here (a box of 32×32 → 32×32 output, no filter margin).
+  EXPECT_DOUBLE_EQ(cost(CropBox{0, 0, 32, 32}), 32.0 * 400 + 32.0 * 32);
+  EXPECT_DOUBLE_EQ(cost(CropBox{100, 200, 32, 32}), 232.0 * 400 + 32.0 * 32);
+  // A larger box lower down costs more; a box at the top of the image less.
+  EXPECT_GT(cost(CropBox{0, 100, 300, 200}), cost(CropBox{0, 0, 300, 200}));
+  EXPECT_GT(cost(CropBox{0, 0, 300, 200}), cost(CropBox{0, 0, 100, 100}));
+  // Bytes that are no image: no cost (the decode reports them).
+  const std::uint8_t junk[] = {1, 2, 3, 4};
+  EXPECT_EQ(transform_cost(dec, junk, sizeof junk, t, 1), 0.0);
 }
 
 TEST(DecodePool, RunsEveryIndexOnceAndRethrows) {

@@ -180,6 +180,12 @@ struct ImageTransform {
   CropBox box;
 };
 
+/// A relative estimate of transform_image()'s work for the same arguments, in decoded pixels
+/// (the rows entropy-decoded down to the crop region's bottom plus the region; 0 for a header
+/// that does not parse): EncodedSource hands a batch's images to its threads longest first.
+double transform_cost(ImageDecoder& dec, const std::uint8_t* data, std::size_t size,
+                      const ImageTransform& t, std::uint64_t key);
+
 /// Decodes `data`, crops and resizes it as `t` says (random draws from `key`) and writes the
 /// result as planar C×S×S uint8 to dst (C = channels), mirrored when t.flip. Decodes only the
 /// JPEG region the resampler reads (ImageDecoder::decode_region()); `scratch` holds it and is
