@@ -232,13 +232,14 @@ std::uint64_t sample_key(const Augmentation& augment, std::int64_t row) {
 void EncodedSource::order_by_cost(Gathered& g, const Augmentation& augment,
                                   const ImageTransform& t) {
   const std::size_t m = g.rows.size();
+  g.order.resize(m);
+  for (std::size_t p = 0; p < m; ++p) g.order[p] = static_cast<int>(p);
+  if (pool_.threads() == 1) return;  // one thread decodes them all in any order
   std::vector<double> cost(m);
   ImageDecoder& dec = scratch_.front()->decoder;
   for (std::size_t p = 0; p < m; ++p)
     cost[p] =
         transform_cost(dec, g.views[p].data, g.views[p].size, t, sample_key(augment, g.rows[p]));
-  g.order.resize(m);
-  for (std::size_t p = 0; p < m; ++p) g.order[p] = static_cast<int>(p);
   std::stable_sort(g.order.begin(), g.order.end(), [&](int a, int b) {
     return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
   });
