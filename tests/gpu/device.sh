@@ -45,6 +45,8 @@
 #             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default
 #             one to compare the two. ARGS="--wire-dtype bf16" (more dtrain options for every
 #             run): into $OUT/scaling-ARGS/ (the options' letters and digits), beside the default
+#   pack      every file under $OUT into $OUT/out.tgz (last: the device tool brings back at most
+#             8 files, 2 folders down), e.g. bash tests/gpu/device.sh units bench sanitize pack
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${OUT:-.device/out}
@@ -86,6 +88,8 @@ setup() {
   [ -e /usr/bin/mpiexec ] || ln -sf "$P/usr/bin/mpiexec.openmpi" /usr/bin/mpiexec
   if [ "$(pwd -P)" != /work/main ]; then mkdir -p /work && rm -rf /work/main && ln -sfn "$(pwd -P)" /work/main; fi
   [ -x build/bin/dtrain ] || tar -xJf .device/build.tar.xz
+  local fm=.device/fashion-mnist/train-images-idx3-ubyte
+  [ -f "$fm.gz" ] || [ ! -f "$fm.xz" ] || xz -dc "$fm.xz" | gzip -1 >"$fm.gz"
   export DTRAIN_PYTHON TORCH_PYTHON DTRAIN_TB_VENV
   DTRAIN_PYTHON=$(command -v python3); TORCH_PYTHON=$DTRAIN_PYTHON
   DTRAIN_TB_VENV=$(python3 -c 'import sys; print(sys.prefix)')
@@ -180,7 +184,7 @@ while [ $# -gt 0 ]; do
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
           grep -E "ratio|wrote|skipped" ;;
     scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}
-             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|input|comm|scaling)$ ]]; then
+             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|input|comm|scaling|pack)$ ]]; then
                model=$1; shift
                if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
              fi
@@ -190,6 +194,8 @@ while [ $# -gt 0 ]; do
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
                tee "$OUTDIR/scaling$pin.log" | tail -24 ;;
-    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | input | comm | scaling)" >&2; exit 2 ;;
+    pack) tar -czf /tmp/device-out.tgz -C "$OUTDIR" . && find "$OUTDIR" -mindepth 1 -delete &&
+            mv /tmp/device-out.tgz "$OUTDIR/out.tgz" ;;
+    *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | input | comm | scaling | pack)" >&2; exit 2 ;;
   esac
 done
