@@ -26,8 +26,9 @@
 #             processes, REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/; the
 #             machine's python3 has PyTorch, torchvision, Pillow and h5py (~3 minutes)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
-#             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4, into $OUT/comm; first the NCCL
-#             rows with one rank (the one GPU: NCCL needs a GPU per rank)
+#             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4 (COMM_RANKS="8 12": those rank
+#             counts; OPS: comm_bench's ops), into $OUT/comm; first the NCCL rows with one rank
+#             (the one GPU: NCCL needs a GPU per rank)
 #   scaling [MODEL [GLOBAL_BATCH]]
 #             the 16-core CPU strong-scaling sweep of issue 36: MODEL (default resnet50:
 #             jobs/MODEL_imagenet.ini), WORKERS="1 2 4 8 12", GLOBAL_BATCH (default 96: every
@@ -180,7 +181,8 @@ while [ $# -gt 0 ]; do
              bash tests/benchmarks/input_bench.sh ${INPUT_THREADS:-1 2 4 8 16} 2>&1 |
              tee "$OUTDIR/input.log" ;;
     comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
-            for r in 2 3 4; do OUT_DIR="$OUTDIR/comm" OPS=allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull REPEATS=3 \
+            for r in ${COMM_RANKS:-2 3 4}; do OUT_DIR="$OUTDIR/comm" REPEATS=${REPEATS:-3} \
+              OPS=${OPS:-allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull} \
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
           grep -E "ratio|wrote|skipped" ;;
     scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}
