@@ -35,6 +35,10 @@ the per-worker batch of the N-worker runs and no exchange; their summed samples/
 ceiling for N workers (for N = 1, the 1-worker sync run), and every row gains "ceiling
 samples/s", "efficiency vs ceiling" (its samples/s over the ceiling's) and the ceiling runs'
 median compute ms/step.
+After step 1: where the runs' results.json has them (dtrain writes them from two steps on), the
+columns "samples/s after step 1", "efficiency vs ceiling after step 1" (against the ceiling runs'
+own figures after their first step), "compute ms/step after step 1" and "exposed comm ms/step
+after step 1": the same without each process's first step, the transient a short sweep averages in.
 Without matplotlib the table (.md) and .csv are still written, and no .png (a warning says so).
 Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
 """
@@ -59,7 +63,9 @@ OPTIONAL = {"samples": ("int", 0), "world_size": ("int", 1), "global_batch_size"
 OPTIONAL.update((k, ("num", None)) for k in (
     "samples_per_sec", "test_accuracy", "ps_busy_fraction", "ps_optimizer_fraction",
     "staleness_mean", "data_seconds", "compute_seconds", "exchange_seconds", "step_data_ms",
-    "step_compute_ms", "step_exposed_comm_ms", "step_optimizer_ms"))
+    "step_compute_ms", "step_exposed_comm_ms", "step_optimizer_ms",
+    "samples_per_sec_after_first_step", "step_compute_ms_after_first_step",
+    "step_exposed_comm_ms_after_first_step"))
 LAUNCHER = {k: ("num", 0) for k in ("cpu_seconds", "elapsed_seconds", "ranks", "load1_before",
                                     "load1_after")}
 
@@ -197,6 +203,10 @@ def build_rows(runs, time_key):
                 # Step anatomy (results.json step_*_ms, mean per step over the workers).
                 "data_ms": med("step_data_ms"), "compute_ms": med("step_compute_ms"),
                 "comm_ms": med("step_exposed_comm_ms"), "optimizer_ms": med("step_optimizer_ms"),
+                # The same without each process's first step (dtrain ≥ 2026-11-27; else nan).
+                "samples_per_s_after1": med("samples_per_sec_after_first_step"),
+                "compute_ms_after1": med("step_compute_ms_after_first_step"),
+                "comm_ms_after1": med("step_exposed_comm_ms_after_first_step"),
                 "cpu_s": med("cpu_seconds"),
                 "cpu_eff": cpu_base / med("cpu_seconds") if med("cpu_seconds") > 0 else float("nan"),
                 "load1": med("load1"),
@@ -214,19 +224,26 @@ def add_ceiling(rows, ceiling_runs):
         if len(rs) != w:
             notes.append(f"ceiling for {w} workers: {len(rs)} runs found, {w} expected")
     one = [r for r in rows if r["mode"] == "sync" and r["workers"] == 1]
+    def ratio(a, b):
+        return a / b if a == a and b == b and b > 0 else float("nan")
+
     for r in rows:
         w = r["workers"]
         if w == 1:
             ceil = one[0]["samples_per_s"] if one else float("nan")
+            ceil1 = one[0]["samples_per_s_after1"] if one else float("nan")
             comp = one[0]["compute_ms"] if one else float("nan")
         elif w in by_w:
             ceil = sum(x["samples_per_sec"] for x in by_w[w])
+            after = [x.get("samples_per_sec_after_first_step") for x in by_w[w]]
+            ceil1 = sum(after) if all(v is not None for v in after) else float("nan")
             comp = median([x["step_compute_ms"] for x in by_w[w] if "step_compute_ms" in x])
         else:
-            ceil = comp = float("nan")
+            ceil = ceil1 = comp = float("nan")
         r["ceiling_samples_per_s"] = ceil
-        r["ceiling_eff"] = r["samples_per_s"] / ceil if ceil == ceil and ceil > 0 else float("nan")
+        r["ceiling_eff"] = ratio(r["samples_per_s"], ceil)
         r["ceiling_compute_ms"] = comp
+        r["ceiling_eff_after1"] = ratio(r["samples_per_s_after1"], ceil1)
     return notes
 
 
@@ -238,12 +255,26 @@ CEILING_COLUMNS = [
 ]
 
 
+AFTER_FIRST_COLUMNS = [
+    ("samples_per_s_after1", "samples/s after step 1",
+     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("ceiling_eff_after1", "efficiency vs ceiling after step 1", "{:.2f}"),
+    ("compute_ms_after1", "compute ms/step after step 1", "{:.1f}"),
+    ("comm_ms_after1", "exposed comm ms/step after step 1", "{:.1f}"),
+]
+
+
 def columns_for(rows):
-    """COLUMNS, with the ceiling's after "efficiency" when the rows have them."""
-    if not rows or "ceiling_eff" not in rows[0]:
+    """COLUMNS, with the ceiling's after "efficiency" when the rows have them, then the figures
+    without the first step where some run reports them."""
+    if not rows:
         return COLUMNS
     at = [k for k, _, _ in COLUMNS].index("efficiency") + 1
-    return COLUMNS[:at] + CEILING_COLUMNS + COLUMNS[at:]
+    extra = list(CEILING_COLUMNS) if "ceiling_eff" in rows[0] else []
+    if any(r["samples_per_s_after1"] == r["samples_per_s_after1"] for r in rows):
+        extra += [c for c in AFTER_FIRST_COLUMNS
+                  if c[0] != "ceiling_eff_after1" or "ceiling_eff" in rows[0]]
+    return COLUMNS[:at] + extra + COLUMNS[at:]
 
 
 COLUMNS = [  # key, header, format
@@ -285,7 +316,12 @@ def write_markdown(path, rows, notes, time_key):
                 "cpu s: CPU seconds of all ranks (user + system); cpu eff = cpu s of the 1-worker run / cpu s "
                 "(the extra work the parallel run did for the same samples, whatever share of the cores "
                 "it got); load: the 1-minute load average around the run (other work on the machine).\n")
-        if cols is not COLUMNS:
+        if any(c[0] == "samples_per_s_after1" for c in cols):
+            f.write("\nafter step 1: the same figures without each process's first step (primitive "
+                    "creation, first touch, ranks starting apart: the transient a short run "
+                    "averages in); the ceiling's from its runs' own figures after their first "
+                    "step.\n")
+        if any(c[0] == "ceiling_eff" for c in cols):
             f.write("\nceiling samples/s: the host's ceiling for N workers — N independent one-worker "
                     "runs started together with the same per-worker batch and no exchange, their "
                     "samples/s summed (N = 1: the 1-worker sync run); efficiency vs ceiling = "

@@ -124,6 +124,13 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["step_exposed_comm_ms"] = out.anatomy_ms[2];
   r["step_optimizer_ms"] = out.anatomy_ms[3];
   r["samples_per_sec"] = samples_per_second(out);
+  if (out.has_after_first) {  // the same without each process's first step
+    r["samples_per_sec_after_first_step"] = out.samples_per_sec_after_first;
+    r["step_data_ms_after_first_step"] = out.anatomy_after_first_ms[0];
+    r["step_compute_ms_after_first_step"] = out.anatomy_after_first_ms[1];
+    r["step_exposed_comm_ms_after_first_step"] = out.anatomy_after_first_ms[2];
+    r["step_optimizer_ms_after_first_step"] = out.anatomy_after_first_ms[3];
+  }
   r["step_ms_p50"] = out.step_ms_p50;  // the slowest worker's
   r["step_ms_p90"] = out.step_ms_p90;
   r["step_ms_max"] = out.step_ms_max;

@@ -347,6 +347,14 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   log_samples_local_ += n;
   log_samples_global_ += r.samples;
   out_.samples += r.samples;
+  if (pushes_ == 1) {
+    first_[0] = train_seconds_;
+    first_[1] = data_seconds_;
+    if (!on_device) first_[2] = compute_seconds_;  // else when its device time is read
+    first_[3] = exchange_seconds_;
+    first_[4] = optimizer_seconds_;
+    first_samples_ = out_.samples;
+  }
 }
 
 void Worker::end_step(int epoch, std::int64_t s) {
@@ -364,6 +372,7 @@ void Worker::read_device_compute() {
   if (device_compute_at_ < 0 || device_read_) return;
   compute_seconds_ += be_.seconds_between(device_compute_at_, device_compute_at_ + 1);
   device_read_ = true;
+  if (++device_reads_ == 1) first_[2] = compute_seconds_;
 }
 
 void Worker::profile(std::int64_t global_step) {
@@ -446,8 +455,8 @@ void Worker::summarize_step_times() {
   // Per worker: p50 / p90 / max of the step times (data + compute + exchange), and the step's
   // anatomy (means per step of data wait, forward + backward, exposed communication, optimizer),
   // gathered to the chief.
-  constexpr int K = 7;
-  double mine[K] = {0, 0, 0, 0, 0, 0, 0};
+  constexpr int K = 11;
+  double mine[K] = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1};
   if (!step_ms_.empty()) {
     std::vector<float> t = step_ms_;
     auto at = [&](double q) {
@@ -463,6 +472,13 @@ void Worker::summarize_step_times() {
     mine[4] = compute_seconds_ * per_step;
     mine[5] = exchange_seconds_ * per_step;
     mine[6] = optimizer_seconds_ * per_step;
+    if (step_ms_.size() >= 2) {  // the same after this process's first step
+      const double after = 1e3 / static_cast<double>(step_ms_.size() - 1);
+      mine[7] = (data_seconds_ - first_[1]) * after;
+      mine[8] = (compute_seconds_ - first_[2]) * after;
+      mine[9] = (exchange_seconds_ - first_[3]) * after;
+      mine[10] = (optimizer_seconds_ - first_[4]) * after;
+    }
   }
   std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
   MPI_Request req;
@@ -485,6 +501,15 @@ void Worker::summarize_step_times() {
     out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
     for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
   }
+  out_.has_after_first = step_ms_.size() >= 2 && train_seconds_ > first_[0];
+  for (int w = 0; w < plan_.workers; ++w) {
+    const double* a = &all[static_cast<std::size_t>(K * w)];
+    out_.has_after_first = out_.has_after_first && a[7] >= 0;
+    for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;
+  }
+  if (out_.has_after_first)
+    out_.samples_per_sec_after_first =
+        static_cast<double>(out_.samples - first_samples_) / (train_seconds_ - first_[0]);
   log_info(line);
   log_info(anatomy);
 }

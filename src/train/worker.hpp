@@ -43,6 +43,12 @@ struct WorkerOutcome {
   /// chief: the step's anatomy, ms per step averaged over the workers: data, compute, exposed
   /// communication, optimizer
   double anatomy_ms[4] = {0, 0, 0, 0};
+  /// chief, when every worker ran ≥ 2 steps in this process: the same without each worker's
+  /// first step (primitive creation, first touch, workers starting apart: a short run's
+  /// transient), and samples/s over the chief's steps after its first; else has_after_first false
+  bool has_after_first = false;
+  double anatomy_after_first_ms[4] = {0, 0, 0, 0};
+  double samples_per_sec_after_first = 0;
   std::int64_t samples = 0;  ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
   double push_bytes_per_step =
@@ -174,6 +180,11 @@ class Worker {
   /// -1 before any; device_read_ once its time is in compute_seconds_.
   int device_compute_at_ = -1;
   bool device_read_ = true;
+  int device_reads_ = 0;  ///< steps whose device time is in compute_seconds_
+  /// train, data, compute, exchange and optimizer seconds and out_.samples when the first step
+  /// of this process was accounted (compute: when its device time was read, on a GPU)
+  double first_[5] = {0, 0, 0, 0, 0};
+  std::int64_t first_samples_ = 0;
   StepRange profile_;       ///< --profile-steps
   bool profiling_ = false;  ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;

@@ -5,7 +5,8 @@
 #      with backward, and many small buckets (--bucket-mb 0.002: at most 524 floats, 20 at both
 #      ends) train to bit-identical checkpoints (2 ranks: every element is the same a + b);
 #   2. the step anatomy (data, compute, exposed communication, optimizer) is in the log and in
-#      results.json, and adds up to no more than the step time;
+#      results.json, and adds up to no more than the step time; so does the same without each
+#      process's first step (…_after_first_step), with samples/s over the steps after it;
 #   3. the timeline shows one "allreduce bucket" span per bucket and step on the communication track;
 #   4. a bad --bucket-mb or --bucket-link is refused naming the option;
 #   5. --bucket-link (the latency-aware plan): 2 workers on HDR InfiniBand keep the default plan
@@ -42,6 +43,18 @@ assert r["step_compute_ms"] > 0 and r["step_optimizer_ms"] > 0, parts
 per_step = 1e3 * r["train_seconds"] / r["global_step"]
 assert sum(parts) <= per_step * 1.05 + 0.5, (parts, per_step)
 print(f"   anatomy ms/step {parts} of {per_step:.2f}")
+# The same without each process's first step: the steps after it only, so their sum is at most
+# the run's whole anatomy times steps / (steps − 1); samples/s over the chief's steps after it.
+after = [r[k + "_after_first_step"] for k in
+         ("step_data_ms", "step_compute_ms", "step_exposed_comm_ms", "step_optimizer_ms")]
+n = r["global_step"]
+assert all(a >= 0 for a in after) and after[1] > 0, after
+assert sum(after) * (n - 1) <= sum(parts) * n * 1.0001 + 1e-6, (after, parts)
+# (samples − one step's) / (train seconds − the first step's): at least (n − 1) / n of the rate
+# over all steps (sync: every step the same global batch).
+assert r["samples_per_sec_after_first_step"] >= r["samples_per_sec"] * (n - 1) / n * 0.999, r
+print(f"   after the first step: anatomy ms/step {[round(a, 3) for a in after]}, "
+      f"{r['samples_per_sec_after_first_step']:.1f} samples/s (all steps {r['samples_per_sec']:.1f})")
 PY
 
 echo "== 3. the timeline: one bucket span per bucket and step"
