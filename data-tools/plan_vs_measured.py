@@ -16,6 +16,9 @@ Where the sweep holds the host's ceiling (run_strong_scaling.sh --ceiling: ceili
 independent one-worker runs at the N-worker runs' per-worker batch; for N = 1 the sync-w1 run),
 two more columns: the ceiling's samples/s × the predicted efficiency — the prediction with the
 compute per worker taken from the ceiling instead of the profile — and its error %.
+--after-first-step: every measured figure (the runs' and the ceiling runs') without each
+process's first step (results.json's …_after_first_step: primitive creation, first touch and
+ranks starting apart, which a sweep of a few steps averages in; the plan predicts steady steps).
 """
 import argparse
 import csv
@@ -36,6 +39,11 @@ def measured_runs(sweep):
             runs[key] = {"samples_per_sec": float(r["samples_per_s"]),
                          "step_compute_ms": float(r["compute_ms"]),
                          "step_exposed_comm_ms": float(r["comm_ms"])}
+            for k, col in (("samples_per_sec", "samples_per_s_after1"),
+                           ("step_compute_ms", "compute_ms_after1"),
+                           ("step_exposed_comm_ms", "comm_ms_after1")):
+                if r.get(col, "") not in ("", "nan"):
+                    runs[key][k + "_after_first_step"] = float(r[col])
         return runs
     for name in sorted(os.listdir(sweep)):
         m = re.fullmatch(r"sync-w(\d+)|async-ps(\d+)-w(\d+)", name)
@@ -47,11 +55,11 @@ def measured_runs(sweep):
     return runs
 
 
-def ceilings(sweep, runs):
-    """{workers: summed samples/s of the ceiling runs} (1: the sync 1-worker run's own)."""
+def ceilings(sweep, runs, key="samples_per_sec"):
+    """{workers: summed `key` of the ceiling runs} (1: the sync 1-worker run's own)."""
     out = {}
-    if ("sync", 0, 1) in runs:
-        out[1] = runs[("sync", 0, 1)]["samples_per_sec"]
+    if ("sync", 0, 1) in runs and key in runs[("sync", 0, 1)]:
+        out[1] = runs[("sync", 0, 1)][key]
     if not os.path.isdir(sweep):
         return out
     for name in os.listdir(sweep):
@@ -60,8 +68,8 @@ def ceilings(sweep, runs):
             continue
         found = [os.path.join(sweep, name, r, "results.json") for r in os.listdir(
             os.path.join(sweep, name))]
-        found = [json.load(open(f))["samples_per_sec"] for f in found if os.path.exists(f)]
-        if len(found) == int(m[1]):
+        found = [json.load(open(f)).get(key) for f in found if os.path.exists(f)]
+        if len(found) == int(m[1]) and all(v is not None for v in found):
             out[int(m[1])] = sum(found)
     return out
 
@@ -92,11 +100,19 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--max-workers", type=int, default=1 << 30)
     ap.add_argument("--dtrain", default="build/bin/dtrain")
+    ap.add_argument("--after-first-step", action="store_true",
+                    help="measured figures without each process's first step")
     a = ap.parse_args()
     runs = measured_runs(a.sweep)
     if not runs:
         sys.exit(f"plan_vs_measured.py: no sync-wN or async-psK-wN runs in {a.sweep}")
-    ceiling = ceilings(a.sweep, runs)
+    suffix = "_after_first_step" if a.after_first_step else ""
+    if suffix:
+        lacking = [k for k, m in runs.items() if "samples_per_sec" + suffix not in m]
+        if lacking:
+            sys.exit(f"plan_vs_measured.py: --after-first-step: runs {lacking} have no "
+                     f"samples_per_sec{suffix} (a dtrain before 2026-11-27, or one step)")
+    ceiling = ceilings(a.sweep, runs, "samples_per_sec" + suffix)
     extra = " ceiling samples/s | ceiling × predicted efficiency | error % |" if len(ceiling) > 1 else ""
     print("| mode | workers | predicted samples/s | measured samples/s | error % | "
           "predicted compute ms | measured compute ms | predicted exposed comm ms | "
@@ -107,12 +123,12 @@ def main():
             if w > a.max_workers:
                 continue
             p = predict(a, mode, ps, w, tmp)
-            got = m["samples_per_sec"]
+            got = m["samples_per_sec" + suffix]
             err = 100 * (p["samples_per_s"] - got) / got
             label = "sync (allreduce)" if mode == "sync" else f"async, {ps} ps"
             row = (f"| {label} | {w} | {p['samples_per_s']:.2f} | {got:.2f} | {err:+.1f} | "
-                   f"{p['compute_ms']:.1f} | {m.get('step_compute_ms', 0):.1f} | "
-                   f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms', 0):.1f} |")
+                   f"{p['compute_ms']:.1f} | {m.get('step_compute_ms' + suffix, 0):.1f} | "
+                   f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")
             if extra and w in ceiling:
                 c = ceiling[w] * p["efficiency"]
                 row += f" {ceiling[w]:.2f} | {c:.2f} | {100 * (c - got) / got:+.1f} |"
