@@ -347,13 +347,14 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   log_samples_local_ += n;
   log_samples_global_ += r.samples;
   out_.samples += r.samples;
+  local_samples_ += n;
   if (pushes_ == 1) {
     first_[0] = train_seconds_;
     first_[1] = data_seconds_;
     if (!on_device) first_[2] = compute_seconds_;  // else when its device time is read
     first_[3] = exchange_seconds_;
     first_[4] = optimizer_seconds_;
-    first_samples_ = out_.samples;
+    first_local_samples_ = local_samples_;
   }
 }
 
@@ -455,8 +456,8 @@ void Worker::summarize_step_times() {
   // Per worker: p50 / p90 / max of the step times (data + compute + exchange), and the step's
   // anatomy (means per step of data wait, forward + backward, exposed communication, optimizer),
   // gathered to the chief.
-  constexpr int K = 11;
-  double mine[K] = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1};
+  constexpr int K = 12;
+  double mine[K] = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1};
   if (!step_ms_.empty()) {
     std::vector<float> t = step_ms_;
     auto at = [&](double q) {
@@ -478,6 +479,9 @@ void Worker::summarize_step_times() {
       mine[8] = (compute_seconds_ - first_[2]) * after;
       mine[9] = (exchange_seconds_ - first_[3]) * after;
       mine[10] = (optimizer_seconds_ - first_[4]) * after;
+      if (train_seconds_ > first_[0])
+        mine[11] = static_cast<double>(local_samples_ - first_local_samples_) /
+                   (train_seconds_ - first_[0]);
     }
   }
   std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
@@ -501,15 +505,13 @@ void Worker::summarize_step_times() {
     out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
     for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
   }
-  out_.has_after_first = step_ms_.size() >= 2 && train_seconds_ > first_[0];
+  out_.has_after_first = true;
   for (int w = 0; w < plan_.workers; ++w) {
     const double* a = &all[static_cast<std::size_t>(K * w)];
-    out_.has_after_first = out_.has_after_first && a[7] >= 0;
+    out_.has_after_first = out_.has_after_first && a[7] >= 0 && a[11] >= 0;
     for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;
+    out_.samples_per_sec_after_first += a[11];
   }
-  if (out_.has_after_first)
-    out_.samples_per_sec_after_first =
-        static_cast<double>(out_.samples - first_samples_) / (train_seconds_ - first_[0]);
   log_info(line);
   log_info(anatomy);
 }

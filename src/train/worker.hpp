@@ -45,7 +45,9 @@ struct WorkerOutcome {
   double anatomy_ms[4] = {0, 0, 0, 0};
   /// chief, when every worker ran ≥ 2 steps in this process: the same without each worker's
   /// first step (primitive creation, first touch, workers starting apart: a short run's
-  /// transient), and samples/s over the chief's steps after its first; else has_after_first false
+  /// transient), and samples/s after it: the sum over the workers of each one's own samples over
+  /// its own steps' time (sync: the global rate; async: what the workers train together, as the
+  /// host's ceiling sums independent runs); else has_after_first false
   bool has_after_first = false;
   double anatomy_after_first_ms[4] = {0, 0, 0, 0};
   double samples_per_sec_after_first = 0;
@@ -184,9 +186,10 @@ class Worker {
   /// train, data, compute, exchange and optimizer seconds and out_.samples when the first step
   /// of this process was accounted (compute: when its device time was read, on a GPU)
   double first_[5] = {0, 0, 0, 0, 0};
-  std::int64_t first_samples_ = 0;
-  StepRange profile_;       ///< --profile-steps
-  bool profiling_ = false;  ///< between Backend::set_profiling(true) and (false)
+  std::int64_t local_samples_ = 0;        ///< samples this worker trained in this process
+  std::int64_t first_local_samples_ = 0;  ///< … by the end of its first step
+  StepRange profile_;                     ///< --profile-steps
+  bool profiling_ = false;                ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;
 };
 

@@ -50,9 +50,10 @@ after = [r[k + "_after_first_step"] for k in
 n = r["global_step"]
 assert all(a >= 0 for a in after) and after[1] > 0, after
 assert sum(after) * (n - 1) <= sum(parts) * n * 1.0001 + 1e-6, (after, parts)
-# (samples − one step's) / (train seconds − the first step's): at least (n − 1) / n of the rate
-# over all steps (sync: every step the same global batch).
-assert r["samples_per_sec_after_first_step"] >= r["samples_per_sec"] * (n - 1) / n * 0.999, r
+# Σ over the workers of (its samples − its first step's) / (its train seconds − its first
+# step's): about at least (n − 1) / n of the global rate over all steps (sync: every step the same
+# global batch; the workers' train seconds differ a little from the chief's).
+assert r["samples_per_sec_after_first_step"] >= r["samples_per_sec"] * (n - 1) / n * 0.95, r
 print(f"   after the first step: anatomy ms/step {[round(a, 3) for a in after]}, "
       f"{r['samples_per_sec_after_first_step']:.1f} samples/s (all steps {r['samples_per_sec']:.1f})")
 PY
