@@ -5,7 +5,8 @@
 // (kernel ≤ stride: VGG's 2×2 stride 2) take dtrain's own backward kernel (pool_kernels.cu) and
 // must match exactly — ties (inputs from five integers) routed to the first maximum, trailing rows
 // and columns no window covers, gaps and padding zero, channel counts that fill no 16-byte pack;
-// overlapping windows stay on cuDNN and match within rounding. Skips without a GPU (fails with
+// overlapping windows stay on cuDNN and match within rounding (inputs all different inside every
+// window there: cuDNN's choice among equal maxima is its own). Skips without a GPU (fails with
 // DTRAIN_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -69,10 +70,26 @@ std::vector<float> tied_values(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
+/// n×h×w×c values in NHWC order, ((7·h + 3·w + 5·c + 11·n) mod 16) − 8: integers (exact in
+/// bf16), the 9 of any 3×3 window all different (7·dh + 3·dw mod 16, dh, dw < 3, never repeats),
+/// so that every window has one maximum whichever library routes the gradient.
+std::vector<float> distinct_in_3x3(const Shape& s) {
+  std::vector<float> v(s.count());
+  std::size_t i = 0;
+  for (int n = 0; n < s.n; ++n)
+    for (int h = 0; h < s.h; ++h)
+      for (int w = 0; w < s.w; ++w)
+        for (int c = 0; c < s.c; ++c)
+          v[i++] = static_cast<float>((7 * h + 3 * w + 5 * c + 11 * n) % 16 - 8);
+  return v;
+}
+
+enum class Fill { random, ties, distinct };
+
 struct PoolCase {
   Shape in;
   Hw kernel, stride, pad;
-  bool ties;
+  Fill fill;
 };
 
 class CudaMaxPoolNhwc : public ::testing::TestWithParam<Precision> {};
@@ -86,21 +103,25 @@ TEST_P(CudaMaxPoolNhwc, MatchesTheHostReference) {
   be->set_layout(Layout::nhwc);
   be->set_precision(precision);
   const PoolCase cases[] = {
-      {{2, 16, 8, 8}, 2, 2, 0, false},              // every pixel in one window, 16-byte packs
-      {{2, 16, 8, 8}, 2, 2, 0, true},               // ties: the first maximum gets dy
-      {{3, 12, 9, 7}, 2, 2, 0, true},               // last row and column uncovered; bf16 unpacked
-      {{2, 8, 10, 10}, 2, 3, 1, false},             // gaps between windows, padding
-      {{2, 4, 9, 9}, Hw{1, 3}, Hw{1, 3}, 0, true},  // rectangular windows, fp32 one pack a pixel
-      {{2, 16, 9, 9}, 3, 2, 1, false},              // overlapping: cuDNN's backward
+      {{2, 16, 8, 8}, 2, 2, 0, Fill::random},   // every pixel in one window, 16-byte packs
+      {{2, 16, 8, 8}, 2, 2, 0, Fill::ties},     // ties: the first maximum gets dy
+      {{3, 12, 9, 7}, 2, 2, 0, Fill::ties},     // last row and column uncovered; bf16 unpacked
+      {{2, 8, 10, 10}, 2, 3, 1, Fill::random},  // gaps between windows, padding
+      {{2, 4, 9, 9}, Hw{1, 3}, Hw{1, 3}, 0, Fill::ties},  // rectangular, fp32 a pack a pixel
+      // Overlapping windows: cuDNN's backward, whose choice among equal maxima is its own.
+      {{2, 16, 9, 9}, 3, 2, 1, Fill::distinct},
   };
+
   for (const PoolCase& pc : cases) {
     const PoolDesc d{pc.in, PoolKind::max, pc.kernel, pc.stride, pc.pad};
     const bool overlap = pc.kernel.h > pc.stride.h || pc.kernel.w > pc.stride.w;
     SCOPED_TRACE(pc.in.str() + " k" + pc.kernel.str() + " s" + pc.stride.str() + " p" +
-                 pc.pad.str() + (pc.ties ? " ties" : ""));
+                 pc.pad.str() + (pc.fill == Fill::ties ? " ties" : ""));
     const Shape out = d.output();
-    std::vector<float> x = pc.ties ? tied_values(pc.in.count(), 1)
-                                   : testing::random_vec(pc.in.count(), 1, -4.0f, 4.0f);
+    std::vector<float> x = pc.fill == Fill::ties ? tied_values(pc.in.count(), 1)
+                           : pc.fill == Fill::distinct
+                               ? distinct_in_3x3(pc.in)
+                               : testing::random_vec(pc.in.count(), 1, -4.0f, 4.0f);
     std::vector<float> dy = testing::random_vec(out.count(), 2);
     if (bf16) {
       for (float& v : x) v = round_to_bf16(v);
