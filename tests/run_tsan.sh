@@ -7,7 +7,8 @@
 # training runs (async, sync allreduce, sync through the ps) with evaluation and checkpoints.
 # Fails on any ThreadSanitizer report. Suppressed (tests/tsan.supp): reports inside libgomp and
 # Open MPI, which are not built with TSan, so their synchronization is invisible to it; the OpenMP
-# kernel tests are left out for that reason. -DDTRAIN_NO_CLONES: GCC's target_clones resolvers run
+# kernel tests are left out for that reason. The encoded-image reader: its decode pool with the
+# next batch read ahead, two epochs through one --cache-mb cache (dtrain_input_bench). -DDTRAIN_NO_CLONES: GCC's target_clones resolvers run
 # before TSan is initialised and crash under it (the kernels then build for the default target).
 # Not 4 ranks: on 2 cores under TSan's slowdown the bucket test's 14,287 tiny buckets pass its 60 s
 # deadline. Measured 2026-11-24: 0 reports (unit 33 tests, MPI 38 + 38 tests, 3 runs of 60 steps).
@@ -31,7 +32,7 @@ check() {  # check NAME: counts the reports in $out/NAME.log, fails on a test fa
   reports=$((reports + n))
 }
 echo "== unit tests that start threads"
-"$build/tests/dtrain_unit_tests" --gtest_filter='AugmentReader.*:DatasetShard.*:DatasetTest.*:Nap.*:Files.*:Summary.*:FuzzTest.*' \
+"$build/tests/dtrain_unit_tests" --gtest_filter='AugmentReader.*:DatasetShard.*:DatasetTest.*:Nap.*:Files.*:Summary.*:FuzzTest.*:DecodePool.*:EncodedCache.*' \
   >"$out/unit.log" 2>&1 || { tail -30 "$out/unit.log"; exit 1; }
 check unit
 for np in 2 3; do
@@ -42,6 +43,12 @@ for np in 2 3; do
 done
 [ -f data/fashion_mnist/train.h5 ] || /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist \
   /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist >/dev/null
+echo "== encoded images: the decode pool with its read-ahead, through a shared cache"
+/usr/bin/python3 tests/benchmarks/make_jpegs.py "$out/jpeg" 96 /usr/share/datasets/fashion-mnist
+/usr/bin/python3 data-tools/images_to_h5.py "$out/jpeg" --store encoded --out "$out/enc.h5" --quiet
+"$build/bin/dtrain_input_bench" "$out/enc.h5" --threads 3 --epochs 2 --batch 8 --cache-mb 1 \
+  >"$out/decode.log" 2>&1 || { tail -30 "$out/decode.log"; exit 1; }
+check decode
 for mode in "async --num-ps 1" "sync --num-ps 0" "sync --num-ps 1"; do
   name=run-${mode// /}
   echo "== training, $mode"

@@ -41,31 +41,7 @@ fi
 work=$(mktemp -d /tmp/dtrain-input-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-"$tools" - "$work/jpeg" "$images" "$fmnist" <<'PY'
-import gzip, os, sys
-import numpy as np
-from PIL import Image
-root, n, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
-    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
-    y = np.frombuffer(f.read(), np.uint8, offset=8)
-rng = np.random.default_rng(0)
-total = 0
-for i in range(n):
-    w, h = int(rng.integers(400, 501)), int(rng.integers(300, 376))
-    if i % 3 == 0:
-        w, h = h, w
-    g = np.asarray(Image.fromarray(x[i]).resize((w, h), Image.BICUBIC), np.float32)
-    tint = rng.uniform(0.4, 1.0, size=3)
-    rgb = g[:, :, None] * tint + rng.uniform(0, 60, size=3) + rng.normal(0, 6, size=(h, w, 3))
-    im = Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8))
-    d = f"{root}/c{int(y[i])}"
-    os.makedirs(d, exist_ok=True)
-    im.save(f"{d}/{i:05d}.jpg", quality=90)
-    total += os.path.getsize(f"{d}/{i:05d}.jpg")
-print(f"# {n} JPEG files, mean {total / n / 1024:.1f} KiB", file=sys.stderr)
-PY
+"$tools" tests/benchmarks/make_jpegs.py "$work/jpeg" "$images" "$fmnist"
 "$tools" data-tools/images_to_h5.py "$work/jpeg" --store encoded --out "$work/enc.h5" --quiet
 
 mkdir -p "$out"
