@@ -504,11 +504,8 @@ void Worker::summarize_step_times() {
     out_.step_ms_p90 = std::max(out_.step_ms_p90, a[1]);
     out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
     for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
-  }
-  out_.has_after_first = true;
-  for (int w = 0; w < plan_.workers; ++w) {
-    const double* a = &all[static_cast<std::size_t>(K * w)];
-    out_.has_after_first = out_.has_after_first && a[7] >= 0 && a[11] >= 0;
+    // Without each worker's first step: only when every worker had a second one (a[7], a[11] ≥ 0).
+    out_.has_after_first = (w == 0 || out_.has_after_first) && a[7] >= 0 && a[11] >= 0;
     for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;
     out_.samples_per_sec_after_first += a[11];
   }

@@ -183,8 +183,8 @@ class Worker {
   int device_compute_at_ = -1;
   bool device_read_ = true;
   int device_reads_ = 0;  ///< steps whose device time is in compute_seconds_
-  /// train, data, compute, exchange and optimizer seconds and out_.samples when the first step
-  /// of this process was accounted (compute: when its device time was read, on a GPU)
+  /// train, data, compute, exchange and optimizer seconds when the first step of this process was
+  /// accounted (compute: when its device time was read, on a GPU)
   double first_[5] = {0, 0, 0, 0, 0};
   std::int64_t local_samples_ = 0;        ///< samples this worker trained in this process
   std::int64_t first_local_samples_ = 0;  ///< … by the end of its first step

@@ -24,12 +24,7 @@
 namespace dtrain::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned grid_for(std::size_t n) {
-  const std::size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
-}
+constexpr int kThreads = 256;  // grid_for's (elem.cuh)
 
 __global__ void fill_kernel(float* p, float value, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;

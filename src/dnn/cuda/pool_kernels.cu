@@ -7,7 +7,7 @@
 // docs/results/gpu-h200/2026-11-27/). With windows that do not overlap every input pixel belongs
 // to at most one window, so one thread per (output pixel, pack of V channels) finds the window's
 // maximum from x and y — the first position, in row-major window order, whose x equals y (a NaN y:
-// the first NaN x), as the CPU backend and PyTorch route ties — and writes the whole window's dx:
+// the first NaN x), the maximum PyTorch's max_pool2d records — and writes the whole window's dx:
 // dy there, 0 elsewhere. Every dx element is written by one thread at most, nothing is added, so
 // the result is exact and deterministic. Pixels no window covers (trailing rows and columns, gaps
 // when kernel < stride, padding) are zeroed by a memset first.
@@ -83,9 +83,7 @@ void launch_max_pool_backward_nhwc(cudaStream_t stream, const MaxPoolGeometry& g
     constexpr int V = 16 / sizeof(T);
     const bool vec = g.c % V == 0 && aligned_to(x, 16) && aligned_to(y, 16) && aligned_to(dy, 16) &&
                      aligned_to(dx, 16);
-    const std::size_t items = std::size_t(g.n) * g.p * g.q * (vec ? g.c / V : g.c);
-    const std::size_t blocks = (items + 255) / 256;
-    const unsigned grid = static_cast<unsigned>(blocks < 65536 ? (blocks ? blocks : 1) : 65536);
+    const unsigned grid = grid_for(std::size_t(g.n) * g.p * g.q * (vec ? g.c / V : g.c));
     const T* xt = static_cast<const T*>(x);
     const T* yt = static_cast<const T*>(y);
     const T* dyt = static_cast<const T*>(dy);
