@@ -14,6 +14,8 @@
 //
 // Usage: dtrain_input_bench FILE [--threads N] [--crop S] [--batch B] [--samples N] [--eval]
 //                               [--epochs E] [--cache-mb M]
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,14 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// User + system CPU seconds of this process so far (every thread).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 /// --epochs: whole epochs through one cache, a line each.
@@ -111,6 +121,7 @@ int main(int argc, char** argv) {
     HostBatch b;
     reader.next(b);  // warm-up batch
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = cpu_seconds();
     long n = 0;
     double checksum = 0;
     while (reader.next(b)) {
@@ -118,9 +129,11 @@ int main(int argc, char** argv) {
       checksum += b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
     }
     const double secs = seconds_since(t0);
+    const double cpu = cpu_seconds() - cpu0;
     std::printf("{\"threads\": %d, \"samples\": %ld, \"seconds\": %.4f, \"samples_per_s\": %.1f, "
-                "\"per_thread\": %.1f, \"bad_images\": %lld, \"checksum\": %.3f}\n",
-                threads, n, secs, n / secs, n / secs / threads,
+                "\"per_thread\": %.1f, \"cpu_seconds\": %.4f, \"busy_threads\": %.2f, "
+                "\"bad_images\": %lld, \"checksum\": %.3f}\n",
+                threads, n, secs, n / secs, n / secs / threads, cpu, cpu / secs,
                 static_cast<long long>(reader.bad_images()), checksum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain_input_bench: error: %s\n", e.what());
