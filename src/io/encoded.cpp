@@ -105,73 +105,6 @@ void probe_encoded(const DatasetInfo& info) {
                 " decodes (" + first_error + "), expected JPEG or PNG images");
 }
 
-// ---- ParallelFor ----
-ParallelFor::ParallelFor(int threads) {
-  for (int t = 1; t < threads; ++t) helpers_.emplace_back([this, t] { work(t); });
-}
-
-ParallelFor::~ParallelFor() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  for (auto& t : helpers_) t.join();
-}
-
-void ParallelFor::work(int thread) {
-  std::uint64_t seen = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      ++busy_;
-    }
-    for (int i; (i = next_.fetch_add(1)) < n_;) {
-      try {
-        (*fn_.load())(i, thread);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --busy_;
-    }
-    done_cv_.notify_all();
-  }
-}
-
-void ParallelFor::run(int n, const std::function<void(int, int)>& fn,
-                      const std::function<void()>& first) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;  // both atomic: a helper still leaving the previous run may read them
-    next_ = 0;
-    error_ = nullptr;
-    ++generation_;
-  }
-  cv_.notify_all();
-  if (first) first();
-  for (int i; (i = next_.fetch_add(1)) < n;) {
-    try {
-      fn(i, 0);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-  }
-  std::unique_lock<std::mutex> lock(mu_);
-  // Helpers that woke for this generation finish their last index before busy_ drops to 0; one
-  // that has not woken yet finds next_ ≥ n and does nothing.
-  done_cv_.wait(lock, [&] { return busy_ == 0; });
-  if (error_) std::rethrow_exception(error_);
-}
-
 // ---- EncodedSource ----
 struct EncodedSource::Scratch {
   ImageDecoder decoder;
@@ -189,12 +122,9 @@ EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::v
   for (int t = 0; t < pool_.threads(); ++t) scratch_.push_back(std::make_unique<Scratch>());
 }
 
-EncodedSource::~EncodedSource() = default;
+EncodedSource::~EncodedSource() = default;  // pool_, the last member, goes first
 
-void EncodedSource::gather(const std::vector<std::int64_t>& rows, Gathered& g) {
-  g.ready = false;
-  g.error = nullptr;
-  g.rows = rows;
+void EncodedSource::gather(Slot& s) {
   if (cache_ != nullptr)
     cache_->load(info_.num_samples, [&](std::int64_t first, std::int64_t count,
                                         std::vector<std::vector<std::uint8_t>>& out) {
@@ -202,22 +132,21 @@ void EncodedSource::gather(const std::vector<std::int64_t>& rows, Gathered& g) {
       for (std::int64_t i = 0; i < count; ++i) block[static_cast<std::size_t>(i)] = first + i;
       read_encoded_rows(images_, block, out, info_.path);
     });
-  g.views.assign(rows.size(), View{});
-  g.miss_rows.clear();
-  g.miss_pos.clear();
-  for (std::size_t p = 0; p < rows.size(); ++p) {
-    const std::vector<std::uint8_t>* held = cache_ != nullptr ? cache_->find(rows[p]) : nullptr;
+  s.views.assign(s.rows.size(), View{});
+  s.miss_rows.clear();
+  s.miss_pos.clear();
+  for (std::size_t p = 0; p < s.rows.size(); ++p) {
+    const std::vector<std::uint8_t>* held = cache_ != nullptr ? cache_->find(s.rows[p]) : nullptr;
     if (held != nullptr) {
-      g.views[p] = View{held->data(), held->size()};
+      s.views[p] = View{held->data(), held->size()};
     } else {
-      g.miss_rows.push_back(rows[p]);
-      g.miss_pos.push_back(static_cast<int>(p));
+      s.miss_rows.push_back(s.rows[p]);
+      s.miss_pos.push_back(static_cast<int>(p));
     }
   }
-  read_encoded_rows(images_, g.miss_rows, g.bytes, info_.path);
-  for (std::size_t j = 0; j < g.miss_pos.size(); ++j)
-    g.views[static_cast<std::size_t>(g.miss_pos[j])] = View{g.bytes[j].data(), g.bytes[j].size()};
-  g.ready = true;
+  read_encoded_rows(images_, s.miss_rows, s.bytes, info_.path);
+  for (std::size_t j = 0; j < s.miss_pos.size(); ++j)
+    s.views[static_cast<std::size_t>(s.miss_pos[j])] = View{s.bytes[j].data(), s.bytes[j].size()};
 }
 
 namespace {
@@ -229,45 +158,45 @@ std::uint64_t sample_key(const Augmentation& augment, std::int64_t row) {
 }
 }  // namespace
 
-void EncodedSource::order_by_cost(Gathered& g, const Augmentation& augment,
-                                  const ImageTransform& t) {
-  const std::size_t m = g.rows.size();
-  g.order.resize(m);
-  for (std::size_t p = 0; p < m; ++p) g.order[p] = static_cast<int>(p);
+void EncodedSource::order_by_cost(Slot& s, const Augmentation& augment, const ImageTransform& t) {
+  const std::size_t m = s.rows.size();
+  s.order.resize(m);
+  for (std::size_t p = 0; p < m; ++p) s.order[p] = static_cast<int>(p);
   if (pool_.threads() == 1) return;  // one thread decodes them all in any order
   std::vector<double> cost(m);
   ImageDecoder& dec = scratch_.front()->decoder;
   for (std::size_t p = 0; p < m; ++p)
     cost[p] =
-        transform_cost(dec, g.views[p].data, g.views[p].size, t, sample_key(augment, g.rows[p]));
-  std::stable_sort(g.order.begin(), g.order.end(), [&](int a, int b) {
+        transform_cost(dec, s.views[p].data, s.views[p].size, t, sample_key(augment, s.rows[p]));
+  std::stable_sort(s.order.begin(), s.order.end(), [&](int a, int b) {
     return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
   });
 }
 
-void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmentation& augment,
-                               const ImageTransform& t, HostBatch& out) {
+void EncodedSource::decode_one(Slot& s, int p, int thread, const Augmentation& augment,
+                               const ImageTransform& t) {
   Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
-  const std::uint64_t key = sample_key(augment, row);
+  const std::uint64_t key = sample_key(augment, s.rows[static_cast<std::size_t>(p)]);
   ImageTransform tp = t;
   tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
-  const int c = info_.sample.c, s = t.out;
-  const std::size_t plane = static_cast<std::size_t>(s) * s;
+  const int c = info_.sample.c, size = t.out;
+  const std::size_t plane = static_cast<std::size_t>(size) * size;
   std::vector<std::uint8_t>& planar = sc.planar;
   planar.resize(plane * c);
-  const View& b = current_.views[static_cast<std::size_t>(p)];
+  const View& b = s.views[static_cast<std::size_t>(p)];
   // Raw batches: straight into the batch slot; else through planar, normalized below.
-  std::uint8_t* const to =
-      lut_ == nullptr ? out.raw.data() + static_cast<std::size_t>(p) * plane * c : planar.data();
+  std::uint8_t* const to = lut_ == nullptr
+                               ? s.batch.raw.data() + static_cast<std::size_t>(p) * plane * c
+                               : planar.data();
   try {
     transform_image(sc.decoder, b.data, b.size, c, tp, key, sc.image, to);
   } catch (const ImageError& e) {
-    errors_[static_cast<std::size_t>(p)] = e.what();
+    s.errors[static_cast<std::size_t>(p)] = e.what();
     return;
   }
   if (lut_ == nullptr) return;
   // Normalize in the same pass (LUT of (v/255 − mean[c]) / std[c]) into the batch slot.
-  float* dst = out.x.data() + static_cast<std::size_t>(p) * plane * c;
+  float* dst = s.batch.x.data() + static_cast<std::size_t>(p) * plane * c;
   for (int ch = 0; ch < c; ++ch) {
     const float* lut = lut_->data() + static_cast<std::size_t>(ch) * 256;
     const std::uint8_t* src = planar.data() + ch * plane;
@@ -275,17 +204,17 @@ void EncodedSource::decode_one(int p, int thread, std::int64_t row, const Augmen
   }
 }
 
-void EncodedSource::compact(const std::vector<std::int64_t>& rows, const std::int32_t* labels,
-                            HostBatch& out, std::atomic<std::int64_t>& bad) {
-  const int m = static_cast<int>(rows.size());
+void EncodedSource::compact(Slot& s, const std::int32_t* labels, std::atomic<std::int64_t>& bad) {
+  HostBatch& out = s.batch;
+  const int m = static_cast<int>(s.rows.size());
   const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * info_.decode.crop *
                              static_cast<std::size_t>(info_.decode.crop);
   int kept = 0;
   for (int p = 0; p < m; ++p) {
-    const std::string& err = errors_[static_cast<std::size_t>(p)];
+    const std::string& err = s.errors[static_cast<std::size_t>(p)];
     if (!err.empty()) {
       const std::string msg = info_.path + ": dataset `images` sample " +
-                              std::to_string(rows[static_cast<std::size_t>(p)]) +
+                              std::to_string(s.rows[static_cast<std::size_t>(p)]) +
                               " is a bad image: " + err;
       if (info_.decode.fail_on_bad)
         throw InputError(msg + " (--on-bad-image fail; `skip` leaves such images out)");
@@ -310,58 +239,78 @@ void EncodedSource::compact(const std::vector<std::int64_t>& rows, const std::in
   out.y.resize(static_cast<std::size_t>(kept));
 }
 
+void EncodedSource::drop(Slot& s) {
+  pool_.cancel(s.job);
+  s.ready = false;
+  s.error = nullptr;
+}
+
+void EncodedSource::prepare(Slot& s, const std::vector<std::int64_t>& rows,
+                            const Augmentation& augment, const ImageTransform& t,
+                            bool defer_error) {
+  s.rows = rows;
+  s.seed = augment.seed;
+  s.epoch = augment.epoch;
+  s.error = nullptr;
+  try {
+    gather(s);
+    order_by_cost(s, augment, t);
+  } catch (...) {
+    if (!defer_error) throw;
+    s.error = std::current_exception();
+    s.ready = true;
+    return;
+  }
+  const std::size_t m = rows.size();
+  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * t.out * t.out;
+  s.batch.x.resize(lut_ != nullptr ? m * sample : 0);
+  s.batch.raw.resize(lut_ != nullptr ? 0 : m * sample);
+  s.batch.y.resize(m);
+  s.errors.assign(m, std::string());
+  s.ready = true;
+  // Each image goes to one slot of its own (position p), so the order of the work does not
+  // change the batch.
+  pool_.publish(s.job, static_cast<int>(m), [this, &s, augment, t](int i, int thread) {
+    decode_one(s, s.order[static_cast<std::size_t>(i)], thread, augment, t);
+  });
+}
+
 void EncodedSource::fill(const std::vector<std::int64_t>& rows,
                          const std::vector<std::int64_t>& next_rows, const std::int32_t* labels,
                          const Augmentation& augment, HostBatch& out,
                          std::atomic<std::int64_t>& bad) {
-  const int m = static_cast<int>(rows.size());
   ImageTransform t;
   t.out = info_.decode.crop;
   t.random_crop = info_.decode.random_resized;
   t.range = info_.decode.range;
   t.resize = info_.decode.resize;
   t.dct_ratio = info_.decode.dct_ratio;
-  if (ahead_.ready && ahead_.rows == rows && ahead_.seed == augment.seed &&
-      ahead_.epoch == augment.epoch) {  // read (and ordered) while the previous batch decoded
-    std::swap(current_, ahead_);
-    ahead_.ready = false;
-    if (current_.error) {
-      current_.ready = false;
-      std::rethrow_exception(current_.error);
+  Slot& s = slots_[cur_];
+  Slot& ahead = slots_[1 - cur_];
+  if (s.ready && s.rows == rows && s.seed == augment.seed && s.epoch == augment.epoch) {
+    if (s.error) {  // the read ahead failed
+      const std::exception_ptr error = s.error;
+      drop(s);
+      std::rethrow_exception(error);
     }
-  } else {
-    gather(rows, current_);
-    order_by_cost(current_, augment, t);
+  } else {  // nothing read ahead, or other rows: those are dropped
+    drop(s);
+    prepare(s, rows, augment, t, false);
   }
-  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * t.out * t.out;
-  out.x.resize(lut_ != nullptr ? static_cast<std::size_t>(m) * sample : 0);
-  out.raw.resize(lut_ != nullptr ? 0 : static_cast<std::size_t>(m) * sample);
-  out.y.resize(static_cast<std::size_t>(m));
-  errors_.assign(static_cast<std::size_t>(m), std::string());
-  std::function<void()> read_ahead;
-  if (!next_rows.empty())
-    read_ahead = [&] {
-      try {
-        gather(next_rows, ahead_);
-        order_by_cost(ahead_, augment, t);
-      } catch (...) {
-        ahead_.rows = next_rows;
-        ahead_.error = std::current_exception();
-        ahead_.ready = true;
-      }
-      ahead_.seed = augment.seed;
-      ahead_.epoch = augment.epoch;
-    };
-  // Each image goes to one slot of its own (position p), so the order of the work does not
-  // change the batch.
-  pool_.run(
-      m,
-      [&](int i, int thread) {
-        const int p = current_.order[static_cast<std::size_t>(i)];
-        decode_one(p, thread, rows[static_cast<std::size_t>(p)], augment, t, out);
-      },
-      read_ahead);
-  compact(rows, labels, out, bad);  // bad images leave the batch (or end the run), in order
+  // The next batch's bytes are read while the pool decodes this one; the pool starts on them as
+  // its threads run out of this batch's images.
+  drop(ahead);
+  if (!next_rows.empty()) prepare(ahead, next_rows, augment, t, true);
+  try {
+    pool_.finish(s.job);
+  } catch (...) {
+    s.ready = false;
+    throw;
+  }
+  s.ready = false;
+  compact(s, labels, bad);  // bad images leave the batch (or end the run), in order
+  std::swap(out, s.batch);
+  cur_ = 1 - cur_;
 }
 
 }  // namespace dtrain

@@ -235,58 +235,123 @@ TEST(ImageTransform, CostCountsTheRowsDownToTheRegionAndTheRegion) {
   EXPECT_EQ(transform_cost(dec, junk, sizeof junk, t, 1), 0.0);
 }
 
-TEST(DecodePool, RunsEveryIndexOnceAndRethrows) {
+// Bounded wait for a condition another thread makes true (false after ~2 s).
+template <typename F>
+bool eventually(F ready) {
+  for (int k = 0; k < 2000; ++k) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return ready();
+}
+
+// Jobs published back to back, two in the pool at a time (as EncodedSource does): every item of
+// every job runs exactly once, finish() returns only when its job's items have all run, and an
+// item's exception comes out of its job's finish() with the pool working on afterwards.
+TEST(JobPool, RunsEveryItemOnceAndRethrows) {
   for (int threads : {1, 2, 4}) {
-    ParallelFor pool(threads);
-    for (int round = 0; round < 50; ++round) {
-      std::vector<std::atomic<int>> hits(97);
-      pool.run(97, [&](int i, int t) {
+    JobPool pool(threads);
+    constexpr int kJobs = 40, kItems = 37;
+    std::vector<std::vector<std::atomic<int>>> hits(kJobs);
+    for (auto& h : hits) h = std::vector<std::atomic<int>>(kItems);
+    JobPool::Job jobs[2];
+    auto publish = [&](int k) {
+      pool.publish(jobs[k % 2], kItems, [&hits, k](int i, int t) {
         ASSERT_GE(t, 0);
-        ASSERT_LT(t, threads);
-        ++hits[static_cast<std::size_t>(i)];
+        ++hits[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)];
       });
-      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    };
+    publish(0);
+    for (int k = 0; k < kJobs; ++k) {
+      if (k + 1 < kJobs) publish(k + 1);
+      pool.finish(jobs[k % 2]);
+      for (auto& h : hits[static_cast<std::size_t>(k)]) ASSERT_EQ(h.load(), 1) << "job " << k;
     }
-    EXPECT_THROW(pool.run(10,
-                          [](int i, int) {
-                            if (i == 7) throw std::runtime_error("bad");
-                          }),
-                 std::runtime_error);
+    JobPool::Job bad;
+    pool.publish(bad, 10, [](int i, int) {
+      if (i == 7) throw std::runtime_error("bad");
+    });
+    EXPECT_THROW(pool.finish(bad), std::runtime_error);
     int n = 0;
-    pool.run(0, [&](int, int) { ++n; });
+    pool.publish(bad, 0, [&](int, int) { ++n; });
+    pool.finish(bad);
     EXPECT_EQ(n, 0);
+    std::atomic<int> after{0};
+    pool.publish(bad, 5, [&](int, int) { ++after; });
+    pool.finish(bad);
+    EXPECT_EQ(after.load(), 5) << threads << " threads";
   }
 }
 
-// The read-ahead hook (EncodedSource reads the next batch's bytes there): first() runs once, on
-// the calling thread, before run() returns, and every index still runs once; with helpers the
-// indices start without waiting for it.
-TEST(DecodePool, RunsFirstOnTheCallerBesideTheIndices) {
+// The point of the pool: while one thread is still on the first job's slow item, the others run
+// the next job's items (with one thread, nothing runs until finish()); thread numbers stay in
+// [0, threads) and each runs one item at a time.
+TEST(JobPool, IdleThreadsStartTheNextJob) {
   for (int threads : {1, 2, 4}) {
-    ParallelFor pool(threads);
-    std::vector<std::atomic<int>> hits(64);
-    std::atomic<int> firsts{0}, done_before_first_ended{0};
-    const std::thread::id caller = std::this_thread::get_id();
-    pool.run(
-        64, [&](int i, int) { ++hits[static_cast<std::size_t>(i)]; },
-        [&] {
-          EXPECT_EQ(std::this_thread::get_id(), caller);
-          ++firsts;
-          // Helpers take indices meanwhile: wait (bounded) until one has.
-          for (int k = 0; k < 2000 && threads > 1; ++k) {
-            int sum = 0;
-            for (auto& h : hits) sum += h.load();
-            if (sum > 0) {
-              ++done_before_first_ended;
-              break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-        });
-    EXPECT_EQ(firsts.load(), 1);
-    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
-    EXPECT_EQ(done_before_first_ended.load(), threads > 1 ? 1 : 0) << threads << " threads";
+    JobPool pool(threads);
+    JobPool::Job first, second;
+    std::atomic<int> second_done{0}, seen_during_first{-1};
+    std::vector<std::atomic<int>> running(static_cast<std::size_t>(threads));
+    auto item = [&](int t) {
+      EXPECT_LT(t, threads);
+      EXPECT_EQ(running[static_cast<std::size_t>(t)].fetch_add(1), 0) << "thread " << t;
+      return [&running, t] { --running[static_cast<std::size_t>(t)]; };
+    };
+    pool.publish(first, 1, [&](int, int t) {
+      auto leave = item(t);
+      // Bounded: with one thread the second job cannot start before this one is finished.
+      if (threads > 1) eventually([&] { return second_done.load() == 8; });
+      seen_during_first = second_done.load();
+      leave();
+    });
+    pool.publish(second, 8, [&](int, int t) {
+      auto leave = item(t);
+      ++second_done;
+      leave();
+    });
+    pool.finish(first);
+    EXPECT_EQ(seen_during_first.load(), threads > 1 ? 8 : 0) << threads << " threads";
+    pool.finish(second);
+    EXPECT_EQ(second_done.load(), 8);
   }
+}
+
+// cancel(): no item starts after it, the running ones finish before it returns, the job can be
+// published again; a pool destroyed with a job queued stops without running it out.
+TEST(JobPool, CancelStopsAJobAndDestructionAbandonsOne) {
+  for (int threads : {1, 2, 4}) {
+    JobPool pool(threads);
+    JobPool::Job job;
+    std::atomic<int> started{0}, finished{0};
+    pool.publish(job, 1000, [&](int, int) {
+      ++started;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ++finished;
+    });
+    if (threads > 1) ASSERT_TRUE(eventually([&] { return started.load() > 0; }));
+    pool.cancel(job);
+    const int at_cancel = started.load();
+    EXPECT_EQ(finished.load(), at_cancel);  // the running ones ended before cancel() returned
+    EXPECT_LT(at_cancel, 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(started.load(), at_cancel);  // and none started since
+    pool.cancel(job);                      // not queued: nothing to do
+    std::atomic<int> again{0};
+    pool.publish(job, 16, [&](int, int) { ++again; });
+    pool.finish(job);
+    EXPECT_EQ(again.load(), 16);
+  }
+  std::atomic<int> ran{0};
+  {
+    JobPool pool(3);
+    JobPool::Job job;
+    pool.publish(job, 100000, [&](int, int) {
+      ++ran;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    eventually([&] { return ran.load() > 0; });
+  }  // the destructor stops the helpers after their current item
+  EXPECT_LT(ran.load(), 100000);
 }
 
 }  // namespace
