@@ -32,7 +32,7 @@ check() {  # check NAME: counts the reports in $out/NAME.log, fails on a test fa
   reports=$((reports + n))
 }
 echo "== unit tests that start threads"
-"$build/tests/dtrain_unit_tests" --gtest_filter='AugmentReader.*:DatasetShard.*:DatasetTest.*:Nap.*:Files.*:Summary.*:FuzzTest.*:JobPool.*:EncodedCache.*' \
+"$build/tests/dtrain_unit_tests" --gtest_filter='AugmentReader.*:DatasetShard.*:DatasetTest.*:Nap.*:Files.*:Summary.*:FuzzTest.*:JobPool.*:EncodedReader.*:EncodedCache.*' \
   >"$out/unit.log" 2>&1 || { tail -30 "$out/unit.log"; exit 1; }
 check unit
 for np in 2 3; do

@@ -7,14 +7,27 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 
+#include "common/jpeg_writer.hpp"
 #include "dtrain/io/hdf5.hpp"
 
 namespace dtrain::testing {
 namespace {
+
+/// A gray w×h JPEG of a diagonal ramp with noise (quality 90).
+std::vector<std::uint8_t> jpeg(int w, int h, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      px[static_cast<std::size_t>(y) * w + x] =
+          static_cast<unsigned char>((x * 9 + y * 5 + gen() % 40) % 256);
+  return write_jpeg(px, w, h, 1);
+}
 
 /// Converts float values to T, rounding and clipping for integer types.
 template <typename T>
@@ -194,6 +207,36 @@ void write_synthetic_dataset(const std::string& path, const SyntheticSpec& spec)
   }
   write_raw_dataset(path, d);
   if (kind == "truncated") std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+}
+
+void write_encoded_dataset(const std::string& path, int n, int bad) {
+  std::vector<std::vector<std::uint8_t>> rows;
+  std::vector<std::int64_t> shapes, labels;
+  for (int i = 0; i < n; ++i) {
+    const int w = 17 + 3 * i, h = 14 + (i * 5) % 11;
+    rows.push_back(i == bad ? std::vector<std::uint8_t>(50, 7) : jpeg(w, h, 40 + i));
+    shapes.insert(shapes.end(), {1, h, w});
+    labels.push_back(i % 3);
+  }
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5File f = create_file(path);
+  std::vector<hvl_t> vl;
+  for (auto& r : rows) vl.push_back(hvl_t{r.size(), r.data()});
+  const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+  const hid_t type = H5Tvlen_create(H5T_NATIVE_UINT8), space = H5Screate_simple(1, dims, nullptr);
+  const hid_t dset =
+      H5Dcreate2(f.get(), "images", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t written = H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, vl.data());
+  H5Dclose(dset);
+  H5Sclose(space);
+  H5Tclose(type);
+  if (dset < 0 || written < 0) throw std::runtime_error(path + ": writing `images` failed");
+  write_dataset_int64s(f.get(), "image_shapes", {static_cast<hsize_t>(n), 3}, shapes.data());
+  write_dataset_int64s(f.get(), "labels", {static_cast<hsize_t>(n)}, labels.data());
+  write_attr_int(f.get(), "channels", 1);
+  write_attr_int(f.get(), "num_classes", 3);
+  write_attr_floats(f.get(), "mean", {0.3f});
+  write_attr_floats(f.get(), "std", {0.27f});
 }
 
 }  // namespace dtrain::testing

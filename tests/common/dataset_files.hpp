@@ -1,6 +1,7 @@
 // tests/common/dataset_files.hpp — writers of dataset files in the dtrain schema (docs/data.md) for
 // tests: learnable synthetic data, exact hand-made arrays, and deliberately broken files for the
-// negative tests. Shared by tests/unit/test_dataset.cpp and the make_dataset tool.
+// negative tests. Shared by the unit tests (test_dataset, test_uint8_batches, test_encoded_reader) and the
+// make_dataset tool.
 // All functions lock dtrain::hdf5_mutex() (through the io/hdf5.hpp helpers); they throw
 // dtrain::LibraryError on HDF5 failures and std::invalid_argument on bad specs.
 #pragma once
@@ -61,6 +62,11 @@ const std::vector<std::string>& corrupt_kinds();
 
 /// The arrays write_synthetic_dataset() would write for spec with no corruption applied.
 RawDataset make_synthetic(const SyntheticSpec& spec);
+
+/// An encoded-image file (docs/data.md, "Encoded images") of n gray JPEGs of assorted sizes (w =
+/// 17 + 3i, h = 14 + 5i mod 11: a diagonal ramp with noise, quality 90), row `bad` (−1: none)
+/// 50 garbage bytes instead; labels i mod 3, 3 classes, mean 0.3, std 0.27. Writes path.
+void write_encoded_dataset(const std::string& path, int n, int bad);
 
 /// Writes the synthetic set of spec to path, corrupted as spec.corrupt says.
 /// Throws std::invalid_argument for an unknown corruption kind or invalid sizes.

@@ -69,46 +69,10 @@ std::string write_pixels(const Scratch& s, bool mean_std, const std::string& dty
   return path;
 }
 
-/// A gray w×h JPEG of a diagonal ramp with noise (quality 90).
-std::vector<std::uint8_t> jpeg(int w, int h, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      px[static_cast<std::size_t>(y) * w + x] =
-          static_cast<unsigned char>((x * 9 + y * 5 + gen() % 40) % 256);
-  return testing::write_jpeg(px, w, h, 1);
-}
-
-/// An encoded file (docs/data.md) of gray JPEGs of assorted sizes, row `bad` garbage bytes.
-std::string write_encoded(const Scratch& s, int n, int bad) {
-  std::vector<std::vector<std::uint8_t>> rows;
-  std::vector<std::int64_t> shapes, labels;
-  for (int i = 0; i < n; ++i) {
-    const int w = 17 + 3 * i, h = 14 + (i * 5) % 11;
-    rows.push_back(i == bad ? std::vector<std::uint8_t>(50, 7) : jpeg(w, h, 40 + i));
-    shapes.insert(shapes.end(), {1, h, w});
-    labels.push_back(i % 3);
-  }
+/// testing::write_encoded_dataset() into the test's scratch folder.
+std::string encoded_file(const Scratch& s, int n, int bad) {
   const std::string path = s.file("encoded.h5");
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  H5File f = create_file(path);
-  std::vector<hvl_t> vl;
-  for (auto& r : rows) vl.push_back(hvl_t{r.size(), r.data()});
-  const hsize_t dims[1] = {static_cast<hsize_t>(n)};
-  const hid_t type = H5Tvlen_create(H5T_NATIVE_UINT8), space = H5Screate_simple(1, dims, nullptr);
-  const hid_t dset =
-      H5Dcreate2(f.get(), "images", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  EXPECT_GE(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, vl.data()), 0);
-  H5Dclose(dset);
-  H5Sclose(space);
-  H5Tclose(type);
-  write_dataset_int64s(f.get(), "image_shapes", {static_cast<hsize_t>(n), 3}, shapes.data());
-  write_dataset_int64s(f.get(), "labels", {static_cast<hsize_t>(n)}, labels.data());
-  write_attr_int(f.get(), "channels", 1);
-  write_attr_int(f.get(), "num_classes", 3);
-  write_attr_floats(f.get(), "mean", {0.3f});
-  write_attr_floats(f.get(), "std", {0.27f});
+  testing::write_encoded_dataset(path, n, bad);
   return path;
 }
 
@@ -183,7 +147,7 @@ TEST(Uint8Batches, DecodedPixelsEqualTheFloatBatchesBitForBit) {
 TEST(Uint8Batches, EncodedImagesEqualTheFloatBatchesBitForBit) {
   Scratch s;
   auto cpu = make_cpu_backend();
-  DatasetInfo info = open_dataset_info(write_encoded(s, 11, 6));
+  DatasetInfo info = open_dataset_info(encoded_file(s, 11, 6));
   DecodeOptions d;
   d.crop = 12;
   d.random_resized = true;
@@ -268,7 +232,7 @@ TEST_F(CudaUint8Batches, DeviceNormalizationEqualsTheHostBitForBit) {
     const DatasetInfo info = open_dataset_info(write_pixels(s, mean_std));
     expect_same_bits(*gpu_, info, read_both(info, kOrder, Augmentation{2, true, 9, 1}));
   }
-  DatasetInfo info = open_dataset_info(write_encoded(s, 11, 6));
+  DatasetInfo info = open_dataset_info(encoded_file(s, 11, 6));
   DecodeOptions d;
   d.crop = 12;
   d.random_resized = true;
