@@ -1,7 +1,7 @@
 // tests/common/dataset_files.hpp — writers of dataset files in the dtrain schema (docs/data.md) for
 // tests: learnable synthetic data, exact hand-made arrays, and deliberately broken files for the
-// negative tests. Shared by the unit tests (test_dataset, test_uint8_batches, test_encoded_reader) and the
-// make_dataset tool.
+// negative tests, and encoded-image files. Shared by the unit tests (test_dataset,
+// test_uint8_batches, test_encoded_reader) and the make_dataset tool.
 // All functions lock dtrain::hdf5_mutex() (through the io/hdf5.hpp helpers); they throw
 // dtrain::LibraryError on HDF5 failures and std::invalid_argument on bad specs.
 #pragma once
