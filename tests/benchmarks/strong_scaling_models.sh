@@ -38,10 +38,12 @@ for m in $models; do
   "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
     --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores${pin:+, --pin-threads}${ARGS:+, $ARGS}"
   cp "$out/sweep.log" "$docs/sweep.log"
-  # Every run's log (per-worker step times and anatomy: skew against bandwidth) and results.json.
+  # Every run's log (per-worker step times and anatomy: skew against bandwidth) and results.json,
+  # the ceiling runs' too: sweeps of other worker counts (WORKERS="1 2 4", then "8 12") unpacked
+  # into one folder make one report (scaling_report.py FOLDER).
   if [ "${KEEP_RUNS:-0}" = 1 ]; then
     tgz=$(cd "$docs" && pwd)/runs.tgz
     (cd "$out" && tar -czf "$tgz" --exclude=sweep.log ./*.log ./*/results.json \
-      $(ls -d ceiling-w*/r*.log 2>/dev/null))
+      $(ls -d ceiling-w*/r*.log ceiling-w*/r*/results.json 2>/dev/null))
   fi
 done
