@@ -15,7 +15,9 @@ ms/step. Sync rows use the flat allreduce at the job's --bucket-mb (default 25).
 Where the sweep holds the host's ceiling (run_strong_scaling.sh --ceiling: ceiling-wN/r*/, N
 independent one-worker runs at the N-worker runs' per-worker batch; for N = 1 the sync-w1 run),
 two more columns: the ceiling's samples/s × the predicted efficiency — the prediction with the
-compute per worker taken from the ceiling instead of the profile — and its error %.
+compute per worker taken from the ceiling instead of the profile — and its error %. For sync rows
+that ceiling is N × the slowest ceiling run's samples/s (a synchronous step waits for its slowest
+worker); for async, the runs' sum (each worker goes at its own pace).
 --after-first-step: every measured figure (the runs' and the ceiling runs') without each
 process's first step (results.json's …_after_first_step: primitive creation, first touch and
 ranks starting apart, which a sweep of a few steps averages in; the plan predicts steady steps).
@@ -56,10 +58,11 @@ def measured_runs(sweep):
 
 
 def ceilings(sweep, runs, key="samples_per_sec"):
-    """{workers: summed `key` of the ceiling runs} (1: the sync 1-worker run's own)."""
+    """{workers: (summed `key` of the ceiling runs, N × their smallest)} (1: the sync 1-worker
+    run's own)."""
     out = {}
     if ("sync", 0, 1) in runs and key in runs[("sync", 0, 1)]:
-        out[1] = runs[("sync", 0, 1)][key]
+        out[1] = (runs[("sync", 0, 1)][key],) * 2
     if not os.path.isdir(sweep):
         return out
     for name in os.listdir(sweep):
@@ -70,7 +73,7 @@ def ceilings(sweep, runs, key="samples_per_sec"):
             os.path.join(sweep, name))]
         found = [json.load(open(f)).get(key) for f in found if os.path.exists(f)]
         if len(found) == int(m[1]) and all(v is not None for v in found):
-            out[int(m[1])] = sum(found)
+            out[int(m[1])] = (sum(found), len(found) * min(found))
     return out
 
 
@@ -130,8 +133,9 @@ def main():
                    f"{p['compute_ms']:.1f} | {m.get('step_compute_ms' + suffix, 0):.1f} | "
                    f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")
             if extra and w in ceiling:
-                c = ceiling[w] * p["efficiency"]
-                row += f" {ceiling[w]:.2f} | {c:.2f} | {100 * (c - got) / got:+.1f} |"
+                bound = ceiling[w][1 if mode == "sync" else 0]
+                c = bound * p["efficiency"]
+                row += f" {bound:.2f} | {c:.2f} | {100 * (c - got) / got:+.1f} |"
             elif extra:
                 row += " - | - | - |"
             print(row)
