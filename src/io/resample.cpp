@@ -144,6 +144,24 @@ void make_pairs(const Coeffs& c, int w0, int n, TapPairs& t) {
   }
 }
 
+/// Taps y and y + 1 of a vertical-pass output at byte i: the two source rows (the second one the
+/// first again, with weight 0, when y is the last tap) and their weights for pmaddwd, split at bit
+/// 11 into low (lo) and high (hi) int16 pairs packed in an int32 each.
+struct RowPair {
+  const std::uint8_t* a;
+  const std::uint8_t* b;
+  int lo, hi;
+};
+inline RowPair row_pair(const std::uint8_t* temp, std::size_t trow, int ymin, int y, int taps,
+                        const int* k, std::size_t i) {
+  const int mask = (1 << kSplitBits) - 1;
+  const std::uint8_t* a = temp + static_cast<std::size_t>(ymin + y) * trow + i;
+  const bool pair = y + 1 < taps;
+  const int ka = k[y], kb = pair ? k[y + 1] : 0;
+  return RowPair{a, pair ? a + trow : a, (ka & mask) | (kb & mask) << 16,
+                 (ka >> kSplitBits) | (kb >> kSplitBits) << 16};
+}
+
 /// Pillow's horizontal pass for one source row `in` (pixel 0 of the resampler's image; C
 /// interleaved channels), outputs [a, b) of window column offset wx, scalar.
 template <int C>
@@ -239,21 +257,18 @@ __attribute__((target("avx2"))) std::size_t vertical_row_avx2(const std::uint8_t
                                                               std::size_t trow, int ymin, int taps,
                                                               const int* k, std::size_t n,
                                                               std::uint8_t* o) {
-  const int mask = (1 << kSplitBits) - 1;
   const __m256i half = _mm256_set1_epi32(kHalf);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256i lo0 = _mm256_setzero_si256(), lo1 = lo0, hi0 = lo0, hi1 = lo0;
     for (int y = 0; y < taps; y += 2) {
-      const std::uint8_t* a = temp + static_cast<std::size_t>(ymin + y) * trow + i;
-      const bool pair = y + 1 < taps;
-      const std::uint8_t* b = pair ? a + trow : a;
-      const int ka = k[y], kb = pair ? k[y + 1] : 0;
-      const __m256i wl = _mm256_set1_epi32((ka & mask) | (kb & mask) << 16);
-      const __m256i wh = _mm256_set1_epi32((ka >> kSplitBits) | (kb >> kSplitBits) << 16);
+      const RowPair r = row_pair(temp, trow, ymin, y, taps, k, i);
+      const __m256i wl = _mm256_set1_epi32(r.lo), wh = _mm256_set1_epi32(r.hi);
       // Bytes 0-7 in lane 0, 8-15 in lane 1; the unpacks pair a and b within each lane.
-      const __m256i va = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
-      const __m256i vb = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+      const __m256i va =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.a)));
+      const __m256i vb =
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.b)));
       const __m256i m0 = _mm256_unpacklo_epi16(va, vb), m1 = _mm256_unpackhi_epi16(va, vb);
       lo0 = _mm256_add_epi32(lo0, _mm256_madd_epi16(m0, wl));  // bytes 0-3 | 8-11
       lo1 = _mm256_add_epi32(lo1, _mm256_madd_epi16(m1, wl));  // bytes 4-7 | 12-15
@@ -323,20 +338,15 @@ void vertical_row(const std::uint8_t* temp, std::size_t trow, int ymin, int taps
 #endif
 #if defined(__SSE2__)
   const __m128i zero = _mm_setzero_si128();
-  const int mask = (1 << kSplitBits) - 1;
   for (; isa >= ResampleIsa::sse2 && i + 8 <= n; i += 8) {  // 8 bytes, two rows (a tap pair) a step
     __m128i lo0 = zero, lo1 = zero, hi0 = zero, hi1 = zero;
     for (int y = 0; y < taps; y += 2) {
-      const std::uint8_t* a = temp + static_cast<std::size_t>(ymin + y) * trow + i;
-      const bool pair = y + 1 < taps;
-      const std::uint8_t* b = pair ? a + trow : a;
-      const int ka = k[y], kb = pair ? k[y + 1] : 0;
-      const __m128i wl = _mm_set1_epi32((ka & mask) | (kb & mask) << 16);
-      const __m128i wh = _mm_set1_epi32((ka >> kSplitBits) | (kb >> kSplitBits) << 16);
+      const RowPair r = row_pair(temp, trow, ymin, y, taps, k, i);
+      const __m128i wl = _mm_set1_epi32(r.lo), wh = _mm_set1_epi32(r.hi);
       const __m128i va =
-          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)), zero);
+          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.a)), zero);
       const __m128i vb =
-          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)), zero);
+          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.b)), zero);
       const __m128i m0 = _mm_unpacklo_epi16(va, vb), m1 = _mm_unpackhi_epi16(va, vb);
       lo0 = _mm_add_epi32(lo0, _mm_madd_epi16(m0, wl));
       lo1 = _mm_add_epi32(lo1, _mm_madd_epi16(m1, wl));
