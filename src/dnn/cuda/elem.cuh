@@ -115,16 +115,19 @@ inline bool aligned_to(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-/// Blocks of 256 threads for a grid-stride loop over `items` work items: enough to cover them, at
-/// least 1 and at most 65536 (the loop takes the rest).
+/// Threads per block of the grid-stride launches (grid_for()'s blocks).
+constexpr int kGridThreads = 256;
+
+/// Blocks of kGridThreads threads for a grid-stride loop over `items` work items: enough to cover
+/// them, at least 1 and at most 65536 (the loop takes the rest).
 inline unsigned grid_for(std::size_t items) {
-  const std::size_t blocks = (items + 255) / 256;
+  const std::size_t blocks = (items + kGridThreads - 1) / kGridThreads;
   return static_cast<unsigned>(blocks < 65536 ? (blocks ? blocks : 1) : 65536);
 }
 
 /// Launches vectorized_kernel for f over n elements on `stream`: packs of V = 16 / sizeof(T)
 /// elements when every pointer in `ptrs` is 16-byte aligned (the model's arena aligns every
-/// tensor to 64 bytes), else one element per access. 256 threads a block, at most 65536 blocks.
+/// tensor to 64 bytes), else one element per access; grid_for()'s blocks.
 template <typename T, typename F>
 void launch_vectorized(cudaStream_t stream, std::size_t n, F f,
                        std::initializer_list<const void*> ptrs) {
@@ -132,8 +135,8 @@ void launch_vectorized(cudaStream_t stream, std::size_t n, F f,
   bool vec = true;
   for (const void* p : ptrs) vec = vec && (p == nullptr || aligned_to(p, 16));
   const unsigned grid = grid_for(vec ? (n + V - 1) / V : n);
-  if (vec) vectorized_kernel<V><<<grid, 256, 0, stream>>>(n, f);
-  else vectorized_kernel<1><<<grid, 256, 0, stream>>>(n, f);
+  if (vec) vectorized_kernel<V><<<grid, kGridThreads, 0, stream>>>(n, f);
+  else vectorized_kernel<1><<<grid, kGridThreads, 0, stream>>>(n, f);
 }
 
 }  // namespace dtrain::cuda

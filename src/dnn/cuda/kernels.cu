@@ -24,7 +24,7 @@
 namespace dtrain::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // grid_for's (elem.cuh)
+constexpr int kThreads = kGridThreads;  // grid_for()'s blocks (elem.cuh)
 
 __global__ void fill_kernel(float* p, float value, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;

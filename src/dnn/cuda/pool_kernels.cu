@@ -88,8 +88,9 @@ void launch_max_pool_backward_nhwc(cudaStream_t stream, const MaxPoolGeometry& g
     const T* yt = static_cast<const T*>(y);
     const T* dyt = static_cast<const T*>(dy);
     T* dxt = static_cast<T*>(dx);
-    if (vec) max_pool_backward_nhwc_kernel<V><<<grid, 256, 0, stream>>>(g, xt, yt, dyt, dxt);
-    else max_pool_backward_nhwc_kernel<1><<<grid, 256, 0, stream>>>(g, xt, yt, dyt, dxt);
+    if (vec)
+      max_pool_backward_nhwc_kernel<V><<<grid, kGridThreads, 0, stream>>>(g, xt, yt, dyt, dxt);
+    else max_pool_backward_nhwc_kernel<1><<<grid, kGridThreads, 0, stream>>>(g, xt, yt, dyt, dxt);
   });
   DT_CHECK_LAUNCH();
 }
