@@ -106,6 +106,27 @@ void probe_encoded(const DatasetInfo& info) {
 }
 
 // ---- EncodedSource ----
+namespace {
+/// What transform_image() does to every image of a file configured with `d` (the flip is per
+/// sample).
+ImageTransform transform_of(const DecodeOptions& d) {
+  ImageTransform t;
+  t.out = d.crop;
+  t.random_crop = d.random_resized;
+  t.range = d.range;
+  t.resize = d.resize;
+  t.dct_ratio = d.dct_ratio;
+  return t;
+}
+
+/// The key of sample `row`'s random crop and flip in this epoch.
+std::uint64_t sample_key(const Augmentation& augment, std::int64_t row) {
+  return mix_seed(
+      mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
+      static_cast<std::uint64_t>(row));
+}
+}  // namespace
+
 struct EncodedSource::Scratch {
   ImageDecoder decoder;
   Image8 image;
@@ -114,7 +135,7 @@ struct EncodedSource::Scratch {
 
 EncodedSource::EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut,
                              EncodedCache* cache)
-    : info_(info), images_(images), lut_(lut), cache_(cache),
+    : info_(info), images_(images), lut_(lut), cache_(cache), transform_(transform_of(info.decode)),
       pool_(std::max(1, info.decode.threads)) {
   DT_REQUIRE(info_.decode.crop >= 1, info_.path +
                                          ": encoded images need an output size "
@@ -149,16 +170,7 @@ void EncodedSource::gather(Slot& s) {
     s.views[static_cast<std::size_t>(s.miss_pos[j])] = View{s.bytes[j].data(), s.bytes[j].size()};
 }
 
-namespace {
-/// The key of sample `row`'s random crop and flip in this epoch.
-std::uint64_t sample_key(const Augmentation& augment, std::int64_t row) {
-  return mix_seed(
-      mix_seed(mix_seed(augment.seed, 0x52'52'43'20ull), static_cast<std::uint64_t>(augment.epoch)),
-      static_cast<std::uint64_t>(row));
-}
-}  // namespace
-
-void EncodedSource::order_by_cost(Slot& s, const Augmentation& augment, const ImageTransform& t) {
+void EncodedSource::order_by_cost(Slot& s, const Augmentation& augment) {
   const std::size_t m = s.rows.size();
   s.order.resize(m);
   for (std::size_t p = 0; p < m; ++p) s.order[p] = static_cast<int>(p);
@@ -166,20 +178,19 @@ void EncodedSource::order_by_cost(Slot& s, const Augmentation& augment, const Im
   std::vector<double> cost(m);
   ImageDecoder& dec = scratch_.front()->decoder;
   for (std::size_t p = 0; p < m; ++p)
-    cost[p] =
-        transform_cost(dec, s.views[p].data, s.views[p].size, t, sample_key(augment, s.rows[p]));
+    cost[p] = transform_cost(dec, s.views[p].data, s.views[p].size, transform_,
+                             sample_key(augment, s.rows[p]));
   std::stable_sort(s.order.begin(), s.order.end(), [&](int a, int b) {
     return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
   });
 }
 
-void EncodedSource::decode_one(Slot& s, int p, int thread, const Augmentation& augment,
-                               const ImageTransform& t) {
+void EncodedSource::decode_one(Slot& s, int p, int thread, const Augmentation& augment) {
   Scratch& sc = *scratch_[static_cast<std::size_t>(thread)];
   const std::uint64_t key = sample_key(augment, s.rows[static_cast<std::size_t>(p)]);
-  ImageTransform tp = t;
+  ImageTransform tp = transform_;
   tp.flip = augment.flip && (counter_hash(key, 62) >> 63) != 0;
-  const int c = info_.sample.c, size = t.out;
+  const int c = info_.sample.c, size = transform_.out;
   const std::size_t plane = static_cast<std::size_t>(size) * size;
   std::vector<std::uint8_t>& planar = sc.planar;
   planar.resize(plane * c);
@@ -246,15 +257,14 @@ void EncodedSource::drop(Slot& s) {
 }
 
 void EncodedSource::prepare(Slot& s, const std::vector<std::int64_t>& rows,
-                            const Augmentation& augment, const ImageTransform& t,
-                            bool defer_error) {
+                            const Augmentation& augment, bool defer_error) {
   s.rows = rows;
   s.seed = augment.seed;
   s.epoch = augment.epoch;
   s.error = nullptr;
   try {
     gather(s);
-    order_by_cost(s, augment, t);
+    order_by_cost(s, augment);
   } catch (...) {
     if (!defer_error) throw;
     s.error = std::current_exception();
@@ -262,7 +272,8 @@ void EncodedSource::prepare(Slot& s, const std::vector<std::int64_t>& rows,
     return;
   }
   const std::size_t m = rows.size();
-  const std::size_t sample = static_cast<std::size_t>(info_.sample.c) * t.out * t.out;
+  const std::size_t sample =
+      static_cast<std::size_t>(info_.sample.c) * transform_.out * transform_.out;
   s.batch.x.resize(lut_ != nullptr ? m * sample : 0);
   s.batch.raw.resize(lut_ != nullptr ? 0 : m * sample);
   s.batch.y.resize(m);
@@ -270,8 +281,8 @@ void EncodedSource::prepare(Slot& s, const std::vector<std::int64_t>& rows,
   s.ready = true;
   // Each image goes to one slot of its own (position p), so the order of the work does not
   // change the batch.
-  pool_.publish(s.job, static_cast<int>(m), [this, &s, augment, t](int i, int thread) {
-    decode_one(s, s.order[static_cast<std::size_t>(i)], thread, augment, t);
+  pool_.publish(s.job, static_cast<int>(m), [this, &s, augment](int i, int thread) {
+    decode_one(s, s.order[static_cast<std::size_t>(i)], thread, augment);
   });
 }
 
@@ -279,12 +290,6 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows,
                          const std::vector<std::int64_t>& next_rows, const std::int32_t* labels,
                          const Augmentation& augment, HostBatch& out,
                          std::atomic<std::int64_t>& bad) {
-  ImageTransform t;
-  t.out = info_.decode.crop;
-  t.random_crop = info_.decode.random_resized;
-  t.range = info_.decode.range;
-  t.resize = info_.decode.resize;
-  t.dct_ratio = info_.decode.dct_ratio;
   Slot& s = slots_[cur_];
   Slot& ahead = slots_[1 - cur_];
   if (s.ready && s.rows == rows && s.seed == augment.seed && s.epoch == augment.epoch) {
@@ -295,12 +300,12 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows,
     }
   } else {  // nothing read ahead, or other rows: those are dropped
     drop(s);
-    prepare(s, rows, augment, t, false);
+    prepare(s, rows, augment, false);
   }
   // The next batch's bytes are read while the pool decodes this one; the pool starts on them as
   // its threads run out of this batch's images.
   drop(ahead);
-  if (!next_rows.empty()) prepare(ahead, next_rows, augment, t, true);
+  if (!next_rows.empty()) prepare(ahead, next_rows, augment, true);
   try {
     pool_.finish(s.job);
   } catch (...) {

@@ -92,16 +92,16 @@ class EncodedSource {
   /// Reads rows' bytes into s (Throws LibraryError), orders them by cost, sizes s.batch and
   /// queues the decode job. With defer_error a failed read is kept in s.error instead.
   void prepare(Slot& s, const std::vector<std::int64_t>& rows, const Augmentation& augment,
-               const ImageTransform& t, bool defer_error);
+               bool defer_error);
   /// Fills s's bytes and views for s.rows. Throws LibraryError.
   void gather(Slot& s);
   /// s.order: s's positions by transform_cost(), largest first (ties in position order), so that
   /// the pool's last images of a batch are short ones. Uses thread 0's decoder (the caller's:
   /// run it where the caller is not decoding).
-  void order_by_cost(Slot& s, const Augmentation& augment, const ImageTransform& t);
+  void order_by_cost(Slot& s, const Augmentation& augment);
   /// Decodes, crops, flips and normalizes batch position p of s into s.batch (s.errors[p] when
   /// bad).
-  void decode_one(Slot& s, int p, int thread, const Augmentation& augment, const ImageTransform& t);
+  void decode_one(Slot& s, int p, int thread, const Augmentation& augment);
   /// Drops the bad images from s.batch (counted in bad, or InputError under --on-bad-image fail).
   void compact(Slot& s, const std::int32_t* labels, std::atomic<std::int64_t>& bad);
   /// Takes s off the pool (its running items finish first) and forgets its rows.
@@ -111,6 +111,7 @@ class EncodedSource {
   hid_t images_;
   const std::vector<float>* lut_;
   EncodedCache* cache_;
+  const ImageTransform transform_;  ///< from info_.decode (each sample's flip is its own)
   struct Scratch;
   std::vector<std::unique_ptr<Scratch>> scratch_;  ///< per thread
   Slot slots_[2];
