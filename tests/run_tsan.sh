@@ -8,7 +8,7 @@
 # Fails on any ThreadSanitizer report. Suppressed (tests/tsan.supp): reports inside libgomp and
 # Open MPI, which are not built with TSan, so their synchronization is invisible to it; the OpenMP
 # kernel tests are left out for that reason. The encoded-image reader: its decode pool with the
-# next batch read ahead, two epochs through one --cache-mb cache (dtrain_input_bench). -DDTRAIN_NO_CLONES: GCC's target_clones resolvers run
+# next batches read ahead, two epochs through one --cache-mb cache (dtrain_input_bench). -DDTRAIN_NO_CLONES: GCC's target_clones resolvers run
 # before TSan is initialised and crash under it (the kernels then build for the default target).
 # Not 4 ranks: on 2 cores under TSan's slowdown the bucket test's 14,287 tiny buckets pass its 60 s
 # deadline. Measured 2026-11-24: 0 reports (unit 33 tests, MPI 38 + 38 tests, 3 runs of 60 steps).

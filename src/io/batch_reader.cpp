@@ -55,8 +55,8 @@ struct BatchReader::Reader {
   std::vector<float> pad_value;            ///< augmentation: normalized raw 0, per channel
   std::vector<float> plain;                ///< augmentation: one normalized sample before the crop
   std::unique_ptr<EncodedSource> encoded;  ///< encoded files: decode pool and buffers
-  std::vector<std::int64_t> batch_rows;    ///< encoded files: this batch's samples, batch order
-  std::vector<std::int64_t> next_rows;     ///< encoded files: the next batch's, read ahead
+  /// encoded files: this batch's samples (batch order), then those of the batches read ahead
+  std::vector<std::vector<std::int64_t>> batch_rows;
 };
 
 namespace {
@@ -386,11 +386,19 @@ void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
   const int m = static_cast<int>(
       std::min<std::int64_t>(batch_size_, static_cast<std::int64_t>(indices_.size()) - begin));
   if (r.encoded) {  // decode pool: bytes, decode, crop, flip, normalize (encoded.cpp)
-    r.batch_rows.assign(indices_.begin() + begin, indices_.begin() + begin + m);
-    // The next batch's bytes are read while this one decodes.
-    const auto next = indices_.begin() + begin + m;
-    r.next_rows.assign(next, next + std::min<std::ptrdiff_t>(batch_size_, indices_.end() - next));
-    r.encoded->fill(r.batch_rows, r.next_rows, r.labels.data() + begin, augment_, out, bad_images_);
+    // The next batches' bytes are read while this one decodes.
+    r.batch_rows.resize(1 + EncodedSource::kReadAhead);
+    std::size_t count = 0;
+    for (auto& rows : r.batch_rows) {
+      const std::int64_t first = begin + static_cast<std::int64_t>(count) * batch_size_;
+      if (first >= static_cast<std::int64_t>(indices_.size())) break;
+      const std::int64_t end =
+          std::min<std::int64_t>(first + batch_size_, static_cast<std::int64_t>(indices_.size()));
+      rows.assign(indices_.begin() + first, indices_.begin() + end);
+      ++count;
+    }
+    r.batch_rows.resize(count);
+    r.encoded->fill(r.batch_rows, r.labels.data() + begin, augment_, out, bad_images_);
     return;
   }
   const std::size_t sample = info_.sample.sample_count();

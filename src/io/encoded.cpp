@@ -286,26 +286,29 @@ void EncodedSource::prepare(Slot& s, const std::vector<std::int64_t>& rows,
   });
 }
 
-void EncodedSource::fill(const std::vector<std::int64_t>& rows,
-                         const std::vector<std::int64_t>& next_rows, const std::int32_t* labels,
-                         const Augmentation& augment, HostBatch& out,
+void EncodedSource::fill(const std::vector<std::vector<std::int64_t>>& batches,
+                         const std::int32_t* labels, const Augmentation& augment, HostBatch& out,
                          std::atomic<std::int64_t>& bad) {
-  Slot& s = slots_[cur_];
-  Slot& ahead = slots_[1 - cur_];
-  if (s.ready && s.rows == rows && s.seed == augment.seed && s.epoch == augment.epoch) {
-    if (s.error) {  // the read ahead failed
-      const std::exception_ptr error = s.error;
-      drop(s);
-      std::rethrow_exception(error);
-    }
-  } else {  // nothing read ahead, or other rows: those are dropped
+  DT_ASSERT(!batches.empty(), "EncodedSource::fill: no batch asked for");
+  const int want = std::min(kSlots, static_cast<int>(batches.size()));
+  // The slots from cur_ on hold the batches asked for, in order, as far as they were read ahead.
+  // From the first that does not, that slot and every later one are dropped and queued again in
+  // order (the pool runs the oldest job first).
+  int held = 0;
+  while (held < want && slot(held).holds(batches[static_cast<std::size_t>(held)], augment)) ++held;
+  for (int i = held; i < kSlots; ++i) drop(slot(i));
+  Slot& s = slot(0);
+  if (held == 0) {
+    prepare(s, batches.front(), augment, false);
+  } else if (s.error) {  // the read ahead failed
+    const std::exception_ptr error = s.error;
     drop(s);
-    prepare(s, rows, augment, false);
+    std::rethrow_exception(error);
   }
-  // The next batch's bytes are read while the pool decodes this one; the pool starts on them as
-  // its threads run out of this batch's images.
-  drop(ahead);
-  if (!next_rows.empty()) prepare(ahead, next_rows, augment, true);
+  // The next batches' bytes are read while the pool decodes those before them; the pool starts
+  // on them as its threads run out of the earlier batches' images.
+  for (int i = std::max(held, 1); i < want; ++i)
+    prepare(slot(i), batches[static_cast<std::size_t>(i)], augment, true);
   try {
     pool_.finish(s.job);
   } catch (...) {
@@ -315,7 +318,7 @@ void EncodedSource::fill(const std::vector<std::int64_t>& rows,
   s.ready = false;
   compact(s, labels, bad);  // bad images leave the batch (or end the run), in order
   std::swap(out, s.batch);
-  cur_ = 1 - cur_;
+  cur_ = (cur_ + 1) % kSlots;
 }
 
 }  // namespace dtrain

@@ -39,10 +39,11 @@ void read_encoded_rows(hid_t images, const std::vector<std::int64_t>& rows,
                        std::vector<std::vector<std::uint8_t>>& out, const std::string& path);
 
 /// Decodes one reader's batches: bytes from the file (under hdf5_mutex()), then decode, crop,
-/// flip and normalize on the pool's threads (no lock). Two batches are in the pool at a time —
-/// the one fill() returns and the next one, read ahead — so that a thread with nothing left of
-/// the first starts on the second. Owned and used by the reader thread only. Holds two batches'
-/// buffers of its own besides the caller's.
+/// flip and normalize on the pool's threads (no lock). Up to 1 + kReadAhead batches are in the
+/// pool at a time — the one fill() returns and the next kReadAhead, read ahead — so that a thread
+/// with nothing left of the first starts on the next, and the serial read of a batch's bytes runs
+/// while the pool still has a whole batch to decode. Owned and used by the reader thread only.
+/// Holds 1 + kReadAhead batches' buffers of its own besides the caller's.
 class EncodedSource {
  public:
   /// info: an encoded, configured DatasetInfo; images: its open `images` dataset (kept open by
@@ -51,21 +52,24 @@ class EncodedSource {
   /// memory, loaded by the first fill() and then read from there.
   EncodedSource(const DatasetInfo& info, hid_t images, const std::vector<float>* lut,
                 EncodedCache* cache = nullptr);
-  /// Stops the pool's threads first (they may be decoding the batch read ahead).
+  /// Batches whose bytes fill() reads ahead of the one it returns.
+  static constexpr int kReadAhead = 2;
+
+  /// Stops the pool's threads first (they may be decoding the batches read ahead).
   ~EncodedSource();
   EncodedSource(const EncodedSource&) = delete;
   EncodedSource& operator=(const EncodedSource&) = delete;
-  /// Fills out with the samples `rows` (dataset indices, batch order) and `labels`, leaving out
-  /// bad images (--on-bad-image skip: counted in bad, logged) or throwing InputError naming file,
-  /// sample index and reason (fail). augment: seed, epoch, flip; crops are keyed by (seed, epoch,
-  /// sample). next_rows: the rows the following call will ask for (empty: none or unknown):
-  /// their bytes are read here while the pool decodes `rows` (the read is serial, HDF5 under one
-  /// lock) and the pool starts on them as threads run out of `rows`; a following call with other
-  /// rows drops that work. A failed read of next_rows is thrown by the call that asks for them.
-  /// out's buffers are swapped with this source's (no copy).
-  void fill(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>& next_rows,
-            const std::int32_t* labels, const Augmentation& augment, HostBatch& out,
-            std::atomic<std::int64_t>& bad);
+  /// Fills out with the samples batches[0] (dataset indices, batch order) and `labels`, leaving
+  /// out bad images (--on-bad-image skip: counted in bad, logged) or throwing InputError naming
+  /// file, sample index and reason (fail). augment: seed, epoch, flip; crops are keyed by (seed,
+  /// epoch, sample). batches[1..]: the rows the following calls will ask for, in order (fewer or
+  /// none: unknown or the end; those past kReadAhead are ignored): their bytes are read here
+  /// while the pool decodes (the read is serial, HDF5 under one lock) and the pool starts on them
+  /// as its threads run out of the batches before; a following call with other rows drops that
+  /// work. A failed read of a batch read ahead is thrown by the call that asks for it. out's
+  /// buffers are swapped with this source's (no copy).
+  void fill(const std::vector<std::vector<std::int64_t>>& batches, const std::int32_t* labels,
+            const Augmentation& augment, HostBatch& out, std::atomic<std::int64_t>& bad);
 
  private:
   struct View {
@@ -88,6 +92,10 @@ class EncodedSource {
     HostBatch batch;                  ///< the decoded samples, in batch position order
     std::vector<std::string> errors;  ///< per batch position: empty when decoded
     JobPool::Job job;
+    /// Whether the slot holds `r` under `a`'s seed and epoch (decoding, done, or their error).
+    [[nodiscard]] bool holds(const std::vector<std::int64_t>& r, const Augmentation& a) const {
+      return ready && rows == r && seed == a.seed && epoch == a.epoch;
+    }
   };
   /// Reads rows' bytes into s (Throws LibraryError), orders them by cost, sizes s.batch and
   /// queues the decode job. With defer_error a failed read is kept in s.error instead.
@@ -114,8 +122,12 @@ class EncodedSource {
   const ImageTransform transform_;  ///< from info_.decode (each sample's flip is its own)
   struct Scratch;
   std::vector<std::unique_ptr<Scratch>> scratch_;  ///< per thread
-  Slot slots_[2];
-  int cur_ = 0;   ///< slots_[cur_]: the batch the next fill() should ask for; the other: free
+  static constexpr int kSlots = 1 + kReadAhead;
+  /// The slot i batches after the one the next fill() should ask for.
+  Slot& slot(int i) { return slots_[(cur_ + i) % kSlots]; }
+
+  Slot slots_[kSlots];
+  int cur_ = 0;   ///< slots_[cur_]: the batch the next fill() should ask for, then those after it
   JobPool pool_;  ///< last: destroyed (its threads stopped) before the slots they decode into
 };
 

@@ -1,9 +1,9 @@
 // tests/unit/test_encoded_reader.cpp — the BatchReader over encoded images with its decode pool
-// (src/io/encoded.hpp, job_pool.hpp), which decodes two batches at a time — the one being filled
-// and the next, read ahead: the batches are the same bits whatever the number of decode threads
-// and the batch size's fit to them, a bad image is left out (skip) or ends the reading at its own
-// batch (fail) naming its sample, and skip() or an early end drops the batch read ahead without
-// changing what comes next or hanging.
+// (src/io/encoded.hpp, job_pool.hpp), which decodes up to three batches at a time — the one being
+// filled and the next two, read ahead: the batches are the same bits whatever the number of decode
+// threads and the batch size's fit to them, a bad image is left out (skip) or ends the reading at
+// its own batch (fail) naming its sample, and skip() or an early end drops the batches read ahead
+// without changing what comes next or hanging.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -95,9 +95,13 @@ TEST_F(EncodedReader, BatchesDoNotDependOnTheDecodeThreads) {
 
 TEST_F(EncodedReader, SkipAndAnEarlyEndDropTheBatchReadAhead) {
   const std::vector<HostBatch> ref = read(1, 6);
-  // skip() restarts the reader thread at batch 3 after it read ahead batch 1 (or more).
-  const std::vector<HostBatch> tail = read(3, 6, 3);
-  expect_same(std::vector<HostBatch>(ref.begin() + 3, ref.end()), tail, "after skip(3)");
+  // skip() restarts the reader thread at batch k after it read ahead batches 1 and 2 (or more):
+  // onto a batch held (1, 2) or past them (3).
+  for (const int k : {1, 2, 3}) {
+    const std::vector<HostBatch> tail = read(3, 6, k);
+    expect_same(std::vector<HostBatch>(ref.begin() + k, ref.end()), tail,
+                "after skip(" + std::to_string(k) + ")");
+  }
   // Readers given up after one batch, their next ones in the pool: each ends, nothing hangs.
   for (int k = 0; k < 5; ++k) {
     BatchReader r(info(4), indices_, 6, 2, 0, Augmentation{0, true, 3, 1});

@@ -194,9 +194,10 @@ struct HostBatch {
 /// Encoded files (info.encoded, configured by configure_decode()): each batch's rows are read with
 /// one point-selection H5Dread, then decoded, cropped (augment's seed and epoch key the random
 /// crops and flips), normalized and placed in order by info.decode.threads threads (the reader
-/// thread and helpers it owns; src/io/encoded.hpp) with no lock held, two batches at a time (the
-/// next one's rows read while this one decodes, and decoded by threads that run out of this
-/// one's images: two batch buffers more than the ring); bad images are left out or end the run
+/// thread and helpers it owns; src/io/encoded.hpp) with no lock held, up to three batches at a
+/// time (the rows of the batch two ahead read while the pool still decodes this one and the next,
+/// and decoded by threads that run out of the earlier batches' images: three batch buffers more
+/// than the ring); bad images are left out or end the run
 /// (DecodeOptions::fail_on_bad, bad_images()). cache_bytes does not apply; rows held by
 /// `encoded_cache` (io/encoded_cache.hpp) are taken from there, the others read per batch.
 ///
