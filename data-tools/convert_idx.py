@@ -203,13 +203,6 @@ def select_classes(labels_path, images, labels, num_classes, classes):
     return images[keep], new_label[labels[keep]]
 
 
-def check_output(out, force):
-    """Raises ConvertError unless `out` may be written (outputs.output_problem)."""
-    problem = outputs.output_problem(out, force)
-    if problem:
-        raise ConvertError(problem)
-
-
 def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
     """Writes one split to its temporary file `tmp` (creating the directory) and checks it against
     the schema; the caller renames it to `out` or removes it."""
@@ -246,7 +239,7 @@ def write_outputs(splits, mean, std, class_names, force):
         for tmp, (out, images, labels, num_classes) in zip(tmps, splits):
             write_temp(out, tmp, images, labels, mean, std, num_classes, class_names)
         for out, *_ in splits:  # appeared while we were writing
-            check_output(out, force)
+            outputs.check_output(out, force, ConvertError)
         for tmp, (out, *_) in zip(tmps, splits):
             try:
                 os.replace(tmp, out)
@@ -275,7 +268,7 @@ def convert_fashion_mnist(src, out_dir, force, classes=None):
     go to both. `classes`: only those (select_classes), the class names theirs."""
     outs = {split: os.path.join(out_dir, split + ".h5") for split in FASHION_FILES}
     for out in outs.values():
-        check_output(out, force)  # refuse before converting anything
+        outputs.check_output(out, force, ConvertError)  # refuse before converting anything
     splits = []
     for split, (img, lab) in FASHION_FILES.items():  # read and check both before writing either
         images_path, labels_path = find_idx(src, img), find_idx(src, lab)
@@ -319,7 +312,7 @@ def main(argv=None):
             return 0
         if not (args.images and args.labels and args.out):
             parser.error("need --images, --labels and --out (or --fashion-mnist DIR --out-dir DIR)")
-        check_output(args.out, args.force)
+        outputs.check_output(args.out, args.force, ConvertError)
         class_names = parse_class_names(args.class_names)
         classes = parse_classes(args.classes)
         images, labels = load_split(args.images, args.labels)

@@ -267,13 +267,6 @@ def read_like(path):
     return summary["class_names"], summary["mean"].astype(np.float32), summary["std"].astype(np.float32)
 
 
-def check_output(out, force):
-    """Raises ConvertError unless `out` may be written (outputs.output_problem)."""
-    problem = outputs.output_problem(out, force)
-    if problem:
-        raise ConvertError(problem)
-
-
 def split_items(files, labels, val_fraction, seed):
     """[(path, label)] for train and test: per class, round(f·n) images (at most n − 1) drawn for test."""
     rng = np.random.default_rng(seed)
@@ -313,7 +306,7 @@ def convert(args):
     else:
         outs = [(args.out, train)]
     for out, _ in outs:
-        check_output(out, args.force)
+        outputs.check_output(out, args.force, ConvertError)
     created = []  # folders this run creates, deepest last: removed again if it fails
     for out, _ in outs:
         d = os.path.dirname(os.path.abspath(out))
@@ -370,7 +363,7 @@ def convert(args):
         for wr in writers:
             wr.finish(mean, std, class_names)
         for wr in writers:  # only now, with every output complete
-            check_output(wr.out, args.force)
+            outputs.check_output(wr.out, args.force, ConvertError)
         for wr in writers:
             try:
                 os.replace(wr.tmp, wr.out)

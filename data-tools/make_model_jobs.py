@@ -328,13 +328,6 @@ def error(msg):
     sys.exit(f"make_model_jobs.py: error: {msg}")
 
 
-def check_output(out, force):
-    """Exits with an error unless `out` may be written (outputs.output_problem)."""
-    problem = outputs.output_problem(out, force)
-    if problem:
-        error(problem)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "..", "jobs"))
@@ -352,7 +345,7 @@ def main():
     if os.path.exists(a.out_dir) and not os.path.isdir(a.out_dir):
         error(f"cannot write {a.out_dir}: not a directory")
     for path in paths.values():
-        check_output(path, a.force)
+        outputs.check_output(path, a.force, error)
     texts = {}
     for name in names:
         job = JOBS[name]

@@ -23,6 +23,17 @@ def output_problem(out, force):
     return None
 
 
+def check_output(out, force, fail):
+    """Returns when `out` may be written (output_problem); otherwise raises fail(message) where
+    fail is an exception class, or calls fail(message), which exits."""
+    problem = output_problem(out, force)
+    if problem is None:
+        return
+    if isinstance(fail, type) and issubclass(fail, BaseException):
+        raise fail(problem)
+    fail(problem)
+
+
 def temp_name(out):
     """The hidden temporary file beside `out` that is written first and renamed to `out`."""
     return os.path.join(os.path.dirname(os.path.abspath(out)),

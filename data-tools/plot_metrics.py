@@ -96,13 +96,6 @@ def read_metrics(path):
     return path, rows
 
 
-def check_output(out, force):
-    """Exits with an error unless `out` may be written (outputs.output_problem)."""
-    problem = outputs.output_problem(out, force)
-    if problem:
-        error(problem)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,7 +125,7 @@ def main():
         out, fmt = out + ".png", "png"
     elif fmt not in formats:
         ap.error(f"--out {a.out}: unknown plot format '.{fmt}' (supported: {', '.join(sorted(formats))})")
-    check_output(out, a.force)
+    outputs.check_output(out, a.force, error)
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
     xi = 1 if a.x == "time" else 0
@@ -162,7 +155,7 @@ def main():
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         fig.savefig(tmp, dpi=120, format=fmt)
-        check_output(out, a.force)  # appeared while we were drawing
+        outputs.check_output(out, a.force, error)  # appeared while we were drawing
         os.replace(tmp, out)
     except OSError as e:
         error(f"cannot write {out}: {e.strerror or e}")

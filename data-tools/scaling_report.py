@@ -400,13 +400,6 @@ def write_plot(path, rows, time_key, title):
     plt.close(fig)
 
 
-def check_output(out, force):
-    """Exits with an error unless `out` may be written (outputs.output_problem)."""
-    problem = outputs.output_problem(out, force)
-    if problem:
-        error(problem)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -422,7 +415,7 @@ def main():
             error(f"'{d}' is not a folder")
     out = a.out or os.path.join(a.dirs[0], "scaling")
     for path in (out + ".md", out + ".csv", out + ".png"):
-        check_output(path, a.force)  # refuse before reading anything
+        outputs.check_output(path, a.force, error)  # refuse before reading anything
     runs, skipped = load_runs(a.dirs)
     if not runs:
         error(f"no {'usable ' if skipped else ''}results.json under {' '.join(a.dirs)}"
@@ -453,7 +446,7 @@ def main():
             except OSError as e:
                 error(f"cannot write {path}: {e.strerror or e}")
         for tmp, (path, _) in zip(tmps, writers):
-            check_output(path, a.force)  # appeared while we were writing
+            outputs.check_output(path, a.force, error)  # appeared while we were writing
         for tmp, (path, _) in zip(tmps, writers):
             try:
                 os.replace(tmp, path)
