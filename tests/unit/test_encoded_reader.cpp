@@ -3,11 +3,13 @@
 // filled and the next two, read ahead: the batches are the same bits whatever the number of decode
 // threads and the batch size's fit to them, a bad image is left out (skip) or ends the reading at
 // its own batch (fail) naming its sample, and skip() or an early end drops the batches read ahead
-// without changing what comes next or hanging.
+// without changing what comes next or hanging. Below them: the point-selection read of a batch's
+// rows against the file's bytes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +17,8 @@
 #include "common/dataset_files.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/io/hdf5.hpp"
+#include "io/encoded.hpp"
 
 namespace dtrain {
 namespace {
@@ -129,6 +133,43 @@ TEST_F(EncodedReader, FailOnBadImageEndsAtItsBatchNamingTheSample) {
     }
     EXPECT_EQ(delivered, at) << threads << " threads: every batch before the bad one came";
   }
+}
+
+TEST(EncodedRows, APointSelectionReadEqualsTheFilesRows) {
+  // A vlen uint8 `images` dataset of rows with known bytes (two of several MiB), read out of order.
+  const std::string path =
+      (fs::temp_directory_path() / ("dtrain_encoded_rows_" + std::to_string(::getpid()) + ".h5"))
+          .string();
+  auto row = [](int r) {
+    const std::size_t n = r == 2 ? (5u << 20) : r == 4 ? (9u << 19) : 1000u + 37u * r;
+    std::vector<std::uint8_t> b(n);
+    for (std::size_t j = 0; j < n; ++j) b[j] = static_cast<std::uint8_t>((r * 13 + j * 7) % 253);
+    return b;
+  };
+  constexpr int kRows = 7;
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    H5File f = create_file(path);
+    const hsize_t n = kRows;
+    H5Dataspace space(H5Screate_simple(1, &n, nullptr));
+    H5Datatype vtype(H5Tvlen_create(H5T_NATIVE_UINT8));
+    H5Dataset d(H5Dcreate2(f.get(), "images", vtype.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                           H5P_DEFAULT));
+    std::vector<std::vector<std::uint8_t>> rows;
+    std::vector<hvl_t> buf;
+    for (int r = 0; r < kRows; ++r) rows.push_back(row(r));
+    for (auto& b : rows) buf.push_back(hvl_t{b.size(), b.data()});
+    ASSERT_GE(H5Dwrite(d.get(), vtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
+  }
+  H5File f = open_file_read(path);
+  H5Dataset images = open_dataset(f.get(), "images", path);
+  const std::vector<std::int64_t> want = {4, 0, 6, 2, 3};
+  std::vector<std::vector<std::uint8_t>> got(2);  // sized before: resized to the rows read
+  read_encoded_rows(images.get(), want, got, path);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(got[i], row(static_cast<int>(want[i]))) << "row " << want[i];
+  fs::remove(path);
 }
 
 }  // namespace
