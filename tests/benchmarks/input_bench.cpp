@@ -6,6 +6,9 @@
 //   {"threads": N, "samples": n, "seconds": t, "samples_per_s": n / t, "per_thread": ...}
 // timed from the end of the first batch (the pool and file are warm) to the last.
 //
+// With --uint8 the batches stay uint8 (HostBatch::raw), as a GPU worker's reader hands them out
+// (the normalization runs on the device): the CPU's part of feeding a GPU.
+//
 // With --epochs E (E ≥ 1) it instead reads E whole epochs, one BatchReader each over the epoch's
 // permutation, sharing one EncodedCache of --cache-mb MiB (0: none) as a training worker does, and
 // prints one JSON line per epoch, timed from the reader's construction to its last batch (the
@@ -13,7 +16,7 @@
 // whose compute took no time.
 //
 // Usage: dtrain_input_bench FILE [--threads N] [--crop S] [--batch B] [--samples N] [--eval]
-//                               [--epochs E] [--cache-mb M]
+//                               [--epochs E] [--cache-mb M] [--uint8]
 #include <sys/resource.h>
 
 #include <chrono>
@@ -44,7 +47,7 @@ double cpu_seconds() {
 }
 
 /// --epochs: whole epochs through one cache, a line each.
-void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb) {
+void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb, bool uint8) {
   std::unique_ptr<EncodedCache> cache;
   if (cache_mb > 0)
     cache = std::make_unique<EncodedCache>(static_cast<std::size_t>(cache_mb) << 20);
@@ -52,14 +55,15 @@ void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb) {
     const std::int64_t hits0 = cache ? cache->hits() : 0;
     const auto t0 = std::chrono::steady_clock::now();
     BatchReader reader(info, epoch_shard(info.num_samples, 1, epoch, 0, 1, true), batch, 2, 0,
-                       Augmentation{0, true, 1, epoch}, 0, cache.get());
+                       Augmentation{0, true, 1, epoch}, 0, cache.get(), uint8);
     HostBatch b;
     long n = 0, batches = 0;
     double checksum = 0;
     while (reader.next(b)) {
       n += b.n;
       ++batches;
-      checksum += b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
+      checksum += uint8 ? b.raw[static_cast<std::size_t>(n % static_cast<long>(b.raw.size()))]
+                        : b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
     }
     const double secs = seconds_since(t0);
     std::printf("{\"epoch\": %d, \"threads\": %d, \"cache_mb\": %ld, \"samples\": %ld, "
@@ -77,12 +81,12 @@ void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: dtrain_input_bench FILE [--threads N] [--crop S] [--batch B] "
-                         "[--samples N] [--eval] [--epochs E] [--cache-mb M]\n");
+                         "[--samples N] [--eval] [--epochs E] [--cache-mb M] [--uint8]\n");
     return 2;
   }
   int threads = 1, crop = 224, batch = 64, epochs = 0;
   long samples = 2048, cache_mb = 0;
-  bool eval = false;
+  bool eval = false, uint8 = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atol(argv[++i]) : 0L; };
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
     else if (a == "--eval") eval = true;
     else if (a == "--epochs") epochs = static_cast<int>(next());
     else if (a == "--cache-mb") cache_mb = next();
+    else if (a == "--uint8") uint8 = true;
     else {
       std::fprintf(stderr, "dtrain_input_bench: unknown argument %s\n", a.c_str());
       return 2;
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
     d.threads = threads;
     configure_decode(info, d);
     if (epochs > 0) {
-      run_epochs(info, epochs, batch, cache_mb);
+      run_epochs(info, epochs, batch, cache_mb, uint8);
       return 0;
     }
     std::vector<std::int64_t> indices;
@@ -117,7 +122,7 @@ int main(int argc, char** argv) {
       indices.insert(indices.end(), shard.begin(), shard.end());
     }
     indices.resize(static_cast<std::size_t>(samples + batch));
-    BatchReader reader(info, indices, batch, 2, 0, Augmentation{0, true, 1, 0}, 0);
+    BatchReader reader(info, indices, batch, 2, 0, Augmentation{0, true, 1, 0}, 0, nullptr, uint8);
     HostBatch b;
     reader.next(b);  // warm-up batch
     const auto t0 = std::chrono::steady_clock::now();
@@ -126,15 +131,17 @@ int main(int argc, char** argv) {
     double checksum = 0;
     while (reader.next(b)) {
       n += b.n;
-      checksum += b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
+      checksum += uint8 ? b.raw[static_cast<std::size_t>(n % static_cast<long>(b.raw.size()))]
+                        : b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
     }
     const double secs = seconds_since(t0);
     const double cpu = cpu_seconds() - cpu0;
-    std::printf("{\"threads\": %d, \"samples\": %ld, \"seconds\": %.4f, \"samples_per_s\": %.1f, "
+    std::printf("{\"threads\": %d, \"uint8\": %s, \"samples\": %ld, \"seconds\": %.4f, "
+                "\"samples_per_s\": %.1f, "
                 "\"per_thread\": %.1f, \"cpu_seconds\": %.4f, \"busy_threads\": %.2f, "
                 "\"bad_images\": %lld, \"checksum\": %.3f}\n",
-                threads, n, secs, n / secs, n / secs / threads, cpu, cpu / secs,
-                static_cast<long long>(reader.bad_images()), checksum);
+                threads, uint8 ? "true" : "false", n, secs, n / secs, n / secs / threads, cpu,
+                cpu / secs, static_cast<long long>(reader.bad_images()), checksum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain_input_bench: error: %s\n", e.what());
     return 1;

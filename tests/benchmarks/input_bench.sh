@@ -16,7 +16,9 @@
 # processes started together (no shared process, no batch to finish together), their samples/s
 # summed — what N cores of this host decode when nothing is shared but the hardware (caches,
 # memory, SMT siblings, clocks). dtrain's "busy threads" (CPU seconds / wall seconds of the timed
-# interval) tells the rest: near N, each thread is slower; below N, threads wait.
+# interval) tells the rest: near N, each thread is slower; below N, threads wait. The last
+# column is dtrain's rate with uint8 batches (--uint8: a GPU worker's reader, which leaves the
+# normalization to the device): the CPU's part of feeding a GPU.
 #
 # Usage: tests/benchmarks/input_bench.sh [THREADS...]      (default "1 2")
 #   env: IMAGES (default 600), SAMPLES per measurement (default 1536), BUILD (default build),
@@ -84,21 +86,24 @@ print(json.dumps({"processes": len(rows), "samples_per_s": round(sum(r["samples_
 }
 for t in "${threads[@]}"; do
   d=$(best "$build/bin/dtrain_input_bench" "$work/enc.h5" --threads "$t" --samples "$samples")
+  u=$(best "$build/bin/dtrain_input_bench" "$work/enc.h5" --threads "$t" --samples "$samples" --uint8)
   c=$d
   [[ $t -gt 1 && $ceiling != 0 ]] && c=$(best together "$t")
   w=$((t == 1 ? 0 : t))
   p=$(best "$py" tests/benchmarks/input_reference.py "$work/jpeg" --workers "$w" --samples "$samples")
   echo "dtrain  threads $t: $d" | tee -a "$log"
+  echo "dtrain  threads $t, uint8 batches: $u" | tee -a "$log"
   [[ $t -gt 1 && $ceiling != 0 ]] && echo "ceiling $t x 1 thread: $c" | tee -a "$log"
   echo "pytorch workers $w: $p" | tee -a "$log"
-  "$tools" - "$t" "$d" "$p" "$c" "$ceiling" <<'PY' | tee -a "$log"
+  "$tools" - "$t" "$d" "$p" "$c" "$ceiling" "$u" <<'PY' | tee -a "$log"
 import json, sys
 t, d, p, c = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+u = json.loads(sys.argv[6])
 dc, pc, cc = d["samples_per_s"] / t, p["samples_per_s"] / t, c["samples_per_s"] / t
 busy = f"{d['busy_threads']:.1f}" if "busy_threads" in d else "-"
 ceil = f"{cc:.0f} | {dc / cc:.2f}" if t == 1 or sys.argv[5] != "0" else "- | -"
-print(f"| {t} | {d['samples_per_s']:.0f} | {dc:.0f} | {p['samples_per_s']:.0f} | {pc:.0f} | ×{dc / pc:.2f} | {busy} | {ceil} |")
+print(f"| {t} | {d['samples_per_s']:.0f} | {dc:.0f} | {p['samples_per_s']:.0f} | {pc:.0f} | ×{dc / pc:.2f} | {busy} | {ceil} | {u['samples_per_s'] / t:.0f} |")
 PY
 done
-echo "# rows: | threads (cores) | dtrain samples/s | dtrain per core | PyTorch samples/s | PyTorch per core | dtrain / PyTorch | dtrain busy threads | host ceiling per core | dtrain / ceiling |" | tee -a "$log"
+echo "# rows: | threads (cores) | dtrain samples/s | dtrain per core | PyTorch samples/s | PyTorch per core | dtrain / PyTorch | dtrain busy threads | host ceiling per core | dtrain / ceiling | dtrain uint8 per core |" | tee -a "$log"
 echo "input_bench.sh: wrote $log"
