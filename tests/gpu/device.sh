@@ -24,8 +24,8 @@
 #   input     tests/benchmarks/input_bench.sh on the machine's cores (issue 38's 16-core row):
 #             decode + RandomResizedCrop(224) + flip, dtrain against torchvision's DataLoader on
 #             the same JPEG files, INPUT_THREADS (default "1 2 4 8 16") threads / worker
-#             processes, with the host's ceiling (N one-thread processes together) and dtrain's
-#             busy threads, REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/; the
+#             processes, with the host's ceiling (N one-thread processes together), dtrain's
+#             busy threads and its rate with uint8 batches (a GPU worker's), REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/; the
 #             machine's python3 has PyTorch, torchvision, Pillow and h5py (~3 minutes)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
 #             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4 (COMM_RANKS="8 12": those rank
