@@ -38,7 +38,10 @@ median compute ms/step.
 After step 1: where the runs' results.json has them (dtrain writes them from two steps on), the
 columns "samples/s after step 1", "efficiency vs ceiling after step 1" (against the ceiling runs'
 own figures after their first step), "compute ms/step after step 1" and "exposed comm ms/step
-after step 1": the same without each process's first step, the transient a short sweep averages in.
+after step 1": the same without each process's first step, the transient a short sweep averages in;
+and "worker compute max/min after step 1" with "slowest worker after step 1" (from the per-worker
+compute in results.json): how far the slowest worker's forward + backward lies above the
+fastest's, the wait a sync step pays for its straggler.
 Without matplotlib the table (.md) and .csv are still written, and no .png (a warning says so).
 Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
 """
@@ -102,6 +105,23 @@ def bad_value(d, spec):
     return None
 
 
+def spread_of_workers(r, path):
+    """From results.json's per-worker compute after each worker's first step (dtrain >=
+    2026-11-27), r["compute_spread_after1"]: the slowest worker's forward + backward over the
+    fastest's, and r["slowest_after1"]: which worker that is. A sync step waits for the slowest."""
+    per = r.get("step_compute_ms_per_worker_after_first_step")
+    if per is None:
+        return
+    if not (isinstance(per, list) and per and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in per)):
+        warn(f"{path}: step_compute_ms_per_worker_after_first_step = {json.dumps(per)[:80]}, "
+             "expected a list of positive numbers; its spread is left out")
+        return
+    r["compute_spread_after1"] = max(per) / min(per)
+    r["slowest_after1"] = per.index(max(per))
+
+
 def load_runs(dirs):
     runs, seen, skipped = [], set(), 0
     for d in dirs:
@@ -134,6 +154,7 @@ def load_runs(dirs):
                 skipped += 1
                 continue
             r["_path"] = path
+            spread_of_workers(r, path)
             lj = os.path.join(root, "launcher.json")  # written by run_strong_scaling.sh
             if os.path.isfile(lj):
                 try:
@@ -207,6 +228,8 @@ def build_rows(runs, time_key):
                 "samples_per_s_after1": med("samples_per_sec_after_first_step"),
                 "compute_ms_after1": med("step_compute_ms_after_first_step"),
                 "comm_ms_after1": med("step_exposed_comm_ms_after_first_step"),
+                "compute_spread_after1": med("compute_spread_after1"),
+                "slowest_after1": rs[0].get("slowest_after1", float("nan")),
                 "cpu_s": med("cpu_seconds"),
                 "cpu_eff": cpu_base / med("cpu_seconds") if med("cpu_seconds") > 0 else float("nan"),
                 "load1": med("load1"),
@@ -261,6 +284,8 @@ AFTER_FIRST_COLUMNS = [
     ("ceiling_eff_after1", "efficiency vs ceiling after step 1", "{:.2f}"),
     ("compute_ms_after1", "compute ms/step after step 1", "{:.1f}"),
     ("comm_ms_after1", "exposed comm ms/step after step 1", "{:.1f}"),
+    ("compute_spread_after1", "worker compute max/min after step 1", "{:.2f}"),
+    ("slowest_after1", "slowest worker after step 1", lambda v: f"w{v}"),
 ]
 
 

@@ -90,6 +90,10 @@ void write_results_json(const std::string& run_dir, const std::map<std::string, 
       for (std::size_t j = 0; j < ss->size(); ++j)
         os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
       os << ']';
+    } else if (const auto* ds = std::get_if<std::vector<double>>(&v)) {
+      os << '[' << std::setprecision(10);
+      for (std::size_t j = 0; j < ds->size(); ++j) os << (j ? ", " : "") << (*ds)[j];
+      os << ']';
     } else {
       const auto& ns = std::get<std::vector<std::int64_t>>(v);
       os << '[';

@@ -123,8 +123,12 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["step_compute_ms"] = out.anatomy_ms[1];
   r["step_exposed_comm_ms"] = out.anatomy_ms[2];
   r["step_optimizer_ms"] = out.anatomy_ms[3];
+  r["step_compute_ms_per_worker"] = out.compute_ms_per_worker;  // in worker order
+  r["step_exposed_comm_ms_per_worker"] = out.exposed_ms_per_worker;
   r["samples_per_sec"] = samples_per_second(out);
   if (out.has_after_first) {  // the same without each process's first step
+    r["step_compute_ms_per_worker_after_first_step"] = out.compute_ms_per_worker_after_first;
+    r["step_exposed_comm_ms_per_worker_after_first_step"] = out.exposed_ms_per_worker_after_first;
     r["samples_per_sec_after_first_step"] = out.samples_per_sec_after_first;
     r["step_data_ms_after_first_step"] = out.anatomy_after_first_ms[0];
     r["step_compute_ms_after_first_step"] = out.anatomy_after_first_ms[1];

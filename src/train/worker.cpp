@@ -504,6 +504,10 @@ void Worker::summarize_step_times() {
     out_.step_ms_p90 = std::max(out_.step_ms_p90, a[1]);
     out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
     for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
+    out_.compute_ms_per_worker.push_back(a[4]);
+    out_.exposed_ms_per_worker.push_back(a[5]);
+    out_.compute_ms_per_worker_after_first.push_back(a[8]);
+    out_.exposed_ms_per_worker_after_first.push_back(a[9]);
     // Without each worker's first step: only when every worker had a second one (a[7], a[11] ≥ 0).
     out_.has_after_first = (w == 0 || out_.has_after_first) && a[7] >= 0 && a[11] >= 0;
     for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;

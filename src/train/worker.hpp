@@ -51,6 +51,11 @@ struct WorkerOutcome {
   bool has_after_first = false;
   double anatomy_after_first_ms[4] = {0, 0, 0, 0};
   double samples_per_sec_after_first = 0;
+  /// chief: each worker's forward + backward and exposed communication, ms per step, in worker
+  /// order (a sync step waits for its slowest worker: their spread is the stragglers' cost); the
+  /// *_after_first ones without each worker's first step (filled when has_after_first)
+  std::vector<double> compute_ms_per_worker, exposed_ms_per_worker;
+  std::vector<double> compute_ms_per_worker_after_first, exposed_ms_per_worker_after_first;
   std::int64_t samples = 0;  ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
   double push_bytes_per_step =

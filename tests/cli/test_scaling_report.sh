@@ -7,7 +7,8 @@
 #   - one row per (mode, workers); every run trained on the same samples; the 1-worker row of each
 #     mode has speedup 1 and efficiency 1; speedup = T1/TN recomputed from the runs' results.json;
 #   - the step anatomy columns (data, compute, exposed comm, optimizer ms/step) equal the runs'
-#     results.json step_*_ms fields, and compute is > 0;
+#     results.json step_*_ms fields, and compute is > 0; the workers' compute spread and slowest
+#     worker follow from results.json's per-worker compute;
 #   - the PNG is a real image with the three panels drawn (speedup, efficiency, anatomy).
 # Bad input: a global batch that does not split over the workers, an empty --workers or --modes, an
 # option without its value: one clear error (exit 2), before any run. scaling_report.py: a run folder
@@ -61,6 +62,11 @@ for row in rows:
         assert 0 < float(row["ps_optimizer"]) <= float(row["ps_busy"]), row
     if row["workers"] == "1":
         assert float(row["speedup"]) == 1.0, row
+    per = r["step_compute_ms_per_worker_after_first_step"]  # the stragglers' columns
+    assert len(per) == int(row["workers"]) and min(per) > 0, per
+    spread = max(per) / min(per)
+    assert abs(float(row["compute_spread_after1"]) - spread) <= 1e-3 * spread, (row, per)
+    assert int(row["slowest_after1"]) == per.index(max(per)), (row, per)
 md = open(f"{out}/report.md").read()
 assert "exposed comm ms/step" in md and "compute ms/step" in md, md
 img = mpimg.imread(f"{out}/report.png")[..., :3]

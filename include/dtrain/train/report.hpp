@@ -64,9 +64,10 @@ class MetricsWriter {
 };
 
 /// One value of a results.json entry: a number, a string, null (std::monostate), or an array of
-/// strings or integers.
-using JsonValue = std::variant<double, std::int64_t, std::string, std::monostate,
-                               std::vector<std::string>, std::vector<std::int64_t>>;
+/// strings, integers or numbers.
+using JsonValue =
+    std::variant<double, std::int64_t, std::string, std::monostate, std::vector<std::string>,
+                 std::vector<std::int64_t>, std::vector<double>>;
 /// Writes `kv` as one JSON object, keys in order, to <run_dir>/results.json via
 /// <run_dir>/results.json.tmp and a rename (core/files.hpp write_file_atomically). Throws
 /// LibraryError naming the file when the write or the rename fails; results.json is then left
