@@ -34,6 +34,9 @@ CorePlan plan_cores(const std::vector<int>& cpus, int local_rank, int local_size
   if (comm_thread && block >= 2) {
     plan.comm = plan.compute.back();
     plan.compute.pop_back();
+  } else if (const int left = n - block * local_size; comm_thread && left > 0) {
+    // Blocks of one CPU: the communication threads share the CPUs left over, not their rank's.
+    plan.comm = cpus[static_cast<std::size_t>(block * local_size + local_rank % left)];
   }
   return plan;
 }

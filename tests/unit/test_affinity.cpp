@@ -1,6 +1,7 @@
 // tests/unit/test_affinity.cpp — `--pin-threads`' CPU blocks (comm/affinity.hpp plan_cores): the
 // ranks of a node get disjoint blocks in node-local rank order, the communication thread the last
-// CPU of a block of 2 or more, ranks beyond the CPUs share them; CPU lists as /proc writes them;
+// CPU of a block of 2 or more (with blocks of one, the CPUs left over, shared), ranks beyond the
+// CPUs share them; CPU lists as /proc writes them;
 // and pinning the calling thread shows in what the process reports.
 #include <gtest/gtest.h>
 
@@ -33,12 +34,19 @@ TEST(Affinity, RanksOfANodeGetDisjointBlocksInLocalRankOrder) {
     for (int c : p.compute) EXPECT_TRUE(used.insert(c).second) << "CPU " << c << " twice";
     EXPECT_TRUE(used.insert(p.comm).second);
   }
-  // 12 workers + 1 ps: one CPU each (3 left over), no CPU to spare for communication.
-  for (int r = 0; r < 13; ++r) {
-    const CorePlan p = plan_cores(cpus, r, 13, true);
+  // 12 workers: one CPU each; the communication threads share the 4 left over, 3 to a CPU.
+  std::vector<int> per_comm_cpu(16, 0);
+  for (int r = 0; r < 12; ++r) {
+    const CorePlan p = plan_cores(cpus, r, 12, true);
     EXPECT_EQ(p.compute, std::vector<int>{r});
-    EXPECT_EQ(p.comm, -1);
+    EXPECT_EQ(p.comm, 12 + r % 4) << r;
+    ++per_comm_cpu[static_cast<std::size_t>(p.comm)];
   }
+  EXPECT_EQ(per_comm_cpu, (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3}));
+  // 16 ranks on 16 CPUs: nothing left over, the communication thread stays with its rank.
+  EXPECT_EQ(plan_cores(cpus, 5, 16, true).comm, -1);
+  // Without a communication thread the left-over CPUs stay free.
+  EXPECT_EQ(plan_cores(cpus, 5, 12, false).comm, -1);
   // 3 ranks with 4 threads' worth each, no communication thread: blocks of 5, CPU 15 free.
   EXPECT_EQ(plan_cores(cpus, 2, 3, false).compute, range(10, 5));
   EXPECT_EQ(plan_cores(cpus, 2, 3, false).comm, -1);

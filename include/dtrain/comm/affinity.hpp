@@ -3,10 +3,10 @@
 // Open MPI's --map-by slot:PE=n --bind-to core, or OpenMP's OMP_PLACES=cores with OMP_PROC_BIND
 // inside each block); a rank runs one compute thread per CPU of its block, and the sync
 // allreduce's communication thread (collectives/bucketed.hpp) on a CPU of its own where the block
-// has one to spare — so ranks no longer share cores, caches and SMT siblings by the scheduler's
-// chance, and the thread that drives MPI never waits behind a compute thread.
-// Linux: sched_getaffinity / sched_setaffinity on the calling thread, /proc/self/task for what
-// every thread of the process may run on.
+// has one to spare (else on the CPUs no block takes, shared) — so ranks no longer share cores,
+// caches and SMT siblings by the scheduler's chance, and the thread that drives MPI never waits
+// behind a compute thread. Linux: sched_getaffinity / sched_setaffinity on the calling thread,
+// /proc/self/task for what every thread of the process may run on.
 #pragma once
 
 #include <string>
@@ -26,8 +26,10 @@ struct CorePlan {
 /// node's usable CPUs, ascending, non-empty): ⌊|cpus| / local_size⌋ CPUs from position
 /// local_rank × that size (left-over CPUs stay free); with more ranks than CPUs, CPU
 /// cpus[local_rank mod |cpus|] (shared). `comm_thread`: the rank runs a communication thread,
-/// given the block's last CPU when the block has at least 2. Throws InputError on empty cpus or
-/// a rank outside [0, local_size).
+/// given the block's last CPU when the block has at least 2; with blocks of one CPU and CPUs left
+/// over, left-over CPU local_rank mod (their number), shared with the other ranks' communication
+/// threads (12 ranks on 16 CPUs: 3 to each of the last 4). Throws InputError on empty cpus or a
+/// rank outside [0, local_size).
 CorePlan plan_cores(const std::vector<int>& cpus, int local_rank, int local_size, bool comm_thread);
 
 /// The CPUs the calling thread may run on (sched_getaffinity), ascending. Throws LibraryError
