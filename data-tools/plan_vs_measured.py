@@ -2,13 +2,15 @@
 """data-tools/plan_vs_measured.py — `dtrain plan`'s predictions beside a measured scaling sweep.
 
 Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --job JOB.ini
-           --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB] [--dtrain BIN]
+           --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB]
+           [--cores-per-node C] [--dtrain BIN]
 
 SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
 async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. For every run
 with at most --max-workers workers, runs
   dtrain plan --config JOB --profile P --nodes 1 --workers-per-node N --global-batch-size B
-              --intra-node SPEC --mode sync|async [--num-ps K] --bucket-mb <the run's> --out ...
+              --intra-node SPEC --cores-per-node C --mode sync|async [--num-ps K]
+              --bucket-mb <the run's> --out ...
 and prints a Markdown table: mode, workers, predicted and measured samples/s, error % =
 (predicted − measured) / measured, predicted and measured compute and exposed communication
 ms/step. Sync rows use the flat allreduce at the job's --bucket-mb (default 25).
@@ -81,7 +83,8 @@ def predict(a, mode, ps, workers, tmp):
     out = os.path.join(tmp, f"{mode}-{ps}-{workers}.json")
     cmd = [a.dtrain, "plan", "--config", a.job, "--profile", a.profile, "--nodes", "1",
            "--workers-per-node", str(workers), "--global-batch-size", str(a.global_batch),
-           "--intra-node", a.intra_node, "--mode", mode, "--out", out]
+           "--intra-node", a.intra_node, "--cores-per-node", str(a.cores_per_node),
+           "--mode", mode, "--out", out]
     cmd += ["--num-ps", str(ps)] if mode == "async" else ["--num-ps", "0"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -101,6 +104,8 @@ def main():
     ap.add_argument("--global-batch", type=int, required=True)
     ap.add_argument("--intra-node", default="shm")
     ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--cores-per-node", type=int, default=0,
+                    help="the host's cores (dtrain plan --cores-per-node; default 0: not priced)")
     ap.add_argument("--max-workers", type=int, default=1 << 30)
     ap.add_argument("--dtrain", default="build/bin/dtrain")
     ap.add_argument("--after-first-step", action="store_true",

@@ -36,6 +36,9 @@ constexpr const char* kAssumptions =
     "  paces the step; async samples/s is not time to accuracy (stale gradients)\n"
     "- latency-aware rows (--bucket-link): buckets of at least p·α·β bytes for the ring of all\n"
     "  p workers over --network (--intra-node on one node)\n"
+    "- --cores-per-node C (CPU workers): a step takes at least the node's CPU work over its C\n"
+    "  cores: its workers' compute × threads, the copies through a shared intra-node link\n"
+    "  (they take as long on the CPU as on the bus) and its ps ranks' updates (bound \"cores\")\n"
     "- --wire-dtype bf16|fp16: the sync allreduce moves 2 bytes a value (flat, and both levels\n"
     "  of hierarchical); not modelled: sync through ps, 16-bit ps pushes, the conversions' "
     "compute\n";
@@ -51,9 +54,12 @@ Topology topology_of(const Config& c) {
              "dtrain plan: --mode sync --num-ps " + std::to_string(c.num_ps) +
                  " (sync through parameter servers) is not modelled; plan --mode sync (allreduce) "
                  "or --mode async --num-ps K");
+  DT_REQUIRE(c.cores_per_node >= 0, "option --cores-per-node: must be >= 0 (0: not priced), got " +
+                                        std::to_string(c.cores_per_node));
   Topology t;
   t.nodes = c.nodes;
   t.workers_per_node = c.workers_per_node;
+  t.cores_per_node = c.cores_per_node;
   t.inter = parse_link(c.network, "--network");
   t.intra = parse_link(c.intra_node, "--intra-node");
   t.overlap = c.overlap;
@@ -83,12 +89,10 @@ std::string link_text(const Link& l) {
          (l.shared ? ", shared by the node's ranks)" : ")");
 }
 
-bool cpu_workers(const WorkerProfile& p) { return p.device.rfind("cpu", 0) == 0; }
-
 /// Whether dtrain can run the candidate on the profile's device: --allreduce hierarchical is
 /// for CPU workers (GPU workers take NCCL's rings).
 bool runnable(const Candidate& c, const WorkerProfile& p) {
-  return c.strategy != Strategy::hierarchical || cpu_workers(p);
+  return c.strategy != Strategy::hierarchical || p.on_cpu();
 }
 
 /// The options that run a candidate (GPU workers: NCCL for the flat ring).
@@ -96,7 +100,7 @@ bool runnable(const Candidate& c, const WorkerProfile& p) {
 /// --bucket-link that plans its buckets, the link bucket_ring() takes).
 std::string options_of(const Candidate& c, const WorkerProfile& p, const Topology& t) {
   if (c.strategy == Strategy::ps) return "--mode async --num-ps " + std::to_string(c.num_ps);
-  const std::string flat = cpu_workers(p) ? "mpi" : "nccl";
+  const std::string flat = p.on_cpu() ? "mpi" : "nccl";
   return "--mode sync --num-ps 0 --allreduce " +
          (c.strategy == Strategy::flat ? flat : std::string("hierarchical")) + " --bucket-mb " +
          fixed(c.bucket_mb, 0) +
@@ -137,7 +141,10 @@ std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
      << " parameters = " << fixed(p.gradient_bytes() / 1e6, 1) << " MB of gradients, "
      << p.layers.size() << " layers\n"
      << "links: between nodes " << link_text(t.inter) << "; inside a node " << link_text(t.intra)
-     << (t.overlap ? "" : "; --overlap false: the exchange starts after backward") << "\n\n";
+     << (t.overlap ? "" : "; --overlap false: the exchange starts after backward")
+     << (t.cores_per_node > 0 ? "; " + std::to_string(t.cores_per_node) + " cores per node"
+                              : std::string())
+     << "\n\n";
   return os.str();
 }
 
@@ -189,7 +196,7 @@ std::string recommendation(const std::vector<Prediction>& rows, const WorkerProf
   line("recommended: ", best(rows, mb, [&](const Prediction& r) { return sync(r) || async(r); }));
   line("best sync:   ", best(rows, mb, sync));
   line("best async:  ", best(rows, mb, async));
-  if (!cpu_workers(p))
+  if (!p.on_cpu())
     os << "(hierarchical rows: the model's figure only; dtrain's GPU workers reduce with NCCL)\n";
   return os.str();
 }
@@ -202,6 +209,7 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
                               {"batch_per_worker", t.batch},
                               {"network", t.inter.name},
                               {"intra_node", t.intra.name},
+                              {"cores_per_node", t.cores_per_node},
                               {"gradient_bytes", p.gradient_bytes()}};
   j["predictions"] = nlohmann::ordered_json::array();
   for (const Prediction& r : rows)
@@ -219,6 +227,7 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
                                 {"step_ms", r.step_ms},
                                 {"samples_per_s", r.samples_per_s},
                                 {"efficiency", r.efficiency},
+                                {"node_cpu_ms", r.node_cpu_ms},
                                 {"bound", r.bound}});
   return j;
 }

@@ -103,6 +103,32 @@ double ps_round_s(double bytes, double optimizer_s, int num_ps, const Topology& 
   return W * (optimizer_s / K + 2.0 * link.seconds(bytes / K, streams));
 }
 
+double node_cpu_s(const WorkerProfile& p, const Topology& t, const Candidate& c) {
+  const int G = t.workers_per_node, W = t.workers(), T = std::max(1, p.threads);
+  const double scale = static_cast<double>(t.batch) / p.batch;
+  const double compute = (p.forward_ms() + p.backward_ms()) * scale / 1000;
+  const double opt = p.optimizer_ms / 1000, S = p.gradient_bytes();
+  const double bus = t.intra.bytes_per_second();
+  double worker = T * compute, ps = 0;  // one worker's CPU seconds; the node's ps ranks'
+  if (c.strategy == Strategy::ps) {
+    if (t.nodes == 1 && t.intra.shared) worker += 2.0 * S / bus;  // its copies through the rings
+    const int ps_here = t.nodes == 1 ? c.num_ps : (c.num_ps + t.nodes - 1) / t.nodes;
+    ps = ps_here * W * opt / c.num_ps;
+  } else {
+    worker += T * opt;
+    const double values = S * t.value_bytes / 4;
+    if (t.intra.shared && W > 1) {
+      if (c.strategy == Strategy::flat) {
+        const double hops = t.nodes == 1 ? 2.0 * (W - 1) : 2.0 * (W - 1) * (G - 1) / G;
+        worker += hops * t.intra.seconds(values / W, intra_streams(t));
+      } else if (G > 1) {  // the node's reduce and broadcast
+        worker += 2 * 2.0 * (G - 1) * t.intra.seconds(values / G, intra_streams(t));
+      }
+    }
+  }
+  return G * worker + ps;
+}
+
 double exposed_after_backward_s(const std::vector<double>& ready_s,
                                 const std::vector<double>& cost_s, double backward_s) {
   DT_ASSERT(ready_s.size() == cost_s.size(), "exposed_after_backward_s: sizes differ");
@@ -155,6 +181,14 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
     const std::vector<Bucket> buckets = candidate_buckets(p, t, c);
     r.buckets = buckets.size();
     r.end_mib = 4.0 * static_cast<double>(buckets.back().end - buckets.back().begin) / kMiB;
+  }
+  if (t.cores_per_node > 0 && p.on_cpu()) {  // the node's CPU work over its cores
+    const double floor = node_cpu_s(p, t, c) / t.cores_per_node;
+    r.node_cpu_ms = floor * 1000;
+    if (floor > step) {
+      step = floor;
+      r.bound = "cores";
+    }
   }
   r.step_ms = step * 1000;
   r.samples_per_s = t.workers() * t.batch / step;

@@ -109,11 +109,32 @@ grep -qF "profile: from $SCRATCH/p.json" "$SCRATCH/plan2.out" || fail "the saved
 ! grep -q '^| sync' "$SCRATCH/plan2.out" || fail "sync rows despite --mode async"
 grep -qF "recommended: --mode async --num-ps 2" "$SCRATCH/plan2.out" || fail "no recommendation"
 
+echo "== 3b. a node's cores: 4 workers on 2 cores are paced by its CPU work"
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 1 \
+  --workers-per-node 4 --global-batch-size 256 --cores-per-node 2 --out "$SCRATCH/cores.json" \
+  >"$SCRATCH/cores.out" 2>&1 || { cat "$SCRATCH/cores.out"; fail "dtrain plan --cores-per-node failed"; }
+grep -qF "; 2 cores per node" "$SCRATCH/cores.out" || fail "the plan does not name the cores"
+"$PY" - "$SCRATCH/cores.json" "$SCRATCH/p.json" <<'PY' || fail "--cores-per-node does not bound the step"
+import json, sys
+plan, prof = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert plan["cores_per_node"] == 2, plan["cores_per_node"]
+# 4 one-thread workers at batch 64 on 2 cores: at least 2 x each one's compute per step.
+compute = sum(l["forward_ms"] + l["backward_ms"] for l in prof["layers"]) * 64 / prof["batch"]
+for r in plan["predictions"]:
+    assert r["node_cpu_ms"] >= 2 * compute * prof["threads"] - 1e-6, r
+    assert r["step_ms"] >= r["node_cpu_ms"] - 1e-6, r
+    assert r["bound"] == "cores", r  # every candidate: the cores pace it
+print(f"{len(plan['predictions'])} rows paced by the cores")
+PY
+
 echo "== 4. bad options"
 P=(plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json")
 expect_error 0 "option --network 'hdr'|unknown preset|hdr-ib" "${P[@]}" --network hdr
 expect_error 0 "option --intra-node 'alpha_us=1'|beta_gbps" "${P[@]}" --intra-node alpha_us=1
 expect_error 0 "option --nodes|>= 1" "${P[@]}" --nodes 0
+expect_error 0 "option --cores-per-node|>= 0" "${P[@]}" --cores-per-node -1
+expect_error 0 "--cores-per-node|belong to \`dtrain plan\`" --config "$JOB" "${DATA[@]}" \
+  --cores-per-node 2
 expect_error 0 "option --global-batch-size|10|4 workers" "${P[@]}" --workers-per-node 4 \
   --global-batch-size 10
 expect_error 0 "option --profile '$SCRATCH/none.json'|cannot read" plan --config "$JOB" \

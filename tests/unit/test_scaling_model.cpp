@@ -1,7 +1,8 @@
 // tests/unit/test_scaling_model.cpp — the scaling model of `dtrain plan` (plan/scaling_model.hpp)
 // on closed-form cases: the ring allreduce 2(n−1)/n·B/β + 2(n−1)α, a shared bus, the ring across
 // nodes, the hierarchical sum, the ps round, the overlap of buckets with backward, a whole
-// prediction; the link spec parser (comm/network.hpp); the profile's JSON (model/profile.hpp).
+// prediction, a node's CPU work over its cores; the link spec parser (comm/network.hpp); the
+// profile's JSON (model/profile.hpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -245,6 +246,57 @@ TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {
   const double big = 2 * (800 / 1e12);
   EXPECT_NEAR(fast.exposed_ms, (std::max(0.004 + big, 0.007) + last - 0.007) * 1000, 1e-9);
   EXPECT_THROW(predict(p, t, {Strategy::ps, 0, 0}), InputError);
+}
+
+TEST(ScalingModel, ASaturatedNodeTakesItsCpuWorkOverItsCores) {
+  // 4 MiB of fp32 gradients, forward + backward 10 ms at batch 4, optimizer 2 ms, 1 thread; two
+  // workers on one node over a shared bus of 1 GB/s (α = 0).
+  constexpr std::size_t MiB = kMiBFloats;
+  const WorkerProfile p = four_mib();
+  const double S = 16.0 * MiB;  // bytes
+  Topology t = topo(1, 2, link(0, 1), link(0, 1, true), 4);
+  const Candidate flat{Strategy::flat, 25, 0}, hier{Strategy::hierarchical, 25, 0};
+  const Candidate ps{Strategy::ps, 0, 1};
+  // Sync, flat: each worker 10 + 2 ms and its 2(W−1) = 2 hops of S/2 at 2 streams (S/1e9 s each).
+  const double flat_cpu = 2 * (0.010 + 0.002 + 2 * (S / 2 * 2 / 1e9));
+  EXPECT_NEAR(node_cpu_s(p, t, flat), flat_cpu, 1e-12);
+  // Hierarchical: the node's reduce and broadcast, 2(G−1) = 2 steps each.
+  EXPECT_NEAR(node_cpu_s(p, t, hier), 2 * (0.012 + 4 * (S / 2 * 2 / 1e9)), 1e-12);
+  // Async, 1 ps: each worker's compute and 2·S through the rings, the ps's W·optimizer.
+  EXPECT_NEAR(node_cpu_s(p, t, ps), 2 * (0.010 + 2 * S / 1e9) + 2 * 0.002, 1e-12);
+  // Two threads a worker: twice the compute and optimizer, the same copies.
+  WorkerProfile two = p;
+  two.threads = 2;
+  EXPECT_NEAR(node_cpu_s(two, t, flat), flat_cpu + 2 * 0.012, 1e-12);
+  // Not priced without cores: the step of the overlap model alone.
+  const Prediction free = predict(p, t, flat);
+  EXPECT_EQ(free.node_cpu_ms, 0.0);
+  EXPECT_NE(free.bound, "cores");
+  // 2 cores: the floor flat_cpu / 2 is above that step and paces it.
+  t.cores_per_node = 2;
+  const Prediction busy = predict(p, t, flat);
+  ASSERT_GT(flat_cpu / 2, free.step_ms / 1000);
+  EXPECT_EQ(busy.bound, "cores");
+  EXPECT_NEAR(busy.step_ms, flat_cpu / 2 * 1000, 1e-9);
+  EXPECT_NEAR(busy.node_cpu_ms, busy.step_ms, 1e-9);
+  EXPECT_NEAR(busy.samples_per_s, 2 * 4 / (flat_cpu / 2), 1e-6);
+  // 16 cores: the floor is far below the step, which stays the overlap model's.
+  t.cores_per_node = 16;
+  const Prediction spare = predict(p, t, flat);
+  EXPECT_NEAR(spare.step_ms, free.step_ms, 1e-9);
+  EXPECT_EQ(spare.bound, free.bound);
+  EXPECT_NEAR(spare.node_cpu_ms, flat_cpu / 16 * 1000, 1e-9);
+  // A GPU profile's compute is not CPU work: not priced. A calibrated CPU profile is.
+  WorkerProfile gpu = p;
+  gpu.device = "cuda";
+  t.cores_per_node = 2;
+  EXPECT_EQ(predict(gpu, t, flat).node_cpu_ms, 0.0);
+  WorkerProfile host = p;
+  host.device = "cpu (a 2-core host, calibrated)";
+  EXPECT_NEAR(predict(host, t, flat).node_cpu_ms, busy.node_cpu_ms, 1e-9);
+  // Across nodes only the hops inside a node are copies: (G−1)/G of them with 2 per node.
+  const Topology nodes = topo(2, 2, link(0, 1), link(0, 1, true), 4);
+  EXPECT_NEAR(node_cpu_s(p, nodes, flat), 2 * (0.012 + 2.0 * 3 / 2 * (S / 4 * 2 / 1e9)), 1e-12);
 }
 
 TEST(ScalingModel, CandidatesCoverBucketSizesAndPsCounts) {

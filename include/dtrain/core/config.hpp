@@ -166,6 +166,7 @@ struct Config {
   // scaling plan (dtrain plan, plan/scaling_model.hpp)
   int nodes = 1;                   ///< plan: nodes of the planned cluster
   int workers_per_node = 1;        ///< plan: worker ranks (GPUs, or cores) per node
+  int cores_per_node = 0;          ///< plan: CPU cores of a node (0: its CPU work not priced)
   std::string network = "hdr-ib";  ///< plan: the link between nodes (comm/network.hpp)
   std::string intra_node = "shm";  ///< plan: the link inside a node
   std::string profile;             ///< plan: a saved worker profile to use instead of profiling

@@ -48,6 +48,9 @@ struct WorkerProfile {
   [[nodiscard]] double backward_ms() const;        ///< Σ layers' backward_ms
   [[nodiscard]] std::size_t param_floats() const;  ///< Σ layers' param_floats
   [[nodiscard]] double gradient_bytes() const { return 4.0 * static_cast<double>(param_floats()); }
+  /// Whether the profiled workers ran on CPUs: device "cpu", or "cpu (…)" as a calibrated
+  /// profile names its host.
+  [[nodiscard]] bool on_cpu() const { return device.rfind("cpu", 0) == 0; }
 };
 
 /// Writes `p` as JSON to `path` (replacing it). Throws InputError naming `option` and the path

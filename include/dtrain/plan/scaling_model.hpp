@@ -37,11 +37,20 @@
 //        one node, shared bus (--ps-shm's rings: the workers copy, the ps only updates):
 //          max(W·optimizer/K, 2·W·S/β): the ps's updates or the bus, whichever is slower.
 // step = max(worker's step, ps round): the slower side paces it.
+// Cores (Topology::cores_per_node C > 0, CPU profiles only): the step takes at least a node's
+// CPU work over its C cores, the work of the G workers there — T·(forward + backward) each with
+// T = the profile's threads, sync also T·optimizer — plus the copies through a shared (memory)
+// intra-node link, which keep a CPU busy as long as they take on the bus: sync, the intra-node
+// part of each worker's exchange (flat: 2(W−1) hops on one node, 2(W−1)(G−1)/G of them across
+// nodes, each t_intra(S/W, k); hierarchical: the node reduce and broadcast); async on one node,
+// each worker's 2·S/β through the ps's rings; plus the node's ps updates (⌈K/nodes⌉ ps, W·
+// optimizer/K each). Where that floor is above the step above, it is the step (bound "cores").
 // samples/s = W·b / step; efficiency = samples/s / (W × the samples/s of one worker of the same
 // mode at the same batch on one node): T1/(N·TN) at a fixed per-worker batch.
 //
 // Not modelled (stated in every plan's output): contention for memory bandwidth or caches
-// between ranks' compute (a host whose compute per sample rises with its busy cores), stragglers
+// between ranks' compute and with the copies (a host whose compute per sample rises with its busy
+// cores or its communication's traffic), stragglers
 // and load imbalance, the data pipeline (synthetic or cached data), the first step's warm-up,
 // sync training through ps (--mode sync --num-ps K), 16-bit ps pushes (--wire-dtype: the async
 // exchange is priced in fp32) and the conversions' compute, and the statistical cost of async's
@@ -66,6 +75,7 @@ struct Topology {
   int batch = 1;             ///< samples per worker and step (> 0)
   bool overlap = true;       ///< --overlap: buckets and pushes start during backward (else after)
   double value_bytes = 4;    ///< sync allreduce bytes per gradient value (--wire-dtype: 4 or 2)
+  int cores_per_node = 0;    ///< CPU cores of a node (--cores-per-node; 0: not priced)
   [[nodiscard]] int workers() const { return nodes * workers_per_node; }
 };
 
@@ -94,7 +104,10 @@ struct Prediction {
   double efficiency = 0;    ///< samples/s over W × one worker's (see the file comment)
   std::size_t buckets = 0;  ///< sync: how many buckets the plan cuts (0 for async)
   double end_mib = 0;       ///< sync: the size of the bucket holding the first layers, MiB
-  std::string bound;        ///< what paces the step: "compute", "network", "ps"
+  /// A node's CPU work per step over its cores, ms (0 when not priced: no cores_per_node, or a
+  /// GPU profile); the step is at least this
+  double node_cpu_ms = 0;
+  std::string bound;  ///< what paces the step: "compute", "network", "ps", "cores"
 };
 
 /// Ring allreduce of `bytes` over the topology's W ranks (flat): see the file comment. W = 1: 0.
@@ -103,6 +116,9 @@ double flat_allreduce_s(double bytes, const Topology& t);
 double hierarchical_allreduce_s(double bytes, const Topology& t);
 /// One ps's time for a round of W push-pulls of S bytes with K ps (see the file comment).
 double ps_round_s(double bytes, double optimizer_s, int num_ps, const Topology& t);
+/// One node's CPU seconds per step for candidate c (see "Cores" in the file comment), whatever
+/// the profile's device or cores_per_node.
+double node_cpu_s(const WorkerProfile& p, const Topology& t, const Candidate& c);
 
 /// Communication exposed after backward: transfers k = 0, 1, ... each ready at ready_s[k] (seconds
 /// from backward's start, non-decreasing), taking cost_s[k], run one at a time in order
