@@ -16,6 +16,13 @@ constexpr double kMiB = 1024.0 * 1024.0;
 /// Streams sharing the intra-node link when every rank of a node uses it at once.
 int intra_streams(const Topology& t) { return t.intra.shared ? t.workers_per_node : 1; }
 
+/// The hierarchical sum's reduce (or broadcast) inside one node: 2(G−1) steps of bytes/G over
+/// the intra-node link; 0 for one worker a node.
+double node_reduce_s(double bytes, const Topology& t) {
+  const int G = t.workers_per_node;
+  return G > 1 ? 2.0 * (G - 1) * t.intra.seconds(bytes / G, intra_streams(t)) : 0;
+}
+
 void check(const Topology& t, const Candidate& c) {
   DT_REQUIRE(t.nodes >= 1, "option --nodes: must be >= 1, got " + std::to_string(t.nodes));
   DT_REQUIRE(t.workers_per_node >= 1,
@@ -88,8 +95,8 @@ double flat_allreduce_s(double bytes, const Topology& t) {
 }
 
 double hierarchical_allreduce_s(double bytes, const Topology& t) {
-  const int G = t.workers_per_node, N = t.nodes;
-  const double node = G > 1 ? 2.0 * (G - 1) * t.intra.seconds(bytes / G, intra_streams(t)) : 0;
+  const int N = t.nodes;
+  const double node = node_reduce_s(bytes, t);
   const double leaders = N > 1 ? 2.0 * (N - 1) * t.inter.seconds(bytes / N, 1) : 0;
   return node + leaders + node;  // reduce, leaders' ring, broadcast
 }
@@ -121,8 +128,8 @@ double node_cpu_s(const WorkerProfile& p, const Topology& t, const Candidate& c)
       if (c.strategy == Strategy::flat) {
         const double hops = t.nodes == 1 ? 2.0 * (W - 1) : 2.0 * (W - 1) * (G - 1) / G;
         worker += hops * t.intra.seconds(values / W, intra_streams(t));
-      } else if (G > 1) {  // the node's reduce and broadcast
-        worker += 2 * 2.0 * (G - 1) * t.intra.seconds(values / G, intra_streams(t));
+      } else {  // the node's reduce and broadcast
+        worker += 2 * node_reduce_s(values, t);
       }
     }
   }

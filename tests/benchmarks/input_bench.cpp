@@ -46,6 +46,13 @@ double cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+/// One value of batch b picked by the running sample count n, for a checksum: from the uint8
+/// batch (--uint8) or the float32 one.
+double pick(const HostBatch& b, long n, bool uint8) {
+  return uint8 ? b.raw[static_cast<std::size_t>(n % static_cast<long>(b.raw.size()))]
+               : b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
+}
+
 /// --epochs: whole epochs through one cache, a line each.
 void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb, bool uint8) {
   std::unique_ptr<EncodedCache> cache;
@@ -62,8 +69,7 @@ void run_epochs(const DatasetInfo& info, int epochs, int batch, long cache_mb, b
     while (reader.next(b)) {
       n += b.n;
       ++batches;
-      checksum += uint8 ? b.raw[static_cast<std::size_t>(n % static_cast<long>(b.raw.size()))]
-                        : b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
+      checksum += pick(b, n, uint8);
     }
     const double secs = seconds_since(t0);
     std::printf("{\"epoch\": %d, \"threads\": %d, \"cache_mb\": %ld, \"samples\": %ld, "
@@ -131,8 +137,7 @@ int main(int argc, char** argv) {
     double checksum = 0;
     while (reader.next(b)) {
       n += b.n;
-      checksum += uint8 ? b.raw[static_cast<std::size_t>(n % static_cast<long>(b.raw.size()))]
-                        : b.x[static_cast<std::size_t>(n % static_cast<long>(b.x.size()))];
+      checksum += pick(b, n, uint8);
     }
     const double secs = seconds_since(t0);
     const double cpu = cpu_seconds() - cpu0;
