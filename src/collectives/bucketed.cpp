@@ -132,8 +132,9 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::vect
     std::size_t largest = 0;
     for (const Bucket& b : buckets_) largest = std::max(largest, b.end - b.begin);
     try {
-      hier_ =
-          std::make_unique<HierarchicalAllreduce>(comm, largest + 1, how.wire, how.ranks_per_node);
+      const bool in_place = how.in_place && how.wire == WireDtype::fp32;
+      hier_ = std::make_unique<HierarchicalAllreduce>(comm, in_place ? 0 : largest + 1, how.wire,
+                                                      how.ranks_per_node, in_place ? count + 1 : 0);
     } catch (const LibraryError& e) {  // thrown on every rank alike (hierarchical.hpp)
       if (!how.fallback_to_flat) throw;
       int rank = 0;
@@ -167,7 +168,11 @@ BucketedAllreduce::~BucketedAllreduce() {
   else thread_.join();
 }
 
+float* BucketedAllreduce::home() const { return hier_ ? hier_->home() : nullptr; }
+
 void BucketedAllreduce::begin(float* data, float flag) {
+  DT_ASSERT(home() == nullptr || data == home(),
+            "BucketedAllreduce: summing in place, begin() takes home()");
   data_ = data;
   data_[count_] = flag;
   launched_ = 0;

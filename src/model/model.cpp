@@ -5,6 +5,7 @@
 #include "dtrain/core/timeline.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -357,7 +358,8 @@ Model::Stack& Model::stack_for(int n) {
 }
 
 void Model::bind(Stack& s) {
-  // Every stack's layers point into the same flat buffers, which never move.
+  // Every stack's layers point into the same flat buffers, which move only in place_gradients(),
+  // which binds every stack again.
   std::size_t pi = 0, si = 0;
   for (std::size_t i = 0; i < s.layers.size(); ++i) {
     const auto& adds = plan_->backward[i].adds_in_place;
@@ -416,9 +418,22 @@ const void* Model::input_at(const void* x, int first) const {
          static_cast<std::size_t>(first) * sample_.sample_count() * bytes;
 }
 
+void Model::place_gradients(float* storage) {
+  DT_REQUIRE(backend_ != nullptr && backend_->device() == Device::cpu,
+             "model: gradients can be placed in host memory on a CPU backend only");
+  const std::size_t n = param_count_ + kGradSpare;
+  if (storage == nullptr && !grads_placed_) return;
+  DeviceBuffer<float> to = storage != nullptr ? DeviceBuffer<float>::borrow(storage, n)
+                                              : DeviceBuffer<float>(*backend_, n);
+  std::memcpy(to.data(), grads_.data(), n * sizeof(float));
+  grads_ = std::move(to);
+  grads_placed_ = storage != nullptr;
+  for (auto& [key, stack] : stacks_) bind(*stack);
+}
+
 std::size_t Model::device_bytes() const {
-  return (params_.size() + grads_.size() + state_.size() + input_f32_.size() + logits_f32_.size() +
-          grad_sum_.size()) *
+  return (params_.size() + (grads_placed_ ? 0 : grads_.size()) + state_.size() + input_f32_.size() +
+          logits_f32_.size() + grad_sum_.size()) *
              sizeof(float) +
          arena_.size() + input_.size();
 }

@@ -3,7 +3,8 @@
 // applies the same optimizer step, so the replicas stay bit-identical. The gradient is summed in
 // buckets of at most --bucket-mb (plan_buckets: a 25th of it at both ends) while backward runs, the
 // stop flag riding in the spare float of the first bucket: on CPU by MPI on a communication thread
-// (collectives/bucketed.hpp), on GPU by NCCL on its own stream, each bucket queued behind the
+// (collectives/bucketed.hpp; hierarchically, the gradient placed in the node's shared memory and
+// summed there in place), on GPU by NCCL on its own stream, each bucket queued behind the
 // backward kernels that make it (collectives/allreduce.hpp, start_sum). With --overlap false, or
 // GPU gradients staged through host memory for MPI (--allreduce mpi), one allreduce after backward,
 // then a one-float allreduce of the flag.
@@ -102,11 +103,16 @@ class AllreduceExchange final : public GradientExchange {
       how.wire = wire;
       how.ranks_per_node = test_ranks_per_node();
       how.comm_cpu = cluster.me().comm_cpu;  // --pin-threads
+      how.in_place = true;  // fp32: the gradient itself lives in the node's shared memory
       buckets_ = std::make_unique<BucketedAllreduce>(
           comm_, model.param_count(),
           gradient_buckets(c, comm_, model.param_count(), static_cast<double>(wire_bytes(wire)),
                            chief_),
           c.overlap, how);
+      if (float* home = buckets_->home()) {
+        model.place_gradients(home);
+        placed_ = &model;
+      }
       return;
     }
     DT_REQUIRE(c.allreduce != AllreduceOption::hierarchical,
@@ -126,6 +132,13 @@ class AllreduceExchange final : public GradientExchange {
       gpu_buckets_ = gradient_buckets(c, comm_, model.param_count(), 4, chief_);
     }
   }
+
+  /// The model's gradient goes back to memory of its own before the shared segment is unmapped.
+  ~AllreduceExchange() override {
+    if (placed_ != nullptr) placed_->place_gradients(nullptr);
+  }
+  AllreduceExchange(const AllreduceExchange&) = delete;
+  AllreduceExchange& operator=(const AllreduceExchange&) = delete;
 
   GradsFinal begin_step(Model& model, std::int64_t /*s*/, int /*n*/, bool stop_local) override {
     if (!gpu_buckets_.empty()) {
@@ -281,7 +294,8 @@ class AllreduceExchange final : public GradientExchange {
   bool chief_;
   Optimizer opt_;
   HostMirror mirror_;
-  std::unique_ptr<BucketedAllreduce> buckets_;    ///< CPU
+  std::unique_ptr<BucketedAllreduce> buckets_;  ///< CPU
+  Model* placed_ = nullptr;  ///< the model whose gradient lives in buckets_->home()
   std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
   std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: plan_buckets' buckets
   std::size_t launched_ = 0;         ///< buckets started this step

@@ -5,9 +5,12 @@
 //   allreduce     bare: MPI_Allreduce(MPI_IN_PLACE, B bytes of floats, MPI_SUM) over all ranks
 //                 dtrain: the sync exchange's path (collectives/bucketed.hpp): the same buffer
 //                 summed in --bucket-mb buckets on the communication thread, with the finiteness
-//   scan hier_allreduce  bare: as above; dtrain: the same buckets summed hierarchically
+//   hier_allreduce  bare: as above; dtrain: the same buckets summed hierarchically
 //                 (--allreduce hierarchical, collectives/hierarchical.hpp: shared memory inside the
-//                 node, MPI between node leaders; --ranks-per-node K: nodes of K ranks)
+//                 node, MPI between node leaders; --ranks-per-node K: nodes of K ranks), in place
+//                 in the node's homes as training sums its gradient; a third sum alternated with
+//                 the two, the same through the slots, copied in and out (JSON slots_hier_us,
+//                 ratio_vs_slots_hier)
 //   wire_allreduce  bare: as above; dtrain: the buckets with --wire-dtype (default bf16) on the
 //                 wire, summed in fp32 (collectives/wire.hpp); busbw counts fp32 bytes for both
 //   hier_wire_allreduce  bare: as above; dtrain: hierarchically with --wire-dtype in the node's
@@ -117,7 +120,10 @@ struct Row {
   double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
   double ps_update_s = -1;  ///< push-pull: the ps's optimizer time per round (−1: not measured)
   double shared_ring = -1;  ///< push-pull: fraction of pushes through a shared ring (−1: n/a)
-  double ref_s = -1;        ///< hier_wire_allreduce: the fp32 hierarchical sum's median (−1: n/a)
+  double ref_s = -1;        ///< a third sum's median (−1: n/a): the one ref_key names
+  /// what ref_s times: "fp32_hier" (hier_wire_allreduce: the hierarchical sum in fp32) or
+  /// "slots_hier" (hier_allreduce: through the slots, copied in and out, instead of in place)
+  std::string ref_key;
 };
 
 void report(std::FILE* json, int rank, int ranks, const Row& r) {
@@ -133,11 +139,12 @@ void report(std::FILE* json, int rank, int ranks, const Row& r) {
   std::string extra;
   if (r.ps_update_s >= 0) extra += ", \"ps_update_us\": " + std::string(upd);
   if (r.shared_ring >= 0) extra += ", \"ps_shared_ring\": " + std::to_string(r.shared_ring);
-  if (r.ref_s > 0) {  // the 16-bit hierarchical sum against the fp32 one, same rounds
-    extra += ", \"fp32_hier_us\": " + std::to_string(r.ref_s * 1e6) +
-             ", \"ratio_vs_fp32_hier\": " + std::to_string(r.ref_s / r.dtrain_s);
-    std::printf("%14s %12s %10s %8s %10.1f %8s %7.3f  (vs fp32 hierarchical)\n", "", "", "", "",
-                r.ref_s * 1e6, "", r.ref_s / r.dtrain_s);
+  if (r.ref_s > 0) {  // dtrain's sum against the reference sum, same rounds
+    extra += ", \"" + r.ref_key + "_us\": " + std::to_string(r.ref_s * 1e6) + ", \"ratio_vs_" +
+             r.ref_key + "\": " + std::to_string(r.ref_s / r.dtrain_s);
+    std::printf("%14s %12s %10s %8s %10.1f %8s %7.3f  (vs %s)\n", "", "", "", "", r.ref_s * 1e6, "",
+                r.ref_s / r.dtrain_s,
+                r.ref_key == "fp32_hier" ? "fp32 hierarchical" : "hierarchical through slots");
   }
   std::fprintf(
       json,
@@ -178,15 +185,17 @@ Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int
 
 /// allreduce, hier_allreduce, wire_allreduce and hier_wire_allreduce: bare MPI_Allreduce against
 /// the bucketed sync exchange summing each bucket as `how` says (MPI_Allreduce; shared memory +
-/// node leaders; the values 16 bits on the wire; both). busbw counts fp32 bytes for both, so the
-/// ratio is the time ratio. `ref_how`, when given: a third sum so made, alternated with the two
-/// (Row::ref_s).
+/// node leaders, in place in the node's homes as training sums; the values 16 bits on the wire;
+/// both). busbw counts fp32 bytes for both, so the ratio is the time ratio. `ref_how`, when
+/// given: a third sum so made, alternated with the two (Row::ref_s, named `ref_key`).
 Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* op = "allreduce",
-                    const ReduceOptions& how = {}, const ReduceOptions* ref_how = nullptr) {
+                    const ReduceOptions& how = {}, const ReduceOptions* ref_how = nullptr,
+                    const char* ref_key = "") {
   const std::size_t n = bytes / sizeof(float);
   std::vector<float> buf(n + 1, 1.0f);
   const auto bucket = static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float));
   BucketedAllreduce buckets(MPI_COMM_WORLD, n, bucket, true, how);
+  float* mine = buckets.home() != nullptr ? buckets.home() : buf.data();  // in place: the home
   std::optional<BucketedAllreduce> ref_buckets;
   if (ref_how) ref_buckets.emplace(MPI_COMM_WORLD, n, bucket, true, *ref_how);
   auto bare = [&] {
@@ -194,7 +203,7 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* 
                                MPI_COMM_WORLD));
   };
   auto ours = [&] {
-    buckets.begin(buf.data(), 0.0f);
+    buckets.begin(mine, 0.0f);
     (void)buckets.finish(comm_timeout());
   };
   std::function<void()> ref;
@@ -205,8 +214,13 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* 
     };
   }
   // Keep the values small: repeated sums of 1/ranks stay exact and finite.
-  auto reset = [&] { std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks)); };
-  return alternate_allreduce(op, o, bytes, ranks, reset, bare, ours, ref);
+  auto reset = [&] {
+    std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
+    std::fill(mine, mine + n + 1, 1.0f / static_cast<float>(ranks));
+  };
+  Row r = alternate_allreduce(op, o, bytes, ranks, reset, bare, ours, ref);
+  r.ref_key = ref_key;
+  return r;
 }
 
 /// Bare point-to-point in the push-pull pattern: each worker sends B and receives B; the ps
@@ -460,11 +474,13 @@ int main(int argc, char** argv) {
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
         report(json, rank, ranks, bench_allreduce(o, b, ranks));
     if (has_op(o, "hier_allreduce")) {
-      ReduceOptions how;
-      how.hierarchical = true;
-      how.ranks_per_node = o.ranks_per_node;
+      ReduceOptions how, slots;
+      how.hierarchical = slots.hierarchical = true;
+      how.ranks_per_node = slots.ranks_per_node = o.ranks_per_node;
+      how.in_place = true;
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
-        report(json, rank, ranks, bench_allreduce(o, b, ranks, "hier_allreduce", how));
+        report(json, rank, ranks,
+               bench_allreduce(o, b, ranks, "hier_allreduce", how, &slots, "slots_hier"));
     }
     if (has_op(o, "hier_wire_allreduce")) {
       ReduceOptions how, fp32;
@@ -472,7 +488,8 @@ int main(int argc, char** argv) {
       how.ranks_per_node = fp32.ranks_per_node = o.ranks_per_node;
       how.wire = parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
       for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
-        report(json, rank, ranks, bench_allreduce(o, b, ranks, "hier_wire_allreduce", how, &fp32));
+        report(json, rank, ranks,
+               bench_allreduce(o, b, ranks, "hier_wire_allreduce", how, &fp32, "fp32_hier"));
     }
     if (has_op(o, "wire_allreduce")) {
       ReduceOptions how;

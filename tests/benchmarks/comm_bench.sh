@@ -4,7 +4,9 @@
 #   allreduce     bare MPI_Allreduce vs dtrain's sync exchange (bucketed,
 #                 collectives/bucketed.hpp), busbw
 #   hier_allreduce  bare MPI_Allreduce vs the same with --allreduce hierarchical (shared memory in
-#                 the node, MPI between leaders; RANKS_PER_NODE=K fakes nodes of K ranks), busbw
+#                 the node, MPI between leaders; RANKS_PER_NODE=K fakes nodes of K ranks), busbw,
+#                 summed in place as training sums; the same through the node's slots (copied in
+#                 and out) alternated in the same rounds (below each row, JSON ratio_vs_slots_hier)
 #   wire_allreduce  bare MPI_Allreduce vs the same with WIRE_DTYPE (default bf16) on the wire
 #   hier_wire_allreduce  bare MPI_Allreduce vs --allreduce hierarchical with WIRE_DTYPE in the
 #                 node's shared slots and between leaders; the fp32 hierarchical sum alternated
@@ -84,9 +86,10 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps(m) + "\n")
         print(f"{op:>14s} {size:>10d}  ratio {m['ratio']:.3f}  (runs: "
               + ", ".join(f"{r['ratio']:.2f}" for r in runs) + ")")
-        if "ratio_vs_fp32_hier" in m:
-            print(f"{'':>14s} {'':>10s}  vs fp32 hierarchical {m['ratio_vs_fp32_hier']:.3f}  (runs: "
-                  + ", ".join(f"{r['ratio_vs_fp32_hier']:.2f}" for r in runs) + ")")
+        for key, what in (("fp32_hier", "fp32 hierarchical"), ("slots_hier", "through slots")):
+            if f"ratio_vs_{key}" in m:
+                print(f"{'':>14s} {'':>10s}  vs {what} {m[f'ratio_vs_{key}']:.3f}  (runs: "
+                      + ", ".join(f"{r[f'ratio_vs_{key}']:.2f}" for r in runs) + ")")
 PY
 else
   rm -f "$out.runs"

@@ -10,9 +10,11 @@
 //     same bits on every rank, equals MPI_Allreduce bit for bit with 2 workers, equals the
 //     reference sum in node order where the order is known, and MPI_Allreduce to (W − 1)·2^-24·Σ|x|
 //     where the leaders' MPI order is not; through BucketedAllreduce with the stop flag, threads
-//     on. With 16-bit slots: bit for bit the documented rounding sequence (each input, each node
-//     total, the leaders' sum rounded once, fp32 additions in rank order) and within its bound of
-//     the exact sum, on one node the flat 16-bit sum's bits; an fp16 overflow is +Inf everywhere.
+//     on; summed in place in the ranks' homes, the slots' bits, also while the lower buckets are
+//     still being written. With 16-bit slots: bit for bit the documented rounding sequence (each
+//     input, each node total, the leaders' sum rounded once, fp32 additions in rank order) and
+//     within its bound of the exact sum, on one node the flat 16-bit sum's bits; an fp16 overflow
+//     is +Inf everywhere.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -168,6 +170,81 @@ TEST(HierarchicalAllreduce, EveryNodeShapeSumsAsPromised) {
           EXPECT_EQ(wrong, 0u);
         }
       }
+    }
+  }
+}
+
+TEST(HierarchicalAllreduce, InPlaceInTheHomesGivesTheSlotsBits) {
+  // Summed where the values lie (each rank's home in the node's segment), every node shape gives
+  // the bits of the copy-in, copy-out sum, at any offset of the home, every round.
+  const int rank = world_rank(), W = world_size();
+  for (int per_node : {0, 2, 1}) {
+    const std::size_t cap = 100004;
+    HierarchicalAllreduce ar(MPI_COMM_WORLD, cap, WireDtype::fp32, per_node, cap);
+    const int L = per_node == 0 ? W : std::min(per_node, W);
+    float* home = ar.home();
+    ASSERT_EQ(home == nullptr, L == 1 || (per_node == 2 && W % 2 == 1 && rank == W - 1))
+        << "a home where the rank shares its node, per node " << per_node;
+    // Alone on its node a rank has no home: its buffer of its own takes part in the leaders' sums.
+    std::vector<float> own(home == nullptr ? cap : 0);
+    if (home == nullptr) home = own.data();
+    else EXPECT_EQ(reinterpret_cast<std::uintptr_t>(home) % 4096, 0u) << "a home starts on a page";
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t at : {std::size_t{0}, std::size_t{3}}) {
+        for (std::size_t n : {std::size_t{5}, std::size_t{70001}}) {
+          std::vector<float> slots(n);
+          for (std::size_t i = 0; i < n; ++i) home[at + i] = slots[i] = input(rank + round, i);
+          home[at + n] = 7.0f;  // past the sum: untouched
+          ar.sum(home + at, n, round != 1, 60, "test");
+          ar.sum(slots.data(), n, round != 1, 60, "test");
+          EXPECT_EQ(std::memcmp(home + at, slots.data(), n * sizeof(float)), 0)
+              << "per node " << per_node << " at " << at << " n " << n << " round " << round;
+          EXPECT_EQ(home[at + n], 7.0f);
+          std::vector<float> mine(home + at, home + at + n);
+          EXPECT_TRUE(same_on_every_rank(mine));
+        }
+      }
+    }
+  }
+}
+
+TEST(BucketedAllreduce, InPlaceWhileBackwardStillWritesTheRest) {
+  // The gradient in the shared homes, each region written just before ready(): the communication
+  // thread sums the finished buckets out of every rank's home while this thread still writes the
+  // lower ones, as backward does. Every bucket and the flag are summed exactly (small integers).
+  const int rank = world_rank(), W = world_size();
+  for (int per_node : {0, 2}) {
+    const std::size_t n = 30011;
+    ReduceOptions how;
+    how.hierarchical = true;
+    how.ranks_per_node = per_node;
+    how.in_place = true;
+    BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, true, how);
+    std::vector<float> own(n + 1);
+    float* data = ar.home() != nullptr ? ar.home() : own.data();
+    const bool shares = per_node == 0 || !(W % 2 == 1 && rank == W - 1);
+    EXPECT_EQ(ar.home() != nullptr, W > 1 && shares);
+    for (int step = 0; step < 4; ++step) {
+      auto value = [&](int r, std::size_t i) {
+        return static_cast<float>((r + static_cast<int>(i % 13) + step) % 40);
+      };
+      ar.begin(data, rank == 0 && step % 2 == 1 ? 1.0f : 0.0f);
+      for (std::size_t to = n; to > 0;) {
+        const std::size_t from = to > 3000 ? to - 3000 : 0;
+        for (std::size_t i = from; i < to; ++i) data[i] = value(rank, i);
+        ar.ready(from);
+        to = from;
+      }
+      EXPECT_EQ(ar.finish(60).flag, step % 2 == 1 ? 1.0f : 0.0f);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < W; ++r) want += value(r, i);
+        if (data[i] != want && bad++ == 0)
+          ADD_FAILURE() << "per node " << per_node << " step " << step << " element " << i << " is "
+                        << data[i] << ", expected " << want;
+      }
+      EXPECT_EQ(bad, 0u);
     }
   }
 }

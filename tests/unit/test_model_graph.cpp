@@ -1,10 +1,12 @@
 // tests/unit/test_model_graph.cpp — Model as a graph: gradients of a branched network (a residual
 // add, an Inception-style concat of non-square convolutions, an option-A shortcut, an output that
 // feeds three layers, in-place relu) against finite differences of the training loss; the memory
-// plan's reuse; graph errors that name the job-file line; signatures that see the wiring.
+// plan's reuse; gradients placed in memory of the caller's (place_gradients); graph errors that
+// name the job-file line; signatures that see the wiring.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "common/layer_rig.hpp"
 #include "common/nets.hpp"
@@ -69,6 +71,46 @@ TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
   EXPECT_GT(checked, 40);
   EXPECT_GT(max_g, 1e-2);
   EXPECT_EQ(bad, 0);
+}
+
+TEST_F(ModelGraph, PlacedGradientsAreWrittenThereAndComeBack) {
+  // The sync exchange moves grads() into the node's shared memory (Model::place_gradients):
+  // every layer, of the stack built before and of one built after, then writes there, the
+  // values equal an unplaced model's bit for bit, and placing back keeps them.
+  const int n = 3;
+  Model placed(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, n),
+      plain(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, n);
+  placed.initialize(5);
+  plain.initialize(5);
+  auto x = test::to_device(*be_, uniform_values(n * 2 * 36, 11, -1.0f, 1.0f));
+  DeviceBuffer<std::int32_t> y(*be_, n);
+  const std::int32_t labels[3] = {0, 2, 1};
+  be_->copy_to_device(y.data(), labels, sizeof labels);
+  DeviceBuffer<float> stats(*be_, kStatsFloats);
+  const std::size_t P = placed.param_count();
+  training_loss(placed, *be_, x, y, n, stats);  // the batch-3 stack exists before the move
+  placed.grads()[P] = 5.0f;                     // the spare float moves too
+  std::vector<float> storage(P + Model::kGradSpare, -1.0f);
+  const std::size_t before = placed.device_bytes();
+  placed.place_gradients(storage.data());
+  EXPECT_EQ(placed.grads(), storage.data());
+  EXPECT_EQ(storage[P], 5.0f);
+  EXPECT_EQ(placed.device_bytes(), before - (P + Model::kGradSpare) * sizeof(float));
+  std::fill(storage.begin(), storage.begin() + static_cast<std::ptrdiff_t>(P), 0.0f);
+  for (int batch : {n, 2}) {  // the stack bound again, and one made after the move
+    training_loss(placed, *be_, x, y, batch, stats);
+    training_loss(plain, *be_, x, y, batch, stats);
+    const auto want = to_host(*be_, plain.grads(), P);
+    EXPECT_EQ(std::memcmp(storage.data(), want.data(), P * sizeof(float)), 0) << "batch " << batch;
+  }
+  placed.place_gradients(nullptr);
+  EXPECT_NE(placed.grads(), storage.data());
+  EXPECT_EQ(std::memcmp(placed.grads(), storage.data(), P * sizeof(float)), 0);
+  EXPECT_EQ(placed.device_bytes(), before);
+  training_loss(placed, *be_, x, y, n, stats);
+  training_loss(plain, *be_, x, y, n, stats);
+  EXPECT_EQ(std::memcmp(placed.grads(), to_host(*be_, plain.grads(), P).data(), P * sizeof(float)),
+            0);
 }
 
 TEST_F(ModelGraph, PlanSharesMemoryAndReportsIt) {

@@ -167,6 +167,10 @@ struct ReduceOptions {
   bool fallback_to_flat = false;
   /// --pin-threads: the CPU the communication thread runs on (-1: wherever it starts).
   int comm_cpu = -1;
+  /// hierarchical in fp32: the summed buffer lives in the node's shared segment (home()), where
+  /// each rank adds its share straight out of every rank's buffer (no copies in or out;
+  /// collectives/hierarchical.hpp, "In place"). begin() must then be given home().
+  bool in_place = false;
 };
 
 /// What a step's reduction found.
@@ -215,6 +219,10 @@ class BucketedAllreduce {
   /// in the node's shared-memory exchange, TimeoutError naming the workers it waits for.
   BucketedOutcome finish(double timeout_s);
 
+  /// ReduceOptions::in_place: the count + 1 floats of host memory that begin() must be given,
+  /// in the node's shared segment, page-aligned, zeroed at first, valid while this object lives;
+  /// nullptr otherwise (not asked for, 16-bit wire, not hierarchical, or alone on the node).
+  [[nodiscard]] float* home() const;
   [[nodiscard]] const std::vector<Bucket>& buckets() const { return buckets_; }
   [[nodiscard]] bool overlapping() const { return overlap_; }
 

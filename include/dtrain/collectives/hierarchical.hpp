@@ -9,7 +9,9 @@
 // every worker of the node maps it: a control line per local rank (its pid and an arrival
 // counter) and two sets of L slots of `capacity` values (L = the node's workers), used by
 // alternate sums, each value in the wire dtype: 2·L·capacity·(4 or 2) bytes per node (25 MiB
-// buckets, 12 workers: 600 MiB in fp32, 300 MiB in 16 bits).
+// buckets, 12 workers: 600 MiB in fp32, 300 MiB in 16 bits) — or, summing in place (below), the
+// L ranks' homes instead: L × the gradient (ResNet-50, 12 workers: 1.2 GB, which the ranks then
+// do not hold privately).
 //
 // One sum of n values, every local rank l (the protocol; every wait has a deadline):
 //   1. copies its data into slot l of this sum's set;                    then barrier A
@@ -25,6 +27,20 @@
 // that rank's exit code and message stay the only ones) ends the wait with RuntimeFault naming
 // its worker rank, world rank and pid; past the deadline, TimeoutError naming the ranks not yet
 // arrived.
+//
+// In place (fp32 only; the sync trainer's gradient on CPU): every rank's buffer — its home — lives
+// in the segment too (the model's gradient is placed there: Model::place_gradients), so no rank
+// copies in or out. One sum of floats [at, at + n) of every home, every local rank l:
+//   1. barrier A (every rank's values final);
+//   2. adds segment l of the L homes, in home order, in a 32 KiB block of its own, and writes the
+//      block back into segment l of every home (several nodes: of the leader's only); barrier B;
+//   3. (several nodes) the leader sums its home over the leaders with MPI, barrier C; every other
+//      rank copies the leader's result into its home; barrier D (the leader's home is its own
+//      gradient, which it may change again only once every rank has copied it out).
+// A rank reads and writes segment l of the others' homes only between A and B, where they wait
+// for it. Per rank and sum of S bytes on one node: S read and S written, against 3S read and 2S
+// written through the slots (copy in, add, copy out); the bits are the slots' (the same
+// additions in the same order).
 //
 // --wire-dtype fp32: the slots hold floats, step 2 adds in fp32 into slot 0, the leaders call
 // MPI_Allreduce. Every rank ends with the same bits (it copies one slot 0). With 2 workers on a
@@ -72,17 +88,21 @@ class HierarchicalAllreduce {
   /// (MPI_COMM_TYPE_SHARED; `ranks_per_node` > 0 cuts each node further into groups of that many
   /// consecutive worker ranks, for tests of several leaders on one machine), makes and maps the
   /// node's segment for sums of up to `capacity` values in `wire` (the slots and the leaders'
-  /// hop; see the file comment). Throws LibraryError on every rank alike
+  /// hop; see the file comment): 2·L·capacity values. Throws LibraryError on every rank alike
   /// (after agreeing over `workers`) when a rank cannot make or map the segment, naming that rank
   /// and why; the caller may then fall back to a flat allreduce on every rank.
+  /// `home_floats` > 0 (fp32 only): every rank of a node that shares memory also gets a home
+  /// of that many floats in the segment (home()), summed in place (see "In place" above);
+  /// `capacity` may then be 0 (no slots: every sum must lie in the home).
   HierarchicalAllreduce(MPI_Comm workers, std::size_t capacity, WireDtype wire,
-                        int ranks_per_node = 0);
+                        int ranks_per_node = 0, std::size_t home_floats = 0);
   ~HierarchicalAllreduce();
   HierarchicalAllreduce(const HierarchicalAllreduce&) = delete;
   HierarchicalAllreduce& operator=(const HierarchicalAllreduce&) = delete;
 
   /// data[i] = Σ_workers data[i], n ≤ capacity floats, in place (the protocol above; 16-bit
-  /// wire: rounded as listed there). Every
+  /// wire: rounded as listed there); n floats inside home(): summed there, with no copies (every
+  /// rank's data at the same offset in its home). Every
   /// worker calls it with the same n, in the same order. `blocking`: the leaders' MPI call is
   /// blocking (a caller with its own watchdog); false: non-blocking, waited with the deadline.
   /// Throws TimeoutError naming the ranks not arrived after timeout_s seconds in one barrier,
@@ -92,6 +112,10 @@ class HierarchicalAllreduce {
   [[nodiscard]] int local_ranks() const { return local_size_; }
   [[nodiscard]] int nodes() const { return nodes_; }
   [[nodiscard]] bool leader() const { return local_rank_ == 0; }
+  /// This rank's home: home_floats floats of the node's segment, page-aligned, zeroed at first,
+  /// valid while this object lives; nullptr when none was asked for or the rank is alone on its
+  /// node (no segment).
+  [[nodiscard]] float* home() const;
 
  private:
   void barrier(double timeout_s, const std::string& what, const char* phase);
@@ -99,6 +123,10 @@ class HierarchicalAllreduce {
                 const std::string& what);
   void sum_16bit(float* data, std::size_t n, bool blocking, double timeout_s,
                  const std::string& what);
+  /// The sum of floats [at, at + n) of every home (see "In place" in the file comment).
+  void sum_in_place(std::size_t at, std::size_t n, bool blocking, double timeout_s,
+                    const std::string& what);
+  [[nodiscard]] float* home(int l) const;  ///< local rank l's home
   /// [lo, hi): the values of a sum of n that this rank adds up (step 2 of the protocol).
   [[nodiscard]] std::pair<std::size_t, std::size_t> segment(std::size_t n) const;
   /// Slot l of set `set`: capacity_ values of wire_bytes(wire_) bytes each.
@@ -114,8 +142,11 @@ class HierarchicalAllreduce {
   std::unique_ptr<SharedRing> segment_;
   std::uint64_t* control_ = nullptr;  ///< L lines of 8 words: [0] pid, [1] arrivals
   char* slots_ = nullptr;
-  std::uint64_t arrivals_ = 0;  ///< barriers this rank has entered
-  std::uint64_t sums_ = 0;      ///< sums done (picks the slot set)
+  float* homes_ = nullptr;       ///< L homes, home_stride_ floats apart (null: none)
+  std::size_t home_floats_ = 0;  ///< floats a home holds
+  std::size_t home_stride_ = 0;  ///< floats from one home to the next (whole pages)
+  std::uint64_t arrivals_ = 0;   ///< barriers this rank has entered
+  std::uint64_t sums_ = 0;       ///< sums done (picks the slot set)
   std::unique_ptr<WireAllreduce> inter_;
 };
 

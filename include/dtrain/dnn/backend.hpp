@@ -712,7 +712,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 /// !allow_sharing.
 int select_gpu_for_local_rank(int local_rank, int local_size, bool allow_sharing);
 
-/// RAII owner of a backend allocation of `count` elements of T (non-copyable, movable).
+/// RAII owner of a backend allocation of `count` elements of T (non-copyable, movable), or a
+/// borrowed view (borrow()).
 template <typename T>
 class DeviceBuffer {
  public:
@@ -720,6 +721,13 @@ class DeviceBuffer {
   DeviceBuffer(Backend& be, std::size_t count)
       : be_(&be), count_(count),
         ptr_(count ? static_cast<T*>(be.allocate(count * sizeof(T))) : nullptr) {}
+  /// A view of `count` elements at `p` that someone else owns and frees (reset() forgets it).
+  static DeviceBuffer borrow(T* p, std::size_t count) {
+    DeviceBuffer b;
+    b.count_ = count;
+    b.ptr_ = p;
+    return b;
+  }
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;

@@ -146,6 +146,13 @@ class Model {
   [[nodiscard]] float* params() const { return params_.data(); }
   [[nodiscard]] float* grads() const { return grads_.data(); }
   [[nodiscard]] float* state() const { return state_.data(); }
+  /// Moves grads() to `storage`: param_count() + kGradSpare floats of host memory that the
+  /// caller owns and keeps valid until it calls place_gradients(nullptr), which moves them back
+  /// into a buffer of the model's own (the sync exchange's node-shared gradient:
+  /// collectives/hierarchical.hpp, "In place"). The values move with them; every layer is bound
+  /// again (CPU ops take their pointers at each call). Throws Error on a GPU backend or a
+  /// layout-only model (a programming error).
+  void place_gradients(float* storage);
   /// Planned activation + activation-gradient memory for training at max_batch (bytes).
   [[nodiscard]] std::size_t activation_bytes() const { return activation_bytes_; }
   /// Bytes this model holds now in its own device buffers: parameters, gradients, state, the
@@ -363,6 +370,7 @@ class Model {
   /// add also reads the add's other input, and the absorbed add then reads only the batchnorm.
   std::vector<std::vector<int>> run_inputs_;
   DeviceBuffer<float> params_, grads_, state_;
+  bool grads_placed_ = false;  ///< grads_ borrows the caller's memory (place_gradients)
   std::unique_ptr<MemoryPlan> plan_;
   LayerRange part_;
   int slots_ = 1;
