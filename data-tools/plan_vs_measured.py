@@ -3,7 +3,7 @@
 
 Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --job JOB.ini
            --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB]
-           [--cores-per-node C] [--dtrain BIN]
+           [--cores-per-node C] [--allreduce auto|flat|hierarchical] [--dtrain BIN]
 
 SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
 async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. For every run
@@ -13,7 +13,9 @@ with at most --max-workers workers, runs
               --bucket-mb <the run's> --out ...
 and prints a Markdown table: mode, workers, predicted and measured samples/s, error % =
 (predicted − measured) / measured, predicted and measured compute and exposed communication
-ms/step. Sync rows use the flat allreduce at the job's --bucket-mb (default 25).
+ms/step. Sync rows use the allreduce the run used (results.json's "allreduce": hierarchical, or
+flat for mpi; runs without that key, and a CSV, flat) at the job's --bucket-mb (default 25);
+--allreduce flat|hierarchical prices every sync row so.
 Where the sweep holds the host's ceiling (run_strong_scaling.sh --ceiling: ceiling-wN/r*/, N
 independent one-worker runs at the N-worker runs' per-worker batch; for N = 1 the sync-w1 run),
 two more columns: the ceiling's samples/s × the predicted efficiency — the prediction with the
@@ -79,7 +81,14 @@ def ceilings(sweep, runs, key="samples_per_sec"):
     return out
 
 
-def predict(a, mode, ps, workers, tmp):
+def sync_row(a, run):
+    """The plan row that prices a sync run: its recorded algorithm unless --allreduce says."""
+    algo = a.allreduce if a.allreduce != "auto" else (
+        "hierarchical" if run.get("allreduce") == "hierarchical" else "flat")
+    return "sync, hierarchical" if algo == "hierarchical" else "sync, flat allreduce"
+
+
+def predict(a, mode, ps, workers, tmp, configuration):
     out = os.path.join(tmp, f"{mode}-{ps}-{workers}.json")
     cmd = [a.dtrain, "plan", "--config", a.job, "--profile", a.profile, "--nodes", "1",
            "--workers-per-node", str(workers), "--global-batch-size", str(a.global_batch),
@@ -91,7 +100,7 @@ def predict(a, mode, ps, workers, tmp):
         sys.exit(f"plan_vs_measured.py: {' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
     rows = json.load(open(out))["predictions"]
     if mode == "sync":
-        rows = [p for p in rows if p["configuration"] == "sync, flat allreduce"
+        rows = [p for p in rows if p["configuration"] == configuration
                 and p["bucket_mb"] == a.bucket_mb]
     return rows[0]
 
@@ -107,6 +116,8 @@ def main():
     ap.add_argument("--cores-per-node", type=int, default=0,
                     help="the host's cores (dtrain plan --cores-per-node; default 0: not priced)")
     ap.add_argument("--max-workers", type=int, default=1 << 30)
+    ap.add_argument("--allreduce", choices=("auto", "flat", "hierarchical"), default="auto",
+                    help="how to price sync rows (default auto: as each run recorded it)")
     ap.add_argument("--dtrain", default="build/bin/dtrain")
     ap.add_argument("--after-first-step", action="store_true",
                     help="measured figures without each process's first step")
@@ -130,10 +141,12 @@ def main():
         for (mode, ps, w), m in sorted(runs.items()):
             if w > a.max_workers:
                 continue
-            p = predict(a, mode, ps, w, tmp)
+            configuration = sync_row(a, m) if mode == "sync" else None
+            p = predict(a, mode, ps, w, tmp, configuration)
             got = m["samples_per_sec" + suffix]
             err = 100 * (p["samples_per_s"] - got) / got
-            label = "sync (allreduce)" if mode == "sync" else f"async, {ps} ps"
+            label = (f"sync ({configuration.split(', ')[1]})" if mode == "sync"
+                     else f"async, {ps} ps")
             row = (f"| {label} | {w} | {p['samples_per_s']:.2f} | {got:.2f} | {err:+.1f} | "
                    f"{p['compute_ms']:.1f} | {m.get('step_compute_ms' + suffix, 0):.1f} | "
                    f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")

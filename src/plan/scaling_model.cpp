@@ -16,11 +16,15 @@ constexpr double kMiB = 1024.0 * 1024.0;
 /// Streams sharing the intra-node link when every rank of a node uses it at once.
 int intra_streams(const Topology& t) { return t.intra.shared ? t.workers_per_node : 1; }
 
-/// The hierarchical sum's reduce (or broadcast) inside one node: 2(G−1) steps of bytes/G over
-/// the intra-node link; 0 for one worker a node.
-double node_reduce_s(double bytes, const Topology& t) {
+/// The hierarchical sum's part inside one node (collectives/hierarchical.hpp, in place): each
+/// rank reads the other G − 1 ranks' values of its 1/G share and writes the sum back into theirs,
+/// (G − 1)/G of the bytes each way; with several nodes it writes to the leader only and the
+/// others copy the leaders' result out instead. 0 for one worker a node.
+double node_sum_s(double bytes, const Topology& t) {
   const int G = t.workers_per_node;
-  return G > 1 ? 2.0 * (G - 1) * t.intra.seconds(bytes / G, intra_streams(t)) : 0;
+  if (G <= 1) return 0;
+  const double others = t.intra.seconds(bytes * (G - 1) / G, intra_streams(t));
+  return t.nodes > 1 ? others + t.intra.seconds(bytes, intra_streams(t)) : 2 * others;
 }
 
 void check(const Topology& t, const Candidate& c) {
@@ -96,9 +100,8 @@ double flat_allreduce_s(double bytes, const Topology& t) {
 
 double hierarchical_allreduce_s(double bytes, const Topology& t) {
   const int N = t.nodes;
-  const double node = node_reduce_s(bytes, t);
   const double leaders = N > 1 ? 2.0 * (N - 1) * t.inter.seconds(bytes / N, 1) : 0;
-  return node + leaders + node;  // reduce, leaders' ring, broadcast
+  return node_sum_s(bytes, t) + leaders;
 }
 
 double ps_round_s(double bytes, double optimizer_s, int num_ps, const Topology& t) {
@@ -128,8 +131,8 @@ double node_cpu_s(const WorkerProfile& p, const Topology& t, const Candidate& c)
       if (c.strategy == Strategy::flat) {
         const double hops = t.nodes == 1 ? 2.0 * (W - 1) : 2.0 * (W - 1) * (G - 1) / G;
         worker += hops * t.intra.seconds(values / W, intra_streams(t));
-      } else {  // the node's reduce and broadcast
-        worker += 2 * node_reduce_s(values, t);
+      } else {  // the node's part of the sum
+        worker += node_sum_s(values, t);
       }
     }
   }

@@ -124,6 +124,7 @@ class AllreduceExchange final : public GradientExchange {
     // One GPU worker: the sum over one replica is its own gradient (PyTorch does no allreduce on
     // one GPU either); skipping it saves a launch, a poll and, for --allreduce mpi, two copies.
     if (plan.workers == 1) return;
+    nccl_ = nccl;
     allreduce_ = nccl ? make_nccl_allreduce(comm_, be)
                       : make_mpi_allreduce(comm_, be, model.param_count(), INT_MAX, wire);
     // NCCL: buckets summed on its stream as backward queues their last kernels, the flag in the
@@ -286,6 +287,11 @@ class AllreduceExchange final : public GradientExchange {
     return allreduce_ != nullptr || buckets_ != nullptr;
   }
   [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
+  [[nodiscard]] std::string allreduce_algorithm() const override {
+    if (buckets_) return buckets_->hierarchical() ? "hierarchical" : "mpi";
+    if (!allreduce_) return "none";
+    return nccl_ ? "nccl" : "mpi";
+  }
 
  private:
   Config c_;
@@ -297,6 +303,7 @@ class AllreduceExchange final : public GradientExchange {
   std::unique_ptr<BucketedAllreduce> buckets_;  ///< CPU
   Model* placed_ = nullptr;  ///< the model whose gradient lives in buckets_->home()
   std::unique_ptr<GradientAllreduce> allreduce_;  ///< GPU
+  bool nccl_ = false;                             ///< allreduce_ is NCCL's
   std::vector<Bucket> gpu_buckets_;  ///< GPU with NCCL and --overlap: plan_buckets' buckets
   std::size_t launched_ = 0;         ///< buckets started this step
   std::int64_t global_step_ = 0;

@@ -45,6 +45,9 @@ class PipelineAgreement final : public GradientExchange {
   [[nodiscard]] bool lockstep() const override { return inner_->lockstep(); }
   [[nodiscard]] bool waits_for_device() const override { return inner_->waits_for_device(); }
   [[nodiscard]] std::int64_t skipped_steps() const override { return inner_->skipped_steps(); }
+  [[nodiscard]] std::string allreduce_algorithm() const override {
+    return inner_->allreduce_algorithm();
+  }
 
  private:
   /// The smallest global step over the replica's stages (no stage moves on before its own ps got

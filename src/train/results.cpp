@@ -193,6 +193,8 @@ void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutco
   } else {
     r["staleness_max"] = std::int64_t{0};
   }
+  // The sync allreduce as it ran (--allreduce auto's choice): hierarchical, mpi, nccl or none.
+  if (!out.allreduce.empty()) r["allreduce"] = out.allreduce;
   if (exchange_kind(c) == ExchangeKind::ps_sync)
     r["replicas_to_aggregate"] = static_cast<std::int64_t>(
         c.replicas_to_aggregate > 0 ? c.replicas_to_aggregate : job.plan.workers);

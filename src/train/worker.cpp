@@ -188,6 +188,7 @@ WorkerOutcome Worker::run() {
   out_.optimizer_seconds = optimizer_seconds_;
   out_.skipped = exchange_->skipped_steps();
   out_.push_bytes_per_step = exchange_->push_bytes_per_step();
+  out_.allreduce = exchange_->allreduce_algorithm();
   if (!exchange_->lockstep()) {
     // Each ps worker skips its own pushes: the run's count is the sum (allreduce: all agree).
     double skipped = static_cast<double>(out_.skipped);

@@ -59,7 +59,8 @@ struct WorkerOutcome {
   std::int64_t samples = 0;  ///< samples trained by all workers (sync exact, async estimate)
   std::int64_t skipped = 0;
   double push_bytes_per_step =
-      0;  ///< ps modes: this worker's GradientExchange::push_bytes_per_step
+      0;                  ///< ps modes: this worker's GradientExchange::push_bytes_per_step
+  std::string allreduce;  ///< GradientExchange::allreduce_algorithm ("" in the ps modes)
   std::int64_t bad_images =
       0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
   /// --cache-mb on an encoded training file: rows and MiB held per worker (every worker holds the

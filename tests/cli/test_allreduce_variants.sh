@@ -5,7 +5,8 @@
 #      is the same a + b);
 #   2. 3 workers, and 4 workers as two "nodes" of 2 (DTRAIN_TEST_RANKS_PER_NODE=2: two leaders
 #      summing over MPI): parameters within 1e-4 of --allreduce mpi's after 10 steps (another order
-#      of additions, documented tolerance); the default (auto) is hierarchical on CPU, bit for bit;
+#      of additions, documented tolerance); the default (auto) is hierarchical on CPU, bit for bit,
+#      and results.json names the algorithm each run used;
 #   3. --wire-dtype bf16 / fp16, 3 workers: parameters within 2e-2 of fp32's after 10 steps
 #      (gradients rounded to 16 bits: a documented tolerance, not bits), and the loss falls; the
 #      default (auto: hierarchical, 16 bits in the node's shared memory) bit for bit the flat
@@ -47,6 +48,12 @@ run 3 "$SCRATCH/hier3" --allreduce hierarchical
 close "$SCRATCH/mpi3" "$SCRATCH/hier3" 10 1e-4
 run 3 "$SCRATCH/auto3"  # CPU's --allreduce auto is hierarchical: the same bits
 compare "$SCRATCH/hier3" "$SCRATCH/auto3" 10
+# results.json names the algorithm that ran (auto's choice).
+for pair in mpi3:mpi hier3:hierarchical auto3:hierarchical; do
+  got=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["allreduce"])' \
+    "$SCRATCH/${pair%%:*}/results.json")
+  [[ $got == "${pair#*:}" ]] || fail "${pair%%:*}: results.json allreduce is '$got', not ${pair#*:}"
+done
 run 4 "$SCRATCH/mpi4" --allreduce mpi
 DTRAIN_TEST_RANKS_PER_NODE=2 run 4 "$SCRATCH/hier4" --allreduce hierarchical
 close "$SCRATCH/mpi4" "$SCRATCH/hier4" 10 1e-4

@@ -5,7 +5,8 @@
 # step + update against results.json's step_ms_p50, within a factor 2: both are timed on a machine
 # other work shares, where one job's compute per step moved 1.85× between two runs a minute apart,
 # docs/scaling/README.md); the latency-aware bucket rows, and ResNet-50 on 512 GPUs (fewer, larger
-# buckets than the 25 MiB plan); bad options, each named in one error, nothing written.
+# buckets than the 25 MiB plan); data-tools/plan_vs_measured.py pricing each sync run by the
+# allreduce it recorded; bad options, each named in one error, nothing written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 JOB=$SRC/jobs/fashion_mnist_cnn.ini
@@ -125,6 +126,40 @@ for r in plan["predictions"]:
     assert r["step_ms"] >= r["node_cpu_ms"] - 1e-6, r
     assert r["bound"] == "cores", r  # every candidate: the cores pace it
 print(f"{len(plan['predictions'])} rows paced by the cores")
+PY
+
+echo "== 3c. plan_vs_measured.py prices each sync run by the allreduce it ran"
+# A sweep of one 4-worker sync run per algorithm, on a link slow to start (α 5 ms), where the flat
+# ring (6 hops) and the node's in-place sum (2) differ: each row is the plan's own row.
+for algo in hierarchical mpi; do
+  mkdir -p "$SCRATCH/sweep-$algo/sync-w4"
+  echo "{\"samples_per_sec\": 100.0, \"allreduce\": \"$algo\"}" \
+    >"$SCRATCH/sweep-$algo/sync-w4/results.json"
+done
+LINK=alpha_us=5000,beta_gbps=1
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 1 \
+  --workers-per-node 4 --global-batch-size 256 --intra-node "$LINK" --mode sync \
+  --out "$SCRATCH/pvm.json" >/dev/null 2>&1 || fail "dtrain plan for plan_vs_measured failed"
+PVM=("$PY" "$SRC/data-tools/plan_vs_measured.py" --profile "$SCRATCH/p.json" --job "$JOB"
+     --global-batch 256 --intra-node "$LINK" --dtrain "$DTRAIN")
+"${PVM[@]}" "$SCRATCH/sweep-hierarchical" >"$SCRATCH/pvm-h.md"
+"${PVM[@]}" "$SCRATCH/sweep-mpi" >"$SCRATCH/pvm-m.md"
+"${PVM[@]}" "$SCRATCH/sweep-hierarchical" --allreduce flat >"$SCRATCH/pvm-f.md"
+cat "$SCRATCH/pvm-h.md" "$SCRATCH/pvm-m.md"
+"$PY" - "$SCRATCH/pvm.json" "$SCRATCH"/pvm-{h,m,f}.md <<'PY' || fail "plan_vs_measured priced a run by another allreduce"
+import json, sys
+rows = {r["configuration"]: r["samples_per_s"] for r in json.load(open(sys.argv[1]))["predictions"]
+        if r["bucket_mb"] == 25}
+hier, flat = rows["sync, hierarchical"], rows["sync, flat allreduce"]
+assert abs(hier - flat) > 0.01 * flat, (hier, flat)  # the test tells them apart
+for path, label, want in ((sys.argv[2], "sync (hierarchical)", hier),
+                          (sys.argv[3], "sync (flat allreduce)", flat),
+                          (sys.argv[4], "sync (flat allreduce)", flat)):
+    row = [l for l in open(path) if l.startswith("| sync")]
+    assert len(row) == 1 and row[0].startswith(f"| {label} | 4 |"), (path, row)
+    got = float(row[0].split("|")[3])
+    assert abs(got - want) <= 0.01, (path, got, want)
+print(f"hierarchical {hier:.2f}, flat {flat:.2f} samples/s: each run priced by its own")
 PY
 
 echo "== 4. bad options"

@@ -60,12 +60,23 @@ TEST(ScalingModel, RingAcrossNodesIsPacedByItsSlowestHop) {
   EXPECT_NEAR(flat_allreduce_s(B, slow), 2.0 * 7 * (1e-6 + B / 8 * 4 / 1e9), 1e-12);
 }
 
-TEST(ScalingModel, HierarchicalIsNodeReduceLeadersRingAndBroadcast) {
+TEST(ScalingModel, HierarchicalIsTheNodesSumInPlaceAndTheLeadersRing) {
   const double B = 6e6;
   const Topology t = topo(3, 4, link(5, 10), link(1, 50));
-  const double node = 2.0 * 3 * (1e-6 + B / 4 / 50e9);     // reduce-scatter + gather, G = 4
+  const double to_leader = 1e-6 + B * 3 / 4 / 50e9;        // the other 3 ranks' share, G = 4
   const double leaders = 2.0 * 2 * (5e-6 + B / 3 / 10e9);  // ring of 3 leaders
-  EXPECT_NEAR(hierarchical_allreduce_s(B, t), node + leaders + node, 1e-12);
+  const double out = 1e-6 + B / 50e9;                      // the leader's result copied out
+  EXPECT_NEAR(hierarchical_allreduce_s(B, t), to_leader + leaders + out, 1e-12);
+  // One node: the share read from the others and written back into theirs.
+  const Topology node = topo(1, 4, link(5, 10), link(1, 50));
+  EXPECT_NEAR(hierarchical_allreduce_s(B, node), 2 * (1e-6 + B * 3 / 4 / 50e9), 1e-12);
+  // Two ranks on a shared bus: the flat ring's bytes (each rank moves the other's half both
+  // ways), so a link calibrated on either prices both alike there.
+  const Topology two = topo(1, 2, link(5, 10), link(1, 50, true));
+  EXPECT_NEAR(hierarchical_allreduce_s(B, two), flat_allreduce_s(B, two), 1e-12);
+  // Twelve: (G − 1) = 11 shares of B/12 each way over a bus shared by 12, the flat ring's bytes.
+  const Topology twelve = topo(1, 12, link(5, 10), link(1, 50, true));
+  EXPECT_NEAR(hierarchical_allreduce_s(B, twelve), 2 * (1e-6 + B * 11 / 12 * 12 / 50e9), 1e-12);
   // One worker per node: the leaders' ring alone, the flat ring over the same links.
   const Topology one = topo(3, 1, link(5, 10), link(1, 50));
   EXPECT_NEAR(hierarchical_allreduce_s(B, one), flat_allreduce_s(B, one), 1e-12);
@@ -207,10 +218,11 @@ TEST(ScalingModel, SixteenBitWireHalvesTheSyncAllreduceBytes) {
   Topology t16 = t;
   t16.value_bytes = 2;
   const double S16 = 2.0 * 4 * MiB;                          // 2^20 values at 2 bytes: 2 MiB
-  const double node = 2.0 * 1 * (1e-6 + S16 / 2 / 50e9);     // reduce-scatter + gather, G = 2
+  const double to_leader = 1e-6 + S16 / 2 / 50e9;            // the other rank's half, G = 2
   const double leaders = 2.0 * 1 * (5e-6 + S16 / 2 / 10e9);  // ring of 2 leaders
+  const double out = 1e-6 + S16 / 50e9;                      // the result copied out
   const Candidate h{Strategy::hierarchical, 25, 0};
-  EXPECT_NEAR(predict(p, t16, h).comm_ms, (node + leaders + node) * 1000, 1e-9);
+  EXPECT_NEAR(predict(p, t16, h).comm_ms, (to_leader + leaders + out) * 1000, 1e-9);
   EXPECT_NEAR(predict(p, t, h).comm_ms, hierarchical_allreduce_s(2 * S16, t) * 1000, 1e-9);
   // Exposed: the three buckets (1, 2, 1 MiB of values) one after the other, at half the bytes.
   double serial = 0;
@@ -260,8 +272,9 @@ TEST(ScalingModel, ASaturatedNodeTakesItsCpuWorkOverItsCores) {
   // Sync, flat: each worker 10 + 2 ms and its 2(W−1) = 2 hops of S/2 at 2 streams (S/1e9 s each).
   const double flat_cpu = 2 * (0.010 + 0.002 + 2 * (S / 2 * 2 / 1e9));
   EXPECT_NEAR(node_cpu_s(p, t, flat), flat_cpu, 1e-12);
-  // Hierarchical: the node's reduce and broadcast, 2(G−1) = 2 steps each.
-  EXPECT_NEAR(node_cpu_s(p, t, hier), 2 * (0.012 + 4 * (S / 2 * 2 / 1e9)), 1e-12);
+  // Hierarchical: each worker's half of the sum read from the other and written back, S/2 each
+  // way at 2 streams.
+  EXPECT_NEAR(node_cpu_s(p, t, hier), 2 * (0.012 + 2 * (S / 2 * 2 / 1e9)), 1e-12);
   // Async, 1 ps: each worker's compute and 2·S through the rings, the ps's W·optimizer.
   EXPECT_NEAR(node_cpu_s(p, t, ps), 2 * (0.010 + 2 * S / 1e9) + 2 * 0.002, 1e-12);
   // Two threads a worker: twice the compute and optimizer, the same copies.

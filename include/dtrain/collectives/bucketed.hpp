@@ -225,6 +225,8 @@ class BucketedAllreduce {
   [[nodiscard]] float* home() const;
   [[nodiscard]] const std::vector<Bucket>& buckets() const { return buckets_; }
   [[nodiscard]] bool overlapping() const { return overlap_; }
+  /// Whether buckets are summed hierarchically (ReduceOptions::hierarchical, not fallen back).
+  [[nodiscard]] bool hierarchical() const { return hier_ != nullptr; }
 
  private:
   void hand_over(std::size_t from);       ///< queues the buckets inside [from, count)

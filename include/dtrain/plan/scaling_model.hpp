@@ -23,9 +23,12 @@
 //        2(W−1) steps of S/W bytes, each step paced by its slowest hop:
 //        T = 2(W−1)·max(t_intra(S/W, k), t_inter(S/W, 1) if nodes > 1), k = G if shared else 1;
 //        on one node 2(W−1)α + 2(W−1)/W·S·k/β, the textbook 2(n−1)/n·S/β + 2(n−1)α for k = 1
-//   hierarchical (Horovod's; collectives/hierarchical.hpp): a reduce to one leader per node
-//        (reduce-scatter + gather: 2(G−1)·t_intra(S/G, k)), a ring among the nodes' leaders
-//        (2(N−1)·t_inter(S/N, 1), N = nodes), a broadcast back (scatter + allgather: as the reduce)
+//   hierarchical (Horovod's; collectives/hierarchical.hpp, summed in place in the node's shared
+//        memory): on one node each rank reads the other G−1 ranks' values of its 1/G share and
+//        writes the sum back into theirs, 2·t_intra((G−1)/G·S, k); with N > 1 nodes it writes to
+//        the leader only, t_intra((G−1)/G·S, k), the leaders sum in a ring (2(N−1)·t_inter(S/N,
+//        1)) and the others copy the result out, t_intra(S, k). A 16-bit wire is priced as that
+//        sum of half the bytes (its slots' copies in and out are not counted)
 // Async (K parameter servers, Downpour; ps/protocol.hpp's fused push-pull): a worker pushes each
 // layer's gradient as backward finishes it and gets that part's new parameters back in the same
 // exchange: per layer 2·t_w(bytes) plus the ps's update of it (the profile's optimizer ms ×
@@ -42,7 +45,7 @@
 // T = the profile's threads, sync also T·optimizer — plus the copies through a shared (memory)
 // intra-node link, which keep a CPU busy as long as they take on the bus: sync, the intra-node
 // part of each worker's exchange (flat: 2(W−1) hops on one node, 2(W−1)(G−1)/G of them across
-// nodes, each t_intra(S/W, k); hierarchical: the node reduce and broadcast); async on one node,
+// nodes, each t_intra(S/W, k); hierarchical: the node's part of the sum); async on one node,
 // each worker's 2·S/β through the ps's rings; plus the node's ps updates (⌈K/nodes⌉ ps, W·
 // optimizer/K each). Where that floor is above the step above, it is the step (bound "cores").
 // samples/s = W·b / step; efficiency = samples/s / (W × the samples/s of one worker of the same
@@ -112,7 +115,7 @@ struct Prediction {
 
 /// Ring allreduce of `bytes` over the topology's W ranks (flat): see the file comment. W = 1: 0.
 double flat_allreduce_s(double bytes, const Topology& t);
-/// Hierarchical allreduce of `bytes`: node reduce + leaders' ring + node broadcast.
+/// Hierarchical allreduce of `bytes`: the node's part (in place) + the leaders' ring.
 double hierarchical_allreduce_s(double bytes, const Topology& t);
 /// One ps's time for a round of W push-pulls of S bytes with K ps (see the file comment).
 double ps_round_s(double bytes, double optimizer_s, int num_ps, const Topology& t);

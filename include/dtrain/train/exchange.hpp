@@ -109,6 +109,10 @@ class GradientExchange {
   /// --wire-dtype's bytes, shared ring slots in 4 bytes a value; PsClient::pushed_bytes); 0
   /// before the first push and for the allreduce.
   [[nodiscard]] virtual double push_bytes_per_step() const { return 0; }
+  /// The sync allreduce's algorithm as it runs (after --allreduce auto's choice and fallback):
+  /// "hierarchical", "mpi" or "nccl"; "none" for one GPU worker (nothing to sum); "" in the ps
+  /// modes.
+  [[nodiscard]] virtual std::string allreduce_algorithm() const { return ""; }
 };
 
 /// The exchange of exchange_kind(c) for this worker. `plan` must outlive it. Throws InputError
