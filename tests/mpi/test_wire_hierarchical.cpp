@@ -174,6 +174,17 @@ TEST(HierarchicalAllreduce, EveryNodeShapeSumsAsPromised) {
   }
 }
 
+/// Hierarchical sums in nodes of `per_node` ranks (0: the real nodes), values `wire` between
+/// ranks, in place in the node's homes where `in_place` (fp32).
+ReduceOptions hierarchical(int per_node, WireDtype wire, bool in_place = false) {
+  ReduceOptions how;
+  how.hierarchical = true;
+  how.wire = wire;
+  how.ranks_per_node = per_node;
+  how.in_place = in_place;
+  return how;
+}
+
 TEST(HierarchicalAllreduce, InPlaceInTheHomesGivesTheSlotsBits) {
   // Summed where the values lie (each rank's home in the node's segment), every node shape gives
   // the bits of the copy-in, copy-out sum, at any offset of the home, every round.
@@ -215,11 +226,8 @@ TEST(BucketedAllreduce, InPlaceWhileBackwardStillWritesTheRest) {
   const int rank = world_rank(), W = world_size();
   for (int per_node : {0, 2}) {
     const std::size_t n = 30011;
-    ReduceOptions how;
-    how.hierarchical = true;
-    how.ranks_per_node = per_node;
-    how.in_place = true;
-    BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, true, how);
+    BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, true,
+                         hierarchical(per_node, WireDtype::fp32, true));
     std::vector<float> own(n + 1);
     float* data = ar.home() != nullptr ? ar.home() : own.data();
     const bool shares = per_node == 0 || !(W % 2 == 1 && rank == W - 1);
@@ -331,11 +339,7 @@ TEST(HierarchicalAllreduce, BucketsWithTheFlagAndAWireBetweenLeaders) {
     for (WireDtype w : {WireDtype::fp32, WireDtype::bf16}) {
       for (bool overlap : {true, false}) {
         const std::size_t n = 30011;
-        ReduceOptions how;
-        how.hierarchical = true;
-        how.wire = w;
-        how.ranks_per_node = per_node;
-        BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, overlap, how);
+        BucketedAllreduce ar(MPI_COMM_WORLD, n, 4096, overlap, hierarchical(per_node, w));
         for (int step = 0; step < 3; ++step) {
           std::vector<float> data(n + 1);
           // Small integers: exact in fp32 and bf16 whatever the order (sums below 256).

@@ -24,6 +24,18 @@ using test::kBranchyNet;
 class ModelGraph : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> be_ = make_cpu_backend();
+  /// A fixed batch of 3 samples of 2×6×6 for kBranchyNet, its labels and a stats buffer.
+  struct Batch {
+    DeviceBuffer<float> x, stats;
+    DeviceBuffer<std::int32_t> y;
+  };
+  Batch batch3() {
+    Batch b{test::to_device(*be_, uniform_values(3 * 2 * 36, 11, -1.0f, 1.0f)),
+            DeviceBuffer<float>(*be_, kStatsFloats), DeviceBuffer<std::int32_t>(*be_, 3)};
+    const std::int32_t labels[3] = {0, 2, 1};
+    be_->copy_to_device(b.y.data(), labels, sizeof labels);
+    return b;
+  }
 };
 
 /// Σ loss of one training forward at the current parameters.
@@ -38,11 +50,7 @@ TEST_F(ModelGraph, BranchedGradientsMatchFiniteDifferences) {
   const int n = 3;
   Model m(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, n);
   m.initialize(5);
-  auto x = test::to_device(*be_, uniform_values(n * 2 * 36, 11, -1.0f, 1.0f));
-  DeviceBuffer<std::int32_t> y(*be_, n);
-  const std::int32_t labels[3] = {0, 2, 1};
-  be_->copy_to_device(y.data(), labels, sizeof labels);
-  DeviceBuffer<float> stats(*be_, kStatsFloats);
+  auto [x, stats, y] = batch3();
   training_loss(m, *be_, x, y, n, stats);
   const auto grads = to_host(*be_, m.grads(), m.param_count());
   auto params = to_host(*be_, m.params(), m.param_count());
@@ -82,11 +90,7 @@ TEST_F(ModelGraph, PlacedGradientsAreWrittenThereAndComeBack) {
       plain(*be_, kBranchyNet, Shape{1, 2, 6, 6}, 3, n);
   placed.initialize(5);
   plain.initialize(5);
-  auto x = test::to_device(*be_, uniform_values(n * 2 * 36, 11, -1.0f, 1.0f));
-  DeviceBuffer<std::int32_t> y(*be_, n);
-  const std::int32_t labels[3] = {0, 2, 1};
-  be_->copy_to_device(y.data(), labels, sizeof labels);
-  DeviceBuffer<float> stats(*be_, kStatsFloats);
+  auto [x, stats, y] = batch3();
   const std::size_t P = placed.param_count();
   training_loss(placed, *be_, x, y, n, stats);  // the batch-3 stack exists before the move
   placed.grads()[P] = 5.0f;                     // the spare float moves too
