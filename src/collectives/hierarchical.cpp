@@ -241,9 +241,11 @@ void HierarchicalAllreduce::sum(float* data, std::size_t n, bool blocking, doubl
     if (inter_) inter_->sum(data, n, blocking, timeout_s, what + " between the node leaders");
     return;
   }
-  float* mine = home();
-  if (mine != nullptr && data >= mine && data + n <= mine + home_floats_) {
-    sum_in_place(static_cast<std::size_t>(data - mine), n, blocking, timeout_s, what);
+  // In this rank's home? (addresses as integers: data may lie in another object)
+  const auto at = reinterpret_cast<std::uintptr_t>(data),
+             mine = reinterpret_cast<std::uintptr_t>(home());
+  if (mine != 0 && at >= mine && at + n * sizeof(float) <= mine + home_floats_ * sizeof(float)) {
+    sum_in_place((at - mine) / sizeof(float), n, blocking, timeout_s, what);
     return;
   }
   DT_ASSERT(n <= capacity_, "hierarchical allreduce larger than its slots");

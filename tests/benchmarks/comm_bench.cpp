@@ -216,7 +216,7 @@ Row bench_allreduce(const Options& o, std::size_t bytes, int ranks, const char* 
   // Keep the values small: repeated sums of 1/ranks stay exact and finite.
   auto reset = [&] {
     std::fill(buf.begin(), buf.end(), 1.0f / static_cast<float>(ranks));
-    std::fill(mine, mine + n + 1, 1.0f / static_cast<float>(ranks));
+    if (mine != buf.data()) std::fill(mine, mine + n + 1, 1.0f / static_cast<float>(ranks));
   };
   Row r = alternate_allreduce(op, o, bytes, ranks, reset, bare, ours, ref);
   r.ref_key = ref_key;
