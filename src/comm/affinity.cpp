@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -15,30 +16,100 @@
 
 namespace dtrain {
 
-CorePlan plan_cores(const std::vector<int>& cpus, int local_rank, int local_size,
+namespace {
+
+/// "0-3,8" → {0, 1, 2, 3, 8} added to `out`.
+void parse_cpu_list(const std::string& text, std::set<int>& out) {
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item.empty()) continue;
+    const std::size_t dash = item.find('-');
+    const int lo = std::stoi(item.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
+    for (int cpu = lo; cpu <= hi; ++cpu) out.insert(cpu);
+  }
+}
+
+/// The CPUs of `cores` (a range of them), one hardware thread of every core first, then every
+/// core's second, and so on.
+std::vector<int> threads_across(std::vector<std::vector<int>>::const_iterator first,
+                                std::vector<std::vector<int>>::const_iterator last) {
+  std::vector<int> out;
+  for (std::size_t t = 0;; ++t) {
+    const std::size_t before = out.size();
+    for (auto core = first; core != last; ++core)
+      if (t < core->size()) out.push_back((*core)[t]);
+    if (out.size() == before) return out;
+  }
+}
+
+}  // namespace
+
+CorePlan plan_cores(const std::vector<std::vector<int>>& cores, int local_rank, int local_size,
                     bool comm_thread) {
-  DT_REQUIRE(!cpus.empty(), "--pin-threads: no CPU to pin to");
+  DT_REQUIRE(!cores.empty(), "--pin-threads: no CPU to pin to");
+  for (const auto& core : cores) DT_REQUIRE(!core.empty(), "--pin-threads: a core without CPUs");
   DT_REQUIRE(local_rank >= 0 && local_rank < local_size,
              "--pin-threads: node-local rank " + std::to_string(local_rank) + " outside [0, " +
                  std::to_string(local_size) + ")");
   CorePlan plan;
-  const auto n = static_cast<int>(cpus.size());
-  const int block = n / local_size;
-  if (block == 0) {
-    plan.shared = true;
-    plan.compute = {cpus[static_cast<std::size_t>(local_rank % n)]};
-    return plan;
+  const auto n_cores = static_cast<int>(cores.size());
+  std::vector<int> mine, rest;  // this rank's CPUs, and those no rank's block takes
+  if (local_size <= n_cores) {  // whole cores
+    const int per = n_cores / local_size;
+    const auto first = cores.begin() + static_cast<std::ptrdiff_t>(local_rank) * per;
+    mine = threads_across(first, first + per);
+    rest =
+        threads_across(cores.begin() + static_cast<std::ptrdiff_t>(per) * local_size, cores.end());
+  } else {  // hardware threads, one of every core first
+    const std::vector<int> all = threads_across(cores.begin(), cores.end());
+    const auto n = static_cast<int>(all.size());
+    const int block = n / local_size;
+    if (block == 0) {
+      plan.shared = true;
+      plan.compute = {all[static_cast<std::size_t>(local_rank % n)]};
+      return plan;
+    }
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(local_rank) * block;
+    mine.assign(first, first + block);
+    rest.assign(all.begin() + static_cast<std::ptrdiff_t>(block) * local_size, all.end());
   }
-  const auto first = cpus.begin() + static_cast<std::ptrdiff_t>(local_rank) * block;
-  plan.compute.assign(first, first + block);
-  if (comm_thread && block >= 2) {
+  plan.compute = mine;
+  if (comm_thread && mine.size() >= 2) {
     plan.comm = plan.compute.back();
     plan.compute.pop_back();
-  } else if (const int left = n - block * local_size; comm_thread && left > 0) {
+  } else if (comm_thread && !rest.empty()) {
     // Blocks of one CPU: the communication threads share the CPUs left over, not their rank's.
-    plan.comm = cpus[static_cast<std::size_t>(block * local_size + local_rank % left)];
+    plan.comm = rest[static_cast<std::size_t>(local_rank) % rest.size()];
   }
   return plan;
+}
+
+std::vector<std::vector<int>> cores_of(const std::vector<int>& cpus, const std::string& sysfs) {
+  const std::set<int> usable(cpus.begin(), cpus.end());
+  std::map<int, std::vector<int>> by_first;  // a core's first usable CPU → its usable CPUs
+  std::set<int> placed;
+  for (int cpu : cpus) {
+    if (placed.count(cpu)) continue;
+    std::set<int> siblings;
+    std::ifstream in(sysfs + "/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list");
+    std::string text;
+    if (in >> text) {
+      try {
+        parse_cpu_list(text, siblings);
+      } catch (const std::exception&) {
+        siblings.clear();  // unreadable: a core of its own
+      }
+    }
+    siblings.insert(cpu);
+    std::vector<int> core;
+    for (int s : siblings)
+      if (usable.count(s) && placed.insert(s).second) core.push_back(s);
+    if (!core.empty()) by_first.emplace(core.front(), std::move(core));
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& [first, core] : by_first) out.push_back(std::move(core));
+  return out;
 }
 
 std::vector<int> allowed_cpus() {
@@ -90,26 +161,16 @@ std::string cpu_list_text(const std::vector<int>& cpus) {
   for (std::size_t i = 0; i < cpus.size();) {
     std::size_t j = i;
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
-    if (j > i) out += "-" + std::to_string(cpus[j]);
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(cpus[j]);
+    }
     i = j + 1;
   }
   return out;
 }
-
-namespace {
-/// "0-3,8" → {0, 1, 2, 3, 8} added to `out`.
-void parse_cpu_list(const std::string& text, std::set<int>& out) {
-  std::stringstream list(text);
-  for (std::string item; std::getline(list, item, ',');) {
-    if (item.empty()) continue;
-    const std::size_t dash = item.find('-');
-    const int lo = std::stoi(item.substr(0, dash));
-    const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
-    for (int cpu = lo; cpu <= hi; ++cpu) out.insert(cpu);
-  }
-}
-}  // namespace
 
 std::vector<std::pair<std::string, std::string>> process_threads() {
   std::vector<std::pair<std::string, std::string>> out;

@@ -78,7 +78,8 @@ bool pin_team(const CorePlan& plan, std::string& why) {
 void pin_rank_threads(const Config& c, Cluster& cluster, std::string& notes) {
   const Split split = node_split(cluster);
   const bool comm_thread = cluster.is_worker() && exchange_kind(c) == ExchangeKind::allreduce;
-  const CorePlan plan = plan_cores(split.cpus, split.index, split.count, comm_thread);
+  const std::vector<std::vector<int>> cores = cores_of(split.cpus);
+  const CorePlan plan = plan_cores(cores, split.index, split.count, comm_thread);
   const int asked = cluster.is_ps() ? c.ps_threads : c.threads;
   if (asked == 0) omp_set_num_threads(static_cast<int>(plan.compute.size()));
   std::string why;
@@ -88,7 +89,9 @@ void pin_rank_threads(const Config& c, Cluster& cluster, std::string& notes) {
              "'s threads are not pinned: " + why);
   cluster.set_cpus(cpu_list_text(process_thread_cpus()), pinned ? plan.comm : -1);
   if (!cluster.is_chief()) return;
-  notes += "# --pin-threads: each rank's threads on its CPUs (cpus column); " +
+  notes += "# --pin-threads: each rank's threads on its CPUs (cpus column; the chief's node: " +
+           std::to_string(split.cpus.size()) + " CPUs on " + std::to_string(cores.size()) +
+           " cores, split among " + std::to_string(split.count) + " rank(s)); " +
            std::to_string(omp_get_max_threads()) + " OpenMP thread(s) on the chief's " +
            std::to_string(plan.compute.size()) + " compute CPU(s)" +
            (plan.comm >= 0 ? ", its communication thread on CPU " + std::to_string(plan.comm)

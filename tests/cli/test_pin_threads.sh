@@ -3,8 +3,8 @@
 # on a node of at least 2 CPUs, launched unbound (--bind-to none):
 #   1. 2 workers, sync allreduce: the role table's CPUs of the two ranks — every thread's
 #      Cpus_allowed_list as each rank reads it back from /proc — are non-empty and disjoint;
-#   2. 1 worker: a block of 2 CPUs, the communication thread (dtrain-comm) alone on the second,
-#      the compute threads on the first;
+#   2. 1 worker: the node's CPUs its block, the communication thread (dtrain-comm) alone on the
+#      last of them (cores' second SMT siblings last), the compute threads on the others;
 #   3. async, 1 ps + 1 worker: disjoint too;
 #   4. off by default: no CPU column.
 set -euo pipefail
@@ -47,16 +47,37 @@ echo "== 1. 2 workers, sync allreduce: disjoint CPUs"
 pinned sync2 2 --mode sync --num-ps 0
 disjoint "$SCRATCH/sync2.log" 2
 
-echo "== 2. 1 worker: the communication thread alone on the block's second CPU"
+echo "== 2. 1 worker: the communication thread alone on the block's last CPU"
 pinned sync1 1 --mode sync --num-ps 0
 line=$(grep -- "--pin-threads, the chief's threads:" "$SCRATCH/sync1.log") ||
   { cat "$SCRATCH/sync1.log"; fail "no thread line"; }
 echo "   ${line#\# }"
-first=$("$PY" -c 'import os; print(sorted(os.sched_getaffinity(0))[0])')
-second=$("$PY" -c 'import os; print(sorted(os.sched_getaffinity(0))[1])')
+# The block of the one rank is every core; its communication thread gets the last CPU of them
+# in the order one hardware thread of every core first, then every core's second (SMT
+# siblings from sysfs), and its first compute CPU is the first core's first CPU.
+read -r first second < <("$PY" - <<'PY'
+import os
+cpus = sorted(os.sched_getaffinity(0))
+cores = {}
+for c in cpus:
+    try:
+        text = open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read().strip()
+        sib = set()
+        for item in text.split(","):
+            lo, _, hi = item.partition("-")
+            sib |= set(range(int(lo), int(hi or lo) + 1))
+    except OSError:
+        sib = {c}
+    core = tuple(sorted((sib | {c}) & set(cpus)))
+    cores.setdefault(core[0], core)
+order = [core[t] for t in range(max(map(len, cores.values())))
+         for _, core in sorted(cores.items()) if t < len(core)]
+print(order[0], order[-1])
+PY
+)
 grep -q "dtrain-comm on $second\b" <<<"$line" || fail "the communication thread is not on CPU $second"
-grep -q "dtrain on $first\b" <<<"$line" || fail "no compute thread on CPU $first alone"
-grep -q "cpus $first-$second\|cpus $first,$second" "$SCRATCH/sync1.log" || fail "the role table lacks the block"
+grep -q "dtrain on $first\b" <<<"$line" || fail "no compute thread on CPU $first"
+grep -q "  cpus [0-9]" "$SCRATCH/sync1.log" || fail "the role table lacks the CPUs"
 
 echo "== 3. async, 1 ps + 1 worker: disjoint CPUs"
 pinned async2 2 --mode async --num-ps 1
