@@ -134,6 +134,10 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
   echo "# strong-scaling sweep $(date '+%F %T') on $(hostname) ($cores cores)"
   echo "# job $job, global batch $gb, $steps×$gb samples per run, threads/rank $threads, extra: ${extra[*]:-}"
   echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # The host's shape, which the ceiling reflects: SMT siblings, sockets, NUMA nodes, caches.
+  if command -v lscpu >/dev/null; then
+    echo "# host: $(lscpu | sed -n -E 's/^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L3 cache): *(.*)/\1 \2/p' | paste -sd';' | sed 's/;/; /g')"
+  fi
 } | tee -a "$out/sweep.log"
 
 for line in "${plan[@]}"; do
