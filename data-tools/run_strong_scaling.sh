@@ -26,21 +26,35 @@
 #                     global-batch/N — the per-worker batch of the N-worker runs — for the sync
 #                     run's step count), into OUT/ceiling-wN/r<k>/; scaling_report.py adds their
 #                     summed samples/s and each run's efficiency against it (issue 36)
+#   --host            print the host's shape (as the sweep log's "# host:" line names it) and exit
+#   --keep-runs TGZ   after every finished run, TGZ (re)written: sweep.log and every run's log,
+#                     results.json and launcher.json, relative to OUT — so a sweep cut short (a
+#                     time limit) leaves every run it finished; unpacked into an OUT, the sweep
+#                     continues there (finished runs are skipped) and scaling_report.py reads it
 # Environment: DTRAIN (default build/bin/dtrain), MPIRUN (default mpirun), PYTHON (default
 #   /usr/bin/python3, Debian's interpreter with numpy/matplotlib), EPOCHS (default 1000: the step
 #   count decides).
 # More ranks than cores (nproc): mpirun gets --oversubscribe and idle ranks yield
 # (OMPI_MCA_mpi_yield_when_idle=1) — timings of such runs measure sharing, not scaling.
-# A failed run stops the sweep (its log is OUT/<run>.log). Existing run dirs are skipped (rerun into
-# the same --out to complete an interrupted sweep).
+# The runs go by worker count — for each N its sync and async runs, then its ceiling — so that a
+# sweep cut short has whole worker counts. A failed run stops the sweep (its log is
+# OUT/<run>.log). Existing run dirs are skipped (rerun into the same --out to complete an
+# interrupted sweep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 job=jobs/fashion_mnist_cnn.ini workers="1 2" modes="sync async" ps_list="1" gb=128 steps=200
-threads=1 out="" plan_only=0 report=1 ceiling=0
+threads=1 out="" plan_only=0 report=1 ceiling=0 keep=""
 die() {
   echo "run_strong_scaling.sh: error: $*" >&2
   exit 2
+}
+# host_shape: the machine's CPUs as lscpu names them (model, SMT threads per core, cores per
+# socket, sockets, NUMA nodes, L3), which the host's ceiling reflects; "unknown" without lscpu.
+host_shape() {
+  command -v lscpu >/dev/null || { echo unknown; return 0; }
+  lscpu | sed -n -E 's/^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L3 cache): *(.*)/\1 \2/p' |
+    paste -sd';' | sed 's/;/; /g'
 }
 # need_value "$@": the option in $1 must be followed by a value.
 need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -57,6 +71,8 @@ while [ $# -gt 0 ]; do
     --plan) plan_only=1; shift ;;
     --no-report) report=0; shift ;;
     --ceiling) ceiling=1; shift ;;
+    --keep-runs) need_value "$@"; keep=$2; shift 2 ;;
+    --host) host_shape; exit 0 ;;
     --) shift; break ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -134,27 +150,25 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
   echo "# strong-scaling sweep $(date '+%F %T') on $(hostname) ($cores cores)"
   echo "# job $job, global batch $gb, $steps×$gb samples per run, threads/rank $threads, extra: ${extra[*]:-}"
   echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  # The host's shape, which the ceiling reflects: SMT siblings, sockets, NUMA nodes, caches.
-  if command -v lscpu >/dev/null; then
-    echo "# host: $(lscpu | sed -n -E 's/^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L3 cache): *(.*)/\1 \2/p' | paste -sd';' | sed 's/;/; /g')"
-  fi
+  echo "# host: $(host_shape)"
 } | tee -a "$out/sweep.log"
 
-for line in "${plan[@]}"; do
-  read -r name mode ps w np max_steps <<<"$line"
-  dir=$out/$name
+# run_one NAME MODE PS NP MAX_STEPS: one run of the plan into OUT/NAME (skipped when done before).
+run_one() {
+  local name=$1 mode=$2 ps=$3 np=$4 max_steps=$5 dir=$out/$1
   if [ -f "$dir/results.json" ]; then
     echo "$name: done before, skipped" | tee -a "$out/sweep.log"
-    continue
+    return 0
   fi
   rm -rf "$dir"
-  flags=(-np "$np" --bind-to none)
+  local flags=(-np "$np" --bind-to none)
   if [ "$np" -gt "$cores" ]; then
     flags+=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
   fi
   run_args "$name" "$mode" "$ps" "$max_steps"
-  cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${args[@]}")
+  local cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${args[@]}")
   echo "$name: load $(cut -d' ' -f1 /proc/loadavg): ${cmd[*]}" | tee -a "$out/sweep.log"
+  local l0 c0 t0 t1 c1 l1
   l0=$(cut -d' ' -f1 /proc/loadavg) c0=$(child_cpu) t0=$(date +%s.%N)
   "${cmd[@]}" >"$out/$name.log" 2>&1 || { tail -n 30 "$out/$name.log" >&2; die "run $name failed (log: $out/$name.log)"; }
   t1=$(date +%s.%N) c1=$(child_cpu) l1=$(cut -d' ' -f1 /proc/loadavg)
@@ -164,44 +178,70 @@ for line in "${plan[@]}"; do
     'BEGIN { printf "{\"elapsed_seconds\": %.3f, \"cpu_seconds\": %.2f, \"ranks\": %d, \"cores\": %d, \"load1_before\": %s, \"load1_after\": %s}\n", b - a, c1 - c0, np, cores, l0, l1 }' \
     >"$dir/launcher.json"
   echo "$name: $(cat "$dir/launcher.json")" | tee -a "$out/sweep.log"
-done
-# ---------------------------------------------------------------- the host's ceiling
+}
+
 # The ceiling runs are N independent jobs: --pin-threads cannot split the node between them (each
 # would take the whole node as its block), so they run unpinned.
 ceiling_extra=()
 for a in "${extra[@]}"; do [ "$a" = --pin-threads ] || ceiling_extra+=("$a"); done
-if [ "$ceiling" = 1 ]; then
-  for w in $workers; do
-    [ "$w" -gt 1 ] || continue
-    cdir=$out/ceiling-w$w
-    if [ -f "$cdir/r$w/results.json" ]; then
-      echo "ceiling-w$w: done before, skipped" | tee -a "$out/sweep.log"
-      continue
-    fi
-    rm -rf "$cdir"
-    mkdir -p "$cdir"
-    echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps ...) started together" |
-      tee -a "$out/sweep.log"
-    pids=()
-    for ((k = 1; k <= w; k++)); do
-      # Each mpiexec its own Open MPI session folder: started together, two of them can race to
-      # create the same one ("mkdir ... File exists", orte_init fails).
-      session=${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}/dtrain-ceiling-$$-r$k
-      mkdir -p "$session"
-      OMPI_MCA_orte_tmpdir_base=$session "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
-        --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
-        --threads "$threads" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
-      pids+=($!)
-    done
-    failed=0
-    for p in "${pids[@]}"; do wait "$p" || failed=1; done
-    rm -rf "${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}"/dtrain-ceiling-$$-r*
-    [ "$failed" = 0 ] || { tail -n 30 "$cdir"/r*.log >&2; die "a ceiling run of $w failed (logs: $cdir/r*.log)"; }
-    echo "ceiling-w$w: samples/s $(cat "$cdir"/r*/results.json | sed -n -E 's/.*"samples_per_sec": ([0-9.e+-]+).*/\1/p' | tr '\n' ' ')" |
-      tee -a "$out/sweep.log"
+# run_ceiling N: the host's ceiling for N workers into OUT/ceiling-wN/r1..rN (skipped when done).
+run_ceiling() {
+  local w=$1 cdir=$out/ceiling-w$1
+  if [ -f "$cdir/r$w/results.json" ]; then
+    echo "ceiling-w$w: done before, skipped" | tee -a "$out/sweep.log"
+    return 0
+  fi
+  rm -rf "$cdir"
+  mkdir -p "$cdir"
+  echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps ...) started together" |
+    tee -a "$out/sweep.log"
+  local pids=() k session
+  for ((k = 1; k <= w; k++)); do
+    # Each mpiexec its own Open MPI session folder: started together, two of them can race to
+    # create the same one ("mkdir ... File exists", orte_init fails).
+    session=${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}/dtrain-ceiling-$$-r$k
+    mkdir -p "$session"
+    OMPI_MCA_orte_tmpdir_base=$session "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
+      --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
+      --threads "$threads" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
+    pids+=($!)
   done
+  local failed=0 p
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  rm -rf "${OMPI_MCA_orte_tmpdir_base:-${TMPDIR:-/tmp}}"/dtrain-ceiling-$$-r*
+  [ "$failed" = 0 ] || { tail -n 30 "$cdir"/r*.log >&2; die "a ceiling run of $w failed (logs: $cdir/r*.log)"; }
+  echo "ceiling-w$w: samples/s $(cat "$cdir"/r*/results.json | sed -n -E 's/.*"samples_per_sec": ([0-9.e+-]+).*/\1/p' | tr '\n' ' ')" |
+    tee -a "$out/sweep.log"
+}
+
+# keep_runs: --keep-runs TGZ rewritten with every finished run (written aside, then renamed: a
+# sweep killed meanwhile leaves the previous one whole).
+if [ -n "$keep" ]; then
+  mkdir -p "$(dirname "$keep")"
+  keep=$(realpath -m "$keep")
 fi
+keep_runs() {
+  [ -n "$keep" ] || return 0
+  (cd "$out" && shopt -s nullglob &&
+    tar -czf "$keep.part" ./*.log ./*/results.json ./*/launcher.json ./ceiling-w*/r*.log \
+      ./ceiling-w*/r*/results.json) && mv -f "$keep.part" "$keep"
+}
+
+# By worker count: each N's runs of every mode, then its ceiling.
+for w in $(tr ' ' '\n' <<<"$workers" | awk 'NF && !seen[$0]++'); do
+  for line in "${plan[@]}"; do
+    read -r name mode ps lw np max_steps <<<"$line"
+    [ "$lw" = "$w" ] || continue
+    run_one "$name" "$mode" "$ps" "$np" "$max_steps"
+    keep_runs
+  done
+  if [ "$ceiling" = 1 ] && [ "$w" -gt 1 ]; then
+    run_ceiling "$w"
+    keep_runs
+  fi
+done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
+keep_runs
 if [ "$report" = 1 ]; then
   # --force: a rerun into the same --out (to complete a sweep) regenerates the report.
   "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$out/report" --force

@@ -15,14 +15,15 @@
 #   without matplotlib it writes the table and CSV only), PIN_THREADS=1 (the runs with
 #   --pin-threads; the ceiling runs stay unpinned), ARGS (more dtrain options for every run,
 #   e.g. ARGS="--wire-dtype bf16": the exchange's 16-bit wire; named in the report's title),
-#   KEEP_RUNS=1 (every run's log and results.json into the docs folder as runs.tgz).
+#   KEEP_RUNS=1 (every run's log, results.json and launcher.json into the docs folder as runs.tgz,
+#   refreshed after every run).
 # On the 2-core development VM, 4 workers (5 ranks with the ps) share 2 cores: those rows measure
 # sharing, not scaling. On a 16-core machine: WORKERS="1 2 4 8 12" GLOBAL_BATCH=24
 # (the global batch must split evenly over every worker count).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 models=${1:-"resnet50 vgg16"}
-ceiling=() pin=() args=()
+ceiling=() pin=() args=() keep=()
 read -r -a args <<<"${ARGS:-}"
 [ "${CEILING:-0}" = 1 ] && ceiling=(--ceiling)
 [ "${PIN_THREADS:-0}" = 1 ] && pin=(--pin-threads)
@@ -32,18 +33,16 @@ for m in $models; do
   out=${OUT:-runs/scaling-models}/$m
   docs=${DOCS:-docs/results/scaling/$(date +%F)}/$m
   mkdir -p "$docs"
+  # Every run's log (per-worker step times and anatomy: skew against bandwidth), results.json and
+  # launcher.json, the ceiling runs' too, rewritten after every run (a sweep cut short keeps what
+  # it finished): unpacked into one folder, sweeps of other worker counts (WORKERS="1 2 4", then
+  # "8 12") make one report (scaling_report.py FOLDER), and unpacked into OUT/MODEL a sweep
+  # continues where it stopped.
+  [ "${KEEP_RUNS:-0}" = 1 ] && keep=(--keep-runs "$docs/runs.tgz")
   bash data-tools/run_strong_scaling.sh --job "$job" --workers "${WORKERS:-1 2 4}" \
     --modes "${MODES:-sync async}" --ps 1 --global-batch "${GLOBAL_BATCH:-8}" --steps "${STEPS:-6}" \
-    --out "$out" --no-report "${ceiling[@]}" -- --log-every 1 --summaries false "${pin[@]}" "${args[@]}"
+    --out "$out" --no-report "${ceiling[@]}" "${keep[@]}" -- --log-every 1 --summaries false "${pin[@]}" "${args[@]}"
   "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$docs/strong_scaling" --force \
     --title "dtrain strong scaling: $m, synthetic 3x224x224, global batch ${GLOBAL_BATCH:-8}, $(nproc --all) cores${pin:+, --pin-threads}${ARGS:+, $ARGS}"
   cp "$out/sweep.log" "$docs/sweep.log"
-  # Every run's log (per-worker step times and anatomy: skew against bandwidth) and results.json,
-  # the ceiling runs' too: sweeps of other worker counts (WORKERS="1 2 4", then "8 12") unpacked
-  # into one folder make one report (scaling_report.py FOLDER).
-  if [ "${KEEP_RUNS:-0}" = 1 ]; then
-    tgz=$(cd "$docs" && pwd)/runs.tgz
-    (cd "$out" && tar -czf "$tgz" --exclude=sweep.log ./*.log ./*/results.json \
-      $(ls -d ceiling-w*/r*.log ceiling-w*/r*/results.json 2>/dev/null))
-  fi
 done

@@ -43,6 +43,10 @@
 #             duration with the defaults on the 16-core H100/H200 machines: ~7 minutes (ResNet-50
 #             takes ~0.25 s per sample on one core: 2 × 96 samples per run, 14 runs, ~8 s start-up
 #             each); keep timeout_s at 600. Example: bash tests/gpu/device.sh scaling resnet50 96
+#             Every finished run is kept in $OUT/scaling/MODEL/runs.tgz as it ends, so a call cut
+#             short by its time limit still brings back what it finished; RESUME=.device/runs.tgz
+#             (that file, copied into .device/ before staging) continues such a sweep in a later
+#             call on the same kind of host, skipping the runs it holds.
 #             PIN_THREADS=1: the same sweep with --pin-threads (each rank's threads on its own
 #             CPUs, the allreduce's communication thread on its own where a rank has 2; the
 #             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default
@@ -57,6 +61,24 @@ mkdir -p "$OUTDIR"
 # The host every figure of this call comes from: cores, SMT siblings, caches, NUMA, load.
 [ -f "$OUTDIR/host.txt" ] || { lscpu; echo "load average: $(cat /proc/loadavg)"; } >"$OUTDIR/host.txt" 2>&1
 log() { echo "### $*" >&2; }
+
+# resume_sweep DIR: RESUME=runs.tgz (a scaling step's, from an earlier call: the device tool
+# brought it back; copy it into .device/ here before staging the call) unpacked into DIR, the
+# sweep's folder, so that the runs it finished are skipped — only when its sweep.log names this
+# host's shape (the "# host:" line), else the sweep starts afresh and says why.
+resume_sweep() {
+  [ -n "${RESUME:-}" ] || return 0
+  [ -f "$RESUME" ] || { echo "device.sh: RESUME=$RESUME: no such file" >&2; exit 2; }
+  local here then
+  here=$(bash data-tools/run_strong_scaling.sh --host)
+  then=$(tar -xzOf "$RESUME" ./sweep.log 2>/dev/null | sed -n 's/^# host: //p' | head -n 1)
+  if [ "$here" != "$then" ]; then
+    echo "device.sh: RESUME=$RESUME ran on another host ('${then:-unknown}', this is '$here'): starting afresh" >&2
+    return 0
+  fi
+  mkdir -p "$1" && tar -xzf "$RESUME" -C "$1"
+  echo "device.sh: resuming the sweep in $1 from $RESUME: $(tar -tzf "$RESUME" | grep -c '/results.json$') runs done" >&2
+}
 
 setup() {
   local P=/tmp/dtrain-rt
@@ -204,6 +226,7 @@ while [ $# -gt 0 ]; do
              fi
              pin=""; [ "${PIN_THREADS:-0}" = 1 ] && pin=-pinned
              [ -n "${ARGS:-}" ] && pin+="-$(tr -cd 'a-z0-9-' <<<"${ARGS// /-}" | sed 's/^-*//')"
+             resume_sweep "/tmp/scaling$pin/$model"
              WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 KEEP_RUNS=1 \
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
