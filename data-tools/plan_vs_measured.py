@@ -3,7 +3,8 @@
 
 Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --job JOB.ini
            --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB]
-           [--cores-per-node C] [--allreduce auto|flat|hierarchical] [--dtrain BIN]
+           [--cores-per-node C] [--allreduce auto|flat|hierarchical] [--straggler-cv auto|X]
+           [--dtrain BIN]
 
 SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
 async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. For every run
@@ -22,6 +23,12 @@ two more columns: the ceiling's samples/s × the predicted efficiency — the pr
 compute per worker taken from the ceiling instead of the profile — and its error %. For sync rows
 that ceiling is N × the slowest ceiling run's samples/s (a synchronous step waits for its slowest
 worker); for async, the runs' sum (each worker goes at its own pace).
+--straggler-cv auto|X (default 0): dtrain plan's --straggler-cv for the sync rows — X, or with
+auto each worker count's own from its ceiling runs' logs (--log-every 1: one "ms/step" a step;
+a line that follows an unlogged step covers several and is left out):
+the step-to-step coefficient of variation within a run, pooled over the N runs, every run's first
+step left out (a worker slower on every step is the ceiling's slowest run, above). The predicted
+exposed communication then includes the wait for the slowest worker, as the measured one does.
 --after-first-step: every measured figure (the runs' and the ceiling runs') without each
 process's first step (results.json's …_after_first_step: primitive creation, first touch and
 ranks starting apart, which a sweep of a few steps averages in; the plan predicts steady steps).
@@ -81,6 +88,31 @@ def ceilings(sweep, runs, key="samples_per_sec"):
     return out
 
 
+STEP_LINE = re.compile(r"^step\s+(\d+)\s*\|.*?\|\s*([0-9.]+) ms/step\s*\|", re.M)
+
+
+def step_cv(sweep, workers):
+    """The pooled within-run coefficient of variation of the step times (every step after the
+    first) of ceiling-w<workers>'s runs' logs, and how many steps it rests on; (0, 0) without
+    runs of at least 2 such steps."""
+    folder = os.path.join(sweep, f"ceiling-w{workers}") if os.path.isdir(sweep) else ""
+    squares, dof, steps = 0.0, 0, 0
+    for name in sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else []:
+        if not re.fullmatch(r"r\d+\.log", name):
+            continue
+        # A line covers one step only where the step before it was logged too (--log-every 1).
+        logged = {int(k): float(t) for k, t in STEP_LINE.findall(
+            open(os.path.join(folder, name)).read())}
+        times = [t for k, t in sorted(logged.items()) if k > 1 and k - 1 in logged]
+        if len(times) < 2:
+            continue
+        mean = sum(times) / len(times)
+        squares += sum(((t - mean) / mean) ** 2 for t in times)
+        dof += len(times) - 1
+        steps += len(times)
+    return ((squares / dof) ** 0.5, steps) if dof else (0.0, 0)
+
+
 def sync_row(a, run):
     """The plan row that prices a sync run: its recorded algorithm unless --allreduce says."""
     algo = a.allreduce if a.allreduce != "auto" else (
@@ -88,12 +120,12 @@ def sync_row(a, run):
     return "sync, hierarchical" if algo == "hierarchical" else "sync, flat allreduce"
 
 
-def predict(a, mode, ps, workers, tmp, configuration):
+def predict(a, mode, ps, workers, tmp, configuration, cv=0.0):
     out = os.path.join(tmp, f"{mode}-{ps}-{workers}.json")
     cmd = [a.dtrain, "plan", "--config", a.job, "--profile", a.profile, "--nodes", "1",
            "--workers-per-node", str(workers), "--global-batch-size", str(a.global_batch),
            "--intra-node", a.intra_node, "--cores-per-node", str(a.cores_per_node),
-           "--mode", mode, "--out", out]
+           "--straggler-cv", repr(cv), "--mode", mode, "--out", out]
     cmd += ["--num-ps", str(ps)] if mode == "async" else ["--num-ps", "0"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -118,6 +150,8 @@ def main():
     ap.add_argument("--max-workers", type=int, default=1 << 30)
     ap.add_argument("--allreduce", choices=("auto", "flat", "hierarchical"), default="auto",
                     help="how to price sync rows (default auto: as each run recorded it)")
+    ap.add_argument("--straggler-cv", default="0",
+                    help="sync rows: dtrain plan --straggler-cv X, or auto (from the ceiling runs)")
     ap.add_argument("--dtrain", default="build/bin/dtrain")
     ap.add_argument("--after-first-step", action="store_true",
                     help="measured figures without each process's first step")
@@ -131,6 +165,21 @@ def main():
         if lacking:
             sys.exit(f"plan_vs_measured.py: --after-first-step: runs {lacking} have no "
                      f"samples_per_sec{suffix} (a dtrain before 2026-11-27, or one step)")
+    if a.straggler_cv != "auto":
+        try:
+            fixed_cv = float(a.straggler_cv)
+        except ValueError:
+            sys.exit(f"plan_vs_measured.py: --straggler-cv '{a.straggler_cv}': not a number or auto")
+    cvs = {}
+    for (mode, _, w) in runs:
+        if mode == "sync" and w > 1:
+            cvs[w] = step_cv(a.sweep, w) if a.straggler_cv == "auto" else (fixed_cv, None)
+    for w, (cv, steps) in sorted(cvs.items()):
+        if steps is not None:
+            print(f"{w} workers: --straggler-cv {cv:.4f} from {steps} steps of the ceiling runs"
+                  + ("" if steps else " (none with 2 steps after the first: 0)"))
+    if a.straggler_cv == "auto":
+        print()
     ceiling = ceilings(a.sweep, runs, "samples_per_sec" + suffix)
     extra = " ceiling samples/s | ceiling × predicted efficiency | error % |" if len(ceiling) > 1 else ""
     print("| mode | workers | predicted samples/s | measured samples/s | error % | "
@@ -142,14 +191,16 @@ def main():
             if w > a.max_workers:
                 continue
             configuration = sync_row(a, m) if mode == "sync" else None
-            p = predict(a, mode, ps, w, tmp, configuration)
+            cv = cvs.get(w, (0.0,))[0] if mode == "sync" else 0.0
+            p = predict(a, mode, ps, w, tmp, configuration, cv)
             got = m["samples_per_sec" + suffix]
             err = 100 * (p["samples_per_s"] - got) / got
             label = (f"sync ({configuration.split(', ')[1]})" if mode == "sync"
                      else f"async, {ps} ps")
             row = (f"| {label} | {w} | {p['samples_per_s']:.2f} | {got:.2f} | {err:+.1f} | "
                    f"{p['compute_ms']:.1f} | {m.get('step_compute_ms' + suffix, 0):.1f} | "
-                   f"{p['exposed_comm_ms']:.1f} | {m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")
+                   f"{p['exposed_comm_ms'] + p['straggler_ms']:.1f} | "
+                   f"{m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")
             if extra and w in ceiling:
                 bound = ceiling[w][1 if mode == "sync" else 0]
                 c = bound * p["efficiency"]

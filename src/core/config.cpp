@@ -471,6 +471,9 @@ void add_plan_options(Table& t, Config& c) {
   t.add("cores-per-node", &c.cores_per_node,
         "plan: CPU cores of a node (0: not priced): a step takes at least the node's CPU work "
         "(CPU workers' compute, shared-memory copies, ps updates) over its cores");
+  t.add("straggler-cv", &c.straggler_cv,
+        "plan: coefficient of variation of a worker's forward + backward from step to step "
+        "(0: none): a sync step waits for the slowest of W such workers");
   t.add("network", &c.network,
         "plan: the link between nodes: 25gbe | hdr-ib | nvlink | shm, or "
         "alpha_us=A,beta_gbps=B[,shared=1] (latency µs, bandwidth Gb/s)");
@@ -736,9 +739,9 @@ void check_subcommand(const Config& c) {
   }
   if (c.command != Subcommand::plan)
     DT_REQUIRE(c.profile.empty() && c.save_profile.empty() && c.nodes == 1 &&
-                   c.workers_per_node == 1 && c.cores_per_node == 0,
-               "options --nodes, --workers-per-node, --cores-per-node, --profile and "
-               "--save-profile belong to `dtrain plan` (did you mean `dtrain plan ...`?)");
+                   c.workers_per_node == 1 && c.cores_per_node == 0 && c.straggler_cv == 0,
+               "options --nodes, --workers-per-node, --cores-per-node, --straggler-cv, --profile "
+               "and --save-profile belong to `dtrain plan` (did you mean `dtrain plan ...`?)");
   if (c.command == Subcommand::predict) {
     DT_REQUIRE(c.checkpoint.empty() != c.init_from.empty(),
                "dtrain predict: give exactly one of --checkpoint and --init-from");

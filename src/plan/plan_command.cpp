@@ -26,8 +26,10 @@ namespace {
 constexpr const char* kAssumptions =
     "assumptions (docs/scaling/README.md):\n"
     "- compute per worker: the profile's per-layer times scaled linearly to the per-worker batch;\n"
-    "  no slowdown from ranks sharing a host's memory bandwidth or caches, no stragglers, data\n"
-    "  loading hidden, steady state (no warm-up step)\n"
+    "  no slowdown from ranks sharing a host's memory bandwidth or caches, data loading hidden,\n"
+    "  steady state (no warm-up step); stragglers only as --straggler-cv σ: each worker's\n"
+    "  forward + backward normal and independent from step to step, a sync step waiting for the\n"
+    "  slowest of W (+σ·E[max of W standard normals] × compute); no worker slower every step\n"
     "- links: alpha-beta, latency + bytes / bandwidth (the presets' figures are nominal)\n"
     "- sync: flat = one ring over all workers; hierarchical = each rank sums its share of the\n"
     "  node in place in shared memory, a ring of node leaders, the others copy the result out;\n"
@@ -61,6 +63,7 @@ Topology topology_of(const Config& c) {
   t.nodes = c.nodes;
   t.workers_per_node = c.workers_per_node;
   t.cores_per_node = c.cores_per_node;
+  t.step_cv = c.straggler_cv;
   t.inter = parse_link(c.network, "--network");
   t.intra = parse_link(c.intra_node, "--intra-node");
   t.overlap = c.overlap;
@@ -145,23 +148,28 @@ std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
      << (t.overlap ? "" : "; --overlap false: the exchange starts after backward")
      << (t.cores_per_node > 0 ? "; " + std::to_string(t.cores_per_node) + " cores per node"
                               : std::string())
+     << (t.step_cv > 0 ? "; step times ±" + fixed(100 * t.step_cv, 1) + " % (σ), the slowest of " +
+                             std::to_string(t.workers()) + " " +
+                             fixed(100 * t.step_cv * expected_max_normal(t.workers()), 1) +
+                             " % above the mean"
+                       : std::string())
      << "\n\n";
   return os.str();
 }
 
 std::string table(const std::vector<Prediction>& rows) {
   std::ostringstream os;
-  os << "| configuration | bucket MiB | buckets | compute ms | exposed comm ms | optimizer ms | "
-        "step ms | samples/s | efficiency | bound |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  os << "| configuration | bucket MiB | buckets | compute ms | straggler wait ms | "
+        "exposed comm ms | optimizer ms | step ms | samples/s | efficiency | bound |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Prediction& r : rows) {
     const bool ps = r.candidate.strategy == Strategy::ps;
     os << "| " << describe(r.candidate) << " | " << (ps ? "-" : fixed(r.candidate.bucket_mb, 0))
        << " | " << (ps ? "-" : std::to_string(r.buckets) + ", last " + fixed(r.end_mib, 2) + " MiB")
-       << " | " << fixed(r.compute_ms, 1) << " | " << fixed(r.exposed_ms, 1) << " | "
-       << fixed(r.optimizer_ms, 1) << " | " << fixed(r.step_ms, 1) << " | "
-       << fixed(r.samples_per_s, 2) << " | " << fixed(r.efficiency, 3) << " | " << r.bound
-       << " |\n";
+       << " | " << fixed(r.compute_ms, 1) << " | " << fixed(r.straggler_ms, 1) << " | "
+       << fixed(r.exposed_ms, 1) << " | " << fixed(r.optimizer_ms, 1) << " | "
+       << fixed(r.step_ms, 1) << " | " << fixed(r.samples_per_s, 2) << " | "
+       << fixed(r.efficiency, 3) << " | " << r.bound << " |\n";
   }
   return os.str();
 }
@@ -211,6 +219,7 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
                               {"network", t.inter.name},
                               {"intra_node", t.intra.name},
                               {"cores_per_node", t.cores_per_node},
+                              {"straggler_cv", t.step_cv},
                               {"gradient_bytes", p.gradient_bytes()}};
   j["predictions"] = nlohmann::ordered_json::array();
   for (const Prediction& r : rows)
@@ -223,6 +232,7 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
                                 {"bucket_mb", r.candidate.bucket_mb},
                                 {"num_ps", r.candidate.num_ps},
                                 {"compute_ms", r.compute_ms},
+                                {"straggler_ms", r.straggler_ms},
                                 {"exposed_comm_ms", r.exposed_ms},
                                 {"optimizer_ms", r.optimizer_ms},
                                 {"step_ms", r.step_ms},

@@ -36,6 +36,9 @@ void check(const Topology& t, const Candidate& c) {
   DT_REQUIRE(c.strategy != Strategy::ps || c.num_ps >= 1,
              "option --num-ps: async needs at least one parameter server");
   DT_REQUIRE(c.bucket_mb >= 0, "option --bucket-mb: must be >= 0");
+  DT_REQUIRE(t.step_cv >= 0 && t.step_cv < 1,
+             "option --straggler-cv: must be in [0, 1) (a coefficient of variation), got " +
+                 std::to_string(t.step_cv));
 }
 
 /// When each range [from[k], end) may start: as backward makes it final, or (--overlap false)
@@ -87,6 +90,22 @@ std::vector<Bucket> candidate_buckets(const WorkerProfile& p, const Topology& t,
   const auto floats = static_cast<std::size_t>(c.bucket_mb * kMiB / 4);
   return c.latency_aware ? plan_buckets(p.param_floats(), floats, bucket_ring(t))
                          : plan_buckets(p.param_floats(), floats);
+}
+
+double expected_max_normal(int n) {
+  DT_REQUIRE(n >= 1, "expected_max_normal: n must be >= 1, got " + std::to_string(n));
+  if (n == 1) return 0;
+  // Simpson's rule on [−12, 12]: the integrand is smooth and negligible beyond (n ≤ 2^31).
+  const int steps = 4800;
+  const double lo = -12, h = 24.0 / steps;
+  const auto f = [n](double x) {
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    return x * n * phi * std::pow(cdf, n - 1);
+  };
+  double sum = f(lo) + f(lo + steps * h);
+  for (int i = 1; i < steps; ++i) sum += f(lo + i * h) * (i % 2 ? 4 : 2);
+  return sum * h / 3;
 }
 
 double flat_allreduce_s(double bytes, const Topology& t) {
@@ -186,8 +205,12 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
     r.exposed_ms = exposed * 1000;
     r.optimizer_ms = p.optimizer_ms;
     r.comm_ms = allreduce(S * t.value_bytes / 4, t) * 1000;
-    step = forward + backward + exposed + opt;
-    r.bound = r.exposed_ms > 0.1 * r.compute_ms ? "network" : "compute";
+    const double straggler = t.step_cv * expected_max_normal(t.workers()) * (forward + backward);
+    r.straggler_ms = straggler * 1000;
+    step = forward + backward + straggler + exposed + opt;
+    r.bound = r.exposed_ms > 0.1 * r.compute_ms     ? "network"
+              : r.straggler_ms > 0.1 * r.compute_ms ? "stragglers"
+                                                    : "compute";
     const std::vector<Bucket> buckets = candidate_buckets(p, t, c);
     r.buckets = buckets.size();
     r.end_mib = 4.0 * static_cast<double>(buckets.back().end - buckets.back().begin) / kMiB;

@@ -162,8 +162,62 @@ for path, label, want in ((sys.argv[2], "sync (hierarchical)", hier),
 print(f"hierarchical {hier:.2f}, flat {flat:.2f} samples/s: each run priced by its own")
 PY
 
+echo "== 3c'. plan_vs_measured.py --straggler-cv auto: σ from the ceiling runs' step times"
+# 4 ceiling runs whose logs time steps 1-3 at 5000 (the first: left out), 100 and 110 ms: within
+# each run ±5 of 105, so σ = √(2·(5/105)²) = 0.0673.
+mkdir -p "$SCRATCH/sweep-cv/sync-w4"
+echo '{"samples_per_sec": 100.0, "allreduce": "hierarchical"}' >"$SCRATCH/sweep-cv/sync-w4/results.json"
+for k in 1 2 3 4; do
+  mkdir -p "$SCRATCH/sweep-cv/ceiling-w4/r$k"
+  echo '{"samples_per_sec": 30.0}' >"$SCRATCH/sweep-cv/ceiling-w4/r$k/results.json"
+  for st in "1 5000.0" "2 100.0" "3 110.0"; do
+    read -r n ms <<<"$st"
+    printf 'step %7d | epoch   1 | loss 2.3000 | acc 0.1000 | %8s ms/step |     640.0 samples/s | lr 0.01\n' "$n" "$ms"
+  done >"$SCRATCH/sweep-cv/ceiling-w4/r$k.log"
+done
+"${PVM[@]}" "$SCRATCH/sweep-cv" --straggler-cv auto >"$SCRATCH/pvm-cv.md" ||
+  fail "plan_vs_measured.py --straggler-cv auto failed"
+cat "$SCRATCH/pvm-cv.md"
+grep -qF "4 workers: --straggler-cv 0.0673 from 8 steps of the ceiling runs" "$SCRATCH/pvm-cv.md" ||
+  fail "σ is not the ceiling runs' pooled step-to-step variation"
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 1 \
+  --workers-per-node 4 --global-batch-size 256 --intra-node "$LINK" --mode sync \
+  --straggler-cv 0.06734350297014738 --out "$SCRATCH/pvm-cv.json" >/dev/null 2>&1 ||
+  fail "dtrain plan --straggler-cv for plan_vs_measured failed"
+"$PY" - "$SCRATCH/pvm-cv.json" "$SCRATCH/pvm-cv.md" <<'PY' || fail "the auto σ was not the plan's"
+import json, sys
+r = [r for r in json.load(open(sys.argv[1]))["predictions"]
+     if r["bucket_mb"] == 25 and r["configuration"] == "sync, hierarchical"][0]
+row = [l for l in open(sys.argv[2]) if l.startswith("| sync")][0].split("|")
+assert abs(float(row[3]) - r["samples_per_s"]) <= 0.01, (row, r)
+assert r["straggler_ms"] > 0 and abs(float(row[8]) - r["exposed_comm_ms"] - r["straggler_ms"]) <= 0.1, (row, r)
+print(f"   σ 0.0673: {r['samples_per_s']:.2f} samples/s, {r['straggler_ms']:.1f} ms waiting for the slowest")
+PY
+
+echo "== 3d. --straggler-cv: sync steps wait for the slowest of 4 workers, async ones do not"
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 2 \
+  --workers-per-node 2 --network 25gbe --batch-size 64 --straggler-cv 0.05 \
+  --out "$SCRATCH/cv.json" >"$SCRATCH/cv.out" 2>&1 || { cat "$SCRATCH/cv.out"; fail "plan --straggler-cv failed"; }
+grep -qF "step times ±5.0 % (σ), the slowest of 4 5.1 % above the mean" "$SCRATCH/cv.out" ||
+  { head -5 "$SCRATCH/cv.out"; fail "the header does not state the stragglers"; }
+"$PY" - "$SCRATCH/cv.json" "$SCRATCH/plan.json" <<'PY'
+import json, sys
+cv, calm = (json.load(open(f))["predictions"] for f in sys.argv[1:3])
+for a, b in zip(cv, calm):
+    assert a["configuration"] == b["configuration"] and a["bucket_mb"] == b["bucket_mb"]
+    if a["configuration"].startswith("async"):
+        assert a["straggler_ms"] == 0 and a["step_ms"] == b["step_ms"], (a, b)
+    else:  # 0.05 × E[max of 4 standard normals] (1.0293754) × compute
+        assert abs(a["straggler_ms"] - 0.05 * 1.0293754 * a["compute_ms"]) < 1e-6 * a["compute_ms"], a
+        assert abs(a["step_ms"] - b["step_ms"] - a["straggler_ms"]) < 1e-6 * a["step_ms"], (a, b)
+print("   sync rows +5.1 % of compute, async unchanged")
+PY
+
 echo "== 4. bad options"
 P=(plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json")
+expect_error 0 "option --straggler-cv|[0, 1)" "${P[@]}" --straggler-cv 1.5
+expect_error 0 "--straggler-cv|belong to \`dtrain plan\`" --config "$JOB" "${DATA[@]}" \
+  --straggler-cv 0.1
 expect_error 0 "option --network 'hdr'|unknown preset|hdr-ib" "${P[@]}" --network hdr
 expect_error 0 "option --intra-node 'alpha_us=1'|beta_gbps" "${P[@]}" --intra-node alpha_us=1
 expect_error 0 "option --nodes|>= 1" "${P[@]}" --nodes 0

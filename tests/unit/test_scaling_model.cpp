@@ -1,10 +1,12 @@
 // tests/unit/test_scaling_model.cpp — the scaling model of `dtrain plan` (plan/scaling_model.hpp)
 // on closed-form cases: the ring allreduce 2(n−1)/n·B/β + 2(n−1)α, a shared bus, the ring across
 // nodes, the hierarchical sum, the ps round, the overlap of buckets with backward, a whole
-// prediction, a node's CPU work over its cores; the link spec parser (comm/network.hpp); the
-// profile's JSON (model/profile.hpp).
+// prediction, a node's CPU work over its cores, the wait for the slowest of W workers (the
+// expected maximum of W normals); the link spec parser (comm/network.hpp); the profile's JSON
+// (model/profile.hpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -176,6 +178,51 @@ TEST(ScalingModel, SyncStepAddsTheLastBucketsExposedPart) {
   Topology serial = t;
   serial.overlap = false;
   EXPECT_NEAR(predict(p, serial, c).exposed_ms, (one + two + one) * 1000, 1e-9);
+}
+
+TEST(ScalingModel, ExpectedMaximumOfNormalsHasItsClosedForms) {
+  // E[max] of 1..5 standard normals: 0, 1/√π, 3/(2√π), and the tabulated 1.029375, 1.162964.
+  EXPECT_EQ(expected_max_normal(1), 0.0);
+  EXPECT_NEAR(expected_max_normal(2), 1 / std::sqrt(M_PI), 1e-7);
+  EXPECT_NEAR(expected_max_normal(3), 1.5 / std::sqrt(M_PI), 1e-7);
+  EXPECT_NEAR(expected_max_normal(4), 1.0293754, 1e-6);
+  EXPECT_NEAR(expected_max_normal(5), 1.1629645, 1e-6);
+  // Tabulated (Harter 1961): 8 → 1.423600, 100 → 2.507594; growing like √(2 ln n).
+  EXPECT_NEAR(expected_max_normal(8), 1.4236003, 1e-6);
+  EXPECT_NEAR(expected_max_normal(100), 2.5075937, 1e-6);
+  EXPECT_GT(expected_max_normal(4096), expected_max_normal(512));
+  EXPECT_THROW((void)expected_max_normal(0), InputError);
+}
+
+TEST(ScalingModel, SyncWaitsForTheSlowestWorkerAsyncDoesNot) {
+  const WorkerProfile p = three_layers();
+  Topology t = topo(1, 4, link(0, 1e6), link(0, 1e6), 8);  // links too fast to matter
+  const Candidate sync{Strategy::flat, 25, 0};
+  const Prediction calm = predict(p, t, sync);
+  EXPECT_EQ(calm.straggler_ms, 0.0);
+  t.step_cv = 0.05;
+  const Prediction r = predict(p, t, sync);
+  // compute 20 ms (batch 8), 4 workers: 20 × 0.05 × 1.0293754 ms more per step.
+  EXPECT_NEAR(r.straggler_ms, 20 * 0.05 * 1.0293754, 1e-5);
+  EXPECT_NEAR(r.step_ms, calm.step_ms + r.straggler_ms, 1e-9);
+  // One worker alone waits for no one: the efficiency's denominator is unchanged.
+  EXPECT_NEAR(r.efficiency, calm.efficiency * calm.step_ms / r.step_ms, 1e-12);
+  // Async: no term.
+  const Candidate async{Strategy::ps, 0, 1};
+  EXPECT_EQ(predict(p, t, async).straggler_ms, 0.0);
+  EXPECT_NEAR(
+      predict(p, t, async).step_ms,
+      [&] {
+        Topology u = t;
+        u.step_cv = 0;
+        return predict(p, u, async).step_ms;
+      }(),
+      1e-12);
+  // A large σ paces the step: bound "stragglers".
+  t.step_cv = 0.2;
+  EXPECT_EQ(predict(p, t, sync).bound, "stragglers");
+  t.step_cv = -0.1;
+  EXPECT_THROW((void)predict(p, t, sync), InputError);
 }
 
 TEST(ScalingModel, LatencyAwareBucketsPriceTheTrainingsLatencyAwarePlan) {

@@ -167,6 +167,7 @@ struct Config {
   int nodes = 1;                   ///< plan: nodes of the planned cluster
   int workers_per_node = 1;        ///< plan: worker ranks (GPUs, or cores) per node
   int cores_per_node = 0;          ///< plan: CPU cores of a node (0: its CPU work not priced)
+  double straggler_cv = 0;         ///< plan: σ of a worker's step time / its mean (0: none)
   std::string network = "hdr-ib";  ///< plan: the link between nodes (comm/network.hpp)
   std::string intra_node = "shm";  ///< plan: the link inside a node
   std::string profile;             ///< plan: a saved worker profile to use instead of profiling

@@ -48,16 +48,23 @@
 // nodes, each t_intra(S/W, k); hierarchical: the node's part of the sum); async on one node,
 // each worker's 2·S/β through the ps's rings; plus the node's ps updates (⌈K/nodes⌉ ps, W·
 // optimizer/K each). Where that floor is above the step above, it is the step (bound "cores").
+// Stragglers (Topology::step_cv σ > 0, sync only): every worker's forward + backward varies from
+// step to step, independently, normal with standard deviation σ × its mean; a synchronous step
+// waits for the slowest of the W, E[max of W] = mean × (1 + σ·e_W), e_W = E[max of W standard
+// normals] (expected_max_normal; e_2 = 1/√π ≈ 0.56, e_8 ≈ 1.42, e_512 ≈ 3.04): the step gains
+// σ·e_W·(forward + backward), which the fast workers spend waiting in the exchange (Chen et al.
+// 2016, "Revisiting Distributed Synchronous SGD", measure this tail). Async workers wait for no
+// one: no term.
 // samples/s = W·b / step; efficiency = samples/s / (W × the samples/s of one worker of the same
 // mode at the same batch on one node): T1/(N·TN) at a fixed per-worker batch.
 //
 // Not modelled (stated in every plan's output): contention for memory bandwidth or caches
 // between ranks' compute and with the copies (a host whose compute per sample rises with its busy
-// cores or its communication's traffic), stragglers
-// and load imbalance, the data pipeline (synthetic or cached data), the first step's warm-up,
-// sync training through ps (--mode sync --num-ps K), 16-bit ps pushes (--wire-dtype: the async
-// exchange is priced in fp32) and the conversions' compute, and the statistical cost of async's
-// stale gradients (samples/s is not time to accuracy).
+// cores or its communication's traffic), stragglers beyond --straggler-cv's independent normal
+// step times (a worker slower on every step: load imbalance), the data pipeline (synthetic or
+// cached data), the first step's warm-up, sync training through ps (--mode sync --num-ps K), 16-bit
+// ps pushes (--wire-dtype: the async exchange is priced in fp32) and the conversions' compute, and
+// the statistical cost of async's stale gradients (samples/s is not time to accuracy).
 #pragma once
 
 #include <string>
@@ -79,6 +86,9 @@ struct Topology {
   bool overlap = true;       ///< --overlap: buckets and pushes start during backward (else after)
   double value_bytes = 4;    ///< sync allreduce bytes per gradient value (--wire-dtype: 4 or 2)
   int cores_per_node = 0;    ///< CPU cores of a node (--cores-per-node; 0: not priced)
+  /// σ ≥ 0: the coefficient of variation of one worker's forward + backward from step to step
+  /// (--straggler-cv; 0: every step takes the profile's time)
+  double step_cv = 0;
   [[nodiscard]] int workers() const { return nodes * workers_per_node; }
 };
 
@@ -101,7 +111,9 @@ struct Prediction {
   double compute_ms = 0;    ///< forward + backward at the topology's batch
   double exposed_ms = 0;    ///< communication after backward (sync; async: the worker's)
   double optimizer_ms = 0;  ///< on the worker (sync); 0 for async (the ps applies it)
-  double comm_ms = 0;       ///< sync: the whole exchange, hidden or not; async: a ps round
+  /// sync: waiting for the slowest worker's forward + backward, σ·e_W·compute (0 for async)
+  double straggler_ms = 0;
+  double comm_ms = 0;  ///< sync: the whole exchange, hidden or not; async: a ps round
   double step_ms = 0;
   double samples_per_s = 0;
   double efficiency = 0;    ///< samples/s over W × one worker's (see the file comment)
@@ -112,6 +124,10 @@ struct Prediction {
   double node_cpu_ms = 0;
   std::string bound;  ///< what paces the step: "compute", "network", "ps", "cores"
 };
+
+/// E[max of n independent standard normal variables] (n ≥ 1; 0 for n = 1), by quadrature of
+/// ∫ x·n·φ(x)·Φ(x)^(n−1) dx to about 1e-6. Throws InputError for n < 1.
+double expected_max_normal(int n);
 
 /// Ring allreduce of `bytes` over the topology's W ranks (flat): see the file comment. W = 1: 0.
 double flat_allreduce_s(double bytes, const Topology& t);
