@@ -29,6 +29,9 @@ a line that follows an unlogged step covers several and is left out):
 the step-to-step coefficient of variation within a run, pooled over the N runs, every run's first
 step left out (a worker slower on every step is the ceiling's slowest run, above). The predicted
 exposed communication then includes the wait for the slowest worker, as the measured one does.
+In the ceiling column the two add up: the slowest run's mean plus the jitter's wait — an upper
+estimate where that run is slower than the others by more than the jitter (then it is the
+slowest on nearly every step, and the others' jitter costs little).
 --after-first-step: every measured figure (the runs' and the ceiling runs') without each
 process's first step (results.json's …_after_first_step: primitive creation, first touch and
 ranks starting apart, which a sweep of a few steps averages in; the plan predicts steady steps).
