@@ -29,6 +29,8 @@ a line that follows an unlogged step covers several and is left out):
 the step-to-step coefficient of variation within a run, pooled over the N runs, every run's first
 step left out (a worker slower on every step is the ceiling's slowest run, above). The predicted
 exposed communication then includes the wait for the slowest worker, as the measured one does.
+On one shared host this overestimates: the ceiling runs' jitter there is not independent of
+what a sync run's workers see together (docs/results/scaling/2026-11-27/vm-straggler/).
 In the ceiling column the two add up: the slowest run's mean plus the jitter's wait — an upper
 estimate where that run is slower than the others by more than the jitter (then it is the
 slowest on nearly every step, and the others' jitter costs little).
