@@ -26,6 +26,11 @@
 #                     global-batch/N — the per-worker batch of the N-worker runs — for the sync
 #                     run's step count), into OUT/ceiling-wN/r<k>/; scaling_report.py adds their
 #                     summed samples/s and each run's efficiency against it (issue 36)
+#   --lockstep        also the lock-step ceiling for every worker count N > 1 (sync in --modes):
+#                     the N-worker sync run with --allreduce none (no gradient sum, the workers
+#                     agreeing on one float each step) into OUT/lockstep-wN/; scaling_report.py
+#                     sets the sync rows beside it: the exchange's cost apart from the waiting
+#                     and memory traffic that steps in lock step bring
 #   --host            print the host's shape (as the sweep log's "# host:" line names it) and exit
 #   --keep-runs TGZ   after every finished run, TGZ (re)written: sweep.log and every run's log,
 #                     results.json and launcher.json, relative to OUT — so a sweep cut short (a
@@ -36,15 +41,15 @@
 #   count decides).
 # More ranks than cores (nproc): mpirun gets --oversubscribe and idle ranks yield
 # (OMPI_MCA_mpi_yield_when_idle=1) — timings of such runs measure sharing, not scaling.
-# The runs go by worker count — for each N its sync and async runs, then its ceiling — so that a
-# sweep cut short has whole worker counts. A failed run stops the sweep (its log is
+# The runs go by worker count — for each N its sync and async runs, then its ceiling and lock-step
+# run — so that a sweep cut short has whole worker counts. A failed run stops the sweep (its log is
 # OUT/<run>.log). Existing run dirs are skipped (rerun into the same --out to complete an
 # interrupted sweep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 job=jobs/fashion_mnist_cnn.ini workers="1 2" modes="sync async" ps_list="1" gb=128 steps=200
-threads=1 out="" plan_only=0 report=1 ceiling=0 keep=""
+threads=1 out="" plan_only=0 report=1 ceiling=0 keep="" lockstep=0
 die() {
   echo "run_strong_scaling.sh: error: $*" >&2
   exit 2
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --plan) plan_only=1; shift ;;
     --no-report) report=0; shift ;;
     --ceiling) ceiling=1; shift ;;
+    --lockstep) lockstep=1; shift ;;
     --keep-runs) need_value "$@"; keep=$2; shift 2 ;;
     --host) host_shape; exit 0 ;;
     --) shift; break ;;
@@ -153,9 +159,11 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
   echo "# host: $(host_shape)"
 } | tee -a "$out/sweep.log"
 
-# run_one NAME MODE PS NP MAX_STEPS: one run of the plan into OUT/NAME (skipped when done before).
+# run_one NAME MODE PS NP MAX_STEPS [DTRAIN_OPTIONS...]: one run of the plan into OUT/NAME, with
+# those options after the sweep's (skipped when done before).
 run_one() {
   local name=$1 mode=$2 ps=$3 np=$4 max_steps=$5 dir=$out/$1
+  shift 5
   if [ -f "$dir/results.json" ]; then
     echo "$name: done before, skipped" | tee -a "$out/sweep.log"
     return 0
@@ -166,7 +174,16 @@ run_one() {
     flags+=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
   fi
   run_args "$name" "$mode" "$ps" "$max_steps"
-  local cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${args[@]}")
+  # An option given here replaces the sweep's (dtrain refuses one given twice).
+  local kept=() i o
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    for o in "$@"; do
+      if [[ $o == --* && ${args[$i]} == "$o" ]]; then i=$((i + 1)); continue 2; fi
+      if [[ $o == --* && ${args[$i]} == "$o="* ]]; then continue 2; fi
+    done
+    kept+=("${args[$i]}")
+  done
+  local cmd=("$mpirun_bin" "${flags[@]}" "$dtrain" --config "$job" "${kept[@]}" "$@")
   echo "$name: load $(cut -d' ' -f1 /proc/loadavg): ${cmd[*]}" | tee -a "$out/sweep.log"
   local l0 c0 t0 t1 c1 l1
   l0=$(cut -d' ' -f1 /proc/loadavg) c0=$(child_cpu) t0=$(date +%s.%N)
@@ -227,7 +244,7 @@ keep_runs() {
       ./ceiling-w*/r*/results.json) && mv -f "$keep.part" "$keep"
 }
 
-# By worker count: each N's runs of every mode, then its ceiling.
+# By worker count: each N's runs of every mode, then its ceiling and its lock-step run.
 for w in $(tr ' ' '\n' <<<"$workers" | awk 'NF && !seen[$0]++'); do
   for line in "${plan[@]}"; do
     read -r name mode ps lw np max_steps <<<"$line"
@@ -237,6 +254,10 @@ for w in $(tr ' ' '\n' <<<"$workers" | awk 'NF && !seen[$0]++'); do
   done
   if [ "$ceiling" = 1 ] && [ "$w" -gt 1 ]; then
     run_ceiling "$w"
+    keep_runs
+  fi
+  if [ "$lockstep" = 1 ] && [ "$w" -gt 1 ] && [[ " $modes " == *" sync "* ]]; then
+    run_one "lockstep-w$w" sync 0 "$w" "$steps" --allreduce none
     keep_runs
   fi
 done

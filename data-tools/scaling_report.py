@@ -35,6 +35,11 @@ the per-worker batch of the N-worker runs and no exchange; their summed samples/
 ceiling for N workers (for N = 1, the 1-worker sync run), and every row gains "ceiling
 samples/s", "efficiency vs ceiling" (its samples/s over the ceiling's) and the ceiling runs'
 median compute ms/step.
+Lock-step ceiling (run_strong_scaling.sh --lockstep): lockstep-wN/ is the N-worker sync run with
+--allreduce none (no gradient sum; the workers still step together); every sync row of N workers
+gains "lock-step samples/s", "efficiency vs lock-step" (its samples/s over that run's: what the
+exchange itself costs) and "lock-step wait ms/step" (that run's exposed communication: waiting for
+the slowest worker alone), after step 1 where the runs report it.
 After step 1: where the runs' results.json has them (dtrain writes them from two steps on), the
 columns "samples/s after step 1", "efficiency vs ceiling after step 1" (against the ceiling runs'
 own figures after their first step), "compute ms/step after step 1" and "exposed comm ms/step
@@ -270,6 +275,43 @@ def add_ceiling(rows, ceiling_runs):
     return notes
 
 
+def add_lockstep(rows, lockstep_runs):
+    """Adds the lock-step columns to the sync rows (see the module comment). Returns notes."""
+    by_w, notes = {}, []
+    for r in lockstep_runs:
+        w = int(re.search(r"lockstep-w(\d+)", r["_path"]).group(1))
+        if r.get("allreduce") != "none":
+            notes.append(f"{r['_path']}: not an --allreduce none run, left out")
+            continue
+        by_w.setdefault(w, []).append(r)
+    nan = float("nan")
+
+    def pick(rs, key):
+        vals = [x[key] for x in rs if isinstance(x.get(key), (int, float))]
+        return median(vals) if vals else nan
+
+    for r in rows:
+        rs = by_w.get(r["workers"], []) if r["mode"] == "sync" and r["ps"] == 0 else []
+        after = pick(rs, "samples_per_sec_after_first_step")
+        r["lockstep_samples_per_s"] = pick(rs, "samples_per_sec")
+        r["lockstep_eff"] = (r["samples_per_s"] / r["lockstep_samples_per_s"]
+                             if rs and r["lockstep_samples_per_s"] > 0 else nan)
+        r["lockstep_eff_after1"] = (r["samples_per_s_after1"] / after
+                                    if rs and after == after and after > 0 else nan)
+        wait = pick(rs, "step_exposed_comm_ms_after_first_step")
+        r["lockstep_wait_ms"] = wait if wait == wait else pick(rs, "step_exposed_comm_ms")
+    return notes
+
+
+LOCKSTEP_COLUMNS = [
+    ("lockstep_samples_per_s", "lock-step samples/s",
+     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("lockstep_eff", "efficiency vs lock-step", "{:.2f}"),
+    ("lockstep_eff_after1", "efficiency vs lock-step after step 1", "{:.2f}"),
+    ("lockstep_wait_ms", "lock-step wait ms/step", "{:.1f}"),
+]
+
+
 CEILING_COLUMNS = [
     ("ceiling_samples_per_s", "ceiling samples/s",
      lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
@@ -296,6 +338,7 @@ def columns_for(rows):
         return COLUMNS
     at = [k for k, _, _ in COLUMNS].index("efficiency") + 1
     extra = list(CEILING_COLUMNS) if "ceiling_eff" in rows[0] else []
+    extra += LOCKSTEP_COLUMNS if "lockstep_eff" in rows[0] else []
     if any(r["samples_per_s_after1"] == r["samples_per_s_after1"] for r in rows):
         extra += [c for c in AFTER_FIRST_COLUMNS
                   if c[0] != "ceiling_eff_after1" or "ceiling_eff" in rows[0]]
@@ -352,6 +395,11 @@ def write_markdown(path, rows, notes, time_key):
                     "samples/s summed (N = 1: the 1-worker sync run); efficiency vs ceiling = "
                     "samples/s / ceiling samples/s; ceiling compute ms/step: the median of those "
                     "runs' forward+backward per step.\n")
+        if any(c[0] == "lockstep_eff" for c in cols):
+            f.write("\nlock-step samples/s: the N-worker sync run with --allreduce none (no "
+                    "gradient sum, the workers still in lock step); efficiency vs lock-step = "
+                    "samples/s / lock-step samples/s (the exchange's own cost); lock-step wait: "
+                    "that run's exposed communication, the wait for the slowest worker alone.\n")
         for n in notes:
             f.write(f"\nNote: {n}\n")
 
@@ -446,13 +494,16 @@ def main():
         error(f"no {'usable ' if skipped else ''}results.json under {' '.join(a.dirs)}"
               + (f" ({skipped} skipped, see the warnings above)" if skipped else ""))
     ceiling_runs = [r for r in runs if re.search(r"ceiling-w\d+", r["_path"])]
-    runs = [r for r in runs if r not in ceiling_runs]
+    lockstep_runs = [r for r in runs if re.search(r"lockstep-w\d+", r["_path"])]
+    runs = [r for r in runs if r not in ceiling_runs and r not in lockstep_runs]
     if not runs:
         error(f"no results.json of a scaling run under {' '.join(a.dirs)} (only ceiling runs)")
     time_key = f"{a.time}_seconds"
     rows, notes = build_rows(runs, time_key)
     if ceiling_runs:
         notes += add_ceiling(rows, ceiling_runs)
+    if lockstep_runs:
+        notes += add_lockstep(rows, lockstep_runs)
     plot = importlib.util.find_spec("matplotlib") is not None
     if not plot:
         warn(f"no matplotlib in {sys.executable}: writing {out}.md and {out}.csv, no {out}.png")

@@ -363,7 +363,9 @@ void add_exchange_options(Table& t, Config& c) {
   t.add("allreduce", &c.allreduce,
         "sync gradient exchange: auto (GPUs: nccl; CPU: hierarchical, or mpi where a node's "
         "workers cannot share memory) | mpi | hierarchical (the workers of a node sum through "
-        "shared memory, one leader per node over MPI; CPU) | nccl (GPUs)");
+        "shared memory, one leader per node over MPI; CPU) | nccl (GPUs) | none (a benchmark, "
+        "not training: no sum, each worker applies its own gradient (skipping it if non-finite), "
+        "the workers in lock step: the compute ceiling of sync training without its exchange)");
   t.add("wire-dtype", &c.wire_dtype,
         "gradients between ranks as fp32 | bf16 | fp16 (rounded once, summed or applied in fp32 "
         "at the receiver: half the bytes): MPI allreduce (hierarchical: the node's shared memory "
@@ -791,6 +793,10 @@ void check_exchange_path(const Config& c) {
   DT_REQUIRE(!(c.allreduce == AllreduceOption::hierarchical && c.device == DeviceOption::cuda),
              "option --allreduce: hierarchical is for CPU workers (GPU workers: nccl, whose rings "
              "already run inside the node, or mpi)");
+  DT_REQUIRE(c.allreduce != AllreduceOption::none ||
+                 (exchange_kind(c) == ExchangeKind::allreduce && c.pipeline_stages == 1),
+             "option --allreduce: none (no gradient sum, a benchmark) applies to sync allreduce "
+             "training (--mode sync --num-ps 0) without --pipeline-stages");
 }
 
 /// --cuda-graph on: GPU workers and a step that can be captured.

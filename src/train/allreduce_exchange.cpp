@@ -7,7 +7,7 @@
 // summed there in place), on GPU by NCCL on its own stream, each bucket queued behind the
 // backward kernels that make it (collectives/allreduce.hpp, start_sum). With --overlap false, or
 // GPU gradients staged through host memory for MPI (--allreduce mpi), one allreduce after backward,
-// then a one-float allreduce of the flag.
+// then a one-float allreduce of the flag. --allreduce none: that flag alone (no sum).
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -84,6 +84,14 @@ class AllreduceExchange final : public GradientExchange {
                                        : std::vector<ParamSegment>{}),
         mirror_(model.backend(), model.param_count()) {
     Backend& be = model.backend();
+    if (c.allreduce == AllreduceOption::none) {  // step(): only the one-float stop agreement
+      if (chief_ && plan.workers > 1)
+        log_warn("--allreduce none: the workers' gradients are not summed; each applies its own "
+                 "and the replicas drift apart (a benchmark of lock-step compute, not training)");
+      // Each worker's own check: one that stopped alone would leave the others waiting for it.
+      c_.skip_nonfinite = true;
+      return;
+    }
     const bool gpu = be.device() == Device::cuda;
     const bool automatic = c.allreduce == AllreduceOption::automatic;
     const bool nccl =

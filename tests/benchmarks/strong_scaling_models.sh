@@ -11,7 +11,8 @@
 # Environment: WORKERS (default "1 2 4"), GLOBAL_BATCH (default 8), STEPS (default 6),
 #   OUT (default runs/scaling-models), DOCS (default docs/results/scaling/<today>), MODES (default
 #   "sync async"), CEILING=1 (also the host's ceiling: run_strong_scaling.sh --ceiling, and the
-#   report's efficiency against it), PYTHON (default /usr/bin/python3: the report's interpreter;
+#   report's efficiency against it), LOCKSTEP=1 (also each N's sync run with --allreduce none:
+#   run_strong_scaling.sh --lockstep, the report's efficiency against lock step), PYTHON (default /usr/bin/python3: the report's interpreter;
 #   without matplotlib it writes the table and CSV only), PIN_THREADS=1 (the runs with
 #   --pin-threads; the ceiling runs stay unpinned), ARGS (more dtrain options for every run,
 #   e.g. ARGS="--wire-dtype bf16": the exchange's 16-bit wire; named in the report's title),
@@ -26,6 +27,7 @@ models=${1:-"resnet50 vgg16"}
 ceiling=() pin=() args=() keep=()
 read -r -a args <<<"${ARGS:-}"
 [ "${CEILING:-0}" = 1 ] && ceiling=(--ceiling)
+[ "${LOCKSTEP:-0}" = 1 ] && ceiling+=(--lockstep)
 [ "${PIN_THREADS:-0}" = 1 ] && pin=(--pin-threads)
 for m in $models; do
   job=jobs/${m}_imagenet.ini

@@ -14,7 +14,10 @@
 #   4. ps pushes with --wire-dtype bf16, sync through the ps (2 workers + 1 ps): parameters within
 #      2e-2 of fp32's, half the bytes a push (results.json push_bytes_per_step: 2 bytes a value
 #      against 4); async fp16 through the shared ring: rounded in 4-byte slots, the loss falls;
-#   5. bad values are one error naming the option, on every rank, exit 2.
+#   5. --allreduce none (a benchmark: no sum, the workers in lock step): 2 workers train apart —
+#      the chief's checkpoint is not the summed run's — and results.json says "none";
+#   6. bad values are one error naming the option, on every rank, exit 2 (none with async or
+#      pipeline stages among them).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 320 --seed 41
@@ -104,11 +107,28 @@ PY
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --mode sync --num-ps 0
         --max-steps 10 --checkpoint-every 10 --summaries false)
 
-echo "== 5. bad values"
+echo "== 5. --allreduce none: no sum, the workers still in step"
+run 2 "$SCRATCH/none2" --allreduce none
+[[ $(json_get "$SCRATCH/none2/results.json" allreduce) == none ]] || fail "results.json does not say none"
+[[ $(json_get "$SCRATCH/none2/results.json" global_step) == 10 ]] || fail "the lock-step run did not take 10 steps"
+"$PY" - "$SCRATCH/mpi2" "$SCRATCH/none2" <<'PY' || fail "--allreduce none summed the gradients"
+import sys, h5py, numpy as np
+name = "ckpt-0000000010.h5"
+with h5py.File(f"{sys.argv[1]}/{name}", "r") as a, h5py.File(f"{sys.argv[2]}/{name}", "r") as b:
+    rel = np.abs(a["params"][()] - b["params"][()]).max() / np.abs(a["params"][()]).max()
+    print(f"   the chief's parameters, none against mpi: max |diff| / max |param| = {rel:.2e}")
+    assert rel > 1e-4, rel
+PY
+
+echo "== 6. bad values"
 cases=0
 expect_error 2 "--wire-dtype|int8" "${COMMON[@]}" --run-dir "$SCRATCH/bad1" --wire-dtype int8
 [[ $last_rc -eq 2 ]] || fail "exit $last_rc, expected 2"
 expect_error 2 "--allreduce|nccl needs GPU" "${COMMON[@]}" --run-dir "$SCRATCH/bad3" --device cpu \
   --allreduce nccl
 expect_error 2 "--allreduce|ring" "${COMMON[@]}" --run-dir "$SCRATCH/bad4" --allreduce ring
+expect_error 2 "--allreduce|none|--mode sync --num-ps 0" --config "$SCRATCH/job.ini" --train-data \
+  "$SCRATCH/train.h5" --mode async --num-ps 1 --max-steps 4 --run-dir "$SCRATCH/bad5" --allreduce none
+expect_error 2 "--allreduce|none|--pipeline-stages" "${COMMON[@]}" --run-dir "$SCRATCH/bad6" \
+  --allreduce none --pipeline-stages 2
 echo "test_allreduce_variants: OK"

@@ -5,20 +5,27 @@
 # (ceiling-w2/r1, r2), and data-tools/scaling_report.py — here under a Python that cannot import
 # matplotlib (python3 -S: no site packages) — still writes the table and the CSV, with the
 # ceiling columns: ceiling samples/s (the two runs' sum; the 1-worker row's own), efficiency vs
-# ceiling = samples/s / ceiling samples/s, and no .png.
+# ceiling = samples/s / ceiling samples/s, and no .png; --lockstep adds the 2-worker sync run
+# with --allreduce none (lockstep-w2: no gradient sum, the replicas apart, the workers in step)
+# and the report its lock-step columns for the sync rows.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 256 --seed 51
 write_job "$SCRATCH/job.ini"
 out=$SCRATCH/sweep
 DTRAIN=$DTRAIN MPIRUN=$MPIEXEC bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" \
-  --workers "1 2" --modes sync --global-batch 16 --steps 6 --out "$out" --ceiling --no-report \
+  --workers "1 2" --modes sync --global-batch 16 --steps 6 --out "$out" --ceiling --lockstep --no-report \
   -- --train-data "$SCRATCH/train.h5" --summaries false >"$SCRATCH/sweep.out" 2>&1 ||
   { cat "$SCRATCH/sweep.out"; fail "the sweep failed"; }
 for f in sync-w1 sync-w2 ceiling-w2/r1 ceiling-w2/r2; do
   [[ -f $out/$f/results.json ]] || { cat "$SCRATCH/sweep.out"; fail "no $f/results.json"; }
 done
 [[ ! -d $out/ceiling-w1 ]] || fail "a ceiling for 1 worker was run (the 1-worker run is its own)"
+[[ ! -d $out/lockstep-w1 ]] || fail "a lock-step run of 1 worker was made"
+[[ $(json_get "$out/lockstep-w2/results.json" allreduce) == none ]] || fail "lockstep-w2: not --allreduce none"
+[[ $(json_get "$out/lockstep-w2/results.json" num_workers) == 2 ]] || fail "lockstep-w2: not 2 workers"
+[[ $(json_get "$out/sync-w2/results.json" allreduce) != none ]] || fail "sync-w2 ran without a sum"
+grep -q "not summed" "$out/lockstep-w2.log" || fail "the lock-step run does not say its gradients are not summed"
 # Each ceiling run: one worker, the 2-worker runs' per-worker batch, the sync runs' step count.
 for k in 1 2; do
   [[ $(json_get "$out/ceiling-w2/r$k/results.json" num_workers) == 1 ]] || fail "ceiling run $k: not one worker"
@@ -43,8 +50,18 @@ for w, want in ((1, w1), (2, ceil2)):
     assert abs(float(rows[w]["ceiling_eff"]) - eff) <= 1e-4, (w, rows[w]["ceiling_eff"], eff)
     assert float(rows[w]["ceiling_compute_ms"]) > 0, rows[w]
 assert abs(float(rows[1]["ceiling_eff"]) - 1) < 1e-9
+lock = json.load(open(f"{out}/lockstep-w2/results.json"))
+sync2 = json.load(open(f"{out}/sync-w2/results.json"))
+assert abs(float(rows[2]["lockstep_samples_per_s"]) - lock["samples_per_sec"]) <= 1e-4 * lock["samples_per_sec"], rows[2]
+want = float(rows[2]["samples_per_s"]) / lock["samples_per_sec"]
+assert abs(float(rows[2]["lockstep_eff"]) - want) <= 1e-4, (rows[2]["lockstep_eff"], want)
+assert abs(float(rows[2]["lockstep_wait_ms"]) - lock["step_exposed_comm_ms_after_first_step"]) <= 0.01, rows[2]
+assert rows[1]["lockstep_eff"] in ("", "nan"), rows[1]  # no lock-step run of 1 worker
+print(f"   lock-step 2 workers {lock['samples_per_sec']:.0f} samples/s, the sync run's "
+      f"{want:.2f} of it; waiting {lock['step_exposed_comm_ms_after_first_step']:.1f} ms/step")
 print(f"   ceiling samples/s: 1 worker {w1:.0f}, 2 workers {ceil2:.0f}; efficiency vs ceiling at 2: "
       f"{float(rows[2]['ceiling_eff']):.2f}, T1/(2 T2): {float(rows[2]['efficiency']):.2f}")
 PY
 grep -q "efficiency vs ceiling" "$SCRATCH/report.md" || fail "the table lacks the ceiling columns"
+grep -q "efficiency vs lock-step" "$SCRATCH/report.md" || fail "the table lacks the lock-step columns"
 echo "test_scaling_ceiling: OK"

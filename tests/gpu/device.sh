@@ -47,6 +47,9 @@
 #             short by its time limit still brings back what it finished; RESUME=.device/runs.tgz
 #             (that file, copied into .device/ before staging) continues such a sweep in a later
 #             call on the same kind of host, skipping the runs it holds.
+#             LOCKSTEP=1: also each worker count's sync run with --allreduce none (no gradient
+#             sum, the workers in lock step: the report's "efficiency vs lock-step" is the
+#             exchange's own cost, "lock-step wait" the waiting for the slowest worker alone).
 #             PIN_THREADS=1: the same sweep with --pin-threads (each rank's threads on its own
 #             CPUs, the allreduce's communication thread on its own where a rank has 2; the
 #             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default

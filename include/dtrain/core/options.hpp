@@ -108,8 +108,11 @@ enum class ConvApi { legacy, graph };
 enum class PipelineSchedule { gpipe, one_f_one_b };
 
 /// --allreduce: the sync allreduce's path (train/allreduce_exchange.cpp); automatic ("auto"):
-/// nccl on GPUs, hierarchical on CPUs (mpi where that cannot be).
-enum class AllreduceOption { automatic, mpi, hierarchical, nccl };
+/// nccl on GPUs, hierarchical on CPUs (mpi where that cannot be). none: a benchmark, not
+/// training — no sum, every worker applies its own gradient and the workers only agree on
+/// stopping at every step (one float): lock-step compute without the exchange, as
+/// tf_cnn_benchmarks' --variable_update=independent.
+enum class AllreduceOption { automatic, mpi, hierarchical, nccl, none };
 
 /// --wire-dtype: what gradients travel between ranks as (the MPI allreduce, collectives/wire.hpp;
 /// the hierarchical one's shared memory and leaders' hop, collectives/hierarchical.hpp; ps pushes,
@@ -188,9 +191,9 @@ DTRAIN_ENUM_NAMES(CudaGraphOption, 3, {CudaGraphOption::automatic, "auto"},
 DTRAIN_ENUM_NAMES(ConvApi, 2, {ConvApi::legacy, "legacy"}, {ConvApi::graph, "graph"});
 DTRAIN_ENUM_NAMES(PipelineSchedule, 2, {PipelineSchedule::gpipe, "gpipe"},
                   {PipelineSchedule::one_f_one_b, "1f1b"});
-DTRAIN_ENUM_NAMES(AllreduceOption, 4, {AllreduceOption::automatic, "auto"},
+DTRAIN_ENUM_NAMES(AllreduceOption, 5, {AllreduceOption::automatic, "auto"},
                   {AllreduceOption::mpi, "mpi"}, {AllreduceOption::hierarchical, "hierarchical"},
-                  {AllreduceOption::nccl, "nccl"});
+                  {AllreduceOption::nccl, "nccl"}, {AllreduceOption::none, "none"});
 DTRAIN_ENUM_NAMES(WireDtype, 3, {WireDtype::fp32, "fp32"}, {WireDtype::bf16, "bf16"},
                   {WireDtype::fp16, "fp16"});
 DTRAIN_ENUM_NAMES(ExportFormat, 2, {ExportFormat::safetensors, "safetensors"},
