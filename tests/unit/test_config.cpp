@@ -348,7 +348,9 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   expect_enum_option("device", &Config::device, mpi, ini);
   std::vector<std::string> any_device = train;
   any_device.insert(any_device.end(), {"--device", "auto"});
-  expect_enum_option("allreduce", &Config::allreduce, any_device, ini);
+  std::vector<std::string> sync_any_device = sync;  // none: sync allreduce only
+  sync_any_device.insert(sync_any_device.end(), {"--device", "auto"});
+  expect_enum_option("allreduce", &Config::allreduce, sync_any_device, ini);
   expect_enum_option("cuda-graph", &Config::cuda_graph, any_device, ini);  // on: not --device cpu
   // The export options, under `dtrain export`.
   const Config e =
