@@ -303,9 +303,13 @@ def add_lockstep(rows, lockstep_runs):
     return notes
 
 
+def rate_fmt(v):
+    """samples/s as the tables show it: whole above 100, two decimals below."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.2f}"
+
+
 LOCKSTEP_COLUMNS = [
-    ("lockstep_samples_per_s", "lock-step samples/s",
-     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("lockstep_samples_per_s", "lock-step samples/s", rate_fmt),
     ("lockstep_eff", "efficiency vs lock-step", "{:.2f}"),
     ("lockstep_eff_after1", "efficiency vs lock-step after step 1", "{:.2f}"),
     ("lockstep_wait_ms", "lock-step wait ms/step", "{:.1f}"),
@@ -313,16 +317,14 @@ LOCKSTEP_COLUMNS = [
 
 
 CEILING_COLUMNS = [
-    ("ceiling_samples_per_s", "ceiling samples/s",
-     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("ceiling_samples_per_s", "ceiling samples/s", rate_fmt),
     ("ceiling_eff", "efficiency vs ceiling", "{:.2f}"),
     ("ceiling_compute_ms", "ceiling compute ms/step", "{:.1f}"),
 ]
 
 
 AFTER_FIRST_COLUMNS = [
-    ("samples_per_s_after1", "samples/s after step 1",
-     lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"),
+    ("samples_per_s_after1", "samples/s after step 1", rate_fmt),
     ("ceiling_eff_after1", "efficiency vs ceiling after step 1", "{:.2f}"),
     ("compute_ms_after1", "compute ms/step after step 1", "{:.1f}"),
     ("comm_ms_after1", "exposed comm ms/step after step 1", "{:.1f}"),
@@ -348,7 +350,7 @@ def columns_for(rows):
 COLUMNS = [  # key, header, format
     ("workers", "workers", "{:d}"), ("ps", "ps", "{:d}"), ("mode", "mode", "{}"),
     ("ranks", "ranks", "{:d}"), ("wall_s", "wall s", "{:.1f}"), ("train_s", "train s", "{:.1f}"),
-    ("samples_per_s", "samples/s", lambda v: f"{v:.0f}" if v >= 100 else f"{v:.2f}"), ("speedup", "speedup", "{:.2f}"),
+    ("samples_per_s", "samples/s", rate_fmt), ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
     ("ps_busy", "ps busy", "{:.4f}"), ("ps_optimizer", "ps optimizer", "{:.4f}"), ("staleness", "staleness", "{:.2f}"),
     ("compute_s", "compute s", "{:.1f}"), ("exchange_s", "exchange s", "{:.1f}"),
