@@ -100,9 +100,9 @@ def step_cv(sweep, workers):
     """The pooled within-run coefficient of variation of the step times (every step after the
     first) of ceiling-w<workers>'s runs' logs, and how many steps it rests on; (0, 0) without
     runs of at least 2 such steps."""
-    folder = os.path.join(sweep, f"ceiling-w{workers}") if os.path.isdir(sweep) else ""
+    folder = os.path.join(sweep, f"ceiling-w{workers}")  # none under a CSV
     squares, dof, steps = 0.0, 0, 0
-    for name in sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else []:
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if not re.fullmatch(r"r\d+\.log", name):
             continue
         # A line covers one step only where the step before it was logged too (--log-every 1).
@@ -175,14 +175,14 @@ def main():
             fixed_cv = float(a.straggler_cv)
         except ValueError:
             sys.exit(f"plan_vs_measured.py: --straggler-cv '{a.straggler_cv}': not a number or auto")
-    cvs = {}
-    for (mode, _, w) in runs:
-        if mode == "sync" and w > 1:
-            cvs[w] = step_cv(a.sweep, w) if a.straggler_cv == "auto" else (fixed_cv, None)
-    for w, (cv, steps) in sorted(cvs.items()):
-        if steps is not None:
-            print(f"{w} workers: --straggler-cv {cv:.4f} from {steps} steps of the ceiling runs"
-                  + ("" if steps else " (none with 2 steps after the first: 0)"))
+    cvs = {}  # sync workers → σ
+    for w in sorted(w for mode, _, w in runs if mode == "sync" and w > 1):
+        if a.straggler_cv != "auto":
+            cvs[w] = fixed_cv
+            continue
+        cvs[w], steps = step_cv(a.sweep, w)
+        print(f"{w} workers: --straggler-cv {cvs[w]:.4f} from {steps} steps of the ceiling runs"
+              + ("" if steps else " (none with 2 steps after the first: 0)"))
     if a.straggler_cv == "auto":
         print()
     ceiling = ceilings(a.sweep, runs, "samples_per_sec" + suffix)
@@ -196,8 +196,8 @@ def main():
             if w > a.max_workers:
                 continue
             configuration = sync_row(a, m) if mode == "sync" else None
-            cv = cvs.get(w, (0.0,))[0] if mode == "sync" else 0.0
-            p = predict(a, mode, ps, w, tmp, configuration, cv)
+            p = predict(a, mode, ps, w, tmp, configuration,
+                        cvs.get(w, 0.0) if mode == "sync" else 0.0)
             got = m["samples_per_sec" + suffix]
             err = 100 * (p["samples_per_s"] - got) / got
             label = (f"sync ({configuration.split(', ')[1]})" if mode == "sync"

@@ -242,6 +242,11 @@ def build_rows(runs, time_key):
     return rows, notes
 
 
+def ratio(a, b):
+    """a / b, nan where either is nan or b is not positive."""
+    return a / b if a == a and b == b and b > 0 else float("nan")
+
+
 def add_ceiling(rows, ceiling_runs):
     """Adds the host-ceiling columns to every row (see the module comment). Returns notes."""
     by_w, notes = {}, []
@@ -252,9 +257,6 @@ def add_ceiling(rows, ceiling_runs):
         if len(rs) != w:
             notes.append(f"ceiling for {w} workers: {len(rs)} runs found, {w} expected")
     one = [r for r in rows if r["mode"] == "sync" and r["workers"] == 1]
-    def ratio(a, b):
-        return a / b if a == a and b == b and b > 0 else float("nan")
-
     for r in rows:
         w = r["workers"]
         if w == 1:
@@ -294,10 +296,8 @@ def add_lockstep(rows, lockstep_runs):
         rs = by_w.get(r["workers"], []) if r["mode"] == "sync" and r["ps"] == 0 else []
         after = pick(rs, "samples_per_sec_after_first_step")
         r["lockstep_samples_per_s"] = pick(rs, "samples_per_sec")
-        r["lockstep_eff"] = (r["samples_per_s"] / r["lockstep_samples_per_s"]
-                             if rs and r["lockstep_samples_per_s"] > 0 else nan)
-        r["lockstep_eff_after1"] = (r["samples_per_s_after1"] / after
-                                    if rs and after == after and after > 0 else nan)
+        r["lockstep_eff"] = ratio(r["samples_per_s"], r["lockstep_samples_per_s"])
+        r["lockstep_eff_after1"] = ratio(r["samples_per_s_after1"], after)
         wait = pick(rs, "step_exposed_comm_ms_after_first_step")
         r["lockstep_wait_ms"] = wait if wait == wait else pick(rs, "step_exposed_comm_ms")
     return notes
