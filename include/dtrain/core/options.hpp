@@ -234,7 +234,8 @@ template <NamedEnum E>
   return false;
 }
 
-/// Throws InputError "option --OPTION: invalid value 'TEXT' (expected a | b)" (core/config.cpp).
+/// Throws InputError "option --OPTION: invalid value 'TEXT' (expected a | b)", the message the
+/// option table gives a bad enum value (core/config_options.cpp).
 [[noreturn]] void throw_invalid_choice(std::string_view option, std::string_view text,
                                        const std::string& choices);
 
