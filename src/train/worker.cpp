@@ -1,7 +1,8 @@
 // dtrain/train/worker.cpp — per-epoch loop: prefetching reader → model step → gradient exchange;
-// stop at --max-steps or on a signal; evaluation and batchnorm-state averaging at epoch ends (and
-// evaluation every --eval-every steps); chief logging to stdout and metrics.csv. Restore and
-// checkpoints: the Checkpointer's hooks (train/checkpointer.hpp), called at the loop's points.
+// stop at --max-steps or on a signal; evaluation at epoch ends and every --eval-every steps
+// (worker_eval.cpp); the chief's log lines, metrics.csv and step-time summary
+// (worker_report.cpp). Restore and checkpoints: the Checkpointer's hooks
+// (train/checkpointer.hpp), called at the loop's points.
 #include "worker.hpp"
 
 #include <algorithm>
@@ -23,23 +24,12 @@
 #include "dtrain/train/signals.hpp"
 
 namespace dtrain {
-namespace {
-/// Sum-allreduce of a few host doubles over the workers, with the communication deadline.
+
 void worker_sum(MPI_Comm comm, double* v, int n) {
   MPI_Request req;
   DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm, &req));
   wait_one(req, comm_timeout(), "worker allreduce of metrics");
 }
-/// "42s", "3m07s", "2h05m": a duration for the progress line.
-std::string format_duration(double seconds) {
-  const auto s = static_cast<long long>(seconds + 0.5);
-  char b[32];
-  if (s < 60) std::snprintf(b, sizeof b, "%llds", s);
-  else if (s < 3600) std::snprintf(b, sizeof b, "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(b, sizeof b, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
-  return b;
-}
-}  // namespace
 
 namespace {
 /// The stage's activation slots for its schedule (1 without a pipeline).
@@ -399,233 +389,6 @@ void Worker::inject_faults(double step_seconds) {
   if (fault_fires(FaultKind::hang, global_step_)) {
     log_warn("DTRAIN_FAULT: hanging forever at global step " + std::to_string(global_step_));
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-}
-
-void Worker::log_interval(int epoch) {
-  exchange_->settle(model_);  // no log line from a step whose gradient turns out non-finite
-  float host[kStatsFloats] = {};
-  be_.copy_to_host(host, stats_.data(), sizeof host);
-  be_.fill(stats_.data(), 0.0f, kStatsFloats);
-  const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
-  // samples/s of all workers: exact with allreduce; ps modes: from the global steps (estimate).
-  const double sps = static_cast<double>(log_samples_global_) / dt;
-  const double loss = log_samples_local_ ? host[0] / log_samples_local_ : 0.0;
-  const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
-  const double top5 = log_samples_local_ ? host[2] / log_samples_local_ : 0.0;
-  out_.train_loss = loss;
-  out_.train_accuracy = acc;
-  if (reports_) {
-    const double lr =
-        learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
-    const double wall = prior_wall_ + now - t_start_;
-    const double staleness = pushes_ ? staleness_sum_ / pushes_ : 0.0;
-    const double per_step = log_steps_ ? 1e3 / static_cast<double>(log_steps_) : 0.0;
-    const double ms_per_step = per_step * dt;
-    const double exposed_ms = per_step * (exchange_seconds_ - log_exchange_start_);
-    log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
-    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
-                     ms_per_step, exposed_ms, top5});
-  }
-  t_log_ = now;
-  log_global_start_ = global_step_;
-  log_exchange_start_ = exchange_seconds_;
-  log_steps_ = log_samples_local_ = log_samples_global_ = 0;
-}
-
-std::string Worker::progress_line(int epoch, double loss, double acc, double ms_per_step,
-                                  double sps, double lr, double wall, double dt,
-                                  double staleness) const {
-  // Progress: share of the run's global steps done, and the time left at this interval's rate
-  // of global steps (training only: evaluations and checkpoints come on top).
-  const double total = static_cast<double>(std::max<std::int64_t>(plan_.total_steps, 1));
-  const double done = std::min(1.0, static_cast<double>(global_step_) / total);
-  const double rate = static_cast<double>(global_step_ - log_global_start_) / dt;
-  const double eta = rate > 0 ? (total - static_cast<double>(global_step_)) / rate : 0.0;
-  char line[320];
-  int len = std::snprintf(line, sizeof line,
-                          "step %7lld | epoch %3d | loss %.4f | acc %.4f | %8.1f ms/step | "
-                          "%9.1f samples/s | lr %.5f | %7.1f s | %5.1f%% | ETA %s",
-                          static_cast<long long>(global_step_), epoch + 1, loss, acc, ms_per_step,
-                          sps, lr, wall, 100.0 * done, format_duration(std::max(eta, 0.0)).c_str());
-  if (!exchange_->lockstep() && len > 0 && len < static_cast<int>(sizeof line))
-    std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
-  return line;
-}
-
-void Worker::summarize_step_times() {
-  // Per worker: p50 / p90 / max of the step times (data + compute + exchange), and the step's
-  // anatomy (means per step of data wait, forward + backward, exposed communication, optimizer),
-  // gathered to the chief.
-  constexpr int K = 12;
-  double mine[K] = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1};
-  if (!step_ms_.empty()) {
-    std::vector<float> t = step_ms_;
-    auto at = [&](double q) {
-      auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(t.size() - 1) + 0.5);
-      std::nth_element(t.begin(), t.begin() + k, t.end());
-      return static_cast<double>(t[k]);
-    };
-    mine[0] = at(0.5);
-    mine[1] = at(0.9);
-    mine[2] = *std::max_element(step_ms_.begin(), step_ms_.end());
-    const double per_step = 1e3 / static_cast<double>(step_ms_.size());
-    mine[3] = data_seconds_ * per_step;
-    mine[4] = compute_seconds_ * per_step;
-    mine[5] = exchange_seconds_ * per_step;
-    mine[6] = optimizer_seconds_ * per_step;
-    if (step_ms_.size() >= 2) {  // the same after this process's first step
-      const double after = 1e3 / static_cast<double>(step_ms_.size() - 1);
-      mine[7] = (data_seconds_ - first_[1]) * after;
-      mine[8] = (compute_seconds_ - first_[2]) * after;
-      mine[9] = (exchange_seconds_ - first_[3]) * after;
-      mine[10] = (optimizer_seconds_ - first_[4]) * after;
-      if (train_seconds_ > first_[0])
-        mine[11] = static_cast<double>(local_samples_ - first_local_samples_) /
-                   (train_seconds_ - first_[0]);
-    }
-  }
-  std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
-  MPI_Request req;
-  DT_CHECK_MPI(
-      MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0, cluster_.role_comm(), &req));
-  wait_one(req, comm_timeout(), "gathering step times");
-  if (!reports_) return;
-  std::string line = "# step time ms p50/p90/max per worker:";
-  std::string anatomy =
-      "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
-  for (int w = 0; w < plan_.workers; ++w) {
-    const double* a = &all[static_cast<std::size_t>(K * w)];
-    char b[96];
-    std::snprintf(b, sizeof b, " w%d %.1f/%.1f/%.1f", w, a[0], a[1], a[2]);
-    line += b;
-    std::snprintf(b, sizeof b, " w%d %.2f | %.2f | %.2f | %.2f", w, a[3], a[4], a[5], a[6]);
-    anatomy += b;
-    out_.step_ms_p50 = std::max(out_.step_ms_p50, a[0]);
-    out_.step_ms_p90 = std::max(out_.step_ms_p90, a[1]);
-    out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
-    for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
-    out_.compute_ms_per_worker.push_back(a[4]);
-    out_.exposed_ms_per_worker.push_back(a[5]);
-    out_.compute_ms_per_worker_after_first.push_back(a[8]);
-    out_.exposed_ms_per_worker_after_first.push_back(a[9]);
-    // Without each worker's first step: only when every worker had a second one (a[7], a[11] ≥ 0).
-    out_.has_after_first = (w == 0 || out_.has_after_first) && a[7] >= 0 && a[11] >= 0;
-    for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;
-    out_.samples_per_sec_after_first += a[11];
-  }
-  log_info(line);
-  log_info(anatomy);
-}
-
-void Worker::average_model_state() {
-  const std::size_t S = model_.state_count();
-  if (S == 0 || plan_.workers == 1) return;
-  // Gather every worker's row and average with mean_of_rows(), the function `dtrain predict`
-  // applies to a checkpoint's rows: the same bits evaluate here and there.
-  std::vector<float> mine(S), rows(S * plan_.workers);
-  be_.copy_to_host(mine.data(), model_.state(), S * sizeof(float));
-  MPI_Request req;
-  DT_CHECK_MPI(MPI_Iallgather(mine.data(), static_cast<int>(S), MPI_FLOAT, rows.data(),
-                              static_cast<int>(S), MPI_FLOAT, cluster_.role_comm(), &req));
-  wait_one(req, comm_timeout(), "batchnorm statistics allgather");
-  const std::vector<float> mean = mean_of_rows(rows.data(), plan_.workers, S);
-  be_.copy_to_device(model_.state(), mean.data(), S * sizeof(float));
-}
-
-void Worker::evaluate_between(int epoch) {
-  const bool lockstep = exchange_->lockstep();
-  if (!lockstep && !cluster_.is_chief()) return;  // the chief evaluates alone (below)
-  const double t0 = now_seconds();
-  if (lockstep) {
-    // Every worker is at the same step. Evaluate with the workers' mean batchnorm statistics, as
-    // at epoch ends, then give each worker its own back: evaluating never changes the training
-    // state, so a run with --eval-every trains bit for bit as one without.
-    const std::size_t S = model_.state_count();
-    std::vector<float> own(S);
-    if (S) be_.copy_to_host(own.data(), model_.state(), S * sizeof(float));
-    average_model_state();
-    evaluate(epoch, false);
-    if (S) be_.copy_to_device(model_.state(), own.data(), S * sizeof(float));
-  } else {
-    // ps workers need not stand at the same step, and one that ends its epoch (or the run) without
-    // seeing the crossing would leave the others waiting in an evaluation collective while it waits
-    // in the epoch-end one. So no collective: the chief evaluates the whole test set alone, on the
-    // parameters of its last push-pull and its own batchnorm statistics, and the other workers
-    // train on (tf.estimator's separate evaluator, inside the chief).
-    evaluate(epoch, false, true);
-  }
-  t_log_ += now_seconds() - t0;  // the log interval's samples/s stays a training rate
-}
-
-void Worker::note_target(double accuracy, std::int64_t step, double wall) {
-  if (c_.target_accuracy <= 0 || out_.step_at_accuracy >= 0 || accuracy < c_.target_accuracy)
-    return;
-  out_.time_to_accuracy = wall;
-  out_.step_at_accuracy = step;
-  char line[160];
-  std::snprintf(line, sizeof line,
-                "# target accuracy %.4f reached: %.4f at global_step %lld after %.1f s",
-                c_.target_accuracy, accuracy, static_cast<long long>(step), wall);
-  log_info(line);
-}
-
-void Worker::evaluate_batch(int n) {
-  if (runner_) return runner_->evaluate(x_.data(), y_.data(), n, stats_.data());
-  for (int a = 0; a < n; a += model_.max_batch()) {  // in micro-batches (--micro-batches)
-    const int rows = std::min(model_.max_batch(), n - a);
-    model_.evaluate(model_.input_at(x_.data(), a), y_.data() + a, rows, stats_.data());
-  }
-}
-
-void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
-  exchange_->settle(model_);
-  if (!plan_.has_test) return;
-  const TimelineSpan span("evaluation", "evaluation");
-  HostBatch batch;
-  float zero[kStatsFloats] = {}, sums[kStatsFloats];
-  float saved[kStatsFloats];
-  be_.copy_to_host(saved, stats_.data(), sizeof saved);  // keep the training interval's sums
-  be_.copy_to_device(stats_.data(), zero, sizeof zero);
-  double count = 0;
-  if (plan_.synthetic) {  // the test set is this worker's synthetic batch
-    const auto n = static_cast<int>(shard_size(plan_.test.num_samples, w_, plan_.workers));
-    evaluate_batch(n);
-    count = n;
-  } else {
-    auto indices = alone
-                       ? epoch_shard(plan_.test.num_samples, c_.seed, 0, 0, 1, false)
-                       : epoch_shard(plan_.test.num_samples, c_.seed, 0, w_, plan_.workers, false);
-    if (!test_upload_) test_upload_.emplace(be_, plan_.test, plan_.batch, model_.input_layout());
-    BatchReader reader(plan_.test, std::move(indices), plan_.batch, 2, 0, {}, 0, nullptr,
-                       test_upload_->uint8_batches());
-    while (reader.next(batch)) {
-      upload(*test_upload_, batch);
-      evaluate_batch(batch.n);
-      count += batch.n;
-    }
-    out_.bad_images += reader.bad_images();
-  }
-  be_.copy_to_host(sums, stats_.data(), sizeof sums);
-  be_.copy_to_device(stats_.data(), saved, sizeof saved);
-  double v[4] = {sums[0], sums[1], sums[2], count};
-  if (!alone) worker_sum(cluster_.role_comm(), v, 4);
-  out_.test_loss = v[0] / v[3];
-  out_.test_accuracy = v[1] / v[3];
-  out_.test_top5 = v[2] / v[3];
-  if (reports_) {
-    const double wall = prior_wall_ + now_seconds() - t_start_;
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "epoch %3d %s | global_step %lld | test loss %.4f | test accuracy %.4f | "
-                  "top-5 %.4f | %lld samples | %.1f s",
-                  epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_),
-                  out_.test_loss, out_.test_accuracy, out_.test_top5, static_cast<long long>(v[3]),
-                  wall);
-    log_info(line);
-    metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
-                     0, 0, 0, 0, out_.test_top5});
-    note_target(out_.test_accuracy, global_step_, wall);
   }
 }
 

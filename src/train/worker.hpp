@@ -24,6 +24,10 @@
 
 namespace dtrain {
 
+/// Sums n host doubles over the workers of `comm` in place (MPI_Iallreduce), waiting at most the
+/// communication deadline (comm_timeout(); Error naming "worker allreduce of metrics" past it).
+void worker_sum(MPI_Comm comm, double* v, int n);
+
 struct WorkerOutcome {
   std::int64_t global_step = 0;
   int epochs_done = 0;
