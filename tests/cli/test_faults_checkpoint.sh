@@ -69,20 +69,7 @@ timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${FX[@]}" --num-ps 1 --run-dir "$dir" --ch
 (($(ls "$dir"/ckpt-*.h5 | wc -l) >= 2)) || { ls "$dir"; fail "fewer than 2 checkpoints"; }
 newest=$(ls "$dir"/ckpt-*.h5 | sort | tail -1)
 prev=$(ls "$dir"/ckpt-*.h5 | sort | tail -2 | head -1)
-"$PY" - "$newest" <<'PY'
-import sys, h5py
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    d = f["optimizer/m"]
-    assert d.fletcher32 and d.size > 0, "optimizer/m: no checksum or empty"
-    info = d.id.get_chunk_info(0)
-    at, size = info.byte_offset, info.size
-with open(path, "r+b") as f:
-    f.seek(at + size // 3)
-    b = bytearray(f.read(8))
-    f.seek(at + size // 3)
-    f.write(bytes(x ^ 0xFF for x in b))
-PY
+"$PY" "$SRC/tests/cli/corrupt_chunk.py" "$newest" optimizer/m
 prev_step=$(basename "$prev" .h5)
 prev_step=$((10#${prev_step#ckpt-}))
 timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${FX[@]}" --num-ps 1 --run-dir "$dir" --resume --max-steps 40 \

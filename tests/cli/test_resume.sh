@@ -31,21 +31,8 @@ echo "== a corrupt newest checkpoint: --resume falls back to the previous one, s
 c=$SCRATCH/w2-corrupt
 run 2 "$c" --max-steps 25 --checkpoint-every 10
 [[ -f $c/ckpt-0000000020.h5 && -f $c/ckpt-0000000025.h5 ]] || fail "$c: missing checkpoints: $(ls "$c")"
-# Flip bytes in the middle of /params' data (found with h5py), which Fletcher32 must catch.
-"$PY" - "$c/ckpt-0000000025.h5" <<'PY'
-import sys, h5py
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    d = f["params"]
-    assert d.fletcher32, "params has no checksum"
-    info = d.id.get_chunk_info(0)
-    at, size = info.byte_offset, info.size
-with open(path, "r+b") as f:
-    f.seek(at + size // 2)
-    b = bytearray(f.read(4))
-    f.seek(at + size // 2)
-    f.write(bytes(x ^ 0x5A for x in b))
-PY
+# Flip bytes in the middle of /params' first chunk, which Fletcher32 must catch.
+"$PY" "$SRC/tests/cli/corrupt_chunk.py" "$c/ckpt-0000000025.h5" params
 run 2 "$c" --max-steps 40 --resume
 grep -q "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000025.h5" "$c.log" || { cat "$c.log"; fail "no warning naming the corrupt checkpoint"; }
 grep -q "resuming from global_step 20" "$c.log" || { cat "$c.log"; fail "did not fall back to step 20"; }
