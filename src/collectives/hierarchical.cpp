@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
@@ -137,18 +138,23 @@ HierarchicalAllreduce::HierarchicalAllreduce(MPI_Comm workers, std::size_t capac
       home_floats > 0 ? homes_at + L * home_stride_ * sizeof(float) : slots_end;
   std::string why;
   if (share) segment_ = share_segment(node_, local_rank_, bytes, &why);
-  int failed = (segment_ || !share) ? 0 : 1, any = 0;
-  DT_CHECK_MPI(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, workers));
-  if (any) {
+  // Every worker learns whether any cannot share, and the lowest such worker's rank and reason,
+  // so that each throws the same error (and --allreduce auto's warning names the worker).
+  const int mine = (segment_ || !share) ? std::numeric_limits<int>::max() : worker_rank;
+  int first = 0;
+  DT_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, workers));
+  if (first != std::numeric_limits<int>::max()) {
+    long long ids[2] = {world_rank, static_cast<long long>(why.size())};
+    DT_CHECK_MPI(MPI_Bcast(ids, 2, MPI_LONG_LONG, first, workers));
+    why.resize(static_cast<std::size_t>(ids[1]));
+    DT_CHECK_MPI(MPI_Bcast(why.data(), static_cast<int>(ids[1]), MPI_CHAR, first, workers));
     if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);  // no destructor after a throw
     MPI_Comm_free(&node_);
-    throw LibraryError(
-        format_error("--allreduce hierarchical: " +
-                         (failed ? "worker rank " + std::to_string(worker_rank) +
-                                       " cannot share the node's memory: " + why
-                                 : std::string("another worker cannot share its node's memory")) +
-                         " (use --allreduce mpi)",
-                     __FILE__, __LINE__));
+    throw LibraryError(format_error("--allreduce hierarchical: worker " + std::to_string(first) +
+                                        " (world rank " + std::to_string(ids[0]) +
+                                        ") cannot share its node's memory: " + why +
+                                        " (use --allreduce mpi)",
+                                    __FILE__, __LINE__));
   }
   if (!share) return;
   control_ = reinterpret_cast<std::uint64_t*>(segment_->data());

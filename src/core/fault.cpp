@@ -57,9 +57,11 @@ FaultSpec parse_fault_spec(const std::string& value) {
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
   else if (kind == "hang-reader") f.kind = FaultKind::hang_reader;
+  else if (kind == "no-shared-memory") f.kind = FaultKind::no_shared_memory;
   else
     throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
-                     "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F)");
+                     "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F | "
+                     "no-shared-memory)");
   return f;
 }
 
@@ -74,6 +76,11 @@ void init_fault_injection(int world_rank) {
 double fault_slowdown() {
   if (g_spec.kind != FaultKind::slow) return 1;
   return g_spec.rank < 0 || g_spec.rank == g_rank ? g_spec.factor : 1;
+}
+
+bool fault_active(FaultKind kind) {
+  return kind != FaultKind::none && g_spec.kind == kind &&
+         (g_spec.rank < 0 || g_spec.rank == g_rank);
 }
 
 bool fault_fires(FaultKind kind, std::int64_t global_step) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/fault.hpp"
 
 namespace dtrain {
 namespace {
@@ -67,6 +68,10 @@ std::optional<SharedRing> SharedRing::open(int pid, int fd, std::size_t bytes, s
                                            std::string* why) {
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   const std::size_t total = kHeaderBytes + bytes;
+  if (fault_active(FaultKind::no_shared_memory)) {  // tests/cli/test_faults_shared_memory.sh
+    *why = "open " + path + ": refused by DTRAIN_FAULT=no-shared-memory";
+    return std::nullopt;
+  }
   FdGuard mine{::open(path.c_str(), O_RDWR | O_CLOEXEC)};
   struct stat st {};
   if (mine.fd < 0) {

@@ -89,8 +89,10 @@ class HierarchicalAllreduce {
   /// consecutive worker ranks, for tests of several leaders on one machine), makes and maps the
   /// node's segment for sums of up to `capacity` values in `wire` (the slots and the leaders'
   /// hop; see the file comment): 2·L·capacity values. Throws LibraryError on every rank alike
-  /// (after agreeing over `workers`) when a rank cannot make or map the segment, naming that rank
-  /// and why; the caller may then fall back to a flat allreduce on every rank.
+  /// (after agreeing over `workers`) when a rank cannot make or map the segment: "worker W (world
+  /// rank R) cannot share its node's memory: WHY (use --allreduce mpi)", the lowest such worker
+  /// and its own reason on every rank; the caller may then fall back to a flat allreduce on every
+  /// rank.
   /// `home_floats` > 0 (fp32 only): every rank of a node that shares memory also gets a home
   /// of that many floats in the segment (home()), summed in place (see "In place" above);
   /// `capacity` may then be 0 (no slots: every sum must lie in the home).

@@ -15,6 +15,10 @@
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's
 //                                 time)
+//   no-shared-memory[:R]          the rank cannot map memory another process shares with it
+//                                 (SharedRing::open fails, as where /proc/PID/fd of another
+//                                 process cannot be opened): the hierarchical allreduce and the
+//                                 ps rings then take their MPI paths, or fail naming the rank
 // R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost
 // beyond one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
 #pragma once
@@ -24,7 +28,15 @@
 
 namespace dtrain {
 
-enum class FaultKind { none, kill_in_checkpoint_write, nan_gradient, hang, hang_reader, slow };
+enum class FaultKind {
+  none,
+  kill_in_checkpoint_write,
+  nan_gradient,
+  hang,
+  hang_reader,
+  slow,
+  no_shared_memory
+};
 
 /// A parsed DTRAIN_FAULT value.
 struct FaultSpec {
@@ -45,6 +57,10 @@ void init_fault_injection(int world_rank);
 
 /// The slowdown factor of a `slow*F` fault on this rank; 1 without one.
 double fault_slowdown();
+
+/// True when the injected fault is `kind` and applies to this rank (a standing condition, such as
+/// no_shared_memory, rather than a one-shot event).
+bool fault_active(FaultKind kind);
 
 /// True exactly once: the first time it is called with kind == the injected kind, this rank
 /// matching and global_step >= the injected step (for hang_reader the caller passes the batch
