@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tests/cli/test_faults_shared_memory.sh — a worker that cannot map the memory its node shares
-# (DTRAIN_FAULT=no-shared-memory:R, include/dtrain/core/fault.hpp: SharedRing::open fails on world
-# rank R, as where another process's /proc/PID/fd cannot be opened), the tiny CNN:
-#   1. sync, 10 steps, --allreduce auto (the CPU default, hierarchical): the job warns once that it sums with
-#      MPI_Allreduce and why (naming the rank), trains, results.json says "mpi", and the
-#      checkpoint is bit-identical to an --allreduce mpi run's;
+# (DTRAIN_FAULT=no-shared-memory:R, include/dtrain/core/fault.hpp: SharedRing::open fails on
+# world rank R, as where another process's /proc/PID/fd cannot be opened), the tiny CNN:
+#   1. sync, 10 steps, --allreduce auto (the CPU default, hierarchical): the job warns once that
+#      it sums with MPI_Allreduce and why (naming the rank), trains, results.json says "mpi", and
+#      the checkpoint is bit-identical to an --allreduce mpi run's;
 #   2. sync, --allreduce hierarchical: one error on every rank naming the worker that cannot share
 #      and the way out (--allreduce mpi), a non-zero exit within the deadline, no checkpoint;
 #   3. async, 1 ps + 2 workers (--ps-shm, the default), 40 steps: worker 1 alone warns that it
@@ -29,7 +29,8 @@ run() {
 echo "== 1. sync, --allreduce auto: falls back to MPI_Allreduce, the same bits as --allreduce mpi"
 DTRAIN_FAULT= run "$SCRATCH/mpi" 2 --mode sync --num-ps 0 --allreduce mpi --max-steps 10
 DTRAIN_FAULT=no-shared-memory:1 run "$SCRATCH/auto" 2 --mode sync --num-ps 0 --max-steps 10
-grep -q "allreduce auto: summing with MPI_Allreduce, not hierarchically: .*worker 1 (world rank 1) cannot share its node's memory: open /proc/.*no-shared-memory" \
+NAMED="worker 1 (world rank 1) cannot share its node's memory: open /proc/.*no-shared-memory"
+grep -q "allreduce auto: summing with MPI_Allreduce, not hierarchically: .*$NAMED" \
   "$SCRATCH/auto.log" || { cat "$SCRATCH/auto.log"; fail "no fallback warning naming worker 1"; }
 (($(grep -c "summing with MPI_Allreduce, not hierarchically" "$SCRATCH/auto.log") == 1)) ||
   fail "the fallback warning is not printed exactly once"
@@ -43,20 +44,25 @@ PY
 
 echo "== 2. sync, --allreduce hierarchical: an error naming worker 1 on every rank, no hang"
 set +e
-DTRAIN_FAULT=no-shared-memory:1 timeout 120 "$MPIEXEC" -n 2 -x DTRAIN_FAULT "$DTRAIN" "${COMMON[@]}" \
-  --run-dir "$SCRATCH/hier" --mode sync --num-ps 0 --allreduce hierarchical --max-steps 10 >"$SCRATCH/hier.log" 2>&1
+DTRAIN_FAULT=no-shared-memory:1 timeout 120 "$MPIEXEC" -n 2 -x DTRAIN_FAULT "$DTRAIN" \
+  "${COMMON[@]}" --run-dir "$SCRATCH/hier" --mode sync --num-ps 0 --allreduce hierarchical \
+  --max-steps 10 >"$SCRATCH/hier.log" 2>&1
 rc=$?
 set -e
-((rc != 0 && rc != 124)) || { cat "$SCRATCH/hier.log"; fail "exit $rc: expected an error, not success or a hang"; }
-(($(grep -c "worker 1 (world rank 1) cannot share its node's memory: open /proc/.*no-shared-memory (use --allreduce mpi)" "$SCRATCH/hier.log") >= 2)) ||
+((rc != 0 && rc != 124)) ||
+  { cat "$SCRATCH/hier.log"; fail "exit $rc: expected an error, not success or a hang"; }
+(($(grep -c "$NAMED (use --allreduce mpi)" "$SCRATCH/hier.log") >= 2)) ||
   { cat "$SCRATCH/hier.log"; fail "not every rank names worker 1 and --allreduce mpi"; }
-! ls "$SCRATCH"/hier/ckpt-*.h5 >/dev/null 2>&1 || fail "a checkpoint was written by a run that failed to start"
+! ls "$SCRATCH"/hier/ckpt-*.h5 >/dev/null 2>&1 ||
+  fail "a checkpoint was written by a run that failed to start"
 
-echo "== 3. async, 1 ps + 2 workers: a worker that cannot map the ps's ring pushes as MPI messages"
+echo "== 3. async, 1 ps + 2 workers: a worker that cannot map the ring pushes as MPI messages"
 DTRAIN_FAULT=no-shared-memory:1 run "$SCRATCH/async1" 3 --mode async --num-ps 1 --max-steps 40
-grep -q "worker 1: cannot map the ring ps 0 shares (open /proc/.*no-shared-memory); pushes to it travel as MPI messages" \
-  "$SCRATCH/async1.log" || { cat "$SCRATCH/async1.log"; fail "no warning from worker 1"; }
-! grep -q "worker 0: cannot map" "$SCRATCH/async1.log" || fail "worker 0 could not map the ring either"
+RING="cannot map the ring ps 0 shares (open /proc/.*no-shared-memory); pushes to it travel as MPI"
+grep -q "worker 1: $RING messages" "$SCRATCH/async1.log" ||
+  { cat "$SCRATCH/async1.log"; fail "no warning from worker 1"; }
+! grep -q "worker 0: cannot map" "$SCRATCH/async1.log" ||
+  fail "worker 0 could not map the ring either"
 DTRAIN_FAULT=no-shared-memory run "$SCRATCH/async2" 3 --mode async --num-ps 1 --max-steps 40
 (($(grep -c "cannot map the ring ps 0 shares" "$SCRATCH/async2.log") == 2)) ||
   { cat "$SCRATCH/async2.log"; fail "not both workers warn"; }
