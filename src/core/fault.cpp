@@ -73,20 +73,15 @@ void init_fault_injection(int world_rank) {
   g_spec = parse_fault_spec(v ? v : "");
 }
 
-double fault_slowdown() {
-  if (g_spec.kind != FaultKind::slow) return 1;
-  return g_spec.rank < 0 || g_spec.rank == g_rank ? g_spec.factor : 1;
-}
-
 bool fault_active(FaultKind kind) {
   return kind != FaultKind::none && g_spec.kind == kind &&
          (g_spec.rank < 0 || g_spec.rank == g_rank);
 }
 
+double fault_slowdown() { return fault_active(FaultKind::slow) ? g_spec.factor : 1; }
+
 bool fault_fires(FaultKind kind, std::int64_t global_step) {
-  if (g_spec.kind != kind || kind == FaultKind::none) return false;
-  if (g_spec.rank >= 0 && g_spec.rank != g_rank) return false;
-  if (global_step < g_spec.step) return false;
+  if (!fault_active(kind) || global_step < g_spec.step) return false;
   return !g_fired.exchange(true);
 }
 
