@@ -19,7 +19,6 @@ namespace dtrain::config_detail {
 namespace po = boost::program_options;
 
 /// v as a job file writes it: true/false for bools, 9 significant digits for floating point.
-
 template <typename T>
 std::string to_text(const T& v) {
   std::ostringstream os;
