@@ -301,9 +301,8 @@ def main(argv=None):
                         "0..k-1 in this order: '5-9', '0,2,4', '0-2,7'")
     parser.add_argument("--force", action="store_true", help="replace existing outputs")
     args = parser.parse_args(argv)
-    outputs.exit_cleanly_on_signals()
 
-    try:
+    def body():
         if args.fashion_mnist:
             if not args.out_dir or args.images or args.labels or args.out:
                 parser.error("--fashion-mnist takes --out-dir (and not --images/--labels/--out)")
@@ -324,12 +323,7 @@ def main(argv=None):
         mean, std = mean_std_from(args.mean_std_from) if args.mean_std_from else mean_std(images)
         write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0
-    except ConvertError as e:
-        print(f"convert_idx.py: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("convert_idx.py: interrupted; no output written", file=sys.stderr)
-        return 130
+    return outputs.run_tool("convert_idx.py", body, ConvertError)
 
 
 if __name__ == "__main__":

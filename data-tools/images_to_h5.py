@@ -438,16 +438,11 @@ def main(argv=None):
         parser.error("--max-side must be >= 0 and needs --store encoded")
     if not 1 <= args.quality <= 100:
         parser.error("--quality must be in [1, 100]")
-    outputs.exit_cleanly_on_signals()
-    try:
+
+    def body():
         convert(args)
         return 0
-    except ConvertError as e:
-        print(f"images_to_h5.py: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("images_to_h5.py: interrupted; no output written", file=sys.stderr)
-        return 130
+    return outputs.run_tool("images_to_h5.py", body, ConvertError)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ written when it exists (unless --force), is a directory, or cannot become a file
 written under a hidden temporary name beside it and renamed, and SIGTERM/SIGHUP exit through the
 code that removes that temporary — so a failed run never replaces or half-writes what is there."""
 import os
+import sys
 
 
 def output_problem(out, force):
@@ -50,3 +51,19 @@ def exit_cleanly_on_signals():
     import signal
     for signo in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signo, _exit_on_signal)
+
+
+def run_tool(prog, body, error_type):
+    """Runs body() (which returns the exit code) the way every writing tool ends: SIGTERM/SIGHUP
+    unwind through its `finally` blocks (exit_cleanly_on_signals); an error_type exception prints
+    `PROG: error: MESSAGE` on stderr and returns 1; Ctrl-C prints that nothing was written and
+    returns 130 (128 + SIGINT). argparse's own usage errors (SystemExit 2) pass through."""
+    exit_cleanly_on_signals()
+    try:
+        return body()
+    except error_type as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; no output written", file=sys.stderr)
+        return 130
