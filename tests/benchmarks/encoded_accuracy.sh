@@ -43,16 +43,13 @@ fi
 if [[ ! -f $data/enc_test.h5 ]]; then
   # ROOT/c<label>/<index>.jpg from the IDX files (Pillow, quality 95), then the encoded files.
   rm -rf "$data/tree_train" "$data/tree_test"
-  /usr/bin/python3 - "$fm" "$data" <<'PY'
-import gzip, os, sys
-import numpy as np
+  PYTHONPATH=tests/common /usr/bin/python3 - "$fm" "$data" <<'PY'
+import os, sys
 from PIL import Image
+import fashion_mnist
 src, out = sys.argv[1], sys.argv[2]
-for split, pre in (("train", "train"), ("test", "t10k")):
-    with gzip.open(f"{src}/{pre}-images-idx3-ubyte.gz") as f:
-        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(f"{src}/{pre}-labels-idx1-ubyte.gz") as f:
-        y = np.frombuffer(f.read(), np.uint8, offset=8)
+for split in ("train", "test"):
+    x, y = fashion_mnist.load(split, src)
     for k in range(10):
         os.makedirs(f"{out}/tree_{split}/c{k}", exist_ok=True)
     for i in range(len(y)):

@@ -4,18 +4,17 @@ the input benchmarks and tests: Fashion-MNIST training images (FASHION_MNIST: th
 idx .gz files) upscaled bicubically to a random 400–500 × 300–375 (every third one portrait),
 tinted and noised into RGB, saved at quality 90 as OUT/c<label>/<index>.jpg (an ImageFolder tree).
 Fixed seed: the same files on every run. Used by input_bench.sh and run_tsan.sh (Pillow, numpy)."""
-import gzip
 import os
 import sys
 
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import fashion_mnist  # noqa: E402
+
 root, n, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
-    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
-    y = np.frombuffer(f.read(), np.uint8, offset=8)
+x, y = fashion_mnist.load("train", src)
 rng = np.random.default_rng(0)
 total = 0
 for i in range(n):

@@ -24,15 +24,13 @@ FMNIST=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 [[ -r $FMNIST ]] || { echo "SKIP: no Fashion-MNIST package (dataset-fashion-mnist)"; exit 77; }
 
 echo "== 1. pixels against Pillow (JPEG and PNG, gray and RGB, 40-400 px sides)"
-"$PY" - "$SCRATCH" <<'PY'
-import gzip, os, sys
+PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH" <<'PY'
+import os, sys
 import numpy as np
 from PIL import Image
+import fashion_mnist
 d = sys.argv[1]
-with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
-    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
-    y = np.frombuffer(f.read(), np.uint8, offset=8)
+x, y = fashion_mnist.load()
 rng = np.random.default_rng(5)
 os.makedirs(f"{d}/pix", exist_ok=True)
 cmds, refs = [], []
@@ -102,15 +100,13 @@ assert boxes[3] != boxes[0], "another key, same crop"
 PY
 
 echo "== 2. images_to_h5.py --store encoded"
-"$PY" - "$SCRATCH" <<'PY'
-import gzip, os, sys
+PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH" <<'PY'
+import os, sys
 import numpy as np
 from PIL import Image
+import fashion_mnist
 d = sys.argv[1]
-with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
-    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
-    y = np.frombuffer(f.read(), np.uint8, offset=8)
+x, y = fashion_mnist.load()
 rng = np.random.default_rng(2)
 names = ["tshirt", "trouser", "pullover", "dress"]
 count = {k: 0 for k in range(4)}

@@ -18,13 +18,13 @@ FMNIST=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 mkdir -p "$SCRATCH/dct"
 
 # Images and the boxes RandomResizedCrop(32) draws for them (image_tool box W H KEY).
-"$PY" - "$SCRATCH/dct" "$FMNIST" <<'PY'
-import gzip, sys
+PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH/dct" <<'PY'
+import sys
 import numpy as np
 from PIL import Image
-d, src = sys.argv[1], sys.argv[2]
-with gzip.open(src) as f:
-    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+import fashion_mnist
+d = sys.argv[1]
+x, _ = fashion_mnist.load()
 cmds = []
 for i in range(8):
     img = Image.fromarray(x[i]).resize((640, 480), Image.BICUBIC)
