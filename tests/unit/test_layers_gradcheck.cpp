@@ -35,6 +35,51 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
 }
 
+// The summed loss of a softmax cross-entropy op over N×K logits with fixed labels (length N), as
+// a function of the logits; with dlogits (N×K on the device) it also writes their gradient.
+class XentLoss {
+ public:
+  XentLoss(Backend& be, SoftmaxXentOp& op, const std::vector<std::int32_t>& labels, int classes)
+      : be_(be), op_(op), n_(static_cast<int>(labels.size())), k_(classes), labels_(be, n_),
+        stats_(be, kStatsFloats) {
+    be.copy_to_device(labels_.data(), labels.data(), labels.size() * sizeof(std::int32_t));
+  }
+  double operator()(const std::vector<float>& logits, float* dlogits) {
+    auto dlog = to_device(be_, logits);
+    be_.fill(stats_.data(), 0.0f, kStatsFloats);
+    op_.forward_backward(dlog.data(), labels_.data(), n_, 1.0f, dlogits, stats_.data());
+    return static_cast<double>(to_host(be_, stats_.data(), kStatsFloats)[0]);
+  }
+  int classes() const { return k_; }
+
+ private:
+  Backend& be_;
+  SoftmaxXentOp& op_;
+  int n_, k_;
+  DeviceBuffer<std::int32_t> labels_;
+  DeviceBuffer<float> stats_;
+};
+
+// `analytic` (N×K, the op's dlogits at `logits`) against central differences of `loss` (step
+// 1e-3), and each row summing to zero (softmax minus a distribution).
+void expect_xent_gradients(XentLoss& loss, const std::vector<float>& logits,
+                           const std::vector<float>& analytic) {
+  const double h = 1e-3;
+  const int k = loss.classes();
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    auto lp = logits, lm = logits;
+    lp[i] += static_cast<float>(h);
+    lm[i] -= static_cast<float>(h);
+    const double numeric = (loss(lp, nullptr) - loss(lm, nullptr)) / (2 * h);
+    EXPECT_TRUE(test::close_enough(analytic[i], numeric, 2e-3, 2e-2))
+        << "dlogits[" << i << "] analytic " << analytic[i] << " numeric " << numeric;
+  }
+  for (std::size_t s = 0; s * k < analytic.size(); ++s) {
+    const auto row = analytic.begin() + static_cast<std::ptrdiff_t>(s * k);
+    EXPECT_NEAR(std::accumulate(row, row + k, 0.0f), 0.0f, 1e-6f) << "row " << s;
+  }
+}
+
 // ---------------------------------------------------------------- gradient checks, every layer
 
 TEST_F(CpuLayers, GradConvPadded) {
@@ -120,31 +165,10 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropy) {
   auto op = be_->make_softmax_xent(n, k);
   std::vector<float> logits = uniform_values(n * k, 11, -2.0f, 2.0f);
   const std::vector<std::int32_t> labels{0, 3, 4, 1};
-  DeviceBuffer<std::int32_t> dlab(*be_, n);
-  be_->copy_to_device(dlab.data(), labels.data(), n * sizeof(std::int32_t));
-  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, kStatsFloats);
-  auto loss_at = [&](const std::vector<float>& l, float* dlogits) {
-    auto dlog = to_device(*be_, l);
-    be_->fill(stats.data(), 0.0f, kStatsFloats);
-    op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
-    return static_cast<double>(to_host(*be_, stats.data(), kStatsFloats)[0]);
-  };
+  XentLoss loss_at(*be_, *op, labels, k);
+  DeviceBuffer<float> dl(*be_, n * k);
   loss_at(logits, dl.data());
-  const auto analytic = to_host(*be_, dl.data(), n * k);
-  const double eps = 1e-3;
-  for (int i = 0; i < n * k; ++i) {
-    auto lp = logits, lm = logits;
-    lp[i] += static_cast<float>(eps);
-    lm[i] -= static_cast<float>(eps);
-    const double numeric = (loss_at(lp, nullptr) - loss_at(lm, nullptr)) / (2 * eps);
-    EXPECT_TRUE(test::close_enough(analytic[i], numeric, 2e-3, 2e-2))
-        << "dlogits[" << i << "] analytic " << analytic[i] << " numeric " << numeric;
-  }
-  // Each row of softmax − onehot sums to zero.
-  for (int s = 0; s < n; ++s) {
-    EXPECT_NEAR(std::accumulate(analytic.begin() + s * k, analytic.begin() + (s + 1) * k, 0.0f),
-                0.0f, 1e-6f);
-  }
+  expect_xent_gradients(loss_at, logits, to_host(*be_, dl.data(), n * k));  // softmax − onehot
 }
 
 TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
@@ -155,15 +179,8 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
   be_->set_label_smoothing(0.0f);  // ops made later are plain again; this one keeps ε
   std::vector<float> logits = uniform_values(n * k, 12, -3.0f, 3.0f);
   const std::vector<std::int32_t> labels{2, 0, 4, 2};
-  DeviceBuffer<std::int32_t> dlab(*be_, n);
-  be_->copy_to_device(dlab.data(), labels.data(), n * sizeof(std::int32_t));
-  DeviceBuffer<float> dl(*be_, n * k), stats(*be_, kStatsFloats);
-  auto loss_at = [&](const std::vector<float>& l, float* dlogits) {
-    auto dlog = to_device(*be_, l);
-    be_->fill(stats.data(), 0.0f, kStatsFloats);
-    op->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dlogits, stats.data());
-    return static_cast<double>(to_host(*be_, stats.data(), kStatsFloats)[0]);
-  };
+  XentLoss loss_at(*be_, *op, labels, k);
+  DeviceBuffer<float> dl(*be_, n * k);
   // The loss is −Σ q log softmax with q = (1 − ε)·onehot + ε/K, computed here directly; with
   // ε = 0 (want_plain) −Σ log softmax of the label, whose dlogits are softmax − onehot.
   double want = 0.0, want_plain = 0.0;
@@ -180,46 +197,26 @@ TEST_F(CpuLayers, GradSoftmaxCrossEntropyLabelSmoothing) {
     want_plain -= static_cast<double>(logits[s * k + labels[s]]) - std::log(z);
   }
   EXPECT_NEAR(loss_at(logits, dl.data()), want, 1e-4);
-  const auto analytic = to_host(*be_, dl.data(), n * k);
-  const double h = 1e-3;
-  for (int i = 0; i < n * k; ++i) {
-    auto lp = logits, lm = logits;
-    lp[i] += static_cast<float>(h);
-    lm[i] -= static_cast<float>(h);
-    const double numeric = (loss_at(lp, nullptr) - loss_at(lm, nullptr)) / (2 * h);
-    EXPECT_TRUE(test::close_enough(analytic[i], numeric, 2e-3, 2e-2))
-        << "dlogits[" << i << "] analytic " << analytic[i] << " numeric " << numeric;
-  }
-  for (int s = 0; s < n; ++s) {  // softmax − q: each row still sums to zero
-    EXPECT_NEAR(std::accumulate(analytic.begin() + s * k, analytic.begin() + (s + 1) * k, 0.0f),
-                0.0f, 1e-6f);
-  }
+  expect_xent_gradients(loss_at, logits, to_host(*be_, dl.data(), n * k));  // softmax − q
   // An op made after set_label_smoothing(0) is the plain loss (want_plain, softmax above).
   auto plain = be_->make_softmax_xent(n, k);
-  auto dlog = to_device(*be_, logits);
-  DeviceBuffer<float> dplain(*be_, n * k), splain(*be_, kStatsFloats);
-  be_->fill(splain.data(), 0.0f, kStatsFloats);
-  plain->forward_backward(dlog.data(), dlab.data(), n, 1.0f, dplain.data(), splain.data());
+  XentLoss plain_loss(*be_, *plain, labels, k);
+  DeviceBuffer<float> dplain(*be_, n * k);
+  EXPECT_NEAR(plain_loss(logits, dplain.data()), want_plain, 1e-4);
   const auto got = to_host(*be_, dplain.data(), n * k);
   for (int i = 0; i < n * k; ++i) {
     const double onehot = i % k == labels[i / k] ? 1.0 : 0.0;
     EXPECT_NEAR(got[i], softmax[static_cast<std::size_t>(i)] - onehot, 1e-5)
         << "dlogits[" << i << "]";
   }
-  EXPECT_NEAR(to_host(*be_, splain.data(), kStatsFloats)[0], want_plain, 1e-4);
-  // Smoothing raises the loss of a confident right answer.
-  auto sure = to_device(*be_, {20, 0, 0, 0, 0});
+  // Smoothing raises the loss of a confident right answer (label 0).
   be_->set_label_smoothing(0.2f);
   auto smooth1 = be_->make_softmax_xent(1, k);
   be_->set_label_smoothing(0.0f);
   auto plain1 = be_->make_softmax_xent(1, k);
-  DeviceBuffer<float> s1(*be_, kStatsFloats), s2(*be_, kStatsFloats);
-  be_->fill(s1.data(), 0.0f, kStatsFloats);
-  be_->fill(s2.data(), 0.0f, kStatsFloats);
-  smooth1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s1.data());  // label 0
-  plain1->forward_backward(sure.data(), dlab.data() + 1, 1, 1.0f, nullptr, s2.data());
-  EXPECT_GT(to_host(*be_, s1.data(), kStatsFloats)[0],
-            to_host(*be_, s2.data(), kStatsFloats)[0] + 1.0f);
+  const std::vector<float> sure{20, 0, 0, 0, 0};
+  EXPECT_GT(XentLoss(*be_, *smooth1, {0}, k)(sure, nullptr),
+            XentLoss(*be_, *plain1, {0}, k)(sure, nullptr) + 1.0);
 }
 
 TEST_F(CpuLayers, SoftmaxCrossEntropyRejectsBadArgumentsNamingThem) {
