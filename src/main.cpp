@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dtrain/comm/guard.hpp"
+#include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/config.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
@@ -20,13 +21,7 @@
 #include "dtrain/train/trainer.hpp"
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  // MULTIPLE: the sync allreduce reduces gradient buckets on a communication thread while the
-  // training thread computes (collectives/bucketed.hpp); with less it reduces them after backward.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = dtrain::init_mpi(&argc, &argv);
   // The rank tag of every error until the job knows this rank's role (train/trainer.cpp,
   // train/predict.cpp): option and job-file errors name their rank too.
   dtrain::set_error_context("rank " + std::to_string(rank));

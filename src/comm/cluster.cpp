@@ -2,7 +2,6 @@
 #include "dtrain/comm/cluster.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -137,8 +136,8 @@ Cluster::~Cluster() {
 
 std::vector<std::string> Cluster::gather_text(const std::string& mine, int len,
                                               const char* what) const {
-  std::vector<char> own(static_cast<std::size_t>(len), '\0');
-  std::strncpy(own.data(), mine.c_str(), static_cast<std::size_t>(len) - 1);
+  std::vector<char> own(static_cast<std::size_t>(len), '\0');  // len >= 1: the callers' constants
+  std::copy_n(mine.begin(), std::min(mine.size(), own.size() - 1), own.begin());
   std::vector<char> all(static_cast<std::size_t>(len) * ranks_.size());
   MPI_Request req = MPI_REQUEST_NULL;
   DT_CHECK_MPI(MPI_Iallgather(own.data(), len, MPI_CHAR, all.data(), len, MPI_CHAR, world_, &req));

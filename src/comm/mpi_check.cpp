@@ -64,6 +64,15 @@ std::string mpi_error_string(int code) {
   return std::string(buf, len);
 }
 
+int init_mpi(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
 void set_comm_timeout(double seconds) { g_timeout = seconds; }
 double comm_timeout() { return g_timeout; }
 

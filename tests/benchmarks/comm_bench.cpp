@@ -446,11 +446,10 @@ std::optional<Options> parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = init_mpi(&argc, &argv);  // as dtrain does
+  int ranks = 1, provided = MPI_THREAD_SINGLE;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Query_thread(&provided);
   try {
     const std::optional<Options> parsed = parse(argc, argv);
     if (!parsed) {

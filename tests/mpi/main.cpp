@@ -29,13 +29,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  // As dtrain does: the bucketed allreduce (collectives/bucketed.hpp) runs its communication
-  // thread.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = dtrain::init_mpi(&argc, &argv);  // as dtrain does
   // No wait in the tests may block longer than this; a hang becomes a RuntimeFault.
   dtrain::set_comm_timeout(60.0);
 

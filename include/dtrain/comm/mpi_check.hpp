@@ -40,6 +40,13 @@ int wait_any(std::vector<MPI_Request>& reqs, double timeout_s, const std::string
 int wait_any(std::vector<MPI_Request>& reqs, double timeout_s,
              const std::function<std::string()>& what, MPI_Status* status);
 
+/// Starts MPI as every dtrain program does: MPI_Init_thread asking for MPI_THREAD_MULTIPLE (the
+/// bucketed allreduce's communication thread and the ps client's use it; with less they check
+/// MPI_Query_thread and do without), and MPI_ERRORS_RETURN on MPI_COMM_WORLD so that a failed
+/// call returns its code to DT_CHECK_MPI instead of aborting the job. Returns this process's rank
+/// in MPI_COMM_WORLD. Call once, before any other MPI call; MPI_Finalize is the caller's.
+int init_mpi(int* argc, char*** argv);
+
 /// Process-wide default for the waits, in seconds (set from --timeout).
 void set_comm_timeout(double seconds);
 /// The value of the last set_comm_timeout(), in seconds (300 before any call).
