@@ -44,6 +44,8 @@ std::int64_t SharedRing::token() const { return read_token(base_); }
 SharedRing SharedRing::create(std::size_t bytes) {
   DT_ASSERT(bytes > 0, "an empty shared ring");
   const std::size_t total = kHeaderBytes + bytes;
+  if (fault_active(FaultKind::no_shared_memory))  // tests/cli/test_faults_shared_memory.sh
+    throw LibraryError("memfd_create refused by DTRAIN_FAULT=no-shared-memory");
   FdGuard fd{memfd_create("dtrain-ps-ring", MFD_CLOEXEC)};
   if (fd.fd < 0) throw LibraryError(format_error(sys_error("memfd_create"), __FILE__, __LINE__));
   if (ftruncate(fd.fd, static_cast<off_t>(total)) != 0)

@@ -15,10 +15,12 @@
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's
 //                                 time)
-//   no-shared-memory[:R]          the rank cannot map memory another process shares with it
-//                                 (SharedRing::open fails, as where /proc/PID/fd of another
-//                                 process cannot be opened): the hierarchical allreduce and the
-//                                 ps rings then take their MPI paths, or fail naming the rank
+//   no-shared-memory[:R]          the rank can neither make memory to share (SharedRing::create
+//                                 throws, as where memfd_create is refused) nor map memory
+//                                 another process shares with it (SharedRing::open fails, as
+//                                 where /proc/PID/fd of another process cannot be opened): the
+//                                 hierarchical allreduce and the ps rings then take their MPI
+//                                 paths, or fail naming the rank
 // R is a world rank (default: every rank the hook runs on). Unset or empty: no fault, no cost
 // beyond one comparison. A malformed value is an InputError naming DTRAIN_FAULT.
 #pragma once
