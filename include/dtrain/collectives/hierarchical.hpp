@@ -111,8 +111,11 @@ class HierarchicalAllreduce {
   /// RuntimeFault naming a dead peer, LibraryError when an MPI call fails. Not thread-safe.
   void sum(float* data, std::size_t n, bool blocking, double timeout_s, const std::string& what);
 
+  /// Workers on this rank's node (sharing its segment), this one included.
   [[nodiscard]] int local_ranks() const { return local_size_; }
+  /// Nodes, i.e. leaders taking part in the inter-node MPI sum.
   [[nodiscard]] int nodes() const { return nodes_; }
+  /// Whether this rank leads its node (the lowest worker rank there).
   [[nodiscard]] bool leader() const { return local_rank_ == 0; }
   /// This rank's home: home_floats floats of the node's segment, page-aligned, zeroed at first,
   /// valid while this object lives; nullptr when none was asked for or the rank is alone on its

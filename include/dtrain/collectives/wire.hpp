@@ -40,7 +40,10 @@ namespace dtrain {
 /// LibraryError when an MPI call fails, InputError when n ≥ INT_MAX.
 class WireAllreduce {
  public:
+  /// Sums over `comm` (not owned; it must outlive this object) with values in `w` on the wire.
   WireAllreduce(MPI_Comm comm, WireDtype w);
+  /// data (n fp32 values, host memory) = the sum over comm's ranks, in place; see the class
+  /// comment for the rules, deadline and errors.
   void sum(float* data, std::size_t n, bool blocking, double timeout_s, const std::string& what);
   /// The same sum on values already encoded in dtype() (bf16 or fp16; fp32 is a programming
   /// error): v[i] = encode(Σ_workers decode(v[i])), in place — the reduce-scatter sends from v

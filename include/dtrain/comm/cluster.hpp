@@ -61,6 +61,8 @@ class Cluster {
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
+  /// Every rank of this cluster (ps and workers): the communicator given, or for a sub-cluster
+  /// its own split of the parent's (freed with this object).
   [[nodiscard]] MPI_Comm world() const { return world_; }
   /// Communicator of this rank's role (ps ranks among themselves, workers among themselves).
   [[nodiscard]] MPI_Comm role_comm() const { return role_comm_; }

@@ -24,6 +24,7 @@ namespace dtrain {
 class Backend {
  public:
   virtual ~Backend() = default;
+  /// Where this backend's buffers live and its ops run: Device::cpu or Device::cuda.
   [[nodiscard]] virtual Device device() const = 0;
   /// "cpu (oneDNN 2.6.3)" or "cuda:0 (NVIDIA H100, cuDNN 9.x)"; a CPU backend that has made
   /// bf16 ops adds how many of the ops made so far (by every model on it, for every batch size)
@@ -360,6 +361,7 @@ template <typename T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
+  /// `count` elements from be.allocate() (none when count is 0); throws as be.allocate().
   DeviceBuffer(Backend& be, std::size_t count)
       : be_(&be), count_(count),
         ptr_(count ? static_cast<T*>(be.allocate(count * sizeof(T))) : nullptr) {}
@@ -381,13 +383,14 @@ class DeviceBuffer {
     }
     return *this;
   }
+  /// Frees an owned allocation (a borrowed view is only forgotten); empty afterwards.
   void reset() noexcept {
     if (ptr_ && be_) be_->deallocate(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }
-  [[nodiscard]] T* data() const { return ptr_; }
-  [[nodiscard]] std::size_t size() const { return count_; }
+  [[nodiscard]] T* data() const { return ptr_; }             ///< backend memory; nullptr when empty
+  [[nodiscard]] std::size_t size() const { return count_; }  ///< elements
   [[nodiscard]] std::size_t bytes() const { return count_ * sizeof(T); }
 
  private:

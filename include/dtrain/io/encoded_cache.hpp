@@ -44,8 +44,8 @@ class EncodedCache {
   /// The bytes of `row` when held (counted as a hit), else nullptr (a miss).
   const std::vector<std::uint8_t>* find(std::int64_t row);
 
-  [[nodiscard]] std::size_t capacity() const { return capacity_; }
-  [[nodiscard]] std::size_t bytes() const { return bytes_; }  ///< encoded bytes held
+  [[nodiscard]] std::size_t capacity() const { return capacity_; }  ///< the budget, bytes
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }        ///< encoded bytes held
   /// Rows held: [0, rows()).
   [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(rows_.size()); }
   [[nodiscard]] std::int64_t hits() const { return hits_.load(); }

@@ -154,9 +154,9 @@ std::vector<hsize_t> dataset_dims(hid_t dset);
 /// "float32", "float64", "string", or the HDF5 class name ("compound", "enum", …) otherwise.
 struct H5TypeInfo {
   H5T_class_t cls = H5T_NO_CLASS;
-  std::size_t size = 0;    ///< bytes per element
-  bool is_signed = false;  ///< integers only
-  [[nodiscard]] std::string str() const;
+  std::size_t size = 0;                   ///< bytes per element
+  bool is_signed = false;                 ///< integers only
+  [[nodiscard]] std::string str() const;  ///< the name above ("uint8", "compound", …)
   [[nodiscard]] bool is_integer() const { return cls == H5T_INTEGER; }
   [[nodiscard]] bool is_float() const { return cls == H5T_FLOAT; }
   [[nodiscard]] bool is_numeric() const { return is_integer() || is_float(); }

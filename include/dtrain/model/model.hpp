@@ -137,10 +137,12 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  /// The trainable tensors (name, shape, offset into the flat buffer), in layer order.
   [[nodiscard]] const std::vector<TensorInfo>& param_tensors() const { return params_info_; }
+  /// The non-trainable tensors (batch-norm running mean and variance), the same way.
   [[nodiscard]] const std::vector<TensorInfo>& state_tensors() const { return state_info_; }
-  [[nodiscard]] std::size_t param_count() const { return param_count_; }
-  [[nodiscard]] std::size_t state_count() const { return state_count_; }
+  [[nodiscard]] std::size_t param_count() const { return param_count_; }  ///< fp32 values
+  [[nodiscard]] std::size_t state_count() const { return state_count_; }  ///< fp32 values
   /// Flat device buffers (param_count() / param_count() / state_count() floats); nullptr for a
   /// layout-only model.
   [[nodiscard]] float* params() const { return params_.data(); }

@@ -47,6 +47,7 @@ struct WorkerProfile {
   [[nodiscard]] double forward_ms() const;         ///< Σ layers' forward_ms
   [[nodiscard]] double backward_ms() const;        ///< Σ layers' backward_ms
   [[nodiscard]] std::size_t param_floats() const;  ///< Σ layers' param_floats
+  /// Bytes of one fp32 gradient of every parameter (4 × param_floats()).
   [[nodiscard]] double gradient_bytes() const { return 4.0 * static_cast<double>(param_floats()); }
   /// Whether the profiled workers ran on CPUs: device "cpu", or "cpu (…)" as a calibrated
   /// profile names its host.

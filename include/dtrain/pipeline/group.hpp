@@ -24,7 +24,7 @@ namespace dtrain {
 /// Where worker `worker` of `workers` sits with `stages` stages.
 struct PipelinePlace {
   int stage = 0, replica = 0, stages = 1, replicas = 1;
-  [[nodiscard]] bool last() const { return stage + 1 == stages; }
+  [[nodiscard]] bool last() const { return stage + 1 == stages; }  ///< the stage with the loss
 };
 
 /// Throws InputError naming --pipeline-stages unless `stages` divides `workers`.
@@ -50,8 +50,9 @@ class PipelineGroup {
   PipelineGroup(const PipelineGroup&) = delete;
   PipelineGroup& operator=(const PipelineGroup&) = delete;
 
-  [[nodiscard]] const PipelinePlace& place() const { return place_; }
+  [[nodiscard]] const PipelinePlace& place() const { return place_; }  ///< this worker's
   [[nodiscard]] const PipelinePlan& plan() const { return plan_; }
+  /// The layer lines of this worker's stage: plan().stage[place().stage]'s first and last.
   [[nodiscard]] LayerRange layers() const;
   /// The stage's parameters: its slice of the whole model's flat buffer, in floats.
   [[nodiscard]] std::size_t param_count() const { return param_end_ - param_begin_; }

@@ -52,8 +52,9 @@ class PipelineRunner {
   /// Throws as train_step().
   void evaluate(const void* x, const std::int32_t* labels, int n, float* stats);
 
-  [[nodiscard]] int stage() const { return stage_; }
-  [[nodiscard]] int stages() const { return stages_; }
+  [[nodiscard]] int stage() const { return stage_; }    ///< this rank's, 0-based
+  [[nodiscard]] int stages() const { return stages_; }  ///< P
+  /// Where the last train_step() spent its time (compute and waits, seconds).
   [[nodiscard]] const PipelineTimes& last_times() const { return times_; }
 
  private:
