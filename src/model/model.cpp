@@ -442,7 +442,10 @@ namespace {
 std::string wiring(const std::vector<int>& in, std::size_t i) {
   if (in.size() == 1 && in[0] == static_cast<int>(i)) return "";
   std::string s = " input=";
-  for (std::size_t k = 0; k < in.size(); ++k) s += (k ? "," : "") + std::to_string(in[k]);
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    if (k) s += ',';
+    s += std::to_string(in[k]);
+  }
   return s;
 }
 }  // namespace
@@ -483,7 +486,8 @@ std::string Model::summary() const {
     if (!wiring(inputs_[i], i).empty()) {
       for (int t : inputs_[i]) {
         const std::string& n = t == 0 ? std::string(kInputName) : specs_[t - 1].name;
-        from += (from.empty() ? "  <- " : ",") + (n.empty() ? "#" + std::to_string(t) : n);
+        from += from.empty() ? "  <- " : ",";
+        from += n.empty() ? '#' + std::to_string(t) : n;
       }
     }
     if (absorbed_.size() > i && absorbed_[i])

@@ -156,11 +156,11 @@ std::string describe_pipeline(const PipelinePlan& plan, const std::vector<LayerI
   for (std::size_t s = 0; s < plan.stage.size(); ++s) {
     const PipelineStage& st = plan.stage[s];
     std::string from;
-    for (int t : st.receives)
-      from += (from.empty() ? "" : ",") + (t == 0 ? std::string("data")
-                                           : layers[static_cast<std::size_t>(t - 1)].name.empty()
-                                               ? "#" + std::to_string(t)
-                                               : layers[static_cast<std::size_t>(t - 1)].name);
+    for (int t : st.receives) {
+      const std::string& name = t == 0 ? "data" : layers[static_cast<std::size_t>(t - 1)].name;
+      if (!from.empty()) from += ',';
+      from += name.empty() ? '#' + std::to_string(t) : name;
+    }
     const double recv_mib =
         static_cast<double>(st.receive_elements) * micro * act_bytes / (1 << 20);
     const double held_mib =
