@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
@@ -22,6 +22,22 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 namespace {
+
+/// The global_step of a checkpoint's file name, "ckpt-" + 10 digits + ".h5" (checkpoint_path's
+/// spelling), or -1 for any other name.
+std::int64_t step_of_checkpoint_name(std::string_view name) {
+  constexpr std::string_view prefix = "ckpt-", suffix = ".h5";
+  constexpr std::size_t digits = 10;
+  if (name.size() != prefix.size() + digits + suffix.size() || !name.starts_with(prefix) ||
+      !name.ends_with(suffix))
+    return -1;
+  std::int64_t step = 0;
+  for (char c : name.substr(prefix.size(), digits)) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -233,12 +249,9 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec)) return {};
-  static const std::regex pattern(R"(ckpt-(\d{10})\.h5)");
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && std::regex_match(name, m, pattern))
-      found.emplace_back(std::stoll(m[1].str()), e.path().string());
+    const std::int64_t step = step_of_checkpoint_name(e.path().filename().string());
+    if (step >= 0 && e.is_regular_file()) found.emplace_back(step, e.path().string());
   }
   std::sort(found.rbegin(), found.rend());
   std::vector<std::string> out;

@@ -145,6 +145,20 @@ TEST_F(CheckpointTest, KeepsTheNewestN) {
   EXPECT_EQ(again[2], checkpoint_path(dir_, 40));
 }
 
+// Only ckpt-<10 digits>.h5 files count: other spellings, near misses and a directory so named do
+// not, whatever their step.
+TEST_F(CheckpointTest, OnlyItsOwnFileNamesAreListed) {
+  write_checkpoint(dir_, state(3), 3);
+  for (const char* name :
+       {"ckpt-12.h5", "ckpt-00000000012.h5", "ckpt-00000000a1.h5", "xckpt-0000000013.h5",
+        "ckpt-0000000014.h5.bak", "ckpt-0000000015.H5", "ckpt-+000000016.h5"})
+    std::ofstream(dir_ + "/" + name) << "not a checkpoint";
+  fs::create_directory(checkpoint_path(dir_, 99));
+  const auto list = list_checkpoints(dir_);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0], checkpoint_path(dir_, 3));
+}
+
 TEST_F(CheckpointTest, TmpFilesAreNeverListedOrLoaded) {
   write_checkpoint(dir_, state(5), 3);
   EXPECT_TRUE(list_checkpoints(dir_).size() == 1);
