@@ -116,8 +116,8 @@ double timed(MPI_Comm comm, Fn fn) {
 
 struct Row {
   std::string op;
-  std::size_t bytes;
-  double bare_s, dtrain_s, bare_gbps, dtrain_gbps;
+  std::size_t bytes = 0;
+  double bare_s = 0, dtrain_s = 0, bare_gbps = 0, dtrain_gbps = 0;
   double ps_update_s = -1;  ///< push-pull: the ps's optimizer time per round (−1: not measured)
   double shared_ring = -1;  ///< push-pull: fraction of pushes through a shared ring (−1: n/a)
   double ref_s = -1;        ///< a third sum's median (−1: n/a): the one ref_key names
@@ -176,7 +176,11 @@ Row alternate_allreduce(const char* op, const Options& o, std::size_t bytes, int
     tr.push_back(timed(MPI_COMM_WORLD, ref));
   }
   const double bus = 2.0 * (ranks - 1) / ranks;
-  Row r{op, bytes, median(tb), median(td), 0, 0};
+  Row r;
+  r.op = op;
+  r.bytes = bytes;
+  r.bare_s = median(tb);
+  r.dtrain_s = median(td);
   if (ref) r.ref_s = median(tr);
   r.bare_gbps = static_cast<double>(bytes) / r.bare_s * bus / 1e9;
   r.dtrain_gbps = static_cast<double>(bytes) / r.dtrain_s * bus / 1e9;
@@ -310,7 +314,11 @@ Row bench_push_pull(const Options& o, std::size_t bytes, const Cluster& cl) {
     MPI_Barrier(cl.world());
   }
   // The chief (world rank 0) reports.
-  Row r{"ps_push_pull", bytes, median(tb), td.empty() ? 0 : median(td), 0, 0};
+  Row r;
+  r.op = "ps_push_pull";
+  r.bytes = bytes;
+  r.bare_s = median(tb);
+  r.dtrain_s = td.empty() ? 0 : median(td);
   const double moved = 2.0 * static_cast<double>(bytes) * W;
   r.bare_gbps = moved / r.bare_s / 1e9;
   r.dtrain_gbps = r.dtrain_s > 0 ? moved / r.dtrain_s / 1e9 : 0;

@@ -191,7 +191,7 @@ std::size_t check_layer_gradients(LayerRig& rig, const GradCheckOptions& opt) {
   std::size_t checked = check_tensor(rig, LayerRig::npos, dx, r, opt, "x");
   for (std::size_t k = 1; k < rig.num_inputs(); ++k)
     checked += check_tensor(rig, LayerRig::input_id(k), rig.input_grad(k), r, opt,
-                            "x" + std::to_string(k));
+                            'x' + std::to_string(k));
   const auto defs = rig.layer().param_defs();
   for (std::size_t i = 0; i < rig.num_params(); ++i) {
     checked += check_tensor(rig, i, grads[i], r, opt, defs[i].name);

@@ -58,6 +58,9 @@ void reference_update(const OptimizerUpdate& u, std::vector<float>& p, const std
         p[i] -= u.lr / bc1 * mi / (std::sqrt(vi) * inv_sqrt_bc2 + u.epsilon);
         break;
       }
+      case OptimizerKind::lars:  // layerwise: tests/unit/test_layerwise.cpp has their reference
+      case OptimizerKind::lamb:
+        FAIL() << "reference_update: " << u.kind << " is a layerwise update";
     }
   }
 }
