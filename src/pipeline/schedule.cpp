@@ -35,9 +35,11 @@ std::vector<PipelineOp> stage_schedule(PipelineSchedule schedule, int stage, int
 
 std::string describe(const std::vector<PipelineOp>& ops) {
   std::string out;
-  for (const PipelineOp& op : ops)
-    out +=
-        (out.empty() ? "" : " ") + std::string(op.forward ? "F" : "B") + std::to_string(op.micro);
+  for (const PipelineOp& op : ops) {
+    if (!out.empty()) out += ' ';
+    out += op.forward ? 'F' : 'B';
+    out += std::to_string(op.micro);
+  }
   return out;
 }
 
