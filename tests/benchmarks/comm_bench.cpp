@@ -372,7 +372,8 @@ class BareNccl {
 
 /// nccl_allreduce for every size (see the file comment); returns false, with `why`, when it
 /// cannot run here (no CUDA build, or fewer GPUs than ranks on some node). Collective.
-bool bench_nccl(const Options& o, int ranks, std::FILE* json, int rank, std::string& why) {
+bool bench_nccl(const Options& o, [[maybe_unused]] int ranks, std::FILE* json, int rank,
+                std::string& why) {
   MPI_Comm node;
   DT_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0, local_size = 1;
