@@ -263,6 +263,12 @@ def find_idx(directory, stem):
     raise ConvertError(f"{directory}: no {stem}[.gz]")
 
 
+def load_fashion_split(src, split):
+    """Fashion-MNIST's `split` ("train" or "test") from its IDX files in folder src (.gz or not),
+    as load_split returns it: images uint8 N×1×28×28, labels int64 N. Raises ConvertError."""
+    return load_split(*(find_idx(src, stem) for stem in FASHION_FILES[split]))
+
+
 def convert_fashion_mnist(src, out_dir, force, classes=None):
     """Writes out_dir/train.h5 and out_dir/test.h5 (both or neither); mean/std of the training set
     go to both. `classes`: only those (select_classes), the class names theirs."""

@@ -43,13 +43,14 @@ fi
 if [[ ! -f $data/enc_test.h5 ]]; then
   # ROOT/c<label>/<index>.jpg from the IDX files (Pillow, quality 95), then the encoded files.
   rm -rf "$data/tree_train" "$data/tree_test"
-  PYTHONPATH=tests/common /usr/bin/python3 - "$fm" "$data" <<'PY'
+  PYTHONPATH=data-tools /usr/bin/python3 - "$fm" "$data" <<'PY'
 import os, sys
 from PIL import Image
-import fashion_mnist
+from convert_idx import load_fashion_split
 src, out = sys.argv[1], sys.argv[2]
 for split in ("train", "test"):
-    x, y = fashion_mnist.load(split, src)
+    x, y = load_fashion_split(src, split)
+    x = x[:, 0]  # N×28×28
     for k in range(10):
         os.makedirs(f"{out}/tree_{split}/c{k}", exist_ok=True)
     for i in range(len(y)):

@@ -3,18 +3,21 @@
 the input benchmarks and tests: Fashion-MNIST training images (FASHION_MNIST: the folder of its
 idx .gz files) upscaled bicubically to a random 400–500 × 300–375 (every third one portrait),
 tinted and noised into RGB, saved at quality 90 as OUT/c<label>/<index>.jpg (an ImageFolder tree).
-Fixed seed: the same files on every run. Used by input_bench.sh and run_tsan.sh (Pillow, numpy)."""
+Fixed seed: the same files on every run. Used by input_bench.sh and run_tsan.sh (Pillow, numpy,
+and h5py for data-tools/convert_idx.py, which reads the IDX files)."""
 import os
 import sys
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-import fashion_mnist  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "data-tools"))
+from convert_idx import load_fashion_split  # noqa: E402  (dtrain's own IDX reader)
 
 root, n, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-x, y = fashion_mnist.load("train", src)
+x, y = load_fashion_split(src, "train")
+x = x[:, 0]  # N×28×28
 rng = np.random.default_rng(0)
 total = 0
 for i in range(n):

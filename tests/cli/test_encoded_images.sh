@@ -24,13 +24,14 @@ FMNIST=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 [[ -r $FMNIST ]] || { echo "SKIP: no Fashion-MNIST package (dataset-fashion-mnist)"; exit 77; }
 
 echo "== 1. pixels against Pillow (JPEG and PNG, gray and RGB, 40-400 px sides)"
-PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH" <<'PY'
+PYTHONPATH=$SRC/data-tools "$PY" - "$SCRATCH" <<'PY'
 import os, sys
 import numpy as np
 from PIL import Image
-import fashion_mnist
+from convert_idx import load_fashion_split
 d = sys.argv[1]
-x, y = fashion_mnist.load()
+x, y = load_fashion_split("/usr/share/datasets/fashion-mnist", "train")
+x = x[:, 0]  # N×28×28
 rng = np.random.default_rng(5)
 os.makedirs(f"{d}/pix", exist_ok=True)
 cmds, refs = [], []
@@ -100,13 +101,14 @@ assert boxes[3] != boxes[0], "another key, same crop"
 PY
 
 echo "== 2. images_to_h5.py --store encoded"
-PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH" <<'PY'
+PYTHONPATH=$SRC/data-tools "$PY" - "$SCRATCH" <<'PY'
 import os, sys
 import numpy as np
 from PIL import Image
-import fashion_mnist
+from convert_idx import load_fashion_split
 d = sys.argv[1]
-x, y = fashion_mnist.load()
+x, y = load_fashion_split("/usr/share/datasets/fashion-mnist", "train")
+x = x[:, 0]  # N×28×28
 rng = np.random.default_rng(2)
 names = ["tshirt", "trouser", "pullover", "dress"]
 count = {k: 0 for k in range(4)}

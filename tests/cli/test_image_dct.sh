@@ -18,13 +18,13 @@ FMNIST=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 mkdir -p "$SCRATCH/dct"
 
 # Images and the boxes RandomResizedCrop(32) draws for them (image_tool box W H KEY).
-PYTHONPATH=$SRC/tests/common "$PY" - "$SCRATCH/dct" <<'PY'
+PYTHONPATH=$SRC/data-tools "$PY" - "$SCRATCH/dct" <<'PY'
 import sys
 import numpy as np
 from PIL import Image
-import fashion_mnist
+from convert_idx import load_fashion_split
 d = sys.argv[1]
-x, _ = fashion_mnist.load()
+x = load_fashion_split("/usr/share/datasets/fashion-mnist", "train")[0][:, 0]  # N×28×28
 cmds = []
 for i in range(8):
     img = Image.fromarray(x[i]).resize((640, 480), Image.BICUBIC)
