@@ -5,6 +5,7 @@
     images_to_h5.py ROOT --size 64 --channels 1 --out-dir data/mine --val-fraction 0.1   (train.h5, test.h5)
     images_to_h5.py VAL_ROOT --size 64 --out data/mine/val.h5 --like data/mine/train.h5
     images_to_h5.py ROOT --store encoded --max-side 256 --out-dir data/mine --val-fraction 0.05
+    images_to_h5.py VAL_DIR --labels FILE --store encoded --out data/mine/val.h5 --like data/mine/train.h5
 
 The tree is the ImageNet / torchvision ImageFolder layout: every sub-folder of ROOT is a class,
 in sorted order (label k = the k-th folder name, as ImageFolder numbers them), holding .jpg, .jpeg
@@ -30,6 +31,14 @@ file names. Each output is written to a hidden temporary file in its directory, 
 the schema and renamed only when every output is complete; on any error or interruption the
 temporaries are removed, so no partial output is ever left behind. An existing output is never
 replaced without --force.
+
+--labels FILE reads a flat folder instead (ImageNet's validation images come that way): FILE has a
+line per image, `NAME,CLASS ...` or `NAME CLASS ...`, where NAME is the file's name in ROOT with or
+without its extension and CLASS the first word after it (a class folder name of the training tree,
+e.g. n01440764). Kaggle's LOC_val_solution.csv is such a file: its first line, which names no
+image, is taken as a header and skipped; blank lines and lines starting with # are skipped too.
+Every image of ROOT needs exactly one line and every line must name an image of ROOT; classes are
+numbered in sorted order as folders are (or by --like's class names).
 
 A corrupt or unreadable image, an empty class folder or a tree without class folders is an error
 naming the file or folder. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad
@@ -92,18 +101,90 @@ def scan_tree(root):
     files, skipped = [], 0
     for name in classes:
         folder = os.path.join(root, name)
-        found = []
-        for e in os.scandir(folder):
-            if e.name.startswith(".") or not e.is_file():
-                continue
-            if e.name.lower().endswith(EXTENSIONS):
-                found.append(e.name)
-            else:
-                skipped += 1
+        found, others = _image_names(folder)
+        skipped += others
         if not found:
             raise ConvertError(f"{folder}: empty class folder (no .jpg, .jpeg or .png files)")
-        files.append([os.path.join(folder, f) for f in sorted(found)])
+        files.append([os.path.join(folder, f) for f in found])
     return classes, files, skipped
+
+
+def _image_names(root):
+    """The image files directly in folder `root` (hidden files skipped), sorted, and the count of
+    other files. Raises ConvertError."""
+    if not os.path.isdir(root):
+        raise ConvertError(f"{root}: not a directory")
+    images, skipped = [], 0
+    for e in os.scandir(root):
+        if e.name.startswith(".") or not e.is_file():
+            continue
+        if e.name.lower().endswith(EXTENSIONS):
+            images.append(e.name)
+        else:
+            skipped += 1
+    return sorted(images), skipped
+
+
+def _parse_label_line(line):
+    """(name, class) of one --labels line, `NAME,CLASS ...` or `NAME CLASS ...`; class None when
+    the line has no class."""
+    if "," in line:
+        name, rest = line.split(",", 1)
+    else:
+        name, rest = (line.split(None, 1) + [""])[:2]
+    fields = rest.split()
+    return name.strip(), (fields[0] if fields else None)
+
+
+def scan_labelled(root, labels_path):
+    """--labels: a flat folder of images and a file giving each one's class. Returns (class names,
+    [[file, ...] per class], skipped file count), as scan_tree. Raises ConvertError naming the
+    file and line."""
+    images, skipped = _image_names(root)
+    if not images:
+        raise ConvertError(f"{root}: no .jpg, .jpeg or .png files (expected with --labels: a folder of images)")
+    names = set(images)
+    stems = {}
+    for n in images:
+        stems.setdefault(os.path.splitext(n)[0], []).append(n)
+    try:
+        with open(labels_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConvertError(f"--labels {labels_path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    label_of, first = {}, True
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, cls = _parse_label_line(line)
+        image = name if name in names else None
+        if image is None and len(stems.get(name, ())) > 1:
+            raise ConvertError(f"{labels_path}:{number}: {name!r} is ambiguous in {root}: "
+                               f"{', '.join(stems[name])}")
+        if image is None and len(stems.get(name, ())) == 1:
+            image = stems[name][0]
+        if image is None and first:  # a header line (e.g. Kaggle's "ImageId,PredictionString")
+            first = False
+            continue
+        first = False
+        if image is None:
+            raise ConvertError(f"{labels_path}:{number}: no image {name!r} in {root}")
+        if cls is None:
+            raise ConvertError(f"{labels_path}:{number}: no class after {name!r} "
+                               f"(expected NAME,CLASS or NAME CLASS)")
+        if image in label_of:
+            raise ConvertError(f"{labels_path}:{number}: {image} is labelled twice")
+        label_of[image] = cls
+    unlabelled = [n for n in images if n not in label_of]
+    if unlabelled:
+        raise ConvertError(f"{os.path.join(root, unlabelled[0])}: no label in {labels_path} "
+                           f"({len(unlabelled)} of {len(images)} images have none)")
+    classes = sorted(set(label_of.values()))
+    members = {c: [] for c in classes}
+    for n in images:
+        members[label_of[n]].append(os.path.join(root, n))
+    return classes, [members[c] for c in classes], skipped
 
 
 def load_image(path, size, channels, fit):
@@ -281,14 +362,18 @@ def split_items(files, labels, val_fraction, seed):
 
 def convert(args):
     size, channels = args.size, args.channels
-    classes, files, skipped = scan_tree(args.root)
+    if args.labels:
+        classes, files, skipped = scan_labelled(args.root, args.labels)
+    else:
+        classes, files, skipped = scan_tree(args.root)
     if args.like:
         class_names, like_mean, like_std = read_like(args.like)
         index = {name: k for k, name in enumerate(class_names)}
         unknown = [c for c in classes if c not in index]
         if unknown:
-            raise ConvertError(f"{os.path.join(args.root, unknown[0])}: class folder not among the "
-                               f"{len(class_names)} class names of {args.like}")
+            where = (f"{args.labels}: class {unknown[0]!r}" if args.labels
+                     else f"{os.path.join(args.root, unknown[0])}: class folder")
+            raise ConvertError(f"{where} not among the {len(class_names)} class names of {args.like}")
         labels = [index[c] for c in classes]
         if like_mean.size != channels:
             raise ConvertError(f"--like {args.like}: mean/std of {like_mean.size} channels, "
@@ -396,7 +481,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    parser.add_argument("root", metavar="ROOT", help="tree of class folders: ROOT/<class>/*.jpg|jpeg|png")
+    parser.add_argument("root", metavar="ROOT", help="tree of class folders: ROOT/<class>/*.jpg|jpeg|png "
+                        "(with --labels: a folder of images)")
     parser.add_argument("--store", choices=("pixels", "encoded"), default="pixels",
                         help="pixels: decoded, resized uint8 N×C×H×W (default); encoded: each image's "
                         "JPEG/PNG bytes (variable-length uint8), decoded by dtrain while it trains")
@@ -419,6 +505,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the --val-fraction split (default 0)")
     parser.add_argument("--like", metavar="H5", help="take class names, labels and mean/std from this "
                         "training file (for a separate validation tree)")
+    parser.add_argument("--labels", metavar="FILE", help="ROOT is one folder of images and FILE gives "
+                        "each one's class, a line `NAME,CLASS` or `NAME CLASS` (ImageNet's validation set)")
     parser.add_argument("--workers", type=int, default=1, help="decoding processes (default 1)")
     parser.add_argument("--force", action="store_true", help="replace existing outputs")
     parser.add_argument("--quiet", action="store_true", help="no progress or summary lines")

@@ -261,8 +261,9 @@ SYNTHETIC_RUN = """# Runs out of the box on synthetic data (one random batch per
 #   mpirun --bind-to none -np 2 build/bin/dtrain --config jobs/{job}.ini --max-steps 20
 # Parameter and memory tables only: build/bin/dtrain --config jobs/{job}.ini --dry-run
 # Against PyTorch (the same graph): tests/benchmarks/bench_vs_pytorch.sh jobs/{job}.ini
-# For real data: --synthetic "" --train-data X.h5 --test-data Y.h5 (docs/data.md); the last dense
-# layer has as many units as the data has classes."""
+# For real data: --synthetic "" --train-data X.h5 --test-data Y.h5 (docs/data.md; ImageNet's JPEGs
+# and the recipe's crops: docs/imagenet.md); the last dense layer has as many units as the data
+# has classes."""
 
 JOBS = {
     "resnet20_cifar": dict(

@@ -3,7 +3,11 @@
 # JPEG files made here with Pillow (RGB, RGBA, grayscale and palette images of several sizes, upper-
 # case extensions, a stray text file) → train.h5 + test.h5 (--val-fraction) that h5info.py accepts,
 # with the expected shapes, labels, class names and exact pixels; dtrain trains on them for an epoch;
-# --like maps a separate validation tree onto the training classes. A corrupt JPEG, a truncated PNG,
+# --like maps a separate validation tree onto the training classes, and --labels the same images as
+# one folder with a file of classes (header, comments, names without extensions) to the same rows;
+# an ambiguous name, an unlabelled image, a line naming no image, an image labelled twice, a line
+# without a class, a class unknown to --like and a missing labels file are errors naming the file
+# and line, with nothing written. A corrupt JPEG, a truncated PNG,
 # an empty class folder, an existing output, an output that is a directory or under a file, and an
 # interruption: exit non-zero with a message naming the file or folder (no traceback), and no output
 # or temporary file left behind.
@@ -120,6 +124,46 @@ PY
 mkdir -p "$SCRATCH/val2/kiwi" && cp "$SCRATCH/val/apple/img00.jpg" "$SCRATCH/val2/kiwi/"
 convert_fails "val2/kiwi: class folder not among the 3 class names" "$SCRATCH/o-like" \
   "$SCRATCH/val2" --size 8 --out "$SCRATCH/o-like/v.h5" --like "$SCRATCH/out/train.h5"
+
+echo "== --labels: the validation tree as one folder and a file of classes"
+mkdir -p "$SCRATCH/flat"
+{
+  echo "name,class"  # a header: names no image
+  echo "# a comment, then a blank line"
+  echo
+  for f in "$SCRATCH"/val/*/*; do
+    cls=$(basename "$(dirname "$f")")
+    cp "$f" "$SCRATCH/flat/${cls}_$(basename "$f")"
+    b=$(basename "$f")
+    echo "${cls}_${b%.*}  $cls extra words"  # the name without its extension, spaces between
+  done | sort -r
+} >"$SCRATCH/labels.txt"
+$TOOL "$SCRATCH/flat" --labels "$SCRATCH/labels.txt" --size 16x12 --out "$SCRATCH/flat.h5" \
+  --like "$SCRATCH/out/train.h5" --quiet || fail "--labels"
+"$PY" - "$SCRATCH" <<'PY' || fail "--labels gave other rows than the class folders"
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/val.h5", "r") as tree, h5py.File(f"{d}/flat.h5", "r") as flat:
+    assert np.array_equal(tree["labels"][()], flat["labels"][()])
+    assert np.array_equal(tree["images"][()], flat["images"][()])
+PY
+cp "$SCRATCH/flat/apple_img00.jpg" "$SCRATCH/flat/apple_img00.png"
+convert_fails "labels.txt:" "$SCRATCH/o-lab1" "$SCRATCH/flat" --labels "$SCRATCH/labels.txt" --size 8 --out "$SCRATCH/o-lab1/v.h5"
+grep -qF "'apple_img00' is ambiguous in $SCRATCH/flat: apple_img00.jpg, apple_img00.png" "$SCRATCH/err.txt" ||
+  { cat "$SCRATCH/err.txt"; fail "no ambiguity named"; }
+sed 's/^apple_img00 /apple_img00.jpg /' "$SCRATCH/labels.txt" >"$SCRATCH/labels2.txt"  # the full name: not ambiguous
+convert_fails "flat/apple_img00.png: no label in $SCRATCH/labels2.txt" "$SCRATCH/o-lab2" "$SCRATCH/flat" \
+  --labels "$SCRATCH/labels2.txt" --size 8 --out "$SCRATCH/o-lab2/v.h5"
+rm "$SCRATCH/flat/apple_img00.png"
+printf 'apple_img00 apple\nkiwi_img00 apple\n' >"$SCRATCH/labels3.txt"
+convert_fails "labels3.txt:2: no image 'kiwi_img00' in $SCRATCH/flat" "$SCRATCH/o-lab3" "$SCRATCH/flat" --labels "$SCRATCH/labels3.txt" --size 8 --out "$SCRATCH/o-lab3/v.h5"
+{ cat "$SCRATCH/labels.txt"; echo "apple_img01.JPEG,banana"; } >"$SCRATCH/labels4.txt"
+convert_fails "labels4.txt:22: apple_img01.JPEG is labelled twice" "$SCRATCH/o-lab4" "$SCRATCH/flat" --labels "$SCRATCH/labels4.txt" --size 8 --out "$SCRATCH/o-lab4/v.h5"
+{ echo "apple_img00"; } >"$SCRATCH/labels5.txt"
+convert_fails "labels5.txt:1: no class after 'apple_img00'" "$SCRATCH/o-lab5" "$SCRATCH/flat" --labels "$SCRATCH/labels5.txt" --size 8 --out "$SCRATCH/o-lab5/v.h5"
+sed 's/^\(cherry_img02 *\)cherry/\1kiwi/' "$SCRATCH/labels.txt" >"$SCRATCH/labels6.txt"
+convert_fails "labels6.txt: class 'kiwi' not among the 3 class names" "$SCRATCH/o-lab6" "$SCRATCH/flat" --labels "$SCRATCH/labels6.txt" --size 8 --out "$SCRATCH/o-lab6/v.h5" --like "$SCRATCH/out/train.h5"
+convert_fails "--labels $SCRATCH/none.txt: cannot read" "$SCRATCH/o-lab7" "$SCRATCH/flat" --labels "$SCRATCH/none.txt" --size 8 --out "$SCRATCH/o-lab7/v.h5"
 
 echo "== bad trees and outputs: an error naming the file or folder, nothing left behind"
 convert_fails "corrupt/banana/img03.jpg: cannot decode image" "$SCRATCH/o1" "$SCRATCH/corrupt" --size 8 --out-dir "$SCRATCH/o1" --val-fraction 0.2
