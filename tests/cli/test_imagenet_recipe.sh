@@ -3,11 +3,12 @@
 # ImageNet's Kaggle layout made here (ILSVRC/Data/CLS-LOC/train/<wnid>/*.JPEG, the validation images
 # in one folder val/*.JPEG, their classes in LOC_val_solution.csv with its header and
 # PredictionString column): JPEGs of about ImageNet's size (tests/benchmarks/make_jpegs.py,
-# Fashion-MNIST upscaled), converted with --store encoded --max-side 256 (validation: --labels and
+# Fashion-MNIST upscaled; as in ImageNet, one is CMYK and one a PNG named .JPEG), converted with --store encoded --max-side 256 (validation: --labels and
 # --like), checked with h5info.py, `--dry-run`, and trained with jobs/resnet50_imagenet.ini and the
 # page's options (2 workers, 2 steps of 2 images): the validation file's labels are the CSV's
-# classes in the training file's numbering, and the run evaluates every validation image (top-1,
-# top-5) with no bad image and its data wait reported.
+# classes in the training file's numbering, the run evaluates every validation image (top-1,
+# top-5) with no bad image and its data wait reported, and `dtrain predict` with its checkpoint
+# decodes every training image (it stops at any it cannot).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 FMNIST=/usr/share/datasets/fashion-mnist
@@ -33,6 +34,12 @@ for k, cls in enumerate(sorted(os.listdir(f"{d}/made"))):  # c0..c9 → wnid-lik
             rows.append((name, f"{wnid} 1 2 30 40 {wnid} 5 6 70 80", wnid))
         else:
             shutil.copy(f"{d}/made/{cls}/{f}", f"{root}/train/{wnid}/{f[:-4]}.JPEG")
+# ImageNet's own oddities: CMYK JPEGs (22 in its training set) and a PNG named .JPEG (1).
+from PIL import Image
+train0 = f"{root}/train/{sorted(os.listdir(root + '/train'))[0]}"
+first = sorted(os.listdir(train0))[:2]
+Image.open(f"{train0}/{first[0]}").convert("CMYK").save(f"{train0}/{first[0]}", format="JPEG", quality=90)
+Image.open(f"{train0}/{first[1]}").save(f"{train0}/{first[1]}", format="PNG")
 rows.reverse()  # the CSV's order is not the folder's
 with open(f"{d}/LOC_val_solution.csv", "w", newline="") as f:
     w = csv.writer(f)
@@ -97,4 +104,12 @@ assert r["step_data_ms_after_first_step"] >= 0.0 and r["global_step"] == 2
 print(f"top-1 {r['test_accuracy']:.3f}, top-5 {r['test_top5']:.3f}, data wait {r['step_data_ms_after_first_step']:.2f} ms/step")
 PY
 grep -q "step anatomy" train.log || fail "no step anatomy in the log"
+
+echo "== 4. predict with the checkpoint: every training row decodes (the CMYK and the PNG among them)"
+ckpt=$(ls runs/r50/ckpt-*.h5 | tail -n 1)
+ntrain=$(find $IMAGENET/train -name '*.JPEG' | wc -l)
+timeout 300 "$MPIEXEC" -n 2 "$DTRAIN" predict --config "$SRC/jobs/resnet50_imagenet.ini" --synthetic "" \
+  --eval-resize 256 --center-crop 224 --checkpoint "$ckpt" --data data/imagenet/train.h5 --out train_predictions.h5 \
+  --threads 1 >predict.log 2>&1 || { cat predict.log; fail "predict (it fails on any image it cannot decode)"; }
+grep -q "predict: $ntrain samples of data/imagenet/train.h5" predict.log || { cat predict.log; fail "predict did not cover the $ntrain training images"; }
 echo "PASS"
