@@ -28,7 +28,9 @@
 #        PYTHON (interpreter with numpy, Pillow and h5py that makes the files and the table;
 #        default /usr/bin/python3), FASHION_MNIST (folder of Fashion-MNIST's idx .gz files;
 #        default /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist), CEILING
-#        (default 1; 0 skips the ceiling runs).
+#        (default 1; 0 skips the ceiling runs), MAX_SIDE (default 0: the JPEGs as made; S: converted
+#        with images_to_h5.py --max-side S, shorter side S as docs/imagenet.md stores ImageNet,
+#        and PyTorch reads those same stored files).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -42,6 +44,7 @@ py=${TORCH_PYTHON:-/opt/torchbench/bin/python}
 tools=${PYTHON:-/usr/bin/python3}
 fmnist=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 ceiling=${CEILING:-1}
+max_side=${MAX_SIDE:-0}
 if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
   echo "# installing the PyTorch reference into /opt/torchbench (benchmark only)" >&2
   python3 -m venv /opt/torchbench && /opt/torchbench/bin/pip install -q torch torchvision numpy h5py
@@ -52,12 +55,24 @@ work=$(mktemp -d /tmp/dtrain-input-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 "$tools" tests/benchmarks/make_jpegs.py "$work/jpeg" "$images" "$fmnist"
-"$tools" data-tools/images_to_h5.py "$work/jpeg" --store encoded --out "$work/enc.h5" --quiet
+"$tools" data-tools/images_to_h5.py "$work/jpeg" --store encoded --max-side "$max_side" --out "$work/enc.h5" --quiet
+jpegs=$work/jpeg
+if [[ $max_side != 0 ]]; then  # PyTorch reads the files as stored (re-encoded at shorter side S)
+  "$tools" - "$work/enc.h5" "$work/stored" <<'PY'
+import os, sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    for i, (data, label) in enumerate(zip(f["images"], f["labels"])):
+        os.makedirs(f"{sys.argv[2]}/c{label}", exist_ok=True)
+        with open(f"{sys.argv[2]}/c{label}/{i:05d}.jpg", "wb") as out:
+            out.write(data.tobytes())
+PY
+  jpegs=$work/stored
+fi
 
 mkdir -p "$out"
 log=$out/input_bench.txt
 {
-  echo "# tests/benchmarks/input_bench.sh ${threads[*]}  (IMAGES=$images SAMPLES=$samples REPEATS=$repeats BUILD=$build)"
+  echo "# tests/benchmarks/input_bench.sh ${threads[*]}  (IMAGES=$images SAMPLES=$samples REPEATS=$repeats BUILD=$build MAX_SIDE=$max_side)"
   echo "# $(date -u +%FT%TZ) host $(hostname) $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# dtrain $(git describe --always --dirty 2>/dev/null)"
   # The topology the ceiling depends on: SMT siblings per core, sockets, caches.
@@ -90,7 +105,7 @@ for t in "${threads[@]}"; do
   c=$d
   [[ $t -gt 1 && $ceiling != 0 ]] && c=$(best together "$t")
   w=$((t == 1 ? 0 : t))
-  p=$(best "$py" tests/benchmarks/input_reference.py "$work/jpeg" --workers "$w" --samples "$samples")
+  p=$(best "$py" tests/benchmarks/input_reference.py "$jpegs" --workers "$w" --samples "$samples")
   echo "dtrain  threads $t: $d" | tee -a "$log"
   echo "dtrain  threads $t, uint8 batches: $u" | tee -a "$log"
   [[ $t -gt 1 && $ceiling != 0 ]] && echo "ceiling $t x 1 thread: $c" | tee -a "$log"
