@@ -25,7 +25,8 @@
 #             decode + RandomResizedCrop(224) + flip, dtrain against torchvision's DataLoader on
 #             the same JPEG files, INPUT_THREADS (default "1 2 4 8 16") threads / worker
 #             processes, with the host's ceiling (N one-thread processes together), dtrain's
-#             busy threads and its rate with uint8 batches (a GPU worker's), REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/; the
+#             busy threads and its rate with uint8 batches (a GPU worker's), REPEATS (default 2) SAMPLES (default 3072), into $OUT/input/
+#             (MAX_SIDE=256: the files stored at shorter side 256, into $OUT/input-max-side-256/); the
 #             machine's python3 has PyTorch, torchvision, Pillow and h5py (~3 minutes)
 #   comm      the CPU communication benchmark on the machine's 16 cores (a core per rank):
 #             REPEATS=3 tests/benchmarks/comm_bench.sh 2, 3 and 4 (COMM_RANKS="8 12": those rank
@@ -214,9 +215,9 @@ while [ $# -gt 0 ]; do
     share) data; bash tests/benchmarks/gpu_share.sh 2>&1 | tee "$OUTDIR/share.log" ;;
     profile) data; bash tests/gpu/kernel_profile.sh 2>&1 | tee "$OUTDIR/profile.log" ;;
     input) PYTHON=python3 TORCH_PYTHON=python3 FASHION_MNIST=.device/fashion-mnist \
-             REPEATS=${REPEATS:-2} SAMPLES=${SAMPLES:-3072} OUT="$OUTDIR/input" \
+             REPEATS=${REPEATS:-2} SAMPLES=${SAMPLES:-3072} OUT="$OUTDIR/input${MAX_SIDE:+-max-side-$MAX_SIDE}" \
              bash tests/benchmarks/input_bench.sh ${INPUT_THREADS:-1 2 4 8 16} 2>&1 |
-             tee "$OUTDIR/input.log" ;;
+             tee "$OUTDIR/input${MAX_SIDE:+-max-side-$MAX_SIDE}.log" ;;
     comm) { OUT_DIR="$OUTDIR/comm" OPS=nccl_allreduce bash tests/benchmarks/comm_bench.sh 1
             for r in ${COMM_RANKS:-2 3 4}; do OUT_DIR="$OUTDIR/comm" REPEATS=${REPEATS:-3} \
               OPS=${OPS:-allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull} \
