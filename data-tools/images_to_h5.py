@@ -30,7 +30,8 @@ datasets created at their final size; nothing grows with the number of images ex
 file names. Each output is written to a hidden temporary file in its directory, checked against
 the schema and renamed only when every output is complete; on any error or interruption the
 temporaries are removed, so no partial output is ever left behind. An existing output is never
-replaced without --force.
+replaced without --force. --workers N decodes in N processes; one that dies (killed, out of
+memory) ends the conversion with an error, the same way.
 
 --labels FILE reads a flat folder instead (ImageNet's validation images come that way): FILE has a
 line per image, `NAME,CLASS ...` or `NAME CLASS ...`, where NAME is the file's name in ROOT with or
@@ -47,6 +48,8 @@ usage. Run with Debian's interpreter: /usr/bin/python3 images_to_h5.py ...
 
 import argparse
 import io
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 import os
 import sys
 import time
@@ -337,6 +340,66 @@ class EncodedWriter(SplitWriter):
         self.at += k
 
 
+def _call_each(fn, jobs):
+    """[fn(job) for job in jobs]: one task of DecodePool.map, run in a worker."""
+    return [fn(job) for job in jobs]
+
+
+class DecodePool:
+    """--workers N decoding processes (concurrent.futures.ProcessPoolExecutor, which notices a
+    worker's death where multiprocessing.Pool waits for it forever), started when it is made.
+    Workers leave SIGINT to this process. On failure close() kills them: a worker stopped halfway through sending a result can
+    leave the pool's result thread waiting for the rest forever, so a process whose pool was
+    stopped ends with os._exit once its temporaries are gone (main(); `abandoned`)."""
+
+    abandoned = False
+
+    def __init__(self, workers):
+        self.workers = workers
+        self.executor = ProcessPoolExecutor(workers, initializer=outputs.ignore_sigint_in_worker)
+        # Start the workers now, before any output is open: a worker forked later would hold the
+        # HDF5 file's descriptor (and its lock) as long as it lives.
+        self.executor.submit(int).result()
+        self.processes = list((getattr(self.executor, "_processes", None) or {}).values())
+
+    def map(self, fn, jobs):
+        """[fn(job) for job in jobs], in order, over the workers in runs of jobs. Raises what fn
+        raised, or ConvertError when a worker died (killed, out of memory). (Not Executor.map:
+        its iterator cancels the futures it leaves, and Python 3.11's pool thread then raises
+        InvalidStateError when it finds a killed worker.)"""
+        size = max(1, len(jobs) // (4 * self.workers))
+        try:
+            futures = [self.executor.submit(_call_each, fn, jobs[i:i + size])
+                       for i in range(0, len(jobs), size)]
+            return [result for f in futures for result in self._result(f)]
+        except BrokenProcessPool:
+            raise self._died() from None
+
+    def _result(self, future):
+        """future.result(), checking every second that no worker died: a worker killed while
+        it sent a result leaves the pool's thread reading the rest of it, the future unfinished."""
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except TimeoutError:
+                if any(p.exitcode is not None for p in self.processes):
+                    raise self._died() from None
+
+    @staticmethod
+    def _died():
+        return ConvertError("a decoding process (--workers) died: killed, or out of memory")
+
+    def close(self, complete):
+        """complete: waits for the workers to end; else kills them and marks the pool abandoned."""
+        if complete:
+            self.executor.shutdown(wait=True)
+            return
+        self.executor.shutdown(wait=False)
+        for p in self.processes:
+            p.kill()
+        DecodePool.abandoned = True
+
+
 def read_like(path):
     """class_names, mean, std of an existing schema file (--like)."""
     try:
@@ -408,10 +471,7 @@ def convert(args):
     encoded = args.store == "encoded"
     sample_bytes = channels * size[0] * size[1] if not encoded else 1
     chunk = max(1, min(CHUNK_SAMPLES, CHUNK_BYTES // sample_bytes)) if not encoded else ENCODED_CHUNK
-    pool = None
-    if args.workers > 1:
-        import multiprocessing
-        pool = multiprocessing.Pool(args.workers)
+    pool = DecodePool(args.workers) if args.workers > 1 else None
     writers = []
     complete = False
     total = sum(len(items) for _, items in outs)
@@ -430,11 +490,10 @@ def convert(args):
                 else:
                     jobs = [(p, size, channels, args.fit) for p, _ in part]
                     fn = _load_job
-                arrays = pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * args.workers))) \
-                    if pool else map(fn, jobs)
+                arrays = pool.map(fn, jobs) if pool else list(map(fn, jobs))
                 labels_part = np.array([lab for _, lab in part], np.int64)
                 if encoded:
-                    wr.write_encoded(list(arrays), labels_part)
+                    wr.write_encoded(arrays, labels_part)
                 else:
                     for i, a in enumerate(arrays):
                         block[i] = a
@@ -457,9 +516,11 @@ def convert(args):
         complete = True
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.close(complete)
         for wr in writers:
             wr.discard()
+        for out, _ in outs if not complete else []:  # a writer stopped while being made
+            outputs.remove_quietly(outputs.temp_name(out))
         for d in reversed(created) if not complete else []:  # a failed run leaves no new folder
             try:
                 os.rmdir(d)
@@ -530,7 +591,17 @@ def main(argv=None):
     def body():
         convert(args)
         return 0
-    return outputs.run_tool("images_to_h5.py", body, ConvertError)
+    try:
+        code = outputs.run_tool("images_to_h5.py", body, ConvertError)
+    except SystemExit as e:  # a signal's 128 + N, after the temporaries were removed
+        if not DecodePool.abandoned:
+            raise
+        code = e.code
+    if DecodePool.abandoned:  # its result thread may wait forever for a killed worker's result
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -53,6 +53,24 @@ def exit_cleanly_on_signals():
         signal.signal(signo, _exit_on_signal)
 
 
+def ignore_sigint_in_worker():
+    """A worker process's initializer (a process pool's): SIGTERM and SIGHUP end it at once (it
+    was forked with the parent's handlers, which would turn them into SystemExit somewhere inside
+    the pool's machinery), and Ctrl-C's SIGINT is the parent's to handle."""
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def remove_quietly(path):
+    """Removes the file `path` if it exists; errors are ignored (a clean-up path)."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
 def run_tool(prog, body, error_type):
     """Runs body() (which returns the exit code) the way every writing tool ends: SIGTERM/SIGHUP
     unwind through its `finally` blocks (exit_cleanly_on_signals); an error_type exception prints

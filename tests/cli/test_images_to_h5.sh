@@ -214,5 +214,32 @@ rc=0
 wait $pid || rc=$?
 [[ $rc -eq 143 ]] || { cat "$SCRATCH/big.log"; fail "interrupted conversion exit $rc (want 143)"; }
 [[ -z $(ls -A "$SCRATCH/o7") ]] || fail "an interrupted conversion left: $(ls -A "$SCRATCH/o7")"
+# The same with 2 decoding processes: SIGTERM to the tool alone, to its whole process group (as
+# Slurm and timeout send it), and SIGKILL to one worker (the out-of-memory killer): exit 143, 143
+# and 1 ("a decoding process (--workers) died"), never a hang, no process and nothing left.
+# ends_within SECONDS PID: PID exits within SECONDS.
+ends_within() { timeout "$1" tail --pid="$2" -f /dev/null; }
+for round in 1 2 3; do
+  for how in tool group worker; do
+    setsid $TOOL "$SCRATCH/big" --size 128 --workers 2 --out "$SCRATCH/o7/big.h5" >"$SCRATCH/big.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do ls -A "$SCRATCH/o7" | grep -q tmp && break; sleep 0.05; done
+    sleep 0.$round
+    case $how in
+      tool) kill -TERM $pid; want=143 ;;
+      group) kill -TERM -- -$pid; want=143 ;;
+      worker) kill -KILL "$(pgrep -P $pid | head -n 1)"; want=1 ;;
+    esac
+    ends_within 60 $pid || { kill -KILL -- -$pid; fail "--workers 2, $how killed: the conversion hung"; }
+    rc=0
+    wait $pid || rc=$?
+    [[ $rc -eq $want ]] || { cat "$SCRATCH/big.log"; fail "--workers 2, $how killed: exit $rc (want $want)"; }
+    [[ $how != worker ]] || grep -q "a decoding process (--workers) died" "$SCRATCH/big.log" ||
+      { cat "$SCRATCH/big.log"; fail "a killed worker not reported"; }
+    ! grep -q Traceback "$SCRATCH/big.log" || { cat "$SCRATCH/big.log"; fail "--workers 2, $how killed: a traceback"; }
+    [[ -z $(ls -A "$SCRATCH/o7") ]] || fail "--workers 2, $how killed: left $(ls -A "$SCRATCH/o7")"
+    ! pgrep -f "images_to_h5.py $SCRATCH/big" >/dev/null || fail "--workers 2, $how killed: processes left"
+  done
+done
 rm -rf "$SCRATCH/big"
 echo "PASS"
