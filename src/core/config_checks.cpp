@@ -97,7 +97,7 @@ void check_input_and_model(const Config& c) {
              "is off (0)");
   non_negative("center-crop", c.center_crop);
   non_negative("eval-resize", c.eval_resize);
-  positive("data-threads", c.data_threads);
+  non_negative("data-threads", c.data_threads);
   non_negative("cache-mb", c.cache_mb);
   DT_REQUIRE(
       c.synthetic.empty() || c.num_classes == 0,

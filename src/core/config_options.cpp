@@ -97,7 +97,9 @@ void add_data_options(Table& t, Config& c) {
         "encoded images: scale the shorter side to this many pixels before the centre crop (0: "
         "round(S / 0.875), 256 for 224)");
   t.add("data-threads", &c.data_threads,
-        "encoded images: decode threads per worker (one is the prefetch thread itself)");
+        "encoded images: decode threads per worker (one is the prefetch thread itself; 0: a GPU "
+        "worker's share of its node's cores less the thread driving the GPU, at least 1; a CPU "
+        "worker 1, its cores compute)");
   t.add("on-bad-image", &c.on_bad_image,
         "encoded images: skip (a corrupt or truncated image is left out of its batch and counted "
         "in the log and results.json) | fail (the run stops naming the file and sample)");

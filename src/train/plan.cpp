@@ -9,7 +9,7 @@
 
 namespace dtrain {
 
-DecodeOptions decode_options(const Config& c, bool train) {
+DecodeOptions decode_options(const Config& c, bool train, int threads) {
   DecodeOptions d;
   d.crop = c.center_crop > 0 ? c.center_crop : c.random_resized_crop;
   d.random_resized = train && c.random_resized_crop > 0;
@@ -17,12 +17,12 @@ DecodeOptions decode_options(const Config& c, bool train) {
   std::tie(d.range.scale_min, d.range.scale_max) = parse_min_max("rrc-scale", c.rrc_scale);
   std::tie(d.range.ratio_min, d.range.ratio_max) = parse_min_max("rrc-ratio", c.rrc_ratio);
   d.resize = c.eval_resize > 0 ? c.eval_resize : static_cast<int>(std::lround(d.crop / 0.875));
-  d.threads = c.data_threads;
+  d.threads = threads;
   d.fail_on_bad = c.on_bad_image == OnBadImage::fail;
   return d;
 }
 
-TrainPlan make_plan(const Config& c, int workers) {
+TrainPlan make_plan(const Config& c, int workers, int data_threads) {
   TrainPlan p;
   p.workers = workers;
   if (c.global_batch_size > 0) {
@@ -45,7 +45,7 @@ TrainPlan make_plan(const Config& c, int workers) {
                    std::to_string(p.test.num_samples) + ")");
   } else {
     p.train = open_dataset_info(c.train_data, c.num_classes, "--num-classes");
-    configure_decode(p.train, decode_options(c, true));
+    configure_decode(p.train, decode_options(c, true, data_threads));
   }
   DT_REQUIRE(p.train.encoded || c.random_resized_crop == 0,
              "option --random-resized-crop: needs encoded images (JPEG/PNG bytes, written by "
@@ -61,7 +61,7 @@ TrainPlan make_plan(const Config& c, int workers) {
                  " images of " + p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
-    configure_decode(p.test, decode_options(c, false));
+    configure_decode(p.test, decode_options(c, false, data_threads));
     DT_REQUIRE(p.test.sample == p.train.sample,
                "--test-data '" + c.test_data + "': images are " + p.test.sample.str() +
                    " per sample but the training set's are " + p.train.sample.str());
@@ -107,7 +107,11 @@ std::string describe_plan(const TrainPlan& plan) {
   return "# train " + plan.train.path + " (" + std::to_string(plan.train.num_samples) + train +
          ", test " + test + ", batch " + std::to_string(plan.batch) + " per worker, " +
          std::to_string(plan.steps_per_epoch) + " global steps per epoch, " +
-         std::to_string(plan.total_steps) + " in total";
+         std::to_string(plan.total_steps) + " in total" +
+         (plan.train.encoded
+              ? "; encoded images decoded on " + std::to_string(plan.train.decode.threads) +
+                    " thread(s) per worker (--data-threads)"
+              : std::string());
 }
 
 }  // namespace dtrain

@@ -91,6 +91,11 @@ struct Predictor {
   std::int64_t global_step = 0;  ///< the checkpoint's
 };
 
+/// --data-threads for this rank, as a training worker on its device would use them.
+int predict_data_threads(const Config& c, const Cluster& cluster) {
+  return data_threads(c, cluster, planned_gpu(c, cluster) >= 0);
+}
+
 /// set_up() with --init-from instead of a checkpoint: the classes from --synthetic's spec or
 /// --num-classes (else the data's), the sample shape from --data, the tensors by name
 /// (load_pretrained(), strict) into the model on every rank.
@@ -98,7 +103,8 @@ void set_up_pretrained(const Config& c, Predictor& p) {
   const int classes =
       !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
   p.info = open_dataset_info(c.data, classes, "--num-classes", true);
-  DecodeOptions decode = decode_options(c, false);  // encoded images: as set_up()
+  DecodeOptions decode =
+      decode_options(c, false, predict_data_threads(c, *p.cluster));  // as set_up()
   decode.fail_on_bad = true;
   configure_decode(p.info, decode);
   p.classes = p.info.num_classes;
@@ -128,7 +134,8 @@ Predictor set_up(const Config& c) {
     p.classes = input.classes;
     p.info = open_dataset_info(c.data, p.classes,
                                "the class count of checkpoint '" + c.checkpoint + "'", true);
-    DecodeOptions decode = decode_options(c, false);  // encoded images: the evaluation's crop
+    // encoded images: the evaluation's crop
+    DecodeOptions decode = decode_options(c, false, predict_data_threads(c, *p.cluster));
     decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
     configure_decode(p.info, decode);
     DT_REQUIRE(p.info.sample.str() == input.sample,

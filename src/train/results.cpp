@@ -158,6 +158,9 @@ void add_shape(Results& r, const Config& c, const Job& job) {
   r["num_ps"] = static_cast<std::int64_t>(job.num_ps);
   r["num_workers"] = static_cast<std::int64_t>(cl.num_workers());
   r["batch_size"] = static_cast<std::int64_t>(job.plan.batch);
+  // the chief's decode threads for encoded images (0: the training file holds decoded pixels)
+  r["data_threads"] =
+      static_cast<std::int64_t>(job.plan.train.encoded ? job.plan.train.decode.threads : 0);
   r["global_batch_size"] = static_cast<std::int64_t>(job.plan.batch * job.plan.workers);
   r["device"] = job.device_name;
   r["precision"] = std::string(to_string(c.precision));  // of the activations (--precision)

@@ -38,16 +38,33 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 
-void set_threads(const Config& c, const Cluster& cluster) {
-  // The launcher may pin this rank to a few cores (Open MPI binds each rank to one core when
-  // -np <= 2): never start more threads than the cores this rank may run on, unless asked to.
+namespace {
+/// The cores the launcher lets this process run on (0: unknown). Open MPI binds each rank to one
+/// core when -np <= 2.
+int allowed_cores() {
   cpu_set_t mask;
   CPU_ZERO(&mask);
-  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+}
+}  // namespace
+
+int rank_cores(const Cluster& cluster) {
+  const int share = std::max(1, Cluster::node_cores() / cluster.me().local_size);
+  const int allowed = allowed_cores();
+  return allowed > 0 ? std::min(share, allowed) : share;
+}
+
+int data_threads(const Config& c, const Cluster& cluster, bool gpu) {
+  if (c.data_threads > 0) return c.data_threads;
+  return gpu ? std::max(1, rank_cores(cluster) - 1) : 1;
+}
+
+void set_threads(const Config& c, const Cluster& cluster) {
+  // Never start more threads than the cores this rank may run on, unless asked to.
+  const int allowed = allowed_cores();
   int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
-    threads = std::max(1, Cluster::node_cores() / cluster.me().local_size);
-    if (allowed > 0) threads = std::min(threads, allowed);
+    threads = rank_cores(cluster);
   } else if (allowed > 0 && threads > allowed) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
              std::to_string(threads) + " but the launcher bound this rank to " +
@@ -178,7 +195,7 @@ void plan_shards(const Config& c, const Model& layout, Job& job) {
 int resolve_num_ps(const Config& c, int world_size, std::string& note) {
   if (exchange_kind(c) == ExchangeKind::allreduce) return 0;
   if (!c.num_ps.automatic) return c.num_ps;
-  const TrainPlan probe = make_plan(c, 1);
+  const TrainPlan probe = make_plan(c, 1, 1);
   const Model m(c.layers, probe.train.sample, probe.train.num_classes, 1,
                 act_dtype_of(c.precision));
   PsCountInput in;
@@ -210,7 +227,8 @@ Job check_job(const Config& c) {
     const Cluster& cl = *job.cluster;
     name_rank_in_errors(cl);
     // The device, as a real run picks it (no backend made): --dry-run checks and shows it too.
-    job.device_name = device_name_of(planned_gpu(c, cl));
+    const int gpu = planned_gpu(c, cl);
+    job.device_name = device_name_of(gpu);
     // A pipeline's D replicas of P stages share out the data as D workers would (and each
     // stage's ps aggregate its D replicas).
     const int replicas = pipeline_place(0, cl.num_workers(), c.pipeline_stages).replicas;
@@ -218,7 +236,7 @@ Job check_job(const Config& c) {
                "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
                    " is more than the " + std::to_string(replicas) +
                    (c.pipeline_stages > 1 ? " replicas of each pipeline stage" : " workers"));
-    job.plan = make_plan(c, replicas);
+    job.plan = make_plan(c, replicas, data_threads(c, cl, gpu >= 0));
     if (c.bucket_link != "off" && c.bucket_link != "probe")
       parse_link(c.bucket_link, "--bucket-link");  // a bad spec: one error before anything runs
     if (c.pipeline_stages > 1) {

@@ -10,7 +10,8 @@
 #     `channels`, labels, class names, mean/std), the original bytes kept, --max-side re-encoding,
 #     h5info.py accepting it, and a failed conversion leaving nothing behind;
 #  3. dtrain trains on it (--random-resized-crop, --random-flip, --data-threads 2, centre-crop
-#     evaluation) with resumable, bit-identical results for the same seed;
+#     evaluation) with resumable, bit-identical results for the same seed, and the same with
+#     --data-threads left at auto (one decode thread on a CPU worker, in the log and results.json);
 #  4. bad images: --on-bad-image skip leaves them out and counts them (log, results.json), fail
 #     stops naming the file and sample index, a file of nothing but bad images fails at start;
 #  5. --cache-mb on encoded files: the whole file held (no HDF5 read of a training row), a prefix
@@ -195,8 +196,14 @@ train run1 --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h
 [[ $(json_get "$SCRATCH/run1/results.json" epochs_completed) -eq 2 ]] || fail "epochs"
 [[ $(json_get "$SCRATCH/run1/results.json" bad_images_skipped) -eq 0 ]] || fail "bad images counted in a clean file"
 grep -q "1x24x24" "$SCRATCH/run1.log" || grep -q "1×24×24" "$SCRATCH/run1.log" || { grep -i sample "$SCRATCH/run1.log" | head -3; fail "sample shape not 1x24x24"; }
+# The second run leaves --data-threads at auto: one decode thread on a CPU worker.
 train run2 --train-data "$SCRATCH/enc/train.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
-  --random-flip --data-threads 1 --eval-resize 28 || { cat "$SCRATCH/run2.log"; fail "second run"; }
+  --random-flip --eval-resize 28 || { cat "$SCRATCH/run2.log"; fail "second run"; }
+for r in "run1 2" "run2 1"; do
+  set -- $r
+  [[ $(json_get "$SCRATCH/$1/results.json" data_threads) -eq $2 ]] || fail "$1: data_threads $(json_get "$SCRATCH/$1/results.json" data_threads), want $2"
+  grep -q "encoded images decoded on $2 thread(s) per worker" "$SCRATCH/$1.log" || fail "$1: no line naming its $2 decode thread(s)"
+done
 "$PY" - "$SCRATCH" <<'PY' || fail "1 and 2 decode threads trained differently"
 import json, sys
 d = sys.argv[1]

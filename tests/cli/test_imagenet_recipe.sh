@@ -82,7 +82,7 @@ PY
 
 echo "== 2. check the job (--dry-run)"
 DATA=(--synthetic "" --train-data data/imagenet/train.h5 --test-data data/imagenet/val.h5
-      --random-resized-crop 224 --random-flip --eval-resize 256 --center-crop 224 --data-threads 2)
+      --random-resized-crop 224 --random-flip --eval-resize 256 --center-crop 224)
 timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SRC/jobs/resnet50_imagenet.ini" "${DATA[@]}" --dry-run \
   >dry.log 2>&1 || { cat dry.log; fail "--dry-run"; }
 grep -q "10 classes" dry.log || { cat dry.log; fail "--dry-run did not size the model to the file's 10 classes"; }
@@ -101,6 +101,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert 0.0 <= r["test_accuracy"] <= r["test_top5"] <= 1.0, (r["test_accuracy"], r["test_top5"])
 assert r["step_data_ms_after_first_step"] >= 0.0 and r["global_step"] == 2
+assert r["data_threads"] == 1, r["data_threads"]  # --data-threads auto on a CPU worker
 print(f"top-1 {r['test_accuracy']:.3f}, top-5 {r['test_top5']:.3f}, data wait {r['step_data_ms_after_first_step']:.2f} ms/step")
 PY
 grep -q "step anatomy" train.log || fail "no step anatomy in the log"

@@ -34,7 +34,7 @@ struct Config {
   std::string rrc_ratio = "3/4,4/3";  ///< its aspect-ratio (w/h) range "MIN,MAX"
   int center_crop = 0;   ///< evaluation (and training without it): S×S (0: = random_resized_crop)
   int eval_resize = 0;   ///< shorter side before the centre crop (0: round(S / 0.875))
-  int data_threads = 1;  ///< decode threads per reader
+  int data_threads = 0;  ///< decode threads per reader (0: auto, see data_threads())
   OnBadImage on_bad_image = OnBadImage::skip;  ///< skip (count and leave out) | fail
   /// "CxHxW:classes": random images and labels instead of files (tf_cnn_benchmarks' synthetic data)
   std::string synthetic;

@@ -23,14 +23,17 @@ struct TrainPlan {
 
 /// Validates the datasets and sizes against the configuration and a world of `workers` workers.
 /// A global step is one push in async mode (steps_per_epoch: every worker's steps together),
-/// else one update from all workers (steps_per_epoch: one worker's steps). Throws InputError
-/// naming the file/option at fault.
-TrainPlan make_plan(const Config& c, int workers);
+/// else one update from all workers (steps_per_epoch: one worker's steps). `data_threads`: this
+/// rank's decode threads for encoded images (≥ 1; the one field that may differ between ranks,
+/// as the cores do: train/trainer.hpp data_threads). Throws InputError naming the file/option at
+/// fault.
+TrainPlan make_plan(const Config& c, int workers, int data_threads);
 
 /// The decode options of encoded images from the configuration: train = true gives the training
 /// reader's (--random-resized-crop S when given, else the centre crop), false the evaluation's
-/// (--eval-resize, --center-crop, whose 0 means the --random-resized-crop size). Pure.
-DecodeOptions decode_options(const Config& c, bool train);
+/// (--eval-resize, --center-crop, whose 0 means the --random-resized-crop size); `threads` decode
+/// threads (≥ 1). Pure.
+DecodeOptions decode_options(const Config& c, bool train, int threads);
 
 /// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
 /// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
@@ -42,7 +45,8 @@ std::int64_t global_samples_at(const TrainPlan& p, std::int64_t s);
 
 /// "# train FILE (N samples), test FILE, batch B per worker, S global steps per epoch, T in total"
 /// (--synthetic: "# train synthetic CxHxW:K (N samples per epoch from ...), test the same
-/// batches").
+/// batches"), for encoded images followed by "; encoded images decoded on D thread(s) per worker
+/// (--data-threads)" with this rank's D.
 std::string describe_plan(const TrainPlan& plan);
 
 }  // namespace dtrain

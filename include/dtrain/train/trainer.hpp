@@ -18,10 +18,20 @@
 
 namespace dtrain {
 
-/// Sets this rank's OpenMP threads: --threads (a ps: --ps-threads), 0 meaning the node's cores
-/// shared by its ranks,
+/// This rank's share of its node's cores: the node's cores over its ranks (at least 1), never
+/// more than the cores the launcher bound the rank to.
+int rank_cores(const Cluster& cluster);
+
+/// Sets this rank's OpenMP threads: --threads (a ps: --ps-threads), 0 meaning rank_cores(),
 /// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
 void set_threads(const Config& c, const Cluster& cluster);
+
+/// This rank's decode threads for encoded images: --data-threads, or for 0 (auto) on a rank that
+/// trains on a GPU (`gpu`) rank_cores() − 1 — one core drives the GPU, the others decode, as
+/// DALI's and PyTorch's loaders are sized from the CPUs a GPU has — at least 1; on the CPU 1,
+/// its cores running the model (decoding costs a CPU worker ~1 % of a ResNet-50 step:
+/// docs/results/input/).
+int data_threads(const Config& c, const Cluster& cluster, bool gpu);
 
 /// --pin-threads, after set_threads(), collective over the world: pins this rank's threads to its
 /// block of its node's CPUs (comm/affinity.hpp plan_cores; ranks of a node that the launcher gave
