@@ -27,10 +27,10 @@ int rank_cores(const Cluster& cluster);
 void set_threads(const Config& c, const Cluster& cluster);
 
 /// This rank's decode threads for encoded images: --data-threads, or for 0 (auto) on a rank that
-/// trains on a GPU (`gpu`) rank_cores() − 1 — one core drives the GPU, the others decode, as
-/// DALI's and PyTorch's loaders are sized from the CPUs a GPU has — at least 1; on the CPU 1,
-/// its cores running the model (decoding costs a CPU worker ~1 % of a ResNet-50 step:
-/// docs/results/input/).
+/// trains on a GPU (`gpu`) rank_cores() − 1 — one core drives the GPU, the others decode (one
+/// H200's ResNet-50 rate needs about 4–6 cores of decoding) — at least 1; on the CPU 1, its
+/// cores running the model (decoding takes under 1 % of a CPU worker's ResNet-50 step). Both
+/// figures: docs/results/input/.
 int data_threads(const Config& c, const Cluster& cluster, bool gpu);
 
 /// --pin-threads, after set_threads(), collective over the world: pins this rank's threads to its
