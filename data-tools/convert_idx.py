@@ -247,8 +247,7 @@ def write_outputs(splits, mean, std, class_names, force):
                 raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         for tmp in tmps:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            outputs.remove_if_exists(tmp)
     for out, images, _, num_classes in splits:
         print(f"convert_idx.py: wrote {out}: {images.shape[0]} samples "
               f"{'×'.join(map(str, images.shape[1:]))} uint8, {num_classes} classes, "

@@ -304,8 +304,7 @@ class SplitWriter:
             self.file.close()
         except Exception:  # noqa: BLE001 - best effort on the error path
             pass
-        if os.path.exists(self.tmp):
-            os.remove(self.tmp)
+        outputs.remove_if_exists(self.tmp)
 
 
 class EncodedWriter(SplitWriter):
@@ -348,9 +347,10 @@ def _call_each(fn, jobs):
 class DecodePool:
     """--workers N decoding processes (concurrent.futures.ProcessPoolExecutor, which notices a
     worker's death where multiprocessing.Pool waits for it forever), started when it is made.
-    Workers leave SIGINT to this process. On failure close() kills them: a worker stopped halfway through sending a result can
-    leave the pool's result thread waiting for the rest forever, so a process whose pool was
-    stopped ends with os._exit once its temporaries are gone (main(); `abandoned`)."""
+    Workers leave SIGINT to this process. On failure close() kills them: a worker stopped halfway
+    through sending a result can leave the pool's result thread waiting for the rest forever, so
+    a process whose pool was stopped ends with os._exit once its temporaries are gone (main();
+    `abandoned`)."""
 
     abandoned = False
 
@@ -520,7 +520,7 @@ def convert(args):
         for wr in writers:
             wr.discard()
         for out, _ in outs if not complete else []:  # a writer stopped while being made
-            outputs.remove_quietly(outputs.temp_name(out))
+            outputs.remove_if_exists(outputs.temp_name(out))
         for d in reversed(created) if not complete else []:  # a failed run leaves no new folder
             try:
                 os.rmdir(d)

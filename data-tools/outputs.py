@@ -63,12 +63,10 @@ def ignore_sigint_in_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def remove_quietly(path):
-    """Removes the file `path` if it exists; errors are ignored (a clean-up path)."""
-    try:
+def remove_if_exists(path):
+    """Removes the file `path` if there is one (a temporary on the clean-up path)."""
+    if os.path.exists(path):
         os.remove(path)
-    except OSError:
-        pass
 
 
 def run_tool(prog, body, error_type):

@@ -160,8 +160,7 @@ def main():
     except OSError as e:
         error(f"cannot write {out}: {e.strerror or e}")
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        outputs.remove_if_exists(tmp)
     print(f"wrote {out} ({len(a.runs)} runs)")
 
 

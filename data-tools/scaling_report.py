@@ -532,8 +532,7 @@ def main():
                 error(f"cannot write {path}: {e.strerror or e}")
     finally:
         for tmp in tmps:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            outputs.remove_if_exists(tmp)
     with open(out + ".md") as f:
         sys.stdout.write(f.read())
     print(f"\nwrote {out}.md, {out}.csv{', ' + out + '.png' if plot else ''} ({len(runs)} runs"
