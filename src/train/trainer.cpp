@@ -59,26 +59,71 @@ int data_threads(const Config& c, const Cluster& cluster, bool gpu) {
   return gpu ? std::max(1, rank_cores(cluster) - 1) : 1;
 }
 
+namespace {
+/// Whether --device makes the workers train on a GPU (their OpenMP threads then sit idle).
+bool wants_gpu(const Config& c) {
+  return c.device == DeviceOption::cuda ||
+         (c.device == DeviceOption::automatic && cuda_available());
+}
+
+/// On the node's first rank: warns when the CPU ranks of this node together start more OpenMP
+/// threads than the node has cores. Threads that share a core wait for each other at the barrier
+/// every oneDNN primitive ends with: on 2 cores, 2 ranks × 2 threads trained the CNN at a third of
+/// the speed of 2 × 1 (docs/results/threads/). Every rank computes the same from the job and the
+/// role layout, so nothing is exchanged.
+void warn_node_oversubscribed(const Config& c, const Cluster& cluster) {
+  if (cluster.me().local_rank != 0) return;
+  const int cores = Cluster::node_cores();
+  const int share = std::max(1, cores / cluster.me().local_size);
+  const bool gpu = wants_gpu(c);
+  int total = 0, ps = 0, cpu_workers = 0;  // threads, and the ranks that start them
+  for (const auto& r : cluster.ranks()) {
+    if (r.node != cluster.me().node) continue;
+    if (r.role == Role::ps) {
+      total += c.ps_threads > 0 ? c.ps_threads : share;
+      ++ps;
+    } else if (!gpu) {
+      total += c.threads > 0 ? c.threads : share;
+      ++cpu_workers;
+    }
+  }
+  // More ranks than cores (mpirun --oversubscribe) is the launcher's choice; one thread each is
+  // the least they can run on, so only threads beyond that are worth a word.
+  if (total <= std::max(cores, ps + cpu_workers)) return;
+  std::string who;
+  if (cpu_workers > 0)
+    who = std::to_string(cpu_workers) + " worker(s) × --threads " +
+          (c.threads > 0 ? std::to_string(c.threads) : "0 (" + std::to_string(share) + ")");
+  if (ps > 0)
+    who += (who.empty() ? "" : " + ") + std::to_string(ps) + " ps × --ps-threads " +
+           (c.ps_threads > 0 ? std::to_string(c.ps_threads) : "0 (" + std::to_string(share) + ")");
+  log_warn("this node's ranks start " + std::to_string(total) + " OpenMP threads (" + who +
+           ") on its " + std::to_string(cores) +
+           " core(s): threads that share a core wait for each other at every parallel step, "
+           "which can make training many times slower (--threads 0 and --ps-threads 0 give each "
+           "rank its share of the cores)");
+}
+}  // namespace
+
 void set_threads(const Config& c, const Cluster& cluster) {
   // Never start more threads than the cores this rank may run on, unless asked to.
   const int allowed = allowed_cores();
   int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
     threads = rank_cores(cluster);
-  } else if (allowed > 0 && threads > allowed) {
+  } else if (allowed > 0 && threads > allowed && allowed < Cluster::node_cores()) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
              std::to_string(threads) + " but the launcher bound this rank to " +
              std::to_string(allowed) +
-             " core(s): the threads will share them (use mpirun "
-             "--bind-to none, or srun --cpus-per-task)");
+             " core(s): the threads will share them (use mpirun --bind-to none, or srun "
+             "--cpus-per-task)");
   }
+  warn_node_oversubscribed(c, cluster);
   omp_set_num_threads(threads);
 }
 
 int planned_gpu(const Config& c, const Cluster& cluster) {
-  const bool want_gpu =
-      c.device == DeviceOption::cuda || (c.device == DeviceOption::automatic && cuda_available());
-  if (cluster.is_ps() || !want_gpu) return -1;
+  if (cluster.is_ps() || !wants_gpu(c)) return -1;
   DT_REQUIRE(cuda_available(),
              "option --device cuda: no CUDA device on host " + cluster.me().host +
                  (cuda_device_count() == 0 ? " (or dtrain built without CUDA)" : ""));
@@ -274,8 +319,9 @@ Job check_job(const Config& c) {
 }
 
 /// --dry-run: everything check_job() did is what a real run checks before it touches a device or
-/// the run dir.
+/// the run dir, and the threads' warning a real run would give.
 void report_dry_run(const Config& c, const Job& job) {
+  warn_node_oversubscribed(c, *job.cluster);
   if (job.cluster->world_rank() != 0) return;
   log_info("# dtrain --dry-run of " + (c.config_file.empty() ? "the command line" : c.config_file) +
            ": the job is valid\n" + job.cluster->role_table() + job.role_notes + "\n" +

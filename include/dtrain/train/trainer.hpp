@@ -24,6 +24,8 @@ int rank_cores(const Cluster& cluster);
 
 /// Sets this rank's OpenMP threads: --threads (a ps: --ps-threads), 0 meaning rank_cores(),
 /// never more than the cores the launcher bound the rank to unless --threads asks (then warns).
+/// The node's first rank also warns when the node's CPU ranks together start more OpenMP threads
+/// than the node has cores (and than it has ranks: one thread each is the least they can run).
 void set_threads(const Config& c, const Cluster& cluster);
 
 /// This rank's decode threads for encoded images: --data-threads, or for 0 (auto) on a rank that
