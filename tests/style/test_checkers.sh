@@ -8,7 +8,10 @@
 #  3. tests/style_check.sh in a scratch git repository (this repo's checkers and .clang-format):
 #     a clean branch passes; a misformatted line, a 114-column line and a function grown past 80
 #     lines on the branch each fail, naming the file and line; an untouched long function and an
-#     untouched misformatted line do not. Skipped (exit 77, after 1 and 2) without clang-format.
+#     untouched misformatted line do not. Skipped (exit 77, after 1, 2 and 4) without clang-format.
+#  4. doc_links.py: a link to a missing file and one to a missing heading fail, naming file and
+#     line; headings with code, punctuation and repeats, folders, web addresses, links in code
+#     blocks and inline code pass.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3
@@ -65,6 +68,20 @@ $py "$here/long_functions.py" --lines "$tmp/long.cpp:1-85" -- "$tmp/long.cpp" >/
   fail "--lines 1-85 reported long_one (lines 86-166)"
 $py "$here/long_functions.py" --lines "$tmp/long.cpp:100-100" -- "$tmp/long.cpp" >/dev/null &&
   fail "--lines 100-100 missed long_one"
+
+# 4. Markdown links.
+mk docs/README.md '# Title' '## Sync allreduce (`collectives/`, `train/exchange`)' '## Notes' '## Notes' \
+  '[a](guide.md#setting-up-a_run) [b](#sync-allreduce-collectives-trainexchange) [c](#notes-1)' \
+  '[d](sub/) [e](https://example.org/x.md) `[f](nowhere.md)`' '```' '[g](nowhere.md)' '```'
+mk docs/guide.md '# Setting up a_run!'
+mkdir -p "$tmp/docs/sub"
+out=$($py "$here/doc_links.py" --root "$tmp/docs") || fail "good links refused: $out"
+grep -q "4 relative links, all resolve" <<<"$out" || fail "wrong count: $out"
+mk docs/guide.md '# Setting up a_run!' '' 'see [x](missing.md) and [y](README.md#notes-2)'
+if out=$($py "$here/doc_links.py" --root "$tmp/docs"); then fail "broken links passed"; fi
+grep -q "guide.md:3: missing.md: no such file" <<<"$out" || fail "missing file not named: $out"
+grep -q "guide.md:3: README.md#notes-2: no heading '#notes-2' in README.md" <<<"$out" ||
+  fail "missing heading not named: $out"
 
 # 3. The style check itself, on a branch of a scratch repository.
 if ! command -v clang-format >/dev/null || ! command -v git-clang-format >/dev/null; then
