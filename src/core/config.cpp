@@ -105,7 +105,7 @@ void store_job_file(const std::string& path, const po::options_description& desc
 std::string help_text(const po::options_description& cli) {
   std::ostringstream os;
   os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
-        "       mpirun -np N dtrain predict --config JOB.ini --checkpoint CKPT.h5 --data X.h5 "
+        "       mpirun -np N dtrain predict [--config JOB.ini] --checkpoint CKPT.h5 --data X.h5 "
         "--out P.h5\n"
         "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
         "[--dtype bf16]\n"
@@ -113,7 +113,8 @@ std::string help_text(const po::options_description& cli) {
         "       dtrain plan --config JOB.ini --nodes N --workers-per-node G --network SPEC "
         "[--mode M --num-ps K]\n"
         "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
-        "the\n          batchnorm statistics evaluation used; no parameter servers)\n\n"
+        "the\n          batchnorm statistics evaluation used; no parameter servers; without "
+        "--config, the\n          model the checkpoint carries)\n\n"
      << cli;
   return os.str();
 }

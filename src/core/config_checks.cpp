@@ -102,7 +102,14 @@ void check_input_and_model(const Config& c) {
   DT_REQUIRE(
       c.synthetic.empty() || c.num_classes == 0,
       "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
-  DT_REQUIRE(!c.layers.empty(), "option --layer: the model has no layers (give `layer =` lines)");
+  // dtrain predict --checkpoint without layers: the model is the one the checkpoint carries.
+  const bool model_from_checkpoint = c.command == Subcommand::predict && !c.checkpoint.empty();
+  DT_REQUIRE(!c.layers.empty() || model_from_checkpoint,
+             c.config_file.empty()
+                 ? "no model: give --config JOB, the job file whose `layer =` lines describe it "
+                   "(for predict --init-from, the job the tensors were trained with)"
+                 : "option --layer: the model has no layers (give `layer =` lines in " +
+                       c.config_file + ")");
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
 }
 

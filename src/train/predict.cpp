@@ -149,7 +149,10 @@ Predictor set_up(const Config& c) {
     set_threads(c, *p.cluster);
     std::string device;
     p.backend = make_backend(c, *p.cluster, device);
-    p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, c.batch_size);
+    // Without --config (or --layer lines) the model is the one the checkpoint carries.
+    const std::vector<std::string> layers =
+        c.layers.empty() ? checkpoint_layers(ckpt, c.checkpoint) : c.layers;
+    p.model = std::make_unique<Model>(*p.backend, layers, p.info.sample, p.classes, c.batch_size);
     check_inference_compatible(ckpt, c.checkpoint, *p.model);
   });
   if (!c.init_from.empty()) return p;

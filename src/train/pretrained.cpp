@@ -55,11 +55,19 @@ std::string init_counts(const Config& c, const PretrainedValues& v, const std::s
 
 }  // namespace
 
-std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path) {
+std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path) {
   std::vector<std::string> layers;
   std::istringstream ini(s.config);
   for (std::string line; std::getline(ini, line);)
     if (line.rfind("layer = ", 0) == 0) layers.push_back(line.substr(8));
+  DT_REQUIRE(!layers.empty(), "checkpoint '" + path +
+                                  "': the configuration it carries has no `layer =` lines (give "
+                                  "--config JOB, the job it was trained with)");
+  return layers;
+}
+
+std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path) {
+  const std::vector<std::string> layers = checkpoint_layers(s, path);
   const CheckpointInput in = checkpoint_input(s, path);
   // in.sample is Shape::str() of one sample, "1xCxHxW": parse_synthetic() takes "CxHxW:K".
   const std::string chw = in.sample.rfind("1x", 0) == 0 ? in.sample.substr(2) : in.sample;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # tests/cli/test_bad_input.sh — bad input through the dtrain binary under `mpiexec -n 3` (and once
 # without mpiexec): missing / non-HDF5 / malformed datasets, out-of-range and negative labels, an
-# unknown layer type, bad option values, an unknown job-file key, impossible ps counts, a run dir
-# that is a regular file, a stray word or misspelt subcommand, a run dir holding a run's outputs
-# without checkpoints, and --resume of a finished run without checkpoints. Each must exit non-zero
-# within the deadline (never hang: every run is wrapped in `timeout 60`, and exit 124 counts as a
-# failure), print exactly ONE `dtrain: error:` message (the ranks agree, they do not all report),
-# and name the file / option at fault.
+# unknown layer type, no model (no job file, or one without layers), bad option values, an unknown
+# job-file key, impossible ps counts, a run dir that is a regular file, a stray word or misspelt
+# subcommand, a run dir holding a run's outputs without checkpoints, and --resume of a finished
+# run without checkpoints. Each must exit non-zero within the deadline (never hang: every run is
+# wrapped in `timeout 60`, and exit 124 counts as a failure), print exactly ONE `dtrain: error:`
+# message (the ranks agree, they do not all report), and name the file / option at fault.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -52,6 +52,12 @@ expect_error 3 "--run-dir|$SCRATCH/run_dir_file" --config "$SCRATCH/job.ini" "${
 # A misspelt subcommand or a stray word is an error, not a training run into the job's run dir.
 expect_error 3 "unexpected argument 'predcit'" predcit "${JOB[@]}" "${GOOD[@]}"
 expect_error 3 "option --checkpoint|dtrain predict" "${JOB[@]}" "${GOOD[@]}" --checkpoint x.h5
+# No model: training or predict --init-from without the job file names --config (predict
+# --checkpoint takes the checkpoint's); a job file without layers names itself.
+expect_error 0 "no model|--config JOB" "${GOOD[@]}" --run-dir "$SCRATCH/run"
+expect_error 0 "no model|--config JOB" predict --init-from x.safetensors --data "$SCRATCH/good.h5" --out "$SCRATCH/p.h5"
+printf '[train]\nepochs = 1\n' >"$SCRATCH/no_layers.ini"
+expect_error 3 "no_layers.ini|layer =" --config "$SCRATCH/no_layers.ini" "${GOOD[@]}" --run-dir "$SCRATCH/run"
 [[ ! -e $SCRATCH/run ]] || fail "a refused command line created a run dir"
 # A run dir holding a run's outputs but no checkpoint (a run that crashed before its first one,
 # or files of the user's own) is refused, and not a byte of them changes.

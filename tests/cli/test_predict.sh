@@ -7,7 +7,7 @@
 #      so the accuracy is far from 0 and 1 and every argmax counts.
 #   2. outputs of 1, 2 and 4 ranks: `predictions` and `probabilities` byte-identical; predictions are
 #      the probabilities' argmax, rows sum to 1; the same predictions without a `labels` dataset
-#      (then no accuracy is printed).
+#      (then no accuracy is printed), and without --config (the model the checkpoint carries).
 #   3. one error each, nothing written or overwritten: a checkpoint of another model, data of
 #      another shape, an existing output file.
 #   4. `dtrain train --config ...` trains exactly as `dtrain --config ...`.
@@ -59,11 +59,16 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
         b.attrs[k] = v
 PY
 predict 3 "$SCRATCH/pu.h5" "$ckpt" "$SCRATCH/unlabeled.h5"
+# Without --config: the model is the one the checkpoint carries; the job's batch size (16) from
+# the command line, as batches of another size may round differently.
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --checkpoint "$ckpt" --data "$SCRATCH/test.h5" \
+  --out "$SCRATCH/pn.h5" --threads 1 --batch-size 16 >"$SCRATCH/pn.h5.log" 2>&1 ||
+  { cat "$SCRATCH/pn.h5.log"; fail "predict without --config failed"; }
 ! grep -q "^accuracy" "$SCRATCH/pu.h5.log" || fail "an accuracy was printed for data without labels"
 "$PY" - "$SCRATCH" "$(json_get "$SCRATCH/sync/results.json" test_accuracy)" <<'PY' || fail "outputs differ"
 import sys, h5py, numpy as np
 s, acc = sys.argv[1], float(sys.argv[2])
-files = {n: h5py.File(f"{s}/{n}.h5", "r") for n in ("p1", "sync.p2", "p4", "pu")}
+files = {n: h5py.File(f"{s}/{n}.h5", "r") for n in ("p1", "sync.p2", "p4", "pu", "pn")}
 labels = h5py.File(f"{s}/test.h5", "r")["labels"][()]
 ref = files["p1"]
 pred, prob = ref["predictions"][()], ref["probabilities"][()]
@@ -76,7 +81,7 @@ assert np.array_equal(np.argmax(prob, axis=1), pred), "predictions are not the a
 assert np.allclose(prob.sum(axis=1), 1, atol=1e-5)
 assert (pred == labels).mean() == acc == ref.attrs["accuracy"], ((pred == labels).mean(), acc)
 assert ref.attrs["num_samples"] == 300 and "accuracy" not in files["pu"].attrs
-print(f"1/2/4 ranks and unlabeled: byte-identical; accuracy {acc} = mean(predictions == labels)")
+print(f"1/2/4 ranks, unlabeled, without --config: byte-identical; accuracy {acc} = mean(predictions == labels)")
 PY
 
 echo "== 3. errors: another model, another shape, an existing output"

@@ -77,6 +77,10 @@ std::string check_init_from(const Config& c, const Model& layout);
 std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::string& path,
                                        ExportDtype dtype);
 
+/// The `layer =` lines of the configuration checkpoint `s` (read from `path`) carries, in order.
+/// Throws InputError naming `path` when it carries none.
+std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path);
+
 /// The model of checkpoint `s` (read from `path`), layout only: rebuilt from the `layer =` lines
 /// of the configuration it carries, for its input shape and class count (checkpoint_input()).
 /// Throws InputError naming `path` when that model's signature is not the checkpoint's, and what
