@@ -107,7 +107,8 @@ void check_input_and_model(const Config& c) {
   DT_REQUIRE(!c.layers.empty() || model_from_checkpoint,
              c.config_file.empty()
                  ? "no model: give --config JOB, the job file whose `layer =` lines describe it "
-                   "(for predict --init-from, the job the tensors were trained with)"
+                   "(for predict --init-from, the job the tensors were trained with), or --layer "
+                   "options"
                  : "option --layer: the model has no layers (give `layer =` lines in " +
                        c.config_file + ")");
   (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
