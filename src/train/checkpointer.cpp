@@ -212,7 +212,11 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   if (layout.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
   name_tensors(s, layout);
   write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
-  log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step));
+  const bool again = s.global_step == last_file_;  // the ps modes' rewrite (after_averaging())
+  last_file_ = s.global_step;
+  log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step) +
+           (again ? " (again: the workers' averaged batchnorm statistics, the parameters refreshed)"
+                  : ""));
 }
 
 void name_tensors(CheckpointState& s, const Model& model) {

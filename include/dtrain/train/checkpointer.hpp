@@ -126,6 +126,7 @@ class Checkpointer {
   const PipelineGroup* pipe_;
   const bool lockstep_;
   std::int64_t last_step_ = -1;  ///< global step of the last checkpoint (written or gathered)
+  std::int64_t last_file_ = -1;  ///< the chief: global step in the name of the last file written
   std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
 };
 
