@@ -100,8 +100,11 @@ class Layer {
   [[nodiscard]] virtual std::string type() const = 0;
   /// Input shapes, in input= order (one for most layers).
   [[nodiscard]] virtual std::vector<Shape> input_shapes() const = 0;
+  /// The first input's shape (N×C×H×W, N the batch the layer was built for).
   [[nodiscard]] Shape input_shape() const { return input_shapes().front(); }
+  /// The output's shape (N×C×H×W; a dense layer's is N×units×1×1).
   [[nodiscard]] virtual Shape output_shape() const = 0;
+  /// The tensors backward() reads besides dy, and whether forward may run in place.
   [[nodiscard]] virtual BackwardNeeds needs() const { return {}; }
   /// Trainable tensors, in a fixed order.
   [[nodiscard]] virtual std::vector<ParamDef> param_defs() const { return {}; }
