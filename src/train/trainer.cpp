@@ -46,10 +46,15 @@ int allowed_cores() {
   CPU_ZERO(&mask);
   return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
 }
+
+/// The node's cores over its ranks, at least 1 (a rank's share before the launcher's binding).
+int node_share(const Cluster& cluster) {
+  return std::max(1, Cluster::node_cores() / cluster.me().local_size);
+}
 }  // namespace
 
 int rank_cores(const Cluster& cluster) {
-  const int share = std::max(1, Cluster::node_cores() / cluster.me().local_size);
+  const int share = node_share(cluster);
   const int allowed = allowed_cores();
   return allowed > 0 ? std::min(share, allowed) : share;
 }
@@ -74,7 +79,7 @@ bool wants_gpu(const Config& c) {
 void warn_node_oversubscribed(const Config& c, const Cluster& cluster) {
   if (cluster.me().local_rank != 0) return;
   const int cores = Cluster::node_cores();
-  const int share = std::max(1, cores / cluster.me().local_size);
+  const int share = node_share(cluster);
   const bool gpu = wants_gpu(c);
   int total = 0, ps = 0, cpu_workers = 0;  // threads, and the ranks that start them
   for (const auto& r : cluster.ranks()) {
@@ -90,13 +95,16 @@ void warn_node_oversubscribed(const Config& c, const Cluster& cluster) {
   // More ranks than cores (mpirun --oversubscribe) is the launcher's choice; one thread each is
   // the least they can run on, so only threads beyond that are worth a word.
   if (total <= std::max(cores, ps + cpu_workers)) return;
+  // An option's value as the ranks run it: "2", or "0 (4)" for the default share.
+  auto shown = [&](int t) {
+    return t > 0 ? std::to_string(t) : "0 (" + std::to_string(share) + ")";
+  };
   std::string who;
   if (cpu_workers > 0)
-    who = std::to_string(cpu_workers) + " worker(s) × --threads " +
-          (c.threads > 0 ? std::to_string(c.threads) : "0 (" + std::to_string(share) + ")");
+    who = std::to_string(cpu_workers) + " worker(s) × --threads " + shown(c.threads);
   if (ps > 0)
     who += (who.empty() ? "" : " + ") + std::to_string(ps) + " ps × --ps-threads " +
-           (c.ps_threads > 0 ? std::to_string(c.ps_threads) : "0 (" + std::to_string(share) + ")");
+           shown(c.ps_threads);
   log_warn("this node's ranks start " + std::to_string(total) + " OpenMP threads (" + who +
            ") on its " + std::to_string(cores) +
            " core(s): threads that share a core wait for each other at every parallel step, "
