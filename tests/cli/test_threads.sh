@@ -12,8 +12,9 @@ cores=$("$PY" -c 'import os; print(os.cpu_count())')  # as std::thread::hardware
 make_data train 128 --seed 3
 write_job "$SCRATCH/job.ini"
 WARN="this node's ranks start"
-# run NAME NP ARGS...: dtrain on NP ranks (unbound), its output in $SCRATCH/NAME.log.
-run() {
+# launch NAME NP ARGS...: dtrain on NP ranks (unbound), its output in $SCRATCH/NAME.log.
+# (Not common.sh's run: that one leaves Open MPI's binding, which this test must not have.)
+launch() {
   local name=$1 np=$2
   shift 2
   timeout 300 "$MPIEXEC" --bind-to none -n "$np" "$DTRAIN" --config "$SCRATCH/job.ini" \
@@ -31,20 +32,20 @@ warned() {
 }
 
 echo "== 1. --dry-run, 2 workers x --threads $cores on $cores core(s): warned"
-run dry_over 2 --mode sync --num-ps 0 --threads "$cores" --dry-run
+launch dry_over 2 --mode sync --num-ps 0 --threads "$cores" --dry-run
 warned dry_over "start $((2 * cores)) OpenMP threads (2 worker(s) × --threads $cores) on its $cores core(s)"
 
 echo "== 2. --dry-run, the default threads: no warning"
-run dry_default 2 --mode sync --num-ps 0 --dry-run
+launch dry_default 2 --mode sync --num-ps 0 --dry-run
 ! grep -q "$WARN" "$SCRATCH/dry_default.log" || { cat "$SCRATCH/dry_default.log"; fail "default threads warned"; }
 
 echo "== 3. async, 1 ps x --ps-threads $cores + 2 workers: the warning names both"
-run dry_ps 3 --mode async --num-ps 1 --ps-threads "$cores" --dry-run
+launch dry_ps 3 --mode async --num-ps 1 --ps-threads "$cores" --dry-run
 warned dry_ps "2 worker(s) × --threads 0"
 warned dry_ps "+ 1 ps × --ps-threads $cores"
 
 echo "== 4. a real run, 1 worker x --threads $((2 * cores)): warned at start, finishes"
-run train_over 1 --mode sync --num-ps 0 --threads "$((2 * cores))" --max-steps 2
+launch train_over 1 --mode sync --num-ps 0 --threads "$((2 * cores))" --max-steps 2
 warned train_over "start $((2 * cores)) OpenMP threads (1 worker(s) × --threads $((2 * cores)))"
 [[ -f $SCRATCH/train_over/results.json ]] || fail "the oversubscribed run wrote no results.json"
 echo "PASS"

@@ -18,7 +18,7 @@ import sys
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
-SKIP_DIRS = {"build", "third_party", "node_modules"}
+SKIP_DIRS = {"third_party", "node_modules"}  # and build*/, hidden folders
 
 
 def slug(text):
@@ -39,8 +39,12 @@ def lines_outside_code(path):
                 yield n, line
 
 
-def anchors(path, cache={}):
-    if path not in cache:
+_ANCHORS = {}  # path -> its headings' anchors
+
+
+def anchors(path):
+    """The anchors of the headings of Markdown file `path` (read once)."""
+    if path not in _ANCHORS:
         seen, out = {}, set()
         for _, line in lines_outside_code(path):
             m = HEADING.match(line)
@@ -50,8 +54,8 @@ def anchors(path, cache={}):
             k = seen.get(s, 0)
             seen[s] = k + 1
             out.add(s if k == 0 else f"{s}-{k}")
-        cache[path] = out
-    return cache[path]
+        _ANCHORS[path] = out
+    return _ANCHORS[path]
 
 
 def markdown_files(root):
@@ -77,7 +81,8 @@ def main():
                     continue
                 checked += 1
                 target, _, anchor = link.partition("#")
-                full = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+                full = (os.path.normpath(os.path.join(os.path.dirname(path), target))
+                        if target else path)
                 if not os.path.exists(full):
                     bad.append(f"{rel}:{n}: {link}: no such file")
                 elif anchor and full.endswith(".md") and anchor not in anchors(full):
