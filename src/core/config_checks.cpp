@@ -204,6 +204,7 @@ void check_cluster_sizes(const Config& c) {
              "option --ps-chunk-kb: must be a size in KiB from 1 to 1048576, got " +
                  std::to_string(c.ps_chunk_kb));
   non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
+  non_negative("checkpoint-secs", c.checkpoint_secs);
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);

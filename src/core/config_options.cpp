@@ -341,6 +341,10 @@ void add_output_options(Table& t, Config& c) {
   t.add("run-dir", &c.run_dir, "directory for checkpoints, metrics.csv and results.json");
   t.add("checkpoint-every", &c.checkpoint_every,
         "checkpoint every N global steps (0: only at epoch ends and the end)");
+  t.add("checkpoint-secs", &c.checkpoint_secs,
+        "also checkpoint at the first step ending S seconds or more after the last checkpoint was "
+        "written (TensorFlow's save_checkpoint_secs; the chief's wall clock; 0: off). Lockstep "
+        "modes agree on the step with one 4-byte broadcast per step");
   t.add("keep-checkpoints", &c.keep_checkpoints, "how many newest checkpoints to keep");
   t.add("resume", &c.resume, "continue from the newest valid checkpoint in --run-dir");
   t.add("timeline", &c.timeline,

@@ -143,14 +143,35 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
   }
   exchange_.start(model_, resume ? &*resume : nullptr, at.global_step);
   bucket_ = c_.checkpoint_every > 0 ? at.global_step / c_.checkpoint_every : 0;
+  saved_at_ = now_seconds();
   return at;
 }
 
 void Checkpointer::after_step(const TrainPosition& at) {
-  if (c_.checkpoint_every <= 0 || at.global_step / c_.checkpoint_every <= bucket_) return;
-  bucket_ = at.global_step / c_.checkpoint_every;
+  bool due = false;
+  if (c_.checkpoint_every > 0 && at.global_step / c_.checkpoint_every > bucket_) {
+    bucket_ = at.global_step / c_.checkpoint_every;
+    due = true;
+  }
+  if (c_.checkpoint_secs > 0) due = time_due() || due;  // collective: called on every step
   // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone.
-  if (lockstep_ || cluster_.is_chief()) save(at);
+  if (due && (lockstep_ || cluster_.is_chief())) save(at);
+}
+
+bool Checkpointer::time_due() {
+  int due = now_seconds() - saved_at_ >= c_.checkpoint_secs ? 1 : 0;
+  // The clock of the rank that writes the file decides, and the ranks that save with it follow:
+  // stage P − 1's leader to the replica's stages, each stage's leader to its replicas.
+  const auto follow = [&due](MPI_Comm comm, int root) {
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Ibcast(&due, 1, MPI_INT, root, comm, &req));
+    wait_one(req, comm_timeout(), "agreeing on a --checkpoint-secs checkpoint");
+  };
+  if (pipe_ != nullptr && (lockstep_ || cluster_.is_chief()))
+    follow(pipe_->pipe(), pipe_->place().stages - 1);
+  if (lockstep_) follow(cluster_.role_comm(), 0);
+  else if (!cluster_.is_chief()) return false;
+  return due > 0;
 }
 
 void Checkpointer::at_stop(const TrainPosition& at, bool signal) {
@@ -217,6 +238,7 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step) +
            (again ? " (again: the workers' averaged batchnorm statistics, the parameters refreshed)"
                   : ""));
+  saved_at_ = now_seconds();  // the writer's: --checkpoint-secs counts from the file written
 }
 
 void name_tensors(CheckpointState& s, const Model& model) {

@@ -46,6 +46,7 @@ expect_error 3 "--replicas-to-aggregate" "${JOB[@]}" "${GOOD[@]}" --mode sync --
 expect_error 3 "--delay-compensation" "${JOB[@]}" "${GOOD[@]}" --mode sync --num-ps 1 --delay-compensation 1
 expect_error 3 "--delay-compensation" "${JOB[@]}" "${GOOD[@]}" --delay-compensation -0.5
 expect_error 3 "--ps-chunk-kb" "${JOB[@]}" "${GOOD[@]}" --ps-chunk-kb 0
+expect_error 3 "--checkpoint-secs|>= 0" "${JOB[@]}" "${GOOD[@]}" --checkpoint-secs -5
 expect_error 3 "--run-dir|$SCRATCH/run_dir_file" --config "$SCRATCH/job.ini" "${GOOD[@]}" --run-dir "$SCRATCH/run_dir_file"
 [[ -f $SCRATCH/run_dir_file && $(cat "$SCRATCH/run_dir_file") == "not a directory" ]] || fail "the run-dir file was touched"
 [[ ! -e $SCRATCH/run ]] || fail "a failed start created a run dir: $(ls -R "$SCRATCH/run")"

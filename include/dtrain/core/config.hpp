@@ -142,6 +142,7 @@ struct Config {
   // checkpoints and output
   std::string run_dir = "runs/default";  ///< checkpoints, metrics.csv, results.json (non-empty)
   std::int64_t checkpoint_every = 0;     ///< global steps; 0 = only at the end (and each epoch end)
+  double checkpoint_secs = 0;            ///< seconds between checkpoints (wall clock); 0 = off
   int keep_checkpoints = 3;              ///< how many newest checkpoints to keep (> 0)
   bool resume = false;                   ///< continue from the newest valid checkpoint in run_dir
   bool timeline = false;  ///< write a Chrome trace of every rank to <run_dir>/timeline.json

@@ -8,9 +8,12 @@
 // the replicas' own copy, or the ps shards gathered with SNAPSHOT requests).
 //
 // When a training run saves (Checkpointer's hooks, called by the worker's loop):
-//   after_step      --checkpoint-every N: a step that crossed a multiple of N global steps.
-//                   Lockstep exchanges (allreduce): every worker, at the same step; else the chief
-//                   alone (its snapshot gathers the ps shards).
+//   after_step      --checkpoint-every N: a step that crossed a multiple of N global steps;
+//                   --checkpoint-secs S: the first step ending S seconds or more after the last
+//                   checkpoint file was written (or the start), by its writer's clock
+//                   (TensorFlow's save_checkpoint_secs). Lockstep exchanges (allreduce): every
+//                   worker, at the same step; else the chief alone (its snapshot gathers the ps
+//                   shards).
 //   at_stop         the loop stopped (signal, --max-steps), before any epoch-end work. Lockstep:
 //                   always, so that a resumed run continues bit for bit; else only on a signal.
 //   after_averaging ps modes stopped by --max-steps: after the batchnorm averaging, rewriting a
@@ -92,8 +95,10 @@ class Checkpointer {
   TrainPosition restore(std::optional<CheckpointState> resume, double& wall_seconds);
 
   /// After each training step at position `at` (at.step_in_epoch: steps done): saves when
-  /// --checkpoint-every was crossed since the last check. Lockstep: every worker calls it;
-  /// otherwise each worker may, and only the chief saves. Throws as save().
+  /// --checkpoint-every was crossed since the last check, or when --checkpoint-secs have passed
+  /// since the last checkpoint (time_due()). Lockstep: every worker calls it after every step;
+  /// otherwise each worker may, and only the chief saves (pipelined: the stage leaders, each
+  /// after every step). Throws as save(), and as time_due().
   void after_step(const TrainPosition& at);
   /// The epoch's loop stopped at `at`, by a signal (`signal`) or --max-steps: saves (lockstep, or a
   /// signal) before the epoch-end work. Every worker calls it. Throws as save().
@@ -112,6 +117,14 @@ class Checkpointer {
   /// GradientExchange::settle()/snapshot(), TimeoutError past --timeout, LibraryError when the
   /// write fails (the previous checkpoints stay).
   void save(const TrainPosition& at, bool rewrite = false);
+  /// --checkpoint-secs: whether c.checkpoint_secs seconds (steady clock) have passed since the
+  /// writer of the checkpoint files (the chief; pipelined: stage P − 1's leader) wrote the last
+  /// one or restored, by the writer's clock, broadcast to the ranks that save with it (lockstep:
+  /// every worker; pipelined ps modes: the stage leaders; else the chief alone, without
+  /// communication) so that they all save at the same step. Collective over those ranks: one
+  /// 4-byte broadcast (two when pipelined and lockstep); other ranks return false. Throws
+  /// TimeoutError past --timeout, LibraryError when an MPI call fails.
+  bool time_due();
   /// This worker's batchnorm statistics as a checkpoint's rows (lockstep: every worker's, on the
   /// chief; collective over the workers).
   void gather_model_state(CheckpointState& s);
@@ -128,6 +141,7 @@ class Checkpointer {
   std::int64_t last_step_ = -1;  ///< global step of the last checkpoint (written or gathered)
   std::int64_t last_file_ = -1;  ///< the chief: global step in the name of the last file written
   std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
+  double saved_at_ = 0;          ///< now_seconds() after the last file written (or restore())
 };
 
 /// Fills s.param_tensors and s.buffer_tensors (format 2's named tensors) from `model`'s

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tests/cli/test_checkpoint_secs.sh — --checkpoint-secs S (TensorFlow's save_checkpoint_secs): a
+# checkpoint at the first step ending S seconds or more after the last one, on whichever steps the
+# clock gives, with every rank that saves agreeing on the step.
+#   1. sync allreduce, 2 workers, steps slowed to tens of ms (DTRAIN_FAULT=slow*20): mid-run
+#      checkpoints appear (none without the option), their recorded training times lie ≥ S apart,
+#      and resuming from one of them ends bit-identical to a run that never stopped — so both
+#      workers saved the same step (their batchnorm rows are in it).
+#   2. the other savers: async (the chief alone, slowed the same way), a pipelined allreduce run
+#      (2 stages) and a pipelined ps run (the stage leaders) finish and write mid-run checkpoints.
+#      The pipelines run at their own speed with a shorter interval: slow*F sleeps F − 1 times a
+#      step's compute, which in a pipeline includes waiting for the other stage, and so for the
+#      writer's checkpoint — the step after each checkpoint would be slowed past the interval.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+make_data train 4096 --seed 21 --template-seed 9
+write_job "$SCRATCH/job.ini"
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --epochs 1 --keep-checkpoints 100)
+SECS=0.4
+
+# mid_checkpoints DIR LAST MIN SECS: the checkpoints of DIR before step LAST (the run's end): at
+# least MIN of them, their wall_seconds at least 0.9 × SECS apart (the first: after 0.9 × SECS).
+# Prints their steps.
+mid_checkpoints() {
+  "$PY" - "$@" <<'PY'
+import glob, sys, h5py
+d, last, least, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+times = []
+for f in sorted(glob.glob(f"{d}/ckpt-*.h5")):
+    with h5py.File(f, "r") as h:
+        step, wall = int(h.attrs["global_step"]), float(h.attrs["wall_seconds"])
+    if step < last:
+        times.append((step, wall))
+assert len(times) >= least, f"{d}: {len(times)} checkpoints before step {last}, expected >= {least}"
+prev = 0.0
+for step, wall in times:
+    assert wall - prev >= 0.9 * secs, f"{d}: ckpt of step {step} at {wall:.3f} s, {wall - prev:.3f} s after the last"
+    prev = wall
+print(" ".join(str(s) for s, _ in times))
+PY
+}
+
+echo "== sync allreduce, 2 workers: without the option, only the last step's checkpoint"
+a=$SCRATCH/straight
+run 2 "$a" --mode sync --num-ps 0 --max-steps 100
+[[ $(ls "$a"/ckpt-*.h5) == "$a/ckpt-0000000100.h5" ]] || fail "$a: $(ls "$a")"
+
+echo "== with --checkpoint-secs $SECS (steps slowed by DTRAIN_FAULT=slow*20)"
+b=$SCRATCH/timed
+DTRAIN_FAULT='slow*20' run 2 "$b" --mode sync --num-ps 0 --max-steps 100 --checkpoint-secs "$SECS"
+steps=$(mid_checkpoints "$b" 100 2 "$SECS") || fail "$b: $steps"
+echo "mid-run checkpoints at steps: $steps"
+read -r -a mid <<<"$steps"
+k=${mid[1]}
+echo "== resume from the time-based checkpoint of step $k: bit-identical at step 100"
+c=$SCRATCH/resumed
+mkdir "$c"
+cp "$b/config.ini" "$(printf '%s/ckpt-%010d.h5' "$b" "$k")" "$c/"
+run 2 "$c" --mode sync --num-ps 0 --max-steps 100 --resume
+grep -q "resuming from global_step $k," "$c.log" || { cat "$c.log"; fail "did not resume at $k"; }
+compare "$a" "$c" 100
+
+echo "== the other savers"
+d=$SCRATCH/async
+DTRAIN_FAULT='slow*20' run 3 "$d" --mode async --num-ps 1 --max-steps 80 --checkpoint-secs "$SECS"
+steps=$(mid_checkpoints "$d" 80 1 "$SECS") || fail "$d: $steps"
+echo "async, 1 ps + 2 workers: mid-run checkpoints at steps $steps"
+for shape in "2 --mode sync --num-ps 0" "4 --mode async --num-ps 2"; do
+  read -r -a args <<<"$shape"
+  d=$SCRATCH/pipelined-${args[2]}
+  # 250 steps: the epoch's 256 (4096 samples in batches of 16) would add a checkpoint of its own.
+  run "${args[0]}" "$d" "${args[@]:1}" --pipeline-stages 2 --micro-batches 2 --max-steps 250 \
+    --checkpoint-secs 0.05
+  steps=$(mid_checkpoints "$d" 250 1 0.05) || fail "$d ($shape): $steps"
+  echo "-np $shape, 2 stages: mid-run checkpoints at steps $steps"
+done
+echo "PASS"
