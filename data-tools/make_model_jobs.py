@@ -230,9 +230,12 @@ def inception3(div):
     return net
 
 
-def train_section(name, batch, lr, log_every, weight_decay, warmup, epochs=1, keep=1):
+def train_section(name, batch, lr, log_every, weight_decay, warmup, epochs=1, keep=1, secs=0):
     """[train], [optimizer], [cluster] and [checkpoint]: sync data parallelism, momentum SGD, lr per
-    worker batch scaled linearly with the workers (Goyal et al. 2017), warm-up then cosine."""
+    worker batch scaled linearly with the workers (Goyal et al. 2017), warm-up then cosine; with
+    secs > 0 a checkpoint every `secs` seconds as well as at epoch ends."""
+    timed = (f"\n# an ImageNet epoch takes hours on a few CPU nodes: a checkpoint every {secs // 60} minutes"
+             f" too\ncheckpoint-secs = {secs}") if secs else ""
     return f"""[train]
 mode = sync
 epochs = {epochs}
@@ -254,7 +257,7 @@ num-ps = 0
 
 [checkpoint]
 run-dir = runs/{name}
-keep-checkpoints = {keep}"""
+keep-checkpoints = {keep}{timed}"""
 
 
 SYNTHETIC_RUN = """# Runs out of the box on synthetic data (one random batch per worker, no I/O):
@@ -293,7 +296,7 @@ test-data = data/fashion_mnist/test.h5""",
 """ + SYNTHETIC_RUN.format(job="resnet50_imagenet"),
         data="""[data]
 synthetic = 3x224x224:1000""",
-        train=train_section("resnet50_imagenet", 32, 0.0125, 10, 0.0001, 100)),
+        train=train_section("resnet50_imagenet", 32, 0.0125, 10, 0.0001, 100, secs=1800)),
     "vgg16_imagenet": dict(
         build=vgg16,
         header="""# VGG-16 for ImageNet (Simonyan & Zisserman 2015, configuration D; torchvision.models.vgg16, no
@@ -306,7 +309,7 @@ synthetic = 3x224x224:1000""",
 """ + SYNTHETIC_RUN.format(job="vgg16_imagenet"),
         data="""[data]
 synthetic = 3x224x224:1000""",
-        train=train_section("vgg16_imagenet", 16, 0.000625, 5, 0.0005, 100)),
+        train=train_section("vgg16_imagenet", 16, 0.000625, 5, 0.0005, 100, secs=1800)),
     "inception3_imagenet": dict(
         build=inception3,
         header="""# Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture for Computer Vision";
@@ -321,7 +324,7 @@ synthetic = 3x224x224:1000""",
 """ + SYNTHETIC_RUN.format(job="inception3_imagenet"),
         data="""[data]
 synthetic = 3x299x299:1000""",
-        train=train_section("inception3_imagenet", 32, 0.0125, 10, 0.0001, 100)),
+        train=train_section("inception3_imagenet", 32, 0.0125, 10, 0.0001, 100, secs=1800)),
 }
 
 
