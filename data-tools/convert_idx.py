@@ -41,6 +41,7 @@ sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h5info  # noqa: E402  (schema validation shared with h5info.py)
 import outputs  # noqa: E402  (the output checks every writing tool shares)
+from h5files import open_h5  # noqa: E402  (file locks where the file system has them)
 
 # IDX type codes (third magic byte) → big-endian numpy dtype.
 IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -144,7 +145,7 @@ def mean_std_from(path):
     if not os.path.isfile(path):
         raise ConvertError(f"{path}: " + ("is a directory" if os.path.isdir(path) else "no such file"))
     try:
-        with h5py.File(path, "r") as f:
+        with open_h5(path, "r") as f:
             if "mean" not in f.attrs or "std" not in f.attrs:
                 raise ConvertError(f"{path}: has no `mean`/`std` attributes to copy")
             return (np.asarray(f.attrs["mean"], np.float32).reshape(-1),
@@ -208,7 +209,7 @@ def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
     the schema; the caller renames it to `out` or removes it."""
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        with h5py.File(tmp, "w") as f:
+        with open_h5(tmp, "w") as f:
             chunks = (min(CHUNK_SAMPLES, images.shape[0]),) + images.shape[1:]
             f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks)
             f.create_dataset("labels", data=labels, dtype=np.int64)

@@ -21,6 +21,10 @@ import sys
 import h5py
 import numpy as np
 
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from h5files import open_h5  # noqa: E402  (file locks where the file system has them)
+
 ROWS_PER_READ = 4096  # samples per read when scanning pixels (bounded memory)
 
 
@@ -68,7 +72,7 @@ def validate(path, expected_classes=None, scan_pixels=True):
         raise SchemaError("no such file")
     if not h5py.is_hdf5(path):
         raise SchemaError("not an HDF5 file")
-    with h5py.File(path, "r") as f:
+    with open_h5(path, "r") as f:
         for name in ("images", "labels"):
             if name not in f or not isinstance(f[name], h5py.Dataset):
                 raise SchemaError(f"no dataset `{name}`")

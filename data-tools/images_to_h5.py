@@ -66,6 +66,7 @@ sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h5info  # noqa: E402  (schema validation shared with h5info.py)
 import outputs  # noqa: E402  (the output checks every writing tool shares)
+from h5files import open_h5  # noqa: E402  (file locks where the file system has them)
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 CHUNK_SAMPLES = 256          # samples per chunk (at most), as convert_idx.py
@@ -262,7 +263,7 @@ class SplitWriter:
         self.tmp = outputs.temp_name(out)
         self.n, self.at = n, 0
         self.hist = np.zeros((channels, 256), np.int64)  # exact per-channel pixel histograms
-        self.file = h5py.File(self.tmp, "w")
+        self.file = open_h5(self.tmp, "w")
         shape = (n, channels) + tuple(size)
         self.images = self.file.create_dataset("images", shape=shape, dtype=np.uint8,
                                                chunks=(min(chunk, n), channels) + tuple(size))
@@ -316,7 +317,7 @@ class EncodedWriter(SplitWriter):
         self.tmp = outputs.temp_name(out)
         self.n, self.at = n, 0
         self.hist = np.zeros((channels, 256), np.int64)
-        self.file = h5py.File(self.tmp, "w")
+        self.file = open_h5(self.tmp, "w")
         self.images = self.file.create_dataset("images", shape=(n,), dtype=h5py.vlen_dtype(np.uint8),
                                                chunks=(min(chunk, n),))
         self.shapes = self.file.create_dataset("image_shapes", shape=(n, 3), dtype=np.int32,

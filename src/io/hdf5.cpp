@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "dtrain/core/error.hpp"
+#include "hdf5_locks.hpp"
 #include "input_fail.hpp"
 
 namespace dtrain {
@@ -186,7 +187,8 @@ H5File open_existing(const std::string& path, unsigned flags) {
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 < 0) DT_INPUT_FAIL(path + ": cannot be read (" + hdf5_error_text() + ")");
   if (is_h5 == 0) DT_INPUT_FAIL(path + ": not an HDF5 file (no HDF5 signature)");
-  const hid_t id = H5Fopen(path.c_str(), flags, H5P_DEFAULT);
+  const H5PropList fapl = detail::file_access(path, false);
+  const hid_t id = H5Fopen(path.c_str(), flags, fapl ? fapl.get() : H5P_DEFAULT);
   if (id < 0)
     DT_INPUT_FAIL(path + ": cannot open HDF5 file — truncated, corrupt or unreadable (HDF5: " +
                   hdf5_error_text() + ")");
@@ -241,8 +243,10 @@ H5File open_file_rw(const std::string& path) { return open_existing(path, H5F_AC
 
 H5File create_file(const std::string& path) {
   Lock lock(hdf5_mutex());
-  return H5File(DT_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                              "file " + path));
+  const H5PropList fapl = detail::file_access(path, true);
+  return H5File(DT_CHECK_HDF5(
+      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl ? fapl.get() : H5P_DEFAULT),
+      "file " + path));
 }
 
 void flush_file(hid_t file, const std::string& what) {

@@ -106,15 +106,18 @@ using H5Group = Hdf5Handle<H5Gclose>;
 // ---- files
 // ----------------------------------------------------------------------------------------
 
-/// Opens an existing file read-only (default POSIX driver).
-/// Throws InputError naming the path when it does not exist, is not a regular file, is not an HDF5
-/// file (H5Fis_hdf5), or cannot be opened (truncated, corrupt, no permission).
+/// Opens an existing file read-only (default POSIX driver), with HDF5's file locks where its file
+/// system takes them and without where it has none (NFS without lockd; warned once per process:
+/// src/io/hdf5_locks.hpp). Throws InputError naming the path when it does not exist, is not a
+/// regular file, is not an HDF5 file (H5Fis_hdf5), is locked by another process, or cannot be
+/// opened (truncated, corrupt, no permission).
 H5File open_file_read(const std::string& path);
 
 /// Opens an existing HDF5 file for reading and writing. Throws InputError like open_file_read().
 H5File open_file_rw(const std::string& path);
 
-/// Creates (truncating any existing file) an HDF5 file. Throws LibraryError on failure.
+/// Creates (truncating any existing file) an HDF5 file, file locks as open_file_read(). Throws
+/// InputError when another process holds it locked, LibraryError on any other failure.
 H5File create_file(const std::string& path);
 
 /// Flushes all buffers of an open file to the OS (H5Fflush, global scope). Throws LibraryError.
