@@ -3,6 +3,7 @@
 #include "dtrain/core/files.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,11 +43,19 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw LibraryError("cannot open '" + path + "' to fsync it" + errno_reason());
+  struct stat st {};
+  const bool directory = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
   const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
-  if (rc != 0) throw LibraryError("fsync of '" + path + "' failed");
+  if (rc == 0) return;
+  // A directory's fsync makes the renames in it durable. Where the file system cannot sync a
+  // directory (EINVAL: some FUSE and SMB mounts) they are as durable as it makes them: no reason
+  // to end a run whose file is complete, synced and in place.
+  if (directory && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP)) return;
+  throw LibraryError("fsync of '" + path + "' failed: " + std::strerror(err));
 }
 
 void require_new_file(const std::string& path, const std::string& option) {

@@ -2,7 +2,6 @@
 // llm.c / TF's checkpoint manager), Fletcher32 checksums, keep-last-N pruning.
 #include "dtrain/io/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -37,14 +36,6 @@ std::int64_t step_of_checkpoint_name(std::string_view name) {
     step = step * 10 + (c - '0');
   }
   return step;
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw LibraryError("cannot open '" + path + "' to fsync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw LibraryError("fsync of '" + path + "' failed");
 }
 
 void write_floats(hid_t loc, const std::string& name, const std::vector<float>& v,
@@ -192,9 +183,9 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
     write_attr_double(root, "wall_seconds", s.wall_seconds);
     flush_file(root, tmp);
   }
-  fsync_path(tmp, false);
+  fsync_path(tmp);
   replace_file(tmp, final_path);
-  fsync_path(run_dir, true);
+  fsync_path(run_dir);
 
   const auto all = list_checkpoints(run_dir);
   for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {

@@ -86,6 +86,18 @@ TEST(Files, AFailedRenameNamesBothPathsAndTheReason) {
   EXPECT_TRUE(fs::exists(fs::path(to) / "child"));
 }
 
+TEST(Files, FsyncPathSyncsFilesAndDirectoriesAndNamesWhatIsMissing) {
+  ScratchDir d("fsync");
+  const std::string file = (d.path / "f.txt").string();
+  std::ofstream(file) << "x";
+  EXPECT_NO_THROW(fsync_path(file));
+  EXPECT_NO_THROW(fsync_path(d.path.string()));
+  const std::string missing = (d.path / "missing").string();
+  const std::string msg = error_of([&] { fsync_path(missing); });
+  EXPECT_NE(msg.find("'" + missing + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+}
+
 TEST(Files, CreateNewFileWritesWholeAndNeverReplaces) {
   ScratchDir d("create");
   const std::string p = (d.path / "m.onnx").string();

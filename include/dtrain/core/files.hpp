@@ -29,8 +29,9 @@ void write_file_atomically(const std::string& path, const std::string& text);
 /// operation (set errno = 0 before it).
 std::string errno_reason();
 
-/// fsync(2) of the file or directory `path`. Throws LibraryError naming it when it cannot be
-/// opened or the fsync fails.
+/// fsync(2) of the file or directory `path`. Throws LibraryError naming it and the system's reason
+/// when it cannot be opened or the fsync fails — except a directory whose file system does not sync
+/// directories (EINVAL, ENOTSUP: some FUSE and SMB mounts), which returns.
 void fsync_path(const std::string& path);
 
 /// Checks that `path` can be created without replacing anything: it does not exist (nor is a

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# tests/cli/test_file_locks.sh — HDF5 files on a file system without file locks, and a file another
-# process holds locked (src/io/hdf5_locks.hpp):
-#   1. under LD_PRELOAD=no_file_locks.so (every flock() fails with ENOLCK, as on NFS without
-#      lockd) h5py cannot open the training file (the control: HDF5 alone fails there), while
-#      dtrain trains 2 workers, checkpoints, resumes and predicts, warning once per rank and
-#      naming the file system's answer; its checkpoints verify when read back normally;
+# tests/cli/test_odd_filesystems.sh — file systems as HPC sites mount them, and a file another
+# process holds locked:
+#   1. under LD_PRELOAD=odd_filesystem.so (every flock() fails with ENOLCK, as on NFS without
+#      lockd; fsync of a directory fails with EINVAL, as on some FUSE and SMB mounts) h5py cannot
+#      open the training file (the control: HDF5 alone fails there), while dtrain trains 2
+#      workers, checkpoints (its run dir's fsync refused), resumes and predicts, warning once per
+#      rank about the locks (src/io/hdf5_locks.hpp) and naming the file system's answer; its
+#      checkpoints verify when read back normally;
 #      and the data tools convert (convert_idx.py) and check (h5info.py) a file there, warning;
 #   2. with locks, no such warning;
 #   3. a training file another process has open for writing (h5py mode r+: an exclusive lock):
@@ -12,7 +14,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-SHIM=$BIN/no_file_locks.so
+SHIM=$BIN/odd_filesystem.so
 [[ -f $SHIM ]] || fail "no $SHIM (built by tests/CMakeLists.txt)"
 make_data train 256 --seed 61
 make_data test 64 --seed 62
@@ -21,7 +23,7 @@ COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data
         --mode sync --num-ps 0 --epochs 5 --checkpoint-every 4)
 WARNING="takes no file locks (flock: No locks available)"
 
-echo "== 1. no file locks: h5py fails, dtrain trains, resumes and predicts"
+echo "== 1. no file locks, no directory fsync: h5py fails, dtrain trains, resumes and predicts"
 if LD_PRELOAD=$SHIM "$PY" -c 'import h5py, sys; h5py.File(sys.argv[1], "r")' "$SCRATCH/train.h5" \
     >"$SCRATCH/h5py.log" 2>&1; then
   fail "h5py opened the file under $SHIM: the library does not take effect"
