@@ -51,6 +51,8 @@ b=$SCRATCH/timed
 DTRAIN_FAULT='slow*20' run 2 "$b" --mode sync --num-ps 0 --max-steps 100 --checkpoint-secs "$SECS"
 steps=$(mid_checkpoints "$b" 100 2 "$SECS") || fail "$b: $steps"
 echo "mid-run checkpoints at steps: $steps"
+echo "== saving changed nothing: the timed run ends bit-identical to the straight one"
+compare "$a" "$b" 100
 read -r -a mid <<<"$steps"
 k=${mid[1]}
 echo "== resume from the time-based checkpoint of step $k: bit-identical at step 100"
