@@ -1,6 +1,8 @@
 // dtrain/comm/cluster.cpp — role placement and the MPI_Comm_split into ps and workers.
 #include "dtrain/comm/cluster.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -10,6 +12,22 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+namespace {
+
+/// The CPUs the node's ranks (`local`, the node's communicator) may run on together: the OR of
+/// their affinity masks; a rank whose mask is unknown counts every online CPU.
+int node_cpus_of(MPI_Comm local) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) {
+    const unsigned online = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &mask);
+  }
+  DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &mask, sizeof mask, MPI_BYTE, MPI_BOR, local));
+  return std::max(1, CPU_COUNT(&mask));
+}
+
+}  // namespace
 
 std::vector<RankInfo> compute_layout(const std::vector<int>& node_of_rank, int num_ps) {
   const int world = static_cast<int>(node_of_rank.size());
@@ -58,6 +76,7 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
   DT_CHECK_MPI(MPI_Comm_rank(local, &local_rank));
   DT_CHECK_MPI(MPI_Comm_size(local, &local_size));
   DT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, local));
+  node_cpus_ = node_cpus_of(local);
   MPI_Comm_free(&local);
 
   struct Info {
@@ -96,7 +115,8 @@ Cluster::Cluster(MPI_Comm world, int num_ps) : world_(world), num_ps_(num_ps) {
 
 Cluster::Cluster(const Cluster& parent, int color, const std::vector<int>& ps,
                  const std::vector<int>& workers)
-    : world_(MPI_COMM_NULL), num_ps_(static_cast<int>(ps.size())), num_nodes_(parent.num_nodes_) {
+    : world_(MPI_COMM_NULL), num_ps_(static_cast<int>(ps.size())), num_nodes_(parent.num_nodes_),
+      node_cpus_(parent.node_cpus_) {
   DT_CHECK_MPI(MPI_Comm_split(parent.world_, color, parent.rank_, &owned_world_));
   world_ = owned_world_;
   std::vector<int> members;  // parent world ranks, ascending: this part's world order
@@ -183,10 +203,6 @@ std::string Cluster::role_table() const {
     os << line;
   }
   return os.str();
-}
-
-int Cluster::node_cores() {
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace dtrain

@@ -304,7 +304,8 @@ void add_exchange_options(Table& t, Config& c) {
         "on CPU: start each allreduce bucket, or send each ps push chunk, as soon as backward has "
         "produced it (false: the whole exchange after backward, for measuring what the overlap "
         "hides; ps modes with --skip-nonfinite always push after backward)");
-  t.add("threads", &c.threads, "OpenMP threads per rank (0: cores per node / ranks per node)");
+  t.add("threads", &c.threads,
+        "OpenMP threads per rank (0: the CPUs the node's ranks may use / ranks per node)");
   t.add("ps-chunk-kb", &c.ps_chunk_kb,
         "parameter-server messages travel in chunks of this many KiB: a ps updates chunk c of a "
         "push and sends it back while chunk c + 1 arrives (any shard size, past 2 GiB too)");

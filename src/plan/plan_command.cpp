@@ -125,7 +125,7 @@ WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& or
   const Cluster cluster(MPI_COMM_WORLD, 0);
   Config worker = c;  // --threads 0: a worker's share of this node's cores, as training gives it
   if (worker.threads == 0)
-    worker.threads = std::max(1, Cluster::node_cores() / std::max(1, c.workers_per_node));
+    worker.threads = std::max(1, cluster.node_cpus() / std::max(1, c.workers_per_node));
   WorkerProfile p = profile_worker(worker, cluster, t.batch, c.plan_steps);
   origin = "measured now (" + std::to_string(p.steps) + " steps after a warm-up)";
   if (!c.save_profile.empty()) save_profile(p, c.save_profile, "--save-profile");

@@ -38,7 +38,7 @@ class PsExchange : public GradientExchange {
   static bool push_during_backward(const Config& c, const Cluster& cluster, const Model& model) {
     if (!c.overlap || c.skip_nonfinite || model.backend().device() != Device::cpu) return false;
     if (exchange_kind(c) == ExchangeKind::ps_async) return true;
-    const int cores = Cluster::node_cores();
+    const int cores = cluster.node_cpus();
     const bool shared = cluster.me().local_size > cores;
     if (shared && cluster.is_chief())
       log_info("pushes leave after backward: " + std::to_string(cluster.me().local_size) +

@@ -47,9 +47,9 @@ int allowed_cores() {
   return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
 }
 
-/// The node's cores over its ranks, at least 1 (a rank's share before the launcher's binding).
+/// The node's CPUs over its ranks, at least 1 (a rank's share before the launcher's binding).
 int node_share(const Cluster& cluster) {
-  return std::max(1, Cluster::node_cores() / cluster.me().local_size);
+  return std::max(1, cluster.node_cpus() / cluster.me().local_size);
 }
 }  // namespace
 
@@ -78,7 +78,7 @@ bool wants_gpu(const Config& c) {
 /// role layout, so nothing is exchanged.
 void warn_node_oversubscribed(const Config& c, const Cluster& cluster) {
   if (cluster.me().local_rank != 0) return;
-  const int cores = Cluster::node_cores();
+  const int cores = cluster.node_cpus();
   const int share = node_share(cluster);
   const bool gpu = wants_gpu(c);
   int total = 0, ps = 0, cpu_workers = 0;  // threads, and the ranks that start them
@@ -106,8 +106,9 @@ void warn_node_oversubscribed(const Config& c, const Cluster& cluster) {
     who += (who.empty() ? "" : " + ") + std::to_string(ps) + " ps × --ps-threads " +
            shown(c.ps_threads);
   log_warn("this node's ranks start " + std::to_string(total) + " OpenMP threads (" + who +
-           ") on its " + std::to_string(cores) +
-           " core(s): threads that share a core wait for each other at every parallel step, "
+           ") on the " + std::to_string(cores) +
+           " CPU(s) they may run on: threads that share a core wait for each other at every "
+           "parallel step, "
            "which can make training many times slower (--threads 0 and --ps-threads 0 give each "
            "rank its share of the cores)");
 }
@@ -119,7 +120,7 @@ void set_threads(const Config& c, const Cluster& cluster) {
   int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
     threads = rank_cores(cluster);
-  } else if (allowed > 0 && threads > allowed && allowed < Cluster::node_cores()) {
+  } else if (allowed > 0 && threads > allowed && allowed < cluster.node_cpus()) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
              std::to_string(threads) + " but the launcher bound this rank to " +
              std::to_string(allowed) +

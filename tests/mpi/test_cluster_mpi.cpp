@@ -4,9 +4,11 @@
 // all_or_nothing (comm/guard.hpp): a failure on some ranks raises ReportedError on ALL ranks with
 // the exit code of the lowest failing rank, and success returns everywhere; wait_any with a name
 // built only on timeout (the ps event loop's); wait_all over null and active requests, done once
-// the active ones completed, and its timeout; a part of a cluster renumbering its members.
+// the active ones completed, and its timeout; a part of a cluster renumbering its members; the
+// node's CPUs as the union of its ranks' affinity masks.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/comm/affinity.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -120,6 +123,32 @@ TEST(ClusterMpi, PartsRenumberTheirMembers) {
   EXPECT_EQ(sum, want);
   MPI_Comm_size(part.role_comm(), &role_size);
   EXPECT_EQ(role_size, part.is_ps() ? part.num_ps() : part.num_workers());
+}
+
+/// Restores the calling thread's CPUs when it goes.
+struct AffinityGuard {
+  cpu_set_t saved;
+  AffinityGuard() { sched_getaffinity(0, sizeof saved, &saved); }
+  ~AffinityGuard() { sched_setaffinity(0, sizeof saved, &saved); }
+};
+
+TEST(ClusterMpi, NodeCpusAreTheUnionOfTheRanksCpus) {
+  int rank = 0, W = 1;
+  world(rank, W);
+  const AffinityGuard guard;
+  const std::vector<int> mine = allowed_cpus();  // the launcher's binding, or every CPU
+  EXPECT_GE(Cluster(MPI_COMM_WORLD, 0).node_cpus(), static_cast<int>(mine.size()));
+  // Every rank on one CPU, as a job given one CPU of a shared node: 1, whatever the node has.
+  int c = mine.front();
+  MPI_Allreduce(MPI_IN_PLACE, &c, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  ASSERT_TRUE(pin_this_thread({c}));
+  EXPECT_EQ(Cluster(MPI_COMM_WORLD, 0).node_cpus(), 1);
+  // The last rank back on its own CPUs: the union of {c} and those.
+  if (rank == W - 1) ASSERT_TRUE(pin_this_thread(mine));
+  int want = static_cast<int>(mine.size()) +
+             (std::find(mine.begin(), mine.end(), c) == mine.end() ? 1 : 0);
+  MPI_Bcast(&want, 1, MPI_INT, W - 1, MPI_COMM_WORLD);
+  EXPECT_EQ(Cluster(MPI_COMM_WORLD, 0).node_cpus(), want);
 }
 
 TEST(ClusterMpi, TooManyPsRefusedOnEveryRank) {

@@ -78,9 +78,12 @@ class Cluster {
   [[nodiscard]] int num_ps() const { return num_ps_; }
   [[nodiscard]] int num_workers() const { return world_size() - num_ps_; }
   [[nodiscard]] int num_nodes() const { return num_nodes_; }
-  /// Cores of this rank's node (std::thread::hardware_concurrency(), at least 1): with
+  /// The CPUs this rank's node lets its ranks run on, at least 1: the union of the node's ranks'
+  /// affinity masks (sched_getaffinity, OR-reduced over the node at construction) — on a node
+  /// shared through a Slurm allocation or a cgroup cpuset the CPUs the job was given, not the
+  /// node's; all online CPUs (std::thread::hardware_concurrency()) where a mask is unknown. With
   /// me().local_size, whether the node has a core per rank.
-  [[nodiscard]] static int node_cores();
+  [[nodiscard]] int node_cpus() const { return node_cpus_; }
   /// World rank of ps k (0 ≤ k < num_ps()) / worker w (0 ≤ w < num_workers()); throws
   /// std::out_of_range otherwise.
   [[nodiscard]] int ps_rank(int k) const { return ps_ranks_.at(k); }
@@ -114,6 +117,7 @@ class Cluster {
   int rank_ = 0;
   int num_ps_ = 0;
   int num_nodes_ = 1;
+  int node_cpus_ = 1;
   std::vector<RankInfo> ranks_;
   std::vector<int> ps_ranks_, worker_ranks_;
 };
