@@ -39,6 +39,15 @@ void write_file_atomically(const std::string& path, const std::string& text) {
       throw LibraryError(
           format_error("cannot write '" + tmp + "'" + errno_reason(), __FILE__, __LINE__));
   }
+  // On the file to rename, not only the directory: after a crash XFS (common on HPC nodes) can
+  // leave a renamed, never-synced file empty where ext4's rename heuristics would not.
+  try {
+    fsync_path(tmp);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
   replace_file(tmp, path);
 }
 

@@ -20,9 +20,9 @@ namespace dtrain {
 /// lie on different file systems).
 void replace_file(const std::string& from, const std::string& to);
 
-/// Writes `text` to `path` whole: into `path`.tmp, then replace_file() over `path`. Throws
-/// LibraryError naming the file when it cannot be written (a full disk, a missing directory);
-/// `path` is then left as it was.
+/// Writes `text` to `path` whole: into `path`.tmp, fsync_path() of it, then replace_file() over
+/// `path`. Throws LibraryError naming the file when it cannot be written or synced (a full disk, a
+/// missing directory); `path` is then left as it was.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 /// ": <strerror(errno)>" when errno is set, else "": the system's reason after a failed stream
