@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/files.hpp"
 
 namespace dtrain {
 namespace {
@@ -61,10 +62,11 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
       {"steps", p.steps},   {"step_ms", p.step_ms}, {"optimizer_ms", p.optimizer_ms}};
   j["layers"] = nlohmann::ordered_json::array();
   for (const LayerCost& l : p.layers) j["layers"].push_back(layer_json(l));
-  std::ofstream out(path, std::ios::trunc);
-  out << j.dump(1) << '\n';
-  out.close();
-  DT_REQUIRE(out.good(), "option " + option + " '" + path + "': cannot write the profile");
+  try {
+    create_new_file(path, [&](std::ostream& out) { out << j.dump(1) << '\n'; });
+  } catch (const LibraryError& e) {
+    throw InputError("option " + option + " '" + path + "': cannot write the profile: " + e.what());
+  }
 }
 
 WorkerProfile load_profile(const std::string& path, const std::string& option) {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -265,9 +264,12 @@ int run_plan(const Config& c) {
       if (k.strategy != Strategy::ps || !c.plan_num_ps_given || k.num_ps == c.num_ps)
         rows.push_back(predict(p, t, k));
     if (!c.out.empty()) {
-      std::ofstream out(c.out);
-      out << plan_json(t, p, rows).dump(1) << '\n';
-      DT_REQUIRE(out.good(), "option --out '" + c.out + "': cannot write the plan");
+      const std::string text = plan_json(t, p, rows).dump(1) + '\n';
+      try {
+        create_new_file(c.out, [&](std::ostream& out) { out << text; });
+      } catch (const LibraryError& e) {
+        throw InputError("option --out '" + c.out + "': cannot write the plan: " + e.what());
+      }
     }
   });
   std::cout << header(c, t, p, origin) << table(rows) << '\n'

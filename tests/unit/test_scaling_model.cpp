@@ -405,11 +405,16 @@ TEST(LinkSpec, BadSpecsNameTheOption) {
 
 TEST(WorkerProfileJson, RoundTripsAndRejectsBadFiles) {
   const std::string dir = ::testing::TempDir() + "/profile_json";
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   WorkerProfile p = three_layers();
   p.job = "job.ini";
   p.steps = 3;
   save_profile(p, dir + "/p.json", "--save-profile");
+  // Written whole or not at all, never over a file: a second save is refused, the first kept.
+  p.batch = 99;
+  EXPECT_THROW(save_profile(p, dir + "/p.json", "--save-profile"), InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/p.json.tmp"));
   const WorkerProfile q = load_profile(dir + "/p.json", "--profile");
   EXPECT_EQ(q.batch, 4);
   EXPECT_EQ(q.layers.size(), 3u);

@@ -54,8 +54,9 @@ struct WorkerProfile {
   [[nodiscard]] bool on_cpu() const { return device.rfind("cpu", 0) == 0; }
 };
 
-/// Writes `p` as JSON to `path` (replacing it). Throws InputError naming `option` and the path
-/// when it cannot be written.
+/// Writes `p` as JSON to the new file `path`, whole or not at all (core/files.hpp
+/// create_new_file: never over an existing file). Throws InputError naming `option` and the path
+/// when it cannot be written or exists.
 void save_profile(const WorkerProfile& p, const std::string& path, const std::string& option);
 
 /// Reads a profile written by save_profile() (or by hand in that format). Throws InputError naming
