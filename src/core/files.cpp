@@ -15,6 +15,20 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+namespace {
+
+/// fsync_path(tmp), the temporary file a writer is about to publish; removes it when that fails.
+void sync_or_remove(const std::string& tmp) {
+  try {
+    fsync_path(tmp);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+}
+
+}  // namespace
 
 void replace_file(const std::string& from, const std::string& to) {
   std::error_code ec;
@@ -41,13 +55,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
   // On the file to rename, not only the directory: after a crash XFS (common on HPC nodes) can
   // leave a renamed, never-synced file empty where ext4's rename heuristics would not.
-  try {
-    fsync_path(tmp);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
+  sync_or_remove(tmp);
   replace_file(tmp, path);
 }
 
@@ -82,13 +90,8 @@ void require_new_file(const std::string& path, const std::string& option) {
 }
 
 void publish_new_file(const std::string& tmp, const std::string& path) {
+  sync_or_remove(tmp);
   std::error_code ec;
-  try {
-    fsync_path(tmp);
-  } catch (...) {
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
   std::filesystem::create_hard_link(tmp, path, ec);  // EEXIST rather than replace a file
   std::error_code ignored;
   std::filesystem::remove(tmp, ignored);
