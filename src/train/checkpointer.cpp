@@ -147,15 +147,16 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
   return at;
 }
 
-void Checkpointer::after_step(const TrainPosition& at) {
+void Checkpointer::after_step(const TrainPosition& at, bool last) {
   bool due = false;
   if (c_.checkpoint_every > 0 && at.global_step / c_.checkpoint_every > bucket_) {
     bucket_ = at.global_step / c_.checkpoint_every;
     due = true;
   }
   if (c_.checkpoint_secs > 0) due = time_due() || due;  // collective: called on every step
-  // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone.
-  if (due && (lockstep_ || cluster_.is_chief())) save(at);
+  // Lockstep: every worker reaches this at the same step. Otherwise: the chief alone. After the
+  // last step of an epoch or run, the epoch-end or stop checkpoint that follows is this one.
+  if (due && !last && (lockstep_ || cluster_.is_chief())) save(at);
 }
 
 bool Checkpointer::time_due() {

@@ -140,12 +140,17 @@ WorkerOutcome Worker::run() {
   }
   for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {
     train_epoch(epoch, epoch == first_epoch ? first_step : 0);
-    // Agree on why we stopped (async workers leave their loops at different points).
-    double flags[2] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0};
-    worker_sum(cluster_.role_comm(), flags, 2);
+    // Agree on why we stopped (async workers leave their loops at different points), and
+    // whether every worker finished the epoch.
+    double flags[4] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0,
+                       exchange_->epoch_over(epoch, cursor_, global_step_) ? 1.0 : 0.0, 1.0};
+    worker_sum(cluster_.role_comm(), flags, 4);
     stop_signal_ = flags[0] > 0;
     stop_max_ = flags[1] > 0;
-    if (stop_signal_ || stop_max_) {
+    // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed
+    // as the next epoch's start, so that a resumed run neither evaluates nor saves it again.
+    const bool mid_epoch = stop_signal_ || (stop_max_ && flags[2] < flags[3]);
+    if (mid_epoch) {
       checkpointer_->at_stop(position(epoch), stop_signal_);
       if (stop_signal_) break;  // leave quickly: no evaluation
     }
@@ -153,11 +158,12 @@ WorkerOutcome Worker::run() {
     const ExchangeResult fresh = exchange_->refresh(model_);
     global_step_ = fresh.global_step;
     out_.samples += fresh.samples;
-    if (stop_max_) checkpointer_->after_averaging(position(epoch));
+    if (mid_epoch) checkpointer_->after_averaging(position(epoch));
     evaluate(epoch);
-    if (stop_max_) break;
+    if (mid_epoch) break;
     out_.epochs_done = epoch + 1;
     checkpointer_->at_epoch_end({global_step_, epoch + 1, 0});
+    if (stop_max_) break;
   }
   if (first_epoch >= c_.epochs) {
     // --resume of a finished run: nothing left to train, but report the model's test metrics
@@ -351,12 +357,13 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
 
 void Worker::end_step(int epoch, std::int64_t s) {
   if (log_steps_ >= c_.log_every) log_interval(epoch);
-  checkpointer_->after_step(position(epoch));
-  if (c_.eval_every <= 0 || global_step_ / c_.eval_every <= eval_bucket_) return;
-  eval_bucket_ = global_step_ / c_.eval_every;
-  // Not after the last step of the epoch or of the run: the epoch-end evaluation follows.
+  // The last step of the epoch or of the run: the epoch-end (or stop) checkpoint and evaluation
+  // follow, so a checkpoint or evaluation due now waits for them.
   const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
                     (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+  checkpointer_->after_step(position(epoch), last);
+  if (c_.eval_every <= 0 || global_step_ / c_.eval_every <= eval_bucket_) return;
+  eval_bucket_ = global_step_ / c_.eval_every;
   if (!last) evaluate_between(epoch);
 }
 

@@ -6,6 +6,8 @@
 # model has batchnorm and dropout, so data order, dropout masks and running statistics must all be
 # restored. Done with 2 workers (momentum) and with 1 worker (Adam, warm-up + cosine of fixed
 # length), and with 2 workers and augmentation (random crop + flip, drawn from seed, epoch and sample).
+# A run whose --max-steps falls on an epoch's last step ends that epoch (evaluated once, its
+# checkpoint the next epoch's start): resumed, it neither evaluates nor saves that epoch again.
 # Then a checkpoint of another model, and one of another mode, are refused by --resume.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -37,6 +39,28 @@ run 2 "$c" --max-steps 40 --resume
 grep -q "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000025.h5" "$c.log" || { cat "$c.log"; fail "no warning naming the corrupt checkpoint"; }
 grep -q "resuming from global_step 20" "$c.log" || { cat "$c.log"; fail "did not fall back to step 20"; }
 compare "$SCRATCH/w2-straight" "$c" 40
+
+echo "== --max-steps at an epoch's end ends the epoch: a resumed run neither evaluates nor saves it again"
+make_data test 64 --seed 22 --template-seed 9
+e=$SCRATCH/epoch-end
+run 2 "$e" --max-steps 16 --checkpoint-every 8 --test-data "$SCRATCH/test.h5"  # 16 steps an epoch
+[[ $(json_get "$e/results.json" epochs_completed) == 1 ]] || fail "$e: epochs_completed is not 1"
+"$PY" - "$e/ckpt-0000000016.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:  # saved after the evaluation, as the next epoch's start
+    where = (f.attrs["epoch"], f.attrs["step_in_epoch"])
+    assert where == (1, 0), f"ckpt-16 saved at epoch/step {where}, not at the start of epoch 2"
+PY
+run 2 "$e" --max-steps 40 --resume --checkpoint-every 8 --test-data "$SCRATCH/test.h5"
+grep -q "resuming from global_step 16, epoch 2, step 0 of the epoch" "$e.log" || { cat "$e.log"; fail "did not resume at epoch 2"; }
+[[ $(grep -c "epoch   1 done" "$e.log") == 1 ]] || { cat "$e.log"; fail "epoch 1 evaluated twice"; }
+[[ $(grep -c "# checkpoint .*ckpt-0000000016.h5" "$e.log") == 1 ]] || { cat "$e.log"; fail "ckpt-16 written twice"; }
+"$PY" - "$e/metrics.csv" <<'PY'
+import csv, sys
+steps = [int(r["global_step"]) for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "test"]
+assert steps == [16, 32, 40], f"test rows at global steps {steps}, expected [16, 32, 40]"
+PY
+compare "$SCRATCH/w2-straight" "$e" 40
 
 # refused NAME NP ARGS...: a --resume run into w2-resumed that must fail naming `expect`.
 refused() {

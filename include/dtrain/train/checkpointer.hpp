@@ -13,11 +13,14 @@
 //                   checkpoint file was written (or the start), by its writer's clock
 //                   (TensorFlow's save_checkpoint_secs). Lockstep exchanges (allreduce): every
 //                   worker, at the same step; else the chief alone (its snapshot gathers the ps
-//                   shards).
-//   at_stop         the loop stopped (signal, --max-steps), before any epoch-end work. Lockstep:
-//                   always, so that a resumed run continues bit for bit; else only on a signal.
-//   after_averaging ps modes stopped by --max-steps: after the batchnorm averaging, rewriting a
-//                   mid-epoch checkpoint of the same step, so that it holds what evaluation uses.
+//                   shards). Not after an epoch's or the run's last step: the checkpoint that
+//                   follows it (below) is that step's.
+//   at_stop         the loop stopped (signal; --max-steps before the epoch's last step), before
+//                   any epoch-end work. Lockstep: always, so that a resumed run continues bit for
+//                   bit; else only on a signal.
+//   after_averaging ps modes stopped mid-epoch by --max-steps: after the batchnorm averaging,
+//                   rewriting a checkpoint of the same step, so that it holds what evaluation
+//                   uses.
 //   at_epoch_end    an epoch's end (after its evaluation): the position of the next epoch; ps
 //                   modes rewrite a mid-epoch checkpoint of the same step (averaged statistics).
 // A step already saved is not saved again (unless rewritten as above).
@@ -98,10 +101,15 @@ class Checkpointer {
   /// --checkpoint-every was crossed since the last check, or when --checkpoint-secs have passed
   /// since the last checkpoint (time_due()). Lockstep: every worker calls it after every step;
   /// otherwise each worker may, and only the chief saves (pipelined: the stage leaders, each
-  /// after every step). Throws as save(), and as time_due().
-  void after_step(const TrainPosition& at);
-  /// The epoch's loop stopped at `at`, by a signal (`signal`) or --max-steps: saves (lockstep, or a
-  /// signal) before the epoch-end work. Every worker calls it. Throws as save().
+  /// after every step). `last`: the step ends the epoch or the run (--max-steps); a checkpoint
+  /// due then is left to at_stop(), after_averaging() or at_epoch_end(), which follow (an
+  /// epoch-end checkpoint after the evaluation, as the next epoch's start: a resumed run does not
+  /// evaluate that epoch again). Throws as save(), and as time_due().
+  void after_step(const TrainPosition& at, bool last);
+  /// The epoch's loop stopped at `at` in the middle of an epoch, by a signal (`signal`) or
+  /// --max-steps: saves (lockstep, or a signal) before the epoch-end work. A --max-steps stop at
+  /// an epoch's last step is an epoch end (at_epoch_end()). Every worker calls it. Throws as
+  /// save().
   void at_stop(const TrainPosition& at, bool signal);
   /// After the epoch-end batchnorm averaging of a run stopped by --max-steps: ps modes save (a
   /// rewrite), lockstep does nothing (at_stop() saved). Every worker calls it. Throws as save().
