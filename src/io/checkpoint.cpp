@@ -128,6 +128,44 @@ void read_named_tensors(hid_t root, CheckpointState& s, const std::string& where
     check_cover(s.buffer_tensors, s.model_state.size() / s.state_rows, where + " /buffers");
 }
 
+/// Writes the whole checkpoint `s` into the new HDF5 file `tmp` (created, truncating a stale one),
+/// every dataset with a Fletcher32 checksum, and flushes it. Throws LibraryError on a failed write.
+void write_checkpoint_file(const std::string& tmp, const CheckpointState& s) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5File f = create_file(tmp);
+  const hid_t root = f.get();
+  const hsize_t P = s.params.size();
+  write_floats(root, "params", s.params, {P});
+  if (fault_fires(FaultKind::kill_in_checkpoint_write, s.global_step)) {
+    // Test-only (DTRAIN_FAULT): crash with part of the temporary file on disk.
+    flush_file(root, tmp);
+    ::kill(::getpid(), SIGKILL);
+  }
+  H5Group opt = create_group(root, "optimizer");
+  write_floats(opt.get(), "m", s.m, {static_cast<hsize_t>(s.m.size())});
+  write_floats(opt.get(), "v", s.v, {static_cast<hsize_t>(s.v.size())});
+  const hsize_t rows = static_cast<hsize_t>(std::max(s.state_rows, 1));
+  write_floats(root, "model_state", s.model_state,
+               {rows, static_cast<hsize_t>(s.model_state.size() / rows)});
+  if (!s.param_tensors.empty()) {
+    check_cover(s.param_tensors, s.params.size(), tmp + " parameters");
+    if (!s.buffer_tensors.empty())
+      check_cover(s.buffer_tensors, s.model_state.size() / rows, tmp + " batchnorm buffers");
+    write_named_tensors(root, s, rows);
+  }
+  write_attr_int(root, "format_version", s.format_version);
+  write_attr_int(root, "global_step", s.global_step);
+  write_attr_int(root, "epoch", s.epoch);
+  write_attr_int(root, "step_in_epoch", s.step_in_epoch);
+  write_attr_int(root, "seed", static_cast<std::int64_t>(s.seed));
+  write_attr_int(root, "num_workers", s.num_workers);
+  write_attr_string(root, "mode", s.mode);
+  write_attr_string(root, "model_signature", s.model_signature);
+  write_attr_string(root, "config", s.config);
+  write_attr_double(root, "wall_seconds", s.wall_seconds);
+  flush_file(root, tmp);
+}
+
 }  // namespace
 
 std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S) {
@@ -148,43 +186,16 @@ std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step
 void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep) {
   const std::string final_path = checkpoint_path(run_dir, s.global_step);
   const std::string tmp = final_path + ".tmp";
-  {
-    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-    H5File f = create_file(tmp);
-    const hid_t root = f.get();
-    const hsize_t P = s.params.size();
-    write_floats(root, "params", s.params, {P});
-    if (fault_fires(FaultKind::kill_in_checkpoint_write, s.global_step)) {
-      // Test-only (DTRAIN_FAULT): crash with part of the temporary file on disk.
-      flush_file(root, tmp);
-      ::kill(::getpid(), SIGKILL);
-    }
-    H5Group opt = create_group(root, "optimizer");
-    write_floats(opt.get(), "m", s.m, {static_cast<hsize_t>(s.m.size())});
-    write_floats(opt.get(), "v", s.v, {static_cast<hsize_t>(s.v.size())});
-    const hsize_t rows = static_cast<hsize_t>(std::max(s.state_rows, 1));
-    write_floats(root, "model_state", s.model_state,
-                 {rows, static_cast<hsize_t>(s.model_state.size() / rows)});
-    if (!s.param_tensors.empty()) {
-      check_cover(s.param_tensors, s.params.size(), tmp + " parameters");
-      if (!s.buffer_tensors.empty())
-        check_cover(s.buffer_tensors, s.model_state.size() / rows, tmp + " batchnorm buffers");
-      write_named_tensors(root, s, rows);
-    }
-    write_attr_int(root, "format_version", s.format_version);
-    write_attr_int(root, "global_step", s.global_step);
-    write_attr_int(root, "epoch", s.epoch);
-    write_attr_int(root, "step_in_epoch", s.step_in_epoch);
-    write_attr_int(root, "seed", static_cast<std::int64_t>(s.seed));
-    write_attr_int(root, "num_workers", s.num_workers);
-    write_attr_string(root, "mode", s.mode);
-    write_attr_string(root, "model_signature", s.model_signature);
-    write_attr_string(root, "config", s.config);
-    write_attr_double(root, "wall_seconds", s.wall_seconds);
-    flush_file(root, tmp);
+  try {
+    write_checkpoint_file(tmp, s);
+    fsync_path(tmp);
+    replace_file(tmp, final_path);
+  } catch (...) {
+    // A write that failed (disk full, quota, I/O error) leaves no partial file taking space.
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
   }
-  fsync_path(tmp);
-  replace_file(tmp, final_path);
   fsync_path(run_dir);
 
   const auto all = list_checkpoints(run_dir);

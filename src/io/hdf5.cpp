@@ -18,11 +18,38 @@ namespace {
 
 using Lock = std::lock_guard<std::recursive_mutex>;
 
+/// One HDF5 error description, on one line.
+struct ErrorLine {
+  std::string text;
+  bool system = false;  ///< it carries the system's reason for a failed call (errno)
+};
+
+/// The sec2 driver describes a failed system call as "<what>: time = <ctime>\n, filename = ...,
+/// errno = N, error message = '<strerror>', buf = ...": that becomes "<what>: <strerror>" (the
+/// caller names the file), marked as the system's reason.
+ErrorLine tidy_description(std::string d) {
+  const std::string key = "error message = '";
+  const auto at = d.find(key);
+  const auto what_end = d.find(": time = ");
+  bool system = false;
+  if (at != std::string::npos && what_end != std::string::npos && what_end < at) {
+    const auto from = at + key.size();
+    const auto to = d.find('\'', from);
+    if (to != std::string::npos) {
+      d = d.substr(0, what_end) + ": " + d.substr(from, to - from);
+      system = true;
+    }
+  }
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return {d, system};
+}
+
 herr_t collect_error(unsigned /*n*/, const H5E_error2_t* err, void* data) {
-  auto* out = static_cast<std::vector<std::string>*>(data);
+  auto* out = static_cast<std::vector<ErrorLine>*>(data);
   if (err != nullptr && err->desc != nullptr && err->desc[0] != '\0') {
-    std::string d = err->desc;
-    if (std::find(out->begin(), out->end(), d) == out->end()) out->push_back(d);
+    ErrorLine line = tidy_description(err->desc);
+    const auto same = [&line](const ErrorLine& l) { return l.text == line.text; };
+    if (std::none_of(out->begin(), out->end(), same)) out->push_back(std::move(line));
   }
   return 0;
 }
@@ -209,18 +236,15 @@ std::recursive_mutex& hdf5_mutex() {
 }
 
 std::string hdf5_error_text() {
-  std::vector<std::string> descs;
+  std::vector<ErrorLine> descs;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &descs);
   H5Eclear2(H5E_DEFAULT);
-  if (descs.empty()) return "";
-  // Keep the outermost description and the innermost two: enough to see what failed and why.
-  std::vector<std::string> keep;
-  keep.push_back(descs.front());
-  for (std::size_t i = std::max<std::size_t>(1, descs.size() >= 2 ? descs.size() - 2 : 1);
-       i < descs.size(); ++i)
-    keep.push_back(descs[i]);
+  // Keep the outermost description, any carrying the system's reason (a full disk: "file write
+  // failed: No space left on device") and the innermost two: enough to see what failed and why.
   std::string out;
-  for (const auto& d : keep) out += (out.empty() ? "" : "; ") + d;
+  for (std::size_t i = 0; i < descs.size(); ++i)
+    if (i == 0 || descs[i].system || i + 2 >= descs.size())
+      out += (out.empty() ? "" : "; ") + descs[i].text;
   return out;
 }
 

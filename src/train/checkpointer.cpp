@@ -233,7 +233,16 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   s.wall_seconds = wall_seconds_();
   if (layout.state_count() == 0) s.model_state.assign(s.state_rows, 0.0f);
   name_tensors(s, layout);
-  write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
+  try {
+    write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
+  } catch (const LibraryError& e) {  // a full disk, a quota, an I/O error: say what is kept
+    const auto kept = list_checkpoints(c_.run_dir);
+    throw LibraryError(without_error_prefix(e.what()) + "; the checkpoint of global_step " +
+                       std::to_string(s.global_step) + " was not written: " +
+                       (kept.empty() ? "the run dir holds no complete checkpoint"
+                                     : "the newest complete one, " + kept.front() +
+                                           ", is untouched (--resume continues from it)"));
+  }
   const bool again = s.global_step == last_file_;  // the ps modes' rewrite (after_averaging())
   last_file_ = s.global_step;
   log_info("# checkpoint " + checkpoint_path(c_.run_dir, s.global_step) +

@@ -81,8 +81,8 @@ std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step
 /// format 2's layout, s.format_version (kCheckpointFormatVersion unless a test says otherwise)
 /// in its attribute; s.param_tensors / s.buffer_tensors, when given, must cover
 /// params / one model_state row exactly, in order (Error otherwise). Throws LibraryError on I/O
-/// failure — HDF5, fsync, or the rename (naming both paths); the previous checkpoints are
-/// untouched then.
+/// failure — HDF5 (a full disk: "No space left on device"), fsync, or the rename (naming both
+/// paths); the previous checkpoints are untouched then, and the partial `.tmp` is removed.
 void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep);
 
 /// Reads and verifies one checkpoint (format 1 or 2; format 2 fills param_tensors and
