@@ -4,7 +4,6 @@
 #include "dtrain/train/trainer.hpp"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "dtrain/comm/affinity.hpp"
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/comm/mpi_check.hpp"
@@ -39,13 +39,9 @@ namespace fs = std::filesystem;
 namespace dtrain {
 
 namespace {
-/// The cores the launcher lets this process run on (0: unknown). Open MPI binds each rank to one
-/// core when -np <= 2.
-int allowed_cores() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  return sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
-}
+/// The cores the launcher lets this process run on (Open MPI binds each rank to one core when
+/// -np <= 2). Throws LibraryError as allowed_cpus().
+int allowed_cores() { return static_cast<int>(allowed_cpus().size()); }
 
 /// The node's CPUs over its ranks, at least 1 (a rank's share before the launcher's binding).
 int node_share(const Cluster& cluster) {
@@ -55,8 +51,7 @@ int node_share(const Cluster& cluster) {
 
 int rank_cores(const Cluster& cluster) {
   const int share = node_share(cluster);
-  const int allowed = allowed_cores();
-  return allowed > 0 ? std::min(share, allowed) : share;
+  return std::min(share, allowed_cores());
 }
 
 int data_threads(const Config& c, const Cluster& cluster, bool gpu) {
@@ -120,7 +115,7 @@ void set_threads(const Config& c, const Cluster& cluster) {
   int threads = cluster.is_ps() ? c.ps_threads : c.threads;
   if (threads == 0) {
     threads = rank_cores(cluster);
-  } else if (allowed > 0 && threads > allowed && allowed < cluster.node_cpus()) {
+  } else if (threads > allowed && allowed < cluster.node_cpus()) {
     log_warn(std::string(cluster.is_ps() ? "--ps-threads " : "--threads ") +
              std::to_string(threads) + " but the launcher bound this rank to " +
              std::to_string(allowed) +

@@ -20,7 +20,7 @@ namespace dtrain {
 
 /// This rank's share of its node's CPUs: Cluster::node_cpus() (the CPUs the node's ranks may run
 /// on together) over its ranks (at least 1), never more than the CPUs the launcher bound the rank
-/// to.
+/// to. Throws LibraryError when the rank's affinity cannot be read (allowed_cpus()).
 int rank_cores(const Cluster& cluster);
 
 /// Sets this rank's OpenMP threads: --threads (a ps: --ps-threads), 0 meaning rank_cores(),
