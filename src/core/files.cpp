@@ -3,6 +3,7 @@
 #include "dtrain/core/files.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <utility>
 
 #include "dtrain/core/error.hpp"
 
@@ -115,6 +117,65 @@ void create_new_file(const std::string& path, const std::function<void(std::ostr
     throw;
   }
   publish_new_file(tmp, path);
+}
+
+bool flock_unsupported(int err) { return err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP; }
+
+FileLock::FileLock(const std::string& path, const std::string& note) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  created_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EEXIST) fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw LibraryError("cannot open the lock file '" + path + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+    state_ = State::held;
+    // The note for whoever finds the lock taken; a failed write only leaves it unnamed.
+    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, note.data(), note.size(), 0);
+    return;
+  }
+  const int err = errno;
+  if (err == EWOULDBLOCK) {
+    state_ = State::busy;
+    char buf[512];
+    const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
+    if (n > 0) holder_.assign(buf, static_cast<std::size_t>(n));
+  } else if (flock_unsupported(err)) {
+    error_ = err;
+  }
+  // Not held, and no one holds it: a file made for nothing goes again.
+  if (created_ && state_ != State::busy) ::unlink(path.c_str());
+  ::close(fd_);
+  fd_ = -1;
+  if (state_ == State::unsupported && error_ == 0)
+    throw LibraryError("cannot lock '" + path + "': flock: " + std::strerror(err));
+}
+
+FileLock::FileLock(FileLock&& other) noexcept
+    : path_(std::move(other.path_)), created_(other.created_), fd_(std::exchange(other.fd_, -1)),
+      state_(other.state_), holder_(std::move(other.holder_)), error_(other.error_) {}
+
+FileLock& FileLock::operator=(FileLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    created_ = other.created_;
+    fd_ = std::exchange(other.fd_, -1);
+    state_ = other.state_;
+    holder_ = std::move(other.holder_);
+    error_ = other.error_;
+  }
+  return *this;
+}
+
+void FileLock::discard() noexcept {
+  if (fd_ < 0) return;
+  if (created_) ::unlink(path_.c_str());  // while still held: no one else has it meanwhile
+  ::close(fd_);
+  fd_ = -1;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace dtrain

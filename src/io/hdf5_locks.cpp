@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dtrain/core/files.hpp"
 #include "dtrain/core/log.hpp"
 #include "input_fail.hpp"
 
@@ -24,8 +25,6 @@ int try_lock(int fd, int op) {
   return errno;
 }
 
-bool no_locks_here(int err) { return err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP; }
-
 }  // namespace
 
 H5PropList file_access(const std::string& path, bool create) {
@@ -38,7 +37,7 @@ H5PropList file_access(const std::string& path, bool create) {
   if (err == EWOULDBLOCK)
     DT_INPUT_FAIL(path + ": another process holds a lock on this HDF5 file (a program still " +
                   (create ? "using" : "writing") + " it?); try again when it has finished");
-  if (!no_locks_here(err)) return H5PropList{};  // HDF5's own attempt reports it
+  if (!flock_unsupported(err)) return H5PropList{};  // HDF5's own attempt reports it
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true))
     log_warn("the file system of " + path + " takes no file locks (flock: " + std::strerror(err) +

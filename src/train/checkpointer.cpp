@@ -3,7 +3,12 @@
 // saves and what it assembles, and `dtrain predict`'s checks.
 #include "dtrain/train/checkpointer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -57,6 +62,30 @@ void resume_without_checkpoint(const Config& c, const std::vector<std::string>& 
 }
 
 }  // namespace
+
+FileLock lock_run_dir(const std::string& run_dir, const std::string& host) {
+  prepare_run_dir(run_dir);
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  char since[32] = "?";
+  if (::gmtime_r(&now, &utc) != nullptr)
+    std::strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  const std::string path = (std::filesystem::path(run_dir) / ".dtrain.lock").string();
+  FileLock lock(path, "its chief: pid " + std::to_string(::getpid()) + " on " + host + ", since " +
+                          since);
+  if (lock.state() == FileLock::State::busy)
+    throw InputError("option --run-dir: '" + run_dir + "' is in use by another dtrain run (" +
+                     (lock.holder().empty() ? "starting" : lock.holder()) +
+                     "); two runs would write the same checkpoints: let it finish, or choose "
+                     "another --run-dir; if no run uses it (its node was lost and the file "
+                     "system still holds the lock), delete " +
+                     path + " (nothing was written)");
+  if (lock.state() == FileLock::State::unsupported)
+    log_warn("the file system of run dir '" + run_dir +
+             "' takes no file locks (flock: " + std::strerror(lock.error()) +
+             "): dtrain cannot check that no other run writes into it");
+  return lock;
+}
 
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
                                                  std::size_t param_count) {

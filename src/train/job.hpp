@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/pipeline_plan.hpp"
@@ -40,6 +41,7 @@ struct Job {
   std::unique_ptr<Backend> backend;       ///< a worker's compute backend
   std::string device_name;                ///< "cpu", "cuda:0"
   std::optional<CheckpointState> resume;  ///< the chief's, then every worker's (share_resume_point)
+  std::optional<FileLock> run_dir_lock;   ///< the chief's, held for the run (lock_run_dir)
   Provenance provenance;                  ///< versions, hosts, threads, config hash (every rank's)
 };
 

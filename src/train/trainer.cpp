@@ -333,14 +333,16 @@ void report_dry_run(const Config& c, const Job& job) {
            (job.init_report.empty() ? "" : "\n" + job.init_report));
 }
 
-/// Phase 2 — per-rank resources (threads, device) and the chief's run directory and resume
-/// point; again all ranks or none.
-void acquire_resources(const Config& c, Job& job) {
+/// Phase 2 without the clean-up of a failed set-up (acquire_resources()).
+void claim_resources(const Config& c, Job& job) {
   all_or_nothing(MPI_COMM_WORLD, [&] {
     set_threads(c, *job.cluster);
     job.backend = make_backend(c, *job.cluster, job.device_name);
     if (job.backend) job.backend->set_label_smoothing(c.label_smoothing);  // before the loss ops
-    if (job.cluster->is_chief()) job.resume = find_resume_point(c, job.signature, job.param_count);
+    if (job.cluster->is_chief()) {
+      job.run_dir_lock = lock_run_dir(c.run_dir, job.cluster->me().host);
+      job.resume = find_resume_point(c, job.signature, job.param_count);
+    }
     // --init-from starts a run; a checkpoint to resume from has priority (pretrained.hpp).
     if (job.cluster->is_chief() && !c.init_from.empty() && job.resume)
       log_info("# --init-from " + c.init_from + " not used: resuming from a checkpoint");
@@ -352,6 +354,18 @@ void acquire_resources(const Config& c, Job& job) {
   job.cluster->set_devices(job.device_name);
   if (c.pin_threads) pin_rank_threads(c, *job.cluster, job.role_notes);
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
+}
+
+/// Phase 2 — per-rank resources (threads, device) and the chief's run directory and resume
+/// point; again all ranks or none.
+void acquire_resources(const Config& c, Job& job) {
+  try {
+    claim_resources(c, job);
+  } catch (...) {
+    // A set-up that failed on any rank leaves the run dir as it found it: no lock file either.
+    if (job.run_dir_lock) job.run_dir_lock->discard();
+    throw;
+  }
 }
 
 /// The log header (rank 0), role/model/plan tables and config.ini (the chief).

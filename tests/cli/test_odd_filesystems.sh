@@ -5,7 +5,8 @@
 #      lockd; fsync of a directory fails with EINVAL, as on some FUSE and SMB mounts) h5py cannot
 #      open the training file (the control: HDF5 alone fails there), while dtrain trains 2
 #      workers, checkpoints (its run dir's fsync refused), resumes and predicts, warning once per
-#      rank about the locks (src/io/hdf5_locks.hpp) and naming the file system's answer; its
+#      rank about the locks (src/io/hdf5_locks.hpp) and naming the file system's answer (and the
+#      chief once that it cannot lock its run dir against a second run); its
 #      checkpoints verify when read back normally;
 #      and the data tools convert (convert_idx.py) and check (h5info.py) a file there, warning;
 #   2. with locks, no such warning;
@@ -21,7 +22,8 @@ make_data test 64 --seed 62
 write_job "$SCRATCH/job.ini"
 COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
         --mode sync --num-ps 0 --epochs 5 --checkpoint-every 4)
-WARNING="takes no file locks (flock: No locks available)"
+WARNING="takes no file locks (flock: No locks available): dtrain opens its HDF5 files"
+RUN_DIR_WARNING="takes no file locks (flock: No locks available): dtrain cannot check that no other run"
 
 echo "== 1. no file locks, no directory fsync: h5py fails, dtrain trains, resumes and predicts"
 if LD_PRELOAD=$SHIM "$PY" -c 'import h5py, sys; h5py.File(sys.argv[1], "r")' "$SCRATCH/train.h5" \
@@ -32,6 +34,7 @@ grep -q "unable to lock file" "$SCRATCH/h5py.log" || { cat "$SCRATCH/h5py.log"; 
 d=$SCRATCH/nolocks
 LD_PRELOAD=$SHIM run 2 "$d" --max-steps 10
 [[ $(grep -c -- "$WARNING" "$d.log") == 2 ]] || { cat "$d.log"; fail "expected one warning per rank"; }
+[[ $(grep -c -- "$RUN_DIR_WARNING" "$d.log") == 1 ]] || { cat "$d.log"; fail "expected one run dir warning (the chief's)"; }
 LD_PRELOAD=$SHIM run 2 "$d" --max-steps 20 --resume
 grep -q "resuming from global_step 10" "$d.log" || { cat "$d.log"; fail "did not resume at 10"; }
 LD_PRELOAD=$SHIM predict_into "$SCRATCH/pred.h5" --checkpoint "$d/ckpt-0000000020.h5" \

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -95,6 +96,33 @@ TEST(Files, FsyncPathSyncsFilesAndDirectoriesAndNamesWhatIsMissing) {
   const std::string missing = (d.path / "missing").string();
   const std::string msg = error_of([&] { fsync_path(missing); });
   EXPECT_NE(msg.find("'" + missing + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+}
+
+TEST(Files, FileLockIsHeldByOneOwnerAtATimeAndNamesItToTheNext) {
+  ScratchDir d("lock");
+  const std::string path = (d.path / ".dtrain.lock").string();
+  std::optional<FileLock> first(FileLock(path, "its chief: pid 1 on nodeA"));  // moved: still held
+  ASSERT_EQ(first->state(), FileLock::State::held);
+  EXPECT_EQ(read(path), "its chief: pid 1 on nodeA");
+  // flock belongs to the open file: a second open, even in this process, finds it taken.
+  const FileLock second(path, "its chief: pid 2 on nodeB");
+  EXPECT_EQ(second.state(), FileLock::State::busy);
+  EXPECT_EQ(second.holder(), "its chief: pid 1 on nodeA");
+  EXPECT_EQ(read(path), "its chief: pid 1 on nodeA");  // the loser wrote nothing
+  first.reset();                                       // released: the next one gets it
+  FileLock third(path, "pid 3");
+  EXPECT_EQ(third.state(), FileLock::State::held);
+  EXPECT_EQ(read(path), "pid 3");
+  third.discard();  // a file it found is kept, unlocked
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_EQ(FileLock(path, "").state(), FileLock::State::held);
+  fs::remove(path);
+  FileLock made(path, "pid 4");
+  made.discard();  // a file it made goes with it
+  EXPECT_FALSE(fs::exists(path));
+  const std::string msg = error_of([&] { FileLock((d.path / "no" / "dir").string(), ""); });
+  EXPECT_NE(msg.find("no/dir'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
 }
 

@@ -8,6 +8,9 @@
 // written beside its name (<name>.tmp), fsynced, and then hard-linked to its name — link(2) fails
 // with EEXIST instead of replacing a file that appeared meanwhile — so it appears complete or not
 // at all, and only where nothing was.
+//
+// One run at a time writes a run directory: its chief holds a FileLock (flock(2)) on a file in it
+// for the run's lifetime; the kernel releases it when the process ends, however it ends.
 #pragma once
 #include <functional>
 #include <ostream>
@@ -49,5 +52,47 @@ void publish_new_file(const std::string& tmp, const std::string& path);
 /// at all: into `path`.tmp, then publish_new_file(). Throws LibraryError when the stream fails
 /// (a full disk) and passes on what `write` throws; the temporary file is removed then.
 void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+/// Whether flock(2) failing with `err` means that the file system takes no locks: ENOLCK (NFS
+/// without lockd), ENOSYS or EOPNOTSUPP (Lustre without `-o flock`, some GPFS mounts).
+bool flock_unsupported(int err);
+
+/// An exclusive advisory lock (flock LOCK_EX, never waiting) on the file `path`, created when
+/// missing and not removed when released (a removed lock file would let two processes lock two
+/// files; discard() is the exception), held until this object is destroyed or the process ends.
+/// Move-only.
+class FileLock {
+ public:
+  enum class State {
+    held,         ///< this object holds the lock; `note` is the file's content
+    busy,         ///< another process holds it; holder() is its note
+    unsupported,  ///< the file system takes no locks (flock_unsupported()): nothing is held
+  };
+  /// Tries once. Throws LibraryError naming `path` and the system's reason when the file cannot
+  /// be opened or created, or flock fails otherwise.
+  FileLock(const std::string& path, const std::string& note);
+  FileLock(FileLock&& other) noexcept;
+  FileLock& operator=(FileLock&& other) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();
+
+  [[nodiscard]] State state() const { return state_; }
+  /// busy: the holder's note ("" when it has not written one yet); else "".
+  [[nodiscard]] const std::string& holder() const { return holder_; }
+  /// unsupported: flock's errno; else 0.
+  [[nodiscard]] int error() const { return error_; }
+  /// Lets go of the lock, removing the lock file first when this object created it (a set-up
+  /// that failed leaves nothing behind). Idempotent; never throws.
+  void discard() noexcept;
+
+ private:
+  std::string path_;
+  bool created_ = false;  ///< this object made the file
+  int fd_ = -1;
+  State state_ = State::unsupported;
+  std::string holder_;
+  int error_ = 0;
+};
 
 }  // namespace dtrain

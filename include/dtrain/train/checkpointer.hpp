@@ -40,6 +40,7 @@
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
+#include "dtrain/core/files.hpp"
 #include "dtrain/dnn/backend.hpp"
 #include "dtrain/io/checkpoint.hpp"
 #include "dtrain/model/model.hpp"
@@ -55,6 +56,16 @@ struct TrainPosition {
   int epoch = 0;                   ///< epoch in progress (0-based)
   std::int64_t step_in_epoch = 0;  ///< local steps of that epoch done (the data cursor)
 };
+
+/// The chief's claim on its run dir for the whole run, before find_resume_point(): makes the
+/// directory (a writable one) and takes the FileLock on <run_dir>/.dtrain.lock, noting `host`,
+/// the pid and the start time in it. Two runs in one run dir — a job submitted twice, a Slurm
+/// requeue while the old job still runs — would write the same checkpoints and outputs, so the
+/// second is refused: InputError "option --run-dir: '<dir>' is in use by another dtrain run
+/// (<its note>) ..." (nothing was written; the message says to delete the lock file where a lost
+/// node's lock outlives it on a network file system). A file system without locks: a warning, and
+/// the run goes on unguarded (the returned lock holds nothing). Throws LibraryError as FileLock.
+FileLock lock_run_dir(const std::string& run_dir, const std::string& host);
 
 /// The chief's part of a run's set-up, inside the all_or_nothing() phase: makes c.run_dir (a
 /// writable directory) and returns the checkpoint to resume from. Without --resume the run dir
