@@ -57,11 +57,12 @@ FaultSpec parse_fault_spec(const std::string& value) {
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
   else if (kind == "hang-reader") f.kind = FaultKind::hang_reader;
+  else if (kind == "slow-eval") f.kind = FaultKind::slow_eval;
   else if (kind == "no-shared-memory") f.kind = FaultKind::no_shared_memory;
   else
     throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
                      "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F | "
-                     "no-shared-memory)");
+                     "slow-eval | no-shared-memory)");
   return f;
 }
 

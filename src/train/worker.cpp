@@ -140,30 +140,7 @@ WorkerOutcome Worker::run() {
   }
   for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {
     train_epoch(epoch, epoch == first_epoch ? first_step : 0);
-    // Agree on why we stopped (async workers leave their loops at different points), and
-    // whether every worker finished the epoch.
-    double flags[4] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0,
-                       exchange_->epoch_over(epoch, cursor_, global_step_) ? 1.0 : 0.0, 1.0};
-    worker_sum(cluster_.role_comm(), flags, 4);
-    stop_signal_ = flags[0] > 0;
-    stop_max_ = flags[1] > 0;
-    // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed
-    // as the next epoch's start, so that a resumed run neither evaluates nor saves it again.
-    const bool mid_epoch = stop_signal_ || (stop_max_ && flags[2] < flags[3]);
-    if (mid_epoch) {
-      checkpointer_->at_stop(position(epoch), stop_signal_);
-      if (stop_signal_) break;  // leave quickly: no evaluation
-    }
-    average_model_state();
-    const ExchangeResult fresh = exchange_->refresh(model_);
-    global_step_ = fresh.global_step;
-    out_.samples += fresh.samples;
-    if (mid_epoch) checkpointer_->after_averaging(position(epoch));
-    evaluate(epoch);
-    if (mid_epoch) break;
-    out_.epochs_done = epoch + 1;
-    checkpointer_->at_epoch_end({global_step_, epoch + 1, 0});
-    if (stop_max_) break;
+    if (!end_epoch(epoch)) break;
   }
   if (first_epoch >= c_.epochs) {
     // --resume of a finished run: nothing left to train, but report the model's test metrics
@@ -196,6 +173,39 @@ WorkerOutcome Worker::run() {
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
   return out_;
+}
+
+bool Worker::end_epoch(int epoch) {
+  // Agree on why we stopped (async workers leave their loops at different points), and
+  // whether every worker finished the epoch.
+  double flags[4] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0,
+                     exchange_->epoch_over(epoch, cursor_, global_step_) ? 1.0 : 0.0, 1.0};
+  worker_sum(cluster_.role_comm(), flags, 4);
+  stop_signal_ = flags[0] > 0;
+  stop_max_ = flags[1] > 0;
+  // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed
+  // as the next epoch's start, so that a resumed run neither evaluates nor saves it again.
+  const bool mid_epoch = stop_signal_ || (stop_max_ && flags[2] < flags[3]);
+  if (mid_epoch) {
+    checkpointer_->at_stop(position(epoch), stop_signal_);
+    if (stop_signal_) return false;  // leave quickly: no evaluation
+  }
+  average_model_state();
+  const ExchangeResult fresh = exchange_->refresh(model_);
+  global_step_ = fresh.global_step;
+  out_.samples += fresh.samples;
+  if (mid_epoch) checkpointer_->after_averaging(position(epoch));
+  evaluate(epoch);
+  if (stop_signal_) {
+    // A signal left the evaluation off: checkpoint the epoch's end as it stands (a resumed run
+    // evaluates it then), unless saved above.
+    checkpointer_->at_stop(position(epoch), true);
+    return false;
+  }
+  if (mid_epoch) return false;
+  out_.epochs_done = epoch + 1;
+  checkpointer_->at_epoch_end({global_step_, epoch + 1, 0});
+  return !stop_max_;
 }
 
 void Worker::train_epoch(int epoch, std::int64_t first_step) {

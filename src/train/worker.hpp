@@ -117,8 +117,14 @@ class Worker {
                     const StepTimes& t);
   /// After local step `s`: the log line, the checkpointer's --checkpoint-every, --eval-every.
   void end_step(int epoch, std::int64_t s);
+  /// After train_epoch(): the workers agree why the loop stopped; a stop in the middle of the
+  /// epoch checkpoints; then the batchnorm averaging, the evaluation and the epoch-end checkpoint.
+  /// False when training ends here (a signal, --max-steps). Collective over the workers.
+  bool end_epoch(int epoch);
   /// Test-set evaluation. all workers (default): each its shard, summed (collective); alone: this
   /// worker on the whole test set (async --eval-every, chief only). Chief: logs, metrics.csv row.
+  /// A stop signal during it (not pipelined) leaves it off after the batch in progress, with no
+  /// result: stop_signal_ is set instead (on every worker when collective).
   void evaluate(int epoch, bool epoch_end = true, bool alone = false);
   /// --eval-every after a step that crossed a multiple of N global steps (see worker.cpp): every
   /// worker in lockstep (collective), else the chief alone (the others return at once).

@@ -2,14 +2,18 @@
 // --eval-every steps, with the workers' mean batchnorm statistics (all workers together in the
 // lock-step modes, the chief alone in async ones), and the --target-accuracy note.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/train/signals.hpp"
 #include "worker.hpp"
 
 namespace dtrain {
@@ -84,6 +88,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   be_.copy_to_host(saved, stats_.data(), sizeof saved);  // keep the training interval's sums
   be_.copy_to_device(stats_.data(), zero, sizeof zero);
   double count = 0;
+  bool interrupted = false;
   if (plan_.synthetic) {  // the test set is this worker's synthetic batch
     const auto n = static_cast<int>(shard_size(plan_.test.num_samples, w_, plan_.workers));
     evaluate_batch(n);
@@ -95,17 +100,30 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     if (!test_upload_) test_upload_.emplace(be_, plan_.test, plan_.batch, model_.input_layout());
     BatchReader reader(plan_.test, std::move(indices), plan_.batch, 2, 0, {}, 0, nullptr,
                        test_upload_->uint8_batches());
-    while (reader.next(batch)) {
+    // A stop signal (a preemption, a time limit) during a long evaluation leaves it off: the
+    // checkpoint must be written before the scheduler's SIGKILL. Not in a pipeline, whose stages
+    // go through the test set together.
+    while (!(runner_ == nullptr && stop_requested()) && reader.next(batch)) {
       upload(*test_upload_, batch);
       evaluate_batch(batch.n);
+      if (fault_active(FaultKind::slow_eval))  // test-only (DTRAIN_FAULT)
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
       count += batch.n;
     }
+    interrupted = runner_ == nullptr && stop_requested();
     out_.bad_images += reader.bad_images();
   }
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
   be_.copy_to_device(stats_.data(), saved, sizeof saved);
-  double v[4] = {sums[0], sums[1], sums[2], count};
-  if (!alone) worker_sum(cluster_.role_comm(), v, 4);
+  double v[5] = {sums[0], sums[1], sums[2], count, interrupted ? 1.0 : 0.0};
+  if (!alone) worker_sum(cluster_.role_comm(), v, 5);
+  if (v[4] > 0) {  // no result: the run stops (worker.cpp) and evaluates again when resumed
+    stop_signal_ = true;
+    if (reports_)
+      log_info("# evaluation at global_step " + std::to_string(global_step_) +
+               " left off: stopping on a signal");
+    return;
+  }
   out_.test_loss = v[0] / v[3];
   out_.test_accuracy = v[1] / v[3];
   out_.test_top5 = v[2] / v[3];

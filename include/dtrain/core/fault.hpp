@@ -4,17 +4,19 @@
 // The environment variable DTRAIN_FAULT is read once, by init_fault_injection() in main(), and
 // nowhere else. Syntax: KIND[@STEP][:RANK]
 //   kill-in-checkpoint-write[@S]  the chief SIGKILLs itself after writing part of the temporary
-//   file
-//                                 of the first checkpoint whose global_step is >= S (default 0)
+//                                 file of the first checkpoint whose global_step is >= S
+//                                 (default 0)
 //   nan-gradient@S[:R]            a NaN is written into the gradient (first value of the model's
-//   last
-//                                 parameter tensor) at the first step whose global_step is >= S
+//                                 last parameter tensor) at the first step whose global_step is
+//                                 >= S
 //   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
 //   hang-reader@K[:R]             the batch reader thread sleeps forever on reading the first batch
 //                                 whose index in its epoch is >= K (BatchReader::next times out)
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's
 //                                 time)
+//   slow-eval[:R]                 every evaluation batch of the worker takes 0.2 s longer: an
+//                                 evaluation long enough to send a signal during it
 //   no-shared-memory[:R]          the rank can neither make memory to share (SharedRing::create
 //                                 throws, as where memfd_create is refused) nor map memory
 //                                 another process shares with it (SharedRing::open fails, as
@@ -37,6 +39,7 @@ enum class FaultKind {
   hang,
   hang_reader,
   slow,
+  slow_eval,
   no_shared_memory
 };
 
