@@ -261,6 +261,20 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
+std::vector<std::string> partial_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".tmp") && step_of_checkpoint_name(name.substr(0, name.size() - 4)) >= 0 &&
+        e.is_regular_file())
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir) {
   for (const auto& path : list_checkpoints(run_dir)) {
     try {

@@ -7,7 +7,8 @@
 #      --max-steps 20, so a complete checkpoint exists before the crash in both modes (in async mode the
 #      chief's first observed global_step can be past 25 under load). The job must end (non-zero, within 30 s of the
 #      crash); the partial file exists only as .tmp; the previous checkpoint stays the newest complete
-#      one and verifies; --resume picks it (not the .tmp) and finishes; the stale .tmp is harmless.
+#      one and verifies; --resume picks it (not the .tmp), removes the .tmp (saying so: it holds the
+#      run dir's lock, so no other run is writing it) and finishes.
 #   2. Corrupt data in the newest checkpoint (bytes flipped inside a chunk of /optimizer/m, found
 #      with h5py): --resume warns loudly naming the file and resumes from the previous one (async).
 set -euo pipefail
@@ -49,8 +50,10 @@ crash_case() {
     --checkpoint-every 10 --max-steps $((step + 20)) "$@" >"$log.resume" 2>&1 || { cat "$log.resume"; fail "--resume failed"; }
   grep -q "resuming from global_step $step," "$log.resume" || { cat "$log.resume"; fail "--resume did not pick step $step"; }
   ! grep -q "CORRUPT" "$log.resume" || fail "--resume looked at the .tmp file"
+  grep -q "# removed $tmp: a partial checkpoint" "$log.resume" || { cat "$log.resume"; fail "no note of the partial file's removal"; }
+  [[ ! -e $tmp ]] || fail "the partial $tmp is still there after --resume"
   verify_ckpts "$dir"
-  echo "   --resume picked global_step $step (not $(basename "$tmp")) and finished"
+  echo "   --resume picked global_step $step (not $(basename "$tmp"), which it removed) and finished"
 }
 
 crash_case sync 2 --num-ps 0

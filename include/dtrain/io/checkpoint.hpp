@@ -94,6 +94,10 @@ CheckpointState read_checkpoint(const std::string& path);
 /// Complete checkpoints in run_dir, newest (highest global_step) first; `.tmp` files excluded.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 
+/// The partial files (`ckpt-<step>.h5.tmp`) in run_dir that a run left when it ended while writing
+/// a checkpoint (a crash, a second signal), sorted by name.
+std::vector<std::string> partial_checkpoints(const std::string& run_dir);
+
 /// Reads the newest checkpoint that verifies. A corrupt newer one is reported with log_warn
 /// (loudly, naming the file and why) and the previous one is used. std::nullopt when run_dir holds
 /// no readable checkpoint.

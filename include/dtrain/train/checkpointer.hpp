@@ -59,9 +59,11 @@ struct TrainPosition {
 
 /// The chief's claim on its run dir for the whole run, before find_resume_point(): makes the
 /// directory (a writable one) and takes the FileLock on <run_dir>/.dtrain.lock, noting `host`,
-/// the pid and the start time in it. Two runs in one run dir — a job submitted twice, a Slurm
-/// requeue while the old job still runs — would write the same checkpoints and outputs, so the
-/// second is refused: InputError "option --run-dir: '<dir>' is in use by another dtrain run
+/// the pid and the start time in it; holding it, removes the partial checkpoints
+/// (partial_checkpoints()) a run that ended while writing one left, saying so. Two runs in one run
+/// dir — a job submitted twice, a Slurm requeue while the old job still runs — would write the same
+/// checkpoints and outputs, so the second is refused: InputError "option --run-dir: '<dir>' is in
+/// use by another dtrain run
 /// (<its note>) ..." (nothing was written; the message says to delete the lock file where a lost
 /// node's lock outlives it on a network file system). A file system without locks: a warning, and
 /// the run goes on unguarded (the returned lock holds nothing). Throws LibraryError as FileLock.
