@@ -80,20 +80,22 @@ FileLock lock_run_dir(const std::string& run_dir, const std::string& host) {
                      "another --run-dir; if no run uses it (its node was lost and the file "
                      "system still holds the lock), delete " +
                      path + " (nothing was written)");
-  if (lock.state() == FileLock::State::held)
-    // No other run writes here: a partial checkpoint is what a run left when it ended while
-    // writing one, and it may take as much space as a whole one.
-    for (const std::string& tmp : partial_checkpoints(run_dir)) {
-      std::error_code ec;
-      if (std::filesystem::remove(tmp, ec))
-        log_info("# removed " + tmp +
-                 ": a partial checkpoint, left by a run that ended writing it");
-    }
   if (lock.state() == FileLock::State::unsupported)
     log_warn("the file system of run dir '" + run_dir +
              "' takes no file locks (flock: " + std::strerror(lock.error()) +
              "): dtrain cannot check that no other run writes into it");
   return lock;
+}
+
+void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock) {
+  // Holding the lock, no other run writes here: a partial checkpoint is what a run left when it
+  // ended while writing one, and it may take as much space as a whole one.
+  if (lock.state() != FileLock::State::held) return;
+  for (const std::string& tmp : partial_checkpoints(run_dir)) {
+    std::error_code ec;
+    if (std::filesystem::remove(tmp, ec))
+      log_info("# removed " + tmp + ": a partial checkpoint, left by a run that ended writing it");
+  }
 }
 
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,

@@ -366,6 +366,7 @@ void acquire_resources(const Config& c, Job& job) {
     if (job.run_dir_lock) job.run_dir_lock->discard();
     throw;
   }
+  if (c.resume && job.run_dir_lock) remove_partial_checkpoints(c.run_dir, *job.run_dir_lock);
 }
 
 /// The log header (rank 0), role/model/plan tables and config.ini (the chief).

@@ -46,6 +46,9 @@ crash_case() {
   cat "$log.first" "$log" | grep "^# checkpoint" | tail -1 | grep -q "ckpt-$(printf %010d "$step").h5" ||
     { cat "$log"; fail "the newest complete checkpoint is not the last one written"; }
   verify_ckpts "$dir"
+  # A fresh run there is refused and changes nothing, the partial file included.
+  expect_error "$np" "already holds a run|$dir" "${FX[@]}" --mode "$mode" --run-dir "$dir" "$@"
+  [[ -s $tmp ]] || fail "a refused run removed $tmp"
   timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
     --checkpoint-every 10 --max-steps $((step + 20)) "$@" >"$log.resume" 2>&1 || { cat "$log.resume"; fail "--resume failed"; }
   grep -q "resuming from global_step $step," "$log.resume" || { cat "$log.resume"; fail "--resume did not pick step $step"; }

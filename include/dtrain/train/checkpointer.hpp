@@ -59,15 +59,18 @@ struct TrainPosition {
 
 /// The chief's claim on its run dir for the whole run, before find_resume_point(): makes the
 /// directory (a writable one) and takes the FileLock on <run_dir>/.dtrain.lock, noting `host`,
-/// the pid and the start time in it; holding it, removes the partial checkpoints
-/// (partial_checkpoints()) a run that ended while writing one left, saying so. Two runs in one run
-/// dir — a job submitted twice, a Slurm requeue while the old job still runs — would write the same
-/// checkpoints and outputs, so the second is refused: InputError "option --run-dir: '<dir>' is in
-/// use by another dtrain run
+/// the pid and the start time in it. Two runs in one run dir — a job submitted twice, a Slurm
+/// requeue while the old job still runs — would write the same checkpoints and outputs, so the
+/// second is refused: InputError "option --run-dir: '<dir>' is in use by another dtrain run
 /// (<its note>) ..." (nothing was written; the message says to delete the lock file where a lost
 /// node's lock outlives it on a network file system). A file system without locks: a warning, and
 /// the run goes on unguarded (the returned lock holds nothing). Throws LibraryError as FileLock.
 FileLock lock_run_dir(const std::string& run_dir, const std::string& host);
+
+/// A resumed run's chief, once set-up has succeeded: removes the partial checkpoints
+/// (partial_checkpoints()) that a run which ended while writing one left, saying so — only while
+/// `lock` (lock_run_dir()) is held, so that none is another run's file in progress. Never throws.
+void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock);
 
 /// The chief's part of a run's set-up, inside the all_or_nothing() phase: makes c.run_dir (a
 /// writable directory) and returns the checkpoint to resume from. Without --resume the run dir
