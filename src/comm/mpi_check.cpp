@@ -13,7 +13,9 @@ namespace {
 std::atomic<double> g_timeout{300.0};
 
 /// What one poll of a wait found.
-enum class Poll { nothing, progress, done };
+/// What one poll found: nothing; some requests completed (poll again at once); the wait's peers
+/// are alive and moving (the deadline starts again); everything it waits for.
+enum class Poll { nothing, progress, moved, done };
 
 /// Polls `test` until it returns Poll::done: for kSpinSeconds after the start, and after every
 /// poll that found progress (some of the requests completed: a pipelined transfer whose chunks
@@ -31,13 +33,14 @@ template <typename Test, typename What>
 void poll_until(Test test, double timeout_s, const What& what) {
   constexpr double kSpinSeconds = 200e-6;
   const double start = now_seconds();
-  const double deadline = start + timeout_s;
+  double deadline = start + timeout_s;
   double spin_from = start;
   int sleep_us = 50;
   for (;;) {
     const Poll p = test();
     if (p == Poll::done) return;
     const double now = now_seconds();
+    if (p == Poll::moved) deadline = now + timeout_s;
     if (p == Poll::progress) {  // poll again at once: the rest is usually right behind
       spin_from = now;
       sleep_us = 50;
@@ -101,6 +104,23 @@ void wait_one(MPI_Request& req, double timeout_s, const std::string& what, MPI_S
         int done = 0;
         DT_CHECK_MPI(MPI_Test(&req, &done, status ? status : MPI_STATUS_IGNORE));
         return done != 0 ? Poll::done : Poll::nothing;
+      },
+      timeout_s, what);
+}
+
+void wait_one_while_moving(MPI_Request& req, double timeout_s, double check_every_s,
+                           const std::function<bool()>& moved, const std::string& what) {
+  double next_check = now_seconds() + check_every_s;
+  poll_until(
+      [&] {
+        int done = 0;
+        DT_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done != 0) return Poll::done;
+        const double now = now_seconds();
+        if (now < next_check) return Poll::nothing;
+        const bool alive = moved();
+        next_check = now_seconds() + check_every_s;
+        return alive ? Poll::moved : Poll::nothing;
       },
       timeout_s, what);
 }

@@ -175,12 +175,42 @@ WorkerOutcome Worker::run() {
   return out_;
 }
 
+void Worker::meet_at_epoch_end(int epoch, double* v, int n) {
+  // Async workers train their own shards at their own speeds: one that ends its epoch first
+  // waits for the others as long as they push (the global step moves), however long an epoch
+  // that is. Not pipelined: its stages' refresh() is itself collective.
+  if (exchange_kind(c_) != ExchangeKind::ps_async || pipe_ != nullptr)
+    return worker_sum(cluster_.role_comm(), v, n);
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, cluster_.role_comm(), &req));
+  std::int64_t seen = global_step_;
+  const auto moved = [&] {
+    const ExchangeResult r = exchange_->refresh(model_);  // a pull: the global step now
+    out_.samples += r.samples;
+    const bool more = r.global_step > seen;
+    seen = std::max(seen, r.global_step);
+    return more;
+  };
+  const double t0 = now_seconds();
+  wait_one_while_moving(req, comm_timeout(), std::min(comm_timeout() / 4, 10.0), moved,
+                        "the workers' meeting at the end of epoch " + std::to_string(epoch + 1) +
+                            " (the global step stopped moving: a worker still training its "
+                            "shard is stuck or died)");
+  if (const double waited = now_seconds() - t0; reports_ && waited >= 1.0) {
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "# epoch %d: the chief waited %.1f s for slower workers to end their shards",
+                  epoch + 1, waited);
+    log_info(line);
+  }
+}
+
 bool Worker::end_epoch(int epoch) {
   // Agree on why we stopped (async workers leave their loops at different points), and
   // whether every worker finished the epoch.
   double flags[4] = {stop_signal_ ? 1.0 : 0.0, stop_max_ ? 1.0 : 0.0,
                      exchange_->epoch_over(epoch, cursor_, global_step_) ? 1.0 : 0.0, 1.0};
-  worker_sum(cluster_.role_comm(), flags, 4);
+  meet_at_epoch_end(epoch, flags, 4);
   stop_signal_ = flags[0] > 0;
   stop_max_ = flags[1] > 0;
   // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed

@@ -121,6 +121,10 @@ class Worker {
   /// epoch checkpoints; then the batchnorm averaging, the evaluation and the epoch-end checkpoint.
   /// False when training ends here (a signal, --max-steps). Collective over the workers.
   bool end_epoch(int epoch);
+  /// end_epoch()'s agreement: worker_sum() of v[0..n) over the workers. Async (not pipelined):
+  /// the deadline counts --timeout from the last time a pull saw the global step move, so that
+  /// a worker ending its shard early waits for slower ones however long their epoch takes.
+  void meet_at_epoch_end(int epoch, double* v, int n);
   /// Test-set evaluation. all workers (default): each its shard, summed (collective); alone: this
   /// worker on the whole test set (async --eval-every, chief only). Chief: logs, metrics.csv row.
   /// A stop signal during it (not pipelined) leaves it off after the batch in progress, with no

@@ -29,6 +29,13 @@ void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::strin
 /// TimeoutError after timeout_s seconds, LibraryError if MPI_Test fails.
 void wait_one(MPI_Request& req, double timeout_s, const std::string& what,
               MPI_Status* status = nullptr);
+/// The same for a meeting that peers reach much later than others while they still work (async
+/// workers at an epoch's end, each on its own shard): every `check_every_s` seconds `moved()`
+/// says whether they made progress since it last asked, and the deadline counts timeout_s from the
+/// last time they did. Throws TimeoutError (naming `what`) past it, LibraryError if MPI_Test
+/// fails, and what `moved` throws.
+void wait_one_while_moving(MPI_Request& req, double timeout_s, double check_every_s,
+                           const std::function<bool()>& moved, const std::string& what);
 /// Waits until one of the requests completes and returns its index (MPI_UNDEFINED if all are
 /// inactive); the completed request is set to MPI_REQUEST_NULL and its MPI_Status written to
 /// `status` (may be nullptr: ignored). Throws TimeoutError (core/error.hpp) after timeout_s
