@@ -278,10 +278,10 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   } catch (const LibraryError& e) {  // a full disk, a quota, an I/O error: say what is kept
     const auto kept = list_checkpoints(c_.run_dir);
     throw LibraryError(without_error_prefix(e.what()) + "; the checkpoint of global_step " +
-                       std::to_string(s.global_step) + " was not written: " +
-                       (kept.empty() ? "the run dir holds no complete checkpoint"
-                                     : "the newest complete one, " + kept.front() +
-                                           ", is untouched (--resume continues from it)"));
+                       std::to_string(s.global_step) + " failed: " +
+                       (kept.empty()
+                            ? "the run dir holds no complete checkpoint"
+                            : "--resume continues from the newest that verifies, " + kept.front()));
   }
   const bool again = s.global_step == last_file_;  // the ps modes' rewrite (after_averaging())
   last_file_ = s.global_step;
