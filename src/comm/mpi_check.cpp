@@ -12,9 +12,8 @@ namespace dtrain {
 namespace {
 std::atomic<double> g_timeout{300.0};
 
-/// What one poll of a wait found.
-/// What one poll found: nothing; some requests completed (poll again at once); the wait's peers
-/// are alive and moving (the deadline starts again); everything it waits for.
+/// What one poll of a wait found: nothing; some requests completed (poll again at once); the wait's
+/// peers are alive and moving (the deadline starts again); everything it waits for.
 enum class Poll { nothing, progress, moved, done };
 
 /// Polls `test` until it returns Poll::done: for kSpinSeconds after the start, and after every

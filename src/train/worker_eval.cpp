@@ -103,14 +103,15 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
     // A stop signal (a preemption, a time limit) during a long evaluation leaves it off: the
     // checkpoint must be written before the scheduler's SIGKILL. Not in a pipeline, whose stages
     // go through the test set together.
-    while (!(runner_ == nullptr && stop_requested()) && reader.next(batch)) {
+    for (;;) {
+      interrupted = runner_ == nullptr && stop_requested();
+      if (interrupted || !reader.next(batch)) break;
       upload(*test_upload_, batch);
       evaluate_batch(batch.n);
       if (fault_active(FaultKind::slow_eval))  // test-only (DTRAIN_FAULT)
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       count += batch.n;
     }
-    interrupted = runner_ == nullptr && stop_requested();
     out_.bad_images += reader.bad_images();
   }
   be_.copy_to_host(sums, stats_.data(), sizeof sums);
