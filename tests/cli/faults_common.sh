@@ -8,6 +8,7 @@
 #   newest_step DIR            global_step of the newest complete checkpoint (ckpt-*.h5, not .tmp)
 #   verify_ckpts DIR           every complete checkpoint reads back fully (Fletcher32 verified by h5py)
 #   now                        seconds since the epoch, with fractions
+#   first_part MODE NP DIR ... a run to step 20 with checkpoints every 10 steps
 
 now() { date +%s.%N; }
 
@@ -94,6 +95,16 @@ for path in files:
             assert a in f.attrs, f"{path}: attribute {a} missing"
 print(f"{len(files)} checkpoint(s) verify: {', '.join(p.rsplit('/', 1)[1] for p in files)}")
 PY
+}
+
+# first_part MODE NP DIR ARGS...: a run into DIR to --max-steps 20 with --checkpoint-every 10, so
+# that complete checkpoints exist before the fault a test injects next (log: DIR.log.first).
+first_part() {
+  local mode=$1 np=$2 dir=$3
+  shift 3
+  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
+    --checkpoint-every 10 --max-steps 20 "$@" >"$dir.log.first" 2>&1 ||
+    { cat "$dir.log.first"; fail "the first part into $dir failed"; }
 }
 
 # elapsed T0 T1: seconds between two `now` stamps, as an integer (rounded up).

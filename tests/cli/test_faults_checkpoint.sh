@@ -21,8 +21,7 @@ crash_case() {
   shift 2
   local dir=$SCRATCH/crash-$mode log=$SCRATCH/crash-$mode.log
   echo "== $mode: crash while writing the first checkpoint at or after step 25"
-  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
-    --checkpoint-every 10 --max-steps 20 "$@" >"$log.first" 2>&1 || { cat "$log.first"; fail "first run failed"; }
+  first_part "$mode" "$np" "$dir" "$@"
   local t0=$(now)
   export DTRAIN_FAULT=kill-in-checkpoint-write@25
   start_job "$log" -n "$np" -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" \

@@ -23,8 +23,7 @@ disk_full_case() {
   shift 2
   local dir=$SCRATCH/full-$mode log=$SCRATCH/full-$mode.log
   echo "== $mode: the disk fills up while the checkpoint after step 20 is written"
-  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
-    --checkpoint-every 10 --max-steps 20 "$@" >"$log.first" 2>&1 || { cat "$log.first"; fail "first run failed"; }
+  first_part "$mode" "$np" "$dir" "$@"
   [[ -f $dir/ckpt-0000000020.h5 ]] || { ls "$dir"; fail "$dir: no checkpoint of step 20"; }
   LD_PRELOAD=$SHIM DTRAIN_TEST_NO_SPACE_MATCH=.h5.tmp DTRAIN_TEST_NO_SPACE_BYTES=20000 \
     start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
