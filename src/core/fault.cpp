@@ -53,6 +53,9 @@ FaultSpec parse_fault_spec(const std::string& value) {
       throw InputError("environment DTRAIN_FAULT='" + value +
                        "': expected slow*F[:RANK] with a factor F >= 1");
     f.kind = FaultKind::slow;
+  } else if (kind.rfind("slow+", 0) == 0) {
+    f.delay_s = static_cast<double>(to_int(kind.substr(5), value)) / 1000.0;
+    f.kind = FaultKind::slow;
   } else if (kind == "kill-in-checkpoint-write") f.kind = FaultKind::kill_in_checkpoint_write;
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
@@ -60,9 +63,10 @@ FaultSpec parse_fault_spec(const std::string& value) {
   else if (kind == "slow-eval") f.kind = FaultKind::slow_eval;
   else if (kind == "no-shared-memory") f.kind = FaultKind::no_shared_memory;
   else
-    throw InputError("environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
-                     "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F | "
-                     "slow-eval | no-shared-memory)");
+    throw InputError(
+        "environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
+        "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F | slow+MS | "
+        "slow-eval | no-shared-memory)");
   return f;
 }
 
@@ -80,6 +84,8 @@ bool fault_active(FaultKind kind) {
 }
 
 double fault_slowdown() { return fault_active(FaultKind::slow) ? g_spec.factor : 1; }
+
+double fault_delay() { return fault_active(FaultKind::slow) ? g_spec.delay_s : 0; }
 
 bool fault_fires(FaultKind kind, std::int64_t global_step) {
   if (!fault_active(kind) || global_step < g_spec.step) return false;

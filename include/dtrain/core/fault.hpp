@@ -15,6 +15,8 @@
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's
 //                                 time)
+//   slow+MS[:R]                   the same by a fixed MS milliseconds more a step (a straggler
+//                                 whose lag is known whatever the load)
 //   slow-eval[:R]                 every evaluation batch of the worker takes 0.2 s longer: an
 //                                 evaluation long enough to send a signal during it
 //   no-shared-memory[:R]          the rank can neither make memory to share (SharedRing::create
@@ -49,8 +51,9 @@ struct FaultSpec {
   /// The @STEP threshold (≥ 0, default 0) that fault_fires() compares with: a global step, but for
   /// hang-reader a batch index within the reader's epoch
   std::int64_t step = 0;
-  int rank = -1;      ///< world rank, -1: any
-  double factor = 1;  ///< slow: the slowdown factor (> 1)
+  int rank = -1;       ///< world rank, -1: any
+  double factor = 1;   ///< slow*F: the slowdown factor (> 1)
+  double delay_s = 0;  ///< slow+MS: the seconds added to every step
 };
 
 /// Parses a DTRAIN_FAULT value (exposed for tests). Throws InputError on a malformed value.
@@ -62,6 +65,9 @@ void init_fault_injection(int world_rank);
 
 /// The slowdown factor of a `slow*F` fault on this rank; 1 without one.
 double fault_slowdown();
+
+/// The seconds a `slow+MS` fault adds to every step on this rank; 0 without one.
+double fault_delay();
 
 /// True when the injected fault is `kind` and applies to this rank (a standing condition, such as
 /// no_shared_memory, rather than a one-shot event).
