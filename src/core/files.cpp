@@ -134,20 +134,20 @@ FileLock::FileLock(const std::string& path, const std::string& note) : path_(pat
     return;
   }
   const int err = errno;
-  if (err == EWOULDBLOCK) {
+  const bool busy = err == EWOULDBLOCK;
+  if (busy) {
     state_ = State::busy;
     char buf[512];
     const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
     if (n > 0) holder_.assign(buf, static_cast<std::size_t>(n));
-  } else if (flock_unsupported(err)) {
-    error_ = err;
   }
   // Not held, and no one holds it: a file made for nothing goes again.
-  if (created_ && state_ != State::busy) ::unlink(path.c_str());
+  if (created_ && !busy) ::unlink(path.c_str());
   ::close(fd_);
   fd_ = -1;
-  if (state_ == State::unsupported && error_ == 0)
+  if (!busy && !flock_unsupported(err))
     throw LibraryError("cannot lock '" + path + "': flock: " + std::strerror(err));
+  if (!busy) error_ = err;  // State::unsupported
 }
 
 FileLock::FileLock(FileLock&& other) noexcept

@@ -100,7 +100,6 @@ void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock
 
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
                                                  std::size_t param_count) {
-  prepare_run_dir(c.run_dir);
   const auto existing = list_checkpoints(c.run_dir);
   const std::vector<std::string> outputs = run_outputs(c.run_dir);
   if (!c.resume) {

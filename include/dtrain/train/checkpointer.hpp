@@ -72,8 +72,8 @@ FileLock lock_run_dir(const std::string& run_dir, const std::string& host);
 /// `lock` (lock_run_dir()) is held, so that none is another run's file in progress. Never throws.
 void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock);
 
-/// The chief's part of a run's set-up, inside the all_or_nothing() phase: makes c.run_dir (a
-/// writable directory) and returns the checkpoint to resume from. Without --resume the run dir
+/// The chief's part of a run's set-up, inside the all_or_nothing() phase, after lock_run_dir()
+/// made c.run_dir: returns the checkpoint to resume from. Without --resume the run dir
 /// must hold no run (checkpoints or outputs, see run_outputs()): std::nullopt, else InputError
 /// naming the directory and what it holds. With --resume: the newest checkpoint that verifies
 /// (corrupt newer ones are skipped with a warning), checked against this job
