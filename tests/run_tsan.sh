@@ -11,7 +11,9 @@
 # next batches read ahead, two epochs through one --cache-mb cache (dtrain_input_bench). -DDTRAIN_NO_CLONES: GCC's target_clones resolvers run
 # before TSan is initialised and crash under it (the kernels then build for the default target).
 # Not 4 ranks: on 2 cores under TSan's slowdown the bucket test's 14,287 tiny buckets pass its 60 s
-# deadline. Last, an async run stopped mid-epoch by SIGTERM to every rank (exit 75). Measured 2026-11-24: 0 reports (unit 33 tests, MPI 38 + 38 tests, 3 runs of 60 steps).
+# deadline. Last, an async run stopped mid-epoch by SIGTERM to every rank (exit 75): the reader's and
+# the push progress thread's early ends. Measured 2026-11-24: 0 reports (unit 33 tests, MPI 38 + 38
+# tests, 3 runs of 60 steps); the stopped run, 2026-11-28: 0 reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/install-deps.sh
@@ -65,8 +67,8 @@ mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS -x TSAN_OPTIONS "$build/bin/dtra
   --config jobs/fashion_mnist_cnn.ini --mode async --num-ps 1 --threads 1 --ps-threads 1 \
   --checkpoint-every 20 --run-dir "$out/$name" >"$out/$name.log" 2>&1 &
 job=$!
-for ((t = 0; t < 1800; ++t)); do  # up to 15 minutes for the first checkpoint
-  ls "$out/$name"/ckpt-*.h5 >/dev/null 2>&1 || ! kill -0 "$job" 2>/dev/null && break
+for ((t = 0; t < 1800; ++t)); do  # up to 15 minutes for the first checkpoint (or the run's end)
+  if ls "$out/$name"/ckpt-*.h5 >/dev/null 2>&1 || ! kill -0 "$job" 2>/dev/null; then break; fi
   sleep 0.5
 done
 # shellcheck disable=SC2046
