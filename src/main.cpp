@@ -18,9 +18,17 @@
 #include "dtrain/plan/plan_command.hpp"
 #include "dtrain/train/predict.hpp"
 #include "dtrain/train/pretrained.hpp"
+#include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
 
 int main(int argc, char** argv) {
+  // Before MPI_Init starts its threads: every thread inherits the blocked stop signals.
+  try {
+    dtrain::route_stop_signals();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain: error: %s\n", e.what());
+    return 1;
+  }
   const int rank = dtrain::init_mpi(&argc, &argv);
   // The rank tag of every error until the job knows this rank's role (train/trainer.cpp,
   // train/predict.cpp): option and job-file errors name their rank too.

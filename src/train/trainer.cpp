@@ -507,7 +507,7 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
 }  // namespace
 
 int run_training(const Config& c) {
-  install_signal_handlers();
+  arm_graceful_stop();
   set_comm_timeout(c.timeout);
   Job job = check_job(c);
   if (c.dry_run) {
