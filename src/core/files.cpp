@@ -30,6 +30,14 @@ void sync_or_remove(const std::string& tmp) {
   }
 }
 
+/// Why an existing `<path>.tmp` stops a writer of `path`, for the error message.
+std::string temporary_file_note(const std::string& path) {
+  return ": the temporary file of an earlier dtrain writing '" + path +
+         "' that did not finish, or of one writing it now; dtrain never overwrites a file "
+         "(remove it once no dtrain writes '" +
+         path + "')";
+}
+
 }  // namespace
 
 void replace_file(const std::string& from, const std::string& to) {
@@ -84,6 +92,9 @@ void require_new_file(const std::string& path, const std::string& option) {
                  "' already exists; dtrain never overwrites a file "
                  "(remove it or choose another " +
                  option + ")");
+  const std::string tmp = path + ".tmp";
+  DT_REQUIRE(!fs::exists(tmp) && !fs::is_symlink(tmp),
+             "option " + option + ": '" + tmp + "' already exists" + temporary_file_note(path));
   const fs::path dir =
       fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   DT_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK | X_OK) == 0,
@@ -102,8 +113,21 @@ void publish_new_file(const std::string& tmp, const std::string& path) {
                        " (nothing was overwritten)");
 }
 
+void claim_new_file(const std::string& path, const std::string& final_path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    return;
+  }
+  if (errno == EEXIST)
+    throw InputError("'" + path + "' already exists" + temporary_file_note(final_path));
+  throw LibraryError("cannot create '" + path + "'" + errno_reason());
+}
+
 void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = path + ".tmp";
+  claim_new_file(tmp,
+                 path);  // outside the try: a file already there is not this writer's to remove
   try {
     errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/comm/guard.hpp"
@@ -204,7 +205,8 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
     if (p.cluster->world_rank() != 0) return;
     const std::string tmp = c.out + ".tmp";
     const auto N = static_cast<hsize_t>(p.info.num_samples);
-    {
+    claim_new_file(tmp, c.out);  // never a file already there (checked at start, claimed now)
+    try {
       std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
       H5File f = create_file(tmp);
       write_dataset_int32s(f.get(), "predictions", {N}, all.predictions.data());
@@ -218,6 +220,10 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
       if (p.info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
       if (p.info.has_labels) write_attr_double(f.get(), "top5_accuracy", top5);
       flush_file(f.get(), tmp);
+    } catch (...) {
+      std::error_code ignored;  // a failed write (disk full) leaves no partial file behind
+      std::filesystem::remove(tmp, ignored);
+      throw;
     }
     publish_new_file(tmp, c.out);
   });

@@ -191,6 +191,13 @@ cp "$SCRATCH/m16.safetensors" "$SCRATCH/keep.safetensors"
 expect_error 0 "$SCRATCH/keep.safetensors|already exists" export --checkpoint "$ckpt" \
   --out "$SCRATCH/keep.safetensors"
 cmp -s "$SCRATCH/keep.safetensors" "$SCRATCH/m16.safetensors" || fail "export overwrote an existing file"
+cp "$SCRATCH/m16.safetensors" "$SCRATCH/t.safetensors.tmp"
+expect_error 0 "$SCRATCH/t.safetensors.tmp|already exists|did not finish" export \
+  --checkpoint "$ckpt" --out "$SCRATCH/t.safetensors"
+[[ $last_rc -eq 2 && ! -e $SCRATCH/t.safetensors ]] || fail "an existing <out>.tmp: exit $last_rc"
+cmp -s "$SCRATCH/t.safetensors.tmp" "$SCRATCH/m16.safetensors" ||
+  fail "export overwrote or removed an existing <out>.tmp"
+rm "$SCRATCH/t.safetensors.tmp"
 expect_error 0 "$SCRATCH/test.h5|not a dtrain checkpoint" export --checkpoint "$SCRATCH/test.h5" \
   --out "$SCRATCH/x.safetensors"
 [[ ! -e $SCRATCH/x.safetensors ]] || fail "export of a non-checkpoint wrote its output"

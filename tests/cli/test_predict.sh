@@ -96,6 +96,18 @@ expect_error 2 "--out|$SCRATCH/e3.h5|already exists" predict --config "$SCRATCH/
   --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/e3.h5"
 [[ $last_rc -eq 2 ]] || fail "exit $last_rc, want 2"
 [[ $(cat "$SCRATCH/e3.h5") == "keep me" ]] || fail "the existing output was overwritten"
+# An existing <out>.tmp (an unfinished earlier predict's, or the user's) is not the writer's to
+# truncate or remove, and a link there is not followed into the file it points to.
+echo "keep me" >"$SCRATCH/e5.h5.tmp"
+cp "$ckpt" "$SCRATCH/linked.h5" && ln -s linked.h5 "$SCRATCH/e6.h5.tmp"
+for out in e5 e6; do
+  expect_error 2 "--out|$SCRATCH/$out.h5.tmp|already exists|did not finish" predict \
+    --config "$SCRATCH/job.ini" --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/$out.h5"
+  [[ $last_rc -eq 2 && ! -e $SCRATCH/$out.h5 ]] || fail "$out: exit $last_rc, or an output written"
+done
+[[ $(cat "$SCRATCH/e5.h5.tmp") == "keep me" ]] || fail "an existing <out>.tmp was overwritten"
+cmp -s "$ckpt" "$SCRATCH/linked.h5" || fail "predict wrote through a link at <out>.tmp"
+rm "$SCRATCH/e5.h5.tmp" "$SCRATCH/e6.h5.tmp"
 # --out in a folder that does not exist: named at set-up (input, exit 2), not an HDF5 failure
 # after scoring.
 expect_error 2 "--out|$SCRATCH/no_such_dir/e4.h5|does not exist" predict --config "$SCRATCH/job.ini" \

@@ -37,11 +37,17 @@ std::string errno_reason();
 /// directories (EINVAL, ENOTSUP: some FUSE and SMB mounts), which returns.
 void fsync_path(const std::string& path);
 
-/// Checks that `path` can be created without replacing anything: it does not exist (nor is a
-/// dangling link) and its directory exists and takes new files. Throws InputError
-/// "option <option>: '<path>' already exists; dtrain never overwrites a file ..." or "...: its
-/// directory '<dir>' does not exist or is not writable".
+/// Checks that `path` can be created without replacing anything: neither it nor its temporary file
+/// `path`.tmp exists (nor is a dangling link) and its directory exists and takes new files. Throws
+/// InputError "option <option>: '<path>' already exists; dtrain never overwrites a file ..." or
+/// "...: its directory '<dir>' does not exist or is not writable".
 void require_new_file(const std::string& path, const std::string& option);
+
+/// Creates `path` as a new empty file for `final_path`'s writer, never opening one that exists
+/// (O_CREAT | O_EXCL: not a file, nor the target of a link). Throws InputError when `path` exists
+/// (naming it and `final_path`: an unfinished earlier writer's temporary file, or a concurrent
+/// one's), LibraryError naming it and the system's reason when it cannot be created.
+void claim_new_file(const std::string& path, const std::string& final_path);
 
 /// Makes the complete file `tmp` appear as `path`: fsync_path(tmp), a hard link `tmp` → `path`
 /// (fails rather than replace a file), `tmp` removed whatever happens. Throws LibraryError naming
@@ -49,8 +55,9 @@ void require_new_file(const std::string& path, const std::string& option);
 void publish_new_file(const std::string& tmp, const std::string& path);
 
 /// Creates `path` from the bytes `write` puts into the stream it is given (binary), whole or not
-/// at all: into `path`.tmp, then publish_new_file(). Throws LibraryError when the stream fails
-/// (a full disk) and passes on what `write` throws; the temporary file is removed then.
+/// at all: into `path`.tmp (claim_new_file(): an existing one is an InputError, left as it is),
+/// then publish_new_file(). Throws LibraryError when the stream fails (a full disk) and passes on
+/// what `write` throws; the temporary file is removed then.
 void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write);
 
 /// Whether flock(2) failing with `err` means that the file system takes no locks: ENOLCK (NFS
