@@ -20,10 +20,7 @@
 namespace fs = std::filesystem;
 
 namespace dtrain {
-namespace {
 
-/// The global_step of a checkpoint's file name, "ckpt-" + 10 digits + ".h5" (checkpoint_path's
-/// spelling), or -1 for any other name.
 std::int64_t step_of_checkpoint_name(std::string_view name) {
   constexpr std::string_view prefix = "ckpt-", suffix = ".h5";
   constexpr std::size_t digits = 10;
@@ -37,6 +34,8 @@ std::int64_t step_of_checkpoint_name(std::string_view name) {
   }
   return step;
 }
+
+namespace {
 
 void write_floats(hid_t loc, const std::string& name, const std::vector<float>& v,
                   std::vector<hsize_t> dims) {
@@ -128,6 +127,25 @@ void read_named_tensors(hid_t root, CheckpointState& s, const std::string& where
     check_cover(s.buffer_tensors, s.model_state.size() / s.state_rows, where + " /buffers");
 }
 
+/// The attributes and datasets of a checkpoint agree with each other (the checksums cover the
+/// datasets' bytes, not whether a file was assembled right): the position is one a run reaches,
+/// and the optimizer state has one value per parameter. Throws InputError naming `where`.
+void check_consistent(const CheckpointState& s, const std::string& where) {
+  const auto n = [](auto v) { return std::to_string(v); };
+  DT_REQUIRE(s.global_step >= 0 && s.epoch >= 0 && s.step_in_epoch >= 0 && s.num_workers >= 1 &&
+                 s.batch_size >= 0 && s.steps_per_epoch >= 0 &&
+                 (s.steps_per_epoch == 0 || s.step_in_epoch <= s.steps_per_epoch),
+             where + ": an impossible position (global_step " + n(s.global_step) + ", epoch " +
+                 n(s.epoch) + ", step_in_epoch " + n(s.step_in_epoch) + " of " +
+                 n(s.steps_per_epoch) + ", num_workers " + n(s.num_workers) + ", batch_size " +
+                 n(s.batch_size) + "): the file was not written by dtrain as it stands");
+  const std::size_t P = s.params.size();
+  for (auto [name, v] : {std::pair{"optimizer/m", &s.m}, std::pair{"optimizer/v", &s.v}})
+    DT_REQUIRE(v->empty() || v->size() == P, where + ": /" + name + " holds " + n(v->size()) +
+                                                 " values for " + n(P) +
+                                                 " parameters (one each, or none)");
+}
+
 /// Writes the whole checkpoint `s` into the new HDF5 file `tmp` (created, truncating a stale one),
 /// every dataset with a Fletcher32 checksum, and flushes it. Throws LibraryError on a failed write.
 void write_checkpoint_file(const std::string& tmp, const CheckpointState& s) {
@@ -159,6 +177,8 @@ void write_checkpoint_file(const std::string& tmp, const CheckpointState& s) {
   write_attr_int(root, "step_in_epoch", s.step_in_epoch);
   write_attr_int(root, "seed", static_cast<std::int64_t>(s.seed));
   write_attr_int(root, "num_workers", s.num_workers);
+  write_attr_int(root, "batch_size", s.batch_size);
+  write_attr_int(root, "steps_per_epoch", s.steps_per_epoch);
   write_attr_string(root, "mode", s.mode);
   write_attr_string(root, "model_signature", s.model_signature);
   write_attr_string(root, "config", s.config);
@@ -198,10 +218,14 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
   }
   fsync_path(run_dir);
 
-  const auto all = list_checkpoints(run_dir);
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+  // Keep the newest `keep` up to this one. A file of a later step is none of this run's (one that
+  // --resume skipped as corrupt, when it could not be set aside): neither counted nor removed.
+  std::size_t kept = 0;
+  for (const std::string& path : list_checkpoints(run_dir)) {
+    if (step_of_checkpoint_name(fs::path(path).filename().string()) > s.global_step) continue;
+    if (++kept <= static_cast<std::size_t>(keep)) continue;
     std::error_code ec;
-    fs::remove(all[i], ec);
+    fs::remove(path, ec);
   }
 }
 
@@ -224,6 +248,9 @@ CheckpointState read_checkpoint(const std::string& path) {
     s.step_in_epoch = read_attr_int(root, "step_in_epoch", where);
     s.seed = static_cast<std::uint64_t>(read_attr_int(root, "seed", where));
     s.num_workers = static_cast<int>(read_attr_int(root, "num_workers", where));
+    for (auto [name, v] :
+         {std::pair{"batch_size", &s.batch_size}, std::pair{"steps_per_epoch", &s.steps_per_epoch}})
+      if (has_attribute(root, name)) *v = read_attr_int(root, name, where);
     s.mode = read_attr_string(root, "mode", where);
     s.model_signature = read_attr_string(root, "model_signature", where);
     s.config = read_attr_string(root, "config", where);
@@ -239,6 +266,7 @@ CheckpointState read_checkpoint(const std::string& path) {
                                       std::to_string(dims.empty() ? 0 : dims[0]) + " × …)");
     if (s.format_version >= 2 && has_attribute(root, "param_names"))
       read_named_tensors(root, s, where);
+    check_consistent(s, where);
     return s;
   } catch (const InputError&) {
     throw;

@@ -35,6 +35,36 @@ std::string list_names(const std::vector<std::string>& names) {
   return listed;
 }
 
+/// The checkpoint's position (global_step, epoch, step_in_epoch) counts steps of its writer's
+/// plan; this run continues it only where its own steps mean the same: the same global steps per
+/// epoch (what the learning-rate schedule and the epochs' ends count in) and, in the middle of an
+/// epoch, the same workers and batch (which samples the epoch has trained). Checkpoints that
+/// predate the record (steps_per_epoch 0) are taken as they are.
+void check_position_fits(const CheckpointState& s, const std::string& path, const TrainPlan& plan) {
+  if (s.steps_per_epoch == 0) return;
+  const auto n = [](auto v) { return std::to_string(v); };
+  const std::string written = n(s.num_workers) + " worker(s) × batch " + n(s.batch_size) + " (" +
+                              n(s.steps_per_epoch) + " global steps per epoch)";
+  const std::string here = n(plan.workers) + " worker(s) × batch " + n(plan.batch) + " (" +
+                           n(plan.steps_per_epoch) + ")";
+  DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch,
+             "checkpoint '" + path + "' was written by a run of " + written + ", this run has " +
+                 here + ": its global_step " + n(s.global_step) +
+                 ", its place in the epoch and the learning-rate schedule count steps of the "
+                 "other size. Resume with " +
+                 n(s.num_workers) + " worker(s) and --batch-size " + n(s.batch_size) +
+                 " (or a --global-batch-size that gives as many steps per epoch), or start a new "
+                 "--run-dir with --init-from an export of it");
+  DT_REQUIRE(s.step_in_epoch == 0 || (s.num_workers == plan.workers && s.batch_size == plan.batch),
+             "checkpoint '" + path + "' is from the middle of epoch " + n(s.epoch + 1) + " (step " +
+                 n(s.step_in_epoch) + " of " + n(s.steps_per_epoch) + ") of a run of " + written +
+                 "; this run splits the data over " + here +
+                 ", so the samples that epoch has already trained would not be the ones it "
+                 "skips. Resume with " +
+                 n(s.num_workers) + " worker(s) and --batch-size " + n(s.batch_size) +
+                 " (the shape may change at a checkpoint of an epoch's end)");
+}
+
 /// --resume found no checkpoint that verifies: refuse when the run dir holds checkpoints (all
 /// corrupt) or a finished run, else warn and start from scratch.
 void resume_without_checkpoint(const Config& c, const std::vector<std::string>& existing,
@@ -99,7 +129,8 @@ void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock
 }
 
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
-                                                 std::size_t param_count) {
+                                                 std::size_t param_count, std::size_t state_count,
+                                                 const TrainPlan& plan) {
   const auto existing = list_checkpoints(c.run_dir);
   const std::vector<std::string> outputs = run_outputs(c.run_dir);
   if (!c.resume) {
@@ -114,13 +145,38 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     return std::nullopt;
   }
   std::optional<CheckpointState> resume = load_latest_checkpoint(c.run_dir);
-  if (resume)
+  if (resume) {
     // Name the checkpoint actually read: a corrupt newer one may have been skipped.
-    check_checkpoint_compatible(*resume, checkpoint_path(c.run_dir, resume->global_step), signature,
-                                std::string(to_string(c.mode)), param_count,
-                                std::string(to_string(c.optimizer)));
-  else resume_without_checkpoint(c, existing, outputs);
+    const std::string path = checkpoint_path(c.run_dir, resume->global_step);
+    check_checkpoint_compatible(*resume, path, signature, std::string(to_string(c.mode)),
+                                param_count, std::string(to_string(c.optimizer)));
+    check_state_size(*resume, path, state_count);
+    check_position_fits(*resume, path, plan);
+  } else {
+    resume_without_checkpoint(c, existing, outputs);
+  }
   return resume;
+}
+
+void set_aside_skipped_checkpoints(const std::string& run_dir, std::int64_t resumed_step,
+                                   const FileLock& lock) {
+  if (lock.state() != FileLock::State::held) return;  // another run might be writing them
+  for (const std::string& path : list_checkpoints(run_dir)) {
+    if (step_of_checkpoint_name(std::filesystem::path(path).filename().string()) <= resumed_step)
+      continue;
+    // --resume skipped it (it does not verify, warned above): out of the way of retention and of
+    // this run's own checkpoint of that step, kept for a look.
+    std::string aside = path + ".corrupt";
+    for (int k = 2; std::filesystem::exists(aside) || std::filesystem::is_symlink(aside); ++k)
+      aside = path + ".corrupt" + std::to_string(k);
+    try {
+      replace_file(path, aside);
+      log_warn("# " + path + " does not verify: moved to " + aside);
+    } catch (const Error& e) {  // it stays; retention still leaves it alone (write_checkpoint)
+      log_warn("# " + path +
+               " does not verify and stays where it is: " + without_error_prefix(e.what()));
+    }
+  }
 }
 
 void share_resume_point(const Cluster& cluster, std::size_t param_count,
@@ -266,6 +322,8 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   s.step_in_epoch = at.step_in_epoch;
   s.seed = c_.seed;
   s.num_workers = plan_.workers;
+  s.batch_size = plan_.batch;
+  s.steps_per_epoch = plan_.steps_per_epoch;
   s.mode = std::string(to_string(c_.mode));
   s.model_signature = layout.signature();
   s.config = c_.effective_ini;
@@ -276,11 +334,12 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
     write_checkpoint(c_.run_dir, s, c_.keep_checkpoints);
   } catch (const LibraryError& e) {  // a full disk, a quota, an I/O error: say what is kept
     const auto kept = list_checkpoints(c_.run_dir);
-    throw LibraryError(without_error_prefix(e.what()) + "; the checkpoint of global_step " +
-                       std::to_string(s.global_step) + " failed: " +
-                       (kept.empty()
-                            ? "the run dir holds no complete checkpoint"
-                            : "--resume continues from the newest that verifies, " + kept.front()));
+    throw LibraryError(
+        "writing " + checkpoint_path(c_.run_dir, s.global_step) +
+        " (as its .tmp file first): " + without_error_prefix(e.what()) +
+        "; the checkpoint of global_step " + std::to_string(s.global_step) + " failed: " +
+        (kept.empty() ? "the run dir holds no complete checkpoint"
+                      : "--resume continues from the newest that verifies, " + kept.front()));
   }
   const bool again = s.global_step == last_file_;  // the ps modes' rewrite (after_averaging())
   last_file_ = s.global_step;
@@ -311,15 +370,18 @@ CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& pa
   return in;
 }
 
-void check_inference_compatible(const CheckpointState& s, const std::string& path,
-                                const Model& model) {
-  check_checkpoint_compatible(s, path, model.signature(), s.mode, model.param_count());
-  const std::size_t S = model.state_count();
+void check_state_size(const CheckpointState& s, const std::string& path, std::size_t S) {
   const auto rows = static_cast<std::size_t>(s.state_rows);
   DT_REQUIRE(s.model_state.size() == S * rows || (S == 0 && s.model_state.size() <= rows),
              "checkpoint '" + path + "': model_state holds " +
                  std::to_string(s.model_state.size()) + " values, the model needs " +
                  std::to_string(s.state_rows) + " × " + std::to_string(S));
+}
+
+void check_inference_compatible(const CheckpointState& s, const std::string& path,
+                                const Model& model) {
+  check_checkpoint_compatible(s, path, model.signature(), s.mode, model.param_count());
+  check_state_size(s, path, model.state_count());
 }
 
 void load_for_inference(const CheckpointState& s, Model& model, Backend& backend) {

@@ -26,7 +26,7 @@ struct Job {
   int num_ps = 0;  ///< ps ranks (0: allreduce)
   std::unique_ptr<Cluster> cluster;
   TrainPlan plan;
-  std::size_t param_count = 0, activation_bytes = 0;
+  std::size_t param_count = 0, state_count = 0, activation_bytes = 0;
   std::string signature;     ///< the model's layout (checkpoint compatibility)
   std::string model_report;  ///< layer table and shard table, printed by the chief
   std::string init_report;   ///< --dry-run --init-from: check_init_from()'s line

@@ -165,8 +165,12 @@ std::string check_init_from(const Config& c, const Model& layout) {
 
 std::vector<SafeTensor> export_tensors(const CheckpointState& s_in, const std::string& path,
                                        ExportDtype dtype) {
-  CheckpointState s = s_in;  // names: its own, or its model's (format 1)
-  if (s.param_tensors.empty()) name_tensors(s, *checkpoint_model(s, path));  // format 1
+  CheckpointState s = s_in;       // names: its own, or its model's (format 1)
+  if (s.param_tensors.empty()) {  // format 1: the names, and the sizes, from the model it names
+    const std::unique_ptr<Model> model = checkpoint_model(s, path);
+    check_inference_compatible(s, path, *model);
+    name_tensors(s, *model);
+  }  // format 2: read_checkpoint() checked that the names cover /params and /model_state
   const bool bf16 = dtype == ExportDtype::bf16;
   const auto floats = [&](const std::string& name, const std::vector<std::int64_t>& dims,
                           const float* v, std::size_t n) {

@@ -6,6 +6,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
 
@@ -60,6 +62,15 @@ std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::int64_t> results_global_step(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "results.json");
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("global_step") || !j["global_step"].is_number_integer())
+    return std::nullopt;
+  return j["global_step"].get<std::int64_t>();
 }
 
 namespace {

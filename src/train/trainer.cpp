@@ -30,6 +30,7 @@
 #include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/provenance.hpp"
 #include "dtrain/train/ps_count.hpp"
+#include "dtrain/train/report.hpp"
 #include "dtrain/train/signals.hpp"
 #include "job.hpp"
 #include "worker.hpp"
@@ -299,6 +300,7 @@ Job check_job(const Config& c) {
     const Model layout(c.layers, job.plan.train.sample, job.plan.train.num_classes, job.plan.batch,
                        act_dtype_of(c.precision));
     job.param_count = layout.param_count();
+    job.state_count = layout.state_count();
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();
     job.model_report = layout.summary();
@@ -341,7 +343,7 @@ void claim_resources(const Config& c, Job& job) {
     if (job.backend) job.backend->set_label_smoothing(c.label_smoothing);  // before the loss ops
     if (job.cluster->is_chief()) {
       job.run_dir_lock = lock_run_dir(c.run_dir, job.cluster->me().host);
-      job.resume = find_resume_point(c, job.signature, job.param_count);
+      job.resume = find_resume_point(c, job.signature, job.param_count, job.state_count, job.plan);
     }
     // --init-from starts a run; a checkpoint to resume from has priority (pretrained.hpp).
     if (job.cluster->is_chief() && !c.init_from.empty() && job.resume)
@@ -367,6 +369,32 @@ void acquire_resources(const Config& c, Job& job) {
     throw;
   }
   if (c.resume && job.run_dir_lock) remove_partial_checkpoints(c.run_dir, *job.run_dir_lock);
+  if (c.resume && job.resume && !job.resume->config.empty() && job.run_dir_lock)  // not --init-from
+    set_aside_skipped_checkpoints(c.run_dir, job.resume->global_step, *job.run_dir_lock);
+}
+
+/// --resume of a run with nothing left to train: its checkpoint is at the end of --epochs or
+/// --max-steps and results.json reports that global_step. The chief says so, and every rank then
+/// leaves with exit 0 and the run dir as it was (no second evaluation row, results.json and the
+/// checkpoints untouched). Collective over the world.
+bool nothing_left_to_train(const Config& c, const Job& job) {
+  const Cluster& cl = *job.cluster;
+  int done = 0;
+  if (cl.is_chief() && c.resume && job.resume && !job.resume->config.empty()) {  // not --init-from
+    const CheckpointState& s = *job.resume;
+    const bool at_end = s.epoch >= c.epochs || (c.max_steps > 0 && s.global_step >= c.max_steps);
+    done = at_end && results_global_step(c.run_dir) == s.global_step ? 1 : 0;
+    if (done)
+      log_info("# --resume: the run in " + c.run_dir + " is complete (global_step " +
+               std::to_string(s.global_step) + ", epoch " + std::to_string(s.epoch) + " of " +
+               std::to_string(c.epochs) +
+               ", results.json): nothing left to train; raise --epochs " +
+               "or --max-steps to train it further. Nothing was written");
+  }
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Ibcast(&done, 1, MPI_INT, cl.worker_rank(0), MPI_COMM_WORLD, &req));
+  wait_one(req, comm_timeout(), "broadcast of whether the resumed run is complete");
+  return done != 0;
 }
 
 /// The log header (rank 0), role/model/plan tables and config.ini (the chief).
@@ -516,6 +544,7 @@ int run_training(const Config& c) {
     return kExitOk;
   }
   acquire_resources(c, job);
+  if (nothing_left_to_train(c, job)) return kExitOk;
   // The chief's resume point to every worker (allreduce replicas need the parameters too).
   share_resume_point(*job.cluster, job.param_count, job.resume);
   announce(c, job);

@@ -143,8 +143,10 @@ WorkerOutcome Worker::run() {
     if (!end_epoch(epoch)) break;
   }
   if (first_epoch >= c_.epochs) {
-    // --resume of a finished run: nothing left to train, but report the model's test metrics
-    // instead of zeros (every worker takes this branch: first_epoch is shared).
+    // --resume of a run whose training ended but that wrote no results.json for it (stopped
+    // while it finished; a complete run is not resumed, see nothing_left_to_train()): nothing
+    // left to train, but report the model's test metrics instead of zeros (every worker takes
+    // this branch: first_epoch is shared).
     out_.epochs_done = c_.epochs;
     evaluate(c_.epochs - 1);
   }

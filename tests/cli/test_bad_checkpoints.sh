@@ -11,6 +11,12 @@
 #      starting over, and leaves every file byte for byte as it was.
 #   6. the only checkpoint has a newer format version: refused the same way, naming "newer" in the
 #      warning.
+#   7. checksummed files whose parts disagree (an /optimizer/v of 5 values, a negative epoch) are
+#      skipped like corrupt ones; the resumed run moves each aside to <name>.corrupt, untouched,
+#      and its own checkpoints of those steps do not replace them.
+#   8. a file of a later step that does not verify neither takes a --keep-checkpoints slot nor
+#      makes retention delete the good ones (with --keep-checkpoints 1 the run used to keep only
+#      it); set aside as <name>.corrupt, and a second --resume continues from the new newest.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -87,4 +93,40 @@ set -e
 [[ $rc -eq 2 ]] || { cat "$d.resume.log"; fail "newer only: exit $rc, want 2"; }
 grep -q "format version 99 is newer" "$d.resume.log" || { cat "$d.resume.log"; fail "no 'newer' reason"; }
 [[ ! -f $d/ckpt-0000000020.h5 ]] || fail "a refused resume wrote a checkpoint"
+echo "== parts that disagree: skipped, set aside, not replaced"
+d=$SCRATCH/disagree; fresh "$d"
+"$PY" - "$d" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(f"{sys.argv[1]}/ckpt-0000000030.h5", "r+") as f:
+    del f["optimizer/v"]
+    f.create_dataset("optimizer/v", data=np.ones(5, np.float32), fletcher32=True, chunks=True)
+with h5py.File(f"{sys.argv[1]}/ckpt-0000000020.h5", "r+") as f:
+    f.attrs["epoch"] = np.int64(-1)
+PY
+cp "$d/ckpt-0000000030.h5" "$SCRATCH/bad30.h5" && cp "$d/ckpt-0000000020.h5" "$SCRATCH/bad20.h5"
+resume_expect "$d" 10 "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000030.h5.*optimizer/v holds 5 values for [0-9]+ parameters"
+grep -q "CORRUPT CHECKPOINT SKIPPED.*ckpt-0000000020.h5.*impossible position.*epoch -1" "$d.resume.log" ||
+  { cat "$d.resume.log"; fail "the negative epoch was not named"; }
+for step in 20 30; do
+  cmp -s "$d/ckpt-00000000$step.h5.corrupt" "$SCRATCH/bad$step.h5" ||
+    { ls -l "$d"; fail "ckpt-$step was not set aside unchanged"; }
+  grep -q "ckpt-00000000$step.h5 does not verify: moved to .*ckpt-00000000$step.h5.corrupt" \
+    "$d.resume.log" || { cat "$d.resume.log"; fail "no word of setting ckpt-$step aside"; }
+done
+verify_ckpts "$d" || fail "a checkpoint the resumed run wrote does not verify"
+[[ $(newest_step "$d") == 40 ]] || { ls "$d"; fail "the resumed run did not reach 40"; }
+
+echo "== a later file that does not verify takes no --keep-checkpoints slot"
+d=$SCRATCH/keepone; fresh "$d"
+cp "$SCRATCH/fx.h5" "$d/ckpt-0000000099.h5"
+keep1=("${FX[@]}" --mode sync --num-ps 0 --checkpoint-every 10 --keep-checkpoints 1 --run-dir "$d")
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${keep1[@]}" --resume --max-steps 40 >"$d.resume.log" 2>&1 ||
+  { cat "$d.resume.log"; fail "--resume failed"; }
+grep -q "resuming from global_step 30," "$d.resume.log" || { cat "$d.resume.log"; fail "not from 30"; }
+[[ $(cd "$d" && ls ckpt-*) == $'ckpt-0000000040.h5\nckpt-0000000099.h5.corrupt' ]] ||
+  { ls -l "$d"; fail "want the newest good checkpoint and the set-aside file"; }
+cmp -s "$d/ckpt-0000000099.h5.corrupt" "$SCRATCH/fx.h5" || fail "the set-aside file changed"
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${keep1[@]}" --resume --max-steps 50 >"$d.again.log" 2>&1 ||
+  { cat "$d.again.log"; fail "the second --resume failed"; }
+grep -q "resuming from global_step 40," "$d.again.log" || { cat "$d.again.log"; fail "not from 40"; }
 echo "PASS"

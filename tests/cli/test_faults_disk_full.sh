@@ -35,8 +35,8 @@ disk_full_case() {
   local msg
   msg=$(grep "dtrain: error:" "$log") || { cat "$log"; fail "no error message"; }
   [[ $(wc -l <<<"$msg") == 1 ]] || { cat "$log"; fail "expected one error message, got: $msg"; }
-  for word in ".h5.tmp:" "No space left on device" "failed: --resume continues from" \
-              "ckpt-0000000020.h5"; do
+  for word in "writing $dir/ckpt-0000000030.h5 (as its .tmp file first)" ".h5.tmp:" \
+              "No space left on device" "failed: --resume continues from" "ckpt-0000000020.h5"; do
     grep -qF -- "$word" <<<"$msg" || fail "the error does not say '$word': $msg"
   done
   ! compgen -G "$dir/*.tmp" >/dev/null || { ls -l "$dir"; fail "the failed checkpoint left a file behind"; }

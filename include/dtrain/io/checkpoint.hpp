@@ -9,11 +9,12 @@
 //
 // Layout: /params (P floats), /optimizer/m, /optimizer/v (P floats or empty), /model_state
 // (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
-// global_step, epoch, step_in_epoch, seed, num_workers, mode, model_signature, config,
-// wall_seconds. Format 2 adds the named tensors: /tensors/<name> for every parameter, in PyTorch's
-// layout and shape (conv weight OIHW [O, I, kH, kW], dense weight [out, in], biases and batchnorm
-// γ/β [C]), and /buffers/<name> for every batchnorm buffer, [W, C] (worker w's statistics in row w;
-// PyTorch's tensor is their mean, mean_of_rows()), named as Model's TensorInfo::key
+// global_step, epoch, step_in_epoch, seed, num_workers, batch_size, steps_per_epoch (the last two
+// absent in older files), mode, model_signature, config, wall_seconds. Format 2 adds the named
+// tensors: /tensors/<name> for every parameter, in PyTorch's layout and shape (conv weight OIHW [O,
+// I, kH, kW], dense weight [out, in], biases and batchnorm γ/β [C]), and /buffers/<name> for every
+// batchnorm buffer, [W, C] (worker w's statistics in row w; PyTorch's tensor is their mean,
+// mean_of_rows()), named as Model's TensorInfo::key
 // ("layer1.0.bn2.weight"); root attributes param_names and buffer_names list them in flat-buffer
 // order. Each is an HDF5 virtual dataset over its range of /params or /model_state: h5ls, h5py and
 // every HDF5 reader see a dataset of that shape, while the bytes are stored (and checksummed) once,
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtrain {
@@ -48,7 +50,10 @@ struct CheckpointState {
   std::int64_t epoch = 0;          ///< epoch in progress (0-based)
   std::int64_t step_in_epoch = 0;  ///< local steps of that epoch already done (data cursor)
   std::uint64_t seed = 0;          ///< data order and dropout are pure functions of seed + counters
-  int num_workers = 1;             ///< workers of the run that wrote it
+  int num_workers = 1;             ///< workers (data-parallel replicas) of the run that wrote it
+  /// The writer's batch per worker and global steps per epoch (TrainPlan), which give global_step,
+  /// epoch and step_in_epoch their meaning; 0 in a file written before they were recorded
+  std::int64_t batch_size = 0, steps_per_epoch = 0;
   std::string mode;                ///< "sync" | "async"
   std::string model_signature;     ///< Model::signature()
   std::string config;              ///< effective configuration (INI)
@@ -76,20 +81,27 @@ std::vector<float> mean_of_rows(const float* rows, int row_count, std::size_t S)
 /// Path of the checkpoint of `global_step` in run_dir.
 std::string checkpoint_path(const std::string& run_dir, std::int64_t global_step);
 
-/// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints; keep
-/// ≥ 1 (--keep-checkpoints, validated positive; 0 would remove the file just written). Writes
-/// format 2's layout, s.format_version (kCheckpointFormatVersion unless a test says otherwise)
-/// in its attribute; s.param_tensors / s.buffer_tensors, when given, must cover
-/// params / one model_state row exactly, in order (Error otherwise). Throws LibraryError on I/O
-/// failure — HDF5 (a full disk: "No space left on device"), fsync, or the rename (naming both
-/// paths); the previous checkpoints are untouched then, and the partial `.tmp` is removed.
+/// Writes atomically (see above) and removes all but the newest `keep` complete checkpoints up to
+/// s.global_step (a file of a later step is not this run's, e.g. one --resume skipped as corrupt:
+/// neither counted nor removed); keep ≥ 1 (--keep-checkpoints, validated positive; 0 would remove
+/// the file just written). Writes format 2's layout, s.format_version (kCheckpointFormatVersion
+/// unless a test says otherwise) in its attribute; s.param_tensors / s.buffer_tensors, when given,
+/// must cover params / one model_state row exactly, in order (Error otherwise). Throws LibraryError
+/// on I/O failure — HDF5 (a full disk: "No space left on device"), fsync, or the rename (naming
+/// both paths); the previous checkpoints are untouched then, and the partial `.tmp` is removed.
 void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int keep);
 
 /// Reads and verifies one checkpoint (format 1 or 2; format 2 fills param_tensors and
 /// buffer_tensors from its name lists and the named datasets' shapes). Throws InputError naming
 /// the file when it is not a dtrain checkpoint, has a newer format version, fails its checksums /
-/// is truncated, or its names do not cover its buffers.
+/// is truncated, its names do not cover its buffers, or its parts disagree: an impossible position
+/// (global_step, epoch, step_in_epoch < 0; step_in_epoch > steps_per_epoch where recorded;
+/// num_workers < 1) or an /optimizer/m, /optimizer/v of other than one value per parameter or none.
 CheckpointState read_checkpoint(const std::string& path);
+
+/// The global_step of a checkpoint's file name, "ckpt-" + 10 digits + ".h5" (checkpoint_path()'s
+/// spelling), or -1 for any other name (a path with folders too).
+std::int64_t step_of_checkpoint_name(std::string_view name);
 
 /// Complete checkpoints in run_dir, newest (highest global_step) first; `.tmp` files excluded.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);

@@ -78,12 +78,26 @@ void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock
 /// naming the directory and what it holds. With --resume: the newest checkpoint that verifies
 /// (corrupt newer ones are skipped with a warning), checked against this job
 /// (check_checkpoint_compatible: the model `signature`, c.mode, `param_count` parameters,
-/// c.optimizer); std::nullopt with a warning when the run dir holds neither checkpoints nor
-/// results.json (a run stopped before its first checkpoint starts over). Throws InputError when
-/// no checkpoint verifies, when a finished run has no checkpoint, or when the newest readable one
-/// does not fit; nothing is overwritten then.
+/// c.optimizer; check_state_size: `state_count` batchnorm floats per row) and against the run's
+/// `plan`: the same global steps per epoch, and mid-epoch the same workers and batch per worker as
+/// the run that wrote it (a position counted in other steps would put the epoch's end and the
+/// learning-rate schedule elsewhere, and train or skip other samples). std::nullopt with a
+/// warning when the run dir holds neither checkpoints nor results.json (a run stopped before its
+/// first checkpoint starts over). Throws InputError when no checkpoint verifies, when a finished
+/// run has no checkpoint, or when the newest readable one does not fit, naming it and what would
+/// fit; nothing is overwritten then.
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
-                                                 std::size_t param_count);
+                                                 std::size_t param_count, std::size_t state_count,
+                                                 const TrainPlan& plan);
+
+/// After a set-up that resumed from the checkpoint of `resumed_step`: every checkpoint of a later
+/// step in run_dir (one --resume skipped because it does not verify) is renamed to
+/// `<name>.corrupt` (`.corrupt2`, ... when taken) with a warning, so that retention neither keeps
+/// it in place of a good one nor deletes it, and this run's own checkpoint of that step does not
+/// replace it. Only while `lock` is held (no other run writes there). Never throws: a rename that
+/// fails is a warning, and the file stays (write_checkpoint()'s retention skips later steps).
+void set_aside_skipped_checkpoints(const std::string& run_dir, std::int64_t resumed_step,
+                                   const FileLock& lock);
 
 /// Collective over the workers (cluster.role_comm(); a ps returns at once): the chief's resume
 /// point (`resume`, std::nullopt for a fresh start) to every worker. Afterwards every worker's
@@ -181,6 +195,10 @@ struct CheckpointInput {
 /// The input shape and class count of checkpoint `s`, read from `path`. Throws InputError naming
 /// `path` when its model signature does not start with "input <shape> classes <K>" (K ≥ 1).
 CheckpointInput checkpoint_input(const CheckpointState& s, const std::string& path);
+
+/// Throws InputError naming `path` unless checkpoint `s`'s model_state holds state_rows × S floats
+/// (S: the model's batchnorm floats; with S = 0, at most one placeholder per row).
+void check_state_size(const CheckpointState& s, const std::string& path, std::size_t S);
 
 /// `dtrain predict`'s checks of checkpoint `s` (read from `path`) against `model`, the job's layers
 /// built for the checkpoint's input: check_checkpoint_compatible() with the checkpoint's own mode,

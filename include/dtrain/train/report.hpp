@@ -44,6 +44,10 @@ struct MetricsRow {
 std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
                                               std::int64_t max_step);
 
+/// The global_step that <run_dir>/results.json reports (the end of the run that wrote it), or none
+/// when the file is absent, does not parse as JSON or has no integer global_step.
+std::optional<std::int64_t> results_global_step(const std::string& run_dir);
+
 /// Every metrics row goes through here: into metrics.csv and, when enabled, a TensorBoard event
 /// file (SummaryWriter decides which rows, see SummaryOptions).
 class MetricsWriter {

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/cli/test_resume_fit.sh — which checkpoints --resume continues in another cluster shape, and
+# a finished run (sync allreduce, the tiny CNN on 1,024 samples: 2 workers × batch 16 take 32 global
+# steps per epoch). A run to step 20 (mid-epoch 1), then:
+#   1. 3 workers (22 steps per epoch): refused naming both shapes — the position and the
+#      learning-rate schedule count steps of another size; exit 2, one error, the run dir unchanged.
+#   2. 4 workers × batch 8 (the same 32 steps of 32 samples): refused in the middle of an epoch,
+#      naming it (the samples the epoch already trained were other workers' shards); the same
+#      shape resumes from the checkpoint at the epoch's end.
+#   3. the finished run again (the same --max-steps, or a lower one): exit 0, "nothing left to
+#      train", every file byte for byte as it was — no second test row, results.json and the
+#      checkpoints untouched.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/faults_common.sh"
+make_fault_data
+d=$SCRATCH/run
+ARGS=("${FX[@]}" --test-data "$SCRATCH/fx.h5" --mode sync --num-ps 0 --checkpoint-every 10
+      --run-dir "$d")
+rm -rf "$d"
+go() {  # go NP LOG ARGS...: a resumed run, its exit status in $rc
+  local np=$1 log=$2
+  shift 2
+  set +e
+  timeout 120 "$MPIEXEC" -n "$np" "$DTRAIN" "${ARGS[@]}" --resume "$@" >"$log" 2>&1
+  rc=$?
+  set -e
+}
+refused() {  # refused NP WORDS ARGS...: exit 2, one error holding every |-separated word, no change
+  local np=$1 words=$2 before
+  shift 2
+  before=$(cd "$d" && md5sum -- * | sort)
+  go "$np" "$SCRATCH/refused.log" "$@"
+  [[ $rc -eq 2 ]] || { cat "$SCRATCH/refused.log"; fail "exit $rc with -n $np $*, want 2"; }
+  local msg
+  msg=$(grep "dtrain: error:" "$SCRATCH/refused.log")
+  [[ $(wc -l <<<"$msg") -eq 1 ]] || { cat "$SCRATCH/refused.log"; fail "want one error: $msg"; }
+  local IFS='|' word
+  for word in $words; do
+    grep -qF -- "$word" <<<"$msg" || fail "the refusal does not say '$word': $msg"
+  done
+  [[ $(cd "$d" && md5sum -- * | sort) == "$before" ]] || fail "a refused resume changed the run dir"
+  echo "   refused: ${msg:0:160}..."
+}
+
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" "${ARGS[@]}" --max-steps 20 >"$SCRATCH/first.log" 2>&1 ||
+  { cat "$SCRATCH/first.log"; fail "the first run failed"; }
+
+echo "== 1. another number of steps per epoch"
+refused 3 "ckpt-0000000020.h5|2 worker(s) × batch 16 (32 global steps per epoch)|3 worker(s) × batch 16 (22)|Resume with 2 worker(s) and --batch-size 16" \
+  --max-steps 40
+
+echo "== 2. the same steps, other workers: not mid-epoch, at the epoch's end"
+refused 4 "ckpt-0000000020.h5|middle of epoch 1 (step 20 of 32)|4 worker(s) × batch 8" \
+  --batch-size 8 --max-steps 40
+go 2 "$SCRATCH/to32.log" --max-steps 32
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/to32.log"; fail "resume to the epoch's end: exit $rc"; }
+go 4 "$SCRATCH/w4.log" --batch-size 8 --max-steps 40
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/w4.log"; fail "4 workers from the epoch's end: exit $rc"; }
+grep -q "resuming from global_step 32, epoch 2, step 0 of the epoch" "$SCRATCH/w4.log" ||
+  { cat "$SCRATCH/w4.log"; fail "4 workers did not resume at the epoch's end"; }
+verify_ckpts "$d" || fail "a checkpoint does not verify"
+[[ $(newest_step "$d") == 40 ]] || { ls "$d"; fail "the 4-worker run did not reach step 40"; }
+
+echo "== 3. a finished run: nothing left to train, nothing written"
+before=$(cd "$d" && md5sum -- * | sort)
+for max in 40 35; do
+  go 4 "$SCRATCH/done$max.log" --batch-size 8 --max-steps "$max"
+  [[ $rc -eq 0 ]] || { cat "$SCRATCH/done$max.log"; fail "--max-steps $max: exit $rc, want 0"; }
+  grep -q "is complete (global_step 40, .*nothing left to train" "$SCRATCH/done$max.log" ||
+    { cat "$SCRATCH/done$max.log"; fail "--max-steps $max: no word that the run is complete"; }
+  [[ $(cd "$d" && md5sum -- * | sort) == "$before" ]] ||
+    fail "--max-steps $max: resuming the finished run changed the run dir"
+done
+echo "PASS"
