@@ -10,6 +10,8 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "dtrain/dnn/counter_rng.hpp"
 #include "jpeg_region.hpp"
@@ -212,13 +214,16 @@ CropBox random_resized_crop_box(int width, int height, std::uint64_t key, const 
 }
 
 CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, int& rh) {
-  if (width <= height) {
-    rw = resize;
-    rh = static_cast<int>(static_cast<double>(resize) * height / width);
-  } else {
-    rh = resize;
-    rw = static_cast<int>(static_cast<double>(resize) * width / height);
-  }
+  // The longer side scaled as the shorter one is, in double: it may pass INT_MAX (a 1 × 2^20
+  // image at --eval-resize 4096), which no resampler index can hold.
+  const double longer =
+      static_cast<double>(resize) * std::max(width, height) / std::max(1, std::min(width, height));
+  if (longer > std::numeric_limits<int>::max())
+    throw ImageError("resized to " + std::to_string(resize) + " on its shorter side, the " +
+                     std::to_string(width) + "x" + std::to_string(height) +
+                     " image would be more than 2^31 - 1 pixels long");
+  (width <= height ? rw : rh) = resize;
+  (width <= height ? rh : rw) = static_cast<int>(longer);
   CropBox b{0, 0, crop, crop};
   b.y = round_half_even((rh - crop) / 2.0);
   b.x = round_half_even((rw - crop) / 2.0);

@@ -59,16 +59,22 @@ struct Coeffs {
   std::vector<int> k;       ///< per output: ksize fixed-point weights
 };
 
-/// precompute_coeffs() + normalize_coeffs_8bpc() for the bilinear (triangle) filter.
-void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
+/// precompute_coeffs() + normalize_coeffs_8bpc() for the bilinear (triangle) filter, for the
+/// `count` outputs from `first` of the `out_size` (the window: each output's weights depend on its
+/// own position alone, so they are Pillow's, bit for bit, and cost the window's size, not the
+/// resized image's — a 1 × 2^20 image resized to 256 wide is 2^28 rows tall). Output first + i
+/// is entry i.
+void precompute(int in_size, double in0, double in1, int out_size, int first, int count,
+                Coeffs& c) {
   double scale = (in1 - in0) / out_size, filterscale = scale;
   if (filterscale < 1.0) filterscale = 1.0;
   const double support = 1.0 * filterscale;
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  c.bounds.assign(static_cast<std::size_t>(out_size) * 2, 0);
-  c.k.assign(static_cast<std::size_t>(out_size) * c.ksize, 0);
+  c.bounds.assign(static_cast<std::size_t>(count) * 2, 0);
+  c.k.assign(static_cast<std::size_t>(count) * c.ksize, 0);
   std::vector<double> kk(static_cast<std::size_t>(c.ksize));
-  for (int xx = 0; xx < out_size; ++xx) {
+  for (int i = 0; i < count; ++i) {
+    const int xx = first + i;
     const double center = in0 + (xx + 0.5) * scale;
     const double ss = 1.0 / filterscale;
     int xmin = static_cast<int>(center - support + 0.5);
@@ -84,15 +90,15 @@ void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c) {
       kk[static_cast<std::size_t>(x)] = w;
       ww += w;
     }
-    int* k = c.k.data() + static_cast<std::size_t>(xx) * c.ksize;
+    int* k = c.k.data() + static_cast<std::size_t>(i) * c.ksize;
     for (int x = 0; x < xmax; ++x) {
       const double v =
           ww != 0.0 ? kk[static_cast<std::size_t>(x)] / ww : kk[static_cast<std::size_t>(x)];
       k[x] = v < 0 ? static_cast<int>(-0.5 + v * (1 << kPrecisionBits))
                    : static_cast<int>(0.5 + v * (1 << kPrecisionBits));
     }
-    c.bounds[static_cast<std::size_t>(xx) * 2] = xmin;
-    c.bounds[static_cast<std::size_t>(xx) * 2 + 1] = xmax;
+    c.bounds[static_cast<std::size_t>(i) * 2] = xmin;
+    c.bounds[static_cast<std::size_t>(i) * 2 + 1] = xmax;
   }
 }
 
@@ -386,20 +392,20 @@ void store_row(const std::uint8_t* row, int ww, int wh, int yy, OutLayout layout
 template <int C>
 void resample_channels(const SourceImage& src, const ResizeSpec& r, OutLayout layout,
                        std::uint8_t* dst) {
-  thread_local Coeffs ch, cv;
+  thread_local Coeffs ch, cv;  // the window's outputs (precompute)
   thread_local std::vector<std::uint8_t> temp, row;
-  precompute(src.width, r.x0, r.x1, r.out_w, ch);
-  precompute(src.height, r.y0, r.y1, r.out_h, cv);
+  precompute(src.width, r.x0, r.x1, r.out_w, r.window.x, r.window.w, ch);
+  precompute(src.height, r.y0, r.y1, r.out_h, r.window.y, r.window.h, cv);
   // Source rows the vertical window needs, resampled horizontally first (Pillow's imTemp).
   int first = 0, last = 0, xfirst = 0, xlast = 0;
-  support_of(cv, r.window.y, r.window.h, first, last);
-  support_of(ch, r.window.x, r.window.w, xfirst, xlast);
+  support_of(cv, 0, r.window.h, first, last);
+  support_of(ch, 0, r.window.w, xfirst, xlast);
   const std::size_t trow = static_cast<std::size_t>(r.window.w) * C;
   temp.resize(static_cast<std::size_t>(last - first) * trow + 4);
-  horizontal_pass<C>(src, first, last - first, xlast, ch, r.window.x, r.window.w, temp.data());
+  horizontal_pass<C>(src, first, last - first, xlast, ch, 0, r.window.w, temp.data());
   row.resize(trow);
   for (int yy = 0; yy < r.window.h; ++yy) {
-    const std::size_t at = static_cast<std::size_t>(r.window.y + yy);
+    const auto at = static_cast<std::size_t>(yy);
     vertical_row(temp.data(), trow, cv.bounds[at * 2] - first, cv.bounds[at * 2 + 1],
                  cv.k.data() + at * cv.ksize, trow, row.data());
     store_row<C>(row.data(), r.window.w, r.window.h, yy, layout, dst);
@@ -419,11 +425,11 @@ void limit_resample_isa(ResampleIsa limit) {
 
 CropBox resample_source(int width, int height, const ResizeSpec& r) {
   thread_local Coeffs ch, cv;
-  precompute(width, r.x0, r.x1, r.out_w, ch);
-  precompute(height, r.y0, r.y1, r.out_h, cv);
+  precompute(width, r.x0, r.x1, r.out_w, r.window.x, r.window.w, ch);
+  precompute(height, r.y0, r.y1, r.out_h, r.window.y, r.window.h, cv);
   int x0 = 0, x1 = 0, y0 = 0, y1 = 0;
-  support_of(ch, r.window.x, r.window.w, x0, x1);
-  support_of(cv, r.window.y, r.window.h, y0, y1);
+  support_of(ch, 0, r.window.w, x0, x1);
+  support_of(cv, 0, r.window.h, y0, y1);
   return CropBox{x0, y0, x1 - x0, y1 - y0};
 }
 

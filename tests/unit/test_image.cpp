@@ -3,6 +3,7 @@
 // bad-image errors, and the decode pool (src/io/encoded.hpp). Pixel equality with Pillow on real
 // JPEG/PNG files: tests/cli/test_encoded_images.sh.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -118,6 +119,38 @@ TEST(ImageTransform, CenterCropBoxIsTorchvisionsResizeAndCenterCrop) {
   EXPECT_EQ(center_crop_box(375, 500, 256, 224, rw, rh), (CropBox{16, 58, 224, 224}));
   EXPECT_EQ(center_crop_box(64, 64, 32, 28, rw, rh), (CropBox{2, 2, 28, 28}));
   EXPECT_EQ(rw, 32);
+}
+
+// An extreme aspect ratio: Resize(R) makes the longer side R · long / short. The resampler's
+// weights cost the centre crop's window, not that side (before: 167 MB per axis for this 2 × 65,500
+// JPEG at R = 256, ~10 GB for a 1 × 2^20 PNG), and a side past 2^31 − 1 is a bad image, not an
+// int overflow.
+TEST(ImageTransform, CentreCropOfAnExtremeAspectCostsTheWindow) {
+  const int W = 2, H = 65500;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(W) * H);
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i / W % 251);
+  const std::vector<std::uint8_t> jpeg = testing::write_jpeg(px, W, H, 1);
+  ImageDecoder dec;
+  ImageTransform t;
+  t.out = 16;
+  t.resize = 256;
+  t.dct_ratio = 0.0;
+  Image8 scratch;
+  std::vector<std::uint8_t> out(16 * 16);
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const CropBox box = transform_image(dec, jpeg.data(), jpeg.size(), 1, t, 1, scratch, out.data());
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  // The resized image is 256 × 8,384,000; the crop sits at its centre.
+  EXPECT_EQ(box, (CropBox{120, 4191992, 16, 16}));
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB more at the peak";
+  // The centre rows of the image (about row 32,750, value 32,750 mod 251 = 120): grey near 120.
+  for (std::uint8_t v : out) EXPECT_NEAR(v, 120, 2);
+  int rw = 0, rh = 0;
+  EXPECT_THROW(center_crop_box(1, 1 << 20, 4096, 16, rw, rh), ImageError);
+  EXPECT_NO_THROW(center_crop_box(1, 1 << 20, 2047, 16, rw, rh));
+  EXPECT_EQ(rh, 2047 << 20);
 }
 
 TEST(ImageTransform, ResampleIdentityConstantAndHalving) {

@@ -120,6 +120,8 @@ CropBox random_resized_crop_box(int width, int height, std::uint64_t key,
 /// resize × floor(resize · long / short) (shorter side = resize), the crop starts at
 /// round((resized − crop) / 2) in each axis (round half to even). Returns the box in *resized*
 /// pixels plus the resized size in rw, rh (used by resample_window()). crop ≤ resize required.
+/// Throws ImageError when the resized longer side would pass 2^31 − 1 pixels (an extreme aspect
+/// ratio: a bad image to the reader, skipped or failing as --on-bad-image says).
 CropBox center_crop_box(int width, int height, int resize, int crop, int& rw, int& rh);
 
 /// An image to resample: `width` × `height` pixels of `channels` (1 or 3) interleaved uint8, of
