@@ -126,8 +126,8 @@ void claim_new_file(const std::string& path, const std::string& final_path) {
 
 void create_new_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = path + ".tmp";
-  claim_new_file(tmp,
-                 path);  // outside the try: a file already there is not this writer's to remove
+  // Outside the try: a file already there is not this writer's to remove.
+  claim_new_file(tmp, path);
   try {
     errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

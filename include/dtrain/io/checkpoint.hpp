@@ -11,15 +11,14 @@
 // (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
 // global_step, epoch, step_in_epoch, seed, num_workers, batch_size, steps_per_epoch (the last two
 // absent in older files), mode, model_signature, config, wall_seconds. Format 2 adds the named
-// tensors: /tensors/<name> for every parameter, in PyTorch's layout and shape (conv weight OIHW [O,
-// I, kH, kW], dense weight [out, in], biases and batchnorm γ/β [C]), and /buffers/<name> for every
-// batchnorm buffer, [W, C] (worker w's statistics in row w; PyTorch's tensor is their mean,
-// mean_of_rows()), named as Model's TensorInfo::key
-// ("layer1.0.bn2.weight"); root attributes param_names and buffer_names list them in flat-buffer
-// order. Each is an HDF5 virtual dataset over its range of /params or /model_state: h5ls, h5py and
-// every HDF5 reader see a dataset of that shape, while the bytes are stored (and checksummed) once,
-// in the flat buffers — so named tensors cost a checkpoint no write or read time
-// (docs/checkpoints.md). Format 1 (no names) still reads.
+// tensors: /tensors/<name> for every parameter, in PyTorch's layout and shape (conv weight OIHW
+// [O, I, kH, kW], dense weight [out, in], biases and batchnorm γ/β [C]), and /buffers/<name> for
+// every batchnorm buffer, [W, C] (worker w's statistics in row w; PyTorch's tensor is their mean,
+// mean_of_rows()), named as Model's TensorInfo::key ("layer1.0.bn2.weight"); root attributes
+// param_names and buffer_names list them in flat-buffer order. Each is an HDF5 virtual dataset over
+// its range of /params or /model_state: h5ls, h5py and every HDF5 reader see a dataset of that
+// shape, while the bytes are stored (and checksummed) once, in the flat buffers — so named tensors
+// cost a checkpoint no write or read time (docs/checkpoints.md). Format 1 (no names) still reads.
 #pragma once
 
 #include <cstdint>
