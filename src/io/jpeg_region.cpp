@@ -26,6 +26,7 @@ struct ErrorManager {
   jpeg_error_mgr mgr;  // first member: libjpeg's cinfo->err points here
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  bool unsupported = false;  ///< the file is sound, its kind is not decoded (CMYK)
 };
 
 extern "C" void jpeg_on_error(j_common_ptr cinfo) {
@@ -75,13 +76,19 @@ void read_rows(jpeg_decompress_struct& c, const CropBox& got, Image8& out) {
 /// error_exit longjmps back over this frame.
 bool decode_raw(jpeg_decompress_struct& c, ErrorManager& err, const std::uint8_t* data,
                 std::size_t size, Request rq, Image8& out, CropBox& got) {
+  err.unsupported = false;
   if (setjmp(err.jump)) {
     jpeg_abort_decompress(&c);
     return false;
   }
   jpeg_mem_src(&c, data, static_cast<unsigned long>(size));
   jpeg_read_header(&c, TRUE);
-  if (static_cast<std::int64_t>(c.image_width) * c.image_height > kMaxPixels)
+  err.unsupported = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
+  if (err.unsupported)
+    std::snprintf(err.message, sizeof err.message,
+                  "a CMYK JPEG: dtrain decodes RGB and grayscale JPEGs (images_to_h5.py stores "
+                  "CMYK images as RGB)");
+  else if (static_cast<std::int64_t>(c.image_width) * c.image_height > kMaxPixels)
     std::snprintf(err.message, sizeof err.message, "image larger than 2^28 pixels");
   else if (!jpeg_has_multiple_scans(&c) && !has_eoi_after(c.src->next_input_byte, data + size))
     std::snprintf(err.message, sizeof err.message, "Premature end of JPEG file");
@@ -179,7 +186,9 @@ CropBox JpegDecoder::decode(const std::uint8_t* data, std::size_t size, int chan
   const Request rq{scale_denom, channels, want.x, want.y, end(want.x, want.w), end(want.y, want.h)};
   CropBox got;
   if (!decode_raw(s_->cinfo, s_->err, data, size, rq, out, got))
-    throw ImageError(std::string("corrupt or truncated JPEG: ") + s_->err.message);
+    throw ImageError(
+        std::string(s_->err.unsupported ? "unsupported JPEG: " : "corrupt or truncated JPEG: ") +
+        s_->err.message);
   // Gray output straight from a gray JPEG; from a colour one through RGB and Pillow's luma.
   if (channels == 1 && out.channels == 3) {
     const std::size_t px = static_cast<std::size_t>(out.width) * out.height;

@@ -39,7 +39,8 @@ class JpegDecoder {
   /// upsampling (libjpeg's defaults, as Pillow decodes). Throws ImageError for a
   /// corrupt or truncated JPEG (a single-scan JPEG with no EOI marker after its scan data counts as
   /// truncated, even where the rectangle ends before the missing part), not for libjpeg's other
-  /// warnings (extraneous bytes, a corrupt Huffman code), which leave a usable image as in Pillow.
+  /// warnings (extraneous bytes, a corrupt Huffman code), which leave a usable image as in Pillow;
+  /// and for a CMYK or YCCK JPEG ("unsupported JPEG: a CMYK JPEG ...").
   CropBox decode(const std::uint8_t* data, std::size_t size, int channels, int scale_denom,
                  const CropBox& want, Image8& out);
 

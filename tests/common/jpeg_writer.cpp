@@ -23,7 +23,7 @@ std::vector<std::uint8_t> write_jpeg(const std::vector<std::uint8_t>& pixels, in
   c.image_width = static_cast<JDIMENSION>(width);
   c.image_height = static_cast<JDIMENSION>(height);
   c.input_components = channels;
-  c.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  c.in_color_space = channels == 1 ? JCS_GRAYSCALE : (channels == 4 ? JCS_CMYK : JCS_RGB);
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, opt.quality, TRUE);
   if (channels == 3) {

@@ -1,6 +1,6 @@
 // tests/common/jpeg_writer.hpp — JPEG files for the image tests, written in memory with
-// libjpeg-turbo's libjpeg API: gray or RGB, any luma sampling factors (chroma 1×1), baseline or
-// progressive. Shared by tests/unit/test_jpeg_region.cpp and test_uint8_batches.cpp.
+// libjpeg-turbo's libjpeg API: gray, RGB or CMYK, any luma sampling factors (chroma 1×1), baseline
+// or progressive. Shared by tests/unit/test_jpeg_region.cpp and test_uint8_batches.cpp.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,9 @@ struct JpegOptions {
   bool progressive = false;
 };
 
-/// Encodes `pixels` (height × width × channels uint8, packed; channels 1 gray or 3 RGB) as a JPEG
-/// file. libjpeg's error handler exits the process on an encoder error (none for valid input).
+/// Encodes `pixels` (height × width × channels uint8, packed; channels 1 gray, 3 RGB or 4 CMYK) as
+/// a JPEG file. libjpeg's error handler exits the process on an encoder error (none for valid
+/// input).
 std::vector<std::uint8_t> write_jpeg(const std::vector<std::uint8_t>& pixels, int width, int height,
                                      int channels, const JpegOptions& opt = {});
 

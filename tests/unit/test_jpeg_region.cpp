@@ -145,5 +145,25 @@ TEST(JpegRegion, ATruncatedFileFailsEvenWhereTheRegionIsComplete) {
   }
 }
 
+// A CMYK (or YCCK) JPEG is a valid file dtrain does not decode: a bad image whose reason says so,
+// not "corrupt or truncated" (images_to_h5.py stores such images as RGB).
+TEST(JpegRegion, ACmykFileIsUnsupportedNotCorrupt) {
+  std::vector<std::uint8_t> px(32 * 24 * 4);
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  const std::vector<std::uint8_t> jpg = testing::write_jpeg(px, 32, 24, 4);
+  ImageDecoder dec;
+  Image8 img;
+  try {
+    dec.decode(jpg.data(), jpg.size(), 3, img);
+    ADD_FAILURE() << "a CMYK JPEG decoded";
+  } catch (const ImageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a CMYK JPEG"), std::string::npos) << what;
+    EXPECT_EQ(what.find("corrupt"), std::string::npos) << what;
+  }
+  const auto rgb = make_jpeg(40, 30, kSamplings[0], false, 3);
+  EXPECT_NO_THROW(dec.decode(rgb.data(), rgb.size(), 3, img));  // the decoder is usable after it
+}
+
 }  // namespace
 }  // namespace dtrain
