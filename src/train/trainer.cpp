@@ -386,10 +386,10 @@ bool nothing_left_to_train(const Config& c, const Job& job) {
     done = at_end && results_global_step(c.run_dir) == s.global_step ? 1 : 0;
     if (done)
       log_info("# --resume: the run in " + c.run_dir + " is complete (global_step " +
-               std::to_string(s.global_step) + ", epoch " + std::to_string(s.epoch) + " of " +
+               std::to_string(s.global_step) + ", " + std::to_string(s.epoch) + " of " +
                std::to_string(c.epochs) +
-               ", results.json): nothing left to train; raise --epochs " +
-               "or --max-steps to train it further. Nothing was written");
+               " epochs done, results.json): nothing left to train; raise --epochs or "
+               "--max-steps to train it further. Nothing was written");
   }
   MPI_Request req;
   DT_CHECK_MPI(MPI_Ibcast(&done, 1, MPI_INT, cl.worker_rank(0), MPI_COMM_WORLD, &req));
