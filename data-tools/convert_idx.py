@@ -17,12 +17,12 @@ computed from the images unless --mean-std-from names a file to copy them from),
 samples of those classes, relabelled, `num_classes` = their number, their names, and mean/std of
 the kept (training) images.
 
-All inputs are read and checked (IDX magic numbers, dimensions, sizes, labels against the class
-names) before anything is written; no output directory is created for bad input. Each output is
-written to a temporary name in its directory, checked against the schema (h5info.validate), and the
-outputs are renamed only when all of them are complete (--fashion-mnist: train.h5 and test.h5
-together): a failed or interrupted run (SIGINT, SIGTERM, SIGHUP) never leaves a half-written file
-or only one of the splits. An existing output is never replaced without --force.
+All inputs are read and checked (IDX magic numbers, gzip streams, dimensions (H, W >= 1), sizes,
+labels against the class names) before anything is written; no output directory is created for bad
+input. Each output is written to a temporary name in its directory, checked against the schema
+(h5info.validate), and the outputs are renamed only when all of them are complete (--fashion-mnist:
+train.h5 and test.h5 together): a failed or interrupted run (SIGINT, SIGTERM, SIGHUP) never leaves a
+half-written file or only one of the splits. An existing output is never replaced without --force.
 Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage, 128+N killed by
 signal N (130: interrupted).
 Run with Debian's interpreter: /usr/bin/python3 convert_idx.py ...
@@ -33,6 +33,7 @@ import gzip
 import math
 import os
 import sys
+import zlib
 
 import h5py
 import numpy as np
@@ -73,7 +74,7 @@ def read_idx(path):
             data = f.read()
     except FileNotFoundError:
         raise ConvertError(f"{path}: no such file") from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error: a damaged deflate stream in a .gz
         raise ConvertError(f"{path}: cannot read: {e}") from None
     if len(data) < 4:
         raise ConvertError(f"{path}: too short for an IDX header ({len(data)} bytes)")
@@ -101,6 +102,9 @@ def load_split(images_path, labels_path):
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3:
         raise ConvertError(f"{images_path}: expected a 3-D image file N×H×W, got dims {list(images.shape)}")
+    if 0 in images.shape[1:]:
+        raise ConvertError(f"{images_path}: images of {images.shape[1]}×{images.shape[2]} pixels "
+                           f"(dims {list(images.shape)}), expected H, W >= 1")
     if images.dtype != np.uint8:
         raise ConvertError(f"{images_path}: expected uint8 pixels (IDX type 0x08), got {images.dtype}")
     if labels.ndim != 1:

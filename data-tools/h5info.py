@@ -4,11 +4,12 @@
 For each FILE prints: number of samples N, sample shape C×H×W, image and label dtypes, num_classes
 (attribute or max(label)+1), the class histogram (with class names when present), the mean/std
 attributes, and pixel min/max/mean (raw units). Then checks the schema with the same rules as
-dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 of rank 4 (or encoded JPEG/PNG
-images: variable-length uint8 of rank 1 with attribute `channels` and dataset `image_shapes`), `labels` integer of
-rank 1 with the same N > 0, labels in [0, num_classes) (without a `num_classes` attribute, at most
-half of the max(label)+1 classes may be empty), mean/std both or neither with 1 or C
-finite values and std > 0, class_names strings, one per class, float pixels finite.
+dtrain's reader (src/io/dataset.cpp): `images` uint8 or float32 (either byte order) of rank 4 with
+C, H, W >= 1 (or encoded JPEG/PNG images: variable-length uint8 of rank 1 with attribute `channels`
+and dataset `image_shapes`), `labels` integer of rank 1 with the same N > 0 (`images` and `labels`
+datasets, not links that lead nowhere), labels in [0, num_classes) (without a `num_classes`
+attribute, at most half of the max(label)+1 classes may be empty), mean/std both or neither with 1
+or C finite values and std > 0, class_names strings, one per class, float pixels finite.
 
 Exit status: 0 when every file is valid, 1 when any is not (one "FILE: error: ..." line on stderr
 per invalid file), 2 on bad usage. Run with Debian's interpreter: /usr/bin/python3 h5info.py FILE...
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from h5files import open_h5  # noqa: E402  (file locks where the file system has them)
 
 ROWS_PER_READ = 4096  # samples per read when scanning pixels (bounded memory)
+MAX_ENCODED_SIDE = 1 << 20  # longest side of an encoded image (`image_shapes`), as dtrain checks
 
 
 class SchemaError(Exception):
@@ -61,6 +63,26 @@ def _class_names(f):
     return names
 
 
+def _dataset(f, name, what=""):
+    """Dataset `name` of open file f. Raises SchemaError naming it when there is none, when it is a
+    link that leads nowhere (a dangling soft or external link) or another kind of object."""
+    link = f.get(name, getlink=True)
+    if link is None:
+        raise SchemaError(f"no dataset `{name}`{what}")
+    try:
+        obj = f[name]
+    except (KeyError, OSError) as e:
+        target = (f"a soft link to {link.path}" if isinstance(link, h5py.SoftLink) else
+                  f"an external link to {link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink)
+                  else "a link")
+        raise SchemaError(f"`{name}` is {target}, which does not resolve "
+                          f"({e.args[0] if e.args else e}); expected "
+                          f"dataset `{name}`{what}") from None
+    if not isinstance(obj, h5py.Dataset):
+        raise SchemaError(f"`{name}` is a {type(obj).__name__.lower()}, expected dataset `{name}`{what}")
+    return obj
+
+
 def validate(path, expected_classes=None, scan_pixels=True):
     """Checks one file against the schema and returns a summary dict.
 
@@ -73,10 +95,7 @@ def validate(path, expected_classes=None, scan_pixels=True):
     if not h5py.is_hdf5(path):
         raise SchemaError("not an HDF5 file")
     with open_h5(path, "r") as f:
-        for name in ("images", "labels"):
-            if name not in f or not isinstance(f[name], h5py.Dataset):
-                raise SchemaError(f"no dataset `{name}`")
-        images, labels = f["images"], f["labels"]
+        images, labels = _dataset(f, "images"), _dataset(f, "labels")
         encoded = h5py.check_vlen_dtype(images.dtype) is not None
         if encoded:  # encoded JPEG/PNG bytes, one variable-length uint8 row per image
             if h5py.check_vlen_dtype(images.dtype) != np.dtype("uint8") or images.ndim != 1:
@@ -85,20 +104,18 @@ def validate(path, expected_classes=None, scan_pixels=True):
             ch = np.asarray(f.attrs.get("channels", -1)).reshape(-1)
             if ch.size != 1 or ch.dtype.kind not in "iu" or int(ch[0]) not in (1, 3):
                 raise SchemaError(f"attribute `channels` = {f.attrs.get('channels')!r}, expected 1 or 3 (encoded images)")
-            if "image_shapes" not in f or not isinstance(f["image_shapes"], h5py.Dataset):
-                raise SchemaError("no dataset `image_shapes` (N×3: C, H, W per encoded image)")
-            shapes = f["image_shapes"]
+            shapes = _dataset(f, "image_shapes", " (N×3: C, H, W per encoded image)")
             if shapes.shape != (images.shape[0], 3) or shapes.dtype.kind not in "iu":
                 raise SchemaError(f"dataset `image_shapes` has shape {shapes.shape} {shapes.dtype}, "
                                   f"expected integer {(images.shape[0], 3)}")
             sh = shapes[...]
-            if sh.size and (sh.min() < 1 or sh.max() > (1 << 20)):
+            if sh.size and (sh.min() < 1 or sh.max() > MAX_ENCODED_SIDE):
                 raise SchemaError("dataset `image_shapes` has a size outside [1, 2^20]")
             n, c = images.shape[0], int(ch[0])
             h = w = "var"
         elif images.ndim != 4:
             raise SchemaError(f"dataset `images` has rank {images.ndim} {images.shape}, expected rank 4 (N×C×H×W)")
-        if not encoded and images.dtype not in (np.dtype("uint8"), np.dtype("float32")):
+        if not encoded and images.dtype.newbyteorder("=") not in (np.dtype("uint8"), np.dtype("float32")):
             raise SchemaError(f"dataset `images` has dtype {images.dtype}, expected uint8 or float32")
         if labels.ndim != 1:
             raise SchemaError(f"dataset `labels` has rank {labels.ndim} {labels.shape}, expected rank 1 (N)")
@@ -106,6 +123,8 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"dataset `labels` has dtype {labels.dtype}, expected an integer type")
         if not encoded:
             n, c, h, w = images.shape
+            if min(c, h, w) < 1:
+                raise SchemaError(f"dataset `images` has shape {images.shape}, expected C, H, W >= 1")
         if labels.shape[0] != n:
             raise SchemaError(f"dataset `images` has N = {n} samples but dataset `labels` has {labels.shape[0]}")
         if n == 0:

@@ -21,9 +21,12 @@ the training set's values). --like FILE takes class names, labels and mean/std f
 training file instead (for a separate validation tree; it may lack some classes).
 
 --store encoded keeps each image's JPEG/PNG bytes instead (re-encoded only when its shorter side
-exceeds --max-side or its mode is not L/RGB): `images` variable-length uint8 N, `image_shapes` N×3
-(C, H, W as stored), attribute `channels`, labels and attributes as above, mean/std of the decoded
-images; dtrain decodes, crops and resizes them while it trains (docs/data.md, "Encoded images").
+exceeds --max-side or its mode is not L/RGB; a multi-picture JPEG (MPO) is a JPEG): `images`
+variable-length uint8 N, `image_shapes` N×3 (C, H, W as stored), attribute `channels`, labels and
+attributes as above, mean/std of the decoded images; dtrain decodes, crops and resizes them while it
+trains (docs/data.md, "Encoded images"). The stored bytes are checked as dtrain's decoder checks
+them (stored_bytes_problem: PNG chunk CRCs and IEND, a JPEG's end marker), and no side may exceed
+2^20 pixels (the schema's limit).
 
 Memory stays flat: the images are read, resized and written one chunk of samples at a time into
 datasets created at their final size; nothing grows with the number of images except the list of
@@ -41,9 +44,10 @@ image, is taken as a header and skipped; blank lines and lines starting with # a
 Every image of ROOT needs exactly one line and every line must name an image of ROOT; classes are
 numbered in sorted order as folders are (or by --like's class names).
 
-A corrupt or unreadable image, an empty class folder or a tree without class folders is an error
-naming the file or folder. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad
-usage. Run with Debian's interpreter: /usr/bin/python3 images_to_h5.py ...
+A corrupt or unreadable image, an empty class folder, a class folder whose name is not UTF-8 or a
+tree without class folders is an error naming the file or folder. Exit status: 0 done, 1 bad input
+or refusal (message on stderr), 2 bad usage. Run with Debian's interpreter:
+/usr/bin/python3 images_to_h5.py ...
 """
 
 import argparse
@@ -51,8 +55,10 @@ import io
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 import os
+import struct
 import sys
 import time
+import zlib
 
 import h5py
 import numpy as np
@@ -72,6 +78,7 @@ EXTENSIONS = (".jpg", ".jpeg", ".png")
 CHUNK_SAMPLES = 256          # samples per chunk (at most), as convert_idx.py
 CHUNK_BYTES = 8 << 20        # ... and at most this many bytes per chunk for large images
 ENCODED_CHUNK = 1024         # --store encoded: rows per chunk of `images` (references) and `image_shapes`
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class ConvertError(Exception):
@@ -102,6 +109,12 @@ def scan_tree(root):
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not classes:
         raise ConvertError(f"{root}: no class folders (expected ROOT/<class>/*.jpg|jpeg|png)")
+    for name in classes:  # the names become `class_names`, UTF-8 strings (os.scandir decoded
+        try:              # undecodable bytes to surrogates, which cannot be encoded)
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConvertError(f"{root}: class folder {os.fsencode(name)!r}: name is not valid UTF-8 "
+                               f"(class names must be UTF-8: rename the folder)") from None
     files, skipped = [], 0
     for name in classes:
         folder = os.path.join(root, name)
@@ -218,23 +231,30 @@ def _load_job(job):
 
 def load_encoded(path, channels, max_side, quality):
     """--store encoded: (bytes as uint8 array, (C, H, W) as stored, C×256 histogram of the pixels
-    converted to `channels`). The file's own bytes are kept when it is a JPEG or PNG in mode L or
-    RGB whose shorter side is at most max_side (0: no limit); otherwise the image is converted to
-    `channels`, its shorter side scaled down to max_side (bilinear) and re-encoded in its own format
-    (JPEG at `quality`; anything else as PNG). Raises ConvertError naming the file."""
+    converted to `channels`). The file's own bytes are kept when it is a JPEG (an MPO, a JPEG with
+    more pictures after the first, counts as one: Pillow and dtrain decode its first) or PNG in mode
+    L or RGB whose shorter side is at most max_side (0: no limit); otherwise the image is converted
+    to `channels`, its shorter side scaled down to max_side (bilinear) and re-encoded in its own
+    format (JPEG at `quality`; anything else as PNG). Raises ConvertError naming the file when
+    Pillow cannot decode it, dtrain would not (stored_bytes_problem) or a side stored would exceed
+    the schema's 2^20 pixels (h5info.MAX_ENCODED_SIDE)."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
         with Image.open(io.BytesIO(raw)) as im:
-            im.load()  # decode fully: truncated or corrupt data fails here
-            fmt = im.format
+            fmt = "JPEG" if im.format == "MPO" else im.format
             scale = max_side / min(im.size) if max_side and min(im.size) > max_side else 1.0
+            size = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
+            if max(size) > h5info.MAX_ENCODED_SIDE:  # from the header, before decoding
+                raise ConvertError(f"{path}: image of {size[0]}×{size[1]} pixels"
+                                   f"{' (after --max-side)' if scale < 1.0 else ''}: a side is longer "
+                                   f"than {h5info.MAX_ENCODED_SIDE}, the limit of encoded images")
+            im.load()  # decode fully: truncated or corrupt data fails here
             if scale == 1.0 and fmt in ("JPEG", "PNG") and im.mode in ("L", "RGB"):
                 stored = im
             else:
                 stored = im.convert("RGB" if channels == 3 else "L")
                 if scale < 1.0:
-                    size = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
                     stored = stored.resize(size, Image.BILINEAR)
                 out = io.BytesIO()
                 if fmt == "JPEG":
@@ -245,10 +265,66 @@ def load_encoded(path, channels, max_side, quality):
             pixels = np.asarray(stored.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ConvertError(f"{path}: cannot decode image: {e}") from None
+    problem = stored_bytes_problem(raw)
+    if problem:
+        raise ConvertError(f"{path}: corrupt or truncated image, which dtrain would skip as bad: {problem}")
     pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
     hist = np.stack([np.bincount(pixels[:, :, c].reshape(-1), minlength=256) for c in range(channels)])
     shape = (1 if stored.mode == "L" else 3, stored.height, stored.width)
     return np.frombuffer(raw, dtype=np.uint8), shape, hist
+
+
+def _png_problem(raw):
+    """What libpng, as dtrain calls it, rejects in PNG bytes `raw`, or None: a chunk cut short, a
+    chunk whose CRC is wrong (zlib.crc32 of type and data; libpng only warns for ancillary chunks,
+    rejected here too as corrupt) or no IEND chunk (png_read_end). Bytes after IEND are ignored."""
+    view, at = memoryview(raw), len(PNG_SIGNATURE)
+    while at + 12 <= len(raw):
+        length, kind = struct.unpack_from(">I4s", raw, at)
+        end = at + 12 + length
+        name = kind.decode("latin-1")
+        if end > len(raw):
+            return f"PNG chunk {name} at byte {at} runs past the end of the file (truncated)"
+        if zlib.crc32(view[at + 4:end - 4]) != struct.unpack_from(">I", raw, end - 4)[0]:
+            return f"PNG chunk {name} at byte {at} has a wrong CRC (corrupt)"
+        if kind == b"IEND":
+            return None
+        at = end
+    return "PNG without an IEND chunk (truncated)"
+
+
+def _jpeg_problem(raw):
+    """What dtrain rejects in JPEG bytes `raw` that Pillow may accept, or None: no end-of-image
+    marker (FF D9) after the start of the first scan's data (src/io/jpeg_region.cpp has_eoi_after,
+    from where jpeg_read_header stops, just past the SOS segment; entropy-coded data never holds
+    FF D9, so a file without one is truncated). dtrain checks this for single-scan JPEGs; for
+    progressive ones libjpeg's end-of-data warning, an error in dtrain, requires the same. The
+    markers up to SOS are walked as libjpeg's next_marker does (bytes before an FF and FF fill bytes
+    skipped): an FF D9 in an earlier segment, such as an EXIF thumbnail's, does not count."""
+    at = 2  # past SOI (FF D8)
+    while True:
+        at = raw.find(b"\xff", at)
+        while 0 <= at < len(raw) and raw[at] == 0xFF:
+            at += 1
+        if at < 0 or at + 3 > len(raw):
+            return "JPEG without image data (no SOS marker: truncated)"
+        marker, length = raw[at], int.from_bytes(raw[at + 1:at + 3], "big")
+        if marker == 0xDA:  # SOS: its segment is the scan header, the scan data follows
+            break
+        at += 1 if marker in (0x00, 0x01) or 0xD0 <= marker <= 0xD9 else 1 + length
+    if raw.find(b"\xff\xd9", at + 1 + length) < 0:
+        return "JPEG without its end-of-image marker (FF D9) after the scan data (truncated)"
+    return None
+
+
+def stored_bytes_problem(raw):
+    """What dtrain's decoder (src/io/image.cpp, src/io/jpeg_region.cpp) rejects in the bytes
+    `raw` to be stored, although Pillow decoded them, or None."""
+    if raw[:len(PNG_SIGNATURE)] == PNG_SIGNATURE:
+        return _png_problem(raw)
+    if raw[:3] == b"\xff\xd8\xff":
+        return _jpeg_problem(raw)
+    return "not a JPEG or PNG file (unknown signature)"
 
 
 def _load_encoded_job(job):
@@ -329,10 +405,12 @@ class EncodedWriter(SplitWriter):
     def write_encoded(self, results, labels):
         """results: [(bytes uint8 array, (C, H, W), histogram)] of load_encoded, in order."""
         k = len(results)
-        rows = np.empty(k, dtype=object)
+        rows = np.empty(k, dtype=self.images.dtype)
         for i, (data, _, _) in enumerate(results):
             rows[i] = data
-        self.images[self.at:self.at + k] = rows
+        # write_direct, not `images[a:b] = rows`: h5py stacks rows of equal length into a 2-D
+        # array and then fails ("Can't broadcast (k, L) -> (k,)").
+        self.images.write_direct(rows, dest_sel=np.s_[self.at:self.at + k])
         self.shapes[self.at:self.at + k] = np.array([shape for _, shape, _ in results], np.int32)
         self.labels[self.at:self.at + k] = labels
         for _, _, hist in results:

@@ -6,8 +6,10 @@
 # --classes keeps a subset relabelled in the order given (small file; Fashion-MNIST 5-9), and
 # refuses a bad list, an id beyond the classes and a class without samples.
 # Bad outputs and inputs (an output that is a directory or under a file, a negative label, an
-# oversized IDX header, a --fashion-mnist set whose test split is bad, SIGTERM while writing):
-# exit 1 with one line naming the file, no traceback, no output or directory left behind.
+# oversized IDX header, a damaged gzip stream, images of 0 pixels a row, a --fashion-mnist set whose
+# test split is bad, SIGTERM while writing): exit 1 with one line naming the file, no traceback, no
+# output or directory left behind. h5info.py names the file and object for an `images` link that
+# leads nowhere, a group and a zero image dimension, and accepts big-endian float32 images.
 # Environment (set by CTest; defaults for a manual run): SRC (repo root), BIN (tool dir), SCRATCH.
 set -euo pipefail
 
@@ -65,6 +67,10 @@ neg = (np.arange(50) % 3).astype(np.int8)
 neg[4] = -2
 open(f"{d}/neglabel", "wb").write(bytes([0, 0, 0x09, 1]) + struct.pack(">I", 50) + neg.tobytes())
 open(f"{d}/huge", "wb").write(bytes([0, 0, 0x08, 3]) + struct.pack(">III", 4000000000, 4000000000, 4000000000))
+damaged = bytearray(gzip.compress(idx(images)))
+damaged[10] = 0xFF  # the first byte of the deflate stream: an invalid block type
+open(f"{d}/damaged.gz", "wb").write(damaged)
+open(f"{d}/h0", "wb").write(idx(np.zeros((50, 0, 5), np.uint8)))  # 50 images of 0×5 pixels
 # Two small Fashion-MNIST-like folders: fm-ok (valid), fm-bad (a test label 12 >= the 10 classes).
 import os, shutil
 for name, test_labels in (("fm-ok", labels), ("fm-bad", np.full(50, 12, np.uint8))):
@@ -142,6 +148,10 @@ expect_rc 1 "$SCRATCH/neglabel: label -2 at index 4" \
   $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/neglabel" --out "$SCRATCH/bad/new/o.h5"
 expect_rc 1 "$SCRATCH/huge: size 16 bytes does not match its header (dims [4000000000, 4000000000, 4000000000], 1-byte values: expected 64000000000000000000000000016 bytes)" \
   $CONVERT --images "$SCRATCH/huge" --labels "$SCRATCH/lab" --out "$SCRATCH/bad/new/o.h5"
+expect_rc 1 "$SCRATCH/damaged.gz: cannot read: Error -3 while decompressing data" \
+  $CONVERT --images "$SCRATCH/damaged.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/bad/new/o.h5"
+expect_rc 1 "$SCRATCH/h0: images of 0×5 pixels (dims [50, 0, 5]), expected H, W >= 1" \
+  $CONVERT --images "$SCRATCH/h0" --labels "$SCRATCH/lab" --out "$SCRATCH/bad/new/o.h5"
 [ ! -e "$SCRATCH/bad/new" ] || fail "refused conversions created the output directory"
 # --fashion-mnist: a bad test split is found before train.h5 is written; no output dir is created.
 expect_rc 1 "$SCRATCH/fm-bad/t10k-labels-idx1-ubyte: labels span [12, 12] but there are 10 class names" \
@@ -188,6 +198,27 @@ EOF
 expect_fail "dataset \`images\` has rank 3" $H5INFO "$SCRATCH/bad_rank.h5"
 echo "not hdf5" >"$SCRATCH/text.h5"
 expect_fail "not an HDF5 file" $H5INFO "$SCRATCH/text.h5"
+# `images` a dangling soft link, an external link to a missing file, a group; a zero H: one line
+# naming the file and object, no traceback. Big-endian float32 images are valid (dtrain reads them).
+$PY - "$SCRATCH" <<'EOF'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name, images in (("dangling", h5py.SoftLink("/nothere")), ("extlink", h5py.ExternalLink("gone.h5", "/images")),
+                     ("group", None), ("zero_h", np.zeros((4, 1, 0, 4), np.uint8)),
+                     ("f32be", np.arange(64, dtype=">f4").reshape(4, 1, 4, 4))):
+    with h5py.File(f"{d}/{name}.h5", "w") as f:
+        if images is None:
+            f.create_group("images")
+        else:
+            f["images"] = images
+        f["labels"] = np.arange(4) % 2
+EOF
+expect_rc 1 "$SCRATCH/dangling.h5: error: \`images\` is a soft link to /nothere, which does not resolve" $H5INFO "$SCRATCH/dangling.h5"
+expect_rc 1 "$SCRATCH/extlink.h5: error: \`images\` is an external link to gone.h5:/images, which does not resolve" $H5INFO "$SCRATCH/extlink.h5"
+expect_rc 1 "$SCRATCH/group.h5: error: \`images\` is a group, expected dataset \`images\`" $H5INFO "$SCRATCH/group.h5"
+expect_rc 1 "$SCRATCH/zero_h.h5: error: dataset \`images\` has shape (4, 1, 0, 4), expected C, H, W >= 1" $H5INFO "$SCRATCH/zero_h.h5"
+$H5INFO "$SCRATCH/f32be.h5" >"$SCRATCH/info.txt" || fail "h5info rejects big-endian float32 images: $(cat "$SCRATCH/info.txt")"
+grep -q "pixels       min 0  max 63" "$SCRATCH/info.txt" || fail "big-endian float32 pixels misread: $(cat "$SCRATCH/info.txt")"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes -1 "$SCRATCH/small/a.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then

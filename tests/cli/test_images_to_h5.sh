@@ -7,10 +7,13 @@
 # one folder with a file of classes (header, comments, names without extensions) to the same rows;
 # an ambiguous name, an unlabelled image, a line naming no image, an image labelled twice, a line
 # without a class, a class unknown to --like and a missing labels file are errors naming the file
-# and line, with nothing written. A corrupt JPEG, a truncated PNG,
-# an empty class folder, an existing output, an output that is a directory or under a file, and an
-# interruption: exit non-zero with a message naming the file or folder (no traceback), and no output
-# or temporary file left behind.
+# and line, with nothing written. --store encoded keeps each file's own bytes (a multi-picture JPEG,
+# MPO, too) and writes a split of one image. A corrupt JPEG, a truncated PNG, an empty class folder,
+# encoded bytes Pillow decodes but dtrain rejects (a PNG without IEND or with a wrong chunk CRC, a
+# JPEG without its end marker), an image side over 2^20, a class folder whose name is not UTF-8
+# (refused before any image is decoded), an existing output, an output that is a directory or under
+# a file, and an interruption: exit non-zero with a message naming the file or folder (no
+# traceback), and no output or temporary file left behind.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 TOOL="$PY $SRC/data-tools/images_to_h5.py"
@@ -191,6 +194,83 @@ convert_fails "cannot write $SCRATCH/pattern.npy/sub/t.h5: $SCRATCH/pattern.npy 
 ! grep -q Traceback "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "traceback for an output under a file"; }
 [[ $(ls -A "$SCRATCH/o8" "$SCRATCH/o8/d" | tr '\n' ' ') == "$SCRATCH/o8: d e x.h5  $SCRATCH/o8/d: train.h5 " ]] ||
   fail "left behind: $(ls -AR "$SCRATCH/o8")"
+
+echo "== --store encoded: a split of one image, an MPO kept as its JPEG bytes; bytes dtrain rejects,"
+echo "   a side over 2^20 and a non-UTF-8 class folder are errors naming the file or folder"
+"$PY" - "$SCRATCH/enc" <<'PY'
+import io, os, struct, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+rng = np.random.default_rng(4)
+def img(h, w):
+    return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+def encoded(im, fmt):
+    b = io.BytesIO(); im.save(b, fmt); return b.getvalue()
+# a: 3 PNGs and a multi-picture JPEG (MPO), b: one JPEG; --val-fraction 0.25 puts one image of a
+# (and none of b) into test.h5: a write block of one row.
+for c in "ab":
+    os.makedirs(f"{d}/tree/{c}")
+for i in range(3):
+    img(20 + i, 24).save(f"{d}/tree/a/p{i}.png")
+img(30, 40).save(f"{d}/tree/a/photo.jpg", "MPO", save_all=True, append_images=[img(15, 20)], quality=90)
+with Image.open(f"{d}/tree/a/photo.jpg") as im:
+    assert im.format == "MPO" and im.n_frames == 2, (im.format, im.n_frames)
+img(16, 16).save(f"{d}/tree/b/only.jpg", quality=90)
+# Bytes Pillow decodes but dtrain rejects, each in a tree of its own (and a good image in a).
+png, jpg = encoded(img(32, 32), "PNG"), encoded(img(32, 32), "JPEG")
+n = struct.unpack(">I", png[33:37])[0]
+bad_crc = bytearray(png); bad_crc[33 + 8 + n] ^= 0xFF            # the IDAT CRC, data intact
+no_eoi = jpg[:-2] + b"\0" * 512                                  # the EOI marker zeroed
+com_eoi = jpg[:2] + b"\xff\xfe\x00\x04\xff\xd9" + no_eoi[2:]    # ... and an FF D9 in a comment
+bad = {"noiend.png": png[:-12], "badcrc.png": bytes(bad_crc), "noeoi.jpg": no_eoi, "comeoi.jpg": com_eoi}
+for name, data in bad.items():
+    for c in "ab":
+        os.makedirs(f"{d}/bad-{name}/{c}")
+    img(8, 8).save(f"{d}/bad-{name}/a/good.png")
+    open(f"{d}/bad-{name}/b/{name}", "wb").write(data)
+    with Image.open(f"{d}/bad-{name}/b/{name}") as im:
+        im.load()  # Pillow decodes it: only the check of the stored bytes refuses it
+# A strip 2^20 + 1 pixels wide (the schema allows sides up to 2^20).
+os.makedirs(f"{d}/wide/a")
+Image.new("L", ((1 << 20) + 1, 1)).save(f"{d}/wide/a/strip.png")
+# A class folder named in Latin-1, not UTF-8, and a corrupt image in the other: the name is refused
+# by the tree scan, before any image is decoded.
+root = f"{d}/latin1".encode()
+for c in (b"caf\xe9", b"tea"):
+    os.makedirs(root + b"/" + c)
+with open(root + b"/caf\xe9/i.png", "wb") as fh:
+    img(8, 8).save(fh, "PNG")
+open(root + b"/tea/corrupt.png", "wb").write(b"\x89PNG\r\n\x1a\n not a PNG")
+PY
+$TOOL "$SCRATCH/enc/tree" --store encoded --out-dir "$SCRATCH/enc/out" --val-fraction 0.25 --quiet ||
+  fail "--store encoded with a one-image test split"
+$H5INFO "$SCRATCH/enc/out/train.h5" "$SCRATCH/enc/out/test.h5" >"$SCRATCH/enc/info.txt" ||
+  { cat "$SCRATCH/enc/info.txt"; fail "h5info rejects the encoded files"; }
+"$PY" - "$SCRATCH/enc" <<'PY' || fail "encoded rows are not the files' own bytes"
+import glob, sys, h5py
+d = sys.argv[1]
+rows = []
+for split, n in (("train", 4), ("test", 1)):
+    with h5py.File(f"{d}/out/{split}.h5", "r") as f:
+        assert len(f["images"]) == n, (split, len(f["images"]))
+        rows += [f["images"][i].tobytes() for i in range(n)]
+files = sorted(open(p, "rb").read() for p in glob.glob(f"{d}/tree/*/*"))
+assert sorted(rows) == files, "a row is not its file's bytes (the MPO re-encoded?)"
+print("5 rows, each its file's own bytes (the MPO a JPEG)")
+PY
+convert_fails "bad-noiend.png/b/noiend.png: corrupt or truncated image, which dtrain would skip as bad: PNG without an IEND chunk" \
+  "$SCRATCH/enc/o1" "$SCRATCH/enc/bad-noiend.png" --store encoded --out "$SCRATCH/enc/o1/t.h5"
+convert_fails "bad-badcrc.png/b/badcrc.png: corrupt or truncated image, which dtrain would skip as bad: PNG chunk IDAT at byte 33 has a wrong CRC" \
+  "$SCRATCH/enc/o2" "$SCRATCH/enc/bad-badcrc.png" --store encoded --out "$SCRATCH/enc/o2/t.h5"
+for name in noeoi comeoi; do
+  convert_fails "bad-$name.jpg/b/$name.jpg: corrupt or truncated image, which dtrain would skip as bad: JPEG without its end-of-image marker (FF D9)" \
+    "$SCRATCH/enc/o-$name" "$SCRATCH/enc/bad-$name.jpg" --store encoded --out "$SCRATCH/enc/o-$name/t.h5"
+done
+convert_fails "wide/a/strip.png: image of 1048577×1 pixels: a side is longer than 1048576, the limit of encoded images" \
+  "$SCRATCH/enc/o3" "$SCRATCH/enc/wide" --store encoded --out "$SCRATCH/enc/o3/t.h5"
+convert_fails "latin1: class folder b'caf\\xe9': name is not valid UTF-8" \
+  "$SCRATCH/enc/o4" "$SCRATCH/enc/latin1" --size 8 --out "$SCRATCH/enc/o4/t.h5"
 
 echo "== interrupted (SIGTERM) halfway: no output, no temporary"
 "$PY" - "$SCRATCH/big" <<'PY'
