@@ -85,15 +85,19 @@ void fsync_path(const std::string& path) {
   throw LibraryError("fsync of '" + path + "' failed: " + std::strerror(err));
 }
 
+bool path_taken(const std::string& path) {
+  std::error_code ec;  // symlink_status: a link counts, even one that leads nowhere
+  return std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found;
+}
+
 void require_new_file(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
-  DT_REQUIRE(!fs::exists(path) && !fs::is_symlink(path),
-             "option " + option + ": '" + path +
-                 "' already exists; dtrain never overwrites a file "
-                 "(remove it or choose another " +
-                 option + ")");
+  DT_REQUIRE(!path_taken(path), "option " + option + ": '" + path +
+                                    "' already exists; dtrain never overwrites a file "
+                                    "(remove it or choose another " +
+                                    option + ")");
   const std::string tmp = path + ".tmp";
-  DT_REQUIRE(!fs::exists(tmp) && !fs::is_symlink(tmp),
+  DT_REQUIRE(!path_taken(tmp),
              "option " + option + ": '" + tmp + "' already exists" + temporary_file_note(path));
   const fs::path dir =
       fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();

@@ -167,8 +167,7 @@ void set_aside_skipped_checkpoints(const std::string& run_dir, std::int64_t resu
     // --resume skipped it (it does not verify, warned above): out of the way of retention and of
     // this run's own checkpoint of that step, kept for a look.
     std::string aside = path + ".corrupt";
-    for (int k = 2; std::filesystem::exists(aside) || std::filesystem::is_symlink(aside); ++k)
-      aside = path + ".corrupt" + std::to_string(k);
+    for (int k = 2; path_taken(aside); ++k) aside = path + ".corrupt" + std::to_string(k);
     try {
       replace_file(path, aside);
       log_warn("# " + path + " does not verify: moved to " + aside);

@@ -358,6 +358,12 @@ void claim_resources(const Config& c, Job& job) {
   job.provenance = gather_provenance(*job.cluster, job.device_name, c.effective_ini);
 }
 
+/// On the chief after claim_resources(): the run continues a checkpoint of its run dir (--resume
+/// found one), not --init-from's start, whose resume point carries no configuration.
+bool resumes_checkpoint(const Config& c, const Job& job) {
+  return c.resume && job.resume && !job.resume->config.empty();
+}
+
 /// Phase 2 — per-rank resources (threads, device) and the chief's run directory and resume
 /// point; again all ranks or none.
 void acquire_resources(const Config& c, Job& job) {
@@ -369,7 +375,7 @@ void acquire_resources(const Config& c, Job& job) {
     throw;
   }
   if (c.resume && job.run_dir_lock) remove_partial_checkpoints(c.run_dir, *job.run_dir_lock);
-  if (c.resume && job.resume && !job.resume->config.empty() && job.run_dir_lock)  // not --init-from
+  if (resumes_checkpoint(c, job) && job.run_dir_lock)
     set_aside_skipped_checkpoints(c.run_dir, job.resume->global_step, *job.run_dir_lock);
 }
 
@@ -380,7 +386,7 @@ void acquire_resources(const Config& c, Job& job) {
 bool nothing_left_to_train(const Config& c, const Job& job) {
   const Cluster& cl = *job.cluster;
   int done = 0;
-  if (cl.is_chief() && c.resume && job.resume && !job.resume->config.empty()) {  // not --init-from
+  if (cl.is_chief() && resumes_checkpoint(c, job)) {
     const CheckpointState& s = *job.resume;
     const bool at_end = s.epoch >= c.epochs || (c.max_steps > 0 && s.global_step >= c.max_steps);
     done = at_end && results_global_step(c.run_dir) == s.global_step ? 1 : 0;

@@ -37,6 +37,10 @@ std::string errno_reason();
 /// directories (EINVAL, ENOTSUP: some FUSE and SMB mounts), which returns.
 void fsync_path(const std::string& path);
 
+/// Whether anything is at `path`: a file, a folder, or a link (even a dangling one, which
+/// std::filesystem::exists does not see).
+bool path_taken(const std::string& path);
+
 /// Checks that `path` can be created without replacing anything: neither it nor its temporary file
 /// `path`.tmp exists (nor is a dangling link) and its directory exists and takes new files. Throws
 /// InputError "option <option>: '<path>' already exists; dtrain never overwrites a file ..." or
