@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <type_traits>
 
@@ -147,6 +148,25 @@ std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const st
                   (integers_only ? "an integer type" : "a numeric type"));
   std::vector<hsize_t> d = dataset_dims(dset.get());
   std::vector<T> out(static_cast<std::size_t>(element_count(d)));
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    if (ti.is_integer() && !ti.is_signed && ti.size >= sizeof(std::uint64_t)) {
+      // HDF5's conversion would clamp a value above INT64_MAX to INT64_MAX: a wrong value in
+      // the message (or, for a shape, a wrong size). Read the bits as they are and name it.
+      std::vector<std::uint64_t> raw(out.size());
+      if (!raw.empty())
+        DT_CHECK_HDF5(
+            H5Dread(dset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), what);
+      constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+      for (std::size_t i = 0; i < raw.size(); ++i) {
+        if (raw[i] > kMax)
+          DT_INPUT_FAIL(what + " has value " + std::to_string(raw[i]) + " at index " +
+                        std::to_string(i) + ", expected at most " + std::to_string(kMax));
+        out[i] = static_cast<std::int64_t>(raw[i]);
+      }
+      if (dims != nullptr) *dims = std::move(d);
+      return out;
+    }
+  }
   if (!out.empty())
     DT_CHECK_HDF5(H5Dread(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                   what);

@@ -220,6 +220,27 @@ TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
   expect_input_error([&] { open_dataset_info(dir_.string()); }, {"not a regular file"});
 }
 
+TEST_F(DatasetTest, AUint64LabelAboveInt64IsNamedWithItsOwnValue) {
+  // HDF5 converts uint64 → int64 by clamping: 2^64 - 1 would read as 2^63 - 1 and the message
+  // would name a label the file does not hold.
+  testing::write_raw_dataset(file("u64.h5"), indexed(6, 1, 2, 2, "uint8", 3));
+  {
+    const hid_t f = H5Fopen(file("u64.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, "labels", H5P_DEFAULT), 0);
+    const hsize_t n = 6;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const hid_t ds = H5Dcreate2(f, "labels", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT);
+    const std::uint64_t labels[6] = {0, 1, 2, 18446744073709551615ULL, 1, 0};
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels), 0);
+    H5Dclose(ds), H5Sclose(space), H5Fclose(f);
+  }
+  expect_input_error([&] { open_dataset_info(file("u64.h5")); },
+                     {file("u64.h5"), "`labels`", "18446744073709551615", "index 3",
+                      "at most 9223372036854775807"});
+}
+
 TEST_F(DatasetTest, ClassCountMismatchesAreInputErrors) {
   SyntheticSpec s;
   s.n = 30, s.classes = 12;
