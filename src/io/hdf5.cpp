@@ -155,7 +155,8 @@ std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const st
       std::vector<std::uint64_t> raw(out.size());
       if (!raw.empty())
         DT_CHECK_HDF5(
-            H5Dread(dset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), what);
+            H5Dread(dset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()),
+            what);
       constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
       for (std::size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] > kMax)

@@ -139,10 +139,11 @@ class Worker {
   [[nodiscard]] TrainPosition position(int epoch) const { return {global_step_, epoch, cursor_}; }
   void log_interval(int epoch);
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
-  /// the run's global steps done, ETA (async: staleness).
-  [[nodiscard]] std::string progress_line(int epoch, double loss, double acc, double ms_per_step,
-                                          double sps, double lr, double wall, double dt,
-                                          double staleness) const;
+  /// the run's global steps done, ETA (async: staleness). `measured` false: this worker trained
+  /// on no sample in the interval, and loss and accuracy show as "-".
+  [[nodiscard]] std::string progress_line(int epoch, bool measured, double loss, double acc,
+                                          double ms_per_step, double sps, double lr, double wall,
+                                          double dt, double staleness) const;
   /// Gathers every worker's step-time p50/p90/max (collective over the workers); the chief logs
   /// them and keeps the slowest worker's in out_.
   void summarize_step_times();

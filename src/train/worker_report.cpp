@@ -34,11 +34,17 @@ void Worker::log_interval(int epoch) {
   const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
   // samples/s of all workers: exact with allreduce; ps modes: from the global steps (estimate).
   const double sps = static_cast<double>(log_samples_global_) / dt;
-  const double loss = log_samples_local_ ? host[0] / log_samples_local_ : 0.0;
-  const double acc = log_samples_local_ ? host[1] / log_samples_local_ : 0.0;
-  const double top5 = log_samples_local_ ? host[2] / log_samples_local_ : 0.0;
-  out_.train_loss = loss;
-  out_.train_accuracy = acc;
+  // An interval in which this worker trained on no sample (every image of its batches bad, or
+  // a shard that ran out) has no loss: its line says so, and no metrics row (a loss of 0 would
+  // read as a perfect fit) is written.
+  const bool measured = log_samples_local_ > 0;
+  const double loss = measured ? host[0] / log_samples_local_ : 0.0;
+  const double acc = measured ? host[1] / log_samples_local_ : 0.0;
+  const double top5 = measured ? host[2] / log_samples_local_ : 0.0;
+  if (measured) {
+    out_.train_loss = loss;
+    out_.train_accuracy = acc;
+  }
   if (reports_) {
     const double lr =
         learning_rate(c_, std::max<std::int64_t>(global_step_ - 1, 0), plan_.total_steps);
@@ -47,9 +53,10 @@ void Worker::log_interval(int epoch) {
     const double per_step = log_steps_ ? 1e3 / static_cast<double>(log_steps_) : 0.0;
     const double ms_per_step = per_step * dt;
     const double exposed_ms = per_step * (exchange_seconds_ - log_exchange_start_);
-    log_info(progress_line(epoch, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
-    metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
-                     ms_per_step, exposed_ms, top5});
+    log_info(progress_line(epoch, measured, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
+    if (measured)
+      metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
+                       ms_per_step, exposed_ms, top5});
   }
   t_log_ = now;
   log_global_start_ = global_step_;
@@ -57,8 +64,8 @@ void Worker::log_interval(int epoch) {
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;
 }
 
-std::string Worker::progress_line(int epoch, double loss, double acc, double ms_per_step,
-                                  double sps, double lr, double wall, double dt,
+std::string Worker::progress_line(int epoch, bool measured, double loss, double acc,
+                                  double ms_per_step, double sps, double lr, double wall, double dt,
                                   double staleness) const {
   // Progress: share of the run's global steps done, and the time left at this interval's rate
   // of global steps (training only: evaluations and checkpoints come on top).
@@ -66,12 +73,14 @@ std::string Worker::progress_line(int epoch, double loss, double acc, double ms_
   const double done = std::min(1.0, static_cast<double>(global_step_) / total);
   const double rate = static_cast<double>(global_step_ - log_global_start_) / dt;
   const double eta = rate > 0 ? (total - static_cast<double>(global_step_)) / rate : 0.0;
+  char fit[64] = "loss      - | acc      -";  // no sample trained on in this interval
+  if (measured) std::snprintf(fit, sizeof fit, "loss %.4f | acc %.4f", loss, acc);
   char line[320];
   int len = std::snprintf(line, sizeof line,
-                          "step %7lld | epoch %3d | loss %.4f | acc %.4f | %8.1f ms/step | "
+                          "step %7lld | epoch %3d | %s | %8.1f ms/step | "
                           "%9.1f samples/s | lr %.5f | %7.1f s | %5.1f%% | ETA %s",
-                          static_cast<long long>(global_step_), epoch + 1, loss, acc, ms_per_step,
-                          sps, lr, wall, 100.0 * done, format_duration(std::max(eta, 0.0)).c_str());
+                          static_cast<long long>(global_step_), epoch + 1, fit, ms_per_step, sps,
+                          lr, wall, 100.0 * done, format_duration(std::max(eta, 0.0)).c_str());
   if (!exchange_->lockstep() && len > 0 && len < static_cast<int>(sizeof line))
     std::snprintf(line + len, sizeof line - len, " | staleness %.2f", staleness);
   return line;

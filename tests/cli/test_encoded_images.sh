@@ -239,6 +239,25 @@ train skip --train-data "$SCRATCH/bad.h5" --test-data "$SCRATCH/enc/test.h5" --r
   fail "expected 3 bad images × 2 epochs skipped, results.json says $(json_get "$SCRATCH/skip/results.json" bad_images_skipped)"
 grep -q "bad.h5: dataset \`images\` sample 7 is a bad image" "$SCRATCH/skip.log" || { cat "$SCRATCH/skip.log"; fail "skip not logged"; }
 grep -q "# bad images skipped: 6" "$SCRATCH/skip.log" || fail "no summary line"
+# The chief's first 6 batches are all bad (unshuffled, its shard is rows 0-89): the log interval of
+# steps 0-3 trained on no sample of its own and has no loss (not a loss of 0 in metrics.csv).
+"$PY" - "$SCRATCH" <<'PY'
+import shutil, sys, h5py, numpy as np
+d = sys.argv[1]
+shutil.copy(f"{d}/enc/train.h5", f"{d}/badhead.h5")
+with h5py.File(f"{d}/badhead.h5", "r+") as f:
+    for i in range(48):
+        f["images"][i] = np.frombuffer(b"garbage bytes", np.uint8)
+PY
+train badhead --train-data "$SCRATCH/badhead.h5" --random-resized-crop 24 --shuffle false ||
+  { cat "$SCRATCH/badhead.log"; fail "a run whose first batches are all bad"; }
+grep -qE "^step +[0-9]+ \| epoch +1 \| loss +- \| acc +- \|" "$SCRATCH/badhead.log" ||
+  { grep "^step" "$SCRATCH/badhead.log"; fail "no log line without a loss for the interval of bad batches"; }
+"$PY" - "$SCRATCH/badhead/metrics.csv" <<'PY' || fail "metrics.csv of a run with all-bad batches"
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "train"]
+assert rows and all(float(r["loss"]) > 0 for r in rows), [(r["global_step"], r["loss"]) for r in rows]
+PY
 rc=0
 train failrun --train-data "$SCRATCH/bad.h5" --random-resized-crop 24 --on-bad-image fail || rc=$?
 [[ $rc -eq 2 ]] || { cat "$SCRATCH/failrun.log"; fail "fail mode: rc $rc, expected 2"; }

@@ -230,8 +230,8 @@ TEST_F(DatasetTest, AUint64LabelAboveInt64IsNamedWithItsOwnValue) {
     ASSERT_GE(H5Ldelete(f, "labels", H5P_DEFAULT), 0);
     const hsize_t n = 6;
     const hid_t space = H5Screate_simple(1, &n, nullptr);
-    const hid_t ds = H5Dcreate2(f, "labels", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                                H5P_DEFAULT);
+    const hid_t ds =
+        H5Dcreate2(f, "labels", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     const std::uint64_t labels[6] = {0, 1, 2, 18446744073709551615ULL, 1, 0};
     ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels), 0);
     H5Dclose(ds), H5Sclose(space), H5Fclose(f);
