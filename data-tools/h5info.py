@@ -83,6 +83,21 @@ def _dataset(f, name, what=""):
     return obj
 
 
+def _is_integer(ds):
+    """An integer dataset as dtrain reads one: not an HDF5 enum (h5py shows its base type)."""
+    return ds.dtype.kind in "iu" and h5py.check_enum_dtype(ds.dtype) is None
+
+
+def _int64_values(ds, name):
+    """The values of integer dataset `name` as int64; a uint64 above 2^63 - 1 is named as dtrain does."""
+    raw = ds[...]
+    if raw.dtype.kind == "u" and raw.size and raw.max() > np.iinfo(np.int64).max:
+        i = int(np.argmax(raw > np.iinfo(np.int64).max))
+        raise SchemaError(f"dataset `{name}` has value {raw.reshape(-1)[i]} at index {i}, "
+                          f"expected at most {np.iinfo(np.int64).max}")
+    return raw.astype(np.int64)
+
+
 def validate(path, expected_classes=None, scan_pixels=True):
     """Checks one file against the schema and returns a summary dict.
 
@@ -105,10 +120,10 @@ def validate(path, expected_classes=None, scan_pixels=True):
             if ch.size != 1 or ch.dtype.kind not in "iu" or int(ch[0]) not in (1, 3):
                 raise SchemaError(f"attribute `channels` = {f.attrs.get('channels')!r}, expected 1 or 3 (encoded images)")
             shapes = _dataset(f, "image_shapes", " (N×3: C, H, W per encoded image)")
-            if shapes.shape != (images.shape[0], 3) or shapes.dtype.kind not in "iu":
+            if shapes.shape != (images.shape[0], 3) or not _is_integer(shapes):
                 raise SchemaError(f"dataset `image_shapes` has shape {shapes.shape} {shapes.dtype}, "
                                   f"expected integer {(images.shape[0], 3)}")
-            sh = shapes[...]
+            sh = _int64_values(shapes, "image_shapes")
             if sh.size and (sh.min() < 1 or sh.max() > MAX_ENCODED_SIDE):
                 raise SchemaError("dataset `image_shapes` has a size outside [1, 2^20]")
             n, c = images.shape[0], int(ch[0])
@@ -119,8 +134,9 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"dataset `images` has dtype {images.dtype}, expected uint8 or float32")
         if labels.ndim != 1:
             raise SchemaError(f"dataset `labels` has rank {labels.ndim} {labels.shape}, expected rank 1 (N)")
-        if labels.dtype.kind not in "iu":
-            raise SchemaError(f"dataset `labels` has dtype {labels.dtype}, expected an integer type")
+        if not _is_integer(labels):
+            kind = "enum" if h5py.check_enum_dtype(labels.dtype) is not None else labels.dtype
+            raise SchemaError(f"dataset `labels` has dtype {kind}, expected an integer type")
         if not encoded:
             n, c, h, w = images.shape
             if min(c, h, w) < 1:
@@ -129,7 +145,7 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"dataset `images` has N = {n} samples but dataset `labels` has {labels.shape[0]}")
         if n == 0:
             raise SchemaError("dataset `images` has zero samples")
-        y = labels[...].astype(np.int64)
+        y = _int64_values(labels, "labels")
         if y.min() < 0:
             i = int(np.argmin(y))
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected labels >= 0")

@@ -219,6 +219,28 @@ expect_rc 1 "$SCRATCH/group.h5: error: \`images\` is a group, expected dataset \
 expect_rc 1 "$SCRATCH/zero_h.h5: error: dataset \`images\` has shape (4, 1, 0, 4), expected C, H, W >= 1" $H5INFO "$SCRATCH/zero_h.h5"
 $H5INFO "$SCRATCH/f32be.h5" >"$SCRATCH/info.txt" || fail "h5info rejects big-endian float32 images: $(cat "$SCRATCH/info.txt")"
 grep -q "pixels       min 0  max 63" "$SCRATCH/info.txt" || fail "big-endian float32 pixels misread: $(cat "$SCRATCH/info.txt")"
+# Labels stored as an HDF5 enum, and a uint64 label above 2^63 - 1: h5info.py refuses them with
+# the words dtrain uses (not an integer type; the label's own value, not a wrapped -1).
+$PY - "$SCRATCH" <<'EOF'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name in ("enum_labels", "u64_labels"):
+    with h5py.File(f"{d}/{name}.h5", "w") as f:
+        f["images"] = np.zeros((4, 1, 4, 4), np.uint8)
+        if name == "enum_labels":
+            f.create_dataset("labels", data=np.arange(4, dtype="i1") % 2, dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
+        else:
+            f["labels"] = np.array([0, 1, 2**64 - 1, 0], np.uint64)
+EOF
+for want in "enum_labels.h5|dataset \`labels\` has dtype enum, expected an integer type" \
+  "u64_labels.h5|dataset \`labels\` has value 18446744073709551615 at index 2, expected at most 9223372036854775807"; do
+  file=${want%%|*} msg=${want#*|}
+  expect_rc 1 "$msg" $H5INFO "$SCRATCH/$file"
+  rc=0
+  "$DTRAIN" --config "$SRC/tests/common/tiny_cnn.ini" --mode sync --num-ps 0 --dry-run \
+    --train-data "$SCRATCH/$file" >"$SCRATCH/dry.txt" 2>&1 || rc=$?
+  [[ $rc -eq 2 ]] && grep -qF "$msg" "$SCRATCH/dry.txt" || fail "dtrain and h5info.py differ on $file: $(cat "$SCRATCH/dry.txt")"
+done
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes -1 "$SCRATCH/small/a.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then
