@@ -135,6 +135,30 @@ std::vector<T> read_numeric_attr(hid_t obj, const std::string& name, const std::
   return out;
 }
 
+/// Reads a dataset stored as unsigned 64-bit integers into int64 `out` and returns true; any other
+/// dataset (or a T other than int64) returns false, read by the caller. HDF5's conversion would
+/// clamp a value above INT64_MAX to INT64_MAX (a wrong value in a message, a wrong size for a
+/// shape): the bits are read as stored and such a value is an InputError naming it and its index.
+template <typename T>
+bool read_wide_unsigned(hid_t /*dset*/, const H5TypeInfo& /*ti*/, const std::string& /*what*/,
+                        std::vector<T>& /*out*/) {
+  return false;
+}
+bool read_wide_unsigned(hid_t dset, const H5TypeInfo& ti, const std::string& what,
+                        std::vector<std::int64_t>& out) {
+  if (!ti.is_integer() || ti.is_signed || ti.size < sizeof(std::uint64_t)) return false;
+  std::vector<std::uint64_t> raw(out.size());
+  DT_CHECK_HDF5(H5Dread(dset, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), what);
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] > kMax)
+      DT_INPUT_FAIL(what + " has value " + std::to_string(raw[i]) + " at index " +
+                    std::to_string(i) + ", expected at most " + std::to_string(kMax));
+    out[i] = static_cast<std::int64_t>(raw[i]);
+  }
+  return true;
+}
+
 /// Reads a numeric dataset as T; `integers_only` rejects float datasets.
 template <typename T>
 std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const std::string& where,
@@ -148,27 +172,7 @@ std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const st
                   (integers_only ? "an integer type" : "a numeric type"));
   std::vector<hsize_t> d = dataset_dims(dset.get());
   std::vector<T> out(static_cast<std::size_t>(element_count(d)));
-  if constexpr (std::is_same_v<T, std::int64_t>) {
-    if (ti.is_integer() && !ti.is_signed && ti.size >= sizeof(std::uint64_t)) {
-      // HDF5's conversion would clamp a value above INT64_MAX to INT64_MAX: a wrong value in
-      // the message (or, for a shape, a wrong size). Read the bits as they are and name it.
-      std::vector<std::uint64_t> raw(out.size());
-      if (!raw.empty())
-        DT_CHECK_HDF5(
-            H5Dread(dset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()),
-            what);
-      constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-      for (std::size_t i = 0; i < raw.size(); ++i) {
-        if (raw[i] > kMax)
-          DT_INPUT_FAIL(what + " has value " + std::to_string(raw[i]) + " at index " +
-                        std::to_string(i) + ", expected at most " + std::to_string(kMax));
-        out[i] = static_cast<std::int64_t>(raw[i]);
-      }
-      if (dims != nullptr) *dims = std::move(d);
-      return out;
-    }
-  }
-  if (!out.empty())
+  if (!out.empty() && !read_wide_unsigned(dset.get(), ti, what, out))
     DT_CHECK_HDF5(H5Dread(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                   what);
   if (dims != nullptr) *dims = std::move(d);
