@@ -208,6 +208,12 @@ void check_cluster_sizes(const Config& c) {
   positive("keep-checkpoints", c.keep_checkpoints);
   non_negative("summary-every", static_cast<double>(c.summary_every));
   positive("timeout", c.timeout);
+  // A wait's deadline becomes a std::chrono duration in nanoseconds (int64): past ~292 years it
+  // would wrap. 30 days bounds every wait well inside that and above any batch job's wall time.
+  constexpr double kMaxTimeout = 30.0 * 24 * 3600;
+  DT_REQUIRE(c.timeout <= kMaxTimeout,
+             "option --timeout: must be at most 2592000 seconds (30 days), got " +
+                 to_text(c.timeout));
   DT_REQUIRE(c.conv_workspace_mb >= 0 && c.conv_workspace_mb <= 1 << 20,
              "option --conv-workspace-mb: must be in [0, 1048576] MiB, got " +
                  std::to_string(c.conv_workspace_mb));

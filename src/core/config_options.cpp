@@ -383,7 +383,8 @@ void add_output_options(Table& t, Config& c) {
         "opset 17)");
   t.add("dtype", &c.export_dtype, "export --format safetensors: float tensors as f32 | bf16");
   t.group("Faults", "faults");
-  t.add("timeout", &c.timeout, "seconds a rank may wait in one communication before aborting");
+  t.add("timeout", &c.timeout,
+        "seconds a rank may wait in one communication before aborting (at most 30 days)");
   t.add("skip-nonfinite", &c.skip_nonfinite, "skip steps with non-finite gradients (else stop)");
 }
 

@@ -220,6 +220,16 @@ TEST_F(ConfigTest, InfiniteValuesAreRefusedLikeNaN) {
   }
 }
 
+TEST_F(ConfigTest, ATimeoutBeyondThirtyDaysIsRefusedNotWrapped) {
+  // 1e10 s overflowed the nanosecond deadline of a wait: an abort or an instant false timeout.
+  for (const char* v : {"1e10", "2592001"}) {
+    SCOPED_TRACE(v);
+    EXPECT_MENTIONS(error_of(base({"--timeout", v})),
+                    "option --timeout: must be at most 2592000 seconds (30 days)");
+  }
+  EXPECT_EQ(parse(base({"--timeout", "2592000"})).config.timeout, 2592000.0);
+}
+
 TEST_F(ConfigTest, MomentumBelowOneAndLrMinAtMostLr) {
   EXPECT_MENTIONS(error_of(base({"--momentum", "1.5"})), "option --momentum: must be in [0, 1)");
   EXPECT_MENTIONS(error_of(base({"--momentum", "1"})), "--momentum");
