@@ -22,6 +22,8 @@ std::vector<std::size_t> cuts_from_job(const std::vector<LayerInfo>& layers, int
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int k = layers[i].stage;
     if (k < 0 || (i == 0 && k == 0)) continue;
+    DT_REQUIRE(i > 0, layer_text(layers, i) + " has stage=" + std::to_string(k) +
+                          " but the first layer starts stage 0 (stage 0 would be empty)");
     const auto expected = static_cast<int>(first.size());
     DT_REQUIRE(k == expected,
                layer_text(layers, i) + " has stage=" + std::to_string(k) + " but the stage that " +

@@ -306,8 +306,10 @@ Job check_job(const Config& c) {
     job.model_report = layout.summary();
     // --dry-run reads the --init-from file as a run would (a run reads it on the chief alone).
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
-    if (c.pipeline_stages > 1 || c.micro_batches > 1) {
-      const std::vector<LayerInfo> layers = layout.layers();
+    const std::vector<LayerInfo> layers = layout.layers();
+    const bool stage_keys =
+        std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
+    if (c.pipeline_stages > 1 || c.micro_batches > 1 || stage_keys) {  // keys checked at P = 1 too
       const std::vector<double> layer_ms =
           c.pipeline_profile.empty()
               ? std::vector<double>{}

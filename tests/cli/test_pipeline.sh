@@ -94,7 +94,16 @@ expect_error 2 "stage=2|stage 1 would be empty" --config "$SCRATCH/gap.ini" "${D
 expect_error 3 "--pipeline-stages 2|--num-ps 1|--num-ps >= --pipeline-stages" \
   --config "$SCRATCH/job.ini" --threads 1 --train-data "$SCRATCH/train.h5" \
   --run-dir "$SCRATCH/bad5" --pipeline-stages 2 --mode async --num-ps 1
-for d in bad1 bad2 bad3 bad4 bad5; do
+# stage=1 on the first layer left stage 0 empty (a crash, --dry-run too); with one stage the keys
+# that cut two were ignored.
+sed 's/^layer = conv filters=6 kernel=3 pad=1$/& stage=1/' "$SCRATCH/job.ini" >"$SCRATCH/first.ini"
+grep -q "pad=1 stage=1" "$SCRATCH/first.ini" || fail "the first-layer stage= edit did not apply"
+expect_error 2 "stage=1|the first layer starts stage 0" --config "$SCRATCH/first.ini" \
+  "${DATA[@]}" --run-dir "$SCRATCH/bad6" --pipeline-stages 2 --dry-run
+sed 's/^layer = dense units=24$/layer = dense units=24 stage=1/' "$SCRATCH/job.ini" >"$SCRATCH/cut.ini"
+expect_error 2 "stage= keys cut 2 pipeline stages|--pipeline-stages is 1" \
+  --config "$SCRATCH/cut.ini" "${DATA[@]}" --run-dir "$SCRATCH/bad7"
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7; do
   [[ ! -e $SCRATCH/$d ]] || [[ -z $(ls -A "$SCRATCH/$d") ]] || fail "$d: a refused run wrote files"
 done
 echo "PASS"

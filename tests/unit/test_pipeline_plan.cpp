@@ -132,6 +132,16 @@ TEST(PipelinePlan, BadCutsNameWhatIsWrong) {
   EXPECT_THROW(plan_pipeline(layers, 3, 1, PipelineSchedule::gpipe), InputError);  // 2 cut, 3 asked
   layers[3].stage = 1;  // stage 1 starts twice
   EXPECT_THROW(plan_pipeline(layers, 2, 1, PipelineSchedule::gpipe), InputError);
+  layers[3].stage = -1;
+  layers[2].stage = -1;
+  layers[0].stage = 1;  // stage 0 would be empty: this cut an empty stage 0 (a crash further on)
+  try {
+    plan_pipeline(layers, 2, 1, PipelineSchedule::gpipe);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the first layer starts stage 0"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW((void)parse_enum<PipelineSchedule>("zb", "schedule"), InputError);
   EXPECT_EQ(parse_enum<PipelineSchedule>("gpipe", "schedule"), PipelineSchedule::gpipe);
   EXPECT_EQ(parse_enum<PipelineSchedule>("1f1b", "schedule"), PipelineSchedule::one_f_one_b);
