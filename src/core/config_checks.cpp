@@ -149,7 +149,8 @@ void check_steps_and_batches(const Config& c) {
   positive("batch-size", c.batch_size);
   positive("pipeline-stages", c.pipeline_stages);
   positive("micro-batches", c.micro_batches);
-  DT_REQUIRE(c.batch_size % c.micro_batches == 0,
+  // With --global-batch-size, make_plan checks the per-worker batch it gives.
+  DT_REQUIRE(c.global_batch_size > 0 || c.batch_size % c.micro_batches == 0,
              "option --micro-batches: " + std::to_string(c.micro_batches) +
                  " does not divide --batch-size " + std::to_string(c.batch_size) +
                  " (every micro-batch has the same number of samples)");

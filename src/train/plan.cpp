@@ -26,10 +26,19 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads) {
   TrainPlan p;
   p.workers = workers;
   if (c.global_batch_size > 0) {
+    // A pipeline's batch splits over its replicas, each one of --pipeline-stages workers.
+    const std::string over = std::to_string(workers) +
+                             (c.pipeline_stages > 1 ? " pipeline replica" : " worker") +
+                             (workers == 1 ? "" : "s");
     DT_REQUIRE(c.global_batch_size % workers == 0,
                "option --global-batch-size: " + std::to_string(c.global_batch_size) +
-                   " does not split evenly over " + std::to_string(workers) + " workers");
+                   " does not split evenly over " + over);
     p.batch = c.global_batch_size / workers;
+    DT_REQUIRE(p.batch % c.micro_batches == 0,
+               "option --micro-batches: " + std::to_string(c.micro_batches) +
+                   " does not divide the per-worker batch " + std::to_string(p.batch) +
+                   " (--global-batch-size " + std::to_string(c.global_batch_size) + " over " +
+                   over + "; every micro-batch has the same number of samples)");
   } else {
     p.batch = c.batch_size;
   }

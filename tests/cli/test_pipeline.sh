@@ -10,8 +10,8 @@
 #      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
 #   3. the role table shows each worker's stage; --timeline has the stages' waits.
 #   4. bad shapes, each one clear error on every rank: stages not dividing the workers, more
-#      stages than layers, M not dividing the batch, a stage= cut leaving an empty stage, fewer ps
-#      than stages (the ps modes: tests/cli/test_pipeline_ps.sh).
+#      stages than layers, M not dividing the per-worker batch, a stage= cut leaving an empty
+#      stage, fewer ps than stages (the ps modes: tests/cli/test_pipeline_ps.sh).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -103,7 +103,16 @@ expect_error 2 "stage=1|the first layer starts stage 0" --config "$SCRATCH/first
 sed 's/^layer = dense units=24$/layer = dense units=24 stage=1/' "$SCRATCH/job.ini" >"$SCRATCH/cut.ini"
 expect_error 2 "stage= keys cut 2 pipeline stages|--pipeline-stages is 1" \
   --config "$SCRATCH/cut.ini" "${DATA[@]}" --run-dir "$SCRATCH/bad7"
-for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7; do
+# --micro-batches splits the per-worker batch that --global-batch-size gives, not --batch-size:
+# 16 over 2 workers is 8, which 3 does not divide (it passed --dry-run, then failed inside the
+# run) and 4 does (it was refused because 4 does not divide --batch-size 10).
+expect_error 2 "--micro-batches: 3 does not divide the per-worker batch 8|--global-batch-size 16" \
+  --config "$SCRATCH/job.ini" "${DATA[@]}" --run-dir "$SCRATCH/bad8" --batch-size 12 \
+  --global-batch-size 16 --micro-batches 3
+"$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" "${DATA[@]}" --run-dir "$SCRATCH/mb" \
+  --batch-size 10 --global-batch-size 16 --micro-batches 4 --dry-run >"$SCRATCH/mb.log" 2>&1 ||
+  { cat "$SCRATCH/mb.log"; fail "--micro-batches 4 of a per-worker batch of 8 was refused"; }
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do
   [[ ! -e $SCRATCH/$d ]] || [[ -z $(ls -A "$SCRATCH/$d") ]] || fail "$d: a refused run wrote files"
 done
 echo "PASS"
