@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -81,9 +82,11 @@ void store_command_line(const std::vector<const char*>& args, const po::options_
 /// The job file's options into vm, under the command line's: a key the command line gives keeps
 /// its command-line value (po::store keeps the first), and a data source the command line names
 /// replaces the job file's — --synthetic there drops the job file's --train-data and --test-data,
-/// --train-data or --test-data there drops its --synthetic.
-void store_job_file(const std::string& path, const po::options_description& desc,
-                    po::variables_map& vm) {
+/// --train-data or --test-data there drops its --synthetic. Every value of the file is parsed,
+/// an overridden one too (a bad value is an error, not hidden by the override). Returns the keys
+/// whose value the file supplied.
+std::set<std::string> store_job_file(const std::string& path, const po::options_description& desc,
+                                     po::variables_map& vm) {
   auto on_command_line = [&](const char* key) {
     return vm.count(key) && !vm[key].defaulted() && !vm[key].as<std::string>().empty();
   };
@@ -96,9 +99,32 @@ void store_job_file(const std::string& path, const po::options_description& desc
     std::erase_if(job.options, [&](const po::option& o) {
       return std::find(replaced.begin(), replaced.end(), o.string_key) != replaced.end();
     });
+    po::variables_map all;  // parses (validates) every value; notify() is not called on it
+    po::store(job, all);
+    std::set<std::string> supplied;
+    for (const po::option& o : job.options)
+      if (!vm.count(o.string_key) || vm[o.string_key].defaulted()) supplied.insert(o.string_key);
     po::store(job, vm);
+    return supplied;
   } catch (const po::error& e) {
     throw InputError("job file '" + path + "': " + e.what());
+  }
+}
+
+/// validate_config(), an error about an option whose value the job file `path` supplied naming
+/// the file: "job file 'J': option --lr: ...".
+void validate_naming_job_file(const Config& c, const std::string& path,
+                              const std::set<std::string>& from_file) {
+  try {
+    validate_config(c);
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    const std::string lead = "option --";
+    if (path.empty() || msg.rfind(lead, 0) != 0) throw;
+    const std::size_t end =
+        msg.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", lead.size());
+    if (!from_file.count(msg.substr(lead.size(), end - lead.size()))) throw;
+    throw InputError("job file '" + path + "': " + msg);
   }
 }
 
@@ -147,13 +173,14 @@ ParseResult parse_config(int argc, const char* const* argv) {
   }
   c.plan_mode_given = vm.count("mode") && !vm["mode"].defaulted();
   c.plan_num_ps_given = vm.count("num-ps") && !vm["num-ps"].defaulted();
-  if (vm.count("config")) store_job_file(vm["config"].as<std::string>(), desc, vm);
+  std::set<std::string> from_file;
+  if (vm.count("config")) from_file = store_job_file(vm["config"].as<std::string>(), desc, vm);
   try {
     po::notify(vm);
   } catch (const po::error& e) {
     throw InputError(std::string("options: ") + e.what());
   }
-  validate_config(c);
+  validate_naming_job_file(c, c.config_file, from_file);
   c.effective_ini = "# effective dtrain configuration\n" + table.effective_ini();
   return r;
 }

@@ -170,6 +170,22 @@ TEST_F(ConfigTest, UnknownKeyInJobFileNamesFileAndKey) {
   EXPECT_MENTIONS(error_of(base({"--config", empty})), "empty_key.ini");
 }
 
+TEST_F(ConfigTest, AJobFileValueIsCheckedAndNamedEvenWhenOverridden) {
+  // A value that does not parse is an error though the command line gives the key (it was hidden).
+  const std::string fast = write_ini("[optimizer]\nlr = fast\n", "fast.ini");
+  const std::string msg = error_of(base({"--config", fast, "--lr", "0.1"}));
+  EXPECT_MENTIONS(msg, "job file '" + fast + "'");
+  EXPECT_MENTIONS(msg, "fast");
+  // A value out of range names the job file that set it, and only that one.
+  const std::string neg = write_ini("[optimizer]\nlr = -1\n", "neg.ini");
+  EXPECT_MENTIONS(error_of(base({"--config", neg})),
+                  "job file '" + neg + "': option --lr: must be a finite number > 0, got -1");
+  const std::string cli = error_of(base({"--config", neg, "--lr", "-2"}));
+  EXPECT_EQ(cli.find("job file"), std::string::npos) << cli;  // the command line's value
+  EXPECT_MENTIONS(cli, "option --lr: must be a finite number > 0, got -2");
+  EXPECT_EQ(parse(base({"--config", neg, "--lr", "0.1"})).config.lr, 0.1f);  // overridden
+}
+
 TEST_F(ConfigTest, MissingJobFileIsNamed) {
   const std::string msg = error_of(base({"--config", (dir_ / "nope.ini").string()}));
   EXPECT_MENTIONS(msg, "nope.ini");
