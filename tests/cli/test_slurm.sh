@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli/test_slurm.sh — slurm/train.sbatch on a real (private, single-node) Slurm cluster:
-#   0. train.sbatch refuses a missing job file / dataset before launching anything (exit 2, message);
+#   0. train.sbatch refuses a missing job file / dataset before launching anything (exit 2, message)
+#      and takes synthetic data (job file or --synthetic) without a file;
 #   1. an async job (1 ps + 2 workers, launched with srun --mpi=pmix) runs to the end under sbatch and
 #      leaves results.json in its deterministic run dir runs/<job name>-<job id>;
 #   2. a sync job (2 workers, mpirun) gets `scancel --full --signal=USR1` while it trains: dtrain
@@ -65,6 +66,18 @@ expect_refusal "no job file"
 expect_refusal "training set '$SCRATCH/nope.h5'" bad_data.ini
 expect_refusal "training set 'missing.h5'" job.ini --train-data missing.h5
 expect_refusal "test set 'gone.h5'" job.ini --test-data=gone.h5
+# Synthetic data needs no file (the ImageNet jobs set synthetic =): a job file's or --synthetic.
+# Both checked with --dry-run (run directly, 1 rank): it was refused as "no training set".
+sed '/^train-data\|^test-data/d' "$SCRATCH/job.ini" >"$SCRATCH/synth.ini"
+printf 'synthetic = 1x12x12:4\nsynthetic-samples = 64\n' >>"$SCRATCH/synth.ini"
+for a in "synth.ini" "bad_data.ini --synthetic 1x12x12:4 --synthetic-samples 64"; do
+  read -r -a words <<<"$a"
+  (cd "$SCRATCH" &&
+    NP=1 MODE=sync NUM_PS=0 DTRAIN=$DTRAIN bash "$SRC/slurm/train.sbatch" "${words[@]}" --dry-run) \
+    >"$SCRATCH/synth.log" 2>&1 || { cat "$SCRATCH/synth.log"; fail "train.sbatch $a refused"; }
+  grep -q "the job is valid" "$SCRATCH/synth.log" || { cat "$SCRATCH/synth.log"; fail "$a: no dry run"; }
+done
+expect_refusal "training set 'missing.h5'" synth.ini --train-data missing.h5
 
 echo "== starting a private Slurm in $SLURM_LOCAL_DIR"
 rc=0
