@@ -228,6 +228,9 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
                                                    resume->model_state.begin() + (w + 1) * S)
                               : mean_of_rows(resume->model_state.data(), rows, S);
     if (S) be_.copy_to_device(model_.state(), row.data(), S * sizeof(float));
+    // Every worker alike (only the chief's copy has the configuration); --init-from's start is
+    // step 0, which a checkpoint written again loses nothing of.
+    if (at.global_step > 0) resumed_at_ = at;
     if (cluster_.is_chief() && !resume->config.empty())  // empty: --init-from's start
       log_info("# resuming from global_step " + std::to_string(at.global_step) + ", epoch " +
                std::to_string(at.epoch + 1) + ", step " + std::to_string(at.step_in_epoch) +
@@ -305,6 +308,11 @@ void Checkpointer::gather_model_state(CheckpointState& s) {
 void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   exchange_.settle(model_);  // never save a step whose gradient turns out non-finite
   if (at.global_step == last_step_ && !rewrite) return;
+  const auto same = [](const TrainPosition& a, const TrainPosition& b) {
+    return a.global_step == b.global_step && a.epoch == b.epoch &&
+           a.step_in_epoch == b.step_in_epoch;
+  };
+  if (resumed_at_ && same(at, *resumed_at_) && !rewrite) return;
   const TimelineSpan span("checkpoint", "checkpoint");
   CheckpointState s;
   gather_model_state(s);

@@ -45,23 +45,45 @@ void MetricsWriter::write(const MetricsRow& r) {
   if (summary_) summary_->write(r);
 }
 
-std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
-                                              std::int64_t max_step) {
+namespace {
+/// Calls f(row) for each `kind` row of <run_dir>/metrics.csv with global_step ≤ max_step (its
+/// first six columns) until f returns true.
+template <class F>
+void for_rows(const std::string& run_dir, const std::string& kind, std::int64_t max_step, F f) {
   std::ifstream in(fs::path(run_dir) / "metrics.csv");
   std::string line;
+  const std::string lead = kind + ",";
   while (std::getline(in, line)) {
-    if (line.rfind("test,", 0) != 0) continue;
+    if (line.rfind(lead, 0) != 0) continue;
     MetricsRow r;
     char comma = 0;
-    std::istringstream is(line.substr(5));
+    std::istringstream is(line.substr(lead.size()));
     is >> r.global_step >> comma >> r.epoch >> comma >> r.wall_seconds >> comma >> r.loss >>
         comma >> r.accuracy;
-    if (is && r.global_step <= max_step && r.accuracy >= target) {
-      r.kind = "test";
-      return r;
-    }
+    r.kind = kind;
+    if (is && r.global_step <= max_step && f(r)) return;
   }
-  return std::nullopt;
+}
+}  // namespace
+
+std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
+                                              std::int64_t max_step) {
+  std::optional<MetricsRow> found;
+  for_rows(run_dir, "test", max_step, [&](const MetricsRow& r) {
+    if (r.accuracy >= target) found = r;
+    return found.has_value();
+  });
+  return found;
+}
+
+std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string& kind,
+                                   std::int64_t max_step) {
+  std::optional<MetricsRow> last;
+  for_rows(run_dir, kind, max_step, [&](const MetricsRow& r) {
+    last = r;
+    return false;
+  });
+  return last;
 }
 
 std::optional<std::int64_t> results_global_step(const std::string& run_dir) {

@@ -103,12 +103,17 @@ double samples_per_second(const WorkerOutcome& out) {
 }
 
 /// What the run reached and how long it took: accuracy, loss, steps, times, the step anatomy.
+/// null where nothing was measured: the test metrics without a test set, the train metrics
+/// without a measured interval, the throughput and step times of a session that trained no step
+/// (a --resume that only evaluated).
 void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
-  r["test_accuracy"] = out.test_accuracy;
-  r["test_top5"] = out.test_top5;
-  r["test_loss"] = out.test_loss;
-  r["train_loss"] = out.train_loss;
-  r["train_accuracy"] = out.train_accuracy;
+  const JsonValue null{std::monostate{}};
+  const auto or_null = [&](bool known, double v) { return known ? JsonValue(v) : null; };
+  r["test_accuracy"] = or_null(plan.has_test, out.test_accuracy);
+  r["test_top5"] = or_null(plan.has_test, out.test_top5);
+  r["test_loss"] = or_null(plan.has_test, out.test_loss);
+  r["train_loss"] = or_null(out.train_measured, out.train_loss);
+  r["train_accuracy"] = or_null(out.train_measured, out.train_accuracy);
   r["epochs"] = static_cast<double>(out.global_step) / static_cast<double>(plan.steps_per_epoch);
   r["epochs_completed"] = static_cast<std::int64_t>(out.epochs_done);
   r["global_step"] = out.global_step;
@@ -119,13 +124,13 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["exchange_seconds"] = out.exchange_seconds;  // exposed communication (not hidden by backward)
   r["optimizer_seconds"] = out.optimizer_seconds;
   // ms per step, averaged over the workers (docs/design.md, "Step anatomy")
-  r["step_data_ms"] = out.anatomy_ms[0];
-  r["step_compute_ms"] = out.anatomy_ms[1];
-  r["step_exposed_comm_ms"] = out.anatomy_ms[2];
-  r["step_optimizer_ms"] = out.anatomy_ms[3];
+  r["step_data_ms"] = or_null(out.train_seconds > 0, out.anatomy_ms[0]);
+  r["step_compute_ms"] = or_null(out.train_seconds > 0, out.anatomy_ms[1]);
+  r["step_exposed_comm_ms"] = or_null(out.train_seconds > 0, out.anatomy_ms[2]);
+  r["step_optimizer_ms"] = or_null(out.train_seconds > 0, out.anatomy_ms[3]);
   r["step_compute_ms_per_worker"] = out.compute_ms_per_worker;  // in worker order
   r["step_exposed_comm_ms_per_worker"] = out.exposed_ms_per_worker;
-  r["samples_per_sec"] = samples_per_second(out);
+  r["samples_per_sec"] = or_null(out.train_seconds > 0, samples_per_second(out));
   if (out.has_after_first) {  // the same without each process's first step
     r["step_compute_ms_per_worker_after_first_step"] = out.compute_ms_per_worker_after_first;
     r["step_exposed_comm_ms_per_worker_after_first_step"] = out.exposed_ms_per_worker_after_first;
@@ -135,9 +140,9 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
     r["step_exposed_comm_ms_after_first_step"] = out.anatomy_after_first_ms[2];
     r["step_optimizer_ms_after_first_step"] = out.anatomy_after_first_ms[3];
   }
-  r["step_ms_p50"] = out.step_ms_p50;  // the slowest worker's
-  r["step_ms_p90"] = out.step_ms_p90;
-  r["step_ms_max"] = out.step_ms_max;
+  r["step_ms_p50"] = or_null(out.train_seconds > 0, out.step_ms_p50);  // the slowest worker's
+  r["step_ms_p90"] = or_null(out.train_seconds > 0, out.step_ms_p90);
+  r["step_ms_max"] = or_null(out.train_seconds > 0, out.step_ms_max);
   r["samples"] = out.samples;
   r["stopped_by"] = out.stopped_by;
   r["skipped_steps"] = out.skipped;
@@ -234,13 +239,18 @@ void log_summary(const Config& c, const Job& job, const WorkerOutcome& out, cons
         static_cast<long long>(st.ps.shared_ring_pushes));
     log_info(line);
   }
+  char test[80] = "no test set", speed[40] = "no step trained";
+  if (job.plan.has_test)
+    std::snprintf(test, sizeof test, "test accuracy %.4f | test loss %.4f", out.test_accuracy,
+                  out.test_loss);
+  if (out.train_seconds > 0)
+    std::snprintf(speed, sizeof speed, "%.1f samples/s", samples_per_second(out));
   std::snprintf(line, sizeof line,
-                "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | test accuracy %.4f | "
-                "test loss %.4f | %.1f samples/s | wall %s | results %s/results.json",
+                "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | %s | %s | wall %s | "
+                "results %s/results.json",
                 std::string(to_string(c.mode)).c_str(), job.num_ps, job.cluster->num_workers(),
-                out.epochs_done, static_cast<long long>(out.global_step), out.test_accuracy,
-                out.test_loss, samples_per_second(out), format_seconds(out.wall_seconds).c_str(),
-                c.run_dir.c_str());
+                out.epochs_done, static_cast<long long>(out.global_step), test, speed,
+                format_seconds(out.wall_seconds).c_str(), c.run_dir.c_str());
   log_info(line);
 }
 

@@ -470,8 +470,12 @@ void write_timeline(const Config& c, const Job& job) {
     at += static_cast<std::size_t>(lens[r]);
     first = false;
   }
+  if (first) out.resize(out.size() - 2);  // no spans: no comma after the last metadata event
   out += "\n]}\n";
-  const fs::path path = fs::path(c.run_dir) / "timeline.json";
+  // A resumed run keeps the earlier sessions' timelines: timeline.json, then timeline-2.json, ...
+  fs::path path = fs::path(c.run_dir) / "timeline.json";
+  for (int k = 2; fs::exists(path); ++k)
+    path = fs::path(c.run_dir) / ("timeline-" + std::to_string(k) + ".json");
   write_file_atomically(path.string(), out);
   log_info("# timeline " + path.string());
 }

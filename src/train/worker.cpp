@@ -124,6 +124,7 @@ WorkerOutcome Worker::run() {
   resume_.reset();  // moved from (restore() freed the host copy)
   global_step_ = from.global_step;
   const int first_epoch = from.epoch;
+  out_.epochs_done = std::min(first_epoch, c_.epochs);  // before the checkpoint
   const std::int64_t first_step = from.step_in_epoch;
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
   if (reports_ && be_.act_dtype() == DType::bf16) log_info("# worker 0 backend: " + be_.name());
@@ -131,13 +132,7 @@ WorkerOutcome Worker::run() {
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = global_step_;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
-  if (resumed && reports_ && c_.target_accuracy > 0) {
-    // Reached before the interruption? metrics.csv holds every evaluation up to the checkpoint.
-    if (const auto row = first_test_reaching(c_.run_dir, c_.target_accuracy, global_step_)) {
-      out_.time_to_accuracy = row->wall_seconds;
-      out_.step_at_accuracy = row->global_step;
-    }
-  }
+  if (resumed && reports_) recall_before_checkpoint();
   for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {
     train_epoch(epoch, epoch == first_epoch ? first_step : 0);
     if (!end_epoch(epoch)) break;
@@ -146,7 +141,7 @@ WorkerOutcome Worker::run() {
     // --resume of a run whose training ended but that wrote no results.json for it (stopped
     // while it finished; a complete run is not resumed, see nothing_left_to_train()): nothing
     // left to train, but report the model's test metrics instead of zeros (every worker takes
-    // this branch: first_epoch is shared).
+    // this branch: first_epoch is shared; metrics.csv has the row already).
     out_.epochs_done = c_.epochs;
     evaluate(c_.epochs - 1);
   }
@@ -175,6 +170,24 @@ WorkerOutcome Worker::run() {
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
   return out_;
+}
+
+void Worker::recall_before_checkpoint() {
+  // Reached before the interruption? metrics.csv holds every evaluation up to the checkpoint.
+  if (c_.target_accuracy > 0)
+    if (const auto row = first_test_reaching(c_.run_dir, c_.target_accuracy, global_step_)) {
+      out_.time_to_accuracy = row->wall_seconds;
+      out_.step_at_accuracy = row->global_step;
+    }
+  // The last training interval, in case this session measures none (it only evaluates).
+  if (const auto row = last_row(c_.run_dir, "train", global_step_)) {
+    out_.train_loss = row->loss;
+    out_.train_accuracy = row->accuracy;
+    out_.train_measured = true;
+  }
+  if (const auto row = last_row(c_.run_dir, "test", global_step_);
+      row && row->global_step == global_step_)
+    recorded_eval_step_ = global_step_;
 }
 
 void Worker::meet_at_epoch_end(int epoch, double* v, int n) {

@@ -35,7 +35,10 @@ struct WorkerOutcome {
   /// model has ≤ 5 classes)
   double test_loss = 0, test_accuracy = 0, test_top5 = 0;
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
-  double train_seconds = 0;                   ///< time inside training steps
+  /// chief: train_loss/train_accuracy hold a measured interval (this session's, or for a resumed
+  /// one that measured none, metrics.csv's last train row before its checkpoint)
+  bool train_measured = false;
+  double train_seconds = 0;  ///< time inside training steps
   double train_peak_rss_mib =
       0;                    ///< peak RSS when the last training step ended (before checkpoints)
   double wall_seconds = 0;  ///< whole training incl. evaluation and checkpoints
@@ -130,6 +133,10 @@ class Worker {
   /// A stop signal during it (not pipelined) leaves it off after the batch in progress, with no
   /// result: stop_signal_ is set instead (on every worker when collective).
   void evaluate(int epoch, bool epoch_end = true, bool alone = false);
+  /// chief, resumed: what metrics.csv recorded up to the checkpoint's global step: the time to
+  /// --target-accuracy, the last train row (train_loss/train_accuracy) and whether the
+  /// checkpoint's step was evaluated (recorded_eval_step_)
+  void recall_before_checkpoint();
   /// --eval-every after a step that crossed a multiple of N global steps (see worker.cpp): every
   /// worker in lockstep (collective), else the chief alone (the others return at once).
   void evaluate_between(int epoch);
@@ -192,6 +199,9 @@ class Worker {
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
+  /// chief, resumed: the global step whose evaluation metrics.csv holds already (the checkpoint
+  /// was written after it), which evaluate() then reports without a second row; else -1
+  std::int64_t recorded_eval_step_ = -1;
   double data_seconds_ = 0, compute_seconds_ = 0, exchange_seconds_ = 0, optimizer_seconds_ = 0;
   std::int64_t log_steps_ = 0, log_samples_local_ = 0, log_samples_global_ = 0;
   double log_exchange_start_ = 0;      ///< exchange_seconds_ at the start of the log interval

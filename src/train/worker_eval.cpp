@@ -137,7 +137,10 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
                   epoch + 1, epoch_end ? "done" : "eval", static_cast<long long>(global_step_),
                   out_.test_loss, out_.test_accuracy, out_.test_top5, static_cast<long long>(v[3]),
                   wall);
-    log_info(line);
+    // A resumed run's evaluation of the checkpoint's step is in metrics.csv already.
+    const bool recorded = global_step_ == recorded_eval_step_;
+    log_info(line + std::string(recorded ? " (recorded before the resume)" : ""));
+    if (recorded) return;
     metrics_->write({"test", global_step_, epoch + 1, wall, out_.test_loss, out_.test_accuracy, 0,
                      0, 0, 0, 0, out_.test_top5});
     note_target(out_.test_accuracy, global_step_, wall);

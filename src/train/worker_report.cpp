@@ -44,6 +44,7 @@ void Worker::log_interval(int epoch) {
   if (measured) {
     out_.train_loss = loss;
     out_.train_accuracy = acc;
+    out_.train_measured = true;
   }
   if (reports_) {
     const double lr =
@@ -123,7 +124,7 @@ void Worker::summarize_step_times() {
   DT_CHECK_MPI(
       MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0, cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
-  if (!reports_) return;
+  if (!reports_ || train_seconds_ <= 0) return;  // no step trained in this session: no times
   std::string line = "# step time ms p50/p90/max per worker:";
   std::string anatomy =
       "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";

@@ -8,6 +8,8 @@
 # length), and with 2 workers and augmentation (random crop + flip, drawn from seed, epoch and sample).
 # A run whose --max-steps falls on an epoch's last step ends that epoch (evaluated once, its
 # checkpoint the next epoch's start): resumed, it neither evaluates nor saves that epoch again.
+# A run stopped after its last checkpoint, before results.json, resumed: one test row, results
+# from metrics.csv, null throughput, the first session's timeline kept; no test set: null metrics.
 # Then a checkpoint of another model, and one of another mode, are refused by --resume.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -61,6 +63,44 @@ steps = [int(r["global_step"]) for r in csv.DictReader(open(sys.argv[1])) if r["
 assert steps == [16, 32, 40], f"test rows at global steps {steps}, expected [16, 32, 40]"
 PY
 compare "$SCRATCH/w2-straight" "$e" 40
+
+echo "== stopped after its last checkpoint, before results.json: --resume reports without a second row"
+f=$SCRATCH/no-results
+run 2 "$f" --max-steps 16 --test-data "$SCRATCH/test.h5" --timeline
+rm "$f/results.json"
+cp "$f/timeline.json" "$SCRATCH/first-timeline.json"
+run 2 "$f" --max-steps 16 --test-data "$SCRATCH/test.h5" --timeline --resume
+grep -q "no step trained" "$f.log" || { cat "$f.log"; fail "$f: the summary line reports a speed"; }
+cmp -s "$f/timeline.json" "$SCRATCH/first-timeline.json" || fail "$f: the first timeline was overwritten"
+"$PY" - "$f" <<'PY'
+import csv, json, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
+tests = [r for r in rows if r["kind"] == "test"]
+assert [int(r["global_step"]) for r in tests] == [16], f"test rows {[r['global_step'] for r in tests]}"
+r = json.load(open(f"{d}/results.json"))
+last = [x for x in rows if x["kind"] == "train"][-1]  # the session trained nothing: the last one
+assert abs(r["train_loss"] - float(last["loss"])) < 1e-5, (r["train_loss"], last["loss"])
+assert abs(r["train_accuracy"] - float(last["accuracy"])) < 1e-5
+assert abs(r["test_accuracy"] - float(tests[0]["accuracy"])) < 1e-5
+for k in ("samples_per_sec", "step_ms_p50", "step_compute_ms"):
+    assert r[k] is None, f"{k} = {r[k]} for a session that trained no step"
+json.load(open(f"{d}/timeline-2.json"))  # the resumed session's, valid JSON
+print("one test row, train metrics from metrics.csv, no throughput; timeline.json kept")
+PY
+# Without a test set the test metrics are null (not 0), and a session of no span (no test set to
+# evaluate, nothing to train) still writes a valid timeline.
+g=$SCRATCH/no-test
+run 2 "$g" --max-steps 16
+[[ $(json_get "$g/results.json" test_accuracy) == None ]] || fail "$g: test_accuracy is not null"
+[[ $(json_get "$g/results.json" test_loss) == None ]] || fail "$g: test_loss is not null"
+rm "$g/results.json"
+sum=$(md5sum <"$g/ckpt-0000000016.h5")
+run 2 "$g" --max-steps 16 --resume --timeline
+[[ $(md5sum <"$g/ckpt-0000000016.h5") == "$sum" ]] || fail "$g: the resumed checkpoint was written again"
+[[ $(json_get "$g/results.json" epochs_completed) == 1 ]] || fail "$g: epochs_completed is not 1"
+"$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$g/timeline.json" ||
+  fail "$g: timeline.json is not JSON: $(head -c 400 "$g/timeline.json")"
 
 # refused NAME NP ARGS...: a --resume run into w2-resumed that must fail naming `expect`.
 refused() {

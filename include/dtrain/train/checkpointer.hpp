@@ -177,6 +177,9 @@ class Checkpointer {
   const PipelineGroup* pipe_;
   const bool lockstep_;
   std::int64_t last_step_ = -1;  ///< global step of the last checkpoint (written or gathered)
+  /// --resume: the position of the checkpoint resumed from, which save() does not write again
+  /// (a resumed run stopping where it started)
+  std::optional<TrainPosition> resumed_at_;
   std::int64_t last_file_ = -1;  ///< the chief: global step in the name of the last file written
   std::int64_t bucket_ = 0;      ///< global_step / checkpoint_every at the last checkpoint check
   double saved_at_ = 0;          ///< now_seconds() after the last file written (or restore())

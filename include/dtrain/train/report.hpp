@@ -44,6 +44,12 @@ struct MetricsRow {
 std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double target,
                                               std::int64_t max_step);
 
+/// The last `kind` row ("train" or "test") of <run_dir>/metrics.csv with global_step ≤ max_step
+/// (its kind, global_step, epoch, wall_seconds, loss and accuracy), or none (also without the
+/// file): what a resumed run recorded before its checkpoint.
+std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string& kind,
+                                   std::int64_t max_step);
+
 /// The global_step that <run_dir>/results.json reports (the end of the run that wrote it), or none
 /// when the file is absent, does not parse as JSON or has no integer global_step.
 std::optional<std::int64_t> results_global_step(const std::string& run_dir);
