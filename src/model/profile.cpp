@@ -101,20 +101,26 @@ WorkerProfile load_profile(const std::string& path, const std::string& option) {
   return p;
 }
 
+void require_profile_of(const WorkerProfile& p, const std::vector<std::string>& keys,
+                        const std::string& what) {
+  DT_REQUIRE(p.layers.size() == keys.size(),
+             what + ": a profile of " + std::to_string(p.layers.size()) +
+                 " layers, but the job's model has " + std::to_string(keys.size()) +
+                 " (profile this job with dtrain plan --save-profile)");
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    DT_REQUIRE(p.layers[i].name == keys[i], what + ": layer " + std::to_string(i + 1) + " is " +
+                                                p.layers[i].name + " in the profile but " +
+                                                keys[i] + " in the job");
+}
+
 std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
                                 const std::string& path) {
-  DT_REQUIRE(p.layers.size() == layers.size(),
-             "--pipeline-profile " + path + ": a profile of " + std::to_string(p.layers.size()) +
-                 " layers, but the job's model has " + std::to_string(layers.size()) +
-                 " (profile this job with dtrain plan --save-profile)");
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    keys.push_back(layer_key(i, layers[i].type, layers[i].name));
+  require_profile_of(p, keys, "--pipeline-profile " + path);
   std::vector<double> ms;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const std::string name = layer_key(i, layers[i].type, layers[i].name);
-    DT_REQUIRE(p.layers[i].name == name, "--pipeline-profile " + path + ": layer " +
-                                             std::to_string(i + 1) + " is " + p.layers[i].name +
-                                             " in the profile but " + name + " in the job");
-    ms.push_back(p.layers[i].forward_ms + p.layers[i].backward_ms);
-  }
+  for (const LayerCost& l : p.layers) ms.push_back(l.forward_ms + l.backward_ms);
   return ms;
 }
 

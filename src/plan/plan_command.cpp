@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -14,7 +15,9 @@
 #include "dtrain/comm/guard.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
-#include "dtrain/dnn/float16.hpp"  // wire_bytes: 4 or 2 bytes a value with --wire-dtype
+#include "dtrain/dnn/float16.hpp"      // wire_bytes: 4 or 2 bytes a value with --wire-dtype
+#include "dtrain/model/model.hpp"      // layer_key, parse_layer_spec: the job's layers by name
+#include "dtrain/optim/optimizer.hpp"  // is_layerwise: --num-ps bounded by tensors
 #include "dtrain/plan/profiler.hpp"
 #include "dtrain/plan/scaling_model.hpp"
 
@@ -50,6 +53,12 @@ Topology topology_of(const Config& c) {
   DT_REQUIRE(c.nodes >= 1, "option --nodes: must be >= 1, got " + std::to_string(c.nodes));
   DT_REQUIRE(c.workers_per_node >= 1,
              "option --workers-per-node: must be >= 1, got " + std::to_string(c.workers_per_node));
+  // Beyond any machine, and where the step's int arithmetic (W × batch) would wrap.
+  constexpr std::int64_t kMaxWorkers = 1 << 20;
+  DT_REQUIRE(static_cast<std::int64_t>(c.nodes) * c.workers_per_node <= kMaxWorkers,
+             "options --nodes " + std::to_string(c.nodes) + " × --workers-per-node " +
+                 std::to_string(c.workers_per_node) + ": at most " + std::to_string(kMaxWorkers) +
+                 " workers can be planned");
   DT_REQUIRE(!c.num_ps.automatic, "dtrain plan: --num-ps auto picks K for a training run; the "
                                   "plan compares ps counts itself (--num-ps K plans that one)");
   DT_REQUIRE(!(c.mode == Mode::sync && c.num_ps > 0 && c.plan_num_ps_given),
@@ -115,7 +124,14 @@ std::string options_of(const Candidate& c, const WorkerProfile& p, const Topolog
 WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& origin) {
   if (!c.profile.empty()) {
     origin = "from " + c.profile;
-    return load_profile(c.profile, "--profile");
+    WorkerProfile p = load_profile(c.profile, "--profile");
+    std::vector<std::string> keys;  // the job's layers, as the profile names them
+    for (std::size_t i = 0; i < c.layers.size(); ++i) {
+      const LayerSpec s = parse_layer_spec(c.layers[i]);
+      keys.push_back(layer_key(i, s.type, s.name));
+    }
+    require_profile_of(p, keys, "--profile " + c.profile);
+    return p;
   }
   DT_REQUIRE(!c.synthetic.empty() || !c.train_data.empty(),
              "dtrain plan: the profiling run needs the job's input: give --synthetic "
@@ -131,12 +147,25 @@ WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& or
   return p;
 }
 
+/// The most ps a training run of the profiled model takes (ps/sharding.hpp): one float each, or
+/// with a layer-wise optimizer (LARS, LAMB) whole tensors, at least one per layer with
+/// parameters. The ps counts the plan tries stay within it (an explicit --num-ps is priced as
+/// given).
+int max_num_ps(const Config& c, const WorkerProfile& p) {
+  std::size_t most = p.param_floats();
+  if (is_layerwise(c.optimizer))
+    most = static_cast<std::size_t>(std::count_if(
+        p.layers.begin(), p.layers.end(), [](const LayerCost& l) { return l.param_floats > 0; }));
+  return static_cast<int>(std::min<std::size_t>(most, std::numeric_limits<int>::max()));
+}
+
 std::string header(const Config& c, const Topology& t, const WorkerProfile& p,
                    const std::string& origin) {
   std::ostringstream os;
   os << "dtrain plan: " << (c.config_file.empty() ? "the job" : c.config_file) << " on " << t.nodes
      << " node(s) × " << t.workers_per_node << " worker(s) = " << t.workers() << " workers, "
-     << t.batch << " samples per worker and step (global batch " << t.batch * t.workers() << ")\n"
+     << t.batch << " samples per worker and step (global batch "
+     << static_cast<std::int64_t>(t.batch) * t.workers() << ")\n"
      << "profile: " << origin << ", " << p.device << ", " << p.threads << " thread(s), "
      << p.precision << ", batch " << p.batch << ": forward " << fixed(p.forward_ms(), 1)
      << " ms, backward " << fixed(p.backward_ms(), 1) << " ms, optimizer "
@@ -260,8 +289,10 @@ int run_plan(const Config& c) {
     p = obtain_profile(c, t, origin);
     const bool sync = !c.plan_mode_given || c.mode == Mode::sync;
     const bool async = !c.plan_mode_given || c.mode == Mode::async;
+    const int most_ps = max_num_ps(c, p);
     for (const Candidate& k : candidates(p, t, sync, async, c.bucket_mb, c.num_ps))
-      if (k.strategy != Strategy::ps || !c.plan_num_ps_given || k.num_ps == c.num_ps)
+      if (k.strategy != Strategy::ps ||
+          (c.plan_num_ps_given ? k.num_ps == c.num_ps : k.num_ps <= most_ps))
         rows.push_back(predict(p, t, k));
     if (!c.out.empty()) {
       const std::string text = plan_json(t, p, rows).dump(1) + '\n';

@@ -224,12 +224,15 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
     }
   }
   r.step_ms = step * 1000;
-  r.samples_per_s = t.workers() * t.batch / step;
+  r.samples_per_s = static_cast<double>(t.workers()) * t.batch / step;
   if (t.workers() == 1) {
     r.efficiency = 1;
   } else {  // against W times one worker of the same mode and batch, alone on one node
     Topology one = t;
     one.nodes = one.workers_per_node = 1;
+    // Async across nodes: the one worker reaches its ps over --network, as the candidate's do
+    // (over the node's own link it could be faster than any of them: an efficiency above 1).
+    if (c.strategy == Strategy::ps && t.nodes > 1) one.intra = t.inter;
     r.efficiency = r.samples_per_s / (t.workers() * predict(p, one, c).samples_per_s);
   }
   return r;

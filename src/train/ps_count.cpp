@@ -15,15 +15,27 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
   DT_REQUIRE(in.flops_per_sample > 0,
              "option --num-ps auto: the model computes nothing (0 flops per sample)");
   PsCountChoice out;
+  const int P = std::max(1, in.stages);
   const int most = in.max_ps > 0 ? std::min(in.max_ps, in.world - 1) : in.world - 1;
+  const auto batch_of = [&](int workers) {  // per worker, or per pipeline replica
+    return in.global_batch > 0 ? static_cast<double>(in.global_batch) / (workers / P)
+                               : static_cast<double>(in.batch);
+  };
+  bool found = false;
   for (int k = std::max(1, in.min_ps); k <= most; ++k) {
     const int workers = in.world - k;
-    const double batch = in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers
-                                             : static_cast<double>(in.batch);
+    if (workers % P != 0) continue;  // whole pipelines only
+    found = true;
     out.num_ps = k;
-    out.rho = in.beta * (in.push_bytes + in.reply_bytes) / (in.flops_per_sample * batch);
+    out.rho =
+        in.beta * (in.push_bytes + in.reply_bytes) / (in.flops_per_sample * batch_of(workers));
     if (k >= workers * out.rho) break;  // the smallest K with K ≥ W · ρ
   }
+  DT_REQUIRE(found, "option --num-ps auto: no count of ps from " +
+                        std::to_string(std::max(1, in.min_ps)) + " to " + std::to_string(most) +
+                        " leaves the other ranks of " + std::to_string(in.world) +
+                        " a multiple of the " + std::to_string(P) +
+                        " pipeline stages; give --num-ps K or another world size");
   const int workers = in.world - out.num_ps;
   char line[320];
   std::snprintf(line, sizeof line,
@@ -31,9 +43,7 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
                 "(W·rho/K, rho = beta·(push %.3g + reply %.3g bytes) / (%.3g flops/sample × batch "
                 "%.4g) = %.3g, beta %.0f flops/byte)",
                 out.num_ps, workers, workers * out.rho / out.num_ps, in.push_bytes, in.reply_bytes,
-                in.flops_per_sample,
-                in.global_batch > 0 ? static_cast<double>(in.global_batch) / workers : in.batch,
-                out.rho, in.beta);
+                in.flops_per_sample, batch_of(workers), out.rho, in.beta);
   out.why = line;
   if (in.max_ps > 0 && out.num_ps == in.max_ps && workers * out.rho > out.num_ps)
     out.why += ", at most " + std::to_string(in.max_ps) + " (one ps per parameter tensor)";

@@ -80,6 +80,32 @@ TEST(PsCount, APipelineGetsAPsPerStageAtLeast) {
   EXPECT_EQ(choose_num_ps(in).num_ps, 5);
 }
 
+TEST(PsCount, APipelineKeepsWholePipelinesOfWorkers) {
+  // 9 ranks in 3-stage pipelines: K = 3 (6 workers) or 6 (3 workers). ρ = 1 asks K ≥ W: 6, not
+  // the 5 a world without stages gets (4 workers: no whole pipeline, refused by the split).
+  PsCountInput in = with_rho(9, 1.0);
+  in.min_ps = in.stages = 3;
+  const PsCountChoice k = choose_num_ps(in);
+  EXPECT_EQ(k.num_ps, 6);
+  EXPECT_EQ((9 - k.num_ps) % 3, 0);
+  in = with_rho(9, 0.082);  // few ps needed: the minimum, 3, which leaves 6 workers
+  in.min_ps = in.stages = 3;
+  EXPECT_EQ(choose_num_ps(in).num_ps, 3);
+  // A global batch splits over the replicas: 96 over 6 / 3 = 2 replicas is 48 per step.
+  in.global_batch = 96;
+  EXPECT_NE(choose_num_ps(in).why.find("batch 48"), std::string::npos) << choose_num_ps(in).why;
+  // 5 ranks, 3 stages: 3 or 4 ps leave 2 or 1 workers, no whole pipeline.
+  in = with_rho(5, 0.5);
+  in.min_ps = in.stages = 3;
+  try {
+    (void)choose_num_ps(in);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a multiple of the 3 pipeline stages"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PsCount, NamesKAndItsInputs) {
   const PsCountChoice k = choose_num_ps(with_rho(5, 0.5));
   EXPECT_EQ(k.num_ps, 2);

@@ -307,6 +307,19 @@ TEST(ScalingModel, AsyncIsPacedByTheSlowerOfWorkerAndPs) {
   EXPECT_THROW(predict(p, t, {Strategy::ps, 0, 0}), InputError);
 }
 
+TEST(ScalingModel, AsyncAcrossNodesIsNoMoreEfficientThanOneWorker) {
+  // A network faster than the node's own link: the one-worker baseline's ps traffic went over
+  // the slower node link, and 2 workers across nodes came out above 1.
+  WorkerProfile p = three_layers();
+  p.optimizer_ms = 0;
+  const Topology t = topo(2, 1, link(0, 1000), link(50, 0.001, true), 4);
+  for (int k : {1, 2, 8}) {
+    const Prediction r = predict(p, t, {Strategy::ps, 0, k});
+    EXPECT_LE(r.efficiency, 1.0 + 1e-12) << k << " ps";
+    EXPECT_GT(r.efficiency, 0.5) << k << " ps";
+  }
+}
+
 TEST(ScalingModel, ASaturatedNodeTakesItsCpuWorkOverItsCores) {
   // 4 MiB of fp32 gradients, forward + backward 10 ms at batch 4, optimizer 2 ms, 1 thread; two
   // workers on one node over a shared bus of 1 GB/s (α = 0).

@@ -65,6 +65,13 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
 /// leave gaps (they must tile [0, Σ param_floats) in line order).
 WorkerProfile load_profile(const std::string& path, const std::string& option);
 
+/// Throws InputError naming `what` (the option and the profile's path) unless `p` is a profile
+/// of the model whose layers are `keys` (layer_key() of each, in line order): the same number of
+/// layers, each of the same "<index>.<type>" or name=. A profile of another job would price
+/// another model.
+void require_profile_of(const WorkerProfile& p, const std::vector<std::string>& keys,
+                        const std::string& what);
+
 /// Each layer's forward + backward ms from `p`, in line order, for cutting `layers`
 /// (Model::layers()) into pipeline stages by measured time (--pipeline-profile, a profile saved by
 /// `dtrain plan --save-profile` of the same job). Throws InputError naming `path` when the

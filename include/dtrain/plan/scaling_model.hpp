@@ -56,7 +56,8 @@
 // 2016, "Revisiting Distributed Synchronous SGD", measure this tail). Async workers wait for no
 // one: no term.
 // samples/s = W·b / step; efficiency = samples/s / (W × the samples/s of one worker of the same
-// mode at the same batch on one node): T1/(N·TN) at a fixed per-worker batch.
+// mode at the same batch on one node; async across nodes, its ps over the network between
+// nodes): T1/(N·TN) at a fixed per-worker batch.
 //
 // Not modelled (stated in every plan's output): contention for memory bandwidth or caches
 // between ranks' compute and with the copies (a host whose compute per sample rises with its busy

@@ -41,6 +41,9 @@ struct PsCountInput {
   int global_batch = 0;           ///< --global-batch-size (0: none), split over W workers
   double beta = kFlopsPerPsByte;  ///< β
   int min_ps = 1;                 ///< the fewest K allowed (--pipeline-stages: a ps per stage)
+  /// --pipeline-stages P: the workers come in whole pipelines (W a multiple of P, only such K
+  /// are tried) and the global batch splits over the W / P replicas
+  int stages = 1;
   /// the most K allowed, 0: N − 1 (--optimizer lars | lamb: the tensor count, a ps holding whole
   /// tensors)
   int max_ps = 0;
@@ -52,9 +55,10 @@ struct PsCountChoice {
   std::string why;  ///< one line for the role table: K, ρ and the inputs
 };
 
-/// The rule of the file comment, K counted from min_ps up. Throws InputError when world < 2 or
-/// flops_per_sample ≤ 0. With N − 1 ps still too few (ρ > N − 1), K = N − 1: one worker; with
-/// max_ps ≥ min_ps ps still too few, K = max_ps (the line then says so).
+/// The rule of the file comment, K counted from min_ps up over the K whose N − K workers are a
+/// multiple of `stages`. Throws InputError when world < 2, flops_per_sample ≤ 0 or no K in
+/// [min_ps, max_ps] leaves such a worker count. With every such K still too few, the largest
+/// (max_ps: the line then says so).
 PsCountChoice choose_num_ps(const PsCountInput& in);
 
 }  // namespace dtrain
