@@ -194,6 +194,33 @@ assert r["straggler_ms"] > 0 and abs(float(row[8]) - r["exposed_comm_ms"] - r["s
 print(f"   σ 0.0673: {r['samples_per_s']:.2f} samples/s, {r['straggler_ms']:.1f} ms waiting for the slowest")
 PY
 
+echo "== 3c''. plan_vs_measured.py: the run's own worker count; a bad SWEEP is one clear error"
+# A results.json that records 4 workers in a folder named for 2: priced as the 4 it ran, with a
+# warning; the same row as sweep-hierarchical's.
+mkdir -p "$SCRATCH/sweep-rec/sync-w2"
+echo '{"samples_per_sec": 100.0, "allreduce": "hierarchical", "mode": "sync", "num_ps": 0, "num_workers": 4}' \
+  >"$SCRATCH/sweep-rec/sync-w2/results.json"
+"${PVM[@]}" "$SCRATCH/sweep-rec" >"$SCRATCH/pvm-rec.md" 2>"$SCRATCH/pvm-rec.err" ||
+  { cat "$SCRATCH/pvm-rec.err"; fail "plan_vs_measured.py on a run recording its workers failed"; }
+grep -qF "sweep-rec/sync-w2/results.json: the run records mode sync, 0 ps, 4 workers" "$SCRATCH/pvm-rec.err" ||
+  { cat "$SCRATCH/pvm-rec.err"; fail "no warning that the folder's name and the record differ"; }
+[[ $(grep '^| sync' "$SCRATCH/pvm-rec.md") == $(grep '^| sync' "$SCRATCH/pvm-h.md") ]] ||
+  { cat "$SCRATCH/pvm-rec.md"; fail "the run was not priced by its recorded 4 workers"; }
+mkdir -p "$SCRATCH/sweep-bad/sync-w2"
+echo '{"samples_per_sec": 1' >"$SCRATCH/sweep-bad/sync-w2/results.json"
+# pvm_fails NEEDLE SWEEP: plan_vs_measured.py exits 1 with NEEDLE and no traceback.
+pvm_fails() {
+  local needle=$1 rc=0
+  "${PVM[@]}" "$2" >"$SCRATCH/pvm-bad.out" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] && grep -qF -- "$needle" "$SCRATCH/pvm-bad.out" && ! grep -q Traceback "$SCRATCH/pvm-bad.out" ||
+    { cat "$SCRATCH/pvm-bad.out"; fail "plan_vs_measured.py $2: exit $rc, want 1 and '$needle'"; }
+  echo "-- exit $rc: $(head -1 "$SCRATCH/pvm-bad.out")"
+}
+pvm_fails "SWEEP $SCRATCH/none: no such folder or file" "$SCRATCH/none"
+pvm_fails "SWEEP $SCRATCH/sweep-rec/sync-w2/results.json: not scaling_report.py's CSV" \
+  "$SCRATCH/sweep-rec/sync-w2/results.json"
+pvm_fails "$SCRATCH/sweep-bad/sync-w2/results.json: not valid JSON" "$SCRATCH/sweep-bad"
+
 echo "== 3d. --straggler-cv: sync steps wait for the slowest of 4 workers, async ones do not"
 "$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 2 \
   --workers-per-node 2 --network 25gbe --batch-size 64 --straggler-cv 0.05 \
