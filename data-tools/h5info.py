@@ -49,18 +49,26 @@ def _attr_floats(f, name, channels):
 
 
 def _class_names(f):
+    """The attribute `class_names` as str, or None. Bytes that are not UTF-8 (dtrain reads them as
+    they are) come back as surrogate escapes, as h5py decodes variable-length strings:
+    shown_name() prints them, and name.encode("utf-8") fails on them."""
     if "class_names" not in f.attrs:
         return None
     raw = np.asarray(f.attrs["class_names"]).reshape(-1)
     names = []
     for x in raw:
         if isinstance(x, bytes):
-            names.append(x.decode("utf-8"))
+            names.append(x.decode("utf-8", "surrogateescape"))
         elif isinstance(x, str):
             names.append(x)
         else:
             raise SchemaError(f"attribute `class_names` holds {type(x).__name__}, expected strings")
     return names
+
+
+def shown_name(name):
+    """A class name for the terminal: bytes that are not UTF-8 written as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _dataset(f, name, what=""):
@@ -105,6 +113,8 @@ def validate(path, expected_classes=None, scan_pixels=True):
     scan_pixels: read all images once for min/max/mean and the finiteness check.
     Raises SchemaError (message without the path) for schema violations, OSError for unreadable files.
     """
+    if os.path.isdir(path):
+        raise SchemaError("is a directory, expected an HDF5 file")
     if not os.path.isfile(path):
         raise SchemaError("no such file")
     if not h5py.is_hdf5(path):
@@ -225,7 +235,7 @@ def format_summary(s):
     lines.append("  classes:")
     names = s["class_names"] or [""] * s["num_classes"]
     for k, (count, name) in enumerate(zip(s["histogram"], names)):
-        lines.append(f"    {k:4d} {name:<16} {count:8d}  {100.0 * count / s['n']:5.1f}%")
+        lines.append(f"    {k:4d} {shown_name(name):<16} {count:8d}  {100.0 * count / s['n']:5.1f}%")
     return "\n".join(lines)
 
 

@@ -241,6 +241,27 @@ for want in "enum_labels.h5|dataset \`labels\` has dtype enum, expected an integ
     --train-data "$SCRATCH/$file" >"$SCRATCH/dry.txt" 2>&1 || rc=$?
   [[ $rc -eq 2 ]] && grep -qF "$msg" "$SCRATCH/dry.txt" || fail "dtrain and h5info.py differ on $file: $(cat "$SCRATCH/dry.txt")"
 done
+# class_names holding bytes that are not UTF-8 (dtrain reads them as they are), fixed and variable
+# length: shown as \xNN, no traceback. A directory: named as one, not "no such file".
+$PY - "$SCRATCH" <<'EOF'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name in ("names_fixed", "names_vlen"):
+    with h5py.File(f"{d}/{name}.h5", "w") as f:
+        f["images"] = np.zeros((4, 1, 4, 4), np.uint8)
+        f["labels"] = np.arange(4) % 2
+        f.attrs["num_classes"] = np.int64(2)
+        if name == "names_fixed":
+            f.attrs["class_names"] = np.array([b"caf\xe9", b"tea"], dtype="S4")
+        else:
+            f.attrs.create("class_names", [b"caf\xe9", b"tea"], dtype=h5py.string_dtype("utf-8"))
+EOF
+for file in names_fixed names_vlen; do
+  $H5INFO "$SCRATCH/$file.h5" >"$SCRATCH/info.txt" 2>&1 || fail "h5info $file.h5: $(cat "$SCRATCH/info.txt")"
+  grep -qF 'caf\xe9' "$SCRATCH/info.txt" || fail "h5info $file.h5 does not show the name's bytes: $(cat "$SCRATCH/info.txt")"
+done
+mkdir -p "$SCRATCH/adir.h5"
+expect_rc 1 "$SCRATCH/adir.h5: error: is a directory, expected an HDF5 file" $H5INFO "$SCRATCH/adir.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes -1 "$SCRATCH/small/a.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then
