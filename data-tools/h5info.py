@@ -48,6 +48,17 @@ def _attr_floats(f, name, channels):
     return np.broadcast_to(v, (channels,)).copy()
 
 
+def mean_std(f, channels):
+    """The attributes `mean` and `std` of open file f, each as `channels` float64 values, or
+    (None, None) without them. Raises SchemaError when they do not follow the schema."""
+    mean, std = _attr_floats(f, "mean", channels), _attr_floats(f, "std", channels)
+    if (mean is None) != (std is None):
+        raise SchemaError("has only one of the attributes `mean` and `std`, expected both or neither")
+    if std is not None and not np.all(std > 0):
+        raise SchemaError(f"attribute `std` = {std.tolist()}, expected > 0")
+    return mean, std
+
+
 def _class_names(f):
     """The attribute `class_names` as str, or None. Bytes that are not UTF-8 (dtrain reads them as
     they are) come back as surrogate escapes, as h5py decodes variable-length strings:
@@ -178,11 +189,7 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected < num_classes = {num_classes}")
         if expected_classes is not None and y[i] >= expected_classes:
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, but the training set has only {expected_classes} classes")
-        mean, std = _attr_floats(f, "mean", c), _attr_floats(f, "std", c)
-        if (mean is None) != (std is None):
-            raise SchemaError("has only one of the attributes `mean` and `std`, expected both or neither")
-        if std is not None and not np.all(std > 0):
-            raise SchemaError(f"attribute `std` = {std.tolist()}, expected > 0")
+        mean, std = mean_std(f, c)
         names = _class_names(f)
         if names is not None and len(names) != num_classes:
             raise SchemaError(f"attribute `class_names` has {len(names)} names, expected num_classes = {num_classes}")

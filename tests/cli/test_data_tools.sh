@@ -94,6 +94,25 @@ $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/smal
   --mean-std-from "$SCRATCH/small/a.h5" || fail "convert with --mean-std-from"
 [ "$($H5INFO --no-pixels "$SCRATCH/small/a.h5" | grep 'mean / std')" = "$($H5INFO --no-pixels "$SCRATCH/small/b.h5" | grep 'mean / std')" ] \
   || fail "--mean-std-from did not copy mean/std"
+# A --mean-std-from file whose mean is not numbers, or whose std is NaN or 0: one error naming that
+# file (not the output), no traceback, no output.
+$PY - "$SCRATCH/small" <<'EOF'
+import shutil, sys, h5py, numpy as np
+d = sys.argv[1]
+for name, key, value in (("strmean", "mean", "abc"), ("nanstd", "std", np.float32([np.nan])),
+                         ("zerostd", "std", np.float32([0]))):
+    shutil.copy(f"{d}/a.h5", f"{d}/{name}.h5")
+    with h5py.File(f"{d}/{name}.h5", "r+") as f:
+        f.attrs[key] = value
+EOF
+for want in "strmean|attribute \`mean\` has dtype <U3, expected float" \
+            "nanstd|attribute \`std\` has a non-finite value" \
+            "zerostd|attribute \`std\` = [0.0], expected > 0"; do
+  file=$SCRATCH/small/${want%%|*}.h5
+  expect_rc 1 "--mean-std-from $file: ${want#*|}" $CONVERT --images "$SCRATCH/img.gz" \
+    --labels "$SCRATCH/lab" --out "$SCRATCH/small/c.h5" --mean-std-from "$file"
+  [[ ! -e $SCRATCH/small/c.h5 ]] || fail "--mean-std-from ${want%%|*}.h5 wrote c.h5"
+done
 
 # ---- --classes: a subset, relabelled in the order given -------------------------------------------
 $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/small/sub.h5" \
