@@ -106,6 +106,19 @@ sweep_fails "--workers: empty list" --workers ""
 sweep_fails "--modes: empty list" --modes " "
 sweep_fails "--out needs a value" --workers 1 --out
 sweep_fails "--ps needs a value" --ps
+# Relative --job, --out, --keep-runs and DTRAIN are the caller's: resolved against the directory
+# the script was started in, not the repository root it runs dtrain from.
+mkdir -p "$SCRATCH/caller"
+cp "$SCRATCH/job.ini" "$SCRATCH/caller/rel.ini"
+ln -sf "$DTRAIN" "$SCRATCH/caller/dt"
+rm -rf "$SRC/rel-sweep" "$SRC/rel-keep.tgz"
+(cd "$SCRATCH/caller" && DTRAIN=./dt bash "$SRC/data-tools/run_strong_scaling.sh" --job rel.ini \
+  --workers 1 --modes sync --global-batch 8 --steps 2 --out rel-sweep --keep-runs rel-keep.tgz \
+  --no-report -- --synthetic 1x12x12:4) >"$SCRATCH/rel.log" 2>&1 ||
+  { cat "$SCRATCH/rel.log"; fail "run_strong_scaling.sh with relative paths failed"; }
+[[ -f $SCRATCH/caller/rel-sweep/sync-w1/results.json && -f $SCRATCH/caller/rel-keep.tgz ]] ||
+  { cat "$SCRATCH/rel.log"; fail "relative --out/--keep-runs not written in the caller's directory"; }
+[[ ! -e $SRC/rel-sweep && ! -e $SRC/rel-keep.tgz ]] || fail "relative --out/--keep-runs went to the repository"
 
 report=$SRC/data-tools/scaling_report.py
 # report_fails RC NEEDLE ARGS...: scaling_report.py must exit RC with NEEDLE on stderr, no traceback,
