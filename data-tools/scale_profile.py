@@ -10,11 +10,12 @@ forward and backward, and rescales every layer's times so that forward + backwar
 MS milliseconds (the step time measured on the target: e.g. one worker's compute ms/step from its
 results.json, or a GPU's samples/s as B / samples/s minus the optimizer). --optimizer-ms sets the
 update's time (default: PROFILE's); --device and --precision the labels. OUT is refused if it
-exists (unless --force) or is a directory; its missing folders are created; it is written under a temporary name
-and renamed, so a failed run leaves nothing. A PROFILE that cannot be read, is not a dtrain profile
-(format "dtrain-profile-1", a "layers" list whose forward_ms and backward_ms are finite numbers
->= 0, not all 0) or an --compute-ms, --optimizer-ms or --batch that dtrain plan would refuse (not a
-finite number > 0; --optimizer-ms >= 0) is one error naming it, exit 1 (argparse's usage: 2).
+exists (unless --force) or is a directory; its missing folders are created; it is written under a
+temporary name and renamed, so a failed run leaves nothing. A PROFILE that cannot be read, is not
+a dtrain profile (format "dtrain-profile-1", a "layers" list whose forward_ms and backward_ms are
+finite numbers >= 0, not all 0) or a --compute-ms, --optimizer-ms or --batch that dtrain plan
+would refuse (not a finite number > 0; --optimizer-ms >= 0) is one error naming it, exit 1
+(argparse's usage errors: 2).
 """
 import argparse
 import json
