@@ -144,16 +144,20 @@ def mean_std(images, rows=4096):
     return mean.astype(np.float32), np.sqrt(np.maximum(s2 / count - mean * mean, 0.0)).astype(np.float32)
 
 
-def mean_std_from(path):
-    """Reads the mean/std attributes of an existing schema file."""
+def mean_std_from(path, channels):
+    """Reads the mean/std attributes of an existing schema file, as `channels` values each (one
+    value is broadcast); checked as h5info.py checks them (numbers, finite, std > 0), and an error
+    names `path`, the file they came from."""
     if not os.path.isfile(path):
         raise ConvertError(f"{path}: " + ("is a directory" if os.path.isdir(path) else "no such file"))
     try:
         with open_h5(path, "r") as f:
             if "mean" not in f.attrs or "std" not in f.attrs:
                 raise ConvertError(f"{path}: has no `mean`/`std` attributes to copy")
-            return (np.asarray(f.attrs["mean"], np.float32).reshape(-1),
-                    np.asarray(f.attrs["std"], np.float32).reshape(-1))
+            mean, std = h5info.mean_std(f, channels)
+            return mean.astype(np.float32), std.astype(np.float32)
+    except h5info.SchemaError as e:
+        raise ConvertError(f"--mean-std-from {path}: {e}") from None
     except OSError as e:
         raise ConvertError(f"{path}: cannot open as HDF5: {e}") from None
 
@@ -330,7 +334,7 @@ def main(argv=None):
             images, labels = select_classes(args.labels, images, labels, k, classes)
             class_names = [class_names[c] for c in classes] if class_names else None
             k = len(classes)
-        mean, std = mean_std_from(args.mean_std_from) if args.mean_std_from else mean_std(images)
+        mean, std = mean_std_from(args.mean_std_from, images.shape[1]) if args.mean_std_from else mean_std(images)
         write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0
     return outputs.run_tool("convert_idx.py", body, ConvertError)

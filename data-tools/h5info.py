@@ -48,19 +48,38 @@ def _attr_floats(f, name, channels):
     return np.broadcast_to(v, (channels,)).copy()
 
 
+def mean_std(f, channels):
+    """The attributes `mean` and `std` of open file f, each as `channels` float64 values, or
+    (None, None) without them. Raises SchemaError when they do not follow the schema."""
+    mean, std = _attr_floats(f, "mean", channels), _attr_floats(f, "std", channels)
+    if (mean is None) != (std is None):
+        raise SchemaError("has only one of the attributes `mean` and `std`, expected both or neither")
+    if std is not None and not np.all(std > 0):
+        raise SchemaError(f"attribute `std` = {std.tolist()}, expected > 0")
+    return mean, std
+
+
 def _class_names(f):
+    """The attribute `class_names` as str, or None. Bytes that are not UTF-8 (dtrain reads them as
+    they are) come back as surrogate escapes, as h5py decodes variable-length strings:
+    shown_name() prints them, and name.encode("utf-8") fails on them."""
     if "class_names" not in f.attrs:
         return None
     raw = np.asarray(f.attrs["class_names"]).reshape(-1)
     names = []
     for x in raw:
         if isinstance(x, bytes):
-            names.append(x.decode("utf-8"))
+            names.append(x.decode("utf-8", "surrogateescape"))
         elif isinstance(x, str):
             names.append(x)
         else:
             raise SchemaError(f"attribute `class_names` holds {type(x).__name__}, expected strings")
     return names
+
+
+def shown_name(name):
+    """A class name for the terminal: bytes that are not UTF-8 written as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _dataset(f, name, what=""):
@@ -105,6 +124,8 @@ def validate(path, expected_classes=None, scan_pixels=True):
     scan_pixels: read all images once for min/max/mean and the finiteness check.
     Raises SchemaError (message without the path) for schema violations, OSError for unreadable files.
     """
+    if os.path.isdir(path):
+        raise SchemaError("is a directory, expected an HDF5 file")
     if not os.path.isfile(path):
         raise SchemaError("no such file")
     if not h5py.is_hdf5(path):
@@ -168,11 +189,7 @@ def validate(path, expected_classes=None, scan_pixels=True):
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, expected < num_classes = {num_classes}")
         if expected_classes is not None and y[i] >= expected_classes:
             raise SchemaError(f"dataset `labels` has label {y[i]} at sample {i}, but the training set has only {expected_classes} classes")
-        mean, std = _attr_floats(f, "mean", c), _attr_floats(f, "std", c)
-        if (mean is None) != (std is None):
-            raise SchemaError("has only one of the attributes `mean` and `std`, expected both or neither")
-        if std is not None and not np.all(std > 0):
-            raise SchemaError(f"attribute `std` = {std.tolist()}, expected > 0")
+        mean, std = mean_std(f, c)
         names = _class_names(f)
         if names is not None and len(names) != num_classes:
             raise SchemaError(f"attribute `class_names` has {len(names)} names, expected num_classes = {num_classes}")
@@ -225,7 +242,7 @@ def format_summary(s):
     lines.append("  classes:")
     names = s["class_names"] or [""] * s["num_classes"]
     for k, (count, name) in enumerate(zip(s["histogram"], names)):
-        lines.append(f"    {k:4d} {name:<16} {count:8d}  {100.0 * count / s['n']:5.1f}%")
+        lines.append(f"    {k:4d} {shown_name(name):<16} {count:8d}  {100.0 * count / s['n']:5.1f}%")
     return "\n".join(lines)
 
 

@@ -487,6 +487,13 @@ def read_like(path):
         raise ConvertError(f"--like {path}: {e}") from None
     if summary["class_names"] is None or summary["mean"] is None:
         raise ConvertError(f"--like {path}: has no `class_names` or no `mean`/`std` to copy")
+    for k, name in enumerate(summary["class_names"]):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # h5info's surrogate escapes of bytes that are not UTF-8
+            raise ConvertError(f"--like {path}: attribute `class_names`: name {k} "
+                               f"'{h5info.shown_name(name)}' is not valid UTF-8 (class names must "
+                               "be UTF-8)") from None
     return summary["class_names"], summary["mean"].astype(np.float32), summary["std"].astype(np.float32)
 
 

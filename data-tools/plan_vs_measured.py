@@ -7,7 +7,10 @@ Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --
            [--dtrain BIN]
 
 SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
-async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. For every run
+async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. A run's mode,
+ps and worker counts are its results.json's mode, num_ps and num_workers (the folder's name only
+where it lacks them; a warning where the two differ). A SWEEP that is neither, or a results.json
+that is not a JSON object with samples_per_sec, is one error naming it (exit 1). For every run
 with at most --max-workers workers, runs
   dtrain plan --config JOB --profile P --nodes 1 --workers-per-node N --global-batch-size B
               --intra-node SPEC --cores-per-node C --mode sync|async [--num-ps K]
@@ -48,28 +51,94 @@ import sys
 import tempfile
 
 
+def fail(msg):
+    sys.exit(f"plan_vs_measured.py: error: {msg}")
+
+
+def warn(msg):
+    print(f"plan_vs_measured.py: warning: {msg}", file=sys.stderr)
+
+
+def load_json(path):
+    """The JSON object in `path`; exits naming the file when it cannot be read or is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror or e}")
+    except ValueError as e:  # not JSON (or not UTF-8)
+        fail(f"{path}: not valid JSON ({e})")
+    if not isinstance(d, dict):
+        fail(f"{path}: expected a JSON object, not {type(d).__name__}")
+    return d
+
+
+def count(d, key, low):
+    """d[key] when it is an integer >= low (a run's own record of it), else None."""
+    v = d.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= low else None
+
+
 def measured_runs(sweep):
     """{(mode, ps, workers): {samples_per_sec, step_compute_ms, step_exposed_comm_ms}}."""
     runs = {}
+    if not os.path.exists(sweep):
+        fail(f"SWEEP {sweep}: no such folder or file (expected run_strong_scaling.sh's folder or "
+             "scaling_report.py's CSV)")
     if os.path.isfile(sweep):  # scaling_report.py's CSV
-        for r in csv.DictReader(open(sweep)):
-            key = (r["mode"], int(r["ps"]), int(r["workers"]))
-            runs[key] = {"samples_per_sec": float(r["samples_per_s"]),
-                         "step_compute_ms": float(r["compute_ms"]),
-                         "step_exposed_comm_ms": float(r["comm_ms"])}
-            for k, col in (("samples_per_sec", "samples_per_s_after1"),
-                           ("step_compute_ms", "compute_ms_after1"),
-                           ("step_exposed_comm_ms", "comm_ms_after1")):
-                if r.get(col, "") not in ("", "nan"):
-                    runs[key][k + "_after_first_step"] = float(r[col])
+        try:
+            with open(sweep, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+            lacking = [c for c in ("mode", "ps", "workers", "samples_per_s", "compute_ms", "comm_ms")
+                       if c not in (reader.fieldnames or [])]
+            if lacking:
+                raise KeyError(", ".join(lacking))
+            for r in rows:
+                key = (r["mode"], int(r["ps"]), int(r["workers"]))
+                runs[key] = {"samples_per_sec": float(r["samples_per_s"]),
+                             "step_compute_ms": float(r["compute_ms"]),
+                             "step_exposed_comm_ms": float(r["comm_ms"])}
+                for k, col in (("samples_per_sec", "samples_per_s_after1"),
+                               ("step_compute_ms", "compute_ms_after1"),
+                               ("step_exposed_comm_ms", "comm_ms_after1")):
+                    if r.get(col, "") not in ("", "nan"):
+                        runs[key][k + "_after_first_step"] = float(r[col])
+        except OSError as e:
+            fail(f"cannot read {sweep}: {e.strerror or e}")
+        except (KeyError, TypeError, ValueError, csv.Error) as e:  # ValueError: not UTF-8 too
+            what = f"no column {e.args[0]}" if isinstance(e, KeyError) else str(e)
+            fail(f"SWEEP {sweep}: not scaling_report.py's CSV ({what}; expected a folder of runs "
+                 "or that CSV)")
         return runs
+    if not os.path.isdir(sweep):
+        fail(f"SWEEP {sweep}: not a folder or a file")
     for name in sorted(os.listdir(sweep)):
         m = re.fullmatch(r"sync-w(\d+)|async-ps(\d+)-w(\d+)", name)
         path = os.path.join(sweep, name, "results.json")
         if not m or not os.path.exists(path):
             continue
+        run = load_json(path)
+        if not isinstance(run.get("samples_per_sec"), (int, float)) or \
+                isinstance(run.get("samples_per_sec"), bool):
+            fail(f"{path}: samples_per_sec = {json.dumps(run.get('samples_per_sec'))}, expected a number")
+        # The run's own record of its mode and counts (dtrain writes them); the folder's name
+        # only where it lacks them (a hand-made or older results.json).
         key = ("sync", 0, int(m[1])) if m[1] else ("async", int(m[2]), int(m[3]))
-        runs[key] = json.load(open(path))
+        mode = run.get("mode") if run.get("mode") in ("sync", "async") else key[0]
+        ps = count(run, "num_ps", 0)
+        ps = key[1] if ps is None else ps
+        workers = count(run, "num_workers", 1)
+        workers = key[2] if workers is None else workers
+        if (mode, ps, workers) != key:
+            warn(f"{path}: the run records mode {mode}, {ps} ps, {workers} workers, not what its "
+                 f"folder's name says; priced as recorded")
+        key = (mode, ps, workers)
+        if key in runs:
+            fail(f"{path}: a second run of mode {mode}, {ps} ps, {workers} workers "
+                 f"(also {runs[key]['_path']})")
+        run["_path"] = path
+        runs[key] = run
     return runs
 
 
@@ -87,7 +156,7 @@ def ceilings(sweep, runs, key="samples_per_sec"):
             continue
         found = [os.path.join(sweep, name, r, "results.json") for r in os.listdir(
             os.path.join(sweep, name))]
-        found = [json.load(open(f)).get(key) for f in found if os.path.exists(f)]
+        found = [load_json(f).get(key) for f in found if os.path.exists(f)]
         if len(found) == int(m[1]) and all(v is not None for v in found):
             out[int(m[1])] = (sum(found), len(found) * min(found))
     return out
@@ -163,18 +232,18 @@ def main():
     a = ap.parse_args()
     runs = measured_runs(a.sweep)
     if not runs:
-        sys.exit(f"plan_vs_measured.py: no sync-wN or async-psK-wN runs in {a.sweep}")
+        fail(f"no sync-wN or async-psK-wN runs in {a.sweep}")
     suffix = "_after_first_step" if a.after_first_step else ""
     if suffix:
         lacking = [k for k, m in runs.items() if "samples_per_sec" + suffix not in m]
         if lacking:
-            sys.exit(f"plan_vs_measured.py: --after-first-step: runs {lacking} have no "
+            fail(f"--after-first-step: runs {lacking} have no "
                      f"samples_per_sec{suffix} (a dtrain before 2026-11-27, or one step)")
     if a.straggler_cv != "auto":
         try:
             fixed_cv = float(a.straggler_cv)
         except ValueError:
-            sys.exit(f"plan_vs_measured.py: --straggler-cv '{a.straggler_cv}': not a number or auto")
+            fail(f"--straggler-cv '{a.straggler_cv}': not a number or auto")
     cvs = {}  # sync workers → σ
     for w in sorted(w for mode, _, w in runs if mode == "sync" and w > 1):
         if a.straggler_cv != "auto":

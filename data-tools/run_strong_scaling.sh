@@ -39,6 +39,9 @@
 # Environment: DTRAIN (default build/bin/dtrain), MPIRUN (default mpirun), PYTHON (default
 #   /usr/bin/python3, Debian's interpreter with numpy/matplotlib), EPOCHS (default 1000: the step
 #   count decides).
+# Relative paths in --job, --out, --keep-runs, DTRAIN, MPIRUN and PYTHON are relative to the
+# directory the script is started in; the defaults are the repository's. The runs start in the
+# repository root: dtrain options after `--` and a job file's own paths resolve there.
 # More ranks than cores (nproc): mpirun gets --oversubscribe and idle ranks yield
 # (OMPI_MCA_mpi_yield_when_idle=1) — timings of such runs measure sharing, not scaling.
 # The runs go by worker count — for each N its sync and async runs, then its ceiling and lock-step
@@ -46,6 +49,15 @@
 # OUT/<run>.log). Existing run dirs are skipped (rerun into the same --out to complete an
 # interrupted sweep).
 set -euo pipefail
+# Paths given here (--job, --out, --keep-runs, DTRAIN, MPIRUN, PYTHON) are the caller's: relative
+# ones resolve against the directory it was started in. The runs start in the repository root
+# (the defaults, and a job file's own relative paths, are relative to it).
+caller=$PWD
+# from_caller PATH: PATH made absolute against the caller's directory (an absolute one as it is).
+from_caller() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$caller" "$1" ;; esac; }
+# command_from_caller CMD: a command given with a directory (./x, bin/x) made absolute; a bare
+# name (looked up on PATH) as it is.
+command_from_caller() { case $1 in */*) from_caller "$1" ;; *) printf '%s' "$1" ;; esac; }
 cd "$(dirname "$0")/.."
 
 job=jobs/fashion_mnist_cnn.ini workers="1 2" modes="sync async" ps_list="1" gb=128 steps=200
@@ -65,19 +77,19 @@ host_shape() {
 need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --job) need_value "$@"; job=$2; shift 2 ;;
+    --job) need_value "$@"; job=$(from_caller "$2"); shift 2 ;;
     --workers) need_value "$@"; workers=$2; shift 2 ;;
     --modes) need_value "$@"; modes=$2; shift 2 ;;
     --ps) need_value "$@"; ps_list=$2; shift 2 ;;
     --global-batch) need_value "$@"; gb=$2; shift 2 ;;
     --steps) need_value "$@"; steps=$2; shift 2 ;;
     --threads) need_value "$@"; threads=$2; shift 2 ;;
-    --out) need_value "$@"; out=$2; shift 2 ;;
+    --out) need_value "$@"; out=$(from_caller "$2"); shift 2 ;;
     --plan) plan_only=1; shift ;;
     --no-report) report=0; shift ;;
     --ceiling) ceiling=1; shift ;;
     --lockstep) lockstep=1; shift ;;
-    --keep-runs) need_value "$@"; keep=$2; shift 2 ;;
+    --keep-runs) need_value "$@"; keep=$(from_caller "$2"); shift 2 ;;
     --host) host_shape; exit 0 ;;
     --) shift; break ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
@@ -135,9 +147,13 @@ if [ "$plan_only" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- checks, then run
-dtrain=${DTRAIN:-build/bin/dtrain}
+dtrain=${DTRAIN:+$(command_from_caller "$DTRAIN")}
+dtrain=${dtrain:-build/bin/dtrain}
+[[ $dtrain == */* ]] || dtrain=$(command -v "$dtrain") ||
+  die "dtrain binary '$DTRAIN' not found on PATH (set DTRAIN to its path)"
 [ -x "$dtrain" ] || die "dtrain binary '$dtrain' not found (build: bash .ci/build.sh, or set DTRAIN)"
-mpirun_bin=${MPIRUN:-mpirun}
+mpirun_bin=${MPIRUN:+$(command_from_caller "$MPIRUN")}
+mpirun_bin=${mpirun_bin:-mpirun}
 command -v "$mpirun_bin" >/dev/null || die "'$mpirun_bin' not found"
 ini() { sed -n -E "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*([^#;]*).*/\1/p" "$job" | tail -n 1 | sed -E 's/[[:space:]]+$//'; }
 data=$(ini train-data)
@@ -265,5 +281,5 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/sweep.log"
 keep_runs
 if [ "$report" = 1 ]; then
   # --force: a rerun into the same --out (to complete a sweep) regenerates the report.
-  "${PYTHON:-/usr/bin/python3}" data-tools/scaling_report.py "$out" --out "$out/report" --force
+  "$(command_from_caller "${PYTHON:-/usr/bin/python3}")" data-tools/scaling_report.py "$out" --out "$out/report" --force
 fi

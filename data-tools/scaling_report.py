@@ -101,13 +101,25 @@ def bad_value(d, spec):
             want = "a non-empty string"
         else:
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and \
-                (math.isfinite(v) or (kind == "num" and low is None)) and \
+                (finite(v) or (kind == "num" and low is None and isinstance(v, float))) and \
                 (kind == "num" or float(v).is_integer()) and (low is None or v >= low)
             want = ("an integer" if kind == "int" else "a number") + \
                 (f" >= {low}" if low is not None else "")
         if not ok:
-            return f"{key} = {json.dumps(v)}, expected {want}"
+            shown = json.dumps(v)
+            if len(shown) > 40:  # a huge integer: its first digits and length
+                shown = f"{shown[:20]}... ({len(shown)} characters)"
+            return f"{key} = {shown}, expected {want}"
     return None
+
+
+def finite(v):
+    """v (an int or float) is finite and within a float's range: an integer too large for a float
+    (JSON allows any number of digits) would overflow in the report's arithmetic."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def spread_of_workers(r, path):
@@ -256,6 +268,10 @@ def add_ceiling(rows, ceiling_runs):
     for w, rs in sorted(by_w.items()):
         if len(rs) != w:
             notes.append(f"ceiling for {w} workers: {len(rs)} runs found, {w} expected")
+        for x in rs:
+            if "samples_per_sec" not in x:  # absent or null in its results.json
+                notes.append(f"ceiling for {w} workers: {x['_path']} has no samples_per_sec; "
+                             "that ceiling is left out")
     one = [r for r in rows if r["mode"] == "sync" and r["workers"] == 1]
     for r in rows:
         w = r["workers"]
@@ -264,7 +280,8 @@ def add_ceiling(rows, ceiling_runs):
             ceil1 = one[0]["samples_per_s_after1"] if one else float("nan")
             comp = one[0]["compute_ms"] if one else float("nan")
         elif w in by_w:
-            ceil = sum(x["samples_per_sec"] for x in by_w[w])
+            lacking = [x["_path"] for x in by_w[w] if "samples_per_sec" not in x]
+            ceil = float("nan") if lacking else sum(x["samples_per_sec"] for x in by_w[w])
             after = [x.get("samples_per_sec_after_first_step") for x in by_w[w]]
             ceil1 = sum(after) if all(v is not None for v in after) else float("nan")
             comp = median([x["step_compute_ms"] for x in by_w[w] if "step_compute_ms" in x])
@@ -371,7 +388,9 @@ def fmt(v, f):
 
 def write_markdown(path, rows, notes, time_key):
     cols = columns_for(rows)
-    with open(path, "w") as f:
+    # Notes name run folders, whose names may be any bytes (os.fsdecode's surrogate escapes):
+    # written back as those bytes.
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write("| " + " | ".join(h for _, h, _ in cols) + " |\n")
         f.write("|" + "|".join("---:" if k not in ("mode",) else "---" for k, _, _ in cols) + "|\n")
         for r in rows:
@@ -533,7 +552,8 @@ def main():
     finally:
         for tmp in tmps:
             outputs.remove_if_exists(tmp)
-    with open(out + ".md") as f:
+    sys.stdout.reconfigure(errors="surrogateescape")  # folder names that are not UTF-8, as they are
+    with open(out + ".md", encoding="utf-8", errors="surrogateescape") as f:
         sys.stdout.write(f.read())
     print(f"\nwrote {out}.md, {out}.csv{', ' + out + '.png' if plot else ''} ({len(runs)} runs"
           + (f", {len(ceiling_runs)} ceiling runs)" if ceiling_runs else ")"))

@@ -94,6 +94,25 @@ $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/smal
   --mean-std-from "$SCRATCH/small/a.h5" || fail "convert with --mean-std-from"
 [ "$($H5INFO --no-pixels "$SCRATCH/small/a.h5" | grep 'mean / std')" = "$($H5INFO --no-pixels "$SCRATCH/small/b.h5" | grep 'mean / std')" ] \
   || fail "--mean-std-from did not copy mean/std"
+# A --mean-std-from file whose mean is not numbers, or whose std is NaN or 0: one error naming that
+# file (not the output), no traceback, no output.
+$PY - "$SCRATCH/small" <<'EOF'
+import shutil, sys, h5py, numpy as np
+d = sys.argv[1]
+for name, key, value in (("strmean", "mean", "abc"), ("nanstd", "std", np.float32([np.nan])),
+                         ("zerostd", "std", np.float32([0]))):
+    shutil.copy(f"{d}/a.h5", f"{d}/{name}.h5")
+    with h5py.File(f"{d}/{name}.h5", "r+") as f:
+        f.attrs[key] = value
+EOF
+for want in "strmean|attribute \`mean\` has dtype <U3, expected float" \
+            "nanstd|attribute \`std\` has a non-finite value" \
+            "zerostd|attribute \`std\` = [0.0], expected > 0"; do
+  file=$SCRATCH/small/${want%%|*}.h5
+  expect_rc 1 "--mean-std-from $file: ${want#*|}" $CONVERT --images "$SCRATCH/img.gz" \
+    --labels "$SCRATCH/lab" --out "$SCRATCH/small/c.h5" --mean-std-from "$file"
+  [[ ! -e $SCRATCH/small/c.h5 ]] || fail "--mean-std-from ${want%%|*}.h5 wrote c.h5"
+done
 
 # ---- --classes: a subset, relabelled in the order given -------------------------------------------
 $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/small/sub.h5" \
@@ -241,6 +260,27 @@ for want in "enum_labels.h5|dataset \`labels\` has dtype enum, expected an integ
     --train-data "$SCRATCH/$file" >"$SCRATCH/dry.txt" 2>&1 || rc=$?
   [[ $rc -eq 2 ]] && grep -qF "$msg" "$SCRATCH/dry.txt" || fail "dtrain and h5info.py differ on $file: $(cat "$SCRATCH/dry.txt")"
 done
+# class_names holding bytes that are not UTF-8 (dtrain reads them as they are), fixed and variable
+# length: shown as \xNN, no traceback. A directory: named as one, not "no such file".
+$PY - "$SCRATCH" <<'EOF'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name in ("names_fixed", "names_vlen"):
+    with h5py.File(f"{d}/{name}.h5", "w") as f:
+        f["images"] = np.zeros((4, 1, 4, 4), np.uint8)
+        f["labels"] = np.arange(4) % 2
+        f.attrs["num_classes"] = np.int64(2)
+        if name == "names_fixed":
+            f.attrs["class_names"] = np.array([b"caf\xe9", b"tea"], dtype="S4")
+        else:
+            f.attrs.create("class_names", [b"caf\xe9", b"tea"], dtype=h5py.string_dtype("utf-8"))
+EOF
+for file in names_fixed names_vlen; do
+  $H5INFO "$SCRATCH/$file.h5" >"$SCRATCH/info.txt" 2>&1 || fail "h5info $file.h5: $(cat "$SCRATCH/info.txt")"
+  grep -qF 'caf\xe9' "$SCRATCH/info.txt" || fail "h5info $file.h5 does not show the name's bytes: $(cat "$SCRATCH/info.txt")"
+done
+mkdir -p "$SCRATCH/adir.h5"
+expect_rc 1 "$SCRATCH/adir.h5: error: is a directory, expected an HDF5 file" $H5INFO "$SCRATCH/adir.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes -1 "$SCRATCH/small/a.h5"
 if [ -n "$BIN" ] && [ -x "$BIN/make_dataset" ]; then

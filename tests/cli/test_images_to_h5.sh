@@ -127,6 +127,20 @@ PY
 mkdir -p "$SCRATCH/val2/kiwi" && cp "$SCRATCH/val/apple/img00.jpg" "$SCRATCH/val2/kiwi/"
 convert_fails "val2/kiwi: class folder not among the 3 class names" "$SCRATCH/o-like" \
   "$SCRATCH/val2" --size 8 --out "$SCRATCH/o-like/v.h5" --like "$SCRATCH/out/train.h5"
+# A --like file whose class_names holds bytes that are not UTF-8 (dtrain reads them; a new file's
+# names must be UTF-8): one error naming the file and the name, no traceback.
+"$PY" - "$SCRATCH" <<'PY'
+import shutil, sys, h5py, numpy as np
+d = sys.argv[1]
+shutil.copy(f"{d}/out/train.h5", f"{d}/latin1.h5")
+with h5py.File(f"{d}/latin1.h5", "r+") as f:
+    names = [n.encode() for n in f.attrs["class_names"]]
+    names[1] = b"caf\xe9"
+    f.attrs["class_names"] = np.array(names, dtype="S8")
+PY
+convert_fails "--like $SCRATCH/latin1.h5: attribute \`class_names\`: name 1 'caf\\xe9' is not valid UTF-8" \
+  "$SCRATCH/o-like" "$SCRATCH/val" --size 8 --out "$SCRATCH/o-like/v.h5" --like "$SCRATCH/latin1.h5"
+! grep -q Traceback "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "--like latin1.h5: a traceback"; }
 
 echo "== --labels: the validation tree as one folder and a file of classes"
 mkdir -p "$SCRATCH/flat"

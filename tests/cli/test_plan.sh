@@ -194,6 +194,33 @@ assert r["straggler_ms"] > 0 and abs(float(row[8]) - r["exposed_comm_ms"] - r["s
 print(f"   σ 0.0673: {r['samples_per_s']:.2f} samples/s, {r['straggler_ms']:.1f} ms waiting for the slowest")
 PY
 
+echo "== 3c''. plan_vs_measured.py: the run's own worker count; a bad SWEEP is one clear error"
+# A results.json that records 4 workers in a folder named for 2: priced as the 4 it ran, with a
+# warning; the same row as sweep-hierarchical's.
+mkdir -p "$SCRATCH/sweep-rec/sync-w2"
+echo '{"samples_per_sec": 100.0, "allreduce": "hierarchical", "mode": "sync", "num_ps": 0, "num_workers": 4}' \
+  >"$SCRATCH/sweep-rec/sync-w2/results.json"
+"${PVM[@]}" "$SCRATCH/sweep-rec" >"$SCRATCH/pvm-rec.md" 2>"$SCRATCH/pvm-rec.err" ||
+  { cat "$SCRATCH/pvm-rec.err"; fail "plan_vs_measured.py on a run recording its workers failed"; }
+grep -qF "sweep-rec/sync-w2/results.json: the run records mode sync, 0 ps, 4 workers" "$SCRATCH/pvm-rec.err" ||
+  { cat "$SCRATCH/pvm-rec.err"; fail "no warning that the folder's name and the record differ"; }
+[[ $(grep '^| sync' "$SCRATCH/pvm-rec.md") == $(grep '^| sync' "$SCRATCH/pvm-h.md") ]] ||
+  { cat "$SCRATCH/pvm-rec.md"; fail "the run was not priced by its recorded 4 workers"; }
+mkdir -p "$SCRATCH/sweep-bad/sync-w2"
+echo '{"samples_per_sec": 1' >"$SCRATCH/sweep-bad/sync-w2/results.json"
+# pvm_fails NEEDLE SWEEP: plan_vs_measured.py exits 1 with NEEDLE and no traceback.
+pvm_fails() {
+  local needle=$1 rc=0
+  "${PVM[@]}" "$2" >"$SCRATCH/pvm-bad.out" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] && grep -qF -- "$needle" "$SCRATCH/pvm-bad.out" && ! grep -q Traceback "$SCRATCH/pvm-bad.out" ||
+    { cat "$SCRATCH/pvm-bad.out"; fail "plan_vs_measured.py $2: exit $rc, want 1 and '$needle'"; }
+  echo "-- exit $rc: $(head -1 "$SCRATCH/pvm-bad.out")"
+}
+pvm_fails "SWEEP $SCRATCH/none: no such folder or file" "$SCRATCH/none"
+pvm_fails "SWEEP $SCRATCH/sweep-rec/sync-w2/results.json: not scaling_report.py's CSV" \
+  "$SCRATCH/sweep-rec/sync-w2/results.json"
+pvm_fails "$SCRATCH/sweep-bad/sync-w2/results.json: not valid JSON" "$SCRATCH/sweep-bad"
+
 echo "== 3d. --straggler-cv: sync steps wait for the slowest of 4 workers, async ones do not"
 "$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 2 \
   --workers-per-node 2 --network 25gbe --batch-size 64 --straggler-cv 0.05 \
@@ -258,4 +285,46 @@ expect_error 2 "--pipeline-profile|$SCRATCH/p.json|layers" --config \
   --micro-batches 2 --dry-run --pipeline-profile "$SCRATCH/p.json"
 expect_error 2 "option --pipeline-profile|$SCRATCH/none.json" "${PIPE[@]}" \
   --pipeline-profile "$SCRATCH/none.json"
+
+echo "== 6. data-tools/scale_profile.py: a profile dtrain plan reads, or one clear error"
+SP=("$PY" "$SRC/data-tools/scale_profile.py")
+R50P=$SRC/docs/scaling/resnet50_cpu_vm_b24.json
+mkdir -p "$SCRATCH/sp"
+"${SP[@]}" "$R50P" --compute-ms 50 --batch 8 --out "$SCRATCH/sp/new/dir/scaled.json" \
+  >"$SCRATCH/sp.out" 2>&1 || { cat "$SCRATCH/sp.out"; fail "scale_profile.py into a new folder failed"; }
+"$DTRAIN" plan --config "$SRC/jobs/resnet50_imagenet.ini" --profile "$SCRATCH/sp/new/dir/scaled.json" \
+  --nodes 1 --workers-per-node 2 --batch-size 8 --mode sync >"$SCRATCH/sp.out" 2>&1 ||
+  { cat "$SCRATCH/sp.out"; fail "dtrain plan refused scale_profile.py's profile"; }
+echo '[1]' >"$SCRATCH/sp/list.json"
+echo '{"format": "dtrain-profile-1",' >"$SCRATCH/sp/broken.json"
+"$PY" - "$R50P" "$SCRATCH/sp" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for l in p["layers"]:
+    l["forward_ms"] = l["backward_ms"] = 0
+json.dump(p, open(f"{sys.argv[2]}/zero.json", "w"))
+PY
+echo "keep me" >"$SCRATCH/sp/exists.json"
+# sp_fails NEEDLE ARGS...: scale_profile.py exits 1 with NEEDLE, no traceback, no out.json.
+sp_fails() {
+  local needle=$1 rc=0
+  shift
+  "${SP[@]}" "$@" >"$SCRATCH/sp.out" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] && grep -qF -- "$needle" "$SCRATCH/sp.out" && ! grep -q Traceback "$SCRATCH/sp.out" ||
+    { cat "$SCRATCH/sp.out"; fail "scale_profile.py $*: exit $rc, want 1 and '$needle'"; }
+  [[ ! -e $SCRATCH/sp/out.json && -z $(ls -A "$SCRATCH/sp" | grep '\.tmp-') ]] ||
+    fail "scale_profile.py $*: wrote out.json or left a temporary"
+  echo "-- exit $rc: $(head -1 "$SCRATCH/sp.out")"
+}
+O=(--batch 8 --out "$SCRATCH/sp/out.json")
+sp_fails "cannot read $SCRATCH/sp/none.json: No such file or directory" "$SCRATCH/sp/none.json" --compute-ms 5 "${O[@]}"
+sp_fails "$SCRATCH/sp/list.json is not a dtrain profile" "$SCRATCH/sp/list.json" --compute-ms 5 "${O[@]}"
+sp_fails "$SCRATCH/sp/broken.json: not valid JSON" "$SCRATCH/sp/broken.json" --compute-ms 5 "${O[@]}"
+sp_fails "$SCRATCH/sp/zero.json: every layer's forward_ms and backward_ms is 0" "$SCRATCH/sp/zero.json" --compute-ms 5 "${O[@]}"
+sp_fails "--compute-ms nan: expected a finite number > 0" "$R50P" --compute-ms nan "${O[@]}"
+sp_fails "--optimizer-ms inf: expected a finite number >= 0" "$R50P" --compute-ms 5 --optimizer-ms inf "${O[@]}"
+sp_fails "$SCRATCH/sp/exists.json: exists; not overwriting" "$R50P" --compute-ms 5 --batch 8 --out "$SCRATCH/sp/exists.json"
+[[ $(cat "$SCRATCH/sp/exists.json") == "keep me" ]] || fail "scale_profile.py replaced an existing --out"
+sp_fails "cannot write $SCRATCH/sp/exists.json/out.json: $SCRATCH/sp/exists.json is not a directory" \
+  "$R50P" --compute-ms 5 --batch 8 --out "$SCRATCH/sp/exists.json/out.json"
 echo "PASS"

@@ -106,6 +106,19 @@ sweep_fails "--workers: empty list" --workers ""
 sweep_fails "--modes: empty list" --modes " "
 sweep_fails "--out needs a value" --workers 1 --out
 sweep_fails "--ps needs a value" --ps
+# Relative --job, --out, --keep-runs and DTRAIN are the caller's: resolved against the directory
+# the script was started in, not the repository root it runs dtrain from.
+mkdir -p "$SCRATCH/caller"
+cp "$SCRATCH/job.ini" "$SCRATCH/caller/rel.ini"
+ln -sf "$DTRAIN" "$SCRATCH/caller/dt"
+rm -rf "$SRC/rel-sweep" "$SRC/rel-keep.tgz"
+(cd "$SCRATCH/caller" && DTRAIN=./dt bash "$SRC/data-tools/run_strong_scaling.sh" --job rel.ini \
+  --workers 1 --modes sync --global-batch 8 --steps 2 --out rel-sweep --keep-runs rel-keep.tgz \
+  --no-report -- --synthetic 1x12x12:4) >"$SCRATCH/rel.log" 2>&1 ||
+  { cat "$SCRATCH/rel.log"; fail "run_strong_scaling.sh with relative paths failed"; }
+[[ -f $SCRATCH/caller/rel-sweep/sync-w1/results.json && -f $SCRATCH/caller/rel-keep.tgz ]] ||
+  { cat "$SCRATCH/rel.log"; fail "relative --out/--keep-runs not written in the caller's directory"; }
+[[ ! -e $SRC/rel-sweep && ! -e $SRC/rel-keep.tgz ]] || fail "relative --out/--keep-runs went to the repository"
 
 report=$SRC/data-tools/scaling_report.py
 # report_fails RC NEEDLE ARGS...: scaling_report.py must exit RC with NEEDLE on stderr, no traceback,
@@ -177,4 +190,36 @@ done
 ! grep -q Traceback "$SCRATCH/report.log" && grep -q "(1 runs)" "$SCRATCH/report.log" ||
   { cat "$SCRATCH/report.log"; fail "the bad runs were not skipped"; }
 report_fails 1 "no usable results.json under $SCRATCH/runs/bad (5 skipped" "$SCRATCH/runs/bad" --out "$SCRATCH/bad"
+# An integer too large for a float (JSON allows any number of digits): skipped with a warning, no
+# OverflowError. A ceiling run whose samples_per_sec is null or absent: that ceiling is left out
+# with a note naming its file, no KeyError. A run folder whose name is not UTF-8 (a note names
+# it): the report is written, the name as its bytes, no UnicodeEncodeError.
+odd=$SCRATCH/$'odd\xff'
+"$PY" - "$out" "$odd" <<'PY'
+import json, os, shutil, sys
+src, dst = sys.argv[1], os.fsdecode(os.fsencode(sys.argv[2]))
+good = json.load(open(f"{src}/sync-w1/results.json"))
+def put(d, **kw):
+    os.makedirs(f"{dst}/{d}")
+    r = {**good, **kw}
+    for k in [k for k, v in kw.items() if v is KeyError]:
+        del r[k]
+    open(f"{dst}/{d}/results.json", "w").write(json.dumps(r))
+put("sync-w1")
+put("hugeworkers", num_workers=10**400)
+put("ceiling-w2/r1", samples_per_sec=None)
+put("ceiling-w2/r2", samples_per_sec=KeyError)
+put("lockstep-w2", num_workers=2)  # not --allreduce none: left out with a note naming it
+PY
+"$PY" "$report" "$odd" --out "$odd/report" >"$SCRATCH/report.log" 2>&1 ||
+  { cat -v "$SCRATCH/report.log"; fail "scaling_report.py failed on a huge integer, a null ceiling or a non-UTF-8 folder"; }
+for w in "hugeworkers/results.json: num_workers = 10000000000000000000... (401 characters), expected an integer >= 1" \
+         "ceiling-w2/r1/results.json has no samples_per_sec; that ceiling is left out" \
+         "ceiling-w2/r2/results.json has no samples_per_sec; that ceiling is left out" \
+         "$odd/lockstep-w2/results.json: not an --allreduce none run"; do
+  grep -aqF -- "$w" "$SCRATCH/report.log" || { cat -v "$SCRATCH/report.log"; fail "no warning or note '$w'"; }
+done
+grep -aqF -- "$odd/lockstep-w2/results.json: not an --allreduce none run" "$odd/report.md" ||
+  fail "report.md does not name the non-UTF-8 folder as its bytes"
+! grep -aq Traceback "$SCRATCH/report.log" || { cat -v "$SCRATCH/report.log"; fail "a traceback"; }
 echo "PASS"
