@@ -263,6 +263,19 @@ expect_error 2 "one process|mpirun -np 2" "${P[@]}"
 echo "keep me" >"$SCRATCH/exists.json"
 expect_error 0 "option --out|exists.json|already exists" "${P[@]}" --out "$SCRATCH/exists.json"
 [[ $(cat "$SCRATCH/exists.json") == "keep me" ]] || fail "an existing --out was overwritten"
+# A profile of another job prices another model: refused (it was used as if it were this one's).
+expect_error 0 "--profile $SCRATCH/p.json|layers, but the job's model has" plan --config \
+  "$SRC/jobs/resnet50_imagenet.ini" --profile "$SCRATCH/p.json" --nodes 1 --workers-per-node 2
+# LARS keeps each tensor whole on one ps: the plan tries no more ps than the model's 6 layers
+# with parameters (it recommended 16 for 16 workers, which training refuses for fewer tensors).
+"$DTRAIN" "${P[@]}" --nodes 2 --workers-per-node 8 --optimizer lars --mode async \
+  >"$SCRATCH/lars.out" 2>&1 || { cat "$SCRATCH/lars.out"; fail "dtrain plan --optimizer lars"; }
+grep -q "^| async, 4 ps" "$SCRATCH/lars.out" || { cat "$SCRATCH/lars.out"; fail "no 4-ps row"; }
+! grep -qE "^\| async, (8|16) ps" "$SCRATCH/lars.out" || { cat "$SCRATCH/lars.out"; fail "more ps than layers"; }
+# 2e9 nodes hung (the ps-count loop overflowed); a product that wraps int named no option.
+expect_error 0 "--nodes 2000000000|at most 1048576 workers" "${P[@]}" --nodes 2000000000
+expect_error 0 "--workers-per-node 65536|at most 1048576 workers" "${P[@]}" --nodes 65536 \
+  --workers-per-node 65536
 
 echo "== 5. a saved profile cuts the pipeline stages by measured time"
 PIPE=(--config "$JOB" "${DATA[@]}" --batch-size 64 --mode sync --num-ps 0 --pipeline-stages 2
