@@ -39,6 +39,15 @@ po::parsed_options parse_job_file(const std::string& path, const po::options_des
   in << file.rdbuf();
   // A UTF-8 byte-order mark (some Windows editors write one) is not part of the first line.
   if (in.str().rfind("\xEF\xBB\xBF", 0) == 0) in.seekg(3);
+  // A line "= 5" has no key: Boost would take the empty name as a prefix of every option.
+  std::istringstream lines(in.str());
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    const std::size_t first = line.find_first_not_of(" \t\r");
+    DT_REQUIRE(first == std::string::npos || line[first] != '=',
+               "job file '" + path + "' line " + std::to_string(n) + ": '" + line +
+                   "' has no key before '=' (expected key = value)");
+  }
   po::parsed_options parsed(&desc);
   try {
     parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
@@ -64,7 +73,11 @@ void store_command_line(const std::vector<const char*>& args, const po::options_
                         po::variables_map& vm) {
   try {
     const po::parsed_options parsed =
-        po::command_line_parser(static_cast<int>(args.size()), args.data()).options(cli).run();
+        po::command_line_parser(static_cast<int>(args.size()), args.data())
+            .options(cli)
+            // No guessing: a prefix such as --batch is an unknown option, not --batch-size.
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run();
     // A word that is no option's value (a misspelt subcommand, a stray token) would be dropped.
     for (const po::option& o : parsed.options)
       if (o.position_key >= 0)

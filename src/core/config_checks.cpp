@@ -149,6 +149,10 @@ void check_steps_and_batches(const Config& c) {
   positive("batch-size", c.batch_size);
   positive("pipeline-stages", c.pipeline_stages);
   positive("micro-batches", c.micro_batches);
+  DT_REQUIRE(c.pipeline_profile.empty() || c.pipeline_stages > 1,
+             "option --pipeline-profile: cuts pipeline stages by measured time, but "
+             "--pipeline-stages is " +
+                 std::to_string(c.pipeline_stages) + " (give --pipeline-stages P > 1)");
   // With --global-batch-size, make_plan checks the per-worker batch it gives.
   DT_REQUIRE(c.global_batch_size > 0 || c.batch_size % c.micro_batches == 0,
              "option --micro-batches: " + std::to_string(c.micro_batches) +

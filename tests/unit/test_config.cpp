@@ -168,6 +168,30 @@ TEST_F(ConfigTest, UnknownKeyInJobFileNamesFileAndKey) {
   // "ambiguous option" escaping as an internal error.
   const std::string empty = write_ini("[train]\nepochs = 2\ntrain. = 3\n", "empty_key.ini");
   EXPECT_MENTIONS(error_of(base({"--config", empty})), "empty_key.ini");
+  // A line with no key: named by its line, not Boost's list of every option it would prefix.
+  const std::string nokey = write_ini("[train]\n  = 5\n", "no_key.ini");
+  const std::string msg2 = error_of(base({"--config", nokey}));
+  EXPECT_MENTIONS(msg2, "job file '" + nokey + "' line 2: '  = 5' has no key before '='");
+  EXPECT_EQ(msg2.find("ambiguous"), std::string::npos) << msg2;
+}
+
+TEST_F(ConfigTest, APipelineProfileNeedsPipelineStages) {
+  // With one stage it was ignored without a word.
+  EXPECT_MENTIONS(error_of(base({"--pipeline-profile", "p.json"})),
+                  "option --pipeline-profile: cuts pipeline stages by measured time, but "
+                  "--pipeline-stages is 1");
+  EXPECT_EQ(parse(base({"--pipeline-profile", "p.json", "--pipeline-stages", "2"}))
+                .config.pipeline_profile,
+            "p.json");
+}
+
+TEST_F(ConfigTest, AnOptionPrefixIsNotGuessed) {
+  // --batch was taken for --batch-size (and --lr-s for --lr-schedule): a typo went unnoticed.
+  for (const char* opt : {"--batch", "--lr-sched"}) {
+    SCOPED_TRACE(opt);
+    EXPECT_MENTIONS(error_of(base({opt, "8"})), opt);
+  }
+  EXPECT_EQ(parse(base({"--batch-size", "8"})).config.batch_size, 8);
 }
 
 TEST_F(ConfigTest, AJobFileValueIsCheckedAndNamedEvenWhenOverridden) {
