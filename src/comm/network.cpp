@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
@@ -55,11 +56,15 @@ Link parse_link(const std::string& spec, const std::string& option) {
   Link link;
   link.name = spec;
   bool alpha = false, beta = false;
+  // getline drops a trailing empty item: a trailing comma is refused here, the others below.
+  if (spec.back() == ',') bad_spec(option, spec, "an empty item (a trailing comma)");
+  std::set<std::string> keys;
   std::stringstream in(spec);
   for (std::string item; std::getline(in, item, ',');) {
     const auto eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (!keys.insert(key).second) bad_spec(option, spec, "'" + key + "' given twice");
     if (key == "alpha_us") {
       link.alpha_us = number(option, spec, key, value);
       if (link.alpha_us < 0) bad_spec(option, spec, "alpha_us must be >= 0");

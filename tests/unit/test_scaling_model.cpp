@@ -402,9 +402,11 @@ TEST(LinkSpec, PresetsAndCustomSpecs) {
 }
 
 TEST(LinkSpec, BadSpecsNameTheOption) {
-  for (const char* bad : {"hdr", "alpha_us=1", "beta_gbps=10", "alpha_us=x,beta_gbps=1",
-                          "alpha_us=1,beta_gbps=0", "alpha_us=-1,beta_gbps=1",
-                          "alpha_us=1,beta_gbps=1,speed=2", "alpha_us=1,beta_gbps=inf", ""}) {
+  for (const char* bad :
+       {"hdr", "alpha_us=1", "beta_gbps=10", "alpha_us=x,beta_gbps=1", "alpha_us=1,beta_gbps=0",
+        "alpha_us=-1,beta_gbps=1", "alpha_us=1,beta_gbps=1,speed=2", "alpha_us=1,beta_gbps=inf", "",
+        "alpha_us=1,beta_gbps=2,alpha_us=3", "alpha_us=1,beta_gbps=2,",
+        "alpha_us=1,,beta_gbps=2"}) {
     try {
       (void)parse_link(bad, "--network");
       ADD_FAILURE() << "accepted '" << bad << "'";
