@@ -39,20 +39,22 @@ std::string list_names(const std::vector<std::string>& names) {
 /// plan; this run continues it only where its own steps mean the same: the same global steps per
 /// epoch (what the learning-rate schedule and the epochs' ends count in) and, in the middle of an
 /// epoch, the same workers and batch (which samples the epoch has trained). Checkpoints that
-/// predate the record (steps_per_epoch 0) are taken as they are.
-void check_position_fits(const CheckpointState& s, const std::string& path, const TrainPlan& plan) {
+/// predate the record (steps_per_epoch 0) are taken as they are. A pipelined run's workers are its
+/// replicas (`unit`: "pipeline replica(s)", each --pipeline-stages workers).
+void check_position_fits(const CheckpointState& s, const std::string& path, const TrainPlan& plan,
+                         const std::string& unit) {
   if (s.steps_per_epoch == 0) return;
   const auto n = [](auto v) { return std::to_string(v); };
-  const std::string written = n(s.num_workers) + " worker(s) × batch " + n(s.batch_size) + " (" +
+  const std::string written = n(s.num_workers) + " " + unit + " × batch " + n(s.batch_size) + " (" +
                               n(s.steps_per_epoch) + " global steps per epoch)";
-  const std::string here = n(plan.workers) + " worker(s) × batch " + n(plan.batch) + " (" +
+  const std::string here = n(plan.workers) + " " + unit + " × batch " + n(plan.batch) + " (" +
                            n(plan.steps_per_epoch) + ")";
   DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch,
              "checkpoint '" + path + "' was written by a run of " + written + ", this run has " +
                  here + ": its global_step " + n(s.global_step) +
                  ", its place in the epoch and the learning-rate schedule count steps of the "
                  "other size. Resume with " +
-                 n(s.num_workers) + " worker(s) and --batch-size " + n(s.batch_size) +
+                 n(s.num_workers) + " " + unit + " and --batch-size " + n(s.batch_size) +
                  " (or a --global-batch-size that gives as many steps per epoch), or start a new "
                  "--run-dir with --init-from an export of it");
   DT_REQUIRE(s.step_in_epoch == 0 || (s.num_workers == plan.workers && s.batch_size == plan.batch),
@@ -61,7 +63,7 @@ void check_position_fits(const CheckpointState& s, const std::string& path, cons
                  "; this run splits the data over " + here +
                  ", so the samples that epoch has already trained would not be the ones it "
                  "skips. Resume with " +
-                 n(s.num_workers) + " worker(s) and --batch-size " + n(s.batch_size) +
+                 n(s.num_workers) + " " + unit + " and --batch-size " + n(s.batch_size) +
                  " (the shape may change at a checkpoint of an epoch's end)");
 }
 
@@ -151,7 +153,8 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     check_checkpoint_compatible(*resume, path, signature, std::string(to_string(c.mode)),
                                 param_count, std::string(to_string(c.optimizer)));
     check_state_size(*resume, path, state_count);
-    check_position_fits(*resume, path, plan);
+    check_position_fits(*resume, path, plan,
+                        c.pipeline_stages > 1 ? "pipeline replica(s)" : "worker(s)");
   } else {
     resume_without_checkpoint(c, existing, outputs);
   }

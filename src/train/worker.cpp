@@ -240,7 +240,7 @@ bool Worker::end_epoch(int epoch) {
   global_step_ = fresh.global_step;
   out_.samples += fresh.samples;
   if (mid_epoch) checkpointer_->after_averaging(position(epoch));
-  evaluate(epoch);
+  evaluate(epoch, !mid_epoch);  // --max-steps inside an epoch: "epoch N eval", not "done"
   if (stop_signal_) {
     // A signal left the evaluation off: checkpoint the epoch's end as it stands (a resumed run
     // evaluates it then), unless saved above.

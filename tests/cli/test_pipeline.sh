@@ -112,6 +112,10 @@ expect_error 2 "--micro-batches: 3 does not divide the per-worker batch 8|--glob
 "$MPIEXEC" -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" "${DATA[@]}" --run-dir "$SCRATCH/mb" \
   --batch-size 10 --global-batch-size 16 --micro-batches 4 --dry-run >"$SCRATCH/mb.log" 2>&1 ||
   { cat "$SCRATCH/mb.log"; fail "--micro-batches 4 of a per-worker batch of 8 was refused"; }
+# Resumed in another shape, the refusal counts replicas, not workers (4 ranks are 2 replicas).
+expect_error 4 "1 pipeline replica(s) × batch 16|2 pipeline replica(s) × batch 16|Resume with 1 \
+pipeline replica(s)" --config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4 --epochs 3 \
+  --run-dir "$SCRATCH/p2-gpipe" --pipeline-stages 2 --resume
 for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do
   [[ ! -e $SCRATCH/$d ]] || [[ -z $(ls -A "$SCRATCH/$d") ]] || fail "$d: a refused run wrote files"
 done

@@ -99,6 +99,11 @@ sum=$(md5sum <"$g/ckpt-0000000016.h5")
 run 2 "$g" --max-steps 16 --resume --timeline
 [[ $(md5sum <"$g/ckpt-0000000016.h5") == "$sum" ]] || fail "$g: the resumed checkpoint was written again"
 [[ $(json_get "$g/results.json" epochs_completed) == 1 ]] || fail "$g: epochs_completed is not 1"
+# --max-steps inside an epoch evaluates there, which its log line does not call the epoch's end.
+h=$SCRATCH/mid-epoch
+run 2 "$h" --max-steps 10 --test-data "$SCRATCH/test.h5"
+grep -q "^epoch   1 eval | global_step 10 " "$h.log" || { cat "$h.log"; fail "$h: no 'epoch 1 eval' line"; }
+! grep -q "epoch   1 done" "$h.log" || { cat "$h.log"; fail "$h: epoch 1 reported done at step 10 of 16"; }
 "$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$g/timeline.json" ||
   fail "$g: timeline.json is not JSON: $(head -c 400 "$g/timeline.json")"
 
