@@ -86,6 +86,30 @@ std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string
   return last;
 }
 
+std::pair<std::string, int> set_aside_metrics_past(const std::string& run_dir, std::int64_t step) {
+  const fs::path csv = fs::path(run_dir) / "metrics.csv";
+  std::ifstream in(csv);
+  std::string header, line, kept, past;
+  if (!std::getline(in, header)) return {"", 0};
+  int moved = 0;
+  while (std::getline(in, line)) {
+    const std::size_t comma = line.find(',');
+    std::int64_t at = 0;
+    std::istringstream field(comma == std::string::npos ? "" : line.substr(comma + 1));
+    const bool later = static_cast<bool>(field >> at) && at > step;
+    (later ? past : kept) += line + '\n';
+    moved += later ? 1 : 0;
+  }
+  if (moved == 0) return {"", 0};
+  const std::string stem = "metrics-past-" + std::to_string(step);
+  fs::path aside = fs::path(run_dir) / (stem + ".csv");
+  for (int k = 2; path_taken(aside.string()); ++k)
+    aside = fs::path(run_dir) / (stem + "-" + std::to_string(k) + ".csv");
+  write_file_atomically(aside.string(), header + '\n' + past);
+  write_file_atomically(csv.string(), header + '\n' + kept);
+  return {aside.string(), moved};
+}
+
 std::optional<std::int64_t> results_global_step(const std::string& run_dir) {
   std::ifstream in(fs::path(run_dir) / "results.json");
   if (!in) return std::nullopt;

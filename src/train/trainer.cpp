@@ -378,8 +378,14 @@ void acquire_resources(const Config& c, Job& job) {
     throw;
   }
   if (c.resume && job.run_dir_lock) remove_partial_checkpoints(c.run_dir, *job.run_dir_lock);
-  if (resumes_checkpoint(c, job) && job.run_dir_lock)
-    set_aside_skipped_checkpoints(c.run_dir, job.resume->global_step, *job.run_dir_lock);
+  if (resumes_checkpoint(c, job) && job.run_dir_lock &&
+      job.run_dir_lock->state() == FileLock::State::held) {
+    const std::int64_t step = job.resume->global_step;
+    set_aside_skipped_checkpoints(c.run_dir, step, *job.run_dir_lock);
+    if (const auto [aside, n] = set_aside_metrics_past(c.run_dir, step); n > 0)
+      log_info("# metrics.csv: " + std::to_string(n) + " row(s) logged past global_step " +
+               std::to_string(step) + " (after the checkpoint resumed from) moved to " + aside);
+  }
 }
 
 /// --resume of a run with nothing left to train: its checkpoint is at the end of --epochs or

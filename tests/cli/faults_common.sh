@@ -144,5 +144,19 @@ kill_case() {
   timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" --resume \
     --max-steps $((step + 10)) "$@" >"$log.resume" 2>&1 || { cat "$log.resume"; fail "--resume after the kill failed"; }
   grep -q "resuming from global_step $step," "$log.resume" || { cat "$log.resume"; fail "did not resume from the newest checkpoint ($step)"; }
+  # metrics.csv is one timeline: what the killed job logged past the checkpoint is set aside in
+  # metrics-past-<step>.csv (whole), and the resumed job's rows follow the checkpoint's.
+  "$PY" - "$dir" "$step" <<'PY' || { cat "$log.resume"; fail "metrics.csv after the resume"; }
+import csv, glob, sys
+d, step = sys.argv[1], int(sys.argv[2])
+rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
+for kind in ("train", "test"):
+    steps = [int(r["global_step"]) for r in rows if r["kind"] == kind]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)), f"{kind} rows {steps}"
+past = glob.glob(f"{d}/metrics-past-{step}*.csv")
+later = [int(r["global_step"]) for p in past for r in csv.DictReader(open(p))]
+assert all(s > step for s in later), later
+print(f"   metrics.csv in order; {len(later)} row(s) past step {step} set aside")
+PY
   echo "   resumed from global_step $step and finished"
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -49,6 +50,15 @@ std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double
 /// file): what a resumed run recorded before its checkpoint.
 std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string& kind,
                                    std::int64_t max_step);
+
+/// --resume from global_step `step`: the rows of <run_dir>/metrics.csv past it — logged by a run
+/// killed after its last checkpoint, which the resumed run logs again — move to
+/// <run_dir>/metrics-past-<step>.csv (with the header; -2, -3, ... when taken), so that
+/// metrics.csv is one run's rows in order, as TensorBoard drops them. The set-aside file is
+/// written before metrics.csv is replaced (both atomically): nothing is lost. Returns the
+/// set-aside file's path and the rows moved ("" and 0: none, nothing written). Throws
+/// LibraryError naming the file on a failed write.
+std::pair<std::string, int> set_aside_metrics_past(const std::string& run_dir, std::int64_t step);
 
 /// The global_step that <run_dir>/results.json reports (the end of the run that wrote it), or none
 /// when the file is absent, does not parse as JSON or has no integer global_step.
