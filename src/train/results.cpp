@@ -117,6 +117,9 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["epochs"] = static_cast<double>(out.global_step) / static_cast<double>(plan.steps_per_epoch);
   r["epochs_completed"] = static_cast<std::int64_t>(out.epochs_done);
   r["global_step"] = out.global_step;
+  // Where this session (process) started: the throughput, time split, step times, samples and
+  // the ps's counters are this session's; global_step, epochs, wall_seconds the whole run's.
+  r["session_first_step"] = out.session_first_step;
   r["wall_seconds"] = out.wall_seconds;
   r["train_seconds"] = out.train_seconds;
   r["data_seconds"] = out.data_seconds;  // the chief's split of train_seconds

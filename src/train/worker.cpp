@@ -130,7 +130,7 @@ WorkerOutcome Worker::run() {
   if (reports_ && be_.act_dtype() == DType::bf16) log_info("# worker 0 backend: " + be_.name());
 
   t_start_ = t_log_ = now_seconds();
-  log_global_start_ = global_step_;
+  log_global_start_ = out_.session_first_step = global_step_;
   eval_bucket_ = c_.eval_every > 0 ? global_step_ / c_.eval_every : 0;
   if (resumed && reports_) recall_before_checkpoint();
   for (int epoch = first_epoch; epoch < c_.epochs; ++epoch) {

@@ -30,6 +30,7 @@ void worker_sum(MPI_Comm comm, double* v, int n);
 
 struct WorkerOutcome {
   std::int64_t global_step = 0;
+  std::int64_t session_first_step = 0;  ///< global_step this process started at (--resume: > 0)
   int epochs_done = 0;
   /// test_top5: fraction of test samples with the label among the 5 largest logits (1 when the
   /// model has ≤ 5 classes)

@@ -83,6 +83,7 @@ last = [x for x in rows if x["kind"] == "train"][-1]  # the session trained noth
 assert abs(r["train_loss"] - float(last["loss"])) < 1e-5, (r["train_loss"], last["loss"])
 assert abs(r["train_accuracy"] - float(last["accuracy"])) < 1e-5
 assert abs(r["test_accuracy"] - float(tests[0]["accuracy"])) < 1e-5
+assert r["session_first_step"] == 16 and r["global_step"] == 16, r["session_first_step"]
 for k in ("samples_per_sec", "step_ms_p50", "step_compute_ms"):
     assert r[k] is None, f"{k} = {r[k]} for a session that trained no step"
 json.load(open(f"{d}/timeline-2.json"))  # the resumed session's, valid JSON
@@ -94,6 +95,7 @@ g=$SCRATCH/no-test
 run 2 "$g" --max-steps 16
 [[ $(json_get "$g/results.json" test_accuracy) == None ]] || fail "$g: test_accuracy is not null"
 [[ $(json_get "$g/results.json" test_loss) == None ]] || fail "$g: test_loss is not null"
+[[ $(json_get "$g/results.json" session_first_step) == 0 ]] || fail "$g: session_first_step not 0"
 rm "$g/results.json"
 sum=$(md5sum <"$g/ckpt-0000000016.h5")
 run 2 "$g" --max-steps 16 --resume --timeline
