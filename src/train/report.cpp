@@ -60,6 +60,11 @@ void for_rows(const std::string& run_dir, const std::string& kind, std::int64_t 
     std::istringstream is(line.substr(lead.size()));
     is >> r.global_step >> comma >> r.epoch >> comma >> r.wall_seconds >> comma >> r.loss >>
         comma >> r.accuracy;
+    MetricsRow rest;  // the later columns, where the row has them
+    if (is >> comma >> rest.samples_per_sec >> comma >> rest.lr >> comma >> rest.staleness >>
+        comma >> rest.ms_per_step >> comma >> rest.exposed_comm_ms >> comma >> rest.top5)
+      r.top5 = rest.top5;
+    else is.clear();
     r.kind = kind;
     if (is && r.global_step <= max_step && f(r)) return;
   }

@@ -103,15 +103,16 @@ double samples_per_second(const WorkerOutcome& out) {
 }
 
 /// What the run reached and how long it took: accuracy, loss, steps, times, the step anatomy.
-/// null where nothing was measured: the test metrics without a test set, the train metrics
+/// null where nothing was measured: the test metrics without an evaluation (no test set, or
+/// stopped before the first), the train metrics
 /// without a measured interval, the throughput and step times of a session that trained no step
 /// (a --resume that only evaluated).
 void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   const JsonValue null{std::monostate{}};
   const auto or_null = [&](bool known, double v) { return known ? JsonValue(v) : null; };
-  r["test_accuracy"] = or_null(plan.has_test, out.test_accuracy);
-  r["test_top5"] = or_null(plan.has_test, out.test_top5);
-  r["test_loss"] = or_null(plan.has_test, out.test_loss);
+  r["test_accuracy"] = or_null(out.test_measured, out.test_accuracy);
+  r["test_top5"] = or_null(out.test_measured, out.test_top5);
+  r["test_loss"] = or_null(out.test_measured, out.test_loss);
   r["train_loss"] = or_null(out.train_measured, out.train_loss);
   r["train_accuracy"] = or_null(out.train_measured, out.train_accuracy);
   r["epochs"] = static_cast<double>(out.global_step) / static_cast<double>(plan.steps_per_epoch);
@@ -243,7 +244,8 @@ void log_summary(const Config& c, const Job& job, const WorkerOutcome& out, cons
     log_info(line);
   }
   char test[80] = "no test set", speed[40] = "no step trained";
-  if (job.plan.has_test)
+  if (!out.test_measured && job.plan.has_test) std::snprintf(test, sizeof test, "not evaluated");
+  if (out.test_measured)
     std::snprintf(test, sizeof test, "test accuracy %.4f | test loss %.4f", out.test_accuracy,
                   out.test_loss);
   if (out.train_seconds > 0)

@@ -185,9 +185,13 @@ void Worker::recall_before_checkpoint() {
     out_.train_accuracy = row->accuracy;
     out_.train_measured = true;
   }
-  if (const auto row = last_row(c_.run_dir, "test", global_step_);
-      row && row->global_step == global_step_)
-    recorded_eval_step_ = global_step_;
+  if (const auto row = last_row(c_.run_dir, "test", global_step_)) {
+    out_.test_loss = row->loss;  // in case this session evaluates none (stopped before)
+    out_.test_accuracy = row->accuracy;
+    out_.test_top5 = row->top5;
+    out_.test_measured = true;
+    if (row->global_step == global_step_) recorded_eval_step_ = global_step_;
+  }
 }
 
 void Worker::meet_at_epoch_end(int epoch, double* v, int n) {

@@ -35,6 +35,9 @@ struct WorkerOutcome {
   /// test_top5: fraction of test samples with the label among the 5 largest logits (1 when the
   /// model has ≤ 5 classes)
   double test_loss = 0, test_accuracy = 0, test_top5 = 0;
+  /// chief: the test_* hold an evaluation (this session's, or for a resumed one that evaluated
+  /// none, metrics.csv's last test row before its checkpoint); false: null in results.json
+  bool test_measured = false;
   double train_loss = 0, train_accuracy = 0;  ///< chief's last log interval
   /// chief: train_loss/train_accuracy hold a measured interval (this session's, or for a resumed
   /// one that measured none, metrics.csv's last train row before its checkpoint)

@@ -128,6 +128,7 @@ void Worker::evaluate(int epoch, bool epoch_end, bool alone) {
   out_.test_loss = v[0] / v[3];
   out_.test_accuracy = v[1] / v[3];
   out_.test_top5 = v[2] / v[3];
+  out_.test_measured = true;
   if (reports_) {
     const double wall = prior_wall_ + now_seconds() - t_start_;
     char line[200];

@@ -6,7 +6,7 @@
 # take 0.2 s each (32 a worker, about 6 s); SIGTERM to every rank during the evaluation of epoch 1:
 #   - the evaluation is left off after the batch in progress, the end of epoch 1 is checkpointed
 #     as it stands (ckpt-16 at step 16 of epoch 1) and the job exits 75 within 4 s, with no test
-#     row for it;
+#     row for it, and results.json's test metrics are null;
 #   - --resume evaluates epoch 1 (once: one test row per epoch in metrics.csv) and goes on, ending
 #     bit-identical to a run that was never stopped.
 set -euo pipefail
@@ -35,6 +35,9 @@ echo "exit $JOB_RC ${took} s after SIGTERM"
 ((took <= 4)) || { cat "$d.log"; fail "$took s from the signal to the end: the evaluation went on"; }
 grep -q "evaluation at global_step 16 left off" "$d.log" || { cat "$d.log"; fail "no 'left off' line"; }
 ! grep -q "epoch   1 done" "$d.log" || { cat "$d.log"; fail "epoch 1's evaluation was reported"; }
+# No evaluation finished: the test metrics are null (they were 0, a model that fits nothing).
+[[ $(json_get "$d/results.json" test_accuracy) == None ]] || fail "test_accuracy is not null"
+grep -q "| not evaluated |" "$d.log" || { cat "$d.log"; fail "the summary line reports a test accuracy"; }
 [[ $(newest_step "$d") == 16 ]] || { ls "$d"; fail "the newest checkpoint is not step 16"; }
 "$PY" - "$d/ckpt-0000000016.h5" <<'PY'
 import sys, h5py

@@ -46,7 +46,7 @@ std::optional<MetricsRow> first_test_reaching(const std::string& run_dir, double
                                               std::int64_t max_step);
 
 /// The last `kind` row ("train" or "test") of <run_dir>/metrics.csv with global_step ≤ max_step
-/// (its kind, global_step, epoch, wall_seconds, loss and accuracy), or none (also without the
+/// (its kind, global_step, epoch, wall_seconds, loss, accuracy and top5), or none (also without the
 /// file): what a resumed run recorded before its checkpoint.
 std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string& kind,
                                    std::int64_t max_step);
