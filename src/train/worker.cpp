@@ -195,14 +195,19 @@ void Worker::recall_before_checkpoint() {
 }
 
 void Worker::meet_at_epoch_end(int epoch, double* v, int n) {
-  // Async workers train their own shards at their own speeds: one that ends its epoch first
-  // waits for the others as long as they push (the global step moves), however long an epoch
-  // that is. Not pipelined: its stages' refresh() is itself collective.
-  if (exchange_kind(c_) != ExchangeKind::ps_async || pipe_ != nullptr)
+  // Async workers (SSP too: up to --max-staleness steps ahead) train their own shards at their
+  // own speeds: one that ends its epoch first waits for the others as long as they push (the
+  // global step moves), however long an epoch that is. Not pipelined: its stages' refresh() is
+  // itself collective.
+  const ExchangeKind kind = exchange_kind(c_);
+  if ((kind != ExchangeKind::ps_async && kind != ExchangeKind::ps_bounded) || pipe_ != nullptr)
     return worker_sum(cluster_.role_comm(), v, n);
   MPI_Request req;
   DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, cluster_.role_comm(), &req));
-  std::int64_t seen = global_step_;
+  // SSP: global_step_ is this worker's clock, up to --max-staleness steps ahead of the ps's step;
+  // the first pull (held until the ps is that close) is the first move.
+  std::int64_t seen = kind == ExchangeKind::ps_bounded ? std::numeric_limits<std::int64_t>::min()
+                                                       : global_step_;
   const auto moved = [&] {
     const ExchangeResult r = exchange_->refresh(model_);  // a pull: the global step now
     out_.samples += r.samples;

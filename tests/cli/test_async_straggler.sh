@@ -8,6 +8,7 @@
 # behind the chief's, whatever the machine's load), so the chief ends its shard first and must
 # wait for worker 1 longer than --timeout — the run completes (exit 0, every sample of the epoch
 # counted, the global step 4096/16 = 256), and the chief's log says how long it waited.
+# The same under SSP (--max-staleness), where the chief's clock runs ahead of the ps's step.
 # A worker that stops moving is still reported after --timeout (test_faults_stuck.sh async-hang).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -29,4 +30,15 @@ echo "the chief waited $waited s for worker 1 (--timeout 4)"
 [[ $(json_get "$d/results.json" global_step) == 256 && $(json_get "$d/results.json" samples) == 4096 ]] ||
   { cat "$d/results.json"; fail "not every step and sample of the epoch counted"; }
 [[ $(json_get "$d/results.json" stopped_by) == completed ]] || fail "the run did not complete"
+
+# SSP (--max-staleness 3): the chief ends its epoch 3 steps ahead and waits at the meeting while
+# worker 1 (800 ms a step) catches up, 2.4 s in all, longer than --timeout 2: the global step
+# moves every 800 ms, so no timeout (the chief's clock, ahead of the ps's step, hid the moves).
+make_data small 256 --seed 42
+s=$SCRATCH/ssp
+DTRAIN_FAULT='slow+800:1' timeout 120 "$MPIEXEC" -n 3 -x DTRAIN_FAULT "$DTRAIN" \
+  --config "$SCRATCH/job.ini" --train-data "$SCRATCH/small.h5" --mode async --num-ps 1 \
+  --max-staleness 3 --epochs 1 --timeout 2 --run-dir "$s" >"$s.log" 2>&1 ||
+  { cat "$s.log"; fail "SSP with a straggler within --timeout a step failed"; }
+grep -q "^# epoch 1: the chief waited" "$s.log" || { cat "$s.log"; fail "SSP: no wait noted"; }
 echo "PASS"
