@@ -327,9 +327,19 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
     if (!pipe_->assemble(s)) return;
   }
   const Model& layout = pipe_ != nullptr ? pipe_->whole() : model_;
-  if (!lockstep_) s.global_step = std::max(s.global_step, at.global_step);
   s.epoch = at.epoch;
   s.step_in_epoch = at.step_in_epoch;
+  const std::int64_t epoch_start = at.epoch * plan_.steps_per_epoch;
+  if (!lockstep_ && steps_aggregate_workers(c_) && pipe_ == nullptr &&
+      s.global_step >= epoch_start) {
+    // Sync through the ps, SSP: a global step aggregates every worker's push of that step, and
+    // the parameters are those of the ps's step, which the chief's clock may be ahead of (SSP:
+    // up to --max-staleness; a push that carried a stop signal is not applied). The data
+    // position is the ps's step, so a resumed run trains every step the parameters lack.
+    s.step_in_epoch = s.global_step - epoch_start;
+  } else if (!lockstep_) {
+    s.global_step = std::max(s.global_step, at.global_step);
+  }
   s.seed = c_.seed;
   s.num_workers = plan_.workers;
   s.batch_size = plan_.batch;

@@ -32,6 +32,7 @@ run_and_signal() {
   start_job "$log" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$dir" \
     --checkpoint-every 10 --timeout 30 "$@"
   wait_ckpts "$dir" 1 60
+  sleep "${SIGNAL_DELAY:-0}"  # into a step rather than at a checkpoint's end
   local t0 r p
   t0=$(now)
   case $how in
@@ -109,11 +110,34 @@ stopped_cleanly "$d"
   fail "sync: the stop checkpoint is not at results.json's global_step"
 
 # Sync through the ps: the stop rides on a push; every worker leaves at the same global step.
+# The push that carries the stop is not applied, nor are an SSP chief's pushes ahead of the ps:
+# the stop checkpoint's position is the ps's step (its step in the epoch was one ahead of its
+# global_step, so a resumed run skipped a step's batches).
+position_is_the_ps_step() {
+  "$PY" - "$1" <<'PY' || fail "$1: a checkpoint's position is not its global_step's"
+import glob, sys, h5py
+for f in sorted(glob.glob(f"{sys.argv[1]}/ckpt-*.h5")):
+    a = h5py.File(f, "r").attrs
+    g, e, k, spe = (int(a[x]) for x in ("global_step", "epoch", "step_in_epoch", "steps_per_epoch"))
+    assert k == g - e * spe, f"{f}: global_step {g}, epoch {e}, step {k} of {spe}"
+print("   every checkpoint's position is its global step")
+PY
+}
+# Steps of 300 ms (fault.hpp), the signal 450 ms after the first checkpoint: inside a step.
+export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
 d=$SCRATCH/term-sync-ps
 run_and_signal sync 4 ranks TERM "$d" --num-ps 1
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "sync through the ps, SIGTERM to every rank: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
+position_is_the_ps_step "$d"
 resume_from_newest sync 4 "$d" --num-ps 1
+d=$SCRATCH/term-ssp
+run_and_signal async 4 ranks TERM "$d" --num-ps 1 --max-staleness 2
+unset DTRAIN_FAULT SIGNAL_DELAY
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SSP, SIGTERM to every rank: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+position_is_the_ps_step "$d"
+resume_from_newest async 4 "$d" --num-ps 1 --max-staleness 2
 
 # A pipeline with a ps per stage (2 ps + 2 replicas x 2 stages): the stages agree on the stop, the
 # stage leaders' parts make the stop checkpoint.
