@@ -206,8 +206,8 @@ void Worker::meet_at_epoch_end(int epoch, double* v, int n) {
   DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, cluster_.role_comm(), &req));
   // SSP: global_step_ is this worker's clock, up to --max-staleness steps ahead of the ps's step;
   // the first pull (held until the ps is that close) is the first move.
-  std::int64_t seen = kind == ExchangeKind::ps_bounded ? std::numeric_limits<std::int64_t>::min()
-                                                       : global_step_;
+  std::int64_t seen =
+      kind == ExchangeKind::ps_bounded ? std::numeric_limits<std::int64_t>::min() : global_step_;
   const auto moved = [&] {
     const ExchangeResult r = exchange_->refresh(model_);  // a pull: the global step now
     out_.samples += r.samples;
