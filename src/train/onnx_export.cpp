@@ -100,9 +100,11 @@ class GraphBuilder {
   /// The outputs: `logits` (the last layer's value as N×classes) and `probabilities`.
   void finish() {
     const Value& last = values_.back();
-    node(last.rank == 4 ? "Flatten" : "Identity", {last.name}, "logits");
+    // Node names of their own: a layer named logits or probabilities names its node so (ONNX
+    // Runtime refuses two nodes of one name; a layer name holds no '/').
+    node(last.rank == 4 ? "Flatten" : "Identity", {last.name}, "logits", "output/logits");
     if (last.rank == 4) set_int(*graph_.mutable_node(graph_.node_size() - 1), "axis", 1);
-    set_int(node("Softmax", {"logits"}, "probabilities"), "axis", 1);
+    set_int(node("Softmax", {"logits"}, "probabilities", "output/probabilities"), "axis", 1);
     describe_value(*graph_.add_output(), "logits", {g_.classes});
     describe_value(*graph_.add_output(), "probabilities", {g_.classes});
   }

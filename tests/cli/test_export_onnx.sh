@@ -14,7 +14,8 @@
 #   2. a graph of every layer type (conv with and without bias, 1x3 windows, batchnorm on 4-d and
 #      2-d values, relu, sigmoid, padded max and average pools, globalavgpool, zeropad on 4-d and
 #      2-d values, concat, add of 2 and of 3, dropout, flatten, dense, a 2-d value added to a 4-d
-#      one), 3 training steps: also its operators and metadata.
+#      one; layers named logits and probabilities, the outputs' names), 3 training steps: also
+#      its operators and metadata.
 #   3. the Fashion-MNIST CNN (jobs/fashion_mnist_cnn.ini) on uint8 28x28 data with mean/std, 3
 #      steps.
 #   4. ResNet-50 (jobs/resnet50_imagenet.ini with momentum=1 on every batchnorm, so that the
@@ -119,14 +120,14 @@ layer = globalavgpool name=g8
 layer = flatten input=cat7 name=f9
 layer = dense units=14 name=d10
 layer = batchnorm name=bn11
-layer = relu name=r11
-layer = add input=r11,g8 name=mix12
+layer = relu name=probabilities
+layer = add input=probabilities,g8 name=mix12
 layer = dropout rate=0.3
 layer = conv filters=8 kernel=1 name=c13
-layer = concat input=c13,r11 name=cat14
+layer = concat input=c13,probabilities name=cat14
 layer = dense units=5 name=d15
 layer = zeropad channels=8 name=z16
-layer = dense name=out
+layer = dense name=logits
 
 [train]
 batch-size = 16
