@@ -98,6 +98,15 @@ void check_input_and_model(const Config& c) {
   non_negative("center-crop", c.center_crop);
   non_negative("eval-resize", c.eval_resize);
   non_negative("data-threads", c.data_threads);
+  // No stored image is wider than 2^20 (io/image.cpp); a side beyond made every image "bad".
+  for (const auto& [opt, v] :
+       {std::pair{"random-resized-crop", c.random_resized_crop},
+        std::pair{"center-crop", c.center_crop}, std::pair{"eval-resize", c.eval_resize}})
+    DT_REQUIRE(v <= 1 << 20, std::string("option --") + opt + ": at most 1048576 pixels, got " +
+                                 std::to_string(v));
+  DT_REQUIRE(c.data_threads <= 1024,
+             "option --data-threads: at most 1024 decode threads per rank, got " +
+                 std::to_string(c.data_threads));
   non_negative("cache-mb", c.cache_mb);
   DT_REQUIRE(
       c.synthetic.empty() || c.num_classes == 0,

@@ -4,13 +4,28 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
+#include <system_error>
 
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
 
 JobPool::JobPool(int threads) {
-  for (int t = 1; t < threads; ++t) helpers_.emplace_back([this, t] { work(t); });
+  try {
+    for (int t = 1; t < threads; ++t) helpers_.emplace_back([this, t] { work(t); });
+  } catch (const std::system_error& e) {  // the threads started so far end before the throw
+    const auto started = helpers_.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : helpers_) t.join();
+    throw LibraryError("cannot start decode thread " + std::to_string(started + 1) + " of " +
+                       std::to_string(threads - 1) + " (--data-threads " + std::to_string(threads) +
+                       "): " + e.what());
+  }
 }
 
 JobPool::~JobPool() {

@@ -22,6 +22,16 @@ DecodeOptions decode_options(const Config& c, bool train, int threads) {
   return d;
 }
 
+void require_encoded_for_crops(const Config& c, bool encoded, const std::string& path) {
+  for (const auto& [opt, v] :
+       {std::pair{"center-crop", c.center_crop}, std::pair{"eval-resize", c.eval_resize}})
+    DT_REQUIRE(encoded || v == 0,
+               std::string("option --") + opt +
+                   ": crops and scales encoded images (JPEG/PNG bytes, written by "
+                   "images_to_h5.py --store encoded) as they are decoded, but " +
+                   path + " holds decoded pixels");
+}
+
 TrainPlan make_plan(const Config& c, int workers, int data_threads) {
   TrainPlan p;
   p.workers = workers;
@@ -78,6 +88,7 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads) {
                "--test-data '" + c.test_data + "': fewer samples than workers");
     p.has_test = true;
   }
+  if (!p.synthetic) require_encoded_for_crops(c, p.train.encoded || p.test.encoded, p.train.path);
   DT_REQUIRE(p.has_test || (c.eval_every == 0 && c.target_accuracy == 0),
              "options --eval-every / --target-accuracy: need a test set (--test-data)");
   const bool aggregate = steps_aggregate_workers(c);

@@ -104,6 +104,7 @@ void set_up_pretrained(const Config& c, Predictor& p) {
   const int classes =
       !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
   p.info = open_dataset_info(c.data, classes, "--num-classes", true);
+  require_encoded_for_crops(c, p.info.encoded, c.data);
   DecodeOptions decode =
       decode_options(c, false, predict_data_threads(c, *p.cluster));  // as set_up()
   decode.fail_on_bad = true;
@@ -136,6 +137,7 @@ Predictor set_up(const Config& c) {
     p.info = open_dataset_info(c.data, p.classes,
                                "the class count of checkpoint '" + c.checkpoint + "'", true);
     // encoded images: the evaluation's crop
+    require_encoded_for_crops(c, p.info.encoded, c.data);
     DecodeOptions decode = decode_options(c, false, predict_data_threads(c, *p.cluster));
     decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
     configure_decode(p.info, decode);

@@ -315,4 +315,15 @@ assert w["encoded_cache_hits"] > 0 and w["encoded_cache_misses"] > 0, w
 assert o["encoded_cache_hits"] == 0 and o["encoded_cache_rows"] == 0, o
 print(f"cache off, whole and a {k}-row prefix ({sizes[:k].sum()} bytes of {sizes.sum()}): same test loss")
 PY
+
+echo "== 6. decode options: refused where they would do nothing, bounded"
+# --center-crop / --eval-resize on decoded pixels were ignored (the full images trained and
+# scored); a huge --eval-resize made every test image "bad"; --data-threads 100000 aborted.
+make_data pixels 64 --seed 3
+PIX=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/pixels.h5" --mode sync --num-ps 0
+     --threads 1 --dry-run)
+expect_error 0 "option --center-crop|pixels.h5 holds decoded pixels" "${PIX[@]}" --center-crop 10
+expect_error 0 "option --eval-resize|pixels.h5 holds decoded pixels" "${PIX[@]}" --eval-resize 14
+expect_error 0 "option --eval-resize: at most 1048576" "${PIX[@]}" --eval-resize 2000000000
+expect_error 0 "option --data-threads: at most 1024" "${PIX[@]}" --data-threads 100000
 echo "PASS"

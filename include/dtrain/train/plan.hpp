@@ -35,6 +35,11 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads);
 /// threads (≥ 1). Pure.
 DecodeOptions decode_options(const Config& c, bool train, int threads);
 
+/// --center-crop and --eval-resize crop and scale encoded images as they are decoded: refused
+/// (InputError naming the option and `path`) when `encoded` is false, the file holding decoded
+/// pixels that they would not touch.
+void require_encoded_for_crops(const Config& c, bool encoded, const std::string& path);
+
 /// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
 /// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
 std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker);
