@@ -303,6 +303,23 @@ void flush_file(hid_t file, const std::string& what) {
   DT_CHECK_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
 }
 
+H5File create_memory_file(const std::string& name) {
+  Lock lock(hdf5_mutex());
+  const H5PropList fapl(DT_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), "file access list"));
+  DT_CHECK_HDF5(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0), "core driver");
+  return H5File(DT_CHECK_HDF5(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                              "in-memory file " + name));
+}
+
+std::string file_image(hid_t file, const std::string& what) {
+  Lock lock(hdf5_mutex());
+  flush_file(file, what);
+  const ssize_t size = DT_CHECK_HDF5(H5Fget_file_image(file, nullptr, 0), what + " (its size)");
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  DT_CHECK_HDF5(H5Fget_file_image(file, bytes.data(), bytes.size()), what);
+  return bytes;
+}
+
 bool has_link(hid_t loc, const std::string& name) {
   Lock lock(hdf5_mutex());
   const htri_t r = H5Lexists(loc, name.c_str(), H5P_DEFAULT);

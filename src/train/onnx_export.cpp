@@ -307,10 +307,13 @@ OnnxSummary write_onnx(const OnnxGraph& g, std::ostream& out) {
   GraphBuilder b(g, graph);
   for (std::size_t i = 0; i < g.layers.size(); ++i) b.add_layer(i);
   b.finish();
-  if (!m.SerializeToOstream(&out))
+  // Serialised first: a failed write is then the stream's (create_new_file names the file and
+  // the system's reason, e.g. a full disk), not taken for protobuf's size limit.
+  std::string bytes;
+  if (!m.SerializeToString(&bytes))
     throw LibraryError("onnx export: the model could not be serialised (" +
-                       std::to_string(m.ByteSizeLong()) +
-                       " bytes; protobuf's limit is 2 GiB) or the stream failed");
+                       std::to_string(m.ByteSizeLong()) + " bytes; protobuf's limit is 2 GiB)");
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return {static_cast<std::size_t>(graph.node_size()),
           static_cast<std::size_t>(graph.initializer_size())};
 }

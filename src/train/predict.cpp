@@ -205,12 +205,11 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
                        double top5) {
   all_or_nothing(MPI_COMM_WORLD, [&] {
     if (p.cluster->world_rank() != 0) return;
-    const std::string tmp = c.out + ".tmp";
     const auto N = static_cast<hsize_t>(p.info.num_samples);
-    claim_new_file(tmp, c.out);  // never a file already there (checked at start, claimed now)
-    try {
+    std::string image;  // the file is made in memory; a full disk fails create_new_file's write
+    {
       std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-      H5File f = create_file(tmp);
+      H5File f = create_memory_file(c.out);
       write_dataset_int32s(f.get(), "predictions", {N}, all.predictions.data());
       write_dataset_floats(f.get(), "probabilities", {N, static_cast<hsize_t>(p.classes)},
                            all.probabilities.data());
@@ -221,13 +220,12 @@ void write_predictions(const Config& c, const Predictor& p, const Scores& all, d
       write_attr_string(f.get(), "dtrain_version", dtrain_version());
       if (p.info.has_labels) write_attr_double(f.get(), "accuracy", accuracy);
       if (p.info.has_labels) write_attr_double(f.get(), "top5_accuracy", top5);
-      flush_file(f.get(), tmp);
-    } catch (...) {
-      std::error_code ignored;  // a failed write (disk full) leaves no partial file behind
-      std::filesystem::remove(tmp, ignored);
-      throw;
+      image = file_image(f.get(), c.out);
     }
-    publish_new_file(tmp, c.out);
+    // <out>.tmp, fsynced, linked to --out; removed when a write fails (a full disk)
+    create_new_file(c.out, [&](std::ostream& out) {
+      out.write(image.data(), static_cast<std::streamsize>(image.size()));
+    });
   });
 }
 

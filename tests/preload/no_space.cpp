@@ -1,10 +1,12 @@
 // tests/preload/no_space.cpp — an LD_PRELOAD library for tests/cli/test_faults_disk_full.sh that
 // makes a file system run out of space for some files, as a full disk or an exhausted quota does:
-// a write to a file whose path contains $DTRAIN_TEST_NO_SPACE_MATCH fails with ENOSPC ("No space
-// left on device") once it would take the file past $DTRAIN_TEST_NO_SPACE_BYTES bytes (default 0).
+// a write (write, writev, pwrite) to a file whose path contains $DTRAIN_TEST_NO_SPACE_MATCH fails
+// with ENOSPC ("No space left on device") once it would take the file past
+// $DTRAIN_TEST_NO_SPACE_BYTES bytes (default 0).
 // Every other file, and every process without the variable, writes as usual.
 #include <dlfcn.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -65,4 +67,17 @@ extern "C" ssize_t pwrite64(int fd, const void* buf, size_t count, off_t offset)
     return -1;
   }
   return next(fd, buf, count, offset);
+}
+
+// libstdc++'s filebuf writes a large block and its buffer with one writev.
+extern "C" ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  using Writev = ssize_t (*)(int, const struct iovec*, int);
+  static const auto next = real<Writev>("writev");
+  size_t count = 0;
+  for (int i = 0; i < iovcnt; ++i) count += iov[i].iov_len;
+  if (no_space(fd, lseek(fd, 0, SEEK_CUR), count)) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return next(fd, iov, iovcnt);
 }

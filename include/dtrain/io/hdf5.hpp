@@ -123,6 +123,15 @@ H5File create_file(const std::string& path);
 /// Flushes all buffers of an open file to the OS (H5Fflush, global scope). Throws LibraryError.
 void flush_file(hid_t file, const std::string& what);
 
+/// Creates an HDF5 file held in memory only (the core driver, no backing store), `name` naming
+/// it in errors: a writer that puts its bytes on disk itself (file_image()) so that a full disk
+/// is a failed write of its own, not an HDF5 file left half-open. Throws LibraryError.
+H5File create_memory_file(const std::string& name);
+
+/// The bytes of the open file `file` as they would stand on disk (H5Fflush, then
+/// H5Fget_file_image). Throws LibraryError naming `what`.
+std::string file_image(hid_t file, const std::string& what);
+
 // ---- objects
 // --------------------------------------------------------------------------------------
 
