@@ -298,11 +298,15 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
 
 void Worker::sum_input_counts() {
   const EncodedCache* cache = encoded_cache_.get();
-  double counts[3] = {static_cast<double>(out_.bad_images),
+  double counts[4] = {static_cast<double>(out_.bad_images),
                       cache ? static_cast<double>(cache->hits()) : 0.0,
-                      cache ? static_cast<double>(cache->misses()) : 0.0};
-  worker_sum(cluster_.role_comm(), counts, 3);
+                      cache ? static_cast<double>(cache->misses()) : 0.0,
+                      static_cast<double>(local_samples_)};
+  worker_sum(cluster_.role_comm(), counts, 4);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
+  // Async: the pushes' own samples, not global steps × the batch (a shard's last batch is short)
+  if (exchange_kind(c_) == ExchangeKind::ps_async && pipe_ == nullptr)
+    out_.samples = static_cast<std::int64_t>(counts[3]);
   if (out_.bad_images > 0 && reports_)
     log_warn(
         "# bad images skipped: " + std::to_string(out_.bad_images) +

@@ -67,7 +67,7 @@ struct WorkerOutcome {
   /// *_after_first ones without each worker's first step (filled when has_after_first)
   std::vector<double> compute_ms_per_worker, exposed_ms_per_worker;
   std::vector<double> compute_ms_per_worker_after_first, exposed_ms_per_worker_after_first;
-  std::int64_t samples = 0;  ///< samples trained by all workers (sync exact, async estimate)
+  std::int64_t samples = 0;  ///< samples trained by all workers (async: their pushes' samples)
   std::int64_t skipped = 0;
   double push_bytes_per_step =
       0;                  ///< ps modes: this worker's GradientExchange::push_bytes_per_step

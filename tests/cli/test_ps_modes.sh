@@ -15,7 +15,7 @@
 #      the slow worker's late gradients are dropped (dropped_per_worker), every update used R
 #      gradients (Σ pushes_per_worker = R × updates), and the run completes its epochs.
 #   5. async: the staleness histogram counts every used push; pushes_per_worker add up to the
-#      global steps.
+#      global steps; samples counts the pushes' samples (short last batches too).
 #   5b. async with --async-momentum dana (per-worker momentum, look-ahead) and --delay-compensation:
 #      completes with finite losses, fits its training batches as the default recipe does (the
 #      second epoch's mean training loss below half the first logged steps'; the test accuracy of
@@ -152,6 +152,14 @@ assert shared == r["ps_shared_ring_pushes"], (m[0], r)
 assert shared >= r["global_step"] - 3, f"only {shared} of {r['global_step']} pushes took the ring"
 print(f"   {r['global_step']} pushes, staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']}")
 PY
+# 250 samples over 3 workers: shards of 83-84, each ending in a short batch. samples counts what
+# the pushes trained (it counted every push as a whole batch of 16: 288 an epoch).
+make_data odd 250 --seed 13
+"$MPIEXEC" -n 4 "$DTRAIN" --config "$SCRATCH/job.ini" --train-data "$SCRATCH/odd.h5" --epochs 2 \
+  --mode async --num-ps 1 --run-dir "$SCRATCH/odd" >"$SCRATCH/odd.log" 2>&1 ||
+  { cat "$SCRATCH/odd.log"; fail "async on 250 samples"; }
+[[ $(json_get "$SCRATCH/odd/results.json" samples) == 500 ]] ||
+  fail "async: samples $(json_get "$SCRATCH/odd/results.json" samples) for 2 epochs of 250"
 
 echo "== 5b. async with --async-momentum dana and --delay-compensation: trains, checkpoints the momentum sum"
 run dana 4 --mode async --num-ps 1 --async-momentum dana --delay-compensation 1
