@@ -188,7 +188,11 @@ void add_shape(Results& r, const Config& c, const Job& job) {
 /// The exchange's view: staleness, the ps's counters (max over ps ranks), sync aggregation.
 void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutcome& out,
                   const RunStats& st) {
-  r["staleness_mean"] = out.staleness_mean;
+  // The ps's mean over the gradients it used, as staleness_max and the histogram (the chief's
+  // own mean counted its dropped pushes too); 0 without ps.
+  r["staleness_mean"] = st.ps.pushes > 0 ? static_cast<double>(st.ps.staleness_sum) /
+                                               static_cast<double>(st.ps.pushes)
+                                         : 0.0;
   r["ps_busy_fraction"] = st.ps.busy_seconds;            // 0 without ps
   r["ps_optimizer_fraction"] = st.ps.optimizer_seconds;  // of the ps's wall time, in the updates
   if (job.num_ps > 0) {

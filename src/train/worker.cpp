@@ -166,7 +166,6 @@ WorkerOutcome Worker::run() {
     out_.skipped = static_cast<std::int64_t>(skipped);
   }
   sum_input_counts();  // every worker reaches this point
-  out_.staleness_mean = pushes_ ? staleness_sum_ / pushes_ : 0.0;
   out_.stopped_by = stop_signal_ ? "signal" : (stop_max_ ? "max_steps" : "completed");
   summarize_step_times();
   return out_;
@@ -298,10 +297,9 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
 
 void Worker::sum_input_counts() {
   const EncodedCache* cache = encoded_cache_.get();
-  double counts[4] = {static_cast<double>(out_.bad_images),
-                      cache ? static_cast<double>(cache->hits()) : 0.0,
-                      cache ? static_cast<double>(cache->misses()) : 0.0,
-                      static_cast<double>(local_samples_)};
+  double counts[4] = {
+      static_cast<double>(out_.bad_images), cache ? static_cast<double>(cache->hits()) : 0.0,
+      cache ? static_cast<double>(cache->misses()) : 0.0, static_cast<double>(local_samples_)};
   worker_sum(cluster_.role_comm(), counts, 4);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
   // Async: the pushes' own samples, not global steps × the batch (a shard's last batch is short)

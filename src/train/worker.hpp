@@ -78,7 +78,6 @@ struct WorkerOutcome {
   /// same prefix of the file), training reads served from memory and from HDF5, all workers
   std::int64_t encoded_cache_rows = 0, encoded_cache_hits = 0, encoded_cache_misses = 0;
   double encoded_cache_mb = 0;
-  double staleness_mean = 0;
   std::string stopped_by = "completed";  ///< completed | max_steps | signal
   /// --target-accuracy: wall seconds and global step of the first evaluation reaching it (< 0: not)
   double time_to_accuracy = -1;

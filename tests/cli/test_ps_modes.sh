@@ -143,6 +143,8 @@ assert m, "no ps line in the log"
 assert abs(float(m[1]) - 100 * r["ps_busy_fraction"]) <= 0.06, (m[0], r["ps_busy_fraction"])
 assert abs(float(m[2]) - 100 * r["ps_optimizer_fraction"]) <= 0.06, (m[0], r["ps_optimizer_fraction"])
 assert sum(r["staleness_histogram"]) == sum(r["pushes_per_worker"]) == r["global_step"], r
+h = r["staleness_histogram"]  # staleness_mean is the histogram's (it was the chief's own pushes')
+assert h[-1] == 0 and abs(r["staleness_mean"] - sum(k * c for k, c in enumerate(h)) / sum(h)) < 1e-9, r
 assert r["dropped_gradients"] == 0
 assert 0 < r["ps_optimizer_fraction"] <= r["ps_busy_fraction"] < 1, r
 # One node, --ps-shm by default: every worker maps the ps's ring from its first reply (the LOAD's
