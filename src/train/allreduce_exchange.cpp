@@ -259,7 +259,14 @@ class AllreduceExchange final : public GradientExchange {
       // Every worker reads the same answer at the same step and no rank waits on another, so the
       // chief alone reports (one message, not one per worker) and every worker leaves with
       // kExitFault through a clean MPI_Finalize.
-      const std::string msg = nonfinite_message(model, *bad, step);
+      // With 16-bit IEEE halves on the wire the sum itself may overflow (the ps modes check
+      // each gradient before it leaves; the allreduce sums in fp16 and sees only the result).
+      const std::string msg =
+          nonfinite_message(model, *bad, step) +
+          (c_.wire_dtype == WireDtype::fp16
+               ? "; with --wire-dtype fp16 the gradient is summed in fp16, whose largest value is "
+                 "65504: --wire-dtype bf16 keeps fp32's range"
+               : "");
       if (chief_) log_error(msg);
       throw ReportedError(kExitFault, msg);
     }

@@ -70,6 +70,10 @@ for w in bf16 fp16; do
   run 3 "$SCRATCH/${w}_flat" --wire-dtype "$w" --allreduce mpi
   compare "$SCRATCH/${w}_flat" "$SCRATCH/$w" 10
 done
+# A sum beyond fp16's 65504 (lr 5000 blows the gradients up within steps): named as the wire's
+# overflow, with the way out (it read as a plain non-finite gradient).
+expect_error 3 "non-finite gradient|--wire-dtype fp16 the gradient is summed in fp16|bf16" \
+  "${COMMON[@]}" --run-dir "$SCRATCH/fp16_overflow" --wire-dtype fp16 --lr 5000 --momentum 0
 # Two nodes of 2: the node totals rounded once more; still within 2e-2 of fp32.
 DTRAIN_TEST_RANKS_PER_NODE=2 run 4 "$SCRATCH/bf16_hier4" --allreduce hierarchical --wire-dtype bf16
 close "$SCRATCH/mpi4" "$SCRATCH/bf16_hier4" 10 2e-2
