@@ -299,10 +299,11 @@ void Worker::sum_input_counts() {
   const EncodedCache* cache = encoded_cache_.get();
   double counts[4] = {
       static_cast<double>(out_.bad_images), cache ? static_cast<double>(cache->hits()) : 0.0,
-      cache ? static_cast<double>(cache->misses()) : 0.0, static_cast<double>(local_samples_)};
+      cache ? static_cast<double>(cache->misses()) : 0.0, static_cast<double>(applied_samples_)};
   worker_sum(cluster_.role_comm(), counts, 4);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
-  // Async: the pushes' own samples, not global steps × the batch (a shard's last batch is short)
+  // Async: the samples of the pushes the ps applied, not global steps × the batch (a shard's
+  // last batch is short)
   if (exchange_kind(c_) == ExchangeKind::ps_async && pipe_ == nullptr)
     out_.samples = static_cast<std::int64_t>(counts[3]);
   if (out_.bad_images > 0 && reports_)
@@ -411,6 +412,7 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   log_samples_global_ += r.samples;
   out_.samples += r.samples;
   local_samples_ += n;
+  if (r.applied) applied_samples_ += n;
   if (pushes_ == 1) {
     first_[0] = train_seconds_;
     first_[1] = data_seconds_;

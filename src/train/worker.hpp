@@ -221,6 +221,7 @@ class Worker {
   /// accounted (compute: when its device time was read, on a GPU)
   double first_[5] = {0, 0, 0, 0, 0};
   std::int64_t local_samples_ = 0;        ///< samples this worker trained in this process
+  std::int64_t applied_samples_ = 0;      ///< … of them in steps the exchange applied
   std::int64_t first_local_samples_ = 0;  ///< … by the end of its first step
   StepRange profile_;                     ///< --profile-steps
   bool profiling_ = false;                ///< between Backend::set_profiling(true) and (false)
