@@ -104,8 +104,8 @@ TEST(OnnxExport, ModelHeaderInputAndOutputs) {
   EXPECT_EQ(b.summary.nodes, 7u);
   EXPECT_EQ(b.summary.initializers, 4u);
   EXPECT_EQ(node_named(g, "3.dense").input(0), "3.dense/flatten");
-  EXPECT_EQ(node_named(g, "logits").op_type(), "Identity");
-  EXPECT_EQ(attr(node_named(g, "probabilities"), "axis").i(), 1);
+  EXPECT_EQ(node_named(g, "output/logits").op_type(), "Identity");
+  EXPECT_EQ(attr(node_named(g, "output/probabilities"), "axis").i(), 1);
 }
 
 TEST(OnnxExport, InitializersHoldTheValuesUnderTheirNames) {
@@ -135,7 +135,7 @@ TEST(OnnxExport, InitializersHoldTheValuesUnderTheirNames) {
                                       "bn.running_var"}));
   EXPECT_EQ(attr(node_named(g, "fc"), "transB").i(), 1);
   EXPECT_EQ(node_named(g, "2.flatten").op_type(), "Flatten");
-  EXPECT_EQ(node_named(g, "logits").op_type(), "Identity");  // fc's output is already 2-d
+  EXPECT_EQ(node_named(g, "output/logits").op_type(), "Identity");  // fc's output is already 2-d
 }
 
 TEST(OnnxExport, WindowsPaddingAndMergesMapToTheirOperators) {
@@ -183,7 +183,7 @@ TEST(OnnxExport, TwoDimensionalValuesMeetFourDimensionalOnes) {
   EXPECT_EQ(mix.input(1), "g");
   EXPECT_EQ(node_named(g, "mix/unsqueeze/0").op_type(), "Unsqueeze");
   EXPECT_EQ(node_named(g, "c2").input(0), "mix");  // already 4-d
-  EXPECT_EQ(node_named(g, "logits").op_type(), "Flatten");
+  EXPECT_EQ(node_named(g, "output/logits").op_type(), "Flatten");
 }
 
 TEST(OnnxExport, ResNet50HasTorchvisionsOperators) {
