@@ -76,6 +76,11 @@ void check_subcommand(const Config& c) {
   if (c.command == Subcommand::export_tensors) {
     DT_REQUIRE(!c.checkpoint.empty(), "dtrain export: option --checkpoint is required");
     DT_REQUIRE(!c.out.empty(), "dtrain export: option --out is required");
+    // The model is the checkpoint's: a job's model (or another's) would be silently ignored.
+    DT_REQUIRE(c.config_file.empty() && c.layers.empty() && c.data.empty() && c.init_from.empty(),
+               "dtrain export: the model and its tensors are the checkpoint's; --config, "
+               "--layer, --data and --init-from are not used (give --checkpoint, --format, --out "
+               "and, for safetensors, --dtype)");
     DT_REQUIRE(c.export_format == ExportFormat::safetensors || c.export_dtype == ExportDtype::f32,
                "option --dtype: " + std::string(to_string(c.export_dtype)) +
                    " applies to --format safetensors; an ONNX export holds float32 tensors");

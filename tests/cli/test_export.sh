@@ -187,6 +187,13 @@ expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias" "${COMMON[@]}
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias|unexpected 1: conv1.bias" \
   "${COMMON[@]}" --run-dir "$SCRATCH/baddry" --init-from "$SCRATCH/names.safetensors" --dry-run
 [[ $last_rc -eq 2 && ! -e $SCRATCH/baddry ]] || fail "--dry-run of a bad --init-from: exit $last_rc"
+# The model is the checkpoint's: a job file (even another model's), --layer or --data were
+# accepted and ignored without a word.
+expect_error 0 "dtrain export|--config, --layer, --data and --init-from are not used" export \
+  --checkpoint "$ckpt" --config "$SCRATCH/job.ini" --out "$SCRATCH/cfg.safetensors"
+expect_error 0 "dtrain export|are not used" export --checkpoint "$ckpt" --layer dense \
+  --out "$SCRATCH/layer.safetensors"
+[[ ! -e $SCRATCH/cfg.safetensors && ! -e $SCRATCH/layer.safetensors ]] || fail "a refused export wrote"
 cp "$SCRATCH/m16.safetensors" "$SCRATCH/keep.safetensors"
 expect_error 0 "$SCRATCH/keep.safetensors|already exists" export --checkpoint "$ckpt" \
   --out "$SCRATCH/keep.safetensors"
