@@ -85,6 +85,14 @@ void fsync_path(const std::string& path) {
   throw LibraryError("fsync of '" + path + "' failed: " + std::strerror(err));
 }
 
+std::string first_free_path(const std::string& dir, const std::string& stem,
+                            const std::string& ext) {
+  std::string path = (std::filesystem::path(dir) / (stem + ext)).string();
+  for (int k = 2; path_taken(path); ++k)
+    path = (std::filesystem::path(dir) / (stem + "-" + std::to_string(k) + ext)).string();
+  return path;
+}
+
 bool path_taken(const std::string& path) {
   std::error_code ec;  // symlink_status: a link counts, even one that leads nowhere
   return std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found;

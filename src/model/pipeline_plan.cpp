@@ -91,6 +91,10 @@ void receive_across(const std::vector<LayerInfo>& layers, PipelineStage& st, boo
 
 }  // namespace
 
+bool has_stage_keys(const std::vector<LayerInfo>& layers) {
+  return std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
+}
+
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
                            PipelineSchedule schedule, const std::vector<double>& layer_ms) {
   DT_REQUIRE(stages >= 1, "option --pipeline-stages: must be >= 1, got " + std::to_string(stages));
@@ -103,8 +107,7 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
   plan.stages = stages;
   plan.micro_batches = micro_batches;
   plan.schedule = schedule;
-  plan.from_job =
-      std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
+  plan.from_job = has_stage_keys(layers);
   plan.by_time = !layer_ms.empty();
   DT_REQUIRE(!plan.by_time || layer_ms.size() == layers.size(),
              "option --pipeline-profile: " + std::to_string(layer_ms.size()) +

@@ -106,13 +106,11 @@ std::pair<std::string, int> set_aside_metrics_past(const std::string& run_dir, s
     moved += later ? 1 : 0;
   }
   if (moved == 0) return {"", 0};
-  const std::string stem = "metrics-past-" + std::to_string(step);
-  fs::path aside = fs::path(run_dir) / (stem + ".csv");
-  for (int k = 2; path_taken(aside.string()); ++k)
-    aside = fs::path(run_dir) / (stem + "-" + std::to_string(k) + ".csv");
-  write_file_atomically(aside.string(), header + '\n' + past);
+  const std::string aside =
+      first_free_path(run_dir, "metrics-past-" + std::to_string(step), ".csv");
+  write_file_atomically(aside, header + '\n' + past);
   write_file_atomically(csv.string(), header + '\n' + kept);
-  return {aside.string(), moved};
+  return {aside, moved};
 }
 
 std::optional<std::int64_t> results_global_step(const std::string& run_dir) {

@@ -308,9 +308,8 @@ Job check_job(const Config& c) {
     // --dry-run reads the --init-from file as a run would (a run reads it on the chief alone).
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     const std::vector<LayerInfo> layers = layout.layers();
-    const bool stage_keys =
-        std::any_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.stage >= 0; });
-    if (c.pipeline_stages > 1 || c.micro_batches > 1 || stage_keys) {  // keys checked at P = 1 too
+    // stage= keys are checked at P = 1 too
+    if (c.pipeline_stages > 1 || c.micro_batches > 1 || has_stage_keys(layers)) {
       const std::vector<double> layer_ms =
           c.pipeline_profile.empty()
               ? std::vector<double>{}
@@ -480,11 +479,9 @@ void write_timeline(const Config& c, const Job& job) {
   if (first) out.resize(out.size() - 2);  // no spans: no comma after the last metadata event
   out += "\n]}\n";
   // A resumed run keeps the earlier sessions' timelines: timeline.json, then timeline-2.json, ...
-  fs::path path = fs::path(c.run_dir) / "timeline.json";
-  for (int k = 2; fs::exists(path); ++k)
-    path = fs::path(c.run_dir) / ("timeline-" + std::to_string(k) + ".json");
-  write_file_atomically(path.string(), out);
-  log_info("# timeline " + path.string());
+  const std::string path = first_free_path(c.run_dir, "timeline", ".json");
+  write_file_atomically(path, out);
+  log_info("# timeline " + path);
 }
 
 int serve_as_ps(const Config& c, const Job& job) {

@@ -41,6 +41,11 @@ void fsync_path(const std::string& path);
 /// std::filesystem::exists does not see).
 bool path_taken(const std::string& path);
 
+/// The first of `dir`/`stem``ext`, `dir`/`stem`-2`ext`, `dir`/`stem`-3`ext`, ... that is not
+/// path_taken(): a new file beside earlier ones of the same kind, none replaced.
+std::string first_free_path(const std::string& dir, const std::string& stem,
+                            const std::string& ext);
+
 /// Checks that `path` can be created without replacing anything: neither it nor its temporary file
 /// `path`.tmp exists (nor is a dangling link) and its directory exists and takes new files. Throws
 /// InputError "option <option>: '<path>' already exists; dtrain never overwrites a file ..." or

@@ -47,6 +47,9 @@ struct PipelinePlan {
   double bubble = 0;  ///< (P − 1)/(M + P − 1): the idle fraction of each stage per mini-batch
 };
 
+/// Whether any layer carries a job's stage= key (LayerInfo::stage ≥ 0): the job cuts the stages.
+bool has_stage_keys(const std::vector<LayerInfo>& layers);
+
 /// Cuts `layers` (Model::layers()) into `stages` contiguous stages: at the job's stage= keys where
 /// any layer has one (stage K starts at the layer marked stage=K; K = 1 .. P − 1 each once, in
 /// order), else minimising the largest stage's cost (exact dynamic programme over the cut
