@@ -198,11 +198,19 @@ ParseResult parse_config(int argc, const char* const* argv) {
   return r;
 }
 
+int gradients_per_step(const Config& c, int workers) {
+  if (exchange_kind(c) == ExchangeKind::ps_async) return 1;
+  if (exchange_kind(c) == ExchangeKind::ps_sync && c.replicas_to_aggregate > 0)
+    return std::min(c.replicas_to_aggregate, workers);
+  return workers;
+}
+
 Config effective_for_workers(const Config& c, int workers) {
   Config e = c;
-  if (steps_aggregate_workers(c) && c.lr_scaling == LrScaling::linear) {
-    e.lr *= static_cast<float>(workers);
-    e.lr_min *= static_cast<float>(workers);
+  if (c.lr_scaling == LrScaling::linear) {
+    const auto k = static_cast<float>(gradients_per_step(c, workers));
+    e.lr *= k;
+    e.lr_min *= k;
   }
   if (exchange_kind(c) == ExchangeKind::ps_async && c.async_schedule == AsyncSchedule::sync_steps) {
     e.warmup_steps *= workers;

@@ -502,10 +502,15 @@ int serve_as_ps(const Config& c, const Job& job) {
 
 int train_as_worker(const Config& c, const Config& effective, Job& job) {
   const bool chief = job.cluster->is_chief();
+  const int aggregated = gradients_per_step(c, job.plan.workers);
   if (chief && effective.lr != c.lr)
     log_info("# --lr-scaling linear: learning rate per global step " + std::to_string(c.lr) +
-             " x " + std::to_string(job.plan.workers) +
-             " workers = " + std::to_string(effective.lr));
+             " x " + std::to_string(aggregated) +
+             (aggregated == job.plan.workers
+                  ? " workers"
+                  : " gradients per step (--replicas-to-aggregate, of " +
+                        std::to_string(job.plan.workers) + " workers)") +
+             " = " + std::to_string(effective.lr));
   if (chief && effective.warmup_steps != c.warmup_steps)
     log_info("# --async-schedule sync-steps: warm-up over " +
              std::to_string(effective.warmup_steps) +

@@ -99,6 +99,18 @@ TEST_F(ConfigTest, LinearLrScalingMultipliesSyncLearningRateByWorkers) {
   const Config plain = parse(base({"--mode", "sync", "--num-ps", "0", "--lr", "0.02"})).config;
   EXPECT_FLOAT_EQ(effective_for_workers(plain, 3).lr, 0.02f);
   EXPECT_MENTIONS(error_of(base({"--lr-scaling", "sqrt"})), "lr-scaling");
+  // Sync through the ps averages R = --replicas-to-aggregate gradients a step (backups beyond):
+  // scaled by R, not by the workers; SSP's steps average every worker's push.
+  const Config backups = parse(base({"--mode", "sync", "--num-ps", "1", "--lr", "0.02",
+                                     "--replicas-to-aggregate", "2", "--lr-scaling", "linear"}))
+                             .config;
+  EXPECT_EQ(gradients_per_step(backups, 3), 2);
+  EXPECT_FLOAT_EQ(effective_for_workers(backups, 3).lr, 0.04f);
+  EXPECT_FLOAT_EQ(effective_for_workers(backups, 1).lr, 0.02f);  // R capped at the workers
+  const Config ssp = parse(base({"--num-ps", "1", "--max-staleness", "1", "--lr", "0.02",
+                                 "--lr-scaling", "linear"}))
+                         .config;
+  EXPECT_FLOAT_EQ(effective_for_workers(ssp, 3).lr, 0.06f);
 }
 
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {

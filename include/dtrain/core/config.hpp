@@ -193,8 +193,14 @@ struct ParseResult {
 /// Throws InputError naming the option (and file) and what was expected.
 ParseResult parse_config(int argc, const char* const* argv);
 
+/// The workers' gradients one global step of a run of `workers` workers averages: 1 in async
+/// mode (a push), R = min(--replicas-to-aggregate, workers) with sync through the ps when R is
+/// given (the workers beyond R are backups), else `workers`. Pure.
+int gradients_per_step(const Config& c, int workers);
+
 /// The configuration a run of `workers` workers trains with (workers and ps alike): --lr-scaling
-/// linear multiplies lr and lr_min by `workers` where a global step aggregates the workers; async
+/// linear multiplies lr and lr_min by gradients_per_step() (the linear scaling rule, Goyal et al.
+/// 2017: the same learning rate per sample whatever the step's batch); async
 /// with --async-schedule sync-steps multiplies warmup_steps, lr_step_size and lr_decay_steps by
 /// `workers` (one sync global step is W pushes).
 Config effective_for_workers(const Config& c, int workers);
