@@ -179,7 +179,9 @@ void add_optimizer_options(Table& t, Config& c) {
   t.add("lr-min", &c.lr_min, "cosine and poly schedules' final learning rate");
   t.add("lr-power", &c.lr_power, "poly schedule's power");
   t.add("lr-scaling", &c.lr_scaling,
-        "none | linear: sync mode multiplies --lr by the number of workers (linear scaling rule)");
+        "none | linear: the aggregating modes (sync, SSP) multiply --lr and --lr-min by the "
+        "gradients a global step averages: the workers, or --replicas-to-aggregate (linear "
+        "scaling rule, Goyal et al. 2017)");
   t.add("stale-lr", &c.stale_lr,
         "async: learning rate of a push that is tau global steps stale: constant (lr) | inverse "
         "(lr / max(1, tau), staleness-aware async SGD, Zhang et al. 2016)");
