@@ -259,6 +259,18 @@ void check_mode(const Config& c) {
   DT_REQUIRE(c.delay_compensation == 0.0f || (c.mode == Mode::async && c.max_staleness < 0),
              "option --delay-compensation: corrects stale pushes of async training (--mode async "
              "without --max-staleness)");
+  // The async ps's rules (ps/async_applier.cpp): another mode would silently ignore them.
+  const bool plain_async = c.mode == Mode::async && c.max_staleness < 0;
+  for (const auto& [opt, given] :
+       {std::pair{"stale-lr", c.stale_lr != StaleLr::constant},
+        std::pair{"async-momentum", c.async_momentum != AsyncMomentum::dana},
+        std::pair{"async-schedule", c.async_schedule != AsyncSchedule::sync_steps}})
+    DT_REQUIRE(!given || plain_async,
+               std::string("option --") + opt +
+                   ": applies to async training (--mode async without --max-staleness), where "
+                   "the ps applies each push alone; this run is " +
+                   (c.mode == Mode::sync ? "sync" : "SSP (--max-staleness)") +
+                   " (leave it at its default there)");
   non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "

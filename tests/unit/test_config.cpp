@@ -113,6 +113,32 @@ TEST_F(ConfigTest, LinearLrScalingMultipliesSyncLearningRateByWorkers) {
   EXPECT_FLOAT_EQ(effective_for_workers(ssp, 3).lr, 0.06f);
 }
 
+TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
+  // Each option only one mode reads is refused, naming it, where the run would ignore it.
+  const std::vector<std::string> sync = {"--mode", "sync", "--num-ps", "1"};
+  const std::vector<std::string> ssp = {"--num-ps", "1", "--max-staleness", "2"};
+  const std::vector<std::string> async = {"--num-ps", "1"};
+  auto with = [&](std::vector<std::string> mode, std::initializer_list<std::string> extra) {
+    std::vector<std::string> a = base(extra);
+    a.insert(a.end(), mode.begin(), mode.end());
+    return a;
+  };
+  for (const auto& [opt, value] :
+       {std::pair{"stale-lr", "inverse"}, std::pair{"async-momentum", "as-given"},
+        std::pair{"async-schedule", "pushes"}}) {
+    const std::string flag = std::string("--") + opt;
+    EXPECT_NO_THROW((void)parse(with(async, {flag, value}))) << opt;
+    EXPECT_MENTIONS(error_of(with(sync, {flag, value})), "option " + flag + ": applies to async");
+    EXPECT_MENTIONS(error_of(with(ssp, {flag, value})), "this run is SSP");
+  }
+  // Their defaults are every mode's: a sync run takes them.
+  EXPECT_NO_THROW((void)parse(with(sync, {"--stale-lr", "constant", "--async-momentum", "dana"})));
+  EXPECT_MENTIONS(error_of(with(ssp, {"--delay-compensation", "1"})), "--delay-compensation");
+  EXPECT_MENTIONS(error_of(with(sync, {"--max-staleness", "1"})), "--max-staleness");
+  EXPECT_MENTIONS(error_of(with(async, {"--replicas-to-aggregate", "1"})),
+                  "--replicas-to-aggregate");
+}
+
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {
   const std::string ini = write_ini(
       "[data]\ntrain-data = /data/t.h5\ntest-data = /data/e.h5\n"
