@@ -271,6 +271,13 @@ void check_mode(const Config& c) {
                    "the ps applies each push alone; this run is " +
                    (c.mode == Mode::sync ? "sync" : "SSP (--max-staleness)") +
                    " (leave it at its default there)");
+  // Parameter-server settings where there is none: sync allreduce.
+  for (const auto& [opt, given] : {std::pair{"ps-threads", c.ps_threads != 1},
+                                   std::pair{"ps-chunk-kb", c.ps_chunk_kb != 1024}})
+    DT_REQUIRE(!given || c.num_ps.automatic || c.num_ps > 0,
+               std::string("option --") + opt +
+                   ": sets the parameter servers, and this run has none (--num-ps 0: sync "
+                   "allreduce)");
   non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "

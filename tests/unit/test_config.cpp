@@ -137,6 +137,10 @@ TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
   EXPECT_MENTIONS(error_of(with(sync, {"--max-staleness", "1"})), "--max-staleness");
   EXPECT_MENTIONS(error_of(with(async, {"--replicas-to-aggregate", "1"})),
                   "--replicas-to-aggregate");
+  const std::vector<std::string> allreduce = {"--mode", "sync", "--num-ps", "0"};
+  EXPECT_MENTIONS(error_of(with(allreduce, {"--ps-threads", "2"})), "option --ps-threads: sets");
+  EXPECT_MENTIONS(error_of(with(allreduce, {"--ps-chunk-kb", "4"})), "this run has none");
+  EXPECT_NO_THROW((void)parse(with(sync, {"--ps-threads", "2", "--ps-chunk-kb", "4"})));
 }
 
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {
