@@ -126,10 +126,27 @@ std::string ServerCore::waiting_for() const {
     std::string& list = r.posted > r.done ? busy : replies;  // poll_set(): what is polled for w
     list += (list.empty() ? "" : ", ") + std::to_string(w);
   }
+  // A worker neither done, nor sending, nor waiting for a held reply has sent nothing since its
+  // last answer: where others wait for a step's update (held replies), it is the one holding
+  // the job up.
+  std::string silent, held;
+  for (int w = 0; w < workers_; ++w) {
+    const bool holding =
+        std::any_of(held_.begin(), held_.end(), [w](const HeldReply& r) { return r.worker == w; });
+    if (holding) held += (held.empty() ? "" : ", ") + std::to_string(w);
+    else if (!slots_[w].done && !slots_[w].req.active)
+      silent += std::string(silent.empty() ? "" : ", ") + "worker " + std::to_string(w) +
+                " (world rank " + std::to_string(cluster_.worker_rank(w)) + ")";
+  }
   return who_ + " waiting for worker messages" +
          (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +
          (replies.empty() ? ""
-                          : " (worker(s) " + replies + " to receive a reply from a ring slot)");
+                          : " (worker(s) " + replies + " to receive a reply from a ring slot)") +
+         (silent.empty() || held.empty()
+              ? ""
+              : ": no request from " + silent + " since its last answer, while worker(s) " + held +
+                    " wait for step " + std::to_string(global_step_) +
+                    "'s update (a stuck or slow worker?)");
 }
 
 void ServerCore::on_header(int w, int tag, const MsgHeader& h) {

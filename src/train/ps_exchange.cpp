@@ -26,9 +26,17 @@ class PsExchange : public GradientExchange {
       : c_(c), cluster_(cluster), plan_(plan),
         client_(cluster,
                 ps_shard_ranges(c, model.param_tensors(), model.param_count(), cluster.num_ps()),
-                c.timeout, static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
+                reply_timeout(c), static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
         overlap_(push_during_backward(c, cluster, model)) {}
+
+  /// A worker's deadline for a ps's answer: --timeout, twice that where the ps holds the reply
+  /// until other workers' pushes make the step's update (sync, SSP) — so that when a worker is
+  /// stuck, the ps, which knows whose push it still needs, times out first and names it, rather
+  /// than the waiting workers naming the ps.
+  static double reply_timeout(const Config& c) {
+    return exchange_kind(c) == ExchangeKind::ps_async ? c.timeout : 2 * c.timeout;
+  }
 
   /// --overlap for a ps mode: on the CPU, without --skip-nonfinite; and for the aggregating modes
   /// only where the node has a core per rank. Their reply waits for every worker's push anyway,

@@ -12,8 +12,9 @@
 #   3. async: DTRAIN_FAULT=hang@20:2 (test-only hook: worker rank 2 sleeps forever at step 20): the
 #      other workers finish the epoch and wait for it in a collective; the watchdog reports and the
 #      job aborts.
-#   4. sync through the ps: the same hook: the others wait for the update (held replies) or the ps
-#      for the missing push, and the watchdog aborts the job.
+#   4. sync through the ps, and SSP: the same hook: the others wait for the update (held replies,
+#      deadline 2 × --timeout) and the ps, waiting for the missing push, times out first and names
+#      the stuck worker ("no request from worker 2 (world rank 2)"); the job aborts.
 #   6. a pipeline (--pipeline-stages 2): DTRAIN_FAULT=hang@20:1 stops stage 0 (world rank 1);
 #      stage 1 waits for its activations and the watchdog names the stage and its rank.
 #   7. a pipeline with a ps per stage (async, 2 ps + 2 workers): stage 1's ps (rank 3) stopped
@@ -74,7 +75,10 @@ stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce 
   --mode sync --num-ps 0 --allreduce hierarchical
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
-stuck_case sync-ps-hang 4 hook:hang@20:2 "waiting in:" --mode sync --num-ps 1
+stuck_case sync-ps-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" --mode sync \
+  --num-ps 1
+stuck_case ssp-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" --mode async \
+  --num-ps 1 --max-staleness 1
 stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --mode async \
   --num-ps 2 --pipeline-stages 2 --micro-batches 4
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
