@@ -70,6 +70,9 @@ void check_subcommand(const Config& c) {
                "dtrain predict: give exactly one of --checkpoint and --init-from");
     DT_REQUIRE(!c.data.empty(), "dtrain predict: option --data is required");
     DT_REQUIRE(!c.out.empty(), "dtrain predict: option --out is required");
+    DT_REQUIRE(c.init_exclude.empty(),
+               "option --init-exclude: dtrain predict scores with every tensor of --init-from; "
+               "the excluded ones would be the seed's random initialisation");
   }
   DT_REQUIRE(c.init_exclude.empty() || !c.init_from.empty(),
              "option --init-exclude: only with --init-from");

@@ -84,6 +84,7 @@ Scores score(Model& model, Backend& be, const DatasetInfo& info, std::int64_t be
 /// What `dtrain predict` scores with once set up: this rank, its model holding the checkpoint's
 /// parameters and evaluation statistics, and the data.
 struct Predictor {
+  int batch = 1;  ///< samples per pass: --batch-size, at most the data's (predict_batch)
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
@@ -91,6 +92,13 @@ struct Predictor {
   int classes = 0;
   std::int64_t global_step = 0;  ///< the checkpoint's
 };
+
+/// The batch of every pass: --batch-size, but no more than the data's samples — a larger batch
+/// would only size buffers (and oneDNN's primitives) for samples that do not exist. The same on
+/// every rank: the global grid (share()) depends on it.
+int predict_batch(const Config& c, std::int64_t samples) {
+  return static_cast<int>(std::min<std::int64_t>(c.batch_size, std::max<std::int64_t>(1, samples)));
+}
 
 /// --data-threads for this rank, as a training worker on its device would use them.
 int predict_data_threads(const Config& c, const Cluster& cluster) {
@@ -113,7 +121,8 @@ void set_up_pretrained(const Config& c, Predictor& p) {
   set_threads(c, *p.cluster);
   std::string device;
   p.backend = make_backend(c, *p.cluster, device);
-  p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, c.batch_size);
+  p.batch = predict_batch(c, p.info.num_samples);
+  p.model = std::make_unique<Model>(*p.backend, c.layers, p.info.sample, p.classes, p.batch);
   const PretrainedValues v =
       load_pretrained(c.init_from, *p.model, init_exclude_prefixes(c.init_exclude), c.seed);
   p.backend->copy_to_device(p.model->params(), v.params.data(), v.params.size() * sizeof(float));
@@ -134,6 +143,11 @@ Predictor set_up(const Config& c) {
     ckpt = read_checkpoint(c.checkpoint);
     const CheckpointInput input = checkpoint_input(ckpt, c.checkpoint);
     p.classes = input.classes;
+    DT_REQUIRE(c.num_classes == 0 || c.num_classes == p.classes,
+               "option --num-classes " + std::to_string(c.num_classes) +
+                   ": the model of checkpoint '" + c.checkpoint + "' has " +
+                   std::to_string(p.classes) +
+                   " classes (the class count is the checkpoint's; leave --num-classes out)");
     p.info = open_dataset_info(c.data, p.classes,
                                "the class count of checkpoint '" + c.checkpoint + "'", true);
     // encoded images: the evaluation's crop
@@ -155,7 +169,8 @@ Predictor set_up(const Config& c) {
     // Without --config (or --layer lines) the model is the one the checkpoint carries.
     const std::vector<std::string> layers =
         c.layers.empty() ? checkpoint_layers(ckpt, c.checkpoint) : c.layers;
-    p.model = std::make_unique<Model>(*p.backend, layers, p.info.sample, p.classes, c.batch_size);
+    p.batch = predict_batch(c, p.info.num_samples);
+    p.model = std::make_unique<Model>(*p.backend, layers, p.info.sample, p.classes, p.batch);
     check_inference_compatible(ckpt, c.checkpoint, *p.model);
   });
   if (!c.init_from.empty()) return p;
@@ -254,7 +269,7 @@ void report(const Config& c, const Predictor& p, std::int64_t correct, double ac
 int run_predict(const Config& c) {
   set_comm_timeout(c.timeout);
   const Predictor p = set_up(c);
-  const int batch = c.batch_size;
+  const int batch = p.batch;
   const auto [begin, n] =
       share(p.info.num_samples, batch, p.cluster->world_rank(), p.cluster->world_size());
   const Scores all = gather_scores(p, score(*p.model, *p.backend, p.info, begin, n, batch), batch);

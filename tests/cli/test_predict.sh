@@ -9,7 +9,8 @@
 #      the probabilities' argmax, rows sum to 1; the same predictions without a `labels` dataset
 #      (then no accuracy is printed), and without --config (the model the checkpoint carries).
 #   3. one error each, nothing written or overwritten: a checkpoint of another model, data of
-#      another shape, an existing output file.
+#      another shape, an existing output file, --num-classes other than the checkpoint's,
+#      --init-exclude. A --batch-size beyond the data is the data's size (the same bytes).
 #   4. `dtrain train --config ...` trains exactly as `dtrain --config ...`.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -65,6 +66,19 @@ timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --checkpoint "$ckpt" --data "$SCRA
   --out "$SCRATCH/pn.h5" --threads 1 --batch-size 16 >"$SCRATCH/pn.h5.log" 2>&1 ||
   { cat "$SCRATCH/pn.h5.log"; fail "predict without --config failed"; }
 ! grep -q "^accuracy" "$SCRATCH/pu.h5.log" || fail "an accuracy was printed for data without labels"
+# A --batch-size beyond the data's 300 samples is a batch of 300 (no buffers, nor oneDNN
+# primitives, for samples that do not exist): the same bytes as --batch-size 300.
+for b in 300 2147483647; do
+  timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --checkpoint "$ckpt" --data "$SCRATCH/test.h5" \
+    --out "$SCRATCH/pb$b.h5" --threads 1 --batch-size $b >"$SCRATCH/pb$b.log" 2>&1 ||
+    { cat "$SCRATCH/pb$b.log"; fail "predict --batch-size $b failed"; }
+done
+"$PY" - "$SCRATCH/pb300.h5" "$SCRATCH/pb2147483647.h5" <<'PY' || fail "a huge --batch-size changed the output"
+import sys, h5py
+a, b = (h5py.File(f, "r") for f in sys.argv[1:])
+for k in ("predictions", "probabilities"):
+    assert a[k][()].tobytes() == b[k][()].tobytes(), k
+PY
 "$PY" - "$SCRATCH" "$(json_get "$SCRATCH/sync/results.json" test_accuracy)" <<'PY' || fail "outputs differ"
 import sys, h5py, numpy as np
 s, acc = sys.argv[1], float(sys.argv[2])
@@ -113,7 +127,18 @@ rm "$SCRATCH/e5.h5.tmp" "$SCRATCH/e6.h5.tmp"
 expect_error 2 "--out|$SCRATCH/no_such_dir/e4.h5|does not exist" predict --config "$SCRATCH/job.ini" \
   --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/no_such_dir/e4.h5"
 [[ $last_rc -eq 2 ]] || fail "exit $last_rc for --out in a missing folder, want 2"
-[[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 ]] || fail "a refused predict wrote its output"
+# The class count is the checkpoint's: another --num-classes is an error, not ignored; and
+# --init-exclude would score with tensors at their random initialisation.
+expect_error 2 "--num-classes 5|$ckpt|has 4 classes" predict --config "$SCRATCH/job.ini" \
+  --checkpoint "$ckpt" --data "$SCRATCH/test.h5" --out "$SCRATCH/e7.h5" --num-classes 5
+timeout 120 "$MPIEXEC" -n 1 "$DTRAIN" predict --config "$SCRATCH/job.ini" --checkpoint "$ckpt" \
+  --data "$SCRATCH/test.h5" --out "$SCRATCH/p8.h5" --num-classes 4 >"$SCRATCH/p8.log" 2>&1 ||
+  { cat "$SCRATCH/p8.log"; fail "predict --num-classes 4 (the checkpoint's) failed"; }
+expect_error 2 "--init-exclude|random initialisation" predict --config "$SCRATCH/job.ini" \
+  --init-from "$SCRATCH/m.safetensors" --init-exclude 0. --data "$SCRATCH/test.h5" \
+  --out "$SCRATCH/e8.h5"
+[[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 && ! -e $SCRATCH/e7.h5 && ! -e $SCRATCH/e8.h5 ]] ||
+  fail "a refused predict wrote its output"
 ! ls "$SCRATCH"/*.tmp 2>/dev/null || fail "a temporary file was left behind"
 
 echo "== 4. dtrain train --config = dtrain --config"
