@@ -136,9 +136,7 @@ static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
     read_encoded_schema(file, images.get(), info);
     idims = {static_cast<hsize_t>(info.num_samples), static_cast<hsize_t>(info.sample.c), 1, 1};
   }
-  if (idims.size() != 4)
-    DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
-                  dims_str(idims) + "), expected rank 4 (N×C×H×W)");
+  // The dtype first: variable-length data of another type is not encoded images of rank 4.
   const H5TypeInfo itype = dataset_type(images.get());
   const bool is_u8 =
       info.encoded || (itype.cls == H5T_INTEGER && itype.size == 1 && !itype.is_signed);
@@ -146,6 +144,9 @@ static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
   if (!is_u8 && !is_f32)
     DT_INPUT_FAIL(path + ": dataset `images` has dtype " + itype.str() +
                   ", expected uint8 or float32 (or variable-length uint8: encoded images)");
+  if (idims.size() != 4)
+    DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
+                  dims_str(idims) + "), expected rank 4 (N×C×H×W)");
   for (int d = 1; d < 4; ++d)
     if (idims[d] < 1 || idims[d] > static_cast<hsize_t>(INT_MAX))
       DT_INPUT_FAIL(path + ": dataset `images` has shape " + dims_str(idims) +

@@ -116,6 +116,10 @@ H5TypeInfo type_info_of(hid_t type) {
   t.cls = H5Tget_class(type);
   t.size = H5Tget_size(type);
   if (t.cls == H5T_INTEGER) t.is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  if (t.cls == H5T_VLEN) {
+    H5Datatype base(H5Tget_super(type));
+    if (base.get() >= 0) t.vlen_of = type_info_of(base.get()).str();
+  }
   return t;
 }
 
@@ -391,7 +395,7 @@ std::string H5TypeInfo::str() const {
     case H5T_ARRAY:
       return "array";
     case H5T_VLEN:
-      return "vlen";
+      return "variable-length " + (vlen_of.empty() ? std::string("unknown") : vlen_of);
     case H5T_OPAQUE:
       return "opaque";
     case H5T_BITFIELD:

@@ -220,6 +220,26 @@ TEST_F(DatasetTest, EveryBrokenKindThrowsInputErrorNamingFileAndObject) {
   expect_input_error([&] { open_dataset_info(dir_.string()); }, {"not a regular file"});
 }
 
+TEST_F(DatasetTest, VariableLengthImagesOfAnotherTypeAreNamedByTheirDtype) {
+  // Encoded images are variable-length uint8; variable-length int8 is named as such (not as a
+  // rank-1 dataset of plain images).
+  testing::write_raw_dataset(file("vlen.h5"), indexed(4, 1, 2, 2, "uint8", 2));
+  {
+    const hid_t f = H5Fopen(file("vlen.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, "images", H5P_DEFAULT), 0);
+    const hsize_t n = 4;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const hid_t vtype = H5Tvlen_create(H5T_NATIVE_INT8);
+    const hid_t ds = H5Dcreate2(f, "images", vtype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds), H5Tclose(vtype), H5Sclose(space), H5Fclose(f);
+  }
+  expect_input_error([&] { open_dataset_info(file("vlen.h5")); },
+                     {file("vlen.h5"), "`images`", "dtype variable-length int8",
+                      "or variable-length uint8: encoded images"});
+}
+
 TEST_F(DatasetTest, AUint64LabelAboveInt64IsNamedWithItsOwnValue) {
   // HDF5 converts uint64 → int64 by clamping: 2^64 - 1 would read as 2^63 - 1 and the message
   // would name a label the file does not hold.

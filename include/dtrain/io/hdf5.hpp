@@ -168,6 +168,7 @@ struct H5TypeInfo {
   H5T_class_t cls = H5T_NO_CLASS;
   std::size_t size = 0;                   ///< bytes per element
   bool is_signed = false;                 ///< integers only
+  std::string vlen_of;                    ///< variable-length types: the element type's str()
   [[nodiscard]] std::string str() const;  ///< the name above ("uint8", "compound", …)
   [[nodiscard]] bool is_integer() const { return cls == H5T_INTEGER; }
   [[nodiscard]] bool is_float() const { return cls == H5T_FLOAT; }
