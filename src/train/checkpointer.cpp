@@ -49,6 +49,15 @@ void check_position_fits(const CheckpointState& s, const std::string& path, cons
                               n(s.steps_per_epoch) + " global steps per epoch)";
   const std::string here = n(plan.workers) + " " + unit + " × batch " + n(plan.batch) + " (" +
                            n(plan.steps_per_epoch) + ")";
+  // Same workers and batch, other steps: one run counts a push per global step (async), the
+  // other an update of every worker (sync, SSP: --max-staleness).
+  DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch || s.num_workers != plan.workers ||
+                 s.batch_size != plan.batch,
+             "checkpoint '" + path + "' was written by a run of " + written + ", this run has " +
+                 here + " with the same workers and batch: one counts a global step per push " +
+                 "(async without --max-staleness), the other per update of every worker (sync, or "
+                 "SSP with --max-staleness). Resume as the run was trained (with or without "
+                 "--max-staleness), or start a new --run-dir with --init-from an export of it");
   DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch,
              "checkpoint '" + path + "' was written by a run of " + written + ", this run has " +
                  here + ": its global_step " + n(s.global_step) +

@@ -10,6 +10,8 @@
 #   3. the finished run again (the same --max-steps, or a lower one): exit 0, "nothing left to
 #      train", every file byte for byte as it was — no second test row, results.json and the
 #      checkpoints untouched.
+#   4. an SSP run (--max-staleness 1) resumed without --max-staleness: the same workers and batch,
+#      but async counts a global step per push: refused naming that, not the shape.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -72,4 +74,12 @@ for max in 40 35; do
   [[ $(cd "$d" && md5sum -- * | sort) == "$before" ]] ||
     fail "--max-steps $max: resuming the finished run changed the run dir"
 done
+echo "== 4. SSP (--max-staleness) resumed as async: the same shape, steps of another kind"
+d=$SCRATCH/ssp
+ARGS=("${FX[@]}" --mode async --num-ps 1 --checkpoint-every 10 --run-dir "$d")
+rm -rf "$d"
+go 3 "$SCRATCH/ssp.log" --max-staleness 1 --max-steps 10
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/ssp.log"; fail "the SSP run failed: exit $rc"; }
+refused 3 "ckpt-0000000010.h5|the same workers and batch|per push (async without --max-staleness)|Resume as the run was trained" \
+  --max-steps 20
 echo "PASS"
