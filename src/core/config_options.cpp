@@ -353,7 +353,8 @@ void add_output_options(Table& t, Config& c) {
   t.add("timeline", &c.timeline,
         "write <run-dir>/timeline.json: every rank's spans (data wait, forward, backward, "
         "allreduce / push-pull, optimizer, evaluation, checkpoint) as a Chrome trace for "
-        "chrome://tracing or Perfetto (a resumed run overwrites it)");
+        "chrome://tracing or Perfetto (a resumed run keeps it and writes timeline-2.json, and so "
+        "on)");
   t.add("summaries", &c.summaries,
         "the chief writes TensorBoard event files (events.out.tfevents.*) into --run-dir: every "
         "metrics.csv row as scalars train/* and test/*; a resumed run adds a new file");

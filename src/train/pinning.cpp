@@ -95,8 +95,9 @@ void pin_rank_threads(const Config& c, Cluster& cluster, std::string& notes) {
            std::to_string(omp_get_max_threads()) + " OpenMP thread(s) on the chief's " +
            std::to_string(plan.compute.size()) + " compute CPU(s)" +
            (plan.comm >= 0 ? ", its communication thread on CPU " + std::to_string(plan.comm)
-                           : std::string(comm_thread ? ", its communication thread beside them "
-                                                       "(a block of 1 CPU)"
+                           : std::string(comm_thread ? ", its communication thread sharing "
+                                                       "them (a block of 1 CPU, and no CPU "
+                                                       "outside the ranks' blocks)"
                                                      : "")) +
            (plan.shared ? "; more ranks than CPUs: ranks share CPUs" : "") + "\n";
 }

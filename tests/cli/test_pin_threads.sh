@@ -46,6 +46,12 @@ PY
 echo "== 1. 2 workers, sync allreduce: disjoint CPUs"
 pinned sync2 2 --mode sync --num-ps 0
 disjoint "$SCRATCH/sync2.log" 2
+# With every CPU in a block (2 ranks on 2 CPUs) the communication thread shares its rank's CPU,
+# and the chief's line says so.
+if [[ $cpus -eq 2 ]]; then
+  grep -q "its communication thread sharing them (a block of 1 CPU, and no CPU outside" \
+    "$SCRATCH/sync2.log" || { cat "$SCRATCH/sync2.log"; fail "the log misplaces the comm thread"; }
+fi
 
 echo "== 2. 1 worker: the communication thread alone on the block's last CPU"
 pinned sync1 1 --mode sync --num-ps 0
