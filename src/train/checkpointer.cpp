@@ -98,8 +98,8 @@ void resume_without_checkpoint(const Config& c, const std::vector<std::string>& 
   log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
            (outputs.empty() ? std::string()
                             : " (its " + listed +
-                                  " stay; metrics.csv keeps the earlier "
-                                  "attempt's rows before the new ones)"));
+                                  " stay; the earlier attempt's metrics.csv rows are "
+                                  "set aside)"));
 }
 
 }  // namespace

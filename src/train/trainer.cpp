@@ -377,13 +377,16 @@ void acquire_resources(const Config& c, Job& job) {
     throw;
   }
   if (c.resume && job.run_dir_lock) remove_partial_checkpoints(c.run_dir, *job.run_dir_lock);
-  if (resumes_checkpoint(c, job) && job.run_dir_lock &&
-      job.run_dir_lock->state() == FileLock::State::held) {
-    const std::int64_t step = job.resume->global_step;
-    set_aside_skipped_checkpoints(c.run_dir, step, *job.run_dir_lock);
+  if (c.resume && job.run_dir_lock && job.run_dir_lock->state() == FileLock::State::held) {
+    // Resumed from a checkpoint, or from scratch (step 0: a run stopped before its first).
+    const bool from_checkpoint = resumes_checkpoint(c, job);
+    const std::int64_t step = from_checkpoint ? job.resume->global_step : 0;
+    if (from_checkpoint) set_aside_skipped_checkpoints(c.run_dir, step, *job.run_dir_lock);
     if (const auto [aside, n] = set_aside_metrics_past(c.run_dir, step); n > 0)
       log_info("# metrics.csv: " + std::to_string(n) + " row(s) logged past global_step " +
-               std::to_string(step) + " (after the checkpoint resumed from) moved to " + aside);
+               std::to_string(step) +
+               (from_checkpoint ? " (after the checkpoint resumed from)" : " (no checkpoint)") +
+               " moved to " + aside);
   }
 }
 
@@ -506,10 +509,9 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   if (chief && effective.lr != c.lr)
     log_info("# --lr-scaling linear: learning rate per global step " + std::to_string(c.lr) +
              " x " + std::to_string(aggregated) +
-             (aggregated == job.plan.workers
-                  ? " workers"
-                  : " gradients per step (--replicas-to-aggregate, of " +
-                        std::to_string(job.plan.workers) + " workers)") +
+             (aggregated == job.plan.workers ? " workers"
+                                             : " gradients per step (--replicas-to-aggregate, of " +
+                                                   std::to_string(job.plan.workers) + " workers)") +
              " = " + std::to_string(effective.lr));
   if (chief && effective.warmup_steps != c.warmup_steps)
     log_info("# --async-schedule sync-steps: warm-up over " +

@@ -12,6 +12,8 @@
 #      checkpoints untouched.
 #   4. an SSP run (--max-staleness 1) resumed without --max-staleness: the same workers and batch,
 #      but async counts a global step per push: refused naming that, not the shape.
+#   5. --resume of a run stopped before its first checkpoint starts from scratch and sets the
+#      first attempt's metrics.csv rows aside in metrics-past-0.csv: metrics.csv is one timeline.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -82,4 +84,22 @@ go 3 "$SCRATCH/ssp.log" --max-staleness 1 --max-steps 10
 [[ $rc -eq 0 ]] || { cat "$SCRATCH/ssp.log"; fail "the SSP run failed: exit $rc"; }
 refused 3 "ckpt-0000000010.h5|the same workers and batch|per push (async without --max-staleness)|Resume as the run was trained" \
   --max-steps 20
+echo "== 5. --resume of a run stopped before its first checkpoint: from scratch, the old rows aside"
+d=$SCRATCH/scratch
+ARGS=("${FX[@]}" --mode sync --num-ps 0 --log-every 2 --run-dir "$d")
+rm -rf "$d"
+go 2 "$SCRATCH/scratch1.log" --max-steps 8
+rm "$d"/ckpt-*.h5 "$d/results.json"  # = a run killed before its first checkpoint
+go 2 "$SCRATCH/scratch2.log" --max-steps 4
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/scratch2.log"; fail "--resume from scratch: exit $rc"; }
+grep -q "starting from scratch" "$SCRATCH/scratch2.log" || fail "no word of starting from scratch"
+"$PY" - "$d" <<'PY' || { cat "$SCRATCH/scratch2.log"; fail "metrics.csv after a resume from scratch"; }
+import csv, sys
+d = sys.argv[1]
+steps = [int(r["global_step"]) for r in csv.DictReader(open(f"{d}/metrics.csv")) if r["kind"] == "train"]
+old = [int(r["global_step"]) for r in csv.DictReader(open(f"{d}/metrics-past-0.csv")) if r["kind"] == "train"]
+assert steps == [2, 4], f"metrics.csv holds train steps {steps}, want [2, 4]: one timeline"
+assert old == [2, 4, 6, 8], f"metrics-past-0.csv holds {old}, want the first attempt's [2, 4, 6, 8]"
+print(f"   metrics.csv train steps {steps}; the first attempt's {old} in metrics-past-0.csv")
+PY
 echo "PASS"
