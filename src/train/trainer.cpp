@@ -414,7 +414,7 @@ bool nothing_left_to_train(const Config& c, const Job& job) {
   return done != 0;
 }
 
-/// The log header (rank 0), role/model/plan tables and config.ini (the chief).
+/// The log header (rank 0) and the role/model/plan tables (the chief).
 void announce(const Config& c, const Job& job) {
   if (job.cluster->world_rank() == 0)
     log_info("# dtrain " + std::string(to_string(exchange_kind(c))) + " training" +
@@ -425,7 +425,6 @@ void announce(const Config& c, const Job& job) {
   if (!job.role_notes.empty()) log_info(job.role_notes.substr(0, job.role_notes.size() - 1));
   log_info(job.model_report);
   log_info(describe_plan(job.plan));
-  write_file_atomically((fs::path(c.run_dir) / "config.ini").string(), c.effective_ini);
 }
 
 /// --timeline: every rank starts its clock at the same barrier (one node: one clock; across nodes
@@ -547,6 +546,9 @@ int train_as_worker(const Config& c, const Config& effective, Job& job) {
   }
   const Cluster& cluster = stage_ps ? *stage_ps : pipe ? pipe->stage_cluster() : *job.cluster;
   Worker worker(effective, cluster, job.plan, *job.backend, std::move(job.resume), pipe.get());
+  // Once the chief's exchange is set up: a run whose set-up failed (no shared memory for
+  // --allreduce hierarchical, NCCL) leaves no config.ini, and the same --run-dir takes the fix.
+  if (chief) write_file_atomically((fs::path(c.run_dir) / "config.ini").string(), c.effective_ini);
   const WorkerOutcome out = worker.run();
   if (chief && c.pin_threads) log_info(describe_pinned_threads("the chief"));  // while they run
   const RunStats st = gather_run_stats(job, nullptr, &out);

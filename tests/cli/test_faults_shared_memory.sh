@@ -8,7 +8,8 @@
 #      the checkpoint is bit-identical to an --allreduce mpi run's; with the fault on the node's
 #      leader (worker 0, which makes the segment) the warning names it and memfd_create;
 #   2. sync, --allreduce hierarchical: one error on every rank naming the worker that cannot share
-#      and the way out (--allreduce mpi), a non-zero exit within the deadline, no checkpoint;
+#      and the way out (--allreduce mpi), a non-zero exit within the deadline, no checkpoint and
+#      no config.ini: the same --run-dir then trains with --allreduce mpi;
 #   3. async, 1 ps + 2 workers (--ps-shm, the default), 40 steps: worker 1 alone warns that it
 #      cannot map the ps's ring and pushes as MPI messages, the run trains, and some but not all
 #      pushes took the ring (results.json ps_shared_ring_pushes); with the fault on the ps (which
@@ -64,6 +65,11 @@ set -e
   { cat "$SCRATCH/hier.log"; fail "not every rank names worker 1 and --allreduce mpi"; }
 ! ls "$SCRATCH"/hier/ckpt-*.h5 >/dev/null 2>&1 ||
   fail "a checkpoint was written by a run that failed to start"
+# Nothing of a run is left behind, so the way out the error names takes the same --run-dir.
+[[ ! -e $SCRATCH/hier/config.ini && ! -e $SCRATCH/hier/metrics.csv ]] ||
+  { ls "$SCRATCH/hier"; fail "the run that failed to start left config.ini or metrics.csv"; }
+DTRAIN_FAULT=no-shared-memory:1 run "$SCRATCH/hier" 2 --mode sync --num-ps 0 --allreduce mpi \
+  --max-steps 10
 
 echo "== 3. async, 1 ps + 2 workers: a worker that cannot map the ring pushes as MPI messages"
 DTRAIN_FAULT=no-shared-memory:1 run "$SCRATCH/async1" 3 --mode async --num-ps 1 --max-steps 40
