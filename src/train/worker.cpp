@@ -6,6 +6,7 @@
 #include "worker.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -32,6 +33,20 @@ void worker_sum(MPI_Comm comm, double* v, int n) {
 }
 
 namespace {
+/// The allreduce algorithms a pipeline's workers ran, '+'-joined in a fixed order: the one name,
+/// or where the stages summed differently (one fell back to MPI) each of them. Collective over
+/// the stage's replicas (`stage`), then the replica's stages (`pipe`).
+std::string algorithms_of_all(MPI_Comm stage, MPI_Comm pipe, const std::string& mine) {
+  static constexpr std::array<const char*, 4> kNames = {"hierarchical", "mpi", "nccl", "none"};
+  std::array<double, kNames.size()> used{};
+  for (std::size_t k = 0; k < kNames.size(); ++k) used[k] = mine == kNames[k] ? 1 : 0;
+  for (MPI_Comm comm : {stage, pipe}) worker_sum(comm, used.data(), static_cast<int>(used.size()));
+  std::string all;
+  for (std::size_t k = 0; k < kNames.size(); ++k)
+    if (used[k] > 0) all += (all.empty() ? "" : "+") + std::string(kNames[k]);
+  return all;
+}
+
 /// The stage's activation slots for its schedule (1 without a pipeline).
 int slots_of(const Config& c, const PipelineGroup* pipe) {
   if (pipe == nullptr) return 1;
@@ -159,6 +174,9 @@ WorkerOutcome Worker::run() {
   out_.skipped = exchange_->skipped_steps();
   out_.push_bytes_per_step = exchange_->push_bytes_per_step();
   out_.allreduce = exchange_->allreduce_algorithm();
+  // A pipeline's stages each sum among their replicas: the run's algorithm is all of theirs.
+  if (pipe_ != nullptr && !out_.allreduce.empty())
+    out_.allreduce = algorithms_of_all(cluster_.role_comm(), pipe_->pipe(), out_.allreduce);
   if (!exchange_->lockstep()) {
     // Each ps worker skips its own pushes: the run's count is the sum (allreduce: all agree).
     double skipped = static_cast<double>(out_.skipped);

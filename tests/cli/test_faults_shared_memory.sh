@@ -6,7 +6,8 @@
 #   1. sync, 10 steps, --allreduce auto (the CPU default, hierarchical): the job warns once that
 #      it sums with MPI_Allreduce and why (naming the rank), trains, results.json says "mpi", and
 #      the checkpoint is bit-identical to an --allreduce mpi run's; with the fault on the node's
-#      leader (worker 0, which makes the segment) the warning names it and memfd_create;
+#      leader (worker 0, which makes the segment) the warning names it and memfd_create; in a
+#      pipeline where one stage falls back, results.json says "hierarchical+mpi";
 #   2. sync, --allreduce hierarchical: one error on every rank naming the worker that cannot share
 #      and the way out (--allreduce mpi), a non-zero exit within the deadline, no checkpoint and
 #      no config.ini: the same --run-dir then trains with --allreduce mpi;
@@ -51,6 +52,13 @@ grep -q "summing with MPI_Allreduce, not hierarchically: .*$LEADER" "$SCRATCH/le
   { cat "$SCRATCH/leader.log"; fail "no fallback warning naming the leader, worker 0"; }
 [[ $(json_get "$SCRATCH/leader/results.json" allreduce) == mpi ]] ||
   fail "results.json allreduce is not mpi after the leader's fallback"
+
+# A pipeline (2 stages x 2 replicas): stage 0 (world ranks 1 and 3) falls back, stage 1 does not;
+# results.json names both algorithms, not the chief's stage's alone.
+DTRAIN_FAULT=no-shared-memory:1 run "$SCRATCH/pipe" 4 --mode sync --num-ps 0 --max-steps 4 \
+  --pipeline-stages 2 --micro-batches 2
+[[ $(json_get "$SCRATCH/pipe/results.json" allreduce) == hierarchical+mpi ]] ||
+  fail "a pipeline whose stage 0 fell back: results.json allreduce is not hierarchical+mpi"
 
 echo "== 2. sync, --allreduce hierarchical: an error naming worker 1 on every rank, no hang"
 set +e
