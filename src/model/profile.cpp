@@ -2,6 +2,7 @@
 #include "dtrain/model/profile.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -27,9 +28,12 @@ void check_layers(const WorkerProfile& p, const std::string& where) {
   DT_REQUIRE(!p.layers.empty(), where + ": no layers");
   std::size_t next = 0;
   for (const LayerCost& l : p.layers) {
+    // At most 1e9 ms (11.6 days) a pass: the sums over layers and stages stay finite.
+    constexpr double kMaxMs = 1e9;
     DT_REQUIRE(std::isfinite(l.forward_ms) && std::isfinite(l.backward_ms) && l.forward_ms >= 0 &&
-                   l.backward_ms >= 0,
-               where + ": layer '" + l.name + "' has a negative or non-finite time");
+                   l.backward_ms >= 0 && l.forward_ms <= kMaxMs && l.backward_ms <= kMaxMs,
+               where + ": layer '" + l.name +
+                   "' has a negative, non-finite or implausible time (expected 0 to 1e9 ms)");
     DT_REQUIRE(l.param_floats == 0 || l.param_offset == next,
                where + ": layer '" + l.name + "' starts its parameters at float " +
                    std::to_string(l.param_offset) + ", expected " + std::to_string(next) +
@@ -71,6 +75,9 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
 
 WorkerProfile load_profile(const std::string& path, const std::string& option) {
   const std::string where = "option " + option + " '" + path + "'";
+  std::error_code ec;
+  DT_REQUIRE(!std::filesystem::is_directory(path, ec),
+             where + ": is a directory, expected a profile file (dtrain plan --save-profile)");
   std::ifstream in(path);
   DT_REQUIRE(in.good(), where + ": cannot read the profile (does the file exist?)");
   WorkerProfile p;

@@ -453,7 +453,18 @@ TEST(WorkerProfileJson, RoundTripsAndRejectsBadFiles) {
   expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1, "layers": [
       {"name": "a", "forward_ms": 1, "backward_ms": 1, "param_offset": 5, "param_floats": 3}]})",
                "expected 0");
+  // Finite times whose sum is not (1e308 + 1e308) would break the pipeline cut: refused.
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1, "layers": [
+      {"name": "a", "forward_ms": 1e308, "backward_ms": 1e308, "param_offset": 0,
+       "param_floats": 3}]})",
+               "layer 'a' has a negative, non-finite or implausible time");
   EXPECT_THROW(load_profile(dir + "/missing.json", "--profile"), InputError);
+  try {
+    (void)load_profile(dir, "--profile");  // a directory: an InputError, not a stream failure
+    ADD_FAILURE() << "a directory was read as a profile";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
