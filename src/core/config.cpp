@@ -141,6 +141,42 @@ void validate_naming_job_file(const Config& c, const std::string& path,
   }
 }
 
+/// The options outside the table: --help, --version and --config (into c.config_file).
+po::options_description general_options(Config& c) {
+  po::options_description general("General");
+  general.add_options()("help,h", "print this help and exit")(
+      "version", "print dtrain's version (git describe at build time) and exit")(
+      "config", po::value<std::string>(&c.config_file), "INI job file (see jobs/)");
+  return general;
+}
+
+/// The job file's values that the command line overrides are checked too (docs/training.md):
+/// the configuration with the file's value for every key it gives and the command line's for
+/// the rest passes check_each_value(), or the error names the file. A bad value then fails for
+/// everyone who runs the file, not only for those who do not override it.
+void check_overridden_values(const std::vector<const char*>& args, const std::string& path) {
+  Config f;
+  Table table;
+  build_table(table, f);
+  const po::options_description desc = table.all();
+  po::options_description cli;
+  cli.add(general_options(f)).add(desc);
+  po::variables_map vm;
+  try {
+    po::store(parse_job_file(path, desc), vm);  // first: the file's values win
+    store_command_line(args, cli, vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError("job file '" + path + "': " + e.what());
+  }
+  try {
+    check_each_value(f);
+  } catch (const InputError& e) {
+    throw InputError("job file '" + path + "': " + e.what() +
+                     " (the command line overrides it, but the file's value must be valid too)");
+  }
+}
+
 std::string help_text(const po::options_description& cli) {
   std::ostringstream os;
   os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
@@ -166,12 +202,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
   Table table;
   build_table(table, c);
   po::options_description desc = table.all();
-  po::options_description general("General");
-  general.add_options()("help,h", "print this help and exit")(
-      "version", "print dtrain's version (git describe at build time) and exit")(
-      "config", po::value<std::string>(&c.config_file), "INI job file (see jobs/)");
   po::options_description cli;
-  cli.add(general).add(desc);
+  cli.add(general_options(c)).add(desc);
 
   // The subcommand: `dtrain predict ...`, `dtrain train ...`, or `dtrain --option ...` (train).
   std::vector<const char*> args(argv, argv + argc);
@@ -194,6 +226,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
     throw InputError(std::string("options: ") + e.what());
   }
   validate_naming_job_file(c, c.config_file, from_file);
+  if (!c.config_file.empty() && c.command != Subcommand::export_tensors)
+    check_overridden_values(args, c.config_file);
   c.effective_ini = "# effective dtrain configuration\n" + table.effective_ini();
   return r;
 }

@@ -25,10 +25,114 @@ void non_negative(const std::string& opt, double v) {
     throw InputError("option --" + opt + ": must be a finite number >= 0, got " + to_text(v));
 }
 
+/// Input, decoding, steps and batches: each value alone.
+void check_input_values(const Config& c) {
+  if (!c.synthetic.empty()) (void)parse_synthetic_spec(c.synthetic);  // InputError naming it
+  non_negative("num-classes", c.num_classes);
+  non_negative("random-crop", c.random_crop);
+  non_negative("random-resized-crop", c.random_resized_crop);
+  const auto scale = parse_min_max("rrc-scale", c.rrc_scale);
+  (void)parse_min_max("rrc-ratio", c.rrc_ratio);
+  DT_REQUIRE(scale.second <= 1, "option --rrc-scale '" + c.rrc_scale +
+                                    "': MAX is a fraction of the image's area, expected <= 1");
+  non_negative("center-crop", c.center_crop);
+  non_negative("eval-resize", c.eval_resize);
+  non_negative("data-threads", c.data_threads);
+  // No stored image is wider than 2^20 (io/image.cpp); a side beyond made every image "bad".
+  for (const auto& [opt, v] :
+       {std::pair{"random-resized-crop", c.random_resized_crop},
+        std::pair{"center-crop", c.center_crop}, std::pair{"eval-resize", c.eval_resize}})
+    DT_REQUIRE(v <= 1 << 20, std::string("option --") + opt + ": at most 1048576 pixels, got " +
+                                 std::to_string(v));
+  DT_REQUIRE(c.data_threads <= 1024,
+             "option --data-threads: at most 1024 decode threads per rank, got " +
+                 std::to_string(c.data_threads));
+  non_negative("cache-mb", c.cache_mb);
+  (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
+  // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
+  DT_REQUIRE(c.seed <= static_cast<std::uint64_t>(INT64_MAX),
+             "option --seed: must be an integer from 0 to 9223372036854775807, got " +
+                 std::to_string(c.seed) + " (a negative number?)");
+  positive("epochs", c.epochs);
+  positive("batch-size", c.batch_size);
+  positive("pipeline-stages", c.pipeline_stages);
+  positive("micro-batches", c.micro_batches);
+  non_negative("global-batch-size", c.global_batch_size);
+  non_negative("max-steps", static_cast<double>(c.max_steps));
+  positive("log-every", c.log_every);
+  non_negative("eval-every", static_cast<double>(c.eval_every));
+  DT_REQUIRE(c.target_accuracy >= 0 && c.target_accuracy <= 1,
+             "option --target-accuracy: must be in [0, 1] (0: off), got " +
+                 to_text(c.target_accuracy));
+}
+
+/// The optimizer and its schedule: each value alone.
+void check_optimizer_values(const Config& c) {
+  positive("lr", c.lr);
+  non_negative("momentum", c.momentum);
+  DT_REQUIRE(c.momentum < 1, "option --momentum: must be in [0, 1) (the velocity would grow "
+                             "without bound), got " +
+                                 to_text(c.momentum));
+  non_negative("weight-decay", c.weight_decay);
+  DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
+             "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
+  std::stringstream list(c.no_weight_decay_on);
+  for (std::string item; std::getline(list, item, ',');)
+    DT_REQUIRE(item == "bias" || item == "bn",
+               "option --no-weight-decay-on: unknown parameter kind '" + item +
+                   "' (expected a comma-separated list of bias, bn)");
+  non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
+  positive("lr-step-size", static_cast<double>(c.lr_step_size));
+  positive("lr-gamma", c.lr_gamma);
+  non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
+  non_negative("lr-min", c.lr_min);
+  positive("lr-power", c.lr_power);
+  positive("lars-eta", c.lars_eta);
+  non_negative("lars-eps", c.lars_epsilon);
+  DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
+  DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
+  positive("adam-epsilon", c.adam_epsilon);
+}
+
+/// Sizes and deadlines of the cluster, its output and its communication, and the modes' numbers:
+/// each value alone.
+void check_cluster_values(const Config& c) {
+  non_negative("num-ps", c.num_ps);
+  non_negative("threads", c.threads);
+  non_negative("ps-threads", c.ps_threads);
+  DT_REQUIRE(c.ps_chunk_kb >= 1 && c.ps_chunk_kb <= 1024 * 1024,
+             "option --ps-chunk-kb: must be a size in KiB from 1 to 1048576, got " +
+                 std::to_string(c.ps_chunk_kb));
+  non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
+  non_negative("checkpoint-secs", c.checkpoint_secs);
+  positive("keep-checkpoints", c.keep_checkpoints);
+  non_negative("summary-every", static_cast<double>(c.summary_every));
+  positive("timeout", c.timeout);
+  // A wait's deadline becomes a std::chrono duration in nanoseconds (int64): past ~292 years it
+  // would wrap. 30 days bounds every wait well inside that and above any batch job's wall time.
+  constexpr double kMaxTimeout = 30.0 * 24 * 3600;
+  DT_REQUIRE(c.timeout <= kMaxTimeout,
+             "option --timeout: must be at most 2592000 seconds (30 days), got " +
+                 to_text(c.timeout));
+  DT_REQUIRE(c.conv_workspace_mb >= 0 && c.conv_workspace_mb <= 1 << 20,
+             "option --conv-workspace-mb: must be in [0, 1048576] MiB, got " +
+                 std::to_string(c.conv_workspace_mb));
+  DT_REQUIRE(c.bucket_mb >= 0 && c.bucket_mb <= 2047,
+             "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
+                 to_text(c.bucket_mb));
+  DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
+  DT_REQUIRE(c.max_staleness >= -1,
+             "option --max-staleness: must be >= 0, or -1 for unbounded; got " +
+                 std::to_string(c.max_staleness));
+  DT_REQUIRE(std::isfinite(c.delay_compensation) && c.delay_compensation >= 0.0f,
+             "option --delay-compensation: must be a number >= 0 (0: off), got " +
+                 to_text(c.delay_compensation));
+  non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
+}
+
 /// The data files or --synthetic, and --synthetic-samples.
 void check_data_source(const Config& c) {
   if (!c.synthetic.empty()) {
-    (void)parse_synthetic_spec(c.synthetic);  // InputError naming --synthetic
     if (!c.train_data.empty() || !c.test_data.empty()) {
       const std::string files =
           (c.train_data.empty() ? "" : "--train-data '" + c.train_data + "'") +
@@ -92,30 +196,12 @@ void check_subcommand(const Config& c) {
 
 /// Augmentation, decoding and the model.
 void check_input_and_model(const Config& c) {
-  non_negative("num-classes", c.num_classes);
-  non_negative("random-crop", c.random_crop);
-  non_negative("random-resized-crop", c.random_resized_crop);
   const auto scale = parse_min_max("rrc-scale", c.rrc_scale);
   const auto ratio = parse_min_max("rrc-ratio", c.rrc_ratio);
-  DT_REQUIRE(scale.second <= 1, "option --rrc-scale '" + c.rrc_scale +
-                                    "': MAX is a fraction of the image's area, expected <= 1");
   DT_REQUIRE(c.random_resized_crop > 0 ||
                  (scale == std::pair{0.08, 1.0} && ratio == std::pair{3.0 / 4.0, 4.0 / 3.0}),
              "options --rrc-scale / --rrc-ratio: set the ranges of --random-resized-crop, which "
              "is off (0)");
-  non_negative("center-crop", c.center_crop);
-  non_negative("eval-resize", c.eval_resize);
-  non_negative("data-threads", c.data_threads);
-  // No stored image is wider than 2^20 (io/image.cpp); a side beyond made every image "bad".
-  for (const auto& [opt, v] :
-       {std::pair{"random-resized-crop", c.random_resized_crop},
-        std::pair{"center-crop", c.center_crop}, std::pair{"eval-resize", c.eval_resize}})
-    DT_REQUIRE(v <= 1 << 20, std::string("option --") + opt + ": at most 1048576 pixels, got " +
-                                 std::to_string(v));
-  DT_REQUIRE(c.data_threads <= 1024,
-             "option --data-threads: at most 1024 decode threads per rank, got " +
-                 std::to_string(c.data_threads));
-  non_negative("cache-mb", c.cache_mb);
   DT_REQUIRE(
       c.synthetic.empty() || c.num_classes == 0,
       "option --num-classes: not used with --synthetic (its CxHxW:classes sets the classes)");
@@ -128,7 +214,6 @@ void check_input_and_model(const Config& c) {
                    "options"
                  : "option --layer: the model has no layers (give `layer =` lines in " +
                        c.config_file + ")");
-  (void)parse_step_range(c.profile_steps);  // InputError naming --profile-steps
 }
 
 /// The sync allreduce's path against the device.
@@ -158,14 +243,6 @@ void check_cuda_graph(const Config& c) {
 
 /// Steps, batches, micro-batches and pipeline stages, evaluation.
 void check_steps_and_batches(const Config& c) {
-  // Boost reads "-1" into the unsigned seed as 2^64 − 1: refuse what only a negative number gives.
-  DT_REQUIRE(c.seed <= static_cast<std::uint64_t>(INT64_MAX),
-             "option --seed: must be an integer from 0 to 9223372036854775807, got " +
-                 std::to_string(c.seed) + " (a negative number?)");
-  positive("epochs", c.epochs);
-  positive("batch-size", c.batch_size);
-  positive("pipeline-stages", c.pipeline_stages);
-  positive("micro-batches", c.micro_batches);
   DT_REQUIRE(c.pipeline_profile.empty() || c.pipeline_stages > 1,
              "option --pipeline-profile: cuts pipeline stages by measured time, but "
              "--pipeline-stages is " +
@@ -175,74 +252,15 @@ void check_steps_and_batches(const Config& c) {
              "option --micro-batches: " + std::to_string(c.micro_batches) +
                  " does not divide --batch-size " + std::to_string(c.batch_size) +
                  " (every micro-batch has the same number of samples)");
-  non_negative("global-batch-size", c.global_batch_size);
-  non_negative("max-steps", static_cast<double>(c.max_steps));
-  positive("log-every", c.log_every);
-  non_negative("eval-every", static_cast<double>(c.eval_every));
-  DT_REQUIRE(c.target_accuracy >= 0 && c.target_accuracy <= 1,
-             "option --target-accuracy: must be in [0, 1] (0: off), got " +
-                 to_text(c.target_accuracy));
 }
 
-/// The optimizer, weight decay and the learning-rate schedule.
+/// The learning-rate schedule against --lr.
 void check_optimizer(const Config& c) {
-  positive("lr", c.lr);
-  non_negative("momentum", c.momentum);
-  DT_REQUIRE(c.momentum < 1, "option --momentum: must be in [0, 1) (the velocity would grow "
-                             "without bound), got " +
-                                 to_text(c.momentum));
-  non_negative("weight-decay", c.weight_decay);
-  DT_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1,
-             "option --label-smoothing: must be in [0, 1), got " + to_text(c.label_smoothing));
-  std::stringstream list(c.no_weight_decay_on);
-  for (std::string item; std::getline(list, item, ',');)
-    DT_REQUIRE(item == "bias" || item == "bn",
-               "option --no-weight-decay-on: unknown parameter kind '" + item +
-                   "' (expected a comma-separated list of bias, bn)");
-  non_negative("warmup-steps", static_cast<double>(c.warmup_steps));
-  positive("lr-step-size", static_cast<double>(c.lr_step_size));
-  positive("lr-gamma", c.lr_gamma);
-  non_negative("lr-decay-steps", static_cast<double>(c.lr_decay_steps));
-  non_negative("lr-min", c.lr_min);
   DT_REQUIRE((c.lr_schedule != LrSchedule::cosine && c.lr_schedule != LrSchedule::poly) ||
                  c.lr_min <= c.lr,
              "option --lr-min: the " + std::string(to_string(c.lr_schedule)) +
                  " schedule decays from --lr (" + to_text(c.lr) +
                  ") down to --lr-min, which must not exceed it; got " + to_text(c.lr_min));
-  positive("lr-power", c.lr_power);
-  positive("lars-eta", c.lars_eta);
-  non_negative("lars-eps", c.lars_epsilon);
-  DT_REQUIRE(c.beta1 >= 0 && c.beta1 < 1, "option --beta1: must be in [0, 1)");
-  DT_REQUIRE(c.beta2 >= 0 && c.beta2 < 1, "option --beta2: must be in [0, 1)");
-  positive("adam-epsilon", c.adam_epsilon);
-}
-
-/// Sizes and deadlines of the cluster, its output and its communication.
-void check_cluster_sizes(const Config& c) {
-  non_negative("num-ps", c.num_ps);
-  non_negative("threads", c.threads);
-  non_negative("ps-threads", c.ps_threads);
-  DT_REQUIRE(c.ps_chunk_kb >= 1 && c.ps_chunk_kb <= 1024 * 1024,
-             "option --ps-chunk-kb: must be a size in KiB from 1 to 1048576, got " +
-                 std::to_string(c.ps_chunk_kb));
-  non_negative("checkpoint-every", static_cast<double>(c.checkpoint_every));
-  non_negative("checkpoint-secs", c.checkpoint_secs);
-  positive("keep-checkpoints", c.keep_checkpoints);
-  non_negative("summary-every", static_cast<double>(c.summary_every));
-  positive("timeout", c.timeout);
-  // A wait's deadline becomes a std::chrono duration in nanoseconds (int64): past ~292 years it
-  // would wrap. 30 days bounds every wait well inside that and above any batch job's wall time.
-  constexpr double kMaxTimeout = 30.0 * 24 * 3600;
-  DT_REQUIRE(c.timeout <= kMaxTimeout,
-             "option --timeout: must be at most 2592000 seconds (30 days), got " +
-                 to_text(c.timeout));
-  DT_REQUIRE(c.conv_workspace_mb >= 0 && c.conv_workspace_mb <= 1 << 20,
-             "option --conv-workspace-mb: must be in [0, 1048576] MiB, got " +
-                 std::to_string(c.conv_workspace_mb));
-  DT_REQUIRE(c.bucket_mb >= 0 && c.bucket_mb <= 2047,
-             "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
-                 to_text(c.bucket_mb));
-  DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
 }
 
 /// The options of one mode (async staleness and delay compensation, sync backup workers).
@@ -250,15 +268,9 @@ void check_mode(const Config& c) {
   DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
              "option --num-ps: async mode needs at least one parameter server (got 0); use "
              "--mode sync for allreduce without ps");
-  DT_REQUIRE(c.max_staleness >= -1,
-             "option --max-staleness: must be >= 0, or -1 for unbounded; got " +
-                 std::to_string(c.max_staleness));
   DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
              "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
              "synchronous already");
-  DT_REQUIRE(std::isfinite(c.delay_compensation) && c.delay_compensation >= 0.0f,
-             "option --delay-compensation: must be a number >= 0 (0: off), got " +
-                 to_text(c.delay_compensation));
   DT_REQUIRE(c.delay_compensation == 0.0f || (c.mode == Mode::async && c.max_staleness < 0),
              "option --delay-compensation: corrects stale pushes of async training (--mode async "
              "without --max-staleness)");
@@ -281,7 +293,6 @@ void check_mode(const Config& c) {
                std::string("option --") + opt +
                    ": sets the parameter servers, and this run has none (--num-ps 0: sync "
                    "allreduce)");
-  non_negative("replicas-to-aggregate", c.replicas_to_aggregate);
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "
              "(--mode sync --num-ps K > 0)");
@@ -289,16 +300,22 @@ void check_mode(const Config& c) {
 
 }  // namespace
 
+void check_each_value(const Config& c) {
+  check_input_values(c);
+  check_optimizer_values(c);
+  check_cluster_values(c);
+}
+
 void validate_config(const Config& c) {
   check_data_source(c);
   check_subcommand(c);
   if (c.command == Subcommand::export_tensors) return;  // the model and data: the checkpoint's
+  check_each_value(c);
   check_input_and_model(c);
   check_exchange_path(c);
   check_cuda_graph(c);
   check_steps_and_batches(c);
   check_optimizer(c);
-  check_cluster_sizes(c);
   check_mode(c);
 }
 

@@ -249,7 +249,20 @@ TEST_F(ConfigTest, AJobFileValueIsCheckedAndNamedEvenWhenOverridden) {
   const std::string cli = error_of(base({"--config", neg, "--lr", "-2"}));
   EXPECT_EQ(cli.find("job file"), std::string::npos) << cli;  // the command line's value
   EXPECT_MENTIONS(cli, "option --lr: must be a finite number > 0, got -2");
-  EXPECT_EQ(parse(base({"--config", neg, "--lr", "0.1"})).config.lr, 0.1f);  // overridden
+  // Overridden, it is still the file's error: the file fails for whoever runs it as it is.
+  EXPECT_MENTIONS(error_of(base({"--config", neg, "--lr", "0.1"})),
+                  "job file '" + neg + "': option --lr: must be a finite number > 0, got -1");
+  const std::string keep = write_ini("[checkpoint]\nkeep-checkpoints = 0\n", "keep.ini");
+  EXPECT_MENTIONS(error_of(base({"--config", keep, "--keep-checkpoints", "2"})),
+                  "job file '" + keep + "': option --keep-checkpoints");
+  // Only each value alone: a file whose values agree among themselves is not held to the
+  // command line's other values (its --lr-min 0.05 is above the command line's --lr 0.01).
+  const std::string sched =
+      write_ini("[optimizer]\nlr-schedule = cosine\nlr-min = 0.05\n", "sched.ini");
+  EXPECT_FLOAT_EQ(
+      parse(base({"--config", sched, "--lr", "0.01", "--lr-min", "0.001"})).config.lr_min, 0.001f);
+  const std::string good = write_ini("[optimizer]\nlr = 0.5\n", "good.ini");
+  EXPECT_EQ(parse(base({"--config", good, "--lr", "0.1"})).config.lr, 0.1f);  // overridden
 }
 
 TEST_F(ConfigTest, MissingJobFileIsNamed) {

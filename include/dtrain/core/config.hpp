@@ -236,7 +236,12 @@ StepRange parse_step_range(const std::string& spec);
 /// value and the expected form otherwise.
 std::pair<double, double> parse_min_max(const std::string& opt, const std::string& spec);
 
-/// Validates cross-option constraints (sizes > 0, known enum values, ...). Throws InputError.
+/// The checks of each value alone (sizes > 0, ranges, parsed specs), without the constraints
+/// between options. Throws InputError naming the option.
+void check_each_value(const Config& c);
+
+/// Validates every value (check_each_value) and the constraints between options. Throws
+/// InputError naming the option.
 void validate_config(const Config& c);
 
 }  // namespace dtrain
