@@ -164,7 +164,11 @@ BucketedAllreduce::~BucketedAllreduce() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (stuck_) thread_.detach();  // inside MPI_Allreduce with a dead peer; MPI_Abort follows
+  // Inside MPI_Allreduce with a dead peer the thread never returns (MPI_Abort follows): left
+  // behind. A hierarchical sum polls shared memory this object is about to unmap: cancelled,
+  // it returns within ~10 ms, and is waited for.
+  if (hier_) hier_->cancel();
+  if (stuck_ && !hier_) thread_.detach();
   else thread_.join();
 }
 
@@ -242,10 +246,11 @@ void BucketedAllreduce::loop() {
     }
     const std::size_t k = queue_.front();
     queue_.pop_front();
+    const bool failed = error_ != nullptr;  // a step whose sum failed: its other buckets too
     lock.unlock();
     std::exception_ptr error;
     try {
-      reduce(k, Timeline::kCommTrack);
+      if (!failed) reduce(k, Timeline::kCommTrack);
     } catch (...) {
       error = std::current_exception();
     }
@@ -272,7 +277,8 @@ BucketedOutcome BucketedAllreduce::finish(double timeout_s) {
       const auto deadline = std::chrono::steady_clock::now() +
                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 std::chrono::duration<double>(timeout_s + (hier_ ? 1.0 : 0.0)));
-      if (!cv_.wait_until(lock, deadline, [&] { return done_ == launched_; })) {
+      // A failed bucket (a hierarchical sum naming the late worker) ends the wait at once.
+      if (!cv_.wait_until(lock, deadline, [&] { return done_ == launched_ || error_; })) {
         stuck_ = true;
         throw timeout_error(done_, timeout_s);
       }

@@ -210,6 +210,9 @@ void HierarchicalAllreduce::barrier(double timeout_s, const std::string& what, c
       nanosleep(&nap, nullptr);
       if (now < next_check) continue;
       next_check = now + 0.01;
+      if (cancelled_.load(std::memory_order_relaxed))
+        throw RuntimeFault(format_error(what + " (" + phase + "): cancelled, the step has failed",
+                                        __FILE__, __LINE__));
       // Who is late, and is any of them dead?
       std::string late;
       for (int p = 0; p < local_size_; ++p) {

@@ -5,7 +5,8 @@
 #      --timeout one reports "[rank R ...] timed out after 5 s waiting in: ... allreduce ..." and the
 #      job aborts (non-zero) — well before the 60 s bound.
 #      With --allreduce hierarchical the others wait in shared memory, and the message names the
-#      stopped worker ("waiting for worker 1 (world rank 1, pid P)").
+#      stopped worker ("waiting for worker 1 (world rank 1, pid P)"); so does the hook in a run
+#      of several buckets (the communication thread's sum), exit 4, no crash.
 #   2. async, 1 ps + 1 worker: the ps (rank 1) stopped with SIGSTOP: the worker reports waiting in an
 #      exchange "with ps 0 (rank 1)" and the job aborts. (With more workers, one already waiting for
 #      the others in an epoch-end allreduce may time out first: then that operation is named.)
@@ -49,6 +50,8 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   echo "   exit $JOB_RC after $(elapsed "$t0" "$(now)") s"
   [[ $JOB_RC -ne 124 ]] || { cat "$log"; fail "$name: the job hung (> 60 s)"; }
   [[ $JOB_RC -ne 0 ]] || { cat "$log"; fail "$name: exit 0 with a stuck rank"; }
+  # The watchdog's exit (kExitFault), not a crash while the others unwind.
+  [[ $JOB_RC -eq 4 ]] || { cat "$log"; fail "$name: exit $JOB_RC, want 4 (the watchdog's)"; }
   local msg w
   msg=$(grep -m1 "timed out after 5 s" "$log") || { cat "$log"; fail "$name: no watchdog message"; }
   local IFS='|'
@@ -73,6 +76,11 @@ stuck_case sync-stop 3 stop:1 "allreduce/gathering batchnorm statistics" --mode 
 # what the others wait in, over MPI.)
 stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce of metrics" \
   --mode sync --num-ps 0 --allreduce hierarchical
+# Several buckets summed by the communication thread (--bucket-mb 0.003: 12 for the tiny CNN):
+# its sum names the stuck worker and ends the step's wait at once (the others used to wait on,
+# then free the shared memory the thread still polled: SIGSEGV instead of the watchdog's exit).
+stuck_case sync-hier-buckets 3 hook:hang@20:1 "waiting for worker 1 (world rank 1" --mode sync \
+  --num-ps 0 --allreduce hierarchical --bucket-mb 0.003
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" --mode sync \

@@ -70,6 +70,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -122,6 +123,11 @@ class HierarchicalAllreduce {
   /// node (no segment).
   [[nodiscard]] float* home() const;
 
+  /// Makes a sum() in progress on another thread (or the next one) throw RuntimeFault within
+  /// about 10 ms instead of waiting for peers: the caller has given up on the step (its own
+  /// deadline passed) and is about to free this object. Thread-safe; irreversible.
+  void cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
+
  private:
   void barrier(double timeout_s, const std::string& what, const char* phase);
   void sum_fp32(float* data, std::size_t n, bool blocking, double timeout_s,
@@ -153,6 +159,7 @@ class HierarchicalAllreduce {
   std::uint64_t arrivals_ = 0;   ///< barriers this rank has entered
   std::uint64_t sums_ = 0;       ///< sums done (picks the slot set)
   std::unique_ptr<WireAllreduce> inter_;
+  std::atomic<bool> cancelled_{false};  ///< cancel(): barrier() gives up
 };
 
 }  // namespace dtrain
