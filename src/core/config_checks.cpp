@@ -120,6 +120,11 @@ void check_cluster_values(const Config& c) {
   DT_REQUIRE(c.bucket_mb >= 0 && c.bucket_mb <= 2047,
              "option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), got " +
                  to_text(c.bucket_mb));
+  // A size below one float would round to 0 floats, which means one bucket: the opposite.
+  DT_REQUIRE(c.bucket_mb == 0 || c.bucket_mb * 1048576 >= 4,
+             "option --bucket-mb: " + to_text(c.bucket_mb) +
+                 " MiB is less than one float (4 bytes = 0.0000038147 MiB); give at least that, "
+                 "or 0 for one bucket");
   DT_REQUIRE(!c.run_dir.empty(), "option --run-dir: must not be empty");
   DT_REQUIRE(c.max_staleness >= -1,
              "option --max-staleness: must be >= 0, or -1 for unbounded; got " +

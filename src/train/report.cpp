@@ -98,10 +98,13 @@ std::pair<std::string, int> set_aside_metrics_past(const std::string& run_dir, s
   if (!std::getline(in, header)) return {"", 0};
   int moved = 0;
   while (std::getline(in, line)) {
+    // A last line without its newline is a row the killed run was writing, cut short: its step
+    // (a prefix of the real one) says nothing. It goes aside whole.
+    const bool torn = in.eof();
     const std::size_t comma = line.find(',');
     std::int64_t at = 0;
     std::istringstream field(comma == std::string::npos ? "" : line.substr(comma + 1));
-    const bool later = static_cast<bool>(field >> at) && at > step;
+    const bool later = torn || (static_cast<bool>(field >> at) && at > step);
     (later ? past : kept) += line + '\n';
     moved += later ? 1 : 0;
   }

@@ -199,3 +199,19 @@ TEST(Files, MetricsRowsAppendAfterTheHeader) {
   EXPECT_NE(csv.find("\ntrain,7,"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",0.625000\n"), std::string::npos) << csv;
 }
+
+TEST(Files, ResumeSetsAsideRowsPastTheStepAndATornLastRow) {
+  ScratchDir d("past");
+  const std::string header = "kind,global_step,epoch\n";
+  // Rows up to step 12, one past it, and the row the killed run was writing, cut short: its
+  // "1" is a prefix of "12", not step 1.
+  std::ofstream(d.path / "metrics.csv") << header << "train,4,0\ntrain,8,0\ntrain,16,0\ntrain,1";
+  const auto [aside, moved] = set_aside_metrics_past(d.path.string(), 12);
+  EXPECT_EQ(moved, 2);
+  EXPECT_EQ(aside, (d.path / "metrics-past-12.csv").string());
+  EXPECT_EQ(read(d.path / "metrics.csv"), header + "train,4,0\ntrain,8,0\n");
+  EXPECT_EQ(read(aside), header + "train,16,0\ntrain,1\n");
+  // A file that ends with its newline keeps every row at or before the step.
+  EXPECT_EQ(set_aside_metrics_past(d.path.string(), 8).second, 0);
+  EXPECT_EQ(read(d.path / "metrics.csv"), header + "train,4,0\ntrain,8,0\n");
+}

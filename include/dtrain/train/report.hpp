@@ -56,7 +56,8 @@ std::optional<MetricsRow> last_row(const std::string& run_dir, const std::string
 /// <run_dir>/metrics-past-<step>.csv (with the header; -2, -3, ... when taken), so that
 /// metrics.csv is one run's rows in order, as TensorBoard drops them. The set-aside file is
 /// written before metrics.csv is replaced (both atomically): nothing is lost. Returns the
-/// set-aside file's path and the rows moved ("" and 0: none, nothing written). Throws
+/// set-aside file's path and the rows moved ("" and 0: none, nothing written); a last row cut
+/// short (no newline: the killed run was writing it) goes aside too. Throws
 /// LibraryError naming the file on a failed write.
 std::pair<std::string, int> set_aside_metrics_past(const std::string& run_dir, std::int64_t step);
 
