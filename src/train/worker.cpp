@@ -442,7 +442,9 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
 }
 
 void Worker::end_step(int epoch, std::int64_t s) {
-  if (log_steps_ >= c_.log_every) log_interval(epoch);
+  // Every --log-every steps of the epoch, counted from its start (s is the step in the epoch),
+  // so that a resumed run logs at the same steps as one that never stopped.
+  if ((s + 1) % c_.log_every == 0 || log_steps_ >= c_.log_every) log_interval(epoch);
   // The last step of the epoch or of the run: the epoch-end (or stop) checkpoint and evaluation
   // follow, so a checkpoint or evaluation due now waits for them.
   const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||

@@ -14,6 +14,8 @@
 #      but async counts a global step per push: refused naming that, not the shape.
 #   5. --resume of a run stopped before its first checkpoint starts from scratch and sets the
 #      first attempt's metrics.csv rows aside in metrics-past-0.csv: metrics.csv is one timeline.
+#   6. --log-every counts the epoch's steps: a run resumed at step 10 logs at 12, 15, 18 as an
+#      uninterrupted one does (not 13, 16, 19).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -101,5 +103,23 @@ old = [int(r["global_step"]) for r in csv.DictReader(open(f"{d}/metrics-past-0.c
 assert steps == [2, 4], f"metrics.csv holds train steps {steps}, want [2, 4]: one timeline"
 assert old == [2, 4, 6, 8], f"metrics-past-0.csv holds {old}, want the first attempt's [2, 4, 6, 8]"
 print(f"   metrics.csv train steps {steps}; the first attempt's {old} in metrics-past-0.csv")
+PY
+echo "== 6. a resumed run logs at the same steps as one that never stopped (--log-every 3)"
+ARGS=("${FX[@]}" --mode sync --num-ps 0 --log-every 3 --checkpoint-every 10)
+for dir in whole parts; do rm -rf "${SCRATCH:?}/$dir"; done
+d=$SCRATCH/whole
+go 2 "$SCRATCH/whole.log" --run-dir "$d" --max-steps 20
+d=$SCRATCH/parts
+go 2 "$SCRATCH/parts1.log" --run-dir "$d" --max-steps 10
+go 2 "$SCRATCH/parts2.log" --run-dir "$d" --max-steps 20
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/parts2.log"; fail "the resumed run failed: exit $rc"; }
+"$PY" - "$SCRATCH/whole" "$SCRATCH/parts" <<'PY' || fail "the resumed run logs at other steps"
+import csv, sys
+def steps(d):
+    return [int(r["global_step"]) for r in csv.DictReader(open(f"{d}/metrics.csv"))
+            if r["kind"] == "train" and int(r["global_step"]) > 10]
+a, b = (steps(d) for d in sys.argv[1:])
+assert a == b == [12, 15, 18, 20], (a, b)
+print(f"   train rows past the checkpoint: {b}, as without the stop")
 PY
 echo "PASS"

@@ -60,7 +60,7 @@ struct Config {
   int batch_size = 64;                                       ///< per worker
   int global_batch_size = 0;    ///< if > 0: per-worker batch = global / workers (strong scaling)
   std::uint64_t seed = 1;       ///< seed of initialisation, data order, augmentation and dropout
-  int log_every = 50;           ///< chief log line every N local steps
+  int log_every = 50;           ///< chief log line every N local steps of an epoch
   std::int64_t eval_every = 0;  ///< also evaluate every N global steps (0: at epoch ends only)
   /// a test accuracy, a fraction in [0, 1]: > 0 records the wall time and global step of the first
   /// evaluation that reaches it (results.json); 0: off
