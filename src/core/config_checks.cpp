@@ -252,6 +252,13 @@ void check_steps_and_batches(const Config& c) {
              "option --pipeline-profile: cuts pipeline stages by measured time, but "
              "--pipeline-stages is " +
                  std::to_string(c.pipeline_stages) + " (give --pipeline-stages P > 1)");
+  // Each stage checks its own layers' gradients: the stages would skip different steps.
+  DT_REQUIRE(!c.skip_nonfinite || c.pipeline_stages == 1,
+             "option --skip-nonfinite: not with --pipeline-stages " +
+                 std::to_string(c.pipeline_stages) +
+                 ": each stage checks only its own layers' gradients, so the stages would skip "
+                 "different steps (without it, a non-finite gradient ends the run; its last "
+                 "checkpoint resumes it)");
   // With --global-batch-size, make_plan checks the per-worker batch it gives.
   DT_REQUIRE(c.global_batch_size > 0 || c.batch_size % c.micro_batches == 0,
              "option --micro-batches: " + std::to_string(c.micro_batches) +

@@ -24,7 +24,7 @@ namespace {
 std::string nonfinite_text(const std::string& tensor, std::int64_t step) {
   return error_prefix() + "non-finite gradient at global step " + std::to_string(step) +
          " in tensor " + (tensor.empty() ? "?" : tensor) +
-         " (lower --lr, or pass --skip-nonfinite to skip such steps)";
+         " (lower --lr, or pass --skip-nonfinite to skip such steps; not with --pipeline-stages)";
 }
 }  // namespace
 

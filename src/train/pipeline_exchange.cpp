@@ -1,12 +1,15 @@
-// dtrain/train/pipeline_exchange.cpp — a pipelined run's exchange when it is not in lockstep (the
-// ps modes, each stage pushing to its own ps): the stages of one replica agree after every step on
-// the global step and on stopping, so that they leave their loops, checkpoint and evaluate at the
-// same local step (see train/exchange.hpp, agree_along_pipeline).
+// dtrain/train/pipeline_exchange.cpp — a pipelined run's exchange: the stages of one replica agree
+// after every step on the global step (the ps modes: each stage pushes to its own ps) and on
+// stopping (every mode: a signal seen by one stage), so that they leave their loops, checkpoint and
+// evaluate at the same local step; and a stage that must end the run (a non-finite gradient) ends
+// the job, which the other stages, waiting on its activations, would not learn of (see
+// train/exchange.hpp, agree_along_pipeline).
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "dtrain/comm/mpi_check.hpp"
+#include "dtrain/comm/guard.hpp"
 #include "dtrain/train/exchange.hpp"
 
 namespace dtrain {
@@ -14,8 +17,8 @@ namespace {
 
 class PipelineAgreement final : public GradientExchange {
  public:
-  PipelineAgreement(std::unique_ptr<GradientExchange> inner, MPI_Comm pipe)
-      : inner_(std::move(inner)), pipe_(pipe) {}
+  PipelineAgreement(std::unique_ptr<GradientExchange> inner, MPI_Comm pipe, bool stage_leader)
+      : inner_(std::move(inner)), pipe_(pipe), stage_leader_(stage_leader) {}
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
     inner_->start(model, resume, global_step);
@@ -34,13 +37,20 @@ class PipelineAgreement final : public GradientExchange {
     return inner_->begin_step(model, s, n, stop_local);
   }
   ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) override {
-    return agree(inner_->step(model, s, n, stop_local));
+    return agree(ending_job([&] { return inner_->step(model, s, n, stop_local); }));
   }
-  ExchangeResult refresh(Model& model) override { return agree(inner_->refresh(model)); }
+  ExchangeResult refresh(Model& model) override {
+    return agree(ending_job([&] { return inner_->refresh(model); }));
+  }
   std::int64_t snapshot(Model& model, CheckpointState& s) override {
-    return inner_->snapshot(model, s);
+    return ending_job([&] { return inner_->snapshot(model, s); });
   }
-  void settle(Model& model) override { inner_->settle(model); }
+  void settle(Model& model) override {
+    ending_job([&] {
+      inner_->settle(model);
+      return 0;
+    });
+  }
   void finish() override { inner_->finish(); }
   [[nodiscard]] bool lockstep() const override { return inner_->lockstep(); }
   [[nodiscard]] bool waits_for_device() const override { return inner_->waits_for_device(); }
@@ -62,16 +72,31 @@ class PipelineAgreement final : public GradientExchange {
     return r;
   }
 
+  /// fn(), where an error the stage has already reported (ReportedError: a non-finite gradient,
+  /// which every replica of the stage reads and the stage's leader prints) ends the job from the
+  /// leader: the other stages, waiting on this one's activations, would otherwise time out
+  /// blaming it. The stage's other replicas leave as in a run without stages, and the abort
+  /// takes them.
+  template <typename Fn>
+  auto ending_job(Fn fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const ReportedError& e) {
+      if (stage_leader_) MPI_Abort(MPI_COMM_WORLD, e.code());
+      throw;
+    }
+  }
+
   std::unique_ptr<GradientExchange> inner_;
   MPI_Comm pipe_;
+  bool stage_leader_;
 };
 
 }  // namespace
 
 std::unique_ptr<GradientExchange> agree_along_pipeline(std::unique_ptr<GradientExchange> inner,
-                                                       MPI_Comm pipe) {
-  if (inner->lockstep()) return inner;
-  return std::make_unique<PipelineAgreement>(std::move(inner), pipe);
+                                                       MPI_Comm pipe, bool stage_leader) {
+  return std::make_unique<PipelineAgreement>(std::move(inner), pipe, stage_leader);
 }
 
 }  // namespace dtrain

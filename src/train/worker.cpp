@@ -68,7 +68,9 @@ Worker::Worker(const Config& c, const Cluster& cluster, const TrainPlan& plan, B
   if (pipe != nullptr)
     runner_ = std::make_unique<PipelineRunner>(model_, pipe->pipe(), c.schedule, c.micro_batches);
   exchange_ = make_exchange(c, cluster, plan, model_);
-  if (pipe != nullptr) exchange_ = agree_along_pipeline(std::move(exchange_), pipe->pipe());
+  if (pipe != nullptr)
+    exchange_ =
+        agree_along_pipeline(std::move(exchange_), pipe->pipe(), pipe->place().replica == 0);
   checkpointer_.emplace(
       c, cluster, plan, backend, model_, *exchange_,
       [this] { return prior_wall_ + now_seconds() - t_start_; }, pipe);

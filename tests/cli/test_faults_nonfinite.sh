@@ -14,6 +14,8 @@
 #      step and tensor, every checkpoint verifies and none was written after the fault.
 #   4. async with --skip-nonfinite: completes, skipped_steps == 1 (summed over the workers).
 #   5. sync, --lr 1e30: exit 4, one message "non-finite gradient at global step N in tensor T".
+#   6. a pipeline, the NaN in the stage without the chief: that stage reports it and the job ends
+#      (exit 4) at once, with no stage timing out.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -85,4 +87,17 @@ nan_run async-skip 3 nan-gradient@15:1 --mode async --num-ps 1 --max-steps 60 --
 nan_run sync-lr 3 "" --mode sync --num-ps 0 --max-steps 60 --lr 1e30
 [[ $RC -eq 4 ]] || { cat "$LOG"; fail "--lr 1e30: exit $RC, want 4"; }
 one_error "non-finite gradient at global step" "in tensor"
+
+# 6. A pipeline (2 stages): the NaN in stage 0 (world rank 1), whose gradient the chief's stage
+# never sees: that stage's leader reports it and ends the job — within seconds, not the other
+# stage's watchdog (--timeout 60 here) blaming the healthy stage; ckpt-10 stays the newest.
+t0=$(date +%s)
+nan_run pipe-nan 2 nan-gradient@15:1 --mode sync --num-ps 0 --max-steps 60 --pipeline-stages 2 \
+  --micro-batches 2
+[[ $RC -eq 4 ]] || { cat "$LOG"; fail "pipeline: exit $RC, want 4"; }
+(($(date +%s) - t0 < 30)) || { cat "$LOG"; fail "pipeline: the job took $(($(date +%s) - t0)) s to end"; }
+one_error "non-finite gradient at global step 15" "stage 0/2" "0.conv"
+! grep -q "timed out" "$LOG" || { cat "$LOG"; fail "pipeline: a stage timed out instead"; }
+[[ $(newest_step "$DIR") -eq 10 ]] || fail "pipeline: newest checkpoint $(newest_step "$DIR"), want 10"
+verify_ckpts "$DIR"
 echo "PASS"

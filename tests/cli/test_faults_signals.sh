@@ -13,6 +13,8 @@
 #      the newest (sync: at exactly results.json's global_step).
 #   4b. sync through the ps (1 ps + 3 workers), SIGTERM to every rank: the same, and --resume.
 #   4c. async pipelined, a ps per stage (2 ps + 2 replicas x 2 stages), SIGUSR1 to mpirun: as 1.
+#   4d. a sync pipeline (2 stages), SIGUSR1 to the rank of stage 0 alone: the stages agree, exit 75,
+#      the chief's stop checkpoint.
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -23,7 +25,7 @@ source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
 make_fault_data
 
-# run_and_signal MODE NP HOW SIG DIR ARGS...: HOW = mpirun | ranks | chief-twice
+# run_and_signal MODE NP HOW SIG DIR ARGS...: HOW = mpirun | ranks | chief-twice | rank1
 run_and_signal() {
   local mode=$1 np=$2 how=$3 sig=$4 dir=$5
   shift 5
@@ -46,6 +48,7 @@ run_and_signal() {
            done
            kill -"$sig" "${pids[@]}" 2>/dev/null || true ;;
     chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
+    rank1) p=$(rank_pid 1); kill -"$sig" "$p" ;;
   esac
   wait_job 60
   local took
@@ -108,6 +111,14 @@ run_and_signal sync 3 ranks INT "$d" --num-ps 0
 stopped_cleanly "$d"
 [[ $(newest_step "$d") -eq $(json_get "$d/results.json" global_step) ]] ||
   fail "sync: the stop checkpoint is not at results.json's global_step"
+
+# A sync pipeline (2 stages): SIGUSR1 to world rank 1 alone (stage 0; the chief is stage 1). The
+# stages agree on stopping after every step: both leave at the same step and the chief
+# checkpoints (before, stage 0 stopped alone and the job timed out with no checkpoint).
+d=$SCRATCH/usr1-pipe
+run_and_signal sync 2 rank1 USR1 "$d" --num-ps 0 --pipeline-stages 2 --micro-batches 2
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "pipeline, SIGUSR1 to one stage: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
 
 # Sync through the ps: the stop rides on a push; every worker leaves at the same global step.
 # The push that carries the stop is not applied, nor are an SSP chief's pushes ahead of the ps:

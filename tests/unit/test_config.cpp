@@ -141,6 +141,8 @@ TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
   EXPECT_MENTIONS(error_of(with(allreduce, {"--ps-threads", "2"})), "option --ps-threads: sets");
   EXPECT_MENTIONS(error_of(with(allreduce, {"--ps-chunk-kb", "4"})), "this run has none");
   EXPECT_NO_THROW((void)parse(with(sync, {"--ps-threads", "2", "--ps-chunk-kb", "4"})));
+  EXPECT_MENTIONS(error_of(with(allreduce, {"--pipeline-stages", "2", "--skip-nonfinite", "true"})),
+                  "option --skip-nonfinite: not with --pipeline-stages 2");
   // --bucket-mb: 0 is one bucket; a positive size below one float would round to it.
   EXPECT_MENTIONS(error_of(with(allreduce, {"--bucket-mb", "0.0000001"})), "less than one float");
   EXPECT_NO_THROW((void)parse(with(allreduce, {"--bucket-mb", "0.000004"})));

@@ -123,15 +123,17 @@ class GradientExchange {
 std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& cluster,
                                                 const TrainPlan& plan, Model& model);
 
-/// A pipelined run's exchange: `inner` itself when it is in lockstep (allreduce: every stage's
-/// replicas stand at the same global step), else (the ps modes: each stage's ps count their own
-/// global steps) a wrapper whose step() and refresh() return, on every stage of one replica, the
-/// smallest global step over the stages and `stop` when any stage stops — one MPI_Iallreduce of two
-/// integers over `pipe` (the replica's stages, PipelineGroup::pipe()) — so that the stages leave
-/// their loops, checkpoint and evaluate at the same local step. Those two then also throw
-/// TimeoutError past --timeout and LibraryError when the MPI call fails.
+/// A pipelined run's exchange: a wrapper whose step() and refresh() return, on every stage of one
+/// replica, the smallest global step over the stages (the ps modes count each stage's own; in
+/// lockstep they are equal) and `stop` when any stage stops (a signal seen by one stage) — one
+/// MPI_Iallreduce of two integers over `pipe` (the replica's stages, PipelineGroup::pipe()) — so
+/// that the stages leave their loops, checkpoint and evaluate at the same local step. Those two
+/// then also throw TimeoutError past --timeout and LibraryError when the MPI call fails. An error
+/// the stage has reported (ReportedError from `inner`: a non-finite gradient) ends the job with
+/// MPI_Abort from `stage_leader` (replica 0 of the stage, the one that reported it): the other
+/// stages cannot learn of it.
 std::unique_ptr<GradientExchange> agree_along_pipeline(std::unique_ptr<GradientExchange> inner,
-                                                       MPI_Comm pipe);
+                                                       MPI_Comm pipe, bool stage_leader);
 
 /// Name of the first parameter tensor holding a non-finite value in host buffer `grads`, or "".
 std::string first_nonfinite_tensor(const Model& model, const float* grads);
