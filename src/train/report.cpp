@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -15,15 +16,36 @@ namespace fs = std::filesystem;
 
 namespace dtrain {
 
+namespace {
+
+constexpr const char* kMetricsHeader =
+    "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness,"
+    "ms_per_step,exposed_comm_ms,top5";
+
+/// A metrics.csv of an older dtrain (fewer columns: exposed_comm_ms and top5 came later) gets
+/// this header, so that the rows a resumed run appends match it; the older rows keep their
+/// fields and read as missing the later columns.
+void update_header(const fs::path& p) {
+  std::ifstream in(p);
+  std::string header;
+  if (!std::getline(in, header) || header == kMetricsHeader ||
+      std::string(kMetricsHeader).rfind(header, 0) != 0)
+    return;  // current, or not a prefix of ours (not our file: leave it as it is)
+  std::stringstream rest;
+  rest << in.rdbuf();
+  write_file_atomically(p.string(), std::string(kMetricsHeader) + '\n' + rest.str());
+}
+
+}  // namespace
+
 MetricsWriter::MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries) {
   const fs::path p = fs::path(run_dir) / "metrics.csv";
   path_ = p.string();
   const bool fresh = !fs::exists(p);
+  if (!fresh) update_header(p);
   out_.open(p, std::ios::app);
   if (!out_) throw Error("cannot open '" + p.string() + "' for appending");
-  if (fresh)
-    out_ << "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,staleness,"
-            "ms_per_step,exposed_comm_ms,top5\n";
+  if (fresh) out_ << kMetricsHeader << '\n';
   out_.flush();
   if (summaries.enabled) summary_ = std::make_unique<SummaryWriter>(run_dir, summaries);
 }

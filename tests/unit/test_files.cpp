@@ -215,3 +215,26 @@ TEST(Files, ResumeSetsAsideRowsPastTheStepAndATornLastRow) {
   EXPECT_EQ(set_aside_metrics_past(d.path.string(), 8).second, 0);
   EXPECT_EQ(read(d.path / "metrics.csv"), header + "train,4,0\ntrain,8,0\n");
 }
+
+TEST(Files, AnOlderMetricsHeaderGainsTheNewColumnsOnResume) {
+  ScratchDir d("header");
+  // metrics.csv as dtrain wrote it before exposed_comm_ms and top5: a resumed run's rows have
+  // 12 fields, so the header gets the 12 names; the old row is kept as it was.
+  const std::string old = "kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,"
+                          "staleness,ms_per_step\ntrain,8,0,1.0,2.0,0.5,100.0,0.1,0.0,10.0\n";
+  std::ofstream(d.path / "metrics.csv") << old;
+  {
+    MetricsWriter w(d.path.string());
+    MetricsRow r;
+    r.kind = "train";
+    r.global_step = 12;
+    w.write(r);
+  }
+  const std::string csv = read(d.path / "metrics.csv");
+  EXPECT_EQ(csv.rfind("kind,global_step,epoch,wall_seconds,loss,accuracy,samples_per_sec,lr,"
+                      "staleness,ms_per_step,exposed_comm_ms,top5\ntrain,8,0,1.0,",
+                      0),
+            0u)
+      << csv;
+  EXPECT_NE(csv.find("\ntrain,12,"), std::string::npos) << csv;
+}
