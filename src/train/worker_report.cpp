@@ -124,29 +124,44 @@ void Worker::summarize_step_times() {
   DT_CHECK_MPI(
       MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0, cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
+  // A pipeline: the stage leaders (replica 0) send their stage's rows on to the chief (the last
+  // stage's), stage by stage, so that every stage's workers are reported.
+  const int stages = pipe_ != nullptr ? pipe_->place().stages : 1;
+  if (stages > 1 && cluster_.is_chief()) {
+    std::vector<double> whole(reports_ ? all.size() * static_cast<std::size_t>(stages) : 0);
+    DT_CHECK_MPI(MPI_Igather(all.data(), static_cast<int>(all.size()), MPI_DOUBLE, whole.data(),
+                             static_cast<int>(all.size()), MPI_DOUBLE, stages - 1, pipe_->pipe(),
+                             &req));
+    wait_one(req, comm_timeout(), "pipeline: gathering the stages' step times");
+    if (reports_) all = std::move(whole);
+  }
   if (!reports_ || train_seconds_ <= 0) return;  // no step trained in this session: no times
   std::string line = "# step time ms p50/p90/max per worker:";
   std::string anatomy =
       "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
-  for (int w = 0; w < plan_.workers; ++w) {
+  const int D = plan_.workers, n = D * stages;
+  for (int w = 0; w < n; ++w) {
     const double* a = &all[static_cast<std::size_t>(K * w)];
-    char b[96];
-    std::snprintf(b, sizeof b, " w%d %.1f/%.1f/%.1f", w, a[0], a[1], a[2]);
+    char name[32], b[112];
+    if (stages > 1) std::snprintf(name, sizeof name, "s%d.r%d", w / D, w % D);
+    else std::snprintf(name, sizeof name, "w%d", w);
+    std::snprintf(b, sizeof b, " %s %.1f/%.1f/%.1f", name, a[0], a[1], a[2]);
     line += b;
-    std::snprintf(b, sizeof b, " w%d %.2f | %.2f | %.2f | %.2f", w, a[3], a[4], a[5], a[6]);
+    std::snprintf(b, sizeof b, " %s %.2f | %.2f | %.2f | %.2f", name, a[3], a[4], a[5], a[6]);
     anatomy += b;
     out_.step_ms_p50 = std::max(out_.step_ms_p50, a[0]);
     out_.step_ms_p90 = std::max(out_.step_ms_p90, a[1]);
     out_.step_ms_max = std::max(out_.step_ms_max, a[2]);
-    for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / plan_.workers;
+    for (int k = 0; k < 4; ++k) out_.anatomy_ms[k] += a[3 + k] / n;
     out_.compute_ms_per_worker.push_back(a[4]);
     out_.exposed_ms_per_worker.push_back(a[5]);
     out_.compute_ms_per_worker_after_first.push_back(a[8]);
     out_.exposed_ms_per_worker_after_first.push_back(a[9]);
     // Without each worker's first step: only when every worker had a second one (a[7], a[11] ≥ 0).
     out_.has_after_first = (w == 0 || out_.has_after_first) && a[7] >= 0 && a[11] >= 0;
-    for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / plan_.workers;
-    out_.samples_per_sec_after_first += a[11];
+    for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / n;
+    // Every stage trains the same samples: the run's rate is one stage's replicas' (the last's).
+    if (w / D == stages - 1) out_.samples_per_sec_after_first += a[11];
   }
   log_info(line);
   log_info(anatomy);

@@ -8,7 +8,8 @@
 #   2. checkpoints keep the whole model's format: a run stopped at step 17 with P = 2 resumes with
 #      P = 1 (and one with P = 1 resumes with P = 2) and ends bit-identical to a straight run;
 #      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
-#   3. the role table shows each worker's stage; --timeline has the stages' waits.
+#   3. the role table shows each worker's stage; every stage's workers are timed (P x D step
+#      times, results.json's per-worker arrays); --timeline has the stages' waits.
 #   4. bad shapes, each one clear error on every rank: stages not dividing the workers, more
 #      stages than layers, M not dividing the per-worker batch, a stage= cut leaving an empty
 #      stage, fewer ps than stages (the ps modes: tests/cli/test_pipeline_ps.sh).
@@ -68,6 +69,12 @@ PY
 echo "== 3. role table, timeline"
 grep -q "stage 1/2, replica 0  (chief)" "$SCRATCH/p2-1f1b.log" || fail "no stage column in the role table"
 grep -q "stage 0/2, replica 1" "$SCRATCH/p2d2-1f1b.log" || fail "no replica in the role table"
+# Every stage's workers are timed (the stage without the chief's too): P x D rows, stage by stage.
+grep -q "step time ms p50/p90/max per worker: s0.r0 .* s0.r1 .* s1.r0 .* s1.r1 " \
+  "$SCRATCH/p2d2-1f1b.log" || { cat "$SCRATCH/p2d2-1f1b.log"; fail "not every stage's step times"; }
+"$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))
+assert len(r["step_compute_ms_per_worker"]) == 4, r["step_compute_ms_per_worker"]' \
+  "$SCRATCH/p2d2-1f1b/results.json" || fail "results.json: not 4 per-worker compute times"
 run 2 "$SCRATCH/tl" --epochs 1 --max-steps 3 --pipeline-stages 2 --timeline
 "$PY" - "$SCRATCH/tl/timeline.json" <<'PY'
 import json, sys
