@@ -65,10 +65,15 @@ std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t
   }
   if (chief) {
     const std::size_t end = b.back().end - b.back().begin;
+    // The cap as planned: --bucket-mb, or the latency minimum where --bucket-link raised it.
+    std::size_t largest = 0;
+    for (const Bucket& k : b) largest = std::max(largest, k.end - k.begin);
+    const double cap_mb =
+        c.bucket_mb > 0 ? std::max(c.bucket_mb, 4.0 * static_cast<double>(largest) / kMiB) : 0.0;
     char line[512];
     std::snprintf(line, sizeof line,
-                  "# buckets: %zu of <= %g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
-                  c.bucket_mb, end, 4.0 * static_cast<double>(end) / kMiB, why);
+                  "# buckets: %zu of <= %.3g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
+                  cap_mb, end, 4.0 * static_cast<double>(end) / kMiB, why);
     log_info(line);
   }
   return b;
