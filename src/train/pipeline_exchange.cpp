@@ -6,7 +6,9 @@
 // train/exchange.hpp, agree_along_pipeline).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/comm/guard.hpp"
@@ -18,7 +20,8 @@ namespace {
 class PipelineAgreement final : public GradientExchange {
  public:
   PipelineAgreement(std::unique_ptr<GradientExchange> inner, MPI_Comm pipe, bool stage_leader)
-      : inner_(std::move(inner)), pipe_(pipe), stage_leader_(stage_leader) {}
+      : inner_(std::move(inner)), pipe_(pipe), stage_leader_(stage_leader),
+        waiting_(agreement_name(pipe)) {}
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
     inner_->start(model, resume, global_step);
@@ -66,7 +69,7 @@ class PipelineAgreement final : public GradientExchange {
     std::int64_t v[2] = {-r.global_step, r.stop ? 1 : 0};
     MPI_Request req;
     DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, pipe_, &req));
-    wait_one(req, comm_timeout(), "pipeline: the stages agreeing on the global step");
+    wait_one(req, comm_timeout(), waiting_);
     r.global_step = -v[0];
     r.stop = v[1] > 0;
     return r;
@@ -87,9 +90,33 @@ class PipelineAgreement final : public GradientExchange {
     }
   }
 
+  /// "pipeline: stage 1 and the other stages agreeing on the global step (stage 0 (world rank
+  /// 3))": the wait's name, with the stages a stuck one is among (pipe rank = stage).
+  static std::string agreement_name(MPI_Comm pipe) {
+    int me = 0, stages = 1;
+    DT_CHECK_MPI(MPI_Comm_rank(pipe, &me));
+    DT_CHECK_MPI(MPI_Comm_size(pipe, &stages));
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    DT_CHECK_MPI(MPI_Comm_group(pipe, &group));
+    DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> stage(static_cast<std::size_t>(stages)), rank(stage.size());
+    for (int s = 0; s < stages; ++s) stage[static_cast<std::size_t>(s)] = s;
+    DT_CHECK_MPI(MPI_Group_translate_ranks(group, stages, stage.data(), world, rank.data()));
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    std::string others;
+    for (int s = 0; s < stages; ++s)
+      if (s != me)
+        others += (others.empty() ? "" : ", ") + std::string("stage ") + std::to_string(s) +
+                  " (world rank " + std::to_string(rank[static_cast<std::size_t>(s)]) + ")";
+    return "pipeline: stage " + std::to_string(me) +
+           " and the other stages agreeing on the global step (" + others + ")";
+  }
+
   std::unique_ptr<GradientExchange> inner_;
   MPI_Comm pipe_;
   bool stage_leader_;
+  std::string waiting_;  ///< agreement_name()
 };
 
 }  // namespace

@@ -92,6 +92,6 @@ stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.
-stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|from stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
+stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
   --mode sync --num-ps 0 --pipeline-stages 2 --micro-batches 4
 echo "PASS"
