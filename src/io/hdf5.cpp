@@ -192,6 +192,8 @@ void write_checked_dataset(hid_t loc, const std::string& name, const std::vector
   const std::string what = "dataset " + quoted(name);
   H5Dataspace space = simple_space(dims);
   H5PropList dcpl(DT_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), what));
+  // No creation / modification times in the object header: the same data, the same bytes.
+  DT_CHECK_HDF5(H5Pset_obj_track_times(dcpl.get(), false), what);
   const hsize_t total = element_count(dims);
   if (!dims.empty() && total > 0) {
     constexpr hsize_t kChunkBytes = hsize_t{1} << 20;

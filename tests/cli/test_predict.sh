@@ -66,6 +66,8 @@ timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --checkpoint "$ckpt" --data "$SCRA
   --out "$SCRATCH/pn.h5" --threads 1 --batch-size 16 >"$SCRATCH/pn.h5.log" 2>&1 ||
   { cat "$SCRATCH/pn.h5.log"; fail "predict without --config failed"; }
 ! grep -q "^accuracy" "$SCRATCH/pu.h5.log" || fail "an accuracy was printed for data without labels"
+# Whole files, not only their datasets: no HDF5 object times (as docs/checkpoints.md says).
+cmp -s "$SCRATCH/p1.h5" "$SCRATCH/p4.h5" || fail "the files of 1 and 4 ranks are not byte-identical"
 # A --batch-size beyond the data's 300 samples is a batch of 300 (no buffers, nor oneDNN
 # primitives, for samples that do not exist): the same bytes as --batch-size 300.
 for b in 300 2147483647; do
