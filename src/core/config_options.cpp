@@ -130,8 +130,9 @@ void add_training_options(Table& t, Config& c) {
         "if > 0, samples per global step, split over the workers (strong scaling)");
   t.add("seed", &c.seed, "seed of initialisation, data order and dropout");
   t.add("log-every", &c.log_every,
-        "chief log line (and metrics.csv row) every N steps of an epoch, counted from its start (a "
-        "resumed run logs at the same steps)");
+        "chief log line (and metrics.csv row) every N of the chief's steps of an epoch, counted "
+        "from its start (a resumed run logs at the same steps); async: the chief's own pushes, "
+        "about W x N global steps");
   t.add("eval-every", &c.eval_every,
         "also evaluate the test set every N global steps (0: only after each epoch); sync: all "
         "workers at the same step; async: the chief alone on the whole test set while the others "
