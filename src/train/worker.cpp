@@ -326,6 +326,9 @@ void Worker::sum_input_counts() {
   // last batch is short)
   if (exchange_kind(c_) == ExchangeKind::ps_async && pipe_ == nullptr)
     out_.samples = static_cast<std::int64_t>(counts[3]);
+  // Sync allreduce counts whole batches: the images --on-bad-image skip left out were not trained.
+  if (exchange_kind(c_) == ExchangeKind::allreduce && pipe_ == nullptr)
+    out_.samples = std::max<std::int64_t>(0, out_.samples - out_.bad_images);
   if (out_.bad_images > 0 && reports_)
     log_warn(
         "# bad images skipped: " + std::to_string(out_.bad_images) +

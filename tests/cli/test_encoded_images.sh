@@ -239,6 +239,12 @@ train skip --train-data "$SCRATCH/bad.h5" --test-data "$SCRATCH/enc/test.h5" --r
   fail "expected 3 bad images × 2 epochs skipped, results.json says $(json_get "$SCRATCH/skip/results.json" bad_images_skipped)"
 grep -q "bad.h5: dataset \`images\` sample 7 is a bad image" "$SCRATCH/skip.log" || { cat "$SCRATCH/skip.log"; fail "skip not logged"; }
 grep -q "# bad images skipped: 6" "$SCRATCH/skip.log" || fail "no summary line"
+# The samples trained leave them out: 2 epochs of the file's images, less the 6 skipped.
+"$PY" - "$SCRATCH/skip/results.json" "$SCRATCH/bad.h5" <<'PY' || fail "samples counts skipped images"
+import json, sys, h5py
+r, n = json.load(open(sys.argv[1])), h5py.File(sys.argv[2], "r")["images"].shape[0]
+assert r["samples"] == 2 * n - 6, (r["samples"], n)
+PY
 # The chief's first 6 batches are all bad (unshuffled, its shard is rows 0-89): the log interval of
 # steps 0-3 trained on no sample of its own and has no loss (not a loss of 0 in metrics.csv).
 "$PY" - "$SCRATCH" <<'PY'
