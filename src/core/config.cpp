@@ -182,14 +182,14 @@ std::string help_text(const po::options_description& cli) {
   os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
         "       mpirun -np N dtrain predict [--config JOB.ini] --checkpoint CKPT.h5 --data X.h5 "
         "--out P.h5\n"
+        "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
+        "the\n          batchnorm statistics evaluation used; no parameter servers; without "
+        "--config, the\n          model the checkpoint carries)\n"
         "       dtrain export --checkpoint CKPT.h5 --format safetensors --out M.safetensors "
         "[--dtype bf16]\n"
         "       dtrain export --checkpoint CKPT.h5 --format onnx --out M.onnx\n"
         "       dtrain plan --config JOB.ini --nodes N --workers-per-node G --network SPEC "
-        "[--mode M --num-ps K]\n"
-        "         (every rank scores a contiguous share of X with the checkpoint's parameters and "
-        "the\n          batchnorm statistics evaluation used; no parameter servers; without "
-        "--config, the\n          model the checkpoint carries)\n\n"
+        "[--mode M --num-ps K] [--out PLAN.json]\n\n"
      << cli;
   return os.str();
 }

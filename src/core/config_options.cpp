@@ -374,8 +374,8 @@ void add_output_options(Table& t, Config& c) {
         "accuracy is printed)");
   t.add("out", &c.out,
         "predict: HDF5 file to create with `predictions` (N int32) and `probabilities` (N×classes "
-        "float32) in the input's order; export: the safetensors or ONNX file to create; refused "
-        "if it exists");
+        "float32) in the input's order; export: the safetensors or ONNX file to create; plan: "
+        "the plan as JSON; refused if it exists");
   t.group("Named tensors (--init-from, dtrain export)", "tensors");
   t.add("init-from", &c.init_from,
         "train, predict: start from this safetensors file's tensors, by name (e.g. a torchvision "

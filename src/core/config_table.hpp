@@ -4,11 +4,12 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <functional>
-#include <iomanip>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -18,14 +19,17 @@ namespace dtrain::config_detail {
 
 namespace po = boost::program_options;
 
-/// v as a job file writes it: true/false for bools, 9 significant digits for floating point.
+/// v as a job file writes it: true/false for bools, floating point as the shortest text that
+/// reads back as the same value (0.05, not float's 0.0500000007).
 template <typename T>
 std::string to_text(const T& v) {
   std::ostringstream os;
   if constexpr (std::is_same_v<T, bool>) {
     os << (v ? "true" : "false");
   } else if constexpr (std::is_floating_point_v<T>) {
-    os << std::setprecision(9) << v;
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    os << std::string_view(buf, static_cast<std::size_t>(r.ptr - buf));
   } else {
     os << v;
   }
