@@ -249,12 +249,14 @@ void report(const Config& c, const Predictor& p, std::int64_t correct, double ac
             double top5) {
   if (p.cluster->world_rank() != 0) return;
   char line[512];
+  // The parameters' source: a checkpoint and its step, or --init-from's named tensors.
+  const std::string source = c.init_from.empty() ? "checkpoint " + c.checkpoint + " (global_step " +
+                                                       std::to_string(p.global_step) + ")"
+                                                 : "tensors " + c.init_from;
   std::snprintf(line, sizeof line,
-                "dtrain predict: %lld samples of %s on %d rank(s) | checkpoint "
-                "%s (global_step %lld) | predictions %s",
+                "dtrain predict: %lld samples of %s on %d rank(s) | %s | predictions %s",
                 static_cast<long long>(p.info.num_samples), c.data.c_str(), p.cluster->world_size(),
-                (c.init_from.empty() ? c.checkpoint : c.init_from).c_str(),
-                static_cast<long long>(p.global_step), c.out.c_str());
+                source.c_str(), c.out.c_str());
   log_info(line);
   if (p.info.has_labels) {
     std::snprintf(line, sizeof line, "accuracy %.10g (%lld of %lld correct) | top-5 accuracy %.10g",

@@ -75,6 +75,9 @@ predict_into "$SCRATCH/p_ckpt.h5" --config "$SCRATCH/job.ini" --checkpoint "$ckp
   --data "$SCRATCH/test.h5"
 predict_into "$SCRATCH/p_init.h5" --config "$SCRATCH/job.ini" --init-from "$SCRATCH/m.safetensors" \
   --data "$SCRATCH/test.h5"
+# The summary names the parameters' source as tensors, not as a checkpoint of step 0.
+grep -q "| tensors $SCRATCH/m.safetensors |" "$SCRATCH/p_init.h5.log" ||
+  { cat "$SCRATCH/p_init.h5.log"; fail "predict --init-from's summary line"; }
 "$PY" - "$SCRATCH" "$ckpt" <<'PY' || fail "export round trip"
 import sys, json, struct, h5py, numpy as np
 s, ckpt = sys.argv[1], sys.argv[2]
