@@ -137,6 +137,10 @@ run_args() {
 }
 [ -f "$job" ] || die "job file '$job' does not exist"
 if [ "$plan_only" = 1 ]; then
+  # The plan lists one job per run; the ceiling's N runs started together and the lock-step runs
+  # are this script's own: refused rather than left out without a word.
+  [ "$ceiling" = 0 ] && [ "$lockstep" = 0 ] ||
+    die "--plan lists the sync and async runs only; --ceiling and --lockstep are measured by this script on one node (run it there without --plan)"
   for line in "${plan[@]}"; do
     read -r name mode ps w np max_steps <<<"$line"
     run_args "$name" "$mode" "$ps" "$max_steps"

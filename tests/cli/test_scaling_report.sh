@@ -106,6 +106,10 @@ sweep_fails "--workers: empty list" --workers ""
 sweep_fails "--modes: empty list" --modes " "
 sweep_fails "--out needs a value" --workers 1 --out
 sweep_fails "--ps needs a value" --ps
+# --plan (what slurm/submit_strong_scaling.sh submits) cannot hold the ceiling or lock-step runs:
+# refused, not dropped without a word.
+sweep_fails "--ceiling and --lockstep are measured by this script" --workers "1 2" --ceiling
+sweep_fails "--ceiling and --lockstep are measured by this script" --workers "1 2" --lockstep
 # Relative --job, --out, --keep-runs and DTRAIN are the caller's: resolved against the directory
 # the script was started in, not the repository root it runs dtrain from.
 mkdir -p "$SCRATCH/caller"
