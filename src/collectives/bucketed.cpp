@@ -154,6 +154,9 @@ BucketedAllreduce::BucketedAllreduce(MPI_Comm comm, std::size_t count, std::vect
     if (cpu >= 0 && !pin_this_thread({cpu}, &why))
       log_warn("--pin-threads: the communication thread stays unpinned: " + why);
     loop();
+    std::lock_guard<std::mutex> lock(mu_);
+    exited_ = true;
+    cv_.notify_all();
   });
 }
 
@@ -164,12 +167,25 @@ BucketedAllreduce::~BucketedAllreduce() {
     stop_ = true;
   }
   cv_.notify_all();
-  // Inside MPI_Allreduce with a dead peer the thread never returns (MPI_Abort follows): left
-  // behind. A hierarchical sum polls shared memory this object is about to unmap: cancelled,
-  // it returns within ~10 ms, and is waited for.
+  // A hierarchical sum still polling its node's shared memory (an error unwinds the step),
+  // which this object is about to unmap, is cancelled: it returns within ~10 ms.
   if (hier_) hier_->cancel();
-  if (stuck_ && !hier_) thread_.detach();
-  else thread_.join();
+  if (!stuck_) {
+    thread_.join();
+    return;
+  }
+  // finish() gave up on the thread. Inside a blocking MPI call with a stuck peer
+  // (MPI_Allreduce, or the node leaders' sum between nodes) it never returns, and MPI_Abort
+  // follows: left behind, with the shared memory it may still touch (hier_) not unmapped.
+  std::unique_lock<std::mutex> lock(mu_);
+  if (cv_.wait_for(lock, std::chrono::seconds(2), [&] { return exited_; })) {
+    lock.unlock();
+    thread_.join();
+    return;
+  }
+  lock.unlock();
+  thread_.detach();
+  (void)hier_.release();
 }
 
 float* BucketedAllreduce::home() const { return hier_ ? hier_->home() : nullptr; }

@@ -72,7 +72,7 @@ std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t
         c.bucket_mb > 0 ? std::max(c.bucket_mb, 4.0 * static_cast<double>(largest) / kMiB) : 0.0;
     char line[512];
     std::snprintf(line, sizeof line,
-                  "# buckets: %zu of <= %.3g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
+                  "# buckets: %zu of <= %g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
                   cap_mb, end, 4.0 * static_cast<double>(end) / kMiB, why);
     log_info(line);
   }

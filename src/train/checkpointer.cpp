@@ -49,10 +49,15 @@ void check_position_fits(const CheckpointState& s, const std::string& path, cons
                               n(s.steps_per_epoch) + " global steps per epoch)";
   const std::string here = n(plan.workers) + " " + unit + " × batch " + n(plan.batch) + " (" +
                            n(plan.steps_per_epoch) + ")";
-  // Same workers and batch, other steps: one run counts a push per global step (async), the
-  // other an update of every worker (sync, SSP: --max-staleness).
-  DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch || s.num_workers != plan.workers ||
-                 s.batch_size != plan.batch,
+  // Same workers and batch, and one run's steps about W times the other's: one counts a push per
+  // global step (async: the W shards' steps, each within one of the largest), the other an
+  // update of every worker (SSP: the largest shard's).
+  const std::int64_t more = std::max(s.steps_per_epoch, plan.steps_per_epoch);
+  const std::int64_t fewer = std::min(s.steps_per_epoch, plan.steps_per_epoch);
+  const bool counting = s.num_workers == plan.workers && s.batch_size == plan.batch &&
+                        plan.workers > 1 && more <= plan.workers * fewer &&
+                        more >= plan.workers * (fewer - 1);
+  DT_REQUIRE(s.steps_per_epoch == plan.steps_per_epoch || !counting,
              "checkpoint '" + path + "' was written by a run of " + written + ", this run has " +
                  here + " with the same workers and batch: one counts a global step per push " +
                  "(async without --max-staleness), the other per update of every worker (sync, or "

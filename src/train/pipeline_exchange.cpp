@@ -58,6 +58,9 @@ class PipelineAgreement final : public GradientExchange {
   [[nodiscard]] bool lockstep() const override { return inner_->lockstep(); }
   [[nodiscard]] bool waits_for_device() const override { return inner_->waits_for_device(); }
   [[nodiscard]] std::int64_t skipped_steps() const override { return inner_->skipped_steps(); }
+  [[nodiscard]] double push_bytes_per_step() const override {
+    return inner_->push_bytes_per_step();
+  }
   [[nodiscard]] std::string allreduce_algorithm() const override {
     return inner_->allreduce_algorithm();
   }

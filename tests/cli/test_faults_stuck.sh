@@ -81,6 +81,13 @@ stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce 
 # then free the shared memory the thread still polled: SIGSEGV instead of the watchdog's exit).
 stuck_case sync-hier-buckets 3 hook:hang@20:1 "waiting for worker 1 (world rank 1" --mode sync \
   --num-ps 0 --allreduce hierarchical --bucket-mb 0.003
+# Two nodes (DTRAIN_TEST_RANKS_PER_NODE=1): the communication thread is inside the node leaders'
+# blocking MPI sum, which a stuck peer never lets return: left behind, the job still exits 4
+# (it used to wait for it forever).
+export DTRAIN_TEST_RANKS_PER_NODE=1
+stuck_case sync-hier-2nodes 2 hook:hang@20:1 "gradient allreduce of bucket" --mode sync \
+  --num-ps 0 --allreduce hierarchical --bucket-mb 0.003
+unset DTRAIN_TEST_RANKS_PER_NODE
 stuck_case async-ps-stop 2 stop:1 "ps 0 (rank 1)" --mode async --num-ps 1
 stuck_case async-hang 4 hook:hang@20:2 "waiting in:" --mode async --num-ps 1
 stuck_case sync-ps-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" --mode sync \

@@ -56,6 +56,16 @@ echo "== 1. another number of steps per epoch"
 refused 3 "ckpt-0000000020.h5|2 worker(s) × batch 16 (32 global steps per epoch)|3 worker(s) × batch 16 (22)|Resume with 2 worker(s) and --batch-size 16" \
   --max-steps 40
 
+# The same workers and batch over a larger training set: the plain message, not the one about
+# async and SSP counting steps differently.
+"$BIN/make_dataset" "$SCRATCH/fx1280.h5" --n 1280 --c 1 --h 12 --w 12 --classes 4 --seed 5 >/dev/null
+saved=("${ARGS[@]}")
+ARGS=("${ARGS[@]/#$SCRATCH\/fx.h5/$SCRATCH/fx1280.h5}")
+refused 2 "2 worker(s) × batch 16 (32 global steps per epoch)|2 worker(s) × batch 16 (40)|Resume with 2 worker(s)" \
+  --max-steps 40
+ARGS=("${saved[@]}")
+! grep -q "per push" "$SCRATCH/refused.log" || fail "another data size was blamed on async/SSP counting"
+
 echo "== 2. the same steps, other workers: not mid-epoch, at the epoch's end"
 refused 4 "ckpt-0000000020.h5|middle of epoch 1 (step 20 of 32)|4 worker(s) × batch 8" \
   --batch-size 8 --max-steps 40

@@ -254,6 +254,7 @@ class BucketedAllreduce {
   std::exception_ptr error_;  ///< the first failure of the communication thread
   bool stop_ = false;
   bool stuck_ = false;                   ///< finish() timed out: the thread may never return
+  bool exited_ = false;                  ///< the thread has left loop() (under mu_)
   std::unique_ptr<WireAllreduce> wire_;  ///< --wire-dtype bf16|fp16, flat
   std::unique_ptr<HierarchicalAllreduce> hier_;  ///< --allreduce hierarchical
   std::thread thread_;
