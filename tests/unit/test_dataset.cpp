@@ -22,6 +22,22 @@
 namespace dtrain {
 namespace {
 
+/// Replaces rank-1 dataset `name` of the HDF5 file at `path` by n values of `type` (written from
+/// `data` as `mem_type` when given, else left unwritten). Fails the test on an HDF5 error.
+void replace_dataset(const std::string& path, const char* name, hid_t type, hsize_t n,
+                     hid_t mem_type = H5I_INVALID_HID, const void* data = nullptr) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << path;
+  ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0) << name;
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t ds = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(ds, 0) << name;
+  if (data != nullptr) {
+    ASSERT_GE(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+  }
+  H5Dclose(ds), H5Sclose(space), H5Fclose(f);
+}
+
 namespace fs = std::filesystem;
 using testing::RawDataset;
 using testing::SyntheticSpec;
@@ -224,17 +240,9 @@ TEST_F(DatasetTest, VariableLengthImagesOfAnotherTypeAreNamedByTheirDtype) {
   // Encoded images are variable-length uint8; variable-length int8 is named as such (not as a
   // rank-1 dataset of plain images).
   testing::write_raw_dataset(file("vlen.h5"), indexed(4, 1, 2, 2, "uint8", 2));
-  {
-    const hid_t f = H5Fopen(file("vlen.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(f, 0);
-    ASSERT_GE(H5Ldelete(f, "images", H5P_DEFAULT), 0);
-    const hsize_t n = 4;
-    const hid_t space = H5Screate_simple(1, &n, nullptr);
-    const hid_t vtype = H5Tvlen_create(H5T_NATIVE_INT8);
-    const hid_t ds = H5Dcreate2(f, "images", vtype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    ASSERT_GE(ds, 0);
-    H5Dclose(ds), H5Tclose(vtype), H5Sclose(space), H5Fclose(f);
-  }
+  const hid_t vtype = H5Tvlen_create(H5T_NATIVE_INT8);
+  replace_dataset(file("vlen.h5"), "images", vtype, 4);
+  H5Tclose(vtype);
   expect_input_error([&] { open_dataset_info(file("vlen.h5")); },
                      {file("vlen.h5"), "`images`", "dtype variable-length int8",
                       "or variable-length uint8: encoded images"});
@@ -244,18 +252,8 @@ TEST_F(DatasetTest, AUint64LabelAboveInt64IsNamedWithItsOwnValue) {
   // HDF5 converts uint64 → int64 by clamping: 2^64 - 1 would read as 2^63 - 1 and the message
   // would name a label the file does not hold.
   testing::write_raw_dataset(file("u64.h5"), indexed(6, 1, 2, 2, "uint8", 3));
-  {
-    const hid_t f = H5Fopen(file("u64.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(f, 0);
-    ASSERT_GE(H5Ldelete(f, "labels", H5P_DEFAULT), 0);
-    const hsize_t n = 6;
-    const hid_t space = H5Screate_simple(1, &n, nullptr);
-    const hid_t ds =
-        H5Dcreate2(f, "labels", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    const std::uint64_t labels[6] = {0, 1, 2, 18446744073709551615ULL, 1, 0};
-    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels), 0);
-    H5Dclose(ds), H5Sclose(space), H5Fclose(f);
-  }
+  const std::uint64_t labels[6] = {0, 1, 2, 18446744073709551615ULL, 1, 0};
+  replace_dataset(file("u64.h5"), "labels", H5T_STD_U64LE, 6, H5T_NATIVE_UINT64, labels);
   expect_input_error([&] { open_dataset_info(file("u64.h5")); },
                      {file("u64.h5"), "`labels`", "18446744073709551615", "index 3",
                       "at most 9223372036854775807"});
