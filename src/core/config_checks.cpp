@@ -275,17 +275,9 @@ void check_optimizer(const Config& c) {
                  ") down to --lr-min, which must not exceed it; got " + to_text(c.lr_min));
 }
 
-/// The options of one mode (async staleness and delay compensation, sync backup workers).
-void check_mode(const Config& c) {
-  DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
-             "option --num-ps: async mode needs at least one parameter server (got 0); use "
-             "--mode sync for allreduce without ps");
-  DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
-             "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
-             "synchronous already");
-  DT_REQUIRE(c.delay_compensation == 0.0f || (c.mode == Mode::async && c.max_staleness < 0),
-             "option --delay-compensation: corrects stale pushes of async training (--mode async "
-             "without --max-staleness)");
+/// Options only one mode reads, refused with another value than their default in the others
+/// (where the run would silently ignore them).
+void check_options_of_other_modes(const Config& c) {
   // The async ps's rules (ps/async_applier.cpp): another mode would silently ignore them.
   const bool plain_async = c.mode == Mode::async && c.max_staleness < 0;
   for (const auto& [opt, given] :
@@ -305,6 +297,21 @@ void check_mode(const Config& c) {
                std::string("option --") + opt +
                    ": sets the parameter servers, and this run has none (--num-ps 0: sync "
                    "allreduce)");
+}
+
+/// The options of one mode (async staleness and delay compensation, sync backup workers).
+void check_mode(const Config& c) {
+  DT_REQUIRE(!(c.mode == Mode::async && c.num_ps == 0),
+             "option --num-ps: async mode needs at least one parameter server (got 0); use "
+             "--mode sync for allreduce without ps");
+  DT_REQUIRE(c.max_staleness < 0 || c.mode == Mode::async,
+             "option --max-staleness: bounds async training (--mode async); sync mode is bulk "
+             "synchronous already");
+  DT_REQUIRE(c.delay_compensation == 0.0f || (c.mode == Mode::async && c.max_staleness < 0),
+             "option --delay-compensation: corrects stale pushes of async training (--mode async "
+             "without --max-staleness)");
+  // `dtrain plan` prices every mode from one job: a job's async rules do not bar it.
+  if (c.command != Subcommand::plan) check_options_of_other_modes(c);
   DT_REQUIRE(c.replicas_to_aggregate == 0 || (c.mode == Mode::sync && c.num_ps > 0),
              "option --replicas-to-aggregate: applies to sync training through parameter servers "
              "(--mode sync --num-ps K > 0)");

@@ -131,6 +131,12 @@ TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
     EXPECT_MENTIONS(error_of(with(sync, {flag, value})), "option " + flag + ": applies to async");
     EXPECT_MENTIONS(error_of(with(ssp, {flag, value})), "this run is SSP");
   }
+  // `dtrain plan` prices every mode from one job: an async job's rules do not bar --mode sync.
+  std::vector<std::string> plan = {"plan"};
+  const std::vector<std::string> planned =
+      with(sync, {"--async-momentum", "as-given", "--stale-lr", "inverse"});
+  plan.insert(plan.end(), planned.begin(), planned.end());
+  EXPECT_NO_THROW((void)parse(plan));
   // Their defaults are every mode's: a sync run takes them.
   EXPECT_NO_THROW((void)parse(with(sync, {"--stale-lr", "constant", "--async-momentum", "dana"})));
   EXPECT_MENTIONS(error_of(with(ssp, {"--delay-compensation", "1"})), "--delay-compensation");
