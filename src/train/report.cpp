@@ -26,11 +26,19 @@ constexpr const char* kMetricsHeader =
 /// this header, so that the rows a resumed run appends match it; the older rows keep their
 /// fields and read as missing the later columns.
 void update_header(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return;  // a device or pipe: never read to its end
   std::ifstream in(p);
-  std::string header;
-  if (!std::getline(in, header) || header == kMetricsHeader ||
-      std::string(kMetricsHeader).rfind(header, 0) != 0)
+  std::string header(256, '\0');  // ours is 113 characters: a longer first line is not ours
+  in.read(header.data(), static_cast<std::streamsize>(header.size()));
+  header.resize(static_cast<std::size_t>(in.gcount()));
+  const std::size_t eol = header.find('\n');
+  if (eol == std::string::npos) return;
+  header.resize(eol);
+  if (header == kMetricsHeader || std::string(kMetricsHeader).rfind(header, 0) != 0)
     return;  // current, or not a prefix of ours (not our file: leave it as it is)
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(eol + 1));
   std::stringstream rest;
   rest << in.rdbuf();
   write_file_atomically(p.string(), std::string(kMetricsHeader) + '\n' + rest.str());
