@@ -36,6 +36,37 @@ std::string to_text(const T& v) {
   return os.str();
 }
 
+/// A floating-point option's value: std::from_chars' reading of the whole text (a leading '+'
+/// allowed), so that a number beyond the type's range is an error naming the option and the value
+/// — Boost's lexical_cast refuses 1e400 but reads 1e-400 as 0, which for --checkpoint-secs means
+/// off and for a float --lr means no training.
+template <typename T>
+class RealValue : public po::typed_value<T> {
+ public:
+  explicit RealValue(T* field) : po::typed_value<T>(field) {}
+
+  void xparse(boost::any& out, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(out);
+    const std::string& text = po::validators::get_single_string(tokens);
+    const char* first = text.data() + (text.starts_with('+') ? 1 : 0);
+    const char* last = text.data() + text.size();
+    T v{};
+    const auto [end, ec] = std::from_chars(first, last, v);
+    if (ec == std::errc() && end == last && first != last) {
+      out = v;
+      return;
+    }
+    const char* type = std::is_same_v<T, float> ? "a float" : "a double";
+    po::error_with_option_name e(
+        ec == std::errc::result_out_of_range && end == last
+            ? std::string("option '%canonical_option%': value '%value%' is out of the range of ") +
+                  type + " (its magnitude is too large, or too small to tell from 0)"
+            : "option '%canonical_option%': invalid value '%value%' (expected a number)");
+    e.set_substitute("value", text);
+    throw e;
+  }
+};
+
 /// The options table: each entry registers the option with Boost and remembers how to print its
 /// current value (for the effective configuration).
 class Table {
@@ -53,7 +84,11 @@ class Table {
 
   template <typename T>
   void add(const char* name, T* field, const char* help) {
-    auto* v = po::value<T>(field)->default_value(*field, to_text(*field));
+    po::typed_value<T>* v = nullptr;
+    if constexpr (std::is_floating_point_v<T>)
+      v = new RealValue<T>(field);  // owned by the option description, as po::value's result
+    else v = po::value<T>(field);
+    v->default_value(*field, to_text(*field));
     if constexpr (std::is_same_v<T, bool>) v->implicit_value(true, "true");
     groups_.back()->add_options()(name, v, help);
     entries_.push_back({section_, name, [field] { return to_text(*field); }});

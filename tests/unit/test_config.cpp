@@ -700,6 +700,32 @@ TEST_F(ConfigTest, RandomResizedCropRangesAreMinMaxPairs) {
   EXPECT_MENTIONS(error_of(base({"--rrc-ratio", "1,1"})), "--random-resized-crop");
 }
 
+// A number too small for its type is refused, not read as 0: 1e-400 seconds between checkpoints
+// would otherwise switch them off, and a float learning rate of 1e-50 would be 0. The text forms
+// that were accepted still are (a leading '+', ".5", "5.").
+TEST_F(ConfigTest, NumbersOutOfTheirTypesRangeAreRefused) {
+  for (const auto& [opt, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--checkpoint-secs", "1e-400"},
+                                                        {"--timeout", "1e999"},
+                                                        {"--lr", "1e-50"},
+                                                        {"--momentum", "1e39"}}) {
+    const std::string msg = error_of(base({opt, value}));
+    EXPECT_MENTIONS(msg, opt);
+    EXPECT_MENTIONS(msg, "'" + value + "'");
+    EXPECT_MENTIONS(msg, "out of the range");
+  }
+  const std::string ini = write_ini("[checkpoint]\ncheckpoint-secs = 1e-400\n");
+  const std::string msg = error_of(base({"--config", ini}));
+  EXPECT_MENTIONS(msg, ini);
+  EXPECT_MENTIONS(msg, "checkpoint-secs");
+  EXPECT_MENTIONS(msg, "out of the range");
+  EXPECT_FLOAT_EQ(parse(base({"--lr", "+0.5"})).config.lr, 0.5f);
+  EXPECT_FLOAT_EQ(parse(base({"--lr", ".25"})).config.lr, 0.25f);
+  EXPECT_DOUBLE_EQ(parse(base({"--timeout", "5."})).config.timeout, 5.0);
+  EXPECT_DOUBLE_EQ(parse(base({"--checkpoint-secs", "1e-300"})).config.checkpoint_secs, 1e-300);
+  EXPECT_MENTIONS(error_of(base({"--lr", "0.5x"})), "'0.5x'");
+}
+
 TEST_F(ConfigTest, SyntheticAndDataFilesAreExclusive) {
   for (const auto& files :
        std::vector<std::vector<std::string>>{{"--train-data", "t.h5"},
