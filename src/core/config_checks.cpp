@@ -290,6 +290,20 @@ void check_options_of_other_modes(const Config& c) {
                    "the ps applies each push alone; this run is " +
                    (c.mode == Mode::sync ? "sync" : "SSP (--max-staleness)") +
                    " (leave it at its default there)");
+  // The sync allreduce's settings where gradients go to parameter servers (--num-ps auto is a
+  // ps mode): no allreduce runs there.
+  const Config defaults;
+  for (const auto& [opt, given] : {std::pair{"allreduce", c.allreduce != defaults.allreduce},
+                                   std::pair{"bucket-mb", c.bucket_mb != defaults.bucket_mb},
+                                   std::pair{"bucket-link", c.bucket_link != defaults.bucket_link}})
+    DT_REQUIRE(!given || exchange_kind(c) == ExchangeKind::allreduce,
+               std::string("option --") + opt +
+                   ": sets the sync allreduce (--mode sync --num-ps 0), and this run sends its "
+                   "gradients to parameter servers (" +
+                   (c.mode == Mode::sync   ? "sync through the ps"
+                    : c.max_staleness >= 0 ? "SSP"
+                                           : "async") +
+                   ", --num-ps " + to_text(c.num_ps) + "); leave it at its default there");
   // Parameter-server settings where there is none: sync allreduce.
   for (const auto& [opt, given] : {std::pair{"ps-threads", c.ps_threads != 1},
                                    std::pair{"ps-chunk-kb", c.ps_chunk_kb != 1024}})

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark on the lent GPU machine: several ranks sharing its one GPU (--allow-gpu-sharing
-# --allreduce mpi; NCCL needs a GPU per rank) and CPU-only ranks on its cores, the Fashion-MNIST CNN
+# Benchmark on the lent GPU machine: several ranks sharing its one GPU (--allow-gpu-sharing; the
+# sync allreduce with --allreduce mpi: NCCL needs a GPU per rank) and CPU-only ranks on its cores, the Fashion-MNIST CNN
 # (jobs/fashion_mnist_cnn.ini, batch 64 per worker), sync and async. Prints one row per
 # configuration: workers, ps, device, samples/s (results.json: the whole run's samples / train
 # seconds), step p50 ms, exposed communication ms/step, and final test accuracy when EPOCHS is set.
@@ -29,10 +29,10 @@ print(f"{sys.argv[2]:<34} {sys.argv[3]:>8} {r['samples_per_sec']:>10.0f} {r['ste
       f"{r.get('step_exposed_comm_ms', 0):>10.2f}")
 PY
 }
-gpu=(--device cuda --allow-gpu-sharing --allreduce mpi)
+gpu=(--device cuda --allow-gpu-sharing)
 run gpu-sync-1w 1 --mode sync --num-ps 0 --device cuda
-run gpu-sync-2w-shared 2 --mode sync --num-ps 0 "${gpu[@]}"
-run gpu-sync-4w-shared 4 --mode sync --num-ps 0 "${gpu[@]}"
+run gpu-sync-2w-shared 2 --mode sync --num-ps 0 "${gpu[@]}" --allreduce mpi
+run gpu-sync-4w-shared 4 --mode sync --num-ps 0 "${gpu[@]}" --allreduce mpi
 run gpu-async-1ps-3w-shared 4 --mode async --num-ps 1 "${gpu[@]}"
 run gpu-async-1ps-7w-shared 8 --mode async --num-ps 1 "${gpu[@]}"
 run gpu-syncps-1ps-3w-shared 4 --mode sync --num-ps 1 "${gpu[@]}"

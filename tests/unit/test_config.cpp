@@ -152,6 +152,24 @@ TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
   // --bucket-mb: 0 is one bucket; a positive size below one float would round to it.
   EXPECT_MENTIONS(error_of(with(allreduce, {"--bucket-mb", "0.0000001"})), "less than one float");
   EXPECT_NO_THROW((void)parse(with(allreduce, {"--bucket-mb", "0.000004"})));
+  // The sync allreduce's settings where gradients go to parameter servers (every ps mode, and
+  // --num-ps auto, which is one): refused, not ignored. Their defaults, and `dtrain plan`, pass.
+  for (const auto& [opt, value] : {std::pair{"allreduce", "mpi"}, std::pair{"bucket-mb", "5"},
+                                   std::pair{"bucket-link", "hdr-ib"}}) {
+    const std::string flag = std::string("--") + opt;
+    EXPECT_NO_THROW((void)parse(with(allreduce, {flag, value}))) << opt;
+    for (const auto& mode : {sync, ssp, async, std::vector<std::string>{"--num-ps", "auto"}}) {
+      const std::string msg = error_of(with(mode, {flag, value}));
+      EXPECT_MENTIONS(msg, "option " + flag + ": sets the sync allreduce");
+      EXPECT_MENTIONS(msg, "parameter servers");
+    }
+  }
+  EXPECT_NO_THROW((void)parse(
+      with(async, {"--allreduce", "auto", "--bucket-mb", "25", "--bucket-link", "off"})));
+  std::vector<std::string> plan_ps = {"plan"};
+  const std::vector<std::string> priced = with(async, {"--bucket-mb", "50"});
+  plan_ps.insert(plan_ps.end(), priced.begin(), priced.end());
+  EXPECT_NO_THROW((void)parse(plan_ps));
 }
 
 TEST_F(ConfigTest, JobFileSectionsAreStripped) {
@@ -459,7 +477,7 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   expect_enum_option("schedule", &Config::schedule, train, ini);
   expect_enum_option("wire-dtype", &Config::wire_dtype, sync, ini);
   // --device and --allreduce constrain each other: cuda with mpi, cpu with auto.
-  std::vector<std::string> mpi = train;
+  std::vector<std::string> mpi = sync;
   mpi.insert(mpi.end(), {"--allreduce", "mpi"});
   expect_enum_option("device", &Config::device, mpi, ini);
   std::vector<std::string> any_device = train;
@@ -576,7 +594,8 @@ TEST_F(ConfigTest, CudaGraphOnNeedsGpuWorkersAndACapturableStep) {
   std::string msg = error_of(base({"--cuda-graph", "on"}));  // --device cpu by default
   EXPECT_MENTIONS(msg, "option --cuda-graph");
   EXPECT_MENTIONS(msg, "--device cuda");
-  EXPECT_EQ(parse(base({"--cuda-graph", "on", "--device", "cuda", "--allreduce", "mpi"}))
+  EXPECT_EQ(parse(base({"--cuda-graph", "on", "--device", "cuda", "--mode", "sync", "--num-ps", "0",
+                        "--allreduce", "mpi"}))
                 .config.cuda_graph,
             CudaGraphOption::on);
   msg = error_of(base(
