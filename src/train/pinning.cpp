@@ -89,16 +89,26 @@ void pin_rank_threads(const Config& c, Cluster& cluster, std::string& notes) {
              "'s threads are not pinned: " + why);
   cluster.set_cpus(cpu_list_text(process_thread_cpus()), pinned ? plan.comm : -1);
   if (!cluster.is_chief()) return;
-  notes += "# --pin-threads: each rank's threads on its CPUs (cpus column; the chief's node: " +
-           std::to_string(split.cpus.size()) + " CPUs on " + std::to_string(cores.size()) +
-           " cores, split among " + std::to_string(split.count) + " rank(s)); " +
+  const auto node_ranks =
+      std::count_if(cluster.ranks().begin(), cluster.ranks().end(),
+                    [&](const RankInfo& r) { return r.node == cluster.me().node; });
+  const bool bound = split.count < node_ranks;  // by the launcher: the chief's mask not the node's
+  const std::string cpus = std::to_string(split.cpus.size()) + " CPUs on " +
+                           std::to_string(cores.size()) + " cores, split among " +
+                           std::to_string(split.count);
+  std::string comm;
+  if (plan.comm >= 0) comm = ", its communication thread on CPU " + std::to_string(plan.comm);
+  else if (comm_thread)
+    comm = bound ? ", its communication thread sharing them (a block of 1 CPU within the "
+                   "launcher's binding)"
+                 : ", its communication thread sharing them (a block of 1 CPU, and no CPU "
+                   "outside the ranks' blocks)";
+  notes += "# --pin-threads: each rank's threads on its CPUs (cpus column; " +
+           (bound ? "the launcher bound the ranks: the chief's " + cpus + " of the node's " +
+                        std::to_string(node_ranks) + " ranks); "
+                  : "the chief's node: " + cpus + " rank(s)); ") +
            std::to_string(omp_get_max_threads()) + " OpenMP thread(s) on the chief's " +
-           std::to_string(plan.compute.size()) + " compute CPU(s)" +
-           (plan.comm >= 0 ? ", its communication thread on CPU " + std::to_string(plan.comm)
-                           : std::string(comm_thread ? ", its communication thread sharing "
-                                                       "them (a block of 1 CPU, and no CPU "
-                                                       "outside the ranks' blocks)"
-                                                     : "")) +
+           std::to_string(plan.compute.size()) + " compute CPU(s)" + comm +
            (plan.shared ? "; more ranks than CPUs: ranks share CPUs" : "") + "\n";
 }
 

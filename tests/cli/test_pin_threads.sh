@@ -6,7 +6,9 @@
 #   2. 1 worker: the node's CPUs its block, the communication thread (dtrain-comm) alone on the
 #      last of them (cores' second SMT siblings last), the compute threads on the others;
 #   3. async, 1 ps + 1 worker: disjoint too;
-#   4. off by default: no CPU column.
+#   4. launched bound (--bind-to hwthread): disjoint, and the chief's line says the launcher bound
+#      the ranks (its CPUs, not the node's, split among 1 of the node's 2 ranks);
+#   5. off by default: no CPU column.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cpus=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')  # nproc obeys OMP_NUM_THREADS
@@ -89,7 +91,18 @@ echo "== 3. async, 1 ps + 1 worker: disjoint CPUs"
 pinned async2 2 --mode async --num-ps 1
 disjoint "$SCRATCH/async2.log" 2
 
-echo "== 4. off by default"
+echo "== 4. launched bound (--bind-to hwthread): each rank keeps its CPU, and the line says so"
+timeout 120 "$MPIEXEC" --bind-to hwthread -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" --train-data \
+  "$SCRATCH/train.h5" --max-steps 2 --summaries false --pin-threads --mode sync --num-ps 0 \
+  --run-dir "$SCRATCH/bound" >"$SCRATCH/bound.log" 2>&1 ||
+  { cat "$SCRATCH/bound.log"; fail "the bound run failed"; }
+disjoint "$SCRATCH/bound.log" 2
+grep -q "the launcher bound the ranks: the chief's 1 CPUs on 1 cores, split among 1 of the node's 2 ranks" \
+  "$SCRATCH/bound.log" || { cat "$SCRATCH/bound.log"; fail "the line does not say the launcher bound the ranks"; }
+grep -q "sharing them (a block of 1 CPU within the launcher's binding)" "$SCRATCH/bound.log" ||
+  { cat "$SCRATCH/bound.log"; fail "the line misplaces the communication thread"; }
+
+echo "== 5. off by default"
 timeout 120 "$MPIEXEC" --bind-to none -n 2 "$DTRAIN" --config "$SCRATCH/job.ini" --train-data \
   "$SCRATCH/train.h5" --max-steps 2 --summaries false --run-dir "$SCRATCH/off" >"$SCRATCH/off.log" 2>&1 ||
   { cat "$SCRATCH/off.log"; fail "the unpinned run failed"; }
