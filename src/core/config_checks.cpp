@@ -1,6 +1,7 @@
 // src/core/config_checks.cpp — validate_config(): the checks a parsed Config must pass before a run
 // starts, each an InputError naming the option and what was expected.
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -12,6 +13,7 @@
 namespace dtrain {
 
 using config_detail::to_text;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -174,6 +176,18 @@ void check_subcommand(const Config& c) {
                    c.workers_per_node == 1 && c.cores_per_node == 0 && c.straggler_cv == 0,
                "options --nodes, --workers-per-node, --cores-per-node, --straggler-cv, --profile "
                "and --save-profile belong to `dtrain plan` (did you mean `dtrain plan ...`?)");
+  if (c.command == Subcommand::plan) {
+    DT_REQUIRE(
+        c.profile.empty() || c.save_profile.empty(),
+        "option --save-profile '" + c.save_profile +
+            "': saves the profile measured by the plan's profiling run, and with --profile '" +
+            c.profile + "' nothing is measured (that file is the profile already)");
+    DT_REQUIRE(c.save_profile.empty() || c.out.empty() ||
+                   fs::absolute(c.save_profile).lexically_normal() !=
+                       fs::absolute(c.out).lexically_normal(),
+               "options --save-profile and --out: both name '" + c.out +
+                   "'; the profile and the plan need a file each");
+  }
   if (c.command == Subcommand::predict) {
     DT_REQUIRE(c.checkpoint.empty() != c.init_from.empty(),
                "dtrain predict: give exactly one of --checkpoint and --init-from");

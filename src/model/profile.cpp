@@ -120,12 +120,23 @@ void require_profile_of(const WorkerProfile& p, const std::vector<std::string>& 
                                                 keys[i] + " in the job");
 }
 
+void require_profile_params(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
+                            const std::string& what) {
+  for (std::size_t i = 0; i < layers.size() && i < p.layers.size(); ++i)
+    DT_REQUIRE(p.layers[i].param_floats == layers[i].params,
+               what + ": layer " + std::to_string(i + 1) + " (" + p.layers[i].name + ") has " +
+                   std::to_string(p.layers[i].param_floats) + " parameters in the profile but " +
+                   std::to_string(layers[i].params) +
+                   " in the job (profile this job with dtrain plan --save-profile)");
+}
+
 std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
                                 const std::string& path) {
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < layers.size(); ++i)
     keys.push_back(layer_key(i, layers[i].type, layers[i].name));
   require_profile_of(p, keys, "--pipeline-profile " + path);
+  require_profile_params(p, layers, "--pipeline-profile " + path);
   std::vector<double> ms;
   for (const LayerCost& l : p.layers) ms.push_back(l.forward_ms + l.backward_ms);
   return ms;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -107,7 +108,6 @@ bool runnable(const Candidate& c, const WorkerProfile& p) {
   return c.strategy != Strategy::hierarchical || p.on_cpu();
 }
 
-/// The options that run a candidate (GPU workers: NCCL for the flat ring).
 /// The options that run a candidate (GPU workers: NCCL for the flat ring; latency-aware: the
 /// --bucket-link that plans its buckets, the link bucket_ring() takes).
 std::string options_of(const Candidate& c, const WorkerProfile& p, const Topology& t) {
@@ -131,6 +131,11 @@ WorkerProfile obtain_profile(const Config& c, const Topology& t, std::string& or
       keys.push_back(layer_key(i, s.type, s.name));
     }
     require_profile_of(p, keys, "--profile " + c.profile);
+    // The layers' parameter counts need the input's shape: checked where the job's input is here
+    // (a profile is often priced for a job whose data lives on the cluster only).
+    if (!c.synthetic.empty() || (!c.train_data.empty() && std::filesystem::exists(c.train_data)))
+      require_profile_params(p, job_layers(c), "--profile " + c.profile);
+    else origin += " (its parameter counts unchecked: the job's input is not here)";
     return p;
   }
   DT_REQUIRE(!c.synthetic.empty() || !c.train_data.empty(),

@@ -107,6 +107,11 @@ void run_steps(Model& model, Backend& be, const Config& c, int batch, int steps,
 
 }  // namespace
 
+std::vector<LayerInfo> job_layers(const Config& c) {
+  const DatasetInfo input = input_of(c);
+  return Model(c.layers, input.sample, input.num_classes, 1, act_dtype_of(c.precision)).layers();
+}
+
 WorkerProfile profile_worker(const Config& c, const Cluster& cluster, int batch, int steps) {
   DT_REQUIRE(steps >= 1, "option --plan-steps: must be >= 1, got " + std::to_string(steps));
   const DatasetInfo input = input_of(c);

@@ -266,6 +266,24 @@ expect_error 0 "option --out|exists.json|already exists" "${P[@]}" --out "$SCRAT
 # A profile of another job prices another model: refused (it was used as if it were this one's).
 expect_error 0 "--profile $SCRATCH/p.json|layers, but the job's model has" plan --config \
   "$SRC/jobs/resnet50_imagenet.ini" --profile "$SCRATCH/p.json" --nodes 1 --workers-per-node 2
+# The same layer list at another width: its gradient is another size (it was priced with the
+# profile's 421,834 parameters for a model of 3,241,546).
+sed 's/^layer = dense units=128$/layer = dense units=1024/' "$JOB" >"$SCRATCH/wide.ini"
+grep -q "units=1024" "$SCRATCH/wide.ini" || fail "the wide job has no wide layer"
+expect_error 0 "--profile $SCRATCH/p.json|parameters in the profile but|profile this job" plan \
+  --config "$SCRATCH/wide.ini" "${DATA[@]}" --profile "$SCRATCH/p.json"
+# Without the job's input here the counts cannot be checked, and the plan says so.
+"$DTRAIN" plan --config "$SRC/jobs/fashion_mnist_cnn.ini" --train-data "$SCRATCH/absent.h5" \
+  --profile "$SCRATCH/p.json" >"$SCRATCH/unchecked.out" 2>&1 || { cat "$SCRATCH/unchecked.out"; fail "plan without the input"; }
+grep -qF "its parameter counts unchecked: the job's input is not here" "$SCRATCH/unchecked.out" ||
+  { cat "$SCRATCH/unchecked.out"; fail "the plan does not say the counts went unchecked"; }
+# --save-profile saves a measured profile: with --profile it was silently not written; naming
+# the --out file it profiled, wrote the profile there and then failed.
+expect_error 0 "option --save-profile '$SCRATCH/sp.json'|nothing is measured" "${P[@]}" \
+  --save-profile "$SCRATCH/sp.json"
+expect_error 0 "--save-profile and --out|need a file each" plan --config "$JOB" "${DATA[@]}" \
+  --save-profile "$SCRATCH/same.json" --out "$SCRATCH/./same.json"
+[[ ! -e $SCRATCH/same.json && ! -e $SCRATCH/sp.json ]] || fail "a refused plan wrote a file"
 # LARS keeps each tensor whole on one ps: the plan tries no more ps than the model's 6 layers
 # with parameters (it recommended 16 for 16 workers, which training refuses for fewer tensors).
 "$DTRAIN" "${P[@]}" --nodes 2 --workers-per-node 8 --optimizer lars --mode async \

@@ -72,11 +72,18 @@ WorkerProfile load_profile(const std::string& path, const std::string& option);
 void require_profile_of(const WorkerProfile& p, const std::vector<std::string>& keys,
                         const std::string& what);
 
+/// Throws InputError naming `what` unless each layer of `p` has as many trainable floats as the
+/// job's layer in the same place (`layers`: Model::layers(), as many as `p` has — check
+/// require_profile_of() first). The same layer list at another width (dense units=1024 where the
+/// profile had 128) passes require_profile_of() but would price another model's gradient bytes.
+void require_profile_params(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
+                            const std::string& what);
+
 /// Each layer's forward + backward ms from `p`, in line order, for cutting `layers`
 /// (Model::layers()) into pipeline stages by measured time (--pipeline-profile, a profile saved by
 /// `dtrain plan --save-profile` of the same job). Throws InputError naming `path` when the
-/// profile has another number of layers or a layer of another name ("<index>.<type>" or name=)
-/// than the model: a profile of another job.
+/// profile has another number of layers, a layer of another name ("<index>.<type>" or name=) or
+/// of another parameter count than the model: a profile of another job.
 std::vector<double> layer_costs(const WorkerProfile& p, const std::vector<LayerInfo>& layers,
                                 const std::string& path);
 

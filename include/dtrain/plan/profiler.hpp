@@ -27,4 +27,10 @@ namespace dtrain {
 /// what building the model or the backend throws.
 WorkerProfile profile_worker(const Config& c, const Cluster& cluster, int batch, int steps);
 
+/// The layers of the job `c`'s model (Model::layers(): type, name, trainable floats, ...) at its
+/// input's sample shape and class count (--synthetic, or the --train-data file's header), built
+/// without a backend: what a saved --profile is checked against. Throws InputError as
+/// profile_worker() does for the input, and what building the model throws.
+std::vector<LayerInfo> job_layers(const Config& c);
+
 }  // namespace dtrain
