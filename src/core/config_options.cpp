@@ -410,7 +410,8 @@ void add_plan_options(Table& t, Config& c) {
         "alpha_us=A,beta_gbps=B[,shared=1] (latency µs, bandwidth Gb/s)");
   t.add("intra-node", &c.intra_node, "plan: the link inside a node, as --network (default shm)");
   t.add("profile", &c.profile,
-        "plan: a worker profile saved by --save-profile, used instead of a profiling run");
+        "plan: a worker profile saved by --save-profile, used instead of a profiling run (of "
+        "this job's layers; their parameter counts are checked where the job's input is here)");
   t.add("save-profile", &c.save_profile, "plan: write the measured worker profile (JSON) there");
   t.add("plan-steps", &c.plan_steps, "plan: timed steps of the profiling run (after a warm-up)");
 }
