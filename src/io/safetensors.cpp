@@ -90,7 +90,8 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
         {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + t.data.size()}}};
     at += t.data.size();
   }
-  std::string text = header.dump();
+  // __metadata__ carries the job's paths, bytes on Linux: one not in UTF-8 reads as U+FFFD.
+  std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');
   const std::uint64_t n = text.size();
 

@@ -67,9 +67,13 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
   j["layers"] = nlohmann::ordered_json::array();
   for (const LayerCost& l : p.layers) j["layers"].push_back(layer_json(l));
   try {
-    create_new_file(path, [&](std::ostream& out) { out << j.dump(1) << '\n'; });
-  } catch (const LibraryError& e) {
-    throw InputError("option " + option + " '" + path + "': cannot write the profile: " + e.what());
+    // "job" is a path, bytes on Linux: one not in UTF-8 reads as U+FFFD.
+    create_new_file(path, [&](std::ostream& out) {
+      out << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+    });
+  } catch (const LibraryError& e) {  // a full disk stays a system failure (exit 3)
+    throw LibraryError("option " + option + " '" + path +
+                       "': cannot write the profile: " + e.what());
   }
 }
 

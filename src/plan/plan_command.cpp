@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -60,12 +61,23 @@ Topology topology_of(const Config& c) {
              "options --nodes " + std::to_string(c.nodes) + " × --workers-per-node " +
                  std::to_string(c.workers_per_node) + ": at most " + std::to_string(kMaxWorkers) +
                  " workers can be planned");
-  DT_REQUIRE(!c.num_ps.automatic, "dtrain plan: --num-ps auto picks K for a training run; the "
-                                  "plan compares ps counts itself (--num-ps K plans that one)");
-  DT_REQUIRE(!(c.mode == Mode::sync && c.num_ps > 0 && c.plan_num_ps_given),
+  // Only the command line's --mode and --num-ps restrict the plan (a job file's are the job's:
+  // the plan compares every mode and ps count).
+  DT_REQUIRE(!(c.num_ps.automatic && c.plan_num_ps_given),
+             "dtrain plan: --num-ps auto picks K for a training run; the plan compares ps counts "
+             "itself (--num-ps K plans that one)");
+  DT_REQUIRE(!(c.mode == Mode::sync && c.plan_mode_given && c.num_ps > 0 && c.plan_num_ps_given),
              "dtrain plan: --mode sync --num-ps " + std::to_string(c.num_ps) +
                  " (sync through parameter servers) is not modelled; plan --mode sync (allreduce) "
                  "or --mode async --num-ps K");
+  DT_REQUIRE(c.pipeline_stages == 1,
+             "dtrain plan: --pipeline-stages " + std::to_string(c.pipeline_stages) +
+                 " (model parallelism) is not modelled: the plan prices data parallelism, every "
+                 "worker the whole model; plan the job without it");
+  DT_REQUIRE(c.max_staleness < 0,
+             "dtrain plan: --max-staleness " + std::to_string(c.max_staleness) +
+                 " (SSP) is not modelled: the async rows price unbounded async; plan the job "
+                 "without it");
   DT_REQUIRE(c.cores_per_node >= 0, "option --cores-per-node: must be >= 0 (0: not priced), got " +
                                         std::to_string(c.cores_per_node));
   Topology t;
@@ -97,6 +109,14 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+/// A bucket size in MiB as the shortest text that reads back as it (0.3, 25): rounding it would
+/// recommend another size (0.3 printed as 0 means one bucket).
+std::string mib_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return {buf, r.ptr};
+}
+
 std::string link_text(const Link& l) {
   return l.name + " (α " + fixed(l.alpha_us, 1) + " µs, β " + fixed(l.beta_gbps, 1) + " Gb/s" +
          (l.shared ? ", shared by the node's ranks)" : ")");
@@ -115,7 +135,7 @@ std::string options_of(const Candidate& c, const WorkerProfile& p, const Topolog
   const std::string flat = p.on_cpu() ? "mpi" : "nccl";
   return "--mode sync --num-ps 0 --allreduce " +
          (c.strategy == Strategy::flat ? flat : std::string("hierarchical")) + " --bucket-mb " +
-         fixed(c.bucket_mb, 0) +
+         mib_text(c.bucket_mb) +
          (c.latency_aware ? " --bucket-link " + (t.nodes > 1 ? t.inter : t.intra).name : "");
 }
 
@@ -197,7 +217,7 @@ std::string table(const std::vector<Prediction>& rows) {
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Prediction& r : rows) {
     const bool ps = r.candidate.strategy == Strategy::ps;
-    os << "| " << describe(r.candidate) << " | " << (ps ? "-" : fixed(r.candidate.bucket_mb, 0))
+    os << "| " << describe(r.candidate) << " | " << (ps ? "-" : mib_text(r.candidate.bucket_mb))
        << " | " << (ps ? "-" : std::to_string(r.buckets) + ", last " + fixed(r.end_mib, 2) + " MiB")
        << " | " << fixed(r.compute_ms, 1) << " | " << fixed(r.straggler_ms, 1) << " | "
        << fixed(r.exposed_ms, 1) << " | " << fixed(r.optimizer_ms, 1) << " | "
@@ -300,11 +320,14 @@ int run_plan(const Config& c) {
           (c.plan_num_ps_given ? k.num_ps == c.num_ps : k.num_ps <= most_ps))
         rows.push_back(predict(p, t, k));
     if (!c.out.empty()) {
-      const std::string text = plan_json(t, p, rows).dump(1) + '\n';
+      // The profile's job path, bytes on Linux: one not in UTF-8 reads as U+FFFD.
+      const std::string text =
+          plan_json(t, p, rows).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) +
+          '\n';
       try {
         create_new_file(c.out, [&](std::ostream& out) { out << text; });
-      } catch (const LibraryError& e) {
-        throw InputError("option --out '" + c.out + "': cannot write the plan: " + e.what());
+      } catch (const LibraryError& e) {  // a full disk stays a system failure (exit 3)
+        throw LibraryError("option --out '" + c.out + "': cannot write the plan: " + e.what());
       }
     }
   });

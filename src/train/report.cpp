@@ -155,49 +155,20 @@ std::optional<std::int64_t> results_global_step(const std::string& run_dir) {
   return j["global_step"].get<std::int64_t>();
 }
 
-namespace {
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (c == '\n') o += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
-  }
-  return o;
-}
-}  // namespace
-
 void write_results_json(const std::string& run_dir, const std::map<std::string, JsonValue>& kv) {
-  std::ostringstream os;
-  os << "{\n";
-  std::size_t i = 0;
-  for (const auto& [k, v] : kv) {
-    os << "  \"" << json_escape(k) << "\": ";
-    if (const auto* d = std::get_if<double>(&v)) os << std::setprecision(10) << *d;
-    else if (const auto* n = std::get_if<std::int64_t>(&v)) os << *n;
-    else if (std::holds_alternative<std::monostate>(v)) os << "null";
-    else if (const auto* str = std::get_if<std::string>(&v)) os << '"' << json_escape(*str) << '"';
-    else if (const auto* ss = std::get_if<std::vector<std::string>>(&v)) {
-      os << '[';
-      for (std::size_t j = 0; j < ss->size(); ++j)
-        os << (j ? ", \"" : "\"") << json_escape((*ss)[j]) << '"';
-      os << ']';
-    } else if (const auto* ds = std::get_if<std::vector<double>>(&v)) {
-      os << '[' << std::setprecision(10);
-      for (std::size_t j = 0; j < ds->size(); ++j) os << (j ? ", " : "") << (*ds)[j];
-      os << ']';
-    } else {
-      const auto& ns = std::get<std::vector<std::int64_t>>(v);
-      os << '[';
-      for (std::size_t j = 0; j < ns.size(); ++j) os << (j ? ", " : "") << ns[j];
-      os << ']';
-    }
-    os << (++i < kv.size() ? ",\n" : "\n");
-  }
-  os << "}\n";
+  nlohmann::json j = nlohmann::json::object();  // keys sorted, as kv's
+  for (const auto& [k, v] : kv)
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) j[k] = nullptr;
+          else j[k] = x;
+        },
+        v);
+  // A path of the job in another encoding than UTF-8 (Linux paths are bytes) reads as U+FFFD
+  // rather than making the file unreadable JSON; a non-finite number as null.
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + '\n';
   const fs::path final_path = fs::path(run_dir) / "results.json";
-  write_file_atomically(final_path.string(), os.str());
+  write_file_atomically(final_path.string(), text);
 }
 
 }  // namespace dtrain

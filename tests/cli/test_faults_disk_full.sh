@@ -74,4 +74,8 @@ full_writer() {  # full_writer NAME NP ARGS...: ARGS must fail writing $SCRATCH/
 full_writer np.h5 2 predict --checkpoint "$ckpt" --data "$SCRATCH/fx.h5" --out "$SCRATCH/np.h5" \
   --threads 1
 full_writer m.onnx 0 export --checkpoint "$ckpt" --format onnx --out "$SCRATCH/m.onnx"
+# dtrain plan's JSON too: a full disk is a system failure (exit 3), as export's (it was exit 2).
+full_writer plan.json 1 plan --config "$SRC/jobs/resnet50_imagenet.ini" --profile \
+  "$SRC/docs/scaling/resnet50_h200host_cpu_b24.json" --nodes 4 --workers-per-node 8 \
+  --out "$SCRATCH/plan.json"
 echo "PASS"

@@ -284,6 +284,28 @@ expect_error 0 "option --save-profile '$SCRATCH/sp.json'|nothing is measured" "$
 expect_error 0 "--save-profile and --out|need a file each" plan --config "$JOB" "${DATA[@]}" \
   --save-profile "$SCRATCH/same.json" --out "$SCRATCH/./same.json"
 [[ ! -e $SCRATCH/same.json && ! -e $SCRATCH/sp.json ]] || fail "a refused plan wrote a file"
+# A job file's mode and num-ps are the job's, not the plan's: --num-ps 2 under a job of mode =
+# sync plans async with 2 ps (it was refused as "--mode sync --num-ps 2"), and num-ps = auto in
+# the file is no error (the plan compares ps counts itself).
+R50=(--config "$SRC/jobs/resnet50_imagenet.ini" --profile "$SRC/docs/scaling/resnet50_h200host_cpu_b24.json"
+     --workers-per-node 8 --global-batch-size 24)
+"$DTRAIN" plan "${R50[@]}" --num-ps 2 >"$SCRATCH/r50ps.out" 2>&1 || { cat "$SCRATCH/r50ps.out"; fail "plan --num-ps 2 under a sync job"; }
+grep -q "^| async, 2 ps" "$SCRATCH/r50ps.out" || { cat "$SCRATCH/r50ps.out"; fail "no async 2-ps row"; }
+sed 's/^num-ps = 1$/num-ps = auto/' "$SRC/jobs/fashion_mnist_mlp.ini" >"$SCRATCH/mlp_auto.ini"
+grep -q "^num-ps = auto" "$SCRATCH/mlp_auto.ini" || fail "no num-ps = auto in the job"
+"$DTRAIN" plan --config "$SCRATCH/mlp_auto.ini" "${DATA[@]}" --batch-size 8 --plan-steps 1 \
+  --workers-per-node 4 >"$SCRATCH/auto.out" 2>&1 || { cat "$SCRATCH/auto.out"; fail "plan of a num-ps = auto job"; }
+expect_error 0 "--num-ps auto picks K" "${P[@]}" --num-ps auto
+# What the plan does not model is refused, not priced as plain data parallelism.
+expect_error 0 "--pipeline-stages 2|not modelled" "${P[@]}" --pipeline-stages 2 --micro-batches 2
+expect_error 0 "--max-staleness 2|not modelled" "${P[@]}" --max-staleness 2
+# A fractional bucket size is recommended as given (0.3 printed as 0 meant one bucket).
+"$DTRAIN" "${P[@]}" --nodes 2 --workers-per-node 2 --network 25gbe --bucket-mb 0.3 --mode sync \
+  >"$SCRATCH/frac.out" 2>&1 || { cat "$SCRATCH/frac.out"; fail "plan --bucket-mb 0.3"; }
+grep -q "^| sync, flat allreduce | 0.3 |" "$SCRATCH/frac.out" || { cat "$SCRATCH/frac.out"; fail "no 0.3 MiB row"; }
+grep -q "^| sync, flat allreduce | 0 |" "$SCRATCH/frac.out" || fail "no one-bucket row"
+[[ $(grep -c "^| sync, flat allreduce | 0 |" "$SCRATCH/frac.out") -eq 1 ]] ||
+  { cat "$SCRATCH/frac.out"; fail "0.3 MiB printed as 0"; }
 # LARS keeps each tensor whole on one ps: the plan tries no more ps than the model's 6 layers
 # with parameters (it recommended 16 for 16 workers, which training refuses for fewer tensors).
 "$DTRAIN" "${P[@]}" --nodes 2 --workers-per-node 8 --optimizer lars --mode async \
