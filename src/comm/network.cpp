@@ -67,11 +67,15 @@ Link parse_link(const std::string& spec, const std::string& option) {
     if (!keys.insert(key).second) bad_spec(option, spec, "'" + key + "' given twice");
     if (key == "alpha_us") {
       link.alpha_us = number(option, spec, key, value);
-      if (link.alpha_us < 0) bad_spec(option, spec, "alpha_us must be >= 0");
+      // Bounded to what a link can be (1000 s of latency at most), so that the plan's and the
+      // buckets' arithmetic stays finite.
+      if (link.alpha_us < 0 || link.alpha_us > 1e9)
+        bad_spec(option, spec, "alpha_us must be from 0 to 1e9 µs");
       alpha = true;
     } else if (key == "beta_gbps") {
       link.beta_gbps = number(option, spec, key, value);
-      if (link.beta_gbps <= 0) bad_spec(option, spec, "beta_gbps must be > 0");
+      if (link.beta_gbps < 1e-6 || link.beta_gbps > 1e9)
+        bad_spec(option, spec, "beta_gbps must be from 1e-6 to 1e9 Gb/s");
       beta = true;
     } else if (key == "shared" && (value == "0" || value == "1")) {
       link.shared = value == "1";

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>  // renameat2
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -114,14 +115,37 @@ void require_new_file(const std::string& path, const std::string& option) {
                  "' does not exist or is not writable");
 }
 
+namespace {
+
+/// Whether link() failed because the file system has no hard links (vfat/exFAT, many SMB/CIFS
+/// and FUSE mounts: EPERM, EOPNOTSUPP, ENOSYS), not because of the paths.
+bool links_unsupported(int err) { return err == EPERM || err == EOPNOTSUPP || err == ENOSYS; }
+
+/// Renames `tmp` to `path` unless `path` exists: renameat2(RENAME_NOREPLACE), or where the file
+/// system does not take that flag (EINVAL), a rename after a check that `path` is free (a writer
+/// racing for the same name in between would be overwritten: no worse than such a file system
+/// allows). Returns 0 or the errno.
+int rename_no_replace(const std::string& tmp, const std::string& path) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+  if (path_taken(path)) return EEXIST;
+  return ::rename(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
 void publish_new_file(const std::string& tmp, const std::string& path) {
   sync_or_remove(tmp);
-  std::error_code ec;
-  std::filesystem::create_hard_link(tmp, path, ec);  // EEXIST rather than replace a file
+  // A hard link fails rather than replace a file (EEXIST).
+  int err = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+  if (err != 0 && links_unsupported(err)) err = rename_no_replace(tmp, path);
   std::error_code ignored;
-  std::filesystem::remove(tmp, ignored);
-  if (ec)
-    throw LibraryError("cannot link '" + tmp + "' to '" + path + "': " + ec.message() +
+  std::filesystem::remove(tmp, ignored);  // after a rename: nothing there
+  if (err == EEXIST)
+    throw InputError("'" + path + "' already exists; dtrain never overwrites a file (nothing " +
+                     "was written there; remove it or choose another name)");
+  if (err != 0)
+    throw LibraryError("cannot publish '" + tmp + "' as '" + path + "': " + std::strerror(err) +
                        " (nothing was overwritten)");
 }
 

@@ -2,6 +2,7 @@
 #include "dtrain/model/profile.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,13 +24,27 @@ nlohmann::ordered_json layer_json(const LayerCost& l) {
           {"param_floats", l.param_floats}};
 }
 
+/// At most 1e9 ms (11.6 days) a pass or an update: the sums over layers and stages stay finite.
+constexpr double kMaxMs = 1e9;
+/// At most 2^40 floats (4 TiB of fp32) a layer: beyond any model, and the sums stay exact.
+constexpr std::uint64_t kMaxFloats = std::uint64_t{1} << 40;
+
+/// Layer field `key` of a profile as a count of floats: a JSON integer from 0 to kMaxFloats (a
+/// negative one would wrap as std::size_t, a huge one exhaust memory). Throws InputError naming
+/// `where`, the layer and the field.
+std::size_t float_count(const nlohmann::json& layer, const char* key, const std::string& where) {
+  const nlohmann::json& v = layer.at(key);
+  DT_REQUIRE(v.is_number_unsigned() && v.get<std::uint64_t>() <= kMaxFloats,
+             where + ": layer '" + layer.value("name", std::string("?")) + "' has " + key + " " +
+                 v.dump() + ", expected an integer from 0 to 2^40");
+  return static_cast<std::size_t>(v.get<std::uint64_t>());
+}
+
 /// The layers' times are ≥ 0 and their parameter ranges tile the buffer in line order.
 void check_layers(const WorkerProfile& p, const std::string& where) {
   DT_REQUIRE(!p.layers.empty(), where + ": no layers");
   std::size_t next = 0;
   for (const LayerCost& l : p.layers) {
-    // At most 1e9 ms (11.6 days) a pass: the sums over layers and stages stay finite.
-    constexpr double kMaxMs = 1e9;
     DT_REQUIRE(std::isfinite(l.forward_ms) && std::isfinite(l.backward_ms) && l.forward_ms >= 0 &&
                    l.backward_ms >= 0 && l.forward_ms <= kMaxMs && l.backward_ms <= kMaxMs,
                where + ": layer '" + l.name +
@@ -99,15 +114,14 @@ WorkerProfile load_profile(const std::string& path, const std::string& option) {
     j.at("optimizer_ms").get_to(p.optimizer_ms);
     for (const nlohmann::json& l : j.at("layers"))
       p.layers.push_back({l.at("name").get<std::string>(), l.at("forward_ms").get<double>(),
-                          l.at("backward_ms").get<double>(),
-                          l.at("param_offset").get<std::size_t>(),
-                          l.at("param_floats").get<std::size_t>()});
+                          l.at("backward_ms").get<double>(), float_count(l, "param_offset", where),
+                          float_count(l, "param_floats", where)});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + ": " + e.what());
   }
   DT_REQUIRE(p.batch > 0, where + ": batch must be > 0");
-  DT_REQUIRE(std::isfinite(p.optimizer_ms) && p.optimizer_ms >= 0,
-             where + ": optimizer_ms must be >= 0");
+  DT_REQUIRE(std::isfinite(p.optimizer_ms) && p.optimizer_ms >= 0 && p.optimizer_ms <= kMaxMs,
+             where + ": optimizer_ms must be from 0 to 1e9 ms");
   check_layers(p, where);
   return p;
 }

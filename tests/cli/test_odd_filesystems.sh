@@ -2,9 +2,11 @@
 # tests/cli/test_odd_filesystems.sh — file systems as HPC sites mount them, and a file another
 # process holds locked:
 #   1. under LD_PRELOAD=odd_filesystem.so (every flock() fails with ENOLCK, as on NFS without
-#      lockd; fsync of a directory fails with EINVAL, as on some FUSE and SMB mounts) h5py cannot
+#      lockd; fsync of a directory fails with EINVAL, as on some FUSE and SMB mounts; no hard
+#      links, as on vfat and many SMB and FUSE mounts) h5py cannot
 #      open the training file (the control: HDF5 alone fails there), while dtrain trains 2
-#      workers, checkpoints (its run dir's fsync refused), resumes and predicts, warning once per
+#      workers, checkpoints (its run dir's fsync refused), resumes, predicts and exports (files
+#      published by a rename that replaces nothing, not a hard link), warning once per
 #      rank about the locks (src/io/hdf5_locks.hpp) and naming the file system's answer (and the
 #      chief once that it cannot lock its run dir against a second run); its
 #      checkpoints verify when read back normally;
@@ -49,6 +51,12 @@ with h5py.File(sys.argv[2], "r") as p:
     assert p["predictions"].shape == (64,), p["predictions"].shape
 print(f"checkpoint of step 20 verifies ({n} values), 64 predictions")
 PY
+# dtrain export published by hard link only: "cannot link ... Operation not permitted".
+LD_PRELOAD=$SHIM "$DTRAIN" export --checkpoint "$d/ckpt-0000000020.h5" --out "$SCRATCH/m.st" \
+  >"$SCRATCH/export.log" 2>&1 || { cat "$SCRATCH/export.log"; fail "export without hard links"; }
+[[ -s $SCRATCH/m.st && ! -e $SCRATCH/m.st.tmp ]] || { ls -l "$SCRATCH"; fail "no export, or its temporary left"; }
+expect_error 0 "$SCRATCH/m.st|already exists" export --checkpoint "$d/ckpt-0000000020.h5" \
+  --out "$SCRATCH/m.st"
 
 echo "== 1b. no file locks: the data tools convert and check a file"
 "$PY" - "$SCRATCH" <<'PY'

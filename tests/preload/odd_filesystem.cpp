@@ -4,7 +4,9 @@
 //                      file locking, which ignores only ENOSYS and only where built to, then
 //                      refuses every open;
 //   fsync(directory)   fails with EINVAL, as on file systems that cannot sync a directory (some
-//                      FUSE and SMB mounts); fsync of a file works as usual.
+//                      FUSE and SMB mounts); fsync of a file works as usual;
+//   link(), linkat()   fail with EPERM, as on file systems without hard links (vfat/exFAT, many
+//                      SMB/CIFS and FUSE mounts).
 #include <dlfcn.h>
 #include <sys/stat.h>
 
@@ -24,4 +26,15 @@ extern "C" int fsync(int fd) {
   using Fsync = int (*)(int);
   static const auto real = reinterpret_cast<Fsync>(dlsym(RTLD_NEXT, "fsync"));
   return real(fd);
+}
+
+extern "C" int link(const char* /*from*/, const char* /*to*/) {
+  errno = EPERM;
+  return -1;
+}
+
+extern "C" int linkat(int /*fromfd*/, const char* /*from*/, int /*tofd*/, const char* /*to*/,
+                      int /*flags*/) {
+  errno = EPERM;
+  return -1;
 }

@@ -405,8 +405,11 @@ TEST(LinkSpec, BadSpecsNameTheOption) {
   for (const char* bad :
        {"hdr", "alpha_us=1", "beta_gbps=10", "alpha_us=x,beta_gbps=1", "alpha_us=1,beta_gbps=0",
         "alpha_us=-1,beta_gbps=1", "alpha_us=1,beta_gbps=1,speed=2", "alpha_us=1,beta_gbps=inf", "",
-        "alpha_us=1,beta_gbps=2,alpha_us=3", "alpha_us=1,beta_gbps=2,",
-        "alpha_us=1,,beta_gbps=2"}) {
+        "alpha_us=1,beta_gbps=2,alpha_us=3", "alpha_us=1,beta_gbps=2,", "alpha_us=1,,beta_gbps=2",
+        // beyond any link: β overflowed to inf B/s in the bucket planner (an error naming no
+        // option), α of 1e300 µs printed 63-digit step times
+        "alpha_us=1,beta_gbps=1e308", "alpha_us=1e300,beta_gbps=1",
+        "alpha_us=1,beta_gbps=1e-300"}) {
     try {
       (void)parse_link(bad, "--network");
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -458,6 +461,17 @@ TEST(WorkerProfileJson, RoundTripsAndRejectsBadFiles) {
       {"name": "a", "forward_ms": 1e308, "backward_ms": 1e308, "param_offset": 0,
        "param_floats": 3}]})",
                "layer 'a' has a negative, non-finite or implausible time");
+  // A negative count wrapped as std::size_t (a wrong parameter sum); a huge one exhausted memory
+  // (std::bad_alloc); an implausible optimizer time printed 63-digit figures.
+  for (const char* floats : {"-5", "1e15", "2.5", "1099511627777"})
+    expect_error(std::string(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1,
+      "layers": [{"name": "a", "forward_ms": 1, "backward_ms": 1, "param_offset": 0,
+      "param_floats": )") +
+                     floats + "}]}",
+                 "layer 'a' has param_floats");
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1e300, "layers": [
+      {"name": "a", "forward_ms": 1, "backward_ms": 1, "param_offset": 0, "param_floats": 3}]})",
+               "optimizer_ms must be from 0 to 1e9 ms");
   EXPECT_THROW(load_profile(dir + "/missing.json", "--profile"), InputError);
   try {
     (void)load_profile(dir, "--profile");  // a directory: an InputError, not a stream failure

@@ -58,9 +58,12 @@ void require_new_file(const std::string& path, const std::string& option);
 /// one's), LibraryError naming it and the system's reason when it cannot be created.
 void claim_new_file(const std::string& path, const std::string& final_path);
 
-/// Makes the complete file `tmp` appear as `path`: fsync_path(tmp), a hard link `tmp` → `path`
-/// (fails rather than replace a file), `tmp` removed whatever happens. Throws LibraryError naming
-/// both paths when the link fails (`path` exists: nothing was overwritten).
+/// Makes the complete file `tmp` appear as `path`, never over a file: fsync_path(tmp), a hard
+/// link `tmp` → `path` (fails rather than replace a file) — on a file system without hard links
+/// (vfat/exFAT, many SMB and FUSE mounts) a rename with RENAME_NOREPLACE, or where that flag is
+/// not taken either, a rename after checking that `path` is free — and `tmp` removed whatever
+/// happens. Throws InputError naming `path` when it exists (nothing was written there),
+/// LibraryError naming both paths and the system's reason for any other failure.
 void publish_new_file(const std::string& tmp, const std::string& path);
 
 /// Creates `path` from the bytes `write` puts into the stream it is given (binary), whole or not
