@@ -177,6 +177,22 @@ void check_overridden_values(const std::vector<const char*>& args, const std::st
   }
 }
 
+/// `dtrain export` reads the model and its tensors from --checkpoint and writes --out: any other
+/// option given on the command line would be silently ignored (--precision bf16 for --dtype
+/// bf16 wrote float32), so it is refused. --config, --layer, --data and --init-from get
+/// check_subcommand()'s own message.
+void refuse_options_export_ignores(const po::variables_map& vm) {
+  static const std::set<std::string> used = {"checkpoint", "out",  "format",    "dtype", "config",
+                                             "layer",      "data", "init-from", "help",  "version"};
+  for (const auto& [name, value] : vm) {
+    if (value.defaulted() || used.count(name)) continue;
+    throw InputError("option --" + name +
+                     ": not used by dtrain export, which takes --checkpoint, "
+                     "--format, --out and, for safetensors, --dtype f32|bf16" +
+                     (name == "precision" ? " (did you mean --dtype bf16?)" : ""));
+  }
+}
+
 std::string help_text(const po::options_description& cli) {
   std::ostringstream os;
   os << "usage: mpirun -np N dtrain [train] --config JOB.ini [--option value ...]\n"
@@ -216,6 +232,7 @@ ParseResult parse_config(int argc, const char* const* argv) {
         vm.count("help") ? help_text(cli) : std::string("dtrain ") + dtrain_version() + "\n";
     return r;
   }
+  if (c.command == Subcommand::export_tensors) refuse_options_export_ignores(vm);
   c.plan_mode_given = vm.count("mode") && !vm["mode"].defaulted();
   c.plan_num_ps_given = vm.count("num-ps") && !vm["num-ps"].defaulted();
   std::set<std::string> from_file;

@@ -176,6 +176,12 @@ void check_subcommand(const Config& c) {
                    c.workers_per_node == 1 && c.cores_per_node == 0 && c.straggler_cv == 0,
                "options --nodes, --workers-per-node, --cores-per-node, --straggler-cv, --profile "
                "and --save-profile belong to `dtrain plan` (did you mean `dtrain plan ...`?)");
+  if (c.command != Subcommand::export_tensors) {
+    const Config defaults;
+    DT_REQUIRE(c.export_format == defaults.export_format && c.export_dtype == defaults.export_dtype,
+               "options --format and --dtype belong to `dtrain export` (did you mean `dtrain "
+               "export ...`?)");
+  }
   if (c.command == Subcommand::plan) {
     DT_REQUIRE(
         c.profile.empty() || c.save_profile.empty(),

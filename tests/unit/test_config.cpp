@@ -502,6 +502,22 @@ TEST_F(ConfigTest, EnumOptionsParseOnceAndPrintBack) {
   EXPECT_MENTIONS(error_of({"export", "--checkpoint", "c.h5", "--out", "m.onnx", "--format", "onnx",
                             "--dtype", "bf16"}),
                   "applies to --format safetensors");
+  // export takes its model and tensors from the checkpoint: other options are refused, not
+  // ignored (--precision bf16 wrote a float32 file); --format and --dtype are export's alone.
+  const std::vector<std::string> exp = {"export", "--checkpoint", "c.h5", "--out", "m.st"};
+  for (const auto& [opt, value] :
+       {std::pair{"--precision", "bf16"}, std::pair{"--train-data", "t.h5"},
+        std::pair{"--num-classes", "5"}, std::pair{"--run-dir", "r"}}) {
+    std::vector<std::string> a = exp;
+    a.insert(a.end(), {opt, value});
+    const std::string msg = error_of(a);
+    EXPECT_MENTIONS(msg, std::string("option ") + opt + ": not used by dtrain export");
+  }
+  std::vector<std::string> bf16 = exp;
+  bf16.insert(bf16.end(), {"--precision", "bf16"});
+  EXPECT_MENTIONS(error_of(bf16), "did you mean --dtype bf16?");
+  EXPECT_MENTIONS(error_of(base({"--dtype", "bf16"})), "belong to `dtrain export`");
+  EXPECT_MENTIONS(error_of(base({"--format", "onnx"})), "belong to `dtrain export`");
   EXPECT_EQ(parse({"predict", "--checkpoint", "c.h5", "--data", "x.h5", "--out", "p.h5",
                    "--train-data", "t.h5", "--layer", "dense"})
                 .config.command,
