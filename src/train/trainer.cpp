@@ -486,6 +486,31 @@ void write_timeline(const Config& c, const Job& job) {
   log_info("# timeline " + path);
 }
 
+/// --timeline on a rank whose training failed: its own spans up to the failure into
+/// <run_dir>/timeline-failed-rank<R>.json (-2, -3 after earlier failures), best effort — the
+/// gather of write_timeline() needs every rank, and the others may be stuck or gone. A trace of
+/// what the rank did before a timeout is what one looks for in a stuck run.
+void keep_failed_timeline(const Config& c, const Cluster& cl) noexcept {
+  try {
+    if (!c.timeline || !Timeline::instance().enabled()) return;
+    const std::string mine = Timeline::instance().events_json(cl.world_rank());
+    const RankInfo& r = cl.me();
+    const std::string name = "rank " + std::to_string(r.rank) + ": " +
+                             (r.role == Role::ps ? "ps " : "worker ") + std::to_string(r.index) +
+                             " on " + r.host + " (failed)";
+    const std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
+                            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
+                            std::to_string(r.rank) + ",\"args\":{\"name\":\"" + name + "\"}}" +
+                            (mine.empty() ? "" : ",\n" + mine) + "\n]}\n";
+    const std::string path =
+        first_free_path(c.run_dir, "timeline-failed-rank" + std::to_string(r.rank), ".json");
+    write_file_atomically(path, out);
+    log_info("# timeline of this rank up to its failure: " + path);
+  } catch (const std::exception& e) {
+    log_warn(std::string("--timeline: this rank's spans could not be kept: ") + e.what());
+  }
+}
+
 int serve_as_ps(const Config& c, const Job& job) {
   const auto k = static_cast<std::size_t>(job.cluster->me().index);
   // A pipeline's ps serves its stage's replicas and its range of the stage's buffer.
@@ -576,7 +601,12 @@ int run_training(const Config& c) {
   start_timeline(c);
   // What workers and ps train with: --lr-scaling, --async-schedule applied.
   const Config effective = effective_for_workers(c, job.plan.workers);
-  return job.cluster->is_ps() ? serve_as_ps(effective, job) : train_as_worker(c, effective, job);
+  try {
+    return job.cluster->is_ps() ? serve_as_ps(effective, job) : train_as_worker(c, effective, job);
+  } catch (...) {
+    keep_failed_timeline(c, *job.cluster);
+    throw;
+  }
 }
 
 }  // namespace dtrain

@@ -6,7 +6,8 @@
 #   exchange span per training step (allreduce in sync, push-pull in async), evaluation and
 #   checkpoint spans; in sync every worker's communication track (tid 1, named) holds one
 #   "allreduce bucket" span per bucket and step; the ps applies every push. Without --timeline no
-#   file is written.
+#   file is written. A run that fails keeps, on each rank that saw the failure, that rank's spans
+#   (timeline-failed-rank<R>.json).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 480 --seed 21
@@ -78,6 +79,29 @@ echo "== async, 1 ps + 2 workers"
 "$MPIEXEC" -n 3 "$DTRAIN" "${COMMON[@]}" --mode async --num-ps 1 --run-dir "$SCRATCH/async" --timeline \
   >"$SCRATCH/async.log" 2>&1 || { cat "$SCRATCH/async.log"; fail "async run"; }
 check "$SCRATCH/async" 3 push-pull
+echo "== a failed run: each rank that saw the failure keeps its own spans"
+# Worker 1 hangs at step 6 (test-only hook); worker 0 times out in the allreduce (exit 4, the
+# watchdog's, after --timeout 5) and writes timeline-failed-rank0.json: what it did up to the failure.
+set +e
+DTRAIN_FAULT=hang@6:1 timeout 120 "$MPIEXEC" -n 2 -x DTRAIN_FAULT "$DTRAIN" "${COMMON[@]:0:10}" --timeout 5 \
+  --mode sync --num-ps 0 --timeline --run-dir "$SCRATCH/failed" >"$SCRATCH/failed.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 4 ]] || { cat "$SCRATCH/failed.log"; fail "the stuck run: exit $rc, want 4"; }
+[[ ! -e $SCRATCH/failed/timeline.json ]] || fail "a merged timeline.json from a failed run"
+grep -qF "# timeline of this rank up to its failure: $SCRATCH/failed/timeline-failed-rank0.json" \
+  "$SCRATCH/failed.log" || { cat "$SCRATCH/failed.log"; fail "rank 0 does not name its timeline"; }
+"$PY" - "$SCRATCH/failed/timeline-failed-rank0.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+meta = [e for e in ev if e["ph"] == "M" and e["name"] == "process_name"]
+assert len(meta) == 1 and meta[0]["pid"] == 0 and "(failed)" in meta[0]["args"]["name"], meta
+fwd = [e for e in ev if e["ph"] == "X" and e["name"] == "forward"]
+assert {e["pid"] for e in ev} == {0}, "spans of another rank"
+assert len(fwd) >= 6, f"{len(fwd)} forward spans, want the 6 steps up to the hang"
+print(f"   rank 0: {len(fwd)} forward spans up to the failure")
+PY
+
 echo "== off by default"
 "$MPIEXEC" -n 2 "$DTRAIN" "${COMMON[@]}" --mode sync --num-ps 0 --run-dir "$SCRATCH/off" \
   >"$SCRATCH/off.log" 2>&1 || { cat "$SCRATCH/off.log"; fail "run without --timeline"; }
