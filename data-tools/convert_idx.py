@@ -18,13 +18,15 @@ samples of those classes, relabelled, `num_classes` = their number, their names,
 the kept (training) images.
 
 All inputs are read and checked (IDX magic numbers, gzip streams, dimensions (H, W >= 1), sizes,
-labels against the class names) before anything is written; no output directory is created for bad
-input. Each output is written to a temporary name in its directory, checked against the schema
-(h5info.validate), and the outputs are renamed only when all of them are complete (--fashion-mnist:
-train.h5 and test.h5 together): a failed or interrupted run (SIGINT, SIGTERM, SIGHUP) never leaves a
-half-written file or only one of the splits. An existing output is never replaced without --force.
-Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage, 128+N killed by
-signal N (130: interrupted).
+labels against the class names; without --class-names, max(label)+1 classes of which more than half
+have no sample, as dtrain refuses them: a corrupt label) before anything is written; no output
+directory is created for bad input. Each output is written to a temporary name in its directory,
+checked against the schema (h5info.validate), and the outputs are renamed only when all of them are
+complete (--fashion-mnist: train.h5 and test.h5 together): a failed or interrupted run (SIGINT,
+SIGTERM, SIGHUP) never leaves a half-written file or only one of the splits (nor a folder it
+created); a full disk is one line `cannot write OUT: No space left on device`. An existing output is
+never replaced without --force. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2
+bad usage, 128+N killed by signal N (130: interrupted).
 Run with Debian's interpreter: /usr/bin/python3 convert_idx.py ...
 """
 
@@ -123,8 +125,19 @@ def load_split(images_path, labels_path):
 
 
 def num_classes_of(labels_path, labels, class_names):
-    """len(class_names), else max(label)+1; labels must lie below it (load_split checked >= 0)."""
+    """len(class_names), else max(label)+1; labels must lie below it (load_split checked >= 0).
+    max(label)+1 is refused, as dtrain refuses it, when more than half of those classes have no
+    sample: one corrupt label (say 1,000,000) must not become a `num_classes` attribute, which
+    dtrain would trust, of a 1,000,001-way output layer."""
     num_classes = len(class_names) if class_names else int(labels.max()) + 1
+    if not class_names:
+        empty = num_classes - np.unique(labels).size
+        if 2 * empty > num_classes:
+            i = int(np.argmax(labels))
+            raise ConvertError(f"{labels_path}: label {labels[i]} at index {i}: max label + 1 = "
+                               f"{num_classes} classes, of which {empty} have no sample (more than "
+                               f"half): a corrupt label? Expected labels in [0, K) for K classes; "
+                               f"give the K class names with --class-names")
     if labels.max() >= num_classes:
         raise ConvertError(f"{labels_path}: labels span [{labels.min()}, {labels.max()}] but there are "
                            f"{num_classes} class names")
@@ -173,11 +186,12 @@ def parse_class_names(spec):
 
 
 def parse_classes(spec):
-    """'5-9', '0,2,4' or '0-2,7' -> the class ids in that order (None for None). Raises
-    ConvertError for anything else, a negative id, an empty range or an id given twice."""
+    """'5-9', '0,2,4' or '0-2,7' -> the class ids in that order, as a list of ranges (None for
+    None; class_ids makes the ids of them). Raises ConvertError for anything else, a negative id,
+    an empty range or an id given twice. Costs O(items), whatever the ranges' lengths."""
     if spec is None:
         return None
-    ids = []
+    ranges = []
     for item in spec.split(","):
         lo, dash, hi = item.strip().partition("-")
         try:
@@ -187,21 +201,29 @@ def parse_classes(spec):
                                "A-B (e.g. 5-9 or 0,2,4)") from None
         if first < 0 or last < first:
             raise ConvertError(f"--classes {spec!r}: {item.strip()!r} is not a range of ids >= 0")
-        ids.extend(range(first, last + 1))
-    twice = sorted({c for c in ids if ids.count(c) > 1})
-    if twice:
-        raise ConvertError(f"--classes {spec!r}: class {twice[0]} given twice")
-    return ids
+        ranges.append(range(first, last + 1))
+    reach = -1  # the highest id of the ranges starting before this one (sorted by start)
+    for r in sorted(ranges, key=lambda r: r.start):
+        if r.start <= reach:  # the smallest id given twice: overlaps start at the later range's start
+            raise ConvertError(f"--classes {spec!r}: class {r.start} given twice")
+        reach = max(reach, r[-1])
+    return ranges
 
 
-def select_classes(labels_path, images, labels, num_classes, classes):
-    """The samples of `classes` (ids below num_classes), in file order, labels relabelled to
-    their position in `classes`. Raises ConvertError naming the label file for an id the file
-    cannot have or one with no samples."""
-    beyond = [c for c in classes if c >= num_classes]
+def class_ids(labels_path, classes, num_classes):
+    """The ids of parse_classes' ranges, in order, after checking (before listing them) that all
+    lie below num_classes; raises ConvertError naming the label file otherwise."""
+    beyond = [max(r.start, num_classes) for r in classes if r[-1] >= num_classes]
     if beyond:
         raise ConvertError(f"{labels_path}: --classes asks for class {beyond[0]} but there are "
                            f"{num_classes} classes (0-{num_classes - 1})")
+    return [c for r in classes for c in r]
+
+
+def select_classes(labels_path, images, labels, num_classes, classes):
+    """The samples of `classes` (ids below num_classes, class_ids), in file order, labels
+    relabelled to their position in `classes`. Raises ConvertError naming the label file for a
+    class with no samples."""
     new_label = np.full(num_classes, -1, np.int64)
     new_label[classes] = np.arange(len(classes))
     keep = new_label[labels] >= 0
@@ -217,15 +239,23 @@ def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
     the schema; the caller renames it to `out` or removes it."""
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        with open_h5(tmp, "w") as f:
+        f = open_h5(tmp, "w")
+        objects = [f]  # the datasets too: one freed would be closed, a write failing there unseen
+        try:
             chunks = (min(CHUNK_SAMPLES, images.shape[0]),) + images.shape[1:]
-            f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks)
-            f.create_dataset("labels", data=labels, dtype=np.int64)
+            objects.append(f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks))
+            objects.append(f.create_dataset("labels", data=labels, dtype=np.int64))
             f.attrs["mean"] = mean.astype(np.float32)
             f.attrs["std"] = std.astype(np.float32)
             f.attrs["num_classes"] = np.int64(num_classes)
             if class_names:
                 f.attrs["class_names"] = class_names  # variable-length UTF-8 strings
+            f.close()
+        except (OSError, RuntimeError) as e:  # h5py's write and close failures (a full disk)
+            raise ConvertError(outputs.hdf5_write_failed(out, e, objects)) from None
+        except BaseException:  # interrupted: closed before the temporary is removed
+            f.close()
+            raise
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         h5info.validate(tmp, scan_pixels=False)
@@ -244,6 +274,14 @@ def write_outputs(splits, mean, std, class_names, force):
             raise ConvertError(f"{out}: mean/std have {mean.size}/{std.size} values for "
                                f"{images.shape[1]} channels")
     tmps = [outputs.temp_name(out) for out, *_ in splits]
+    created = []  # folders write_temp creates, outermost first: removed again if the run fails
+    for tmp in tmps:
+        d, missing = os.path.dirname(tmp), []
+        while not os.path.exists(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        created += [m for m in reversed(missing) if m not in created]
+    complete = False
     try:
         for tmp, (out, images, labels, num_classes) in zip(tmps, splits):
             write_temp(out, tmp, images, labels, mean, std, num_classes, class_names)
@@ -254,9 +292,15 @@ def write_outputs(splits, mean, std, class_names, force):
                 os.replace(tmp, out)
             except OSError as e:
                 raise ConvertError(f"cannot write {out}: {e.strerror or e}") from None
+        complete = True
     finally:
         for tmp in tmps:
             outputs.remove_if_exists(tmp)
+        for d in reversed(created) if not complete else []:  # a failed run leaves no new folder
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
     for out, images, _, num_classes in splits:
         print(f"convert_idx.py: wrote {out}: {images.shape[0]} samples "
               f"{'×'.join(map(str, images.shape[1:]))} uint8, {num_classes} classes, "
@@ -290,8 +334,9 @@ def convert_fashion_mnist(src, out_dir, force, classes=None):
         names = CLASS_NAMES["fashion"]
         k = num_classes_of(labels_path, labels, names)
         if classes:
-            images, labels = select_classes(labels_path, images, labels, k, classes)
-            names, k = [names[c] for c in classes], len(classes)
+            ids = class_ids(labels_path, classes, k)
+            images, labels = select_classes(labels_path, images, labels, k, ids)
+            names, k = [names[c] for c in ids], len(ids)
         splits.append((outs[split], images, labels, k))
     mean, std = mean_std(splits[0][1])
     write_outputs(splits, mean, std, names, force)
@@ -331,9 +376,10 @@ def main(argv=None):
         images, labels = load_split(args.images, args.labels)
         k = num_classes_of(args.labels, labels, class_names)
         if classes:
-            images, labels = select_classes(args.labels, images, labels, k, classes)
-            class_names = [class_names[c] for c in classes] if class_names else None
-            k = len(classes)
+            ids = class_ids(args.labels, classes, k)
+            images, labels = select_classes(args.labels, images, labels, k, ids)
+            class_names = [class_names[c] for c in ids] if class_names else None
+            k = len(ids)
         mean, std = mean_std_from(args.mean_std_from, images.shape[1]) if args.mean_std_from else mean_std(images)
         write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0

@@ -137,6 +137,8 @@ def validate(path, expected_classes=None, scan_pixels=True):
             if h5py.check_vlen_dtype(images.dtype) != np.dtype("uint8") or images.ndim != 1:
                 raise SchemaError(f"dataset `images` is variable-length {h5py.check_vlen_dtype(images.dtype)} "
                                   f"of rank {images.ndim}, expected variable-length uint8 of rank 1 (encoded images)")
+            if "channels" not in f.attrs:
+                raise SchemaError("encoded images need root attribute `channels` (1 or 3), which is missing")
             ch = np.asarray(f.attrs.get("channels", -1)).reshape(-1)
             if ch.size != 1 or ch.dtype.kind not in "iu" or int(ch[0]) not in (1, 3):
                 raise SchemaError(f"attribute `channels` = {f.attrs.get('channels')!r}, expected 1 or 3 (encoded images)")
@@ -259,10 +261,16 @@ def main(argv=None):
     status = 0
     for path in args.files:
         try:
-            print(format_summary(validate(path, args.expected_classes, not args.no_pixels)))
+            summary = format_summary(validate(path, args.expected_classes, not args.no_pixels))
         except (SchemaError, OSError) as e:
             print(f"h5info.py: {path}: error: {e}", file=sys.stderr)
             status = 1
+            continue
+        try:
+            print(summary, flush=True)
+        except BrokenPipeError:  # `h5info.py ... | head`: the reader left; no verdict on the file
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+            return status
     return status
 
 

@@ -7,12 +7,15 @@
     images_to_h5.py ROOT --store encoded --max-side 256 --out-dir data/mine --val-fraction 0.05
     images_to_h5.py VAL_DIR --labels FILE --store encoded --out data/mine/val.h5 --like data/mine/train.h5
 
-The tree is the ImageNet / torchvision ImageFolder layout: every sub-folder of ROOT is a class,
-in sorted order (label k = the k-th folder name, as ImageFolder numbers them), holding .jpg, .jpeg
-or .png files (any case; hidden files and other files are skipped). Every image is decoded with
-Pillow, converted to RGB (--channels 3) or grayscale (--channels 1) as ImageFolder's loader does,
-and resized to --size HxW: --fit crop (default) scales the shorter side to fit and crops the
-centre, keeping the aspect ratio; --fit stretch resizes to HxW directly. Bilinear resampling.
+The tree is the ImageNet / torchvision ImageFolder layout: every sub-folder of ROOT is a class, in
+sorted order (label k = the k-th folder name, as ImageFolder numbers them), holding .jpg, .jpeg or
+.png files (any case) at any depth: a class folder's sub-folders are walked as ImageFolder walks
+them (folders sorted by path, files by name). Hidden files and folders and other files are skipped
+and counted. Every image is decoded with Pillow (a 16-bit grayscale PNG reduced to its high byte, as
+dtrain's decoder does), converted to RGB (--channels 3) or grayscale (--channels 1) as ImageFolder's
+loader does, and resized to --size HxW: --fit crop (default) scales the shorter side to fit and
+crops the centre, keeping the aspect ratio; --fit stretch resizes to HxW directly. Bilinear
+resampling.
 
 Output (docs/data.md): `images` uint8 N×C×H×W chunked along N, `labels` int64 N, class by class;
 attributes `num_classes`, `class_names` (the folder names) and per-channel `mean`/`std` of pixel/255
@@ -21,12 +24,13 @@ the training set's values). --like FILE takes class names, labels and mean/std f
 training file instead (for a separate validation tree; it may lack some classes).
 
 --store encoded keeps each image's JPEG/PNG bytes instead (re-encoded only when its shorter side
-exceeds --max-side or its mode is not L/RGB; a multi-picture JPEG (MPO) is a JPEG): `images`
-variable-length uint8 N, `image_shapes` N×3 (C, H, W as stored), attribute `channels`, labels and
-attributes as above, mean/std of the decoded images; dtrain decodes, crops and resizes them while it
-trains (docs/data.md, "Encoded images"). The stored bytes are checked as dtrain's decoder checks
-them (stored_bytes_problem: PNG chunk CRCs and IEND, a JPEG's end marker), and no side may exceed
-2^20 pixels (the schema's limit).
+exceeds --max-side or its mode is not L/RGB, a 16-bit grayscale PNG counting as L, which dtrain
+decodes to its high byte; a multi-picture JPEG (MPO) is a JPEG): `images` variable-length uint8 N,
+`image_shapes` N×3 (C, H, W as stored), attribute `channels`, labels and attributes as above,
+mean/std of the decoded images; dtrain decodes, crops and resizes them while it trains
+(docs/data.md, "Encoded images"). The stored bytes are checked as dtrain's decoder checks them
+(stored_bytes_problem: PNG chunk CRCs and IEND, a JPEG's end marker), and no side may exceed 2^20
+pixels (the schema's limit).
 
 Memory stays flat: the images are read, resized and written one chunk of samples at a time into
 datasets created at their final size; nothing grows with the number of images except the list of
@@ -39,14 +43,16 @@ memory) ends the conversion with an error, the same way.
 --labels FILE reads a flat folder instead (ImageNet's validation images come that way): FILE has a
 line per image, `NAME,CLASS ...` or `NAME CLASS ...`, where NAME is the file's name in ROOT with or
 without its extension and CLASS the first word after it (a class folder name of the training tree,
-e.g. n01440764). Kaggle's LOC_val_solution.csv is such a file: its first line, which names no
-image, is taken as a header and skipped; blank lines and lines starting with # are skipped too.
-Every image of ROOT needs exactly one line and every line must name an image of ROOT; classes are
-numbered in sorted order as folders are (or by --like's class names).
+e.g. n01440764). Kaggle's LOC_val_solution.csv is such a file: its first line, which names no image,
+is taken as a header and skipped; blank lines and lines starting with # are skipped too. Every image
+of ROOT needs exactly one line and every line must name an image of ROOT (its sub-folders are
+skipped and counted); classes are numbered in sorted order as folders are (or by --like's class
+names).
 
 A corrupt or unreadable image, an empty class folder, a class folder whose name is not UTF-8 or a
-tree without class folders is an error naming the file or folder. Exit status: 0 done, 1 bad input
-or refusal (message on stderr), 2 bad usage. Run with Debian's interpreter:
+tree without class folders is an error naming the file or folder; an output that cannot be written
+(a full disk) one naming the output (`cannot write OUT: No space left on device`). Exit status: 0
+done, 1 bad input or refusal (message on stderr), 2 bad usage. Run with Debian's interpreter:
 /usr/bin/python3 images_to_h5.py ...
 """
 
@@ -118,28 +124,57 @@ def scan_tree(root):
     files, skipped = [], 0
     for name in classes:
         folder = os.path.join(root, name)
-        found, others = _image_names(folder)
+        found, others = _image_names(folder, recursive=True)
         skipped += others
         if not found:
-            raise ConvertError(f"{folder}: empty class folder (no .jpg, .jpeg or .png files)")
+            raise ConvertError(f"{shown(folder)}: empty class folder (no .jpg, .jpeg or .png files)")
         files.append([os.path.join(folder, f) for f in found])
     return classes, files, skipped
 
 
-def _image_names(root):
-    """The image files directly in folder `root` (hidden files skipped), sorted, and the count of
-    other files. Raises ConvertError."""
+def shown(path):
+    """A path for a message: bytes of its name that are not UTF-8 written as \\xNN (os.scandir
+    gives them as surrogates, which print as \\udcNN), as h5info.py shows class names."""
+    return h5info.shown_name(path)
+
+
+def decode_error(e, path):
+    """Pillow's message of exception e about the file `path`, with the path shown as shown() shows
+    it (Pillow writes it with repr(), where bytes that are not UTF-8 read as \\udcNN)."""
+    return shown(str(e).replace(repr(path), f"'{shown(path)}'"))
+
+
+def _image_names(root, recursive=False):
+    """The image files in folder `root`, as paths relative to it, and the count of what was
+    skipped: hidden files and folders, other files and (not `recursive`) sub-folders. `recursive`
+    walks the sub-folders too, as torchvision's ImageFolder does (symbolic links followed, each
+    folder once), in its order: folders sorted by path, files by name in each. Raises
+    ConvertError, also for a sub-folder that cannot be read."""
     if not os.path.isdir(root):
-        raise ConvertError(f"{root}: not a directory")
-    images, skipped = [], 0
-    for e in os.scandir(root):
-        if e.name.startswith(".") or not e.is_file():
+        raise ConvertError(f"{shown(root)}: not a directory")
+
+    def unreadable(e):
+        raise ConvertError(f"{shown(e.filename or root)}: cannot read the folder: {e.strerror or e}")
+    folders, skipped, seen = [], 0, set()
+    for top, dirs, names in os.walk(root, onerror=unreadable, followlinks=True):
+        st = os.stat(top)
+        if (st.st_dev, st.st_ino) in seen:  # a link back up the tree: walked once
+            dirs[:] = []
             continue
-        if e.name.lower().endswith(EXTENSIONS):
-            images.append(e.name)
-        else:
-            skipped += 1
-    return sorted(images), skipped
+        seen.add((st.st_dev, st.st_ino))
+        hidden = [d for d in dirs if d.startswith(".")]
+        skipped += len(dirs) if not recursive else len(hidden)
+        dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
+        rel = os.path.relpath(top, root)
+        images = []
+        for name in names:
+            if not name.startswith(".") and name.lower().endswith(EXTENSIONS) \
+                    and os.path.isfile(os.path.join(top, name)):
+                images.append(name if rel == "." else os.path.join(rel, name))
+            else:
+                skipped += 1
+        folders.append((top, sorted(images)))
+    return [name for _, images in sorted(folders) for name in images], skipped
 
 
 def _parse_label_line(line):
@@ -159,7 +194,7 @@ def scan_labelled(root, labels_path):
     file and line."""
     images, skipped = _image_names(root)
     if not images:
-        raise ConvertError(f"{root}: no .jpg, .jpeg or .png files (expected with --labels: a folder of images)")
+        raise ConvertError(f"{shown(root)}: no .jpg, .jpeg or .png files (expected with --labels: a folder of images)")
     names = set(images)
     stems = {}
     for n in images:
@@ -204,15 +239,25 @@ def scan_labelled(root, labels_path):
     return classes, [members[c] for c in classes], skipped
 
 
+def high_byte(im):
+    """A 16-bit grayscale image (Pillow mode I;16*, or I as some Pillows read such PNGs) reduced to
+    8 bits by its high byte, as dtrain's decoder reduces 16-bit PNGs (docs/data.md), in mode L;
+    other images as they are. (Pillow's convert("L") of these modes clips at 255: all white.)"""
+    if not (im.mode == "I" or im.mode.startswith("I;16")):
+        return im
+    values = np.asarray(im).astype(np.int64)
+    return Image.fromarray((np.clip(values, 0, 65535) >> 8).astype(np.uint8), "L")
+
+
 def load_image(path, size, channels, fit):
     """Decodes one image and returns it as uint8 C×H×W. Raises ConvertError naming the file."""
     h, w = size
     try:
         with Image.open(path) as im:
             im.load()  # decode fully: truncated or corrupt data fails here
-            im = im.convert("RGB" if channels == 3 else "L")
+            im = high_byte(im).convert("RGB" if channels == 3 else "L")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise ConvertError(f"{path}: cannot decode image: {e}") from None
+        raise ConvertError(f"{shown(path)}: cannot decode image: {decode_error(e, path)}") from None
     if fit == "stretch":
         im = im.resize((w, h), Image.BILINEAR)
     else:  # scale the shorter side to fit, then crop the centre
@@ -246,10 +291,11 @@ def load_encoded(path, channels, max_side, quality):
             scale = max_side / min(im.size) if max_side and min(im.size) > max_side else 1.0
             size = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
             if max(size) > h5info.MAX_ENCODED_SIDE:  # from the header, before decoding
-                raise ConvertError(f"{path}: image of {size[0]}×{size[1]} pixels"
+                raise ConvertError(f"{shown(path)}: image of {size[0]}×{size[1]} pixels"
                                    f"{' (after --max-side)' if scale < 1.0 else ''}: a side is longer "
                                    f"than {h5info.MAX_ENCODED_SIDE}, the limit of encoded images")
             im.load()  # decode fully: truncated or corrupt data fails here
+            im = high_byte(im)  # a 16-bit PNG's own bytes decode (in dtrain) to these 8 bits
             if scale == 1.0 and fmt in ("JPEG", "PNG") and im.mode in ("L", "RGB"):
                 stored = im
             else:
@@ -264,10 +310,10 @@ def load_encoded(path, channels, max_side, quality):
                 raw = out.getvalue()
             pixels = np.asarray(stored.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise ConvertError(f"{path}: cannot decode image: {e}") from None
+        raise ConvertError(f"{shown(path)}: cannot decode image: {decode_error(e, path)}") from None
     problem = stored_bytes_problem(raw)
     if problem:
-        raise ConvertError(f"{path}: corrupt or truncated image, which dtrain would skip as bad: {problem}")
+        raise ConvertError(f"{shown(path)}: corrupt or truncated image, which dtrain would skip as bad: {problem}")
     pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
     hist = np.stack([np.bincount(pixels[:, :, c].reshape(-1), minlength=256) for c in range(channels)])
     shape = (1 if stored.mode == "L" else 3, stored.height, stored.width)
@@ -334,6 +380,8 @@ def _load_encoded_job(job):
 class SplitWriter:
     """One output file, written chunk by chunk into datasets created at their final size."""
 
+    failed = False  # a write or close of the file failed: it is never touched again
+
     def __init__(self, out, n, size, channels, chunk):
         self.out = out
         self.tmp = outputs.temp_name(out)
@@ -348,8 +396,11 @@ class SplitWriter:
     def write(self, block, labels):
         """Writes images block (k×C×H×W uint8) and their labels at the current position."""
         k = block.shape[0]
-        self.images[self.at:self.at + k] = block
-        self.labels[self.at:self.at + k] = labels
+        try:
+            self.images[self.at:self.at + k] = block
+            self.labels[self.at:self.at + k] = labels
+        except (OSError, RuntimeError) as e:  # h5py's write failures (a full disk)
+            raise self.write_failed(e) from None
         for c in range(block.shape[1]):
             self.hist[c] += np.bincount(block[:, c].reshape(-1), minlength=256)
         self.at += k
@@ -362,25 +413,41 @@ class SplitWriter:
         var = (self.hist * v * v).sum(axis=1) / count - mean * mean
         return mean.astype(np.float32), np.sqrt(np.maximum(var, 0.0)).astype(np.float32)
 
+    def write_failed(self, e):
+        """The ConvertError for an HDF5 write or close that raised e (`cannot write OUT: No space
+        left on device`); the file is not closed again (outputs.hdf5_write_failed)."""
+        self.failed = True
+        objects = [self.file, self.images, self.labels, getattr(self, "shapes", None)]
+        return ConvertError(outputs.hdf5_write_failed(self.out, e, objects))
+
     def finish(self, mean, std, class_names):
         assert self.at == self.n, (self.at, self.n)
-        self.file.attrs["mean"] = mean
-        self.file.attrs["std"] = std
-        self.file.attrs["num_classes"] = np.int64(len(class_names))
-        self.file.attrs["class_names"] = list(class_names)  # variable-length UTF-8 strings
-        self.file.close()
-        with open(self.tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        try:
+            self.file.attrs["mean"] = mean
+            self.file.attrs["std"] = std
+            self.file.attrs["num_classes"] = np.int64(len(class_names))
+            self.file.attrs["class_names"] = list(class_names)  # variable-length UTF-8 strings
+            self.file.close()
+        except (OSError, RuntimeError) as e:  # h5py's write and close failures (a full disk)
+            raise self.write_failed(e) from None
+        try:
+            with open(self.tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        except OSError as e:
+            raise ConvertError(f"cannot write {self.out}: {e.strerror or e}") from None
         try:
             h5info.validate(self.tmp, scan_pixels=False)
         except h5info.SchemaError as e:
             raise ConvertError(f"{self.out}: written file fails the schema check: {e}") from None
 
     def discard(self):
-        try:
-            self.file.close()
-        except Exception:  # noqa: BLE001 - best effort on the error path
-            pass
+        if not self.failed:
+            try:
+                self.file.close()
+            except (OSError, RuntimeError) as e:  # failed too (the same full disk): left alone
+                self.write_failed(e)
+            except Exception:  # noqa: BLE001 - best effort on the error path
+                pass
         outputs.remove_if_exists(self.tmp)
 
 
@@ -410,9 +477,12 @@ class EncodedWriter(SplitWriter):
             rows[i] = data
         # write_direct, not `images[a:b] = rows`: h5py stacks rows of equal length into a 2-D
         # array and then fails ("Can't broadcast (k, L) -> (k,)").
-        self.images.write_direct(rows, dest_sel=np.s_[self.at:self.at + k])
-        self.shapes[self.at:self.at + k] = np.array([shape for _, shape, _ in results], np.int32)
-        self.labels[self.at:self.at + k] = labels
+        try:
+            self.images.write_direct(rows, dest_sel=np.s_[self.at:self.at + k])
+            self.shapes[self.at:self.at + k] = np.array([shape for _, shape, _ in results], np.int32)
+            self.labels[self.at:self.at + k] = labels
+        except (OSError, RuntimeError) as e:  # h5py's write failures (a full disk)
+            raise self.write_failed(e) from None
         for _, _, hist in results:
             self.hist += hist
         self.at += k
@@ -619,7 +689,8 @@ def convert(args):
             print(f"images_to_h5.py: wrote {wr.out}: {wr.n} samples {what}, {len(class_names)} classes, mean {[round(float(x), 4) for x in mean]} "
                   f"std {[round(float(x), 4) for x in std]}")
         if skipped:
-            print(f"images_to_h5.py: skipped {skipped} files that are not .jpg/.jpeg/.png", file=sys.stderr)
+            print(f"images_to_h5.py: skipped {skipped} files and folders: hidden, not .jpg/.jpeg/.png"
+                  f"{' or (--labels) sub-folders' if args.labels else ''}", file=sys.stderr)
         rate = total / max(time.time() - t0, 1e-9)
         print(f"images_to_h5.py: {total} images in {time.time() - t0:.1f} s ({rate:.0f}/s)", file=sys.stderr)
 

@@ -63,6 +63,25 @@ def ignore_sigint_in_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+_failed_hdf5 = []  # objects of HDF5 files whose write or close failed: never touched again
+
+
+def hdf5_write_failed(out, e, objects=()):
+    """The message for an HDF5 write or close of `out` that raised e (h5py raises RuntimeError or
+    OSError, e.g. for a full disk: `cannot write OUT: No space left on device`). `objects` (the
+    file and its datasets) are kept alive and never closed again: HDF5 cannot close such a file,
+    and closing it again (when they are freed, or at exit) prints tracebacks or crashes, so
+    run_tool then ends the process with os._exit once the temporaries are removed."""
+    import re
+    _failed_hdf5.append(list(objects))
+    m = re.search(r"errno = (\d+)", str(e))
+    if m:
+        reason = os.strerror(int(m.group(1)))
+    else:
+        reason = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    return f"cannot write {out}: {reason}"
+
+
 def remove_if_exists(path):
     """Removes the file `path` if there is one (a temporary on the clean-up path)."""
     if os.path.exists(path):
@@ -73,13 +92,19 @@ def run_tool(prog, body, error_type):
     """Runs body() (which returns the exit code) the way every writing tool ends: SIGTERM/SIGHUP
     unwind through its `finally` blocks (exit_cleanly_on_signals); an error_type exception prints
     `PROG: error: MESSAGE` on stderr and returns 1; Ctrl-C prints that nothing was written and
-    returns 130 (128 + SIGINT). argparse's own usage errors (SystemExit 2) pass through."""
+    returns 130 (128 + SIGINT). argparse's own usage errors (SystemExit 2) pass through. After an
+    HDF5 file failed to be written (hdf5_write_failed) the process ends with os._exit(code)."""
     exit_cleanly_on_signals()
     try:
-        return body()
+        code = body()
     except error_type as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        return 1
+        code = 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; no output written", file=sys.stderr)
-        return 130
+        code = 130
+    if _failed_hdf5:  # an HDF5 file that could not be closed (hdf5_write_failed): no clean-up of
+        sys.stdout.flush()  # it by HDF5 at exit, which would crash
+        sys.stderr.flush()
+        os._exit(code)
+    return code

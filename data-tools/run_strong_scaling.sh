@@ -46,8 +46,8 @@
 # (OMPI_MCA_mpi_yield_when_idle=1) — timings of such runs measure sharing, not scaling.
 # The runs go by worker count — for each N its sync and async runs, then its ceiling and lock-step
 # run — so that a sweep cut short has whole worker counts. A failed run stops the sweep (its log is
-# OUT/<run>.log). Existing run dirs are skipped (rerun into the same --out to complete an
-# interrupted sweep).
+# OUT/<run>.log). Finished runs (their results.json; a ceiling's: all N runs') are skipped (rerun
+# into the same --out to complete an interrupted sweep).
 set -euo pipefail
 # Paths given here (--job, --out, --keep-runs, DTRAIN, MPIRUN, PYTHON) are the caller's: relative
 # ones resolve against the directory it was started in. The runs start in the repository root
@@ -221,10 +221,14 @@ run_one() {
 # would take the whole node as its block), so they run unpinned.
 ceiling_extra=()
 for a in "${extra[@]}"; do [ "$a" = --pin-threads ] || ceiling_extra+=("$a"); done
-# run_ceiling N: the host's ceiling for N workers into OUT/ceiling-wN/r1..rN (skipped when done).
+# run_ceiling N: the host's ceiling for N workers into OUT/ceiling-wN/r1..rN (skipped when done:
+# all N runs have their results.json; one that failed or never ran makes the N run again together).
 run_ceiling() {
-  local w=$1 cdir=$out/ceiling-w$1
-  if [ -f "$cdir/r$w/results.json" ]; then
+  local w=$1 cdir=$out/ceiling-w$1 k done=1
+  for ((k = 1; k <= w; k++)); do
+    [ -f "$cdir/r$k/results.json" ] || done=0
+  done
+  if [ "$done" = 1 ]; then
     echo "ceiling-w$w: done before, skipped" | tee -a "$out/sweep.log"
     return 0
   fi
@@ -232,7 +236,7 @@ run_ceiling() {
   mkdir -p "$cdir"
   echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps ...) started together" |
     tee -a "$out/sweep.log"
-  local pids=() k session
+  local pids=() session
   for ((k = 1; k <= w; k++)); do
     # Each mpiexec its own Open MPI session folder: started together, two of them can race to
     # create the same one ("mkdir ... File exists", orte_init fails).

@@ -27,14 +27,17 @@ median T is used and the count shown. Runs of a series that trained on different
 samples are reported (they are not the same problem). A results.json that is not valid JSON, not an
 object, lacks a required key or has a value of the wrong type (say num_workers "three" or 0,
 train_seconds null) is skipped with a warning naming the file and the key; a bad launcher.json is
-ignored with a warning. Exit status: 0 done, 1 no usable run or an output that may not be written
+ignored with a warning. A resumed run (results.json session_first_step > 0, docs/observing.md:
+its train_seconds and samples are its last session's only) is skipped with a warning naming it.
+Exit status: 0 done, 1 no usable run or an output that may not be written
 (message on stderr), 2 bad usage.
-Host ceiling (run_strong_scaling.sh --ceiling, issue 36): results.json files under a folder
-ceiling-wN/ are not runs of a series but N independent one-worker runs started together, each with
-the per-worker batch of the N-worker runs and no exchange; their summed samples/s is the host's
-ceiling for N workers (for N = 1, the 1-worker sync run), and every row gains "ceiling
-samples/s", "efficiency vs ceiling" (its samples/s over the ceiling's) and the ceiling runs'
-median compute ms/step.
+Host ceiling (run_strong_scaling.sh --ceiling, issue 36): results.json files under a folder named
+ceiling-wN/ (a whole path component below DIR) are not runs of a series but N independent one-worker
+runs started together, each with the per-worker batch of the N-worker runs and no exchange; their
+summed samples/s is the host's ceiling for N workers (for N = 1, the 1-worker sync run; a folder
+with fewer than N runs, or one without samples_per_sec, is left out with a note), and every row
+gains "ceiling samples/s", "efficiency vs ceiling" (its samples/s over the ceiling's) and the
+ceiling runs' median compute ms/step.
 Lock-step ceiling (run_strong_scaling.sh --lockstep): lockstep-wN/ is the N-worker sync run with
 --allreduce none (no gradient sum; the workers still step together); every sync row of N workers
 gains "lock-step samples/s", "efficiency vs lock-step" (its samples/s over that run's: what the
@@ -67,7 +70,8 @@ import outputs  # noqa: E402  (the output checks every writing tool shares)
 # integer, "num" a number (finite where a minimum is given); optional keys may be absent or null.
 REQUIRED = {"mode": ("str", None), "num_ps": ("int", 0), "num_workers": ("int", 1),
             "train_seconds": ("num", 0), "wall_seconds": ("num", 0)}
-OPTIONAL = {"samples": ("int", 0), "world_size": ("int", 1), "global_batch_size": ("int", 0)}
+OPTIONAL = {"samples": ("int", 0), "world_size": ("int", 1), "global_batch_size": ("int", 0),
+            "session_first_step": ("int", 0)}
 OPTIONAL.update((k, ("num", None)) for k in (
     "samples_per_sec", "test_accuracy", "ps_busy_fraction", "ps_optimizer_fraction",
     "staleness_mean", "data_seconds", "compute_seconds", "exchange_seconds", "step_data_ms",
@@ -139,6 +143,19 @@ def spread_of_workers(r, path):
     r["slowest_after1"] = per.index(max(per))
 
 
+def run_kind(d, root):
+    """("ceiling" or "lockstep", N, the folder) for a run folder `root` found under DIR `d` that
+    lies in a folder named exactly ceiling-wN or lockstep-wN below d (the nearest such one), else
+    (None, 0, None): a folder that merely contains the words (ceiling-w8-study), or one above DIR,
+    is no ceiling."""
+    parts = os.path.relpath(root, d).split(os.sep)
+    for i in range(len(parts) - 1, -1, -1):
+        m = re.fullmatch(r"(ceiling|lockstep)-w(\d+)", parts[i])
+        if m:
+            return m.group(1), int(m.group(2)), os.path.join(d, *parts[:i + 1])
+    return None, 0, None
+
+
 def load_runs(dirs):
     runs, seen, skipped = [], set(), 0
     for d in dirs:
@@ -170,7 +187,14 @@ def load_runs(dirs):
                 warn(f"skipping {path}: {problem}")
                 skipped += 1
                 continue
+            if r.get("session_first_step", 0) > 0:  # docs/observing.md: a resumed run
+                warn(f"skipping {path}: a resumed run (session_first_step = {r['session_first_step']}): "
+                     "its train_seconds, samples and samples_per_sec are its last session's only, "
+                     "not the whole run's; rerun it without --resume to compare it")
+                skipped += 1
+                continue
             r["_path"] = path
+            r["_kind"], r["_kind_w"], r["_group"] = run_kind(d, root)
             spread_of_workers(r, path)
             lj = os.path.join(root, "launcher.json")  # written by run_strong_scaling.sh
             if os.path.isfile(lj):
@@ -260,18 +284,25 @@ def ratio(a, b):
 
 
 def add_ceiling(rows, ceiling_runs):
-    """Adds the host-ceiling columns to every row (see the module comment). Returns notes."""
-    by_w, notes = {}, []
+    """Adds the host-ceiling columns to every row (see the module comment). Returns notes. A
+    ceiling-wN folder counts only with all N runs (a run that failed or was not run leaves its
+    results.json out: the sum of the others is no ceiling) each with samples_per_sec; the ceiling
+    of N is the median over such folders (sweeps given together)."""
+    groups, notes = {}, []
     for r in ceiling_runs:
-        m = re.search(r"ceiling-w(\d+)", r["_path"])
-        by_w.setdefault(int(m.group(1)), []).append(r)
-    for w, rs in sorted(by_w.items()):
+        groups.setdefault((r["_kind_w"], r["_group"]), []).append(r)
+    by_w = {}
+    for (w, group), rs in sorted(groups.items()):
         if len(rs) != w:
-            notes.append(f"ceiling for {w} workers: {len(rs)} runs found, {w} expected")
-        for x in rs:
-            if "samples_per_sec" not in x:  # absent or null in its results.json
-                notes.append(f"ceiling for {w} workers: {x['_path']} has no samples_per_sec; "
-                             "that ceiling is left out")
+            notes.append(f"ceiling for {w} workers: {len(rs)} runs found in {group}, {w} expected; "
+                         "that ceiling is left out")
+            continue
+        lacking = [x["_path"] for x in rs if "samples_per_sec" not in x]  # absent or null
+        for path in lacking:
+            notes.append(f"ceiling for {w} workers: {path} has no samples_per_sec; "
+                         "that ceiling is left out")
+        if not lacking:
+            by_w.setdefault(w, []).append(rs)
     one = [r for r in rows if r["mode"] == "sync" and r["workers"] == 1]
     for r in rows:
         w = r["workers"]
@@ -280,11 +311,11 @@ def add_ceiling(rows, ceiling_runs):
             ceil1 = one[0]["samples_per_s_after1"] if one else float("nan")
             comp = one[0]["compute_ms"] if one else float("nan")
         elif w in by_w:
-            lacking = [x["_path"] for x in by_w[w] if "samples_per_sec" not in x]
-            ceil = float("nan") if lacking else sum(x["samples_per_sec"] for x in by_w[w])
-            after = [x.get("samples_per_sec_after_first_step") for x in by_w[w]]
-            ceil1 = sum(after) if all(v is not None for v in after) else float("nan")
-            comp = median([x["step_compute_ms"] for x in by_w[w] if "step_compute_ms" in x])
+            ceil = median([sum(x["samples_per_sec"] for x in rs) for rs in by_w[w]])
+            afters = [[x.get("samples_per_sec_after_first_step") for x in rs] for rs in by_w[w]]
+            ceil1 = median([sum(a) for a in afters]) if all(
+                v is not None for a in afters for v in a) else float("nan")
+            comp = median([x["step_compute_ms"] for rs in by_w[w] for x in rs if "step_compute_ms" in x])
         else:
             ceil = ceil1 = comp = float("nan")
         r["ceiling_samples_per_s"] = ceil
@@ -298,7 +329,7 @@ def add_lockstep(rows, lockstep_runs):
     """Adds the lock-step columns to the sync rows (see the module comment). Returns notes."""
     by_w, notes = {}, []
     for r in lockstep_runs:
-        w = int(re.search(r"lockstep-w(\d+)", r["_path"]).group(1))
+        w = r["_kind_w"]
         if r.get("allreduce") != "none":
             notes.append(f"{r['_path']}: not an --allreduce none run, left out")
             continue
@@ -514,8 +545,8 @@ def main():
     if not runs:
         error(f"no {'usable ' if skipped else ''}results.json under {' '.join(a.dirs)}"
               + (f" ({skipped} skipped, see the warnings above)" if skipped else ""))
-    ceiling_runs = [r for r in runs if re.search(r"ceiling-w\d+", r["_path"])]
-    lockstep_runs = [r for r in runs if re.search(r"lockstep-w\d+", r["_path"])]
+    ceiling_runs = [r for r in runs if r["_kind"] == "ceiling"]
+    lockstep_runs = [r for r in runs if r["_kind"] == "lockstep"]
     runs = [r for r in runs if r not in ceiling_runs and r not in lockstep_runs]
     if not runs:
         error(f"no results.json of a scaling run under {' '.join(a.dirs)} (only ceiling runs)")

@@ -4,12 +4,14 @@
 # written here → a schema file; refusal to overwrite; bad IDX inputs fail with a message and leave no
 # file behind; h5info.py rejects broken files (also those written by the C++ make_dataset tool).
 # --classes keeps a subset relabelled in the order given (small file; Fashion-MNIST 5-9), and
-# refuses a bad list, an id beyond the classes and a class without samples.
+# refuses a bad list, an id beyond the classes (a huge range at once) and a class without samples.
+# Without --class-names, a corrupt label (max label + 1 classes, more than half empty) is refused.
 # Bad outputs and inputs (an output that is a directory or under a file, a negative label, an
 # oversized IDX header, a damaged gzip stream, images of 0 pixels a row, a --fashion-mnist set whose
-# test split is bad, SIGTERM while writing): exit 1 with one line naming the file, no traceback, no
-# output or directory left behind. h5info.py names the file and object for an `images` link that
-# leads nowhere, a group and a zero image dimension, and accepts big-endian float32 images.
+# test split is bad, SIGTERM while writing, a full disk): exit 1 with one line naming the file, no
+# traceback, no output or directory left behind. h5info.py names the file and object for an `images` link that
+# leads nowhere, a group and a zero image dimension, and accepts big-endian float32 images; a
+# closed stdout (`| head`) is no error about a file; a missing `channels` is called missing.
 # Environment (set by CTest; defaults for a manual run): SRC (repo root), BIN (tool dir), SCRATCH.
 set -euo pipefail
 
@@ -138,6 +140,39 @@ done
 expect_rc 1 "$SCRATCH/lab: no sample of class 3 (--classes)" $CONVERT --images "$SCRATCH/img.gz" \
   --labels "$SCRATCH/lab" --out "$SCRATCH/badcls/o.h5" --class-names "a,b,c,d" --classes 1,3
 [ -z "$(ls -A "$SCRATCH/badcls")" ] || fail "refused --classes left $(ls -A "$SCRATCH/badcls")"
+# A huge range is refused at once (it used to be listed and counted pairwise: minutes), and a
+# repeat inside overlapping ranges is found without listing them.
+rc=0
+timeout 20 $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/badcls/o.h5" \
+  --classes 0-200000 >"$SCRATCH/out.txt" 2>"$SCRATCH/err.txt" || rc=$?
+[ "$rc" = 1 ] && grep -qF "$SCRATCH/lab: --classes asks for class 3 but there are 3 classes (0-2)" "$SCRATCH/err.txt" \
+  || fail "--classes 0-200000: exit $rc (124: too slow): $(cat "$SCRATCH/err.txt")"
+expect_rc 1 "--classes '0,5-9,2-6': class 5 given twice" $CONVERT --images "$SCRATCH/img.gz" \
+  --labels "$SCRATCH/lab" --out "$SCRATCH/badcls/o.h5" --class-names "$(seq -s, 0 9)" --classes 0,5-9,2-6
+[ -z "$(ls -A "$SCRATCH/badcls")" ] || fail "refused --classes left $(ls -A "$SCRATCH/badcls")"
+
+# ---- a corrupt label without --class-names: refused as dtrain refuses max label + 1 ---------------
+# (labels 0-2 and one 1000000: 1000001 classes, most of them empty; a `num_classes` attribute
+# written from it would make dtrain build a 1000001-way model). Labels 0, 2 (one of 3 empty): fine.
+$PY - "$SCRATCH" <<'EOF2'
+import struct, sys
+import numpy as np
+d = sys.argv[1]
+def idx(arr):
+    return bytes([0, 0, 0x0C, arr.ndim]) + b"".join(struct.pack(">I", n) for n in arr.shape) + arr.astype(">i4").tobytes()
+corrupt = np.arange(50) % 3
+corrupt[7] = 1000000
+open(f"{d}/corruptlabel", "wb").write(idx(corrupt))
+open(f"{d}/gaplabel", "wb").write(idx(np.arange(50) % 2 * 2))
+EOF2
+mkdir -p "$SCRATCH/corrupt"
+expect_rc 1 "$SCRATCH/corruptlabel: label 1000000 at index 7: max label + 1 = 1000001 classes, of which 999997 have no sample (more than half)" \
+  $CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/corruptlabel" --out "$SCRATCH/corrupt/o.h5"
+[ -z "$(ls -A "$SCRATCH/corrupt")" ] || fail "a refused corrupt label left $(ls -A "$SCRATCH/corrupt")"
+$CONVERT --images "$SCRATCH/img.gz" --labels "$SCRATCH/gaplabel" --out "$SCRATCH/corrupt/gap.h5" >/dev/null \
+  || fail "labels 0 and 2 (one of 3 classes empty) refused"
+$H5INFO --no-pixels "$SCRATCH/corrupt/gap.h5" >"$SCRATCH/info.txt" || fail "h5info gap.h5"
+grep -q "num_classes  3$" "$SCRATCH/info.txt" || fail "labels 0, 2: num_classes is not 3"
 
 # ---- refusal to overwrite, --force -------------------------------------------------------------------
 before=$(md5sum <"$SCRATCH/small/a.h5")
@@ -206,6 +241,30 @@ EOF
 [ -z "$(ls -A "$SCRATCH/fm-term")" ] || fail "SIGTERM left $(ls -A "$SCRATCH/fm-term")"
 $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-term" >/dev/null || fail "small --fashion-mnist"
 [ "$(ls -A "$SCRATCH/fm-term" | tr '\n' ' ')" = "test.h5 train.h5 " ] || fail "small --fashion-mnist wrote $(ls -A "$SCRATCH/fm-term")"
+
+# A full disk (tests/preload/no_space.cpp: writes into the folder fail with ENOSPC past N bytes),
+# one split and --fashion-mnist: one line naming the output, exit 1, no traceback or crash, nothing left.
+if [ -n "$BIN" ] && [ -f "$BIN/no_space.so" ]; then
+  mkdir -p "$SCRATCH/full"
+  for bytes in 1000 3000; do
+    for out in o.h5 fm; do
+      if [ "$out" = fm ]; then
+        args=(--fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/full/fm") want=$SCRATCH/full/fm/train.h5
+      else
+        args=(--images "$SCRATCH/img.gz" --labels "$SCRATCH/lab" --out "$SCRATCH/full/o.h5") want=$SCRATCH/full/o.h5
+      fi
+      rc=0
+      LD_PRELOAD=$BIN/no_space.so DTRAIN_TEST_NO_SPACE_MATCH=$SCRATCH/full/ DTRAIN_TEST_NO_SPACE_BYTES=$bytes \
+        $CONVERT "${args[@]}" >"$SCRATCH/out.txt" 2>"$SCRATCH/err.txt" || rc=$?
+      [ "$rc" = 1 ] || fail "a full disk ($out, $bytes bytes): exit $rc (want 1): $(cat "$SCRATCH/err.txt")"
+      [ "$(cat "$SCRATCH/err.txt")" = "convert_idx.py: error: cannot write $want: No space left on device" ] ||
+        fail "a full disk ($out, $bytes bytes): not the one line expected: $(cat "$SCRATCH/err.txt")"
+      [ -z "$(ls -A "$SCRATCH/full")" ] || fail "a full disk ($out, $bytes bytes) left $(ls -AR "$SCRATCH/full")"
+    done
+  done
+elif [ -n "$BIN" ]; then
+  fail "$BIN/no_space.so is missing (ctest sets BIN to the build's tool dir)"
+fi
 
 # ---- h5info rejects broken files ---------------------------------------------------------------------
 $PY - "$SCRATCH/bad_rank.h5" <<'EOF'
@@ -279,6 +338,22 @@ for file in names_fixed names_vlen; do
   $H5INFO "$SCRATCH/$file.h5" >"$SCRATCH/info.txt" 2>&1 || fail "h5info $file.h5: $(cat "$SCRATCH/info.txt")"
   grep -qF 'caf\xe9' "$SCRATCH/info.txt" || fail "h5info $file.h5 does not show the name's bytes: $(cat "$SCRATCH/info.txt")"
 done
+# Output to a reader that has left (`| head`): not a verdict on the (valid) files: exit 0, no error.
+rc=0
+$H5INFO "$SCRATCH/small/a.h5" "$SCRATCH/corrupt/gap.h5" 2>"$SCRATCH/err.txt" | true || rc=$?
+[ "$rc" = 0 ] || fail "h5info into a closed pipe: exit $rc"
+[ ! -s "$SCRATCH/err.txt" ] || fail "h5info into a closed pipe blamed a file: $(cat "$SCRATCH/err.txt")"
+# Encoded images without the attribute `channels`: said to be missing (not "= None").
+$PY - "$SCRATCH/no_channels.h5" <<'EOF2'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    rows = f.create_dataset("images", (2,), dtype=h5py.vlen_dtype(np.uint8))
+    rows[0] = rows[1] = np.frombuffer(b"\x89PNG", np.uint8)
+    f["image_shapes"] = np.ones((2, 3), np.int64)
+    f["labels"] = np.zeros(2, np.int64)
+EOF2
+expect_rc 1 "$SCRATCH/no_channels.h5: error: encoded images need root attribute \`channels\` (1 or 3), which is missing" \
+  $H5INFO "$SCRATCH/no_channels.h5"
 mkdir -p "$SCRATCH/adir.h5"
 expect_rc 1 "$SCRATCH/adir.h5: error: is a directory, expected an HDF5 file" $H5INFO "$SCRATCH/adir.h5"
 expect_rc 2 "--expected-classes must be >= 1" $H5INFO --expected-classes 0 "$SCRATCH/small/a.h5"

@@ -13,7 +13,10 @@
 # JPEG without its end marker), an image side over 2^20, a class folder whose name is not UTF-8
 # (refused before any image is decoded), an existing output, an output that is a directory or under
 # a file, and an interruption: exit non-zero with a message naming the file or folder (no
-# traceback), and no output or temporary file left behind.
+# traceback), and no output or temporary file left behind. A 16-bit grayscale PNG becomes its high
+# byte (its own bytes kept with --store encoded); images in sub-folders of a class folder are
+# samples of it, in ImageFolder's order; hidden files and folders are counted as skipped; a file
+# name that is not UTF-8 is shown with \xNN. A full disk (the no_space.so shim): one line, exit 1.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 TOOL="$PY $SRC/data-tools/images_to_h5.py"
@@ -285,6 +288,78 @@ convert_fails "wide/a/strip.png: image of 1048577×1 pixels: a side is longer th
   "$SCRATCH/enc/o3" "$SCRATCH/enc/wide" --store encoded --out "$SCRATCH/enc/o3/t.h5"
 convert_fails "latin1: class folder b'caf\\xe9': name is not valid UTF-8" \
   "$SCRATCH/enc/o4" "$SCRATCH/enc/latin1" --size 8 --out "$SCRATCH/enc/o4/t.h5"
+
+echo "== a 16-bit grayscale PNG: its high byte (as dtrain decodes it), not white; sub-folders of a"
+echo "   class folder walked as ImageFolder walks them; hidden files counted; non-UTF-8 names shown"
+"$PY" - "$SCRATCH/odd" <<'PY'
+import os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+g16 = np.full((40, 50), 0x8000, np.uint16)
+g16[:, :25] = 0x4000
+for c in ("a", "b"):
+    os.makedirs(f"{d}/g16/{c}")
+Image.fromarray(g16).save(f"{d}/g16/a/gray16.png")
+with Image.open(f"{d}/g16/a/gray16.png") as im:
+    assert im.mode.startswith("I"), im.mode  # Pillow reads it as 16-bit: convert("L") would clip it
+Image.new("L", (8, 8), 200).save(f"{d}/g16/b/gray8.png")
+# A class folder with images in sub-folders (solid grays 10, 20, 30; b: 40), a hidden AppleDouble
+# file and a hidden folder (skipped and counted).
+for sub in ("nest/a/sub/deeper", "nest/a/.hidden", "nest/b"):
+    os.makedirs(f"{d}/{sub}")
+for value, name in ((30, "a/sub/deeper/x.png"), (20, "a/sub/deep.png"), (10, "a/top.png"), (40, "b/one.png"),
+                    (99, "a/.hidden/h.png")):
+    Image.new("L", (8, 8), value).save(f"{d}/nest/{name}")
+open(f"{d}/nest/a/._top.png", "wb").write(b"\0\5\26\7 AppleDouble")
+os.makedirs(f"{d}/latin1name/a")
+open(f"{d}/latin1name/a".encode() + b"/caf\xe9.png", "wb").write(b"junk")
+PY
+$TOOL "$SCRATCH/odd/g16" --size 8 --fit stretch --channels 1 --out "$SCRATCH/odd/g16-pix.h5" --quiet || fail "16-bit PNG, pixels"
+$TOOL "$SCRATCH/odd/g16" --store encoded --channels 1 --out "$SCRATCH/odd/g16-enc.h5" --quiet || fail "16-bit PNG, encoded"
+$TOOL "$SCRATCH/odd/g16" --store encoded --max-side 20 --out "$SCRATCH/odd/g16-small.h5" --quiet ||
+  fail "16-bit PNG, encoded with --max-side (re-encoded)"
+$TOOL "$SCRATCH/odd/nest" --size 4 --channels 1 --out "$SCRATCH/odd/nest.h5" >"$SCRATCH/odd/nest.log" 2>&1 ||
+  { cat "$SCRATCH/odd/nest.log"; fail "nested class folders"; }
+grep -q "skipped 2 files and folders" "$SCRATCH/odd/nest.log" || { cat "$SCRATCH/odd/nest.log"; fail "hidden file and folder not counted"; }
+"$PY" - "$SCRATCH/odd" <<'PY' || fail "16-bit PNG or nested folders converted wrongly"
+import io, sys
+import h5py, numpy as np
+from PIL import Image
+d = sys.argv[1]
+with h5py.File(f"{d}/g16-pix.h5", "r") as f:
+    x = f["images"][0, 0]
+    assert x.min() == 64 and x.max() == 128 and (x[:, 0] == 64).all() and (x[:, -1] == 128).all(), x
+with h5py.File(f"{d}/g16-enc.h5", "r") as f:  # dtrain decodes a 16-bit PNG to its high byte: kept as it is
+    assert f["images"][0].tobytes() == open(f"{d}/g16/a/gray16.png", "rb").read(), "16-bit PNG re-encoded"
+    assert f["image_shapes"][0].tolist() == [1, 40, 50], f["image_shapes"][0]
+    want = (np.r_[np.full(1000, 64), np.full(1000, 128), np.full(64, 200)] / 255.0)
+    assert abs(f.attrs["mean"][0] - want.mean()) < 1e-6, (f.attrs["mean"], want.mean())
+with h5py.File(f"{d}/g16-small.h5", "r") as f:
+    with Image.open(io.BytesIO(f["images"][0].tobytes())) as im:
+        assert im.mode == "RGB" and im.size == (25, 20), (im.mode, im.size)
+        lo, hi = im.convert("L").getextrema()
+        assert lo == 64 and hi == 128, (lo, hi)
+with h5py.File(f"{d}/nest.h5", "r") as f:
+    assert f["labels"][()].tolist() == [0, 0, 0, 1], f["labels"][()]
+    assert [int(f["images"][i, 0, 0, 0]) for i in range(4)] == [10, 20, 30, 40], "not ImageFolder's order"
+print("16-bit PNG as its high byte; nested images in ImageFolder's order")
+PY
+convert_fails "latin1name/a/caf\\xe9.png: cannot decode image" "$SCRATCH/odd/o1" "$SCRATCH/odd/latin1name" --size 8 --out "$SCRATCH/odd/o1/t.h5"
+! grep -q 'udce9' "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "a non-UTF-8 file name shown as a surrogate"; }
+
+echo "== a full disk (no_space.so: writes into the output folder fail with ENOSPC past 20000 bytes):"
+echo "   one line naming the output, exit 1, no traceback or crash, nothing left"
+for args in "--size 16x12" "--store encoded" "--size 16x12 --workers 2"; do
+  mkdir -p "$SCRATCH/full"
+  rc=0
+  LD_PRELOAD=$BIN/no_space.so DTRAIN_TEST_NO_SPACE_MATCH=$SCRATCH/full/ DTRAIN_TEST_NO_SPACE_BYTES=20000 \
+    $TOOL "$SCRATCH/tree" $args --out-dir "$SCRATCH/full/o" --val-fraction 0.25 --quiet >"$SCRATCH/err.txt" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "a full disk ($args): exit $rc (want 1)"; }
+  [[ $(cat "$SCRATCH/err.txt") == "images_to_h5.py: error: cannot write $SCRATCH/full/o/train.h5: No space left on device" ]] ||
+    { cat "$SCRATCH/err.txt"; fail "a full disk ($args): not the one line expected"; }
+  [[ -z $(ls -A "$SCRATCH/full") ]] || fail "a full disk ($args) left $(ls -AR "$SCRATCH/full")"
+done
 
 echo "== interrupted (SIGTERM) halfway: no output, no temporary"
 "$PY" - "$SCRATCH/big" <<'PY'

@@ -16,7 +16,9 @@
 # train_seconds null, samples "lots", an array) are skipped with a warning naming the file and key
 # (no usable run: exit 1); a bad launcher.json is ignored with a warning; an existing report is kept
 # without --force; an output that is a directory or under a file, or a plot that fails to write,
-# leaves no .md/.csv/.png behind; never a traceback.
+# leaves no .md/.csv/.png behind; never a traceback. Only a whole folder name ceiling-wN /
+# lockstep-wN below DIR marks such runs (not ceiling-w8-study); a ceiling folder missing one of
+# its N runs is left out with a note; a resumed run is skipped with a warning naming it.
 # Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -226,4 +228,37 @@ done
 grep -aqF -- "$odd/lockstep-w2/results.json: not an --allreduce none run" "$odd/report.md" ||
   fail "report.md does not name the non-UTF-8 folder as its bytes"
 ! grep -aq Traceback "$SCRATCH/report.log" || { cat -v "$SCRATCH/report.log"; fail "a traceback"; }
+# A sweep kept in a folder whose name merely contains ceiling-wN / lockstep-wN: its runs are a
+# series (only a whole folder name below DIR marks ceiling and lock-step runs). A ceiling folder
+# with 1 of its 2 runs (one failed): left out with a note, not half the ceiling. A resumed run
+# (session_first_step > 0: train_seconds of its last session only): skipped with a warning
+# naming it, not a speedup.
+study=$SCRATCH/ceiling-w8-study/lockstep-w2-tests
+"$PY" - "$out" "$study" <<'PY'
+import json, os, sys
+src, dst = sys.argv[1:]
+good = json.load(open(f"{src}/sync-w1/results.json"))
+def put(d, **kw):
+    os.makedirs(f"{dst}/{d}")
+    json.dump({**good, **kw}, open(f"{dst}/{d}/results.json", "w"))
+put("sync-w1", train_seconds=8.0, samples_per_sec=100.0)
+put("sync-w2", num_workers=2, world_size=2, train_seconds=5.0, samples_per_sec=160.0)
+put("ceiling-w2/r2", samples_per_sec=150.0)
+put("resumed/sync-w4", num_workers=4, world_size=4, train_seconds=0.5, samples_per_sec=900.0,
+    session_first_step=8)
+PY
+"$PY" "$report" "$study" --out "$SCRATCH/study" >"$SCRATCH/report.log" 2>&1 ||
+  { cat "$SCRATCH/report.log"; fail "scaling_report.py refused a sweep in a folder named ceiling-w8-study"; }
+grep -qF "skipping $study/resumed/sync-w4/results.json: a resumed run (session_first_step = 8)" "$SCRATCH/report.log" ||
+  { cat "$SCRATCH/report.log"; fail "the resumed run is not named in a warning"; }
+grep -qF "ceiling for 2 workers: 1 runs found in $study/ceiling-w2, 2 expected; that ceiling is left out" "$SCRATCH/study.md" ||
+  { cat "$SCRATCH/study.md"; fail "no note on the incomplete ceiling"; }
+"$PY" - "$SCRATCH/study.csv" <<'PY' || fail "the study's report is wrong"
+import csv, sys
+rows = {int(r["workers"]): r for r in csv.DictReader(open(sys.argv[1]))}
+assert sorted(rows) == [1, 2], sorted(rows)  # no row of the resumed 4-worker run
+assert abs(float(rows[2]["speedup"]) - 1.6) < 1e-6, rows[2]["speedup"]
+assert rows[2]["ceiling_samples_per_s"] == "" and rows[2]["ceiling_eff"] == "", rows[2]
+assert rows[1]["ceiling_samples_per_s"] == "100", rows[1]
+PY
 echo "PASS"

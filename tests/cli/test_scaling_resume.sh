@@ -7,7 +7,8 @@
 #   2. a sweep whose 2-worker sync run fails (a dtrain that fails there) stops there, and
 #      its TGZ already holds the 1-worker runs, not the failed one;
 #   3. that TGZ unpacked into a new folder, the sweep run again there skips the 1-worker runs
-#      and runs the rest; scaling_report.py reads the folder.
+#      and runs the rest; scaling_report.py reads the folder;
+#   4. a ceiling folder one of whose N runs has no results.json (failed) is not done: rerun.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 256 --seed 53
@@ -67,4 +68,14 @@ cmp -s "$SCRATCH/resumed/sync-w1/results.json" <(tar -xzOf "$SCRATCH/cut.tgz" ./
 "$PY" "$SRC/data-tools/scaling_report.py" "$SCRATCH/resumed" --out "$SCRATCH/report" >"$SCRATCH/report.out" 2>&1 ||
   { cat "$SCRATCH/report.out"; fail "the report of the resumed sweep failed"; }
 grep -q "^| 2 |" "$SCRATCH/report.md" || { cat "$SCRATCH/report.md"; fail "no 2-worker row"; }
+
+echo "== 4. a ceiling folder missing one of its runs (one failed) is not done: its N runs run again"
+rm "$SCRATCH/resumed/ceiling-w2/r1/results.json"
+DTRAIN=$DTRAIN MPIRUN=$MPIEXEC sweep "$SCRATCH/resumed" "$SCRATCH/resumed.tgz" >"$SCRATCH/again.out" 2>&1 ||
+  { cat "$SCRATCH/again.out"; fail "the sweep after a lost ceiling run failed"; }
+! grep -q "^ceiling-w2: done before" "$SCRATCH/again.out" || { cat "$SCRATCH/again.out"; fail "a ceiling with 1 of 2 runs counted as done"; }
+grep -q "^ceiling-w2: load" "$SCRATCH/again.out" || { cat "$SCRATCH/again.out"; fail "the ceiling did not run again"; }
+[[ -f $SCRATCH/resumed/ceiling-w2/r1/results.json && -f $SCRATCH/resumed/ceiling-w2/r2/results.json ]] ||
+  fail "the rerun ceiling lacks a run"
+grep -q "^sync-w2: done before, skipped" "$SCRATCH/again.out" || fail "a finished run ran again"
 echo "test_scaling_resume: OK"
