@@ -166,8 +166,9 @@ void add_optimizer_options(Table& t, Config& c) {
   t.add("lars-eps", &c.lars_epsilon, "LARS: added to the trust ratio's denominator");
   t.add("weight-decay", &c.weight_decay, "L2 weight decay added to the gradient");
   t.add("no-weight-decay-on", &c.no_weight_decay_on,
-        "parameters without weight decay, comma-separated: bias (every *.bias), bn (batchnorm "
-        "gamma and beta), e.g. bias,bn (empty: decay all)");
+        "parameters without weight decay, comma-separated: bias (the conv and dense layers' "
+        "biases), bn (batchnorm gamma and beta, though beta is named *.bias in exports), e.g. "
+        "bias,bn (empty: decay all)");
   t.add("label-smoothing", &c.label_smoothing,
         "label smoothing eps in [0, 1): the loss's target is (1 - eps) one-hot + eps / classes "
         "(Szegedy et al. 2016; test loss too)");
