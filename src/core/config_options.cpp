@@ -290,10 +290,11 @@ void add_exchange_options(Table& t, Config& c) {
         "not training: no sum, each worker applies its own gradient (skipping it if non-finite), "
         "the workers in lock step: the compute ceiling of sync training without its exchange)");
   t.add("wire-dtype", &c.wire_dtype,
-        "gradients between ranks as fp32 | bf16 | fp16 (rounded once, summed or applied in fp32 "
-        "at the receiver: half the bytes): MPI allreduce (hierarchical: the node's shared memory "
-        "and the leaders' hop, the node's sum rounded once more) and ps pushes (pulls stay fp32; "
-        "a --ps-shm ring holds the rounded values in 32 bits)");
+        "gradients between ranks as fp32 | bf16 | fp16 (half the bytes; summed or applied in "
+        "fp32 at the receiver): the allreduce (each gradient rounded once and the sum, which "
+        "travels back in 16 bits, once more; hierarchical: the node's shared memory and the "
+        "leaders' hop, each sum rounded once) and ps pushes (each push rounded once; pulls stay "
+        "fp32; a --ps-shm ring holds the rounded values in 32 bits)");
   t.add(
       "bucket-mb", &c.bucket_mb,
       "sync allreduce: the largest gradient bucket in MiB (PyTorch DDP's bucket_cap_mb, Horovod's "
