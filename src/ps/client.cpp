@@ -239,7 +239,10 @@ PushResult PsClient::wait(int tag) {
     map_ring(k, h);
     if (rings_[k].in_use) ++shared_pushes_;
     rings_[k].in_use = false;
-    seen_[k] = h.global_step;
+    // The step whose parameters the model now holds: a snapshot's go to a checkpoint, not to the
+    // model, whose next push still carries the step of its last pull (else a backup worker's
+    // stale gradient would pass as fresh, and staleness read low, after every checkpoint).
+    if (tag != kTagSnapshot) seen_[k] = h.global_step;
     r.global_step = k == 0 ? h.global_step : std::min(r.global_step, h.global_step);
     r.staleness = std::max(r.staleness, h.staleness);
     r.stop_requested = r.stop_requested || (h.flags & kFlagStop);

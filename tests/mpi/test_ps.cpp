@@ -756,5 +756,51 @@ TEST(ParameterServer, SyncBackupWorkersLatePushesAreDropped) {
   EXPECT_EQ(st.ignored, 0);
 }
 
+// A snapshot's parameters go to a checkpoint, not to the model: the chief's next push still
+// carries the step of the parameters it computed on. Worker 1 takes step 0 → 1 first; the chief
+// then checkpoints (snapshot at step 1) and pushes its gradient of step 0, which is late and must
+// be dropped (the snapshot's step was taken as the model's: the stale gradient was applied as
+// step 2, and a run could end past its last epoch).
+TEST(ParameterServer, ASnapshotDoesNotMakeTheChiefsLateGradientFresh) {
+  if (world_size() < 3) GTEST_SKIP() << "needs 1 ps and 2 workers";
+  Cluster cluster(MPI_COMM_WORLD, 1);
+  Config cfg;
+  cfg.mode = Mode::sync;
+  cfg.num_ps = 1;
+  cfg.replicas_to_aggregate = 1;
+  cfg.optimizer = OptimizerKind::sgd;
+  cfg.lr = 0.5f;
+  cfg.weight_decay = 0.0f;
+  cfg.timeout = 60.0;
+  const ServedStats st = serve(cluster, cfg, 4, [&] {
+    PsClient client(cluster, shard_ranges(kParams, 1), 60.0);
+    const int me = cluster.me().index;
+    const std::vector<float> init = initial_params();
+    if (cluster.is_chief()) client.load(init.data(), nullptr, nullptr, 0, 0);
+    MPI_Barrier(cluster.role_comm());
+    std::vector<float> params(kParams);
+    EXPECT_EQ(client.pull(params.data()).global_step, 0);
+    MPI_Barrier(cluster.role_comm());
+    if (me == 1) {
+      const PushResult res = client.push_pull(gradient(1, 0).data(), 8, params.data(), false);
+      EXPECT_EQ(res.global_step, 1);
+      EXPECT_FALSE(res.dropped);
+    }
+    MPI_Barrier(cluster.role_comm());
+    if (cluster.is_chief()) {
+      std::vector<float> p(kParams), m(kParams), v(kParams);
+      EXPECT_EQ(client.snapshot(p.data(), m.data(), v.data()), 1);
+      const PushResult res = client.push_pull(gradient(0, 0).data(), 8, params.data(), false);
+      EXPECT_TRUE(res.dropped) << "the chief's gradient of step 0, pushed at step 1";
+      EXPECT_EQ(res.staleness, 1);
+      EXPECT_EQ(res.global_step, 1);
+    }
+    MPI_Barrier(cluster.role_comm());
+    client.done();
+  });
+  EXPECT_EQ(st.pushes, 1);
+  EXPECT_EQ(st.dropped, 1);
+}
+
 }  // namespace
 }  // namespace dtrain

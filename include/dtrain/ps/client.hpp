@@ -83,7 +83,8 @@ class PsClient {
   /// Chief only: gathers parameters and optimizer state from every ps (each ps answers with its
   /// shard as of its own current step) into params, m and v, each non-null and of `total` floats
   /// (a ps whose optimizer has no m or v sends zeros). Returns the smallest global_step over the
-  /// ps. Throws InputError for a null array, else as pull().
+  /// ps. The model's step (the seen_step of the next push) is unchanged. Throws InputError for a
+  /// null array, else as pull().
   std::int64_t snapshot(float* params, float* m, float* v);
   /// Tells every ps this worker is finished (waits until the headers are sent). Throws as pull().
   void done();
@@ -134,7 +135,7 @@ class PsClient {
   double timeout_;
   std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
   std::size_t chunk_bytes_;
-  std::vector<std::int64_t> seen_;                   // per ps: global_step in its last reply
+  std::vector<std::int64_t> seen_;  // per ps: global_step of the parameters the model holds
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
   std::vector<ChunkLayout> layouts_;                 // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
