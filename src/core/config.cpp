@@ -251,6 +251,8 @@ ParseResult parse_config(int argc, const char* const* argv) {
 
 int gradients_per_step(const Config& c, int workers) {
   if (exchange_kind(c) == ExchangeKind::ps_async) return 1;
+  // --allreduce none sums nothing: each worker's step is its own gradient.
+  if (exchange_kind(c) == ExchangeKind::allreduce && c.allreduce == AllreduceOption::none) return 1;
   if (exchange_kind(c) == ExchangeKind::ps_sync && c.replicas_to_aggregate > 0)
     return std::min(c.replicas_to_aggregate, workers);
   return workers;

@@ -204,8 +204,10 @@ class AllreduceExchange final : public GradientExchange {
     return worker_steps_per_epoch(plan_, true, 0);
   }
 
-  [[nodiscard]] float gradient_scale(std::int64_t s, int /*n*/) const override {
-    const std::int64_t all = global_samples_at(plan_, s);
+  [[nodiscard]] float gradient_scale(std::int64_t s, int n) const override {
+    // --allreduce none: no sum, each worker applies the mean over its own n samples.
+    const std::int64_t all =
+        c_.allreduce == AllreduceOption::none ? n : global_samples_at(plan_, s);
     return all > 0 ? 1.0f / static_cast<float>(all) : 0.0f;
   }
 

@@ -15,7 +15,8 @@
 #      2e-2 of fp32's, half the bytes a push (results.json push_bytes_per_step: 2 bytes a value
 #      against 4); async fp16 through the shared ring: rounded in 4-byte slots, the loss falls;
 #   5. --allreduce none (a benchmark: no sum, the workers in lock step): 2 workers train apart —
-#      the chief's checkpoint is not the summed run's — and results.json says "none";
+#      the chief's checkpoint is not the summed run's — and results.json says "none"; on data
+#      whose samples are all the same, each worker steps as one worker does (bit for bit);
 #   6. bad values are one error naming the option, on every rank, exit 2 (none with async or
 #      pipeline stages among them).
 set -euo pipefail
@@ -123,6 +124,24 @@ with h5py.File(f"{sys.argv[1]}/{name}", "r") as a, h5py.File(f"{sys.argv[2]}/{na
     print(f"   the chief's parameters, none against mpi: max |diff| / max |param| = {rel:.2e}")
     assert rel > 1e-4, rel
 PY
+
+# Each worker applies its own gradient, at its own batch's scale: on data whose every sample is the
+# same, each worker's step is the one worker's (it applied 1/W of it: lr / W).
+"$PY" - "$SCRATCH/train.h5" "$SCRATCH/same.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
+    for k, v in f.attrs.items():
+        g.attrs[k] = v
+    for k in f:
+        g[k] = np.repeat(f[k][:1], f[k].shape[0], axis=0)
+PY
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/same.h5" --mode sync --num-ps 0
+        --max-steps 10 --checkpoint-every 10 --summaries false)
+run 1 "$SCRATCH/same1" --allreduce mpi
+run 2 "$SCRATCH/same_none2" --allreduce none
+close "$SCRATCH/same1" "$SCRATCH/same_none2" 10 1e-6
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --mode sync --num-ps 0
+        --max-steps 10 --checkpoint-every 10 --summaries false)
 
 echo "== 6. bad values"
 cases=0

@@ -105,6 +105,11 @@ TEST_F(ConfigTest, LinearLrScalingMultipliesSyncLearningRateByWorkers) {
                                      "--replicas-to-aggregate", "2", "--lr-scaling", "linear"}))
                              .config;
   EXPECT_EQ(gradients_per_step(backups, 3), 2);
+  Config none;  // --allreduce none: each worker applies its own gradient, no sum
+  none.mode = Mode::sync;
+  none.num_ps = 0;
+  none.allreduce = AllreduceOption::none;
+  EXPECT_EQ(gradients_per_step(none, 4), 1);
   EXPECT_FLOAT_EQ(effective_for_workers(backups, 3).lr, 0.04f);
   EXPECT_FLOAT_EQ(effective_for_workers(backups, 1).lr, 0.02f);  // R capped at the workers
   const Config ssp = parse(base({"--num-ps", "1", "--max-staleness", "1", "--lr", "0.02",

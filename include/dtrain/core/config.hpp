@@ -194,8 +194,9 @@ struct ParseResult {
 ParseResult parse_config(int argc, const char* const* argv);
 
 /// The workers' gradients one global step of a run of `workers` workers averages: 1 in async
-/// mode (a push), R = min(--replicas-to-aggregate, workers) with sync through the ps when R is
-/// given (the workers beyond R are backups), else `workers`. Pure.
+/// mode (a push) and with --allreduce none (no sum: each worker its own), R =
+/// min(--replicas-to-aggregate, workers) with sync through the ps when R is given (the workers
+/// beyond R are backups), else `workers`. Pure.
 int gradients_per_step(const Config& c, int workers);
 
 /// The configuration a run of `workers` workers trains with (workers and ps alike): --lr-scaling
