@@ -350,6 +350,9 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
     // the parameters are those of the ps's step, which the chief's clock may be ahead of (SSP:
     // up to --max-staleness; a push that carried a stop signal is not applied). The data
     // position is the ps's step, so a resumed run trains every step the parameters lack.
+    // Before the ps's first update of a fresh run the parameters are the initial ones: a
+    // checkpoint of step 0 would hold nothing (and take a --keep-checkpoints place).
+    if (s.global_step == 0 && !resumed_at_ && !rewrite) return;
     s.step_in_epoch = s.global_step - epoch_start;
   } else if (!lockstep_) {
     s.global_step = std::max(s.global_step, at.global_step);

@@ -11,6 +11,7 @@
 #      The pipelines run at their own speed with a shorter interval: slow*F sleeps F − 1 times a
 #      step's compute, which in a pipeline includes waiting for the other stage, and so for the
 #      writer's checkpoint — the step after each checkpoint would be slowed past the interval.
+#      SSP writes no checkpoint of step 0 (its chief can step before the ps's first update).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -77,4 +78,12 @@ for shape in "2 --mode sync --num-ps 0" "4 --mode async --num-ps 2"; do
   steps=$(mid_checkpoints "$d" 250 1 0.05) || fail "$d ($shape): $steps"
   echo "-np $shape, 2 stages: mid-run checkpoints at steps $steps"
 done
+# SSP: the chief's first step returns before the ps applies step 1 (worker 1, world rank 1, is
+# slowed); a checkpoint then would be of step 0, the initial parameters: none is written.
+d=$SCRATCH/ssp
+DTRAIN_FAULT='slow+50:1' run 3 "$d" --mode async --num-ps 1 --max-staleness 1 --max-steps 3 \
+  --checkpoint-every 1
+[[ ! -e $d/ckpt-0000000000.h5 ]] || { cat "$d.log"; fail "SSP wrote a checkpoint of step 0"; }
+[[ -e $d/ckpt-0000000003.h5 ]] || { cat "$d.log"; fail "SSP: no checkpoint of the last step"; }
+echo "SSP: no checkpoint before the ps's first update ($(cd "$d" && ls ckpt-*.h5 | tr '\n' ' '))"
 echo "PASS"
