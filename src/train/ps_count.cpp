@@ -16,7 +16,9 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
              "option --num-ps auto: the model computes nothing (0 flops per sample)");
   PsCountChoice out;
   const int P = std::max(1, in.stages);
-  const int most = in.max_ps > 0 ? std::min(in.max_ps, in.world - 1) : in.world - 1;
+  const int fewest_workers = std::max(1, in.min_workers);
+  const int most =
+      in.max_ps > 0 ? std::min(in.max_ps, in.world - fewest_workers) : in.world - fewest_workers;
   const auto batch_of = [&](int workers) {  // per worker, or per pipeline replica
     return in.global_batch > 0 ? static_cast<double>(in.global_batch) / (workers / P)
                                : static_cast<double>(in.batch);
@@ -34,6 +36,9 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
   DT_REQUIRE(found, "option --num-ps auto: no count of ps from " +
                         std::to_string(std::max(1, in.min_ps)) + " to " + std::to_string(most) +
                         " leaves the other ranks of " + std::to_string(in.world) +
+                        (fewest_workers > 1 ? " the " + std::to_string(fewest_workers) +
+                                                  " workers --replicas-to-aggregate needs, and"
+                                            : std::string()) +
                         " a multiple of the " + std::to_string(P) +
                         " pipeline stages; give --num-ps K or another world size");
   const int workers = in.world - out.num_ps;
@@ -45,8 +50,13 @@ PsCountChoice choose_num_ps(const PsCountInput& in) {
                 out.num_ps, workers, workers * out.rho / out.num_ps, in.push_bytes, in.reply_bytes,
                 in.flops_per_sample, batch_of(workers), out.rho, in.beta);
   out.why = line;
-  if (in.max_ps > 0 && out.num_ps == in.max_ps && workers * out.rho > out.num_ps)
-    out.why += ", at most " + std::to_string(in.max_ps) + " (one ps per parameter tensor)";
+  if (workers * out.rho > out.num_ps && out.num_ps == most) {
+    if (in.max_ps > 0 && out.num_ps == in.max_ps)
+      out.why += ", at most " + std::to_string(in.max_ps) + " (one ps per parameter tensor)";
+    else if (fewest_workers > 1)
+      out.why += ", at most " + std::to_string(most) + " (--replicas-to-aggregate " +
+                 std::to_string(fewest_workers) + " needs as many workers)";
+  }
   return out;
 }
 

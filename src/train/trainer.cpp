@@ -256,9 +256,10 @@ int resolve_num_ps(const Config& c, int world_size, std::string& note) {
   for (const LayerInfo& layer : m.layers()) in.flops_per_sample += 3 * layer.forward_flops;
   in.batch = c.batch_size;
   in.global_batch = c.global_batch_size;
-  in.min_ps = c.pipeline_stages;  // every pipeline stage has ps of its own
-  in.stages = c.pipeline_stages;  // and the workers come in whole pipelines
-  if (is_layerwise(c.optimizer))  // each ps holds whole tensors (ps_shard_ranges)
+  in.min_ps = c.pipeline_stages;             // every pipeline stage has ps of its own
+  in.min_workers = c.replicas_to_aggregate;  // R aggregated gradients need R workers
+  in.stages = c.pipeline_stages;             // and the workers come in whole pipelines
+  if (is_layerwise(c.optimizer))             // each ps holds whole tensors (ps_shard_ranges)
     in.max_ps = static_cast<int>(param_segments(m.param_tensors(), m.param_count()).size());
   const PsCountChoice k = choose_num_ps(in);
   note = k.why + "\n";

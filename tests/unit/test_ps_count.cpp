@@ -71,6 +71,28 @@ TEST(PsCount, ALayerwiseOptimizerGetsAtMostAPsPerTensor) {
   EXPECT_EQ(choose_num_ps(in).num_ps, 8);
 }
 
+// --replicas-to-aggregate R: K leaves R workers at least (3 ranks, R = 2: one ps, where the rule
+// wanted 2 and the job then failed for want of workers), and the line says why.
+TEST(PsCount, BackupWorkersKeepReplicasToAggregateWorkers) {
+  PsCountInput in = with_rho(3, 1.0);  // 2 by the rule
+  EXPECT_EQ(choose_num_ps(in).num_ps, 2);
+  in.min_workers = 2;
+  const PsCountChoice k = choose_num_ps(in);
+  EXPECT_EQ(k.num_ps, 1);
+  EXPECT_NE(k.why.find("at most 1 (--replicas-to-aggregate 2 needs as many workers)"),
+            std::string::npos)
+      << k.why;
+  in.min_workers = 3;  // no ps left at all
+  try {
+    (void)choose_num_ps(in);
+    ADD_FAILURE() << "3 workers and a ps from 3 ranks";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the 3 workers --replicas-to-aggregate needs"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PsCount, APipelineGetsAPsPerStageAtLeast) {
   PsCountInput in = with_rho(9, 0.082);  // 1 ps by the rule
   in.min_ps = 3;

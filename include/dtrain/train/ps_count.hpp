@@ -47,6 +47,8 @@ struct PsCountInput {
   /// the most K allowed, 0: N − 1 (--optimizer lars | lamb: the tensor count, a ps holding whole
   /// tensors)
   int max_ps = 0;
+  /// the fewest workers W allowed (--replicas-to-aggregate R: R workers at least; 0 or 1: one)
+  int min_workers = 1;
 };
 
 struct PsCountChoice {
