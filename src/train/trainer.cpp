@@ -438,6 +438,26 @@ void start_timeline(const Config& c) {
   Timeline::instance().enable(now_seconds());
 }
 
+/// The metadata events that name rank r's track in a Chrome trace ("rank R: worker I (chief) on
+/// HOST" + `note`) and sort it by rank.
+std::vector<std::string> track_metadata(const RankInfo& r, const std::string& note = "") {
+  const std::string pid = std::to_string(r.rank);
+  const std::string name =
+      "rank " + pid + ": " + (r.role == Role::ps ? "ps " : "worker ") + std::to_string(r.index) +
+      (r.role == Role::worker && r.index == 0 ? " (chief)" : "") + " on " + r.host + note;
+  return {"{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"" +
+              name + "\"}}",
+          "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + pid +
+              ",\"args\":{\"sort_index\":" + pid + "}}"};
+}
+
+/// A Chrome trace file of `events` (JSON objects, or events_json() texts of several).
+std::string trace_file(const std::vector<std::string>& events) {
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  for (std::size_t i = 0; i < events.size(); ++i) out += (i ? ",\n" : "") + events[i];
+  return out + "\n]}\n";
+}
+
 /// --timeline: gathers every rank's spans to the chief, which writes <run_dir>/timeline.json
 /// (via a temporary file): one track (pid) per world rank, named by its role.
 void write_timeline(const Config& c, const Job& job) {
@@ -460,30 +480,16 @@ void write_timeline(const Config& c, const Job& job) {
                             MPI_CHAR, root, cl.world(), &req));
   wait_one(req, comm_timeout(), "gathering timeline events");
   if (!at_root) return;
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  for (const auto& r : cl.ranks()) {
-    const std::string name = "rank " + std::to_string(r.rank) + ": " +
-                             (r.role == Role::ps ? "ps " : "worker ") + std::to_string(r.index) +
-                             (r.role == Role::worker && r.index == 0 ? " (chief)" : "") + " on " +
-                             r.host;
-    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r.rank) +
-           ",\"args\":{\"name\":\"" + name + "\"}},\n";
-    out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(r.rank) +
-           ",\"args\":{\"sort_index\":" + std::to_string(r.rank) + "}},\n";
-  }
-  std::size_t at = 0;
-  bool first = true;
-  for (int r = 0; r < n; ++r) {
-    if (lens[r] == 0) continue;
-    out += (first ? "" : ",\n") + all.substr(at, static_cast<std::size_t>(lens[r]));
-    at += static_cast<std::size_t>(lens[r]);
-    first = false;
-  }
-  if (first) out.resize(out.size() - 2);  // no spans: no comma after the last metadata event
-  out += "\n]}\n";
+  std::vector<std::string> events;
+  for (const auto& r : cl.ranks())
+    for (std::string& e : track_metadata(r)) events.push_back(std::move(e));
+  for (int r = 0; r < n; ++r)
+    if (lens[r] > 0)
+      events.push_back(
+          all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lens[r])));
   // A resumed run keeps the earlier sessions' timelines: timeline.json, then timeline-2.json, ...
   const std::string path = first_free_path(c.run_dir, "timeline", ".json");
-  write_file_atomically(path, out);
+  write_file_atomically(path, trace_file(events));
   log_info("# timeline " + path);
 }
 
@@ -494,18 +500,12 @@ void write_timeline(const Config& c, const Job& job) {
 void keep_failed_timeline(const Config& c, const Cluster& cl) noexcept {
   try {
     if (!c.timeline || !Timeline::instance().enabled()) return;
+    std::vector<std::string> events = track_metadata(cl.me(), " (failed)");
     const std::string mine = Timeline::instance().events_json(cl.world_rank());
-    const RankInfo& r = cl.me();
-    const std::string name = "rank " + std::to_string(r.rank) + ": " +
-                             (r.role == Role::ps ? "ps " : "worker ") + std::to_string(r.index) +
-                             " on " + r.host + " (failed)";
-    const std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
-                            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
-                            std::to_string(r.rank) + ",\"args\":{\"name\":\"" + name + "\"}}" +
-                            (mine.empty() ? "" : ",\n" + mine) + "\n]}\n";
-    const std::string path =
-        first_free_path(c.run_dir, "timeline-failed-rank" + std::to_string(r.rank), ".json");
-    write_file_atomically(path, out);
+    if (!mine.empty()) events.push_back(mine);
+    const std::string path = first_free_path(
+        c.run_dir, "timeline-failed-rank" + std::to_string(cl.world_rank()), ".json");
+    write_file_atomically(path, trace_file(events));
     log_info("# timeline of this rank up to its failure: " + path);
   } catch (const std::exception& e) {
     log_warn(std::string("--timeline: this rank's spans could not be kept: ") + e.what());
