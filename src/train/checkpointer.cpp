@@ -344,11 +344,11 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   s.epoch = at.epoch;
   s.step_in_epoch = at.step_in_epoch;
   const std::int64_t epoch_start = at.epoch * plan_.steps_per_epoch;
-  if (!lockstep_ && steps_aggregate_workers(c_) && pipe_ == nullptr &&
-      s.global_step >= epoch_start) {
+  if (!lockstep_ && steps_aggregate_workers(c_) && s.global_step >= epoch_start) {
     // Sync through the ps, SSP: a global step aggregates every worker's push of that step, and
     // the parameters are those of the ps's step, which the chief's clock may be ahead of (SSP:
-    // up to --max-staleness; a push that carried a stop signal is not applied). The data
+    // up to --max-staleness; a push that carried a stop signal is not applied — a pipeline's
+    // stages agree on the stop before they push, so no stage's ps applies it). The data
     // position is the ps's step, so a resumed run trains every step the parameters lack.
     // Before the ps's first update of a fresh run the parameters are the initial ones: a
     // checkpoint of step 0 would hold nothing (and take a --keep-checkpoints place).

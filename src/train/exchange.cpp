@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
 #include "exchange_impl.hpp"
 
@@ -40,6 +41,8 @@ GradsFinal GradientExchange::begin_step(Model& /*model*/, std::int64_t /*s*/, in
                                         bool /*stop_local*/) {
   return {};
 }
+
+double GradientExchange::wait_limit() const { return comm_timeout(); }
 
 bool GradientExchange::epoch_over(int epoch, std::int64_t s, std::int64_t /*global_step*/) const {
   return s >= local_steps(epoch);

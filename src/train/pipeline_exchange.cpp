@@ -17,11 +17,19 @@
 namespace dtrain {
 namespace {
 
+int rank_in(MPI_Comm comm) {
+  int r = 0;
+  DT_CHECK_MPI(MPI_Comm_rank(comm, &r));
+  return r;
+}
+
 class PipelineAgreement final : public GradientExchange {
  public:
   PipelineAgreement(std::unique_ptr<GradientExchange> inner, MPI_Comm pipe, bool stage_leader)
       : inner_(std::move(inner)), pipe_(pipe), stage_leader_(stage_leader),
-        waiting_(agreement_name(pipe)) {}
+        waiting_("pipeline: stage " + std::to_string(rank_in(pipe)) +
+                 " and the other stages agreeing on "),
+        others_(other_stages(pipe)) {}
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
     inner_->start(model, resume, global_step);
@@ -36,12 +44,16 @@ class PipelineAgreement final : public GradientExchange {
   [[nodiscard]] float gradient_scale(std::int64_t s, int n) const override {
     return inner_->gradient_scale(s, n);
   }
+  /// The stages agree on stopping before any pushes (the stop rides on the push, and a ps does
+  /// not apply a push that carries it): every stage's ps then applies the same steps.
   GradsFinal begin_step(Model& model, std::int64_t s, int n, bool stop_local) override {
-    return inner_->begin_step(model, s, n, stop_local);
+    stop_ = agree_stop(stop_local);
+    return inner_->begin_step(model, s, n, stop_);
   }
-  ExchangeResult step(Model& model, std::int64_t s, int n, bool stop_local) override {
-    return agree(ending_job([&] { return inner_->step(model, s, n, stop_local); }));
+  ExchangeResult step(Model& model, std::int64_t s, int n, bool /*stop_local*/) override {
+    return agree(ending_job([&] { return inner_->step(model, s, n, stop_); }));
   }
+  [[nodiscard]] double wait_limit() const override { return inner_->wait_limit(); }
   ExchangeResult refresh(Model& model) override {
     return agree(ending_job([&] { return inner_->refresh(model); }));
   }
@@ -70,12 +82,26 @@ class PipelineAgreement final : public GradientExchange {
   /// there), and stop when any stage stops.
   ExchangeResult agree(ExchangeResult r) const {
     std::int64_t v[2] = {-r.global_step, r.stop ? 1 : 0};
-    MPI_Request req;
-    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, pipe_, &req));
-    wait_one(req, comm_timeout(), waiting_);
+    all_max(v, 2, "the global step");
     r.global_step = -v[0];
     r.stop = v[1] > 0;
     return r;
+  }
+
+  /// Whether any stage of the replica stops (a signal seen by one stage).
+  bool agree_stop(bool stop_local) const {
+    std::int64_t v = stop_local ? 1 : 0;
+    all_max(&v, 1, "stopping");
+    return v > 0;
+  }
+
+  /// MPI_MAX of v[0..n) over the replica's stages. The wait outlasts the longest a stage waits
+  /// in the inner exchange (a ps holding a sync reply: 2 × --timeout), so that a stuck ps is
+  /// named by the stage waiting on it, not a healthy stage by the ones waiting here.
+  void all_max(std::int64_t* v, int n, const std::string& what) const {
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, pipe_, &req));
+    wait_one(req, inner_->wait_limit() + comm_timeout(), waiting_ + what + others_);
   }
 
   /// fn(), where an error the stage has already reported (ReportedError: a non-finite gradient,
@@ -93,9 +119,8 @@ class PipelineAgreement final : public GradientExchange {
     }
   }
 
-  /// "pipeline: stage 1 and the other stages agreeing on the global step (stage 0 (world rank
-  /// 3))": the wait's name, with the stages a stuck one is among (pipe rank = stage).
-  static std::string agreement_name(MPI_Comm pipe) {
+  /// " (stage 0 (world rank 3))": the other stages, a stuck one among them (pipe rank = stage).
+  static std::string other_stages(MPI_Comm pipe) {
     int me = 0, stages = 1;
     DT_CHECK_MPI(MPI_Comm_rank(pipe, &me));
     DT_CHECK_MPI(MPI_Comm_size(pipe, &stages));
@@ -112,14 +137,15 @@ class PipelineAgreement final : public GradientExchange {
       if (s != me)
         others += (others.empty() ? "" : ", ") + std::string("stage ") + std::to_string(s) +
                   " (world rank " + std::to_string(rank[static_cast<std::size_t>(s)]) + ")";
-    return "pipeline: stage " + std::to_string(me) +
-           " and the other stages agreeing on the global step (" + others + ")";
+    return " (" + others + ")";
   }
 
   std::unique_ptr<GradientExchange> inner_;
   MPI_Comm pipe_;
   bool stage_leader_;
-  std::string waiting_;  ///< agreement_name()
+  std::string waiting_;  ///< "pipeline: stage 1 and the other stages agreeing on "
+  std::string others_;   ///< other_stages()
+  bool stop_ = false;    ///< this step's agreed stop (begin_step)
 };
 
 }  // namespace

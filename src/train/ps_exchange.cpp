@@ -26,17 +26,9 @@ class PsExchange : public GradientExchange {
       : c_(c), cluster_(cluster), plan_(plan),
         client_(cluster,
                 ps_shard_ranges(c, model.param_tensors(), model.param_count(), cluster.num_ps()),
-                reply_timeout(c), static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
+                ps_reply_timeout(c), static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
         overlap_(push_during_backward(c, cluster, model)) {}
-
-  /// A worker's deadline for a ps's answer: --timeout, twice that where the ps holds the reply
-  /// until other workers' pushes make the step's update (sync, SSP) — so that when a worker is
-  /// stuck, the ps, which knows whose push it still needs, times out first and names it, rather
-  /// than the waiting workers naming the ps.
-  static double reply_timeout(const Config& c) {
-    return exchange_kind(c) == ExchangeKind::ps_async ? c.timeout : 2 * c.timeout;
-  }
 
   /// --overlap for a ps mode: on the CPU, without --skip-nonfinite; and for the aggregating modes
   /// only where the node has a core per rank. Their reply waits for every worker's push anyway,
@@ -173,6 +165,7 @@ class PsExchange : public GradientExchange {
   }
 
   void finish() override { client_.done(); }
+  [[nodiscard]] double wait_limit() const override { return ps_reply_timeout(c_); }
   [[nodiscard]] bool lockstep() const override { return false; }
   [[nodiscard]] std::int64_t skipped_steps() const override { return skipped_; }
   [[nodiscard]] double push_bytes_per_step() const override {
@@ -258,6 +251,10 @@ class BoundedPsExchange final : public PsExchange {
 };
 
 }  // namespace
+
+double ps_reply_timeout(const Config& c) {
+  return exchange_kind(c) == ExchangeKind::ps_async ? c.timeout : 2 * c.timeout;
+}
 
 std::unique_ptr<GradientExchange> make_ps_exchange(const Config& c, const Cluster& cluster,
                                                    const TrainPlan& plan, Model& model) {

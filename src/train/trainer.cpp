@@ -27,6 +27,7 @@
 #include "dtrain/pipeline/group.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/checkpointer.hpp"
+#include "dtrain/train/exchange.hpp"
 #include "dtrain/train/pretrained.hpp"
 #include "dtrain/train/provenance.hpp"
 #include "dtrain/train/ps_count.hpp"
@@ -517,9 +518,11 @@ int serve_as_ps(const Config& c, const Job& job) {
   // A pipeline's ps serves its stage's replicas and its range of the stage's buffer.
   const std::unique_ptr<Cluster> stage = stage_ps_of(job);
   // When a rank of a pipeline stops, the whole pipeline stalls and every ps falls idle: such a
-  // ps waits twice --timeout, so that the rank waiting on the stuck one itself names it first.
+  // ps waits longer than any worker does (a worker's wait for its ps's reply, then the stages'
+  // agreement after it: ps_reply_timeout() + --timeout), so that the rank waiting on the stuck
+  // one itself names it first.
   Config served = c;
-  if (stage) served.timeout = 2 * c.timeout;
+  if (stage) served.timeout = ps_reply_timeout(c) + 2 * c.timeout;
   const PsStats st = run_parameter_server(stage ? *stage : *job.cluster, served,
                                           stage ? job.stage_shards[k].local : job.shards[k],
                                           job.plan.total_steps, stop_flag(), job.ps_tensors);

@@ -15,6 +15,10 @@
 #   4c. async pipelined, a ps per stage (2 ps + 2 replicas x 2 stages), SIGUSR1 to mpirun: as 1.
 #   4d. a sync pipeline (2 stages), SIGUSR1 to the rank of stage 0 alone: the stages agree, exit 75,
 #      the chief's stop checkpoint.
+#   4e. a sync pipeline through the ps (2 ps + 2 stages), SIGUSR1 inside a step to mpirun and to
+#      stage 0 alone: the stop checkpoint is at results.json's global_step, its position is that
+#      step's, and its parameters and momentum are bit-identical to a run stopped there by
+#      --max-steps.
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -49,6 +53,10 @@ run_and_signal() {
            kill -"$sig" "${pids[@]}" 2>/dev/null || true ;;
     chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
     rank1) p=$(rank_pid 1); kill -"$sig" "$p" ;;
+    stage0) # the worker of pipeline stage 0, from the role table
+            r=$(sed -n 's|^# *\([0-9]*\) .* worker .* stage 0/.*|\1|p' "$log" | head -1)
+            [[ -n $r ]] || { cat "$log"; fail "no stage 0 worker in the role table"; }
+            p=$(rank_pid "$r"); kill -"$sig" "$p" ;;
   esac
   wait_job 60
   local took
@@ -158,6 +166,44 @@ run_and_signal async 6 mpirun USR1 "$d" "${PIPE[@]}"
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1, pipelined ps: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
 resume_from_newest async 6 "$d" "${PIPE[@]}"
+
+# A sync pipeline through the ps (2 ps + 1 replica x 2 stages), the signal inside a step: to mpirun
+# (every rank), and to the rank of stage 0 alone. The stages agree on the stop before they push,
+# so neither stage's ps applies the step the stop rides on, and the stop checkpoint holds the
+# parameters and momentum of a run stopped at its global_step by --max-steps, bit for bit, at the
+# same position (before, with the signal to stage 0 the chief's stage applied one step more than
+# stage 0; with it to mpirun the position was one step ahead of the parameters).
+same_params_as() {
+  "$PY" - "$1" "$2" <<'PY' || fail "$1: the stop checkpoint differs from a run stopped by --max-steps"
+import glob, sys, h5py, numpy as np
+f = sorted(glob.glob(f"{sys.argv[1]}/ckpt-*.h5"))[-1]
+g = f.replace(sys.argv[1], sys.argv[2])
+with h5py.File(f, "r") as a, h5py.File(g, "r") as b:
+    for k in ("epoch", "step_in_epoch", "global_step"):
+        assert a.attrs[k] == b.attrs[k], (k, a.attrs[k], b.attrs[k])
+    for k in ("params", "optimizer/m"):
+        x, y = a[k][()], b[k][()]
+        n = int((x != y).sum())
+        assert n == 0, f"/{k}: {n} of {x.size} values differ from {g}"
+print(f"   {f.split('/')[-1]}: parameters and momentum bit-identical to a run stopped there by --max-steps")
+PY
+}
+PIPE=(--num-ps 2 --pipeline-stages 2 --micro-batches 4)
+export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
+for how in mpirun stage0; do
+  d=$SCRATCH/usr1-pipe-sync-$how
+  run_and_signal sync 4 "$how" USR1 "$d" "${PIPE[@]}"
+  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, sync pipeline through the ps: exit $JOB_RC, want 75"; }
+  stopped_cleanly "$d"
+  [[ $(newest_step "$d") -eq $(json_get "$d/results.json" global_step) ]] ||
+    { cat "$d.log"; fail "$d: the stop checkpoint (step $(newest_step "$d")) is not at results.json's global_step"; }
+  position_is_the_ps_step "$d"
+  timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --run-dir "$d-straight" \
+    --max-steps "$(newest_step "$d")" "${PIPE[@]}" >"$d-straight.log" 2>&1 ||
+    { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
+  same_params_as "$d" "$d-straight"
+done
+unset DTRAIN_FAULT SIGNAL_DELAY
 
 d=$SCRATCH/twice
 run_and_signal sync 3 chief-twice "TERM+INT" "$d" --num-ps 0

@@ -17,10 +17,14 @@
 #      deadline 2 × --timeout) and the ps, waiting for the missing push, times out first and names
 #      the stuck worker ("no request from worker 2 (world rank 2)"); the job aborts.
 #   6. a pipeline (--pipeline-stages 2): DTRAIN_FAULT=hang@20:1 stops stage 0 (world rank 1);
-#      stage 1 waits for its activations and the watchdog names the stage and its rank.
+#      stage 1 waits for its activations, or for it at the stages' agreement after the step (2 ×
+#      --timeout: longer than a stage waits on its own peers), and the watchdog names the stage and
+#      its rank.
 #   7. a pipeline with a ps per stage (async, 2 ps + 2 workers): stage 1's ps (rank 3) stopped
 #      with SIGSTOP: stage 1 reports waiting "with ps 0 (rank 3)" (its stage's ps 0), or stage 0
 #      waiting for stage 1 (the gradients of a micro-batch, or the stages' agreement on the step).
+#   7b. the same in sync through the ps: the stopped ps is named (its stage waits 2 × --timeout
+#      for the held reply; the stages' agreement waits longer).
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
@@ -53,7 +57,8 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   # The watchdog's exit (kExitFault), not a crash while the others unwind.
   [[ $JOB_RC -eq 4 ]] || { cat "$log"; fail "$name: exit $JOB_RC, want 4 (the watchdog's)"; }
   local msg w
-  msg=$(grep -m1 "timed out after 5 s" "$log") || { cat "$log"; fail "$name: no watchdog message"; }
+  msg=$(grep -m1 "timed out after ${WATCHDOG_S:-5} s" "$log") ||
+    { cat "$log"; fail "$name: no watchdog message after ${WATCHDOG_S:-5} s"; }
   local IFS='|'
   # Each '|'-separated word must appear; a word "a/b" is satisfied by either (where a stuck peer
   # leaves the others waiting depends on the moment it stopped).
@@ -96,9 +101,15 @@ stuck_case ssp-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" -
   --num-ps 1 --max-staleness 1
 stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --mode async \
   --num-ps 2 --pipeline-stages 2 --micro-batches 4
+# 7b. the same in sync through the ps: stage 1 waits 2 × --timeout for its held reply, and stage 0
+# waits longer than that for stage 1 at the stages' agreement, so the stopped ps is the one named,
+# after 2 × --timeout (stage 0 used to time out first, at --timeout, naming stage 1, a healthy
+# worker).
+WATCHDOG_S=10 stuck_case pipe-sync-ps-stop 4 stop:3 "ps 0 (rank 3)" --mode sync --num-ps 2 \
+  --pipeline-stages 2 --micro-batches 4
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.
-stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
+WATCHDOG_S=10 stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
   --mode sync --num-ps 0 --pipeline-stages 2 --micro-batches 4
 echo "PASS"

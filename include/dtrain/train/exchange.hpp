@@ -103,6 +103,10 @@ class GradientExchange {
   /// GPU worker: nothing to sum, the gradient check read a step late) lets the host run a step
   /// ahead of the device, and the worker times compute on the device (Backend::mark).
   [[nodiscard]] virtual bool waits_for_device() const { return true; }
+  /// The longest step() and refresh() wait on another rank before they throw TimeoutError, in
+  /// seconds: --timeout (comm_timeout()); 2 × --timeout where a ps holds the reply until the other
+  /// workers' pushes (sync through the ps, SSP).
+  [[nodiscard]] virtual double wait_limit() const;
   /// Non-finite gradients skipped (--skip-nonfinite) by this worker (lockstep: by all, identical).
   [[nodiscard]] virtual std::int64_t skipped_steps() const = 0;
   /// ps modes: gradient bytes this worker pushed per push, all ps together (MPI payload in the
@@ -123,12 +127,21 @@ class GradientExchange {
 std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& cluster,
                                                 const TrainPlan& plan, Model& model);
 
+/// A worker's deadline for a ps's answer, in seconds: --timeout; twice that where the ps holds the
+/// reply until other workers' pushes make the step's update (sync through the ps, SSP), so that
+/// when a worker is stuck the ps, which knows whose push it still needs, times out first and
+/// names it, rather than the waiting workers naming the ps.
+[[nodiscard]] double ps_reply_timeout(const Config& c);
+
 /// A pipelined run's exchange: a wrapper whose step() and refresh() return, on every stage of one
 /// replica, the smallest global step over the stages (the ps modes count each stage's own; in
 /// lockstep they are equal) and `stop` when any stage stops (a signal seen by one stage) — one
 /// MPI_Iallreduce of two integers over `pipe` (the replica's stages, PipelineGroup::pipe()) — so
-/// that the stages leave their loops, checkpoint and evaluate at the same local step. Those two
-/// then also throw TimeoutError past --timeout and LibraryError when the MPI call fails. An error
+/// that the stages leave their loops, checkpoint and evaluate at the same local step. The stop is
+/// agreed in begin_step() already (one MPI_Iallreduce of one integer), before any stage pushes:
+/// every stage's ps then applies the same steps. Those calls then also throw TimeoutError past
+/// inner->wait_limit() + --timeout (a stage stuck on its ps is named by that stage first) and
+/// LibraryError when the MPI call fails. An error
 /// the stage has reported (ReportedError from `inner`: a non-finite gradient) ends the job with
 /// MPI_Abort from `stage_leader` (replica 0 of the stage, the one that reported it): the other
 /// stages cannot learn of it.
