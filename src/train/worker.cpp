@@ -425,7 +425,9 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   exchange_seconds_ += t.exchange_done - t.compute_done - r.optimizer_seconds;
   optimizer_seconds_ += r.optimizer_seconds;
   global_step_ = r.global_step;
-  cursor_ = s + 1;
+  // A push that carries a stop is not applied (the ps modes): its batch stays ahead of the
+  // position, so that a resumed run trains it.
+  cursor_ = r.stop && !r.applied && n > 0 ? s : s + 1;
   staleness_sum_ += r.staleness;
   ++pushes_;
   train_seconds_ += now_seconds() - t.start;

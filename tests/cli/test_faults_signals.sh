@@ -19,6 +19,8 @@
 #      stage 0 alone: the stop checkpoint is at results.json's global_step, its position is that
 #      step's, and its parameters and momentum are bit-identical to a run stopped there by
 #      --max-steps.
+#   4f. async with one worker, SIGUSR1 inside a step: the same (the push the stop rides on is not
+#      applied, nor counted in the position).
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -203,6 +205,18 @@ for how in mpirun stage0; do
     { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
   same_params_as "$d" "$d-straight"
 done
+# Async with one worker (its pushes are the global steps): the push that carries the stop is not
+# applied, and its batch is not counted in the checkpoint's position either (a resumed run skipped
+# it).
+d=$SCRATCH/usr1-async1
+run_and_signal async 2 mpirun USR1 "$d" --num-ps 1
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to mpirun, async with one worker: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+position_is_the_ps_step "$d"
+timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${FX[@]}" --mode async --num-ps 1 --run-dir "$d-straight" \
+  --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
+  { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
+same_params_as "$d" "$d-straight"
 unset DTRAIN_FAULT SIGNAL_DELAY
 
 d=$SCRATCH/twice
