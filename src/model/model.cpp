@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
-#include "dtrain/core/log.hpp"
 #include "dtrain/dnn/counter_rng.hpp"
 #include "dtrain/model/step_graphs.hpp"  // ~Model: the owned StepGraphs
 #include "memory_plan.hpp"
@@ -120,11 +119,6 @@ Model::Model(Backend* backend, const std::vector<std::string>& layer_lines, cons
     logits_f32_ = DeviceBuffer<float>(*backend, static_cast<std::size_t>(max_batch) * num_classes);
   bind(*stack);
   stacks_[{max_batch, 0}] = std::move(stack);
-  if (backend->fuse())
-    log_info("fusion: " + std::to_string(fused_layers()) +
-             " layers run inside another (relu in the conv, add or batchnorm before it, "
-             "add + relu in the batchnorm before it), " +
-             std::to_string(in_place_gradient_sums()) + " input gradients summed in place");
 }
 
 void Model::place_tensors(const Stack& stack) {

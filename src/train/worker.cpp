@@ -145,6 +145,11 @@ WorkerOutcome Worker::run() {
   const std::int64_t first_step = from.step_in_epoch;
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
   if (reports_ && be_.act_dtype() == DType::bf16) log_info("# worker 0 backend: " + be_.name());
+  if (reports_ && be_.fuse())
+    log_info("# fusion: " + std::to_string(model_.fused_layers()) +
+             " layers run inside another (relu in the conv, add or batchnorm before it, "
+             "add + relu in the batchnorm before it), " +
+             std::to_string(model_.in_place_gradient_sums()) + " input gradients summed in place");
 
   t_start_ = t_log_ = now_seconds();
   log_global_start_ = out_.session_first_step = global_step_;
