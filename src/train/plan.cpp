@@ -99,6 +99,29 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads) {
   return p;
 }
 
+void require_batchnorm_statistics(const Config& c, const TrainPlan& plan,
+                                  const std::vector<LayerInfo>& layers) {
+  const int micro = plan.batch / std::max(c.micro_batches, 1);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerInfo& l = layers[i];
+    const std::int64_t values = static_cast<std::int64_t>(micro) * l.output.h * l.output.w;
+    if (l.type != "batchnorm" || values > 1) continue;
+    const std::string batch =
+        c.global_batch_size > 0 ? "--global-batch-size " + std::to_string(c.global_batch_size) +
+                                      " (a batch of " + std::to_string(plan.batch) + " per worker)"
+                                : "--batch-size " + std::to_string(plan.batch);
+    DT_REQUIRE(
+        false,
+        "layer '" + layer_key(i, l.type, l.name) + "' (batchnorm of " + l.output.str() +
+            " per sample): a training micro-batch of 1 sample gives it one value per channel (" +
+            batch +
+            (c.micro_batches > 1 ? ", --micro-batches " + std::to_string(c.micro_batches) : "") +
+            "), whose batch variance is 0: it would output beta alone and pass no gradient; use at "
+            "least 2 samples per micro-batch, or move the batchnorm before the layer that leaves "
+            "1x1 per channel");
+  }
+}
+
 std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker) {
   // Equal steps: every worker takes as many steps as the largest shard needs (worker 0's), so
   // that all samples are used; a shorter shard contributes an empty batch to the last step.

@@ -310,6 +310,7 @@ Job check_job(const Config& c) {
     // --dry-run reads the --init-from file as a run would (a run reads it on the chief alone).
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     const std::vector<LayerInfo> layers = layout.layers();
+    require_batchnorm_statistics(c, job.plan, layers);
     // stage= keys are checked at P = 1 too
     if (c.pipeline_stages > 1 || c.micro_batches > 1 || has_stage_keys(layers)) {
       const std::vector<double> layer_ms =

@@ -2,11 +2,12 @@
 # tests/cli/test_bad_input.sh — bad input through the dtrain binary under `mpiexec -n 3` (and once
 # without mpiexec): missing / non-HDF5 / malformed datasets, out-of-range and negative labels, an
 # unknown layer type, no model (no job file, or one without layers), bad option values, an unknown
-# job-file key, impossible ps counts, a run dir that is a regular file, a stray word or misspelt
-# subcommand, a run dir holding a run's outputs without checkpoints, and --resume of a finished
-# run without checkpoints. Each must exit non-zero within the deadline (never hang: every run is
-# wrapped in `timeout 60`, and exit 124 counts as a failure), print exactly ONE `dtrain: error:`
-# message (the ranks agree, they do not all report), and name the file / option at fault.
+# job-file key, impossible ps counts, a batchnorm a micro-batch gives one value per channel, a run
+# dir that is a regular file, a stray word or misspelt subcommand, a run dir holding a run's
+# outputs without checkpoints, and --resume of a finished run without checkpoints. Each must exit
+# non-zero within the deadline (never hang: every run is wrapped in `timeout 60`, and exit 124
+# counts as a failure), print exactly ONE `dtrain: error:` message (the ranks agree, they do not
+# all report), and name the file / option at fault.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -37,6 +38,11 @@ expect_error 0 "epochs|abc" "${JOB[@]}" "${GOOD[@]}" --epochs abc
 expect_error 3 "batch-size" "${JOB[@]}" "${GOOD[@]}" --batch-size 0
 expect_error 3 "mode|fast" "${JOB[@]}" "${GOOD[@]}" --mode fast
 expect_error 3 "--cuda-graph|--device cuda" "${JOB[@]}" "${GOOD[@]}" --cuda-graph on
+# A batchnorm that a training micro-batch gives one value per channel (N·H·W = 1: a batch of 1
+# after a dense layer) has a batch variance of 0: it would output beta alone and pass no gradient.
+BN1=(--layer "dense units=8" --layer "batchnorm name=bn1" --layer relu --layer dense)
+expect_error 3 "bn1|one value per channel|--batch-size 1" "${GOOD[@]}" --run-dir "$SCRATCH/run" --batch-size 1 "${BN1[@]}"
+expect_error 3 "bn1|one value per channel|--micro-batches 4" "${GOOD[@]}" --run-dir "$SCRATCH/run" --batch-size 4 --micro-batches 4 "${BN1[@]}"
 expect_error 3 "unknown_key.ini|learning-speed" --config "$SCRATCH/unknown_key.ini" "${GOOD[@]}" --batch-size 8 --layer dense
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 3
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 5

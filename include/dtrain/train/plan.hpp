@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtrain/core/config.hpp"
 #include "dtrain/io/dataset.hpp"
+#include "dtrain/model/model.hpp"
 
 namespace dtrain {
 
@@ -39,6 +41,15 @@ DecodeOptions decode_options(const Config& c, bool train, int threads);
 /// (InputError naming the option and `path`) when `encoded` is false, the file holding decoded
 /// pixels that they would not touch.
 void require_encoded_for_crops(const Config& c, bool encoded, const std::string& path);
+
+/// Throws InputError naming the first batchnorm of `layers` (Model::layers()) that a training
+/// micro-batch of `plan.batch` / --micro-batches samples gives one value per channel
+/// (N·H·W = 1: after a dense layer or a global pool at a batch of 1): its batch variance would be
+/// 0, so it would output β alone and pass no gradient (PyTorch's batch_norm refuses the same:
+/// "Expected more than 1 value per channel when training"). The message names --batch-size (or
+/// --global-batch-size) and --micro-batches. A shard's last, shorter batch is not checked.
+void require_batchnorm_statistics(const Config& c, const TrainPlan& plan,
+                                  const std::vector<LayerInfo>& layers);
 
 /// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
 /// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
