@@ -242,6 +242,23 @@ const Prediction* best(const std::vector<Prediction>& rows, double job_bucket_mb
   return b;
 }
 
+/// The rows the plan recommends: the fastest runnable one, the fastest sync (allreduce) and the
+/// fastest async (ps) one, each nullptr when no row qualifies.
+struct Picks {
+  const Prediction* recommended = nullptr;
+  const Prediction* sync = nullptr;
+  const Prediction* async = nullptr;
+};
+
+Picks pick(const std::vector<Prediction>& rows, const WorkerProfile& p, double job_bucket_mb) {
+  const auto sync = [&](const Prediction& r) {
+    return r.candidate.strategy != Strategy::ps && runnable(r.candidate, p);
+  };
+  const auto async = [](const Prediction& r) { return r.candidate.strategy == Strategy::ps; };
+  return {best(rows, job_bucket_mb, [&](const Prediction& r) { return sync(r) || async(r); }),
+          best(rows, job_bucket_mb, sync), best(rows, job_bucket_mb, async)};
+}
+
 std::string recommendation(const std::vector<Prediction>& rows, const WorkerProfile& p,
                            const Topology& t, double job_bucket_mb) {
   std::ostringstream os;
@@ -250,21 +267,17 @@ std::string recommendation(const std::vector<Prediction>& rows, const WorkerProf
       os << what << options_of(r->candidate, p, t) << "  (" << fixed(r->samples_per_s, 2)
          << " samples/s, efficiency " << fixed(r->efficiency, 3) << ")\n";
   };
-  const double mb = job_bucket_mb;
-  const auto sync = [&](const Prediction& r) {
-    return r.candidate.strategy != Strategy::ps && runnable(r.candidate, p);
-  };
-  const auto async = [](const Prediction& r) { return r.candidate.strategy == Strategy::ps; };
-  line("recommended: ", best(rows, mb, [&](const Prediction& r) { return sync(r) || async(r); }));
-  line("best sync:   ", best(rows, mb, sync));
-  line("best async:  ", best(rows, mb, async));
+  const Picks best_rows = pick(rows, p, job_bucket_mb);
+  line("recommended: ", best_rows.recommended);
+  line("best sync:   ", best_rows.sync);
+  line("best async:  ", best_rows.async);
   if (!p.on_cpu())
     os << "(hierarchical rows: the model's figure only; dtrain's GPU workers reduce with NCCL)\n";
   return os.str();
 }
 
 nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
-                                 const std::vector<Prediction>& rows) {
+                                 const std::vector<Prediction>& rows, double job_bucket_mb) {
   nlohmann::ordered_json j = {{"nodes", t.nodes},
                               {"workers_per_node", t.workers_per_node},
                               {"workers", t.workers()},
@@ -293,6 +306,15 @@ nlohmann::ordered_json plan_json(const Topology& t, const WorkerProfile& p,
                                 {"efficiency", r.efficiency},
                                 {"node_cpu_ms", r.node_cpu_ms},
                                 {"bound", r.bound}});
+  // The printed recommendation: the row (an index into "predictions") and its options, or null.
+  const auto chosen = [&](const Prediction* r) -> nlohmann::ordered_json {
+    if (r == nullptr) return nullptr;
+    return {{"prediction", r - rows.data()}, {"options", options_of(r->candidate, p, t)}};
+  };
+  const Picks best_rows = pick(rows, p, job_bucket_mb);
+  j["recommended"] = chosen(best_rows.recommended);
+  j["best_sync"] = chosen(best_rows.sync);
+  j["best_async"] = chosen(best_rows.async);
   return j;
 }
 
@@ -321,9 +343,9 @@ int run_plan(const Config& c) {
         rows.push_back(predict(p, t, k));
     if (!c.out.empty()) {
       // The profile's job path, bytes on Linux: one not in UTF-8 reads as U+FFFD.
-      const std::string text =
-          plan_json(t, p, rows).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) +
-          '\n';
+      const std::string text = plan_json(t, p, rows, c.bucket_mb)
+                                   .dump(1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                               '\n';
       try {
         create_new_file(c.out, [&](std::ostream& out) { out << text; });
       } catch (const LibraryError& e) {  // a full disk stays a system failure (exit 3)

@@ -67,9 +67,18 @@ grep -qF "| sync, flat allreduce, latency-aware | 25 | 3, last 24.41 MiB |" "$SC
   fail "no latency-aware 25 MiB row of three buckets ending in 24.41 MiB"
 grep -qE "^best sync: +--mode sync --num-ps 0 --allreduce nccl --bucket-mb 25 --bucket-link hdr-ib " \
   "$SCRATCH/r50.out" || fail "the best sync is not the latency-aware 25 MiB plan"
-"$PY" - "$SCRATCH/r50.json" <<'PY'
-import json, sys
-rows = {(r["configuration"], r["bucket_mb"]): r for r in json.load(open(sys.argv[1]))["predictions"]}
+"$PY" - "$SCRATCH/r50.json" "$SCRATCH/r50.out" <<'PY'
+import json, re, sys
+plan = json.load(open(sys.argv[1]))
+rows = {(r["configuration"], r["bucket_mb"]): r for r in plan["predictions"]}
+# The JSON's recommendations are the printed ones, pointing at their rows.
+printed = dict(re.findall(r"^(recommended|best sync|best async): +(.*?)  \(", open(sys.argv[2]).read(), re.M))
+assert plan["best_async"] is None and "best async" not in printed, plan["best_async"]
+for key, label in (("recommended", "recommended"), ("best_sync", "best sync")):
+    pick = plan[key]
+    assert pick["options"] == printed[label], (key, pick, printed)
+    assert plan["predictions"][pick["prediction"]]["options"] == pick["options"], (key, pick)
+print(f"recommended in the JSON as printed: {plan['recommended']['options']}")
 fixed, aware = rows[("sync, flat allreduce", 25)], rows[("sync, flat allreduce, latency-aware", 25)]
 assert fixed["buckets"] == 9 and aware["buckets"] == 3, (fixed, aware)
 # Fewer buckets pay less latency after backward: less exposed, higher efficiency.
