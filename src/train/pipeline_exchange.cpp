@@ -1,9 +1,10 @@
 // dtrain/train/pipeline_exchange.cpp — a pipelined run's exchange: the stages of one replica agree
-// after every step on the global step (the ps modes: each stage pushes to its own ps) and on
-// stopping (every mode: a signal seen by one stage), so that they leave their loops, checkpoint and
-// evaluate at the same local step; and a stage that must end the run (a non-finite gradient) ends
-// the job, which the other stages, waiting on its activations, would not learn of (see
-// train/exchange.hpp, agree_along_pipeline).
+// on stopping before every step's exchange (every mode: a signal seen by one stage; the ps modes
+// then apply the same steps on every stage's ps) and on the global step after it (the ps modes:
+// each stage pushes to its own ps), so that they leave their loops, checkpoint and evaluate at the
+// same local step; and a stage that must end the run (a non-finite gradient) ends the job, which
+// the other stages, waiting on its activations, would not learn of (see train/exchange.hpp,
+// agree_along_pipeline).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -53,7 +54,9 @@ class PipelineAgreement final : public GradientExchange {
   ExchangeResult step(Model& model, std::int64_t s, int n, bool /*stop_local*/) override {
     return agree(ending_job([&] { return inner_->step(model, s, n, stop_); }));
   }
-  [[nodiscard]] double wait_limit() const override { return inner_->wait_limit(); }
+  [[nodiscard]] double wait_limit() const override {
+    return inner_->wait_limit() + comm_timeout();  // all_max()
+  }
   ExchangeResult refresh(Model& model) override {
     return agree(ending_job([&] { return inner_->refresh(model); }));
   }
