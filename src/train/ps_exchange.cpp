@@ -131,6 +131,7 @@ class PsExchange : public GradientExchange {
     ++pushes_;
     ExchangeResult r;
     r.applied = n > 0 && !p.dropped;
+    r.dropped = n > 0 && p.dropped;
     r.stop = p.stop_requested || stop_local;
     r.staleness = static_cast<double>(p.staleness);
     r.global_step = next_step(p);
@@ -239,7 +240,12 @@ class BoundedPsExchange final : public PsExchange {
   }
 
  protected:
-  std::int64_t next_step(const PushResult& /*p*/) override { return ++clock_; }
+  std::int64_t next_step(const PushResult& p) override {
+    // A reply with the stop comes from a ps that applies no more updates: the run ends at its
+    // step, not at this worker's clock, whose last pushes may wait for updates that never come.
+    if (p.stop_requested) return clock_ = std::min(clock_ + 1, p.global_step);
+    return p.dropped ? clock_ : ++clock_;  // dropped: past --max-steps
+  }
   [[nodiscard]] std::int64_t samples_between(std::int64_t s, std::int64_t before,
                                              std::int64_t after) const override {
     return (after - before) * global_samples_at(plan_, s);

@@ -303,10 +303,16 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     const int n = next_batch(reader, batch, s);
     t.data_done = now_seconds();
     const bool stop_local = stop_requested();
+    // The ps modes: this step's loss sums may belong to a push the stop leaves unapplied.
+    float sums_before[kStatsFloats] = {};
+    if (!exchange_->lockstep()) be_.copy_to_host(sums_before, stats_.data(), sizeof sums_before);
     const bool on_device = compute_step(s, n, stop_local, t.data_done);
     t.compute_done = now_seconds();
     const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
     t.exchange_done = now_seconds();
+    // A batch the ps did not apply because the run stops is not part of the run: no train row
+    // (its loss, and a second row at the same global step), and a resumed run trains it.
+    if (r.stop && r.dropped) be_.copy_to_device(stats_.data(), sums_before, sizeof sums_before);
     account_step(r, s, n, on_device, t);
     if (r.stop) {
       stop_signal_ = true;
@@ -430,15 +436,16 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   exchange_seconds_ += t.exchange_done - t.compute_done - r.optimizer_seconds;
   optimizer_seconds_ += r.optimizer_seconds;
   global_step_ = r.global_step;
-  // A push that carries a stop is not applied (the ps modes): its batch stays ahead of the
-  // position, so that a resumed run trains it.
-  cursor_ = r.stop && !r.applied && n > 0 ? s : s + 1;
+  // A batch the ps did not use (ExchangeResult::dropped) stays ahead of the position, so that a
+  // resumed run trains it (a sync worker's late batch: the checkpoint takes the ps's step).
+  cursor_ = r.dropped ? s : s + 1;
   staleness_sum_ += r.staleness;
   ++pushes_;
   train_seconds_ += now_seconds() - t.start;
   step_ms_.push_back(static_cast<float>(1e3 * (t.exchange_done - t.start)));
-  ++log_steps_;
-  log_samples_local_ += n;
+  const bool in_run = !(r.stop && r.dropped);  // see train_epoch()
+  log_steps_ += in_run ? 1 : 0;
+  log_samples_local_ += in_run ? n : 0;
   log_samples_global_ += r.samples;
   out_.samples += r.samples;
   local_samples_ += n;

@@ -144,20 +144,42 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/ckpt-*.h5")):
 print("   every checkpoint's position is its global step")
 PY
 }
+# reports_the_stop_step DIR: results.json's global_step is the stop checkpoint's, and the step the
+# stop rode on (its push not applied) left no train row: metrics.csv's train rows (--log-every 1)
+# have rising steps, the last at that global_step, and results.json's train_loss is the last's
+# (the dropped step used to log a second row at the same step, 0.0 samples/s, whose loss
+# results.json then reported; SSP counted it in its global_step).
+reports_the_stop_step() {
+  "$PY" - "$1" <<'PY' || fail "$1: the stop's results.json or metrics.csv count a step not applied"
+import csv, glob, json, sys
+d = sys.argv[1]
+r = json.load(open(f"{d}/results.json"))
+newest = int(sorted(glob.glob(f"{d}/ckpt-*.h5"))[-1][-13:-3])
+assert r["global_step"] == newest, f"results.json global_step {r['global_step']}, stop checkpoint {newest}"
+steps = [(int(row["global_step"]), float(row["loss"])) for row in csv.DictReader(open(f"{d}/metrics.csv"))
+         if row["kind"] == "train"]
+assert all(a[0] < b[0] for a, b in zip(steps, steps[1:])), f"train rows at steps {[g for g, _ in steps[-5:]]}"
+assert steps[-1][0] == newest, f"the last train row is at step {steps[-1][0]}, the stop at {newest}"
+assert abs(r["train_loss"] - steps[-1][1]) <= 1e-6, (r["train_loss"], steps[-1])
+print(f"   results.json and metrics.csv end at the stop step {newest}, one train row each step")
+PY
+}
 # Steps of 300 ms (fault.hpp), the signal 450 ms after the first checkpoint: inside a step.
 export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
 d=$SCRATCH/term-sync-ps
-run_and_signal sync 4 ranks TERM "$d" --num-ps 1
+run_and_signal sync 4 ranks TERM "$d" --num-ps 1 --log-every 1
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "sync through the ps, SIGTERM to every rank: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
 position_is_the_ps_step "$d"
+reports_the_stop_step "$d"
 resume_from_newest sync 4 "$d" --num-ps 1
 d=$SCRATCH/term-ssp
-run_and_signal async 4 ranks TERM "$d" --num-ps 1 --max-staleness 2
+run_and_signal async 4 ranks TERM "$d" --num-ps 1 --max-staleness 2 --log-every 1
 unset DTRAIN_FAULT SIGNAL_DELAY
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SSP, SIGTERM to every rank: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
 position_is_the_ps_step "$d"
+reports_the_stop_step "$d"
 resume_from_newest async 4 "$d" --num-ps 1 --max-staleness 2
 
 # A pipeline with a ps per stage (2 ps + 2 replicas x 2 stages): the stages agree on the stop, the
@@ -194,12 +216,11 @@ PIPE=(--num-ps 2 --pipeline-stages 2 --micro-batches 4)
 export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
 for how in mpirun stage0; do
   d=$SCRATCH/usr1-pipe-sync-$how
-  run_and_signal sync 4 "$how" USR1 "$d" "${PIPE[@]}"
+  run_and_signal sync 4 "$how" USR1 "$d" "${PIPE[@]}" --log-every 1
   [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, sync pipeline through the ps: exit $JOB_RC, want 75"; }
   stopped_cleanly "$d"
-  [[ $(newest_step "$d") -eq $(json_get "$d/results.json" global_step) ]] ||
-    { cat "$d.log"; fail "$d: the stop checkpoint (step $(newest_step "$d")) is not at results.json's global_step"; }
   position_is_the_ps_step "$d"
+  reports_the_stop_step "$d"
   timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --run-dir "$d-straight" \
     --max-steps "$(newest_step "$d")" "${PIPE[@]}" >"$d-straight.log" 2>&1 ||
     { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
@@ -209,10 +230,11 @@ done
 # applied, and its batch is not counted in the checkpoint's position either (a resumed run skipped
 # it).
 d=$SCRATCH/usr1-async1
-run_and_signal async 2 mpirun USR1 "$d" --num-ps 1
+run_and_signal async 2 mpirun USR1 "$d" --num-ps 1 --log-every 1
 [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to mpirun, async with one worker: exit $JOB_RC, want 75"; }
 stopped_cleanly "$d"
 position_is_the_ps_step "$d"
+reports_the_stop_step "$d"
 timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${FX[@]}" --mode async --num-ps 1 --run-dir "$d-straight" \
   --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
   { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }

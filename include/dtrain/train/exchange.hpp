@@ -36,6 +36,10 @@ struct ExchangeResult {
   /// ps modes: false when the gradient was not used (non-finite, or dropped late); allreduce
   /// learns it one step later (skipped_steps())
   bool applied = true;
+  /// ps modes: the ps did not use this step's samples — it came late (sync with
+  /// --replicas-to-aggregate), or the ps had stopped applying updates (a stop, --max-steps):
+  /// the batch is not part of the run (its data position stays before it)
+  bool dropped = false;
   bool stop = false;  ///< a rank asked to stop (signal), agreed by all workers
   double staleness =
       0;  ///< ps modes: global steps between this gradient's parameters and its update
