@@ -2,6 +2,7 @@
 // --eval-every steps, with the workers' mean batchnorm statistics (all workers together in the
 // lock-step modes, the chief alone in async ones), and the --target-accuracy note.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -61,7 +62,9 @@ void Worker::evaluate_between(int epoch) {
 void Worker::note_target(double accuracy, std::int64_t step, double wall) {
   if (c_.target_accuracy <= 0 || out_.step_at_accuracy >= 0 || accuracy < c_.target_accuracy)
     return;
-  out_.time_to_accuracy = wall;
+  // To the millisecond, as metrics.csv's wall_seconds, from which a resumed run recalls it: the
+  // same value whether or not the run was resumed.
+  out_.time_to_accuracy = std::round(wall * 1e3) / 1e3;
   out_.step_at_accuracy = step;
   char line[160];
   std::snprintf(line, sizeof line,
