@@ -139,6 +139,17 @@ void check_consistent(const CheckpointState& s, const std::string& where) {
                  n(s.epoch) + ", step_in_epoch " + n(s.step_in_epoch) + " of " +
                  n(s.steps_per_epoch) + ", num_workers " + n(s.num_workers) + ", batch_size " +
                  n(s.batch_size) + "): the file was not written by dtrain as it stands");
+  const auto& steps = s.worker_steps_in_epoch;
+  DT_REQUIRE(steps.empty() || (steps.size() == static_cast<std::size_t>(s.num_workers) &&
+                               std::all_of(steps.begin(), steps.end(),
+                                           [&](std::int64_t k) {
+                                             return k >= 0 && (s.steps_per_epoch == 0 ||
+                                                               k <= s.steps_per_epoch);
+                                           })),
+             where + ": /worker_steps_in_epoch holds " + n(steps.size()) + " positions for " +
+                 n(s.num_workers) +
+                 " workers, or one outside the epoch: the file was not written by dtrain as it "
+                 "stands");
   const std::size_t P = s.params.size();
   for (auto [name, v] : {std::pair{"optimizer/m", &s.m}, std::pair{"optimizer/v", &s.v}})
     DT_REQUIRE(v->empty() || v->size() == P, where + ": /" + name + " holds " + n(v->size()) +
@@ -171,6 +182,10 @@ void write_checkpoint_file(const std::string& tmp, const CheckpointState& s) {
       check_cover(s.buffer_tensors, s.model_state.size() / rows, tmp + " batchnorm buffers");
     write_named_tensors(root, s, rows);
   }
+  if (!s.worker_steps_in_epoch.empty())
+    write_dataset_int64s(root, "worker_steps_in_epoch",
+                         {static_cast<hsize_t>(s.worker_steps_in_epoch.size())},
+                         s.worker_steps_in_epoch.data());
   write_attr_int(root, "format_version", s.format_version);
   write_attr_int(root, "global_step", s.global_step);
   write_attr_int(root, "epoch", s.epoch);
@@ -264,6 +279,8 @@ CheckpointState read_checkpoint(const std::string& path) {
     // Every writer stores at least one row (write_checkpoint): none would average to NaN.
     DT_REQUIRE(s.state_rows >= 1, where + ": model_state has no rows (dims " +
                                       std::to_string(dims.empty() ? 0 : dims[0]) + " × …)");
+    if (has_link(root, "worker_steps_in_epoch"))
+      s.worker_steps_in_epoch = read_dataset_int64s(root, "worker_steps_in_epoch", where);
     if (s.format_version >= 2 && has_attribute(root, "param_names"))
       read_named_tensors(root, s, where);
     check_consistent(s, where);

@@ -204,13 +204,14 @@ void share_resume_point(const Cluster& cluster, std::size_t param_count,
   if (!has) return;
   if (!resume) resume.emplace();
   CheckpointState& s = *resume;
-  std::int64_t hdr[6] = {s.global_step,
+  std::int64_t hdr[7] = {s.global_step,
                          s.epoch,
                          s.step_in_epoch,
                          static_cast<std::int64_t>(s.m.size()),
                          static_cast<std::int64_t>(s.v.size()),
-                         static_cast<std::int64_t>(s.model_state.size())};
-  worker_bcast(hdr, 6, MPI_INT64_T, wc, "steps and sizes");
+                         static_cast<std::int64_t>(s.model_state.size()),
+                         static_cast<std::int64_t>(s.worker_steps_in_epoch.size())};
+  worker_bcast(hdr, 7, MPI_INT64_T, wc, "steps and sizes");
   worker_bcast(&s.state_rows, 1, MPI_INT, wc, "batchnorm rows");
   worker_bcast(&s.wall_seconds, 1, MPI_DOUBLE, wc, "wall time");
   s.global_step = hdr[0];
@@ -220,9 +221,13 @@ void share_resume_point(const Cluster& cluster, std::size_t param_count,
   s.m.resize(hdr[3]);
   s.v.resize(hdr[4]);
   s.model_state.resize(hdr[5]);
+  s.worker_steps_in_epoch.resize(hdr[6]);
   for (auto* v : {&s.params, &s.m, &s.v, &s.model_state})
     if (!v->empty())
       worker_bcast(v->data(), static_cast<int>(v->size()), MPI_FLOAT, wc, "parameters and state");
+  if (hdr[6] > 0)
+    worker_bcast(s.worker_steps_in_epoch.data(), static_cast<int>(hdr[6]), MPI_INT64_T, wc,
+                 "the workers' positions");
 }
 
 Checkpointer::Checkpointer(const Config& c, const Cluster& cluster, const TrainPlan& plan,
@@ -231,11 +236,25 @@ Checkpointer::Checkpointer(const Config& c, const Cluster& cluster, const TrainP
     : c_(c), cluster_(cluster), plan_(plan), be_(backend), model_(model), exchange_(exchange),
       wall_seconds_(std::move(wall_seconds)), pipe_(pipe), lockstep_(exchange.lockstep()) {}
 
+namespace {
+/// " (each worker at its own step: 3, 5)" for per-worker positions, else "".
+std::string each_worker(const std::vector<std::int64_t>& steps) {
+  if (steps.empty()) return "";
+  std::string list;
+  for (const std::int64_t k : steps) list += (list.empty() ? "" : ", ") + std::to_string(k);
+  return " (each worker at its own step: " + list + ")";
+}
+}  // namespace
+
 TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, double& wall_seconds) {
   TrainPosition at;
   wall_seconds = 0;
   if (resume) {
-    at = {resume->global_step, static_cast<int>(resume->epoch), resume->step_in_epoch};
+    at = {resume->global_step, static_cast<int>(resume->epoch), resume->step_in_epoch,
+          resume->worker_steps_in_epoch};
+    // Mid-epoch positions need the writer's workers (check_resume_shape): another count starts
+    // every worker at the chief's.
+    if (at.worker_steps.size() != static_cast<std::size_t>(plan_.workers)) at.worker_steps.clear();
     wall_seconds = resume->wall_seconds;
     // Batchnorm statistics: this worker's row when the worker count matches, else the mean.
     const std::size_t S = model_.state_count();
@@ -251,7 +270,7 @@ TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, doubl
     if (cluster_.is_chief() && !resume->config.empty())  // empty: --init-from's start
       log_info("# resuming from global_step " + std::to_string(at.global_step) + ", epoch " +
                std::to_string(at.epoch + 1) + ", step " + std::to_string(at.step_in_epoch) +
-               " of the epoch");
+               " of the epoch" + each_worker(at.worker_steps));
   } else {
     model_.initialize(c_.seed);
   }
@@ -343,6 +362,7 @@ void Checkpointer::save(const TrainPosition& at, bool rewrite) {
   const Model& layout = pipe_ != nullptr ? pipe_->whole() : model_;
   s.epoch = at.epoch;
   s.step_in_epoch = at.step_in_epoch;
+  s.worker_steps_in_epoch = at.worker_steps;
   const std::int64_t epoch_start = at.epoch * plan_.steps_per_epoch;
   if (!lockstep_ && steps_aggregate_workers(c_) && s.global_step >= epoch_start) {
     // Sync through the ps, SSP: a global step aggregates every worker's push of that step, and

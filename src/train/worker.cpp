@@ -142,7 +142,9 @@ WorkerOutcome Worker::run() {
   global_step_ = from.global_step;
   const int first_epoch = from.epoch;
   out_.epochs_done = std::min(first_epoch, c_.epochs);  // before the checkpoint
-  const std::int64_t first_step = from.step_in_epoch;
+  // Async stop checkpoints hold every worker's own position (gather_cursors()).
+  const std::int64_t first_step =
+      from.worker_steps.empty() ? from.step_in_epoch : from.worker_steps[w_];
   // Under --precision bf16, which kernels run it (e.g. how many ops the CPU emulates).
   if (reports_ && be_.act_dtype() == DType::bf16) log_info("# worker 0 backend: " + be_.name());
   if (reports_ && be_.fuse())
@@ -264,6 +266,7 @@ bool Worker::end_epoch(int epoch) {
   // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed
   // as the next epoch's start, so that a resumed run neither evaluates nor saves it again.
   const bool mid_epoch = stop_signal_ || (stop_max_ && flags[2] < flags[3]);
+  if (mid_epoch) gather_cursors();
   if (mid_epoch) {
     checkpointer_->at_stop(position(epoch), stop_signal_);
     if (stop_signal_) return false;  // leave quickly: no evaluation
@@ -292,6 +295,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (!plan_.synthetic) open_reader(reader, epoch, start);
   HostBatch batch;
   cursor_ = start;
+  worker_steps_.clear();  // mid-epoch checkpoints are the chief's alone: its position for all
   for (std::int64_t s = start; !exchange_->epoch_over(epoch, s, global_step_); ++s) {
     if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
       stop_max_ = true;
@@ -324,6 +328,17 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
   if (reader) out_.bad_images += reader->bad_images();
   out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
+}
+
+void Worker::gather_cursors() {
+  // Async workers each train their own shard at their own pace; the others (sync, SSP) share
+  // the chief's position. A pipeline's replicas share out the data: not tracked per replica.
+  if (exchange_kind(c_) != ExchangeKind::ps_async || pipe_ != nullptr) return;
+  worker_steps_.assign(cluster_.is_chief() ? static_cast<std::size_t>(plan_.workers) : 0, 0);
+  MPI_Request req;
+  DT_CHECK_MPI(MPI_Igather(&cursor_, 1, MPI_INT64_T, worker_steps_.data(), 1, MPI_INT64_T, 0,
+                           cluster_.role_comm(), &req));
+  wait_one(req, comm_timeout(), "gathering the workers' positions for a stop checkpoint");
 }
 
 void Worker::sum_input_counts() {

@@ -146,7 +146,12 @@ class Worker {
   void note_target(double accuracy, std::int64_t step, double wall);  ///< --target-accuracy
   void average_model_state();
   /// Where training stands in `epoch`: global_step_ and cursor_ (the checkpointer's position).
-  [[nodiscard]] TrainPosition position(int epoch) const { return {global_step_, epoch, cursor_}; }
+  [[nodiscard]] TrainPosition position(int epoch) const {
+    return {global_step_, epoch, cursor_, worker_steps_};
+  }
+  /// Async, where every worker has left the epoch's loop (a stop, --max-steps): every worker's
+  /// cursor to the chief's worker_steps_, so that the checkpoint resumes each at its own.
+  void gather_cursors();
   void log_interval(int epoch);
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
   /// the run's global steps done, ETA (async: staleness). `measured` false: this worker trained
@@ -197,7 +202,8 @@ class Worker {
   std::optional<BatchUpload> train_upload_, test_upload_;
   int w_;
   std::int64_t global_step_ = 0;
-  std::int64_t cursor_ = 0;       ///< local steps done in the current epoch
+  std::int64_t cursor_ = 0;                 ///< local steps done in the current epoch
+  std::vector<std::int64_t> worker_steps_;  ///< gather_cursors(); empty inside the epoch
   std::int64_t eval_bucket_ = 0;  ///< global_step / eval_every at the last --eval-every check
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators

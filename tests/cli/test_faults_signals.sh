@@ -20,7 +20,8 @@
 #      step's, and its parameters and momentum are bit-identical to a run stopped there by
 #      --max-steps.
 #   4f. async with one worker, SIGUSR1 inside a step: the same (the push the stop rides on is not
-#      applied, nor counted in the position).
+#      applied, nor counted in the position); with two workers, the stop checkpoint holds each
+#      worker's position and the resumed epoch ends at the global step of a run never stopped.
 #   5. SIGTERM then SIGINT to the chief: the second signal exits at once with 128+2 (or 128+15);
 #      the job ends, every complete checkpoint still verifies and --resume continues from the newest.
 #      (A repeated SIGUSR1 is ignored on purpose: Slurm delivers one request by several routes.)
@@ -239,7 +240,27 @@ timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${FX[@]}" --mode async --num-ps 1 --run-di
   --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
   { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
 same_params_as "$d" "$d-straight"
-unset DTRAIN_FAULT SIGNAL_DELAY
+# Two async workers: the stop checkpoint holds each worker's position (summing to its global
+# step), and the resumed run ends the epoch at the same global step as a run never stopped.
+d=$SCRATCH/usr1-async2
+run_and_signal async 3 mpirun USR1 "$d" --num-ps 1
+[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to mpirun, async with two workers: exit $JOB_RC, want 75"; }
+stopped_cleanly "$d"
+unset DTRAIN_FAULT
+timeout 60 "$MPIEXEC" -n 3 "$DTRAIN" "${FX[@]}" --mode async --num-ps 1 --run-dir "$d" --resume \
+  --epochs 1 >"$d.resume.log" 2>&1 || { cat "$d.resume.log"; fail "--resume failed"; }
+"$PY" - "$d" <<'PY' || { cat "$d.resume.log"; fail "$d: the workers' positions were not kept"; }
+import glob, json, sys, h5py
+d = sys.argv[1]
+stop = sorted(glob.glob(f"{d}/ckpt-*.h5"))[-2]  # the last is the resumed run's epoch end
+with h5py.File(stop, "r") as f:
+    steps, g = f["worker_steps_in_epoch"][()].tolist(), int(f.attrs["global_step"])
+    assert f.attrs["epoch"] == 0 and sum(steps) == g, (steps, g)
+r = json.load(open(f"{d}/results.json"))
+assert (r["global_step"], r["epochs"], r["epochs_completed"]) == (64, 1.0, 1), r
+print(f"   stopped at {g} with the workers at {steps}; resumed, the epoch ended at step 64")
+PY
+unset SIGNAL_DELAY
 
 d=$SCRATCH/twice
 run_and_signal sync 3 chief-twice "TERM+INT" "$d" --num-ps 0

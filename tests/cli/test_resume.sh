@@ -10,6 +10,8 @@
 # checkpoint the next epoch's start): resumed, it neither evaluates nor saves that epoch again.
 # A run stopped after its last checkpoint, before results.json, resumed: one test row, results
 # from metrics.csv, null throughput, the first session's timeline kept; no test set: null metrics.
+# Async with 2 workers stopped by --max-steps mid-epoch: each worker resumes at its own step, and
+# the epochs end where a run never stopped ends them.
 # Then a checkpoint of another model, and one of another mode, are refused by --resume.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -122,6 +124,36 @@ refused() {
   grep -q -- "$expect" "$SCRATCH/refused.log" || { cat "$SCRATCH/refused.log"; fail "no '$expect' in the refusal"; }
   grep -q "ckpt-0000000040.h5" "$SCRATCH/refused.log" || { cat "$SCRATCH/refused.log"; fail "the refusal does not name the checkpoint"; }
 }
+
+echo "== async, 2 workers stopped by --max-steps 10 mid-epoch: each worker resumes at its own step"
+# Each async worker trains its own shard (16 batches an epoch here, 32 global steps); a stop
+# checkpoint holds every worker's position (/worker_steps_in_epoch, summing to its global step),
+# so the resumed epoch ends at the same global step as a run never stopped, with every batch of
+# every shard trained once (before, every worker restarted at the chief's position: epoch 1 ended
+# at step 22 or 42, and results.json said epochs 1.6875 with epochs_completed 2).
+ASYNC=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --test-data "$SCRATCH/test.h5"
+       --epochs 2 --mode async --num-ps 1)
+COMMON=("${ASYNC[@]}")
+run 3 "$SCRATCH/async-straight"
+run 3 "$SCRATCH/async-stopped" --max-steps 10
+run 3 "$SCRATCH/async-stopped" --resume
+grep -q "each worker at its own step" "$SCRATCH/async-stopped.log" ||
+  { cat "$SCRATCH/async-stopped.log"; fail "the async resume did not place each worker"; }
+"$PY" - "$SCRATCH/async-straight" "$SCRATCH/async-stopped" <<'PY' || fail "the resumed async run's epochs differ"
+import csv, json, sys, h5py
+straight, stopped = sys.argv[1:]
+with h5py.File(f"{stopped}/ckpt-0000000010.h5", "r") as f:
+    steps = f["worker_steps_in_epoch"][()].tolist()
+    assert len(steps) == 2 and sum(steps) == 10 == f.attrs["global_step"], steps
+def epoch_ends(d):
+    return [(int(r["global_step"]), int(r["epoch"])) for r in csv.DictReader(open(f"{d}/metrics.csv"))
+            if r["kind"] == "test" and int(r["global_step"]) % 32 == 0]
+assert epoch_ends(stopped) == epoch_ends(straight) == [(32, 1), (64, 2)], (epoch_ends(stopped), epoch_ends(straight))
+r = json.load(open(f"{stopped}/results.json"))
+assert (r["global_step"], r["epochs"], r["epochs_completed"]) == (64, 2.0, 2), r
+print(f"stopped with the workers at steps {steps}; resumed, its epochs end at steps 32 and 64 as the straight run's")
+PY
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/train.h5" --epochs 3 --mode sync --num-ps 0)
 
 echo "== a checkpoint of another model is refused"
 sed 's/^layer = dense units=24$/layer = dense units=20/' "$SCRATCH/job.ini" >"$SCRATCH/other_model.ini"

@@ -48,8 +48,12 @@ struct CheckpointState {
   std::int64_t global_step = 0;
   std::int64_t epoch = 0;          ///< epoch in progress (0-based)
   std::int64_t step_in_epoch = 0;  ///< local steps of that epoch already done (data cursor)
-  std::uint64_t seed = 0;          ///< data order and dropout are pure functions of seed + counters
-  int num_workers = 1;             ///< workers (data-parallel replicas) of the run that wrote it
+  /// Async: each worker's local steps of the epoch done, in worker order (num_workers entries),
+  /// where all workers stopped together (a stop or --max-steps checkpoint; dataset
+  /// /worker_steps_in_epoch); empty otherwise, when every worker resumes at step_in_epoch
+  std::vector<std::int64_t> worker_steps_in_epoch;
+  std::uint64_t seed = 0;  ///< data order and dropout are pure functions of seed + counters
+  int num_workers = 1;     ///< workers (data-parallel replicas) of the run that wrote it
   /// The writer's batch per worker and global steps per epoch (TrainPlan), which give global_step,
   /// epoch and step_in_epoch their meaning; 0 in a file written before they were recorded
   std::int64_t batch_size = 0, steps_per_epoch = 0;

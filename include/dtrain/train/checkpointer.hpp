@@ -37,6 +37,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/cluster.hpp"
 #include "dtrain/core/config.hpp"
@@ -55,6 +56,9 @@ struct TrainPosition {
   std::int64_t global_step = 0;    ///< updates applied so far
   int epoch = 0;                   ///< epoch in progress (0-based)
   std::int64_t step_in_epoch = 0;  ///< local steps of that epoch done (the data cursor)
+  /// CheckpointState::worker_steps_in_epoch: every worker's cursor (async, all stopped
+  /// together; on the chief), or empty
+  std::vector<std::int64_t> worker_steps;
 };
 
 /// The chief's claim on its run dir for the whole run, before find_resume_point(): makes the
@@ -101,8 +105,9 @@ void set_aside_skipped_checkpoints(const std::string& run_dir, std::int64_t resu
 
 /// Collective over the workers (cluster.role_comm(); a ps returns at once): the chief's resume
 /// point (`resume`, std::nullopt for a fresh start) to every worker. Afterwards every worker's
-/// `resume` holds the position, wall time, `param_count` parameters, the optimizer state and the
-/// batchnorm rows (not the metadata strings). Throws TimeoutError past --timeout, LibraryError
+/// `resume` holds the position (with every worker's, worker_steps_in_epoch), wall time,
+/// `param_count` parameters, the optimizer state and the batchnorm rows (not the metadata
+/// strings). Throws TimeoutError past --timeout, LibraryError
 /// when an MPI call fails.
 void share_resume_point(const Cluster& cluster, std::size_t param_count,
                         std::optional<CheckpointState>& resume);
