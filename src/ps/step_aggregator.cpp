@@ -2,7 +2,8 @@
 // several workers' whole gradients (ps/update_rule.hpp). A push joins the aggregate of its step
 // once its whole gradient is in; an aggregate of R pushes becomes that step's update (their mean,
 // weighted by samples, summed in worker order so that the update does not depend on arrival
-// order); the push's reply is held until the step it waits for.
+// order; a push without samples — a shorter shard's last step — takes none of the R places); the
+// push's reply is held until the step it waits for.
 //   SyncAggregator     a push computed on the parameters of step t joins step t; R =
 //                      --replicas-to-aggregate; a push for a step already applied is dropped (late:
 //                      backup workers) and answered at once (TensorFlow's SyncReplicasOptimizer,
@@ -30,7 +31,8 @@ struct Aggregate {
   std::vector<std::vector<float>> grads;  ///< per worker (empty: no push, or no samples)
   std::vector<int> samples;               ///< per worker, -1: no push yet
   std::vector<std::int64_t> seen;         ///< per worker: the step its parameters came from
-  int pushes = 0;
+  int pushes = 0;                         ///< pushes joined
+  int gradients = 0;                      ///< pushes joined that carry samples
 };
 
 /// One update per global step from `replicas` pushes; subclasses say which step a push joins.
@@ -137,6 +139,7 @@ void StepAggregator::join(int w) {
   a.seen[w] = r.h.seen_step;
   if (r.h.samples > 0) a.grads[w] = std::exchange(r.own, {});
   ++a.pushes;
+  a.gradients += r.h.samples > 0 ? 1 : 0;
   core_.hold(w, reply_at(r.step), r.staleness);
   apply_complete();
 }
@@ -157,10 +160,15 @@ void StepAggregator::sum_weighted(const Aggregate& a, std::int64_t total) {
   }
 }
 
-/// Applies the aggregates that are complete, in step order.
+/// Applies the aggregates that are complete, in step order: R gradients with samples, or every
+/// worker's push (a shorter shard's last step holds empty pushes, which take none of the R places:
+/// the step waits for the gradients it has instead of applying nothing).
 void StepAggregator::apply_complete() {
+  const auto complete = [&](const Aggregate& a) {
+    return a.gradients >= replicas_ || a.pushes >= core_.workers();
+  };
   for (auto it = pending_.begin(); it != pending_.end() && it->first == core_.global_step() &&
-                                   it->second.pushes >= replicas_ && !core_.finished();
+                                   complete(it->second) && !core_.finished();
        it = pending_.begin()) {
     Aggregate& a = it->second;
     std::int64_t total = 0;

@@ -314,9 +314,9 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     t.compute_done = now_seconds();
     const ExchangeResult r = exchange_->step(model_, s, n, stop_local);
     t.exchange_done = now_seconds();
-    // A batch the ps did not apply because the run stops is not part of the run: no train row
+    // A batch the ps did not apply because the run ends is not part of the run: no train row
     // (its loss, and a second row at the same global step), and a resumed run trains it.
-    if (r.stop && r.dropped) be_.copy_to_device(stats_.data(), sums_before, sizeof sums_before);
+    if (past_the_end(r)) be_.copy_to_device(stats_.data(), sums_before, sizeof sums_before);
     account_step(r, s, n, on_device, t);
     if (r.stop) {
       stop_signal_ = true;
@@ -348,9 +348,10 @@ void Worker::sum_input_counts() {
       cache ? static_cast<double>(cache->misses()) : 0.0, static_cast<double>(applied_samples_)};
   worker_sum(cluster_.role_comm(), counts, 4);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
-  // Async: the samples of the pushes the ps applied, not global steps × the batch (a shard's
-  // last batch is short)
-  if (exchange_kind(c_) == ExchangeKind::ps_async && pipe_ == nullptr)
+  // Async, and sync through the ps: the samples of the pushes the ps applied, not global steps ×
+  // the batch (a shard's last batch is short; with backup workers, late pushes are dropped)
+  const ExchangeKind kind = exchange_kind(c_);
+  if ((kind == ExchangeKind::ps_async || kind == ExchangeKind::ps_sync) && pipe_ == nullptr)
     out_.samples = static_cast<std::int64_t>(counts[3]);
   // Sync allreduce counts whole batches: the images --on-bad-image skip left out were not trained.
   if (exchange_kind(c_) == ExchangeKind::allreduce && pipe_ == nullptr)
@@ -444,6 +445,10 @@ bool Worker::compute_step(std::int64_t s, int n, bool stop_local, double t1) {
   return on_device;
 }
 
+bool Worker::past_the_end(const ExchangeResult& r) const {
+  return r.dropped && (r.stop || (c_.max_steps > 0 && r.global_step >= c_.max_steps));
+}
+
 void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool on_device,
                           const StepTimes& t) {
   data_seconds_ += t.data_done - t.start;
@@ -458,7 +463,7 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   ++pushes_;
   train_seconds_ += now_seconds() - t.start;
   step_ms_.push_back(static_cast<float>(1e3 * (t.exchange_done - t.start)));
-  const bool in_run = !(r.stop && r.dropped);  // see train_epoch()
+  const bool in_run = !past_the_end(r);  // see train_epoch()
   log_steps_ += in_run ? 1 : 0;
   log_samples_local_ += in_run ? n : 0;
   log_samples_global_ += r.samples;

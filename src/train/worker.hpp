@@ -152,6 +152,9 @@ class Worker {
   /// Async, where every worker has left the epoch's loop (a stop, --max-steps): every worker's
   /// cursor to the chief's worker_steps_, so that the checkpoint resumes each at its own.
   void gather_cursors();
+  /// The ps dropped this step's push because the run ends (a stop, --max-steps), not because it
+  /// came late: its batch is not part of the run (no train row, not in the position).
+  [[nodiscard]] bool past_the_end(const ExchangeResult& r) const;
   void log_interval(int epoch);
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
   /// the run's global steps done, ETA (async: staleness). `measured` false: this worker trained

@@ -13,7 +13,10 @@
 #      accuracy within 0.05 on this small set) and uses every gradient (no drops).
 #   4. sync through the ps with one backup worker (R = 2 of 3) and the third worker slowed 4x:
 #      the slow worker's late gradients are dropped (dropped_per_worker), every update used R
-#      gradients (Σ pushes_per_worker = R × updates), and the run completes its epochs.
+#      gradients (Σ pushes_per_worker = R × updates), samples counts them, and the run completes
+#      its epochs.
+#   4b. backup workers with a shorter shard: an empty push takes none of the R places (the step
+#      waits for the sample it has), and the pushes --max-steps drops leave no train row.
 #   5. async: the staleness histogram counts every used push; pushes_per_worker add up to the
 #      global steps; samples counts the pushes' samples (short last batches too).
 #   5b. async with --async-momentum dana (per-worker momentum, look-ahead) and --delay-compensation:
@@ -128,8 +131,42 @@ assert r["replicas_to_aggregate"] == 2 and r["epochs_completed"] == 2, r
 assert sum(r["pushes_per_worker"]) == 2 * r["ps_updates"], (r["pushes_per_worker"], r["ps_updates"])
 assert r["dropped_per_worker"][2] > 0, f"the slow worker lost no gradient: {r['dropped_per_worker']}"
 assert r["dropped_gradients"] == sum(r["dropped_per_worker"])
+# samples: the gradients the ps used (R full batches an update), not the global steps × W batches
+assert r["samples"] == 2 * r["batch_size"] * r["ps_updates"], (r["samples"], r["batch_size"], r["ps_updates"])
 print(f"   pushes used {r['pushes_per_worker']}, dropped {r['dropped_per_worker']}, "
-      f"{r['global_step']} steps, test accuracy {r['test_accuracy']:.4f}")
+      f"{r['global_step']} steps, {r['samples']} samples, test accuracy {r['test_accuracy']:.4f}")
+PY
+
+echo "== 4b. a shorter shard's empty push takes none of the R places"
+# 33 samples over 2 workers at batch 16: shards of 17 and 16, so each epoch's second step holds 1
+# sample on worker 0 and none on worker 1. With R = 1 and worker 0 slowed, worker 1's empty push
+# arrives first: it used to complete the step alone (an update of nothing, worker 0's sample
+# dropped as late); the step now waits for the gradient. --max-steps 3 then stops inside an
+# epoch: the chief's dropped push there leaves no train row.
+make_data odd33 33 --seed 13
+SAVED=("${COMMON[@]}")
+COMMON=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/odd33.h5" --epochs 3 --timeout 60)
+export DTRAIN_FAULT='slow+150:0'
+run empty 3 --mode sync --num-ps 1 --replicas-to-aggregate 1 --max-steps 5 --checkpoint-every 1 \
+  --keep-checkpoints 10 --log-every 1
+export DTRAIN_FAULT=
+COMMON=("${SAVED[@]}")
+"$PY" - "$SCRATCH/empty" <<'PY'
+import csv, json, sys, h5py, numpy as np
+d = sys.argv[1]
+def params(step):
+    with h5py.File(f"{d}/ckpt-{step:010d}.h5", "r") as f:
+        return f["params"][()]
+for step in (2, 4):  # each epoch's last step: worker 0's one sample
+    moved = np.abs(params(step) - params(step - 1)).max()
+    assert moved > 0, f"step {step} changed no parameter: an update of empty pushes"
+r = json.load(open(f"{d}/results.json"))
+# Steps 1, 3, 5: worker 1's full batch (worker 0's late); steps 2, 4: worker 0's one sample.
+assert r["samples"] == 3 * 16 + 2 * 1, r["samples"]
+rows = [int(x["global_step"]) for x in csv.DictReader(open(f"{d}/metrics.csv")) if x["kind"] == "train"]
+# Step 5 applied worker 1's batch and reached --max-steps: the chief's push, dropped, has no row.
+assert rows == [1, 2, 3, 4], rows
+print(f"   epoch-last steps apply worker 0's sample; {r['samples']} samples; train rows at {rows}")
 PY
 
 echo "== 5. async bookkeeping"
