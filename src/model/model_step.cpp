@@ -158,7 +158,7 @@ void Model::train_step_micro(const void* x, const std::int32_t* labels, int n, i
   for (int m = 0; m < M; ++m) {
     const int a = static_cast<int>(static_cast<std::int64_t>(n) * m / M);
     const int b = static_cast<int>(static_cast<std::int64_t>(n) * (m + 1) / M);
-    const auto seed = micro_batch_seed(step_seed, m);
+    const auto seed = micro_batch_seed(step_seed, m, M);
     const void* xm = input_at(x, a);
     if (m + 1 < M) {  // M ≤ n: every slice holds a sample
       train_step(xm, labels + a, b - a, grad_scale, seed, stats);

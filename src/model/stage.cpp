@@ -11,7 +11,8 @@
 
 namespace dtrain {
 
-std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m) {
+std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m, int micro_batches) {
+  if (micro_batches <= 1) return step_seed;  // Model::train_step()'s own key
   return mix_seed(step_seed, 0x6d6963726fULL + static_cast<std::uint64_t>(m));
 }
 

@@ -162,7 +162,7 @@ void PipelineRunner::train_step(const void* x, const std::int32_t* labels, int n
       const double t0 = now_seconds();
       model_.forward_micro(op.slot, first ? model_.input_at(x, a) : nullptr,
                            last ? labels + a : nullptr, rows, grad_scale,
-                           micro_batch_seed(step_seed, op.micro), stats, true);
+                           micro_batch_seed(step_seed, op.micro, M), stats, true);
       times_.compute += now_seconds() - t0;
       if (!last) send(op.slot, op.micro, rows, false);
     } else {

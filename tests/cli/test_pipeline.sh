@@ -4,7 +4,7 @@
 #   1. equivalence: the tiny CNN cut into P = 2 and 4 stages, M = 4, GPipe and 1F1B, with D = 1
 #      and D = 2 replicas, writes checkpoints bit-identical (parameters, momentum, batch-norm rows)
 #      to the same job on D ranks with P = 1 accumulating the same 4 micro-batches; ResNet-20 with
-#      P = 2 likewise.
+#      P = 2 likewise; and P = 2 with one micro-batch (dropout masks as a run without stages).
 #   2. checkpoints keep the whole model's format: a run stopped at step 17 with P = 2 resumes with
 #      P = 1 (and one with P = 1 resumes with P = 2) and ends bit-identical to a straight run;
 #      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
@@ -34,6 +34,12 @@ for sched in gpipe 1f1b; do
   run 4 "$SCRATCH/p2d2-$sched" --epochs 2 --pipeline-stages 2 --schedule "$sched"
   compare "$SCRATCH/ref2" "$SCRATCH/p2d2-$sched" 6
 done
+# M = 1 (the default): a stage's one micro-batch draws the dropout masks of the step itself, as a
+# run without stages does (the stages drew micro-batch 0's, and every P >= 2 diverged from P = 1).
+COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}")
+run 1 "$SCRATCH/m1-ref" --epochs 1 --max-steps 4
+run 2 "$SCRATCH/m1-p2" --epochs 1 --max-steps 4 --pipeline-stages 2
+compare "$SCRATCH/m1-ref" "$SCRATCH/m1-p2" 4
 COMMON=(--config "$SRC/jobs/resnet20_cifar.ini" "${DATA[@]}" --micro-batches 4 --batch-size 16
         --max-steps 4 --epochs 1)
 run 1 "$SCRATCH/res1"

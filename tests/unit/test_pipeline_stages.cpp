@@ -123,7 +123,7 @@ struct Rig {
           if (s > 0 && done[s - 1][m] < 1) continue;
           if (s > 0) receive(me, op.slot, me.received_tensors(), false, fwd[s - 1][m], rows);
           me.forward_micro(op.slot, xd.data() + a * per, yd.data() + a, rows, 1.0f / n,
-                           micro_batch_seed(5, m), stats.data(), true);
+                           micro_batch_seed(5, m, M), stats.data(), true);
           if (s + 1 < P) fwd[s][m] = send(me, op.slot, me.sent_tensors(), false, rows);
         } else {
           if (s + 1 < P && done[s + 1][m] < 2) continue;

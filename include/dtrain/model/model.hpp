@@ -86,9 +86,10 @@ struct LayerInfo {
 /// prefix of its tensors' names (TensorInfo::key) and a profile's layer name (model/profile.hpp).
 std::string layer_key(std::size_t index, const std::string& type, const std::string& name);
 
-/// The dropout key of micro-batch m of a step keyed `step_seed` (Model::train_step_micro and the
-/// pipeline stages alike, so that both drop the same units).
-std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m);
+/// The dropout key of micro-batch m (0-based) of `micro_batches` in a step keyed `step_seed`
+/// (Model::train_step_micro and the pipeline stages alike, so that both drop the same units):
+/// `step_seed` itself for a step of one micro-batch, which Model::train_step() runs whole.
+std::uint64_t micro_batch_seed(std::uint64_t step_seed, int m, int micro_batches);
 
 /// Called by Model::train_step() as backward proceeds: grads()[from, param_count()) are final
 /// (`from` decreases from call to call and ends at 0). Gradient buckets start reducing from here.
