@@ -99,13 +99,21 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads) {
   return p;
 }
 
+namespace {
+/// The first batchnorm of `layers` with one value per channel per sample (H·W = 1), or npos.
+std::size_t flat_batchnorm(const std::vector<LayerInfo>& layers) {
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].type == "batchnorm" && layers[i].output.h * layers[i].output.w == 1) return i;
+  return std::string::npos;
+}
+}  // namespace
+
 void require_batchnorm_statistics(const Config& c, const TrainPlan& plan,
                                   const std::vector<LayerInfo>& layers) {
   const int micro = plan.batch / std::max(c.micro_batches, 1);
-  for (std::size_t i = 0; i < layers.size(); ++i) {
+  const std::size_t i = flat_batchnorm(layers);
+  if (i != std::string::npos && micro == 1) {
     const LayerInfo& l = layers[i];
-    const std::int64_t values = static_cast<std::int64_t>(micro) * l.output.h * l.output.w;
-    if (l.type != "batchnorm" || values > 1) continue;
     const std::string batch =
         c.global_batch_size > 0 ? "--global-batch-size " + std::to_string(c.global_batch_size) +
                                       " (a batch of " + std::to_string(plan.batch) + " per worker)"
@@ -120,6 +128,28 @@ void require_batchnorm_statistics(const Config& c, const TrainPlan& plan,
             "least 2 samples per micro-batch, or move the batchnorm before the layer that leaves "
             "1x1 per channel");
   }
+}
+
+std::string short_batch_warning(const Config& c, const TrainPlan& plan,
+                                const std::vector<LayerInfo>& layers) {
+  const std::size_t bn = flat_batchnorm(layers);
+  if (plan.synthetic || bn == std::string::npos) return "";
+  std::string workers;
+  for (int w = 0; w < plan.workers; ++w) {
+    const std::int64_t last = shard_size(plan.train.num_samples, w, plan.workers) % plan.batch;
+    const std::int64_t micro = std::min<std::int64_t>(std::max(c.micro_batches, 1), last);
+    if (last > 0 && last / micro == 1)
+      workers += (workers.empty() ? "" : ", ") + std::to_string(w) + " (" + std::to_string(last) +
+                 (last == 1 ? " sample" : " samples") + ")";
+  }
+  if (workers.empty()) return "";
+  const LayerInfo& l = layers[bn];
+  return "the last batch of each epoch on worker(s) " + workers + " of " + plan.train.path +
+         " leaves a micro-batch of 1 sample, which gives layer '" + layer_key(bn, l.type, l.name) +
+         "' (batchnorm of " + l.output.str() +
+         " per sample) one value per channel: its output for that micro-batch is beta alone, it "
+         "passes no gradient, and its running variance moves toward 0; choose a --batch-size (or "
+         "--micro-batches) that leaves at least 2 samples a micro-batch";
 }
 
 std::int64_t worker_steps_per_epoch(const TrainPlan& p, bool equal_steps, int worker) {

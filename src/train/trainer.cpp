@@ -311,6 +311,9 @@ Job check_job(const Config& c) {
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
     const std::vector<LayerInfo> layers = layout.layers();
     require_batchnorm_statistics(c, job.plan, layers);
+    if (const std::string w = short_batch_warning(c, job.plan, layers);
+        !w.empty() && cl.world_rank() == 0)
+      log_warn("# " + w);
     // stage= keys are checked at P = 1 too
     if (c.pipeline_stages > 1 || c.micro_batches > 1 || has_stage_keys(layers)) {
       const std::vector<double> layer_ms =

@@ -43,6 +43,13 @@ expect_error 3 "--cuda-graph|--device cuda" "${JOB[@]}" "${GOOD[@]}" --cuda-grap
 BN1=(--layer "dense units=8" --layer "batchnorm name=bn1" --layer relu --layer dense)
 expect_error 3 "bn1|one value per channel|--batch-size 1" "${GOOD[@]}" --run-dir "$SCRATCH/run" --batch-size 1 "${BN1[@]}"
 expect_error 3 "bn1|one value per channel|--micro-batches 4" "${GOOD[@]}" --run-dir "$SCRATCH/run" --batch-size 4 --micro-batches 4 "${BN1[@]}"
+# A shard's last batch of 1 sample (17 samples at batch 16) is no error, but a warning naming the
+# layer and the worker; the run trains.
+make_data bn17 17 --seed 1
+timeout 60 "$DTRAIN" --train-data "$SCRATCH/bn17.h5" --run-dir "$SCRATCH/bn17" --batch-size 16 \
+  --mode sync --num-ps 0 --max-steps 2 "${BN1[@]}" >"$SCRATCH/bn17.log" 2>&1 || { cat "$SCRATCH/bn17.log"; fail "the 17-sample run failed"; }
+grep -q "warning: .*worker(s) 0 (1 sample) .*layer 'bn1' .*one value per channel" "$SCRATCH/bn17.log" ||
+  { cat "$SCRATCH/bn17.log"; fail "no warning for a last batch of 1 sample into bn1"; }
 expect_error 3 "unknown_key.ini|learning-speed" --config "$SCRATCH/unknown_key.ini" "${GOOD[@]}" --batch-size 8 --layer dense
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 3
 expect_error 3 "--num-ps" "${JOB[@]}" "${GOOD[@]}" --num-ps 5

@@ -47,9 +47,18 @@ void require_encoded_for_crops(const Config& c, bool encoded, const std::string&
 /// (N·H·W = 1: after a dense layer or a global pool at a batch of 1): its batch variance would be
 /// 0, so it would output β alone and pass no gradient (PyTorch's batch_norm refuses the same:
 /// "Expected more than 1 value per channel when training"). The message names --batch-size (or
-/// --global-batch-size) and --micro-batches. A shard's last, shorter batch is not checked.
+/// --global-batch-size) and --micro-batches. A shard's last, shorter batch is not refused: see
+/// short_batch_warning().
 void require_batchnorm_statistics(const Config& c, const TrainPlan& plan,
                                   const std::vector<LayerInfo>& layers);
+
+/// The warning for a shard's last, shorter batch whose smallest micro-batch holds 1 sample where
+/// a batchnorm of `layers` has one value per channel (as require_batchnorm_statistics(), once an
+/// epoch: that batchnorm outputs β alone for it and passes it no gradient, and its running
+/// variance moves toward 0), naming the layer, the workers and what to change; "" when none.
+/// Synthetic data (no shards) gives "".
+[[nodiscard]] std::string short_batch_warning(const Config& c, const TrainPlan& plan,
+                                              const std::vector<LayerInfo>& layers);
 
 /// Local steps worker w takes in one epoch: its shard's batches, or with `equal_steps` (every
 /// mode whose global step aggregates the workers) the largest shard's, worker 0's, for all.
