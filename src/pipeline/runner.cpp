@@ -136,10 +136,12 @@ void PipelineRunner::wait_sends(int slot) {
   if (sl.sends.empty()) return;
   const TimelineSpan span("pipeline-wait", "comm");
   const double t0 = now_seconds();
+  // The slot's messages went to the stage before (gradients) or after (activations), or both.
+  std::string peers;
+  for (const int p : {stage_ - 1, stage_ + 1})
+    if (p >= 0 && p < stages_) peers += (peers.empty() ? "" : " or ") + peer_name(p);
   wait_all(sl.sends, comm_timeout(),
-           "pipeline: stage " + std::to_string(stage_) + " sending to a neighbour stage (" +
-               (stage_ > 0 ? peer_name(stage_ - 1) : std::string("none")) + " / " +
-               (stage_ + 1 < stages_ ? peer_name(stage_ + 1) : std::string("none")) + ")");
+           "pipeline: stage " + std::to_string(stage_) + " sending to " + peers);
   sl.sends.clear();
   times_.wait += now_seconds() - t0;
 }

@@ -23,6 +23,8 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
       seen_(shards_.size(), 0), push_wire_(push_wire) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
+  me_ = cluster_.me().part.empty() ? "worker " + std::to_string(cluster_.me().index)
+                                   : cluster_.me().part;
   if (push_wire_ != WireDtype::fp32)
     for (const ShardRange& s : shards_) encoded_.resize(std::max(encoded_.size(), s.end));
   rings_.resize(shards_.size());
@@ -135,12 +137,12 @@ const std::uint16_t* PsClient::encode_chunk(std::size_t k, const float* from, st
   std::uint16_t* to = encoded_.data() + at;
   encode_wire(push_wire_, from, to, len);
   if (finite_ && !wire_all_finite(push_wire_, to, len))
-    throw RuntimeFault(format_error(
-        "worker " + std::to_string(cluster_.me().index) + ": a gradient value in [" +
-            std::to_string(at) + ", " + std::to_string(at + len) + ") does not fit --wire-dtype " +
-            to_string(push_wire_) + " (finite values up to 65504); the push would carry Inf " +
-            "(--wire-dtype bf16 has fp32's range)",
-        __FILE__, __LINE__));
+    throw RuntimeFault(format_error(me_ + ": a gradient value in [" + std::to_string(at) + ", " +
+                                        std::to_string(at + len) + ") does not fit --wire-dtype " +
+                                        to_string(push_wire_) +
+                                        " (finite values up to 65504); the push would carry Inf " +
+                                        "(--wire-dtype bf16 has fp32's range)",
+                                    __FILE__, __LINE__));
   return to;
 }
 
@@ -224,13 +226,12 @@ void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
   ring.segment = SharedRing::open(h.ring_pid, h.ring_fd, shared_ring_bytes(layouts_[k].largest()),
                                   h.ring_token, &why);
   if (!ring.segment)
-    log_warn("worker " + std::to_string(cluster_.me().index) + ": cannot map the ring ps " +
-             std::to_string(k) + " shares (" + why + "); pushes to it travel as MPI messages");
+    log_warn(me_ + ": cannot map the ring ps " + std::to_string(k) + " shares (" + why +
+             "); pushes to it travel as MPI messages");
 }
 
 PushResult PsClient::wait(int tag) {
-  const std::string what =
-      "worker " + std::to_string(cluster_.me().index) + " " + tag_name(tag) + " with " + peers_;
+  const std::string what = me_ + " " + tag_name(tag) + " with " + peers_;
   drain_rings(what);
   wait_all(reqs_, timeout_, what);
   PushResult r;

@@ -134,6 +134,9 @@ class PsClient {
   std::vector<ShardRange> shards_;
   double timeout_;
   std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
+  /// "worker 1", or a pipeline stage's worker "stage 0/2, replica 1" (its index in the stage's
+  /// cluster is its replica's, not its worker index): this worker in messages
+  std::string me_;
   std::size_t chunk_bytes_;
   std::vector<std::int64_t> seen_;  // per ps: global_step of the parameters the model holds
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
