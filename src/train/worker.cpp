@@ -466,7 +466,9 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   const bool in_run = !past_the_end(r);  // see train_epoch()
   log_steps_ += in_run ? 1 : 0;
   log_samples_local_ += in_run ? n : 0;
-  log_samples_global_ += r.samples;
+  // An SSP stop takes back the steps the worker's clock had counted past the ps's (r.samples < 0):
+  // the run's count, not an interval's rate.
+  log_samples_global_ += std::max<std::int64_t>(r.samples, 0);
   out_.samples += r.samples;
   local_samples_ += n;
   if (r.applied) applied_samples_ += n;
