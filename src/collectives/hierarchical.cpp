@@ -52,17 +52,6 @@ bool alive(std::uint64_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-int comm_rank(MPI_Comm c) {
-  int r = 0;
-  DT_CHECK_MPI(MPI_Comm_rank(c, &r));
-  return r;
-}
-int comm_size(MPI_Comm c) {
-  int s = 0;
-  DT_CHECK_MPI(MPI_Comm_size(c, &s));
-  return s;
-}
-
 /// Collective over `node`: its rank 0 makes a segment of `bytes` and names it to the others,
 /// which map it. Returns nullptr and sets *why where this rank has none.
 std::unique_ptr<SharedRing> share_segment(MPI_Comm node, int local_rank, std::size_t bytes,

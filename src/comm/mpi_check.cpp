@@ -78,6 +78,18 @@ int init_mpi(int* argc, char*** argv) {
 void set_comm_timeout(double seconds) { g_timeout = seconds; }
 double comm_timeout() { return g_timeout; }
 
+int comm_rank(MPI_Comm c) {
+  int r = 0;
+  DT_CHECK_MPI(MPI_Comm_rank(c, &r));
+  return r;
+}
+
+int comm_size(MPI_Comm c) {
+  int s = 0;
+  DT_CHECK_MPI(MPI_Comm_size(c, &s));
+  return s;
+}
+
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
   // Active requests left: done once every one has completed, without a further poll.
   auto active = static_cast<int>(

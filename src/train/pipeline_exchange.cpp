@@ -18,17 +18,11 @@
 namespace dtrain {
 namespace {
 
-int rank_in(MPI_Comm comm) {
-  int r = 0;
-  DT_CHECK_MPI(MPI_Comm_rank(comm, &r));
-  return r;
-}
-
 class PipelineAgreement final : public GradientExchange {
  public:
   PipelineAgreement(std::unique_ptr<GradientExchange> inner, MPI_Comm pipe, bool stage_leader)
       : inner_(std::move(inner)), pipe_(pipe), stage_leader_(stage_leader),
-        waiting_("pipeline: stage " + std::to_string(rank_in(pipe)) +
+        waiting_("pipeline: stage " + std::to_string(comm_rank(pipe)) +
                  " and the other stages agreeing on "),
         others_(other_stages(pipe)) {}
 
@@ -124,9 +118,7 @@ class PipelineAgreement final : public GradientExchange {
 
   /// " (stage 0 (world rank 3))": the other stages, a stuck one among them (pipe rank = stage).
   static std::string other_stages(MPI_Comm pipe) {
-    int me = 0, stages = 1;
-    DT_CHECK_MPI(MPI_Comm_rank(pipe, &me));
-    DT_CHECK_MPI(MPI_Comm_size(pipe, &stages));
+    const int me = comm_rank(pipe), stages = comm_size(pipe);
     MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
     DT_CHECK_MPI(MPI_Comm_group(pipe, &group));
     DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));

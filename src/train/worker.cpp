@@ -266,8 +266,8 @@ bool Worker::end_epoch(int epoch) {
   // --max-steps at an epoch's last step ends the epoch as usual: evaluated, then checkpointed
   // as the next epoch's start, so that a resumed run neither evaluates nor saves it again.
   const bool mid_epoch = stop_signal_ || (stop_max_ && flags[2] < flags[3]);
-  if (mid_epoch) gather_cursors();
   if (mid_epoch) {
+    gather_cursors();
     checkpointer_->at_stop(position(epoch), stop_signal_);
     if (stop_signal_) return false;  // leave quickly: no evaluation
   }

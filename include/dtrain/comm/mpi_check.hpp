@@ -59,6 +59,11 @@ void set_comm_timeout(double seconds);
 /// The value of the last set_comm_timeout(), in seconds (300 before any call).
 double comm_timeout();
 
+/// This process's rank in `c` / the size of `c` (MPI_Comm_rank / MPI_Comm_size). Throw
+/// LibraryError when the call fails.
+int comm_rank(MPI_Comm c);
+int comm_size(MPI_Comm c);
+
 }  // namespace dtrain
 
 /// Evaluates the MPI call once and throws dtrain::LibraryError "<call> failed: <MPI_Error_string>
