@@ -23,7 +23,7 @@ namespace dtrain {
 
 ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange& shard,
                        std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                       const ShardTensors& tensors)
+                       const ShardTensors& tensors, MPI_Comm all_ps)
     : cluster_(cluster), c_(c), workers_(cluster.num_workers()), n_(shard.size()),
       who_("ps " + std::to_string(cluster.me().index) +
            (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")),
@@ -35,11 +35,37 @@ ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange
   stats_.worker_dropped.assign(workers_, 0);
   sending_.resize(chunks_.count());
   rule_ = make_update_rule(*this, total_steps, tensors);
+  if (rule_->agrees_on_stop())
+    join_agreement(all_ps == MPI_COMM_NULL ? cluster.role_comm() : all_ps);
   if (rule_->shares_rings()) share_rings();
   for (int w = 0; w < workers_; ++w) post_recv(w);
 }
 
-ServerCore::~ServerCore() = default;
+ServerCore::~ServerCore() {
+  if (agree_comm_ != MPI_COMM_NULL) MPI_Comm_free(&agree_comm_);
+}
+
+/// agree_on_step()'s communicator (a duplicate of `all_ps`, collective over it) and the world
+/// ranks its messages name.
+void ServerCore::join_agreement(MPI_Comm all_ps) {
+  int n = 1;
+  DT_CHECK_MPI(MPI_Comm_size(all_ps, &n));
+  if (n == 1) return;  // alone: the verdict is this rank's say
+  DT_CHECK_MPI(MPI_Comm_dup(all_ps, &agree_comm_));
+  DT_CHECK_MPI(MPI_Comm_rank(agree_comm_, &agree_me_));
+  MPI_Group mine, world;
+  DT_CHECK_MPI(MPI_Comm_group(agree_comm_, &mine));
+  DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(n);
+  for (int p = 0; p < n; ++p) ranks[p] = p;
+  peer_world_.resize(n);
+  DT_CHECK_MPI(MPI_Group_translate_ranks(mine, n, ranks.data(), world, peer_world_.data()));
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  agree_from_.assign(n, 0);
+  agree_recv_.assign(n, MPI_REQUEST_NULL);
+  agree_send_.assign(n, MPI_REQUEST_NULL);
+}
 
 PsStats ServerCore::run() {
   const double t0 = now_seconds();
@@ -47,10 +73,13 @@ PsStats ServerCore::run() {
   while (remaining > 0) {
     poll_set();
     MPI_Status st;
-    const int i = wait_any(polled_, c_.timeout, waiting_for_, &st);
+    const int i = wait_event(&st);
     if (i == MPI_UNDEFINED) break;
     const double b0 = now_seconds();
-    if (owner_[i] >= workers_) {  // a slot is free: post the receives that waited for it
+    if (owner_[i] < -workers_) {  // a ps rank's say on the step (agree_on_step)
+      agree_recv_[owner_[i] - kAgreement] = MPI_REQUEST_NULL;
+      if (--agree_missing_ == 0) rule_->on_agreed();
+    } else if (owner_[i] >= workers_) {  // a slot is free: post the receives that waited for it
       post_chunks(owner_[i] - workers_);
     } else if (owner_[i] >= 0) {
       on_chunk(owner_[i]);
@@ -69,6 +98,7 @@ PsStats ServerCore::run() {
     release_held();
     stats_.busy_seconds += now_seconds() - b0;
   }
+  wait_all(agree_send_, c_.timeout, who_ + " flushing its say on the last step to the ps ranks");
   for (auto& s : slots_) {
     wait_one(s.send, c_.timeout, who_ + " flushing replies");
     wait_all(s.ring_send, c_.timeout, who_ + " flushing replies");
@@ -83,6 +113,11 @@ PsStats ServerCore::run() {
 void ServerCore::poll_set() {
   polled_.clear();
   owner_.clear();
+  for (std::size_t p = 0; p < agree_recv_.size(); ++p) {
+    if (agree_recv_[p] == MPI_REQUEST_NULL) continue;
+    polled_.push_back(agree_recv_[p]);
+    owner_.push_back(kAgreement + static_cast<int>(p));
+  }
   for (int w = 0; w < workers_; ++w) {
     WorkerSlot& s = slots_[w];
     if (s.recv != MPI_REQUEST_NULL) {
@@ -139,6 +174,7 @@ std::string ServerCore::waiting_for() const {
                 " (world rank " + std::to_string(cluster_.worker_rank(w)) + ")";
   }
   return who_ + " waiting for worker messages" +
+         (deciding() ? " and for " + agreement_wait() : "") +
          (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +
          (replies.empty() ? ""
                           : " (worker(s) " + replies + " to receive a reply from a ring slot)") +
@@ -193,7 +229,10 @@ void ServerCore::release_held() {
   auto keep = held_.begin();
   for (auto it = held_.begin(); it != held_.end(); ++it) {
     if (all || it->wait_step <= global_step_) {
-      reply_params(it->worker, it->staleness);
+      // A push whose step's update the ps will never make: its batch is not part of the run.
+      const bool unapplied = all && it->joined >= global_step_;
+      if (unapplied) ++stats_.ignored;
+      reply_params(it->worker, it->staleness, unapplied ? kFlagDropped : 0);
     } else {
       *keep++ = *it;
     }
@@ -203,7 +242,52 @@ void ServerCore::release_held() {
 }
 
 bool ServerCore::finished() const {
-  return stop_flag_.load() || stop_seen_ || (max_steps_ > 0 && global_step_ >= max_steps_);
+  const bool stop = rule_->agrees_on_stop() ? stop_agreed_ : stop_requested_here();
+  return stop || (max_steps_ > 0 && global_step_ >= max_steps_);
+}
+
+Verdict ServerCore::agree_on_step() {
+  if (agree_step_ != global_step_) {  // the first call for this step: this rank's say, to all
+    wait_all(agree_send_, comm_timeout(), who_ + " sending its say on a step to the ps ranks");
+    agree_step_ = global_step_;
+    agree_in_ = stop_requested_here() ? 1 : 0;
+    const int n = static_cast<int>(peer_world_.size());
+    for (int p = 0; p < n; ++p) {
+      if (p == agree_me_) continue;
+      DT_CHECK_MPI(
+          MPI_Irecv(&agree_from_[p], 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_recv_[p]));
+      DT_CHECK_MPI(MPI_Isend(&agree_in_, 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_send_[p]));
+    }
+    agree_missing_ = std::max(n - 1, 0);
+    agree_deadline_ = now_seconds() + kAgreeTimeouts * comm_timeout();
+  }
+  if (deciding()) return Verdict::pending;  // the loop polls the receives
+  int say = agree_in_;
+  for (std::size_t p = 0; p < agree_from_.size(); ++p)
+    if (static_cast<int>(p) != agree_me_) say = std::max(say, agree_from_[p]);
+  stop_agreed_ = say != 0;
+  return stop_agreed_ ? Verdict::stop : Verdict::apply;
+}
+
+std::string ServerCore::agreement_wait() const {
+  std::string missing;
+  for (std::size_t p = 0; p < agree_recv_.size(); ++p)
+    if (agree_recv_[p] != MPI_REQUEST_NULL)
+      missing += (missing.empty() ? "" : ", ") + std::string("the ps at world rank ") +
+                 std::to_string(peer_world_[p]);
+  return missing + " to agree whether global step " + std::to_string(agree_step_) +
+         "'s update is made or the run stops before it";
+}
+
+int ServerCore::wait_event(MPI_Status* st) {
+  if (!deciding()) return wait_any(polled_, c_.timeout, waiting_for_, st);
+  // The step's pushes are in: what the loop waits for is the others' say (and the workers wait
+  // for this ps's verdict).
+  try {
+    return wait_any(polled_, std::max(agree_deadline_ - now_seconds(), 0.0), waiting_for_, st);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(kAgreeTimeouts * comm_timeout(), who_ + " waiting for " + agreement_wait());
+  }
 }
 
 void ServerCore::count_used(int w, std::int64_t staleness) {
@@ -221,8 +305,8 @@ void ServerCore::count_dropped(int w) {
 
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                             const ShardTensors& tensors) {
-  ServerCore ps(cluster, config, shard, total_steps, stop_flag, tensors);
+                             const ShardTensors& tensors, MPI_Comm all_ps) {
+  ServerCore ps(cluster, config, shard, total_steps, stop_flag, tensors, all_ps);
   return ps.run();
 }
 

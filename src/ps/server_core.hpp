@@ -86,7 +86,18 @@ struct HeldReply {
   int worker;
   std::int64_t wait_step;
   std::int64_t staleness;
+  std::int64_t joined;  ///< a push: the global step whose update it joined; a pull: -1
 };
+
+/// The event loop's owner code of ps rank p's say on a step (ServerCore::agree_on_step): kAgreement
+/// + p.
+inline constexpr int kAgreement = -(1 << 30);
+
+/// How many comm_timeout()s a ps waits for the other ps ranks' say on a step.
+inline constexpr double kAgreeTimeouts = 1.5;
+
+/// Whether a complete global step's update is made (ServerCore::agree_on_step).
+enum class Verdict { pending, apply, stop };
 
 /// Whether worker w runs on this ps's node (DTRAIN_TEST_PS_REMOTE=1: never, for tests).
 bool local_worker(const Cluster& cluster, int w);
@@ -98,7 +109,7 @@ class ServerCore {
   /// Throws as run_parameter_server() does for its set-up (ps/server.hpp).
   ServerCore(const Cluster& cluster, const Config& c, const ShardRange& shard,
              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-             const ShardTensors& tensors);
+             const ShardTensors& tensors, MPI_Comm all_ps);
   ~ServerCore();
   ServerCore(const ServerCore&) = delete;
   ServerCore& operator=(const ServerCore&) = delete;
@@ -118,7 +129,23 @@ class ServerCore {
   /// Counts one update made: returns the global step it made and moves past it.
   std::int64_t advance_step() { return global_step_++; }
   /// No more updates: --max-steps reached or a stop requested (held replies are all released).
+  /// Where the rule agrees on steps (UpdateRule::agrees_on_stop), a stop counts once agreed.
   [[nodiscard]] bool finished() const;
+  /// The modes with one update per global step (sync, SSP), where a stop must end the run at the
+  /// same step on every ps rank of the job: called for global_step()'s update once its
+  /// gradients are in, it answers whether that update is made or the run stops before it — the
+  /// same verdict on every ps rank, whatever order the pushes and signals reached each in. A stop
+  /// requested here (a signal, or a push carrying one) counts on every ps rank: the first call
+  /// for a step sends this rank's say (one integer) to every other ps rank of the job (every
+  /// stage's, in a pipeline) and posts the receives of theirs, which the event loop polls; when
+  /// the last has come it calls UpdateRule::on_agreed(): `pending` until then. A stop verdict makes
+  /// finished() true. The loop waits for the others' say at most 1.5 × comm_timeout() (longer
+  /// than a ps waits for a stuck worker, shorter than a worker waits for a held reply), then
+  /// throws TimeoutError naming the ps ranks not heard from. Throws LibraryError when an MPI call
+  /// fails.
+  Verdict agree_on_step();
+  /// Whether the ps ranks' verdict on global_step()'s update is still awaited.
+  [[nodiscard]] bool deciding() const { return agree_missing_ > 0; }
   [[nodiscard]] PsStats& stats() { return stats_; }
   void count_used(int w, std::int64_t staleness);  ///< a gradient of worker w in an update
   void count_dropped(int w);                       ///< a late gradient of worker w, not applied
@@ -143,8 +170,10 @@ class ServerCore {
   /// Sends worker w a REPLY: the header and the shard's parameters.
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0);
   /// Answers worker w with the parameters once global_step ≥ wait_step (or finished()).
-  void hold(int w, std::int64_t wait_step, std::int64_t staleness) {
-    held_.push_back({w, wait_step, staleness});
+  /// `joined`: a push's global step (its reply says kFlagDropped when the ps finishes before
+  /// that step's update), -1 for a pull.
+  void hold(int w, std::int64_t wait_step, std::int64_t staleness, std::int64_t joined = -1) {
+    held_.push_back({w, wait_step, staleness, joined});
   }
   /// Waits for the reply chunks still being sent from chunk c of the shard's arrays: call before
   /// changing them (their receives are posted, so they complete: protocol.hpp).
@@ -153,6 +182,7 @@ class ServerCore {
 
  private:
   void share_rings();
+  void join_agreement(MPI_Comm all_ps);
   void post_recv(int w);
   [[nodiscard]] std::string waiting_for() const;
   void poll_set();
@@ -169,6 +199,11 @@ class ServerCore {
   void reply(int w, int tag, std::int64_t staleness, int flags,
              std::initializer_list<const float*> parts);
   void release_held();
+  [[nodiscard]] bool stop_requested_here() const { return stop_flag_.load() || stop_seen_; }
+  /// The wait for the other ps ranks' say on step agree_step_: who has not answered.
+  [[nodiscard]] std::string agreement_wait() const;
+  /// One event loop wait: wait_any over polled_, within the deadline of the step's verdict.
+  int wait_event(MPI_Status* st);
 
   const Cluster& cluster_;
   const Config& c_;
@@ -181,12 +216,24 @@ class ServerCore {
   DeviceBuffer<float> params_;
   std::int64_t global_step_ = 0, max_steps_ = 0;
   bool stop_seen_ = false;  ///< a worker forwarded a stop request: tell every worker
+  // agree_on_step(): every ps rank's say on global step agree_step_, one message each way between
+  // every two ps ranks (a wait names the ones not heard from).
+  MPI_Comm agree_comm_ = MPI_COMM_NULL;  ///< a duplicate of the job's ps ranks' communicator
+  int agree_me_ = 0;
+  std::vector<int> peer_world_;  ///< world rank of each rank of agree_comm_
+  std::int64_t agree_step_ = -1;
+  int agree_in_ = 0;
+  std::vector<int> agree_from_;  ///< per ps rank: its say (1: stop)
+  std::vector<MPI_Request> agree_recv_, agree_send_;
+  int agree_missing_ = 0;  ///< says not yet received
+  double agree_deadline_ = 0;
+  bool stop_agreed_ = false;
   std::vector<HeldReply> held_;
   ZeroChunk zeros_;                                ///< SNAPSHOT without m / v
   std::vector<std::vector<MPI_Request>> sending_;  ///< per chunk: reply sends in flight
   std::vector<MPI_Request> polled_;                ///< the event loop's requests this round
   /// Per polled request: worker w's chunk (w), its header (−1 − w), the reply leaving the slot
-  /// its next chunk needs (workers_ + w).
+  /// its next chunk needs (workers_ + w), the ps ranks' verdict (kAgreement).
   std::vector<int> owner_;
   const std::function<std::string()> waiting_for_{[this] { return waiting_for(); }};
   std::vector<WorkerSlot> slots_;

@@ -3,7 +3,10 @@
 // once its whole gradient is in; an aggregate of R pushes becomes that step's update (their mean,
 // weighted by samples, summed in worker order so that the update does not depend on arrival
 // order; a push without samples — a shorter shard's last step — takes none of the R places); the
-// push's reply is held until the step it waits for.
+// push's reply is held until the step it waits for. A complete step's update is made once every ps
+// rank agrees that the run goes on (ServerCore::agree_on_step): a push that carries a stop joins
+// its step without a gradient, and the step it joins, or an earlier one, is where the updates end
+// on every shard, whichever shard heard of the stop first.
 //   SyncAggregator     a push computed on the parameters of step t joins step t; R =
 //                      --replicas-to-aggregate; a push for a step already applied is dropped (late:
 //                      backup workers) and answered at once (TensorFlow's SyncReplicasOptimizer,
@@ -51,7 +54,7 @@ class StepAggregator : public UpdateRule {
     if (core_.finished()) {
       fate = Fate::drop;
       ++core_.stats().ignored;
-    } else if (r.step < core_.global_step()) {  // computed on older parameters: late, dropped
+    } else if (late(r.step)) {  // computed on older parameters: late, dropped
       fate = Fate::drop;
       r.staleness = core_.global_step() - h.seen_step;
       core_.count_dropped(w);
@@ -79,6 +82,8 @@ class StepAggregator : public UpdateRule {
 
   float* state_m() override { return opt_.m(); }
   float* state_v() override { return opt_.v(); }
+  [[nodiscard]] bool agrees_on_stop() const override { return true; }
+  void on_agreed() override { apply_complete(); }
 
  protected:
   /// The global step whose update worker w's push (header h) joins.
@@ -91,6 +96,12 @@ class StepAggregator : public UpdateRule {
   ServerCore& core_;
 
  private:
+  /// A push for `step` comes too late: that update is made, or being agreed on (its pushes are
+  /// chosen).
+  [[nodiscard]] bool late(std::int64_t step) const {
+    return step < core_.global_step() || (step == core_.global_step() && core_.deciding());
+  }
+
   /// A buffer of n floats, reused.
   std::vector<float> take_buffer() {
     if (free_.empty()) return std::vector<float>(core_.size());
@@ -120,7 +131,7 @@ void StepAggregator::join(int w) {
     core_.reply_params(w, 0, kFlagDropped);
     return;
   }
-  if (r.step < core_.global_step()) {
+  if (late(r.step)) {
     core_.count_dropped(w);
     core_.reply_params(w, core_.global_step() - r.h.seen_step, kFlagDropped);
     return;
@@ -135,12 +146,14 @@ void StepAggregator::join(int w) {
     throw Error(format_error(core_.who() + ": worker " + std::to_string(w) +
                                  " pushed twice for global step " + std::to_string(r.step),
                              __FILE__, __LINE__));
-  a.samples[w] = r.h.samples;
+  // A push that carries a stop brings no gradient: its step's verdict will be the stop.
+  const int samples = (r.h.flags & kFlagStop) ? 0 : r.h.samples;
+  a.samples[w] = samples;
   a.seen[w] = r.h.seen_step;
-  if (r.h.samples > 0) a.grads[w] = std::exchange(r.own, {});
+  if (samples > 0) a.grads[w] = std::exchange(r.own, {});
   ++a.pushes;
-  a.gradients += r.h.samples > 0 ? 1 : 0;
-  core_.hold(w, reply_at(r.step), r.staleness);
+  a.gradients += samples > 0 ? 1 : 0;
+  core_.hold(w, reply_at(r.step), r.staleness, r.step);
   apply_complete();
 }
 
@@ -162,7 +175,9 @@ void StepAggregator::sum_weighted(const Aggregate& a, std::int64_t total) {
 
 /// Applies the aggregates that are complete, in step order: R gradients with samples, or every
 /// worker's push (a shorter shard's last step holds empty pushes, which take none of the R places:
-/// the step waits for the gradients it has instead of applying nothing).
+/// the step waits for the gradients it has instead of applying nothing) — each once the ps ranks
+/// agree that the run goes on (on_agreed() comes back here when the verdict is awaited; a stop
+/// verdict finishes the ps, and the loop releases every held reply).
 void StepAggregator::apply_complete() {
   const auto complete = [&](const Aggregate& a) {
     return a.gradients >= replicas_ || a.pushes >= core_.workers();
@@ -170,6 +185,7 @@ void StepAggregator::apply_complete() {
   for (auto it = pending_.begin(); it != pending_.end() && it->first == core_.global_step() &&
                                    complete(it->second) && !core_.finished();
        it = pending_.begin()) {
+    if (core_.agree_on_step() != Verdict::apply) return;
     Aggregate& a = it->second;
     std::int64_t total = 0;
     for (int s : a.samples) total += std::max(s, 0);

@@ -47,6 +47,13 @@ class UpdateRule {
   /// The shard's floats [begin, end) went to worker w in a reply, `values` (n floats) as sent.
   /// Default: nothing.
   virtual void on_sent(int w, const float* values, std::size_t begin, std::size_t end);
+  /// Whether a stop waits for the ps ranks' verdict on each global step
+  /// (ServerCore::agree_on_step): the modes with one update per global step. Default: no (a stop
+  /// ends the updates at once).
+  [[nodiscard]] virtual bool agrees_on_stop() const { return false; }
+  /// The ps ranks' verdict on the step agreed last has arrived (ServerCore::agree_on_step).
+  /// Default: nothing.
+  virtual void on_agreed() {}
   /// Whether a worker on the ps's node pushes through a ring shared with it (--ps-shm, async).
   [[nodiscard]] virtual bool shares_rings() const { return false; }
 };

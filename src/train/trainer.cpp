@@ -527,9 +527,9 @@ int serve_as_ps(const Config& c, const Job& job) {
   // one itself names it first.
   Config served = c;
   if (stage) served.timeout = ps_reply_timeout(c) + 2 * c.timeout;
-  const PsStats st = run_parameter_server(stage ? *stage : *job.cluster, served,
-                                          stage ? job.stage_shards[k].local : job.shards[k],
-                                          job.plan.total_steps, stop_flag(), job.ps_tensors);
+  const PsStats st = run_parameter_server(
+      stage ? *stage : *job.cluster, served, stage ? job.stage_shards[k].local : job.shards[k],
+      job.plan.total_steps, stop_flag(), job.ps_tensors, job.cluster->role_comm());
   gather_run_stats(job, &st, nullptr);
   write_timeline(c, job);
   return stop_requested() ? kExitSignalled : kExitOk;

@@ -19,6 +19,8 @@
 #      stage 0 alone: the stop checkpoint is at results.json's global_step, its position is that
 #      step's, and its parameters and momentum are bit-identical to a run stopped there by
 #      --max-steps.
+#   4g. sync through 2 ps, SIGUSR1 inside a step to ps 0 alone and to mpirun: the same as 4e (the
+#      ps ranks agree on the step the updates end at).
 #   4f. async with one worker, SIGUSR1 inside a step: the same (the push the stop rides on is not
 #      applied, nor counted in the position); with two workers, the stop checkpoint holds each
 #      worker's position and the resumed epoch ends at the global step of a run never stopped.
@@ -56,6 +58,10 @@ run_and_signal() {
            kill -"$sig" "${pids[@]}" 2>/dev/null || true ;;
     chief-twice) p=$(rank_pid 0); kill -TERM "$p"; kill -INT "$p" ;;
     rank1) p=$(rank_pid 1); kill -"$sig" "$p" ;;
+    ps0) # ps 0 alone, from the role table
+         r=$(sed -n 's|^# *\([0-9]*\) .* ps  *0  .*|\1|p' "$log" | head -1)
+         [[ -n $r ]] || { cat "$log"; fail "no ps 0 in the role table"; }
+         p=$(rank_pid "$r"); kill -"$sig" "$p" ;;
     stage0) # the worker of pipeline stage 0, from the role table
             r=$(sed -n 's|^# *\([0-9]*\) .* worker .* stage 0/.*|\1|p' "$log" | head -1)
             [[ -n $r ]] || { cat "$log"; fail "no stage 0 worker in the role table"; }
@@ -224,6 +230,22 @@ for how in mpirun stage0; do
   reports_the_stop_step "$d"
   timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --run-dir "$d-straight" \
     --max-steps "$(newest_step "$d")" "${PIPE[@]}" >"$d-straight.log" 2>&1 ||
+    { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
+  same_params_as "$d" "$d-straight"
+done
+# Sync through the ps with the parameters split over 2 ps (2 workers): the signal to ps 0 alone,
+# and to mpirun. The ps ranks agree on the step the updates end at, so every shard of the stop
+# checkpoint holds the same step (before, ps 0 stopped at once while ps 1 applied the step the
+# workers were pushing: a checkpoint of two steps).
+for how in ps0 mpirun; do
+  d=$SCRATCH/usr1-sync-2ps-$how
+  run_and_signal sync 4 "$how" USR1 "$d" --num-ps 2 --log-every 1
+  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, sync through 2 ps: exit $JOB_RC, want 75"; }
+  stopped_cleanly "$d"
+  position_is_the_ps_step "$d"
+  reports_the_stop_step "$d"
+  timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --num-ps 2 --run-dir "$d-straight" \
+    --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
     { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
   same_params_as "$d" "$d-straight"
 done

@@ -23,8 +23,9 @@
 #   7. a pipeline with a ps per stage (async, 2 ps + 2 workers): stage 1's ps (rank 3) stopped
 #      with SIGSTOP: stage 1 reports waiting "with ps 0 (rank 3)" (its stage's ps 0), or stage 0
 #      waiting for stage 1 (the gradients of a micro-batch, or the stages' agreement on the step).
-#   7b. the same in sync through the ps: the stopped ps is named (its stage waits 2 × --timeout
-#      for the held reply; the stages' agreement waits longer).
+#   7b. the same in sync through the ps: the stopped ps is named, by the other ps, which waits for
+#      its say on the step (1.5 × --timeout; the stages wait 2 × --timeout for held replies).
+#   7c. sync through 2 ps (3 workers), no pipeline, ps 1 stopped: ps 0 names it the same way.
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
@@ -101,12 +102,15 @@ stuck_case ssp-hang 4 hook:hang@20:2 "no request from worker 2 (world rank 2)" -
   --num-ps 1 --max-staleness 1
 stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --mode async \
   --num-ps 2 --pipeline-stages 2 --micro-batches 4
-# 7b. the same in sync through the ps: stage 1 waits 2 × --timeout for its held reply, and stage 0
-# waits longer than that for stage 1 at the stages' agreement, so the stopped ps is the one named,
-# after 2 × --timeout (stage 0 used to time out first, at --timeout, naming stage 1, a healthy
-# worker).
-WATCHDOG_S=10 stuck_case pipe-sync-ps-stop 4 stop:3 "ps 0 (rank 3)" --mode sync --num-ps 2 \
-  --pipeline-stages 2 --micro-batches 4
+# 7b. the same in sync through the ps: the ps ranks agree on every step's update, and stage 0's ps
+# waits 1.5 × --timeout for the stopped one's say — less than the stages wait for their held
+# replies (2 × --timeout) — so the stopped ps is the one named (stage 0 used to time out first, at
+# --timeout, naming stage 1, a healthy worker; then stage 0's ps, a healthy ps).
+WATCHDOG_S=7.5 stuck_case pipe-sync-ps-stop 4 stop:3 "the ps at world rank 3" --mode sync \
+  --num-ps 2 --pipeline-stages 2 --micro-batches 4
+# 7c. sync through 2 ps, no pipeline: ps 1 (world rank 4) stopped; ps 0 names it the same way (it
+# used to wait for pushes that the workers, held up by ps 1, never sent, and blame a worker).
+WATCHDOG_S=7.5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4" --mode sync --num-ps 2
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.

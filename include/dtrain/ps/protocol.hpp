@@ -68,6 +68,8 @@ enum PsTag : int {
   kTagDone = 105,
   kTagReply = 110,
   kTagState = 111,
+  kTagAgree = 120,  ///< ps → ps: its say on a global step's update (sync, SSP), on their own
+                    ///< communicator
 };
 
 enum PsFlag : std::int32_t {

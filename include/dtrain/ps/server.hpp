@@ -74,12 +74,16 @@ struct ShardTensors {
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
 /// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
 /// `tensors`: the shard's ranges without weight decay and (LARS, LAMB) its tensors.
-/// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds, Error on a
+/// `all_ps`: every ps rank of the job (MPI_COMM_NULL: cluster.role_comm(); a pipeline's stage
+/// passes the whole job's), which in the sync and SSP modes agree on the step a stop ends the
+/// updates at, so that every shard of a checkpoint holds the same step.
+/// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds (or, sync and
+/// SSP with several ps ranks, another ps rank's say on a step for 1.5 × comm_timeout()), Error on a
 /// malformed message, InputError from the optimizer, DANA or delay-compensation set-up (unknown
 /// --optimizer, a no_decay range outside the shard, LARS/LAMB without segments covering the
 /// shard, an invalid λ0), LibraryError when an MPI call or an allocation fails.
 PsStats run_parameter_server(const Cluster& cluster, const Config& config, const ShardRange& shard,
                              std::int64_t total_steps, const std::atomic<bool>& stop_flag,
-                             const ShardTensors& tensors = {});
+                             const ShardTensors& tensors = {}, MPI_Comm all_ps = MPI_COMM_NULL);
 
 }  // namespace dtrain
