@@ -4,7 +4,7 @@
 Usage: /usr/bin/python3 data-tools/plan_vs_measured.py SWEEP --profile P.json --job JOB.ini
            --global-batch B [--max-workers N] [--intra-node SPEC] [--bucket-mb MB]
            [--cores-per-node C] [--allreduce auto|flat|hierarchical] [--straggler-cv auto|X]
-           [--dtrain BIN]
+           [--dtrain BIN]   (default: the repository's build/bin/dtrain)
 
 SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (allreduce) and
 async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. A run's mode,
@@ -14,12 +14,13 @@ that is not a JSON object with samples_per_sec, is one error naming it (exit 1).
 with at most --max-workers workers, runs
   dtrain plan --config JOB --profile P --nodes 1 --workers-per-node N --global-batch-size B
               --intra-node SPEC --cores-per-node C --mode sync|async [--num-ps K]
-              --bucket-mb <the run's> --out ...
+              --bucket-mb MB --out ...
 and prints a Markdown table: mode, workers, predicted and measured samples/s, error % =
 (predicted − measured) / measured, predicted and measured compute and exposed communication
 ms/step. Sync rows use the allreduce the run used (results.json's "allreduce": hierarchical, or
-flat for mpi; runs without that key, and a CSV, flat) at the job's --bucket-mb (default 25);
---allreduce flat|hierarchical prices every sync row so.
+flat for mpi; runs without that key, and a CSV, flat) at --bucket-mb MB, or without it the job
+file's bucket-mb (dtrain's default 25 where it sets none); --allreduce flat|hierarchical prices
+every sync row so. A --dtrain that is not an executable is one error naming it (exit 1).
 Where the sweep holds the host's ceiling (run_strong_scaling.sh --ceiling: ceiling-wN/r*/, N
 independent one-worker runs at the N-worker runs' per-worker batch; for N = 1 the sync-w1 run),
 two more columns: the ceiling's samples/s × the predicted efficiency — the prediction with the
@@ -46,6 +47,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -187,6 +189,20 @@ def step_cv(sweep, workers):
     return ((squares / dof) ** 0.5, steps) if dof else (0.0, 0)
 
 
+def job_bucket_mb(job):
+    """The job file's bucket-mb (its last `bucket-mb = MB` line, as dtrain reads it), or dtrain's
+    default 25; exits naming the file when it cannot be read or the value is not a number."""
+    try:
+        with open(job, encoding="utf-8") as f:
+            found = re.findall(r"^[ \t]*bucket-mb[ \t]*=[ \t]*([^#;\n]*)", f.read(), re.M)
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8
+        fail(f"--job {job}: cannot read it ({getattr(e, 'strerror', None) or e})")
+    try:
+        return float(found[-1]) if found else 25.0
+    except ValueError:
+        fail(f"--job {job}: bucket-mb '{found[-1].strip()}' is not a number")
+
+
 def sync_row(a, run):
     """The plan row that prices a sync run: its recorded algorithm unless --allreduce says."""
     algo = a.allreduce if a.allreduce != "auto" else (
@@ -200,7 +216,8 @@ def predict(a, mode, ps, workers, tmp, configuration, cv=0.0):
            "--workers-per-node", str(workers), "--global-batch-size", str(a.global_batch),
            "--intra-node", a.intra_node, "--cores-per-node", str(a.cores_per_node),
            "--straggler-cv", repr(cv), "--mode", mode, "--out", out]
-    cmd += ["--num-ps", str(ps)] if mode == "async" else ["--num-ps", "0"]
+    cmd += (["--num-ps", str(ps)] if mode == "async"
+            else ["--num-ps", "0", "--bucket-mb", repr(a.bucket_mb)])
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"plan_vs_measured.py: {' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
@@ -208,6 +225,8 @@ def predict(a, mode, ps, workers, tmp, configuration, cv=0.0):
     if mode == "sync":
         rows = [p for p in rows if p["configuration"] == configuration
                 and p["bucket_mb"] == a.bucket_mb]
+    if not rows:
+        fail(f"{' '.join(cmd)}: no row '{configuration}' at {a.bucket_mb:g} MiB buckets in {out}")
     return rows[0]
 
 
@@ -218,7 +237,8 @@ def main():
     ap.add_argument("--job", required=True)
     ap.add_argument("--global-batch", type=int, required=True)
     ap.add_argument("--intra-node", default="shm")
-    ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--bucket-mb", type=float,
+                    help="sync rows' bucket size (default: the job file's bucket-mb, else 25)")
     ap.add_argument("--cores-per-node", type=int, default=0,
                     help="the host's cores (dtrain plan --cores-per-node; default 0: not priced)")
     ap.add_argument("--max-workers", type=int, default=1 << 30)
@@ -226,10 +246,16 @@ def main():
                     help="how to price sync rows (default auto: as each run recorded it)")
     ap.add_argument("--straggler-cv", default="0",
                     help="sync rows: dtrain plan --straggler-cv X, or auto (from the ceiling runs)")
-    ap.add_argument("--dtrain", default="build/bin/dtrain")
+    ap.add_argument("--dtrain", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "build", "bin", "dtrain"))
     ap.add_argument("--after-first-step", action="store_true",
                     help="measured figures without each process's first step")
     a = ap.parse_args()
+    if shutil.which(a.dtrain) is None:
+        fail(f"--dtrain {a.dtrain}: not an executable (build dtrain: bash .ci/build.sh, or give "
+             "--dtrain PATH)")
+    if a.bucket_mb is None:
+        a.bucket_mb = job_bucket_mb(a.job)
     runs = measured_runs(a.sweep)
     if not runs:
         fail(f"no sync-wN or async-psK-wN runs in {a.sweep}")

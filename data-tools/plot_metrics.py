@@ -21,7 +21,7 @@ as they come, sorted by step. A run that is still writing may end in an unfinish
 at the end, too few fields or a cut value): that line is skipped with a warning; a bad row anywhere
 else is an error naming FILE:LINE and the column. The plot is written to a temporary file and
 renamed. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage.
-Run with Debian's /usr/bin/python3 (python3-matplotlib).
+Run with Debian's /usr/bin/python3 (python3-matplotlib); without matplotlib: one error, exit 1.
 """
 import argparse
 import csv
@@ -111,7 +111,11 @@ def main():
     if a.label is not None and len(a.label) != len(a.runs):  # a usage error: exit 2
         ap.error(f"--label: {len(a.label)} names for {len(a.runs)} runs (give one per RUN)")
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        error(f"no matplotlib in {sys.executable} (run with /usr/bin/python3, Debian's "
+              "python3-matplotlib)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

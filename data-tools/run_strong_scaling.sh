@@ -16,6 +16,7 @@
 #                     so every run trains on the same N×global-batch samples  (default: 200)
 #   --threads N       OpenMP threads per rank (default: 1 = one core per worker, so that the
 #                     1-worker run measures one core; 0 = dtrain's cores/ranks)
+#                     Numbers are decimal (010 is 10); a count or mode listed twice runs once.
 #   --out DIR         results folder                             (default: runs/scaling-<date-time>)
 #   --plan            print the plan and exit, one run per line, shell-quoted (printf %q):
 #                     NAME RANKS JOB DTRAIN_OPTIONS... (--run-dir OUT/NAME among them);
@@ -97,10 +98,24 @@ while [ $# -gt 0 ]; do
   esac
 done
 extra=("$@")
-isnum() { [[ $1 =~ ^[0-9]+$ ]]; }
-isnum "$gb" && [ "$gb" -gt 0 ] || die "--global-batch '$gb' is not a positive number"
-isnum "$steps" && [ "$steps" -gt 0 ] || die "--steps '$steps' is not a positive number"
-isnum "$threads" || die "--threads '$threads' is not a number"
+# isnum N: N is a count below 10^18 (bash's arithmetic wraps at 2^63), leading zeros aside.
+isnum() { [[ $1 =~ ^0*[0-9]{1,18}$ ]]; }
+# Numbers are decimal: 010 is 10 (bash's arithmetic would read it as octal 8, and 08 not at all).
+isnum "$gb" && gb=$((10#$gb)) && [ "$gb" -gt 0 ] || die "--global-batch '$gb' is not a positive number"
+isnum "$steps" && steps=$((10#$steps)) && [ "$steps" -gt 0 ] || die "--steps '$steps' is not a positive number"
+isnum "$threads" && threads=$((10#$threads)) || die "--threads '$threads' is not a number"
+# once LIST: LIST's words, each once in its first place, numbers in decimal ("2 02" is one run:
+# twice it would be two runs into one run folder).
+once() {
+  local x words out=() seen=" "
+  read -r -d '' -a words <<<"$1" || true
+  for x in "${words[@]}"; do
+    ! isnum "$x" || x=$((10#$x))
+    [[ $seen == *" $x "* ]] || { out+=("$x"); seen+="$x "; }
+  done
+  echo "${out[*]}"
+}
+workers=$(once "$workers") modes=$(once "$modes") ps_list=$(once "$ps_list")
 [[ $workers =~ [^[:space:]] ]] || die "--workers: empty list (give worker counts, e.g. \"1 2 4\")"
 [[ $modes =~ [^[:space:]] ]] || die "--modes: empty list (give \"sync async\", sync or async)"
 [[ ! $modes =~ async ]] || [[ $ps_list =~ [^[:space:]] ]] ||
@@ -269,7 +284,7 @@ keep_runs() {
 }
 
 # By worker count: each N's runs of every mode, then its ceiling and its lock-step run.
-for w in $(tr ' ' '\n' <<<"$workers" | awk 'NF && !seen[$0]++'); do
+for w in $workers; do
   for line in "${plan[@]}"; do
     read -r name mode ps lw np max_steps <<<"$line"
     [ "$lw" = "$w" ] || continue

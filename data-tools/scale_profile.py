@@ -14,7 +14,8 @@ exists (unless --force) or is a directory; its missing folders are created; it i
 temporary name and renamed, so a failed run leaves nothing. A PROFILE that cannot be read, is not
 a dtrain profile (format "dtrain-profile-1", a "layers" list whose forward_ms and backward_ms are
 finite numbers >= 0, not all 0) or a --compute-ms, --optimizer-ms or --batch that dtrain plan
-would refuse (not a finite number > 0; --optimizer-ms >= 0) is one error naming it, exit 1
+would refuse (not a finite number > 0; --optimizer-ms >= 0; a scaled layer's forward or backward
+or the optimizer above dtrain's 1e9 ms; a batch above 2^31 - 1) is one error naming it, exit 1
 (argparse's usage errors: 2).
 """
 import argparse
@@ -25,6 +26,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import outputs  # noqa: E402  (the output checks every writing tool shares)
+
+
+# dtrain plan's limits (model/profile.cpp): a layer's pass or the update at most 1e9 ms, the batch
+# an int.
+MAX_MS = 1e9
+MAX_BATCH = 2**31 - 1
 
 
 class ProfileError(Exception):
@@ -78,10 +85,12 @@ def main():
     def body():
         if not (math.isfinite(a.compute_ms) and a.compute_ms > 0):
             raise ProfileError(f"--compute-ms {a.compute_ms}: expected a finite number > 0")
-        if a.batch <= 0:
-            raise ProfileError(f"--batch {a.batch}: expected an integer > 0")
-        if a.optimizer_ms is not None and not (math.isfinite(a.optimizer_ms) and a.optimizer_ms >= 0):
-            raise ProfileError(f"--optimizer-ms {a.optimizer_ms}: expected a finite number >= 0")
+        if not 0 < a.batch <= MAX_BATCH:
+            raise ProfileError(f"--batch {a.batch}: expected an integer > 0 and <= {MAX_BATCH}")
+        if a.optimizer_ms is not None and not (math.isfinite(a.optimizer_ms)
+                                               and 0 <= a.optimizer_ms <= MAX_MS):
+            raise ProfileError(f"--optimizer-ms {a.optimizer_ms}: expected a finite number >= 0 "
+                               "and <= 1e9 (dtrain plan's limit)")
         outputs.check_output(a.out, a.force, ProfileError)  # refuse before reading anything
         p = read_profile(a.profile)
         total = sum(l["forward_ms"] + l["backward_ms"] for l in p["layers"])
@@ -89,16 +98,17 @@ def main():
         for l in p["layers"]:
             l["forward_ms"] *= k
             l["backward_ms"] *= k
-        if not all(math.isfinite(l["forward_ms"] + l["backward_ms"]) for l in p["layers"]):
+        worst = max(max(l["forward_ms"], l["backward_ms"]) for l in p["layers"])
+        if not worst <= MAX_MS:  # inf too
             raise ProfileError(f"--compute-ms {a.compute_ms}: {a.profile}'s layers scaled by {k:.4g} "
-                               "are not finite")
+                               f"take up to {worst:.4g} ms a pass, above dtrain plan's 1e9 ms")
         p["step_ms"] = a.compute_ms
         p["batch"] = a.batch
         if a.optimizer_ms is not None:
             p["optimizer_ms"] = a.optimizer_ms
-        if not (number(p.get("optimizer_ms")) and p["optimizer_ms"] >= 0):
+        if not (number(p.get("optimizer_ms")) and 0 <= p["optimizer_ms"] <= MAX_MS):
             raise ProfileError(f"{a.profile}: optimizer_ms = {json.dumps(p.get('optimizer_ms'))}, "
-                               "expected a finite number >= 0 (or give --optimizer-ms)")
+                               "expected a finite number >= 0 and <= 1e9 (or give --optimizer-ms)")
         if a.device:
             p["device"] = a.device
         if a.precision:

@@ -24,11 +24,13 @@ speedup(N) = T1 / TN and parallel efficiency(N) = T1 / (N * TN), where T1 is the
 same series (same mode and ps count); a series without a 1-worker run uses its smallest worker count
 M as the base (speedup = M * TM / TN) and says so. Several runs of the same configuration: the
 median T is used and the count shown. Runs of a series that trained on different numbers of
-samples are reported (they are not the same problem). A results.json that is not valid JSON, not an
-object, lacks a required key or has a value of the wrong type (say num_workers "three" or 0,
-train_seconds null) is skipped with a warning naming the file and the key; a bad launcher.json is
-ignored with a warning. A resumed run (results.json session_first_step > 0, docs/observing.md:
-its train_seconds and samples are its last session's only) is skipped with a warning naming it.
+samples, ran different job files (results.json config_crc32) or different global batches are
+reported (they are not the same problem); a base run whose T is 0 gives no speedup (a note says
+so). A results.json that is not valid JSON, not an object, lacks a required key or has a value of
+the wrong type (say num_workers "three" or 0, train_seconds null) is skipped with a warning
+naming the file and the key; a bad launcher.json is ignored with a warning. A resumed run
+(results.json session_first_step > 0, docs/observing.md: its train_seconds and samples are its
+last session's only) is skipped with a warning naming it.
 Exit status: 0 done, 1 no usable run or an output that may not be written
 (message on stderr), 2 bad usage.
 Host ceiling (run_strong_scaling.sh --ceiling, issue 36): results.json files under a folder named
@@ -50,7 +52,8 @@ after step 1": the same without each process's first step, the transient a short
 and "worker compute max/min after step 1" with "slowest worker after step 1" (from the per-worker
 compute in results.json): how far the slowest worker's forward + backward lies above the
 fastest's, the wait a sync step pays for its straggler.
-Without matplotlib the table (.md) and .csv are still written, and no .png (a warning says so).
+Without matplotlib the table (.md) and .csv are still written, and no .png (a warning says so);
+an existing PREFIX.png (--force) is then removed, with a warning: it plotted an earlier report.
 Run with Debian's /usr/bin/python3 (numpy, matplotlib from python3-numpy / python3-matplotlib).
 """
 import argparse
@@ -237,15 +240,33 @@ def build_rows(runs, time_key):
         if base_w != 1:
             notes.append(f"{mode} ps={ps}: no 1-worker run; speedup relative to {base_w} workers "
                          f"(T1 taken as {base_w} x T{base_w})")
-        samples = {int(r.get("samples", 0)) for w in ws for r in by_w[w]}
+        if not t_base > 0:
+            notes.append(f"{mode} ps={ps}: the {base_w}-worker run's {time_key} is 0 - no speedup "
+                         "or efficiency against it")
+        series_runs = [r for w in ws for r in by_w[w]]
+        samples = {int(r.get("samples", 0)) for r in series_runs}
         if len(samples) > 1:
             notes.append(f"{mode} ps={ps}: runs trained on different sample counts {sorted(samples)}"
+                         " - not the same problem")
+        # Strong scaling is one problem on more workers: the same job (its file's CRC-32, named
+        # by its path) and the same global batch.
+        jobs = {}
+        for r in series_runs:
+            if r.get("config_crc32") is not None:
+                jobs.setdefault(str(r["config_crc32"]), str(r.get("config_file", "?")))
+        if len(jobs) > 1:
+            notes.append(f"{mode} ps={ps}: runs of different job files ("
+                         + ", ".join(f"{f} crc32 {c}" for c, f in sorted(jobs.items()))
+                         + ") - not the same problem")
+        batches = {r["global_batch_size"] for r in series_runs if r.get("global_batch_size")}
+        if len(batches) > 1:
+            notes.append(f"{mode} ps={ps}: runs with different global batches {sorted(batches)}"
                          " - not the same problem")
         cpu_base = median([r["cpu_seconds"] for r in by_w[base_w] if "cpu_seconds" in r])
         for w in ws:
             rs = by_w[w]
             t = median([r[time_key] for r in rs])
-            speedup = base_w * t_base / t if t > 0 else float("nan")
+            speedup = base_w * t_base / t if t > 0 and t_base > 0 else float("nan")
             def med(k):
                 vals = [r[k] for r in rs if k in r and r[k] is not None]
                 return median(vals) if vals else float("nan")
@@ -580,6 +601,13 @@ def main():
                 os.replace(tmp, path)
             except OSError as e:
                 error(f"cannot write {path}: {e.strerror or e}")
+        if not plot and os.path.lexists(out + ".png"):  # --force: an earlier report's plot
+            try:
+                os.remove(out + ".png")
+            except OSError as e:
+                error(f"cannot remove the earlier {out}.png: {e.strerror or e}")
+            warn(f"removed {out}.png: it plotted an earlier report, and there is no matplotlib "
+                 "to draw this one")
     finally:
         for tmp in tmps:
             outputs.remove_if_exists(tmp)

@@ -10,6 +10,7 @@
 #              --out runs/scaling-cluster
 #   Sweep options are run_strong_scaling.sh's: --job FILE, --workers LIST, --modes LIST, --ps LIST,
 #   --global-batch N, --steps N, --threads N, --out DIR (see data-tools/run_strong_scaling.sh --help).
+#   -h, --help prints this text.
 # Run it from the repository root (the jobs run in the submit directory).
 # Environment:
 #   CHAIN        1: each run waits for the previous one (afterany); 0: submit all at once (default: 1)
@@ -26,6 +27,16 @@ die() {
   echo "submit_strong_scaling.sh: error: $*" >&2
   exit 2
 }
+# --help is this script's; --host would print the login node's shape where plan lines are read.
+for a in "$@"; do
+  case $a in
+    --) break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    --host)
+      die "--host describes the machine it runs on, not the nodes the jobs get" \
+        "(run data-tools/run_strong_scaling.sh --host in a job there)" ;;
+  esac
+done
 command -v sbatch >/dev/null || die "sbatch not found (is this a Slurm login node? is SLURM_CONF set?)"
 plan=$(bash data-tools/run_strong_scaling.sh --plan "$@") || die "could not make the plan (see above)"
 [ -n "$plan" ] || die "empty plan"

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
@@ -26,6 +28,8 @@ nlohmann::ordered_json layer_json(const LayerCost& l) {
 
 /// At most 1e9 ms (11.6 days) a pass or an update: the sums over layers and stages stay finite.
 constexpr double kMaxMs = 1e9;
+/// At most 2^16 OpenMP threads a profiled rank: a node's cores price T × its compute.
+constexpr int kMaxThreads = 1 << 16;
 /// At most 2^40 floats (4 TiB of fp32) a layer: beyond any model, and the sums stay exact.
 constexpr std::uint64_t kMaxFloats = std::uint64_t{1} << 40;
 
@@ -40,7 +44,21 @@ std::size_t float_count(const nlohmann::json& layer, const char* key, const std:
   return static_cast<std::size_t>(v.get<std::uint64_t>());
 }
 
-/// The layers' times are ≥ 0 and their parameter ranges tile the buffer in line order.
+/// Field `key` of a profile as an int from `lo` to `hi` (`fallback` when absent; required
+/// without one): a JSON integer, not a fraction nor one an int would wrap or cut short. Throws
+/// InputError naming `where` and the field.
+int int_field(const nlohmann::json& j, const char* key, int lo, int hi, std::optional<int> fallback,
+              const std::string& where) {
+  if (fallback && !j.contains(key)) return *fallback;
+  const nlohmann::json& v = j.at(key);
+  // An unsigned one above 2^63 reads as negative, below lo ≥ 0.
+  DT_REQUIRE(v.is_number_integer() && v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi,
+             where + ": " + key + " is " + v.dump() + ", expected an integer from " +
+                 std::to_string(lo) + " to " + std::to_string(hi));
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+/// The layers' times are ≥ 0, not all 0, and their parameter ranges tile the buffer in line order.
 void check_layers(const WorkerProfile& p, const std::string& where) {
   DT_REQUIRE(!p.layers.empty(), where + ": no layers");
   std::size_t next = 0;
@@ -55,6 +73,9 @@ void check_layers(const WorkerProfile& p, const std::string& where) {
                    " (parameter ranges tile the gradient buffer in line order)");
     next += l.param_floats;
   }
+  DT_REQUIRE(p.forward_ms() + p.backward_ms() > 0,
+             where + ": every layer's forward_ms and backward_ms is 0, expected a step that takes "
+                     "time (the plan divides by it)");
 }
 
 }  // namespace
@@ -104,12 +125,12 @@ WorkerProfile load_profile(const std::string& path, const std::string& option) {
     const nlohmann::json j = nlohmann::json::parse(in);
     DT_REQUIRE(j.value("format", std::string()) == kFormat,
                where + ": not a dtrain profile (expected \"format\": \"" + kFormat + "\")");
-    j.at("batch").get_to(p.batch);
+    p.batch = int_field(j, "batch", 1, std::numeric_limits<int>::max(), std::nullopt, where);
     p.job = j.value("job", std::string());
     p.device = j.value("device", std::string("cpu"));
-    p.threads = j.value("threads", 1);
+    p.threads = int_field(j, "threads", 1, kMaxThreads, 1, where);
     p.precision = j.value("precision", std::string("fp32"));
-    p.steps = j.value("steps", 0);
+    p.steps = int_field(j, "steps", 0, std::numeric_limits<int>::max(), 0, where);
     p.step_ms = j.value("step_ms", 0.0);
     j.at("optimizer_ms").get_to(p.optimizer_ms);
     for (const nlohmann::json& l : j.at("layers"))
@@ -119,7 +140,6 @@ WorkerProfile load_profile(const std::string& path, const std::string& option) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + ": " + e.what());
   }
-  DT_REQUIRE(p.batch > 0, where + ": batch must be > 0");
   DT_REQUIRE(std::isfinite(p.optimizer_ms) && p.optimizer_ms >= 0 && p.optimizer_ms <= kMaxMs,
              where + ": optimizer_ms must be from 0 to 1e9 ms");
   check_layers(p, where);

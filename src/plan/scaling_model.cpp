@@ -231,8 +231,13 @@ Prediction predict(const WorkerProfile& p, const Topology& t, const Candidate& c
     Topology one = t;
     one.nodes = one.workers_per_node = 1;
     // Async across nodes: the one worker reaches its ps over --network, as the candidate's do
-    // (over the node's own link it could be faster than any of them: an efficiency above 1).
-    if (c.strategy == Strategy::ps && t.nodes > 1) one.intra = t.inter;
+    // (over the node's own link it could be faster than any of them: an efficiency above 1),
+    // through the NIC, never the shared rings of one node (a shared=1 --network would charge it
+    // the ring copies, and the ps round the bus, that no worker across nodes pays).
+    if (c.strategy == Strategy::ps && t.nodes > 1) {
+      one.intra = t.inter;
+      one.intra.shared = false;
+    }
     r.efficiency = r.samples_per_s / (t.workers() * predict(p, one, c).samples_per_s);
   }
   return r;

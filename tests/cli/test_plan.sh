@@ -6,7 +6,8 @@
 # other work shares, where one job's compute per step moved 1.85× between two runs a minute apart,
 # docs/scaling/README.md); the latency-aware bucket rows, and ResNet-50 on 512 GPUs (fewer, larger
 # buckets than the 25 MiB plan); data-tools/plan_vs_measured.py pricing each sync run by the
-# allreduce it recorded; bad options, each named in one error, nothing written.
+# allreduce it recorded, at --bucket-mb or the job file's; bad options, each named in one error,
+# nothing written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 JOB=$SRC/jobs/fashion_mnist_cnn.ini
@@ -217,18 +218,42 @@ grep -qF "sweep-rec/sync-w2/results.json: the run records mode sync, 0 ps, 4 wor
   { cat "$SCRATCH/pvm-rec.md"; fail "the run was not priced by its recorded 4 workers"; }
 mkdir -p "$SCRATCH/sweep-bad/sync-w2"
 echo '{"samples_per_sec": 1' >"$SCRATCH/sweep-bad/sync-w2/results.json"
-# pvm_fails NEEDLE SWEEP: plan_vs_measured.py exits 1 with NEEDLE and no traceback.
+# pvm_fails NEEDLE SWEEP [OPTIONS...]: plan_vs_measured.py exits 1 with NEEDLE and no traceback.
 pvm_fails() {
   local needle=$1 rc=0
-  "${PVM[@]}" "$2" >"$SCRATCH/pvm-bad.out" 2>&1 || rc=$?
+  "${PVM[@]}" "${@:2}" >"$SCRATCH/pvm-bad.out" 2>&1 || rc=$?
   [[ $rc -eq 1 ]] && grep -qF -- "$needle" "$SCRATCH/pvm-bad.out" && ! grep -q Traceback "$SCRATCH/pvm-bad.out" ||
-    { cat "$SCRATCH/pvm-bad.out"; fail "plan_vs_measured.py $2: exit $rc, want 1 and '$needle'"; }
+    { cat "$SCRATCH/pvm-bad.out"; fail "plan_vs_measured.py ${*:2}: exit $rc, want 1 and '$needle'"; }
   echo "-- exit $rc: $(head -1 "$SCRATCH/pvm-bad.out")"
 }
 pvm_fails "SWEEP $SCRATCH/none: no such folder or file" "$SCRATCH/none"
 pvm_fails "SWEEP $SCRATCH/sweep-rec/sync-w2/results.json: not scaling_report.py's CSV" \
   "$SCRATCH/sweep-rec/sync-w2/results.json"
 pvm_fails "$SCRATCH/sweep-bad/sync-w2/results.json: not valid JSON" "$SCRATCH/sweep-bad"
+# A missing dtrain (the default was build/bin/dtrain under the caller's directory): a traceback.
+pvm_fails "--dtrain $SCRATCH/none/dtrain: not an executable" "$SCRATCH/sweep-hierarchical" \
+  --dtrain "$SCRATCH/none/dtrain"
+
+echo "== 3c'''. plan_vs_measured.py prices sync rows at --bucket-mb, else at the job file's"
+# 0.5 MiB is none of the plan's own sizes: the row was missing (a traceback), and a job file's
+# bucket-mb was never read (its sync runs priced at 25 MiB).
+"$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 1 \
+  --workers-per-node 4 --global-batch-size 256 --intra-node "$LINK" --mode sync --bucket-mb 0.5 \
+  --out "$SCRATCH/pvm-b.json" >/dev/null 2>&1 || fail "dtrain plan --bucket-mb 0.5 failed"
+sed 's/^\[train\]$/[train]\nbucket-mb = 0.5/' "$JOB" >"$SCRATCH/job-b.ini"
+"${PVM[@]}" "$SCRATCH/sweep-hierarchical" --bucket-mb 0.5 >"$SCRATCH/pvm-b.md" ||
+  fail "plan_vs_measured.py --bucket-mb 0.5 failed"
+"${PVM[@]}" "$SCRATCH/sweep-hierarchical" --job "$SCRATCH/job-b.ini" >"$SCRATCH/pvm-bj.md" ||
+  fail "plan_vs_measured.py with a job file's bucket-mb failed"
+"$PY" - "$SCRATCH/pvm-b.json" "$SCRATCH"/pvm-{b,bj,h}.md <<'PY' || fail "not priced at 0.5 MiB buckets"
+import json, sys
+want = [r["samples_per_s"] for r in json.load(open(sys.argv[1]))["predictions"]
+        if r["bucket_mb"] == 0.5 and r["configuration"] == "sync, hierarchical"][0]
+got = [float([l for l in open(p) if l.startswith("| sync")][0].split("|")[3]) for p in sys.argv[2:]]
+assert abs(got[0] - want) <= 0.01 and abs(got[1] - want) <= 0.01, (got, want)
+assert abs(got[2] - want) > 0.01, ("25 MiB priced as 0.5 MiB", got, want)  # the test tells them apart
+print(f"   0.5 MiB buckets: {want:.2f} samples/s, 25 MiB: {got[2]:.2f}")
+PY
 
 echo "== 3d. --straggler-cv: sync steps wait for the slowest of 4 workers, async ones do not"
 "$DTRAIN" plan --config "$JOB" "${DATA[@]}" --profile "$SCRATCH/p.json" --nodes 2 \
@@ -385,6 +410,9 @@ sp_fails "$SCRATCH/sp/broken.json: not valid JSON" "$SCRATCH/sp/broken.json" --c
 sp_fails "$SCRATCH/sp/zero.json: every layer's forward_ms and backward_ms is 0" "$SCRATCH/sp/zero.json" --compute-ms 5 "${O[@]}"
 sp_fails "--compute-ms nan: expected a finite number > 0" "$R50P" --compute-ms nan "${O[@]}"
 sp_fails "--optimizer-ms inf: expected a finite number >= 0" "$R50P" --compute-ms 5 --optimizer-ms inf "${O[@]}"
+# dtrain plan's 1e9 ms a pass or an update: a profile written, then refused by dtrain plan.
+sp_fails "--compute-ms 1e+300: $R50P's layers scaled by" "$R50P" --compute-ms 1e300 "${O[@]}"
+sp_fails "--optimizer-ms 1000000000000.0: expected a finite number >= 0 and <= 1e9" "$R50P" --compute-ms 5 --optimizer-ms 1e12 "${O[@]}"
 sp_fails "$SCRATCH/sp/exists.json: exists; not overwriting" "$R50P" --compute-ms 5 --batch 8 --out "$SCRATCH/sp/exists.json"
 [[ $(cat "$SCRATCH/sp/exists.json") == "keep me" ]] || fail "scale_profile.py replaced an existing --out"
 sp_fails "cannot write $SCRATCH/sp/exists.json/out.json: $SCRATCH/sp/exists.json is not a directory" \

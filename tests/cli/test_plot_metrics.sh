@@ -6,8 +6,8 @@
 # (a non-numeric value, a short row, a binary file; an unknown --out format, an output that exists
 # without --force, is a directory or lies under a file) is one line naming FILE:LINE and the column,
 # or the file or option, without a traceback, and no plot is written or replaced; an unfinished
-# last line (a run still writing) is skipped with a warning. Skipped (77) when matplotlib is missing
-# (.ci/install-deps.sh installs python3-matplotlib).
+# last line (a run still writing) is skipped with a warning; a Python without matplotlib gets one
+# error. Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 if ! "$PY" -c "import matplotlib" 2>/dev/null; then
@@ -80,6 +80,16 @@ mkdir -p "$SCRATCH/bad.png"
 plot_fails 1 "cannot write $SCRATCH/bad.png: it is a directory" "$SCRATCH/sync" --out "$SCRATCH/bad.png" --force
 rmdir "$SCRATCH/bad.png" || fail "wrote into the directory $SCRATCH/bad.png"
 plot_fails 1 "cannot write $SCRATCH/job.ini/bad.png: $SCRATCH/job.ini is not a directory" "$SCRATCH/sync" --out "$SCRATCH/job.ini/bad.png"
+# A Python without matplotlib (one that hides it): one error naming it, not an ImportError traceback.
+cat >"$SCRATCH/no_matplotlib.py" <<'PY'
+import runpy, sys
+sys.modules["matplotlib"] = None  # import matplotlib: ImportError
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+PY
+printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$PY" "$SCRATCH/no_matplotlib.py" >"$SCRATCH/no_matplotlib"
+chmod +x "$SCRATCH/no_matplotlib"
+PY=$SCRATCH/no_matplotlib plot_fails 1 "plot_metrics.py: error: no matplotlib in" "$SCRATCH/sync" --out "$SCRATCH/bad.png"
 # A run still writing: the unfinished last line (no newline) is skipped with a warning.
 { cat "$csv"; printf 'train,99999,9,99.0,0.1'; } >"$SCRATCH/writing.csv"
 "$PY" "$plot" "$SCRATCH/writing.csv" --out "$SCRATCH/writing.png" >"$SCRATCH/err.log" 2>&1 ||

@@ -18,7 +18,11 @@
 # without --force; an output that is a directory or under a file, or a plot that fails to write,
 # leaves no .md/.csv/.png behind; never a traceback. Only a whole folder name ceiling-wN /
 # lockstep-wN below DIR marks such runs (not ceiling-w8-study); a ceiling folder missing one of
-# its N runs is left out with a note; a resumed run is skipped with a warning naming it.
+# its N runs is left out with a note; a resumed run is skipped with a warning naming it. Runs of
+# different job files or global batches in one series, or a base run of 0 s, get a note; without
+# matplotlib, --force removes the earlier report's plot. run_strong_scaling.sh reads numbers as
+# decimal (010 is 10) and runs a count listed twice once; slurm/submit_strong_scaling.sh --help
+# prints its usage and --host is one error.
 # Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -112,6 +116,41 @@ sweep_fails "--ps needs a value" --ps
 # refused, not dropped without a word.
 sweep_fails "--ceiling and --lockstep are measured by this script" --workers "1 2" --ceiling
 sweep_fails "--ceiling and --lockstep are measured by this script" --workers "1 2" --lockstep
+# Numbers are decimal everywhere: 010 was 10 ranks for sync but 8 (octal) for async, and 08 a
+# shell error; a count listed twice was two runs into one run folder.
+bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" --plan --out "$SCRATCH/p0" \
+  --workers "01 2 02 2" --ps "1 01" --steps 010 --global-batch 016 >"$SCRATCH/plan0.txt" 2>&1 ||
+  { cat "$SCRATCH/plan0.txt"; fail "run_strong_scaling.sh --plan with leading zeros failed"; }
+"$PY" - "$SCRATCH/plan0.txt" <<'PY' || fail "the plan with leading zeros is not read as decimal"
+import shlex, sys
+runs = {}
+for line in open(sys.argv[1]):
+    w = shlex.split(line)
+    assert w[0] not in runs, f"{w[0]} twice"
+    runs[w[0]] = (int(w[1]), w[w.index("--max-steps") + 1], w[w.index("--global-batch-size") + 1])
+want = {"sync-w1": (1, "10", "16"), "sync-w2": (2, "10", "16"),
+        "async-ps1-w1": (2, "10", "16"), "async-ps1-w2": (3, "20", "16")}
+assert runs == want, runs
+PY
+bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" --plan --out "$SCRATCH/p0" \
+  --workers 08 --modes sync --global-batch 16 2>&1 | grep -q "^sync-w8 8 " || fail "--workers 08 not read as 8"
+# slurm/submit_strong_scaling.sh (an sbatch stand-in that logs its calls): --help shows its usage
+# (it was run_strong_scaling.sh's text, eval'ed as plan lines: a syntax error), --host is refused,
+# and a worker count given twice is one job.
+mkdir -p "$SCRATCH/fakebin"
+printf '#!/bin/bash\necho "$*" >>"%s/sbatch.log"\necho 1234\n' "$SCRATCH" >"$SCRATCH/fakebin/sbatch"
+chmod +x "$SCRATCH/fakebin/sbatch"
+submit() { PATH=$SCRATCH/fakebin:$PATH REPORT=0 bash "$SRC/slurm/submit_strong_scaling.sh" "$@"; }
+submit --help >"$SCRATCH/submit.log" 2>&1 && grep -q "^# Usage: *slurm/submit_strong_scaling.sh" "$SCRATCH/submit.log" ||
+  { cat "$SCRATCH/submit.log"; fail "submit_strong_scaling.sh --help did not print its usage"; }
+rc=0
+submit --host >"$SCRATCH/submit.log" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "error: --host describes the machine it runs on" "$SCRATCH/submit.log" ||
+  { cat "$SCRATCH/submit.log"; fail "submit_strong_scaling.sh --host: exit $rc, want 2 and one error"; }
+[[ ! -e $SCRATCH/sbatch.log ]] || fail "submit_strong_scaling.sh --help/--host submitted a job"
+submit --job "$SCRATCH/job.ini" --out "$SCRATCH/sub" --workers "2 2" --modes sync >"$SCRATCH/submit.log" 2>&1 ||
+  { cat "$SCRATCH/submit.log"; fail "submit_strong_scaling.sh with a stand-in sbatch failed"; }
+[[ $(wc -l <"$SCRATCH/sbatch.log") == 1 ]] || { cat "$SCRATCH/sbatch.log"; fail "--workers \"2 2\" submitted more than one job"; }
 # Relative --job, --out, --keep-runs and DTRAIN are the caller's: resolved against the directory
 # the script was started in, not the repository root it runs dtrain from.
 mkdir -p "$SCRATCH/caller"
@@ -261,4 +300,45 @@ assert abs(float(rows[2]["speedup"]) - 1.6) < 1e-6, rows[2]["speedup"]
 assert rows[2]["ceiling_samples_per_s"] == "" and rows[2]["ceiling_eff"] == "", rows[2]
 assert rows[1]["ceiling_samples_per_s"] == "100", rows[1]
 PY
+# Not the same problem: a series whose runs ran different job files (config_crc32) or global
+# batches gets a note, as different sample counts do (they went into one series without a word);
+# a base run with train_seconds 0 gives no speedup and a note (it gave 0.00 for every other count).
+mix=$SCRATCH/mix
+"$PY" - "$out" "$mix" <<'PY'
+import json, os, sys
+src, dst = sys.argv[1:]
+good = json.load(open(f"{src}/sync-w1/results.json"))
+assert good["config_crc32"] and good["global_batch_size"] == 8, good
+def put(d, **kw):
+    os.makedirs(f"{dst}/{d}")
+    json.dump({**good, **kw}, open(f"{dst}/{d}/results.json", "w"))
+two = {"num_workers": 2, "world_size": 2}
+put("jobs/sync-w1")
+put("jobs/sync-w2", **two, config_crc32="0badc0de", config_file="other.ini")
+put("batches/sync-w1")
+put("batches/sync-w2", **two, global_batch_size=16)
+put("zero/sync-w1", train_seconds=0.0)
+put("zero/sync-w2", **two)
+PY
+for case in "jobs|runs of different job files (" "batches|runs with different global batches [8, 16] - not the same problem" \
+  "zero|the 1-worker run's train_seconds is 0 - no speedup or efficiency against it"; do
+  "$PY" "$report" "$mix/${case%%|*}" --out "$mix/${case%%|*}" >"$SCRATCH/report.log" 2>&1 ||
+    { cat "$SCRATCH/report.log"; fail "scaling_report.py $mix/${case%%|*} failed"; }
+  grep -qF "Note: sync ps=0: ${case#*|}" "$mix/${case%%|*}.md" ||
+    { cat "$mix/${case%%|*}.md"; fail "no note '${case#*|}'"; }
+done
+grep -qF "other.ini crc32 0badc0de" "$mix/jobs.md" || fail "the note does not name the other job file"
+"$PY" - "$mix/zero.csv" <<'PY' || fail "a base run of 0 s gave a speedup"
+import csv, sys
+assert [r["speedup"] for r in csv.DictReader(open(sys.argv[1]))] == ["", ""]
+PY
+# Without matplotlib, --force over a report that has a plot: the plot of the earlier runs went
+# unchanged beside the new table; now removed, with a warning.
+[[ -s $mix/jobs.png ]] || fail "no plot to replace"
+"$PY" -c 'import runpy, sys; sys.modules["matplotlib"] = None; sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")' "$report" "$mix/zero" --out "$mix/jobs" --force \
+  >"$SCRATCH/report.log" 2>&1 || { cat "$SCRATCH/report.log"; fail "scaling_report.py without matplotlib failed"; }
+grep -qF "warning: removed $mix/jobs.png: it plotted an earlier report" "$SCRATCH/report.log" &&
+  [[ ! -e $mix/jobs.png ]] && grep -qF "train_seconds is 0" "$mix/jobs.md" ||
+  { cat "$SCRATCH/report.log"; fail "the earlier report's plot was left beside the new table"; }
 echo "PASS"

@@ -318,6 +318,17 @@ TEST(ScalingModel, AsyncAcrossNodesIsNoMoreEfficientThanOneWorker) {
     EXPECT_LE(r.efficiency, 1.0 + 1e-12) << k << " ps";
     EXPECT_GT(r.efficiency, 0.5) << k << " ps";
   }
+  // A shared network and a node's cores (one 4-thread worker a node, 1 core): the one-worker
+  // baseline was priced on a shared bus, charged ring copies of 2·S/β, and came out at 1.455.
+  WorkerProfile big;
+  big.batch = 1;
+  big.threads = 4;
+  big.layers = {{"0.dense", 10, 100, 0, 25000000}};  // S = 100 MB
+  Topology shared = topo(4, 1, link(0, 1, true), link(0, 1000), 1);
+  shared.cores_per_node = 1;
+  const Prediction r = predict(big, shared, {Strategy::ps, 0, 4});
+  EXPECT_EQ(r.bound, "cores");
+  EXPECT_NEAR(r.efficiency, 1.0, 1e-12);  // each node's floor is one worker's 4 × 110 ms
 }
 
 TEST(ScalingModel, ASaturatedNodeTakesItsCpuWorkOverItsCores) {
@@ -472,6 +483,26 @@ TEST(WorkerProfileJson, RoundTripsAndRejectsBadFiles) {
   expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 1e300, "layers": [
       {"name": "a", "forward_ms": 1, "backward_ms": 1, "param_offset": 0, "param_floats": 3}]})",
                "optimizer_ms must be from 0 to 1e9 ms");
+  // A fraction, or a count an int would wrap or cut short (2^32 + 1 read as batch 1, 2^32 + 4 as
+  // 4 threads, 1e12 threads as negative), changed the plan without a word.
+  const std::string one_layer = R"("optimizer_ms": 1, "layers": [{"name": "a", "forward_ms": 1,
+      "backward_ms": 1, "param_offset": 0, "param_floats": 3}]})";
+  for (const char* batch : {"1.5", "4294967297", "2147483656", "0", "-3", "true"})
+    expect_error(std::string(R"({"format": "dtrain-profile-1", "batch": )") + batch + ", " +
+                     one_layer,
+                 std::string("batch is ") + batch + ", expected an integer from 1 to 2147483647");
+  for (const char* threads : {"4294967300", "1e12", "-5", "0", "65537"})
+    expect_error(std::string(R"({"format": "dtrain-profile-1", "batch": 2, "threads": )") +
+                     threads + ", " + one_layer,
+                 "threads is ");
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "threads": 0, )" + one_layer,
+               "threads is 0, expected an integer from 1 to 65536");
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "steps": -1, )" + one_layer,
+               "steps is -1, expected an integer from 0 to 2147483647");
+  // No time at all: the plan's samples/s divided by it (inf, and an efficiency of 0).
+  expect_error(R"({"format": "dtrain-profile-1", "batch": 2, "optimizer_ms": 0, "layers": [
+      {"name": "a", "forward_ms": 0, "backward_ms": 0, "param_offset": 0, "param_floats": 3}]})",
+               "every layer's forward_ms and backward_ms is 0");
   EXPECT_THROW(load_profile(dir + "/missing.json", "--profile"), InputError);
   try {
     (void)load_profile(dir, "--profile");  // a directory: an InputError, not a stream failure

@@ -61,8 +61,9 @@ void save_profile(const WorkerProfile& p, const std::string& path, const std::st
 
 /// Reads a profile written by save_profile() (or by hand in that format). Throws InputError naming
 /// `option` and the path for a missing or unreadable file, bad JSON, another format, a missing or
-/// mistyped field, batch ≤ 0, no layers, a negative time, or parameter ranges that overlap or
-/// leave gaps (they must tile [0, Σ param_floats) in line order).
+/// mistyped field, a batch, threads or steps that is not an integer in range (batch and threads
+/// ≥ 1, steps ≥ 0, threads ≤ 2^16), no layers, a negative time, times that are all 0, or
+/// parameter ranges that overlap or leave gaps (they must tile [0, Σ param_floats) in line order).
 WorkerProfile load_profile(const std::string& path, const std::string& option);
 
 /// Throws InputError naming `what` (the option and the profile's path) unless `p` is a profile
