@@ -140,7 +140,13 @@ def shown(path):
 
 def decode_error(e, path):
     """Pillow's message of exception e about the file `path`, with the path shown as shown() shows
-    it (Pillow writes it with repr(), where bytes that are not UTF-8 read as \\udcNN)."""
+    it (Pillow writes it with repr(), where bytes that are not UTF-8 read as \\udcNN). A file
+    Pillow cannot identify reads the same whether it was opened by path or from its bytes (then
+    Pillow names the in-memory file object instead), and an empty one says so."""
+    if isinstance(e, Image.UnidentifiedImageError):
+        empty = os.path.isfile(path) and os.path.getsize(path) == 0
+        return (f"cannot identify image file '{shown(path)}'"
+                f"{' (an empty file)' if empty else ' (expected a JPEG or PNG image)'}")
     return shown(str(e).replace(repr(path), f"'{shown(path)}'"))
 
 
@@ -276,13 +282,14 @@ def _load_job(job):
 
 def load_encoded(path, channels, max_side, quality):
     """--store encoded: (bytes as uint8 array, (C, H, W) as stored, C×256 histogram of the pixels
-    converted to `channels`). The file's own bytes are kept when it is a JPEG (an MPO, a JPEG with
-    more pictures after the first, counts as one: Pillow and dtrain decode its first) or PNG in mode
-    L or RGB whose shorter side is at most max_side (0: no limit); otherwise the image is converted
-    to `channels`, its shorter side scaled down to max_side (bilinear) and re-encoded in its own
-    format (JPEG at `quality`; anything else as PNG). Raises ConvertError naming the file when
-    Pillow cannot decode it, dtrain would not (stored_bytes_problem) or a side stored would exceed
-    the schema's 2^20 pixels (h5info.MAX_ENCODED_SIDE)."""
+    the stored bytes decode to, converted to `channels`). The file's own bytes are kept when it is
+    a JPEG (an MPO, a JPEG with more pictures after the first, counts as one: Pillow and dtrain
+    decode its first) or PNG in mode L or RGB whose shorter side is at most max_side (0: no limit);
+    otherwise the image is converted to `channels`, its shorter side scaled down to max_side
+    (bilinear) and re-encoded in its own format (JPEG at `quality`; anything else as PNG). Raises
+    ConvertError naming the file when Pillow cannot decode it, dtrain would not
+    (stored_bytes_problem) or a side stored would exceed the schema's 2^20 pixels
+    (h5info.MAX_ENCODED_SIDE)."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -308,6 +315,9 @@ def load_encoded(path, channels, max_side, quality):
                 else:
                     stored.save(out, format="PNG")
                 raw = out.getvalue()
+                # mean/std count what is stored: the re-encoded bytes decoded (JPEG is lossy)
+                with Image.open(io.BytesIO(raw)) as again:
+                    stored = again.convert(stored.mode)
             pixels = np.asarray(stored.convert("RGB" if channels == 3 else "L"), dtype=np.uint8)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ConvertError(f"{shown(path)}: cannot decode image: {decode_error(e, path)}") from None

@@ -269,6 +269,17 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   return info;
 }
 
+void check_class_names(const DatasetInfo& train, const DatasetInfo& test) {
+  for (std::size_t k = 0; k < test.class_names.size() && k < train.class_names.size(); ++k)
+    if (test.class_names[k] != train.class_names[k])
+      DT_INPUT_FAIL(test.path + ": attribute `class_names` differs from the training file " +
+                    train.path + "'s: label " + std::to_string(k) + " is '" + test.class_names[k] +
+                    "' here, '" + train.class_names[k] +
+                    "' there; expected the training file's classes in its order "
+                    "(images_to_h5.py --like " +
+                    train.path + " converts a test set so)");
+}
+
 namespace {
 std::atomic<double> g_open_deadline{120.0};
 

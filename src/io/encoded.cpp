@@ -227,10 +227,7 @@ void EncodedSource::compact(Slot& s, const std::int32_t* labels, std::atomic<std
       const std::string msg = info_.path + ": dataset `images` sample " +
                               std::to_string(s.rows[static_cast<std::size_t>(p)]) +
                               " is a bad image: " + err;
-      if (info_.decode.fail_on_bad)
-        throw InputError(msg +
-                         " (training with --on-bad-image fail; its `skip` leaves such images "
-                         "out. dtrain predict always fails here: each image has its output row)");
+      if (info_.decode.fail_on_bad) throw InputError(msg + " (" + info_.decode.fail_reason + ")");
       const std::int64_t count = ++bad;
       if (count <= 10)
         log_warn(msg + "; skipped (--on-bad-image skip)" +

@@ -80,7 +80,14 @@ TrainPlan make_plan(const Config& c, int workers, int data_threads) {
                  " images of " + p.train.path);
   if (!c.test_data.empty()) {
     p.test = open_dataset_info(c.test_data, p.train.num_classes);
+    check_class_names(p.train, p.test);
     configure_decode(p.test, decode_options(c, false, data_threads));
+    DT_REQUIRE(!p.train.encoded || !p.test.encoded || c.center_crop == 0 ||
+                   c.random_resized_crop == 0 || c.center_crop == c.random_resized_crop,
+               "options --center-crop " + std::to_string(c.center_crop) +
+                   " and --random-resized-crop " + std::to_string(c.random_resized_crop) +
+                   ": the test images (--center-crop) must have the training images' size "
+                   "(--random-resized-crop); give the same size, or leave --center-crop out");
     DT_REQUIRE(p.test.sample == p.train.sample,
                "--test-data '" + c.test_data + "': images are " + p.test.sample.str() +
                    " per sample but the training set's are " + p.train.sample.str());

@@ -325,7 +325,7 @@ void Worker::train_epoch(int epoch, std::int64_t first_step) {
     end_step(epoch, s);
   }
   if (c_.max_steps > 0 && global_step_ >= c_.max_steps) stop_max_ = true;
-  if (reader) out_.bad_images += reader->bad_images();
+  if (reader) train_bad_images_ += reader->bad_images();
   out_.train_peak_rss_mib = peak_rss_mib();
   if (log_steps_ > 0) log_interval(epoch);
 }
@@ -343,19 +343,22 @@ void Worker::gather_cursors() {
 
 void Worker::sum_input_counts() {
   const EncodedCache* cache = encoded_cache_.get();
-  double counts[4] = {
-      static_cast<double>(out_.bad_images), cache ? static_cast<double>(cache->hits()) : 0.0,
-      cache ? static_cast<double>(cache->misses()) : 0.0, static_cast<double>(applied_samples_)};
-  worker_sum(cluster_.role_comm(), counts, 4);
+  double counts[5] = {static_cast<double>(out_.bad_images + train_bad_images_),
+                      cache ? static_cast<double>(cache->hits()) : 0.0,
+                      cache ? static_cast<double>(cache->misses()) : 0.0,
+                      static_cast<double>(applied_samples_),
+                      static_cast<double>(train_bad_images_)};
+  worker_sum(cluster_.role_comm(), counts, 5);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
   // Async, and sync through the ps: the samples of the pushes the ps applied, not global steps ×
   // the batch (a shard's last batch is short; with backup workers, late pushes are dropped)
   const ExchangeKind kind = exchange_kind(c_);
   if ((kind == ExchangeKind::ps_async || kind == ExchangeKind::ps_sync) && pipe_ == nullptr)
     out_.samples = static_cast<std::int64_t>(counts[3]);
-  // Sync allreduce counts whole batches: the images --on-bad-image skip left out were not trained.
+  // Sync allreduce counts whole batches: the training images --on-bad-image skip left out were
+  // not trained (out_.bad_images also counts the evaluation's skips).
   if (exchange_kind(c_) == ExchangeKind::allreduce && pipe_ == nullptr)
-    out_.samples = std::max<std::int64_t>(0, out_.samples - out_.bad_images);
+    out_.samples = std::max<std::int64_t>(0, out_.samples - static_cast<std::int64_t>(counts[4]));
   if (out_.bad_images > 0 && reports_)
     log_warn(
         "# bad images skipped: " + std::to_string(out_.bad_images) +

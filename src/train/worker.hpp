@@ -72,8 +72,8 @@ struct WorkerOutcome {
   double push_bytes_per_step =
       0;                  ///< ps modes: this worker's GradientExchange::push_bytes_per_step
   std::string allreduce;  ///< GradientExchange::allreduce_algorithm ("" in the ps modes)
-  std::int64_t bad_images =
-      0;  ///< encoded images left out as bad (--on-bad-image skip), all workers
+  /// encoded images left out as bad (--on-bad-image skip), all workers, training and evaluation
+  std::int64_t bad_images = 0;
   /// --cache-mb on an encoded training file: rows and MiB held per worker (every worker holds the
   /// same prefix of the file), training reads served from memory and from HDF5, all workers
   std::int64_t encoded_cache_rows = 0, encoded_cache_hits = 0, encoded_cache_misses = 0;
@@ -232,6 +232,7 @@ class Worker {
   std::int64_t local_samples_ = 0;        ///< samples this worker trained in this process
   std::int64_t applied_samples_ = 0;      ///< … of them in steps the exchange applied
   std::int64_t first_local_samples_ = 0;  ///< … by the end of its first step
+  std::int64_t train_bad_images_ = 0;     ///< images its training readers skipped as bad
   StepRange profile_;                     ///< --profile-steps
   bool profiling_ = false;                ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;

@@ -12,11 +12,15 @@
 #  3. dtrain trains on it (--random-resized-crop, --random-flip, --data-threads 2, centre-crop
 #     evaluation) with resumable, bit-identical results for the same seed, and the same with
 #     --data-threads left at auto (one decode thread on a CPU worker, in the log and results.json);
-#  4. bad images: --on-bad-image skip leaves them out and counts them (log, results.json), fail
-#     stops naming the file and sample index, a file of nothing but bad images fails at start;
+#  4. bad images: --on-bad-image skip leaves them out and counts them (log, results.json), in the
+#     training and the test file (`samples` lowered by the training ones only), fail stops naming
+#     the file and sample index, a file of nothing but bad images fails at start, dtrain predict
+#     fails on one in its own terms and writes nothing;
 #  5. --cache-mb on encoded files: the whole file held (no HDF5 read of a training row), a prefix
 #     of a file larger than the budget (at most --cache-mb MiB, the longest prefix that fits), and
-#     off; every variant trains bit-identically; hits and misses in the log and results.json.
+#     off; every variant trains bit-identically; hits and misses in the log and results.json;
+#  6. decode options refused on decoded pixels, out of bounds, or a --center-crop other than
+#     --random-resized-crop; a test file whose class names differ from the training file's.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 TOOL="$PY $SRC/data-tools/images_to_h5.py"
@@ -228,18 +232,28 @@ with h5py.File(f"{d}/bad.h5", "r+") as f:
     im[3] = im[3][: len(im[3]) // 2]                     # truncated
     im[7] = np.frombuffer(b"garbage bytes", np.uint8)    # not an image
     im[11] = np.zeros(0, np.uint8)                       # empty
+shutil.copy(f"{d}/enc/test.h5", f"{d}/badtest.h5")
+with h5py.File(f"{d}/badtest.h5", "r+") as f:
+    f["images"][5] = np.frombuffer(b"garbage bytes", np.uint8)
+    f["images"][9] = np.frombuffer(b"garbage bytes", np.uint8)
 shutil.copy(f"{d}/enc/test.h5", f"{d}/allbad.h5")
 with h5py.File(f"{d}/allbad.h5", "r+") as f:
     for i in range(f["images"].shape[0]):
         f["images"][i] = np.frombuffer(b"\xff\xd8\xff junk", np.uint8)
 PY
-train skip --train-data "$SCRATCH/bad.h5" --test-data "$SCRATCH/enc/test.h5" --random-resized-crop 24 \
-  --data-threads 2 || { cat "$SCRATCH/skip.log"; fail "skip mode failed"; }
-[[ $(json_get "$SCRATCH/skip/results.json" bad_images_skipped) -eq 6 ]] ||
-  fail "expected 3 bad images × 2 epochs skipped, results.json says $(json_get "$SCRATCH/skip/results.json" bad_images_skipped)"
+# 2 bad test images too, evaluated after each epoch and at step 10 (--eval-every 10).
+train skip --train-data "$SCRATCH/bad.h5" --test-data "$SCRATCH/badtest.h5" --random-resized-crop 24 \
+  --data-threads 2 --eval-every 10 || { cat "$SCRATCH/skip.log"; fail "skip mode failed"; }
+evals=$("$PY" -c 'import csv, sys; print(sum(r["kind"] == "test" for r in csv.DictReader(open(sys.argv[1]))))' \
+  "$SCRATCH/skip/metrics.csv")
+[[ $evals -ge 3 ]] || { cat "$SCRATCH/skip/metrics.csv"; fail "$evals evaluations, expected at least 3"; }
+[[ $(json_get "$SCRATCH/skip/results.json" bad_images_skipped) -eq $((6 + 2 * evals)) ]] ||
+  fail "expected 3 bad images × 2 epochs + 2 bad test images × $evals evaluations skipped, results.json says $(json_get "$SCRATCH/skip/results.json" bad_images_skipped)"
 grep -q "bad.h5: dataset \`images\` sample 7 is a bad image" "$SCRATCH/skip.log" || { cat "$SCRATCH/skip.log"; fail "skip not logged"; }
-grep -q "# bad images skipped: 6" "$SCRATCH/skip.log" || fail "no summary line"
-# The samples trained leave them out: 2 epochs of the file's images, less the 6 skipped.
+grep -q "badtest.h5: dataset \`images\` sample 9 is a bad image" "$SCRATCH/skip.log" || { cat "$SCRATCH/skip.log"; fail "test skip not logged"; }
+grep -q "# bad images skipped: $((6 + 2 * evals))" "$SCRATCH/skip.log" || fail "no summary line"
+# The samples trained leave the training images skipped out (not the test set's): 2 epochs of the
+# file's images, less the 6 skipped.
 "$PY" - "$SCRATCH/skip/results.json" "$SCRATCH/bad.h5" <<'PY' || fail "samples counts skipped images"
 import json, sys, h5py
 r, n = json.load(open(sys.argv[1])), h5py.File(sys.argv[2], "r")["images"].shape[0]
@@ -273,6 +287,13 @@ train allbad --train-data "$SCRATCH/allbad.h5" --random-resized-crop 24 || rc=$?
 [[ $rc -eq 2 ]] && grep -q "allbad.h5: dataset \`images\`: none of the 60 encoded images probed decodes" "$SCRATCH/allbad.log" ||
   { cat "$SCRATCH/allbad.log"; fail "an all-bad file did not fail at start"; }
 [[ ! -e $SCRATCH/allbad/results.json ]] || fail "the all-bad run wrote results"
+# dtrain predict always fails on a bad image, saying why in its own terms (not --on-bad-image's).
+ckpt=$(ls "$SCRATCH"/run1/ckpt-*.h5 | tail -1)
+expect_error 2 "bad.h5: dataset \`images\` sample|is a bad image|dtrain predict: every image has its output row" \
+  predict --checkpoint "$ckpt" --data "$SCRATCH/bad.h5" --out "$SCRATCH/pbad.h5" --center-crop 24 --threads 1
+[[ $last_rc -eq 2 ]] || fail "predict on a bad image: exit $last_rc, want 2"
+! grep -q -- "--on-bad-image" "$SCRATCH/case$((cases - 1)).log" || { cat "$SCRATCH/case$((cases - 1)).log"; fail "predict's message names --on-bad-image"; }
+[[ ! -e $SCRATCH/pbad.h5 ]] || fail "predict on a bad image wrote its output"
 echo "== 5. --cache-mb: encoded rows held in memory"
 # run1 above ran with the default --cache-mb 1024: the 180-row file is held whole.
 "$PY" - "$SCRATCH/run1/results.json" <<'PY' || fail "whole-file cache"
@@ -322,7 +343,8 @@ assert o["encoded_cache_hits"] == 0 and o["encoded_cache_rows"] == 0, o
 print(f"cache off, whole and a {k}-row prefix ({sizes[:k].sum()} bytes of {sizes.sum()}): same test loss")
 PY
 
-echo "== 6. decode options: refused where they would do nothing, bounded"
+echo "== 6. decode options: refused where they would do nothing, bounded, or disagreeing; a test file"
+echo "   whose class names are not the training file's"
 # --center-crop / --eval-resize on decoded pixels were ignored (the full images trained and
 # scored); a huge --eval-resize made every test image "bad"; --data-threads 100000 aborted.
 make_data pixels 64 --seed 3
@@ -332,4 +354,20 @@ expect_error 0 "option --center-crop|pixels.h5 holds decoded pixels" "${PIX[@]}"
 expect_error 0 "option --eval-resize|pixels.h5 holds decoded pixels" "${PIX[@]}" --eval-resize 14
 expect_error 0 "option --eval-resize: at most 1048576" "${PIX[@]}" --eval-resize 2000000000
 expect_error 0 "option --data-threads: at most 1024" "${PIX[@]}" --data-threads 100000
+# Each error on every rank (one agreed message), exit 2, no run written.
+ENC=(--config "$SCRATCH/job.ini" --train-data "$SCRATCH/enc/train.h5" --random-resized-crop 24 --mode sync
+     --num-ps 0 --batch-size 8 --threads 1)
+expect_error 2 "options --center-crop 20 and --random-resized-crop 24" "${ENC[@]}" --test-data "$SCRATCH/enc/test.h5" \
+  --center-crop 20 --run-dir "$SCRATCH/crops"
+[[ $last_rc -eq 2 && ! -e $SCRATCH/crops/metrics.csv ]] || fail "--center-crop 20 with --random-resized-crop 24: exit $last_rc"
+"$PY" - "$SCRATCH" <<'PY'
+import shutil, sys, h5py
+d = sys.argv[1]
+shutil.copy(f"{d}/enc/test.h5", f"{d}/names.h5")
+with h5py.File(f"{d}/names.h5", "r+") as f:  # the same classes, numbered otherwise
+    f.attrs["class_names"] = ["dress", "trouser", "pullover", "tshirt"]
+PY
+expect_error 2 "names.h5: attribute \`class_names\` differs from the training file $SCRATCH/enc/train.h5's: label 1 is 'trouser' here, 'pullover' there" \
+  "${ENC[@]}" --test-data "$SCRATCH/names.h5" --run-dir "$SCRATCH/names"
+[[ $last_rc -eq 2 && ! -e $SCRATCH/names/metrics.csv ]] || fail "class names differing from the training file's: exit $last_rc"
 echo "PASS"

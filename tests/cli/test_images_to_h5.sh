@@ -8,7 +8,9 @@
 # an ambiguous name, an unlabelled image, a line naming no image, an image labelled twice, a line
 # without a class, a class unknown to --like and a missing labels file are errors naming the file
 # and line, with nothing written. --store encoded keeps each file's own bytes (a multi-picture JPEG,
-# MPO, too) and writes a split of one image. A corrupt JPEG, a truncated PNG, an empty class folder,
+# MPO, too) and writes a split of one image; the mean/std of images it re-encodes (--max-side) are
+# those of their stored bytes decoded. A corrupt JPEG, a truncated PNG, a .jpg that is not an image
+# or is empty (named by its path in both modes), an empty class folder,
 # encoded bytes Pillow decodes but dtrain rejects (a PNG without IEND or with a wrong chunk CRC, a
 # JPEG without its end marker), an image side over 2^20, a class folder whose name is not UTF-8
 # (refused before any image is decoded), an existing output, an output that is a directory or under
@@ -259,6 +261,13 @@ for c in (b"caf\xe9", b"tea"):
 with open(root + b"/caf\xe9/i.png", "wb") as fh:
     img(8, 8).save(fh, "PNG")
 open(root + b"/tea/corrupt.png", "wb").write(b"\x89PNG\r\n\x1a\n not a PNG")
+# A file that is not an image, and an empty one: named in both modes as Pillow names a path (the
+# encoded mode reads the bytes first: Pillow's message named the in-memory file object).
+for name, data in (("notimg.jpg", b"hello"), ("empty.jpg", b"")):
+    for c in "ab":
+        os.makedirs(f"{d}/bad-{name}/{c}")
+    img(8, 8).save(f"{d}/bad-{name}/a/good.png")
+    open(f"{d}/bad-{name}/b/{name}", "wb").write(data)
 PY
 $TOOL "$SCRATCH/enc/tree" --store encoded --out-dir "$SCRATCH/enc/out" --val-fraction 0.25 --quiet ||
   fail "--store encoded with a one-image test split"
@@ -276,6 +285,21 @@ files = sorted(open(p, "rb").read() for p in glob.glob(f"{d}/tree/*/*"))
 assert sorted(rows) == files, "a row is not its file's bytes (the MPO re-encoded?)"
 print("5 rows, each its file's own bytes (the MPO a JPEG)")
 PY
+# Re-encoded (--max-side, JPEG at a low quality): mean/std are those of the images as stored,
+# decoded, not of the pixels before the lossy re-encoding.
+$TOOL "$SCRATCH/enc/tree" --store encoded --max-side 12 --quality 20 --out "$SCRATCH/enc/small.h5" --quiet ||
+  fail "--store encoded --max-side 12"
+"$PY" - "$SCRATCH/enc/small.h5" <<'PY' || fail "mean/std of re-encoded images are not those of the stored bytes"
+import io, sys, h5py, numpy as np
+from PIL import Image
+with h5py.File(sys.argv[1], "r") as f:
+    assert f["image_shapes"][:, 1:].min() == 12, f["image_shapes"][()]  # every image re-encoded
+    px = np.concatenate([np.asarray(Image.open(io.BytesIO(f["images"][i].tobytes())).convert("RGB"),
+                                    np.float64).reshape(-1, 3) / 255 for i in range(len(f["images"]))])
+    mean, std = f.attrs["mean"], f.attrs["std"]
+assert np.abs(px.mean(0) - mean).max() < 1e-6 and np.abs(px.std(0) - std).max() < 1e-6, (px.mean(0), mean)
+print(f"re-encoded: mean {mean} = the stored images' mean")
+PY
 convert_fails "bad-noiend.png/b/noiend.png: corrupt or truncated image, which dtrain would skip as bad: PNG without an IEND chunk" \
   "$SCRATCH/enc/o1" "$SCRATCH/enc/bad-noiend.png" --store encoded --out "$SCRATCH/enc/o1/t.h5"
 convert_fails "bad-badcrc.png/b/badcrc.png: corrupt or truncated image, which dtrain would skip as bad: PNG chunk IDAT at byte 33 has a wrong CRC" \
@@ -283,6 +307,12 @@ convert_fails "bad-badcrc.png/b/badcrc.png: corrupt or truncated image, which dt
 for name in noeoi comeoi; do
   convert_fails "bad-$name.jpg/b/$name.jpg: corrupt or truncated image, which dtrain would skip as bad: JPEG without its end-of-image marker (FF D9)" \
     "$SCRATCH/enc/o-$name" "$SCRATCH/enc/bad-$name.jpg" --store encoded --out "$SCRATCH/enc/o-$name/t.h5"
+done
+for mode in "--store encoded" "--size 8"; do
+  convert_fails "bad-notimg.jpg/b/notimg.jpg: cannot decode image: cannot identify image file '$SCRATCH/enc/bad-notimg.jpg/b/notimg.jpg' (expected a JPEG or PNG image)" \
+    "$SCRATCH/enc/o-notimg" "$SCRATCH/enc/bad-notimg.jpg" $mode --out "$SCRATCH/enc/o-notimg/t.h5"
+  convert_fails "bad-empty.jpg/b/empty.jpg: cannot decode image: cannot identify image file '$SCRATCH/enc/bad-empty.jpg/b/empty.jpg' (an empty file)" \
+    "$SCRATCH/enc/o-empty" "$SCRATCH/enc/bad-empty.jpg" $mode --out "$SCRATCH/enc/o-empty/t.h5"
 done
 convert_fails "wide/a/strip.png: image of 1048577×1 pixels: a side is longer than 1048576, the limit of encoded images" \
   "$SCRATCH/enc/o3" "$SCRATCH/enc/wide" --store encoded --out "$SCRATCH/enc/o3/t.h5"

@@ -273,6 +273,17 @@ TEST_F(DatasetTest, ClassCountMismatchesAreInputErrors) {
   d.stddev = {1.0f};  // std without mean
   testing::write_raw_dataset(file("std_only.h5"), d);
   expect_input_error([&] { open_dataset_info(file("std_only.h5")); }, {"`std`", "`mean`"});
+  // A test file's class names must be the training file's, in its order, where both have them.
+  DatasetInfo train, test;
+  train.path = "train.h5", test.path = "test.h5";
+  train.class_names = {"cat", "dog"};
+  test.class_names = {"dog", "cat"};
+  expect_input_error([&] { check_class_names(train, test); },
+                     {"test.h5: attribute `class_names`", "train.h5", "label 0 is 'dog' here"});
+  test.class_names = train.class_names;
+  EXPECT_NO_THROW(check_class_names(train, test));
+  test.class_names.clear();  // a file without names: nothing to compare
+  EXPECT_NO_THROW(check_class_names(train, test));
 }
 
 TEST_F(DatasetTest, ClassCountFromOptionAttributeOrMostlyUsedLabels) {

@@ -41,7 +41,9 @@ struct DecodeOptions {
   int resize = 0;   ///< shorter side before the centre crop, ≥ crop
   int threads = 1;  ///< decode threads of one reader (the reader thread is one of them)
   bool fail_on_bad = false;  ///< a bad image stops the run (else it is skipped and counted)
-  double dct_ratio = 1.0;    ///< JPEG DCT scaling while the crop stays ≥ this × S (0: never)
+  /// fail_on_bad: why, in parentheses at the end of the bad image's error message
+  std::string fail_reason = "--on-bad-image fail; its `skip` leaves such images out";
+  double dct_ratio = 1.0;  ///< JPEG DCT scaling while the crop stays ≥ this × S (0: never)
 };
 
 /// What open_dataset_info() learned about one split file. Plain data: copyable, thread-safe to
@@ -88,6 +90,13 @@ void configure_decode(DatasetInfo& info, const DecodeOptions& opts);
 /// with has_labels = false and num_classes = expected_classes (which must then be > 0).
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
                               const std::string& expected_from = "", bool labels_optional = false);
+
+/// Checks a test file's class names against the training file's (both opened by
+/// open_dataset_info(), the test one with the training set's class count): when both files have
+/// `class_names`, label k must name the same class in both — a test file converted on its own can
+/// number its classes otherwise, and would be scored against permuted labels. Throws InputError
+/// naming both files and the first class whose names differ.
+void check_class_names(const DatasetInfo& train, const DatasetInfo& test);
 
 /// The description of synthetic data "CxHxW:classes" (`--synthetic`, e.g. "3x224x224:1000"):
 /// path "synthetic CxHxW:classes", `num_samples` samples of shape 1×C×H×W, `classes` classes,
