@@ -223,12 +223,16 @@ void ServerCore::on_loaded(int w) {
   reply(w, kTagReply, 0, 0, {});
 }
 
-/// Answers every held request whose step has come (all of them once finished()).
+/// Answers every held request whose step has come (all of them once finished()). Once a stop is
+/// requested, a push's reply no longer runs ahead of its step's update (SSP's staleness): the
+/// stop may leave that update unmade, and the worker would have counted a step the run does not
+/// hold.
 void ServerCore::release_held() {
   const bool all = finished();
+  const bool stopping = stop_requested_here();
   auto keep = held_.begin();
   for (auto it = held_.begin(); it != held_.end(); ++it) {
-    if (all || it->wait_step <= global_step_) {
+    if (all || (it->wait_step <= global_step_ && !(stopping && it->joined >= global_step_))) {
       // A push whose step's update the ps will never make: its batch is not part of the run.
       const bool unapplied = all && it->joined >= global_step_;
       if (unapplied) ++stats_.ignored;

@@ -3,10 +3,11 @@
 // once its whole gradient is in; an aggregate of R pushes becomes that step's update (their mean,
 // weighted by samples, summed in worker order so that the update does not depend on arrival
 // order; a push without samples — a shorter shard's last step — takes none of the R places); the
-// push's reply is held until the step it waits for. A complete step's update is made once every ps
-// rank agrees that the run goes on (ServerCore::agree_on_step): a push that carries a stop joins
-// its step without a gradient, and the step it joins, or an earlier one, is where the updates end
-// on every shard, whichever shard heard of the stop first.
+// push's reply is held until the step it waits for. Where every push of a step is needed (not with
+// backup workers), a complete step's update is made once every ps rank agrees that the run goes
+// on (ServerCore::agree_on_step): a push that carries a stop joins its step without a gradient,
+// and the step it joins, or an earlier one, is where the updates end on every shard, whichever
+// shard heard of the stop first.
 //   SyncAggregator     a push computed on the parameters of step t joins step t; R =
 //                      --replicas-to-aggregate; a push for a step already applied is dropped (late:
 //                      backup workers) and answered at once (TensorFlow's SyncReplicasOptimizer,
@@ -82,7 +83,11 @@ class StepAggregator : public UpdateRule {
 
   float* state_m() override { return opt_.m(); }
   float* state_v() override { return opt_.v(); }
-  [[nodiscard]] bool agrees_on_stop() const override { return true; }
+  /// Where every push of a step is needed (sync without backup workers, SSP), every ps sees the
+  /// same pushes make each step, so all reach the step to agree on. With backup workers a push
+  /// joins the step of the parameters it got from each ps, which can differ between them: a stop
+  /// then ends the updates on each ps at once, and the ps may end a step apart.
+  [[nodiscard]] bool agrees_on_stop() const override { return replicas_ >= core_.workers(); }
   void on_agreed() override { apply_complete(); }
 
  protected:

@@ -77,9 +77,10 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   verify_ckpts "$dir"
 }
 
-stuck_case sync-stop 3 stop:1 "allreduce/gathering batchnorm statistics" --mode sync --num-ps 0
-# (Where the stop falls outside the gradient's sum, the batchnorm statistics or the metrics are
-# what the others wait in, over MPI.)
+stuck_case sync-stop 3 stop:1 "allreduce/batchnorm statistics" --mode sync --num-ps 0
+# (Where the stop falls outside the gradient's sum, the batchnorm statistics — gathered for a
+# checkpoint, or their allgather at an epoch's end — or the metrics are what the others wait in,
+# over MPI.)
 stuck_case sync-hier-stop 3 stop:1 "world rank 1/batchnorm statistics/allreduce of metrics" \
   --mode sync --num-ps 0 --allreduce hierarchical
 # Several buckets summed by the communication thread (--bucket-mb 0.003: 12 for the tiny CNN):
