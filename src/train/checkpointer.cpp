@@ -100,7 +100,8 @@ void resume_without_checkpoint(const Config& c, const std::vector<std::string>& 
                      ") but no checkpoint to continue from; choose another --run-dir "
                      "(nothing was overwritten)");
   // A run stopped before its first checkpoint (a requeued Slurm job): start it again.
-  log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting from scratch" +
+  log_warn("--resume: no checkpoint in '" + c.run_dir + "', starting " +
+           (c.init_from.empty() ? "from scratch" : "from --init-from " + c.init_from) +
            (outputs.empty() ? std::string()
                             : " (its " + listed +
                                   " stay; the earlier attempt's metrics.csv rows are "

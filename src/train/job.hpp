@@ -29,7 +29,8 @@ struct Job {
   std::size_t param_count = 0, state_count = 0, activation_bytes = 0;
   std::string signature;     ///< the model's layout (checkpoint compatibility)
   std::string model_report;  ///< layer table and shard table, printed by the chief
-  std::string init_report;   ///< --dry-run --init-from: check_init_from()'s line
+  /// --init-from: check_init_from()'s line (--dry-run), or initial_point()'s (the chief's)
+  std::string init_report;
   /// Lines after the role table ("\n"-terminated): how --num-ps auto chose, thread pinning
   std::string role_notes;
   std::vector<ShardRange> shards;  ///< ps modes: the ps ranges (of the whole model's buffer)
@@ -41,8 +42,10 @@ struct Job {
   std::unique_ptr<Backend> backend;       ///< a worker's compute backend
   std::string device_name;                ///< "cpu", "cuda:0"
   std::optional<CheckpointState> resume;  ///< the chief's, then every worker's (share_resume_point)
-  std::optional<FileLock> run_dir_lock;   ///< the chief's, held for the run (lock_run_dir)
-  Provenance provenance;                  ///< versions, hosts, threads, config hash (every rank's)
+  /// --init-from: the chief's start (initial_point(), read in phase 1), until claim_resources()
+  std::optional<CheckpointState> init_point;
+  std::optional<FileLock> run_dir_lock;  ///< the chief's, held for the run (lock_run_dir)
+  Provenance provenance;                 ///< versions, hosts, threads, config hash (every rank's)
 };
 
 /// What the chief reports beyond its own outcome, gathered from every rank.

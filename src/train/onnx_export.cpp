@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
 #include "dtrain/core/version.hpp"
@@ -74,6 +76,15 @@ void describe_value(onnx::ValueInfoProto& v, const std::string& name,
   for (std::int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
 }
 
+/// `s` with what is not UTF-8 in it as U+FFFD, as the safetensors writer's __metadata__ reads
+/// (nlohmann::json's error_handler_t::replace): protobuf's strings are UTF-8, but the metadata
+/// carries the job's paths, bytes on Linux.
+std::string valid_utf8(const std::string& s) {
+  return nlohmann::json::parse(
+             nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 /// The layer index a TensorInfo::name ("<index>.<type>.<param>") belongs to.
 std::size_t layer_of(const TensorInfo& t) { return std::stoul(t.name); }
 
@@ -82,8 +93,13 @@ class GraphBuilder {
   GraphBuilder(const OnnxGraph& g, onnx::GraphProto& graph) : g_(g), graph_(graph) {
     for (const TensorInfo& t : g.params) params_[layer_of(t)].push_back(&t);
     for (const TensorInfo& t : g.state) state_[layer_of(t)].push_back(&t);
+    // Names kept as they are: the graph's input and outputs, and the tensors' (unique in a
+    // Model). Every other value takes what is left (fresh()).
+    for (const char* name : {"input", "logits", "probabilities"}) values_used_.insert(name);
+    for (const auto* list : {&g.params, &g.state})
+      for (const TensorInfo& t : *list) values_used_.insert(t.key);
     shapes_.push_back(g.sample);
-    values_.push_back({unique("input"), 4});
+    values_.push_back({"input", 4});
     describe_value(*graph.add_input(), "input", {g.sample.c, g.sample.h, g.sample.w});
   }
 
@@ -91,8 +107,7 @@ class GraphBuilder {
   void add_layer(std::size_t i) {
     const LayerInfo& l = g_.layers[i];
     const std::string name = l.name.empty() ? std::to_string(i) + "." + l.type : l.name;
-    const bool reserved = name == "input" || name == "logits" || name == "probabilities";
-    LayerRef at{l, i, name, reserved ? name + "/out" : name};
+    LayerRef at{l, i, name, fresh(values_used_, name)};
     values_.push_back(map_layer(at));
     shapes_.push_back(l.output);
   }
@@ -115,7 +130,7 @@ class GraphBuilder {
     const LayerInfo& info;
     std::size_t index;
     std::string name;  ///< the layer's public name (its nodes' names)
-    std::string out;   ///< the name of its output value
+    std::string out;   ///< the name of its output value: `name`, made unique (fresh())
   };
 
   Value map_layer(const LayerRef& l) {
@@ -179,7 +194,7 @@ class GraphBuilder {
 
   Value dense(const LayerRef& l) {
     const std::vector<const TensorInfo*>& p = params_.at(l.index);  // weight [out, in], bias
-    const Value x = rank2(input(l, 0), l.name + "/flatten");
+    const Value x = rank2(input(l, 0), fresh(values_used_, l.name + "/flatten"));
     set_int(node("Gemm",
                  {x.name, initializer(*p.at(0), g_.param_values),
                   initializer(*p.at(1), g_.param_values)},
@@ -226,62 +241,69 @@ class GraphBuilder {
   /// v as 4-d N×C×1×1 (Unsqueeze of a 2-d value; a 4-d one as it is).
   Value rank4(const LayerRef& l, const Value& v, const std::string& tag = "") {
     if (v.rank == 4) return v;
-    const std::string out = l.name + "/unsqueeze" + tag;
+    const std::string out = fresh(values_used_, l.name + "/unsqueeze" + tag);
     node("Unsqueeze", {v.name, int64_initializer(out + "/axes", {2, 3})}, out, out);
     return {out, 4};
   }
 
-  /// v as 2-d N×(C·H·W) under the name `out` (Flatten of a 4-d value; a 2-d one as it is).
+  /// v as 2-d N×(C·H·W) under the name `out`, one fresh() gave (Flatten of a 4-d value; a 2-d
+  /// one as it is).
   Value rank2(const Value& v, const std::string& out) {
     if (v.rank == 2) return v;
     set_int(node("Flatten", {v.name}, out, out), "axis", 1);
     return {out, 2};
   }
 
+  /// A node computing the value `out` (a name fresh() gave, or an output's), named `name` (else
+  /// `out`) made unique among the nodes (ONNX Runtime refuses two nodes of one name).
   onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& in,
                         const std::string& out, const std::string& name = "") {
     onnx::NodeProto* n = graph_.add_node();
     n->set_op_type(op);
-    n->set_name(name.empty() ? out : name);
+    n->set_name(fresh(nodes_used_, name.empty() ? out : name));
     for (const auto& i : in) n->add_input(i);
-    n->add_output(unique(out));
+    n->add_output(out);
     return *n;
   }
 
-  /// Tensor t of `values` as a float32 initializer named t.key, in t.dims; returns its name.
+  /// Tensor t of `values` as a float32 initializer named t.key (kept for it by the constructor),
+  /// in t.dims; returns its name.
   std::string initializer(const TensorInfo& t, const float* values) {
     onnx::TensorProto* p = graph_.add_initializer();
-    p->set_name(unique(t.key));
+    p->set_name(t.key);
     p->set_data_type(onnx::TensorProto::FLOAT);
     for (std::int64_t d : t.dims) p->add_dims(d);
     p->set_raw_data(values + t.offset, t.count * sizeof(float));  // little-endian, as ONNX's
     return t.key;
   }
 
+  /// An int64 initializer holding v, named `name` made unique (fresh()); returns its name.
   std::string int64_initializer(const std::string& name, const std::vector<std::int64_t>& v) {
     onnx::TensorProto* p = graph_.add_initializer();
-    p->set_name(unique(name));
+    p->set_name(fresh(values_used_, name));
     p->set_data_type(onnx::TensorProto::INT64);
     p->add_dims(static_cast<std::int64_t>(v.size()));
     for (std::int64_t x : v) p->add_int64_data(x);
-    return name;
+    return p->name();
   }
 
-  /// `name`, after checking that no other value has it (ONNX values are assigned once).
-  const std::string& unique(const std::string& name) {
-    DT_REQUIRE(used_.insert(name).second,
-               "dtrain export --format onnx: the name '" + name +
-                   "' is given to two ONNX "
-                   "values (a layer's name= equals a tensor name); rename the layer");
-    return name;
+  /// `name`, or when `used` has it already `name/out`, `name/out2`, ... (the first that is free),
+  /// now in `used`. ONNX assigns a value once and ONNX Runtime refuses two nodes of one name, but
+  /// a model may give one name to two layers (a name= equal to another layer's "<index>.<type>")
+  /// or to a layer and a tensor (name=c.weight after a layer c); the later one yields.
+  static std::string fresh(std::set<std::string>& used, const std::string& name) {
+    std::string candidate = name;
+    for (int k = 1; !used.insert(candidate).second; ++k)
+      candidate = name + "/out" + (k == 1 ? "" : std::to_string(k));
+    return candidate;
   }
 
   const OnnxGraph& g_;
   onnx::GraphProto& graph_;
   std::map<std::size_t, std::vector<const TensorInfo*>> params_, state_;  ///< by layer index
   std::vector<Value> values_;                                             ///< by tensor id
-  std::vector<Shape> shapes_;  ///< by tensor id, per sample
-  std::set<std::string> used_;
+  std::vector<Shape> shapes_;                       ///< by tensor id, per sample
+  std::set<std::string> values_used_, nodes_used_;  ///< names given to values, to nodes
 };
 
 }  // namespace
@@ -299,8 +321,8 @@ OnnxSummary write_onnx(const OnnxGraph& g, std::ostream& out) {
   opset->set_version(kOnnxOpset);
   for (const auto& [k, v] : g.metadata) {
     onnx::StringStringEntryProto* e = m.add_metadata_props();
-    e->set_key(k);
-    e->set_value(v);
+    e->set_key(valid_utf8(k));
+    e->set_value(valid_utf8(v));
   }
   onnx::GraphProto& graph = *m.mutable_graph();
   graph.set_name("dtrain");

@@ -4,6 +4,7 @@
 #include "dtrain/train/predict.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -100,23 +101,46 @@ int predict_batch(const Config& c, std::int64_t samples) {
   return static_cast<int>(std::min<std::int64_t>(c.batch_size, std::max<std::int64_t>(1, samples)));
 }
 
-/// --data-threads for this rank, as a training worker on its device would use them.
-int predict_data_threads(const Config& c, const Cluster& cluster) {
-  return data_threads(c, cluster, planned_gpu(c, cluster) >= 0);
+/// The evaluation's decoding (--center-crop, --eval-resize) with --data-threads for this rank, as
+/// a training worker on its device would use them; a bad image always fails.
+DecodeOptions predict_decode(const Config& c, const Cluster& cluster) {
+  DecodeOptions decode =
+      decode_options(c, false, data_threads(c, cluster, planned_gpu(c, cluster) >= 0));
+  decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
+  decode.fail_reason = "dtrain predict: every image has its output row, none is left out";
+  return decode;
+}
+
+/// predict --init-from's class count from the --data file at `path` when neither --synthetic nor
+/// --num-classes gives one: its `num_classes` attribute, which open_dataset_info() reads only
+/// with `labels` (predict --checkpoint has the checkpoint's count for a file without them); 0
+/// when it has none (the labels' max + 1 then). Throws InputError naming --data and
+/// --num-classes when the file has neither the attribute nor `labels`, and what open_file_read()
+/// throws.
+int data_file_classes(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  const H5File f = open_file_read(path);
+  if (has_attribute(f.get(), "num_classes")) {
+    const std::int64_t k = read_attr_int(f.get(), "num_classes", path);
+    return k >= 1 && k <= INT_MAX ? static_cast<int>(k) : 0;  // open_dataset_info() names it
+  }
+  DT_REQUIRE(has_link(f.get(), "labels"),
+             "option --data '" + path +
+                 "': no dataset `labels` and no attribute `num_classes` to take the class "
+                 "count from; give --num-classes K (the model's)");
+  return 0;
 }
 
 /// set_up() with --init-from instead of a checkpoint: the classes from --synthetic's spec or
-/// --num-classes (else the data's), the sample shape from --data, the tensors by name
-/// (load_pretrained(), strict) into the model on every rank.
+/// --num-classes (else the data's: data_file_classes()), the sample shape from --data, the
+/// tensors by name (load_pretrained(), strict) into the model on every rank.
 void set_up_pretrained(const Config& c, Predictor& p) {
-  const int classes =
-      !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
-  p.info = open_dataset_info(c.data, classes, "--num-classes", true);
+  const int given = !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
+  const int classes = given > 0 ? given : data_file_classes(c.data);
+  p.info = open_dataset_info(c.data, classes,
+                             given > 0 ? "--num-classes" : "its attribute `num_classes`", true);
   require_encoded_for_crops(c, p.info.encoded, c.data);
-  DecodeOptions decode =
-      decode_options(c, false, predict_data_threads(c, *p.cluster));  // as set_up()
-  decode.fail_on_bad = true;
-  configure_decode(p.info, decode);
+  configure_decode(p.info, predict_decode(c, *p.cluster));
   p.classes = p.info.num_classes;
   set_threads(c, *p.cluster);
   std::string device;
@@ -152,9 +176,7 @@ Predictor set_up(const Config& c) {
                                "the class count of checkpoint '" + c.checkpoint + "'", true);
     // encoded images: the evaluation's crop
     require_encoded_for_crops(c, p.info.encoded, c.data);
-    DecodeOptions decode = decode_options(c, false, predict_data_threads(c, *p.cluster));
-    decode.fail_on_bad = true;  // a left-out image would shift every later prediction's row
-    configure_decode(p.info, decode);
+    configure_decode(p.info, predict_decode(c, *p.cluster));
     DT_REQUIRE(p.info.sample.str() == input.sample,
                "option --data '" + c.data + "': images are " + p.info.sample.str() +
                    " per sample, but the model of checkpoint '" + c.checkpoint + "' takes " +
@@ -168,7 +190,9 @@ Predictor set_up(const Config& c) {
     p.backend = make_backend(c, *p.cluster, device);
     // Without --config (or --layer lines) the model is the one the checkpoint carries.
     const std::vector<std::string> layers =
-        c.layers.empty() ? checkpoint_layers(ckpt, c.checkpoint) : c.layers;
+        c.layers.empty() ? checkpoint_layers(ckpt, c.checkpoint,
+                                             "give --config JOB, the job it was trained with")
+                         : c.layers;
     p.batch = predict_batch(c, p.info.num_samples);
     p.model = std::make_unique<Model>(*p.backend, layers, p.info.sample, p.classes, p.batch);
     check_inference_compatible(ckpt, c.checkpoint, *p.model);

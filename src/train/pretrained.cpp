@@ -55,19 +55,24 @@ std::string init_counts(const Config& c, const PretrainedValues& v, const std::s
 
 }  // namespace
 
-std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path) {
+std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path,
+                                           const std::string& advice) {
   std::vector<std::string> layers;
   std::istringstream ini(s.config);
   for (std::string line; std::getline(ini, line);)
     if (line.rfind("layer = ", 0) == 0) layers.push_back(line.substr(8));
   DT_REQUIRE(!layers.empty(), "checkpoint '" + path +
-                                  "': the configuration it carries has no `layer =` lines (give "
-                                  "--config JOB, the job it was trained with)");
+                                  "': the configuration it carries has no `layer =` lines (" +
+                                  advice + ")");
   return layers;
 }
 
 std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path) {
-  const std::vector<std::string> layers = checkpoint_layers(s, path);
+  const std::vector<std::string> layers = checkpoint_layers(
+      s, path,
+      "dtrain export rebuilds the model from them and takes no --config: this checkpoint exports "
+      "to safetensors only if it names its tensors (format 2), never to ONNX; dtrain predict "
+      "--config JOB, the job it was trained with, still scores with it");
   const CheckpointInput in = checkpoint_input(s, path);
   // in.sample is Shape::str() of one sample, "1xCxHxW": parse_synthetic() takes "CxHxW:K".
   const std::string chw = in.sample.rfind("1x", 0) == 0 ? in.sample.substr(2) : in.sample;
@@ -143,7 +148,7 @@ PretrainedValues load_pretrained(const std::string& path, const Model& model,
   throw InputError(msg);
 }
 
-CheckpointState initial_point(const Config& c, const Model& layout) {
+CheckpointState initial_point(const Config& c, const Model& layout, std::string& report) {
   PretrainedValues v =
       load_pretrained(c.init_from, layout, init_exclude_prefixes(c.init_exclude), c.seed);
   CheckpointState s;
@@ -152,7 +157,7 @@ CheckpointState initial_point(const Config& c, const Model& layout) {
   s.params = std::move(v.params);
   s.model_state = std::move(v.state);
   s.state_rows = 1;
-  log_info("# --init-from " + c.init_from + ": " + init_counts(c, v, "loaded"));
+  report = "# --init-from " + c.init_from + ": " + init_counts(c, v, "loaded");
   return s;
 }
 

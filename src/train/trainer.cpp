@@ -307,8 +307,12 @@ Job check_job(const Config& c) {
     job.activation_bytes = layout.activation_bytes();
     job.signature = layout.signature();
     job.model_report = layout.summary();
-    // --dry-run reads the --init-from file as a run would (a run reads it on the chief alone).
+    // --init-from is read here, before the run dir is touched, as the datasets are: a bad file
+    // leaves nothing behind. A run's chief keeps its values (claim_resources() starts from them);
+    // --dry-run checks it on every rank.
     if (c.dry_run && !c.init_from.empty()) job.init_report = check_init_from(c, layout);
+    if (!c.dry_run && !c.init_from.empty() && cl.is_chief())
+      job.init_point = initial_point(c, layout, job.init_report);
     const std::vector<LayerInfo> layers = layout.layers();
     require_batchnorm_statistics(c, job.plan, layers);
     if (const std::string w = short_batch_warning(c, job.plan, layers);
@@ -354,12 +358,13 @@ void claim_resources(const Config& c, Job& job) {
       job.resume = find_resume_point(c, job.signature, job.param_count, job.state_count, job.plan);
     }
     // --init-from starts a run; a checkpoint to resume from has priority (pretrained.hpp).
-    if (job.cluster->is_chief() && !c.init_from.empty() && job.resume)
+    if (job.init_point && job.resume)
       log_info("# --init-from " + c.init_from + " not used: resuming from a checkpoint");
-    if (job.cluster->is_chief() && !c.init_from.empty() && !job.resume)
-      job.resume =
-          initial_point(c, Model(c.layers, job.plan.train.sample, job.plan.train.num_classes,
-                                 job.plan.batch, act_dtype_of(c.precision)));
+    if (job.init_point && !job.resume) {
+      log_info(job.init_report);
+      job.resume = std::move(job.init_point);
+    }
+    job.init_point.reset();
   });
   job.cluster->set_devices(job.device_name);
   if (c.pin_threads) pin_rank_threads(c, *job.cluster, job.role_notes);

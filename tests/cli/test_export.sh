@@ -9,11 +9,12 @@
 #   3. export → predict --init-from scores exactly as predict --checkpoint; --dtype bf16 holds the
 #      bf16 rounding of every float; --init-exclude re-initialises a head of another size and
 #      training starts from the rest; --dry-run checks the file (names, shapes) and reports what it
-#      loads, writing nothing; --resume from a checkpoint has priority over --init-from.
+#      loads, writing nothing; --resume from a checkpoint has priority over --init-from, and
+#      without one starts from the file (saying so, not "from scratch").
 #   4. bad input, each one error naming the file, exit 2, nothing written: a truncated file, JSON
 #      that does not parse, a header over 100 MB, overlapping offsets, an unknown dtype, missing /
-#      unexpected names and a shape mismatch (all listed in one message; --dry-run too), an
-#      existing --out.
+#      unexpected names and a shape mismatch (all listed in one message; --dry-run too; a training
+#      run's, and a missing file's, make no run dir), an existing --out.
 #   5. real clients (a Python with torch, torchvision and safetensors: torch_python.sh; exit 77 =
 #      skipped with the reason when none can be had): a seeded torchvision ResNet-50 (batchnorm
 #      statistics of the 4 test images) saved with safetensors loads with --init-from and dtrain
@@ -144,6 +145,13 @@ run 2 "$SCRATCH/sync" --mode sync --num-ps 0 --epochs 3 --resume --init-from "$S
 grep -q "init-from .* not used: resuming from a checkpoint" "$SCRATCH/sync.log" ||
   { cat "$SCRATCH/sync.log"; fail "--resume did not take priority over --init-from"; }
 grep -q "resuming from global_step 6" "$SCRATCH/sync.log" || fail "no resume at 6"
+# Nothing to resume: the run starts from the file, and says so (not "from scratch" as well).
+run 1 "$SCRATCH/fresh" --mode sync --num-ps 0 --max-steps 1 --resume \
+  --init-from "$SCRATCH/m16.safetensors"
+grep -q "no checkpoint in '$SCRATCH/fresh', starting from --init-from $SCRATCH/m16.safetensors" \
+  "$SCRATCH/fresh.log" && grep -q "^# --init-from $SCRATCH/m16.safetensors: 10 tensors loaded" \
+  "$SCRATCH/fresh.log" && ! grep -q "from scratch" "$SCRATCH/fresh.log" ||
+  { cat "$SCRATCH/fresh.log"; fail "--resume --init-from with no checkpoint"; }
 
 echo "== 4. bad input: one error naming the file, nothing written"
 "$PY" - "$SCRATCH/m.safetensors" "$SCRATCH" <<'PY'
@@ -184,9 +192,13 @@ bad huge "more than the 100 MB"
 bad overlap "overlap"
 bad dtype "unknown dtype 'F33'"
 bad names "missing 1: 0.conv.bias|unexpected 1: conv1.bias|shape mismatch 1: 5.dense.weight (file [216, 24], model [24, 216])"
+# The file is read before the run dir is made: a refused one leaves no directory behind.
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias" "${COMMON[@]}" \
-  --run-dir "$SCRATCH/badrun" --init-from "$SCRATCH/names.safetensors"
-[[ -z $(ls -A "$SCRATCH/badrun" 2>/dev/null) ]] || fail "a refused --init-from run wrote into its run dir"
+  --run-dir "$SCRATCH/badrun/a/b" --init-from "$SCRATCH/names.safetensors"
+[[ ! -e $SCRATCH/badrun ]] || fail "a refused --init-from run made its run dir"
+expect_error 2 "$SCRATCH/absent.safetensors|does not exist" "${COMMON[@]}" \
+  --run-dir "$SCRATCH/badrun/a/b" --init-from "$SCRATCH/absent.safetensors"
+[[ ! -e $SCRATCH/badrun ]] || fail "a missing --init-from file: the run dir was made"
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias|unexpected 1: conv1.bias" \
   "${COMMON[@]}" --run-dir "$SCRATCH/baddry" --init-from "$SCRATCH/names.safetensors" --dry-run
 [[ $last_rc -eq 2 && ! -e $SCRATCH/baddry ]] || fail "--dry-run of a bad --init-from: exit $last_rc"

@@ -3,7 +3,8 @@
 # docs/checkpoints.md), judged by real clients: ONNX's own checker and ONNX Runtime.
 #   1. refusals, each one error naming what is wrong, exit 2, nothing written: an existing --out
 #      (left as it was), a --format that is none of the choices (listed), --dtype bf16 with onnx, a
-#      file that is no checkpoint, a directory that does not exist.
+#      file that is no checkpoint, a directory that does not exist, a checkpoint whose
+#      configuration has no layer lines (export takes no --config: the message says so).
 #   2-5 need a Python with onnx and onnxruntime ($DTRAIN_ONNX_PYTHON, or /opt/onnxcheck created
 #      from PyPI on demand; exit 77 = skipped with the reason when neither can be had). Every model
 #      passes onnx.checker.check_model(full_check=True); ONNX Runtime's logits on the network
@@ -53,7 +54,16 @@ refuse "$SCRATCH/no_dir/c.onnx" "--out|$SCRATCH/no_dir/c.onnx|does not exist" --
 expect_error 0 "$SCRATCH/train.h5|not a dtrain checkpoint" export --checkpoint "$SCRATCH/train.h5" \
   --format onnx --out "$SCRATCH/d.onnx"
 [[ $last_rc -eq 2 ]] || fail "a non-checkpoint: exit $last_rc, expected 2"
-for f in a b d; do [[ ! -e $SCRATCH/$f.onnx ]] || fail "$f.onnx was written"; done
+# A checkpoint whose configuration has no layer lines: export takes no --config, so the message
+# says what can be done instead of advising one.
+cp "$tiny" "$SCRATCH/nolayers.h5"
+"$PY" -c 'import sys, h5py; h5py.File(sys.argv[1], "r+").attrs["config"] = "# none\n"' \
+  "$SCRATCH/nolayers.h5"
+expect_error 0 "$SCRATCH/nolayers.h5|no \`layer =\` lines|takes no --config|never to ONNX" export \
+  --checkpoint "$SCRATCH/nolayers.h5" --format onnx --out "$SCRATCH/e.onnx"
+[[ $last_rc -eq 2 ]] || fail "no layer lines: exit $last_rc, expected 2"
+! grep -q "give --config" "$SCRATCH/case$((cases - 1)).log" || fail "export advised --config"
+for f in a b d e; do [[ ! -e $SCRATCH/$f.onnx ]] || fail "$f.onnx was written"; done
 
 pypi_python ONNX_PY "${DTRAIN_ONNX_PYTHON:-}" /opt/onnxcheck "onnx, onnxruntime, h5py" \
     onnx onnxruntime numpy h5py ||
@@ -159,6 +169,40 @@ assert "layer = zeropad channels=8 name=z16" in meta["dtrain.job"], meta
 assert meta["dtrain.checkpoint"].endswith("zoo/ckpt-0000000003.h5") and meta["dtrain.version"], meta
 print(f"   {sum(ops.values())} nodes of {len(ops)} operators; metadata: job, step, checkpoint, "
       "version")
+PY
+
+echo "== 2b. names the model gives twice; a run dir whose name is not UTF-8"
+# A name= equal to a generated "<index>.<type>" (clash) and one equal to a tensor's (tensor):
+# ONNX values and nodes are made unique. The run dir's Latin-1 byte reaches the metadata
+# (dtrain.checkpoint, dtrain.job's paths) as U+FFFD: protobuf's strings are UTF-8.
+printf '[model]\nlayer = conv filters=3 kernel=3\nlayer = relu\nlayer = maxpool kernel=2 name=1.relu
+layer = flatten\nlayer = dense name=fc\n' >"$SCRATCH/clash.ini"
+printf '[model]\nlayer = conv filters=3 kernel=3 name=c\nlayer = relu name=c.weight
+layer = flatten\nlayer = dense name=fc\n' >"$SCRATCH/tensor.ini"
+for tag in clash tensor; do
+  dir=$SCRATCH/$tag-$'\xe9'
+  timeout 120 "$DTRAIN" --config "$SCRATCH/$tag.ini" --train-data "$SCRATCH/train.h5" \
+    --test-data "" --mode sync --num-ps 0 --threads 1 --max-steps 2 --batch-size 16 \
+    --run-dir "$dir" >"$SCRATCH/$tag.log" 2>&1 || { cat "$SCRATCH/$tag.log"; fail "$tag run"; }
+  check_onnx "$tag" "$SCRATCH/$tag.ini" "$dir/ckpt-0000000002.h5" "$SCRATCH/test.h5"
+done
+"$ONNX_PY" - "$SCRATCH/clash.onnx" "$SCRATCH/tensor.onnx" <<'PY' || fail "names, metadata"
+import sys, collections, onnx, onnxruntime as ort
+for path in sys.argv[1:]:
+    m = onnx.load(path)
+    values = [t.name for t in m.graph.initializer] + [o for n in m.graph.node for o in n.output]
+    nodes = [n.name for n in m.graph.node]
+    for what, names in (("values", values), ("nodes", nodes)):
+        twice = [k for k, c in collections.Counter(names).items() if c > 1]
+        assert not twice, f"{path}: {what} named twice: {twice}"
+    meta = {p.key: p.value for p in m.metadata_props}
+    assert all(isinstance(v, str) for v in meta.values()), meta
+    assert meta["dtrain.checkpoint"].endswith("-\ufffd/ckpt-0000000002.h5"), meta["dtrain.checkpoint"]
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert s.get_modelmeta().custom_metadata_map["dtrain.checkpoint"] == meta["dtrain.checkpoint"]
+init = {t.name for t in onnx.load(sys.argv[2]).graph.initializer}
+assert {"c.weight", "c.bias", "fc.weight", "fc.bias"} <= init, init  # the tensors keep their names
+print("   values and nodes named once; metadata UTF-8 (U+FFFD for the Latin-1 byte), read by ORT")
 PY
 
 echo "== 3. the Fashion-MNIST CNN"

@@ -7,10 +7,12 @@
 #      so the accuracy is far from 0 and 1 and every argmax counts.
 #   2. outputs of 1, 2 and 4 ranks: `predictions` and `probabilities` byte-identical; predictions are
 #      the probabilities' argmax, rows sum to 1; the same predictions without a `labels` dataset
-#      (then no accuracy is printed), and without --config (the model the checkpoint carries).
+#      (then no accuracy is printed), and without --config (the model the checkpoint carries);
+#      with --init-from (its export) on the unlabeled data, whose num_classes gives the classes.
 #   3. one error each, nothing written or overwritten: a checkpoint of another model, data of
 #      another shape, an existing output file, --num-classes other than the checkpoint's,
-#      --init-exclude. A --batch-size beyond the data is the data's size (the same bytes).
+#      --init-exclude, --init-from on data with neither labels nor num_classes (naming
+#      --num-classes). A --batch-size beyond the data is the data's size (the same bytes).
 #   4. `dtrain train --config ...` trains exactly as `dtrain --config ...`.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -62,6 +64,12 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
         b.attrs[k] = v
 PY
 predict 3 "$SCRATCH/pu.h5" "$ckpt" "$SCRATCH/unlabeled.h5"
+# --init-from on unlabeled data: the class count is the file's num_classes attribute (as the
+# checkpoint's is with --checkpoint), the tensors the checkpoint's.
+"$DTRAIN" export --checkpoint "$ckpt" --out "$SCRATCH/m.safetensors" >/dev/null
+timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --config "$SCRATCH/job.ini" --data "$SCRATCH/unlabeled.h5" \
+  --init-from "$SCRATCH/m.safetensors" --out "$SCRATCH/pi.h5" --threads 1 >"$SCRATCH/pi.h5.log" 2>&1 ||
+  { cat "$SCRATCH/pi.h5.log"; fail "predict --init-from on data without labels failed"; }
 # Without --config: the model is the one the checkpoint carries; the job's batch size (16) from
 # the command line, as batches of another size may round differently.
 timeout 120 "$MPIEXEC" -n 2 "$DTRAIN" predict --checkpoint "$ckpt" --data "$SCRATCH/test.h5" \
@@ -86,7 +94,7 @@ PY
 "$PY" - "$SCRATCH" "$(json_get "$SCRATCH/sync/results.json" test_accuracy)" <<'PY' || fail "outputs differ"
 import sys, h5py, numpy as np
 s, acc = sys.argv[1], float(sys.argv[2])
-files = {n: h5py.File(f"{s}/{n}.h5", "r") for n in ("p1", "sync.p2", "p4", "pu", "pn")}
+files = {n: h5py.File(f"{s}/{n}.h5", "r") for n in ("p1", "sync.p2", "p4", "pu", "pn", "pi")}
 labels = h5py.File(f"{s}/test.h5", "r")["labels"][()]
 ref = files["p1"]
 pred, prob = ref["predictions"][()], ref["probabilities"][()]
@@ -99,7 +107,8 @@ assert np.array_equal(np.argmax(prob, axis=1), pred), "predictions are not the a
 assert np.allclose(prob.sum(axis=1), 1, atol=1e-5)
 assert (pred == labels).mean() == acc == ref.attrs["accuracy"], ((pred == labels).mean(), acc)
 assert ref.attrs["num_samples"] == 300 and "accuracy" not in files["pu"].attrs
-print(f"1/2/4 ranks, unlabeled, without --config: byte-identical; accuracy {acc} = mean(predictions == labels)")
+assert "accuracy" not in files["pi"].attrs
+print(f"1/2/4 ranks, unlabeled, without --config, unlabeled --init-from: byte-identical; accuracy {acc} = mean(predictions == labels)")
 PY
 
 echo "== 3. errors: another model, another shape, an existing output"
@@ -141,7 +150,15 @@ timeout 120 "$MPIEXEC" -n 1 "$DTRAIN" predict --config "$SCRATCH/job.ini" --chec
 expect_error 2 "--init-exclude|random initialisation" predict --config "$SCRATCH/job.ini" \
   --init-from "$SCRATCH/m.safetensors" --init-exclude 0. --data "$SCRATCH/test.h5" \
   --out "$SCRATCH/e8.h5"
-[[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 && ! -e $SCRATCH/e7.h5 && ! -e $SCRATCH/e8.h5 ]] ||
+# --init-from on data with neither labels nor a num_classes attribute: nothing gives the class
+# count, and the error says what to give.
+"$PY" -c 'import sys, h5py; del h5py.File(sys.argv[1], "r+").attrs["num_classes"]' \
+  "$SCRATCH/unlabeled.h5"
+expect_error 2 "--data '$SCRATCH/unlabeled.h5'|no dataset \`labels\`|give --num-classes" predict \
+  --config "$SCRATCH/job.ini" --init-from "$SCRATCH/m.safetensors" --data "$SCRATCH/unlabeled.h5" \
+  --out "$SCRATCH/e9.h5"
+[[ ! -e $SCRATCH/e1.h5 && ! -e $SCRATCH/e2.h5 && ! -e $SCRATCH/e7.h5 && ! -e $SCRATCH/e8.h5 &&
+   ! -e $SCRATCH/e9.h5 ]] ||
   fail "a refused predict wrote its output"
 ! ls "$SCRATCH"/*.tmp 2>/dev/null || fail "a temporary file was left behind"
 

@@ -1,7 +1,7 @@
 // tests/unit/test_onnx_export.cpp — the ONNX graph of a model (train/onnx_export.hpp), read back
 // with the same schema: operators, attributes, initializers and their bytes, the dynamic batch
-// axis, the outputs; ResNet-50's operator counts; a layer type without a mapping and a name used
-// twice are one error each, with nothing written.
+// axis, the outputs; ResNet-50's operator counts; a layer type without a mapping is one error,
+// with nothing written; names a model gives twice are made unique.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -231,9 +231,42 @@ TEST(OnnxExport, AnUnmappedLayerTypeIsOneErrorAndNothingIsWritten) {
   EXPECT_TRUE(out.str().empty());
 }
 
-TEST(OnnxExport, ALayerNamedLikeATensorIsRefused) {
-  EXPECT_THROW(build({"conv filters=2 kernel=3 name=c", "relu name=c.weight", "flatten", "dense"}),
-               InputError);
+// Names a model accepts but ONNX would see twice: the later value or node yields ("/out"), the
+// tensors keep theirs; every value is assigned once and every node name is its own.
+TEST(OnnxExport, NamesTakenAlreadyAreMadeUnique) {
+  const auto unique = [](const onnx::GraphProto& g) {
+    std::map<std::string, int> values, nodes;
+    for (const auto& t : g.initializer()) ++values[t.name()];
+    for (const auto& n : g.node()) {
+      ++nodes[n.name()];
+      for (const auto& o : n.output()) ++values[o];
+    }
+    ++values[g.input(0).name()];
+    for (const auto& [name, count] : values) EXPECT_EQ(count, 1) << "value " << name;
+    for (const auto& [name, count] : nodes) EXPECT_EQ(count, 1) << "node " << name;
+  };
+  // A layer named like a tensor, another after a tensor of its name.
+  const Built a = build({"conv filters=2 kernel=3 name=c", "relu name=c.weight", "relu name=d.bias",
+                         "conv filters=2 kernel=1 name=d", "flatten", "dense name=fc"});
+  const onnx::GraphProto& ga = a.proto.graph();
+  unique(ga);
+  EXPECT_EQ(node_named(ga, "c").output(0), "c");
+  EXPECT_EQ(node_named(ga, "c.weight").input(0), "c");
+  EXPECT_EQ(node_named(ga, "c.weight").output(0), "c.weight/out");
+  EXPECT_EQ(node_named(ga, "d.bias").output(0), "d.bias/out");
+  EXPECT_EQ(node_named(ga, "d").input(0), "d.bias/out");
+  EXPECT_EQ(node_named(ga, "d").input(2), "d.bias");  // the tensor, under its name
+  // A name= equal to an earlier layer's "<index>.<type>": two values, two nodes.
+  const Built b = build(
+      {"conv filters=2 kernel=3", "relu", "maxpool kernel=2 name=1.relu", "flatten", "dense"});
+  const onnx::GraphProto& gb = b.proto.graph();
+  unique(gb);
+  EXPECT_EQ(node_named(gb, "1.relu").op_type(), "Relu");
+  EXPECT_EQ(node_named(gb, "1.relu").output(0), "1.relu");
+  EXPECT_EQ(node_named(gb, "1.relu/out").op_type(), "MaxPool");
+  EXPECT_EQ(node_named(gb, "1.relu/out").input(0), "1.relu");
+  EXPECT_EQ(node_named(gb, "1.relu/out").output(0), "1.relu/out");
+  EXPECT_EQ(node_named(gb, "3.flatten").input(0), "1.relu/out");
 }
 
 }  // namespace

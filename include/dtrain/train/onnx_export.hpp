@@ -20,7 +20,10 @@
 //   add           Add (two inputs) or Sum; concat Concat (axis 1); zeropad Pad (constant 0,
 //                 channels only)
 // Dense outputs are 2-d (N×units); a layer that needs 4-d input gets it back through Unsqueeze.
-// Helper tensors are named "<layer>/<what>" ('/' appears in no layer name).
+// Helper tensors are named "<layer>/<what>" ('/' appears in no layer name). The input, outputs
+// and tensors keep their names; a layer's value or node whose name is taken already (a name=
+// equal to a tensor's, e.g. c.weight, or to another layer's "<index>.<type>") gets "/out" (then
+// "/out2", ...) appended, so every model dtrain builds exports.
 #pragma once
 
 #include <cstddef>
@@ -59,8 +62,8 @@ inline constexpr int kOnnxOpset = 17;
 
 /// Builds the ModelProto of `g` (see the top of this file) and serialises it to `out` (binary).
 /// Nothing reaches `out` unless every layer maps. Throws InputError naming the layer (#, line
-/// name, type) whose type has no ONNX mapping, or a tensor name used twice; LibraryError when
-/// the model cannot be serialised (over protobuf's 2 GiB limit) or the stream fails.
+/// name, type) whose type has no ONNX mapping; LibraryError when the model cannot be serialised
+/// (over protobuf's 2 GiB limit) or the stream fails.
 OnnxSummary write_onnx(const OnnxGraph& g, std::ostream& out);
 
 /// `dtrain export --format onnx`: checkpoint `s` (read from `checkpoint`) as an ONNX model created

@@ -20,7 +20,8 @@
 //       shape, and every tensor of the file must be the model's or excluded (num_batches_tracked
 //       is accepted and ignored); all mismatches are one InputError listing each. Excluded tensors
 //       keep the seed's initialisation (a new head for fine-tuning). --resume from a checkpoint
-//       has priority: --init-from only starts a run that has no checkpoint to continue.
+//       has priority: --init-from only starts a run that has no checkpoint to continue (the file
+//       is read all the same, before the run dir is made: a bad one leaves nothing behind).
 #pragma once
 
 #include <cstdint>
@@ -55,12 +56,14 @@ struct PretrainedValues {
 PretrainedValues load_pretrained(const std::string& path, const Model& model,
                                  const std::vector<std::string>& exclude, std::uint64_t seed);
 
-/// The start of a training run with --init-from (the chief, when there is no checkpoint to
-/// resume): a CheckpointState at global step 0 holding load_pretrained()'s parameters and one row
-/// of batchnorm statistics, no optimizer state and an empty config (it is no checkpoint): what
-/// share_resume_point() hands every worker and Checkpointer::restore() starts from. Throws as
+/// The start of a training run with --init-from (the chief's, read before the run dir is made; it
+/// starts the run when there is no checkpoint to resume): a CheckpointState at global step 0
+/// holding load_pretrained()'s parameters and one row of batchnorm statistics, no optimizer state
+/// and an empty config (it is no checkpoint): what share_resume_point() hands every worker and
+/// Checkpointer::restore() starts from. Sets `report` to the line to log when the run starts from
+/// it: "# --init-from FILE: N tensors loaded[, M excluded (--init-exclude ...)]". Throws as
 /// load_pretrained().
-CheckpointState initial_point(const Config& c, const Model& layout);
+CheckpointState initial_point(const Config& c, const Model& layout, std::string& report);
 
 /// --dry-run with --init-from: every check load_pretrained() makes of c.init_from against
 /// `layout` (names, shapes, dtypes, the file's structure), nothing kept. Returns the line the dry
@@ -78,13 +81,16 @@ std::vector<SafeTensor> export_tensors(const CheckpointState& s, const std::stri
                                        ExportDtype dtype);
 
 /// The `layer =` lines of the configuration checkpoint `s` (read from `path`) carries, in order.
-/// Throws InputError naming `path` when it carries none.
-std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path);
+/// Throws InputError naming `path` when it carries none, ending with `advice` in parentheses:
+/// what the command that needs them can do instead (predict: give --config JOB).
+std::vector<std::string> checkpoint_layers(const CheckpointState& s, const std::string& path,
+                                           const std::string& advice);
 
 /// The model of checkpoint `s` (read from `path`), layout only: rebuilt from the `layer =` lines
 /// of the configuration it carries, for its input shape and class count (checkpoint_input()).
-/// Throws InputError naming `path` when that model's signature is not the checkpoint's, and what
-/// Model's constructor throws.
+/// For `dtrain export`, which takes no --config. Throws InputError naming `path` when it carries
+/// no layer lines (saying what can still be done with it) or that model's signature is not the
+/// checkpoint's, and what Model's constructor throws.
 std::unique_ptr<Model> checkpoint_model(const CheckpointState& s, const std::string& path);
 
 /// `dtrain export` (Subcommand::export_tensors) on MPI_COMM_WORLD: --format safetensors
