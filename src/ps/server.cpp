@@ -65,6 +65,19 @@ void ServerCore::join_agreement(MPI_Comm all_ps) {
   agree_from_.assign(n, 0);
   agree_recv_.assign(n, MPI_REQUEST_NULL);
   agree_send_.assign(n, MPI_REQUEST_NULL);
+  post_says();
+}
+
+/// The receives of every other ps rank's say on the next step to agree on, posted ahead: a say
+/// that comes before this rank's own tells it that another ps has the step and waits for it.
+void ServerCore::post_says() {
+  for (int p = 0; p < static_cast<int>(peer_world_.size()); ++p) {
+    if (p == agree_me_) continue;
+    DT_CHECK_MPI(
+        MPI_Irecv(&agree_from_[p], 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_recv_[p]));
+  }
+  agree_missing_ = std::max(static_cast<int>(peer_world_.size()) - 1, 0);
+  waited_since_ = 0;
 }
 
 PsStats ServerCore::run() {
@@ -78,7 +91,9 @@ PsStats ServerCore::run() {
     const double b0 = now_seconds();
     if (owner_[i] < -workers_) {  // a ps rank's say on the step (agree_on_step)
       agree_recv_[owner_[i] - kAgreement] = MPI_REQUEST_NULL;
-      if (--agree_missing_ == 0) rule_->on_agreed();
+      --agree_missing_;
+      if (said_ && agree_missing_ == 0) rule_->on_agreed();
+      if (!said_ && waited_since_ == 0) waited_since_ = now_seconds();  // another ps waits for us
     } else if (owner_[i] >= workers_) {  // a slot is free: post the receives that waited for it
       post_chunks(owner_[i] - workers_);
     } else if (owner_[i] >= 0) {
@@ -99,6 +114,11 @@ PsStats ServerCore::run() {
     stats_.busy_seconds += now_seconds() - b0;
   }
   wait_all(agree_send_, c_.timeout, who_ + " flushing its say on the last step to the ps ranks");
+  for (MPI_Request& r : agree_recv_) {  // the says on a step that never came
+    if (r == MPI_REQUEST_NULL) continue;
+    DT_CHECK_MPI(MPI_Cancel(&r));
+    DT_CHECK_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  }
   for (auto& s : slots_) {
     wait_one(s.send, c_.timeout, who_ + " flushing replies");
     wait_all(s.ring_send, c_.timeout, who_ + " flushing replies");
@@ -152,6 +172,9 @@ void ServerCore::post_recv(int w) {
                          MPI_ANY_TAG, cluster_.world(), &slots_[w].recv));
 }
 
+/// The job's world rank of worker w (a pipeline stage's cluster numbers its own ranks).
+int ServerCore::job_rank(int w) const { return cluster_.ranks()[cluster_.worker_rank(w)].rank; }
+
 /// The timeout message of the event loop: the requests whose payload is still expected.
 std::string ServerCore::waiting_for() const {
   std::string busy, replies;
@@ -171,16 +194,23 @@ std::string ServerCore::waiting_for() const {
     if (holding) held += (held.empty() ? "" : ", ") + std::to_string(w);
     else if (!slots_[w].done && !slots_[w].req.active)
       silent += std::string(silent.empty() ? "" : ", ") + "worker " + std::to_string(w) +
-                " (world rank " + std::to_string(cluster_.worker_rank(w)) + ")";
+                " (world rank " + std::to_string(job_rank(w)) + ")";
   }
+  // Those waiting for this ps: its held replies' workers, and the ps ranks that have the step and
+  // sent their say (agree_on_step) before this one could.
+  std::string waiters = held.empty() ? "" : "worker(s) " + held;
+  for (std::size_t p = 0; !said_ && waited_since_ > 0 && p < agree_recv_.size(); ++p)
+    if (static_cast<int>(p) != agree_me_ && agree_recv_[p] == MPI_REQUEST_NULL)
+      waiters += (waiters.empty() ? "" : ", ") + std::string("the ps at world rank ") +
+                 std::to_string(peer_world_[p]);
   return who_ + " waiting for worker messages" +
          (deciding() ? " and for " + agreement_wait() : "") +
          (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +
          (replies.empty() ? ""
                           : " (worker(s) " + replies + " to receive a reply from a ring slot)") +
-         (silent.empty() || held.empty()
+         (silent.empty() || waiters.empty()
               ? ""
-              : ": no request from " + silent + " since its last answer, while worker(s) " + held +
+              : ": no request from " + silent + " since its last answer, while " + waiters +
                     " wait for step " + std::to_string(global_step_) +
                     "'s update (a stuck or slow worker?)");
 }
@@ -251,25 +281,23 @@ bool ServerCore::finished() const {
 }
 
 Verdict ServerCore::agree_on_step() {
-  if (agree_step_ != global_step_) {  // the first call for this step: this rank's say, to all
+  if (!said_) {  // the first call for this step: this rank's say, to all
     wait_all(agree_send_, comm_timeout(), who_ + " sending its say on a step to the ps ranks");
+    said_ = true;
     agree_step_ = global_step_;
     agree_in_ = stop_requested_here() ? 1 : 0;
-    const int n = static_cast<int>(peer_world_.size());
-    for (int p = 0; p < n; ++p) {
-      if (p == agree_me_) continue;
-      DT_CHECK_MPI(
-          MPI_Irecv(&agree_from_[p], 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_recv_[p]));
-      DT_CHECK_MPI(MPI_Isend(&agree_in_, 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_send_[p]));
-    }
-    agree_missing_ = std::max(n - 1, 0);
+    for (int p = 0; p < static_cast<int>(peer_world_.size()); ++p)
+      if (p != agree_me_)
+        DT_CHECK_MPI(MPI_Isend(&agree_in_, 1, MPI_INT, p, kTagAgree, agree_comm_, &agree_send_[p]));
     agree_deadline_ = now_seconds() + kAgreeTimeouts * comm_timeout();
   }
   if (deciding()) return Verdict::pending;  // the loop polls the receives
   int say = agree_in_;
   for (std::size_t p = 0; p < agree_from_.size(); ++p)
     if (static_cast<int>(p) != agree_me_) say = std::max(say, agree_from_[p]);
+  said_ = false;
   stop_agreed_ = say != 0;
+  if (!stop_agreed_ && agree_comm_ != MPI_COMM_NULL) post_says();  // the next step's
   return stop_agreed_ ? Verdict::stop : Verdict::apply;
 }
 
@@ -284,6 +312,18 @@ std::string ServerCore::agreement_wait() const {
 }
 
 int ServerCore::wait_event(MPI_Status* st) {
+  if (!said_ && waited_since_ > 0) {
+    // Another ps has the step and waits for this one's say, which waits for a push: the workers
+    // this ps still needs are the holdup, named here before that ps names this one.
+    const double deadline = waited_since_ + comm_timeout();
+    try {
+      return wait_any(polled_, std::min(c_.timeout, std::max(deadline - now_seconds(), 0.0)),
+                      waiting_for_, st);
+    } catch (const TimeoutError&) {
+      if (now_seconds() < deadline) throw;
+      throw TimeoutError(comm_timeout(), waiting_for());
+    }
+  }
   if (!deciding()) return wait_any(polled_, c_.timeout, waiting_for_, st);
   // The step's pushes are in: what the loop waits for is the others' say (and the workers wait
   // for this ps's verdict).

@@ -145,7 +145,7 @@ class ServerCore {
   /// fails.
   Verdict agree_on_step();
   /// Whether the ps ranks' verdict on global_step()'s update is still awaited.
-  [[nodiscard]] bool deciding() const { return agree_missing_ > 0; }
+  [[nodiscard]] bool deciding() const { return said_ && agree_missing_ > 0; }
   [[nodiscard]] PsStats& stats() { return stats_; }
   void count_used(int w, std::int64_t staleness);  ///< a gradient of worker w in an update
   void count_dropped(int w);                       ///< a late gradient of worker w, not applied
@@ -183,6 +183,8 @@ class ServerCore {
  private:
   void share_rings();
   void join_agreement(MPI_Comm all_ps);
+  void post_says();
+  [[nodiscard]] int job_rank(int w) const;
   void post_recv(int w);
   [[nodiscard]] std::string waiting_for() const;
   void poll_set();
@@ -226,7 +228,9 @@ class ServerCore {
   std::vector<int> agree_from_;  ///< per ps rank: its say (1: stop)
   std::vector<MPI_Request> agree_recv_, agree_send_;
   int agree_missing_ = 0;  ///< says not yet received
+  bool said_ = false;      ///< this rank's say on the step in agreement is sent
   double agree_deadline_ = 0;
+  double waited_since_ = 0;  ///< before said_: when another ps's say came (it waits for ours)
   bool stop_agreed_ = false;
   std::vector<HeldReply> held_;
   ZeroChunk zeros_;                                ///< SNAPSHOT without m / v

@@ -26,6 +26,8 @@
 #   7b. the same in sync through the ps: the stopped ps is named, by the other ps, which waits for
 #      its say on the step (1.5 × --timeout; the stages wait 2 × --timeout for held replies).
 #   7c. sync through 2 ps (3 workers), no pipeline, ps 1 stopped: ps 0 names it the same way.
+#   7d. a sync pipeline through the ps, stage 0's worker stuck: its ps names it (world rank 1), not
+#      stage 1's ps, which waits for that ps's say on the step.
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
@@ -109,6 +111,11 @@ stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --
 # --timeout, naming stage 1, a healthy worker; then stage 0's ps, a healthy ps).
 WATCHDOG_S=7.5 stuck_case pipe-sync-ps-stop 4 stop:3 "the ps at world rank 3" --mode sync \
   --num-ps 2 --pipeline-stages 2 --micro-batches 4
+# 7d. a sync pipeline through the ps, stage 0's worker (world rank 1) stuck before its push: stage
+# 1's ps has the step and waits for stage 0's say; stage 0's ps, which knows whose push it lacks,
+# names that worker after --timeout, before stage 1's ps would name it (a healthy ps) after 1.5 ×.
+stuck_case pipe-sync-ps-hang 4 hook:hang@20:1 "world rank 1" --mode sync --num-ps 2 \
+  --pipeline-stages 2 --micro-batches 4
 # 7c. sync through 2 ps, no pipeline: ps 1 (world rank 4) stopped; ps 0 names it the same way (it
 # used to wait for pushes that the workers, held up by ps 1, never sent, and blame a worker).
 WATCHDOG_S=7.5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4" --mode sync --num-ps 2

@@ -72,7 +72,8 @@ struct ShardTensors {
 };
 
 /// Serves until every worker sent DONE. `total_steps` sizes the cosine schedule.
-/// `stop_flag` (set by the signal handler) is forwarded to workers in every reply.
+/// `stop_flag` (set by the signal handler) is forwarded to workers in every reply (in sync through
+/// the ps without backup workers and SSP: once the ps ranks agree on the step it ends at).
 /// `tensors`: the shard's ranges without weight decay and (LARS, LAMB) its tensors.
 /// `all_ps`: every ps rank of the job (MPI_COMM_NULL: cluster.role_comm(); a pipeline's stage
 /// passes the whole job's), which in the sync and SSP modes agree on the step a stop ends the
