@@ -219,49 +219,38 @@ with h5py.File(f, "r") as a, h5py.File(g, "r") as b:
 print(f"   {f.split('/')[-1]}: parameters and momentum bit-identical to a run stopped there by --max-steps")
 PY
 }
-PIPE=(--num-ps 2 --pipeline-stages 2 --micro-batches 4)
-export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
-for how in mpirun stage0; do
-  d=$SCRATCH/usr1-pipe-sync-$how
-  run_and_signal sync 4 "$how" USR1 "$d" "${PIPE[@]}" --log-every 1
-  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, sync pipeline through the ps: exit $JOB_RC, want 75"; }
+# stop_as_max_steps MODE NP HOW DIR ARGS...: SIGUSR1 to HOW inside a step ends the run with exit
+# 75 at a step whose checkpoint holds that step's position, results and parameters, as a run of
+# the same job stopped there by --max-steps.
+stop_as_max_steps() {
+  local mode=$1 np=$2 how=$3 d=$4
+  shift 4
+  run_and_signal "$mode" "$np" "$how" USR1 "$d" "$@" --log-every 1
+  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, $mode $*: exit $JOB_RC, want 75"; }
   stopped_cleanly "$d"
   position_is_the_ps_step "$d"
   reports_the_stop_step "$d"
-  timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --run-dir "$d-straight" \
-    --max-steps "$(newest_step "$d")" "${PIPE[@]}" >"$d-straight.log" 2>&1 ||
+  timeout 60 "$MPIEXEC" -n "$np" "$DTRAIN" "${FX[@]}" --mode "$mode" --run-dir "$d-straight" \
+    --max-steps "$(newest_step "$d")" "$@" >"$d-straight.log" 2>&1 ||
     { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
   same_params_as "$d" "$d-straight"
+}
+export DTRAIN_FAULT=slow+300 SIGNAL_DELAY=0.45
+for how in mpirun stage0; do
+  stop_as_max_steps sync 4 "$how" "$SCRATCH/usr1-pipe-sync-$how" --num-ps 2 --pipeline-stages 2 \
+    --micro-batches 4
 done
 # Sync through the ps with the parameters split over 2 ps (2 workers): the signal to ps 0 alone,
 # and to mpirun. The ps ranks agree on the step the updates end at, so every shard of the stop
 # checkpoint holds the same step (before, ps 0 stopped at once while ps 1 applied the step the
 # workers were pushing: a checkpoint of two steps).
 for how in ps0 mpirun; do
-  d=$SCRATCH/usr1-sync-2ps-$how
-  run_and_signal sync 4 "$how" USR1 "$d" --num-ps 2 --log-every 1
-  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, sync through 2 ps: exit $JOB_RC, want 75"; }
-  stopped_cleanly "$d"
-  position_is_the_ps_step "$d"
-  reports_the_stop_step "$d"
-  timeout 60 "$MPIEXEC" -n 4 "$DTRAIN" "${FX[@]}" --mode sync --num-ps 2 --run-dir "$d-straight" \
-    --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
-    { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
-  same_params_as "$d" "$d-straight"
+  stop_as_max_steps sync 4 "$how" "$SCRATCH/usr1-sync-2ps-$how" --num-ps 2
 done
 # Async with one worker (its pushes are the global steps): the push that carries the stop is not
 # applied, and its batch is not counted in the checkpoint's position either (a resumed run skipped
 # it).
-d=$SCRATCH/usr1-async1
-run_and_signal async 2 mpirun USR1 "$d" --num-ps 1 --log-every 1
-[[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to mpirun, async with one worker: exit $JOB_RC, want 75"; }
-stopped_cleanly "$d"
-position_is_the_ps_step "$d"
-reports_the_stop_step "$d"
-timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${FX[@]}" --mode async --num-ps 1 --run-dir "$d-straight" \
-  --max-steps "$(newest_step "$d")" >"$d-straight.log" 2>&1 ||
-  { cat "$d-straight.log"; fail "the run to the stop checkpoint's step failed"; }
-same_params_as "$d" "$d-straight"
+stop_as_max_steps async 2 mpirun "$SCRATCH/usr1-async1" --num-ps 1
 # Two async workers: the stop checkpoint holds each worker's position (summing to its global
 # step), and the resumed run ends the epoch at the same global step as a run never stopped.
 d=$SCRATCH/usr1-async2
