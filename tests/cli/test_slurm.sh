@@ -93,8 +93,13 @@ submit() {
   local opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
   shift
-  DTRAIN=$DTRAIN sbatch --parsable -J "$name" -D "$SCRATCH" -o "$SCRATCH/$name-%j.out" \
-    "${opts[@]}" "$SRC/slurm/train.sbatch" "$@"
+  # Each job's Open MPI session directories apart (a short path: they hold Unix sockets): two
+  # mpiruns starting at once under one base race to create its per-host directory ("mkdir ...
+  # File exists", orte_init fails).
+  local tmp=${OMPI_MCA_orte_tmpdir_base:-/tmp/dtrain-ompi/slurm}-$name
+  mkdir -p "$tmp"
+  DTRAIN=$DTRAIN OMPI_MCA_orte_tmpdir_base=$tmp sbatch --parsable -J "$name" -D "$SCRATCH" \
+    -o "$SCRATCH/$name-%j.out" "${opts[@]}" "$SRC/slurm/train.sbatch" "$@"
 }
 state() { scontrol show job "$1" 2>/dev/null | grep -oP 'JobState=\K\S+' || echo GONE; }
 # wait_job ID SECONDS: wait for a final state, print it.
