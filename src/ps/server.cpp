@@ -92,8 +92,11 @@ PsStats ServerCore::run() {
     if (owner_[i] < -workers_) {  // a ps rank's say on the step (agree_on_step)
       agree_recv_[owner_[i] - kAgreement] = MPI_REQUEST_NULL;
       --agree_missing_;
-      if (said_ && agree_missing_ == 0) rule_->on_agreed();
-      if (!said_ && waited_since_ == 0) waited_since_ = now_seconds();  // another ps waits for us
+      if (said_) {
+        if (agree_missing_ == 0) rule_->on_agreed();
+      } else if (waited_since_ == 0) {  // before this rank's say: another ps waits for it
+        waited_since_ = now_seconds();
+      }
     } else if (owner_[i] >= workers_) {  // a slot is free: post the receives that waited for it
       post_chunks(owner_[i] - workers_);
     } else if (owner_[i] >= 0) {

@@ -30,6 +30,7 @@
 #      stage 1's ps, which waits for that ps's say on the step.
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
 #      file system); the worker's wait for the batch times out naming the batch and the file.
+#   8. no stuck rank, steps longer than --timeout in a sync pipeline through the ps: the run ends.
 # In every case no rank is left behind (the job ends) and every checkpoint written verifies.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -124,4 +125,12 @@ stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mod
 # 6. a pipeline stage stuck: its neighbour names it.
 WATCHDOG_S=10 stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
   --mode sync --num-ps 0 --pipeline-stages 2 --micro-batches 4
+# 8. No stuck rank, only steps longer than --timeout (3 s steps, --timeout 2) in a sync pipeline
+# through the ps, whose ps wait 4 × --timeout: the run ends (a ps took the other's say on the last
+# step for a say on the next one, and gave the next step --timeout to come).
+echo "== pipe-sync-ps-slow"
+DTRAIN_FAULT=slow+3000 timeout 120 "$MPIEXEC" -n 4 -x DTRAIN_FAULT "$DTRAIN" "${FX[@]}" \
+  --run-dir "$SCRATCH/pipe-sync-ps-slow" --mode sync --num-ps 2 --pipeline-stages 2 \
+  --micro-batches 4 --timeout 2 --max-steps 5 >"$SCRATCH/pipe-sync-ps-slow.log" 2>&1 ||
+  { cat "$SCRATCH/pipe-sync-ps-slow.log"; fail "pipe-sync-ps-slow: a slow step was taken for a stuck rank"; }
 echo "PASS"
