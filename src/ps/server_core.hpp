@@ -137,12 +137,14 @@ class ServerCore {
   /// same verdict on every ps rank, whatever order the pushes and signals reached each in. A stop
   /// requested here (a signal, or a push carrying one) counts on every ps rank: the first call
   /// for a step sends this rank's say (one integer) to every other ps rank of the job (every
-  /// stage's, in a pipeline) and posts the receives of theirs, which the event loop polls; when
-  /// the last has come it calls UpdateRule::on_agreed(): `pending` until then. A stop verdict makes
-  /// finished() true. The loop waits for the others' say at most 1.5 × comm_timeout() (longer
-  /// than a ps waits for a stuck worker, shorter than a worker waits for a held reply), then
-  /// throws TimeoutError naming the ps ranks not heard from. Throws LibraryError when an MPI call
-  /// fails.
+  /// stage's, in a pipeline); the receives of theirs are posted ahead (after each verdict) and
+  /// polled by the event loop, which calls UpdateRule::on_agreed() when the last has come:
+  /// `pending` until then. A stop verdict makes finished() true. The loop waits for the others'
+  /// say at most 1.5 × comm_timeout() (longer than a ps waits for a stuck worker, shorter than a
+  /// worker waits for a held reply), then throws TimeoutError naming the ps ranks not heard from;
+  /// a ps that has another's say before its own step is complete waits for its workers at most
+  /// comm_timeout() from then, then throws TimeoutError naming those it lacks. Throws
+  /// LibraryError when an MPI call fails.
   Verdict agree_on_step();
   /// Whether the ps ranks' verdict on global_step()'s update is still awaited.
   [[nodiscard]] bool deciding() const { return said_ && agree_missing_ > 0; }
