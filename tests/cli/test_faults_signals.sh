@@ -19,8 +19,8 @@
 #      stage 0 alone: the stop checkpoint is at results.json's global_step, its position is that
 #      step's, and its parameters and momentum are bit-identical to a run stopped there by
 #      --max-steps.
-#   4g. sync through 2 ps, SIGUSR1 inside a step to ps 0 alone and to mpirun: the same as 4e (the
-#      ps ranks agree on the step the updates end at).
+#   4g. sync through 2 ps, SIGUSR1 inside a step to ps 0 alone and to mpirun, and SSP through 2 ps
+#      to ps 0 alone: the same as 4e (the ps ranks agree on the step the updates end at).
 #   4f. async with one worker, SIGUSR1 inside a step: the same (the push the stop rides on is not
 #      applied, nor counted in the position); with two workers, the stop checkpoint holds each
 #      worker's position and the resumed epoch ends at the global step of a run never stopped.
@@ -247,6 +247,8 @@ done
 for how in ps0 mpirun; do
   stop_as_max_steps sync 4 "$how" "$SCRATCH/usr1-sync-2ps-$how" --num-ps 2
 done
+# The same in SSP (--max-staleness 0, which equals sync bit for bit), the signal to ps 0 alone.
+stop_as_max_steps async 4 ps0 "$SCRATCH/usr1-ssp-2ps-ps0" --num-ps 2 --max-staleness 0
 # Async with one worker (its pushes are the global steps): the push that carries the stop is not
 # applied, and its batch is not counted in the checkpoint's position either (a resumed run skipped
 # it).
