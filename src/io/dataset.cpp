@@ -204,6 +204,15 @@ static int classes_from_labels(const std::string& path, const std::vector<std::i
   return classes;
 }
 
+/// The file's `num_classes` attribute, ≥ 1 (0: it has none).
+static int num_classes_attribute(hid_t file, const std::string& path) {
+  if (!has_attribute(file, "num_classes")) return 0;
+  const std::int64_t k = read_attr_int(file, "num_classes", path);
+  if (k < 1 || k > INT_MAX)
+    DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
+  return static_cast<int>(k);
+}
+
 /// info.num_classes: the expected count (--num-classes, or the training set's for a test file),
 /// else the attribute, else max(label) + 1; then every label must lie below it.
 static void resolve_classes(hid_t file, const std::vector<std::int64_t>& labels,
@@ -214,11 +223,8 @@ static void resolve_classes(hid_t file, const std::vector<std::int64_t>& labels,
       expected_from.empty()
           ? "the training set has " + std::to_string(expected_classes) + " classes"
           : expected_from + " is " + std::to_string(expected_classes);
-  if (has_attribute(file, "num_classes")) {
-    const std::int64_t k = read_attr_int(file, "num_classes", path);
-    if (k < 1 || k > INT_MAX)
-      DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + ", expected ≥ 1");
-    info.num_classes = static_cast<int>(k);
+  if (const int k = num_classes_attribute(file, path); k > 0) {
+    info.num_classes = k;
     if (expected_classes > 0 && k != expected_classes)
       DT_INPUT_FAIL(path + ": attribute `num_classes` = " + std::to_string(k) + " but " +
                     expected_what);
@@ -247,10 +253,11 @@ static DatasetInfo read_dataset_info(const std::string& path, int expected_class
   info.path = path;
   H5File file = open_file_read(path);
   const hsize_t n = read_images_schema(file.get(), info);
-  if (labels_optional && expected_classes > 0 && !has_link(file.get(), "labels")) {
+  if (labels_optional && !has_link(file.get(), "labels")) {
     if (n == 0) DT_INPUT_FAIL(path + ": dataset `images` has zero samples, expected N ≥ 1");
     info.num_samples = static_cast<std::int64_t>(n);
-    info.num_classes = expected_classes;
+    info.num_classes =
+        expected_classes > 0 ? expected_classes : num_classes_attribute(file.get(), path);
     info.has_labels = false;
     read_normalization(file.get(), info);
     return info;

@@ -4,7 +4,6 @@
 #include "dtrain/train/predict.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -111,34 +110,17 @@ DecodeOptions predict_decode(const Config& c, const Cluster& cluster) {
   return decode;
 }
 
-/// predict --init-from's class count from the --data file at `path` when neither --synthetic nor
-/// --num-classes gives one: its `num_classes` attribute, which open_dataset_info() reads only
-/// with `labels` (predict --checkpoint has the checkpoint's count for a file without them); 0
-/// when it has none (the labels' max + 1 then). Throws InputError naming --data and
-/// --num-classes when the file has neither the attribute nor `labels`, and what open_file_read()
-/// throws.
-int data_file_classes(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  const H5File f = open_file_read(path);
-  if (has_attribute(f.get(), "num_classes")) {
-    const std::int64_t k = read_attr_int(f.get(), "num_classes", path);
-    return k >= 1 && k <= INT_MAX ? static_cast<int>(k) : 0;  // open_dataset_info() names it
-  }
-  DT_REQUIRE(has_link(f.get(), "labels"),
-             "option --data '" + path +
-                 "': no dataset `labels` and no attribute `num_classes` to take the class "
-                 "count from; give --num-classes K (the model's)");
-  return 0;
-}
-
 /// set_up() with --init-from instead of a checkpoint: the classes from --synthetic's spec or
-/// --num-classes (else the data's: data_file_classes()), the sample shape from --data, the
-/// tensors by name (load_pretrained(), strict) into the model on every rank.
+/// --num-classes (else the data's: its `num_classes` attribute, or its labels' max + 1), the
+/// sample shape from --data, the tensors by name (load_pretrained(), strict) into the model on
+/// every rank.
 void set_up_pretrained(const Config& c, Predictor& p) {
   const int given = !c.synthetic.empty() ? parse_synthetic(c.synthetic).num_classes : c.num_classes;
-  const int classes = given > 0 ? given : data_file_classes(c.data);
-  p.info = open_dataset_info(c.data, classes,
-                             given > 0 ? "--num-classes" : "its attribute `num_classes`", true);
+  p.info = open_dataset_info(c.data, given, "--num-classes", true);
+  DT_REQUIRE(p.info.num_classes > 0,
+             "option --data '" + c.data +
+                 "': no dataset `labels` and no attribute `num_classes` to take the class "
+                 "count from; give --num-classes K (the model's)");
   require_encoded_for_crops(c, p.info.encoded, c.data);
   configure_decode(p.info, predict_decode(c, *p.cluster));
   p.classes = p.info.num_classes;

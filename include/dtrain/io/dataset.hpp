@@ -87,7 +87,8 @@ void configure_decode(DatasetInfo& info, const DecodeOptions& opts);
 /// values, non-finite mean/std, std ≤ 0, class_names not strings or not num_classes of them.
 ///
 /// labels_optional (inference, `dtrain predict`): a file without a `labels` dataset is accepted
-/// with has_labels = false and num_classes = expected_classes (which must then be > 0).
+/// with has_labels = false and num_classes = expected_classes, else its `num_classes` attribute,
+/// else 0 (the caller names what gives the count).
 DatasetInfo open_dataset_info(const std::string& path, int expected_classes = 0,
                               const std::string& expected_from = "", bool labels_optional = false);
 
