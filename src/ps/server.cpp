@@ -278,9 +278,12 @@ void ServerCore::release_held() {
   if (all) rule_->on_finished();
 }
 
+bool ServerCore::stop_in_force() const {
+  return rule_->agrees_on_stop() ? stop_agreed_ : stop_requested_here();
+}
+
 bool ServerCore::finished() const {
-  const bool stop = rule_->agrees_on_stop() ? stop_agreed_ : stop_requested_here();
-  return stop || (max_steps_ > 0 && global_step_ >= max_steps_);
+  return stop_in_force() || (max_steps_ > 0 && global_step_ >= max_steps_);
 }
 
 Verdict ServerCore::agree_on_step() {

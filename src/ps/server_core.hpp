@@ -204,6 +204,8 @@ class ServerCore {
              std::initializer_list<const float*> parts);
   void release_held();
   [[nodiscard]] bool stop_requested_here() const { return stop_flag_.load() || stop_seen_; }
+  /// The stop that ends the updates: agreed where the rule agrees on steps, else requested here.
+  [[nodiscard]] bool stop_in_force() const;
   /// The wait for the other ps ranks' say on step agree_step_: who has not answered.
   [[nodiscard]] std::string agreement_wait() const;
   /// One event loop wait: wait_any over polled_, within the deadline of the step's verdict.

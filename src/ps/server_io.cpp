@@ -187,8 +187,7 @@ void ServerCore::reply_header(int w, int tag, std::int64_t global_step, std::int
   s.out.staleness = staleness;
   // Where the ps ranks agree on the last step, a stop is told once agreed: a worker that stops
   // on it pushes no more, and the step it would have pushed must not wait for it.
-  const bool stop = rule_->agrees_on_stop() ? stop_agreed_ : stop_requested_here();
-  s.out.flags = flags | (stop ? kFlagStop : 0);
+  s.out.flags = flags | (stop_in_force() ? kFlagStop : 0);
   if (s.shm) {
     s.out.ring_pid = static_cast<std::int32_t>(getpid());
     s.out.ring_fd = s.shm->fd();
