@@ -95,7 +95,12 @@ std::vector<std::string> init_exclude_prefixes(const std::string& list) {
 
 PretrainedValues load_pretrained(const std::string& path, const Model& model,
                                  const std::vector<std::string>& exclude, std::uint64_t seed) {
-  const SafetensorsFile file = read_safetensors(path);
+  SafetensorsFile file;
+  try {
+    file = read_safetensors(path);
+  } catch (const InputError& e) {  // the file's own fault: say which option named it
+    throw InputError(error_prefix() + "option --init-from: " + without_error_prefix(e.what()));
+  }
   PretrainedValues out;
   model.initial_values(seed, out.params, out.state);
   std::map<std::string, const SafeTensor*> by_name;

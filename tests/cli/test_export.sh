@@ -196,7 +196,7 @@ bad names "missing 1: 0.conv.bias|unexpected 1: conv1.bias|shape mismatch 1: 5.d
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias" "${COMMON[@]}" \
   --run-dir "$SCRATCH/badrun/a/b" --init-from "$SCRATCH/names.safetensors"
 [[ ! -e $SCRATCH/badrun ]] || fail "a refused --init-from run made its run dir"
-expect_error 2 "$SCRATCH/absent.safetensors|does not exist" "${COMMON[@]}" \
+expect_error 2 "option --init-from: safetensors file '$SCRATCH/absent.safetensors' does not exist" "${COMMON[@]}" \
   --run-dir "$SCRATCH/badrun/a/b" --init-from "$SCRATCH/absent.safetensors"
 [[ ! -e $SCRATCH/badrun ]] || fail "a missing --init-from file: the run dir was made"
 expect_error 2 "$SCRATCH/names.safetensors|missing 1: 0.conv.bias|unexpected 1: conv1.bias" \
