@@ -227,17 +227,19 @@ std::string table(const std::vector<Prediction>& rows) {
   return os.str();
 }
 
-/// The best prediction of `rows` whose strategy passes `keep` (nullptr when none does); within
-/// 0.1 % of each other, the job's own bucket size wins, then the earlier row.
+/// The best prediction of `rows` whose strategy passes `keep` (nullptr when none does): of the
+/// rows within 0.1 % of the fastest, the first with the job's own bucket size, else the first.
+/// (Measured against the fastest, not pairwise, so the pick does not depend on the row order.)
 template <typename Keep>
 const Prediction* best(const std::vector<Prediction>& rows, double job_bucket_mb, Keep keep) {
+  double fastest = -1;
+  for (const Prediction& r : rows)
+    if (keep(r)) fastest = std::max(fastest, r.samples_per_s);
   const Prediction* b = nullptr;
   for (const Prediction& r : rows) {
-    if (!keep(r)) continue;
-    const bool tie = b && r.samples_per_s >= b->samples_per_s * 0.999;
-    if (!b || r.samples_per_s > b->samples_per_s * 1.001 ||
-        (tie && r.candidate.bucket_mb == job_bucket_mb && b->candidate.bucket_mb != job_bucket_mb))
-      b = &r;
+    if (!keep(r) || r.samples_per_s < fastest * 0.999) continue;
+    if (r.candidate.bucket_mb == job_bucket_mb) return &r;
+    if (!b) b = &r;
   }
   return b;
 }
