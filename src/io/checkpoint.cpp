@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <string_view>
+
+#include <boost/crc.hpp>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/fault.hpp"
@@ -112,7 +115,13 @@ void read_named_tensors(hid_t root, CheckpointState& s, const std::string& where
     for (const std::string& name : read_attr_strings(root, list, where)) {
       H5Dataset d = open_dataset(root, std::string(group) + "/" + name, where);
       std::vector<hsize_t> dims = dataset_dims(d.get());
-      if (rows && !dims.empty()) dims.erase(dims.begin());
+      if (rows) {
+        DT_REQUIRE(!dims.empty() && dims[0] == static_cast<hsize_t>(s.state_rows),
+                   where + ": buffer '" + name + "' has " +
+                       (dims.empty() ? std::string("no rows") : std::to_string(dims[0]) + " rows") +
+                       ", /model_state " + std::to_string(s.state_rows));
+        dims.erase(dims.begin());
+      }
       CheckpointTensor t{name, {dims.begin(), dims.end()}, at, 1};
       for (hsize_t x : dims) t.count *= x;
       at += t.count;
@@ -125,6 +134,39 @@ void read_named_tensors(hid_t root, CheckpointState& s, const std::string& where
   check_cover(s.param_tensors, s.params.size(), where + " /tensors");
   if (!s.buffer_tensors.empty())
     check_cover(s.buffer_tensors, s.model_state.size() / s.state_rows, where + " /buffers");
+}
+
+/// CRC-32 (Boost.CRC, the zlib polynomial) of everything Fletcher32 does not cover: the root
+/// attributes and the shapes of the datasets (the named tensors' too), as write_checkpoint_file()
+/// writes them (`rows`: /model_state's row count; the buffers' names are stored only with the
+/// parameters'). Stored as the attribute metadata_crc32; a file without it (written before it was
+/// recorded) is read unchecked.
+std::uint32_t metadata_crc32(const CheckpointState& s, int rows) {
+  std::ostringstream t;
+  std::uint64_t wall = 0;
+  static_assert(sizeof wall == sizeof s.wall_seconds);
+  std::memcpy(&wall, &s.wall_seconds, sizeof wall);
+  t << s.format_version << ' ' << s.global_step << ' ' << s.epoch << ' ' << s.step_in_epoch << ' '
+    << static_cast<std::int64_t>(s.seed) << ' ' << s.num_workers << ' ' << s.batch_size << ' '
+    << s.steps_per_epoch << ' ' << wall << '\n'
+    << s.mode << '\n'
+    << s.model_signature << '\n'
+    << s.config << '\n'
+    << s.params.size() << ' ' << s.m.size() << ' ' << s.v.size() << ' ' << rows << ' '
+    << s.model_state.size() << ' ' << s.worker_steps_in_epoch.size() << '\n';
+  const std::vector<CheckpointTensor> none;
+  for (const auto* list : {&s.param_tensors, s.param_tensors.empty() ? &none : &s.buffer_tensors}) {
+    for (const CheckpointTensor& x : *list) {
+      t << x.name;
+      for (std::int64_t d : x.dims) t << ' ' << d;
+      t << '\n';
+    }
+    t << '\n';
+  }
+  const std::string text = t.str();
+  boost::crc_32_type crc;
+  crc.process_bytes(text.data(), text.size());
+  return crc.checksum();
 }
 
 /// The attributes and datasets of a checkpoint agree with each other (the checksums cover the
@@ -198,6 +240,7 @@ void write_checkpoint_file(const std::string& tmp, const CheckpointState& s) {
   write_attr_string(root, "model_signature", s.model_signature);
   write_attr_string(root, "config", s.config);
   write_attr_double(root, "wall_seconds", s.wall_seconds);
+  write_attr_int(root, "metadata_crc32", metadata_crc32(s, static_cast<int>(rows)));
   flush_file(root, tmp);
 }
 
@@ -283,12 +326,22 @@ CheckpointState read_checkpoint(const std::string& path) {
       s.worker_steps_in_epoch = read_dataset_int64s(root, "worker_steps_in_epoch", where);
     if (s.format_version >= 2 && has_attribute(root, "param_names"))
       read_named_tensors(root, s, where);
-    check_consistent(s, where);
+    check_consistent(s, where);  // names the part that disagrees, where one does
+    if (has_attribute(root, "metadata_crc32")) {
+      const auto stored = static_cast<std::uint32_t>(read_attr_int(root, "metadata_crc32", where));
+      const std::uint32_t computed = metadata_crc32(s, s.state_rows);
+      DT_REQUIRE(stored == computed,
+                 where + ": its attributes or dataset shapes do not match their CRC-32 (stored " +
+                     std::to_string(stored) + ", computed " + std::to_string(computed) +
+                     "): the file's metadata is corrupt");
+    }
     return s;
   } catch (const InputError&) {
     throw;
   } catch (const Error& e) {
     throw InputError(where + " is corrupt or truncated: " + without_error_prefix(e.what()));
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc from a shape no writer made
+    throw InputError(where + " is corrupt: " + e.what());
   }
 }
 
@@ -323,9 +376,14 @@ std::vector<std::string> partial_checkpoints(const std::string& run_dir) {
 std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir) {
   for (const auto& path : list_checkpoints(run_dir)) {
     try {
-      return read_checkpoint(path);
+      CheckpointState s = read_checkpoint(path);
+      const std::int64_t named = step_of_checkpoint_name(fs::path(path).filename().string());
+      DT_REQUIRE(s.global_step == named, "checkpoint '" + path + "' holds global_step " +
+                                             std::to_string(s.global_step) +
+                                             ", not the step its name says");
+      return s;
     } catch (const InputError& e) {
-      log_warn("CORRUPT CHECKPOINT SKIPPED: " + std::string(e.what()) +
+      log_warn("CORRUPT CHECKPOINT SKIPPED: " + without_error_prefix(e.what()) +
                " — falling back to the previous checkpoint");
     }
   }

@@ -31,12 +31,6 @@
 namespace dtrain {
 namespace {
 
-std::string dims_str(const std::vector<hsize_t>& dims) {
-  std::string s;
-  for (hsize_t d : dims) s += (s.empty() ? "" : "×") + std::to_string(d);
-  return dims.empty() ? "scalar" : s;
-}
-
 /// Reads mean or std: 1 or C finite values, broadcast to C. Empty when the attribute is absent.
 std::vector<float> read_channel_attr(hid_t file, const std::string& name, const std::string& path,
                                      int channels) {
@@ -146,10 +140,10 @@ static hsize_t read_images_schema(hid_t file, DatasetInfo& info) {
                   ", expected uint8 or float32 (or variable-length uint8: encoded images)");
   if (idims.size() != 4)
     DT_INPUT_FAIL(path + ": dataset `images` has rank " + std::to_string(idims.size()) + " (" +
-                  dims_str(idims) + "), expected rank 4 (N×C×H×W)");
+                  dims_text(idims) + "), expected rank 4 (N×C×H×W)");
   for (int d = 1; d < 4; ++d)
     if (idims[d] < 1 || idims[d] > static_cast<hsize_t>(INT_MAX))
-      DT_INPUT_FAIL(path + ": dataset `images` has shape " + dims_str(idims) +
+      DT_INPUT_FAIL(path + ": dataset `images` has shape " + dims_text(idims) +
                     ", expected C, H, W in [1, 2^31)");
   info.is_uint8 = is_u8;
   if (!info.encoded)
@@ -164,7 +158,7 @@ static std::vector<std::int64_t> read_labels(hid_t file, const std::string& path
   const std::vector<hsize_t> ldims = dataset_dims(labels_ds.get());
   if (ldims.size() != 1)
     DT_INPUT_FAIL(path + ": dataset `labels` has rank " + std::to_string(ldims.size()) + " (" +
-                  dims_str(ldims) + "), expected rank 1 (N)");
+                  dims_text(ldims) + "), expected rank 1 (N)");
   const H5TypeInfo ltype = dataset_type(labels_ds.get());
   if (!ltype.is_integer())
     DT_INPUT_FAIL(path + ": dataset `labels` has dtype " + ltype.str() +

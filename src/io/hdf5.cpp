@@ -175,7 +175,13 @@ std::vector<T> read_numeric_dataset(hid_t loc, const std::string& name, const st
     DT_INPUT_FAIL(what + " has dtype " + ti.str() + ", expected " +
                   (integers_only ? "an integer type" : "a numeric type"));
   std::vector<hsize_t> d = dataset_dims(dset.get());
-  std::vector<T> out(static_cast<std::size_t>(element_count(d)));
+  std::vector<T> out;
+  try {
+    out.resize(static_cast<std::size_t>(element_count(d)));
+  } catch (const std::exception&) {  // std::bad_alloc, std::length_error
+    DT_INPUT_FAIL(what + " has " + std::to_string(element_count(d)) + " elements (shape " +
+                  dims_text(d) + "), more than this process can hold");
+  }
   if (!out.empty() && !read_wide_unsigned(dset.get(), ti, what, out))
     DT_CHECK_HDF5(H5Dread(dset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                   what);
@@ -372,13 +378,31 @@ H5Group open_group(hid_t loc, const std::string& name, const std::string& where)
   return H5Group(id);
 }
 
+std::string dims_text(const std::vector<hsize_t>& dims) {
+  std::string s;
+  for (hsize_t d : dims) s += (s.empty() ? "" : "×") + std::to_string(d);
+  return dims.empty() ? "scalar" : s;
+}
+
 std::vector<hsize_t> dataset_dims(hid_t dset) {
   Lock lock(hdf5_mutex());
   H5Dataspace space(DT_CHECK_HDF5(H5Dget_space(dset), "dataspace"));
   const int rank = DT_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()), "dataspace");
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max(dims.size());
   if (rank > 0)
-    DT_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "dataspace");
+    DT_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), max.data()), "dataspace");
+  // HDF5 1.10 reads a dataspace whose size passes its maximum (a flipped bit in the object
+  // header, which no checksum covers) and fills the missing elements in.
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    if (max[i] != H5S_UNLIMITED && dims[i] > max[i]) {
+      char name[512] = "?", file[4096] = "?";
+      H5Iget_name(dset, name, sizeof name);
+      H5Fget_name(dset, file, sizeof file);
+      DT_INPUT_FAIL(std::string(file) + ": dataset " + quoted(name) + ": dimension " +
+                    std::to_string(i) + " has size " + std::to_string(dims[i]) +
+                    ", more than its maximum " + std::to_string(max[i]) +
+                    ": the file's metadata is corrupt");
+    }
   return dims;
 }
 

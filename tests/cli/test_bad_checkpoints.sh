@@ -17,6 +17,11 @@
 #   8. a file of a later step that does not verify neither takes a --keep-checkpoints slot nor
 #      makes retention delete the good ones (with --keep-checkpoints 1 the run used to keep only
 #      it); set aside as <name>.corrupt, and a second --resume continues from the new newest.
+#   9. what Fletcher32 does not cover: an attribute edited to a value that is possible on its own
+#      (global_step 30 -> 26) fails the metadata CRC-32; one flipped bit in /params' dataspace
+#      (its size past its maximum: HDF5 1.10 read it, and dtrain died of std::bad_alloc) is named;
+#      a checkpoint copied under another step's name is refused by its name. Each is skipped;
+#      export of the flipped file exits 2 naming it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -129,4 +134,29 @@ cmp -s "$d/ckpt-0000000099.h5.corrupt" "$SCRATCH/fx.h5" || fail "the set-aside f
 timeout 60 "$MPIEXEC" -n 2 "$DTRAIN" "${keep1[@]}" --resume --max-steps 50 >"$d.again.log" 2>&1 ||
   { cat "$d.again.log"; fail "the second --resume failed"; }
 grep -q "resuming from global_step 40," "$d.again.log" || { cat "$d.again.log"; fail "not from 40"; }
+echo "== metadata no Fletcher32 covers: attributes, dataspaces, the name"
+d=$SCRATCH/metadata; fresh "$d"
+"$PY" -c 'import sys,h5py; f=h5py.File(sys.argv[1],"r+"); f.attrs["global_step"]=26; f.close()' \
+  "$d/ckpt-0000000030.h5"
+"$PY" - "$d/ckpt-0000000020.h5" <<'PY'
+import struct, sys, h5py
+p = sys.argv[1]
+with h5py.File(p) as f:
+    n = f["params"].shape[0]
+d = bytearray(open(p, "rb").read())
+i = d.find(struct.pack("<QQ", n, n))  # /params' dataspace message: size, then maximum
+assert i > 0, "no dataspace message found"
+d[i + 5] ^= 0x20  # bit 45 of the size
+open(p, "wb").write(d)
+PY
+cp "$d/ckpt-0000000020.h5" "$SCRATCH/flipped.h5"
+cp "$d/ckpt-0000000010.h5" "$d/ckpt-0000000015.h5"
+resume_expect "$d" 10 "CORRUPT CHECKPOINT SKIPPED: checkpoint '$d/ckpt-0000000030.h5': its attributes or dataset shapes do not match their CRC-32"
+grep -Eq "CORRUPT CHECKPOINT SKIPPED: $d/ckpt-0000000020.h5: dataset \`/params\`: dimension 0 has size [0-9]+, more than its maximum [0-9]+" "$d.resume.log" ||
+  { cat "$d.resume.log"; fail "the dataspace past its maximum was not named"; }
+grep -q "CORRUPT CHECKPOINT SKIPPED: checkpoint '$d/ckpt-0000000015.h5' holds global_step 10, not the step its name says" \
+  "$d.resume.log" || { cat "$d.resume.log"; fail "the misnamed checkpoint was not named"; }
+expect_error 0 "$SCRATCH/flipped.h5|more than its maximum" export --checkpoint "$SCRATCH/flipped.h5" \
+  --format safetensors --out "$SCRATCH/flipped.safetensors"
+[[ $last_rc -eq 2 && ! -e $SCRATCH/flipped.safetensors ]] || fail "export of the flipped file: exit $last_rc"
 echo "PASS"

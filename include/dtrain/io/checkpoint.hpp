@@ -4,8 +4,9 @@
 // chief first gathers every ps's shard with a SNAPSHOT request: "gathered to one writer").
 // Protocol: write `<name>.tmp`, H5Fflush + fsync, close, rename to `<name>`, fsync the directory;
 // so a crash leaves either the previous checkpoint or a `.tmp` that --resume never picks. Every
-// dataset carries HDF5's Fletcher32 checksum, verified on read. The newest `keep` checkpoints are
-// kept.
+// dataset carries HDF5's Fletcher32 checksum, verified on read; the root attribute metadata_crc32
+// (CRC-32, Boost.CRC) covers the rest — the attributes and every dataset's shape — and is verified
+// on read when present (older files lack it). The newest `keep` checkpoints are kept.
 //
 // Layout: /params (P floats), /optimizer/m, /optimizer/v (P floats or empty), /model_state
 // (W×S floats: batchnorm running statistics of each worker), root attributes format_version,
@@ -99,7 +100,9 @@ void write_checkpoint(const std::string& run_dir, const CheckpointState& s, int 
 /// the file when it is not a dtrain checkpoint, has a newer format version, fails its checksums /
 /// is truncated, its names do not cover its buffers, or its parts disagree: an impossible position
 /// (global_step, epoch, step_in_epoch < 0; step_in_epoch > steps_per_epoch where recorded;
-/// num_workers < 1) or an /optimizer/m, /optimizer/v of other than one value per parameter or none.
+/// num_workers < 1) or an /optimizer/m, /optimizer/v of other than one value per parameter or none;
+/// or its metadata is corrupt: a dataset size past its stored maximum, a shape too large to hold,
+/// attributes or shapes that fail metadata_crc32.
 CheckpointState read_checkpoint(const std::string& path);
 
 /// The global_step of a checkpoint's file name, "ckpt-" + 10 digits + ".h5" (checkpoint_path()'s
@@ -113,8 +116,9 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 /// a checkpoint (a crash, a second signal), sorted by name.
 std::vector<std::string> partial_checkpoints(const std::string& run_dir);
 
-/// Reads the newest checkpoint that verifies. A corrupt newer one is reported with log_warn
-/// (loudly, naming the file and why) and the previous one is used. std::nullopt when run_dir holds
+/// Reads the newest checkpoint that verifies (read_checkpoint(), and its global_step is the one its
+/// file name says). A corrupt newer one is reported with log_warn (loudly, naming the file and
+/// why) and the previous one is used. std::nullopt when run_dir holds
 /// no readable checkpoint.
 std::optional<CheckpointState> load_latest_checkpoint(const std::string& run_dir);
 

@@ -159,8 +159,13 @@ H5Group create_group(hid_t loc, const std::string& name);
 /// Opens group `name` under loc; InputError naming `where` when missing.
 H5Group open_group(hid_t loc, const std::string& name, const std::string& where);
 
-/// Dimensions of a dataset's (simple) dataspace; {} for a scalar. Throws LibraryError.
+/// Dimensions of a dataset's (simple) dataspace; {} for a scalar. Throws LibraryError, or
+/// InputError naming the dataset and file when a dimension passes its stored maximum (corrupt
+/// metadata, which HDF5 1.10 would otherwise read as fill values).
 std::vector<hsize_t> dataset_dims(hid_t dset);
+
+/// "60000×1×28×28" ("scalar" for {}): a shape in messages.
+std::string dims_text(const std::vector<hsize_t>& dims);
 
 /// A dataset's or attribute's element type, in numpy spelling: "uint8", "int16", "int64",
 /// "float32", "float64", "string", or the HDF5 class name ("compound", "enum", …) otherwise.
