@@ -69,12 +69,17 @@ class PsExchange : public GradientExchange {
 
   void start(Model& model, const CheckpointState* resume, std::int64_t global_step) override {
     if (cluster_.is_chief()) {
+      // Sync through the ps ends at the run's last global step whatever its --max-steps: with
+      // backup workers the pushes of a step that no epoch holds (a worker's, computed before it
+      // heard that the last step was made) could make one more update on a shard.
+      const std::int64_t last =
+          exchange_kind(c_) == ExchangeKind::ps_sync ? plan_.total_steps : c_.max_steps;
       if (resume) {
         client_.load(resume->params.data(), resume->m.empty() ? nullptr : resume->m.data(),
-                     resume->v.empty() ? nullptr : resume->v.data(), global_step, c_.max_steps);
+                     resume->v.empty() ? nullptr : resume->v.data(), global_step, last);
       } else {
         model.initialize(c_.seed);
-        client_.load(params_.to_host(model.params()), nullptr, nullptr, global_step, c_.max_steps);
+        client_.load(params_.to_host(model.params()), nullptr, nullptr, global_step, last);
       }
     }
     // No worker pulls before the chief has loaded the ps.

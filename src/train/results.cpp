@@ -47,15 +47,15 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   // Per worker: the ps see the workers (a pipeline: each stage's ps its D replicas).
   const auto W = static_cast<std::size_t>(job.plan.workers);
   std::vector<double> v(kScalars + kStalenessBins + 2 * W, 0.0);
-  if (ps) {
+  // The counts of pushes are ps 0's: with backup workers a gradient can join one shard's update
+  // and come too late for another's, so the ps ranks' counts differ and none other adds up.
+  if (ps && cl.world_rank() == cl.ps_rank(0)) {
     v[kPushes] = static_cast<double>(ps->pushes);
     v[kUpdates] = static_cast<double>(ps->updates);
     v[kIgnored] = static_cast<double>(ps->ignored);
     v[kDropped] = static_cast<double>(ps->dropped);
     v[kStaleSum] = static_cast<double>(ps->staleness_sum);
     v[kStaleMax] = static_cast<double>(ps->staleness_max);
-    v[kBusy] = ps->busy_seconds / std::max(ps->wall_seconds, 1e-9);
-    v[kOptimizer] = ps->optimizer_seconds / std::max(ps->wall_seconds, 1e-9);
     v[kSharedRing] = static_cast<double>(ps->shared_ring_pushes);
     for (int b = 0; b < kStalenessBins; ++b)
       v[kScalars + b] = static_cast<double>(ps->staleness_histogram[b]);
@@ -64,11 +64,15 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
       v[kScalars + kStalenessBins + W + w] = static_cast<double>(ps->worker_dropped[w]);
     }
   }
+  if (ps) {  // the busiest ps
+    v[kBusy] = ps->busy_seconds / std::max(ps->wall_seconds, 1e-9);
+    v[kOptimizer] = ps->optimizer_seconds / std::max(ps->wall_seconds, 1e-9);
+  }
   if (worker) {
     v[kRss] = peak_rss_mib();
     v[kTrainRss] = worker->train_peak_rss_mib;
   }
-  // Max over ranks: every ps counts every push (the same counts), workers contribute memory.
+  // Max over ranks: ps 0 alone contributes counts, every ps its busy fractions, workers memory.
   const int root = cl.worker_rank(0);
   const bool at_root = cl.world_rank() == root;
   MPI_Request req;

@@ -15,6 +15,9 @@
 #      the slow worker's late gradients are dropped (dropped_per_worker), every update used R
 #      gradients (Σ pushes_per_worker = R × updates), samples counts them, and the run completes
 #      its epochs.
+#   4c. backup workers through 2 ps (R = 1 of 3), three runs: no shard makes an update past the
+#      run's last global step (a push computed before its worker heard of the last step made a
+#      16th update on one ps in about half the runs), and results.json's counts (ps 0's) add up.
 #   4b. backup workers with a shorter shard: an empty push takes none of the R places (the step
 #      waits for the sample it has), and the pushes --max-steps drops leave no train row.
 #   5. async: the staleness histogram counts every used push; pushes_per_worker add up to the
@@ -136,6 +139,21 @@ assert r["samples"] == 2 * r["batch_size"] * r["ps_updates"], (r["samples"], r["
 print(f"   pushes used {r['pushes_per_worker']}, dropped {r['dropped_per_worker']}, "
       f"{r['global_step']} steps, {r['samples']} samples, test accuracy {r['test_accuracy']:.4f}")
 PY
+
+echo "== 4c. backup workers through 2 ps: no update past the last step, counts that add up"
+for i in 1 2 3; do
+  run backup2ps$i 5 --mode sync --num-ps 2 --replicas-to-aggregate 1
+  "$PY" - "$SCRATCH/backup2ps$i/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+last = 2 * -(-320 // r["batch_size"])  # 2 epochs of 960 samples over 3 workers
+assert r["ps_updates"] == r["global_step"] == last, (r["ps_updates"], r["global_step"], last)
+assert sum(r["pushes_per_worker"]) == r["ps_updates"], (r["pushes_per_worker"], r["ps_updates"])
+assert sum(r["dropped_per_worker"]) == r["dropped_gradients"], (r["dropped_per_worker"], r["dropped_gradients"])
+print(f"   {r['ps_updates']} updates of {r['global_step']} steps; pushes used {r['pushes_per_worker']}, "
+      f"dropped {r['dropped_per_worker']}, {r['samples']} samples")
+PY
+done
 
 echo "== 4b. a shorter shard's empty push takes none of the R places"
 # 33 samples over 2 workers at batch 16: shards of 17 and 16, so each epoch's second step holds 1
