@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -33,6 +34,91 @@ std::string list_names(const std::vector<std::string>& names) {
   std::string listed;
   for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
   return listed;
+}
+
+/// " (each worker at its own step: 3, 5)" for per-worker positions, else "".
+std::string each_worker(const std::vector<std::int64_t>& steps) {
+  if (steps.empty()) return "";
+  std::string list;
+  for (const std::int64_t k : steps) list += (list.empty() ? "" : ", ") + std::to_string(k);
+  return " (each worker at its own step: " + list + ")";
+}
+
+/// Whether checkpoint `s` is from the middle of an epoch: its position, or (async stop
+/// checkpoints) any worker's own, past the epoch's start.
+bool mid_epoch(const CheckpointState& s) {
+  return s.step_in_epoch != 0 ||
+         std::any_of(s.worker_steps_in_epoch.begin(), s.worker_steps_in_epoch.end(),
+                     [](std::int64_t k) { return k != 0; });
+}
+
+/// "epoch 2 (step 10 of 16)": where in its epoch checkpoint `s` is, with every worker's own step
+/// where it has them ("epoch 2 (step 3 of 16; each worker at its own step: 3, 5)").
+std::string place_in_epoch(const CheckpointState& s) {
+  std::string workers;
+  for (const std::int64_t k : s.worker_steps_in_epoch)
+    workers += (workers.empty() ? "; each worker at its own step: " : ", ") + std::to_string(k);
+  return "epoch " + std::to_string(s.epoch + 1) + " (step " + std::to_string(s.step_in_epoch) +
+         " of " + std::to_string(s.steps_per_epoch) + workers + ")";
+}
+
+/// The value of `key` in a checkpoint's effective configuration (INI, "key = value" lines), or
+/// std::nullopt where it has none (a file written before the key existed).
+std::optional<std::string> ini_value(const std::string& ini, const std::string& key) {
+  std::istringstream in(ini);
+  const std::string prefix = key + " = ";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  return std::nullopt;
+}
+
+/// The training data of a configuration: "--synthetic SPEC" or the --train-data path.
+std::string train_source(const std::string& synthetic, const std::string& train_data) {
+  return synthetic.empty() ? train_data : "--synthetic " + synthetic;
+}
+
+/// In the middle of an epoch the checkpoint continues that epoch's order of samples, a pure
+/// function of the seed, --shuffle and the training set (epoch_shard): this run must draw the same
+/// order, or the rest of the epoch would train some samples twice and others never. --seed and
+/// --shuffle are compared (refused when they differ; synthetic data has no order); the training
+/// data only by its path (or --synthetic spec), with a warning, since a file may move or be copied
+/// between runs — its size is compared by check_position_fits() (the steps per epoch).
+void check_epoch_order_fits(const CheckpointState& s, const std::string& path, const Config& c) {
+  if (!mid_epoch(s)) return;
+  const std::string where =
+      "checkpoint '" + path + "' is from the middle of " + place_in_epoch(s) + " of a run with ";
+  const std::string why =
+      ": the order in which an epoch trains its samples is drawn from --seed and --shuffle, so "
+      "the rest of the epoch would not be the samples it has not trained yet (some would be "
+      "trained twice, others never). Resume with ";
+  const std::string epoch_end =
+      " until the epoch's end (a checkpoint there, step 0 of the next epoch, may resume with "
+      "another";
+  if (c.synthetic.empty()) {
+    DT_REQUIRE(s.seed == c.seed, where + "--seed " + std::to_string(s.seed) +
+                                     ", this run has --seed " + std::to_string(c.seed) + why +
+                                     "--seed " + std::to_string(s.seed) + epoch_end + " --seed)");
+    const std::string shuffle = c.shuffle ? "true" : "false";
+    const auto written = ini_value(s.config, "shuffle");
+    DT_REQUIRE(!written || *written == shuffle,
+               where + "--shuffle " + *written + ", this run has --shuffle " + shuffle + why +
+                   "--shuffle " + *written + epoch_end + " --shuffle)");
+  }
+  const auto synthetic = ini_value(s.config, "synthetic");
+  const auto train_data = ini_value(s.config, "train-data");
+  if (!synthetic || !train_data) return;
+  const std::string written = train_source(*synthetic, *train_data);
+  const std::string here = train_source(c.synthetic, c.train_data);
+  std::error_code ec;
+  if (written == here || (synthetic->empty() && c.synthetic.empty() &&
+                          std::filesystem::equivalent(*train_data, c.train_data, ec)))
+    return;
+  log_warn(
+      where + "training data '" + written + "', this run trains on '" + here +
+      "': the rest of the epoch takes the samples the epoch has not trained by their place "
+      "in the file, which is right only if it holds the same samples in the same order (a "
+      "file moved or copied); if not, some are trained twice and others never — resume with '" +
+      written + "' until the epoch's end, where the training data may change");
 }
 
 /// The checkpoint's position (global_step, epoch, step_in_epoch) counts steps of its writer's
@@ -71,10 +157,9 @@ void check_position_fits(const CheckpointState& s, const std::string& path, cons
                  n(s.num_workers) + " " + unit + " and --batch-size " + n(s.batch_size) +
                  " (or a --global-batch-size that gives as many steps per epoch), or start a new "
                  "--run-dir with --init-from an export of it");
-  DT_REQUIRE(s.step_in_epoch == 0 || (s.num_workers == plan.workers && s.batch_size == plan.batch),
-             "checkpoint '" + path + "' is from the middle of epoch " + n(s.epoch + 1) + " (step " +
-                 n(s.step_in_epoch) + " of " + n(s.steps_per_epoch) + ") of a run of " + written +
-                 "; this run splits the data over " + here +
+  DT_REQUIRE(!mid_epoch(s) || (s.num_workers == plan.workers && s.batch_size == plan.batch),
+             "checkpoint '" + path + "' is from the middle of " + place_in_epoch(s) +
+                 " of a run of " + written + "; this run splits the data over " + here +
                  ", so the samples that epoch has already trained would not be the ones it "
                  "skips. Resume with " +
                  n(s.num_workers) + " " + unit + " and --batch-size " + n(s.batch_size) +
@@ -170,8 +255,39 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     check_state_size(*resume, path, state_count);
     check_position_fits(*resume, path, plan,
                         c.pipeline_stages > 1 ? "pipeline replica(s)" : "worker(s)");
+    check_epoch_order_fits(*resume, path, c);
   } else {
     resume_without_checkpoint(c, existing, outputs);
+  }
+  return resume;
+}
+
+std::optional<CheckpointState> check_resume_point(const Config& c, const std::string& signature,
+                                                  std::size_t param_count, std::size_t state_count,
+                                                  const TrainPlan& plan, std::string& report) {
+  // prepare_run_dir()'s checks, without making the directory.
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(c.run_dir, ec);
+  DT_REQUIRE(!exists || std::filesystem::is_directory(c.run_dir, ec),
+             "option --run-dir: '" + c.run_dir + "' exists and is not a directory");
+  DT_REQUIRE(!exists || ::access(c.run_dir.c_str(), W_OK | X_OK) == 0,
+             "option --run-dir: '" + c.run_dir + "' is not writable");
+  std::optional<CheckpointState> resume =
+      find_resume_point(c, signature, param_count, state_count, plan);
+  if (resume) {
+    report = "# --resume: continues checkpoint '" +
+             checkpoint_path(c.run_dir, resume->global_step) + "' at global_step " +
+             std::to_string(resume->global_step) + ", epoch " + std::to_string(resume->epoch + 1) +
+             ", step " + std::to_string(resume->step_in_epoch) + " of the epoch" +
+             each_worker(resume->worker_steps_in_epoch) +
+             (c.init_from.empty() ? "" : " (--init-from " + c.init_from + " not used)");
+  } else if (c.resume) {
+    report = "# --resume: no checkpoint in '" + c.run_dir + "', starts " +
+             (c.init_from.empty() ? "from scratch" : "from --init-from " + c.init_from);
+  } else {
+    report = "# run dir '" + c.run_dir +
+             "': " + (exists ? "holds no run" : "does not exist (the run makes it)") +
+             ", a new run";
   }
   return resume;
 }
@@ -236,16 +352,6 @@ Checkpointer::Checkpointer(const Config& c, const Cluster& cluster, const TrainP
                            std::function<double()> wall_seconds, const PipelineGroup* pipe)
     : c_(c), cluster_(cluster), plan_(plan), be_(backend), model_(model), exchange_(exchange),
       wall_seconds_(std::move(wall_seconds)), pipe_(pipe), lockstep_(exchange.lockstep()) {}
-
-namespace {
-/// " (each worker at its own step: 3, 5)" for per-worker positions, else "".
-std::string each_worker(const std::vector<std::int64_t>& steps) {
-  if (steps.empty()) return "";
-  std::string list;
-  for (const std::int64_t k : steps) list += (list.empty() ? "" : ", ") + std::to_string(k);
-  return " (each worker at its own step: " + list + ")";
-}
-}  // namespace
 
 TrainPosition Checkpointer::restore(std::optional<CheckpointState> resume, double& wall_seconds) {
   TrainPosition at;

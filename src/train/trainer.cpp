@@ -336,15 +336,38 @@ Job check_job(const Config& c) {
   return job;
 }
 
-/// --dry-run: everything check_job() did is what a real run checks before it touches a device or
-/// the run dir, and the threads' warning a real run would give.
-void report_dry_run(const Config& c, const Job& job) {
+/// Whether resume point `s` (a checkpoint of the run dir) ends the run — at the end of --epochs or
+/// --max-steps, with results.json at its global_step: nothing is left to train.
+bool run_complete(const Config& c, const CheckpointState& s) {
+  const bool at_end = s.epoch >= c.epochs || (c.max_steps > 0 && s.global_step >= c.max_steps);
+  return at_end && results_global_step(c.run_dir) == s.global_step;
+}
+
+/// --dry-run's phase 2, all ranks or none: the chief's checks of the run dir and the resume point
+/// that a real run makes before it writes (check_resume_point(): reading only, nothing made,
+/// locked or renamed). Returns the chief's line for the report ("" elsewhere).
+std::string check_run_dir(const Config& c, const Job& job) {
+  std::string report;
+  all_or_nothing(MPI_COMM_WORLD, [&] {
+    if (!job.cluster->is_chief()) return;
+    const std::optional<CheckpointState> resume =
+        check_resume_point(c, job.signature, job.param_count, job.state_count, job.plan, report);
+    if (resume && run_complete(c, *resume))
+      report += "; the run is complete: nothing left to train (raise --epochs or --max-steps)";
+  });
+  return report;
+}
+
+/// --dry-run: everything check_job() and check_run_dir() did is what a real run checks before it
+/// touches a device or writes to the run dir, and the threads' warning a real run would give. The
+/// chief prints the report, with `run_dir_report` (check_run_dir()).
+void report_dry_run(const Config& c, const Job& job, const std::string& run_dir_report) {
   warn_node_oversubscribed(c, *job.cluster);
-  if (job.cluster->world_rank() != 0) return;
+  if (!job.cluster->is_chief()) return;
   log_info("# dtrain --dry-run of " + (c.config_file.empty() ? "the command line" : c.config_file) +
            ": the job is valid\n" + job.cluster->role_table() + job.role_notes + "\n" +
            job.model_report + "\n" + describe_plan(job.plan) +
-           (job.init_report.empty() ? "" : "\n" + job.init_report));
+           (job.init_report.empty() ? "" : "\n" + job.init_report) + "\n" + run_dir_report);
 }
 
 /// Phase 2 without the clean-up of a failed set-up (acquire_resources()).
@@ -410,8 +433,7 @@ bool nothing_left_to_train(const Config& c, const Job& job) {
   int done = 0;
   if (cl.is_chief() && resumes_checkpoint(c, job)) {
     const CheckpointState& s = *job.resume;
-    const bool at_end = s.epoch >= c.epochs || (c.max_steps > 0 && s.global_step >= c.max_steps);
-    done = at_end && results_global_step(c.run_dir) == s.global_step ? 1 : 0;
+    done = run_complete(c, s) ? 1 : 0;
     if (done)
       log_info("# --resume: the run in " + c.run_dir + " is complete (global_step " +
                std::to_string(s.global_step) + ", " + std::to_string(s.epoch) + " of " +
@@ -602,8 +624,9 @@ int run_training(const Config& c) {
   set_comm_timeout(c.timeout);
   Job job = check_job(c);
   if (c.dry_run) {
+    const std::string run_dir_report = check_run_dir(c, job);
     job.cluster->set_devices(job.device_name);  // the role table's device column
-    report_dry_run(c, job);
+    report_dry_run(c, job, run_dir_report);
     return kExitOk;
   }
   acquire_resources(c, job);

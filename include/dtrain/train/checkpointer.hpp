@@ -85,7 +85,10 @@ void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock
 /// c.optimizer; check_state_size: `state_count` batchnorm floats per row) and against the run's
 /// `plan`: the same global steps per epoch, and mid-epoch the same workers and batch per worker as
 /// the run that wrote it (a position counted in other steps would put the epoch's end and the
-/// learning-rate schedule elsewhere, and train or skip other samples). std::nullopt with a
+/// learning-rate schedule elsewhere, and train or skip other samples); mid-epoch (the position,
+/// or async any worker's own, past the epoch's start) also the same --seed and --shuffle (the
+/// epoch's order of samples; not for --synthetic data), and a warning, naming both, when the
+/// training data's path differs (a moved file is fine; other samples are not). std::nullopt with a
 /// warning when the run dir holds neither checkpoints nor results.json (a run stopped before its
 /// first checkpoint starts over). Throws InputError when no checkpoint verifies, when a finished
 /// run has no checkpoint, or when the newest readable one does not fit, naming it and what would
@@ -93,6 +96,17 @@ void remove_partial_checkpoints(const std::string& run_dir, const FileLock& lock
 std::optional<CheckpointState> find_resume_point(const Config& c, const std::string& signature,
                                                  std::size_t param_count, std::size_t state_count,
                                                  const TrainPlan& plan);
+
+/// --dry-run's part of the chief's set-up: the checks of lock_run_dir() and find_resume_point()
+/// that need no change to the run dir, reading only (no directory made, no lock taken, no file
+/// renamed or removed): c.run_dir, where it exists, is a writable directory (else InputError as
+/// prepare_run_dir()), then find_resume_point() (with its warnings, and InputError where it
+/// refuses: a run dir that holds a run without --resume, a checkpoint that does not fit). Returns
+/// its resume point, and in `report` one line saying what the run would do: continue which
+/// checkpoint at which position, start from scratch (or --init-from), or start a new run.
+std::optional<CheckpointState> check_resume_point(const Config& c, const std::string& signature,
+                                                  std::size_t param_count, std::size_t state_count,
+                                                  const TrainPlan& plan, std::string& report);
 
 /// After a set-up that resumed from the checkpoint of `resumed_step`: every checkpoint of a later
 /// step in run_dir (one --resume skipped because it does not verify) is renamed to
