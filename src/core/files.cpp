@@ -60,9 +60,15 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out)
-      throw LibraryError(
-          format_error("cannot write '" + tmp + "'" + errno_reason(), __FILE__, __LINE__));
+    if (!out) {
+      const std::string reason = errno_reason();
+      if (out.is_open()) {  // ours: a part written (a full disk) takes no space once it failed
+        out.close();
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+      }
+      throw LibraryError(format_error("cannot write '" + tmp + "'" + reason, __FILE__, __LINE__));
+    }
   }
   // On the file to rename, not only the directory: after a crash XFS (common on HPC nodes) can
   // leave a renamed, never-synced file empty where ext4's rename heuristics would not.

@@ -102,10 +102,6 @@ namespace {
 
 using Results = std::map<std::string, JsonValue>;
 
-double samples_per_second(const WorkerOutcome& out) {
-  return out.train_seconds > 0 ? out.samples / out.train_seconds : 0.0;
-}
-
 /// What the run reached and how long it took: accuracy, loss, steps, times, the step anatomy.
 /// null where nothing was measured: the test metrics without an evaluation (no test set, or
 /// stopped before the first), the train metrics
@@ -138,7 +134,8 @@ void add_outcome(Results& r, const TrainPlan& plan, const WorkerOutcome& out) {
   r["step_optimizer_ms"] = or_null(out.train_seconds > 0, out.anatomy_ms[3]);
   r["step_compute_ms_per_worker"] = out.compute_ms_per_worker;  // in worker order
   r["step_exposed_comm_ms_per_worker"] = out.exposed_ms_per_worker;
-  r["samples_per_sec"] = or_null(out.train_seconds > 0, samples_per_second(out));
+  // Workers in step: samples over the chief's train_seconds; else the sum of the workers' own rates
+  r["samples_per_sec"] = or_null(out.train_seconds > 0, out.samples_per_sec);
   if (out.has_after_first) {  // the same without each process's first step
     r["step_compute_ms_per_worker_after_first_step"] = out.compute_ms_per_worker_after_first;
     r["step_exposed_comm_ms_per_worker_after_first_step"] = out.exposed_ms_per_worker_after_first;
@@ -257,7 +254,7 @@ void log_summary(const Config& c, const Job& job, const WorkerOutcome& out, cons
     std::snprintf(test, sizeof test, "test accuracy %.4f | test loss %.4f", out.test_accuracy,
                   out.test_loss);
   if (out.train_seconds > 0)
-    std::snprintf(speed, sizeof speed, "%.1f samples/s", samples_per_second(out));
+    std::snprintf(speed, sizeof speed, "%.1f samples/s", out.samples_per_sec);
   std::snprintf(line, sizeof line,
                 "dtrain: %s %d ps + %d workers | %d epochs, %lld steps | %s | %s | wall %s | "
                 "results %s/results.json",

@@ -75,12 +75,15 @@ EventWriter::EventWriter(const std::string& dir) {
     path_ = k == 0 ? base : base + "." + std::to_string(k);
     fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && (errno != EEXIST || k >= 1000))
-      throw Error("cannot create TensorBoard event file '" + path_ + "': " + std::strerror(errno));
+      throw LibraryError(format_error("cannot create TensorBoard event file '" + path_ +
+                                          "': " + std::strerror(errno),
+                                      __FILE__, __LINE__));
   }
   file_ = ::fdopen(fd, "wb");
   if (!file_) {
     ::close(fd);
-    throw Error("cannot open TensorBoard event file '" + path_ + "'");
+    throw LibraryError(
+        format_error("cannot open TensorBoard event file '" + path_ + "'", __FILE__, __LINE__));
   }
   tensorflow::Event e;
   e.set_wall_time(unix_seconds());
@@ -101,7 +104,9 @@ void EventWriter::write_record(const std::string& data) {
   rec += data;
   put_u32(rec, masked_crc32c(data.data(), data.size()));
   if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size() || std::fflush(file_) != 0)
-    throw Error("cannot write TensorBoard event file '" + path_ + "': " + std::strerror(errno));
+    throw LibraryError(
+        format_error("cannot write TensorBoard event file '" + path_ + "': " + std::strerror(errno),
+                     __FILE__, __LINE__));
 }
 
 void EventWriter::write_scalars(std::int64_t step, const std::vector<Scalar>& scalars) {

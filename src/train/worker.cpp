@@ -290,6 +290,10 @@ bool Worker::end_epoch(int epoch) {
 }
 
 void Worker::train_epoch(int epoch, std::int64_t first_step) {
+  // The log interval starts with the epoch: the last epoch's evaluation and checkpoint (and an
+  // async chief's wait for the others to end their shards) are no training time, as an
+  // --eval-every evaluation inside an epoch is not (end_step()).
+  start_log_interval(now_seconds());
   const std::int64_t start = std::min<std::int64_t>(first_step, exchange_->local_steps(epoch));
   std::optional<BatchReader> reader;  // none for synthetic data
   if (!plan_.synthetic) open_reader(reader, epoch, start);
@@ -473,7 +477,6 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
   // the run's count, not an interval's rate.
   log_samples_global_ += std::max<std::int64_t>(r.samples, 0);
   out_.samples += r.samples;
-  local_samples_ += n;
   if (r.applied) applied_samples_ += n;
   if (pushes_ == 1) {
     first_[0] = train_seconds_;
@@ -481,7 +484,7 @@ void Worker::account_step(const ExchangeResult& r, std::int64_t s, int n, bool o
     if (!on_device) first_[2] = compute_seconds_;  // else when its device time is read
     first_[3] = exchange_seconds_;
     first_[4] = optimizer_seconds_;
-    first_local_samples_ = local_samples_;
+    first_applied_samples_ = applied_samples_;
   }
 }
 
@@ -493,7 +496,9 @@ void Worker::end_step(int epoch, std::int64_t s) {
   // follow, so a checkpoint or evaluation due now waits for them.
   const bool last = exchange_->epoch_over(epoch, s + 1, global_step_) ||
                     (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+  const double t0 = now_seconds();
   checkpointer_->after_step(position(epoch), last);
+  log_paused_ += now_seconds() - t0;  // a checkpoint is no step time (log_interval())
   if (c_.eval_every <= 0 || global_step_ / c_.eval_every <= eval_bucket_) return;
   eval_bucket_ = global_step_ / c_.eval_every;
   if (!last) evaluate_between(epoch);

@@ -56,12 +56,19 @@ struct WorkerOutcome {
   double anatomy_ms[4] = {0, 0, 0, 0};
   /// chief, when every worker ran ≥ 2 steps in this process: the same without each worker's
   /// first step (primitive creation, first touch, workers starting apart: a short run's
-  /// transient), and samples/s after it: the sum over the workers of each one's own samples over
-  /// its own steps' time (sync: the global rate; async: what the workers train together, as the
-  /// host's ceiling sums independent runs); else has_after_first false
+  /// transient), and samples/s after it: the sum over the workers of each one's own samples that
+  /// the run used (not a backup worker's dropped gradients) over its own steps' time (sync: the
+  /// global rate; async: what the workers train together, as the host's ceiling sums independent
+  /// runs); else has_after_first false
   bool has_after_first = false;
   double anatomy_after_first_ms[4] = {0, 0, 0, 0};
   double samples_per_sec_after_first = 0;
+  /// chief, when it trained a step in this process: samples/s of the session (results.json
+  /// samples_per_sec). Workers in step (Worker::in_step()): `samples` over the chief's
+  /// train_seconds; else the sum over the workers of each one's used samples over its own steps'
+  /// time, the other workers having trained on while the chief evaluated, checkpointed or waited
+  /// at an epoch's end
+  double samples_per_sec = 0;
   /// chief: each worker's forward + backward and exposed communication, ms per step, in worker
   /// order (a sync step waits for its slowest worker: their spread is the stragglers' cost); the
   /// *_after_first ones without each worker's first step (filled when has_after_first)
@@ -155,13 +162,28 @@ class Worker {
   /// The ps dropped this step's push because the run ends (a stop, --max-steps), not because it
   /// came late: its batch is not part of the run (no train row, not in the position).
   [[nodiscard]] bool past_the_end(const ExchangeResult& r) const;
+  /// The chief's log line and metrics.csv row of the interval since the last one (every worker
+  /// calls it: it resets the interval's loss sums and counters), then start_log_interval(now).
   void log_interval(int epoch);
+  /// A new log interval from `now` (now_seconds()): its time, global step, exposed communication
+  /// and counts start there (after a log line, and at an epoch's first step, so that the epoch-end
+  /// evaluation and checkpoint before it are no interval's time).
+  void start_log_interval(double now);
+  /// True when no worker trains while the chief evaluates or checkpoints alone: every worker moves
+  /// in step (allreduce), or through the ps without backup workers (each update waits for every
+  /// worker's push). Else (async, SSP, backup workers) the others train on.
+  [[nodiscard]] bool in_step() const;
   /// The chief's log line: step, epoch, loss, accuracy, ms/step, samples/s, lr, wall time, % of
   /// the run's global steps done, ETA (async: staleness). `measured` false: this worker trained
   /// on no sample in the interval, and loss and accuracy show as "-".
   [[nodiscard]] std::string progress_line(int epoch, bool measured, double loss, double acc,
                                           double ms_per_step, double sps, double lr, double wall,
                                           double dt, double staleness) const;
+  /// This worker's row of summarize_step_times(): step time p50, p90, max (ms); data, compute,
+  /// exposed communication, optimizer (ms per step); the same four after its first step and its
+  /// used samples per second after it (-1 with fewer than 2 steps); its used samples per second
+  /// over all its steps (0 without a step).
+  [[nodiscard]] std::vector<double> own_step_times() const;
   /// Gathers every worker's step-time p50/p90/max (collective over the workers); the chief logs
   /// them and keeps the slowest worker's in out_.
   void summarize_step_times();
@@ -211,6 +233,9 @@ class Worker {
   bool stop_signal_ = false, stop_max_ = false;
   // log interval accumulators
   double t_start_ = 0, t_log_ = 0, train_seconds_ = 0, prior_wall_ = 0;
+  /// seconds of the log interval in which this worker evaluated or checkpointed (--eval-every,
+  /// --checkpoint-every): no step time of its own
+  double log_paused_ = 0;
   /// chief, resumed: the global step whose evaluation metrics.csv holds already (the checkpoint
   /// was written after it), which evaluate() then reports without a second row; else -1
   std::int64_t recorded_eval_step_ = -1;
@@ -229,12 +254,13 @@ class Worker {
   /// train, data, compute, exchange and optimizer seconds when the first step of this process was
   /// accounted (compute: when its device time was read, on a GPU)
   double first_[5] = {0, 0, 0, 0, 0};
-  std::int64_t local_samples_ = 0;        ///< samples this worker trained in this process
-  std::int64_t applied_samples_ = 0;      ///< … of them in steps the exchange applied
-  std::int64_t first_local_samples_ = 0;  ///< … by the end of its first step
-  std::int64_t train_bad_images_ = 0;     ///< images its training readers skipped as bad
-  StepRange profile_;                     ///< --profile-steps
-  bool profiling_ = false;                ///< between Backend::set_profiling(true) and (false)
+  /// samples this worker trained in this process in steps the exchange applied (not a gradient
+  /// the ps dropped: late, or past the run's end)
+  std::int64_t applied_samples_ = 0;
+  std::int64_t first_applied_samples_ = 0;  ///< … by the end of its first step
+  std::int64_t train_bad_images_ = 0;       ///< images its training readers skipped as bad
+  StepRange profile_;                       ///< --profile-steps
+  bool profiling_ = false;                  ///< between Backend::set_profiling(true) and (false)
   WorkerOutcome out_;
 };
 

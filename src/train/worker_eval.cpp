@@ -56,7 +56,7 @@ void Worker::evaluate_between(int epoch) {
     // train on (tf.estimator's separate evaluator, inside the chief).
     evaluate(epoch, false, true);
   }
-  t_log_ += now_seconds() - t0;  // the log interval's samples/s stays a training rate
+  log_paused_ += now_seconds() - t0;  // no step time of the chief's (log_interval())
 }
 
 void Worker::note_target(double accuracy, std::int64_t step, double wall) {

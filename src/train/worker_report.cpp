@@ -31,9 +31,14 @@ void Worker::log_interval(int epoch) {
   float host[kStatsFloats] = {};
   be_.copy_to_host(host, stats_.data(), sizeof host);
   be_.fill(stats_.data(), 0.0f, kStatsFloats);
-  const double now = now_seconds(), dt = std::max(now - t_log_, 1e-9);
+  const double now = now_seconds(), span = std::max(now - t_log_, 1e-9);
+  // The chief's own steps' time: the interval without its evaluations and checkpoints.
+  const double dt = std::max(span - log_paused_, 1e-9);
+  // The time in which the interval's global samples were trained: the same where every worker
+  // paused with the chief (in_step()); else the whole interval, the others having trained on.
+  const double dt_all = in_step() ? dt : span;
   // samples/s of all workers: exact with allreduce; ps modes: from the global steps (estimate).
-  const double sps = static_cast<double>(log_samples_global_) / dt;
+  const double sps = static_cast<double>(log_samples_global_) / dt_all;
   // An interval in which this worker trained on no sample (every image of its batches bad, or
   // a shard that ran out) has no loss: its line says so, and no metrics row (a loss of 0 would
   // read as a perfect fit) is written.
@@ -54,15 +59,27 @@ void Worker::log_interval(int epoch) {
     const double per_step = log_steps_ ? 1e3 / static_cast<double>(log_steps_) : 0.0;
     const double ms_per_step = per_step * dt;
     const double exposed_ms = per_step * (exchange_seconds_ - log_exchange_start_);
-    log_info(progress_line(epoch, measured, loss, acc, ms_per_step, sps, lr, wall, dt, staleness));
+    log_info(
+        progress_line(epoch, measured, loss, acc, ms_per_step, sps, lr, wall, dt_all, staleness));
     if (measured)
       metrics_->write({"train", global_step_, epoch + 1, wall, loss, acc, sps, lr, staleness,
                        ms_per_step, exposed_ms, top5});
   }
+  start_log_interval(now);
+}
+
+void Worker::start_log_interval(double now) {
   t_log_ = now;
+  log_paused_ = 0;
   log_global_start_ = global_step_;
   log_exchange_start_ = exchange_seconds_;
   log_steps_ = log_samples_local_ = log_samples_global_ = 0;
+}
+
+bool Worker::in_step() const {
+  if (exchange_->lockstep()) return true;
+  return exchange_kind(c_) == ExchangeKind::ps_sync &&
+         (c_.replicas_to_aggregate <= 0 || c_.replicas_to_aggregate >= plan_.workers);
 }
 
 std::string Worker::progress_line(int epoch, bool measured, double loss, double acc,
@@ -87,42 +104,48 @@ std::string Worker::progress_line(int epoch, bool measured, double loss, double 
   return line;
 }
 
+std::vector<double> Worker::own_step_times() const {
+  std::vector<double> mine = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, 0};
+  if (step_ms_.empty()) return mine;
+  std::vector<float> t = step_ms_;
+  auto at = [&](double q) {
+    auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(t.size() - 1) + 0.5);
+    std::nth_element(t.begin(), t.begin() + k, t.end());
+    return static_cast<double>(t[k]);
+  };
+  mine[0] = at(0.5);
+  mine[1] = at(0.9);
+  mine[2] = *std::max_element(step_ms_.begin(), step_ms_.end());
+  const double per_step = 1e3 / static_cast<double>(step_ms_.size());
+  mine[3] = data_seconds_ * per_step;
+  mine[4] = compute_seconds_ * per_step;
+  mine[5] = exchange_seconds_ * per_step;
+  mine[6] = optimizer_seconds_ * per_step;
+  // The samples the run used (a backup worker's dropped gradients are not) over the steps' time.
+  if (train_seconds_ > 0) mine[12] = static_cast<double>(applied_samples_) / train_seconds_;
+  if (step_ms_.size() >= 2) {  // the same after this process's first step
+    const double after = 1e3 / static_cast<double>(step_ms_.size() - 1);
+    mine[7] = (data_seconds_ - first_[1]) * after;
+    mine[8] = (compute_seconds_ - first_[2]) * after;
+    mine[9] = (exchange_seconds_ - first_[3]) * after;
+    mine[10] = (optimizer_seconds_ - first_[4]) * after;
+    if (train_seconds_ > first_[0])
+      mine[11] = static_cast<double>(applied_samples_ - first_applied_samples_) /
+                 (train_seconds_ - first_[0]);
+  }
+  return mine;
+}
+
 void Worker::summarize_step_times() {
   // Per worker: p50 / p90 / max of the step times (data + compute + exchange), and the step's
   // anatomy (means per step of data wait, forward + backward, exposed communication, optimizer),
   // gathered to the chief.
-  constexpr int K = 12;
-  double mine[K] = {0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1};
-  if (!step_ms_.empty()) {
-    std::vector<float> t = step_ms_;
-    auto at = [&](double q) {
-      auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(t.size() - 1) + 0.5);
-      std::nth_element(t.begin(), t.begin() + k, t.end());
-      return static_cast<double>(t[k]);
-    };
-    mine[0] = at(0.5);
-    mine[1] = at(0.9);
-    mine[2] = *std::max_element(step_ms_.begin(), step_ms_.end());
-    const double per_step = 1e3 / static_cast<double>(step_ms_.size());
-    mine[3] = data_seconds_ * per_step;
-    mine[4] = compute_seconds_ * per_step;
-    mine[5] = exchange_seconds_ * per_step;
-    mine[6] = optimizer_seconds_ * per_step;
-    if (step_ms_.size() >= 2) {  // the same after this process's first step
-      const double after = 1e3 / static_cast<double>(step_ms_.size() - 1);
-      mine[7] = (data_seconds_ - first_[1]) * after;
-      mine[8] = (compute_seconds_ - first_[2]) * after;
-      mine[9] = (exchange_seconds_ - first_[3]) * after;
-      mine[10] = (optimizer_seconds_ - first_[4]) * after;
-      if (train_seconds_ > first_[0])
-        mine[11] = static_cast<double>(local_samples_ - first_local_samples_) /
-                   (train_seconds_ - first_[0]);
-    }
-  }
+  const std::vector<double> mine = own_step_times();
+  const int K = static_cast<int>(mine.size());
   std::vector<double> all(cluster_.is_chief() ? K * plan_.workers : 0);
   MPI_Request req;
-  DT_CHECK_MPI(
-      MPI_Igather(mine, K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0, cluster_.role_comm(), &req));
+  DT_CHECK_MPI(MPI_Igather(mine.data(), K, MPI_DOUBLE, all.data(), K, MPI_DOUBLE, 0,
+                           cluster_.role_comm(), &req));
   wait_one(req, comm_timeout(), "gathering step times");
   // A pipeline: the stage leaders (replica 0) send their stage's rows on to the chief (the last
   // stage's), stage by stage, so that every stage's workers are reported.
@@ -140,6 +163,7 @@ void Worker::summarize_step_times() {
   std::string anatomy =
       "# step anatomy ms/step per worker (data | compute | exposed comm | optimizer):";
   const int D = plan_.workers, n = D * stages;
+  double workers_rate = 0;  // the sum of the workers' own rates (the last stage's)
   for (int w = 0; w < n; ++w) {
     const double* a = &all[static_cast<std::size_t>(K * w)];
     char name[32], b[112];
@@ -161,8 +185,15 @@ void Worker::summarize_step_times() {
     out_.has_after_first = (w == 0 || out_.has_after_first) && a[7] >= 0 && a[11] >= 0;
     for (int k = 0; k < 4; ++k) out_.anatomy_after_first_ms[k] += a[7 + k] / n;
     // Every stage trains the same samples: the run's rate is one stage's replicas' (the last's).
-    if (w / D == stages - 1) out_.samples_per_sec_after_first += a[11];
+    if (w / D == stages - 1) {
+      out_.samples_per_sec_after_first += a[11];
+      workers_rate += a[12];
+    }
   }
+  // Workers in step share the chief's step time; else the chief's time alone would count the
+  // samples the others trained while it evaluated, checkpointed or waited at an epoch's end.
+  out_.samples_per_sec =
+      in_step() ? static_cast<double>(out_.samples) / train_seconds_ : workers_rate;
   log_info(line);
   log_info(anatomy);
 }

@@ -10,6 +10,9 @@
 #   - no partial .tmp is left taking space; every checkpoint left verifies;
 #   - --resume (disk space back) continues from step 20; in sync mode it ends bit-identical to a
 #     run that never stopped.
+# Then dtrain predict, export and plan, and a training run's results.json and timeline.json, on a
+# full disk: exit 3, one error naming the file, nothing left behind (the TensorBoard event file,
+# which stdio writes past the shim: tests/unit/test_summary.cpp).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -78,4 +81,22 @@ full_writer m.onnx 0 export --checkpoint "$ckpt" --format onnx --out "$SCRATCH/m
 full_writer plan.json 1 plan --config "$SRC/jobs/resnet50_imagenet.ini" --profile \
   "$SRC/docs/scaling/resnet50_h200host_cpu_b24.json" --nodes 4 --workers-per-node 8 \
   --out "$SCRATCH/plan.json"
+
+# A training run's results.json and timeline.json (written whole through <name>.tmp) on a full
+# disk: exit 3, one error naming the file and the reason, and no <name>.tmp left behind (it stayed,
+# partly written, taking space on the full disk for good once the run was complete).
+for name in results.json timeline.json; do
+  d=$SCRATCH/full-$name rc=0
+  LD_PRELOAD=$SHIM DTRAIN_TEST_NO_SPACE_MATCH=$name.tmp DTRAIN_TEST_NO_SPACE_BYTES=200 \
+    timeout 60 "$MPIEXEC" -n 2 -x LD_PRELOAD -x DTRAIN_TEST_NO_SPACE_MATCH \
+    -x DTRAIN_TEST_NO_SPACE_BYTES "$DTRAIN" "${FX[@]}" --mode sync --num-ps 0 --run-dir "$d" \
+    --max-steps 10 --timeline >"$d.log" 2>&1 || rc=$?
+  echo "== $name of a training run on a full disk: exit $rc"
+  [[ $rc == 3 ]] || { cat "$d.log"; fail "$name: exit $rc, want 3"; }
+  [[ $(grep -c "dtrain: error:" "$d.log") == 1 ]] || { cat "$d.log"; fail "$name: not one error"; }
+  grep "dtrain: error:" "$d.log" | grep -F "$d/$name.tmp" | grep -q "No space left" ||
+    { cat "$d.log"; fail "$name: the error names no file or reason"; }
+  [[ ! -e $d/$name.tmp ]] || { ls -l "$d"; fail "$name: $name.tmp left behind"; }
+done
+
 echo "PASS"

@@ -1,9 +1,12 @@
-// tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all, files
-// named by --out never replace one (core/files.hpp), and a metrics row that cannot be written is an
-// error, not a silent gap (train/report.hpp).
+// tests/unit/test_files.cpp — the run directory's outputs are written whole or not at all (a
+// failed write leaves no temporary file), files named by --out never replace one
+// (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
+// (train/report.hpp).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -74,6 +77,25 @@ TEST(Files, AFailedWriteNamesTheFileAndKeepsTheOldOne) {
   const std::string missing = (d.path / "no_such_dir" / "x.json").string();
   EXPECT_NE(error_of([&] { write_file_atomically(missing, "x"); }).find(missing + ".tmp"),
             std::string::npos);
+}
+
+TEST(Files, AWriteThatFailsPartWayLeavesNoTemporary) {
+  ScratchDir d("partial");
+  const std::string p = (d.path / "timeline.json").string();
+  write_file_atomically(p, "old\n");
+  // Files past 4 KiB cannot grow (EFBIG, SIGXFSZ ignored): as a disk that fills up part-way.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string msg = error_of([&] { write_file_atomically(p, std::string(1 << 16, 'x')); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(msg.find("cannot write '" + p + ".tmp': File too large"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(p + ".tmp")) << "the part written is left behind";
+  EXPECT_EQ(read(p), "old\n");
 }
 
 TEST(Files, AFailedRenameNamesBothPathsAndTheReason) {

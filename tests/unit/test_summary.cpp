@@ -1,17 +1,21 @@
 // tests/unit/test_summary.cpp — TensorBoard event files (train/summary.hpp): the masked CRC-32C of
 // TFRecord framing against values from TensorBoard's own implementation, a second writer in the
 // same second getting a new name (never the existing file), the record framing of the file_version
-// event, and summary_scalars' tags per row kind. Reading back with TensorBoard:
+// event, summary_scalars' tags per row kind, and a write that fails (a full disk) being a
+// LibraryError naming the file, as every output's. Reading back with TensorBoard:
 // tests/cli/test_tensorboard.sh.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "dtrain/core/error.hpp"
 #include "dtrain/train/report.hpp"
 #include "dtrain/train/summary.hpp"
 
@@ -70,6 +74,40 @@ TEST(Summary, ScalarsPerRowKind) {
   ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[1], (Scalar{"test/accuracy", 0.9}));
   EXPECT_EQ(e[2], (Scalar{"test/top5", 0.97}));
+}
+
+TEST(Summary, AWriteThatFailsIsALibraryErrorNamingTheFile) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("dtrain_summary_full_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // Files past 4 KiB cannot grow (EFBIG, SIGXFSZ ignored): as a full disk part-way through.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string msg = "no error", path;
+  int code = 0;
+  try {
+    EventWriter w(dir.string());
+    path = w.path();
+    for (int step = 1; step <= 1000; ++step) w.write_scalars(step, {{"train/loss", 0.5}});
+  } catch (const LibraryError& e) {  // exit code 3, as metrics.csv's or a checkpoint's
+    msg = e.what();
+    code = exit_code(e);
+  } catch (const std::exception& e) {
+    msg = std::string("not a LibraryError: ") + e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  fs::remove_all(dir);
+  EXPECT_NE(msg.find("cannot write TensorBoard event file '" + path + "': File too large"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("summary.cpp:"), std::string::npos) << msg;  // (file:line), as the others
+  EXPECT_EQ(code, kExitLibrary);
 }
 
 }  // namespace

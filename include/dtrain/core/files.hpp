@@ -25,7 +25,7 @@ void replace_file(const std::string& from, const std::string& to);
 
 /// Writes `text` to `path` whole: into `path`.tmp, fsync_path() of it, then replace_file() over
 /// `path`. Throws LibraryError naming the file when it cannot be written or synced (a full disk, a
-/// missing directory); `path` is then left as it was.
+/// missing directory); `path` is then left as it was, and `path`.tmp removed.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 /// ": <strerror(errno)>" when errno is set, else "": the system's reason after a failed stream

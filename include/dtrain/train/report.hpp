@@ -74,8 +74,8 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& run_dir, const SummaryOptions& summaries = {});
   ~MetricsWriter();
   /// Appends one row to metrics.csv (flushed) and writes its summary. Throws LibraryError naming
-  /// metrics.csv and the system's reason when the append fails (a full disk), Error naming the
-  /// event file when the summary cannot be written.
+  /// metrics.csv, or the event file, and the system's reason when the append or the summary cannot
+  /// be written (a full disk).
   void write(const MetricsRow& r);
 
  private:

@@ -40,7 +40,8 @@ class EventWriter {
   /// Creates `<dir>/events.out.tfevents.<unix seconds>.<host>` (gethostname()); when that name
   /// exists (two writers in the same second), `.1`, `.2`, ... is appended: an existing file is
   /// never opened or overwritten (O_EXCL). Writes the file_version event and flushes.
-  /// Throws Error naming the file when it cannot be created or written.
+  /// Throws LibraryError (exit code 3, as every output's write) naming the file and the system's
+  /// reason when it cannot be created or written (a full disk, a missing directory).
   explicit EventWriter(const std::string& dir);
   ~EventWriter();
   EventWriter(const EventWriter&) = delete;
@@ -52,7 +53,7 @@ class EventWriter {
   /// One Event at global step `step` whose Summary holds every scalar (tag, value rounded to
   /// float32 — simple_value's type) at wall_time = now (seconds since the Unix epoch). Written and
   /// flushed to the OS before returning, so a killed run keeps every event written so far.
-  /// Throws Error naming the file on a write failure.
+  /// Throws LibraryError naming the file and the reason on a write failure.
   void write_scalars(std::int64_t step, const std::vector<Scalar>& scalars);
 
   /// An Event with SessionLog START at `step` (see "Resume" above). Flushed. Throws like
@@ -86,9 +87,10 @@ struct SummaryOptions {
 class SummaryWriter {
  public:
   /// Opens a new event file in run_dir (EventWriter) and writes SessionLog START at
-  /// opts.start_step + 1. Throws Error naming the file.
+  /// opts.start_step + 1. Throws LibraryError naming the file (EventWriter).
   SummaryWriter(const std::string& run_dir, const SummaryOptions& opts);
-  /// Writes `row` when the SummaryOptions rule above selects it. Throws Error on write failure.
+  /// Writes `row` when the SummaryOptions rule above selects it. Throws LibraryError on a write
+  /// failure (EventWriter).
   void write(const MetricsRow& row);
   [[nodiscard]] const std::string& path() const { return events_.path(); }
 
