@@ -324,6 +324,16 @@ void check_options_of_other_modes(const Config& c) {
                     : c.max_staleness >= 0 ? "SSP"
                                            : "async") +
                    ", --num-ps " + to_text(c.num_ps) + "); leave it at its default there");
+  // How the sync allreduce sends its sum, where --allreduce none sums nothing: no gradient leaves
+  // a worker (results.json would record a wire no value took).
+  for (const auto& [opt, given] : {std::pair{"wire-dtype", c.wire_dtype != defaults.wire_dtype},
+                                   std::pair{"bucket-mb", c.bucket_mb != defaults.bucket_mb},
+                                   std::pair{"bucket-link", c.bucket_link != defaults.bucket_link}})
+    DT_REQUIRE(!given || c.allreduce != AllreduceOption::none,
+               std::string("option --") + opt +
+                   ": sets how the sync allreduce sends the gradients' sum, and --allreduce none "
+                   "sums nothing (each worker applies its own gradient, none is sent); leave it "
+                   "at its default there");
   // Parameter-server settings where there is none: sync allreduce.
   for (const auto& [opt, given] : {std::pair{"ps-threads", c.ps_threads != 1},
                                    std::pair{"ps-chunk-kb", c.ps_chunk_kb != 1024}})

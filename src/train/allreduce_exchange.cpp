@@ -68,12 +68,14 @@ std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t
     // The cap as planned: --bucket-mb, or the latency minimum where --bucket-link raised it.
     std::size_t largest = 0;
     for (const Bucket& k : b) largest = std::max(largest, k.end - k.begin);
-    const double cap_mb =
-        c.bucket_mb > 0 ? std::max(c.bucket_mb, 4.0 * static_cast<double>(largest) / kMiB) : 0.0;
+    // --bucket-mb 0: no cap (one bucket), not buckets of "<= 0 MiB".
+    char cap[64] = "uncapped (--bucket-mb 0)";
+    if (c.bucket_mb > 0)
+      std::snprintf(cap, sizeof cap, "of <= %g MiB",
+                    std::max(c.bucket_mb, 4.0 * static_cast<double>(largest) / kMiB));
     char line[512];
-    std::snprintf(line, sizeof line,
-                  "# buckets: %zu of <= %g MiB, end bucket %zu floats (%.2f MiB); %s", b.size(),
-                  cap_mb, end, 4.0 * static_cast<double>(end) / kMiB, why);
+    std::snprintf(line, sizeof line, "# buckets: %zu %s, end bucket %zu floats (%.2f MiB); %s",
+                  b.size(), cap, end, 4.0 * static_cast<double>(end) / kMiB, why);
     log_info(line);
   }
   return b;

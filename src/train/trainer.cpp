@@ -288,7 +288,9 @@ Job check_job(const Config& c) {
     DT_REQUIRE(c.replicas_to_aggregate <= replicas,
                "option --replicas-to-aggregate: " + std::to_string(c.replicas_to_aggregate) +
                    " is more than the " + std::to_string(replicas) +
-                   (c.pipeline_stages > 1 ? " replicas of each pipeline stage" : " workers"));
+                   (c.pipeline_stages > 1 ? (replicas == 1 ? " replica" : " replicas") +
+                                                std::string(" of each pipeline stage")
+                                          : (replicas == 1 ? " worker" : " workers")));
     job.plan = make_plan(c, replicas, data_threads(c, cl, gpu >= 0));
     if (c.bucket_link != "off" && c.bucket_link != "probe")
       parse_link(c.bucket_link, "--bucket-link");  // a bad spec: one error before anything runs

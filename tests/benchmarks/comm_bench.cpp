@@ -37,12 +37,15 @@
 // allreduce alternates bare and dtrain rounds per size; push-pull alternates blocks of bare rounds
 // and of dtrain's (the ps event loop runs until DONE), three of each; each block after a warm-up
 // round, the median over all rounds reported.
-// Prints a table and writes one JSON object per line to --out.
+// Sizes run from --min-bytes (a multiple of 4: whole floats), ×4 up to --max-bytes. Prints a
+// table and writes one JSON object per line to --out; a bad option is one "comm_bench: error:"
+// line naming it, exit 2.
 #include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -82,6 +85,10 @@ struct Options {
   int ranks_per_node = 0;           // hier_allreduce: nodes of this many ranks (0: real nodes)
 };
 
+/// The ops --ops may name, in the order they run.
+constexpr const char* kOps[] = {"allreduce",           "hier_allreduce", "wire_allreduce",
+                                "hier_wire_allreduce", "ps_push_pull",   "nccl_allreduce"};
+
 /// Whether the comma-separated --ops list names `op`.
 bool has_op(const Options& o, const std::string& op) {
   std::size_t at = 0;
@@ -96,6 +103,17 @@ bool has_op(const Options& o, const std::string& op) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+/// The message sizes of every op: --min-bytes, ×4 while at most --max-bytes (no wrap past the
+/// largest size_t).
+std::vector<std::size_t> sizes(const Options& o) {
+  std::vector<std::size_t> v;
+  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) {
+    v.push_back(b);
+    if (b > o.max_bytes / 4) break;
+  }
+  return v;
 }
 
 int iterations(const Options& o, std::size_t bytes) {
@@ -394,7 +412,7 @@ bool bench_nccl(const Options& o, [[maybe_unused]] int ranks, std::FILE* json, i
   BareNccl bare;
   auto ours = make_nccl_allreduce(MPI_COMM_WORLD, *be);
   const auto bucket = static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float));
-  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+  for (const std::size_t bytes : sizes(o)) {
     const std::size_t n = bytes / sizeof(float);
     DeviceBuffer<float> buf(*be, n);
     const std::vector<Bucket> buckets = plan_buckets(n, bucket);
@@ -422,14 +440,70 @@ constexpr const char* kUsage =
     "usage: mpirun -np N dtrain_comm_bench\n"
     "         [--ops allreduce,hier_allreduce,wire_allreduce,hier_wire_allreduce,ps_push_pull,\n"
     "                nccl_allreduce]\n"
-    "         [--min-bytes B (65536)] [--max-bytes B (268435456)] [--iters N (0: by size)]\n"
-    "         [--bucket-mb MB (25)] [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
+    "         [--min-bytes B (65536; whole floats: a multiple of 4)] [--max-bytes B (268435456)]\n"
+    "         [--iters N (0: by size)] [--bucket-mb MB (25; 0: one bucket, at most 2047)]\n"
+    "         [--ps-threads T (1)] [--ps-chunk-kb KB (1024)]\n"
     "         [--ps-shm 0|1 (1)] [--wire-dtype bf16|fp16|fp32 (bf16)] [--ranks-per-node K (0)]\n"
     "         [--out FILE (comm_bench.jsonl)]\n"
     "  (tests/benchmarks/comm_bench.sh runs it over 2..N ranks and repeats; see its header)\n";
 
-/// The options; nullopt for --help / -h (the usage is printed). InputError for an unknown option
-/// or one without its value.
+/// A whole number >= 0 for option `k` (std::stoull alone reads "-4" as 2^64 − 4).
+std::size_t count_value(const std::string& k, const std::string& v) {
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) {
+    try {
+      n = std::stoull(v, &used);
+    } catch (const std::out_of_range&) {
+      used = 0;
+    }
+  }
+  if (used == 0 || used != v.size())
+    throw InputError("option " + k + ": expected a whole number >= 0, got '" + v + "'");
+  return static_cast<std::size_t>(n);
+}
+
+/// `v` as printf's %g writes it: "-1", "1e-05", "nan".
+std::string num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+/// The values together: InputError naming the option and what was expected.
+void check(const Options& o) {
+  // Each size sums size / 4 floats: a size not a multiple of 4 would report bytes never sent.
+  if (o.min_bytes == 0 || o.min_bytes % sizeof(float) != 0)
+    throw InputError("option --min-bytes: must be a multiple of 4 bytes (whole floats) > 0, got " +
+                     std::to_string(o.min_bytes));
+  if (o.max_bytes < o.min_bytes)
+    throw InputError("option --max-bytes: must be at least --min-bytes (" +
+                     std::to_string(o.min_bytes) + "), got " + std::to_string(o.max_bytes));
+  // As dtrain's --bucket-mb (core/config_checks.cpp).
+  if (!(o.bucket_mb >= 0 && o.bucket_mb <= 2047))
+    throw InputError("option --bucket-mb: must be a size in MiB from 0 to 2047 (0: one bucket), "
+                     "got " +
+                     num(o.bucket_mb));
+  if (o.bucket_mb > 0 && o.bucket_mb * 1048576 < sizeof(float))
+    throw InputError("option --bucket-mb: " + num(o.bucket_mb) +
+                     " MiB is less than one float (4 bytes = 0.0000038147 MiB); give at least "
+                     "that, or 0 for one bucket");
+  std::string valid;
+  for (const char* op : kOps) valid += (valid.empty() ? "" : ", ") + std::string(op);
+  std::size_t at = 0;
+  while (at <= o.ops.size()) {
+    const std::size_t comma = std::min(o.ops.find(',', at), o.ops.size());
+    const std::string op = o.ops.substr(at, comma - at);
+    if (std::find(std::begin(kOps), std::end(kOps), op) == std::end(kOps))
+      throw InputError("option --ops: unknown op '" + op +
+                       "' (expected a comma-separated list of " + valid + ")");
+    at = comma + 1;
+  }
+  (void)parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
+}
+
+/// The options; nullopt for --help / -h (the usage is printed). InputError for an unknown option,
+/// one without its value, or a value check() refuses.
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; i += 2) {
@@ -437,8 +511,8 @@ std::optional<Options> parse(int argc, char** argv) {
     if (k == "--help" || k == "-h") return std::nullopt;
     if (i + 1 >= argc) throw InputError("option " + k + " needs a value");
     const std::string v = argv[i + 1];
-    if (k == "--min-bytes") o.min_bytes = std::stoull(v);
-    else if (k == "--max-bytes") o.max_bytes = std::stoull(v);
+    if (k == "--min-bytes") o.min_bytes = count_value(k, v);
+    else if (k == "--max-bytes") o.max_bytes = count_value(k, v);
     else if (k == "--bucket-mb") o.bucket_mb = std::stod(v);
     else if (k == "--iters") o.iters = std::stoi(v);
     else if (k == "--out") o.out = v;
@@ -450,7 +524,17 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (k == "--ranks-per-node") o.ranks_per_node = std::stoi(v);
     else throw InputError("unknown option " + k + " (--help lists them)");
   }
+  check(o);
   return o;
+}
+
+/// The header's bucket size: "25 MiB (6553600 floats)", or "one bucket" for --bucket-mb 0.
+std::string bucket_text(const Options& o) {
+  if (o.bucket_mb == 0) return "one bucket (--bucket-mb 0)";
+  char text[96];
+  std::snprintf(text, sizeof text, "%g MiB (%zu floats)", o.bucket_mb,
+                static_cast<std::size_t>(o.bucket_mb * 1024 * 1024 / sizeof(float)));
+  return text;
 }
 }  // namespace
 
@@ -459,34 +543,40 @@ int main(int argc, char** argv) {
   int ranks = 1, provided = MPI_THREAD_SINGLE;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   MPI_Query_thread(&provided);
+  std::optional<Options> parsed;
   try {
-    const std::optional<Options> parsed = parse(argc, argv);
-    if (!parsed) {
-      if (rank == 0) std::fputs(kUsage, stdout);
-      MPI_Finalize();
-      return 0;
-    }
+    parsed = parse(argc, argv);
+  } catch (const std::exception& e) {  // the same on every rank: one message, exit 2
+    if (rank == 0) std::fprintf(stderr, "comm_bench: error: %s\n", e.what());
+    MPI_Finalize();
+    return dtrain::kExitInput;
+  }
+  if (!parsed) {
+    if (rank == 0) std::fputs(kUsage, stdout);
+    MPI_Finalize();
+    return 0;
+  }
+  try {
     const Options& o = *parsed;
     set_comm_timeout(120);
     std::FILE* json = rank == 0 ? std::fopen(o.out.c_str(), "w") : nullptr;
     if (rank == 0 && !json) throw InputError("comm_bench: cannot write " + o.out);
     if (rank == 0)
-      std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %.0f MiB, "
+      std::printf("# comm_bench: %d ranks, MPI thread level %d, dtrain buckets %s, "
                   "ps shared rings %s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n"
                   "# %12s %12s %10s %8s %10s %8s %7s %10s\n",
-                  ranks, provided, o.bucket_mb, o.ps_shm ? "on" : "off", "op", "bytes", "bare us",
-                  "GB/s", "dtrain us", "GB/s", "ratio", "ps upd us", "", "", "", "(busbw |", "",
-                  "bytes/s)", "", "");
+                  ranks, provided, bucket_text(o).c_str(), o.ps_shm ? "on" : "off", "op", "bytes",
+                  "bare us", "GB/s", "dtrain us", "GB/s", "ratio", "ps upd us", "", "", "",
+                  "(busbw |", "", "bytes/s)", "", "");
     if (has_op(o, "allreduce"))
-      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
-        report(json, rank, ranks, bench_allreduce(o, b, ranks));
+      for (const std::size_t b : sizes(o)) report(json, rank, ranks, bench_allreduce(o, b, ranks));
     if (has_op(o, "hier_allreduce")) {
       ReduceOptions how, slots;
       how.hierarchical = slots.hierarchical = true;
       how.ranks_per_node = slots.ranks_per_node = o.ranks_per_node;
       how.in_place = true;
-      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+      for (const std::size_t b : sizes(o))
         report(json, rank, ranks,
                bench_allreduce(o, b, ranks, "hier_allreduce", how, &slots, "slots_hier"));
     }
@@ -495,19 +585,19 @@ int main(int argc, char** argv) {
       how.hierarchical = fp32.hierarchical = true;
       how.ranks_per_node = fp32.ranks_per_node = o.ranks_per_node;
       how.wire = parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
-      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+      for (const std::size_t b : sizes(o))
         report(json, rank, ranks,
                bench_allreduce(o, b, ranks, "hier_wire_allreduce", how, &fp32, "fp32_hier"));
     }
     if (has_op(o, "wire_allreduce")) {
       ReduceOptions how;
       how.wire = parse_enum<WireDtype>(o.wire_dtype, "wire-dtype");
-      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+      for (const std::size_t b : sizes(o))
         report(json, rank, ranks, bench_allreduce(o, b, ranks, "wire_allreduce", how));
     }
     if (ranks >= 2 && has_op(o, "ps_push_pull")) {
       Cluster cl(MPI_COMM_WORLD, 1);
-      for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) {
+      for (const std::size_t b : sizes(o)) {
         const Row r = bench_push_pull(o, b, cl);
         report(json, rank, ranks, r);
       }

@@ -18,7 +18,7 @@
 #      the chief's checkpoint is not the summed run's — and results.json says "none"; on data
 #      whose samples are all the same, each worker steps as one worker does (bit for bit);
 #   6. bad values are one error naming the option, on every rank, exit 2 (none with async or
-#      pipeline stages among them).
+#      pipeline stages among them, and none with --wire-dtype, --bucket-mb or --bucket-link).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 320 --seed 41
@@ -154,4 +154,13 @@ expect_error 2 "--allreduce|none|--mode sync --num-ps 0" --config "$SCRATCH/job.
   "$SCRATCH/train.h5" --mode async --num-ps 1 --max-steps 4 --run-dir "$SCRATCH/bad5" --allreduce none
 expect_error 2 "--allreduce|none|--pipeline-stages" "${COMMON[@]}" --run-dir "$SCRATCH/bad6" \
   --allreduce none --pipeline-stages 2
+# none sums nothing: a wire, buckets or a link for its sum are refused, not silently ignored (and
+# results.json recorded --wire-dtype bf16 though nothing was sent). Their defaults train (5.).
+for opt in "--wire-dtype bf16" "--bucket-mb 1" "--bucket-link hdr-ib"; do
+  read -ra given <<<"$opt"
+  expect_error 2 "option ${given[0]}:|--allreduce none sums nothing" "${COMMON[@]}" \
+    --run-dir "$SCRATCH/bad7" --allreduce none "${given[@]}"
+  [[ $last_rc -eq 2 ]] || fail "$opt with --allreduce none: exit $last_rc, expected 2"
+done
+[[ ! -e $SCRATCH/bad7 ]] || fail "a refused --allreduce none run created its run dir"
 echo "test_allreduce_variants: OK"

@@ -4,7 +4,8 @@
 # unknown layer type, no model (no job file, or one without layers), bad option values, an unknown
 # job-file key, impossible ps counts, a batchnorm a micro-batch gives one value per channel, a run
 # dir that is a regular file, a stray word or misspelt subcommand, a run dir holding a run's
-# outputs without checkpoints, and --resume of a finished run without checkpoints. Each must exit
+# outputs without checkpoints, --resume of a finished run without checkpoints, and
+# dtrain_comm_bench's options (its own "comm_bench: error:" line, exit 2). Each must exit
 # non-zero within the deadline (never hang: every run is wrapped in `timeout 60`, and exit 124
 # counts as a failure), print exactly ONE `dtrain: error:` message (the ranks agree, they do not
 # all report), and name the file / option at fault.
@@ -100,4 +101,46 @@ else
   expect_error 2 "option --device cuda|no CUDA device on host" "${JOB[@]}" "${GOOD[@]}" --device cuda --dry-run
 fi
 [[ ! -e $SCRATCH/run ]] || fail "--dry-run created the run dir"
+
+# dtrain_comm_bench (tests/benchmarks/comm_bench.cpp) refuses what it cannot measure as asked: one
+# error naming the option, exit 2 on every rank, never a hang (--min-bytes 0 looped forever, a
+# size of 6 bytes summed 4 and reported 6, --bucket-mb -1 ran, an unknown op ran nothing, exit 0).
+bench_error() {  # bench_error "WORD1|WORD2..." ARGS...: under mpiexec -n 2, one error, exit 2
+  local words=$1 log=$SCRATCH/bench$cases.log rc w
+  shift
+  cases=$((cases + 1))
+  set +e
+  (cd "$SCRATCH" && timeout 60 "$MPIEXEC" -n 2 "$BIN/dtrain_comm_bench" --iters 1 --out bench.jsonl "$@") >"$log" 2>&1
+  rc=$?
+  set -e
+  echo "-- exit $rc: dtrain_comm_bench $*"
+  [[ $rc -ne 124 ]] || { cat "$log"; fail "dtrain_comm_bench hung (timeout): $*"; }
+  [[ $rc -eq 2 ]] || { cat "$log"; fail "dtrain_comm_bench $*: exit $rc, want 2"; }
+  [[ $(grep -c "comm_bench: error:" "$log") -eq 1 ]] || { cat "$log"; fail "want one error for: $*"; }
+  local IFS='|'
+  for w in $words; do
+    grep -qF -- "$w" "$log" || { cat "$log"; fail "the message does not mention '$w': $(cat "$log")"; }
+  done
+}
+bench_error "option --min-bytes|multiple of 4|got 0" --min-bytes 0 --max-bytes 1024 --ops allreduce
+bench_error "option --min-bytes|multiple of 4|got 6" --min-bytes 6 --max-bytes 6 --ops allreduce
+bench_error "option --min-bytes|whole number|'-4'" --min-bytes -4 --ops allreduce
+bench_error "option --max-bytes|at least --min-bytes (4096)" --min-bytes 4096 --max-bytes 1024 --ops allreduce
+bench_error "option --bucket-mb|0 to 2047|got -1" --bucket-mb -1 --ops allreduce
+bench_error "option --bucket-mb|less than one float" --bucket-mb 0.000001 --ops allreduce
+bench_error "option --ops|unknown op 'allreduc'|allreduce, hier_allreduce, wire_allreduce" --ops allreduc
+# A good run: whole floats from 4 bytes, ×4 up to --max-bytes, each row the bytes it summed; the
+# header says the bucket size as given (it printed "0 MiB" for 0.00001), and 0 as one bucket.
+(cd "$SCRATCH" && timeout 60 "$MPIEXEC" -n 2 "$BIN/dtrain_comm_bench" --iters 1 --ops allreduce \
+  --min-bytes 4 --max-bytes 100 --bucket-mb 0.00001 --out bench.jsonl) >"$SCRATCH/bench_ok.log" 2>&1 ||
+  { cat "$SCRATCH/bench_ok.log"; fail "dtrain_comm_bench from 4 bytes failed"; }
+grep -q "dtrain buckets 1e-05 MiB (2 floats)" "$SCRATCH/bench_ok.log" ||
+  { cat "$SCRATCH/bench_ok.log"; fail "the header does not give the 1e-05 MiB buckets"; }
+[[ $(grep -o '"bytes": [0-9]*' "$SCRATCH/bench.jsonl" | tr -dc '0-9\n' | paste -sd' ') == "4 16 64" ]] ||
+  { cat "$SCRATCH/bench.jsonl"; fail "the sizes are not 4 16 64 bytes"; }
+(cd "$SCRATCH" && timeout 60 "$MPIEXEC" -n 2 "$BIN/dtrain_comm_bench" --iters 1 --ops allreduce \
+  --min-bytes 64 --max-bytes 64 --bucket-mb 0 --out bench.jsonl) >"$SCRATCH/bench_one.log" 2>&1 ||
+  { cat "$SCRATCH/bench_one.log"; fail "dtrain_comm_bench --bucket-mb 0 failed"; }
+grep -q "dtrain buckets one bucket (--bucket-mb 0)" "$SCRATCH/bench_one.log" ||
+  { cat "$SCRATCH/bench_one.log"; fail "the header does not say one bucket for --bucket-mb 0"; }
 echo "PASS ($cases cases)"

@@ -28,6 +28,10 @@ run 2 "$SCRATCH/default"
 run 2 "$SCRATCH/small" --bucket-mb 0.002 --timeline
 steps=$(json_get "$SCRATCH/after/results.json" global_step)
 [[ $steps -eq 10 ]] || fail "expected 10 global steps, got $steps"
+# --bucket-mb 0 is one bucket without a cap, logged so (it read "1 of <= 0 MiB": a bucket past
+# its own cap).
+grep -q "^# buckets: 1 uncapped (--bucket-mb 0), end bucket [0-9]* floats" "$SCRATCH/after.log" ||
+  { grep "# buckets" "$SCRATCH/after.log"; fail "--bucket-mb 0: the plan is not logged as one uncapped bucket"; }
 compare "$SCRATCH/after" "$SCRATCH/default" 10
 compare "$SCRATCH/after" "$SCRATCH/small" 10
 

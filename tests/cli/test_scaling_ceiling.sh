@@ -7,7 +7,8 @@
 # ceiling columns: ceiling samples/s (the two runs' sum; the 1-worker row's own), efficiency vs
 # ceiling = samples/s / ceiling samples/s, and no .png; --lockstep adds the 2-worker sync run
 # with --allreduce none (lockstep-w2: no gradient sum, the replicas apart, the workers in step)
-# and the report its lock-step columns for the sync rows.
+# and the report its lock-step columns for the sync rows; the sweep's --wire-dtype and --bucket-mb
+# reach every run but that one (which sends no sum, and dtrain refuses them there).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 256 --seed 51
@@ -15,7 +16,8 @@ write_job "$SCRATCH/job.ini"
 out=$SCRATCH/sweep
 DTRAIN=$DTRAIN MPIRUN=$MPIEXEC bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" \
   --workers "1 2" --modes sync --global-batch 16 --steps 6 --out "$out" --ceiling --lockstep --no-report \
-  -- --train-data "$SCRATCH/train.h5" --summaries false >"$SCRATCH/sweep.out" 2>&1 ||
+  -- --train-data "$SCRATCH/train.h5" --summaries false --wire-dtype bf16 --bucket-mb 1 \
+  >"$SCRATCH/sweep.out" 2>&1 ||
   { cat "$SCRATCH/sweep.out"; fail "the sweep failed"; }
 for f in sync-w1 sync-w2 ceiling-w2/r1 ceiling-w2/r2; do
   [[ -f $out/$f/results.json ]] || { cat "$SCRATCH/sweep.out"; fail "no $f/results.json"; }
@@ -25,6 +27,11 @@ done
 [[ $(json_get "$out/lockstep-w2/results.json" allreduce) == none ]] || fail "lockstep-w2: not --allreduce none"
 [[ $(json_get "$out/lockstep-w2/results.json" num_workers) == 2 ]] || fail "lockstep-w2: not 2 workers"
 [[ $(json_get "$out/sync-w2/results.json" allreduce) != none ]] || fail "sync-w2 ran without a sum"
+# The sweep's --wire-dtype and --bucket-mb go to the runs that send a sum, not the lock-step one.
+[[ $(json_get "$out/sync-w2/results.json" wire_dtype) == bf16 ]] || fail "sync-w2: not --wire-dtype bf16"
+grep -q -- "--bucket-mb 1" "$out/sweep.log" || fail "the sweep dropped --bucket-mb from its runs"
+! grep "^lockstep-w2:" "$out/sweep.log" | grep -q -- "--wire-dtype\|--bucket-mb" ||
+  fail "the lock-step run was given how to send a sum it does not make"
 grep -q "not summed" "$out/lockstep-w2.log" || fail "the lock-step run does not say its gradients are not summed"
 # Each ceiling run: one worker, the 2-worker runs' per-worker batch, the sync runs' step count.
 for k in 1 2; do

@@ -171,6 +171,27 @@ TEST_F(ConfigTest, OptionsOfOneModeAreRefusedInAnother) {
   }
   EXPECT_NO_THROW((void)parse(
       with(async, {"--allreduce", "auto", "--bucket-mb", "25", "--bucket-link", "off"})));
+  // --allreduce none sums nothing: the wire, buckets and link of a sum are refused with it, not
+  // ignored (results.json recorded a --wire-dtype no value took); their defaults pass, a saved
+  // config.ini's (every option at its default) too, and so do they without none.
+  const std::vector<std::string> none = {"--mode", "sync", "--num-ps", "0", "--allreduce", "none"};
+  for (const auto& [opt, value] : {std::pair{"wire-dtype", "bf16"}, std::pair{"bucket-mb", "1"},
+                                   std::pair{"bucket-link", "hdr-ib"}}) {
+    const std::string flag = std::string("--") + opt;
+    const std::string msg = error_of(with(none, {flag, value}));
+    EXPECT_MENTIONS(msg, "option " + flag + ": sets how the sync allreduce sends");
+    EXPECT_MENTIONS(msg, "--allreduce none sums nothing");
+    EXPECT_NO_THROW((void)parse(with(allreduce, {flag, value}))) << opt;
+  }
+  EXPECT_NO_THROW((void)parse(
+      with(none, {"--wire-dtype", "fp32", "--bucket-mb", "25", "--bucket-link", "off"})));
+  const std::string saved = write_ini("[cluster]\nwire-dtype = fp32\nbucket-mb = 25\n"
+                                      "bucket-link = off\n",
+                                      "saved.ini");
+  EXPECT_NO_THROW((void)parse(with(none, {"--config", saved})));
+  const std::string wired = write_ini("[cluster]\nwire-dtype = bf16\n", "wired.ini");
+  EXPECT_MENTIONS(error_of(with(none, {"--config", wired})),
+                  "job file '" + wired + "': option --wire-dtype");
   std::vector<std::string> plan_ps = {"plan"};
   const std::vector<std::string> priced = with(async, {"--bucket-mb", "50"});
   plan_ps.insert(plan_ps.end(), priced.begin(), priced.end());
