@@ -4,7 +4,8 @@
 One split:
     convert_idx.py --images train-images-idx3-ubyte.gz --labels train-labels-idx1-ubyte.gz \\
                    --out data/train.h5 [--mean-std-from other.h5] [--class-names fashion|digits|"a,b,..."]
-Fashion-MNIST (train.h5 and test.h5; mean/std from the training set written to both):
+Fashion-MNIST (train.h5 and test.h5; mean/std from the training set written to both, the
+Fashion-MNIST class names; --class-names and --mean-std-from are refused there):
     convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist
 A subset of the classes, relabelled 0..k-1 in the order given (e.g. for fine-tuning on held-out
 classes: pretrain on 0-4, fine-tune on 5-9, labels 5..9 becoming 0..4; either mode):
@@ -157,6 +158,17 @@ def mean_std(images, rows=4096):
     return mean.astype(np.float32), np.sqrt(np.maximum(s2 / count - mean * mean, 0.0)).astype(np.float32)
 
 
+def computed_mean_std(images_path, images):
+    """mean_std(images), refused (ConvertError naming the image file, before anything is written)
+    when a channel's std is 0: images all of one value, which dtrain cannot normalize by."""
+    mean, std = mean_std(images)
+    if not (std > 0).all():
+        raise ConvertError(f"{images_path}: every pixel converted has the value {images.flat[0]} (std 0), which "
+                           "dtrain cannot normalize by; give --mean-std-from a file to copy mean/std "
+                           "from")
+    return mean, std
+
+
 def mean_std_from(path, channels):
     """Reads the mean/std attributes of an existing schema file, as `channels` values each (one
     value is broadcast); checked as h5info.py checks them (numbers, finite, std > 0), and an error
@@ -239,9 +251,10 @@ def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
     the schema; the caller renames it to `out` or removes it."""
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        f = open_h5(tmp, "w")
-        objects = [f]  # the datasets too: one freed would be closed, a write failing there unseen
+        f, objects = None, []  # the datasets too: one freed would be closed, a write failing there unseen
         try:
+            f = open_h5(tmp, "w")  # in here: a create that fails (a full disk) is one line too
+            objects.append(f)
             chunks = (min(CHUNK_SAMPLES, images.shape[0]),) + images.shape[1:]
             objects.append(f.create_dataset("images", data=images, dtype=np.uint8, chunks=chunks))
             objects.append(f.create_dataset("labels", data=labels, dtype=np.int64))
@@ -254,7 +267,8 @@ def write_temp(out, tmp, images, labels, mean, std, num_classes, class_names):
         except (OSError, RuntimeError) as e:  # h5py's write and close failures (a full disk)
             raise ConvertError(outputs.hdf5_write_failed(out, e, objects)) from None
         except BaseException:  # interrupted: closed before the temporary is removed
-            f.close()
+            if f is not None:
+                f.close()
             raise
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
@@ -338,7 +352,7 @@ def convert_fashion_mnist(src, out_dir, force, classes=None):
             images, labels = select_classes(labels_path, images, labels, k, ids)
             names, k = [names[c] for c in ids], len(ids)
         splits.append((outs[split], images, labels, k))
-    mean, std = mean_std(splits[0][1])
+    mean, std = computed_mean_std(find_idx(src, FASHION_FILES["train"][0]), splits[0][1])
     write_outputs(splits, mean, std, names, force)
 
 
@@ -365,6 +379,15 @@ def main(argv=None):
         if args.fashion_mnist:
             if not args.out_dir or args.images or args.labels or args.out:
                 parser.error("--fashion-mnist takes --out-dir (and not --images/--labels/--out)")
+            # Its class names are Fashion-MNIST's, its mean/std the training set's: an option
+            # asking for others is refused, not left without effect.
+            given = [o for o, v in (("--class-names", args.class_names),
+                                    ("--mean-std-from", args.mean_std_from)) if v is not None]
+            if given:
+                parser.error(f"--fashion-mnist does not take {' or '.join(given)} (its class names "
+                             "are Fashion-MNIST's and its mean/std the training set's, written to "
+                             "both splits; convert each split with --images/--labels/--out for "
+                             "others)")
             convert_fashion_mnist(args.fashion_mnist, args.out_dir, args.force,
                                   parse_classes(args.classes))
             return 0
@@ -380,7 +403,8 @@ def main(argv=None):
             images, labels = select_classes(args.labels, images, labels, k, ids)
             class_names = [class_names[c] for c in ids] if class_names else None
             k = len(ids)
-        mean, std = mean_std_from(args.mean_std_from, images.shape[1]) if args.mean_std_from else mean_std(images)
+        mean, std = mean_std_from(args.mean_std_from, images.shape[1]) if args.mean_std_from \
+            else computed_mean_std(args.images, images)
         write_outputs([(args.out, images, labels, k)], mean, std, class_names, args.force)
         return 0
     return outputs.run_tool("convert_idx.py", body, ConvertError)

@@ -82,6 +82,26 @@ def hdf5_write_failed(out, e, objects=()):
     return f"cannot write {out}: {reason}"
 
 
+def missing_folders(folder):
+    """The folders that os.makedirs(folder) would create: `folder` and those of its ancestors that
+    do not exist, innermost first (remove_new_folders removes them again after a failed run)."""
+    missing, d = [], os.path.abspath(folder)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    return missing
+
+
+def remove_new_folders(folders):
+    """Removes the folders of missing_folders (innermost first) that are still empty: a failed run
+    leaves no folder it created."""
+    for d in folders:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
 def remove_if_exists(path):
     """Removes the file `path` if there is one (a temporary on the clean-up path)."""
     if os.path.exists(path):

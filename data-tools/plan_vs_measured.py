@@ -10,7 +10,10 @@ SWEEP is data-tools/run_strong_scaling.sh's folder — sync-wN/results.json (all
 async-psK-wN/results.json — or data-tools/scaling_report.py's CSV of such a sweep. A run's mode,
 ps and worker counts are its results.json's mode, num_ps and num_workers (the folder's name only
 where it lacks them; a warning where the two differ). A SWEEP that is neither, or a results.json
-that is not a JSON object with samples_per_sec, is one error naming it (exit 1). For every run
+that is not a JSON object with samples_per_sec, is one error naming it (exit 1); so is a CSV row
+whose mode, ps, workers or samples_per_s is empty or a cell that is not a number (FILE:LINE and
+the column). A measured figure a run lacks (an empty CSV cell, a key an older dtrain's results.json
+has not) is shown as "-". For every run
 with at most --max-workers workers, runs
   dtrain plan --config JOB --profile P --nodes 1 --workers-per-node N --global-batch-size B
               --intra-node SPEC --cores-per-node C --mode sync|async [--num-ps K]
@@ -96,16 +99,30 @@ def measured_runs(sweep):
                        if c not in (reader.fieldnames or [])]
             if lacking:
                 raise KeyError(", ".join(lacking))
-            for r in rows:
-                key = (r["mode"], int(r["ps"]), int(r["workers"]))
-                runs[key] = {"samples_per_sec": float(r["samples_per_s"]),
-                             "step_compute_ms": float(r["compute_ms"]),
-                             "step_exposed_comm_ms": float(r["comm_ms"])}
-                for k, col in (("samples_per_sec", "samples_per_s_after1"),
-                               ("step_compute_ms", "compute_ms_after1"),
-                               ("step_exposed_comm_ms", "comm_ms_after1")):
-                    if r.get(col, "") not in ("", "nan"):
-                        runs[key][k + "_after_first_step"] = float(r[col])
+            for line, r in enumerate(rows, start=2):  # line 1: the header
+                def cell(col, conv=float, needed=False):
+                    """The row's value in `col`; None for an empty cell (a figure the runs
+                    lack: scaling_report.py writes it so), an error naming the row when
+                    `needed` or when it is not a number."""
+                    v = (r.get(col) or "").strip()
+                    if v in ("", "nan"):
+                        if needed:
+                            fail(f"SWEEP {sweep}:{line}: column {col} is empty, expected a number")
+                        return None
+                    try:
+                        return conv(v)
+                    except ValueError:
+                        fail(f"SWEEP {sweep}:{line}: column {col} is {v!r}, expected "
+                             f"{'an integer' if conv is int else 'a number'}")
+                key = (cell("mode", str, True), cell("ps", int, True), cell("workers", int, True))
+                runs[key] = {"samples_per_sec": cell("samples_per_s", needed=True)}
+                for k, col in (("step_compute_ms", "compute_ms"),
+                               ("step_exposed_comm_ms", "comm_ms"),
+                               ("samples_per_sec_after_first_step", "samples_per_s_after1"),
+                               ("step_compute_ms_after_first_step", "compute_ms_after1"),
+                               ("step_exposed_comm_ms_after_first_step", "comm_ms_after1")):
+                    if cell(col) is not None:  # an empty cell: a figure the runs lack, shown "-"
+                        runs[key][k] = cell(col)
         except OSError as e:
             fail(f"cannot read {sweep}: {e.strerror or e}")
         except (KeyError, TypeError, ValueError, csv.Error) as e:  # ValueError: not UTF-8 too
@@ -203,6 +220,13 @@ def job_bucket_mb(job):
         fail(f"--job {job}: bucket-mb '{found[-1].strip()}' is not a number")
 
 
+def ms(v):
+    """A measured ms/step figure as the table shows it: "-" where the run has none (an older
+    dtrain's results.json, an empty cell of scaling_report.py's CSV), not 0."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    return f"{v:.1f}" if ok else "-"
+
+
 def sync_row(a, run):
     """The plan row that prices a sync run: its recorded algorithm unless --allreduce says."""
     algo = a.allreduce if a.allreduce != "auto" else (
@@ -298,9 +322,9 @@ def main():
             label = (f"sync ({configuration.split(', ')[1]})" if mode == "sync"
                      else f"async, {ps} ps")
             row = (f"| {label} | {w} | {p['samples_per_s']:.2f} | {got:.2f} | {err:+.1f} | "
-                   f"{p['compute_ms']:.1f} | {m.get('step_compute_ms' + suffix, 0):.1f} | "
+                   f"{p['compute_ms']:.1f} | {ms(m.get('step_compute_ms' + suffix))} | "
                    f"{p['exposed_comm_ms'] + p['straggler_ms']:.1f} | "
-                   f"{m.get('step_exposed_comm_ms' + suffix, 0):.1f} |")
+                   f"{ms(m.get('step_exposed_comm_ms' + suffix))} |")
             if extra and w in ceiling:
                 bound = ceiling[w][1 if mode == "sync" else 0]
                 c = bound * p["efficiency"]

@@ -20,7 +20,9 @@ run; left: loss, right: accuracy. Runs resumed from a checkpoint repeat a few st
 as they come, sorted by step. A run that is still writing may end in an unfinished line (no newline
 at the end, too few fields or a cut value): that line is skipped with a warning; a bad row anywhere
 else is an error naming FILE:LINE and the column. The plot is written to a temporary file and
-renamed. Exit status: 0 done, 1 bad input or refusal (message on stderr), 2 bad usage.
+renamed (a folder it created is removed again when the run fails). Titles, labels and run dir
+names are drawn as they are (a `$` starts no mathtext). Exit status: 0 done, 1 bad input or
+refusal (message on stderr), 2 bad usage.
 Run with Debian's /usr/bin/python3 (python3-matplotlib); without matplotlib: one error, exit 1.
 """
 import argparse
@@ -37,6 +39,13 @@ NEED = ("kind", "global_step", "wall_seconds", "loss", "accuracy")
 
 def error(msg):
     sys.exit(f"plot_metrics.py: error: {msg}")
+
+
+def literal(text):
+    """`text` as matplotlib draws it literally: every `$` escaped, so that a title, a label or a
+    run dir's name holding dollar signs (`bs_$x_$`, `lr $\\alpha$`) is not parsed as mathtext
+    (which fails on what it cannot parse, and changes what it can)."""
+    return text.replace("$", r"\$")
 
 
 def parse_row(row, col):
@@ -135,7 +144,7 @@ def main():
     xi = 1 if a.x == "time" else 0
     for i, run in enumerate(a.runs):
         path, rows = read_metrics(run)
-        label = a.label[i] if a.label else os.path.basename(os.path.dirname(os.path.abspath(path)))
+        label = literal(a.label[i] if a.label else os.path.basename(os.path.dirname(os.path.abspath(path))))
         color = f"C{i % 10}"
         for ax, yi in ((ax_loss, 2), (ax_acc, 3)):
             tr, te = rows["train"], rows["test"]
@@ -152,19 +161,23 @@ def main():
         ax.legend(fontsize=7)
     ax_loss.set_yscale("log")
     if a.title:
-        fig.suptitle(a.title, fontsize=10)
+        fig.suptitle(literal(a.title), fontsize=10)
     fig.tight_layout()
     outputs.exit_cleanly_on_signals()
     tmp = outputs.temp_name(out)
+    created, complete = outputs.missing_folders(os.path.dirname(tmp)), False
     try:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         fig.savefig(tmp, dpi=120, format=fmt)
         outputs.check_output(out, a.force, error)  # appeared while we were drawing
         os.replace(tmp, out)
+        complete = True
     except OSError as e:
         error(f"cannot write {out}: {e.strerror or e}")
     finally:
         outputs.remove_if_exists(tmp)
+        if not complete:
+            outputs.remove_new_folders(created)
     print(f"wrote {out} ({len(a.runs)} runs)")
 
 

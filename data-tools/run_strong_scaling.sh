@@ -15,7 +15,8 @@
 #                     (an async global step is one worker's push of global-batch/workers samples),
 #                     so every run trains on the same N×global-batch samples  (default: 200)
 #   --threads N       OpenMP threads per rank (default: 1 = one core per worker, so that the
-#                     1-worker run measures one core; 0 = dtrain's cores/ranks)
+#                     1-worker run measures one core; 0 = dtrain's cores/ranks, and each ceiling
+#                     run for N workers cores/N, as the N-worker run's ranks get)
 #                     Numbers are decimal (010 is 10); a count or mode listed twice runs once.
 #   --out DIR         results folder                             (default: runs/scaling-<date-time>)
 #   --plan            print the plan and exit, one run per line, shell-quoted (printf %q):
@@ -33,7 +34,7 @@
 #                     sets the sync rows beside it: the exchange's cost apart from the waiting
 #                     and memory traffic that steps in lock step bring
 #   --host            print the host's shape (as the sweep log's "# host:" line names it) and exit
-#   --keep-runs TGZ   after every finished run, TGZ (re)written: sweep.log and every run's log,
+#   --keep-runs TGZ   after every finished run, TGZ (re)written: sweep.conf, sweep.log and every run's log,
 #                     results.json and launcher.json, relative to OUT — so a sweep cut short (a
 #                     time limit) leaves every run it finished; unpacked into an OUT, the sweep
 #                     continues there (finished runs are skipped) and scaling_report.py reads it
@@ -48,7 +49,10 @@
 # The runs go by worker count — for each N its sync and async runs, then its ceiling and lock-step
 # run — so that a sweep cut short has whole worker counts. A failed run stops the sweep (its log is
 # OUT/<run>.log). Finished runs (their results.json; a ceiling's: all N runs') are skipped (rerun
-# into the same --out to complete an interrupted sweep).
+# into the same --out to complete an interrupted sweep). OUT/sweep.conf records the job file's
+# contents (sha256), --global-batch, --steps, --threads, EPOCHS and the dtrain options after --:
+# a rerun into that OUT with other values is refused (exit 2, naming them), as its finished runs
+# are not the runs it asks for; other --workers, --modes, --ps, --ceiling or --lockstep add runs.
 set -euo pipefail
 # Paths given here (--job, --out, --keep-runs, DTRAIN, MPIRUN, PYTHON) are the caller's: relative
 # ones resolve against the directory it was started in. The runs start in the repository root
@@ -181,7 +185,47 @@ synthetic=$(ini synthetic)
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" != --synthetic ] || synthetic=${extra[$((i + 1))]:-}; done
 # A synthetic job (--synthetic CxHxW:classes) reads no training set.
 [ -n "$synthetic" ] || { [ -n "$data" ] && [ -f "$data" ]; } || die "training set '${data}' (from $job) does not exist; for Fashion-MNIST run: /usr/bin/python3 data-tools/convert_idx.py --fashion-mnist /usr/share/datasets/fashion-mnist --out-dir data/fashion_mnist"
+# OUT/sweep.conf: what every run of this folder was made with — the job file's contents, the
+# global batch, the steps, the threads, EPOCHS and the dtrain options after -- (not the worker
+# counts, modes, ps counts, --ceiling or --lockstep: a rerun may add runs). Finished runs are
+# skipped only in a rerun with the same; one with others is refused, naming them (its runs would
+# not be the ones it asks for). A folder without it (an older sweep's) gets one, with a warning.
+job_sha=$(sha256sum <"$job" | cut -d' ' -f1)
+extra_q=""
+[ ${#extra[@]} = 0 ] || extra_q=$(printf '%q ' "${extra[@]}")
+sweep_conf=$(printf '%s\n' "# data-tools/run_strong_scaling.sh: the parameters of the runs in this folder" \
+  "job $(printf '%q' "$job")" "job-sha256 $job_sha" "global-batch $gb" "steps $steps" \
+  "threads $threads" "epochs ${EPOCHS:-1000}" "extra ${extra_q% }")
+if [ -f "$out/sweep.conf" ]; then
+  # conf_value FILE KEY: KEY's value in FILE (the rest of its line), "" without one.
+  conf_value() { sed -n "s/^$2 //p" "$1" | head -n 1; }
+  differ=()
+  old_sha=$(conf_value "$out/sweep.conf" job-sha256)
+  [ "$old_sha" = "$job_sha" ] ||
+    differ+=("--job: $(conf_value "$out/sweep.conf" job) (sha256 ${old_sha:0:12}) there, $job (sha256 ${job_sha:0:12}) now")
+  for key in global-batch steps threads epochs extra; do
+    old_v=$(conf_value "$out/sweep.conf" "$key")
+    new_v=$(printf '%s\n' "$sweep_conf" | sed -n "s/^$key //p")
+    [ "$old_v" = "$new_v" ] || case $key in
+      epochs) differ+=("EPOCHS: ${old_v:-(none)} there, $new_v now") ;;
+      extra) differ+=("dtrain options after --: '${old_v}' there, '${new_v}' now") ;;
+      *) differ+=("--$key: ${old_v:-(none)} there, $new_v now") ;;
+    esac
+  done
+  if [ ${#differ[@]} -gt 0 ]; then
+    {
+      echo "run_strong_scaling.sh: error: $out holds the runs of another sweep (its sweep.conf); its finished runs would be reused as this one's:"
+      printf '  %s\n' "${differ[@]}"
+      echo "  give another --out, or the same parameters to complete that sweep"
+    } >&2
+    exit 2
+  fi
+elif compgen -G "$out/*/results.json" >/dev/null || compgen -G "$out/ceiling-w*/r*/results.json" >/dev/null; then
+  echo "run_strong_scaling.sh: warning: $out holds finished runs but no sweep.conf (an older sweep's):" \
+    "they are reused without a check of their job, global batch, steps and threads" >&2
+fi
 mkdir -p "$out"
+[ -f "$out/sweep.conf" ] || { printf '%s\n' "$sweep_conf" >"$out/sweep.conf.tmp" && mv -f "$out/sweep.conf.tmp" "$out/sweep.conf"; }
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS
 tck=$(getconf CLK_TCK)
 # child_cpu: user + system CPU seconds of this shell's finished children (mpirun and its ranks).
@@ -250,7 +294,11 @@ run_ceiling() {
   fi
   rm -rf "$cdir"
   mkdir -p "$cdir"
-  echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps ...) started together" |
+  # --threads 0 is dtrain's cores/ranks of the node: the N-worker run's ranks get cores/N each
+  # (at least 1), and so does each of the N ceiling runs beside it (alone, each would take them all).
+  local ct=$threads
+  [ "$ct" != 0 ] || ct=$((cores / w > 0 ? cores / w : 1))
+  echo "ceiling-w$w: load $(cut -d' ' -f1 /proc/loadavg): $w x ($mpirun_bin -np 1 --bind-to none $dtrain --config $job --mode sync --num-ps 0 --global-batch-size $((gb / w)) --max-steps $steps --threads $ct ...) started together" |
     tee -a "$out/sweep.log"
   local pids=() session
   for ((k = 1; k <= w; k++)); do
@@ -260,7 +308,7 @@ run_ceiling() {
     mkdir -p "$session"
     OMPI_MCA_orte_tmpdir_base=$session "$mpirun_bin" -np 1 --bind-to none "$dtrain" --config "$job" --mode sync --num-ps 0 \
       --global-batch-size $((gb / w)) --max-steps "$steps" --epochs "${EPOCHS:-1000}" \
-      --threads "$threads" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
+      --threads "$ct" --run-dir "$cdir/r$k" "${ceiling_extra[@]}" >"$cdir/r$k.log" 2>&1 &
     pids+=($!)
   done
   local failed=0 p
@@ -280,7 +328,7 @@ fi
 keep_runs() {
   [ -n "$keep" ] || return 0
   (cd "$out" && shopt -s nullglob &&
-    tar -czf "$keep.part" ./*.log ./*/results.json ./*/launcher.json ./ceiling-w*/r*.log \
+    tar -czf "$keep.part" ./sweep.conf ./*.log ./*/results.json ./*/launcher.json ./ceiling-w*/r*.log \
       ./ceiling-w*/r*/results.json) && mv -f "$keep.part" "$keep"
 }
 

@@ -13,7 +13,7 @@ update's time (default: PROFILE's); --device and --precision the labels. OUT is 
 exists (unless --force) or is a directory; its missing folders are created; it is written under a
 temporary name and renamed, so a failed run leaves nothing. A PROFILE that cannot be read, is not
 a dtrain profile (format "dtrain-profile-1", a "layers" list whose forward_ms and backward_ms are
-finite numbers >= 0, not all 0) or a --compute-ms, --optimizer-ms or --batch that dtrain plan
+finite numbers >= 0 and <= 1e9, dtrain plan's limit, not all 0) or a --compute-ms, --optimizer-ms or --batch that dtrain plan
 would refuse (not a finite number > 0; --optimizer-ms >= 0; a scaled layer's forward or backward
 or the optimizer above dtrain's 1e9 ms; a batch above 2^31 - 1) is one error naming it, exit 1
 (argparse's usage errors: 2).
@@ -61,9 +61,9 @@ def read_profile(path):
     for i, l in enumerate(layers):
         for key in ("forward_ms", "backward_ms"):
             v = l.get(key) if isinstance(l, dict) else None
-            if not (number(v) and v >= 0):
+            if not (number(v) and 0 <= v <= MAX_MS):  # dtrain plan's limit; a sum stays finite
                 raise ProfileError(f"{path}: layer {i}: {key} = {json.dumps(v)}, expected a "
-                                   "finite number >= 0")
+                                   f"finite number >= 0 and <= {MAX_MS:g}")
     if sum(l["forward_ms"] + l["backward_ms"] for l in layers) <= 0:
         raise ProfileError(f"{path}: every layer's forward_ms and backward_ms is 0: nothing to "
                            "rescale")

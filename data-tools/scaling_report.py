@@ -12,7 +12,10 @@ Usage: /usr/bin/python3 data-tools/scaling_report.py DIR [DIR ...] [--out PREFIX
              step anatomy of every run as stacked bars: data, compute, exposed communication,
              optimizer, in ms per step)
              (default: DIR/scaling, for the first DIR). The three are written to temporary files
-             and renamed only when all three are complete.
+             and renamed only when all three are complete (a failed run leaves none of them, and
+             no folder it created). Series are labelled "sync (allreduce)", "sync, K ps" (sync
+             through K ps) and "async, K ps".
+  --title    the plot's title, drawn as it is (a `$` starts no mathtext)
   --force    replace existing outputs (without it an existing PREFIX.md/.csv/.png is an error)
   --time     which time T is: train (default) = results.json's train_seconds, the chief's time
              inside training steps (reading batches, forward/backward, gradient exchange), so
@@ -24,9 +27,16 @@ speedup(N) = T1 / TN and parallel efficiency(N) = T1 / (N * TN), where T1 is the
 same series (same mode and ps count); a series without a 1-worker run uses its smallest worker count
 M as the base (speedup = M * TM / TN) and says so. Several runs of the same configuration: the
 median T is used and the count shown. Runs of a series that trained on different numbers of
-samples, ran different job files (results.json config_crc32) or different global batches are
-reported (they are not the same problem); a base run whose T is 0 gives no speedup (a note says
-so). A results.json that is not valid JSON, not an object, lacks a required key or has a value of
+samples, or different global batches, or solved different problems are reported (a note: not the
+same problem); a base run whose T is 0 gives no speedup (a note says so). The problem is what the
+config.ini in each run's folder (dtrain's effective configuration) says of the model's layers, the
+data and its augmentation, the initial weights, the optimizer and its settings, the staleness
+settings and the precision; keys that differ between the runs of one sweep on purpose (run-dir,
+max-steps, mode, num-ps, seed, threads, the exchange's settings, logging, checkpoints, ...) are not
+compared (nor results.json's config_crc32: the CRC of the whole effective configuration, run-dir
+included). The note names the first key that differs and the run folders of its values. Where a
+run of the series has no config.ini (runs kept as results.json only), results.json's config_file,
+train_data and precision are compared instead. A results.json that is not valid JSON, not an object, lacks a required key or has a value of
 the wrong type (say num_workers "three" or 0, train_seconds null) is skipped with a warning
 naming the file and the key; a bad launcher.json is ignored with a warning. A resumed run
 (results.json session_first_step > 0, docs/observing.md: its train_seconds and samples are its
@@ -197,6 +207,7 @@ def load_runs(dirs):
                 skipped += 1
                 continue
             r["_path"] = path
+            r["_config"] = read_config(os.path.join(root, "config.ini"))
             r["_kind"], r["_kind_w"], r["_group"] = run_kind(d, root)
             spread_of_workers(r, path)
             lj = os.path.join(root, "launcher.json")  # written by run_strong_scaling.sh
@@ -217,6 +228,100 @@ def load_runs(dirs):
                     warn(f"ignoring {lj}: {e}")
             runs.append(r)
     return runs, skipped
+
+
+# What defines the problem a strong-scaling series solves, by config.ini section (the effective
+# configuration dtrain writes into every run dir): what is trained (the model's layers, the data and
+# its augmentation, the initial weights) and how (the optimizer and every setting of it, the
+# staleness settings of the mode, the precision). None: every key of the section. The global batch
+# and the sample count have notes of their own; every other key may differ between the runs of one
+# sweep: run-dir, resume, max-steps, epochs, batch-size (the global batch's split), mode and num-ps
+# (the series), seed, threads, the exchange's and kernels' settings, logging, timeline, summaries,
+# checkpoints, the plan. (results.json's config_crc32 is the CRC of the whole effective
+# configuration, run-dir and max-steps included: it differs between the runs of every sweep.)
+PROBLEM_KEYS = {
+    "model": None, "optimizer": None,
+    "data": ("train-data", "test-data", "num-classes", "synthetic", "synthetic-samples", "shuffle",
+             "random-crop", "random-flip", "random-resized-crop", "rrc-scale", "rrc-ratio",
+             "center-crop", "eval-resize"),
+    "train": ("max-staleness", "replicas-to-aggregate"),
+    "cluster": ("precision", "math"),
+    "tensors": ("init-from", "init-exclude"),
+}
+# Without a config.ini in every run dir of a series (runs kept as their results.json only, as in
+# docs/results/scaling/): results.json's own words for the problem.
+PROBLEM_RESULTS_KEYS = ("config_file", "train_data", "precision")
+
+
+def read_config(path):
+    """The problem-defining keys (PROBLEM_KEYS) of the config.ini at `path` as {"[section] key":
+    value}, a key given on several lines (the model's `layer`) as the tuple of its values; None
+    when there is no such file or it cannot be read (a warning then)."""
+    if not os.path.isfile(path):
+        return None
+    keys, section = {}, None
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                line = line.strip()
+                if not line or line[0] in "#;":
+                    continue
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1].strip()
+                    continue
+                key, eq, value = line.partition("=")
+                key = key.strip()
+                if not eq or section not in PROBLEM_KEYS or (
+                        PROBLEM_KEYS[section] is not None and key not in PROBLEM_KEYS[section]):
+                    continue
+                keys.setdefault(f"[{section}] {key}", []).append(value.strip())
+    except OSError as e:
+        warn(f"ignoring {path}: {e.strerror or e}")
+        return None
+    return {k: v[0] if len(v) == 1 else tuple(v) for k, v in keys.items()}
+
+
+def shown(v, limit=60):
+    """A config value as a note shows it: quoted, shortened past `limit` characters."""
+    v = json.dumps(v, ensure_ascii=False)
+    return v if len(v) <= limit else v[:limit - 4] + '..."'
+
+
+def problem_difference(series_runs):
+    """What makes the runs of one series different problems, as a note's words (the first key
+    whose values differ, each value with the first run folder that has it, and how many keys
+    differ), or None. Compares the problem-defining keys of each run dir's config.ini
+    (PROBLEM_KEYS) when every run has one, else results.json's PROBLEM_RESULTS_KEYS."""
+    configs = [r.get("_config") for r in series_runs]
+    if all(c is not None for c in configs):
+        source = "config.ini"
+    else:
+        source = "results.json"
+        configs = [{k: r[k] for k in PROBLEM_RESULTS_KEYS if r.get(k) is not None}
+                   for r in series_runs]
+    names = [os.path.basename(os.path.dirname(r["_path"])) for r in series_runs]
+    differing = [k for k in sorted({k for c in configs for k in c})
+                 if len({json.dumps(c.get(k)) for c in configs}) > 1]
+    if not differing:
+        return None
+    key = differing[0]
+    firsts = {}  # value -> the first run folder that has it
+    for c, name in zip(configs, names):
+        firsts.setdefault(json.dumps(c.get(key)), (c.get(key), name))
+    values = list(firsts.values())
+    if key == "[model] layer":
+        a, b = (v if isinstance(v, tuple) else (v,) if v is not None else () for v, _ in values[:2])
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        what = (f"{source} [model]: {len(a)} layers in {values[0][1]}, {len(b)} in {values[1][1]}"
+                if at == min(len(a), len(b)) else
+                f"{source} [model] layer {at + 1}: {shown(a[at])} in {values[0][1]}, "
+                f"{shown(b[at])} in {values[1][1]}")
+    else:
+        what = f"{source} {key} = " + ", ".join(
+            f"{'(not set)' if v is None else shown(v)} in {name}" for v, name in values)
+    more = len(differing) - 1
+    return what + (f" (and {more} more key{'s' if more > 1 else ''}: "
+                   + ", ".join(differing[1:4]) + (", ..." if more > 3 else "") + ")" if more else "")
 
 
 def median(xs):
@@ -248,16 +353,11 @@ def build_rows(runs, time_key):
         if len(samples) > 1:
             notes.append(f"{mode} ps={ps}: runs trained on different sample counts {sorted(samples)}"
                          " - not the same problem")
-        # Strong scaling is one problem on more workers: the same job (its file's CRC-32, named
-        # by its path) and the same global batch.
-        jobs = {}
-        for r in series_runs:
-            if r.get("config_crc32") is not None:
-                jobs.setdefault(str(r["config_crc32"]), str(r.get("config_file", "?")))
-        if len(jobs) > 1:
-            notes.append(f"{mode} ps={ps}: runs of different job files ("
-                         + ", ".join(f"{f} crc32 {c}" for c, f in sorted(jobs.items()))
-                         + ") - not the same problem")
+        # Strong scaling is one problem on more workers: the same model, data, optimizer and
+        # precision (problem_difference) and the same global batch.
+        differs = problem_difference(series_runs)
+        if differs:
+            notes.append(f"{mode} ps={ps}: runs of different problems: {differs} - not the same problem")
         batches = {r["global_batch_size"] for r in series_runs if r.get("global_batch_size")}
         if len(batches) > 1:
             notes.append(f"{mode} ps={ps}: runs with different global batches {sorted(batches)}"
@@ -496,8 +596,8 @@ def write_anatomy(ax, rows):
     """Stacked bars: the step anatomy (ms/step) of every run, grouped by series."""
     import math
     order = sorted(rows, key=lambda r: (r["mode"] != "sync", r["ps"], r["workers"]))
-    labels = [("sync" if r["mode"] == "sync" else f"async {r['ps']}ps") + f"\n{r['workers']}w"
-              for r in order]
+    labels = [("sync" if (r["mode"], r["ps"]) == ("sync", 0) else f"{r['mode']} {r['ps']}ps")
+              + f"\n{r['workers']}w" for r in order]
     bottom = [0.0] * len(order)
     for key, name in ANATOMY:
         vals = [0.0 if math.isnan(r[key]) else r[key] for r in order]
@@ -509,6 +609,18 @@ def write_anatomy(ax, rows):
     ax.set_title("step anatomy", fontsize=9)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
+
+
+def series_label(mode, ps):
+    """The plot's name of the series (mode, ps): sync with no ps is the allreduce; sync through
+    ps (--mode sync --num-ps K, SyncReplicasOptimizer) and async name their ps count."""
+    return "sync (allreduce)" if (mode, ps) == ("sync", 0) else f"{mode}, {ps} ps"
+
+
+def literal(text):
+    """`text` as matplotlib draws it literally: every `$` escaped, so that a --title holding
+    dollar signs is not parsed as mathtext (which fails on what it cannot parse)."""
+    return text.replace("$", r"\$")
 
 
 def write_plot(path, rows, time_key, title):
@@ -527,7 +639,7 @@ def write_plot(path, rows, time_key, title):
     markers = "osD^v<>p*h"
     for i, ((mode, ps), rs) in enumerate(sorted(series.items(), key=lambda kv: (kv[0][0] != "sync", kv[0][1]))):
         rs = sorted(rs, key=lambda r: r["workers"])
-        label = "sync (allreduce)" if mode == "sync" else f"async, {ps} ps"
+        label = series_label(mode, ps)
         x = [r["workers"] for r in rs]
         ax1.plot(x, [r["speedup"] for r in rs], marker=markers[i % len(markers)], label=label)
         ax2.plot(x, [r["efficiency"] for r in rs], marker=markers[i % len(markers)], label=label)
@@ -540,7 +652,7 @@ def write_plot(path, rows, time_key, title):
         ax.legend(fontsize=8)
     ax2.set_ylim(0, max(1.1, max(r["efficiency"] for r in rows) * 1.1))
     write_anatomy(ax3, rows)
-    fig.suptitle(f"{title} (T = {time_key}_seconds)", fontsize=10)
+    fig.suptitle(f"{literal(title)} (T = {time_key}_seconds)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")  # path may be a temporary name without .png
     plt.close(fig)
@@ -587,6 +699,7 @@ def main():
                (out + ".csv", lambda p: write_csv(p, rows)),
                (out + ".png", lambda p: write_plot(p, rows, a.time, a.title))][:3 if plot else 2]
     tmps = [outputs.temp_name(path) for path, _ in writers]
+    created, complete = outputs.missing_folders(os.path.dirname(tmps[0])), False
     try:
         for tmp, (path, write) in zip(tmps, writers):
             try:
@@ -608,9 +721,12 @@ def main():
                 error(f"cannot remove the earlier {out}.png: {e.strerror or e}")
             warn(f"removed {out}.png: it plotted an earlier report, and there is no matplotlib "
                  "to draw this one")
+        complete = True
     finally:
         for tmp in tmps:
             outputs.remove_if_exists(tmp)
+        if not complete:  # a failed run leaves no folder it created
+            outputs.remove_new_folders(created)
     sys.stdout.reconfigure(errors="surrogateescape")  # folder names that are not UTF-8, as they are
     with open(out + ".md", encoding="utf-8", errors="surrogateescape") as f:
         sys.stdout.write(f.read())

@@ -61,11 +61,15 @@ while IFS= read -r line; do
   ids+=("$id")
 done <<<"$plan"
 
+# sh_quote WORD: WORD in single quotes for /bin/sh (sbatch --wrap runs its command with sh, which
+# has no $'...' of printf %q): every ' inside closed, escaped and reopened ('\'').
+sh_quote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 if [ "${REPORT:-1}" = 1 ]; then
   deps=$(IFS=:; echo "${ids[*]}")
+  report_cmd="$(sh_quote "${PYTHON:-/usr/bin/python3}") data-tools/scaling_report.py $(sh_quote "$out")"
+  report_cmd+=" --out $(sh_quote "$out/report") --force"
   id=$(sbatch --parsable -J scaling-report --ntasks=1 --dependency="afterany:$deps" \
-    -o "$out/report-%j.out" "${sbatch_args[@]}" \
-    --wrap "${PYTHON:-/usr/bin/python3} data-tools/scaling_report.py '$out' --out '$out/report' --force") ||
+    -o "$out/report-%j.out" "${sbatch_args[@]}" --wrap "$report_cmd") ||
     die "sbatch of the report job failed"
   echo "report ${id%%;*} -> $out/report.md, $out/report.csv, $out/report.png"
 fi

@@ -9,9 +9,12 @@
 # Bad outputs and inputs (an output that is a directory or under a file, a negative label, an
 # oversized IDX header, a damaged gzip stream, images of 0 pixels a row, a --fashion-mnist set whose
 # test split is bad, SIGTERM while writing, a full disk): exit 1 with one line naming the file, no
-# traceback, no output or directory left behind. h5info.py names the file and object for an `images` link that
-# leads nowhere, a group and a zero image dimension, and accepts big-endian float32 images; a
-# closed stdout (`| head`) is no error about a file; a missing `channels` is called missing.
+# traceback, no output or directory left behind. --fashion-mnist refuses --class-names and
+# --mean-std-from; images all of one value are refused naming the image file. make_model_jobs.py
+# on a full disk replaces and leaves no job file. h5info.py names the file and object for an
+# `images` link that leads nowhere, a group and a zero image dimension, and accepts big-endian
+# float32 images; a closed stdout (`| head`) is no error about a file; a missing `channels` is
+# called missing.
 # Environment (set by CTest; defaults for a manual run): SRC (repo root), BIN (tool dir), SCRATCH.
 set -euo pipefail
 
@@ -246,7 +249,7 @@ $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-term" >/dev/nul
 # one split and --fashion-mnist: one line naming the output, exit 1, no traceback or crash, nothing left.
 if [ -n "$BIN" ] && [ -f "$BIN/no_space.so" ]; then
   mkdir -p "$SCRATCH/full"
-  for bytes in 1000 3000; do
+  for bytes in 0 1000 3000; do  # 0: a disk full before the run (the file's create fails)
     for out in o.h5 fm; do
       if [ "$out" = fm ]; then
         args=(--fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/full/fm") want=$SCRATCH/full/fm/train.h5
@@ -262,9 +265,48 @@ if [ -n "$BIN" ] && [ -f "$BIN/no_space.so" ]; then
       [ -z "$(ls -A "$SCRATCH/full")" ] || fail "a full disk ($out, $bytes bytes) left $(ls -AR "$SCRATCH/full")"
     done
   done
+  # make_model_jobs.py (data-tools/outputs.py: temporary names, renamed when all are written):
+  # a disk full for one job file fails with one line, replaces no existing job file (--force)
+  # and, into a new folder, leaves no file or folder at all (it left an empty vgg16_imagenet.ini).
+  MMJ="$PY $SRC/data-tools/make_model_jobs.py"
+  $MMJ --out-dir "$SCRATCH/mmj" --width-div 8 >/dev/null || fail "make_model_jobs.py"
+  before=$(cd "$SCRATCH/mmj" && md5sum ./*.ini)
+  for dir in mmj mmj-new/sub; do
+    rc=0
+    LD_PRELOAD=$BIN/no_space.so DTRAIN_TEST_NO_SPACE_MATCH=vgg16 \
+      $MMJ --out-dir "$SCRATCH/$dir" --force >"$SCRATCH/out.txt" 2>"$SCRATCH/err.txt" || rc=$?
+    [ "$rc" = 1 ] && [ "$(cat "$SCRATCH/err.txt")" = \
+      "make_model_jobs.py: error: cannot write $SCRATCH/$dir/vgg16_imagenet.ini: No space left on device" ] ||
+      fail "make_model_jobs.py on a full disk ($dir): exit $rc, not the one line expected: $(cat "$SCRATCH/err.txt")"
+  done
+  [ "$(cd "$SCRATCH/mmj" && md5sum ./*.ini)" = "$before" ] || fail "a failed make_model_jobs.py --force replaced job files"
+  [ "$(ls -A "$SCRATCH/mmj" | tr '\n' ' ')" = \
+    "inception3_imagenet.ini resnet20_cifar.ini resnet50_imagenet.ini vgg16_imagenet.ini " ] ||
+    fail "a failed make_model_jobs.py left $(ls -A "$SCRATCH/mmj")"
+  [ ! -e "$SCRATCH/mmj-new" ] || fail "a failed make_model_jobs.py left $(ls -AR "$SCRATCH/mmj-new")"
 elif [ -n "$BIN" ]; then
   fail "$BIN/no_space.so is missing (ctest sets BIN to the build's tool dir)"
 fi
+# --fashion-mnist has its own class names and mean/std: --class-names and --mean-std-from are
+# refused (exit 2, naming them), not ignored (a file that does not exist was not even noticed).
+expect_rc 2 "--fashion-mnist does not take --class-names or --mean-std-from" \
+  $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-opts" --class-names digits --mean-std-from /nonexistent/train.h5
+expect_rc 2 "--fashion-mnist does not take --mean-std-from" \
+  $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-opts" --mean-std-from "$SCRATCH/small/a.h5"
+expect_rc 2 "--fashion-mnist does not take --class-names" \
+  $CONVERT --fashion-mnist "$SCRATCH/fm-ok" --out-dir "$SCRATCH/fm-opts" --class-names digits
+[ ! -e "$SCRATCH/fm-opts" ] || fail "a refused --fashion-mnist wrote $(ls -A "$SCRATCH/fm-opts")"
+# Images all of one value (std 0, which dtrain cannot normalize by): refused naming the image
+# file, before anything is written (it wrote the file, then blamed it: "fails the schema check").
+$PY - "$SCRATCH/flat.idx" <<'EOF'
+import struct, sys
+open(sys.argv[1], "wb").write(bytes([0, 0, 0x08, 3]) + struct.pack(">III", 50, 4, 5) + bytes([7]) * 1000)
+EOF
+expect_rc 1 "$SCRATCH/flat.idx: every pixel converted has the value 7 (std 0)" \
+  $CONVERT --images "$SCRATCH/flat.idx" --labels "$SCRATCH/lab" --out "$SCRATCH/flat/o.h5"
+[ ! -e "$SCRATCH/flat" ] || fail "constant images left $(ls -A "$SCRATCH/flat")"
+$CONVERT --images "$SCRATCH/flat.idx" --labels "$SCRATCH/lab" --out "$SCRATCH/flat/o.h5" \
+  --mean-std-from "$SCRATCH/small/a.h5" >/dev/null || fail "constant images with --mean-std-from refused"
 
 # ---- h5info rejects broken files ---------------------------------------------------------------------
 $PY - "$SCRATCH/bad_rank.h5" <<'EOF'

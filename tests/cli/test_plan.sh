@@ -6,7 +6,8 @@
 # other work shares, where one job's compute per step moved 1.85× between two runs a minute apart,
 # docs/scaling/README.md); the latency-aware bucket rows, and ResNet-50 on 512 GPUs (fewer, larger
 # buckets than the 25 MiB plan); data-tools/plan_vs_measured.py pricing each sync run by the
-# allreduce it recorded, at --bucket-mb or the job file's; bad options, each named in one error,
+# allreduce it recorded, at --bucket-mb or the job file's, and reading scaling_report.py's CSV
+# with empty cells (a figure the runs lack, shown "-"); bad options, each named in one error,
 # nothing written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -230,6 +231,25 @@ pvm_fails "SWEEP $SCRATCH/none: no such folder or file" "$SCRATCH/none"
 pvm_fails "SWEEP $SCRATCH/sweep-rec/sync-w2/results.json: not scaling_report.py's CSV" \
   "$SCRATCH/sweep-rec/sync-w2/results.json"
 pvm_fails "$SCRATCH/sweep-bad/sync-w2/results.json: not valid JSON" "$SCRATCH/sweep-bad"
+# scaling_report.py's CSV leaves a figure the runs lack empty (an older dtrain's results.json has
+# no step_compute_ms): priced, that measured figure shown "-" as for such a folder of runs (it was
+# "not scaling_report.py's CSV", and the folder showed it as 0.0). A cell that is no number: one
+# error naming FILE:LINE and the column.
+printf 'mode,ps,workers,samples_per_s,compute_ms,comm_ms,global_batch,samples\nsync,0,4,100,,2.5,256,2560\n' \
+  >"$SCRATCH/pvm-empty.csv"
+"${PVM[@]}" "$SCRATCH/pvm-empty.csv" >"$SCRATCH/pvm-empty.md" 2>&1 ||
+  { cat "$SCRATCH/pvm-empty.md"; fail "plan_vs_measured.py refused scaling_report.py's CSV with an empty cell"; }
+for f in pvm-empty pvm-h; do  # the CSV's row; the folder's run has no step_compute_ms either
+  row=$(grep '^| sync' "$SCRATCH/$f.md")
+  [[ $(cut -d'|' -f8 <<<"$row") == " - " ]] ||
+    { cat "$SCRATCH/$f.md"; fail "$f: a missing measured compute is not shown as -"; }
+done
+[[ $(grep '^| sync' "$SCRATCH/pvm-empty.md" | cut -d'|' -f10) == " 2.5 " ]] ||
+  { cat "$SCRATCH/pvm-empty.md"; fail "the CSV's exposed comm is not shown"; }
+sed 's/,2.5,/,lots,/' "$SCRATCH/pvm-empty.csv" >"$SCRATCH/pvm-word.csv"
+pvm_fails "SWEEP $SCRATCH/pvm-word.csv:2: column comm_ms is 'lots', expected a number" "$SCRATCH/pvm-word.csv"
+sed 's/,100,/,,/' "$SCRATCH/pvm-empty.csv" >"$SCRATCH/pvm-norate.csv"
+pvm_fails "SWEEP $SCRATCH/pvm-norate.csv:2: column samples_per_s is empty, expected a number" "$SCRATCH/pvm-norate.csv"
 # A missing dtrain (the default was build/bin/dtrain under the caller's directory): a traceback.
 pvm_fails "--dtrain $SCRATCH/none/dtrain: not an executable" "$SCRATCH/sweep-hierarchical" \
   --dtrain "$SCRATCH/none/dtrain"
@@ -390,6 +410,8 @@ p = json.load(open(sys.argv[1]))
 for l in p["layers"]:
     l["forward_ms"] = l["backward_ms"] = 0
 json.dump(p, open(f"{sys.argv[2]}/zero.json", "w"))
+p["layers"][0]["forward_ms"] = 1e308  # finite, but the sum overflows: all layers became 0 ms
+json.dump(p, open(f"{sys.argv[2]}/huge.json", "w"))
 PY
 echo "keep me" >"$SCRATCH/sp/exists.json"
 # sp_fails NEEDLE ARGS...: scale_profile.py exits 1 with NEEDLE, no traceback, no out.json.
@@ -408,6 +430,8 @@ sp_fails "cannot read $SCRATCH/sp/none.json: No such file or directory" "$SCRATC
 sp_fails "$SCRATCH/sp/list.json is not a dtrain profile" "$SCRATCH/sp/list.json" --compute-ms 5 "${O[@]}"
 sp_fails "$SCRATCH/sp/broken.json: not valid JSON" "$SCRATCH/sp/broken.json" --compute-ms 5 "${O[@]}"
 sp_fails "$SCRATCH/sp/zero.json: every layer's forward_ms and backward_ms is 0" "$SCRATCH/sp/zero.json" --compute-ms 5 "${O[@]}"
+sp_fails "$SCRATCH/sp/huge.json: layer 0: forward_ms = 1e+308, expected a finite number >= 0 and <= 1e+09" \
+  "$SCRATCH/sp/huge.json" --compute-ms 5 "${O[@]}"
 sp_fails "--compute-ms nan: expected a finite number > 0" "$R50P" --compute-ms nan "${O[@]}"
 sp_fails "--optimizer-ms inf: expected a finite number >= 0" "$R50P" --compute-ms 5 --optimizer-ms inf "${O[@]}"
 # dtrain plan's 1e9 ms a pass or an update: a profile written, then refused by dtrain plan.

@@ -7,7 +7,8 @@
 # without --force, is a directory or lies under a file) is one line naming FILE:LINE and the column,
 # or the file or option, without a traceback, and no plot is written or replaced; an unfinished
 # last line (a run still writing) is skipped with a warning; a Python without matplotlib gets one
-# error. Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
+# error. `$` in a run dir's name, a --label or the --title is drawn as it is (no mathtext), and a
+# plot that fails to be written leaves no folder the tool created. Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 if ! "$PY" -c "import matplotlib" 2>/dev/null; then
@@ -106,4 +107,50 @@ plot_fails 1 "$SCRATCH/plot_time.png: exists; not overwriting (use --force)" "$S
 "$PY" "$plot" "$SCRATCH/async" --out "$SCRATCH/noext" >"$SCRATCH/err.log" 2>&1 || fail "--out without an extension"
 grep -qF "wrote $SCRATCH/noext.png" "$SCRATCH/err.log" && [[ -s $SCRATCH/noext.png && ! -e $SCRATCH/noext ]] ||
   { cat "$SCRATCH/err.log"; fail "--out without an extension: not written to (or not named as) noext.png"; }
+# Dollar signs in a run dir's name (the default legend label), a --label or the --title are drawn
+# as they are: matplotlib parsed them as mathtext (`\alph` unknown, a lone `^`: a traceback).
+dollar=$SCRATCH/'bs_$x_$'
+mkdir -p "$dollar"
+cp "$csv" "$dollar/metrics.csv"
+"$PY" - "$plot" "$dollar" "$SCRATCH/async" "$SCRATCH/dollars/plot.png" >"$SCRATCH/err.log" 2>&1 <<'PY' ||
+import runpy, sys
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib.figure import Figure
+seen = []
+save = Figure.savefig
+def savefig(fig, *args, **kwargs):
+    seen.append(([t.get_text() for t in fig.axes[0].get_legend().get_texts()], fig._suptitle.get_text()))
+    return save(fig, *args, **kwargs)
+Figure.savefig = savefig
+plot, run1, run2, out = sys.argv[1:]
+sys.argv = [plot, run1, run2, "--label", "bs_$x_$", "lr $x^$", "--title", r"lr $\alph$", "--out", out]
+runpy.run_path(plot, run_name="__main__")
+legend, title = seen[0]
+print(legend, title)
+assert legend[0] == r"bs_\$x_\$ train" and r"lr \$x^\$ train" in legend, legend  # escaped: drawn as $
+assert title == r"lr \$\alph\$", title
+PY
+  { cat "$SCRATCH/err.log"; fail "labels or a title with \$ signs were not drawn as they are"; }
+[[ -s $SCRATCH/dollars/plot.png ]] || fail "no plot with \$ signs in the labels"
+"$PY" "$plot" "$dollar" --title 'speed $x^$' --out "$SCRATCH/dollars/default.png" >"$SCRATCH/err.log" 2>&1 &&
+  [[ -s $SCRATCH/dollars/default.png ]] ||
+  { cat "$SCRATCH/err.log"; fail "a run dir named bs_\$x_\$ (the default label) was not plotted"; }
+# A plot that fails to be written leaves no folder that plot_metrics.py created for --out.
+rc=0
+"$PY" - "$plot" "$SCRATCH/sync" "$SCRATCH/newdir/sub/plot.png" >"$SCRATCH/err.log" 2>&1 <<'PY' || rc=$?
+import runpy, sys
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib.figure import Figure
+def disk_full(fig, path, *args, **kwargs):
+    open(path, "w").write("partial")
+    raise OSError(28, "No space left on device")
+Figure.savefig = disk_full
+plot, run, out = sys.argv[1:]
+sys.argv = [plot, run, "--out", out]
+runpy.run_path(plot, run_name="__main__")
+PY
+[[ $rc == 1 ]] && grep -qF "cannot write $SCRATCH/newdir/sub/plot.png: No space left on device" "$SCRATCH/err.log" &&
+  [[ ! -e $SCRATCH/newdir ]] || { cat "$SCRATCH/err.log"; fail "a failed plot: exit $rc, want 1, one error and no folder newdir left"; }
 echo "PASS"

@@ -8,7 +8,8 @@
 # ceiling = samples/s / ceiling samples/s, and no .png; --lockstep adds the 2-worker sync run
 # with --allreduce none (lockstep-w2: no gradient sum, the replicas apart, the workers in step)
 # and the report its lock-step columns for the sync rows; the sweep's --wire-dtype and --bucket-mb
-# reach every run but that one (which sends no sum, and dtrain refuses them there).
+# reach every run but that one (which sends no sum, and dtrain refuses them there). With --threads 0
+# each ceiling run gets the threads per rank of the N-worker run it stands beside (cores/N).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 256 --seed 51
@@ -71,4 +72,18 @@ print(f"   ceiling samples/s: 1 worker {w1:.0f}, 2 workers {ceil2:.0f}; efficien
 PY
 grep -q "efficiency vs ceiling" "$SCRATCH/report.md" || fail "the table lacks the ceiling columns"
 grep -q "efficiency vs lock-step" "$SCRATCH/report.md" || fail "the table lacks the lock-step columns"
+# --threads 0 (dtrain's cores/ranks): the 2-worker run's ranks get cores/2 threads each, and so
+# must each of the 2 ceiling runs beside it (each its own one-rank job: they took all the cores).
+DTRAIN=$DTRAIN MPIRUN=$MPIEXEC bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" \
+  --workers 2 --modes sync --global-batch 16 --steps 2 --threads 0 --out "$SCRATCH/t0" --ceiling \
+  --no-report -- --train-data "$SCRATCH/train.h5" --summaries false >"$SCRATCH/t0.out" 2>&1 ||
+  { cat "$SCRATCH/t0.out"; fail "the --threads 0 sweep failed"; }
+"$PY" - "$SCRATCH/t0" <<'PY' || fail "--threads 0: the ceiling runs' threads differ from the 2-worker run's"
+import json, sys
+out = sys.argv[1]
+sync = json.load(open(f"{out}/sync-w2/results.json"))["threads_per_rank"]
+ceil = [json.load(open(f"{out}/ceiling-w2/r{k}/results.json"))["threads_per_rank"] for k in (1, 2)]
+print(f"   --threads 0: sync-w2 threads per rank {sync}, ceiling runs {ceil}")
+assert len(set(sync)) == 1 and all(c == [sync[0]] for c in ceil), (sync, ceil)
+PY
 echo "test_scaling_ceiling: OK"

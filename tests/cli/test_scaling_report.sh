@@ -19,10 +19,14 @@
 # leaves no .md/.csv/.png behind; never a traceback. Only a whole folder name ceiling-wN /
 # lockstep-wN below DIR marks such runs (not ceiling-w8-study); a ceiling folder missing one of
 # its N runs is left out with a note; a resumed run is skipped with a warning naming it. Runs of
-# different job files or global batches in one series, or a base run of 0 s, get a note; without
-# matplotlib, --force removes the earlier report's plot. run_strong_scaling.sh reads numbers as
+# different problems (each run dir's config.ini: model, data, optimizer, precision; not the
+# per-run keys such as run-dir, max-steps or threads, nor config_crc32, which covers them; without
+# config.ini results.json's config_file) or global batches in one series, or a base run of 0 s,
+# get a note, and a real sweep none; without matplotlib, --force removes the earlier report's
+# plot. The plot labels sync through a ps apart from sync allreduce, draws a `$` in --title as it
+# is, and a failed report leaves no folder it made. run_strong_scaling.sh reads numbers as
 # decimal (010 is 10) and runs a count listed twice once; slurm/submit_strong_scaling.sh --help
-# prints its usage and --host is one error.
+# prints its usage, --host is one error, and an --out with a single quote reaches the report job.
 # Skipped (77) when matplotlib is missing (.ci/install-deps.sh installs python3-matplotlib).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -81,6 +85,10 @@ for row in rows:
     assert int(row["slowest_after1"]) == per.index(max(per)), (row, per)
 md = open(f"{out}/report.md").read()
 assert "exposed comm ms/step" in md and "compute ms/step" in md, md
+# One job file, one global batch, one sample count: the same problem, no note saying otherwise
+# (results.json's config_crc32 differs between every two runs: it covers run-dir and max-steps).
+assert len({r["config_crc32"] for r in runs.values()}) > 1, "the test no longer tells CRCs apart"
+assert "not the same problem" not in md, md
 img = mpimg.imread(f"{out}/report.png")[..., :3]
 h, w = img.shape[:2]
 assert w >= 1200 and h >= 300, img.shape
@@ -315,19 +323,45 @@ def put(d, **kw):
 two = {"num_workers": 2, "world_size": 2}
 put("jobs/sync-w1")
 put("jobs/sync-w2", **two, config_crc32="0badc0de", config_file="other.ini")
+# With each run dir's config.ini (the effective configuration): its problem-defining keys decide.
+conf = open(f"{src}/sync-w1/config.ini").read()
+assert "\nlr = " in conf and "\nrun-dir = " in conf, conf
+def put_conf(d, conf, **kw):
+    put(d, **kw)
+    open(f"{dst}/{d}/config.ini", "w").write(conf)
+# Only per-run keys differ (run-dir, max-steps, threads, seed, log-every) and the CRC: one problem.
+put_conf("same/sync-w1", conf)
+put_conf("same/sync-w2", conf.replace("\nrun-dir = ", "\nrun-dir = /elsewhere")
+         .replace("\nmax-steps = ", "\nmax-steps = 9").replace("\nthreads = ", "\nthreads = 7")
+         .replace("\nseed = ", "\nseed = 5").replace("\nlog-every = ", "\nlog-every = 3"),
+         **two, config_crc32="0badc0de")
+# Another learning rate, or another model: not the same problem, the key named.
+put_conf("lr/sync-w1", conf)
+put_conf("lr/sync-w2", conf.replace("\nlr = ", "\nlr = 9"), **two)
+layers = [l for l in conf.splitlines() if l.startswith("layer = ")]
+put_conf("model/sync-w1", conf)
+put_conf("model/sync-w2", conf.replace(layers[1], layers[1] + " name=x"), **two)
 put("batches/sync-w1")
 put("batches/sync-w2", **two, global_batch_size=16)
 put("zero/sync-w1", train_seconds=0.0)
 put("zero/sync-w2", **two)
 PY
-for case in "jobs|runs of different job files (" "batches|runs with different global batches [8, 16] - not the same problem" \
+lr1=$(sed -n 's/^lr = //p' "$out/sync-w1/config.ini")
+layer2=$(grep '^layer = ' "$out/sync-w1/config.ini" | sed -n '2s/^layer = //p')
+for case in "jobs|runs of different problems: results.json config_file = \"$SCRATCH/job.ini\" in sync-w1, \"other.ini\" in sync-w2 - not the same problem" \
+  "lr|runs of different problems: config.ini [optimizer] lr = \"$lr1\" in sync-w1, \"9$lr1\" in sync-w2 - not the same problem" \
+  "model|runs of different problems: config.ini [model] layer 2: \"$layer2\" in sync-w1, \"$layer2 name=x\" in sync-w2" \
+  "batches|runs with different global batches [8, 16] - not the same problem" \
   "zero|the 1-worker run's train_seconds is 0 - no speedup or efficiency against it"; do
   "$PY" "$report" "$mix/${case%%|*}" --out "$mix/${case%%|*}" >"$SCRATCH/report.log" 2>&1 ||
     { cat "$SCRATCH/report.log"; fail "scaling_report.py $mix/${case%%|*} failed"; }
   grep -qF "Note: sync ps=0: ${case#*|}" "$mix/${case%%|*}.md" ||
     { cat "$mix/${case%%|*}.md"; fail "no note '${case#*|}'"; }
 done
-grep -qF "other.ini crc32 0badc0de" "$mix/jobs.md" || fail "the note does not name the other job file"
+"$PY" "$report" "$mix/same" --out "$mix/same" >"$SCRATCH/report.log" 2>&1 ||
+  { cat "$SCRATCH/report.log"; fail "scaling_report.py $mix/same failed"; }
+! grep -q "not the same problem" "$mix/same.md" ||
+  { cat "$mix/same.md"; fail "runs differing in per-run keys only were called different problems"; }
 "$PY" - "$mix/zero.csv" <<'PY' || fail "a base run of 0 s gave a speedup"
 import csv, sys
 assert [r["speedup"] for r in csv.DictReader(open(sys.argv[1]))] == ["", ""]
@@ -341,4 +375,75 @@ runpy.run_path(sys.argv[0], run_name="__main__")' "$report" "$mix/zero" --out "$
 grep -qF "warning: removed $mix/jobs.png: it plotted an earlier report" "$SCRATCH/report.log" &&
   [[ ! -e $mix/jobs.png ]] && grep -qF "train_seconds is 0" "$mix/jobs.md" ||
   { cat "$SCRATCH/report.log"; fail "the earlier report's plot was left beside the new table"; }
+# The plot names each series: sync through 1 ps (--mode sync --num-ps 1) is not "sync (allreduce)"
+# (both were), in the legend and under the anatomy bars. A --title with `$` signs is drawn as it
+# is (it was parsed as mathtext: a traceback).
+"$PY" - "$out" "$SCRATCH/syncps" <<'PY'
+import json, os, sys
+src, dst = sys.argv[1:]
+for ps in (0, 1):
+    for w in (1, 2):
+        r = json.load(open(f"{src}/sync-w{w}/results.json"))
+        os.makedirs(f"{dst}/ps{ps}-w{w}")
+        json.dump({**r, "num_ps": ps, "world_size": w + ps}, open(f"{dst}/ps{ps}-w{w}/results.json", "w"))
+PY
+"$PY" - "$report" "$SCRATCH/syncps" "$SCRATCH/syncps/report" >"$SCRATCH/report.log" 2>&1 <<'PY' ||
+import runpy, sys
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib.figure import Figure
+seen = []
+save = Figure.savefig
+def savefig(fig, *args, **kwargs):
+    speedup, _, anatomy = fig.axes
+    seen.append(([t.get_text() for t in speedup.get_legend().get_texts()],
+                 [t.get_text() for t in anatomy.get_xticklabels()], fig._suptitle.get_text()))
+    return save(fig, *args, **kwargs)
+Figure.savefig = savefig
+report, folder, out = sys.argv[1:]
+sys.argv = [report, folder, "--out", out, "--title", "speed $x^$ at $5/h$"]
+runpy.run_path(report, run_name="__main__")
+legend, ticks, title = seen[0]
+print("legend", legend, "bars", ticks, "title", title)
+assert legend == ["ideal", "sync (allreduce)", "sync, 1 ps"], legend
+assert ticks == ["sync\n1w", "sync\n2w", "sync 1ps\n1w", "sync 1ps\n2w"], ticks
+assert title.startswith(r"speed \$x^\$ at \$5/h\$"), title  # each $ escaped: drawn as a $
+PY
+  { cat "$SCRATCH/report.log"; fail "the plot does not tell sync through a ps from allreduce, or a \$ title failed"; }
+# A report that fails (a plot that cannot be written) leaves no folder it created for --out.
+rc=0
+"$PY" -B - "$SRC/data-tools" "$out" "$SCRATCH/newdir/sub/bad" >"$SCRATCH/report.log" 2>&1 <<'PY' || rc=$?
+import sys
+sys.path.insert(0, sys.argv[1])
+import scaling_report
+def disk_full(path, *args):
+    raise OSError(28, "No space left on device")
+scaling_report.write_plot = disk_full
+sys.argv = ["scaling_report.py", sys.argv[2], "--out", sys.argv[3]]
+scaling_report.main()
+PY
+[[ $rc -eq 1 && ! -e $SCRATCH/newdir ]] ||
+  { cat "$SCRATCH/report.log"; ls -R "$SCRATCH/newdir"; fail "a failed report: exit $rc, want 1 and no folder newdir left"; }
+# slurm/submit_strong_scaling.sh: the report job's command (sbatch --wrap, run by sh) keeps an
+# --out holding a single quote, a space and a `$` as one word (it was cut at the quote).
+mkdir -p "$SCRATCH/fakebin2"
+cat >"$SCRATCH/fakebin2/sbatch" <<EOF
+#!/bin/bash
+# sbatch stand-in: keeps the --wrap command in wrap.sh, prints a job id
+while [ \$# -gt 0 ]; do [ "\$1" != --wrap ] || printf '%s' "\$2" >"$SCRATCH/wrap.sh"; shift; done
+echo 1234
+EOF
+cat >"$SCRATCH/fakepy" <<EOF
+#!/bin/sh
+printf '%s\n' "\$@" >"$SCRATCH/wrap.args"
+EOF
+chmod +x "$SCRATCH/fakebin2/sbatch" "$SCRATCH/fakepy"
+odd_out="$SCRATCH/o'neil \$HOME sweep"
+PATH=$SCRATCH/fakebin2:$PATH PYTHON=$SCRATCH/fakepy bash "$SRC/slurm/submit_strong_scaling.sh" \
+  --job "$SCRATCH/job.ini" --out "$odd_out" --workers 1 --modes sync >"$SCRATCH/submit.log" 2>&1 ||
+  { cat "$SCRATCH/submit.log"; fail "submit_strong_scaling.sh with a quote in --out failed"; }
+(cd "$SRC" && sh "$SCRATCH/wrap.sh") || { cat "$SCRATCH/wrap.sh"; fail "the report job's command fails in sh"; }
+printf '%s\n' data-tools/scaling_report.py "$odd_out" --out "$odd_out/report" --force >"$SCRATCH/want.args"
+cmp -s "$SCRATCH/want.args" "$SCRATCH/wrap.args" ||
+  { cat "$SCRATCH/wrap.sh"; echo; cat "$SCRATCH/wrap.args"; fail "the report job does not get --out as given"; }
 echo "PASS"

@@ -8,16 +8,20 @@
 #      its TGZ already holds the 1-worker runs, not the failed one;
 #   3. that TGZ unpacked into a new folder, the sweep run again there skips the 1-worker runs
 #      and runs the rest; scaling_report.py reads the folder;
-#   4. a ceiling folder one of whose N runs has no results.json (failed) is not done: rerun.
+#   4. a ceiling folder one of whose N runs has no results.json (failed) is not done: rerun;
+#   5. a rerun into that folder with another job file, --global-batch, --steps or other dtrain
+#      options is refused (exit 2, naming each), reusing none of its runs (OUT/sweep.conf, kept
+#      in the archive too).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 make_data train 256 --seed 53
 write_job "$SCRATCH/job.ini"
-# sweep OUT TGZ [env]: workers 1 and 2, sync and async, with the ceiling, into OUT, keeping TGZ.
+# sweep OUT TGZ [DTRAIN_OPTIONS...]: workers 1 and 2, sync and async, with the ceiling, into OUT,
+# keeping TGZ.
 sweep() {
   bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/job.ini" --workers "1 2" \
     --global-batch 16 --steps 4 --out "$1" --ceiling --no-report --keep-runs "$2" \
-    -- --train-data "$SCRATCH/train.h5" --summaries false
+    -- --train-data "$SCRATCH/train.h5" --summaries false "${@:3}"
 }
 # members TGZ: the files in TGZ, one per line, sorted.
 members() { tar -tzf "$1" | sed 's|^\./||' | grep -v '/$' | sort; }
@@ -78,4 +82,28 @@ grep -q "^ceiling-w2: load" "$SCRATCH/again.out" || { cat "$SCRATCH/again.out"; 
 [[ -f $SCRATCH/resumed/ceiling-w2/r1/results.json && -f $SCRATCH/resumed/ceiling-w2/r2/results.json ]] ||
   fail "the rerun ceiling lacks a run"
 grep -q "^sync-w2: done before, skipped" "$SCRATCH/again.out" || fail "a finished run ran again"
+
+echo "== 5. a rerun into that folder with another job, --steps or --global-batch is refused"
+cp "$SCRATCH/job.ini" "$SCRATCH/other.ini"
+echo "# another job" >>"$SCRATCH/other.ini"
+sums=$(cat "$SCRATCH"/resumed/*/results.json | md5sum)
+rc=0
+DTRAIN=$DTRAIN MPIRUN=$MPIEXEC bash "$SRC/data-tools/run_strong_scaling.sh" --job "$SCRATCH/other.ini" \
+  --workers "1 2" --global-batch 32 --steps 5 --out "$SCRATCH/resumed" --ceiling --no-report \
+  -- --train-data "$SCRATCH/train.h5" --summaries false >"$SCRATCH/other.out" 2>&1 || rc=$?
+[[ $rc == 2 ]] || { cat "$SCRATCH/other.out"; fail "a sweep of other parameters into a finished one: exit $rc, want 2"; }
+for want in "$SCRATCH/resumed holds the runs of another sweep" "--job: $SCRATCH/job.ini (sha256" \
+  "$SCRATCH/other.ini (sha256" "--global-batch: 16 there, 32 now" "--steps: 4 there, 5 now"; do
+  grep -qF -- "$want" "$SCRATCH/other.out" || { cat "$SCRATCH/other.out"; fail "the refusal does not say '$want'"; }
+done
+! grep -q "done before, skipped" "$SCRATCH/other.out" || { cat "$SCRATCH/other.out"; fail "runs of another sweep were reused"; }
+[[ $(cat "$SCRATCH"/resumed/*/results.json | md5sum) == "$sums" ]] || fail "the refused sweep changed the runs"
+# Only the dtrain options after -- differing: refused too, naming them.
+rc=0
+DTRAIN=$DTRAIN MPIRUN=$MPIEXEC sweep "$SCRATCH/resumed" "$SCRATCH/resumed.tgz" --log-every 1 \
+  >"$SCRATCH/other.out" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -qF "dtrain options after --:" "$SCRATCH/other.out" ||
+  { cat "$SCRATCH/other.out"; fail "other dtrain options into a finished sweep: exit $rc, want 2 naming them"; }
+# The record travels in --keep-runs' archive, so an unpacked sweep is checked too.
+members "$SCRATCH/resumed.tgz" | grep -qx sweep.conf || fail "sweep.conf is not kept in the archive"
 echo "test_scaling_resume: OK"
