@@ -100,9 +100,10 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
       }
     }
   }
+  const std::int64_t common = seen_.empty() ? 0 : *std::min_element(seen_.begin(), seen_.end());
   for (int k = 0; k < K; ++k) {
     headers_out_[k] = header;
-    headers_out_[k].seen_step = seen_[k];
+    headers_out_[k].seen_step = common_seen_ ? common : seen_[k];
     if (rings_[k].in_use) headers_out_[k].flags |= kFlagShm;
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Isend(&headers_out_[k], sizeof(MsgHeader), MPI_BYTE, cluster_.ps_rank(k), tag,

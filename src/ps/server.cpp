@@ -269,7 +269,7 @@ void ServerCore::release_held() {
       // A push whose step's update the ps will never make: its batch is not part of the run.
       const bool unapplied = all && it->joined >= global_step_;
       if (unapplied) ++stats_.ignored;
-      reply_params(it->worker, it->staleness, unapplied ? kFlagDropped : 0);
+      reply_params(it->worker, it->staleness, (unapplied ? kFlagDropped : 0) | it->flags);
     } else {
       *keep++ = *it;
     }

@@ -87,6 +87,7 @@ struct HeldReply {
   std::int64_t wait_step;
   std::int64_t staleness;
   std::int64_t joined;  ///< a push: the global step whose update it joined; a pull: -1
+  int flags = 0;        ///< added to the reply's (kFlagDropped: a late push's)
 };
 
 /// The event loop's owner code of ps rank p's say on a step (ServerCore::agree_on_step): kAgreement
@@ -173,9 +174,10 @@ class ServerCore {
   void reply_params(int w, std::int64_t staleness = 0, int flags = 0);
   /// Answers worker w with the parameters once global_step ≥ wait_step (or finished()).
   /// `joined`: a push's global step (its reply says kFlagDropped when the ps finishes before
-  /// that step's update), -1 for a pull.
-  void hold(int w, std::int64_t wait_step, std::int64_t staleness, std::int64_t joined = -1) {
-    held_.push_back({w, wait_step, staleness, joined});
+  /// that step's update), -1 for a pull. `flags` go into the reply as well.
+  void hold(int w, std::int64_t wait_step, std::int64_t staleness, std::int64_t joined = -1,
+            int flags = 0) {
+    held_.push_back({w, wait_step, staleness, joined, flags});
   }
   /// Waits for the reply chunks still being sent from chunk c of the shard's arrays: call before
   /// changing them (their receives are posted, so they complete: protocol.hpp).

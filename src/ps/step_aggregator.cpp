@@ -68,7 +68,7 @@ class StepAggregator : public UpdateRule {
   void on_pushed(int w) override {
     Incoming& r = core_.request(w);
     if (r.fate == Fate::join) join(w);
-    else core_.reply_params(w, r.staleness, kFlagDropped);
+    else answer_late(w);
     if (!r.own.empty()) free_.push_back(std::exchange(r.own, {}));
   }
 
@@ -84,10 +84,14 @@ class StepAggregator : public UpdateRule {
   float* state_m() override { return opt_.m(); }
   float* state_v() override { return opt_.v(); }
   /// Where every push of a step is needed (sync without backup workers, SSP), every ps sees the
-  /// same pushes make each step, so all reach the step to agree on. With backup workers a push
-  /// joins the step of the parameters it got from each ps, which can differ between them: a stop
-  /// then ends the updates on each ps at once, and the ps may end a step apart.
-  [[nodiscard]] bool agrees_on_stop() const override { return replicas_ >= core_.workers(); }
+  /// same pushes make each step, so all reach the step to agree on. With backup workers too,
+  /// outside a pipeline: a push names the same step to every ps (PsClient::use_common_seen_step),
+  /// so the R pushes that complete a step on one ps reach every other at that step. A pipeline's
+  /// stage ranks pull from their own stage's ps only: with backup workers a stop there ends the
+  /// updates on each ps at once, and the stages may end a step apart.
+  [[nodiscard]] bool agrees_on_stop() const override {
+    return replicas_ >= core_.workers() || core_.config().pipeline_stages <= 1;
+  }
   void on_agreed() override { apply_complete(); }
 
  protected:
@@ -105,6 +109,17 @@ class StepAggregator : public UpdateRule {
   /// chosen).
   [[nodiscard]] bool late(std::int64_t step) const {
     return step < core_.global_step() || (step == core_.global_step() && core_.deciding());
+  }
+
+  /// Answers worker w's push that came too late (or after the ps finished) as dropped: at once
+  /// with the parameters as they stand, or — while the ps ranks agree on the update of its step —
+  /// once that update is made, so that the worker does not compute a gradient again on the
+  /// parameters of a step whose pushes are chosen (late everywhere, where the ps share one step).
+  void answer_late(int w) {
+    const Incoming& r = core_.request(w);
+    if (!core_.finished() && r.step == core_.global_step() && core_.deciding())
+      core_.hold(w, r.step + 1, r.staleness, -1, kFlagDropped);
+    else core_.reply_params(w, r.staleness, kFlagDropped);
   }
 
   /// A buffer of n floats, reused.
@@ -138,7 +153,8 @@ void StepAggregator::join(int w) {
   }
   if (late(r.step)) {
     core_.count_dropped(w);
-    core_.reply_params(w, core_.global_step() - r.h.seen_step, kFlagDropped);
+    r.staleness = core_.global_step() - r.h.seen_step;
+    answer_late(w);
     return;
   }
   Aggregate& a = pending_[r.step];

@@ -50,7 +50,9 @@ struct Job {
 
 /// What the chief reports beyond its own outcome, gathered from every rank.
 struct RunStats {
-  PsStats ps;                    ///< the ps counters, max over the ps ranks (each sees every push)
+  PsStats ps;  ///< the counters of pushes: ps 0's; the busy fractions: the busiest ps's
+  /// each ps's updates, in ps order (sync through the ps: every shard's global steps)
+  std::vector<std::int64_t> updates_per_ps;
   double peak_rss_mb = 0;        ///< max over the workers: the whole run
   double train_peak_rss_mb = 0;  ///< max over the workers: up to the last training step
 };

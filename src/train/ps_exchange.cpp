@@ -28,7 +28,13 @@ class PsExchange : public GradientExchange {
                 ps_shard_ranges(c, model.param_tensors(), model.param_count(), cluster.num_ps()),
                 ps_reply_timeout(c), static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
-        overlap_(push_during_backward(c, cluster, model)) {}
+        overlap_(push_during_backward(c, cluster, model)) {
+    // Sync through the ps: a global step is an update of every shard, agreed by the ps ranks
+    // (with backup workers too, where no pipeline splits them into stages): a push joins it on
+    // every shard alike.
+    if (exchange_kind(c) == ExchangeKind::ps_sync && c.pipeline_stages <= 1)
+      client_.use_common_seen_step();
+  }
 
   /// --overlap for a ps mode: on the CPU, without --skip-nonfinite; and for the aggregating modes
   /// only where the node has a core per rank. Their reply waits for every worker's push anyway,

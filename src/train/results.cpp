@@ -46,7 +46,13 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   const Cluster& cl = *job.cluster;
   // Per worker: the ps see the workers (a pipeline: each stage's ps its D replicas).
   const auto W = static_cast<std::size_t>(job.plan.workers);
-  std::vector<double> v(kScalars + kStalenessBins + 2 * W, 0.0);
+  const auto K = static_cast<std::size_t>(cl.num_ps());
+  std::vector<double> v(kScalars + kStalenessBins + 2 * W + K, 0.0);
+  const std::size_t per_ps = kScalars + kStalenessBins + 2 * W;  // each ps's updates from here
+  if (ps)
+    for (std::size_t k = 0; k < K; ++k)
+      if (cl.ps_rank(static_cast<int>(k)) == cl.world_rank())
+        v[per_ps + k] = static_cast<double>(ps->updates);
   // The counts of pushes are ps 0's: with backup workers a gradient can join one shard's update
   // and come too late for another's, so the ps ranks' counts differ and none other adds up.
   if (ps && cl.world_rank() == cl.ps_rank(0)) {
@@ -93,6 +99,7 @@ RunStats gather_run_stats(const Job& job, const PsStats* ps, const WorkerOutcome
   st.ps.staleness_histogram = as_counts(v, kScalars, kStalenessBins);
   st.ps.worker_pushes = as_counts(v, kScalars + kStalenessBins, W);
   st.ps.worker_dropped = as_counts(v, kScalars + kStalenessBins + W, W);
+  st.updates_per_ps = as_counts(v, per_ps, K);
   st.peak_rss_mb = v[kRss];
   st.train_peak_rss_mb = v[kTrainRss];
   return st;
@@ -201,6 +208,7 @@ void add_exchange(Results& r, const Config& c, const Job& job, const WorkerOutco
     r["staleness_max"] = st.ps.staleness_max;
     r["staleness_histogram"] = st.ps.staleness_histogram;  // counts of staleness 0, 1, ..., ≥ 32
     r["ps_updates"] = st.ps.updates;
+    r["ps_updates_per_ps"] = st.updates_per_ps;
     r["pushes_per_worker"] = st.ps.worker_pushes;
     r["dropped_per_worker"] = st.ps.worker_dropped;
     r["dropped_gradients"] = st.ps.dropped;

@@ -21,6 +21,9 @@
 #      --max-steps.
 #   4g. sync through 2 ps, SIGUSR1 inside a step to ps 0 alone and to mpirun, and SSP through 2 ps
 #      to ps 0 alone: the same as 4e (the ps ranks agree on the step the updates end at).
+#   4h. sync through 2 ps with backup workers (3 workers, --replicas-to-aggregate 1), SIGUSR1
+#      inside a step to ps 0 alone and to mpirun: every ps made as many updates as the stop
+#      checkpoint's global step (results.json ps_updates_per_ps), the position is that step's.
 #   4f. async with one worker, SIGUSR1 inside a step: the same (the push the stop rides on is not
 #      applied, nor counted in the position); with two workers, the stop checkpoint holds each
 #      worker's position and the resumed epoch ends at the global step of a run never stopped.
@@ -249,6 +252,23 @@ for how in ps0 mpirun; do
 done
 # The same in SSP (--max-staleness 0, which equals sync bit for bit), the signal to ps 0 alone.
 stop_as_max_steps async 4 ps0 "$SCRATCH/usr1-ssp-2ps-ps0" --num-ps 2 --max-staleness 0
+# With backup workers (R = 1 of 3) the runs differ in which gradients each update takes, so no
+# --max-steps run repeats them; but every shard ends at the stop checkpoint's step (before, ps 0
+# stopped at once while ps 1 could make the step the workers pushed).
+for how in ps0 mpirun; do
+  d=$SCRATCH/usr1-backup-2ps-$how
+  run_and_signal sync 5 "$how" USR1 "$d" --num-ps 2 --replicas-to-aggregate 1 --log-every 1
+  [[ $JOB_RC -eq 75 ]] || { cat "$d.log"; fail "SIGUSR1 to $how, backup workers: exit $JOB_RC, want 75"; }
+  stopped_cleanly "$d"
+  position_is_the_ps_step "$d"
+  "$PY" - "$d" "$(newest_step "$d")" <<'PY' || { cat "$d.log"; fail "$d: the shards stopped apart"; }
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/results.json"))
+step = int(sys.argv[2])
+assert r["ps_updates_per_ps"] == [step, step] and r["global_step"] == step, (r["ps_updates_per_ps"], step)
+print(f"   both ps stopped after {step} updates")
+PY
+done
 # Async with one worker (its pushes are the global steps): the push that carries the stop is not
 # applied, and its batch is not counted in the checkpoint's position either (a resumed run skipped
 # it).

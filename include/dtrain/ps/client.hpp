@@ -88,6 +88,13 @@ class PsClient {
   std::int64_t snapshot(float* params, float* m, float* v);
   /// Tells every ps this worker is finished (waits until the headers are sent). Throws as pull().
   void done();
+  /// From now on every push names, to every ps, one step for the parameters it was computed on:
+  /// the smallest global step over the ps (PushResult::global_step), not each ps's own. Sync
+  /// through the ps (without a pipeline) counts a global step as an update of every shard, which
+  /// the ps ranks make together (ServerCore::agree_on_step): with backup workers a reply can come
+  /// from a ps that has made the next update while another is still agreeing on it, and the push
+  /// must then join the same step everywhere.
+  void use_common_seen_step() { common_seen_ = true; }
   /// Pushes sent through a shared ring so far (all ps together; one per ps per push).
   [[nodiscard]] std::int64_t shared_ring_pushes() const { return shared_pushes_; }
   /// Gradient bytes pushed so far, all ps together: MPI payload (4 or 2 bytes a value, the push
@@ -139,6 +146,7 @@ class PsClient {
   std::string me_;
   std::size_t chunk_bytes_;
   std::vector<std::int64_t> seen_;  // per ps: global_step of the parameters the model holds
+  bool common_seen_ = false;        // use_common_seen_step()
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
   std::vector<ChunkLayout> layouts_;                 // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
