@@ -39,10 +39,31 @@ std::vector<std::size_t> cuts_from_job(const std::vector<LayerInfo>& layers, int
   return first;
 }
 
-/// First layer of each stage minimising the most expensive stage, `cost[i]` the cost of layer i
-/// (exact: best[k][i] is the least bottleneck of layers [0, i) in k stages).
-std::vector<std::size_t> balanced_cuts(const std::vector<double>& cost, int stages) {
+/// The earliest layer a stage after the first may start at: past the last layer that reads the
+/// network input (only the first stage reads the data; receive_across()).
+std::size_t first_cut_allowed(const std::vector<LayerInfo>& layers) {
+  std::size_t after = 1;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (std::find(layers[i].inputs.begin(), layers[i].inputs.end(), 0) != layers[i].inputs.end())
+      after = std::max(after, i + 1);
+  return after;
+}
+
+/// First layer of each stage minimising the most expensive stage, `cost[i]` the cost of layer i,
+/// every stage after the first starting at layer `min_cut` or later (exact: best[k][i] is the
+/// least bottleneck of layers [0, i) in k stages). Throws InputError where no such cut leaves
+/// every stage a layer.
+std::vector<std::size_t> balanced_cuts(const std::vector<LayerInfo>& layers,
+                                       const std::vector<double>& cost, int stages,
+                                       std::size_t min_cut) {
   const std::size_t L = cost.size(), P = static_cast<std::size_t>(stages);
+  DT_REQUIRE(P == 1 || min_cut + (P - 1) <= L,
+             "option --pipeline-stages " + std::to_string(stages) + ": " +
+                 layer_text(layers, min_cut - 1) +
+                 " reads the network input, which only the first stage reads, and the " +
+                 std::to_string(L - min_cut) + " layers after it cannot make the other " +
+                 std::to_string(P - 1) + " stages (fewer stages, or a model that reads data " +
+                 "earlier)");
   std::vector<double> prefix(L + 1, 0.0);
   for (std::size_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + cost[i];
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -51,7 +72,7 @@ std::vector<std::size_t> balanced_cuts(const std::vector<double>& cost, int stag
   best[0][0] = 0.0;
   for (std::size_t k = 1; k <= P; ++k)
     for (std::size_t i = k; i <= L; ++i)
-      for (std::size_t j = k - 1; j < i; ++j) {
+      for (std::size_t j = k == 1 ? 0 : std::max(k - 1, min_cut); j < i; ++j) {
         const double cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
         if (cost < best[k][i]) {
           best[k][i] = cost;
@@ -119,7 +140,8 @@ PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int
   if (!plan.by_time)
     for (const LayerInfo& l : layers) cost.push_back(l.forward_flops);
   const std::vector<std::size_t> first =
-      plan.from_job ? cuts_from_job(layers, stages) : balanced_cuts(cost, stages);
+      plan.from_job ? cuts_from_job(layers, stages)
+                    : balanced_cuts(layers, cost, stages, first_cut_allowed(layers));
   std::vector<int> stage_of(layers.size());
   for (std::size_t s = 0; s < first.size(); ++s) {
     PipelineStage st;

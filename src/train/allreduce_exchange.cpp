@@ -7,13 +7,17 @@
 // summed there in place), on GPU by NCCL on its own stream, each bucket queued behind the
 // backward kernels that make it (collectives/allreduce.hpp, start_sum). With --overlap false, or
 // GPU gradients staged through host memory for MPI (--allreduce mpi), one allreduce after backward,
-// then a one-float allreduce of the flag. --allreduce none: that flag alone (no sum).
+// then a one-float allreduce of the flag. --allreduce none: that flag alone (no sum). A pipeline's
+// stage sums among its replicas, which meet before each step (meet()); a stage without parameters
+// has no optimizer.
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "dtrain/collectives/allreduce.hpp"
 #include "dtrain/collectives/bucketed.hpp"
@@ -81,15 +85,45 @@ std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t
   return b;
 }
 
+/// " (world ranks 3, 5)": the world ranks of `comm`'s other ranks (a pipeline stage's other
+/// replicas), for a wait that cannot tell which of them is late.
+std::string other_world_ranks(MPI_Comm comm) {
+  int me = 0, size = 1;
+  DT_CHECK_MPI(MPI_Comm_rank(comm, &me));
+  DT_CHECK_MPI(MPI_Comm_size(comm, &size));
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  DT_CHECK_MPI(MPI_Comm_group(comm, &group));
+  DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> local(static_cast<std::size_t>(size)), rank(local.size());
+  for (int r = 0; r < size; ++r) local[static_cast<std::size_t>(r)] = r;
+  DT_CHECK_MPI(MPI_Group_translate_ranks(group, size, local.data(), world, rank.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  std::string others;
+  for (int r = 0; r < size; ++r)
+    if (r != me)
+      others += (others.empty() ? "" : ", ") + std::to_string(rank[static_cast<std::size_t>(r)]);
+  return " (world rank" + std::string(size > 2 ? "s " : " ") + others + ")";
+}
+
 class AllreduceExchange final : public GradientExchange {
  public:
   AllreduceExchange(const Config& c, const Cluster& cluster, const TrainPlan& plan, Model& model)
       : c_(c), plan_(plan), comm_(cluster.role_comm()), chief_(cluster.is_chief()),
-        opt_(c, model.backend(), model.param_count(), plan.total_steps,
-             no_decay_ranges(c, model.param_tensors(), 0, model.param_count()),
-             is_layerwise(c.optimizer) ? param_segments(model.param_tensors(), model.param_count())
-                                       : std::vector<ParamSegment>{}),
         mirror_(model.backend(), model.param_count()) {
+    if (c.pipeline_stages > 1 && plan.workers > 1) {
+      meeting_ = "pipeline: the replicas of this stage meeting before the step after global "
+                 "step ";
+      others_ = other_world_ranks(comm_);
+    }
+    // A pipeline stage without parameters (relu, pooling, flatten) has nothing to update: no
+    // optimizer (LARS and LAMB, whose trust ratios are per tensor, could not be made for it).
+    if (model.param_count() > 0)
+      opt_.emplace(c, model.backend(), model.param_count(), plan.total_steps,
+                   no_decay_ranges(c, model.param_tensors(), 0, model.param_count()),
+                   is_layerwise(c.optimizer)
+                       ? param_segments(model.param_tensors(), model.param_count())
+                       : std::vector<ParamSegment>{});
     Backend& be = model.backend();
     if (c.allreduce == AllreduceOption::none) {  // step(): only the one-float stop agreement
       if (chief_ && plan.workers > 1)
@@ -157,6 +191,7 @@ class AllreduceExchange final : public GradientExchange {
   AllreduceExchange& operator=(const AllreduceExchange&) = delete;
 
   GradsFinal begin_step(Model& model, std::int64_t /*s*/, int /*n*/, bool stop_local) override {
+    meet();
     if (!gpu_buckets_.empty()) {
       float* grads = model.grads();
       const std::size_t P = model.param_count();
@@ -168,6 +203,19 @@ class AllreduceExchange final : public GradientExchange {
     buckets_->begin(model.grads(), stop_local ? 1.0f : 0.0f);
     if (!buckets_->overlapping()) return {};
     return [this](std::size_t from) { buckets_->ready(from); };
+  }
+
+  /// A pipeline's stage with several replicas: they meet before each step's compute, waiting
+  /// 3 × --timeout. A stuck rank's stage peers, whose sum of its last step may have gone through
+  /// (its buckets handed to its communication thread), would otherwise wait in the next step's
+  /// sum (--timeout) for it, and the peers of its pipeline neighbour — which waits for it in the
+  /// stages' agreement (2 × --timeout) — for that healthy neighbour: named at the same moment.
+  /// Here they outwait the agreement, whose rank names the stuck one (docs/faults.md).
+  void meet() const {
+    if (meeting_.empty()) return;
+    MPI_Request req;
+    DT_CHECK_MPI(MPI_Ibarrier(comm_, &req));
+    wait_one(req, 3 * comm_timeout(), meeting_ + std::to_string(global_step_) + others_);
   }
 
   /// GPU: starts, in plan order, every bucket lying inside grads[from, P) not started yet; the
@@ -187,8 +235,8 @@ class AllreduceExchange final : public GradientExchange {
       std::copy(resume->params.begin(), resume->params.end(), host);
       mirror_.to_device(model.params());
       Backend& be = model.backend();
-      if (opt_.m() && !resume->m.empty()) be.copy_to_device(opt_.m(), resume->m.data(), P * 4);
-      if (opt_.v() && !resume->v.empty()) be.copy_to_device(opt_.v(), resume->v.data(), P * 4);
+      if (m() && !resume->m.empty()) be.copy_to_device(m(), resume->m.data(), P * 4);
+      if (v() && !resume->v.empty()) be.copy_to_device(v(), resume->v.data(), P * 4);
       return;
     }
     // Same seed on every worker gives the same initial parameters; the broadcast makes it a fact.
@@ -242,7 +290,7 @@ class AllreduceExchange final : public GradientExchange {
       const TimelineSpan span("optimizer", "optimizer");
       const double t0 = now_seconds();
       be.check_gradient(model.grads(), model.param_count());
-      (void)opt_.apply(model.params(), model.grads(), global_step_);
+      if (opt_) (void)opt_->apply(model.params(), model.grads(), global_step_);
       r.optimizer_seconds = now_seconds() - t0;
     }
     unchecked_.push_back(global_step_);
@@ -298,10 +346,10 @@ class AllreduceExchange final : public GradientExchange {
     const std::size_t P = model.param_count();
     s.params.resize(P);
     be.copy_to_host(s.params.data(), model.params(), P * 4);
-    s.m.assign(opt_.m() ? P : 0, 0.0f);
-    s.v.assign(opt_.v() ? P : 0, 0.0f);
-    if (opt_.m()) be.copy_to_host(s.m.data(), opt_.m(), P * 4);
-    if (opt_.v()) be.copy_to_host(s.v.data(), opt_.v(), P * 4);
+    s.m.assign(m() ? P : 0, 0.0f);
+    s.v.assign(v() ? P : 0, 0.0f);
+    if (m()) be.copy_to_host(s.m.data(), m(), P * 4);
+    if (v()) be.copy_to_host(s.v.data(), v(), P * 4);
     return global_step_;
   }
 
@@ -318,11 +366,15 @@ class AllreduceExchange final : public GradientExchange {
   }
 
  private:
+  /// The optimizer's moments (nullptr without them, or without an optimizer).
+  [[nodiscard]] float* m() const { return opt_ ? opt_->m() : nullptr; }
+  [[nodiscard]] float* v() const { return opt_ ? opt_->v() : nullptr; }
+
   Config c_;
   const TrainPlan& plan_;
   MPI_Comm comm_;
   bool chief_;
-  Optimizer opt_;
+  std::optional<Optimizer> opt_;  ///< none for a pipeline stage without parameters
   HostMirror mirror_;
   std::unique_ptr<BucketedAllreduce> buckets_;  ///< CPU
   Model* placed_ = nullptr;  ///< the model whose gradient lives in buckets_->home()
@@ -333,6 +385,8 @@ class AllreduceExchange final : public GradientExchange {
   std::int64_t global_step_ = 0;
   std::int64_t skipped_ = 0;
   std::deque<std::int64_t> unchecked_;  ///< global steps whose gradient check is unread
+  std::string meeting_;  ///< a pipeline's stage of several replicas: what meet() waits in
+  std::string others_;   ///< the stage's other replicas' world ranks (meet())
 };
 
 }  // namespace

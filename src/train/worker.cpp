@@ -355,9 +355,11 @@ void Worker::sum_input_counts() {
   worker_sum(cluster_.role_comm(), counts, 5);
   out_.bad_images = static_cast<std::int64_t>(counts[0]);
   // Async, and sync through the ps: the samples of the pushes the ps applied, not global steps ×
-  // the batch (a shard's last batch is short; with backup workers, late pushes are dropped)
+  // the batch (a shard's last batch is short; with backup workers, late pushes are dropped). A
+  // pipeline: role_comm() is the stage's replicas, and the chief's stage (the last) counts the
+  // pushes its ps applied, as its rate does (summarize_step_times()).
   const ExchangeKind kind = exchange_kind(c_);
-  if ((kind == ExchangeKind::ps_async || kind == ExchangeKind::ps_sync) && pipe_ == nullptr)
+  if (kind == ExchangeKind::ps_async || kind == ExchangeKind::ps_sync)
     out_.samples = static_cast<std::int64_t>(counts[3]);
   // Sync allreduce counts whole batches: the training images --on-bad-image skip left out were
   // not trained (out_.bad_images also counts the evaluation's skips).

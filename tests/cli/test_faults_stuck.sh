@@ -20,6 +20,9 @@
 #      stage 1 waits for its activations, or for it at the stages' agreement after the step (2 ×
 #      --timeout: longer than a stage waits on its own peers), and the watchdog names the stage and
 #      its rank.
+#   6b. the same with D = 2 replicas (allreduce), world rank 1 or 0 stuck after a step's compute:
+#      the rank waiting for it in the stages' agreement names it, and no rank names a healthy one
+#      (the replicas of a stage meet before each step, waiting 3 x --timeout).
 #   7. a pipeline with a ps per stage (async, 2 ps + 2 workers): stage 1's ps (rank 3) stopped
 #      with SIGSTOP: stage 1 reports waiting "with ps 0 (rank 3)" (its stage's ps 0), or stage 0
 #      waiting for stage 1 (the gradients of a micro-batch, or the stages' agreement on the step).
@@ -125,6 +128,19 @@ stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mod
 # 6. a pipeline stage stuck: its neighbour names it.
 WATCHDOG_S=10 stuck_case pipe-hang 2 hook:hang@20:1 "pipeline: stage 1|stage 0 (world rank 1)|worker 0 stage 1/2, replica 0 " \
   --mode sync --num-ps 0 --pipeline-stages 2 --micro-batches 4
+# 6b. D = 2 replicas of P = 2 stages (allreduce): a rank stuck after its step's compute, whose sum
+# its communication thread completes. Its stage peer waited in the next step's sum for it, and the
+# other replica's neighbouring stage for the healthy rank waiting for it in the stages' agreement
+# (2 x --timeout), both after --timeout: a healthy rank was named, sometimes first. The replicas of
+# a stage now meet before each step (3 x --timeout): the rank waiting in the agreement names the
+# stuck one, and no rank names a healthy one. World rank 1 is stage 0 of replica 0, 0 the chief.
+for r in 1 0; do
+  WATCHDOG_S=10 stuck_case "pipe-d2-hang$r" 4 "hook:hang@20:$r" \
+    "stages agreeing on the global step|(world rank $r)" --mode sync --num-ps 0 \
+    --pipeline-stages 2 --micro-batches 4
+  blamed=$(grep "timed out after" "$SCRATCH/pipe-d2-hang$r.log" | grep -v "world rank $r[,)]" || true)
+  [[ -z $blamed ]] || fail "pipe-d2-hang$r: a healthy rank is named: $blamed"
+done
 # 8. No stuck rank, only steps longer than --timeout (3 s steps, --timeout 2) in a sync pipeline
 # through the ps, whose ps wait 4 × --timeout: the run ends (a ps took the other's say on the last
 # step for a say on the next one, and gave the next step --timeout to come).

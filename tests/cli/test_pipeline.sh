@@ -4,7 +4,9 @@
 #   1. equivalence: the tiny CNN cut into P = 2 and 4 stages, M = 4, GPipe and 1F1B, with D = 1
 #      and D = 2 replicas, writes checkpoints bit-identical (parameters, momentum, batch-norm rows)
 #      to the same job on D ranks with P = 1 accumulating the same 4 micro-batches; ResNet-20 with
-#      P = 2 likewise; and P = 2 with one micro-batch (dropout masks as a run without stages).
+#      P = 2 likewise; P = 2 with one micro-batch (dropout masks as a run without stages); LARS
+#      and LAMB with a stage without parameters (P = 3); and a graph whose layer 6 reads the data,
+#      which the balanced cut keeps in the first stage.
 #   2. checkpoints keep the whole model's format: a run stopped at step 17 with P = 2 resumes with
 #      P = 1 (and one with P = 1 resumes with P = 2) and ends bit-identical to a straight run;
 #      `dtrain predict` scores a pipelined checkpoint exactly as the unpipelined one.
@@ -45,6 +47,42 @@ COMMON=(--config "$SRC/jobs/resnet20_cifar.ini" "${DATA[@]}" --micro-batches 4 -
 run 1 "$SCRATCH/res1"
 run 2 "$SCRATCH/res2" --pipeline-stages 2
 compare "$SCRATCH/res1" "$SCRATCH/res2" 4
+COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4)
+# A stage without parameters (relu, maxpool, flatten) has no optimizer: LARS and LAMB, whose trust
+# ratios are per tensor, failed after set-up ("the model has no parameters", run dir written).
+sed -e '0,/^layer = relu$/s//layer = relu stage=1/' \
+  -e 's/^layer = dense units=24$/& stage=2/' "$SCRATCH/job.ini" >"$SCRATCH/empty.ini"
+[[ $(grep -c "stage=" "$SCRATCH/empty.ini") -eq 2 ]] || fail "the stage= edits did not apply"
+for opt in lars lamb; do
+  COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4 --epochs 1 --max-steps 4)
+  run 1 "$SCRATCH/$opt-ref" --optimizer "$opt"
+  COMMON=(--config "$SCRATCH/empty.ini" "${DATA[@]}" --micro-batches 4 --epochs 1 --max-steps 4)
+  run 3 "$SCRATCH/$opt-empty" --optimizer "$opt" --pipeline-stages 3
+  grep -q "^#  *1  *3-5  *0 " "$SCRATCH/$opt-empty.log" || fail "$opt: stage 1 is not layers 3-5"
+  compare "$SCRATCH/$opt-ref" "$SCRATCH/$opt-empty" 4
+done
+# The balanced cut keeps a layer that reads the data in the first stage (it chose a cut after the
+# first layer, then refused it: "reads the network input but runs after the first stage").
+cat >"$SCRATCH/datagraph.ini" <<'INI'
+[model]
+layer = conv filters=8 kernel=3 pad=1 name=a
+layer = relu
+layer = conv filters=8 kernel=3 pad=1
+layer = relu
+layer = conv filters=8 kernel=3 pad=1 name=b
+layer = avgpool kernel=1 input=data name=d
+layer = concat input=b,d
+layer = globalavgpool
+layer = flatten
+layer = dense
+[train]
+batch-size = 16
+INI
+COMMON=(--config "$SCRATCH/datagraph.ini" "${DATA[@]}" --micro-batches 4 --epochs 1 --max-steps 4)
+run 1 "$SCRATCH/dg1"
+run 2 "$SCRATCH/dg2" --pipeline-stages 2
+grep -q "^#  *1  *7-10 " "$SCRATCH/dg2.log" || { cat "$SCRATCH/dg2.log"; fail "datagraph: not cut after layer 6"; }
+compare "$SCRATCH/dg1" "$SCRATCH/dg2" 4
 COMMON=(--config "$SCRATCH/job.ini" "${DATA[@]}" --micro-batches 4)
 
 echo "== 2. checkpoints across stage counts; predict"

@@ -113,6 +113,29 @@ TEST(PipelinePlan, ACutThroughAResidualBlockCarriesBothPaths) {
   EXPECT_THROW(plan_pipeline(layers, 3, 2, PipelineSchedule::one_f_one_b), InputError);
 }
 
+TEST(PipelinePlan, BalancedCutKeepsTheLayersReadingDataInTheFirstStage) {
+  // By flops alone the heavy first layer would stand alone ([8 | 1 1 1 1]); layer #3 also reads
+  // the data, which only the first stage reads: the planner cuts after it, not a cut it refuses.
+  auto layers = chain({8, 1, 1, 1, 1});
+  layers[2].inputs = {2, 0};
+  const PipelinePlan p = plan_pipeline(layers, 2, 1, PipelineSchedule::gpipe);
+  EXPECT_EQ(firsts(p), (std::vector<std::size_t>{0, 3}));
+  EXPECT_EQ(p.stage[0].receives, (std::vector<int>{0}));
+  EXPECT_EQ(firsts(plan_pipeline(layers, 3, 1, PipelineSchedule::gpipe)),
+            (std::vector<std::size_t>{0, 3, 4}));
+  // By measured time too.
+  EXPECT_EQ(firsts(plan_pipeline(layers, 2, 1, PipelineSchedule::gpipe, {5, 1, 1, 1, 1})),
+            (std::vector<std::size_t>{0, 3}));
+  // No cut leaves the data to the first stage and a layer to every other one.
+  try {
+    plan_pipeline(layers, 4, 1, PipelineSchedule::gpipe);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--pipeline-stages 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer #3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PipelinePlan, BadCutsNameWhatIsWrong) {
   auto layers = chain({1, 1, 1, 1});
   EXPECT_THROW(plan_pipeline(layers, 5, 1, PipelineSchedule::gpipe), InputError);

@@ -53,12 +53,15 @@ bool has_stage_keys(const std::vector<LayerInfo>& layers);
 /// Cuts `layers` (Model::layers()) into `stages` contiguous stages: at the job's stage= keys where
 /// any layer has one (stage K starts at the layer marked stage=K; K = 1 .. P − 1 each once, in
 /// order), else minimising the largest stage's cost (exact dynamic programme over the cut
-/// points, ties to the earliest cut). The cost of a layer is `layer_ms[i]`, its measured forward +
+/// points, ties to the earliest cut) among the cuts that keep every layer reading the network
+/// input in the first stage. The cost of a layer is `layer_ms[i]`, its measured forward +
 /// backward milliseconds (model/profile.hpp: layer_costs(), from --pipeline-profile), or, when
 /// `layer_ms` is empty, its forward flops. Throws InputError for stages < 1, micro_batches < 1,
 /// more stages than layers, `layer_ms` of another length than `layers`, measured times together
-/// with the job's stage= keys, or stage= keys that skip, repeat or reorder a stage, or cut
-/// another number of stages than `stages` (the message names the layer line).
+/// with the job's stage= keys, stage= keys that skip, repeat or reorder a stage, cut another
+/// number of stages than `stages` or put a layer reading the network input after the first stage
+/// (the message names the layer line), or, without stage= keys, too few layers after the last
+/// one reading the network input for the other stages.
 PipelinePlan plan_pipeline(const std::vector<LayerInfo>& layers, int stages, int micro_batches,
                            PipelineSchedule schedule, const std::vector<double>& layer_ms = {});
 
