@@ -90,6 +90,19 @@ int comm_size(MPI_Comm c) {
   return s;
 }
 
+std::vector<int> world_ranks(MPI_Comm c) {
+  const int n = comm_size(c);
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  DT_CHECK_MPI(MPI_Comm_group(c, &mine));
+  DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> local(static_cast<std::size_t>(n)), out(local.size());
+  for (int r = 0; r < n; ++r) local[static_cast<std::size_t>(r)] = r;
+  DT_CHECK_MPI(MPI_Group_translate_ranks(mine, n, local.data(), world, out.data()));
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  return out;
+}
+
 void wait_all(std::vector<MPI_Request>& reqs, double timeout_s, const std::string& what) {
   // Active requests left: done once every one has completed, without a further poll.
   auto active = static_cast<int>(

@@ -53,15 +53,7 @@ void ServerCore::join_agreement(MPI_Comm all_ps) {
   if (n == 1) return;  // alone: the verdict is this rank's say
   DT_CHECK_MPI(MPI_Comm_dup(all_ps, &agree_comm_));
   DT_CHECK_MPI(MPI_Comm_rank(agree_comm_, &agree_me_));
-  MPI_Group mine, world;
-  DT_CHECK_MPI(MPI_Comm_group(agree_comm_, &mine));
-  DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  std::vector<int> ranks(n);
-  for (int p = 0; p < n; ++p) ranks[p] = p;
-  peer_world_.resize(n);
-  DT_CHECK_MPI(MPI_Group_translate_ranks(mine, n, ranks.data(), world, peer_world_.data()));
-  MPI_Group_free(&mine);
-  MPI_Group_free(&world);
+  peer_world_ = world_ranks(agree_comm_);
   agree_from_.assign(n, 0);
   agree_recv_.assign(n, MPI_REQUEST_NULL);
   agree_send_.assign(n, MPI_REQUEST_NULL);

@@ -3,11 +3,11 @@
 // once its whole gradient is in; an aggregate of R pushes becomes that step's update (their mean,
 // weighted by samples, summed in worker order so that the update does not depend on arrival
 // order; a push without samples — a shorter shard's last step — takes none of the R places); the
-// push's reply is held until the step it waits for. Where every push of a step is needed (not with
-// backup workers), a complete step's update is made once every ps rank agrees that the run goes
-// on (ServerCore::agree_on_step): a push that carries a stop joins its step without a gradient,
-// and the step it joins, or an earlier one, is where the updates end on every shard, whichever
-// shard heard of the stop first.
+// push's reply is held until the step it waits for. A complete step's update is made once every
+// ps rank agrees that the run goes on (ServerCore::agree_on_step; with backup workers, outside a
+// pipeline, the workers name one step to every ps: PsClient::use_common_seen_step): a push that
+// carries a stop joins its step without a gradient, and the step it joins, or an earlier one, is
+// where the updates end on every shard, whichever shard heard of the stop first.
 //   SyncAggregator     a push computed on the parameters of step t joins step t; R =
 //                      --replicas-to-aggregate; a push for a step already applied is dropped (late:
 //                      backup workers) and answered at once (TensorFlow's SyncReplicasOptimizer,

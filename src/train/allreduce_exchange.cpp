@@ -88,17 +88,8 @@ std::vector<Bucket> gradient_buckets(const Config& c, MPI_Comm comm, std::size_t
 /// " (world ranks 3, 5)": the world ranks of `comm`'s other ranks (a pipeline stage's other
 /// replicas), for a wait that cannot tell which of them is late.
 std::string other_world_ranks(MPI_Comm comm) {
-  int me = 0, size = 1;
-  DT_CHECK_MPI(MPI_Comm_rank(comm, &me));
-  DT_CHECK_MPI(MPI_Comm_size(comm, &size));
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  DT_CHECK_MPI(MPI_Comm_group(comm, &group));
-  DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  std::vector<int> local(static_cast<std::size_t>(size)), rank(local.size());
-  for (int r = 0; r < size; ++r) local[static_cast<std::size_t>(r)] = r;
-  DT_CHECK_MPI(MPI_Group_translate_ranks(group, size, local.data(), world, rank.data()));
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+  const int me = comm_rank(comm), size = comm_size(comm);
+  const std::vector<int> rank = world_ranks(comm);
   std::string others;
   for (int r = 0; r < size; ++r)
     if (r != me)

@@ -119,14 +119,7 @@ class PipelineAgreement final : public GradientExchange {
   /// " (stage 0 (world rank 3))": the other stages, a stuck one among them (pipe rank = stage).
   static std::string other_stages(MPI_Comm pipe) {
     const int me = comm_rank(pipe), stages = comm_size(pipe);
-    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-    DT_CHECK_MPI(MPI_Comm_group(pipe, &group));
-    DT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-    std::vector<int> stage(static_cast<std::size_t>(stages)), rank(stage.size());
-    for (int s = 0; s < stages; ++s) stage[static_cast<std::size_t>(s)] = s;
-    DT_CHECK_MPI(MPI_Group_translate_ranks(group, stages, stage.data(), world, rank.data()));
-    MPI_Group_free(&group);
-    MPI_Group_free(&world);
+    const std::vector<int> rank = world_ranks(pipe);
     std::string others;
     for (int s = 0; s < stages; ++s)
       if (s != me)

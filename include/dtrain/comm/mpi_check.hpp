@@ -63,6 +63,9 @@ double comm_timeout();
 /// LibraryError when the call fails.
 int comm_rank(MPI_Comm c);
 int comm_size(MPI_Comm c);
+/// The MPI_COMM_WORLD rank of each rank of `c`, in `c`'s rank order (MPI_Group_translate_ranks):
+/// for messages that name a peer by the rank users see. Throws LibraryError when a call fails.
+std::vector<int> world_ranks(MPI_Comm c);
 
 }  // namespace dtrain
 
