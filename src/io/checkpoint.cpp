@@ -154,15 +154,17 @@ std::uint32_t metadata_crc32(const CheckpointState& s, int rows) {
     << s.config << '\n'
     << s.params.size() << ' ' << s.m.size() << ' ' << s.v.size() << ' ' << rows << ' '
     << s.model_state.size() << ' ' << s.worker_steps_in_epoch.size() << '\n';
-  const std::vector<CheckpointTensor> none;
-  for (const auto* list : {&s.param_tensors, s.param_tensors.empty() ? &none : &s.buffer_tensors}) {
-    for (const CheckpointTensor& x : *list) {
+  const auto names = [&t](const std::vector<CheckpointTensor>& list) {
+    for (const CheckpointTensor& x : list) {
       t << x.name;
       for (std::int64_t d : x.dims) t << ' ' << d;
       t << '\n';
     }
     t << '\n';
-  }
+  };
+  names(s.param_tensors);
+  if (!s.param_tensors.empty()) names(s.buffer_tensors);
+  else t << '\n';
   const std::string text = t.str();
   boost::crc_32_type crc;
   crc.process_bytes(text.data(), text.size());
@@ -417,20 +419,21 @@ void check_checkpoint_compatible(const CheckpointState& s, const std::string& pa
                                                  std::to_string(param_count));
   DT_REQUIRE(s.m.empty() || s.m.size() == param_count, where + ": optimizer state size mismatch");
   if (!optimizer.empty()) {
-    // The effective configuration the checkpoint carries has an "optimizer = NAME" line.
-    std::istringstream ini(s.config);
-    for (std::string line; std::getline(ini, line);) {
-      const std::string key = "optimizer = ";
-      if (line.rfind(key, 0) != 0) continue;
-      const std::string written = line.substr(key.size());
-      DT_REQUIRE(written == optimizer,
-                 where + " was written with --optimizer " + written +
-                     ", this run uses --optimizer " + optimizer +
-                     " (its optimizer state does not carry over: resume with --optimizer " +
-                     written + ", or start a new --run-dir)");
-      break;
-    }
+    const std::optional<std::string> written = config_value(s, "optimizer");
+    DT_REQUIRE(!written || *written == optimizer,
+               where + " was written with --optimizer " + written.value_or("") +
+                   ", this run uses --optimizer " + optimizer +
+                   " (its optimizer state does not carry over: resume with --optimizer " +
+                   written.value_or("") + ", or start a new --run-dir)");
   }
+}
+
+std::optional<std::string> config_value(const CheckpointState& s, const std::string& key) {
+  std::istringstream ini(s.config);
+  const std::string prefix = key + " = ";
+  for (std::string line; std::getline(ini, line);)
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  return std::nullopt;
 }
 
 std::vector<std::string> run_outputs(const std::string& run_dir) {
@@ -446,17 +449,28 @@ std::vector<std::string> run_outputs(const std::string& run_dir) {
   return found;
 }
 
-void prepare_run_dir(const std::string& run_dir) {
-  std::error_code ec;
-  if (fs::exists(run_dir, ec)) {
-    DT_REQUIRE(fs::is_directory(run_dir, ec),
-               "option --run-dir: '" + run_dir + "' exists and is not a directory");
-  } else {
-    fs::create_directories(run_dir, ec);
-    DT_REQUIRE(!ec, "option --run-dir: cannot create '" + run_dir + "': " + ec.message());
-  }
+namespace {
+void require_writable(const std::string& run_dir) {
   DT_REQUIRE(::access(run_dir.c_str(), W_OK | X_OK) == 0,
              "option --run-dir: '" + run_dir + "' is not writable");
+}
+}  // namespace
+
+bool check_existing_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::exists(run_dir, ec)) return false;
+  DT_REQUIRE(fs::is_directory(run_dir, ec),
+             "option --run-dir: '" + run_dir + "' exists and is not a directory");
+  require_writable(run_dir);
+  return true;
+}
+
+void prepare_run_dir(const std::string& run_dir) {
+  if (check_existing_run_dir(run_dir)) return;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  DT_REQUIRE(!ec, "option --run-dir: cannot create '" + run_dir + "': " + ec.message());
+  require_writable(run_dir);
 }
 
 }  // namespace dtrain

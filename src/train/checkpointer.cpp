@@ -36,12 +36,16 @@ std::string list_names(const std::vector<std::string>& names) {
   return listed;
 }
 
-/// " (each worker at its own step: 3, 5)" for per-worker positions, else "".
-std::string each_worker(const std::vector<std::int64_t>& steps) {
-  if (steps.empty()) return "";
+/// "each worker at its own step: 3, 5" for per-worker positions, else "".
+std::string workers_steps(const std::vector<std::int64_t>& steps) {
   std::string list;
   for (const std::int64_t k : steps) list += (list.empty() ? "" : ", ") + std::to_string(k);
-  return " (each worker at its own step: " + list + ")";
+  return steps.empty() ? "" : "each worker at its own step: " + list;
+}
+
+/// " (each worker at its own step: 3, 5)" for per-worker positions, else "".
+std::string each_worker(const std::vector<std::int64_t>& steps) {
+  return steps.empty() ? "" : " (" + workers_steps(steps) + ")";
 }
 
 /// Whether checkpoint `s` is from the middle of an epoch: its position, or (async stop
@@ -55,21 +59,9 @@ bool mid_epoch(const CheckpointState& s) {
 /// "epoch 2 (step 10 of 16)": where in its epoch checkpoint `s` is, with every worker's own step
 /// where it has them ("epoch 2 (step 3 of 16; each worker at its own step: 3, 5)").
 std::string place_in_epoch(const CheckpointState& s) {
-  std::string workers;
-  for (const std::int64_t k : s.worker_steps_in_epoch)
-    workers += (workers.empty() ? "; each worker at its own step: " : ", ") + std::to_string(k);
+  const std::string workers = workers_steps(s.worker_steps_in_epoch);
   return "epoch " + std::to_string(s.epoch + 1) + " (step " + std::to_string(s.step_in_epoch) +
-         " of " + std::to_string(s.steps_per_epoch) + workers + ")";
-}
-
-/// The value of `key` in a checkpoint's effective configuration (INI, "key = value" lines), or
-/// std::nullopt where it has none (a file written before the key existed).
-std::optional<std::string> ini_value(const std::string& ini, const std::string& key) {
-  std::istringstream in(ini);
-  const std::string prefix = key + " = ";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
-  return std::nullopt;
+         " of " + std::to_string(s.steps_per_epoch) + (workers.empty() ? "" : "; " + workers) + ")";
 }
 
 /// The training data of a configuration: "--synthetic SPEC" or the --train-data path.
@@ -99,13 +91,13 @@ void check_epoch_order_fits(const CheckpointState& s, const std::string& path, c
                                      ", this run has --seed " + std::to_string(c.seed) + why +
                                      "--seed " + std::to_string(s.seed) + epoch_end + " --seed)");
     const std::string shuffle = c.shuffle ? "true" : "false";
-    const auto written = ini_value(s.config, "shuffle");
+    const auto written = config_value(s, "shuffle");
     DT_REQUIRE(!written || *written == shuffle,
                where + "--shuffle " + *written + ", this run has --shuffle " + shuffle + why +
                    "--shuffle " + *written + epoch_end + " --shuffle)");
   }
-  const auto synthetic = ini_value(s.config, "synthetic");
-  const auto train_data = ini_value(s.config, "train-data");
+  const auto synthetic = config_value(s, "synthetic");
+  const auto train_data = config_value(s, "train-data");
   if (!synthetic || !train_data) return;
   const std::string written = train_source(*synthetic, *train_data);
   const std::string here = train_source(c.synthetic, c.train_data);
@@ -265,13 +257,7 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
 std::optional<CheckpointState> check_resume_point(const Config& c, const std::string& signature,
                                                   std::size_t param_count, std::size_t state_count,
                                                   const TrainPlan& plan, std::string& report) {
-  // prepare_run_dir()'s checks, without making the directory.
-  std::error_code ec;
-  const bool exists = std::filesystem::exists(c.run_dir, ec);
-  DT_REQUIRE(!exists || std::filesystem::is_directory(c.run_dir, ec),
-             "option --run-dir: '" + c.run_dir + "' exists and is not a directory");
-  DT_REQUIRE(!exists || ::access(c.run_dir.c_str(), W_OK | X_OK) == 0,
-             "option --run-dir: '" + c.run_dir + "' is not writable");
+  const bool exists = check_existing_run_dir(c.run_dir);  // prepare_run_dir()'s, making nothing
   std::optional<CheckpointState> resume =
       find_resume_point(c, signature, param_count, state_count, plan);
   if (resume) {

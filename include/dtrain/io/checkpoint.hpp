@@ -130,6 +130,16 @@ void check_checkpoint_compatible(const CheckpointState& s, const std::string& pa
                                  const std::string& model_signature, const std::string& mode,
                                  std::size_t param_count, const std::string& optimizer = "");
 
+/// The value of `key` in the effective configuration checkpoint `s` carries (CheckpointState::
+/// config, INI "key = value" lines): the first such line's, or std::nullopt where it has none (a
+/// file written before the key existed).
+std::optional<std::string> config_value(const CheckpointState& s, const std::string& key);
+
+/// Whether run_dir exists; where it does, throws InputError naming it unless it is a writable
+/// directory (a regular file, no permission). Reads only: prepare_run_dir()'s checks of an
+/// existing run dir, for --dry-run.
+bool check_existing_run_dir(const std::string& run_dir);
+
 /// Makes sure run_dir exists (creating it) and is a writable directory; throws InputError naming
 /// it otherwise (a regular file, no permission).
 void prepare_run_dir(const std::string& run_dir);
