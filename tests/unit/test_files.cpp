@@ -3,10 +3,8 @@
 // (core/files.hpp), and a metrics row that cannot be written is an error, not a silent gap
 // (train/report.hpp).
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -16,6 +14,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/files.hpp"
 #include "dtrain/train/report.hpp"
+#include "common/file_size_limit.hpp"
 
 namespace fs = std::filesystem;
 using namespace dtrain;
@@ -83,16 +82,13 @@ TEST(Files, AWriteThatFailsPartWayLeavesNoTemporary) {
   ScratchDir d("partial");
   const std::string p = (d.path / "timeline.json").string();
   write_file_atomically(p, "old\n");
-  // Files past 4 KiB cannot grow (EFBIG, SIGXFSZ ignored): as a disk that fills up part-way.
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const std::string msg = error_of([&] { write_file_atomically(p, std::string(1 << 16, 'x')); });
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, old_handler);
+  std::string msg;
+  {
+    // Files past 4 KiB cannot grow: as a disk that fills up part-way.
+    const dtrain::testing::FileSizeLimit limit(4096);
+    ASSERT_TRUE(limit.set());
+    msg = error_of([&] { write_file_atomically(p, std::string(1 << 16, 'x')); });
+  }
   EXPECT_NE(msg.find("cannot write '" + p + ".tmp': File too large"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(p + ".tmp")) << "the part written is left behind";
   EXPECT_EQ(read(p), "old\n");

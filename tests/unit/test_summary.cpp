@@ -5,10 +5,8 @@
 // LibraryError naming the file, as every output's. Reading back with TensorBoard:
 // tests/cli/test_tensorboard.sh.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +16,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/train/report.hpp"
 #include "dtrain/train/summary.hpp"
+#include "common/file_size_limit.hpp"
 
 namespace fs = std::filesystem;
 
@@ -81,27 +80,23 @@ TEST(Summary, AWriteThatFailsIsALibraryErrorNamingTheFile) {
       fs::temp_directory_path() / ("dtrain_summary_full_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  // Files past 4 KiB cannot grow (EFBIG, SIGXFSZ ignored): as a full disk part-way through.
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   std::string msg = "no error", path;
   int code = 0;
-  try {
-    EventWriter w(dir.string());
-    path = w.path();
-    for (int step = 1; step <= 1000; ++step) w.write_scalars(step, {{"train/loss", 0.5}});
-  } catch (const LibraryError& e) {  // exit code 3, as metrics.csv's or a checkpoint's
-    msg = e.what();
-    code = exit_code(e);
-  } catch (const std::exception& e) {
-    msg = std::string("not a LibraryError: ") + e.what();
+  {
+    // Files past 4 KiB cannot grow: as a full disk part-way through.
+    const dtrain::testing::FileSizeLimit limit(4096);
+    ASSERT_TRUE(limit.set());
+    try {
+      EventWriter w(dir.string());
+      path = w.path();
+      for (int step = 1; step <= 1000; ++step) w.write_scalars(step, {{"train/loss", 0.5}});
+    } catch (const LibraryError& e) {  // exit code 3, as metrics.csv's or a checkpoint's
+      msg = e.what();
+      code = exit_code(e);
+    } catch (const std::exception& e) {
+      msg = std::string("not a LibraryError: ") + e.what();
+    }
   }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, old_handler);
   fs::remove_all(dir);
   EXPECT_NE(msg.find("cannot write TensorBoard event file '" + path + "': File too large"),
             std::string::npos)
