@@ -130,10 +130,16 @@ expect_error() {
   echo "-- exit $rc: ${*: -4}"
   [[ $rc -ne 0 ]] || { cat "$log"; fail "accepted: $*"; }
   [[ $rc -ne 124 ]] || { cat "$log"; fail "hung (timeout): $*"; }
-  local n
-  n=$(grep -c "dtrain: error:" "$log" || true)
-  [[ $n -eq 1 ]] || { cat "$log"; fail "$n error messages (want 1) for: $*"; }
   local msg
+  single_error "$log" "$words" "$*"
+}
+
+# single_error LOG WORDS [WHAT]: LOG holds exactly one "dtrain: error:" line, and it holds every
+# |-separated word of WORDS; sets msg to that line (else prints LOG and fails, naming WHAT).
+single_error() {
+  local log=$1 words=$2 what=${3:-} n w
+  n=$(grep -c "dtrain: error:" "$log" || true)
+  [[ $n -eq 1 ]] || { cat "$log"; fail "$n error messages (want 1) for: $what"; }
   msg=$(grep "dtrain: error:" "$log")
   local IFS='|'
   for w in $words; do

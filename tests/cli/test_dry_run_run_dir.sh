@@ -35,13 +35,8 @@ refused() {  # refused NP WORDS ARGS...: exit 2, one error holding every |-separ
   dry "$np" "$SCRATCH/refused.log" "$@"
   [[ $rc -eq 2 ]] || { cat "$SCRATCH/refused.log"; fail "--dry-run $*: exit $rc, want 2"; }
   local msg
-  msg=$(grep "dtrain: error:" "$SCRATCH/refused.log")
-  [[ $(wc -l <<<"$msg") -eq 1 ]] || { cat "$SCRATCH/refused.log"; fail "want one error: $msg"; }
+  single_error "$SCRATCH/refused.log" "$words" "--dry-run $*"
   ! grep -q "the job is valid" "$SCRATCH/refused.log" || fail "--dry-run $*: refused and valid"
-  local IFS='|' word
-  for word in $words; do
-    grep -qF -- "$word" <<<"$msg" || fail "the refusal does not say '$word': $msg"
-  done
   echo "   refused: ${msg:0:200}..."
 }
 accepted() {  # accepted NP WORDS ARGS...: exit 0, "the job is valid" and every |-separated word

@@ -39,12 +39,7 @@ refused() {  # refused NP WORDS ARGS...: exit 2, one error holding every |-separ
   go "$np" "$SCRATCH/refused.log" "$@"
   [[ $rc -eq 2 ]] || { cat "$SCRATCH/refused.log"; fail "exit $rc with -n $np $*, want 2"; }
   local msg
-  msg=$(grep "dtrain: error:" "$SCRATCH/refused.log")
-  [[ $(wc -l <<<"$msg") -eq 1 ]] || { cat "$SCRATCH/refused.log"; fail "want one error: $msg"; }
-  local IFS='|' word
-  for word in $words; do
-    grep -qF -- "$word" <<<"$msg" || fail "the refusal does not say '$word': $msg"
-  done
+  single_error "$SCRATCH/refused.log" "$words" "-n $np $*"
   [[ $(cd "$d" && md5sum -- * | sort) == "$before" ]] || fail "a refused resume changed the run dir"
   echo "   refused: ${msg:0:160}..."
 }
