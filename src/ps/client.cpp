@@ -17,10 +17,15 @@
 
 namespace dtrain {
 
+double ps_reply_timeout(const Config& c) {
+  return exchange_kind(c) == ExchangeKind::ps_async ? c.timeout : 2 * c.timeout;
+}
+
 PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, double timeout_s,
                    std::size_t chunk_bytes, WireDtype push_wire)
-    : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s), chunk_bytes_(chunk_bytes),
-      seen_(shards_.size(), 0), push_wire_(push_wire) {
+    : cluster_(cluster), shards_(std::move(shards)), timeout_(timeout_s),
+      answer_timeout_(timeout_s), chunk_bytes_(chunk_bytes), seen_(shards_.size(), 0),
+      push_wire_(push_wire) {
   DT_REQUIRE(chunk_bytes_ >= sizeof(float), "ps client: chunks must hold at least one float");
   for (const ShardRange& s : shards_) layouts_.emplace_back(s.size(), chunk_bytes_);
   me_ = cluster_.me().part.empty() ? "worker " + std::to_string(cluster_.me().index)
@@ -62,6 +67,7 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   reqs_.clear();
   headers_in_.resize(K);
   headers_out_.resize(K);
+  reply_at_.assign(K, 0);
   sent_.assign(K, 0);
   for (Ring& ring : rings_) {
     ring.in_use = false;
@@ -77,6 +83,7 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
   for (int k = 0; k < K && answered; ++k) {
     const ShardRange& s = shards_[k];
     const int ps = cluster_.ps_rank(k);
+    reply_at_[k] = reqs_.size();
     reqs_.emplace_back();
     DT_CHECK_MPI(MPI_Irecv(&headers_in_[k], sizeof(MsgHeader), MPI_BYTE, ps, MPI_ANY_TAG,
                            cluster_.world(), &reqs_.back()));
@@ -101,6 +108,8 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
     }
   }
   const std::int64_t common = seen_.empty() ? 0 : *std::min_element(seen_.begin(), seen_.end());
+  const bool may_wait = tag == kTagPush || (tag == kTagPull && header.wait_step > common);
+  limit_ = may_wait ? timeout_ : answer_timeout_;
   for (int k = 0; k < K; ++k) {
     headers_out_[k] = header;
     headers_out_[k].seen_step = common_seen_ ? common : seen_[k];
@@ -213,7 +222,7 @@ void PsClient::drain_rings(const std::string& what) {
                 world_rank_of(k) + ")";
       return what + " (the replies in the shared ring of " + list + ")";
     };
-    const int i = wait_any(next, timeout_, name, nullptr);
+    const int i = wait_any(next, limit_, name, nullptr);
     Ring& done = rings_[ps[static_cast<std::size_t>(i)]];
     done.replies[done.replied] = MPI_REQUEST_NULL;  // completed: progress_rings copies it out
   }
@@ -234,7 +243,17 @@ void PsClient::map_ring(std::size_t k, const MsgHeader& h) {
 PushResult PsClient::wait(int tag) {
   const std::string what = me_ + " " + tag_name(tag) + " with " + peers_;
   drain_rings(what);
-  wait_all(reqs_, timeout_, what);
+  try {
+    wait_all(reqs_, limit_, what);
+  } catch (const TimeoutError& e) {  // name the ps whose reply has not come
+    std::string silent;
+    for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k)
+      if (reqs_[reply_at_[k]] != MPI_REQUEST_NULL)
+        silent += (silent.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
+                  world_rank_of(k) + ")";
+    if (silent.empty() || shards_.size() == 1) throw;
+    throw TimeoutError(e.seconds(), what + " (no reply from " + silent + ")");
+  }
   PushResult r;
   for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k) {
     const MsgHeader& h = headers_in_[k];

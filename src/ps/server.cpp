@@ -16,6 +16,7 @@
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/ps/client.hpp"  // ps_reply_timeout
 #include "server_core.hpp"
 #include "update_rule.hpp"
 
@@ -29,6 +30,8 @@ ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange
            (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")),
       stop_flag_(stop_flag), chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
       backend_(make_cpu_backend()), params_(*backend_, n_), max_steps_(c.max_steps),
+      wait_timeout_(cluster.num_ps() > 1 ? kSeveralPsTimeouts * c.timeout : c.timeout),
+      idle_timeout_(cluster.num_ps() > 1 ? c.timeout + ps_reply_timeout(c) : c.timeout),
       slots_(workers_) {
   stats_.staleness_histogram.assign(kStalenessBins, 0);
   stats_.worker_pushes.assign(workers_, 0);
@@ -198,6 +201,9 @@ std::string ServerCore::waiting_for() const {
     if (static_cast<int>(p) != agree_me_ && agree_recv_[p] == MPI_REQUEST_NULL)
       waiters += (waiters.empty() ? "" : ", ") + std::string("the ps at world rank ") +
                  std::to_string(peer_world_[p]);
+  if (idle() && idle_timeout_ > wait_timeout_)
+    return who_ + " waiting for worker messages (no worker has a request here or waits for this " +
+           "ps: are they held up by another ps rank?)";
   return who_ + " waiting for worker messages" +
          (deciding() ? " and for " + agreement_wait() : "") +
          (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +
@@ -299,6 +305,12 @@ Verdict ServerCore::agree_on_step() {
   return stop_agreed_ ? Verdict::stop : Verdict::apply;
 }
 
+bool ServerCore::idle() const {
+  return held_.empty() && !deciding() && !(waited_since_ > 0 && !said_) &&
+         std::none_of(slots_.begin(), slots_.end(),
+                      [](const WorkerSlot& s) { return s.req.active; });
+}
+
 std::string ServerCore::agreement_wait() const {
   std::string missing;
   for (std::size_t p = 0; p < agree_recv_.size(); ++p)
@@ -322,7 +334,11 @@ int ServerCore::wait_event(MPI_Status* st) {
       throw TimeoutError(comm_timeout(), waiting_for());
     }
   }
-  if (!deciding()) return wait_any(polled_, c_.timeout, waiting_for_, st);
+  // Among several ps ranks, a worker this one waits for may itself wait for another, stuck ps
+  // rank (its answer at once, --timeout): this ps waits longer (while idle, longer than a worker
+  // waits for any reply), so that the worker names that rank.
+  if (!deciding())
+    return wait_any(polled_, idle() ? idle_timeout_ : wait_timeout_, waiting_for_, st);
   // The step's pushes are in: what the loop waits for is the others' say (and the workers wait
   // for this ps's verdict).
   try {

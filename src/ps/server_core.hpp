@@ -96,6 +96,10 @@ inline constexpr int kAgreement = -(1 << 30);
 
 /// How many comm_timeout()s a ps waits for the other ps ranks' say on a step.
 inline constexpr double kAgreeTimeouts = 1.5;
+/// How many --timeouts a ps among several waits for a worker's message (held replies waiting for
+/// its push): more than the worker waits for a reply another ps gives at once, less than the
+/// others' say on a step.
+inline constexpr double kSeveralPsTimeouts = 1.25;
 
 /// Whether a complete global step's update is made (ServerCore::agree_on_step).
 enum class Verdict { pending, apply, stop };
@@ -212,6 +216,8 @@ class ServerCore {
   [[nodiscard]] std::string agreement_wait() const;
   /// One event loop wait: wait_any over polled_, within the deadline of the step's verdict.
   int wait_event(MPI_Status* st);
+  /// No request of a worker in progress, no reply held, no ps rank waiting for this one's say.
+  [[nodiscard]] bool idle() const;
 
   const Cluster& cluster_;
   const Config& c_;
@@ -223,6 +229,10 @@ class ServerCore {
   std::unique_ptr<Backend> backend_;
   DeviceBuffer<float> params_;
   std::int64_t global_step_ = 0, max_steps_ = 0;
+  /// The event loop's deadline, seconds: --timeout; with several ps ranks kSeveralPsTimeouts ×
+  /// --timeout, and while idle() ps_reply_timeout() + --timeout (longer than a worker waits for any
+  /// of them).
+  const double wait_timeout_, idle_timeout_;
   bool stop_seen_ = false;  ///< a worker forwarded a stop request: tell every worker
   // agree_on_step(): every ps rank's say on global step agree_step_, one message each way between
   // every two ps ranks (a wait names the ones not heard from).

@@ -29,6 +29,7 @@ class PsExchange : public GradientExchange {
                 ps_reply_timeout(c), static_cast<std::size_t>(c.ps_chunk_kb) * 1024, c.wire_dtype),
         grads_(model.backend(), model.param_count()), params_(model.backend(), model.param_count()),
         overlap_(push_during_backward(c, cluster, model)) {
+    client_.set_answer_timeout(c.timeout);
     // Sync through the ps: a global step is an update of every shard, agreed by the ps ranks
     // (with backup workers too, where no pipeline splits them into stages): a push joins it on
     // every shard alike.
@@ -268,10 +269,6 @@ class BoundedPsExchange final : public PsExchange {
 };
 
 }  // namespace
-
-double ps_reply_timeout(const Config& c) {
-  return exchange_kind(c) == ExchangeKind::ps_async ? c.timeout : 2 * c.timeout;
-}
 
 std::unique_ptr<GradientExchange> make_ps_exchange(const Config& c, const Cluster& cluster,
                                                    const TrainPlan& plan, Model& model) {

@@ -25,6 +25,7 @@
 #include "dtrain/model/profile.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/pipeline/group.hpp"
+#include "dtrain/ps/client.hpp"
 #include "dtrain/ps/server.hpp"
 #include "dtrain/train/checkpointer.hpp"
 #include "dtrain/train/exchange.hpp"

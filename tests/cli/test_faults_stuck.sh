@@ -64,7 +64,9 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   # The watchdog's exit (kExitFault), not a crash while the others unwind.
   [[ $JOB_RC -eq 4 ]] || { cat "$log"; fail "$name: exit $JOB_RC, want 4 (the watchdog's)"; }
   local msg w
-  msg=$(grep -m1 "timed out after ${WATCHDOG_S:-5} s" "$log") ||
+  # WATCHDOG_S "a/b": either deadline (where the stop falls decides which rank's wait ends first).
+  local after=${WATCHDOG_S:-5}
+  msg=$(grep -m1 -E "timed out after (${after//\//|}) s" "$log") ||
     { cat "$log"; fail "$name: no watchdog message after ${WATCHDOG_S:-5} s"; }
   local IFS='|'
   # Each '|'-separated word must appear; a word "a/b" is satisfied by either (where a stuck peer
@@ -122,7 +124,12 @@ stuck_case pipe-sync-ps-hang 4 hook:hang@20:1 "world rank 1" --mode sync --num-p
   --pipeline-stages 2 --micro-batches 4
 # 7c. sync through 2 ps, no pipeline: ps 1 (world rank 4) stopped; ps 0 names it the same way (it
 # used to wait for pushes that the workers, held up by ps 1, never sent, and blame a worker).
-WATCHDOG_S=7.5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4" --mode sync --num-ps 2
+# Stopped between steps (a pull at an epoch's end, a checkpoint's snapshot), ps 1 leaves a worker
+# waiting for a reply a ps gives at once: it names ps 1 after --timeout, ps 0 waiting longer for
+# that worker's push (1.25 x) or, idle, for any message (3 x); ps 0 used to time out first, after
+# --timeout, naming that healthy worker or no one.
+WATCHDOG_S=7.5/5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4/no reply from ps 1 (rank 4)" \
+  --mode sync --num-ps 2
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.

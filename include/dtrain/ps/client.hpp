@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dtrain/comm/cluster.hpp"
+#include "dtrain/core/config.hpp"
 #include "dtrain/core/options.hpp"  // WireDtype
 #include "dtrain/ps/protocol.hpp"
 #include "dtrain/ps/shared_ring.hpp"
@@ -38,6 +39,13 @@ struct PushResult {
   bool stop_requested = false;   ///< some rank asked to stop (signal)
   bool dropped = false;          ///< some ps did not apply the push (late or past the last step)
 };
+
+/// A worker's deadline for a ps's answer, in seconds: --timeout; twice that where the ps holds the
+/// reply until other workers' pushes make the step's update (sync through the ps, SSP), so that
+/// when a worker is stuck the ps, which knows whose push it still needs, times out first and
+/// names it, rather than the waiting workers naming the ps (PsClient::set_answer_timeout() keeps
+/// --timeout for the replies a ps gives at once).
+[[nodiscard]] double ps_reply_timeout(const Config& c);
 
 class PsClient {
  public:
@@ -95,6 +103,13 @@ class PsClient {
   /// from a ps that has made the next update while another is still agreeing on it, and the push
   /// must then join the same step everywhere.
   void use_common_seen_step() { common_seen_ = true; }
+  /// The deadline, seconds, for a reply every ps gives as the request arrives: a pull of a global
+  /// step every ps has reached (by the last replies), SNAPSHOT, LOAD. Default: the constructor's
+  /// timeout_s, which stays the deadline of a push (in sync through the ps and SSP its reply waits
+  /// for other workers' pushes) and of a pull the ps may hold. Set to --timeout where timeout_s
+  /// is longer (ps_reply_timeout()): a worker whose ps does not answer at once names it before
+  /// the other ps ranks, whose held replies wait for this worker's push, name this worker.
+  void set_answer_timeout(double seconds) { answer_timeout_ = seconds; }
   /// Pushes sent through a shared ring so far (all ps together; one per ps per push).
   [[nodiscard]] std::int64_t shared_ring_pushes() const { return shared_pushes_; }
   /// Gradient bytes pushed so far, all ps together: MPI payload (4 or 2 bytes a value, the push
@@ -123,7 +138,7 @@ class PsClient {
   /// Writes ps k's chunks [sent_[k], Ring::wanted) into free slots of its ring, each followed by
   /// its zero-byte message.
   void write_ring(std::size_t k);
-  /// Waits (deadline: timeout_) until every shared-ring chunk of the request has been answered
+  /// Waits (deadline: limit_) until every shared-ring chunk of the request has been answered
   /// and copied out; `what` names the operation in a TimeoutError.
   void drain_rings(const std::string& what);
   /// Maps the ring a reply header names, once per ps; logs why not where it cannot.
@@ -140,7 +155,9 @@ class PsClient {
   const Cluster& cluster_;
   std::vector<ShardRange> shards_;
   double timeout_;
-  std::string peers_;  ///< "ps 0 (rank 3), ..." for watchdog messages
+  double answer_timeout_;  // set_answer_timeout()
+  double limit_ = 0;       // the deadline of the request in flight: timeout_ or answer_timeout_
+  std::string peers_;      ///< "ps 0 (rank 3), ..." for watchdog messages
   /// "worker 1", or a pipeline stage's worker "stage 0/2, replica 1" (its index in the stage's
   /// cluster is its replica's, not its worker index): this worker in messages
   std::string me_;
@@ -150,7 +167,8 @@ class PsClient {
   std::vector<MsgHeader> headers_in_, headers_out_;  // per ps, for the request in flight
   std::vector<ChunkLayout> layouts_;                 // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
-  std::vector<int> index_;  // MPI_Testsome's output
+  std::vector<std::size_t> reply_at_;  // per ps: the index in reqs_ of its reply header's receive
+  std::vector<int> index_;             // MPI_Testsome's output
   ZeroChunk zeros_;
   /// What this rank shares with one ps: the ring, and the request in flight through it.
   struct Ring {

@@ -78,8 +78,10 @@ struct ShardTensors {
 /// `all_ps`: every ps rank of the job (MPI_COMM_NULL: cluster.role_comm(); a pipeline's stage
 /// passes the whole job's), which in the sync and SSP modes agree on the step a stop ends the
 /// updates at, so that every shard of a checkpoint holds the same step.
-/// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds (or, sync and
-/// SSP with several ps ranks, another ps rank's say on a step for 1.5 × comm_timeout()), Error on a
+/// Throws TimeoutError (a RuntimeFault) when no message arrives for --timeout seconds (with several
+/// ps ranks 1.25 × --timeout, and with no worker request in progress or reply held here
+/// ps_reply_timeout() + --timeout: longer than a worker waits for another, stuck ps; sync and SSP
+/// with several ps ranks, another ps rank's say on a step for 1.5 × comm_timeout()), Error on a
 /// malformed message, InputError from the optimizer, DANA or delay-compensation set-up (unknown
 /// --optimizer, a no_decay range outside the shard, LARS/LAMB without segments covering the
 /// shard, an invalid λ0), LibraryError when an MPI call or an allocation fails.

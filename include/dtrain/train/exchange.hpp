@@ -131,12 +131,6 @@ class GradientExchange {
 std::unique_ptr<GradientExchange> make_exchange(const Config& c, const Cluster& cluster,
                                                 const TrainPlan& plan, Model& model);
 
-/// A worker's deadline for a ps's answer, in seconds: --timeout; twice that where the ps holds the
-/// reply until other workers' pushes make the step's update (sync through the ps, SSP), so that
-/// when a worker is stuck the ps, which knows whose push it still needs, times out first and
-/// names it, rather than the waiting workers naming the ps.
-[[nodiscard]] double ps_reply_timeout(const Config& c);
-
 /// A pipelined run's exchange: a wrapper whose step() and refresh() return, on every stage of one
 /// replica, the smallest global step over the stages (the ps modes count each stage's own; in
 /// lockstep they are equal) and `stop` when any stage stops (a signal seen by one stage) — one
