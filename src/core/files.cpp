@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>  // renameat2
 #include <cstring>
@@ -242,6 +243,19 @@ void FileLock::discard() noexcept {
 
 FileLock::~FileLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+std::optional<std::string> lock_holder(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> holder;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    char buf[512];
+    const ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+    holder.emplace(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+  }
+  ::close(fd);  // lets go of the shared lock where it was taken
+  return holder;
 }
 
 }  // namespace dtrain

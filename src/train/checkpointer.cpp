@@ -185,6 +185,21 @@ void resume_without_checkpoint(const Config& c, const std::vector<std::string>& 
                                   "set aside)"));
 }
 
+/// The run dir's lock file (lock_run_dir()).
+std::string run_dir_lock_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / ".dtrain.lock").string();
+}
+
+/// The error of a run dir whose lock another run holds (`holder`: its note).
+InputError run_dir_in_use(const std::string& run_dir, const std::string& holder) {
+  return InputError("option --run-dir: '" + run_dir + "' is in use by another dtrain run (" +
+                    (holder.empty() ? "starting" : holder) +
+                    "); two runs would write the same checkpoints: let it finish, or choose "
+                    "another --run-dir; if no run uses it (its node was lost and the file "
+                    "system still holds the lock), delete " +
+                    run_dir_lock_path(run_dir) + " (nothing was written)");
+}
+
 }  // namespace
 
 FileLock lock_run_dir(const std::string& run_dir, const std::string& host) {
@@ -194,16 +209,9 @@ FileLock lock_run_dir(const std::string& run_dir, const std::string& host) {
   char since[32] = "?";
   if (::gmtime_r(&now, &utc) != nullptr)
     std::strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S UTC", &utc);
-  const std::string path = (std::filesystem::path(run_dir) / ".dtrain.lock").string();
-  FileLock lock(path, "its chief: pid " + std::to_string(::getpid()) + " on " + host + ", since " +
-                          since);
-  if (lock.state() == FileLock::State::busy)
-    throw InputError("option --run-dir: '" + run_dir + "' is in use by another dtrain run (" +
-                     (lock.holder().empty() ? "starting" : lock.holder()) +
-                     "); two runs would write the same checkpoints: let it finish, or choose "
-                     "another --run-dir; if no run uses it (its node was lost and the file "
-                     "system still holds the lock), delete " +
-                     path + " (nothing was written)");
+  FileLock lock(run_dir_lock_path(run_dir), "its chief: pid " + std::to_string(::getpid()) +
+                                                " on " + host + ", since " + since);
+  if (lock.state() == FileLock::State::busy) throw run_dir_in_use(run_dir, lock.holder());
   if (lock.state() == FileLock::State::unsupported)
     log_warn("the file system of run dir '" + run_dir +
              "' takes no file locks (flock: " + std::strerror(lock.error()) +
@@ -258,6 +266,9 @@ std::optional<CheckpointState> check_resume_point(const Config& c, const std::st
                                                   std::size_t param_count, std::size_t state_count,
                                                   const TrainPlan& plan, std::string& report) {
   const bool exists = check_existing_run_dir(c.run_dir);  // prepare_run_dir()'s, making nothing
+  if (exists)                                             // lock_run_dir()'s, taking no lock
+    if (const std::optional<std::string> holder = lock_holder(run_dir_lock_path(c.run_dir)))
+      throw run_dir_in_use(c.run_dir, *holder);
   std::optional<CheckpointState> resume =
       find_resume_point(c, signature, param_count, state_count, plan);
   if (resume) {

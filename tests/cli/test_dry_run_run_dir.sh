@@ -6,7 +6,8 @@
 #   1. --resume with 3 workers (the checkpoint's shape does not fit);
 #   2. --resume of another model;
 #   3. a fresh run into the run dir, which holds a run;
-#   4. a run dir that is a regular file.
+#   4. a run dir that is a regular file;
+#   7. --resume into a run dir whose lock another run holds (flock(1) standing in for it).
 # Accepted, saying what the run would do and writing nothing:
 #   5. --resume: "continues checkpoint ... at global_step 10", also past a corrupt newer checkpoint
 #      (warned, not renamed .corrupt as the real start does); at --max-steps 10: the run is complete;
@@ -81,6 +82,17 @@ accepted 2 "CORRUPT CHECKPOINT SKIPPED: $d/ckpt-0000000020.h5|continues checkpoi
 [[ -f $d/ckpt-0000000020.h5 ]] || fail "--dry-run moved the corrupt checkpoint"
 rm "$d/ckpt-0000000020.h5"
 accepted 2 "continues checkpoint '$d/ckpt-0000000010.h5'|the run is complete: nothing left to train" --resume --max-steps 10
+
+echo "== 7. --resume while another run holds the run dir"
+command -v flock >/dev/null || fail "no flock(1) (util-linux)"
+printf 'its chief: pid 4242 on otherhost, since 2026-01-01 00:00:00 UTC' >"$d/.dtrain.lock"
+flock -o "$d/.dtrain.lock" sleep 300 &  # -o: the lock is flock's own, gone with it
+holder=$!
+for _ in $(seq 50); do flock -n "$d/.dtrain.lock" true || break; sleep 0.1; done
+refused 2 "option --run-dir: '$d' is in use by another dtrain run|pid 4242 on otherhost" --resume --max-steps 20
+pkill -P "$holder" sleep || true  # flock then exits, letting go
+wait "$holder" 2>/dev/null || true
+accepted 2 "continues checkpoint '$d/ckpt-0000000010.h5'" --resume --max-steps 20
 
 echo "== 6. a run dir that does not exist: not made"
 d=$SCRATCH/new/run

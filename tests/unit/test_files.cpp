@@ -128,7 +128,10 @@ TEST(Files, FileLockIsHeldByOneOwnerAtATimeAndNamesItToTheNext) {
   EXPECT_EQ(second.state(), FileLock::State::busy);
   EXPECT_EQ(second.holder(), "its chief: pid 1 on nodeA");
   EXPECT_EQ(read(path), "its chief: pid 1 on nodeA");  // the loser wrote nothing
-  first.reset();                                       // released: the next one gets it
+  // lock_holder() finds the holder without holding the lock: the next owner still gets it.
+  EXPECT_EQ(lock_holder(path), std::optional<std::string>("its chief: pid 1 on nodeA"));
+  first.reset();  // released: the next one gets it
+  EXPECT_EQ(lock_holder(path), std::nullopt);
   FileLock third(path, "pid 3");
   EXPECT_EQ(third.state(), FileLock::State::held);
   EXPECT_EQ(read(path), "pid 3");
@@ -138,6 +141,8 @@ TEST(Files, FileLockIsHeldByOneOwnerAtATimeAndNamesItToTheNext) {
   fs::remove(path);
   FileLock made(path, "pid 4");
   made.discard();  // a file it made goes with it
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(lock_holder(path), std::nullopt);  // no file: no holder, and none made
   EXPECT_FALSE(fs::exists(path));
   const std::string msg = error_of([&] { FileLock((d.path / "no" / "dir").string(), ""); });
   EXPECT_NE(msg.find("no/dir'"), std::string::npos) << msg;

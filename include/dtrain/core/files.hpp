@@ -13,6 +13,7 @@
 // for the run's lifetime; the kernel releases it when the process ends, however it ends.
 #pragma once
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -113,5 +114,11 @@ class FileLock {
   std::string holder_;
   int error_ = 0;
 };
+
+/// Whether another process holds a FileLock on `path`, found without holding it: a shared flock
+/// tried once (never waiting) and let go at once; nothing is created or written. Returns the
+/// holder's note ("" when it has written none yet), or nullopt where no one holds it, the file is
+/// absent or cannot be opened for reading, or the file system takes no locks. Never throws.
+std::optional<std::string> lock_holder(const std::string& path);
 
 }  // namespace dtrain

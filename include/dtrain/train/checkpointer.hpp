@@ -100,7 +100,8 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
 /// --dry-run's part of the chief's set-up: the checks of lock_run_dir() and find_resume_point()
 /// that need no change to the run dir, reading only (no directory made, no lock taken, no file
 /// renamed or removed): c.run_dir, where it exists, is a writable directory (else InputError as
-/// prepare_run_dir()), then find_resume_point() (with its warnings, and InputError where it
+/// prepare_run_dir()) that no other run holds (else InputError as lock_run_dir(); core/files.hpp
+/// lock_holder()), then find_resume_point() (with its warnings, and InputError where it
 /// refuses: a run dir that holds a run without --resume, a checkpoint that does not fit). Returns
 /// its resume point, and in `report` one line saying what the run would do: continue which
 /// checkpoint at which position, start from scratch (or --init-from), or start a new run.
