@@ -282,9 +282,14 @@ def read_config(path):
 
 
 def shown(v, limit=60):
-    """A config value as a note shows it: quoted, shortened past `limit` characters."""
+    """A config value as a note shows it: quoted; one longer than `limit` characters keeps its
+    start and its end, "/runs/a/...b/job_a.ini": two paths that differ in their file name only
+    (config_file, train-data) stay told apart (cut at the end, both read the same)."""
     v = json.dumps(v, ensure_ascii=False)
-    return v if len(v) <= limit else v[:limit - 4] + '..."'
+    if len(v) <= limit:
+        return v
+    keep = (limit - 3) // 2
+    return v[:keep] + "..." + v[-keep:]
 
 
 def problem_difference(series_runs):

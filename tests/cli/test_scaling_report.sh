@@ -321,8 +321,14 @@ def put(d, **kw):
     os.makedirs(f"{dst}/{d}")
     json.dump({**good, **kw}, open(f"{dst}/{d}/results.json", "w"))
 two = {"num_workers": 2, "world_size": 2}
-put("jobs/sync-w1")
+# config_file names of a fixed length: the note shortens a value past 60 characters, and
+# $SCRATCH (hence the sweep's own config_file) is as long as the checkout's path.
+put("jobs/sync-w1", config_file="job.ini")
 put("jobs/sync-w2", **two, config_crc32="0badc0de", config_file="other.ini")
+# Two long paths that differ in their file name only: shortened, each keeps its end.
+far = "/" + "d" * 80
+put("long/sync-w1", config_file=f"{far}/job_a.ini")
+put("long/sync-w2", **two, config_crc32="0badc0de", config_file=f"{far}/job_b.ini")
 # With each run dir's config.ini (the effective configuration): its problem-defining keys decide.
 conf = open(f"{src}/sync-w1/config.ini").read()
 assert "\nlr = " in conf and "\nrun-dir = " in conf, conf
@@ -348,7 +354,9 @@ put("zero/sync-w2", **two)
 PY
 lr1=$(sed -n 's/^lr = //p' "$out/sync-w1/config.ini")
 layer2=$(grep '^layer = ' "$out/sync-w1/config.ini" | sed -n '2s/^layer = //p')
-for case in "jobs|runs of different problems: results.json config_file = \"$SCRATCH/job.ini\" in sync-w1, \"other.ini\" in sync-w2 - not the same problem" \
+d26=$(printf 'd%.0s' {1..26}) d17=$(printf 'd%.0s' {1..17})  # the long case's shortened ends
+for case in "jobs|runs of different problems: results.json config_file = \"job.ini\" in sync-w1, \"other.ini\" in sync-w2 - not the same problem" \
+  "long|runs of different problems: results.json config_file = \"/$d26...$d17/job_a.ini\" in sync-w1, \"/$d26...$d17/job_b.ini\" in sync-w2" \
   "lr|runs of different problems: config.ini [optimizer] lr = \"$lr1\" in sync-w1, \"9$lr1\" in sync-w2 - not the same problem" \
   "model|runs of different problems: config.ini [model] layer 2: \"$layer2\" in sync-w1, \"$layer2 name=x\" in sync-w2" \
   "batches|runs with different global batches [8, 16] - not the same problem" \
