@@ -2,9 +2,12 @@
 #include "dtrain/core/fault.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain {
 namespace {
@@ -60,13 +63,14 @@ FaultSpec parse_fault_spec(const std::string& value) {
   else if (kind == "nan-gradient") f.kind = FaultKind::nan_gradient;
   else if (kind == "hang") f.kind = FaultKind::hang;
   else if (kind == "hang-reader") f.kind = FaultKind::hang_reader;
+  else if (kind == "hang-ps-snapshot") f.kind = FaultKind::hang_ps_snapshot;
   else if (kind == "slow-eval") f.kind = FaultKind::slow_eval;
   else if (kind == "no-shared-memory") f.kind = FaultKind::no_shared_memory;
   else
     throw InputError(
         "environment DTRAIN_FAULT='" + value + "': unknown fault '" + kind +
-        "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | slow*F | slow+MS | "
-        "slow-eval | no-shared-memory)");
+        "' (kill-in-checkpoint-write | nan-gradient | hang | hang-reader | hang-ps-snapshot | "
+        "slow*F | slow+MS | slow-eval | no-shared-memory)");
   return f;
 }
 
@@ -90,6 +94,11 @@ double fault_delay() { return fault_active(FaultKind::slow) ? g_spec.delay_s : 0
 bool fault_fires(FaultKind kind, std::int64_t global_step) {
   if (!fault_active(kind) || global_step < g_spec.step) return false;
   return !g_fired.exchange(true);
+}
+
+void hang_forever(const std::string& what) {
+  log_warn("DTRAIN_FAULT: " + what + " hangs forever");
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace dtrain

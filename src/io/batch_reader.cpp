@@ -377,10 +377,8 @@ void BatchReader::run() noexcept {
 }
 
 void BatchReader::read_batch(std::int64_t k, HostBatch& out) {
-  if (fault_fires(FaultKind::hang_reader, k)) {  // test-only hook (core/fault.hpp)
-    log_warn("DTRAIN_FAULT: the batch reader hangs forever at batch " + std::to_string(k));
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
+  if (fault_fires(FaultKind::hang_reader, k))  // test-only hook (core/fault.hpp)
+    hang_forever("the batch reader at batch " + std::to_string(k));
   Reader& r = *reader_;
   const std::int64_t begin = k * batch_size_;
   const int m = static_cast<int>(

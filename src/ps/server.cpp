@@ -15,6 +15,7 @@
 
 #include "dtrain/comm/mpi_check.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/fault.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/ps/client.hpp"  // ps_reply_timeout
 #include "server_core.hpp"
@@ -235,6 +236,8 @@ void ServerCore::on_header(int w, int tag, const MsgHeader& h) {
       start(w, tag, h, Fate::load, {params_.data(), rule_->state_m(), rule_->state_v()});
       return;
     case kTagSnapshot:
+      if (fault_fires(FaultKind::hang_ps_snapshot, global_step_))  // test-only (core/fault.hpp)
+        hang_forever(who_ + " at a snapshot of global step " + std::to_string(global_step_));
       reply(w, kTagState, 0, 0, {params_.data(), rule_->state_m(), rule_->state_v()});
       post_recv(w);
       return;

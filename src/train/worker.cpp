@@ -532,10 +532,8 @@ void Worker::inject_faults(double step_seconds) {
   // Test-only hooks (DTRAIN_FAULT, core/fault.hpp): one comparison each when no fault is set.
   if (const double extra = (fault_slowdown() - 1) * step_seconds + fault_delay(); extra > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(extra));
-  if (fault_fires(FaultKind::hang, global_step_)) {
-    log_warn("DTRAIN_FAULT: hanging forever at global step " + std::to_string(global_step_));
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
+  if (fault_fires(FaultKind::hang, global_step_))
+    hang_forever("the worker at global step " + std::to_string(global_step_));
 }
 
 }  // namespace dtrain

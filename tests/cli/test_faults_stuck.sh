@@ -28,7 +28,10 @@
 #      waiting for stage 1 (the gradients of a micro-batch, or the stages' agreement on the step).
 #   7b. the same in sync through the ps: the stopped ps is named, by the other ps, which waits for
 #      its say on the step (1.5 × --timeout; the stages wait 2 × --timeout for held replies).
-#   7c. sync through 2 ps (3 workers), no pipeline, ps 1 stopped: ps 0 names it the same way.
+#   7c. sync through 2 ps (3 workers), no pipeline, ps 1 stopped: ps 0 names it the same way, or
+#      (stopped between steps) a worker waiting for a reply ps 1 gives at once does, after
+#      --timeout.
+#   7e. the latter made certain: ps 1 hangs on the chief's checkpoint snapshot (hang-ps-snapshot).
 #   7d. a sync pipeline through the ps, stage 0's worker stuck: its ps names it (world rank 1), not
 #      stage 1's ps, which waits for that ps's say on the step.
 #   5. DTRAIN_FAULT=hang-reader@30:0, one worker: its batch reader thread hangs at batch 30 (a hung
@@ -130,6 +133,11 @@ stuck_case pipe-sync-ps-hang 4 hook:hang@20:1 "world rank 1" --mode sync --num-p
 # --timeout, naming that healthy worker or no one.
 WATCHDOG_S=7.5/5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4/no reply from ps 1 (rank 4)" \
   --mode sync --num-ps 2
+# 7e. The same moment made certain: ps 1 hangs on the chief's snapshot for the checkpoint of step
+# 20. The chief names it after --timeout; ps 0, holding the others' pushes of the next step, waits
+# 1.25 x for the chief's (it named the healthy chief after --timeout).
+stuck_case sync-2ps-snapshot 5 hook:hang-ps-snapshot@20:4 \
+  "worker 0 gathering a checkpoint snapshot|no reply from ps 1 (rank 4)" --mode sync --num-ps 2
 # 5. the batch reader thread hangs (a hung file system): next() has the same deadline.
 stuck_case reader-hang 1 hook:hang-reader@30:0 "reading batch 30 of|fx.h5" --mode sync --num-ps 0
 # 6. a pipeline stage stuck: its neighbour names it.

@@ -12,6 +12,8 @@
 //   hang@S[:R]                    the worker sleeps forever at the first step with global_step >= S
 //   hang-reader@K[:R]             the batch reader thread sleeps forever on reading the first batch
 //                                 whose index in its epoch is >= K (BatchReader::next times out)
+//   hang-ps-snapshot@S[:R]        the ps sleeps forever on the first SNAPSHOT request (a
+//                                 checkpoint's) that comes at a global_step >= S
 //   slow*F[:R]                    a straggler: every training step (forward + backward) of the
 //                                 worker takes F times as long (it sleeps (F − 1) × the step's
 //                                 time)
@@ -40,6 +42,7 @@ enum class FaultKind {
   nan_gradient,
   hang,
   hang_reader,
+  hang_ps_snapshot,
   slow,
   slow_eval,
   no_shared_memory
@@ -77,5 +80,9 @@ bool fault_active(FaultKind kind);
 /// matching and global_step >= the injected step (for hang_reader the caller passes the batch
 /// index as global_step).
 bool fault_fires(FaultKind kind, std::int64_t global_step);
+
+/// A hang fault that fired: logs "DTRAIN_FAULT: <what> hangs forever" and sleeps for ever (the
+/// thread it is called on; the rank's other threads go on).
+[[noreturn]] void hang_forever(const std::string& what);
 
 }  // namespace dtrain
