@@ -53,13 +53,22 @@ pypi_python() {
   local py=${given:-$venv/bin/python} log=$SCRATCH/pip_${venv//\//_}.log
   if ! "$py" -c "import $imports" 2>/dev/null; then
     py=$venv/bin/python
-    echo "# installing $* from PyPI into $venv (test-only)"
-    if ! { /usr/bin/python3 -m venv "$venv" &&
-           timeout 360 "$venv/bin/pip" install -q --timeout 60 "$@"; } >"$log" 2>&1 ||
-       ! "$py" -c "import $imports" 2>/dev/null; then
-      tail -5 "$log"
-      return 1
+    # One installer at a time: tests that ctest -j runs together share VENV (test_export.sh and
+    # test_export_graphs.sh: /opt/torchexport); the second waits for the first's pip, then finds
+    # the packages there instead of installing them over it.
+    local lock= rc=0
+    { exec {lock}>>"$venv.lock"; } 2>/dev/null && flock -w 400 "$lock" || true
+    if ! "$py" -c "import $imports" 2>/dev/null; then
+      echo "# installing $* from PyPI into $venv (test-only)"
+      if ! { /usr/bin/python3 -m venv "$venv" &&
+             timeout 360 "$venv/bin/pip" install -q --timeout 60 "$@"; } >"$log" 2>&1 ||
+         ! "$py" -c "import $imports" 2>/dev/null; then
+        tail -5 "$log"
+        rc=1
+      fi
     fi
+    [[ -z $lock ]] || exec {lock}>&-
+    ((rc == 0)) || return 1
   fi
   printf -v "$var" '%s' "$py"
 }

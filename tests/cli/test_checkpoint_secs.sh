@@ -2,15 +2,16 @@
 # tests/cli/test_checkpoint_secs.sh — --checkpoint-secs S (TensorFlow's save_checkpoint_secs): a
 # checkpoint at the first step ending S seconds or more after the last one, on whichever steps the
 # clock gives, with every rank that saves agreeing on the step.
-#   1. sync allreduce, 2 workers, steps slowed to tens of ms (DTRAIN_FAULT=slow*20): mid-run
+#   1. sync allreduce, 2 workers, every step 15 ms longer (DTRAIN_FAULT=slow+15: a fixed delay, so
+#      that the 100 steps last 1.5 s or more on any machine — slow*F scaled with the host's speed,
+#      and a host twice as fast as the 2-core VM got one mid-run checkpoint, not 2): mid-run
 #      checkpoints appear (none without the option), their recorded training times lie ≥ S apart,
 #      and resuming from one of them ends bit-identical to a run that never stopped — so both
 #      workers saved the same step (their batchnorm rows are in it).
-#   2. the other savers: async (the chief alone, slowed the same way), a pipelined allreduce run
-#      (2 stages) and a pipelined ps run (the stage leaders) finish and write mid-run checkpoints.
-#      The pipelines run at their own speed with a shorter interval: slow*F sleeps F − 1 times a
-#      step's compute, which in a pipeline includes waiting for the other stage, and so for the
-#      writer's checkpoint — the step after each checkpoint would be slowed past the interval.
+#   2. the other savers: async (the chief alone; every step 20 ms longer, so that the chief's 40 or
+#      so steps outlast S), a pipelined allreduce run (2 stages) and a pipelined ps run (the stage
+#      leaders) finish and write mid-run checkpoints. The pipelines get 2 ms a step (250 steps:
+#      0.5 s or more) and a shorter interval.
 #      SSP writes no checkpoint of step 0 (its chief can step before the ps's first update).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -47,9 +48,9 @@ a=$SCRATCH/straight
 run 2 "$a" --mode sync --num-ps 0 --max-steps 100
 [[ $(ls "$a"/ckpt-*.h5) == "$a/ckpt-0000000100.h5" ]] || fail "$a: $(ls "$a")"
 
-echo "== with --checkpoint-secs $SECS (steps slowed by DTRAIN_FAULT=slow*20)"
+echo "== with --checkpoint-secs $SECS (steps 15 ms longer: DTRAIN_FAULT=slow+15)"
 b=$SCRATCH/timed
-DTRAIN_FAULT='slow*20' run 2 "$b" --mode sync --num-ps 0 --max-steps 100 --checkpoint-secs "$SECS"
+DTRAIN_FAULT='slow+15' run 2 "$b" --mode sync --num-ps 0 --max-steps 100 --checkpoint-secs "$SECS"
 steps=$(mid_checkpoints "$b" 100 2 "$SECS") || fail "$b: $steps"
 echo "mid-run checkpoints at steps: $steps"
 echo "== saving changed nothing: the timed run ends bit-identical to the straight one"
@@ -66,15 +67,15 @@ compare "$a" "$c" 100
 
 echo "== the other savers"
 d=$SCRATCH/async
-DTRAIN_FAULT='slow*20' run 3 "$d" --mode async --num-ps 1 --max-steps 80 --checkpoint-secs "$SECS"
+DTRAIN_FAULT='slow+20' run 3 "$d" --mode async --num-ps 1 --max-steps 80 --checkpoint-secs "$SECS"
 steps=$(mid_checkpoints "$d" 80 1 "$SECS") || fail "$d: $steps"
 echo "async, 1 ps + 2 workers: mid-run checkpoints at steps $steps"
 for shape in "2 --mode sync --num-ps 0" "4 --mode async --num-ps 2"; do
   read -r -a args <<<"$shape"
   d=$SCRATCH/pipelined-${args[2]}
   # 250 steps: the epoch's 256 (4096 samples in batches of 16) would add a checkpoint of its own.
-  run "${args[0]}" "$d" "${args[@]:1}" --pipeline-stages 2 --micro-batches 2 --max-steps 250 \
-    --checkpoint-secs 0.05
+  DTRAIN_FAULT='slow+2' run "${args[0]}" "$d" "${args[@]:1}" --pipeline-stages 2 --micro-batches 2 \
+    --max-steps 250 --checkpoint-secs 0.05
   steps=$(mid_checkpoints "$d" 250 1 0.05) || fail "$d ($shape): $steps"
   echo "-np $shape, 2 stages: mid-run checkpoints at steps $steps"
 done

@@ -68,9 +68,13 @@ stuck_case() {  # stuck_case NAME NP HOW WORDS ARGS...  (HOW: stop:RANK | hook:S
   [[ $JOB_RC -eq 4 ]] || { cat "$log"; fail "$name: exit $JOB_RC, want 4 (the watchdog's)"; }
   local msg w
   # WATCHDOG_S "a/b": either deadline (where the stop falls decides which rank's wait ends first).
-  local after=${WATCHDOG_S:-5}
-  msg=$(grep -m1 -E "timed out after (${after//\//|}) s" "$log") ||
-    { cat "$log"; fail "$name: no watchdog message after ${WATCHDOG_S:-5} s"; }
+  # Not the stopped rank's own message: mpirun's abort sends SIGCONT before SIGTERM, and the rank
+  # let go reports its own wait, stopped too, as timed out (naming a healthy peer).
+  local after=${WATCHDOG_S:-5} stopped=none
+  [[ $how == stop:* ]] && stopped=${how#stop:}
+  msg=$(grep -E "timed out after (${after//\//|}) s" "$log" |
+    grep -v "^dtrain: error: \[rank $stopped " | sed -n 1p) || true
+  [[ -n $msg ]] || { cat "$log"; fail "$name: no watchdog message after ${WATCHDOG_S:-5} s"; }
   local IFS='|'
   # Each '|'-separated word must appear; a word "a/b" is satisfied by either (where a stuck peer
   # leaves the others waiting depends on the moment it stopped).
@@ -118,8 +122,12 @@ stuck_case pipe-ps-stop 4 stop:3 "ps 0 (rank 3)/from stage 1/stages agreeing" --
 # waits 1.5 × --timeout for the stopped one's say — less than the stages wait for their held
 # replies (2 × --timeout) — so the stopped ps is the one named (stage 0 used to time out first, at
 # --timeout, naming stage 1, a healthy worker; then stage 0's ps, a healthy ps).
-WATCHDOG_S=7.5 stuck_case pipe-sync-ps-stop 4 stop:3 "the ps at world rank 3" --mode sync \
-  --num-ps 2 --pipeline-stages 2 --micro-batches 4
+# Where ps 1 stops after its say on a step that ps 0 then makes, ps 0 is idle (it waits longer
+# than anyone) and stage 1's worker, pushing that step to the stopped ps, names it after its
+# 2 x --timeout wait for the reply.
+WATCHDOG_S=7.5/10 stuck_case pipe-sync-ps-stop 4 stop:3 \
+  "the ps at world rank 3/pushing gradients with ps 0 (rank 3)" --mode sync --num-ps 2 \
+  --pipeline-stages 2 --micro-batches 4
 # 7d. a sync pipeline through the ps, stage 0's worker (world rank 1) stuck before its push: stage
 # 1's ps has the step and waits for stage 0's say; stage 0's ps, which knows whose push it lacks,
 # names that worker after --timeout, before stage 1's ps would name it (a healthy ps) after 1.5 ×.
@@ -131,8 +139,10 @@ stuck_case pipe-sync-ps-hang 4 hook:hang@20:1 "world rank 1" --mode sync --num-p
 # waiting for a reply a ps gives at once: it names ps 1 after --timeout, ps 0 waiting longer for
 # that worker's push (1.25 x) or, idle, for any message (3 x); ps 0 used to time out first, after
 # --timeout, naming that healthy worker or no one.
-WATCHDOG_S=7.5/5 stuck_case sync-2ps-stop 5 stop:4 "the ps at world rank 4/no reply from ps 1 (rank 4)" \
-  --mode sync --num-ps 2
+# Stopped after its say on a step that ps 0 then makes (ps 0 idle), ps 1 leaves the workers
+# pushing the next step: they name it after their 2 x --timeout wait for the reply.
+WATCHDOG_S=7.5/5/10 stuck_case sync-2ps-stop 5 stop:4 \
+  "the ps at world rank 4/no reply from ps 1 (rank 4)" --mode sync --num-ps 2
 # 7e. The same moment made certain: ps 1 hangs on the chief's snapshot for the checkpoint of step
 # 20. The chief names it after --timeout; ps 0, holding the others' pushes of the next step, waits
 # 1.25 x for the chief's (it named the healthy chief after --timeout).

@@ -404,11 +404,24 @@ for c in range(2):
         Image.fromarray(np.roll(a, i, axis=1)).save(f"{sys.argv[1]}/c{c}/{i:03d}.png", compress_level=0)
 PY
 mkdir -p "$SCRATCH/o7"
+# The conversion takes about a second here, a few hundred ms on a fast host: it is frozen
+# (SIGSTOP) as soon as its temporary file appears, so that the signal lands halfway on any host,
+# and the signal acts when it is let go (SIGCONT).
+# halfway PID [SECS [group]]: SECS (default 0) after the temporary file appears, PID (with its
+# process group) is frozen, still converting.
+halfway() {
+  local pid=$1 secs=${2:-0} group=${3:-}
+  for _ in $(seq 200); do ls -A "$SCRATCH/o7" | grep -q tmp && break; sleep 0.02; done
+  sleep "$secs"
+  if [[ -n $group ]]; then kill -STOP -- -"$pid"; else kill -STOP "$pid"; fi
+  ls -A "$SCRATCH/o7" | grep -q tmp && kill -0 "$pid" 2>/dev/null ||
+    fail "no conversion in progress to interrupt (over before its temporary file was seen?)"
+}
 $TOOL "$SCRATCH/big" --size 128 --out "$SCRATCH/o7/big.h5" >"$SCRATCH/big.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do ls -A "$SCRATCH/o7" | grep -q tmp && break; sleep 0.05; done
-ls -A "$SCRATCH/o7" | grep -q tmp || fail "no temporary file seen while converting"
+halfway $pid
 kill -TERM $pid
+kill -CONT $pid
 rc=0
 wait $pid || rc=$?
 [[ $rc -eq 143 ]] || { cat "$SCRATCH/big.log"; fail "interrupted conversion exit $rc (want 143)"; }
@@ -422,13 +435,13 @@ for round in 1 2 3; do
   for how in tool group worker; do
     setsid $TOOL "$SCRATCH/big" --size 128 --workers 2 --out "$SCRATCH/o7/big.h5" >"$SCRATCH/big.log" 2>&1 &
     pid=$!
-    for _ in $(seq 100); do ls -A "$SCRATCH/o7" | grep -q tmp && break; sleep 0.05; done
-    sleep 0.$round
+    halfway $pid "0.0$round" group  # a little further in each round, well inside the conversion
     case $how in
       tool) kill -TERM $pid; want=143 ;;
       group) kill -TERM -- -$pid; want=143 ;;
       worker) kill -KILL "$(pgrep -P $pid | head -n 1)"; want=1 ;;
     esac
+    kill -CONT -- -$pid 2>/dev/null || true
     ends_within 60 $pid || { kill -KILL -- -$pid; fail "--workers 2, $how killed: the conversion hung"; }
     rc=0
     wait $pid || rc=$?
