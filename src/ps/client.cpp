@@ -107,6 +107,7 @@ void PsClient::post(int tag, MsgHeader header, int reply_parts, const std::vecto
       }
     }
   }
+  replies_end_ = reqs_.size();
   const std::int64_t common = seen_.empty() ? 0 : *std::min_element(seen_.begin(), seen_.end());
   const bool may_wait = tag == kTagPush || (tag == kTagPull && header.wait_step > common);
   limit_ = may_wait ? timeout_ : answer_timeout_;
@@ -245,14 +246,23 @@ PushResult PsClient::wait(int tag) {
   drain_rings(what);
   try {
     wait_all(reqs_, limit_, what);
-  } catch (const TimeoutError& e) {  // name the ps whose reply has not come
-    std::string silent;
-    for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k)
-      if (reqs_[reply_at_[k]] != MPI_REQUEST_NULL)
-        silent += (silent.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
-                  world_rank_of(k) + ")";
-    if (silent.empty() || shards_.size() == 1) throw;
-    throw TimeoutError(e.seconds(), what + " (no reply from " + silent + ")");
+  } catch (const TimeoutError& e) {  // name the ps whose reply has not come, or not whole
+    std::string none, part;
+    const std::size_t K = shards_.size();
+    for (std::size_t k = 0; k < K && tag != kTagDone; ++k) {
+      const auto begin = reqs_.begin() + static_cast<std::ptrdiff_t>(reply_at_[k]);
+      const auto end =
+          reqs_.begin() + static_cast<std::ptrdiff_t>(k + 1 < K ? reply_at_[k + 1] : replies_end_);
+      std::string& list = *begin != MPI_REQUEST_NULL ? none : part;  // its header, or payload
+      if (std::any_of(begin, end, [](MPI_Request r) { return r != MPI_REQUEST_NULL; }))
+        list += (list.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
+                world_rank_of(k) + ")";
+    }
+    if ((none.empty() && part.empty()) || K == 1) throw;
+    throw TimeoutError(
+        e.seconds(),
+        what + (none.empty() ? "" : " (no reply from " + none + ")") +
+            (part.empty() ? "" : " (part of the reply of " + part + " still missing)"));
   }
   PushResult r;
   for (std::size_t k = 0; k < shards_.size() && tag != kTagDone; ++k) {

@@ -168,6 +168,7 @@ class PsClient {
   std::vector<ChunkLayout> layouts_;                 // per ps: its shard's chunks
   std::vector<MPI_Request> reqs_;
   std::vector<std::size_t> reply_at_;  // per ps: the index in reqs_ of its reply header's receive
+  std::size_t replies_end_ = 0;        // reqs_[reply_at_[k], next ps's or this): ps k's reply
   std::vector<int> index_;             // MPI_Testsome's output
   ZeroChunk zeros_;
   /// What this rank shares with one ps: the ring, and the request in flight through it.
