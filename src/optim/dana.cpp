@@ -17,8 +17,13 @@ DanaMomentum::DanaMomentum(const Config& c, Backend& backend, std::size_t n, int
   DT_REQUIRE(c.optimizer == OptimizerKind::momentum,
              "DANA needs the momentum optimizer, got " + std::string(to_string(c.optimizer)));
   DT_REQUIRE(workers >= 1, "DANA needs at least one worker");
+  // DANA's look-ahead reply θ̂ = θ − η·γ·Σ v_j already is the Nesterov step (one worker: NAG):
+  // each worker's own update is plain momentum, whatever --nesterov says, or the look-ahead
+  // would be taken twice.
+  Config plain = c;
+  plain.nesterov = false;
   for (int w = 0; w < workers; ++w)
-    per_worker_.push_back(std::make_unique<Optimizer>(c, backend, n, total_steps, no_decay));
+    per_worker_.push_back(std::make_unique<Optimizer>(plain, backend, n, total_steps, no_decay));
 }
 
 namespace {

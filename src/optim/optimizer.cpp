@@ -141,8 +141,8 @@ Optimizer::Optimizer(const Config& c, Backend& backend, std::size_t n, std::int6
     v_ = DeviceBuffer<float>(backend, n);
 }
 
-bool Optimizer::apply(float* params, const float* grads, std::int64_t step) {
-  return apply(params, grads, step, 0, n_);
+bool Optimizer::apply(float* params, const float* grads, std::int64_t step, float lr_scale) {
+  return apply_range(params, grads, nullptr, step, 0, n_, lr_scale);
 }
 
 bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std::size_t begin,
@@ -151,16 +151,16 @@ bool Optimizer::apply(float* params, const float* grads, std::int64_t step, std:
 }
 
 bool Optimizer::apply_into_grads(float* params, float* grads, std::int64_t step, std::size_t begin,
-                                 std::size_t end) {
-  return apply_range(params, grads, grads, step, begin, end);
+                                 std::size_t end, float lr_scale) {
+  return apply_range(params, grads, grads, step, begin, end, lr_scale);
 }
 
 bool Optimizer::apply_range(float* params, const float* grads, float* into, std::int64_t step,
-                            std::size_t begin, std::size_t end) {
+                            std::size_t begin, std::size_t end, float lr_scale) {
   DT_REQUIRE(begin <= end && end <= n_, "optimizer: update range outside the parameters");
   OptimizerUpdate u;
   u.kind = kind_;
-  u.lr = learning_rate(config_, step, total_steps_);
+  u.lr = learning_rate(config_, step, total_steps_) * lr_scale;
   u.momentum = async_workers_ > 0 ? ps_momentum(config_, async_workers_, step, total_steps_)
                                   : config_.momentum;
   u.nesterov = config_.nesterov;

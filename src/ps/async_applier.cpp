@@ -119,20 +119,34 @@ class AsyncApplier final : public UpdateRule {
     correct(w, g, b, e);
     const double t0 = now_seconds();
     if (dana_) dana_->apply_into_grads(w, p, g, r.step, b, e);
-    else opt_->apply_into_grads(p, g, r.step, b, e);
+    else opt_->apply_into_grads(p, g, r.step, b, e, stale_lr_scale(w));
     core_.stats().optimizer_seconds += now_seconds() - t0;
     if (dc_) dc_->sent(w, dana_ ? dana_->look_ahead() : p, b, e);  // the values g now holds
     core_.send_slot(w, at, g, e - b);
   }
 
-  /// --stale-lr inverse and --delay-compensation on the gradient g of floats [b, e) of worker w's
-  /// push, before its update.
+  /// --delay-compensation, then --stale-lr inverse, on the gradient g of floats [b, e) of worker
+  /// w's push, before its update: DC-ASGD's g̃ (its mean square of the gradients as pushed) takes
+  /// lr/τ. Momentum (DANA too) divides g̃ by τ, its share of the momentum; sgd, Adam, LARS and
+  /// LAMB divide the update's learning rate (stale_lr_scale()): Adam, LARS and LAMB normalize a
+  /// gradient's scale away, and sgd's weight decay takes lr/τ too.
   void correct(int w, float* g, std::size_t b, std::size_t e) {
-    const Incoming& r = core_.request(w);
-    if (core_.config().stale_lr == StaleLr::inverse && r.staleness > 1)
-      core_.backend().scale(g, 1.0f / static_cast<float>(r.staleness), e - b);
     if (dc_) dc_->compensate(w, g, core_.params(), b, e);
+    const float s = stale_factor(w);
+    if (s != 1.0f && !scales_lr()) core_.backend().scale(g, s, e - b);
   }
+
+  /// 1/τ for a push τ > 1 steps stale under --stale-lr inverse, else 1.
+  float stale_factor(int w) {
+    const Incoming& r = core_.request(w);
+    return core_.config().stale_lr == StaleLr::inverse && r.staleness > 1
+               ? 1.0f / static_cast<float>(r.staleness)
+               : 1.0f;
+  }
+  /// Whether --stale-lr inverse divides the learning rate rather than the gradient.
+  bool scales_lr() const { return !dana_ && core_.config().optimizer != OptimizerKind::momentum; }
+  /// The learning-rate factor of worker w's update: 1/τ where correct() did not divide g.
+  float stale_lr_scale(int w) { return scales_lr() ? stale_factor(w) : 1.0f; }
 
   /// A layer-wise optimizer's push, arrived whole: takes the next global step and is applied to
   /// the whole shard at once (unless the ps has stopped applying updates or it carries no
@@ -148,7 +162,7 @@ class AsyncApplier final : public UpdateRule {
     core_.settle_all();  // replies still leaving from the shard read old values
     correct(w, r.own.data(), 0, core_.size());
     const double t0 = now_seconds();
-    opt_->apply(core_.params(), r.own.data(), r.step);
+    opt_->apply(core_.params(), r.own.data(), r.step, stale_lr_scale(w));
     core_.stats().optimizer_seconds += now_seconds() - t0;
     ++core_.stats().updates;
     core_.count_used(w, r.staleness);

@@ -256,6 +256,24 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     check_position_fits(*resume, path, plan,
                         c.pipeline_stages > 1 ? "pipeline replica(s)" : "worker(s)");
     check_epoch_order_fits(*resume, path, c);
+    // DANA checkpoints Σ_j v_j (about W momenta); every other rule one momentum vector, which
+    // DANA would share out as m/W: a switch between them resumes with W× too much (or 1/W of
+    // the) momentum.
+    const auto value = [&](const char* key, const char* d) {
+      return config_value(*resume, key).value_or(d);
+    };
+    const bool was_dana = resume->mode == "async" && value("max-staleness", "-1") == "-1" &&
+                          value("optimizer", "momentum") == "momentum" &&
+                          value("async-momentum", "dana") == "dana";
+    const bool is_dana = exchange_kind(c) == ExchangeKind::ps_async &&
+                         c.optimizer == OptimizerKind::momentum &&
+                         c.async_momentum == AsyncMomentum::dana;
+    DT_REQUIRE(was_dana == is_dana,
+               "checkpoint '" + path + "': its momentum is " +
+                   (was_dana ? "DANA's sum over the workers" : "one momentum vector") +
+                   ", and this run's --async-momentum / --max-staleness " +
+                   (is_dana ? "is DANA" : "is not DANA") +
+                   " (resume with the rule it was written with, or start a new --run-dir)");
   } else {
     resume_without_checkpoint(c, existing, outputs);
   }

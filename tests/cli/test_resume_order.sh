@@ -10,7 +10,8 @@
 #      and the run goes on; the same file through a symbolic link: no warning.
 #   3. at the epoch's end (step 32, step 0 of epoch 2) --seed and --shuffle may change.
 #   4. async (1 ps + 2 workers) stopped by --max-steps 10 inside epoch 1: each worker at its own
-#      step; --seed 8 is refused naming them, the run's own seed resumes.
+#      step; --seed 8 is refused naming them, the run's own seed resumes. Another
+#      --async-momentum than its DANA is refused (its checkpoint holds DANA's momentum sum).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/faults_common.sh"
@@ -91,6 +92,10 @@ timeout 120 "$MPIEXEC" -n 3 "$DTRAIN" "${ARGS[@]}" --max-steps 10 >"$SCRATCH/asy
   { cat "$SCRATCH/async1.log"; fail "the async run failed"; }
 refused "ckpt-0000000010.h5|each worker at its own step|--seed 7, this run has --seed 8" \
   --seed 8 --max-steps 20
+# Its momentum is DANA's (the default --async-momentum): the sum over the workers' momenta, which
+# another rule would take as one momentum (W x too much): refused.
+refused "ckpt-0000000010.h5|DANA's sum over the workers|--async-momentum" \
+  --async-momentum as-given --max-steps 20
 go "$SCRATCH/async2.log" --max-steps 20
 [[ $rc -eq 0 ]] || { cat "$SCRATCH/async2.log"; fail "the async resume with its own seed: exit $rc"; }
 grep -q "resuming from global_step 10, .*each worker at its own step" "$SCRATCH/async2.log" ||

@@ -45,6 +45,27 @@ TEST(Dana, PerWorkerMomentumAndLookAheadInClosedForm) {
   }
 }
 
+TEST(Dana, NesterovAddsNoSecondLookAhead) {
+  // DANA's look-ahead is its Nesterov step: --nesterov leaves every worker's update plain
+  // momentum (it took the look-ahead twice).
+  auto be = make_cpu_backend();
+  Config c = dana_config();
+  Config nag = c;
+  nag.nesterov = true;
+  DanaMomentum plain(c, *be, 2, 2, 100), with(nag, *be, 2, 2, 100);
+  std::vector<float> a = {1.0f, -1.0f}, b = a;
+  plain.load(std::vector<float>(2, 0.0f).data(), a.data(), 0);
+  with.load(std::vector<float>(2, 0.0f).data(), b.data(), 0);
+  const std::vector<float> g[] = {{0.2f, 0.4f}, {-0.6f, 0.8f}, {1.0f, -0.2f}};
+  for (int t = 0; t < 3; ++t) {
+    plain.apply(t % 2, a.data(), g[t].data(), t, 0, 2);
+    with.apply(t % 2, b.data(), g[t].data(), t, 0, 2);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::vector<float>(plain.look_ahead(), plain.look_ahead() + 2),
+            std::vector<float>(with.look_ahead(), with.look_ahead() + 2));
+}
+
 TEST(Dana, ChunksEqualTheWholeShardAndLoadSharesTheSum) {
   auto be = make_cpu_backend();
   Config c = dana_config();

@@ -157,6 +157,31 @@ TEST(Layerwise, LaterStepsFollowThePapers) {
   }
 }
 
+TEST(Layerwise, LrScaleScalesTheStepsLearningRate) {
+  // An async ps's --stale-lr inverse: lr/τ for the normalizing optimizers (LARS, LAMB, Adam),
+  // which would cancel a gradient divided by τ instead.
+  auto be = make_cpu_backend();
+  for (const OptimizerKind kind : {OptimizerKind::lars, OptimizerKind::lamb, OptimizerKind::adam}) {
+    SCOPED_TRACE(to_string(kind));
+    Config c = config(kind);
+    c.lr = 0.05f;
+    Config third = c;
+    third.lr = c.lr / 3;
+    Optimizer scaled(c, *be, kN, 10, {}, param_segments(tensors(), kN));
+    Optimizer slow(third, *be, kN, 10, {}, param_segments(tensors(), kN));
+    std::vector<float> a = kP0, b = kP0;
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(scaled.apply(a.data(), kG.data(), step, 1.0f / 3));
+      ASSERT_TRUE(slow.apply(b.data(), kG.data(), step));
+    }
+    for (std::size_t i = 0; i < kN; ++i) EXPECT_NEAR(a[i], b[i], 1e-6f) << i;
+    std::vector<float> full = kP0;
+    Optimizer unscaled(c, *be, kN, 10, {}, param_segments(tensors(), kN));
+    ASSERT_TRUE(unscaled.apply(full.data(), kG.data(), 0));
+    EXPECT_NE(full, kP0);  // the steps move the parameters
+  }
+}
+
 TEST(Layerwise, WholeBufferOnlyAndNonFiniteReported) {
   auto be = make_cpu_backend();
   Optimizer opt(config(OptimizerKind::lars), *be, kN, 10, {}, param_segments(tensors(), kN));

@@ -83,7 +83,8 @@ class Optimizer {
   /// of n floats. With no_decay ranges, one backend update per run of equal decay. Returns
   /// whether every grads value was finite (Backend::optimizer_update: read in the update's pass;
   /// the update is applied either way).
-  bool apply(float* params, const float* grads, std::int64_t step);
+  /// `lr_scale` multiplies the step's learning rate (an async ps's --stale-lr inverse: 1/τ).
+  bool apply(float* params, const float* grads, std::int64_t step, float lr_scale = 1.0f);
   /// The same update restricted to floats [begin, end) of the n: `params` still points at float
   /// 0, `grads` at the range's end − begin floats (a ps's chunk as it arrives, wherever it was
   /// received). The values there are exactly those apply() gives, so a ps can update a shard
@@ -96,7 +97,7 @@ class Optimizer {
   /// async ps replies from the buffer the chunk arrived in). Throws InputError unless
   /// begin ≤ end ≤ n, and always for LARS/LAMB.
   bool apply_into_grads(float* params, float* grads, std::int64_t step, std::size_t begin,
-                        std::size_t end);
+                        std::size_t end, float lr_scale = 1.0f);
 
   /// From now on the momentum coefficient of each step is ps_momentum(config, workers, step,
   /// total_steps) instead of --momentum (an async ps).
@@ -113,7 +114,7 @@ class Optimizer {
  private:
   /// apply's range update; into: nullptr, or grads itself (apply_into_grads).
   bool apply_range(float* params, const float* grads, float* into, std::int64_t step,
-                   std::size_t begin, std::size_t end);
+                   std::size_t begin, std::size_t end, float lr_scale = 1.0f);
   Config config_;
   Backend& backend_;
   std::size_t n_;
