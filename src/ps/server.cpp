@@ -23,6 +23,13 @@
 
 namespace dtrain {
 
+namespace {
+/// Whether the ps waits as one of several (ServerCore::wait_timeout_): not a pipeline stage's.
+bool several_ps(const Cluster& cluster, const Config& c) {
+  return cluster.num_ps() > 1 && c.pipeline_stages <= 1;
+}
+}  // namespace
+
 ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange& shard,
                        std::int64_t total_steps, const std::atomic<bool>& stop_flag,
                        const ShardTensors& tensors, MPI_Comm all_ps)
@@ -31,8 +38,9 @@ ServerCore::ServerCore(const Cluster& cluster, const Config& c, const ShardRange
            (cluster.me().part.empty() ? "" : " (" + cluster.me().part + ")")),
       stop_flag_(stop_flag), chunks_(n_, static_cast<std::size_t>(c.ps_chunk_kb) * 1024),
       backend_(make_cpu_backend()), params_(*backend_, n_), max_steps_(c.max_steps),
-      wait_timeout_(cluster.num_ps() > 1 ? kSeveralPsTimeouts * c.timeout : c.timeout),
-      idle_timeout_(cluster.num_ps() > 1 ? c.timeout + ps_reply_timeout(c) : c.timeout),
+      // A pipeline stage's ps already waits longer than any worker (serve_as_ps()).
+      wait_timeout_(several_ps(cluster, c) ? kSeveralPsTimeouts * c.timeout : c.timeout),
+      idle_timeout_(several_ps(cluster, c) ? c.timeout + ps_reply_timeout(c) : c.timeout),
       slots_(workers_) {
   stats_.staleness_histogram.assign(kStalenessBins, 0);
   stats_.worker_pushes.assign(workers_, 0);
@@ -204,7 +212,9 @@ std::string ServerCore::waiting_for() const {
                  std::to_string(peer_world_[p]);
   if (idle() && idle_timeout_ > wait_timeout_)
     return who_ + " waiting for worker messages (no worker has a request here or waits for this " +
-           "ps: are they held up by another ps rank?)";
+           "ps: " +
+           (silent.empty() ? "" : "no request from " + silent + " since its last answer; ") +
+           "a stuck worker, or workers held up by another ps rank?)";
   return who_ + " waiting for worker messages" +
          (deciding() ? " and for " + agreement_wait() : "") +
          (busy.empty() ? "" : " (the payload of worker(s) " + busy + ")") +

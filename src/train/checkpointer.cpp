@@ -264,7 +264,7 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     };
     const bool was_dana = resume->mode == "async" && value("max-staleness", "-1") == "-1" &&
                           value("optimizer", "momentum") == "momentum" &&
-                          value("async-momentum", "dana") == "dana";
+                          value("async-momentum", "as-given") == "dana";
     const bool is_dana = exchange_kind(c) == ExchangeKind::ps_async &&
                          c.optimizer == OptimizerKind::momentum &&
                          c.async_momentum == AsyncMomentum::dana;
