@@ -156,6 +156,7 @@ struct SerialCase {
   bool issued = false;         // pushes issued in pieces (begin_push / push_ready / finish_push)
   bool shm = true;             // --ps-shm: async pushes through the ring a ps shares with its node
   WireDtype wire = WireDtype::fp32;  // --wire-dtype: the pushes' format on the wire
+  bool stale_lr = false;             // --stale-lr inverse: a push τ > 1 steps stale at lr/τ
 };
 
 /// g as a ps receives it over `wire`: rounded once to 16 bits and widened back (fp32: as it is).
@@ -211,16 +212,24 @@ struct SerialReference {
       dana.emplace(cfg, *cpu, kParams, workers, total_steps);
       dana->load(std::vector<float>(kParams, 0.0f).data(), params.data(), 0);
     }
+    std::vector<std::int64_t> seen(workers, 0);  // each worker's step of its last reply
     for (std::int64_t t = 0; t < pushes; ++t) {
       const int w = static_cast<int>(t % workers);
-      const std::vector<float> g =
-          on_wire(cfg.wire_dtype, gradient(w, static_cast<int>(t / workers)));
+      std::vector<float> g = on_wire(cfg.wire_dtype, gradient(w, static_cast<int>(t / workers)));
+      // --stale-lr inverse, τ = t − seen: momentum's gradient / τ, the others' learning rate.
+      const std::int64_t tau = t - seen[w];
+      seen[w] = std::min(t + 1, applied);
+      float lr_scale = cfg.stale_lr == StaleLr::inverse && tau > 1 ? 1.0f / tau : 1.0f;
+      if (cfg.optimizer == OptimizerKind::momentum) {
+        for (float& x : g) x *= lr_scale;
+        lr_scale = 1.0f;
+      }
       if (t < applied && with_dana) {
         dana->apply(w, params.data(), g.data(), t, 0, kParams);
         after.emplace_back(dana->look_ahead(), dana->look_ahead() + kParams);
         continue;
       }
-      if (t < applied) opt.apply(params.data(), g.data(), t);
+      if (t < applied) opt.apply(params.data(), g.data(), t, lr_scale);
       after.push_back(params);  // a push past --max-steps is answered with θ
     }
     const float* m_dev = with_dana ? dana->momentum_sum() : opt.m();
@@ -255,6 +264,7 @@ void run_serial_case(const SerialCase& k) {
   if (k.dana) cfg.async_momentum = AsyncMomentum::dana;
   cfg.ps_shm = k.shm;
   cfg.wire_dtype = k.wire;
+  if (k.stale_lr) cfg.stale_lr = StaleLr::inverse;
   // Every push after the first reply goes through the shared ring (one node, --ps-shm), else none;
   // LARS, LAMB: none (a push applied whole is received whole).
   const bool layerwise = is_layerwise(cfg.optimizer);
@@ -365,6 +375,23 @@ TEST(ParameterServer, IssuedPushesInChunksEqualSerialApplication) {
 }
 TEST(ParameterServer, IssuedDanaPushesPastMaxStepsEqualSerialApplication) {
   run_serial_case({1, "momentum", 4, 5, 1, true, true});
+}
+// --stale-lr inverse (staleness-aware SGD, Zhang et al. 2016): with 3 workers (np 4) every push
+// after the first round is 2 steps stale and applied at lr/2 — Adam and LARS through their learning
+// rate (a gradient divided by τ they would normalize away), momentum through its gradient.
+SerialCase stale_lr_case(int num_ps, const char* optimizer, int chunk_kb) {
+  SerialCase k{num_ps, optimizer, 4, 0, chunk_kb};
+  k.stale_lr = true;
+  return k;
+}
+TEST(ParameterServer, StaleLrInverseAdamInChunksEqualsSerialApplication) {
+  run_serial_case(stale_lr_case(1, "adam", 1));
+}
+TEST(ParameterServer, StaleLrInverseLarsEqualsSerialApplication) {
+  run_serial_case(stale_lr_case(1, "lars", 1024));
+}
+TEST(ParameterServer, StaleLrInverseMomentumTwoPsEqualsSerialApplication) {
+  run_serial_case(stale_lr_case(2, "momentum", 1));
 }
 // The same cases with MPI messages only (--ps-shm false): the shared ring changes no value.
 TEST(ParameterServer, WithoutSharedRingsIssuedPushesInChunksEqualSerialApplication) {
