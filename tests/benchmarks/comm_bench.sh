@@ -71,7 +71,7 @@ for ((i = 1; i <= repeats; i++)); do
   cross_core "after run $i" | tee -a "$out.cross_core"
 done
 if ((repeats > 1)); then
-  /usr/bin/python3 - "$out.runs" "$out" <<'PY'
+  "${PYTHON:-python3}" - "$out.runs" "$out" <<'PY'
 import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):

@@ -44,10 +44,12 @@
 #             duration with the defaults on the 16-core H100/H200 machines: ~7 minutes (ResNet-50
 #             takes ~0.25 s per sample on one core: 2 × 96 samples per run, 14 runs, ~8 s start-up
 #             each); keep timeout_s at 600. Example: bash tests/gpu/device.sh scaling resnet50 96
+#             (LOCKSTEP=1 adds a run per worker count > 1.) One line per finished run as it ends.
 #             Every finished run is kept in $OUT/scaling/MODEL/runs.tgz as it ends, so a call cut
 #             short by its time limit still brings back what it finished; RESUME=.device/runs.tgz
-#             (that file, copied into .device/ before staging) continues such a sweep in a later
-#             call on the same kind of host, skipping the runs it holds.
+#             (that file, copied into .device/ before staging) continues such a sweep of MODEL in a
+#             later call on the same kind of host, skipping the runs it holds, with its STEPS and
+#             global batch where none are given (a sweep of another model starts afresh).
 #             LOCKSTEP=1: also each worker count's sync run with --allreduce none (no gradient
 #             sum, the workers in lock step: the report's "efficiency vs lock-step" is the
 #             exchange's own cost, "lock-step wait" the waiting for the slowest worker alone).
@@ -56,42 +58,119 @@
 #             ceiling runs stay unpinned), into $OUT/scaling-pinned/ — run it after the default
 #             one to compare the two. ARGS="--wire-dtype bf16" (more dtrain options for every
 #             run): into $OUT/scaling-ARGS/ (the options' letters and digits), beside the default
-#   pack      every file under $OUT into $OUT/out.tgz (last: the device tool brings back at most
-#             8 files, 2 folders down), e.g. bash tests/gpu/device.sh units bench sanitize pack
+#   pack      every file under $OUT into $OUT/out.tgz (the device tool brings back at most 8 files,
+#             2 folders down), e.g. bash tests/gpu/device.sh units bench sanitize pack; done after
+#             the other steps wherever it is named, also when they fail or run out of BUDGET
+# Every step name (and RESUME, bench's ROWS, scaling's model) is checked before the first step runs.
+# BUDGET (seconds, default 570): the steps are stopped there, so that `pack` still runs inside the
+# device tool's limit (a call it kills brings back only 8 loose files); give the call timeout_s
+# 600, or BUDGET 30 s below a shorter timeout_s. Each step's start and end (seconds into the call)
+# go to stderr as "### ..." lines: a call cut short shows where it was.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+self=$(cd "$(dirname "$0")" && pwd -P)/$(basename "$0")
+cd "$(dirname "$self")/../.."
 OUTDIR=${OUT:-.device/out}
 mkdir -p "$OUTDIR"
 # The host every figure of this call comes from: cores, SMT siblings, caches, NUMA, load.
 [ -f "$OUTDIR/host.txt" ] || { lscpu; echo "load average: $(cat /proc/loadavg)"; } >"$OUTDIR/host.txt" 2>&1
 log() { echo "### $*" >&2; }
+STEP_NAMES='^(probe|units|sanitize|ctest|bench|share|profile|input|comm|scaling|pack)$'
 
-# resume_sweep DIR: RESUME=runs.tgz (a scaling step's, from an earlier call: the device tool
+# pack: every file under OUTDIR into OUTDIR/out.tgz — unless it would be over the device tool's
+# 16 MiB a file, then the files stay as they are (up to 8 of them come back).
+pack() {
+  local tgz=/tmp/device-out.$$.tgz size
+  tar -czf "$tgz" -C "$OUTDIR" . || { log "pack: tar failed: the files stay unpacked"; return 1; }
+  size=$(stat -c %s "$tgz")
+  if [ "$size" -gt $((15 << 20)) ]; then
+    log "pack: out.tgz would be $((size >> 20)) MiB (over the 16 MiB a file the device tool returns): the files stay unpacked"
+    rm -f "$tgz"
+    return 1
+  fi
+  find "$OUTDIR" -mindepth 1 -delete && mv "$tgz" "$OUTDIR/out.tgz" && log "pack: out.tgz, $((size >> 10)) KiB"
+}
+
+# The call itself: every argument checked first, then the steps in a child process under
+# `timeout BUDGET` (its whole process group: mpirun's ranks too), then pack when named.
+if [ -z "${DEVICE_SH_STEPS:-}" ]; then
+  todo=() want_pack=0 bad=""
+  while [ $# -gt 0 ]; do
+    s=$1
+    shift
+    [[ $s =~ $STEP_NAMES ]] || { bad="unknown step '$s'"; break; }
+    if [ "$s" = pack ]; then want_pack=1; continue; fi
+    todo+=("$s")
+    if [ "$s" = scaling ] && [ $# -gt 0 ] && [[ ! $1 =~ $STEP_NAMES ]]; then
+      [ -f "jobs/$1_imagenet.ini" ] || bad="scaling $1: no job file jobs/$1_imagenet.ini"
+      todo+=("$1")
+      shift
+      if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then todo+=("$1"); shift; fi
+    fi
+  done
+  if [[ " ${todo[*]} " == *" bench "* ]]; then
+    rows=$(sed -n 's/^ *\([a-z0-9]*\)) .*/\1/p' tests/benchmarks/gpu_bench.sh)
+    for r in ${ROWS:-}; do grep -qx "$r" <<<"$rows" || bad="bench: unknown row '$r' in ROWS"; done
+  fi
+  [ -z "${RESUME:-}" ] || [ -f "$RESUME" ] || bad="RESUME=$RESUME: no such file"
+  if [ -n "$bad" ]; then
+    echo "device.sh: $bad (steps: probe | units | sanitize | ctest | bench | share | profile | input | comm | scaling [MODEL [BATCH]] | pack); nothing run" >&2
+    exit 2
+  fi
+  budget=${BUDGET:-570}
+  # (stdin from /dev/null: a process group of its own must not read a terminal — mpirun would stop)
+  DEVICE_SH_STEPS=1 timeout -k 10 "$budget" bash "$self" "${todo[@]}" </dev/null
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    log "BUDGET=${budget}s reached at ${SECONDS}s: the steps were stopped there"
+  fi
+  [ "$want_pack" = 0 ] || pack
+  log "device.sh: done at ${SECONDS}s (exit $rc)"
+  exit "$rc"
+fi
+
+# resume_sweep DIR JOB: RESUME=runs.tgz (a scaling step's, from an earlier call: the device tool
 # brought it back; copy it into .device/ here before staging the call) unpacked into DIR, the
 # sweep's folder, so that the runs it finished are skipped — only when its sweep.log names this
-# host's shape (the "# host:" line), else the sweep starts afresh and says why.
+# host's shape (the "# host:" line) and its sweep.conf this JOB file, else the sweep starts afresh
+# and says why. Its steps and global batch are the sweep's where STEPS and the batch were not
+# given (sets `steps` and `batch`); a sweep given others starts afresh, saying so.
 resume_sweep() {
   [ -n "${RESUME:-}" ] || return 0
   [ -f "$RESUME" ] || { echo "device.sh: RESUME=$RESUME: no such file" >&2; exit 2; }
-  local here then
+  local here there conf v
   here=$(bash data-tools/run_strong_scaling.sh --host)
-  then=$(tar -xzOf "$RESUME" ./sweep.log 2>/dev/null | sed -n 's/^# host: //p' | head -n 1)
-  if [ "$here" != "$then" ]; then
-    echo "device.sh: RESUME=$RESUME ran on another host ('${then:-unknown}', this is '$here'): starting afresh" >&2
+  there=$(tar -xzOf "$RESUME" ./sweep.log 2>/dev/null | sed -n 's/^# host: //p' | head -n 1)
+  if [ "$here" != "$there" ]; then
+    echo "device.sh: RESUME=$RESUME ran on another host ('${there:-unknown}', this is '$here'): starting afresh" >&2
     return 0
   fi
+  conf=$(tar -xzOf "$RESUME" ./sweep.conf 2>/dev/null)
+  if [ "$(sed -n 's/^job-sha256 //p' <<<"$conf")" != "$(sha256sum <"$2" | cut -d' ' -f1)" ]; then
+    echo "device.sh: RESUME=$RESUME is the sweep of $(sed -n 's/^job //p' <<<"$conf"), not of $2: $1 starts afresh" >&2
+    return 0
+  fi
+  v=$(sed -n 's/^steps //p' <<<"$conf")
+  steps=${steps:-$v}
+  [ "$steps" = "$v" ] || { echo "device.sh: RESUME=$RESUME ran STEPS=$v, this sweep $steps: $1 starts afresh" >&2; return 0; }
+  v=$(sed -n 's/^global-batch //p' <<<"$conf")
+  batch=${batch:-$v}
+  [ "$batch" = "$v" ] || { echo "device.sh: RESUME=$RESUME ran global batch $v, this sweep $batch: $1 starts afresh" >&2; return 0; }
   mkdir -p "$1" && tar -xzf "$RESUME" -C "$1"
   echo "device.sh: resuming the sweep in $1 from $RESUME: $(tar -tzf "$RESUME" | grep -c '/results.json$') runs done" >&2
 }
 
 setup() {
   local P=/tmp/dtrain-rt
+  log "setup at ${SECONDS}s"
   if [ ! -d "$P/usr" ]; then
     for d in .device/debs/*.deb; do dpkg -x "$d" "$P"; done
-    # Keep the machine's own copies of the libraries everything else on it uses.
+    # Keep the machine's own copies of the libraries everything else on it uses. (The cache read
+    # once: `ldconfig -p | grep -q` under pipefail fails now and then — SIGPIPE — and kept ours.)
+    local cache
+    cache=$(ldconfig -p)
     for so in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1 libz.so.1 libzstd.so.1 libssl.so.3 \
               libcrypto.so.3 libffi.so.8 libudev.so.1 libatomic.so.1; do
-      ldconfig -p | grep -q "$so " && rm -f "$P"/usr/lib/x86_64-linux-gnu/"$so"* "$P"/lib/x86_64-linux-gnu/"$so"*
+      grep -qF "$so " <<<"$cache" && rm -f "$P"/usr/lib/x86_64-linux-gnu/"$so"* "$P"/lib/x86_64-linux-gnu/"$so"*
     done
     ln -sf mpirun.openmpi "$P/usr/bin/mpirun"
     ln -sf mpirun.openmpi "$P/usr/bin/mpiexec"
@@ -117,21 +196,36 @@ setup() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   # CTest holds /usr/bin/mpiexec (this build machine's path).
   [ -e /usr/bin/mpiexec ] || ln -sf "$P/usr/bin/mpiexec.openmpi" /usr/bin/mpiexec
-  if [ "$(pwd -P)" != /work/main ]; then mkdir -p /work && rm -rf /work/main && ln -sfn "$(pwd -P)" /work/main; fi
+  # The build's CTest files hold the staging checkout's absolute paths (.device/srcdir): that path
+  # made a link to this copy — never in place of a directory (run anywhere but the device machine,
+  # that would delete a checkout).
+  local src x
+  src=$(cat .device/srcdir 2>/dev/null || echo /work/main)
+  if [ "$(cd "$src" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then
+    rmdir "$src" 2>/dev/null
+    if [ -L "$src" ] || [ ! -e "$src" ]; then
+      mkdir -p "$(dirname "$src")" && ln -sfn "$(pwd -P)" "$src"
+    else
+      log "setup: $src is a directory here, left as it is: ctest and units' CLI test run what it holds"
+    fi
+  fi
   [ -x build/bin/dtrain ] || tar -xJf .device/build.tar.xz
-  local fm=.device/fashion-mnist/train-images-idx3-ubyte
-  [ -f "$fm.gz" ] || [ ! -f "$fm.xz" ] || xz -dc "$fm.xz" | gzip -1 >"$fm.gz"
+  for x in .device/fashion-mnist/*.xz; do
+    [ -f "${x%.xz}.gz" ] || [ ! -f "$x" ] || xz -dc "$x" | gzip -1 >"${x%.xz}.gz"
+  done
   export DTRAIN_PYTHON TORCH_PYTHON DTRAIN_TB_VENV
   DTRAIN_PYTHON=$(command -v python3); TORCH_PYTHON=$DTRAIN_PYTHON
   DTRAIN_TB_VENV=$(python3 -c 'import sys; print(sys.prefix)')
   local missing
   missing=$(ldd build/bin/dtrain build/tests/dtrain_unit_tests build/tests/dtrain_mpi_tests | grep 'not found' | sort -u)
   [ -z "$missing" ] || { echo "setup: libraries not found: $missing" >&2; exit 1; }
+  log "setup done at ${SECONDS}s"
 }
 
 data() {
   [ -f data/fashion_mnist/train.h5 ] || python3 data-tools/convert_idx.py --fashion-mnist \
-    .device/fashion-mnist --out-dir data/fashion_mnist >/dev/null
+    .device/fashion-mnist --out-dir data/fashion_mnist >/dev/null ||
+    log "data: Fashion-MNIST's conversion failed (data-tools/convert_idx.py): the CNN rows will fail"
 }
 
 probe() {
@@ -182,9 +276,9 @@ sanitize() {
   # cudaErrorNoKernelImageForDevice for the ones its build lacks, and NCCL moves on): those API
   # errors are not ours, so only memory errors count here.
   DTRAIN_REQUIRE_GPU=1 mpirun -np 1 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 1 build/tests/dtrain_mpi_tests --gtest_filter='CudaAllreduce.*' >/tmp/memcheck_mpi.log 2>&1
+    --error-exitcode 1 build/tests/dtrain_mpi_tests --gtest_filter='CudaAllreduce.*' >"$OUTDIR/memcheck_mpi.log" 2>&1
   echo "mpi tests under memcheck: exit $?"
-  grep -E "=====|OK|FAILED|rror" /tmp/memcheck_mpi.log | head -40
+  grep -E "=====|OK|FAILED|rror" "$OUTDIR/memcheck_mpi.log" | head -40
 }
 
 run_ctest() {
@@ -193,7 +287,7 @@ run_ctest() {
   # cli_test_provenance compares `dtrain --version` with `git describe` of this copy, whose git
   # metadata the device tool does not keep current: it fails here whenever HEAD moved since the
   # session began (the build machine's CI runs it).
-  (cd build && DTRAIN_REQUIRE_GPU=1 ctest -j 12 --timeout 600 --output-on-failure >"$OUTDIR/ctest_full.log" 2>&1)
+  (cd build && DTRAIN_REQUIRE_GPU=1 ctest -j 12 --timeout 300 --output-on-failure >"$OUTDIR/ctest_full.log" 2>&1)
   grep -E "tests passed|Failed|Skipped|Not Run|Timeout" "$OUTDIR/ctest_full.log" | tail -20
 }
 
@@ -201,6 +295,8 @@ setup
 while [ $# -gt 0 ]; do
   step=$1
   shift
+  t0=$SECONDS
+  log "step $step: start at ${t0}s ($(date +%T))"
   case $step in
     probe) probe 2>&1 | tee "$OUTDIR/probe.log" ;;
     units) { DTRAIN_REQUIRE_GPU=1 build/tests/dtrain_unit_tests --gtest_filter='Cuda*' 2>&1 |
@@ -222,21 +318,26 @@ while [ $# -gt 0 ]; do
             for r in ${COMM_RANKS:-2 3 4}; do OUT_DIR="$OUTDIR/comm" REPEATS=${REPEATS:-3} \
               OPS=${OPS:-allreduce,hier_allreduce,hier_wire_allreduce,ps_push_pull} \
               bash tests/benchmarks/comm_bench.sh "$r"; done; } 2>&1 | tee "$OUTDIR/comm.log" |
-          grep -E "ratio|wrote|skipped" ;;
-    scaling) model=resnet50 batch=${GLOBAL_BATCH:-96}
-             if [ $# -gt 0 ] && [[ ! $1 =~ ^(probe|units|sanitize|ctest|bench|share|profile|input|comm|scaling|pack)$ ]]; then
+          grep --line-buffered -E "ratio|wrote|skipped" ;;
+    scaling) model=resnet50 batch=${GLOBAL_BATCH:-} steps=${STEPS:-}
+             if [ $# -gt 0 ] && [[ ! $1 =~ $STEP_NAMES ]]; then
                model=$1; shift
                if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then batch=$1; shift; fi
              fi
              pin=""; [ "${PIN_THREADS:-0}" = 1 ] && pin=-pinned
              [ -n "${ARGS:-}" ] && pin+="-$(tr -cd 'a-z0-9-' <<<"${ARGS// /-}" | sed 's/^-*//')"
-             resume_sweep "/tmp/scaling$pin/$model"
-             WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=${STEPS:-2} CEILING=1 KEEP_RUNS=1 \
+             resume_sweep "/tmp/scaling$pin/$model" "jobs/${model}_imagenet.ini"
+             batch=${batch:-96} steps=${steps:-2}
+             # One line a finished run as it ends (a call cut short shows how far it got), then
+             # the report's end.
+             WORKERS=${WORKERS:-"1 2 4 8 12"} GLOBAL_BATCH=$batch STEPS=$steps CEILING=1 KEEP_RUNS=1 \
                OUT=/tmp/scaling$pin DOCS="$OUTDIR/scaling$pin" PYTHON=python3 \
                bash tests/benchmarks/strong_scaling_models.sh "$model" 2>&1 |
-               tee "$OUTDIR/scaling$pin.log" | tail -24 ;;
-    pack) tar -czf /tmp/device-out.tgz -C "$OUTDIR" . && find "$OUTDIR" -mindepth 1 -delete &&
-            mv /tmp/device-out.tgz "$OUTDIR/out.tgz" ;;
+               tee "$OUTDIR/scaling$pin.log" |
+               grep --line-buffered -E '^[a-z0-9-]+: (\{|done before|samples/s)|error'
+             grep -vE '^(sync|async|ceiling|lockstep)-[a-z0-9-]*: ' "$OUTDIR/scaling$pin.log" | tail -n 24 ;;
+    pack) pack ;;
     *) echo "device.sh: unknown step '$step' (probe | units | sanitize | ctest | bench | share | profile | input | comm | scaling | pack)" >&2; exit 2 ;;
   esac
+  log "step $step: done in $((SECONDS - t0)) s (at ${SECONDS}s)"
 done
