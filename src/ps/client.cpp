@@ -278,6 +278,7 @@ PushResult PsClient::wait(int tag) {
     r.staleness = std::max(r.staleness, h.staleness);
     r.stop_requested = r.stop_requested || (h.flags & kFlagStop);
     r.dropped = r.dropped || (h.flags & kFlagDropped);
+    if (k == 0) r.dropped_first = (h.flags & kFlagDropped) != 0;
   }
   return r;
 }

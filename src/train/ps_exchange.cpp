@@ -142,7 +142,7 @@ class PsExchange : public GradientExchange {
   ExchangeResult result(const PushResult& p, std::int64_t s, int n, bool stop_local) {
     ++pushes_;
     ExchangeResult r;
-    r.applied = n > 0 && !p.dropped;
+    r.applied = n > 0 && !p.dropped_first;  // used by ps 0, whose counts results.json reports
     r.dropped = n > 0 && p.dropped;
     r.stop = p.stop_requested || stop_local;
     r.staleness = static_cast<double>(p.staleness);

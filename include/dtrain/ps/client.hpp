@@ -38,6 +38,9 @@ struct PushResult {
   std::int64_t staleness = 0;    ///< max over ps of (global_step at apply − step last seen)
   bool stop_requested = false;   ///< some rank asked to stop (signal)
   bool dropped = false;          ///< some ps did not apply the push (late or past the last step)
+  /// ps 0 did not apply it: with backup workers each ps takes its own first gradients of a step,
+  /// and a gradient counts as used (samples) where ps 0, whose counts results.json reports, used it
+  bool dropped_first = false;
 };
 
 /// A worker's deadline for a ps's answer, in seconds: --timeout; twice that where the ps holds the
