@@ -105,4 +105,9 @@ void DanaMomentum::update_look_ahead(const float* params, std::int64_t step, std
   for (std::size_t i = begin; i < end; ++i) look_ahead_[i] = params[i] - f * sum_[i];
 }
 
+bool uses_dana(const Config& c) {
+  return exchange_kind(c) == ExchangeKind::ps_async && c.optimizer == OptimizerKind::momentum &&
+         c.async_momentum == AsyncMomentum::dana;
+}
+
 }  // namespace dtrain

@@ -31,7 +31,7 @@ class AsyncApplier final : public UpdateRule {
     if (c.delay_compensation > 0.0f) dc_.emplace(n, core.workers(), c.delay_compensation);
     // DANA keeps its own momenta (per worker, and their sum as the checkpoint's m); every other
     // rule is one Optimizer over the shard.
-    if (c.async_momentum == AsyncMomentum::dana && c.optimizer == OptimizerKind::momentum) {
+    if (uses_dana(c)) {
       dana_.emplace(c, core.backend(), n, core.workers(), total_steps, tensors.no_decay);
       dana_->load(dana_->momentum_sum(), core.params(), 0);  // zero momenta: θ̂ = θ
     } else {
@@ -143,8 +143,9 @@ class AsyncApplier final : public UpdateRule {
                ? 1.0f / static_cast<float>(r.staleness)
                : 1.0f;
   }
-  /// Whether --stale-lr inverse divides the learning rate rather than the gradient.
-  bool scales_lr() const { return !dana_ && core_.config().optimizer != OptimizerKind::momentum; }
+  /// Whether --stale-lr inverse divides the learning rate rather than the gradient (momentum, DANA
+  /// too, divides the gradient).
+  bool scales_lr() const { return core_.config().optimizer != OptimizerKind::momentum; }
   /// The learning-rate factor of worker w's update: 1/τ where correct() did not divide g.
   float stale_lr_scale(int w) { return scales_lr() ? stale_factor(w) : 1.0f; }
 

@@ -18,6 +18,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timeline.hpp"
+#include "dtrain/optim/dana.hpp"
 
 namespace dtrain {
 namespace {
@@ -265,9 +266,7 @@ std::optional<CheckpointState> find_resume_point(const Config& c, const std::str
     const bool was_dana = resume->mode == "async" && value("max-staleness", "-1") == "-1" &&
                           value("optimizer", "momentum") == "momentum" &&
                           value("async-momentum", "as-given") == "dana";
-    const bool is_dana = exchange_kind(c) == ExchangeKind::ps_async &&
-                         c.optimizer == OptimizerKind::momentum &&
-                         c.async_momentum == AsyncMomentum::dana;
+    const bool is_dana = uses_dana(c);
     DT_REQUIRE(was_dana == is_dana,
                "checkpoint '" + path + "': its momentum is " +
                    (was_dana ? "DANA's sum over the workers" : "one momentum vector") +

@@ -70,4 +70,8 @@ class DanaMomentum {
   std::vector<float> old_;  ///< per OpenMP thread: one block of v_w before its update
 };
 
+/// Whether a run of `c` applies DANA at its ps: async (ExchangeKind::ps_async) with the momentum
+/// optimizer and --async-momentum dana (its checkpoint's m is the workers' momentum sum).
+[[nodiscard]] bool uses_dana(const Config& c);
+
 }  // namespace dtrain
