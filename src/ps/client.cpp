@@ -38,7 +38,7 @@ PsClient::PsClient(const Cluster& cluster, std::vector<ShardRange> shards, doubl
   threaded_ = level >= MPI_THREAD_MULTIPLE;
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     // "ps 0 (rank 3), ps 1 (rank 2)": names the peers in a watchdog message.
-    peers_ += (k ? ", ps " : "ps ") + std::to_string(k) + " (rank " + world_rank_of(k) + ")";
+    peers_ += (k ? ", " : "") + ps_name(k);
   }
 }
 
@@ -218,9 +218,7 @@ void PsClient::drain_rings(const std::string& what) {
     // A timeout names the ps whose ring replies are still missing.
     const std::function<std::string()> name = [&] {
       std::string list;
-      for (std::size_t k : ps)
-        list += (list.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
-                world_rank_of(k) + ")";
+      for (std::size_t k : ps) list += (list.empty() ? "" : ", ") + ps_name(k);
       return what + " (the replies in the shared ring of " + list + ")";
     };
     const int i = wait_any(next, limit_, name, nullptr);
@@ -255,8 +253,7 @@ PushResult PsClient::wait(int tag) {
           reqs_.begin() + static_cast<std::ptrdiff_t>(k + 1 < K ? reply_at_[k + 1] : replies_end_);
       std::string& list = *begin != MPI_REQUEST_NULL ? none : part;  // its header, or payload
       if (std::any_of(begin, end, [](MPI_Request r) { return r != MPI_REQUEST_NULL; }))
-        list += (list.empty() ? "ps " : ", ps ") + std::to_string(k) + " (rank " +
-                world_rank_of(k) + ")";
+        list += (list.empty() ? "" : ", ") + ps_name(k);
     }
     if ((none.empty() && part.empty()) || K == 1) throw;
     throw TimeoutError(
@@ -376,9 +373,10 @@ void PsClient::progress_loop() {
   }
 }
 
-std::string PsClient::world_rank_of(std::size_t k) const {
-  return std::to_string(
-      cluster_.ranks()[static_cast<std::size_t>(cluster_.ps_rank(static_cast<int>(k)))].rank);
+std::string PsClient::ps_name(std::size_t k) const {
+  const int world =
+      cluster_.ranks()[static_cast<std::size_t>(cluster_.ps_rank(static_cast<int>(k)))].rank;
+  return "ps " + std::to_string(k) + " (rank " + std::to_string(world) + ")";
 }
 
 const float* PsClient::zeros(std::size_t floats) {

@@ -147,8 +147,9 @@ class PsClient {
   /// Maps the ring a reply header names, once per ps; logs why not where it cannot.
   void map_ring(std::size_t k, const MsgHeader& h);
   void progress_loop();  ///< the progress thread of an issued push
-  /// The world rank of ps k, for messages (a pipeline stage's cluster numbers its own ranks).
-  [[nodiscard]] std::string world_rank_of(std::size_t k) const;
+  /// "ps K (rank R)", ps k with its world rank, for messages (a pipeline stage's cluster numbers
+  /// its own ranks).
+  [[nodiscard]] std::string ps_name(std::size_t k) const;
   /// A chunk of `floats` zeros to send for a nullptr part.
   const float* zeros(std::size_t floats);
   /// Chunk c of ps k's range rounded to the push wire: the 16-bit encoding of `from` (the chunk's
